@@ -1,0 +1,107 @@
+# kvdrift — numerical determinism and regression harness for LLM inference.
+# Targets: all demo test check bench asan install clean.  BUILD=dir selects the build folder.
+BUILD    ?= build
+PREFIX   ?= /usr/local
+CC       ?= cc
+WERROR   ?= 0
+SANITIZE ?=
+
+PKGS     := openblas mpfr cunit libxxhash jansson inih libxml-2.0
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
+        -Wdouble-promotion -Wformat=2
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+# Golden-hash build flags: no contraction, no fast-math, ever (goldens depend on them).
+NUMERICS := -O2 -ffp-contract=off -fno-fast-math
+CFLAGS   ?= -g
+CFLAGS   += -std=c11 $(NUMERICS) $(WARN) -D_GNU_SOURCE -pthread \
+            -Iengine/include -Ireference/include -Iharness -I$(BUILD) $(PKG_CFLAGS)
+LDLIBS   += $(PKG_LIBS) -lgmp -lm -pthread
+ifneq ($(SANITIZE),)
+CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=$(SANITIZE)
+endif
+
+ENGINE_SRC := $(wildcard engine/*.c)
+REF_SRC    := $(wildcard reference/*.c)
+HX_SRC     := $(filter-out harness/cli.c,$(wildcard harness/*.c))
+LIB_SRC    := $(ENGINE_SRC) $(REF_SRC) $(HX_SRC)
+TEST_SRC   := $(wildcard tests/test_*.c)
+BENCH_SRC  := $(wildcard bench/bench_*.c)
+
+# Two builds of the library: the release one, and one with LM_TEST_HOOKS (test-only defect
+# switches and probes) that only the test binary links.
+LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TLIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/tobj/%.o)
+TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o)
+BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
+
+.PHONY: all deps demo test unit check bench asan install clean
+all: $(BUILD)/kvdrift
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tobj/%.o: %.c $(BUILD)/test_registry.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLM_TEST_HOOKS -MMD -MP -c $< -o $@
+
+$(BUILD)/libkvdrift.a: $(LIB_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/libkvdrift-test.a: $(TLIB_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+$(BUILD)/kvdrift: $(BUILD)/obj/harness/cli.o $(BUILD)/libkvdrift.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/kvdrift-tests: $(TEST_OBJ) $(BUILD)/libkvdrift-test.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bench_%: $(BUILD)/obj/bench/bench_%.o $(BUILD)/libkvdrift.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Each tests/test_<unit>.c defines test_<unit>_register(); the list is generated so that
+# adding a unit never means editing a shared file.
+$(BUILD)/test_registry.h: $(TEST_SRC) Makefile
+	@mkdir -p $(BUILD)
+	@{ for u in $(UNIT_NAMES); do echo "void test_$${u}_register(void);"; done; \
+	   printf '#define KVD_TEST_UNITS'; for u in $(UNIT_NAMES); do printf ' X(%s)' $$u; done; echo; } > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@bash scripts/demo.sh $(BUILD)
+
+unit: deps
+	@$(MAKE) --no-print-directory $(BUILD)/kvdrift $(BUILD)/kvdrift-tests
+	$(BUILD)/kvdrift-tests
+
+test: unit
+	@$(MAKE) --no-print-directory check
+
+check: $(BUILD)/kvdrift
+	@bash scripts/check.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	@bash scripts/bench.sh $(BUILD)
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address,undefined CC=$(CC) \
+	  build/asan/kvdrift build/asan/kvdrift-tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build/asan/kvdrift-tests
+
+install: $(BUILD)/kvdrift
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BUILD)/kvdrift $(DESTDIR)$(PREFIX)/bin/kvdrift
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli.d

@@ -1,0 +1,53 @@
+/* error.c — the lm_err record: set, clear, map to an exit code; checked size arithmetic. */
+#include "kvd_common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int lm_err_set(lm_err *err, int code, const char *src_file, int src_line, const char *fmt, ...)
+{
+    if (err == NULL || err->code != LM_OK)
+        return code;
+    err->code = code;
+    err->src_file = src_file;
+    err->src_line = src_line;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    /* One line, always: a message built from file contents must not break the format. */
+    for (char *p = err->msg; *p; ++p)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    return code;
+}
+
+void lm_err_clear(lm_err *err)
+{
+    if (err != NULL)
+        memset(err, 0, sizeof *err);
+}
+
+int lm_status_exit_code(int status)
+{
+    if (status == LM_OK)
+        return 0;
+    return status == LM_E_INTERNAL ? 3 : 2;
+}
+
+int lm_mul_u64(uint64_t *out, uint64_t a, uint64_t b)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
+int lm_add_u64(uint64_t *out, uint64_t a, uint64_t b)
+{
+    if (b > UINT64_MAX - a)
+        return -1;
+    *out = a + b;
+    return 0;
+}

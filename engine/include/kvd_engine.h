@@ -1,0 +1,64 @@
+/* kvd_engine.h — the float32 inference engine: context, chunked forward pass, sampling. */
+#ifndef KVD_ENGINE_H
+#define KVD_ENGINE_H
+
+#include "kvd_model.h"
+
+typedef struct lm_ctx_params {
+    const char *backend; /* "naive" or "blas" (NULL = "blas") */
+    int n_threads;       /* blas: OpenBLAS threads (0 = all cores); naive: ignored (always 1) */
+    uint32_t n_ctx;      /* KV cache capacity in positions (0 = prompt + generation chosen by
+                            the caller must fit in hp.n_ctx_train) */
+} lm_ctx_params;
+
+typedef enum lm_logits_mode {
+    LM_LOGITS_NONE = 0, /* compute no logits (output projection skipped entirely) */
+    LM_LOGITS_LAST = 1, /* logits of the chunk's last position only: out [n_vocab] */
+    LM_LOGITS_ALL = 2   /* logits of every position of the chunk: out [n][n_vocab] */
+} lm_logits_mode;
+
+typedef struct lm_ctx lm_ctx;
+
+/* Allocates the KV cache and every scratch buffer once; nothing is allocated per token. */
+int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_err *err);
+void lm_ctx_free(lm_ctx *c);
+
+/* Processes tokens[n] at positions [n_past, n_past + n): appends their K (after RoPE) and V
+ * to the cache, attends causally over the whole cache, and writes logits per `mode`.
+ * n must be >= 1 and n_past + n <= n_ctx; ids must be < n_vocab. */
+int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode,
+               float *logits, lm_err *err);
+
+/* Prefill: feeds tokens[n] in chunks of `step` tokens (0 = one chunk) and writes the last
+ * position's logits to last_logits [n_vocab]. */
+int lm_prefill(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t step, float *last_logits,
+               lm_err *err);
+
+const lm_model *lm_ctx_model(const lm_ctx *c);
+uint32_t lm_ctx_n_past(const lm_ctx *c);
+uint32_t lm_ctx_n_ctx(const lm_ctx *c);
+/* Forget every cached position (the next forward starts at position 0). */
+void lm_ctx_reset(lm_ctx *c);
+/* KV cache of one layer: [n_past][n_head_kv][head_dim], K after RoPE. */
+const float *lm_ctx_k(const lm_ctx *c, uint32_t layer);
+const float *lm_ctx_v(const lm_ctx *c, uint32_t layer);
+/* Bytes of scratch (excluding weights and KV cache) this context allocated. */
+size_t lm_ctx_scratch_bytes(const lm_ctx *c);
+const char *lm_ctx_backend_name(const lm_ctx *c);
+
+/* --- sampling --- */
+typedef struct lm_sampler_params {
+    float temperature; /* <= 0: greedy */
+    uint32_t top_k;    /* 0: off */
+    float top_p;       /* >= 1: off */
+    uint64_t seed;
+} lm_sampler_params;
+
+typedef struct lm_sampler lm_sampler;
+int lm_sampler_create(lm_sampler **out, const lm_sampler_params *p, uint32_t n_vocab, lm_err *err);
+void lm_sampler_free(lm_sampler *s);
+int32_t lm_sample(lm_sampler *s, const float *logits /* [n_vocab] */);
+/* Greedy choice: the largest logit, ties to the lowest id; NaN never wins. */
+int32_t lm_argmax(const float *logits, uint32_t n);
+
+#endif

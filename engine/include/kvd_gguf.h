@@ -1,0 +1,118 @@
+/* kvd_gguf.h — GGUF v2/v3 reader (memory-mapped, fully validated) and writer. */
+#ifndef KVD_GGUF_H
+#define KVD_GGUF_H
+
+#include "kvd_common.h"
+
+#include <stdbool.h>
+
+/* Metadata value types, numbered as in the GGUF specification. */
+typedef enum lm_gguf_vtype {
+    LM_GGUF_U8 = 0, LM_GGUF_I8 = 1, LM_GGUF_U16 = 2, LM_GGUF_I16 = 3,
+    LM_GGUF_U32 = 4, LM_GGUF_I32 = 5, LM_GGUF_F32 = 6, LM_GGUF_BOOL = 7,
+    LM_GGUF_STR = 8, LM_GGUF_ARR = 9, LM_GGUF_U64 = 10, LM_GGUF_I64 = 11, LM_GGUF_F64 = 12
+} lm_gguf_vtype;
+
+/* Tensor element types kvdrift loads, numbered as ggml numbers them. */
+typedef enum lm_tensor_type {
+    LM_TYPE_F32 = 0, LM_TYPE_F16 = 1, LM_TYPE_Q4_0 = 2, LM_TYPE_Q4_1 = 3,
+    LM_TYPE_Q8_0 = 8, LM_TYPE_BF16 = 30
+} lm_tensor_type;
+
+/* A string inside the file: NUL-terminated copy owned by the lm_gguf handle. */
+typedef struct lm_gguf_str {
+    const char *ptr; /* [len + 1], ptr[len] == '\0'; may contain interior NULs */
+    uint64_t len;
+} lm_gguf_str;
+
+/* An array value. Scalars are copied to aligned host memory at open time. */
+typedef struct lm_gguf_arr {
+    lm_gguf_vtype type; /* element type (never LM_GGUF_ARR: nested arrays are refused) */
+    uint64_t n;
+    const void *data;   /* [n] elements of `type`; lm_gguf_str[n] for LM_GGUF_STR */
+} lm_gguf_arr;
+
+typedef struct lm_gguf_tensor {
+    const char *name;    /* NUL-terminated */
+    lm_tensor_type type;
+    uint32_t n_dims;     /* 1..4 */
+    uint64_t ne[4];      /* ne[0] is the contiguous (innermost) dimension; unused dims are 1 */
+    uint64_t n_elem;
+    uint64_t nbytes;
+    const void *data;    /* points into the mapping; [nbytes] validated to lie inside the file */
+} lm_gguf_tensor;
+
+typedef struct lm_gguf lm_gguf;
+
+/* Maps and validates the whole file: header, every key/value, every tensor extent. */
+int lm_gguf_open(lm_gguf **out, const char *path, lm_err *err);
+void lm_gguf_close(lm_gguf *g);
+
+const char *lm_gguf_path(const lm_gguf *g);
+uint32_t lm_gguf_version(const lm_gguf *g);
+const void *lm_gguf_bytes(const lm_gguf *g); /* whole file, [lm_gguf_size(g)] */
+uint64_t lm_gguf_size(const lm_gguf *g);
+
+/* --- metadata --- */
+uint64_t lm_gguf_n_kv(const lm_gguf *g);
+const char *lm_gguf_key(const lm_gguf *g, uint64_t i);
+lm_gguf_vtype lm_gguf_kv_type(const lm_gguf *g, uint64_t i);
+/* Index of key, or -1 when absent. */
+int64_t lm_gguf_find(const lm_gguf *g, const char *key);
+
+/* Typed getters. Absent key: *out = def, LM_OK. Present with an incompatible type or a value
+ * out of range: LM_E_INPUT naming the file and key. Integer getters accept any integer type
+ * (and bool) whose value fits; float getters accept F32 and F64. */
+int lm_gguf_get_u32(const lm_gguf *g, const char *key, uint32_t def, uint32_t *out, lm_err *err);
+int lm_gguf_get_i32(const lm_gguf *g, const char *key, int32_t def, int32_t *out, lm_err *err);
+int lm_gguf_get_f32(const lm_gguf *g, const char *key, float def, float *out, lm_err *err);
+int lm_gguf_get_bool(const lm_gguf *g, const char *key, bool def, bool *out, lm_err *err);
+/* String: *out = def (may be NULL) when absent. */
+int lm_gguf_get_str(const lm_gguf *g, const char *key, const char *def, const char **out,
+                    lm_err *err);
+/* Array: *out = NULL when absent. elem_type < 0 accepts any element type. */
+int lm_gguf_get_arr(const lm_gguf *g, const char *key, int elem_type, const lm_gguf_arr **out,
+                    lm_err *err);
+
+/* --- tensors --- */
+uint64_t lm_gguf_n_tensors(const lm_gguf *g);
+const lm_gguf_tensor *lm_gguf_tensor_at(const lm_gguf *g, uint64_t i);
+const lm_gguf_tensor *lm_gguf_tensor_find(const lm_gguf *g, const char *name); /* NULL if absent */
+
+/* Dequantizes any supported type into float32 exactly as GGUF defines it. out: [t->n_elem]. */
+int lm_gguf_tensor_to_f32(float *out, const lm_gguf_tensor *t, lm_err *err);
+/* Bytes per block and elements per block of a type (0 for an unknown type). */
+size_t lm_tensor_type_block_bytes(lm_tensor_type type);
+size_t lm_tensor_type_block_elems(lm_tensor_type type);
+const char *lm_tensor_type_name(lm_tensor_type type);
+
+/* Scalar conversions used by dequantization (and by tests and the writer). */
+float lm_f16_to_f32(uint16_t h);
+uint16_t lm_f32_to_f16(float f);  /* round to nearest even */
+float lm_bf16_to_f32(uint16_t h);
+uint16_t lm_f32_to_bf16(float f); /* round to nearest even */
+
+/* --- writer (used by `kvdrift synth` and by tests that build files) --- */
+typedef struct lm_gguf_writer lm_gguf_writer;
+int lm_gguf_writer_create(lm_gguf_writer **out, lm_err *err);
+void lm_gguf_writer_free(lm_gguf_writer *w);
+int lm_gguf_w_u32(lm_gguf_writer *w, const char *key, uint32_t v, lm_err *err);
+int lm_gguf_w_i32(lm_gguf_writer *w, const char *key, int32_t v, lm_err *err);
+int lm_gguf_w_f32(lm_gguf_writer *w, const char *key, float v, lm_err *err);
+int lm_gguf_w_bool(lm_gguf_writer *w, const char *key, bool v, lm_err *err);
+int lm_gguf_w_str(lm_gguf_writer *w, const char *key, const char *v, lm_err *err);
+/* Arrays: data is [n] elements of elem_type; for LM_GGUF_STR, data is const char *[n]. */
+int lm_gguf_w_arr(lm_gguf_writer *w, const char *key, lm_gguf_vtype elem_type, const void *data,
+                  uint64_t n, lm_err *err);
+/* Adds a tensor from float32 values, converted to `type` (F32, F16 or BF16). The values are
+ * copied. src: [n_elem] with ne[0] innermost. */
+int lm_gguf_w_tensor_f32(lm_gguf_writer *w, const char *name, lm_tensor_type type,
+                         uint32_t n_dims, const uint64_t *ne, const float *src, lm_err *err);
+/* Adds a tensor from raw bytes already in `type`'s encoding (any type, quantized included). */
+int lm_gguf_w_tensor_raw(lm_gguf_writer *w, const char *name, lm_tensor_type type,
+                         uint32_t n_dims, const uint64_t *ne, const void *bytes, uint64_t nbytes,
+                         lm_err *err);
+/* Writes GGUF v3 atomically: temp file in the same folder, fsync, rename. */
+int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err);
+
+#endif

@@ -1,0 +1,67 @@
+/* kvd_model.h — model configuration and weights (float32, dequantized once at load).
+ * This and kvd_gguf.h are all the reference shares with the engine. */
+#ifndef KVD_MODEL_H
+#define KVD_MODEL_H
+
+#include "kvd_gguf.h"
+#include "kvd_tokenizer.h"
+
+typedef enum lm_rope_type {
+    LM_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): GGUF llama */
+    LM_ROPE_NEOX = 2  /* rotate halves (x[i], x[i + n_rot/2]) */
+} lm_rope_type;
+
+typedef struct lm_hparams {
+    char arch[32];        /* general.architecture */
+    uint32_t n_vocab;
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;   /* divides n_head (grouped-query attention) */
+    uint32_t head_dim;    /* attention.key_length, default n_embd / n_head */
+    uint32_t n_ff;
+    uint32_t n_rot;       /* rope.dimension_count, <= head_dim, even */
+    uint32_t n_ctx_train;
+    float rms_eps;        /* attention.layer_norm_rms_epsilon */
+    float rope_theta;     /* rope.freq_base, default 10000 */
+    lm_rope_type rope_type;
+    bool tied_output;     /* output.weight absent: output projection uses token_embd */
+} lm_hparams;
+
+/* One decoder layer. Row-major [out][in] as GGUF stores them (ne[0] = in). */
+typedef struct lm_layer {
+    const float *attn_norm; /* [n_embd] */
+    const float *wq;        /* [n_head * head_dim][n_embd] */
+    const float *wk;        /* [n_head_kv * head_dim][n_embd] */
+    const float *wv;        /* [n_head_kv * head_dim][n_embd] */
+    const float *wo;        /* [n_embd][n_head * head_dim] */
+    const float *bq;        /* [n_head * head_dim] or NULL */
+    const float *bk;        /* [n_head_kv * head_dim] or NULL */
+    const float *bv;        /* [n_head_kv * head_dim] or NULL */
+    const float *bo;        /* [n_embd] or NULL */
+    const float *ffn_norm;  /* [n_embd] */
+    const float *w_gate;    /* [n_ff][n_embd] */
+    const float *w_up;      /* [n_ff][n_embd] */
+    const float *w_down;    /* [n_embd][n_ff] */
+} lm_layer;
+
+typedef struct lm_model {
+    lm_hparams hp;
+    const float *tok_embd;    /* [n_vocab][n_embd] */
+    const float *output_norm; /* [n_embd] */
+    const float *output;      /* [n_vocab][n_embd]; == tok_embd when hp.tied_output */
+    lm_layer *layers;         /* [n_layer] */
+    lm_vocab *vocab;          /* NULL if the file has no tokenizer */
+    uint8_t content_hash[16]; /* XXH3-128 of the whole file, canonical big-endian bytes */
+    char *path;
+    void *weights_arena;      /* private: one allocation holding every float32 weight */
+} lm_model;
+
+/* Loads and validates the model: every required tensor present with the right shape, the
+ * configuration consistent. Unknown architectures or features are LM_E_UNSUPPORTED. */
+int lm_model_load(lm_model **out, const char *path, lm_err *err);
+void lm_model_free(lm_model *m);
+/* Content hash as 32 lowercase hex digits + NUL. */
+void lm_model_hash_hex(const lm_model *m, char out[33]);
+
+#endif

@@ -1,0 +1,43 @@
+/* cli.c — `kvdrift` main: dispatches to the subcommand named by argv[1]. */
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *summary;
+} command;
+
+/* Each subcommand parses its own options (getopt_long) and has its own --help. */
+static const command commands[] = {
+    {"run", cmd_run, "MODEL -p TEXT [-n N] [--step S|full] [--backend B]   generate text (engine only)"},
+    {"synth", cmd_synth, "--preset NAME -o MODEL.gguf [--seed S]             deterministic synthetic models"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "kvdrift — numerical determinism and regression harness for LLM inference\n\n"
+               "usage: kvdrift COMMAND [options]   (kvdrift COMMAND --help for details)\n\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; ++i)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nexit codes: 0 all pass, 1 regression found, 2 usage or input error\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; ++i)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].main(argc - 1, argv + 1);
+    fprintf(stderr, "kvdrift: unknown command '%s' (try kvdrift --help)\n", argv[1]);
+    return 2;
+}

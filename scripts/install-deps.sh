@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvdrift builds against, only when one is missing.
+# Checks with dpkg first so that a machine that already has everything never needs root.
+set -eu
+pkgs=(build-essential pkg-config libopenblas-dev libmpfr-dev libgmp-dev libcunit1-dev
+      libxxhash-dev libjansson-dev libinih-dev libxml2-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+echo "kvdrift: installing missing packages: ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,123 @@
+/* test_main.c — runs every CUnit suite. Suites register themselves through
+ * test_<unit>_register(); the list is generated from tests/test_*.c by the Makefile. */
+#include "test_registry.h"
+#include "test_util.h"
+
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+static char path_buf[1024];
+
+const char *tu_models_dir(void)
+{
+    const char *d = getenv("KVDRIFT_MODELS");
+    return (d && *d) ? d : "../shared/models";
+}
+
+const char *tu_model_path(const char *relative)
+{
+    snprintf(path_buf, sizeof path_buf, "%s/%s", tu_models_dir(), relative);
+    if (access(path_buf, R_OK) == 0)
+        return path_buf;
+    fprintf(stderr, "\n  SKIP: %s not found (set KVDRIFT_MODELS)\n", path_buf);
+    return NULL;
+}
+
+uint64_t tu_seed(void)
+{
+    const char *s = getenv("KVD_TEST_SEED");
+    return (s && *s) ? strtoull(s, NULL, 0) : UINT64_C(0x6b76647269667421);
+}
+
+static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+static void remove_tmpdir(void)
+{
+    if (tmpdir[0] && getenv("KVD_TEST_KEEP") == NULL)
+        nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *tu_tmpdir(void)
+{
+    if (!tmpdir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/kvdrift-test-XXXXXX", (base && *base) ? base : "/tmp");
+        if (mkdtemp(tmpdir) == NULL) {
+            fprintf(stderr, "cannot create %s: %s\n", tmpdir, strerror(errno));
+            exit(2);
+        }
+        atexit(remove_tmpdir);
+    }
+    return tmpdir;
+}
+
+const char *tu_write_file(const char *name, const void *bytes, size_t n)
+{
+    static char p[1024];
+    snprintf(p, sizeof p, "%s/%s", tu_tmpdir(), name);
+    FILE *f = fopen(p, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT_FATAL(fwrite(bytes, 1, n, f) == n);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    return p;
+}
+
+uint64_t tu_rand_u64(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+float tu_rand_f32(uint64_t *state)
+{
+    /* 24 random bits -> exact float in [-1, 1) */
+    return (float)((int32_t)(tu_rand_u64(state) >> 40) - (1 << 23)) / (float)(1 << 23);
+}
+
+int main(int argc, char **argv)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    fprintf(stderr, "kvdrift tests: seed 0x%016" PRIx64 " (include this in bug reports; "
+                    "KVD_TEST_SEED overrides)\n", tu_seed());
+#define X(u) test_##u##_register();
+    KVD_TEST_UNITS
+#undef X
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    /* kvdrift-tests SUITE [TEST] runs one suite (or one test) only. */
+    if (argc >= 2) {
+        CU_pSuite s = CU_get_suite(argv[1]);
+        if (s == NULL) {
+            fprintf(stderr, "no suite named %s\n", argv[1]);
+            return 2;
+        }
+        if (argc >= 3) {
+            CU_pTest t = CU_get_test(s, argv[2]);
+            if (t == NULL) {
+                fprintf(stderr, "no test %s in suite %s\n", argv[2], argv[1]);
+                return 2;
+            }
+            CU_basic_run_test(s, t);
+        } else {
+            CU_basic_run_suite(s);
+        }
+    } else {
+        CU_basic_run_tests();
+    }
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,27 @@
+/* test_util.h — helpers shared by the CUnit suites: model paths, seeds, temp files. */
+#ifndef KVD_TEST_UTIL_H
+#define KVD_TEST_UTIL_H
+
+#include "test_registry.h"
+
+#include <CUnit/CUnit.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* $KVDRIFT_MODELS or ../shared/models. */
+const char *tu_models_dir(void);
+/* Full path of a file under the models folder, or NULL (and a visible "SKIP" line printed
+ * once per file) when it is absent. The returned string lives until the next call. */
+const char *tu_model_path(const char *relative);
+/* Seed for random tests: $KVD_TEST_SEED or a fixed default; printed once by test_main. */
+uint64_t tu_seed(void);
+/* A fresh private folder for this test run (created once, removed at exit). */
+const char *tu_tmpdir(void);
+/* Writes bytes[n] to tu_tmpdir()/name and returns the full path (static buffer). */
+const char *tu_write_file(const char *name, const void *bytes, size_t n);
+/* splitmix64: the documented PRNG tests use. */
+uint64_t tu_rand_u64(uint64_t *state);
+/* Uniform in [-1, 1). */
+float tu_rand_f32(uint64_t *state);
+
+#endif
