@@ -21,6 +21,8 @@ CFLAGS   ?= -g
 CFLAGS   += -std=c11 $(NUMERICS) $(WARN) -D_GNU_SOURCE -pthread \
             -Iengine/include -Ireference/include -Iharness -I$(BUILD) $(PKG_CFLAGS)
 LDLIBS   += $(PKG_LIBS) -lgmp -lm -pthread
+# The flags that change bits, recorded in the golden files' platform fingerprint (harness/fingerprint.c).
+CFLAGS   += -DKVD_BUILD_FLAGS='"$(NUMERICS)$(if $(SANITIZE), -fsanitize=$(SANITIZE))"'
 ifneq ($(SANITIZE),)
 CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=$(SANITIZE)
@@ -103,5 +105,16 @@ install: $(BUILD)/kvdrift
 
 clean:
 	rm -rf build
+
+# fuzz: libFuzzer + ASan + UBSan on the GGUF reader (needs clang); FUZZ_SECONDS bounds the run.
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz:
+	@mkdir -p $(BUILD)/fuzz/corpus
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -Iengine/include -Iengine tests/fuzz/fuzz_gguf.c engine/gguf.c \
+	  engine/dequant.c engine/error.c -o $(BUILD)/fuzz/fuzz_gguf
+	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  $(BUILD)/fuzz/corpus tests/fuzz/corpus
 
 -include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli.d

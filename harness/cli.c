@@ -14,6 +14,8 @@ typedef struct command {
 static const command commands[] = {
     {"run", cmd_run, "MODEL -p TEXT [-n N] [--step S|full] [--backend B]   generate text (engine only)"},
     {"synth", cmd_synth, "--preset NAME -o MODEL.gguf [--seed S]             deterministic synthetic models"},
+    {"ref", cmd_ref, "MODEL -p TEXT|--tokens IDS [--prec BITS] [-o FILE]   MPFR reference capture"},
+    {"compare", cmd_compare, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         two configurations, full diff"},
 };
 
 static void usage(FILE *f)

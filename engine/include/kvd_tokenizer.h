@@ -29,8 +29,8 @@ int lm_tokenize(const lm_vocab *v, const char *text, size_t len, bool add_specia
  * Writes at most cap bytes to buf (no NUL added); returns the full length, or -1 for a bad id. */
 int lm_token_to_piece(const lm_vocab *v, int32_t id, char *buf, size_t cap);
 
-/* Decodes ids[n] into a malloc'd NUL-terminated string; with skip_leading_space, a leading
- * space produced by SPM's prefix is dropped (as llama.cpp does for the first token). */
+/* Decodes ids[n] into a malloc'd NUL-terminated string. The space SPM's prefix puts before the
+ * first token that produces text is dropped (as llama.cpp does), so decode(encode(s)) == s. */
 int lm_detokenize(const lm_vocab *v, const int32_t *ids, size_t n, char **out, lm_err *err);
 
 #endif

@@ -1,0 +1,399 @@
+/* bench_engine.c — engine throughput against this machine's own limits.
+ *
+ * usage: bench_engine OUTDIR [MODEL.gguf]
+ * Without MODEL, synthesizes the smollm2-135m preset in F32 (harness/synth.h) into a temp
+ * folder. With the blas backend at 2 threads it measures
+ *   pp512  prefill tokens/s of a 512-token prompt in one chunk
+ *   tg128  decode tokens/s over 128 tokens from an empty cache
+ * and, in the same run, the ceilings they are judged against:
+ *   sgemm GFLOP/s at the model's own projection shapes with M = 512 (OpenBLAS, 2 threads);
+ *     pp bound = that rate / FLOPs per token, FLOPs per token = 2 x (layer weights) plus the
+ *     causal attention products averaged over the 512 positions (4 n_head head_dim (513/2)
+ *     per layer); the output projection is excluded (computed for the last position only)
+ *   read bandwidth over a 1 GiB buffer (2 threads);
+ *     tg bound = bandwidth / bytes per token, bytes = every layer weight + the output matrix
+ *     (float32), the bytes a decode step must stream from memory at least once
+ * then the same pp512 / tg128 for stories260K when the shared models are present.
+ * The result is checked before anything is timed (finite logits, argmax in range, blas within
+ * 1e-3 relative of naive on a short prompt); each figure is the median of 5 runs after a
+ * warm-up, and the ceilings are measured between the engine's runs (sgemm set, pp512,
+ * bandwidth, tg128, repeated) so that a shared machine's load affects both alike. Prints a
+ * table and appends TSV lines to OUTDIR/engine.tsv. Never fails on speed. */
+#include "kvd_engine.h"
+#include "synth.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS 2
+#define REPS 5
+#define PP 512
+#define TG 128
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *what, const lm_err *err)
+{
+    fprintf(stderr, "bench_engine: %s: %s\n", what, err->msg);
+    exit(2);
+}
+
+/* ---- ceilings ---- */
+
+/* The ceilings, measured with buffers allocated once so that each measurement can be
+ * interleaved with the engine's runs (on a shared machine, contention then hits both alike). */
+typedef struct ceilings {
+    int shapes[7][2]; /* [N][K] of each projection of one layer */
+    float *a;         /* [PP][max K] */
+    float *w;         /* [max N * K] */
+    float *c;         /* [PP][max N] */
+    uint64_t *buf;    /* [1 GiB / 8] */
+    size_t words;
+} ceilings;
+
+static void ceilings_init(ceilings *cl, const lm_hparams *hp)
+{
+    const int q_dim = (int)(hp->n_head * hp->head_dim), kv_dim = (int)(hp->n_head_kv * hp->head_dim);
+    const int d = (int)hp->n_embd, ff = (int)hp->n_ff;
+    const int shapes[7][2] = {{q_dim, d}, {kv_dim, d}, {kv_dim, d}, {d, q_dim}, {ff, d}, {ff, d}, {d, ff}};
+    memcpy(cl->shapes, shapes, sizeof shapes);
+    size_t max_w = 0, max_k = 0, max_n = 0;
+    for (int i = 0; i < 7; ++i) {
+        const size_t n = (size_t)shapes[i][0], k = (size_t)shapes[i][1];
+        max_w = n * k > max_w ? n * k : max_w;
+        max_k = k > max_k ? k : max_k;
+        max_n = n > max_n ? n : max_n;
+    }
+    cl->a = malloc(PP * max_k * sizeof *cl->a);
+    cl->w = malloc(max_w * sizeof *cl->w);
+    cl->c = malloc(PP * max_n * sizeof *cl->c);
+    cl->words = ((size_t)1 << 30) / 8;
+    cl->buf = malloc(cl->words * sizeof *cl->buf);
+    if (!cl->a || !cl->w || !cl->c || !cl->buf) {
+        fprintf(stderr, "bench_engine: out of memory for the ceiling measurements\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < PP * max_k; ++i)
+        cl->a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < max_w; ++i)
+        cl->w[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < cl->words; ++i)
+        cl->buf[i] = i * 0x9e3779b97f4a7c15u;
+}
+
+static void ceilings_free(ceilings *cl)
+{
+    free(cl->a), free(cl->w), free(cl->c), free(cl->buf);
+}
+
+/* One pass of sgemm C[PP][N] = A[PP][K] . W[N][K]^T over a layer's projection shapes:
+ * GFLOP/s of the whole set (total FLOPs / total time), as the forward pass uses them. */
+static double sgemm_pass(ceilings *cl)
+{
+    openblas_set_num_threads(THREADS);
+    double flops = 0;
+    const double t0 = now_s();
+    for (int s = 0; s < 7; ++s) {
+        const int n = cl->shapes[s][0], k = cl->shapes[s][1];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, PP, n, k, 1.0f, cl->a, k, cl->w, k,
+                    0.0f, cl->c, n);
+        flops += 2.0 * PP * n * k;
+    }
+    return flops / (now_s() - t0) * 1e-9;
+}
+
+typedef struct bw_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t out;
+} bw_job;
+
+/* XOR of every word with 8 independent accumulators (integer: no rounding-order concerns and
+ * no dependency chain long enough to bound the loop below memory speed). */
+static void *bw_read(void *arg)
+{
+    bw_job *j = arg;
+    uint64_t acc[8] = {0};
+    for (size_t i = 0; i + 8 <= j->n; i += 8)
+        for (int l = 0; l < 8; ++l)
+            acc[l] ^= j->p[i + l];
+    j->out = acc[0] ^ acc[1] ^ acc[2] ^ acc[3] ^ acc[4] ^ acc[5] ^ acc[6] ^ acc[7];
+    return NULL;
+}
+
+/* One read of the 1 GiB buffer split over THREADS threads: GB/s. */
+static double bandwidth_pass(ceilings *cl)
+{
+    pthread_t th[THREADS];
+    bw_job jobs[THREADS];
+    const size_t part = cl->words / THREADS;
+    const double t0 = now_s();
+    for (int i = 0; i < THREADS; ++i) {
+        jobs[i] = (bw_job){cl->buf + (size_t)i * part, part, 0};
+        if (pthread_create(&th[i], NULL, bw_read, &jobs[i]) != 0) {
+            fprintf(stderr, "bench_engine: cannot start a thread\n");
+            exit(2);
+        }
+    }
+    uint64_t sink = 0;
+    for (int i = 0; i < THREADS; ++i) {
+        pthread_join(th[i], NULL);
+        sink ^= jobs[i].out;
+    }
+    const double secs = now_s() - t0;
+    if (sink == 42) /* keeps the reads observable */
+        fputc(' ', stderr);
+    return (double)(part * THREADS * 8) / secs * 1e-9;
+}
+
+/* ---- the engine ---- */
+
+static void check_logits(const char *what, const float *lg, uint32_t n_vocab)
+{
+    for (uint32_t i = 0; i < n_vocab; ++i)
+        if (!isfinite(lg[i])) {
+            fprintf(stderr, "bench_engine: %s: logit %u is not finite\n", what, i);
+            exit(2);
+        }
+    const int32_t a = lm_argmax(lg, n_vocab);
+    if (a < 0 || (uint32_t)a >= n_vocab) {
+        fprintf(stderr, "bench_engine: %s: argmax %d out of range\n", what, (int)a);
+        exit(2);
+    }
+}
+
+/* blas vs naive on an 8-token prompt: max |diff| <= 1e-3 * max(1, max|logit|) — the same
+ * float32 sums in other orders differ by ~1e-6 relative; a broken kernel by far more. */
+static void check_against_naive(const lm_model *m, const int32_t *tok)
+{
+    lm_err err = {0};
+    lm_ctx *cn = NULL, *cb = NULL;
+    const lm_ctx_params pn = {.backend = "naive", .n_threads = 1, .n_ctx = 8};
+    const lm_ctx_params pb = {.backend = "blas", .n_threads = THREADS, .n_ctx = 8};
+    float *ln = malloc(m->hp.n_vocab * sizeof *ln), *lb = malloc(m->hp.n_vocab * sizeof *lb);
+    if (!ln || !lb || lm_ctx_create(&cn, m, &pn, &err) || lm_ctx_create(&cb, m, &pb, &err) ||
+        lm_prefill(cn, tok, 8, 0, ln, &err) || lm_prefill(cb, tok, 8, 0, lb, &err))
+        die("check", &err);
+    double mx = 1, worst = 0;
+    for (uint32_t i = 0; i < m->hp.n_vocab; ++i) {
+        mx = fmax(mx, fabs((double)ln[i]));
+        worst = fmax(worst, fabs((double)ln[i] - (double)lb[i]));
+    }
+    if (!(worst <= 1e-3 * mx)) {
+        fprintf(stderr, "bench_engine: blas differs from naive by %g (max |logit| %g)\n", worst, mx);
+        exit(2);
+    }
+    free(ln), free(lb);
+    lm_ctx_free(cn);
+    lm_ctx_free(cb);
+}
+
+typedef struct result {
+    double pp, tg;     /* tokens/s, medians */
+    double gflops, gbs; /* ceilings measured between the engine's runs (0 when not asked) */
+} result;
+
+static result run_engine(const lm_model *m, const char *label, ceilings *cl)
+{
+    lm_err err = {0};
+    const uint32_t nv = m->hp.n_vocab;
+    int32_t *tok = malloc(PP * sizeof *tok);
+    float *lg = malloc(nv * sizeof *lg);
+    if (!tok || !lg) {
+        fprintf(stderr, "bench_engine: out of memory\n");
+        exit(2);
+    }
+    uint64_t x = 12345;
+    tok[0] = 1;
+    for (int i = 1; i < PP; ++i) { /* fixed pseudo-random ids, control tokens avoided */
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        tok[i] = (int32_t)(3 + (x >> 33) % (nv - 3));
+    }
+    check_against_naive(m, tok);
+
+    lm_ctx *c = NULL;
+    const lm_ctx_params p = {.backend = "blas", .n_threads = THREADS, .n_ctx = PP + TG};
+    if (lm_ctx_create(&c, m, &p, &err) != LM_OK)
+        die(label, &err);
+    double pp[REPS], tg[REPS], gf[REPS], bw[REPS];
+    for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up and result check, not timed */
+        if (cl != NULL && r >= 0)
+            gf[r] = sgemm_pass(cl);
+        lm_ctx_reset(c);
+        double t0 = now_s();
+        if (lm_prefill(c, tok, PP, 0, lg, &err) != LM_OK)
+            die(label, &err);
+        if (r < 0)
+            check_logits(label, lg, nv);
+        else
+            pp[r] = PP / (now_s() - t0);
+        if (cl != NULL && r >= 0)
+            bw[r] = bandwidth_pass(cl);
+        lm_ctx_reset(c);
+        int32_t id = 1;
+        t0 = now_s();
+        for (int i = 0; i < TG; ++i) {
+            if (lm_forward(c, &id, 1, LM_LOGITS_LAST, lg, &err) != LM_OK)
+                die(label, &err);
+            id = lm_argmax(lg, nv);
+        }
+        if (r < 0)
+            check_logits(label, lg, nv);
+        else
+            tg[r] = TG / (now_s() - t0);
+    }
+    result res = {median(pp, REPS), median(tg, REPS), 0, 0};
+    if (cl != NULL) {
+        res.gflops = median(gf, REPS);
+        res.gbs = median(bw, REPS);
+    }
+    lm_ctx_free(c);
+    free(tok), free(lg);
+    return res;
+}
+
+/* 2 x multiply-adds per token of every layer projection, plus causal attention averaged over
+ * a PP-token prompt (QK and PV: 2 x 2 x n_head x head_dim per attended key, (PP+1)/2 keys). */
+static double flops_per_token(const lm_hparams *hp)
+{
+    const double q = (double)hp->n_head * hp->head_dim, kv = (double)hp->n_head_kv * hp->head_dim;
+    const double d = hp->n_embd, ff = hp->n_ff;
+    const double w = d * q + 2 * d * kv + q * d + 3 * d * ff;
+    return hp->n_layer * (2 * w + 4 * q * (PP + 1) / 2.0);
+}
+
+static double bytes_per_token(const lm_hparams *hp)
+{
+    const double q = (double)hp->n_head * hp->head_dim, kv = (double)hp->n_head_kv * hp->head_dim;
+    const double d = hp->n_embd, ff = hp->n_ff;
+    const double w = d * q + 2 * d * kv + q * d + 3 * d * ff;
+    return 4.0 * (hp->n_layer * w + (double)hp->n_vocab * d);
+}
+
+static void tsv(FILE *f, const char *model, const char *test, double value, const char *unit,
+                double bound)
+{
+    char when[32];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (bound > 0)
+        fprintf(f, "%s\t%s\tblas\t%d\t%s\t%.2f\t%s\t%.2f\t%.3f\n", when, model, THREADS, test, value,
+                unit, bound, value / bound);
+    else
+        fprintf(f, "%s\t%s\tblas\t%d\t%s\t%.2f\t%s\t\t\n", when, model, THREADS, test, value, unit);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 3 || strcmp(argv[1], "--help") == 0) {
+        fprintf(argc == 2 ? stdout : stderr, "usage: bench_engine OUTDIR [MODEL.gguf]\n");
+        return argc == 2 ? 0 : 2;
+    }
+    const char *outdir = argv[1];
+    if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_engine: %s: %s\n", outdir, strerror(errno));
+        return 2;
+    }
+    char tsv_path[1024];
+    snprintf(tsv_path, sizeof tsv_path, "%s/engine.tsv", outdir);
+    const bool fresh = access(tsv_path, F_OK) != 0;
+    FILE *out = fopen(tsv_path, "a");
+    if (out == NULL) {
+        fprintf(stderr, "bench_engine: %s: %s\n", tsv_path, strerror(errno));
+        return 2;
+    }
+    if (fresh)
+        fprintf(out, "when\tmodel\tbackend\tthreads\ttest\tvalue\tunit\tbound\tfraction\n");
+
+    lm_err err = {0};
+    char tmpdir[256] = "", model_path[512];
+    const char *label = "smollm2-135m-f32";
+    if (argc == 3) {
+        snprintf(model_path, sizeof model_path, "%s", argv[2]);
+        label = argv[2];
+    } else {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/kvdrift-bench-XXXXXX", base && *base ? base : "/tmp");
+        if (mkdtemp(tmpdir) == NULL) {
+            fprintf(stderr, "bench_engine: %s: %s\n", tmpdir, strerror(errno));
+            return 2;
+        }
+        snprintf(model_path, sizeof model_path, "%s/smollm2-135m-f32.gguf", tmpdir);
+        const double t0 = now_s();
+        if (hx_synth_write(model_path, "smollm2-135m", 0, LM_TYPE_F32, &err) != LM_OK)
+            die("synth smollm2-135m", &err);
+        printf("synthesized smollm2-135m (F32) in %.1f s\n", now_s() - t0);
+    }
+    lm_model *m = NULL;
+    if (lm_model_load(&m, model_path, &err) != LM_OK)
+        die(model_path, &err);
+    if (tmpdir[0]) { /* the weights are in memory now; the 540 MB file can go */
+        unlink(model_path);
+        rmdir(tmpdir);
+    }
+
+    printf("measuring pp%d and tg%d, interleaved with sgemm at the model's shapes (M = %d) and "
+           "read bandwidth (1 GiB), %d threads, median of %d\n", PP, TG, PP, THREADS, REPS);
+    ceilings cl;
+    ceilings_init(&cl, &m->hp);
+    const result r = run_engine(m, label, &cl);
+    ceilings_free(&cl);
+    const double gflops = r.gflops, gbs = r.gbs;
+    const double fpt = flops_per_token(&m->hp), bpt = bytes_per_token(&m->hp);
+    const double pp_bound = gflops * 1e9 / fpt, tg_bound = gbs * 1e9 / bpt;
+
+    printf("\n%-22s %-6s %12s %12s %9s\n", "model", "test", "tok/s", "bound tok/s", "fraction");
+    printf("%-22s %-6s %12.1f %12.1f %8.0f%%   (sgemm %.1f GFLOP/s, %.1f MFLOP/token)\n", label,
+           "pp512", r.pp, pp_bound, 100 * r.pp / pp_bound, gflops, fpt * 1e-6);
+    printf("%-22s %-6s %12.1f %12.1f %8.0f%%   (read %.1f GB/s, %.1f MB/token)\n", label, "tg128",
+           r.tg, tg_bound, 100 * r.tg / tg_bound, gbs, bpt * 1e-6);
+    tsv(out, label, "sgemm_m512", gflops, "GFLOP/s", 0);
+    tsv(out, label, "read_bw_1GiB", gbs, "GB/s", 0);
+    tsv(out, label, "pp512", r.pp, "tok/s", pp_bound);
+    tsv(out, label, "tg128", r.tg, "tok/s", tg_bound);
+    lm_model_free(m);
+
+    const char *dir = getenv("KVDRIFT_MODELS");
+    char sp[1024];
+    snprintf(sp, sizeof sp, "%s/stories260K.gguf", dir && *dir ? dir : "../shared/models");
+    if (access(sp, R_OK) == 0) {
+        if (lm_model_load(&m, sp, &err) != LM_OK)
+            die(sp, &err);
+        const result s = run_engine(m, "stories260K", NULL);
+        printf("%-22s %-6s %12.1f\n%-22s %-6s %12.1f\n", "stories260K", "pp512", s.pp, "stories260K",
+               "tg128", s.tg);
+        tsv(out, "stories260K", "pp512", s.pp, "tok/s", 0);
+        tsv(out, "stories260K", "tg128", s.tg, "tok/s", 0);
+        lm_model_free(m);
+    } else {
+        printf("stories260K: SKIP (%s not found; set KVDRIFT_MODELS)\n", sp);
+    }
+    fclose(out);
+    printf("appended to %s\n", tsv_path);
+    return 0;
+}

@@ -1,0 +1,259 @@
+/* bench_ref.c — speed of the MPFR reference against its own cost model.
+ *
+ * usage: bench_ref OUTDIR [THREADS]
+ * 1. Measures, in this run, the single-core cost of one multiply-add (ref_dot: mpfr_mul +
+ *    mpfr_add, length-576 rows, activations with full P-bit significands, exact float32
+ *    weights) at 127 and 128 bits: the figure the default precision was chosen by.
+ * 2. Times the whole reference pass (ref_compute) for
+ *      stories260K with a 115-token prompt (median of 3 after a warm-up), and
+ *      the smollm2-135m synthetic preset (F32, harness/synth.h) with a 16-token prompt (one
+ *      run: ~1.7e9 multiply-adds),
+ *    and compares each with the target  multiply-adds x (single-core ns per multiply-add) /
+ *    threads. Multiply-adds counted: every projection row of every token (q, k, v, o, gate,
+ *    up, down), the causal attention products (q.k and p.v: 2 n_head head_dim (t+1) per token
+ *    t and layer), and the output projection for the logit positions; RMSNorm, RoPE, softmax
+ *    and SiLU (exp, rec_sqrt, sin/cos) are not multiply-adds and count against the ratio.
+ * Each result is checked before it is timed (stories260K: argmax 432 after "Once upon a time";
+ * smollm2: every logit finite). Prints a table, appends TSV to OUTDIR/ref.tsv; never fails on
+ * speed. */
+#include "kvd_ref.h"
+#include "synth.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *what, const lm_err *err)
+{
+    fprintf(stderr, "bench_ref: %s: %s\n", what, err->msg);
+    exit(2);
+}
+
+/* Single-core ns per multiply-add at prec: median of 5 timings of 400 dots of length 576. */
+static double ns_per_mac(mpfr_prec_t prec)
+{
+    enum { N = 576, DOTS = 400, REPS = 5 };
+    lm_err err = {0};
+    ref_scratch s;
+    if (ref_scratch_init(&s, prec, N, &err))
+        die("scratch", &err);
+    mpfr_t *x = ref_vec_new(N, prec), r;
+    float w[N];
+    uint64_t z = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < N; ++i) {
+        z = z * 6364136223846793005u + 1442695040888963407u;
+        w[i] = (float)((int32_t)(z >> 40) - (1 << 23)) / (float)(1 << 23);
+        mpfr_set_si(x[i], (long)(z >> 44) - (1 << 19), MPFR_RNDN);
+        mpfr_div_ui(x[i], x[i], 3u << 19, MPFR_RNDN); /* a full P-bit significand */
+    }
+    ref_row_set_flt(&s, w, N);
+    mpfr_init2(r, prec);
+    double t[REPS];
+    for (int rep = -1; rep < REPS; ++rep) {
+        double t0 = now_s();
+        for (int d = 0; d < DOTS; ++d)
+            ref_dot(r, x, s.row, N, &s);
+        if (rep >= 0)
+            t[rep] = (now_s() - t0) * 1e9 / ((double)N * DOTS);
+    }
+    /* checked: the dot is a real number of the expected size, not optimised away */
+    if (!mpfr_number_p(r) || mpfr_cmpabs_ui(r, N) > 0) {
+        fprintf(stderr, "bench_ref: dot product check failed\n");
+        exit(2);
+    }
+    mpfr_clear(r);
+    ref_vec_free(x, N);
+    ref_scratch_clear(&s);
+    return median(t, REPS);
+}
+
+static double mac_count(const lm_hparams *hp, uint64_t n, uint64_t n_pos)
+{
+    double e = hp->n_embd, q = (double)hp->n_head * hp->head_dim,
+           kv = (double)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
+    double lin = e * q + 2 * e * kv + q * e + 3 * e * ff;
+    double att = 0;
+    for (uint64_t t = 0; t < n; ++t)
+        att += 2.0 * hp->n_head * hp->head_dim * (double)(t + 1);
+    return hp->n_layer * (lin * (double)n + att) + (double)n_pos * hp->n_vocab * e;
+}
+
+static uint32_t argmax(const double *v, uint32_t n)
+{
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < n; ++i)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+typedef struct row {
+    const char *model;
+    uint32_t n_tokens;
+    double macs, secs, target;
+} row;
+
+static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, int threads, int reps)
+{
+    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n, .n_threads = threads};
+    double t[5];
+    lm_err err = {0};
+    for (int rep = reps > 1 ? -1 : 0; rep < reps; ++rep) {
+        ref_capture c;
+        double t0 = now_s();
+        if (ref_compute(&c, m, &rq, &err))
+            die("ref_compute", &err);
+        if (rep >= 0)
+            t[rep] = now_s() - t0;
+        for (uint64_t i = 0; i < (uint64_t)c.n_pos * c.n_vocab; ++i)
+            if (!isfinite(c.logits[i])) {
+                fprintf(stderr, "bench_ref: non-finite logit\n");
+                exit(2);
+            }
+        ref_capture_free(&c);
+    }
+    return median(t, reps);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 3 || strcmp(argv[1], "--help") == 0) {
+        fprintf(argc == 2 ? stdout : stderr, "usage: bench_ref OUTDIR [THREADS]\n");
+        return argc == 2 ? 0 : 2;
+    }
+    const char *outdir = argv[1];
+    int threads = argc == 3 ? atoi(argv[2]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1)
+        threads = 1;
+    if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_ref: %s: %s\n", outdir, strerror(errno));
+        return 2;
+    }
+    char tsv_path[1024];
+    snprintf(tsv_path, sizeof tsv_path, "%s/ref.tsv", outdir);
+    const bool fresh = access(tsv_path, F_OK) != 0;
+    FILE *out = fopen(tsv_path, "a");
+    if (out == NULL) {
+        fprintf(stderr, "bench_ref: %s: %s\n", tsv_path, strerror(errno));
+        return 2;
+    }
+    if (fresh)
+        fprintf(out, "when\tmodel\tthreads\tprec\tn_tokens\tmacs\tseconds\tns_per_mac_1core\t"
+                     "target_seconds\tratio\n");
+
+    double c127 = ns_per_mac(127), c128 = ns_per_mac(128);
+    printf("single-core multiply-add (mpfr_mul + mpfr_add): %.1f ns at 127 bits, %.1f ns at 128 "
+           "bits (default %u)\n", c127, c128, REF_DEFAULT_PREC);
+
+    row rows[2];
+    int nrows = 0;
+    lm_err err = {0};
+    const char *models = getenv("KVDRIFT_MODELS");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", (models && *models) ? models : "../shared/models");
+    if (access(path, R_OK) == 0) {
+        lm_model *m;
+        if (lm_model_load(&m, path, &err))
+            die(path, &err);
+        /* check first: "Once upon a time" -> "," (432) */
+        const int32_t once[5] = {1, 403, 407, 261, 378};
+        ref_request rq = {.tokens = once, .n_tokens = 5, .n_prompt = 5, .n_threads = threads};
+        ref_capture c;
+        if (ref_compute(&c, m, &rq, &err))
+            die("stories260K check", &err);
+        if (argmax(c.logits, c.n_vocab) != 432) {
+            fprintf(stderr, "bench_ref: stories260K check failed (argmax %u, want 432)\n",
+                    argmax(c.logits, c.n_vocab));
+            return 2;
+        }
+        ref_capture_free(&c);
+        /* a 115-token prompt: BOS + a story, tokenized by the model's own vocabulary */
+        const char *story = "Once upon a time, there was a little girl named Lily. She loved to "
+                            "play outside in the park. One day, she saw a big, red ball. She "
+                            "wanted to play with it, but it was too high. Lily asked her mom to "
+                            "help her. Her mom said yes and they played together all day long. "
+                            "They were very happy and went home to eat a yummy cake.";
+        int32_t *ids;
+        size_t n;
+        if (lm_tokenize(m->vocab, story, strlen(story), true, &ids, &n, &err))
+            die("tokenize", &err);
+        if (n < 115) {
+            fprintf(stderr, "bench_ref: story tokenizes to %zu < 115 tokens\n", n);
+            return 2;
+        }
+        rows[nrows].model = "stories260K";
+        rows[nrows].n_tokens = 115;
+        rows[nrows].macs = mac_count(&m->hp, 115, 1);
+        rows[nrows].secs = time_ref(m, ids, 115, threads, 3);
+        ++nrows;
+        free(ids);
+        lm_model_free(m);
+    } else {
+        printf("SKIP stories260K: %s not found (set KVDRIFT_MODELS)\n", path);
+    }
+
+    char dir[] = "/tmp/kvdrift-bench-ref-XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "bench_ref: mkdtemp: %s\n", strerror(errno));
+        return 2;
+    }
+    snprintf(path, sizeof path, "%s/smollm2-135m.gguf", dir);
+    if (hx_synth_write(path, "smollm2-135m", 0, LM_TYPE_F32, &err))
+        die("synth smollm2-135m", &err);
+    lm_model *m;
+    if (lm_model_load(&m, path, &err))
+        die(path, &err);
+    unlink(path);
+    rmdir(dir);
+    int32_t tok[16];
+    for (int i = 0; i < 16; ++i)
+        tok[i] = (int32_t)((1 + 7919u * (unsigned)i) % m->hp.n_vocab);
+    rows[nrows].model = "smollm2-135m";
+    rows[nrows].n_tokens = 16;
+    rows[nrows].macs = mac_count(&m->hp, 16, 1);
+    rows[nrows].secs = time_ref(m, tok, 16, threads, 1);
+    ++nrows;
+    lm_model_free(m);
+
+    char when[32];
+    time_t tnow = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tnow));
+    printf("\n%-14s %7s %8s %12s %10s %10s %7s\n", "model", "tokens", "threads", "mult-adds",
+           "seconds", "target s", "ratio");
+    for (int i = 0; i < nrows; ++i) {
+        rows[i].target = rows[i].macs * c127 * 1e-9 / threads;
+        printf("%-14s %7u %8d %12.3e %10.3f %10.3f %7.2f\n", rows[i].model, rows[i].n_tokens,
+               threads, rows[i].macs, rows[i].secs, rows[i].target, rows[i].secs / rows[i].target);
+        fprintf(out, "%s\t%s\t%d\t%u\t%u\t%.0f\t%.4f\t%.2f\t%.4f\t%.3f\n", when, rows[i].model,
+                threads, REF_DEFAULT_PREC, rows[i].n_tokens, rows[i].macs, rows[i].secs, c127,
+                rows[i].target, rows[i].secs / rows[i].target);
+    }
+    printf("ratio = seconds / (mult-adds x %.1f ns / %d threads); goal <= 2\n", c127, threads);
+    fclose(out);
+    printf("appended to %s\n", tsv_path);
+    return 0;
+}

@@ -1,0 +1,115 @@
+/* attention.c — dense causal attention of a chunk of queries over the KV cache.
+ *
+ * Per query head h (kv head g = h / (n_head / n_head_kv)), per causal block of queries
+ * [i0, i1) (LM_ATTN_Q_BLOCK rows) attending to keys [0, n_kb), n_kb = pos0 + i1:
+ *   S[i0:i1][0:n_kb] = scale * Q_h . K_g^T   backend gemm_nt on strided views of the cache
+ *   causal mask: query i sees keys j <= pos0 + i; masked entries of P are +0.0f
+ *   P = softmax(S) row by row                 fixed order, see softmax_row
+ *   O_h[i0:i1] = P[i0:i1][0:n_kb] . V_g       backend gemm_nn, [i1 - i0][head_dim]
+ * The score matrix S [n][pos0 + n] of the whole chunk is materialised (dense); blocks only
+ * skip the products above the diagonal. With the naive backend every element of S and O is
+ * a left-to-right dot product (O sums over the block's n_kb keys, the masked ones adding
+ * exact zeros), so a query's result does not depend on how many other queries share its
+ * chunk or its block. */
+
+/* The elementwise loops here are independent per element (no reduction is reordered), so
+ * vectorizing them changes no bit; -O2 alone does not vectorize loops in GCC 12, and the
+ * selects in lm_expf are only if-converted when comparisons may be assumed not to trap
+ * (no-trapping-math concerns floating-point exception flags, never values). It comes
+ * before the includes so that lm_expf, inlined into those loops, gets the same options. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-loop-vectorize", "no-trapping-math")
+#endif
+
+#include "attention.h"
+
+#include "expf.h"
+
+size_t lm_attention_dense_scratch(uint32_t n, uint32_t n_kv)
+{
+    return (size_t)n * n_kv;
+}
+
+/* s[j] = lm_expf(s[j] - mx): a loop of its own so that it is vectorized. */
+static void exp_shifted(float *s /* [n] */, size_t n, float mx)
+{
+    for (size_t j = 0; j < n; ++j)
+        s[j] = lm_expf(s[j] - mx);
+}
+
+/* Softmax of s[0..n_valid) in place, zeroes s[n_valid..n_total). Order: max over the valid
+ * entries (exact, so its order is irrelevant: eight interleaved partial maxima), then
+ * e_j = lm_expf(s_j - max), sum of e_j left to right in float from +0.0f, then p_j = e_j / sum
+ * (a division, not a multiply by 1/sum). */
+static void softmax_row(float *s /* [n_total] */, uint32_t n_valid, uint32_t n_total)
+{
+    float m8[8];
+    for (int l = 0; l < 8; ++l)
+        m8[l] = s[0];
+    size_t j8 = 0;
+    for (; j8 + 8 <= n_valid; j8 += 8)
+        for (int l = 0; l < 8; ++l)
+            m8[l] = s[j8 + l] > m8[l] ? s[j8 + l] : m8[l];
+    float mx = m8[0];
+    for (int l = 1; l < 8; ++l)
+        mx = m8[l] > mx ? m8[l] : mx;
+    for (size_t j = j8; j < n_valid; ++j)
+        mx = s[j] > mx ? s[j] : mx;
+    exp_shifted(s, n_valid, mx);
+    float sum = 0.0f;
+    for (size_t j = 0; j < n_valid; ++j)
+        sum += s[j];
+    for (size_t j = 0; j < n_valid; ++j)
+        s[j] = s[j] / sum;
+    for (size_t j = n_valid; j < n_total; ++j)
+        s[j] = 0.0f;
+}
+
+typedef struct softmax_job {
+    float *scores;  /* [n][ld] */
+    size_t ld;
+    uint32_t pos0;
+    uint32_t n;
+} softmax_job;
+
+/* Rows [begin, end): row i is valid up to key pos0 + i, and its block ends at key n_kb. */
+static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const softmax_job *j = arg;
+    for (uint32_t i = begin; i < end; ++i) {
+        const uint32_t i1 = (i / LM_ATTN_Q_BLOCK + 1) * LM_ATTN_Q_BLOCK;
+        const uint32_t n_kb = j->pos0 + (i1 < j->n ? i1 : j->n);
+        softmax_row(j->scores + (size_t)i * j->ld, j->pos0 + i + 1, n_kb);
+    }
+}
+
+void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
+{
+    const uint32_t n_kv = a->pos0 + a->n;
+    const uint32_t hd = a->head_dim;
+    const uint32_t group = a->n_head / a->n_head_kv;
+    const size_t q_stride = (size_t)a->n_head * hd;     /* floats between query rows */
+    const size_t kv_stride = (size_t)a->n_head_kv * hd; /* floats between cache positions */
+    softmax_job job = {.scores = a->scores, .ld = n_kv, .pos0 = a->pos0, .n = a->n};
+
+    for (uint32_t h = 0; h < a->n_head; ++h) {
+        const uint32_t g = h / group;
+        const float *qh = a->q + (size_t)h * hd;  /* [n][hd], row stride q_stride */
+        const float *kg = a->k + (size_t)g * hd;  /* [n_kv][hd], row stride kv_stride */
+        const float *vg = a->v + (size_t)g * hd;  /* [n_kv][hd], row stride kv_stride */
+        float *oh = a->out + (size_t)h * hd;      /* [n][hd], row stride q_stride */
+        float *s = a->scores;                     /* [n][n_kv] */
+
+        for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
+            const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
+            be->vt->gemm_nt(be, i1 - i0, a->pos0 + i1, hd, a->scale, qh + i0 * q_stride, q_stride,
+                            kg, kv_stride, s + (size_t)i0 * n_kv, n_kv);
+        }
+        lm_pool_for(a->pool, a->n, 8, softmax_rows, &job);
+        for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
+            const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
+            be->vt->gemm_nn(be, i1 - i0, hd, a->pos0 + i1, s + (size_t)i0 * n_kv, n_kv, vg,
+                            kv_stride, oh + i0 * q_stride, q_stride);
+        }
+    }
+}

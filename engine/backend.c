@@ -1,0 +1,38 @@
+/* backend.c — the backend factory: picks a compute backend by name. */
+#include "backend.h"
+
+#include <string.h>
+
+/* Each backend file exposes one constructor; the factory is the only place that names them,
+ * so adding a backend (cuda later) touches this table and nothing in the forward pass. */
+int lm_backend_naive_create(lm_backend **out, int n_threads, lm_err *err);
+int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err);
+
+typedef struct backend_entry {
+    const char *name;
+    int (*create)(lm_backend **out, int n_threads, lm_err *err);
+} backend_entry;
+
+static const backend_entry backends[] = {
+    {"naive", lm_backend_naive_create},
+    {"blas", lm_backend_blas_create},
+};
+
+int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err *err)
+{
+    *out = NULL;
+    if (name == NULL)
+        name = "blas";
+    if (n_threads < 0)
+        return LM_FAIL(err, LM_E_INPUT, "threads %d: must be >= 0", n_threads);
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; ++i)
+        if (strcmp(name, backends[i].name) == 0)
+            return backends[i].create(out, n_threads, err);
+    return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected naive or blas)", name);
+}
+
+void lm_backend_destroy(lm_backend *be)
+{
+    if (be != NULL)
+        be->vt->destroy(be);
+}

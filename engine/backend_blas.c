@@ -1,0 +1,99 @@
+/* backend_blas.c — OpenBLAS backend: cblas_sgemm for chunks (m > 1), cblas_sgemv for one row.
+ *
+ * Order and threading: whatever OpenBLAS's kernel for this CPU does (on Zen 4 the Cooperlake
+ * kernels: blocked, FMA, vectorized). Measured on these machines (MACHINE-FACTS.md): sgemm is
+ * bitwise identical for 1 and 2 threads and across runs, but NOT across different row splits
+ * (small calls go to another kernel) and sgemv never matches sgemm for one row. So this
+ * backend is deterministic for a fixed chunk schedule and not chunk-invariant: that is the
+ * behaviour kvdrift exists to measure, not a defect to hide.
+ *
+ * The thread count is OpenBLAS-global; two contexts in one process may want different
+ * counts, so it is set before every call (cheap when unchanged). */
+#include "backend.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void blas_set_threads(const lm_backend *be)
+{
+    /* Not cached: anything else in the process (a benchmark, another context) may have
+     * changed the global count since our last call. */
+    openblas_set_num_threads(be->n_threads);
+}
+
+/* An empty sum is +0. OpenBLAS's sgemv returns without touching y when k == 0. */
+static void zero_rows(float *c, uint32_t m, uint32_t n, size_t ldc)
+{
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < n; ++j)
+            c[(size_t)i * ldc + j] = 0.0f;
+}
+
+static void blas_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                         const float *a /* [m][lda] */, size_t lda,
+                         const float *b /* [n][ldb] */, size_t ldb,
+                         float *c /* [m][ldc] */, size_t ldc)
+{
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        zero_rows(c, m, n, ldc);
+        return;
+    }
+    blas_set_threads(be);
+    if (m == 1) /* y[n] = alpha * B[n][k] . a[k] */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)k, alpha, b, (blasint)ldb,
+                    a, 1, 0.0f, c, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)n, (blasint)k,
+                    alpha, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
+}
+
+static void blas_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
+                         const float *a /* [m][lda] */, size_t lda,
+                         const float *b /* [k][ldb] */, size_t ldb,
+                         float *c /* [m][ldc] */, size_t ldc)
+{
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        zero_rows(c, m, n, ldc);
+        return;
+    }
+    blas_set_threads(be);
+    if (m == 1) /* y[n] = B[k][n]^T . a[k] */
+        cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)n, 1.0f, b, (blasint)ldb,
+                    a, 1, 0.0f, c, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
+                    1.0f, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
+}
+
+static void blas_destroy(lm_backend *be)
+{
+    free(be);
+}
+
+static const lm_backend_i blas_vt = {
+    .name = "blas",
+    .gemm_nt = blas_gemm_nt,
+    .gemm_nn = blas_gemm_nn,
+    .destroy = blas_destroy,
+};
+
+int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err);
+int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err)
+{
+    lm_backend *be = calloc(1, sizeof *be);
+    if (be == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "blas backend: out of memory");
+    if (n_threads <= 0) { /* 0 = all online cores */
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = nc > 0 ? (int)nc : 1;
+    }
+    be->vt = &blas_vt;
+    be->n_threads = n_threads;
+    *out = be;
+    return LM_OK;
+}

@@ -1,0 +1,450 @@
+/* forward.c — the llama-family forward pass over one chunk of tokens, and the context that
+ * owns its KV cache and scratch.
+ *
+ * Per chunk of n tokens at positions [p, p + n), x [n][n_embd]:
+ *   x = tok_embd[tokens]
+ *   per layer:  xn = rmsnorm(x) * attn_norm
+ *               q = xn.Wq^T (+bq);  K, V rows of the cache at [p, p+n) = xn.Wk^T (+bk), xn.Wv^T (+bv)
+ *               RoPE on q and on the new K rows;  att = attention(q, K[0,p+n), V[0,p+n))
+ *               x = x + (att.Wo^T (+bo))
+ *               xn = rmsnorm(x) * ffn_norm
+ *               x = x + (silu(xn.Wg^T) * (xn.Wu^T)).Wd^T
+ *   logits, only for the rows asked for: rmsnorm(x_row) * output_norm, then . output^T
+ * Every matrix product goes through the backend; everything elementwise is here, in plain C
+ * with the order stated at each function. All scratch is allocated by lm_ctx_create. */
+/* The elementwise loops here are independent per element (no reduction is reordered), so
+ * vectorizing them changes no bit; -O2 alone does not vectorize loops in GCC 12, and the
+ * selects in lm_expf are only if-converted when comparisons may be assumed not to trap
+ * (no-trapping-math concerns floating-point exception flags, never values). It comes
+ * before the includes so that lm_expf, inlined into those loops, gets the same options. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-loop-vectorize", "no-trapping-math")
+#endif
+
+#include "kvd_engine.h"
+
+#include "attention.h"
+#include "backend.h"
+#include "expf.h"
+#include "kvcache.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct lm_ctx {
+    const lm_model *m;
+    lm_backend *be;
+    lm_pool *pool;    /* elementwise row parallelism: backend's thread count; NULL = serial */
+    uint32_t n_ctx;   /* capacity in positions; also the largest chunk */
+    uint32_t n_past;  /* positions already in the cache */
+    lm_kvcache kv;
+    float *rope_cos;  /* [n_ctx][n_rot / 2] */
+    float *rope_sin;  /* [n_ctx][n_rot / 2] */
+    /* scratch, each sized for a chunk of n_ctx tokens */
+    float *x;         /* [n_ctx][n_embd] residual stream */
+    float *xn;        /* [n_ctx][n_embd] normed input of a block, then the block's output */
+    float *q;         /* [n_ctx][n_head * head_dim] */
+    float *att;       /* [n_ctx][n_head * head_dim] */
+    float *ff_gate;   /* [n_ctx][n_ff] */
+    float *ff_up;     /* [n_ctx][n_ff] */
+    float *scores;    /* [lm_attention_dense_scratch(n_ctx, n_ctx)] */
+    size_t scratch_bytes;
+};
+
+/* ---- elementwise kernels (fixed order, shared by every backend) ---- */
+
+/* y[i] = (x[i] * r) * w[i], r = 1 / sqrtf(ss / n + eps), ss = sum of x[i]*x[i] for i = 0..n-1
+ * accumulated left to right in float from +0.0f; ss / n, + eps, sqrtf and 1/ are each one
+ * float operation. */
+static void rmsnorm_row(float *y /* [n] */, const float *x /* [n] */, const float *w /* [n] */,
+                        uint32_t n, float eps)
+{
+    float ss = 0.0f;
+    for (uint32_t i = 0; i < n; ++i)
+        ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = 0; i < n; ++i)
+        y[i] = (x[i] * r) * w[i];
+}
+
+/* rows[n][dim] += b[dim] */
+static void add_bias(float *rows, const float *b, uint32_t n, uint32_t dim, size_t stride)
+{
+    for (uint32_t t = 0; t < n; ++t) {
+        float *r = rows + (size_t)t * stride;
+        for (uint32_t i = 0; i < dim; ++i)
+            r[i] += b[i];
+    }
+}
+
+/* Row-parallel jobs: each processes rows [begin, end) of a chunk; a row's result does not
+ * depend on which thread computes it or on the other rows. */
+
+typedef struct norm_job {
+    float *y;        /* [n][dim] */
+    const float *x;  /* [n][dim] */
+    const float *w;  /* [dim] */
+    uint32_t dim;
+    float eps;
+} norm_job;
+
+static void norm_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const norm_job *j = arg;
+    for (uint32_t t = begin; t < end; ++t)
+        rmsnorm_row(j->y + (size_t)t * j->dim, j->x + (size_t)t * j->dim, j->w, j->dim, j->eps);
+}
+
+/* x[t] = x[t] + (y[t] (+ b)): the block output, bias first, then the residual add. */
+typedef struct residual_job {
+    float *x;        /* [n][dim] */
+    float *y;        /* [n][dim] */
+    const float *b;  /* [dim] or NULL */
+    uint32_t dim;
+} residual_job;
+
+static void residual_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const residual_job *j = arg;
+    for (uint32_t t = begin; t < end; ++t) {
+        float *x = j->x + (size_t)t * j->dim, *y = j->y + (size_t)t * j->dim;
+        if (j->b != NULL)
+            for (uint32_t i = 0; i < j->dim; ++i)
+                y[i] += j->b[i];
+        for (uint32_t i = 0; i < j->dim; ++i)
+            x[i] += y[i];
+    }
+}
+
+/* g = (g / (1 + lm_expf(-g))) * u: SiLU of the gate times the up projection, per element. */
+typedef struct swiglu_job {
+    float *g;        /* [n][dim] */
+    const float *u;  /* [n][dim] */
+    uint32_t dim;
+} swiglu_job;
+
+static void swiglu_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const swiglu_job *j = arg;
+    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
+        const float s = j->g[i] / (1.0f + lm_expf(-j->g[i]));
+        j->g[i] = s * j->u[i];
+    }
+}
+
+/* RoPE on rows[n][n_heads][head_dim] at positions pos0..pos0+n-1. Pair i (i < n_rot/2) turns
+ * by angle pos * theta^(-2i/n_rot): NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2).
+ * Dimensions >= n_rot pass through. a' = a*c - b*s, b' = a*s + b*c, each product rounded to
+ * float (no FMA), c and s from the context's table. */
+typedef struct rope_job {
+    const lm_ctx *c;
+    float *rows;     /* [n][stride], heads at the start of each row */
+    uint32_t pos0;
+    uint32_t n_heads;
+    size_t stride;
+} rope_job;
+
+static void rope_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const rope_job *j = arg;
+    const lm_hparams *hp = &j->c->m->hp;
+    const uint32_t half = hp->n_rot / 2;
+    const uint32_t hd = hp->head_dim;
+    const bool neox = hp->rope_type == LM_ROPE_NEOX;
+    for (uint32_t t = begin; t < end; ++t) {
+        const float *cs = j->c->rope_cos + (size_t)(j->pos0 + t) * half; /* [half] */
+        const float *sn = j->c->rope_sin + (size_t)(j->pos0 + t) * half; /* [half] */
+        for (uint32_t h = 0; h < j->n_heads; ++h) {
+            float *v = j->rows + (size_t)t * j->stride + (size_t)h * hd; /* [head_dim] */
+            for (uint32_t i = 0; i < half; ++i) {
+                const uint32_t ia = neox ? i : 2 * i;
+                const uint32_t ib = neox ? i + half : 2 * i + 1;
+                const float a = v[ia], b = v[ib];
+                v[ia] = a * cs[i] - b * sn[i];
+                v[ib] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+}
+
+/* Rows per thread below which a chunk's elementwise work stays on the calling thread (a
+ * decode step's single row is not worth a wake-up). */
+#define MIN_ROWS 4
+
+static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, uint32_t n)
+{
+    norm_job j = {y, x, w, c->m->hp.n_embd, c->m->hp.rms_eps};
+    lm_pool_for(c->pool, n, MIN_ROWS, norm_rows, &j);
+}
+
+static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32_t n)
+{
+    residual_job j = {x, y, b, c->m->hp.n_embd};
+    lm_pool_for(c->pool, n, MIN_ROWS, residual_rows, &j);
+}
+
+static void rope_chunk(lm_ctx *c, float *rows, uint32_t n, uint32_t n_heads, size_t stride)
+{
+    rope_job j = {c, rows, c->n_past, n_heads, stride};
+    lm_pool_for(c->pool, n, MIN_ROWS, rope_rows, &j);
+}
+
+/* ---- the layer ---- */
+
+/* Attention block of layer il for the chunk in c->x [n]: appends K, V at [n_past, n_past+n). */
+static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const lm_layer *L = &c->m->layers[il];
+    lm_backend *be = c->be;
+    const uint32_t d = hp->n_embd;
+    const uint32_t q_dim = hp->n_head * hp->head_dim;
+    const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    float *kc = lm_kvcache_k(&c->kv, il, c->n_past); /* [n][kv_dim] new rows */
+    float *vc = lm_kvcache_v(&c->kv, il, c->n_past); /* [n][kv_dim] new rows */
+
+    rmsnorm_chunk(c, c->xn, c->x, L->attn_norm, n);
+    be->vt->gemm_nt(be, n, q_dim, d, 1.0f, c->xn, d, L->wq, d, c->q, q_dim);
+    be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wk, d, kc, kv_dim);
+    be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wv, d, vc, kv_dim);
+    if (L->bq != NULL)
+        add_bias(c->q, L->bq, n, q_dim, q_dim);
+    if (L->bk != NULL)
+        add_bias(kc, L->bk, n, kv_dim, kv_dim);
+    if (L->bv != NULL)
+        add_bias(vc, L->bv, n, kv_dim, kv_dim);
+    rope_chunk(c, c->q, n, hp->n_head, q_dim);
+    rope_chunk(c, kc, n, hp->n_head_kv, kv_dim);
+
+    const lm_attn_args a = {
+        .n = n,
+        .pos0 = c->n_past,
+        .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim,
+        .scale = 1.0f / sqrtf((float)hp->head_dim),
+        .q = c->q,
+        .k = lm_kvcache_k(&c->kv, il, 0),
+        .v = lm_kvcache_v(&c->kv, il, 0),
+        .out = c->att,
+        .scores = c->scores,
+        .pool = c->pool,
+    };
+    lm_attention_dense(be, &a);
+
+    be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
+    residual_chunk(c, c->x, c->xn, L->bo, n);
+}
+
+static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const lm_layer *L = &c->m->layers[il];
+    lm_backend *be = c->be;
+    const uint32_t d = hp->n_embd;
+    const uint32_t ff = hp->n_ff;
+
+    rmsnorm_chunk(c, c->xn, c->x, L->ffn_norm, n);
+    be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_gate, d, c->ff_gate, ff);
+    be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
+    swiglu_job sj = {c->ff_gate, c->ff_up, ff};
+    lm_pool_for(c->pool, n, MIN_ROWS, swiglu_rows, &sj);
+    be->vt->gemm_nt(be, n, d, ff, 1.0f, c->ff_gate, ff, L->w_down, ff, c->xn, d);
+    residual_chunk(c, c->x, c->xn, NULL, n);
+}
+
+/* Logits of chunk row t into out [n_vocab]. Always one row per call, so a position's logits
+ * are the same bits whether it was asked for alone (LAST) or with every other row (ALL):
+ * with BLAS a multi-row sgemm would round differently from the one-row sgemv. */
+static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const uint32_t d = hp->n_embd;
+    float *xr = c->xn + (size_t)t * d; /* [n_embd], free after the last layer */
+    rmsnorm_row(xr, c->x + (size_t)t * d, c->m->output_norm, d, hp->rms_eps);
+    c->be->vt->gemm_nt(c->be, 1, hp->n_vocab, d, 1.0f, xr, d, c->m->output, d, out, hp->n_vocab);
+}
+
+/* ---- public API ---- */
+
+int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode, float *logits,
+               lm_err *err)
+{
+    const lm_hparams *hp = &c->m->hp;
+    if (n == 0)
+        return LM_FAIL(err, LM_E_INPUT, "forward: empty chunk");
+    if (n > c->n_ctx - c->n_past)
+        return LM_FAIL(err, LM_E_INPUT, "forward: %u positions + %u new exceed the context of %u",
+                       c->n_past, n, c->n_ctx);
+    if (mode != LM_LOGITS_NONE && mode != LM_LOGITS_LAST && mode != LM_LOGITS_ALL)
+        return LM_FAIL(err, LM_E_INPUT, "forward: unknown logits mode %d", (int)mode);
+    if (mode != LM_LOGITS_NONE && logits == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "forward: logits requested but no output buffer");
+    for (uint32_t t = 0; t < n; ++t)
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= hp->n_vocab)
+            return LM_FAIL(err, LM_E_INPUT, "forward: token id %d at %u out of range [0, %u)",
+                           (int)tokens[t], t, hp->n_vocab);
+
+    const uint32_t d = hp->n_embd;
+    for (uint32_t t = 0; t < n; ++t)
+        memcpy(c->x + (size_t)t * d, c->m->tok_embd + (size_t)tokens[t] * d, d * sizeof(float));
+    for (uint32_t il = 0; il < hp->n_layer; ++il) {
+        attn_block(c, il, n);
+        ffn_block(c, il, n);
+    }
+    if (mode == LM_LOGITS_LAST)
+        logits_row(c, n - 1, logits);
+    else if (mode == LM_LOGITS_ALL)
+        for (uint32_t t = 0; t < n; ++t)
+            logits_row(c, t, logits + (size_t)t * hp->n_vocab);
+    c->n_past += n;
+    return LM_OK;
+}
+
+int lm_prefill(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t step, float *last_logits,
+               lm_err *err)
+{
+    if (n == 0)
+        return LM_FAIL(err, LM_E_INPUT, "prefill: empty prompt");
+    if (n > c->n_ctx - c->n_past)
+        return LM_FAIL(err, LM_E_INPUT, "prefill: %u positions + %u new exceed the context of %u",
+                       c->n_past, n, c->n_ctx);
+    if (step == 0 || step > n)
+        step = n;
+    for (uint32_t done = 0; done < n;) {
+        const uint32_t len = n - done < step ? n - done : step;
+        const bool last = done + len == n;
+        int rc = lm_forward(c, tokens + done, len, last ? LM_LOGITS_LAST : LM_LOGITS_NONE,
+                            last ? last_logits : NULL, err);
+        if (rc != LM_OK)
+            return rc;
+        done += len;
+    }
+    return LM_OK;
+}
+
+/* cos/sin of pos * theta^(-2i/n_rot) for every position and pair: computed once in double
+ * (pow, multiply, cos, sin) and rounded to float, so the table is within half an ulp of the
+ * exact value in practice; forward passes only read it. */
+static void fill_rope_table(lm_ctx *c)
+{
+    const lm_hparams *hp = &c->m->hp;
+    const uint32_t half = hp->n_rot / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+        const double freq = pow((double)hp->rope_theta, -2.0 * (double)i / (double)hp->n_rot);
+        for (uint32_t pos = 0; pos < c->n_ctx; ++pos) {
+            const double ang = (double)pos * freq;
+            c->rope_cos[(size_t)pos * half + i] = (float)cos(ang);
+            c->rope_sin[(size_t)pos * half + i] = (float)sin(ang);
+        }
+    }
+}
+
+/* One scratch allocation carved into aligned pieces. */
+static float *carve(char **cursor, size_t n_floats)
+{
+    float *p = (float *)(void *)*cursor;
+    *cursor += (n_floats * sizeof(float) + 63) / 64 * 64;
+    return p;
+}
+
+int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_err *err)
+{
+    *out = NULL;
+    const lm_hparams *hp = &m->hp;
+    const lm_ctx_params defaults = {0};
+    if (p == NULL)
+        p = &defaults;
+    uint32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+    if (n_ctx == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: context size 0 (no n_ctx and no context_length)",
+                       m->path ? m->path : "model");
+    if (hp->n_ctx_train != 0 && n_ctx > hp->n_ctx_train)
+        return LM_FAIL(err, LM_E_INPUT, "%s: context of %u positions exceeds the trained %u",
+                       m->path ? m->path : "model", n_ctx, hp->n_ctx_train);
+    if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0 ||
+        hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: inconsistent heads/rotary configuration",
+                       m->path ? m->path : "model");
+
+    lm_ctx *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "context: out of memory");
+    c->m = m;
+    c->n_ctx = n_ctx;
+    int rc = lm_backend_create(&c->be, p->backend, p->n_threads, err);
+    if (rc != LM_OK)
+        goto fail;
+    rc = lm_pool_create(&c->pool, c->be->n_threads, err);
+    if (rc != LM_OK)
+        goto fail;
+    const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    rc = lm_kvcache_init(&c->kv, hp->n_layer, n_ctx, kv_dim, err);
+    if (rc != LM_OK)
+        goto fail;
+
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
+    const size_t half = hp->n_rot / 2;
+    const size_t sizes[] = {
+        (size_t)n_ctx * half, (size_t)n_ctx * half,                   /* rope cos, sin */
+        (size_t)n_ctx * hp->n_embd, (size_t)n_ctx * hp->n_embd,       /* x, xn */
+        (size_t)n_ctx * q_dim, (size_t)n_ctx * q_dim,                 /* q, att */
+        (size_t)n_ctx * hp->n_ff, (size_t)n_ctx * hp->n_ff,           /* ff_gate, ff_up */
+        lm_attention_dense_scratch(n_ctx, n_ctx),                     /* scores */
+    };
+    size_t total = 64;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
+        total += (sizes[i] * sizeof(float) + 63) / 64 * 64;
+    char *arena = aligned_alloc(64, (total + 63) / 64 * 64);
+    if (arena == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "context: cannot allocate %zu bytes of scratch", total);
+        goto fail;
+    }
+    char *cur = arena;
+    c->rope_cos = carve(&cur, sizes[0]); /* first piece: also the arena to free */
+    c->rope_sin = carve(&cur, sizes[1]);
+    c->x = carve(&cur, sizes[2]);
+    c->xn = carve(&cur, sizes[3]);
+    c->q = carve(&cur, sizes[4]);
+    c->att = carve(&cur, sizes[5]);
+    c->ff_gate = carve(&cur, sizes[6]);
+    c->ff_up = carve(&cur, sizes[7]);
+    c->scores = carve(&cur, sizes[8]);
+    c->scratch_bytes = total;
+    fill_rope_table(c);
+    *out = c;
+    return LM_OK;
+fail:
+    lm_ctx_free(c);
+    return rc;
+}
+
+void lm_ctx_free(lm_ctx *c)
+{
+    if (c == NULL)
+        return;
+    free(c->rope_cos);
+    lm_kvcache_release(&c->kv);
+    lm_pool_free(c->pool);
+    lm_backend_destroy(c->be);
+    free(c);
+}
+
+const lm_model *lm_ctx_model(const lm_ctx *c) { return c->m; }
+uint32_t lm_ctx_n_past(const lm_ctx *c) { return c->n_past; }
+uint32_t lm_ctx_n_ctx(const lm_ctx *c) { return c->n_ctx; }
+void lm_ctx_reset(lm_ctx *c) { c->n_past = 0; }
+size_t lm_ctx_scratch_bytes(const lm_ctx *c) { return c->scratch_bytes; }
+const char *lm_ctx_backend_name(const lm_ctx *c) { return c->be->vt->name; }
+
+const float *lm_ctx_k(const lm_ctx *c, uint32_t layer)
+{
+    return layer < c->kv.n_layer ? lm_kvcache_k(&c->kv, layer, 0) : NULL;
+}
+
+const float *lm_ctx_v(const lm_ctx *c, uint32_t layer)
+{
+    return layer < c->kv.n_layer ? lm_kvcache_v(&c->kv, layer, 0) : NULL;
+}

@@ -1,0 +1,321 @@
+/* model.c — llama model loading: hyperparameters from GGUF metadata, every tensor's shape
+ * checked, every weight dequantized once into one float32 arena; the file is unmapped after
+ * load (the vocabulary copies what it needs). */
+#include "kvd_model.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* One weight to load: its GGUF name, expected shape (ne[0] = in, ne[1] = out, 1 when 1-D),
+ * and where its float32 pointer goes. */
+typedef struct want {
+    char name[64];
+    uint64_t ne0, ne1;
+    bool optional;
+    const float **dst;
+} want;
+
+typedef struct plan {
+    want *w;
+    size_t n, cap;
+} plan;
+
+static int plan_add(plan *p, const char *name, uint64_t ne0, uint64_t ne1, bool optional,
+                    const float **dst, lm_err *err)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 64;
+        want *w = realloc(p->w, cap * sizeof *w);
+        if (w == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "model: out of memory");
+        p->w = w;
+        p->cap = cap;
+    }
+    want *w = &p->w[p->n++];
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->ne0 = ne0;
+    w->ne1 = ne1;
+    w->optional = optional;
+    w->dst = dst;
+    return LM_OK;
+}
+
+static int need_u32(const lm_gguf *g, const char *key, uint32_t *out, lm_err *err)
+{
+    if (lm_gguf_find(g, key) < 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing metadata key '%s'", lm_gguf_path(g), key);
+    return lm_gguf_get_u32(g, key, 0, out, err);
+}
+
+static int read_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
+{
+    const char *path = lm_gguf_path(g);
+    const char *arch;
+    int rc = lm_gguf_get_str(g, "general.architecture", NULL, &arch, err);
+    if (rc)
+        return rc;
+    if (arch == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing metadata key 'general.architecture'", path);
+    if (strcmp(arch, "llama") != 0)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: architecture '%.64s' is not supported (only "
+                       "llama)", path, arch);
+    snprintf(hp->arch, sizeof hp->arch, "%s", arch);
+    if ((rc = need_u32(g, "llama.embedding_length", &hp->n_embd, err))
+        || (rc = need_u32(g, "llama.block_count", &hp->n_layer, err))
+        || (rc = need_u32(g, "llama.attention.head_count", &hp->n_head, err))
+        || (rc = need_u32(g, "llama.feed_forward_length", &hp->n_ff, err))
+        || (rc = need_u32(g, "llama.context_length", &hp->n_ctx_train, err)))
+        return rc;
+    if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_ff == 0
+        || hp->n_ctx_train == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: zero in embedding_length (%" PRIu32 "), block_count "
+                       "(%" PRIu32 "), head_count (%" PRIu32 "), feed_forward_length (%" PRIu32
+                       ") or context_length (%" PRIu32 ")", path, hp->n_embd, hp->n_layer,
+                       hp->n_head, hp->n_ff, hp->n_ctx_train);
+    if ((rc = lm_gguf_get_u32(g, "llama.attention.head_count_kv", hp->n_head, &hp->n_head_kv,
+                              err)))
+        return rc;
+    if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: head_count_kv %" PRIu32 " does not divide "
+                       "head_count %" PRIu32, path, hp->n_head_kv, hp->n_head);
+    if (hp->n_embd % hp->n_head != 0 && lm_gguf_find(g, "llama.attention.key_length") < 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: embedding_length %" PRIu32 " is not a multiple of "
+                       "head_count %" PRIu32 " and no attention.key_length is given", path,
+                       hp->n_embd, hp->n_head);
+    if ((rc = lm_gguf_get_u32(g, "llama.attention.key_length", hp->n_embd / hp->n_head,
+                              &hp->head_dim, err)))
+        return rc;
+    uint32_t vlen;
+    if ((rc = lm_gguf_get_u32(g, "llama.attention.value_length", hp->head_dim, &vlen, err)))
+        return rc;
+    if (hp->head_dim == 0 || vlen != hp->head_dim)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: key_length %" PRIu32 " and value_length %"
+                       PRIu32 " must be equal and nonzero", path, hp->head_dim, vlen);
+    if ((rc = lm_gguf_get_u32(g, "llama.rope.dimension_count", hp->head_dim, &hp->n_rot, err)))
+        return rc;
+    if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: rope.dimension_count %" PRIu32 " must be even and "
+                       "in 2..head_dim (%" PRIu32 ")", path, hp->n_rot, hp->head_dim);
+    if ((rc = lm_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps,
+                              err))
+        || (rc = lm_gguf_get_f32(g, "llama.rope.freq_base", 10000.0f, &hp->rope_theta, err)))
+        return rc;
+    if (!(hp->rms_eps >= 0.0f) || !(hp->rms_eps < 1.0f))
+        return LM_FAIL(err, LM_E_INPUT, "%s: layer_norm_rms_epsilon %g is not in [0, 1)", path,
+                       (double)hp->rms_eps);
+    if (!(hp->rope_theta > 0.0f) || hp->rope_theta > 1e30f)
+        return LM_FAIL(err, LM_E_INPUT, "%s: rope.freq_base %g is not a positive finite number",
+                       path, (double)hp->rope_theta);
+    /* Rope scaling changes the mathematics; refuse it rather than ignore it. */
+    const char *scaling;
+    if ((rc = lm_gguf_get_str(g, "llama.rope.scaling.type", NULL, &scaling, err)))
+        return rc;
+    if (scaling != NULL && strcmp(scaling, "none") != 0)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope scaling '%.32s' is not supported", path,
+                       scaling);
+    if (lm_gguf_find(g, "llama.expert_count") >= 0) {
+        uint32_t ne;
+        if ((rc = lm_gguf_get_u32(g, "llama.expert_count", 0, &ne, err)))
+            return rc;
+        if (ne > 0)
+            return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: mixture-of-experts llama (expert_count %"
+                           PRIu32 ") is not supported", path, ne);
+    }
+    hp->rope_type = LM_ROPE_NORM;
+    return LM_OK;
+}
+
+static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
+{
+    lm_hparams *hp = &m->hp;
+    uint64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
+    uint64_t Q = (uint64_t)hp->n_head * hp->head_dim, KV = (uint64_t)hp->n_head_kv * hp->head_dim;
+    int rc;
+    if ((rc = plan_add(p, "token_embd.weight", E, V, false, &m->tok_embd, err))
+        || (rc = plan_add(p, "output_norm.weight", E, 1, false, &m->output_norm, err)))
+        return rc;
+    hp->tied_output = lm_gguf_tensor_find(g, "output.weight") == NULL;
+    if (!hp->tied_output && (rc = plan_add(p, "output.weight", E, V, false, &m->output, err)))
+        return rc;
+    char name[64];
+    for (uint32_t l = 0; l < hp->n_layer; ++l) {
+        lm_layer *L = &m->layers[l];
+        struct { const char *suffix; uint64_t ne0, ne1; bool opt; const float **dst; } t[] = {
+            {"attn_norm.weight", E, 1, false, &L->attn_norm},
+            {"attn_q.weight", E, Q, false, &L->wq},
+            {"attn_k.weight", E, KV, false, &L->wk},
+            {"attn_v.weight", E, KV, false, &L->wv},
+            {"attn_output.weight", Q, E, false, &L->wo},
+            {"attn_q.bias", Q, 1, true, &L->bq},
+            {"attn_k.bias", KV, 1, true, &L->bk},
+            {"attn_v.bias", KV, 1, true, &L->bv},
+            {"attn_output.bias", E, 1, true, &L->bo},
+            {"ffn_norm.weight", E, 1, false, &L->ffn_norm},
+            {"ffn_gate.weight", E, F, false, &L->w_gate},
+            {"ffn_up.weight", E, F, false, &L->w_up},
+            {"ffn_down.weight", F, E, false, &L->w_down},
+        };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
+            if ((rc = plan_add(p, name, t[i].ne0, t[i].ne1, t[i].opt, t[i].dst, err)))
+                return rc;
+        }
+    }
+    return LM_OK;
+}
+
+/* Every tensor of the plan present (unless optional) with exactly the expected shape. */
+static int check_shapes(const plan *p, const lm_gguf *g, uint64_t *total, lm_err *err)
+{
+    const char *path = lm_gguf_path(g);
+    *total = 0;
+    for (size_t i = 0; i < p->n; ++i) {
+        const want *w = &p->w[i];
+        const lm_gguf_tensor *t = lm_gguf_tensor_find(g, w->name);
+        if (t == NULL) {
+            if (w->optional)
+                continue;
+            return LM_FAIL(err, LM_E_INPUT, "%s: missing tensor '%s'", path, w->name);
+        }
+        bool ok = t->ne[0] == w->ne0 && t->ne[1] == w->ne1 && t->ne[2] == 1 && t->ne[3] == 1
+               && t->n_dims == (w->ne1 == 1 ? 1u : 2u);
+        if (!ok)
+            return LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' has shape [%" PRIu64 ", %" PRIu64
+                           ", %" PRIu64 ", %" PRIu64 "] (%" PRIu32 " dims), expected [%" PRIu64
+                           ", %" PRIu64 "]", path, w->name, t->ne[0], t->ne[1], t->ne[2],
+                           t->ne[3], t->n_dims, w->ne0, w->ne1);
+        if (lm_add_u64(total, *total, t->n_elem))
+            return LM_FAIL(err, LM_E_INPUT, "%s: weights too large", path);
+    }
+    return LM_OK;
+}
+
+static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
+{
+    plan p = {0};
+    uint64_t total;
+    int rc = build_plan(&p, m, g, err);
+    if (rc == LM_OK)
+        rc = check_shapes(&p, g, &total, err);
+    if (rc)
+        goto done;
+    if (total > SIZE_MAX / sizeof(float)) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "%s: weights too large", lm_gguf_path(g));
+        goto done;
+    }
+    float *arena = malloc(total ? (size_t)total * sizeof(float) : 1);
+    if (arena == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory for %" PRIu64 " float32 weights",
+                     lm_gguf_path(g), total);
+        goto done;
+    }
+    m->weights_arena = arena;
+    float *dst = arena;
+    for (size_t i = 0; i < p.n; ++i) {
+        const lm_gguf_tensor *t = lm_gguf_tensor_find(g, p.w[i].name);
+        if (t == NULL)
+            continue; /* optional and absent: the pointer stays NULL */
+        if ((rc = lm_gguf_tensor_to_f32(dst, t, err)))
+            goto done;
+        *p.w[i].dst = dst;
+        dst += t->n_elem;
+    }
+    if (m->hp.tied_output)
+        m->output = m->tok_embd;
+done:
+    free(p.w);
+    return rc;
+}
+
+static int load_vocab(lm_model *m, const lm_gguf *g, lm_err *err)
+{
+    if (lm_gguf_find(g, "tokenizer.ggml.model") < 0)
+        return LM_OK; /* a weights-only file: vocab stays NULL */
+    int rc = lm_vocab_load(&m->vocab, g, err);
+    if (rc)
+        return rc;
+    /* Ids the tokenizer produces index the embedding: they must all be inside it. */
+    if (lm_vocab_n_tokens(m->vocab) > m->hp.n_vocab)
+        return LM_FAIL(err, LM_E_INPUT, "%s: the tokenizer has %" PRIu32 " tokens but "
+                       "token_embd only %" PRIu32 " rows", lm_gguf_path(g),
+                       lm_vocab_n_tokens(m->vocab), m->hp.n_vocab);
+    return LM_OK;
+}
+
+int lm_model_load(lm_model **out, const char *path, lm_err *err)
+{
+    *out = NULL;
+    lm_gguf *g = NULL;
+    lm_model *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    int rc = lm_gguf_open(&g, path, err);
+    if (rc)
+        goto fail;
+    if ((m->path = strdup(path)) == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    if ((rc = read_hparams(&m->hp, g, err)))
+        goto fail;
+    const lm_gguf_tensor *emb = lm_gguf_tensor_find(g, "token_embd.weight");
+    if (emb == NULL) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: missing tensor 'token_embd.weight'", path);
+        goto fail;
+    }
+    if (emb->ne[1] == 0 || emb->ne[1] > INT32_MAX) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: token_embd.weight has %" PRIu64 " rows", path,
+                     emb->ne[1]);
+        goto fail;
+    }
+    m->hp.n_vocab = (uint32_t)emb->ne[1];
+    /* Each layer needs at least 9 tensors: bounds block_count before allocating for it. */
+    if (m->hp.n_layer > lm_gguf_n_tensors(g) / 9) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: block_count %" PRIu32 " but the file has only %"
+                     PRIu64 " tensors", path, m->hp.n_layer, lm_gguf_n_tensors(g));
+        goto fail;
+    }
+    m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
+    if (m->layers == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    if ((rc = load_weights(m, g, err)) || (rc = load_vocab(m, g, err)))
+        goto fail;
+    /* Content hash of the exact file bytes: the cache and golden key of this model. */
+    XXH128_hash_t h = XXH3_128bits(lm_gguf_bytes(g), (size_t)lm_gguf_size(g));
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, h);
+    memcpy(m->content_hash, canon.digest, sizeof m->content_hash);
+    lm_gguf_close(g);
+    *out = m;
+    return LM_OK;
+fail:
+    lm_gguf_close(g);
+    lm_model_free(m);
+    return rc;
+}
+
+void lm_model_free(lm_model *m)
+{
+    if (m == NULL)
+        return;
+    lm_vocab_free(m->vocab);
+    free(m->weights_arena);
+    free(m->layers);
+    free(m->path);
+    free(m);
+}
+
+void lm_model_hash_hex(const lm_model *m, char out[33])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; ++i) {
+        out[2 * i] = hex[m->content_hash[i] >> 4];
+        out[2 * i + 1] = hex[m->content_hash[i] & 15];
+    }
+    out[32] = '\0';
+}

@@ -1,0 +1,17 @@
+/* atomic.h — write a whole file so that readers see either the old or the new contents:
+ * temp file in the same folder, write, fsync, rename, fsync of the folder. */
+#ifndef HX_ATOMIC_H
+#define HX_ATOMIC_H
+
+#include "kvd_common.h"
+
+#include <stddef.h>
+
+/* On any failure the target is untouched and the temp file removed; LM_E_IO naming path. */
+int hx_write_file_atomic(const char *path, const void *bytes, size_t n, lm_err *err);
+
+/* Reads a whole file into a malloc'd, NUL-terminated buffer (*n excludes the NUL).
+ * LM_E_IO when it cannot be opened or read. */
+int hx_read_file(char **out, size_t *n, const char *path, lm_err *err);
+
+#endif

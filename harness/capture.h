@@ -1,0 +1,71 @@
+/* capture.h — what one engine configuration produced (tokens, KV cache after prefill, logits
+ * at the compared positions), its canonical byte serialization and its XXH3-128 hash.
+ *
+ * Canonical serialization, format HX_CAPTURE_FORMAT = 1, every field little-endian:
+ *   u32 format            (= 1)
+ *   u32 n_layer, n_kv_head, head_dim, n_vocab, n_prompt, n_tokens, n_pos
+ *   i32 tokens[n_tokens]               prompt ids then generated ids
+ *   for layer 0..n_layer-1:
+ *     f32 K[n_prompt][n_kv_head][head_dim]   (IEEE-754 bits as stored, NaN payloads included)
+ *     f32 V[n_prompt][n_kv_head][head_dim]
+ *   u32 positions[n_pos]               absolute positions of the logits rows, increasing
+ *   f32 logits[n_pos][n_vocab]
+ * The dimensions are hashed too, so captures of different shapes never share a hash.
+ * The hash is XXH3-128 (seed 0) of these bytes, shown as 32 lowercase hex digits of its
+ * canonical (big-endian) form — XXH128_canonicalFromHash, the same form as the model hash. */
+#ifndef HX_CAPTURE_H
+#define HX_CAPTURE_H
+
+#include "kvd_common.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define HX_CAPTURE_FORMAT 1u
+
+typedef struct hx_capture_shape {
+    uint32_t n_layer, n_kv_head, head_dim, n_vocab;
+    uint32_t n_prompt; /* positions whose K/V are captured */
+    uint32_t n_tokens; /* prompt + generated ids (>= n_prompt) */
+    uint32_t n_pos;    /* logits rows */
+} hx_capture_shape;
+
+typedef struct hx_capture {
+    hx_capture_shape shape;
+    int32_t *tokens;    /* [n_tokens] */
+    float **k;          /* [n_layer] -> [n_prompt][n_kv_head][head_dim], K after RoPE */
+    float **v;          /* [n_layer] -> [n_prompt][n_kv_head][head_dim] */
+    uint32_t *positions; /* [n_pos] absolute position of each logits row */
+    float *logits;      /* [n_pos][n_vocab] */
+} hx_capture;
+
+/* Allocates every array zero-filled (one block per tensor); the caller fills them.
+ * LM_E_INPUT when n_tokens < n_prompt, LM_E_NOMEM on overflow or allocation failure. */
+int hx_capture_create(hx_capture **out, const hx_capture_shape *shape, lm_err *err);
+void hx_capture_free(hx_capture *c);
+
+/* Elements in one layer's K (= V): n_prompt * n_kv_head * head_dim. */
+size_t hx_capture_kv_elems(const hx_capture_shape *s);
+
+/* Feeds the canonical bytes, in order, to sink(user, bytes, n) in pieces (the tensors are passed
+ * straight from memory on little-endian hosts: no copy of the whole capture). A sink returns
+ * 0 to go on, nonzero to stop (then this returns LM_E_IO). */
+typedef int (*hx_sink_fn)(void *user, const void *bytes, size_t n);
+int hx_capture_serialize(const hx_capture *c, hx_sink_fn sink, void *user, lm_err *err);
+
+/* XXH3-128 of the canonical bytes, streamed through an XXH3 state; out is the canonical
+ * big-endian form. */
+int hx_capture_hash(uint8_t out[16], const hx_capture *c, lm_err *err);
+/* 16 bytes -> 32 lowercase hex digits + NUL. */
+void hx_hash_hex(char out[33], const uint8_t h[16]);
+/* 32 hex digits (either case) -> 16 bytes; LM_E_INPUT when malformed. */
+int hx_hash_from_hex(uint8_t out[16], const char *hex, lm_err *err);
+
+/* Writes the canonical bytes to a stream (for `--dump` and tests). */
+int hx_capture_write(const hx_capture *c, FILE *f, lm_err *err);
+
+/* Index of the logits row for absolute position pos, or -1. */
+int64_t hx_capture_row(const hx_capture *c, uint32_t pos);
+
+#endif

@@ -1,0 +1,503 @@
+/* case.c — INI case files (inih) to a validated struct hx_case. */
+#include "case.h"
+
+#include "atomic.h"
+
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- comma lists --- */
+
+/* Calls item(ctx, text, len) for each comma-separated item, spaces trimmed. Empty items
+ * (",," or a trailing comma) are errors. Returns 0 or the first nonzero item() result. */
+typedef int (*item_fn)(void *ctx, const char *s, size_t len, lm_err *err);
+
+static int for_each_item(const char *what, const char *list, item_fn item, void *ctx, lm_err *err)
+{
+    const char *p = list;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *s = p;
+        while (len && (*s == ' ' || *s == '\t'))
+            ++s, --len;
+        while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+            --len;
+        if (len == 0)
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': empty list item", what, list);
+        int rc = item(ctx, s, len, err);
+        if (rc != LM_OK)
+            return rc;
+        if (comma == NULL)
+            return LM_OK;
+        p = comma + 1;
+    }
+}
+
+static bool parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+    if (len == 0 || len > 20)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; ++i) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (max - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+typedef struct u32list {
+    uint32_t *v;
+    uint32_t n;
+    const char *what;
+    const char *list;
+    bool allow_full;
+} u32list;
+
+static int push_u32(u32list *l, uint32_t x, lm_err *err)
+{
+    for (uint32_t i = 0; i < l->n; ++i)
+        if (l->v[i] == x)
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': value listed twice", l->what, l->list);
+    uint32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
+    if (nv == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    l->v = nv;
+    l->v[l->n++] = x;
+    return LM_OK;
+}
+
+static int u32_item(void *ctx, const char *s, size_t len, lm_err *err)
+{
+    u32list *l = ctx;
+    uint64_t v;
+    if (l->allow_full && len == 4 && memcmp(s, "full", 4) == 0)
+        return push_u32(l, 0, err);
+    if (!parse_u64(s, len, UINT32_MAX, &v) || v == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer >= 1%s", l->what,
+                       l->list, (int)len, s, l->allow_full ? " or full" : "");
+    return push_u32(l, (uint32_t)v, err);
+}
+
+static int parse_u32_list(uint32_t **out, uint32_t *n, const char *what, const char *list,
+                          bool allow_full, lm_err *err)
+{
+    u32list l = {NULL, 0, what, list, allow_full};
+    int rc = for_each_item(what, list, u32_item, &l, err);
+    if (rc != LM_OK) {
+        free(l.v);
+        return rc;
+    }
+    *out = l.v;
+    *n = l.n;
+    return LM_OK;
+}
+
+int hx_parse_steps(uint32_t **out, uint32_t *n, const char *list, lm_err *err)
+{
+    return parse_u32_list(out, n, "steps", list, true, err);
+}
+
+typedef struct toklist {
+    int32_t *v;
+    uint32_t n;
+    const char *list;
+} toklist;
+
+static int tok_item(void *ctx, const char *s, size_t len, lm_err *err)
+{
+    toklist *l = ctx;
+    uint64_t v;
+    if (!parse_u64(s, len, INT32_MAX, &v))
+        return LM_FAIL(err, LM_E_INPUT, "tokens: '%.*s' is not a token id (0..%d)", (int)len, s,
+                       INT32_MAX);
+    int32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
+    if (nv == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    l->v = nv;
+    l->v[l->n++] = (int32_t)v;
+    return LM_OK;
+}
+
+int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err)
+{
+    toklist l = {NULL, 0, list};
+    int rc = for_each_item("tokens", list, tok_item, &l, err);
+    if (rc != LM_OK) {
+        free(l.v);
+        return rc;
+    }
+    *out = l.v;
+    *n = l.n;
+    return LM_OK;
+}
+
+typedef struct namelist {
+    hx_case *c;
+    const char *list;
+} namelist;
+
+static int backend_item(void *ctx, const char *s, size_t len, lm_err *err)
+{
+    namelist *l = ctx;
+    hx_case *c = l->c;
+    bool known = false;
+    for (const char *const *b = hx_backend_names; *b; ++b)
+        known |= strlen(*b) == len && memcmp(*b, s, len) == 0;
+    if (!known)
+        return LM_FAIL(err, LM_E_INPUT, "backends '%s': unknown backend '%.*s' (naive, blas, cuda)",
+                       l->list, (int)len, s);
+    for (uint32_t i = 0; i < c->n_backends; ++i)
+        if (strlen(c->backends[i]) == len && memcmp(c->backends[i], s, len) == 0)
+            return LM_FAIL(err, LM_E_INPUT, "backends '%s': '%.*s' listed twice", l->list, (int)len,
+                           s);
+    char(*nb)[16] = realloc(c->backends, (c->n_backends + 1) * sizeof *nb);
+    if (nb == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    c->backends = nb;
+    memset(nb[c->n_backends], 0, 16);
+    memcpy(nb[c->n_backends++], s, len);
+    return LM_OK;
+}
+
+static int attn_item(void *ctx, const char *s, size_t len, lm_err *err)
+{
+    namelist *l = ctx;
+    hx_case *c = l->c;
+    hx_attn a;
+    if (len == 7 && memcmp(s, "default", 7) == 0)
+        a = HX_ATTN_DEFAULT;
+    else if (len == 5 && memcmp(s, "dense", 5) == 0)
+        a = HX_ATTN_DENSE;
+    else if (len == 6 && memcmp(s, "stream", 6) == 0)
+        a = HX_ATTN_STREAM;
+    else
+        return LM_FAIL(err, LM_E_INPUT, "attn '%s': unknown variant '%.*s' (default, dense, stream)",
+                       l->list, (int)len, s);
+    for (uint32_t i = 0; i < c->n_attn; ++i)
+        if (c->attn[i] == a)
+            return LM_FAIL(err, LM_E_INPUT, "attn '%s': '%.*s' listed twice", l->list, (int)len, s);
+    hx_attn *na = realloc(c->attn, (c->n_attn + 1) * sizeof *na);
+    if (na == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    c->attn = na;
+    c->attn[c->n_attn++] = a;
+    return LM_OK;
+}
+
+/* --- model values --- */
+
+int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
+{
+    memset(spec, 0, sizeof *spec);
+    if (strncmp(text, "synth:", 6) == 0) {
+        const char *p = text + 6;
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        if (len == 0 || len >= sizeof spec->preset)
+            return LM_FAIL(err, LM_E_INPUT, "model '%s': missing or overlong synthetic preset", text);
+        for (size_t i = 0; i < len; ++i) {
+            char ch = p[i];
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
+                return LM_FAIL(err, LM_E_INPUT, "model '%s': bad character in preset name", text);
+        }
+        memcpy(spec->preset, p, len);
+        spec->synth = true;
+        if (colon) {
+            const char *s = colon + 1;
+            if (strncmp(s, "seed=", 5) != 0 ||
+                !parse_u64(s + 5, strlen(s + 5), UINT64_MAX, &spec->seed))
+                return LM_FAIL(err, LM_E_INPUT, "model '%s': expected synth:PRESET[:seed=N]", text);
+            spec->has_seed = true;
+        }
+        return LM_OK;
+    }
+    if (*text == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "model '': empty path");
+    static const char var[] = "${KVDRIFT_MODELS}";
+    const char *env = getenv("KVDRIFT_MODELS");
+    const char *dir = (env && *env) ? env : "../shared/models";
+    size_t cap = strlen(text) + 1, count = 0;
+    for (const char *q = strstr(text, var); q; q = strstr(q + 1, var))
+        ++count;
+    cap += count * strlen(dir);
+    char *out = malloc(cap), *o = out;
+    if (out == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (const char *p = text; *p;) {
+        if (strncmp(p, var, sizeof var - 1) == 0) {
+            o += sprintf(o, "%s", dir);
+            p += sizeof var - 1;
+        } else if (p[0] == '$' && p[1] == '{') {
+            free(out);
+            return LM_FAIL(err, LM_E_INPUT,
+                           "model '%s': only ${KVDRIFT_MODELS} may be expanded", text);
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = '\0';
+    spec->path = out;
+    return LM_OK;
+}
+
+/* --- the INI handler --- */
+
+enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_STEPS, K_BACKENDS, K_THREADS, K_ATTN, K_N_GEN,
+       K_PRECISION, K_STRICT, K_COUNT };
+static const char *const keys[K_COUNT] = {"name",     "model",   "prompt", "tokens",
+                                          "steps",    "backends", "threads", "attn",
+                                          "n_gen",    "precision", "strict_bits"};
+
+typedef struct parse_state {
+    hx_case *c;
+    bool seen[K_COUNT];
+    bool failed;
+    lm_err key_err; /* the first error, without its line (inih gives the line afterwards) */
+} parse_state;
+
+static char *dup_value(const char *v)
+{
+    size_t len = strlen(v);
+    if (len >= 2 && v[0] == '"' && v[len - 1] == '"') {
+        char *s = malloc(len - 1);
+        if (s) {
+            memcpy(s, v + 1, len - 2);
+            s[len - 2] = '\0';
+        }
+        return s;
+    }
+    return strdup(v);
+}
+
+static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
+{
+    hx_case *c = ps->c;
+    uint64_t u;
+    switch (k) {
+    case K_NAME:
+        for (const char *p = value; *p; ++p)
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                  *p == '-' || *p == '_' || *p == '.'))
+                return LM_FAIL(err, LM_E_INPUT, "name '%s': use letters, digits, '-', '_', '.'",
+                               value);
+        if (*value == '\0')
+            return LM_FAIL(err, LM_E_INPUT, "name is empty");
+        return (c->name = strdup(value)) ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    case K_MODEL:
+        if ((c->model_text = strdup(value)) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        return hx_model_spec_parse(&c->model, value, err);
+    case K_PROMPT:
+        if (ps->seen[K_TOKENS])
+            return LM_FAIL(err, LM_E_INPUT, "give prompt or tokens, not both");
+        if ((c->prompt = dup_value(value)) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        return *c->prompt ? LM_OK : LM_FAIL(err, LM_E_INPUT, "prompt is empty");
+    case K_TOKENS:
+        if (ps->seen[K_PROMPT])
+            return LM_FAIL(err, LM_E_INPUT, "give prompt or tokens, not both");
+        return hx_parse_tokens(&c->tokens, &c->n_tokens, value, err);
+    case K_STEPS:
+        free(c->steps);
+        c->steps = NULL;
+        return hx_parse_steps(&c->steps, &c->n_steps, value, err);
+    case K_BACKENDS: {
+        c->n_backends = 0;
+        namelist l = {c, value};
+        return for_each_item("backends", value, backend_item, &l, err);
+    }
+    case K_THREADS:
+        free(c->threads);
+        c->threads = NULL;
+        return parse_u32_list(&c->threads, &c->n_threads, "threads", value, false, err);
+    case K_ATTN: {
+        c->n_attn = 0;
+        namelist l = {c, value};
+        return for_each_item("attn", value, attn_item, &l, err);
+    }
+    case K_N_GEN:
+        if (!parse_u64(value, strlen(value), 1000000, &u))
+            return LM_FAIL(err, LM_E_INPUT, "n_gen '%s': not an integer in 0..1000000", value);
+        c->n_gen = (uint32_t)u;
+        return LM_OK;
+    case K_PRECISION:
+        if (!parse_u64(value, strlen(value), UINT32_MAX, &u) || u < HX_CASE_MIN_PRECISION ||
+            u > HX_CASE_MAX_PRECISION)
+            return LM_FAIL(err, LM_E_INPUT, "precision '%s': not an integer in %u..%u bits", value,
+                           HX_CASE_MIN_PRECISION, HX_CASE_MAX_PRECISION);
+        c->precision = (uint32_t)u;
+        return LM_OK;
+    case K_STRICT:
+        if (strcmp(value, "true") == 0)
+            c->strict_bits = true;
+        else if (strcmp(value, "false") == 0)
+            c->strict_bits = false;
+        else
+            return LM_FAIL(err, LM_E_INPUT, "strict_bits '%s': expected true or false", value);
+        return LM_OK;
+    default:
+        return LM_FAIL(err, LM_E_INTERNAL, "case: key %d", k);
+    }
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+    parse_state *ps = user;
+    if (ps->failed)
+        return 0;
+    int k = -1;
+    if (*section != '\0' && strcmp(section, "case") != 0) {
+        LM_FAIL(&ps->key_err, LM_E_INPUT, "unknown section [%s] (keys go before any section or "
+                                          "in [case])", section);
+    } else {
+        for (int i = 0; i < K_COUNT; ++i)
+            if (strcmp(name, keys[i]) == 0)
+                k = i;
+        if (k < 0)
+            LM_FAIL(&ps->key_err, LM_E_INPUT, "unknown key '%s'", name);
+        else if (ps->seen[k])
+            LM_FAIL(&ps->key_err, LM_E_INPUT, "key '%s' given twice", name);
+        else if (set_key(ps, k, value, &ps->key_err) == LM_OK)
+            ps->seen[k] = true;
+    }
+    ps->failed = ps->key_err.code != LM_OK;
+    return !ps->failed;
+}
+
+static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, lm_err *err)
+{
+    lm_err e = {0};
+    if (!ps->seen[K_NAME])
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'name'", file);
+    if (!ps->seen[K_MODEL])
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'model'", file);
+    if (!ps->seen[K_PROMPT] && !ps->seen[K_TOKENS])
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'prompt' or 'tokens'", file);
+    if (!ps->seen[K_STEPS] && hx_parse_steps(&c->steps, &c->n_steps, HX_CASE_DEFAULT_STEPS, &e))
+        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
+    if (!ps->seen[K_BACKENDS]) {
+        namelist l = {c, HX_CASE_DEFAULT_BACKENDS};
+        if (for_each_item("backends", l.list, backend_item, &l, &e))
+            return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
+    }
+    if (!ps->seen[K_THREADS]) {
+        if ((c->threads = malloc(sizeof *c->threads)) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        c->threads[0] = 1;
+        c->n_threads = 1;
+    }
+    if (!ps->seen[K_ATTN]) {
+        if ((c->attn = malloc(sizeof *c->attn)) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        c->attn[0] = HX_ATTN_DEFAULT;
+        c->n_attn = 1;
+    }
+    if (!ps->seen[K_N_GEN])
+        c->n_gen = HX_CASE_DEFAULT_N_GEN;
+    if (!ps->seen[K_PRECISION])
+        c->precision = HX_CASE_DEFAULT_PRECISION;
+    return LM_OK;
+}
+
+int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_err *err)
+{
+    *out = NULL;
+    /* inih's run-time options (this build exports them): heap line buffer so long prompts fit,
+     * no inline comments (';' is prompt text), no multi-line values, stop at the first error so
+     * the line it returns is the line of our first error. */
+    ini_use_stack = false;
+    ini_allow_realloc = true;
+    ini_max_line = 1 << 20;
+    ini_allow_inline_comments = false;
+    ini_allow_multiline = false;
+    ini_stop_on_first_error = true;
+    hx_case *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->file = strdup(file)) == NULL) {
+        free(c);
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    }
+    parse_state ps = {.c = c};
+    int line = ini_parse_string(text, handler, &ps);
+    int rc = LM_OK;
+    if (line != 0) {
+        if (ps.failed)
+            rc = LM_FAIL(err, ps.key_err.code, "%s:%d: %s", file, line, ps.key_err.msg);
+        else if (line > 0)
+            rc = LM_FAIL(err, LM_E_INPUT, "%s:%d: malformed line (expected KEY = VALUE, "
+                                          "[section] or a comment)", file, line);
+        else
+            rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory while parsing", file);
+    } else {
+        rc = apply_defaults(c, &ps, file, err);
+    }
+    if (rc != LM_OK) {
+        hx_case_free(c);
+        return rc;
+    }
+    *out = c;
+    return LM_OK;
+}
+
+int hx_case_load(hx_case **out, const char *path, lm_err *err)
+{
+    *out = NULL;
+    char *text;
+    size_t n;
+    int rc = hx_read_file(&text, &n, path, err);
+    if (rc != LM_OK)
+        return rc;
+    if (strlen(text) != n) {
+        free(text);
+        return LM_FAIL(err, LM_E_INPUT, "%s: contains a NUL byte (not a case file)", path);
+    }
+    rc = hx_case_parse_string(out, text, path, err);
+    free(text);
+    return rc;
+}
+
+void hx_case_free(hx_case *c)
+{
+    if (c == NULL)
+        return;
+    free(c->file);
+    free(c->name);
+    free(c->model_text);
+    free(c->model.path);
+    free(c->prompt);
+    free(c->tokens);
+    free(c->steps);
+    free(c->backends);
+    free(c->threads);
+    free(c->attn);
+    free(c);
+}
+
+int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err)
+{
+    size_t total = (size_t)c->n_backends * c->n_threads * c->n_attn * c->n_steps;
+    hx_config *v = calloc(total ? total : 1, sizeof *v);
+    if (v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    size_t i = 0;
+    for (uint32_t b = 0; b < c->n_backends; ++b)
+        for (uint32_t t = 0; t < c->n_threads; ++t)
+            for (uint32_t a = 0; a < c->n_attn; ++a)
+                for (uint32_t s = 0; s < c->n_steps; ++s) {
+                    memcpy(v[i].backend, c->backends[b], sizeof v[i].backend);
+                    v[i].threads = c->threads[t];
+                    v[i].attn = c->attn[a];
+                    v[i].step = c->steps[s];
+                    ++i;
+                }
+    *out = v;
+    *n = total;
+    return LM_OK;
+}

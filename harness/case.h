@@ -1,0 +1,87 @@
+/* case.h — declarative test cases: INI files in cases/ parsed with inih.
+ *
+ *   ; cases/stories-steps.case
+ *   name = stories-steps
+ *   model = ${KVDRIFT_MODELS}/stories260K.gguf     ; or synth:PRESET[:seed=N]
+ *   prompt = Once upon a time                     ; or: tokens = 1,403,9038
+ *   steps = 1,2,3,full                            ; default 1,2,3,5,8,16,32,64,full
+ *   backends = naive,blas                         ; default naive,blas
+ *   threads = 1,2                                 ; default 1
+ *   attn = default                                ; default default (later: dense,stream)
+ *   n_gen = 32                                    ; default 32
+ *   precision = 127                               ; MPFR bits, default 127
+ *   strict_bits = false                           ; default false
+ *
+ * Keys may sit before any section or in a [case] section; other sections are errors. Every key
+ * at most once. name, model and exactly one of prompt/tokens are required. Whole-line comments
+ * start with ';' or '#'; there are no inline comments (a ';' inside a prompt is text). A value
+ * wrapped in double quotes loses the quotes (to keep leading/trailing spaces of a prompt).
+ * `${KVDRIFT_MODELS}` expands to that environment variable or ../shared/models; any other
+ * `${...}` is an error. Relative model paths are relative to the working directory.
+ * Errors: LM_E_INPUT with "FILE:LINE: reason" (or "FILE: reason" for a missing key). */
+#ifndef HX_CASE_H
+#define HX_CASE_H
+
+#include "config.h"
+#include "kvd_common.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HX_CASE_DEFAULT_STEPS "1,2,3,5,8,16,32,64,full"
+#define HX_CASE_DEFAULT_BACKENDS "naive,blas"
+#define HX_CASE_DEFAULT_N_GEN 32u
+#define HX_CASE_DEFAULT_PRECISION 127u
+#define HX_CASE_MIN_PRECISION 24u
+#define HX_CASE_MAX_PRECISION 8192u
+
+typedef struct hx_model_spec {
+    bool synth;        /* synth:PRESET[:seed=N] */
+    char *path;        /* expanded file path (when !synth) */
+    char preset[64];   /* synthetic preset name (when synth) */
+    bool has_seed;
+    uint64_t seed;
+} hx_model_spec;
+
+typedef struct hx_case {
+    char *file;           /* where it was read from (for messages) */
+    char *name;
+    char *model_text;     /* the model value as written */
+    hx_model_spec model;
+    char *prompt;         /* NULL when tokens are given */
+    int32_t *tokens;      /* [n_tokens]; NULL when prompt is given */
+    uint32_t n_tokens;
+    uint32_t *steps;      /* [n_steps], 0 = full, in the order written, no duplicates */
+    uint32_t n_steps;
+    char (*backends)[16]; /* [n_backends] */
+    uint32_t n_backends;
+    uint32_t *threads;    /* [n_threads] */
+    uint32_t n_threads;
+    hx_attn *attn;        /* [n_attn] */
+    uint32_t n_attn;
+    uint32_t n_gen;
+    uint32_t precision;
+    bool strict_bits;
+} hx_case;
+
+/* Reads and validates a case file. */
+int hx_case_load(hx_case **out, const char *path, lm_err *err);
+/* The same from text; file names the source in messages. */
+int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_err *err);
+void hx_case_free(hx_case *c);
+
+/* Parses a model value (`synth:tiny:seed=3`, `${KVDRIFT_MODELS}/x.gguf`, a path) into spec
+ * (free spec->path with free()). */
+int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err);
+
+/* Every configuration of the case: backends x threads x attn x steps (steps vary fastest),
+ * in the order written. *out is malloc'd. */
+int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err);
+
+/* Parses a comma list of steps ("1,2,full") as the case key `steps` and the sweep option
+ * --steps do; *out malloc'd. */
+int hx_parse_steps(uint32_t **out, uint32_t *n, const char *list, lm_err *err);
+/* Comma list of token ids (each 0..INT32_MAX); *out malloc'd. */
+int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err);
+
+#endif

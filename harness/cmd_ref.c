@@ -1,0 +1,271 @@
+/* cmd_ref.c — `kvdrift ref`: the MPFR reference capture of one model and token sequence. */
+#include "commands.h"
+#include "kvd_ref.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvdrift ref MODEL (-p TEXT | --tokens ID,ID,...) [options]\n"
+            "       kvdrift ref --check FILE   (verify a capture file and print its summary)\n\n"
+            "Runs the independent MPFR reference forward pass and writes its capture: the KV\n"
+            "cache of every layer after the prompt (K after RoPE, V) and the logits at the last\n"
+            "prompt position and every teacher-forced position, rounded to float64.\n\n"
+            "  -p, --prompt TEXT        prompt text (tokenized with the model's vocabulary, BOS added)\n"
+            "      --tokens ID,...      prompt as token ids instead of text\n"
+            "      --gen-tokens ID,...  teacher-forced continuation after the prompt\n"
+            "      --prec BITS          MPFR precision (default %u; %u..%u)\n"
+            "  -o, --output FILE        write the capture file (format: reference/FORMAT.md)\n"
+            "      --npy DIR            also write logits.npy and layerNN_k/v.npy (float64)\n"
+            "      --cache DIR          cache folder (default $KVDRIFT_CACHE, else\n"
+            "                           $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
+            "      --no-cache           compute without reading or writing the cache\n"
+            "  -j, --threads N          threads (default: all cores; results never depend on it)\n"
+            "      --validate           also run at twice the precision and report, per tensor,\n"
+            "                           the bits and decimal digits on which P and 2P agree\n"
+            "      --min-bits B         --validate fails (exit 1) when a tensor agrees to fewer\n"
+            "                           than B bits (default: precision - 27, i.e. 100 at 127)\n"
+            "      --check FILE         read and fully verify a capture file (hash, sizes)\n"
+            "  -h, --help               this help\n\n"
+            "exit codes: 0 ok, 1 validation below --min-bits, 2 usage or input error\n",
+            REF_DEFAULT_PREC, REF_MIN_PREC, REF_MAX_PREC);
+}
+
+/* "1,2,3" -> ids; every element a non-negative decimal integer that fits int32. */
+static int parse_ids(int32_t **out, uint32_t *n, const char *s, const char *what, lm_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 1;
+    for (const char *p = s; *p; ++p)
+        cap += *p == ',';
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (ids == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0') ||
+            (*p < '0' || *p > '9')) {
+            free(ids);
+            return LM_FAIL(err, LM_E_INPUT, "%s: '%s' is not a comma-separated list of token ids",
+                           what, s);
+        }
+        ids[(*n)++] = (int32_t)v;
+        if (*end == '\0')
+            break;
+        p = end + 1;
+    }
+    *out = ids;
+    return LM_OK;
+}
+
+static int parse_uint(unsigned long *out, const char *s, const char *what, unsigned long lo,
+                      unsigned long hi, lm_err *err)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end || errno || v < lo || v > hi)
+        return LM_FAIL(err, LM_E_INPUT, "%s: '%s' is not an integer in %lu..%lu", what, s, lo, hi);
+    *out = (unsigned long)v;
+    return LM_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* how: "computed in 1.234 s", "from cache", ... */
+static void print_summary(const ref_capture *c, const char *how)
+{
+    printf("reference: %u tokens (%u prompt), %u bits, %s\n", c->n_tokens, c->n_prompt, c->prec,
+           how);
+    for (uint32_t i = 0; i < c->n_pos; ++i) {
+        const double *lg = ref_capture_logits(c, i);
+        uint32_t best = 0;
+        for (uint32_t t = 1; t < c->n_vocab; ++t)
+            if (lg[t] > lg[best])
+                best = t;
+        printf("  position %u: argmax %u (logit %.17g)\n", c->pos[i], best, lg[best]);
+    }
+}
+
+int cmd_ref(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, 't'},
+        {"gen-tokens", required_argument, NULL, 'g'}, {"prec", required_argument, NULL, 'P'},
+        {"output", required_argument, NULL, 'o'},   {"npy", required_argument, NULL, 'N'},
+        {"cache", required_argument, NULL, 'C'},    {"no-cache", no_argument, NULL, 'X'},
+        {"threads", required_argument, NULL, 'j'},  {"validate", no_argument, NULL, 'V'},
+        {"min-bits", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
+        {"check", required_argument, NULL, 'K'},
+        {NULL, 0, NULL, 0}};
+    const char *text = NULL, *tok_s = NULL, *gen_s = NULL, *out_path = NULL, *npy_dir = NULL,
+               *cache_dir = NULL, *check = NULL;
+    unsigned long prec = REF_DEFAULT_PREC, threads = 0, min_bits = 0;
+    bool no_cache = false, validate = false, have_min = false;
+    lm_err err = {0};
+    int st = LM_OK, c;
+    optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
+    opterr = 0; /* our own one-line message below */
+    while ((c = getopt_long(argc, argv, "p:o:j:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p': text = optarg; break;
+        case 't': tok_s = optarg; break;
+        case 'g': gen_s = optarg; break;
+        case 'P': st = parse_uint(&prec, optarg, "--prec", REF_MIN_PREC, REF_MAX_PREC, &err); break;
+        case 'o': out_path = optarg; break;
+        case 'N': npy_dir = optarg; break;
+        case 'C': cache_dir = optarg; break;
+        case 'X': no_cache = true; break;
+        case 'j': st = parse_uint(&threads, optarg, "--threads", 1, 256, &err); break;
+        case 'V': validate = true; break;
+        case 'm':
+            st = parse_uint(&min_bits, optarg, "--min-bits", 0, REF_MAX_PREC, &err);
+            have_min = true;
+            break;
+        case 'K': check = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "kvdrift ref: unknown option or missing value in '%s' (try --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+        if (st) {
+            fprintf(stderr, "kvdrift ref: %s\n", err.msg);
+            return 2;
+        }
+    }
+    if (check) {
+        ref_capture cc;
+        if (optind != argc || (st = ref_capture_read(&cc, check, &err))) {
+            fprintf(stderr, "kvdrift ref: %s\n",
+                    st ? err.msg : "--check takes no MODEL or other arguments");
+            return 2;
+        }
+        printf("%s: capture format %u, reference version %u, %u layers, %u KV heads x %u, "
+               "vocab %u\n", check, REF_FORMAT_VERSION, cc.version, cc.n_layer, cc.n_kv_head,
+               cc.head_dim, cc.n_vocab);
+        print_summary(&cc, "read from the file");
+        ref_capture_free(&cc);
+        return 0;
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "kvdrift ref: expected exactly one MODEL argument (try --help)\n");
+        return 2;
+    }
+    if ((text == NULL) == (tok_s == NULL)) {
+        fprintf(stderr, "kvdrift ref: give exactly one of -p TEXT or --tokens ID,... (try --help)\n");
+        return 2;
+    }
+    const char *model_path = argv[optind];
+    lm_model *m = NULL;
+    int32_t *prompt = NULL, *gen = NULL, *all = NULL;
+    uint32_t n_prompt = 0, n_gen = 0;
+    ref_capture cap = {0};
+    ref_agreement *ag = NULL;
+    uint32_t n_ag = 0;
+    int rc = 0;
+
+    if ((st = lm_model_load(&m, model_path, &err)))
+        goto fail;
+    if (tok_s) {
+        if ((st = parse_ids(&prompt, &n_prompt, tok_s, "--tokens", &err)))
+            goto fail;
+    } else {
+        if (m->vocab == NULL) {
+            st = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
+            goto fail;
+        }
+        size_t n = 0;
+        if ((st = lm_tokenize(m->vocab, text, strlen(text), true, &prompt, &n, &err)))
+            goto fail;
+        if (n == 0 || n > UINT32_MAX / 2) {
+            st = LM_FAIL(&err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", n);
+            goto fail;
+        }
+        n_prompt = (uint32_t)n;
+    }
+    if (gen_s && (st = parse_ids(&gen, &n_gen, gen_s, "--gen-tokens", &err)))
+        goto fail;
+    all = malloc((n_prompt + n_gen) * sizeof *all);
+    if (all == NULL) {
+        st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(all, prompt, n_prompt * sizeof *all);
+    if (n_gen)
+        memcpy(all + n_prompt, gen, n_gen * sizeof *all);
+    ref_request rq = {.tokens = all, .n_tokens = n_prompt + n_gen, .n_prompt = n_prompt,
+                      .prec = (uint32_t)prec, .n_threads = (int)threads};
+    if ((st = ref_request_check(m, &rq, &err)))
+        goto fail;
+
+    double t0 = now_s();
+    bool hit = false;
+    if (no_cache || validate) {
+        st = ref_compute(&cap, m, &rq, &err);
+    } else {
+        st = ref_cached(&cap, m, &rq, cache_dir, &hit, &err);
+    }
+    if (st)
+        goto fail;
+    char how[64];
+    snprintf(how, sizeof how, "%s in %.3f s", hit ? "read from the cache" : "computed",
+             now_s() - t0);
+    print_summary(&cap, how);
+    if (out_path && (st = ref_capture_write(&cap, out_path, &err)))
+        goto fail;
+    if (npy_dir && (st = ref_capture_write_npy(&cap, npy_dir, &err)))
+        goto fail;
+    if (out_path)
+        printf("wrote %s\n", out_path);
+    if (npy_dir)
+        printf("wrote %s/logits.npy and %u layers of K/V .npy files\n", npy_dir, cap.n_layer);
+
+    if (validate) {
+        t0 = now_s();
+        if ((st = ref_validate(&ag, &n_ag, m, &rq, &err)))
+            goto fail;
+        unsigned long need = have_min ? min_bits : (prec > 27 ? prec - 27 : 0);
+        printf("validate: %lu vs %lu bits (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
+               "%lu; equal values count %lu, b = 0 with a != 0 counts 0\n",
+               prec, 2 * prec, now_s() - t0, prec, prec);
+        printf("  %-10s %10s %9s %10s %9s\n", "tensor", "elements", "min bits", "min digits",
+               "mean bits");
+        for (uint32_t i = 0; i < n_ag; ++i) {
+            printf("  %-10s %10" PRIu64 " %9.1f %10.1f %9.1f%s\n", ag[i].name, ag[i].n,
+                   ag[i].min_bits, ag[i].min_digits, ag[i].mean_bits,
+                   ag[i].min_bits < (double)need ? "  BELOW" : "");
+            if (ag[i].min_bits < (double)need)
+                rc = 1;
+        }
+        printf("validate: %s (every tensor >= %lu bits)\n", rc ? "FAIL" : "ok", need);
+    }
+    goto done;
+fail:
+    fprintf(stderr, "kvdrift ref: %s\n", err.msg);
+    rc = lm_status_exit_code(st);
+done:
+    free(ag);
+    ref_capture_free(&cap);
+    free(prompt);
+    free(gen);
+    free(all);
+    lm_model_free(m);
+    return rc;
+}

@@ -1,0 +1,173 @@
+/* cmd_synth.c — `kvdrift synth`: writes a deterministic synthetic llama model (GGUF). */
+#include "commands.h"
+#include "synth.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvdrift synth (--preset NAME | --arch llama [hyperparameters]) -o FILE.gguf\n"
+            "                     [--seed S] [--type f32|f16|bf16]\n\n"
+            "Writes a llama model with deterministic weights (splitmix64 per tensor, see\n"
+            "harness/synth.c) and a generated SentencePiece vocabulary; the output projection is\n"
+            "tied to the embedding. The file is written atomically.\n\n"
+            "  --preset NAME     tiny (n_embd 64, 4 layers, vocab 512) or smollm2-135m\n"
+            "                    (n_embd 576, 30 layers, 9 heads, 3 KV heads, n_ff 1536, vocab 49152)\n"
+            "  --arch llama      explicit hyperparameters instead (start: the tiny preset), with\n"
+            "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-vocab N\n"
+            "  --n-ctx N --rope-theta X --rms-eps X   (these also override a preset's values)\n"
+            "  -o, --output FILE model to write\n"
+            "  --seed S          PRNG seed (default 0; decimal or 0x hex)\n"
+            "  --type T          weight type: f32 (default), f16 or bf16 (norms stay f32)\n"
+            "  -h, --help        this help\n");
+}
+
+static int bad(const char *msg, const char *arg)
+{
+    fprintf(stderr, "kvdrift synth: %s '%s' (try kvdrift synth --help)\n", msg, arg);
+    return 2;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    if (s[0] == '-' || s[0] == '\0')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || s[0] == '\0' || !(v > 0.0f) || v > 1e30f)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+enum { O_PRESET = 256, O_ARCH, O_EMBD, O_LAYER, O_HEAD, O_HEAD_KV, O_FF, O_VOCAB, O_CTX, O_THETA,
+       O_EPS, O_SEED, O_TYPE };
+
+int cmd_synth(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"preset", required_argument, NULL, O_PRESET}, {"arch", required_argument, NULL, O_ARCH},
+        {"n-embd", required_argument, NULL, O_EMBD}, {"n-layer", required_argument, NULL, O_LAYER},
+        {"n-head", required_argument, NULL, O_HEAD},
+        {"n-head-kv", required_argument, NULL, O_HEAD_KV},
+        {"n-ff", required_argument, NULL, O_FF}, {"n-vocab", required_argument, NULL, O_VOCAB},
+        {"n-ctx", required_argument, NULL, O_CTX},
+        {"rope-theta", required_argument, NULL, O_THETA},
+        {"rms-eps", required_argument, NULL, O_EPS}, {"seed", required_argument, NULL, O_SEED},
+        {"type", required_argument, NULL, O_TYPE}, {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+    };
+    const char *preset = NULL, *arch = NULL, *out = NULL;
+    uint64_t seed = 0;
+    lm_tensor_type type = LM_TYPE_F32;
+    /* Overrides, applied after the preset: 0 / 0.0f = not given. */
+    uint32_t ov[8] = {0};
+    float theta = 0.0f, eps = 0.0f;
+    int c, li = -1;
+    char what[64];
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":o:h", opts, &li)) != -1) {
+        switch (c) {
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'o': out = optarg; break;
+        case O_PRESET: preset = optarg; break;
+        case O_ARCH: arch = optarg; break;
+        case O_EMBD: case O_LAYER: case O_HEAD: case O_HEAD_KV: case O_FF: case O_VOCAB:
+        case O_CTX:
+            if (parse_u32(optarg, &ov[c - O_EMBD])) {
+                snprintf(what, sizeof what, "--%s: expected a positive integer, got",
+                         li >= 0 ? opts[li].name : "?");
+                return bad(what, optarg);
+            }
+            break;
+        case O_THETA:
+            if (parse_float(optarg, &theta))
+                return bad("--rope-theta: expected a positive number, got", optarg);
+            break;
+        case O_EPS:
+            if (parse_float(optarg, &eps))
+                return bad("--rms-eps: expected a positive number, got", optarg);
+            break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            seed = strtoull(optarg, &end, 0);
+            if (errno || *end || optarg[0] == '\0' || optarg[0] == '-')
+                return bad("--seed: expected a non-negative integer, got", optarg);
+            break;
+        }
+        case O_TYPE:
+            if (strcmp(optarg, "f32") == 0) type = LM_TYPE_F32;
+            else if (strcmp(optarg, "f16") == 0) type = LM_TYPE_F16;
+            else if (strcmp(optarg, "bf16") == 0) type = LM_TYPE_BF16;
+            else return bad("--type: expected f32, f16 or bf16, got", optarg);
+            break;
+        case ':':
+            return bad("missing value for option", argv[optind - 1]);
+        default:
+            return bad("unknown option", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return bad("unexpected argument", argv[optind]);
+    if (out == NULL) {
+        fprintf(stderr, "kvdrift synth: missing -o FILE.gguf (try kvdrift synth --help)\n");
+        return 2;
+    }
+    if ((preset == NULL) == (arch == NULL)) {
+        fprintf(stderr, "kvdrift synth: give exactly one of --preset NAME or --arch llama "
+                        "(try kvdrift synth --help)\n");
+        return 2;
+    }
+    if (arch != NULL && strcmp(arch, "llama") != 0)
+        return bad("unsupported --arch (only llama)", arch);
+    lm_err err = {0};
+    hx_synth_params p;
+    int rc = hx_synth_preset(&p, preset ? preset : "tiny", &err);
+    if (rc == LM_OK) {
+        if (arch != NULL)
+            snprintf(p.name, sizeof p.name, "kvdrift-synth-llama");
+        uint32_t *f[7] = {&p.n_embd, &p.n_layer, &p.n_head, &p.n_head_kv, &p.n_ff, &p.n_vocab,
+                          &p.n_ctx};
+        for (int i = 0; i < 7; ++i)
+            if (ov[i])
+                *f[i] = ov[i];
+        /* --n-head alone keeps plain multi-head attention rather than the preset's ratio. */
+        if (ov[O_HEAD - O_EMBD] && !ov[O_HEAD_KV - O_EMBD])
+            p.n_head_kv = p.n_head;
+        if (theta > 0.0f)
+            p.rope_theta = theta;
+        if (eps > 0.0f)
+            p.rms_eps = eps;
+        rc = hx_synth_write_params(out, &p, seed, type, &err);
+    }
+    if (rc != LM_OK) {
+        fprintf(stderr, "kvdrift synth: %s\n", err.msg);
+        return lm_status_exit_code(rc);
+    }
+    fprintf(stderr, "kvdrift synth: wrote %s (%s: n_embd %u, %u layers, %u/%u heads, n_ff %u, "
+                    "vocab %u, %s, seed 0x%" PRIx64 ")\n", out, p.name, p.n_embd, p.n_layer,
+            p.n_head, p.n_head_kv, p.n_ff, p.n_vocab, lm_tensor_type_name(type), seed);
+    return 0;
+}

@@ -1,0 +1,37 @@
+/* compare.h — one configuration against its baseline and the reference: every compared tensor
+ * measured, classified against the envelope, and folded into an hx_config_report.
+ *
+ * Inputs (all already captured; nothing here runs the engine or the reference):
+ *   x     the configuration's capture: tokens = prompt + its own greedy continuation; logits rows
+ *         teacher-forced on the reference's path, at positions the reference also stored;
+ *   base  its baseline's capture (same backend/threads, one chunk), or x itself when x is the
+ *         baseline, or NULL when there is none (then nothing can be EXACT);
+ *   ref   the reference capture (float64; tokens = prompt + the reference's greedy path);
+ *   env   the envelope measured for this computation (one entry per layer and logits row).
+ * Rows, in order: L<l>.K then L<l>.V for every layer, then logits@<position> for every logits row
+ * of x. The greedy sequence: the first generated index g where x's tokens leave the reference
+ * path; its class is the class of the row logits@(n_prompt - 1 + g) (the row that chose token g,
+ * identical on both paths up to g); when that row was not captured the divergence counts as FLIP
+ * ("unexplained"). */
+#ifndef HX_COMPARE_H
+#define HX_COMPARE_H
+
+#include "capture.h"
+#include "envelope.h"
+#include "kvd_ref.h"
+#include "report.h"
+
+/* Appends rows to c and sets bitwise_baseline, vs_base, first_divergent. Shapes that do not
+ * match (layers, heads, dims, vocabulary, prompt length), or a logits position missing from
+ * ref or env: LM_E_INPUT naming the position or dimension. */
+int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_capture *base,
+                       const ref_capture *ref, const hx_envelope *env, lm_err *err);
+
+/* Builds the envelope from an ensemble of n_members captures (runs that differ only in
+ * rounding) and the reference: every layer's K and V and every reference logits row (each
+ * member must hold that row). key is left zero for the caller (hx_envelope_key). */
+int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *members,
+                              uint32_t n_members, const ref_capture *ref, double safety,
+                              lm_err *err);
+
+#endif

@@ -1,0 +1,124 @@
+/* config.c — CONFIG strings (`blas:step=64:attn=dense`) to and from struct hx_config. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *const hx_backend_names[] = {"naive", "blas", "cuda", NULL};
+
+const char *hx_attn_name(hx_attn a)
+{
+    switch (a) {
+    case HX_ATTN_DENSE: return "dense";
+    case HX_ATTN_STREAM: return "stream";
+    default: return "default";
+    }
+}
+
+/* Decimal integer in [1, UINT32_MAX], nothing else (no sign, no spaces, no hex). */
+static bool parse_pos_u32(const char *s, size_t len, uint32_t *out)
+{
+    if (len == 0 || len > 10)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; ++i) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v == 0 || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool field_is(const char *f, size_t len, const char *word)
+{
+    return strlen(word) == len && memcmp(f, word, len) == 0;
+}
+
+int hx_config_parse(hx_config *out, const char *s, lm_err *err)
+{
+    hx_config c = {0};
+    if (s == NULL || *s == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "config '': empty configuration string");
+    const char *colon = strchr(s, ':');
+    size_t blen = colon ? (size_t)(colon - s) : strlen(s);
+    bool known = false;
+    for (const char *const *b = hx_backend_names; *b; ++b)
+        known |= field_is(s, blen, *b);
+    if (!known)
+        return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown backend '%.*s' (naive, blas, cuda)",
+                       s, (int)blen, s);
+    memcpy(c.backend, s, blen);
+    bool seen_step = false, seen_threads = false, seen_attn = false;
+    for (const char *p = colon; p != NULL;) {
+        const char *f = p + 1;
+        const char *next = strchr(f, ':');
+        size_t flen = next ? (size_t)(next - f) : strlen(f);
+        const char *eq = memchr(f, '=', flen);
+        if (eq == NULL)
+            return LM_FAIL(err, LM_E_INPUT, "config '%s': field '%.*s' is not KEY=VALUE", s,
+                           (int)flen, f);
+        size_t klen = (size_t)(eq - f);
+        const char *val = eq + 1;
+        size_t vlen = flen - klen - 1;
+        bool *seen;
+        bool ok;
+        if (field_is(f, klen, "step")) {
+            seen = &seen_step;
+            ok = field_is(val, vlen, "full") ? (c.step = 0, true) : parse_pos_u32(val, vlen, &c.step);
+        } else if (field_is(f, klen, "threads")) {
+            seen = &seen_threads;
+            ok = parse_pos_u32(val, vlen, &c.threads);
+        } else if (field_is(f, klen, "attn")) {
+            seen = &seen_attn;
+            ok = true;
+            if (field_is(val, vlen, "dense"))
+                c.attn = HX_ATTN_DENSE;
+            else if (field_is(val, vlen, "stream"))
+                c.attn = HX_ATTN_STREAM;
+            else
+                ok = false;
+        } else {
+            return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown key '%.*s' (step, threads, attn)",
+                           s, (int)klen, f);
+        }
+        if (*seen)
+            return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
+        *seen = true;
+        if (!ok)
+            return LM_FAIL(err, LM_E_INPUT, "config '%s': bad value '%.*s' for %.*s", s, (int)vlen,
+                           val, (int)klen, f);
+        p = next;
+    }
+    *out = c;
+    return LM_OK;
+}
+
+int hx_config_format(char *buf, size_t n, const hx_config *c)
+{
+    char step[16], thr[24] = "", attn[24] = "";
+    if (c->step == 0)
+        snprintf(step, sizeof step, "full");
+    else
+        snprintf(step, sizeof step, "%u", (unsigned)c->step);
+    if (c->threads)
+        snprintf(thr, sizeof thr, ":threads=%u", (unsigned)c->threads);
+    if (c->attn != HX_ATTN_DEFAULT)
+        snprintf(attn, sizeof attn, ":attn=%s", hx_attn_name(c->attn));
+    return snprintf(buf, n, "%s:step=%s%s%s", c->backend, step, thr, attn);
+}
+
+hx_config hx_config_baseline(const hx_config *c)
+{
+    hx_config b = *c;
+    b.step = 0;
+    return b;
+}
+
+bool hx_config_equal(const hx_config *a, const hx_config *b)
+{
+    return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
+           a->attn == b->attn;
+}

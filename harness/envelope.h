@@ -1,0 +1,92 @@
+/* envelope.h — the noise envelope E: how far legitimate float32 rounding moves each compared
+ * tensor away from the reference, measured from an ensemble of runs that differ only in
+ * rounding (stochastic rounding / permuted reduction orders), never configured by hand.
+ *
+ * Statistic, per compared tensor t (each layer's K, each layer's V, each logits row):
+ *   dev_m   = max_i |x^m_i - R_i|                       (member m, in double, index order)
+ *   dev     = max_m dev_m                              (over the M >= HX_ENVELOPE_MIN_MEMBERS)
+ *   E       = safety * dev                             (safety = HX_ENVELOPE_SAFETY = 2)
+ * and for logits rows, with t* = argmax R and e^m = x^m - R:
+ *   gapdev  = max_m max_j |e^m_{t*} - e^m_j|            (how much rounding moved any logit
+ *                                                        difference to R's top token)
+ *   E_gap   = safety * gapdev
+ * The safety factor 2 covers that M members sample the rounding distribution's tail only
+ * partly (the max of 8 draws sits near its 89th percentile); a configuration's own rounding is
+ * one more draw from a comparable distribution.
+ * Significant digits from the spread (CADNA-style, normwise): with mu_i and sd_i the mean and
+ * sample standard deviation of x^m_i over members (two-pass, members in order),
+ *   sig_digits = -log10(max_i sd_i / max_i |mu_i|), clamped to [0, 17] (17 when sd == 0).
+ *
+ * File format (cached beside the reference; little-endian):
+ *   "KVDENV\0\0" (8 bytes), u32 version (HX_ENVELOPE_VERSION), u8 key[16], f64 safety,
+ *   u32 n_members, n_layer, n_pos, u32 positions[n_pos],
+ *   per tensor (K of layers 0.., V of layers 0.., logits rows 0..): f64 dev, e, gapdev, e_gap,
+ *   sig_digits (gapdev/e_gap NaN for K and V). */
+#ifndef HX_ENVELOPE_H
+#define HX_ENVELOPE_H
+
+#include "kvd_common.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HX_ENVELOPE_SAFETY 2.0
+#define HX_ENVELOPE_MIN_MEMBERS 8u
+#define HX_ENVELOPE_VERSION 1u
+
+typedef struct hx_env_tensor {
+    double dev;        /* max over members of max_i |x_i - R_i| */
+    double e;          /* safety * dev: the envelope E */
+    double gapdev;     /* logits: max over members of max_j |e_top - e_j|; NaN for K/V */
+    double e_gap;      /* logits: safety * gapdev; NaN for K/V */
+    double sig_digits; /* from the members' spread, see above */
+} hx_env_tensor;
+
+typedef struct hx_envelope {
+    uint8_t key[16];      /* cache key (hx_cache_key) */
+    double safety;
+    uint32_t n_members;
+    uint32_t n_layer;
+    uint32_t n_pos;
+    hx_env_tensor *k;     /* [n_layer] */
+    hx_env_tensor *v;     /* [n_layer] */
+    uint32_t *positions;  /* [n_pos] absolute position of each logits row */
+    hx_env_tensor *logits; /* [n_pos] */
+} hx_envelope;
+
+/* Allocates an envelope with every tensor unset (NaN). */
+int hx_envelope_create(hx_envelope **out, uint32_t n_layer, uint32_t n_pos,
+                       const uint32_t *positions /* [n_pos] */, double safety, lm_err *err);
+void hx_envelope_free(hx_envelope *e);
+
+/* Measures one tensor from M member tensors members[m] [n] against r [n]. is_logits adds the
+ * gap statistic. LM_E_INPUT when M < HX_ENVELOPE_MIN_MEMBERS, a member or R is nonfinite
+ * (an ensemble run that overflows measures nothing), or R has no argmax for logits. */
+int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members /* [M] -> [n] */,
+                          uint32_t n_members, const double *r /* [n] */, size_t n, bool is_logits,
+                          double safety, lm_err *err);
+
+/* True once every tensor has been measured. */
+bool hx_envelope_complete(const hx_envelope *e);
+
+/* Writes atomically (temp file in the same folder, fsync, rename); reads back, checking magic,
+ * version, sizes, and that the stored key equals expect_key (a stale cache entry is an error,
+ * LM_E_INPUT, never silently used). Truncated or corrupt files: LM_E_INPUT naming the path. */
+int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err);
+int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_key[16],
+                     lm_err *err);
+
+/* The envelope's cache key, derived from the reference's (ref_cache_key: REF_VERSION, model
+ * hash, tokens, n_prompt, logit positions, precision), so both caches are keyed the same way and
+ * an envelope can never outlive its reference entry: XXH3-128 (canonical bytes) over, little-
+ * endian: "kvdrift-envelope-cache" (22 bytes), u32 HX_ENVELOPE_VERSION, the reference key's 32
+ * hex digits, u32 n_members, u64 seed, f64 safety, u32 n_extra, u8 extra[n_extra] (e.g. the
+ * ensemble mode or schedule; NULL/0 when none). The file is <cache dir>/<hex>.kvdenv, beside
+ * the reference's <ref key>.kvdref. */
+void hx_envelope_key(uint8_t out[16], const char ref_key_hex[33], uint32_t n_members,
+                     uint64_t seed, double safety, const void *extra, uint32_t n_extra);
+/* "<dir>/<32 hex digits>.kvdenv"; LM_E_INPUT when it does not fit in cap. */
+int hx_envelope_cache_path(char *out, size_t cap, const char *dir, const uint8_t key[16],
+                           lm_err *err);
+
+#endif

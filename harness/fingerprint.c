@@ -1,0 +1,116 @@
+/* fingerprint.c — detect the platform parts that change float32 bits and hash them. */
+#include "fingerprint.h"
+
+#include "capture.h"
+
+#include <cblas.h>
+#include <gnu/libc-version.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <xxhash.h>
+
+#ifndef KVD_BUILD_FLAGS
+#define KVD_BUILD_FLAGS "unknown"
+#endif
+
+static void copy(char *dst, size_t n, const char *src)
+{
+    snprintf(dst, n, "%s", (src && *src) ? src : "unknown");
+    /* Parts are joined with "; " and shown on one line. */
+    for (char *p = dst; *p; ++p)
+        if (*p == '\n' || *p == '\r' || *p == ';')
+            *p = ' ';
+    size_t len = strlen(dst);
+    while (len && dst[len - 1] == ' ')
+        dst[--len] = '\0';
+}
+
+static void cpu_model(char *dst, size_t n)
+{
+    char line[512];
+    const char *found = NULL;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *colon = strchr(line, ':');
+            if (colon) {
+                found = colon + 1;
+                while (*found == ' ' || *found == '\t')
+                    ++found;
+            }
+            break;
+        }
+    }
+    copy(dst, n, found);
+    if (f)
+        fclose(f);
+}
+
+/* Bits of the libm functions the engine uses, over fixed inputs spanning their ranges. */
+static uint32_t libm_probe(void)
+{
+    enum { N = 4096 };
+    static float out[5 * N];
+    for (int i = 0; i < N; ++i) {
+        volatile float x = -20.0f + 40.0f * (float)i / (float)N; /* volatile: no constant folding */
+        out[5 * i + 0] = expf(x);
+        out[5 * i + 1] = logf(fabsf(x) + 0.001f);
+        out[5 * i + 2] = sinf(x * 100.0f);
+        out[5 * i + 3] = cosf(x * 100.0f);
+        out[5 * i + 4] = powf(10000.0f, x / 40.0f);
+    }
+    return (uint32_t)XXH3_64bits(out, sizeof out);
+}
+
+void hx_fingerprint_detect(hx_fingerprint *fp)
+{
+    memset(fp, 0, sizeof *fp);
+    struct utsname u;
+    copy(fp->arch, sizeof fp->arch, uname(&u) == 0 ? u.machine : NULL);
+    cpu_model(fp->cpu, sizeof fp->cpu);
+    const char *expf_variant = "unknown";
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2"), avx512f = __builtin_cpu_supports("avx512f");
+    int fma = __builtin_cpu_supports("fma"), fma4 = __builtin_cpu_supports("fma4");
+    snprintf(fp->isa, sizeof fp->isa, "%s%s%s%s%s", avx2 ? "avx2+" : "", avx512f ? "avx512f+" : "",
+             fma ? "fma+" : "", fma4 ? "fma4+" : "", "sse2");
+    /* glibc's x86_64 expf ifunc: the FMA build needs FMA and AVX2 usable. */
+    expf_variant = (fma && avx2) ? "fma" : "sse2";
+#else
+    copy(fp->isa, sizeof fp->isa, NULL);
+#endif
+    copy(fp->blas, sizeof fp->blas, openblas_get_config());
+    copy(fp->blas_core, sizeof fp->blas_core, openblas_get_corename());
+#if defined(__clang__)
+    snprintf(fp->compiler, sizeof fp->compiler, "clang %s", __clang_version__);
+#elif defined(__GNUC__)
+    snprintf(fp->compiler, sizeof fp->compiler, "gcc %s", __VERSION__);
+#else
+    copy(fp->compiler, sizeof fp->compiler, NULL);
+#endif
+    copy(fp->flags, sizeof fp->flags, KVD_BUILD_FLAGS);
+    snprintf(fp->libc, sizeof fp->libc, "glibc %s", gnu_get_libc_version());
+    snprintf(fp->libm, sizeof fp->libm, "expf=%s probe=%08x", expf_variant,
+             (unsigned)libm_probe());
+    hx_fingerprint_finish(fp);
+}
+
+void hx_fingerprint_finish(hx_fingerprint *fp)
+{
+    snprintf(fp->text, sizeof fp->text,
+             "arch=%s; cpu=%s; isa=%s; blas=%s; blas_core=%s; compiler=%s; flags=%s; libc=%s; "
+             "libm=%s",
+             fp->arch, fp->cpu, fp->isa, fp->blas, fp->blas_core, fp->compiler, fp->flags,
+             fp->libc, fp->libm);
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, XXH3_128bits(fp->text, strlen(fp->text)));
+    char hex[33];
+    hx_hash_hex(hex, can.digest);
+    memcpy(fp->id, hex, 16);
+    fp->id[16] = '\0';
+    snprintf(fp->short_text, sizeof fp->short_text, "%s %s %s, %s, %s %s [%s]", fp->arch,
+             fp->blas_core, fp->isa, fp->compiler, fp->libc, fp->libm, fp->id);
+}

@@ -1,0 +1,235 @@
+/* golden.c — golden hash files (JSON via jansson): load, validate, look up, update, save. */
+#include "golden.h"
+
+#include "atomic.h"
+#include "capture.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct hx_golden {
+    json_t *root; /* owned */
+};
+
+static json_t *new_root(void)
+{
+    json_t *r = json_object();
+    if (r == NULL)
+        return NULL;
+    if (json_object_set_new(r, "format", json_string("kvdrift-golden")) ||
+        json_object_set_new(r, "version", json_integer(HX_GOLDEN_VERSION)) ||
+        json_object_set_new(r, "platforms", json_object()) ||
+        json_object_set_new(r, "cases", json_object())) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
+int hx_golden_create(hx_golden **out, lm_err *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (*out == NULL || ((*out)->root = new_root()) == NULL) {
+        free(*out);
+        *out = NULL;
+        return LM_FAIL(err, LM_E_NOMEM, "golden: out of memory");
+    }
+    return LM_OK;
+}
+
+void hx_golden_free(hx_golden *g)
+{
+    if (g == NULL)
+        return;
+    json_decref(g->root);
+    free(g);
+}
+
+/* Parses one entry object; returns a reason string on failure. */
+static const char *parse_entry(const json_t *o, hx_golden_entry *e)
+{
+    memset(e, 0, sizeof *e);
+    if (!json_is_object(o))
+        return "entry is not an object";
+    const json_t *h = json_object_get(o, "xxh3_128"), *p = json_object_get(o, "position"),
+                 *t = json_object_get(o, "top5");
+    uint8_t bytes[16];
+    lm_err ignore = {0};
+    if (!json_is_string(h) || hx_hash_from_hex(bytes, json_string_value(h), &ignore) != LM_OK)
+        return "xxh3_128 is not 32 hex digits";
+    hx_hash_hex(e->hash_hex, bytes);
+    if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > UINT32_MAX)
+        return "position is not an integer >= 0";
+    e->position = (uint32_t)json_integer_value(p);
+    if (!json_is_array(t) || json_array_size(t) > HX_TOPK)
+        return "top5 is not an array of at most 5 items";
+    for (size_t i = 0; i < json_array_size(t); ++i) {
+        const json_t *it = json_array_get(t, i);
+        const json_t *id = json_object_get(it, "id"), *lg = json_object_get(it, "logit");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) > INT32_MAX || !json_is_number(lg))
+            return "top5 item needs an integer id and a numeric logit";
+        e->top_ids[i] = (int32_t)json_integer_value(id);
+        e->top_logits[i] = (float)json_number_value(lg);
+    }
+    e->n_top = (uint32_t)json_array_size(t);
+    return NULL;
+}
+
+static int validate(const json_t *root, const char *path, lm_err *err)
+{
+    const json_t *f = json_object_get(root, "format"), *v = json_object_get(root, "version");
+    if (!json_is_object(root) || !json_is_string(f) ||
+        strcmp(json_string_value(f), "kvdrift-golden") != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: not a kvdrift golden file", path);
+    if (!json_is_integer(v) || json_integer_value(v) != HX_GOLDEN_VERSION)
+        return LM_FAIL(err, LM_E_INPUT, "%s: golden format version is not %d", path,
+                       HX_GOLDEN_VERSION);
+    const json_t *plats = json_object_get(root, "platforms"), *cases = json_object_get(root, "cases");
+    if (!json_is_object(plats) || !json_is_object(cases))
+        return LM_FAIL(err, LM_E_INPUT, "%s: 'platforms' and 'cases' must be objects", path);
+    const char *k;
+    const json_t *val;
+    json_object_foreach((json_t *)plats, k, val)
+        if (!json_is_string(val))
+            return LM_FAIL(err, LM_E_INPUT, "%s: platforms.%s is not a string", path, k);
+    const char *cn, *cfg, *fp;
+    const json_t *cv, *fv, *ev;
+    json_object_foreach((json_t *)cases, cn, cv) {
+        if (!json_is_object(cv))
+            return LM_FAIL(err, LM_E_INPUT, "%s: cases.%s is not an object", path, cn);
+        json_object_foreach((json_t *)cv, cfg, fv) {
+            if (!json_is_object(fv))
+                return LM_FAIL(err, LM_E_INPUT, "%s: cases.%s.%s is not an object", path, cn, cfg);
+            json_object_foreach((json_t *)fv, fp, ev) {
+                hx_golden_entry e;
+                const char *why = parse_entry(ev, &e);
+                if (why)
+                    return LM_FAIL(err, LM_E_INPUT, "%s: cases.%s.%s.%s: %s", path, cn, cfg, fp,
+                                   why);
+            }
+        }
+    }
+    return LM_OK;
+}
+
+int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *err)
+{
+    *out = NULL;
+    struct stat st;
+    if (missing_ok && stat(path, &st) != 0 && errno == ENOENT)
+        return hx_golden_create(out, err);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (root == NULL) {
+        if (je.line < 0) /* jansson's mark for "could not open or read" */
+            return LM_FAIL(err, LM_E_IO, "%s: %s", path, je.text);
+        return LM_FAIL(err, LM_E_INPUT, "%s:%d: %s", path, je.line, je.text);
+    }
+    int rc = validate(root, path, err);
+    if (rc != LM_OK) {
+        json_decref(root);
+        return rc;
+    }
+    hx_golden *g = calloc(1, sizeof *g);
+    if (g == NULL) {
+        json_decref(root);
+        return LM_FAIL(err, LM_E_NOMEM, "golden: out of memory");
+    }
+    g->root = root;
+    *out = g;
+    return LM_OK;
+}
+
+int hx_golden_find(const hx_golden *g, const char *case_name, const char *config,
+                   const char *fp_id, hx_golden_entry *out, bool *found, lm_err *err)
+{
+    *found = false;
+    const json_t *cases = json_object_get(g->root, "cases");
+    const json_t *e = json_object_get(json_object_get(json_object_get(cases, case_name), config),
+                                      fp_id);
+    if (e == NULL)
+        return LM_OK;
+    const char *why = parse_entry(e, out);
+    if (why)
+        return LM_FAIL(err, LM_E_INPUT, "golden %s/%s/%s: %s", case_name, config, fp_id, why);
+    *found = true;
+    return LM_OK;
+}
+
+/* The child object `key` of parent, created when absent. */
+static json_t *child(json_t *parent, const char *key)
+{
+    json_t *c = json_object_get(parent, key);
+    if (c == NULL && json_object_set_new(parent, key, json_object()) == 0)
+        c = json_object_get(parent, key);
+    return json_is_object(c) ? c : NULL;
+}
+
+int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
+                  const hx_fingerprint *fp, const hx_golden_entry *e, lm_err *err)
+{
+    json_t *top = json_array();
+    for (uint32_t i = 0; top && i < e->n_top && i < HX_TOPK; ++i) {
+        json_t *it = json_pack("{s:I,s:f}", "id", (json_int_t)e->top_ids[i], "logit",
+                               (double)e->top_logits[i]);
+        if (it == NULL || json_array_append_new(top, it)) {
+            json_decref(top);
+            top = NULL;
+        }
+    }
+    json_t *obj = top ? json_pack("{s:s,s:I,s:o}", "xxh3_128", e->hash_hex, "position",
+                                  (json_int_t)e->position, "top5", top)
+                      : NULL;
+    json_t *cfg = child(child(child(g->root, "cases"), case_name), config);
+    json_t *plats = json_object_get(g->root, "platforms");
+    if (obj == NULL || cfg == NULL || json_object_set_new(cfg, fp->id, obj) ||
+        json_object_set_new(plats, fp->id, json_string(fp->text)))
+        return LM_FAIL(err, LM_E_INPUT, "golden: cannot add %s/%s (out of memory, or a "
+                                        "non-finite logit in the summary)", case_name, config);
+    return LM_OK;
+}
+
+size_t hx_golden_count(const hx_golden *g)
+{
+    size_t n = 0;
+    const char *k1, *k2;
+    json_t *v1, *v2;
+    json_object_foreach(json_object_get(g->root, "cases"), k1, v1)
+        json_object_foreach(v1, k2, v2)
+            n += json_object_size(v2);
+    return n;
+}
+
+int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
+{
+    char *text = json_dumps(g->root, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    if (text == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: cannot serialize golden file", path);
+    size_t n = strlen(text);
+    char *withnl = realloc(text, n + 2);
+    if (withnl == NULL) {
+        free(text);
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    }
+    withnl[n] = '\n';
+    withnl[n + 1] = '\0';
+    int rc = hx_write_file_atomic(path, withnl, n + 1, err);
+    free(withnl);
+    return rc;
+}
+
+void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16], const float *logits,
+                          uint32_t n_vocab, uint32_t position)
+{
+    memset(e, 0, sizeof *e);
+    hx_hash_hex(e->hash_hex, hash);
+    e->position = position;
+    e->n_top = (uint32_t)hx_topk_f32(e->top_ids, logits, n_vocab, HX_TOPK);
+    for (uint32_t i = 0; i < e->n_top; ++i)
+        e->top_logits[i] = logits[e->top_ids[i]];
+}

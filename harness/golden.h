@@ -1,0 +1,63 @@
+/* golden.h — golden hash files: JSON (jansson, keys sorted), written atomically.
+ *
+ * Layout (format "kvdrift-golden", version 1):
+ *   {
+ *     "format": "kvdrift-golden", "version": 1,
+ *     "platforms": { FP_ID: FINGERPRINT_TEXT, ... },
+ *     "cases": { CASE: { CONFIG: { FP_ID: {
+ *         "xxh3_128": "32 hex digits",
+ *         "position": P,                       (absolute position of the summarized logits row)
+ *         "top5": [ {"id": I, "logit": L}, ... ]   (best first; L printed with 9 significant
+ *                                                  digits, enough to read the float32 back)
+ *     } } } }
+ *   }
+ * CONFIG is the canonical config string (hx_config_format), FP_ID hx_fingerprint.id. Keys are
+ * sorted on output (JSON_SORT_KEYS) so files diff cleanly. */
+#ifndef HX_GOLDEN_H
+#define HX_GOLDEN_H
+
+#include "fingerprint.h"
+#include "kvd_common.h"
+#include "metrics.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HX_GOLDEN_VERSION 1
+
+typedef struct hx_golden_entry {
+    char hash_hex[33];         /* XXH3-128 of the canonical capture */
+    uint32_t position;         /* absolute position of the summarized row (last prompt position) */
+    uint32_t n_top;            /* <= HX_TOPK */
+    int32_t top_ids[HX_TOPK];  /* best first */
+    float top_logits[HX_TOPK];
+} hx_golden_entry;
+
+typedef struct hx_golden hx_golden;
+
+/* Empty golden set (for a file that does not exist yet). */
+int hx_golden_create(hx_golden **out, lm_err *err);
+/* Loads and validates a golden file; every entry is checked now, so a malformed file is an
+ * error (LM_E_INPUT naming the path and the JSON location) before anything is compared.
+ * missing_ok: an absent file gives an empty set instead of LM_E_IO. */
+int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *err);
+void hx_golden_free(hx_golden *g);
+
+/* *found false (and LM_OK) when there is no entry for this case/config/platform. */
+int hx_golden_find(const hx_golden *g, const char *case_name, const char *config,
+                   const char *fp_id, hx_golden_entry *out, bool *found, lm_err *err);
+/* Adds or replaces an entry and records the platform's fingerprint text. */
+int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
+                  const hx_fingerprint *fp, const hx_golden_entry *e, lm_err *err);
+/* Number of entries (case x config x platform). */
+size_t hx_golden_count(const hx_golden *g);
+
+/* Writes the whole set: sorted keys, 2-space indent, trailing newline; atomic. */
+int hx_golden_save(const hx_golden *g, const char *path, lm_err *err);
+
+/* Fills an entry: hash, and the top-5 of logits [n_vocab] at absolute position. */
+void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16],
+                          const float *logits /* [n_vocab] */, uint32_t n_vocab,
+                          uint32_t position);
+
+#endif

@@ -1,0 +1,192 @@
+/* report.c — the in-memory report: building it row by row, verdicts and exit codes. */
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *hx_golden_status_name(hx_golden_status s)
+{
+    switch (s) {
+    case HX_GOLDEN_MATCH: return "match";
+    case HX_GOLDEN_MISMATCH: return "mismatch";
+    case HX_GOLDEN_ABSENT: return "absent";
+    default: return "n/a";
+    }
+}
+
+int hx_report_create(hx_report **out, const char *case_name, lm_err *err)
+{
+    hx_report *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "report: out of memory");
+    snprintf(r->case_name, sizeof r->case_name, "%s", case_name);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(r->created_utc, sizeof r->created_utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    *out = r;
+    return LM_OK;
+}
+
+void hx_report_free(hx_report *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->n_configs; ++i)
+        free(r->configs[i].rows);
+    free(r->configs);
+    free(r);
+}
+
+int hx_report_add_config(hx_report *r, hx_config_report **out, const char *config, lm_err *err)
+{
+    hx_config_report *nc = realloc(r->configs, (r->n_configs + 1) * sizeof *nc);
+    if (nc == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "report: out of memory");
+    r->configs = nc;
+    hx_config_report *c = &nc[r->n_configs++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->config, sizeof c->config, "%s", config);
+    c->cls = HX_EXACT;
+    c->first_divergent = -1;
+    c->sig_digits = HX_SIG_DIGITS_MAX;
+    hx_logit_agg_init(&c->logits);
+    *out = c;
+    return LM_OK;
+}
+
+int hx_config_report_add_row(hx_config_report *c, const hx_tensor_row *row, lm_err *err)
+{
+    hx_tensor_row *nr = realloc(c->rows, (c->n_rows + 1) * sizeof *nr);
+    if (nr == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "report: out of memory");
+    c->rows = nr;
+    nr[c->n_rows++] = *row;
+    bool first = c->n_rows == 1;
+    if (first) {
+        c->vs_ref = row->vs_ref;
+        snprintf(c->reason, sizeof c->reason, "%s: %s", row->name, row->reason);
+    } else {
+        hx_metrics_merge_max(&c->vs_ref, &row->vs_ref);
+    }
+    if (row->cls > c->cls) {
+        c->cls = row->cls;
+        snprintf(c->reason, sizeof c->reason, "%s: %s", row->name, row->reason);
+    }
+    double err_abs = row->vs_ref.max_abs;
+    double ratio = err_abs == 0.0 ? 0.0 : (row->e > 0.0 ? err_abs / row->e : (double)INFINITY);
+    if (isnan(err_abs) || ratio > c->worst_ratio)
+        c->worst_ratio = isnan(err_abs) ? (double)NAN : ratio;
+    if (row->vs_ref.sig_digits < c->sig_digits)
+        c->sig_digits = row->vs_ref.sig_digits;
+    if (row->is_logits) {
+        if (row->e > c->e_logits_max)
+            c->e_logits_max = row->e;
+        hx_logit_agg_add(&c->logits, &row->lg);
+    }
+    return LM_OK;
+}
+
+void hx_config_report_set_divergence(hx_config_report *c, int64_t first, hx_class cls_at)
+{
+    c->first_divergent = first;
+    c->divergent_cls = cls_at;
+    if (first >= 0 && cls_at > c->cls) {
+        c->cls = cls_at;
+        snprintf(c->reason, sizeof c->reason, "greedy tokens part at generated index %lld: %s",
+                 (long long)first, hx_class_name(cls_at));
+    }
+}
+
+bool hx_config_report_fails(const hx_config_report *c, bool strict)
+{
+    if (hx_class_fails(c->cls))
+        return true;
+    return strict && c->golden != HX_GOLDEN_MATCH;
+}
+
+hx_class hx_report_worst(const hx_report *r)
+{
+    hx_class w = HX_EXACT;
+    for (size_t i = 0; i < r->n_configs; ++i)
+        w = hx_class_worst(w, r->configs[i].cls);
+    return w;
+}
+
+int hx_report_exit_code(const hx_report *r, bool strict)
+{
+    for (size_t i = 0; i < r->n_configs; ++i)
+        if (hx_config_report_fails(&r->configs[i], strict))
+            return 1;
+    return 0;
+}
+
+void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c)
+{
+    const hx_logit_agg *a = &c->logits;
+    char ulp[24];
+    if (c->vs_ref.max_ulp == HX_ULP_NAN)
+        snprintf(ulp, sizeof ulp, "nan");
+    else
+        snprintf(ulp, sizeof ulp, "%llu", (unsigned long long)c->vs_ref.max_ulp);
+    snprintf(buf, n,
+             "%s: max_abs %.3g (worst err/E %.3g), max_ulp %s, nmse %.3g, kl_mean %.3g, "
+             "kl_max %.3g, top1 %u/%u, min_margin %.3g, sig_digits %.2f, first_divergent %lld, "
+             "golden %s; %s",
+             hx_class_name(c->cls), c->vs_ref.max_abs, c->worst_ratio, ulp, c->vs_ref.nmse,
+             hx_logit_agg_kl_mean(a), a->kl_max, (unsigned)a->n_top1_agree, (unsigned)a->n_pos,
+             a->min_r_margin, c->sig_digits, (long long)c->first_divergent,
+             hx_golden_status_name(c->golden), c->reason);
+}
+
+const char *const hx_report_col_names[HX_REPORT_NCOLS] = {
+    "config", "class", "div@", "max abs", "max ULP", "NMSE", "KL mean", "KL max",
+    "top1", "min margin", "E logits", "err/E", "sig", "prefill t/s", "decode t/s", "peak MiB"};
+
+static void cell_g(char *c, double v)
+{
+    snprintf(c, HX_REPORT_CELL, "%.3g", v);
+}
+
+void hx_report_cells(char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], const hx_config_report *c)
+{
+    snprintf(cells[0], HX_REPORT_CELL, "%s", c->config);
+    snprintf(cells[1], HX_REPORT_CELL, "%s", hx_class_name(c->cls));
+    if (c->first_divergent >= 0)
+        snprintf(cells[2], HX_REPORT_CELL, "%lld", (long long)c->first_divergent);
+    else
+        snprintf(cells[2], HX_REPORT_CELL, "-");
+    cell_g(cells[3], c->vs_ref.max_abs);
+    if (c->vs_ref.max_ulp == HX_ULP_NAN)
+        snprintf(cells[4], HX_REPORT_CELL, "nan");
+    else
+        snprintf(cells[4], HX_REPORT_CELL, "%llu", (unsigned long long)c->vs_ref.max_ulp);
+    cell_g(cells[5], c->vs_ref.nmse);
+    const hx_logit_agg *a = &c->logits;
+    if (a->n_pos) {
+        cell_g(cells[6], hx_logit_agg_kl_mean(a));
+        cell_g(cells[7], a->kl_max);
+        snprintf(cells[8], HX_REPORT_CELL, "%u/%u", (unsigned)a->n_top1_agree, (unsigned)a->n_pos);
+        cell_g(cells[9], a->min_r_margin);
+        cell_g(cells[10], c->e_logits_max);
+    } else {
+        for (int i = 6; i <= 10; ++i)
+            snprintf(cells[i], HX_REPORT_CELL, "-");
+    }
+    cell_g(cells[11], c->worst_ratio);
+    snprintf(cells[12], HX_REPORT_CELL, "%.1f", c->sig_digits);
+    if (c->prefill_tps > 0.0)
+        snprintf(cells[13], HX_REPORT_CELL, "%.0f", c->prefill_tps);
+    else
+        snprintf(cells[13], HX_REPORT_CELL, "-");
+    if (c->decode_tps > 0.0)
+        snprintf(cells[14], HX_REPORT_CELL, "%.0f", c->decode_tps);
+    else
+        snprintf(cells[14], HX_REPORT_CELL, "-");
+    if (c->peak_mem_bytes)
+        snprintf(cells[15], HX_REPORT_CELL, "%.1f", (double)c->peak_mem_bytes / (1024.0 * 1024.0));
+    else
+        snprintf(cells[15], HX_REPORT_CELL, "-");
+}

@@ -1,0 +1,124 @@
+/* report.h — the in-memory result of one case (or one sweep): per configuration its class,
+ * metrics against the reference and the baseline, envelope, golden status and speed; and the
+ * writers (report.json, report.md, JUnit XML, the terminal table).
+ *
+ * Ownership: hx_report owns its configs, each config owns its rows; hx_report_free frees all. */
+#ifndef HX_REPORT_H
+#define HX_REPORT_H
+
+#include "classify.h"
+#include "config.h"
+#include "kvd_common.h"
+#include "metrics.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define HX_REPORT_SCHEMA_VERSION 1
+
+typedef enum hx_golden_status {
+    HX_GOLDEN_NA = 0,     /* not checked (sweep) */
+    HX_GOLDEN_MATCH,      /* hash equal to the golden for this platform */
+    HX_GOLDEN_MISMATCH,   /* a golden exists and differs */
+    HX_GOLDEN_ABSENT      /* no golden for this case/config/platform */
+} hx_golden_status;
+
+/* "n/a", "match", "mismatch", "absent". */
+const char *hx_golden_status_name(hx_golden_status s);
+
+/* One compared tensor of one configuration. */
+typedef struct hx_tensor_row {
+    char name[32];         /* "L3.K", "L3.V", "logits@17" (absolute position) */
+    bool is_logits;
+    hx_class cls;
+    char reason[256];
+    hx_metrics vs_ref;     /* x vs R */
+    double e;              /* envelope E used */
+    double e_gap;          /* logits: envelope of R's top-1 minus chosen logit; NaN otherwise */
+    hx_logit_metrics lg;   /* logits only */
+} hx_tensor_row;
+
+typedef struct hx_config_report {
+    char config[HX_CONFIG_STR_MAX]; /* canonical config string */
+    hx_class cls;              /* worst over rows and the greedy sequence */
+    char reason[320];          /* the deciding row's name and reason */
+    int64_t first_divergent;   /* first generated index (0 = first generated token) where the
+                                  greedy tokens differ from the reference path; -1 = none */
+    hx_class divergent_cls;    /* class of the logits at that position (valid when >= 0) */
+    bool bitwise_baseline;     /* capture bitwise equal to the baseline's */
+    hx_metrics vs_ref;         /* all rows folded with hx_metrics_merge_max */
+    hx_metrics vs_base;        /* vs the baseline's float32 values, folded the same way */
+    hx_logit_agg logits;       /* over the teacher-forced logits rows */
+    double e_logits_max;       /* largest E over the logits rows */
+    double worst_ratio;        /* max over rows of err/E (Inf when E == 0 < err; 0 when none) */
+    double sig_digits;         /* min over rows of vs_ref.sig_digits */
+    char hash_hex[33];         /* XXH3-128 of the capture ("" when not hashed) */
+    hx_golden_status golden;
+    double prefill_tps;        /* prompt tokens / prefill seconds; 0 = not measured */
+    double decode_tps;         /* generated tokens / decode seconds; 0 = not measured */
+    uint64_t peak_mem_bytes;   /* 0 = not measured */
+    size_t n_rows;
+    hx_tensor_row *rows;       /* [n_rows] */
+} hx_config_report;
+
+typedef struct hx_report {
+    char case_name[128];
+    char model[512];
+    char model_hash[33];
+    char fingerprint_id[17];
+    char fingerprint[480];     /* hx_fingerprint.short_text */
+    char created_utc[32];      /* "2026-11-22T02:20:00Z" */
+    uint32_t n_prompt, n_gen, precision;
+    double envelope_safety;
+    uint32_t envelope_members;
+    bool strict_bits;
+    size_t n_configs;
+    hx_config_report *configs; /* [n_configs] */
+} hx_report;
+
+int hx_report_create(hx_report **out, const char *case_name, lm_err *err);
+void hx_report_free(hx_report *r);
+/* Appends a zeroed configuration (first_divergent -1, cls EXACT, worst_ratio 0, sig 17) and
+ * returns it in *out (valid until the next add). */
+int hx_report_add_config(hx_report *r, hx_config_report **out, const char *config, lm_err *err);
+/* Appends a row and folds it into the configuration: cls (worst), reason (when it became the
+ * worst), vs_ref, e_logits_max, worst_ratio, sig_digits, and the logits aggregate. */
+int hx_config_report_add_row(hx_config_report *c, const hx_tensor_row *row, lm_err *err);
+/* Records the greedy sequence's first divergence and folds its class into cls. */
+void hx_config_report_set_divergence(hx_config_report *c, int64_t first, hx_class cls_at);
+
+/* Whether a configuration fails CI: its class fails, or strict and the golden is not a match. */
+bool hx_config_report_fails(const hx_config_report *c, bool strict);
+/* Worst class over configurations (EXACT when none). */
+hx_class hx_report_worst(const hx_report *r);
+/* 0 when no configuration fails, 1 otherwise. */
+int hx_report_exit_code(const hx_report *r, bool strict);
+
+/* report.json: schema in harness/REPORT-SCHEMA.md. Atomic write. */
+int hx_report_write_json(const hx_report *r, const char *path, lm_err *err);
+/* Several case reports in one JSON document {"schema":..., "reports": [...]} (check --json). */
+int hx_report_write_json_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err);
+/* report.md: summary, the table, one explanation line per non-EXACT configuration. */
+int hx_report_write_md(const hx_report *r, const char *path, lm_err *err);
+/* JUnit XML: one <testsuite> per report, one <testcase> per configuration; failures carry the
+ * class and numbers. */
+int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
+                          lm_err *err);
+/* The terminal table: one row per configuration. */
+void hx_report_print_table(FILE *f, const hx_report *r);
+
+/* One-line summary of a configuration's numbers (used by JUnit and Markdown):
+ * "DRIFT: max_abs 3.1e-05 (E 1.2e-05), max_ulp 12, nmse 1.0e-12, kl_max 2.0e-09, top1 32/33, ..." */
+void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c);
+
+/* The table's columns, shared by the terminal table and report.md: config, class, first
+ * divergent generated index, max abs, max ULP, NMSE, KL mean, KL max, top-1 agreement,
+ * smallest reference margin, largest logits envelope, worst err/E, significant digits,
+ * prefill tok/s, decode tok/s, peak MiB. "-" where not measured. */
+#define HX_REPORT_NCOLS 16
+#define HX_REPORT_CELL 100 /* >= HX_CONFIG_STR_MAX */
+extern const char *const hx_report_col_names[HX_REPORT_NCOLS];
+void hx_report_cells(char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], const hx_config_report *c);
+
+#endif

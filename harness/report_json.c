@@ -1,0 +1,190 @@
+/* report_json.c — report.json writer (jansson); the schema is harness/REPORT-SCHEMA.md. */
+#include "report.h"
+
+#include "atomic.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* JSON has no NaN or Inf: such values are written as the strings "NaN", "Infinity",
+ * "-Infinity" (REPORT-SCHEMA.md, "numbers"). */
+static json_t *num(double d)
+{
+    if (isnan(d))
+        return json_string("NaN");
+    if (isinf(d))
+        return json_string(d > 0 ? "Infinity" : "-Infinity");
+    return json_real(d);
+}
+
+/* Sets key to a new value; a NULL value (allocation failure) makes the whole build fail later,
+ * because json_object_set_new rejects it and we count the failure. */
+typedef struct jb {
+    int failed;
+} jb;
+
+static void set(jb *b, json_t *o, const char *k, json_t *v)
+{
+    if (o == NULL || v == NULL || json_object_set_new(o, k, v) != 0)
+        b->failed = 1;
+}
+
+static json_t *metrics_obj(jb *b, const hx_metrics *m)
+{
+    json_t *o = json_object();
+    set(b, o, "n", json_integer((json_int_t)m->n));
+    set(b, o, "n_nonfinite", json_integer((json_int_t)m->n_nonfinite));
+    set(b, o, "n_diff_bits", json_integer((json_int_t)m->n_diff_bits));
+    set(b, o, "max_abs", num(m->max_abs));
+    set(b, o, "argmax_abs", json_integer((json_int_t)m->argmax_abs));
+    set(b, o, "max_rel", num(m->max_rel));
+    set(b, o, "max_ulp", m->max_ulp == HX_ULP_NAN ? json_null() : json_integer((json_int_t)m->max_ulp));
+    set(b, o, "nmse", num(m->nmse));
+    set(b, o, "ref_absmax", num(m->r_absmax));
+    set(b, o, "sig_digits", num(m->sig_digits));
+    return o;
+}
+
+static json_t *row_obj(jb *b, const hx_tensor_row *t)
+{
+    json_t *o = json_object();
+    set(b, o, "name", json_string(t->name));
+    set(b, o, "kind", json_string(t->is_logits ? "logits" : "kv"));
+    set(b, o, "class", json_string(hx_class_name(t->cls)));
+    set(b, o, "reason", json_string(t->reason));
+    set(b, o, "vs_ref", metrics_obj(b, &t->vs_ref));
+    set(b, o, "envelope", num(t->e));
+    if (t->is_logits) {
+        set(b, o, "envelope_gap", num(t->e_gap));
+        json_t *l = json_object();
+        set(b, l, "top1", json_integer(t->lg.top1_x));
+        set(b, l, "top1_ref", json_integer(t->lg.top1_r));
+        set(b, l, "top5_overlap", json_integer(t->lg.top5_overlap));
+        set(b, l, "ref_margin", num(t->lg.r_margin));
+        set(b, l, "ref_gap", num(t->lg.r_gap));
+        set(b, l, "kl", num(t->lg.kl));
+        set(b, o, "logits", l);
+    }
+    return o;
+}
+
+static json_t *config_obj(jb *b, const hx_config_report *c, bool strict)
+{
+    json_t *o = json_object();
+    set(b, o, "config", json_string(c->config));
+    set(b, o, "class", json_string(hx_class_name(c->cls)));
+    set(b, o, "fails", json_boolean(hx_config_report_fails(c, strict)));
+    set(b, o, "reason", json_string(c->reason));
+    set(b, o, "first_divergent", json_integer(c->first_divergent));
+    set(b, o, "divergent_class",
+        c->first_divergent >= 0 ? json_string(hx_class_name(c->divergent_cls)) : json_null());
+    set(b, o, "bitwise_baseline", json_boolean(c->bitwise_baseline));
+    set(b, o, "vs_ref", metrics_obj(b, &c->vs_ref));
+    set(b, o, "vs_baseline", metrics_obj(b, &c->vs_base));
+    json_t *l = json_object();
+    set(b, l, "positions", json_integer(c->logits.n_pos));
+    set(b, l, "top1_agree", json_integer(c->logits.n_top1_agree));
+    set(b, l, "top1_rate", num(hx_logit_agg_top1_rate(&c->logits)));
+    set(b, l, "top5_overlap_mean", num(hx_logit_agg_top5_mean(&c->logits)));
+    set(b, l, "kl_mean", num(hx_logit_agg_kl_mean(&c->logits)));
+    set(b, l, "kl_max", num(c->logits.kl_max));
+    set(b, l, "min_ref_margin", num(c->logits.min_r_margin));
+    set(b, o, "logits", l);
+    set(b, o, "envelope_logits_max", num(c->e_logits_max));
+    set(b, o, "worst_err_over_envelope", num(c->worst_ratio));
+    set(b, o, "sig_digits", num(c->sig_digits));
+    set(b, o, "xxh3_128", json_string(c->hash_hex));
+    set(b, o, "golden", json_string(hx_golden_status_name(c->golden)));
+    set(b, o, "prefill_tok_s", num(c->prefill_tps));
+    set(b, o, "decode_tok_s", num(c->decode_tps));
+    set(b, o, "peak_mem_bytes", json_integer((json_int_t)c->peak_mem_bytes));
+    json_t *rows = json_array();
+    for (size_t i = 0; i < c->n_rows; ++i)
+        if (rows == NULL || json_array_append_new(rows, row_obj(b, &c->rows[i])) != 0)
+            b->failed = 1;
+    set(b, o, "tensors", rows);
+    return o;
+}
+
+static json_t *report_obj(jb *b, const hx_report *r)
+{
+    json_t *o = json_object();
+    set(b, o, "case", json_string(r->case_name));
+    set(b, o, "model", json_string(r->model));
+    set(b, o, "model_hash", json_string(r->model_hash));
+    json_t *p = json_object();
+    set(b, p, "id", json_string(r->fingerprint_id));
+    set(b, p, "text", json_string(r->fingerprint));
+    set(b, o, "platform", p);
+    set(b, o, "created_utc", json_string(r->created_utc));
+    set(b, o, "n_prompt", json_integer(r->n_prompt));
+    set(b, o, "n_gen", json_integer(r->n_gen));
+    set(b, o, "precision_bits", json_integer(r->precision));
+    json_t *e = json_object();
+    set(b, e, "safety", num(r->envelope_safety));
+    set(b, e, "members", json_integer(r->envelope_members));
+    set(b, o, "envelope", e);
+    set(b, o, "strict_bits", json_boolean(r->strict_bits));
+    set(b, o, "worst_class", json_string(hx_class_name(hx_report_worst(r))));
+    set(b, o, "exit_code", json_integer(hx_report_exit_code(r, r->strict_bits)));
+    json_t *cs = json_array();
+    for (size_t i = 0; i < r->n_configs; ++i)
+        if (cs == NULL || json_array_append_new(cs, config_obj(b, &r->configs[i], r->strict_bits)))
+            b->failed = 1;
+    set(b, o, "configs", cs);
+    return o;
+}
+
+static int dump(json_t *root, jb *b, const char *path, lm_err *err)
+{
+    char *text = (root && !b->failed) ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
+                                      : NULL;
+    json_decref(root);
+    if (text == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: cannot build the JSON report", path);
+    size_t n = strlen(text);
+    char *out = realloc(text, n + 2);
+    if (out == NULL) {
+        free(text);
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    }
+    out[n] = '\n';
+    out[n + 1] = '\0';
+    int rc = hx_write_file_atomic(path, out, n + 1, err);
+    free(out);
+    return rc;
+}
+
+static void set_schema(jb *b, json_t *o)
+{
+    set(b, o, "schema", json_string("kvdrift-report"));
+    set(b, o, "schema_version", json_integer(HX_REPORT_SCHEMA_VERSION));
+}
+
+int hx_report_write_json(const hx_report *r, const char *path, lm_err *err)
+{
+    jb b = {0};
+    json_t *root = json_object();
+    set_schema(&b, root);
+    json_t *body = report_obj(&b, r);
+    /* One report: its fields at the top level beside the schema fields. */
+    if (root && body)
+        json_object_update(root, body);
+    json_decref(body);
+    return dump(root, &b, path, err);
+}
+
+int hx_report_write_json_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err)
+{
+    jb b = {0};
+    json_t *root = json_object();
+    set_schema(&b, root);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; ++i)
+        if (arr == NULL || json_array_append_new(arr, report_obj(&b, rs[i])) != 0)
+            b.failed = 1;
+    set(&b, root, "reports", arr);
+    return dump(root, &b, path, err);
+}

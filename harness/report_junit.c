@@ -1,0 +1,138 @@
+/* report_junit.c — JUnit XML (libxml2 xmlTextWriter, which does the escaping): one <testsuite>
+ * per case report, one <testcase> per configuration; a failing class becomes <failure> with
+ * the class as type and the numbers in the message; TIE_FLIP passes with a <system-out> note. */
+#include "report.h"
+
+#include "atomic.h"
+
+#include <libxml/xmlwriter.h>
+#include <stdio.h>
+
+#define X(s) ((const xmlChar *)(s))
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is not valid. */
+static size_t utf8_len(const unsigned char *s)
+{
+    size_t n = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3
+                                                     : (s[0] >> 3) == 30 ? 4 : 0;
+    for (size_t i = 1; i < n; ++i)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* XML 1.0 cannot carry most control characters even escaped (&#1; does not parse), and the
+ * writer does not check UTF-8: replace both kinds of bad bytes with '?' before handing text
+ * to the writer, which escapes <, >, &, quotes. */
+static const xmlChar *clean(const char *s)
+{
+    static char buf[2048];
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    while (*p && o + 5 < sizeof buf) {
+        size_t n = utf8_len(p);
+        if (n == 0 || (n == 1 && ((*p < 0x20 && *p != '\t' && *p != '\n') || *p == 0x7f))) {
+            buf[o++] = '?';
+            ++p;
+            continue;
+        }
+        for (size_t i = 0; i < n; ++i)
+            buf[o++] = (char)p[i];
+        p += n;
+    }
+    buf[o] = '\0';
+    return X(buf);
+}
+
+static int attr(xmlTextWriterPtr w, const char *name, const char *value)
+{
+    return xmlTextWriterWriteAttribute(w, X(name), clean(value));
+}
+
+static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
+{
+    int fails = 0;
+    for (size_t i = 0; i < r->n_configs; ++i)
+        fails += hx_config_report_fails(&r->configs[i], strict);
+    int bad = xmlTextWriterStartElement(w, X("testsuite")) < 0;
+    bad |= attr(w, "name", r->case_name) < 0;
+    bad |= xmlTextWriterWriteFormatAttribute(w, X("tests"), "%zu", r->n_configs) < 0;
+    bad |= xmlTextWriterWriteFormatAttribute(w, X("failures"), "%d", fails) < 0;
+    bad |= attr(w, "errors", "0") < 0;
+    bad |= attr(w, "timestamp", r->created_utc) < 0;
+    bad |= xmlTextWriterStartElement(w, X("properties")) < 0;
+    const char *props[][2] = {{"model", r->model},
+                              {"model_hash", r->model_hash},
+                              {"platform", r->fingerprint},
+                              {"platform_id", r->fingerprint_id}};
+    for (size_t i = 0; i < sizeof props / sizeof props[0]; ++i) {
+        bad |= xmlTextWriterStartElement(w, X("property")) < 0;
+        bad |= attr(w, "name", props[i][0]) < 0;
+        bad |= attr(w, "value", props[i][1]) < 0;
+        bad |= xmlTextWriterEndElement(w) < 0;
+    }
+    bad |= xmlTextWriterEndElement(w) < 0;
+    char classname[160], summary[1024];
+    snprintf(classname, sizeof classname, "kvdrift.%s", r->case_name);
+    for (size_t i = 0; i < r->n_configs && !bad; ++i) {
+        const hx_config_report *c = &r->configs[i];
+        hx_config_report_summary(summary, sizeof summary, c);
+        bad |= xmlTextWriterStartElement(w, X("testcase")) < 0;
+        bad |= attr(w, "classname", classname) < 0;
+        bad |= attr(w, "name", c->config) < 0;
+        bad |= attr(w, "time", "0") < 0;
+        if (hx_config_report_fails(c, strict)) {
+            bool bits_only = !hx_class_fails(c->cls);
+            char msg[1100];
+            if (bits_only)
+                snprintf(msg, sizeof msg, "strict: golden %s (%s)",
+                         hx_golden_status_name(c->golden), summary);
+            else
+                snprintf(msg, sizeof msg, "%s", summary);
+            bad |= xmlTextWriterStartElement(w, X("failure")) < 0;
+            bad |= xmlTextWriterWriteAttribute(w, X("type"),
+                                               X(bits_only ? "BITS" : hx_class_name(c->cls))) < 0;
+            bad |= attr(w, "message", msg) < 0;
+            bad |= xmlTextWriterWriteString(w, clean(msg)) < 0;
+            bad |= xmlTextWriterEndElement(w) < 0;
+        } else if (c->cls != HX_EXACT) {
+            bad |= xmlTextWriterWriteElement(w, X("system-out"), clean(summary)) < 0;
+        }
+        bad |= xmlTextWriterEndElement(w) < 0;
+    }
+    bad |= xmlTextWriterEndElement(w) < 0;
+    return bad;
+}
+
+int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
+                          lm_err *err)
+{
+    xmlBufferPtr buf = xmlBufferCreate();
+    xmlTextWriterPtr w = buf ? xmlNewTextWriterMemory(buf, 0) : NULL;
+    if (w == NULL) {
+        xmlBufferFree(buf);
+        return LM_FAIL(err, LM_E_NOMEM, "%s: cannot create the XML writer", path);
+    }
+    int total = 0, fails = 0;
+    for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < rs[i]->n_configs; ++j) {
+            total++;
+            fails += hx_config_report_fails(&rs[i]->configs[j], strict);
+        }
+    xmlTextWriterSetIndent(w, 1);
+    int bad = xmlTextWriterStartDocument(w, NULL, "UTF-8", NULL) < 0;
+    bad |= xmlTextWriterStartElement(w, X("testsuites")) < 0;
+    bad |= attr(w, "name", "kvdrift") < 0;
+    bad |= xmlTextWriterWriteFormatAttribute(w, X("tests"), "%d", total) < 0;
+    bad |= xmlTextWriterWriteFormatAttribute(w, X("failures"), "%d", fails) < 0;
+    for (size_t i = 0; i < n && !bad; ++i)
+        bad |= suite(w, rs[i], strict);
+    bad |= xmlTextWriterEndDocument(w) < 0;
+    xmlFreeTextWriter(w); /* flushes into buf */
+    int rc = bad ? LM_FAIL(err, LM_E_INPUT, "%s: cannot write the JUnit XML (text that is not "
+                                            "valid UTF-8?)", path)
+                 : hx_write_file_atomic(path, xmlBufferContent(buf), (size_t)xmlBufferLength(buf),
+                                        err);
+    xmlBufferFree(buf);
+    return rc;
+}

@@ -1,0 +1,119 @@
+/* runner.c — one engine configuration -> hx_capture (prefill K/V, greedy tokens, forced logits). */
+#include "runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Feeds forced[from..n_forced) one at a time, storing row j+1 after forced[j]. */
+static int feed_forced(lm_ctx *ctx, hx_capture *c, const hx_run_request *rq, uint32_t from,
+                       lm_err *err)
+{
+    size_t nv = c->shape.n_vocab;
+    for (uint32_t j = from; j < rq->n_forced; ++j) {
+        int rc = lm_forward(ctx, &rq->forced[j], 1, LM_LOGITS_LAST, c->logits + (j + 1) * nv, err);
+        if (rc != LM_OK)
+            return rc;
+    }
+    return LM_OK;
+}
+
+int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, const hx_config *cfg,
+                   const hx_run_request *rq, lm_err *err)
+{
+    *out = NULL;
+    memset(stats, 0, sizeof *stats);
+    const lm_hparams *hp = &m->hp;
+    if (rq->n_prompt == 0)
+        return LM_FAIL(err, LM_E_INPUT, "run: empty prompt");
+    uint32_t tail = rq->n_gen > rq->n_forced ? rq->n_gen : rq->n_forced;
+    uint64_t need = (uint64_t)rq->n_prompt + tail;
+    if (need > UINT32_MAX || (hp->n_ctx_train != 0 && need > hp->n_ctx_train))
+        return LM_FAIL(err, LM_E_INPUT, "run: %u prompt tokens + %u more exceed the model's "
+                                        "context of %u", (unsigned)rq->n_prompt, (unsigned)tail,
+                       (unsigned)hp->n_ctx_train);
+    hx_capture_shape s = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv,
+                          .head_dim = hp->head_dim, .n_vocab = hp->n_vocab,
+                          .n_prompt = rq->n_prompt, .n_tokens = rq->n_prompt + rq->n_gen,
+                          .n_pos = rq->n_forced + 1};
+    hx_capture *c = NULL;
+    lm_ctx *ctx = NULL;
+    float *cur = NULL;
+    int rc = hx_capture_create(&c, &s, err);
+    if (rc != LM_OK)
+        return rc;
+    const lm_ctx_params cp = {.backend = cfg->backend, .n_threads = (int)cfg->threads,
+                              .n_ctx = (uint32_t)need};
+    if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
+        goto fail;
+    size_t nv = hp->n_vocab;
+    if ((cur = malloc(nv * sizeof *cur)) == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "run: out of memory");
+        goto fail;
+    }
+    memcpy(c->tokens, rq->prompt, rq->n_prompt * sizeof *rq->prompt);
+    for (uint32_t i = 0; i < s.n_pos; ++i)
+        c->positions[i] = rq->n_prompt - 1 + i;
+
+    double t0 = now_s();
+    if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, c->logits, err)) != LM_OK)
+        goto fail;
+    stats->prefill_s = now_s() - t0;
+    size_t kv_bytes = hx_capture_kv_elems(&s) * sizeof(float);
+    for (uint32_t l = 0; l < s.n_layer; ++l) { /* [n_prompt][n_kv_head][head_dim] */
+        memcpy(c->k[l], lm_ctx_k(ctx, l), kv_bytes);
+        memcpy(c->v[l], lm_ctx_v(ctx, l), kv_bytes);
+    }
+
+    /* Greedy decode; while on the forced path its rows are the teacher-forced rows. */
+    memcpy(cur, c->logits, nv * sizeof *cur);
+    bool on_path = true;
+    uint32_t fed = 0; /* tokens fed after the prompt */
+    t0 = now_s();
+    for (uint32_t j = 0; j < rq->n_gen; ++j) {
+        int32_t tok = lm_argmax(cur, hp->n_vocab);
+        c->tokens[rq->n_prompt + j] = tok;
+        if (j < rq->n_forced && tok != rq->forced[j])
+            on_path = false; /* tokens past the end of the forced path are no split */
+        if (j + 1 == rq->n_gen)
+            break; /* the last token's logits are never needed */
+        if ((rc = lm_forward(ctx, &tok, 1, LM_LOGITS_LAST, cur, err)) != LM_OK)
+            goto fail;
+        ++fed;
+        stats->n_decode++;
+        if (on_path && j < rq->n_forced)
+            memcpy(c->logits + (j + 1) * nv, cur, nv * sizeof *cur);
+    }
+    stats->decode_s = now_s() - t0;
+
+    if (on_path) {
+        /* The context holds prompt + forced[0..fed): continue on the forced path. */
+        if (fed < rq->n_forced && (rc = feed_forced(ctx, c, rq, fed, err)) != LM_OK)
+            goto fail;
+    } else {
+        /* The greedy path split: prefill again (same schedule, same bits) and force. */
+        stats->reran_forced = true;
+        lm_ctx_reset(ctx);
+        if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, cur, err)) != LM_OK ||
+            (rc = feed_forced(ctx, c, rq, 0, err)) != LM_OK)
+            goto fail;
+    }
+    stats->ctx_bytes = (uint64_t)lm_ctx_scratch_bytes(ctx) +
+                       2ull * s.n_layer * need * s.n_kv_head * s.head_dim * sizeof(float);
+    free(cur);
+    lm_ctx_free(ctx);
+    *out = c;
+    return LM_OK;
+fail:
+    free(cur);
+    lm_ctx_free(ctx);
+    hx_capture_free(c);
+    return rc;
+}

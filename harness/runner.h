@@ -1,0 +1,36 @@
+/* runner.h — runs one engine configuration and captures what the harness compares: K/V of
+ * every layer after prefill, the greedy continuation, and logits teacher-forced on a given
+ * path (normally the reference's greedy path) so rows stay comparable after a split. */
+#ifndef HX_RUNNER_H
+#define HX_RUNNER_H
+
+#include "capture.h"
+#include "config.h"
+#include "kvd_engine.h"
+
+typedef struct hx_run_request {
+    const int32_t *prompt;  /* [n_prompt] */
+    uint32_t n_prompt;      /* >= 1 */
+    uint32_t n_gen;         /* greedy tokens to generate (no EOS stop: lengths stay equal) */
+    const int32_t *forced;  /* [n_forced] the teacher path after the prompt; may be NULL when
+                               n_forced == 0 */
+    uint32_t n_forced;
+} hx_run_request;
+
+typedef struct hx_run_stats {
+    double prefill_s, decode_s;   /* wall seconds of the prefill and the greedy decode */
+    uint32_t n_decode;            /* forward calls in the greedy decode */
+    uint64_t ctx_bytes;           /* KV cache + scratch of the context: its peak footprint */
+    bool reran_forced;            /* the greedy path left the teacher path, so the forced rows
+                                     needed a second prefill */
+} hx_run_stats;
+
+/* Captures one configuration. Tokens = prompt + n_gen greedy ids (lm_argmax); logits rows at
+ * positions n_prompt-1 .. n_prompt-1+n_forced, each computed on prompt + forced[0..j) in decode
+ * mode (one token per forward call, as generation does); while the greedy path equals the
+ * forced path the generation's own rows are used, so a config that never splits runs once.
+ * Engine errors pass through; LM_E_INPUT when the context would exceed the model's. */
+int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, const hx_config *cfg,
+                   const hx_run_request *rq, lm_err *err);
+
+#endif

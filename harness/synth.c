@@ -1,0 +1,383 @@
+/* synth.c — deterministic synthetic llama models: weights from a documented PRNG, a generated
+ * SentencePiece vocabulary, written as GGUF v3.
+ *
+ * PRNG. Every tensor has its own stream, so that its values do not depend on the order or the
+ * presence of other tensors: state0 = seed XOR FNV-1a-64(tensor name), then splitmix64
+ * (Steele, Lea, Flood 2014; the constants of Vigna's reference code) gives one 64-bit word per
+ * element. Its top 24 bits become u = (k - 2^23 + 0.5) / 2^23, uniform and symmetric in (-1, 1),
+ * and the element is (float)(u * sqrt(3) * sigma): uniform with standard deviation sigma.
+ * Only +, *, / and sqrt (correctly rounded in IEEE arithmetic) are used — no libm
+ * transcendental whose last bit may differ between C libraries — so the same (seed, params,
+ * type) gives the same bytes on every machine.
+ *
+ * Scales (n = n_embd, nq = n_head * head_dim, V = n_vocab, L = n_layer), chosen so that logits
+ * are peaked, not uniform, and greedy text does not just repeat the last token:
+ *   token_embd  sigma 1                  (rows of squared norm ~n; output is tied to it);
+ *               rows of the 259 control and byte tokens then multiplied by 1/4
+ *   attn_norm, ffn_norm   1 + 0.1 u      (near-identity gains)
+ *   wq  1.5/sqrt(n), wk, wv, w_gate, w_up  1/sqrt(n)   (unit-variance projections of the
+ *                                        normalised input; q a little larger for sharper
+ *                                        attention)
+ *   wo  a/sqrt(nq), w_down  1.7 a/sqrt(n_ff)   (each block adds a random vector of per-entry
+ *                                        variance ~a^2 to the residual; 1.7 ~ 1/sqrt(E[silu(g)^2
+ *                                        u^2]) for unit normal g, u)
+ *   output_norm  C/sqrt(n)               (constant: a logit then has standard deviation ~C)
+ * with C = c sqrt(2 ln V), c = 2.25 (the expected maximum of V unit normals is ~sqrt(2 ln V),
+ * so the top logit leads the next ones by a few units at every vocabulary size), and
+ * a^2 = (K n / (2 ln V) - 1) / (2 L), K = 64: the context-dependent part of the residual then
+ * outweighs the token's own embedding, whose tied logit would otherwise win every time (with
+ * K = 1 greedy generation repeats the prompt's last token forever). Measured with the naive
+ * backend over random 8-token prompts: top-1 softmax probability at the last prompt position
+ * 0.70 on average for `tiny` (> 0.3 in 20 of 20 prompts), about 24 distinct tokens in 32
+ * greedy ones; test_synth re-measures it. The scale constants are rounded to float32, so a
+ * last-bit difference between C libraries' log() cannot change the file in practice.
+ *
+ * Vocabulary (SentencePiece, llama style): <unk> = 0 (type 2), <s> = 1 and </s> = 2 (control,
+ * type 3), <0x00>..<0xFF> (byte, type 6), then normal pieces (type 1) with scores 0, -1, -2, ...
+ * in this order until the vocabulary is full: "▁"; the letters, punctuation and digits; for
+ * each word of a list of common English words, every prefix of "▁word" from two characters up
+ * (so that SentencePiece's pairwise merges can reach the whole word); then letter strings of
+ * length 1..4 with and without a leading "▁". Duplicates are skipped. */
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's word-boundary mark */
+#define N_SPECIAL 259u    /* <unk>, <s>, </s> and the 256 byte pieces come first */
+#define LOGIT_PEAK 2.25  /* c above */
+#define SELF_RATIO 64.0  /* K above */
+
+typedef struct preset {
+    const char *name;
+    hx_synth_params p;
+} preset;
+
+static const preset presets[] = {
+    /* The `make demo` model: runs in milliseconds. */
+    {"tiny", {"kvdrift-synth-tiny", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f}},
+    /* SmolLM2-135M's shape (head_dim 64, GQA 3:1, tied embeddings): for benchmarks. */
+    {"smollm2-135m", {"kvdrift-synth-smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192,
+                      100000.0f, 1e-5f}},
+};
+
+const char *hx_synth_preset_name(size_t i)
+{
+    return i < sizeof presets / sizeof presets[0] ? presets[i].name : NULL;
+}
+
+int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; ++i)
+        if (strcmp(presets[i].name, name) == 0) {
+            *out = presets[i].p;
+            return LM_OK;
+        }
+    return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m)",
+                   name);
+}
+
+int hx_synth_check(const hx_synth_params *p, lm_err *err)
+{
+    if (p->n_embd == 0 || p->n_layer == 0 || p->n_head == 0 || p->n_head_kv == 0 || p->n_ff == 0
+        || p->n_ctx == 0)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: n_embd, n_layer, n_head, n_head_kv, n_ff and "
+                       "n_ctx must all be positive");
+    if (p->n_embd % p->n_head != 0)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: n_embd %u is not a multiple of n_head %u",
+                       p->n_embd, p->n_head);
+    if ((p->n_embd / p->n_head) % 2 != 0)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: head_dim n_embd/n_head = %u must be even (RoPE "
+                       "rotates pairs)", p->n_embd / p->n_head);
+    if (p->n_head % p->n_head_kv != 0)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: n_head_kv %u does not divide n_head %u",
+                       p->n_head_kv, p->n_head);
+    if (p->n_vocab < HX_SYNTH_MIN_VOCAB || p->n_vocab > HX_SYNTH_MAX_VOCAB)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: n_vocab %u is outside %u..%u", p->n_vocab,
+                       HX_SYNTH_MIN_VOCAB, HX_SYNTH_MAX_VOCAB);
+    if (p->n_embd > 65536 || p->n_ff > 262144 || p->n_layer > 1024)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: n_embd (<= 65536), n_ff (<= 262144) or n_layer "
+                       "(<= 1024) too large");
+    if (!(p->rope_theta > 0.0f) || p->rope_theta > 1e30f)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: rope theta %g must be positive and finite",
+                       (double)p->rope_theta);
+    if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: rms eps %g must be in (0, 1)", (double)p->rms_eps);
+    return LM_OK;
+}
+
+/* ---------------------------------------------------------------- PRNG */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a64(const char *s)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (; *s; ++s)
+        h = (h ^ (uint8_t)*s) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* out[n] = center + uniform values of standard deviation sigma, from name's stream. */
+static void fill(float *out, uint64_t n, const char *name, uint64_t seed, double center,
+                 double sigma)
+{
+    uint64_t st = seed ^ fnv1a64(name);
+    double half_width = sqrt(3.0) * sigma;
+    for (uint64_t i = 0; i < n; ++i) {
+        double k = (double)(splitmix64(&st) >> 40);
+        double u = (k - 8388608.0 + 0.5) / 8388608.0; /* (-1, 1), symmetric */
+        out[i] = (float)(center + u * half_width);
+    }
+}
+
+/* ---------------------------------------------------------------- vocabulary */
+
+typedef struct vocab {
+    char **tok;      /* [cap] */
+    float *score;    /* [cap] */
+    int32_t *type;   /* [cap] */
+    uint32_t n, cap;
+    uint32_t *slots; /* open-addressing set of token indices + 1 (0 = empty) */
+    uint32_t n_slots;
+    uint32_t n_normal;
+} vocab;
+
+static uint32_t *slot_of(vocab *v, const char *s)
+{
+    uint32_t mask = v->n_slots - 1, i = (uint32_t)fnv1a64(s) & mask;
+    while (v->slots[i] != 0 && strcmp(v->tok[v->slots[i] - 1], s) != 0)
+        i = (i + 1) & mask;
+    return &v->slots[i];
+}
+
+/* Adds s unless present or full. Returns -1 on out of memory. */
+static int vadd(vocab *v, const char *s, int32_t type)
+{
+    if (v->n == v->cap)
+        return 0;
+    uint32_t *slot = slot_of(v, s);
+    if (*slot != 0)
+        return 0;
+    if ((v->tok[v->n] = strdup(s)) == NULL)
+        return -1;
+    v->type[v->n] = type;
+    v->score[v->n] = type == 1 ? -(float)v->n_normal++ : 0.0f;
+    *slot = ++v->n;
+    return 0;
+}
+
+static const char *const words[] = {
+    "Once", "upon", "a", "time", "there", "was", "little", "girl", "named", "Lily", "She",
+    "loved", "to", "play", "outside", "in", "the", "park", "One", "day", "she", "saw", "big",
+    "and", "boy", "Tom", "He", "he", "his", "her", "mom", "said", "The", "They", "were", "happy",
+    "with", "friend", "dog", "cat", "ball", "tree", "sun", "went", "home", "of", "it", "is",
+    "very", "had", "on", "so", "but", "you", "can", "not", "they", "up", "for", "that", "at",
+    "be", "all", "wanted", "toy", "red", "blue", "bird", "fun", "help", "an", "sad", "good",
+    "ran", "look", "together", "after", "too", "could", "what", "do", "did", "like", "asked",
+    "friends", "from", "smiled", "new", "again", "get", "then", "are", "me", "my", "We", "I",
+    "It", "was", "found", "small", "water", "box", "made", "have", "name", "flower", "car",
+    "book", "cake", "sky", "tall", "hug", "thank", "sorry", "cried", "jump", "run", "sing",
+};
+
+static int build_vocab(vocab *v)
+{
+    char buf[64];
+    vadd(v, "<unk>", 2);
+    vadd(v, "<s>", 3);
+    vadd(v, "</s>", 3);
+    for (int b = 0; b < 256; ++b) {
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        if (vadd(v, buf, 6))
+            return -1;
+    }
+    if (vadd(v, SPACE, 1))
+        return -1;
+    static const char singles[] = "abcdefghijklmnopqrstuvwxyz.,!?'\"-:;"
+                                  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for (const char *c = singles; *c; ++c) {
+        buf[0] = *c;
+        buf[1] = '\0';
+        if (vadd(v, buf, 1))
+            return -1;
+    }
+    for (size_t w = 0; w < sizeof words / sizeof words[0]; ++w)
+        for (size_t j = 1; j <= strlen(words[w]); ++j) {
+            snprintf(buf, sizeof buf, SPACE "%.*s", (int)j, words[w]);
+            if (vadd(v, buf, 1))
+                return -1;
+        }
+    /* Letter strings of length 1..4 (26 + 676 + 17576 + 456976, twice: ample for the max). */
+    for (int len = 1; len <= 4 && v->n < v->cap; ++len) {
+        uint32_t count = 1;
+        for (int i = 0; i < len; ++i)
+            count *= 26;
+        for (uint32_t k = 0; k < count && v->n < v->cap; ++k) {
+            char s[8];
+            uint32_t x = k;
+            for (int i = len - 1; i >= 0; --i, x /= 26)
+                s[i] = (char)('a' + x % 26);
+            s[len] = '\0';
+            snprintf(buf, sizeof buf, SPACE "%s", s);
+            if (vadd(v, buf, 1) || vadd(v, s, 1))
+                return -1;
+        }
+    }
+    return v->n == v->cap ? 0 : -1;
+}
+
+static void vocab_free(vocab *v)
+{
+    if (v->tok != NULL)
+        for (uint32_t i = 0; i < v->n; ++i)
+            free(v->tok[i]);
+    free(v->tok);
+    free(v->score);
+    free(v->type);
+    free(v->slots);
+}
+
+static int write_vocab(lm_gguf_writer *w, uint32_t n_vocab, lm_err *err)
+{
+    vocab v = {0};
+    v.cap = n_vocab;
+    v.n_slots = 1;
+    while (v.n_slots < 2 * n_vocab)
+        v.n_slots *= 2;
+    v.tok = calloc(n_vocab, sizeof *v.tok);
+    v.score = calloc(n_vocab, sizeof *v.score);
+    v.type = calloc(n_vocab, sizeof *v.type);
+    v.slots = calloc(v.n_slots, sizeof *v.slots);
+    int rc;
+    if (v.tok == NULL || v.score == NULL || v.type == NULL || v.slots == NULL
+        || build_vocab(&v) != 0) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory building the synth vocabulary");
+        goto done;
+    }
+    if ((rc = lm_gguf_w_str(w, "tokenizer.ggml.model", "llama", err))
+        || (rc = lm_gguf_w_arr(w, "tokenizer.ggml.tokens", LM_GGUF_STR, v.tok, v.n, err))
+        || (rc = lm_gguf_w_arr(w, "tokenizer.ggml.scores", LM_GGUF_F32, v.score, v.n, err))
+        || (rc = lm_gguf_w_arr(w, "tokenizer.ggml.token_type", LM_GGUF_I32, v.type, v.n, err))
+        || (rc = lm_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1, err))
+        || (rc = lm_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2, err))
+        || (rc = lm_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 0, err))
+        || (rc = lm_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true, err)))
+        goto done;
+done:
+    vocab_free(&v);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- model */
+
+static int add_weight(lm_gguf_writer *w, float *scratch, const char *name, lm_tensor_type type,
+                      uint64_t ne0, uint64_t ne1, uint64_t seed, double center, double sigma,
+                      lm_err *err)
+{
+    uint64_t ne[2] = {ne0, ne1};
+    fill(scratch, ne0 * ne1, name, seed, center, sigma);
+    return lm_gguf_w_tensor_f32(w, name, ne1 == 1 ? LM_TYPE_F32 : type, ne1 == 1 ? 1 : 2, ne,
+                                scratch, err);
+}
+
+static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed,
+                      lm_tensor_type type, lm_err *err)
+{
+    char seed_str[32];
+    snprintf(seed_str, sizeof seed_str, "0x%016llx", (unsigned long long)seed);
+    uint32_t file_type = type == LM_TYPE_F32 ? 0 : type == LM_TYPE_F16 ? 1 : 32;
+    int rc;
+    if ((rc = lm_gguf_w_str(w, "general.architecture", "llama", err))
+        || (rc = lm_gguf_w_str(w, "general.name", p->name, err))
+        || (rc = lm_gguf_w_u32(w, "general.file_type", file_type, err))
+        || (rc = lm_gguf_w_str(w, "kvdrift.synth.seed", seed_str, err))
+        || (rc = lm_gguf_w_u32(w, "kvdrift.synth.version", 1, err))
+        || (rc = lm_gguf_w_u32(w, "llama.context_length", p->n_ctx, err))
+        || (rc = lm_gguf_w_u32(w, "llama.embedding_length", p->n_embd, err))
+        || (rc = lm_gguf_w_u32(w, "llama.block_count", p->n_layer, err))
+        || (rc = lm_gguf_w_u32(w, "llama.feed_forward_length", p->n_ff, err))
+        || (rc = lm_gguf_w_u32(w, "llama.attention.head_count", p->n_head, err))
+        || (rc = lm_gguf_w_u32(w, "llama.attention.head_count_kv", p->n_head_kv, err))
+        || (rc = lm_gguf_w_u32(w, "llama.attention.key_length", p->n_embd / p->n_head, err))
+        || (rc = lm_gguf_w_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head, err))
+        || (rc = lm_gguf_w_f32(w, "llama.rope.freq_base", p->rope_theta, err))
+        || (rc = lm_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps, err)))
+        return rc;
+    return write_vocab(w, p->n_vocab, err);
+}
+
+int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t seed,
+                          lm_tensor_type type, lm_err *err)
+{
+    int rc = hx_synth_check(p, err);
+    if (rc)
+        return rc;
+    if (type != LM_TYPE_F32 && type != LM_TYPE_F16 && type != LM_TYPE_BF16)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: type %s not supported (f32, f16 or bf16)",
+                       lm_tensor_type_name(type));
+    const uint64_t n = p->n_embd, V = p->n_vocab, F = p->n_ff;
+    const uint64_t hd = n / p->n_head, nq = hd * p->n_head, nkv = hd * p->n_head_kv;
+    const double sn = (double)(float)(1.0 / sqrt((double)n));
+    const double logit_scale = (double)(float)(LOGIT_PEAK * sqrt(2.0 * log((double)V)));
+    double r2 = SELF_RATIO * (double)n / (2.0 * log((double)V)) - 1.0;
+    const double a = (double)(float)sqrt((r2 > 0.05 ? r2 : 0.05) / (2.0 * (double)p->n_layer));
+    uint64_t biggest = V * n > F * n ? V * n : F * n;
+    lm_gguf_writer *w = NULL;
+    float *scratch = malloc((size_t)biggest * sizeof *scratch); /* [biggest] */
+    if (scratch == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    /* output_norm is the constant gain C/sqrt(n): a zero-width "uniform" around it. */
+    if ((rc = lm_gguf_writer_create(&w, err)) || (rc = write_keys(w, p, seed, type, err)))
+        goto done;
+    /* Control and byte tokens get rows a quarter as long (exact: a power of two), so their
+     * tied logits rarely win and greedy text is made of word pieces, not stray bytes. */
+    fill(scratch, n * V, "token_embd.weight", seed, 0.0, 1.0);
+    for (uint64_t i = 0; i < n * N_SPECIAL; ++i)
+        scratch[i] *= 0.25f;
+    uint64_t ne_embd[2] = {n, V};
+    if ((rc = lm_gguf_w_tensor_f32(w, "token_embd.weight", type, 2, ne_embd, scratch, err))
+        || (rc = add_weight(w, scratch, "output_norm.weight", type, n, 1, seed, logit_scale * sn,
+                            0.0, err)))
+        goto done;
+    char name[64];
+    for (uint32_t l = 0; l < p->n_layer; ++l) {
+        struct { const char *s; uint64_t ne0, ne1; double c, sigma; } t[] = {
+            {"attn_norm.weight", n, 1, 1.0, 0.1 / sqrt(3.0)},
+            {"attn_q.weight", n, nq, 0.0, 1.5 * sn},
+            {"attn_k.weight", n, nkv, 0.0, sn},
+            {"attn_v.weight", n, nkv, 0.0, sn},
+            {"attn_output.weight", nq, n, 0.0, a / sqrt((double)nq)},
+            {"ffn_norm.weight", n, 1, 1.0, 0.1 / sqrt(3.0)},
+            {"ffn_gate.weight", n, F, 0.0, sn},
+            {"ffn_up.weight", n, F, 0.0, sn},
+            {"ffn_down.weight", F, n, 0.0, 1.7 * a / sqrt((double)F)},
+        };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
+            snprintf(name, sizeof name, "blk.%u.%s", l, t[i].s);
+            if ((rc = add_weight(w, scratch, name, type, t[i].ne0, t[i].ne1, seed, t[i].c,
+                                 t[i].sigma, err)))
+                goto done;
+        }
+    }
+    rc = lm_gguf_writer_save(w, path, err);
+done:
+    lm_gguf_writer_free(w);
+    free(scratch);
+    return rc;
+}
+
+int hx_synth_write(const char *path, const char *preset_name, uint64_t seed, lm_tensor_type type,
+                   lm_err *err)
+{
+    hx_synth_params p;
+    int rc = hx_synth_preset(&p, preset_name, err);
+    return rc ? rc : hx_synth_write_params(path, &p, seed, type, err);
+}

@@ -1,0 +1,44 @@
+/* synth.h — deterministic synthetic llama models (GGUF) for demos, tests and benchmarks. */
+#ifndef HX_SYNTH_H
+#define HX_SYNTH_H
+
+#include "kvd_gguf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Hyperparameters of a synthetic llama model (output projection always tied). */
+typedef struct hx_synth_params {
+    char name[32];       /* general.name */
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;  /* divides n_head */
+    uint32_t n_ff;
+    uint32_t n_vocab;    /* >= HX_SYNTH_MIN_VOCAB */
+    uint32_t n_ctx;      /* llama.context_length */
+    float rope_theta;    /* llama.rope.freq_base */
+    float rms_eps;       /* llama.attention.layer_norm_rms_epsilon */
+} hx_synth_params;
+
+/* Control tokens, 256 byte pieces and "▁": the smallest vocabulary synth writes. */
+#define HX_SYNTH_MIN_VOCAB 260u
+#define HX_SYNTH_MAX_VOCAB 262144u
+
+/* Name of the i-th preset, or NULL past the last one. */
+const char *hx_synth_preset_name(size_t i);
+/* Fills *out with a preset's hyperparameters; unknown name -> LM_E_INPUT listing the presets. */
+int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err);
+/* Checks that p describes a model synth can write (LM_E_INPUT naming the bad field). */
+int hx_synth_check(const hx_synth_params *p, lm_err *err);
+
+/* Writes the model atomically. type: LM_TYPE_F32, LM_TYPE_F16 or LM_TYPE_BF16 for the weight
+ * matrices and the embedding (norm vectors are always F32, as llama.cpp stores them). The
+ * bytes depend only on (p, seed, type). */
+int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t seed,
+                          lm_tensor_type type, lm_err *err);
+/* The same for a named preset. */
+int hx_synth_write(const char *path, const char *preset, uint64_t seed, lm_tensor_type type,
+                   lm_err *err);
+
+#endif

@@ -1,0 +1,212 @@
+/* kvd_ref.h — the independent MPFR reference forward pass: ground truth for every comparison.
+ *
+ * The reference shares only the GGUF loader and the model configuration with the engine
+ * (kvd_gguf.h, kvd_model.h: hyperparameters and dequantized float32 weights). Every arithmetic
+ * operation — RMSNorm, RoPE sin/cos, dot products, the 1/sqrt(head_dim) scale, softmax exp,
+ * SiLU exp, residuals, the output projection — is done in MPFR at `prec` bits, round to
+ * nearest, with the summation order stated at each reduction (ref_ops.c). Weights enter as the
+ * exact float32 values (mpfr_set_flt is exact for prec >= 24).
+ *
+ * Capture file format (version 1; also described in reference/FORMAT.md). All integers are
+ * little-endian; offsets in bytes.
+ *
+ *   0   char[8]  magic "KVDREF01"
+ *   8   u32      format version (REF_FORMAT_VERSION)
+ *   12  u32      precision in bits the values were computed at
+ *   16  u8[16]   model content hash (lm_model.content_hash, as stored there)
+ *   32  u32      n_tokens         (prompt + teacher-forced continuation)
+ *   36  u32      n_prompt         (1 <= n_prompt <= n_tokens)
+ *   40  u32      n_layer
+ *   44  u32      n_kv_head
+ *   48  u32      head_dim
+ *   52  u32      n_vocab
+ *   56  u32      n_pos            (number of positions whose logits are stored)
+ *   60  u32      reference version (REF_VERSION: the algorithm, not the file layout)
+ *   64  i32[n_tokens]  token ids
+ *       u32[n_pos]     logit positions, strictly increasing, each < n_tokens
+ *       zero bytes up to the next multiple of 8 (so that the tensors are 8-byte aligned)
+ *       f64 tensors, each IEEE binary64 rounded to nearest from the MPFR value:
+ *         for layer 0..n_layer-1:  K [n_prompt][n_kv_head][head_dim] (after RoPE),
+ *                                  V [n_prompt][n_kv_head][head_dim]
+ *         logits [n_pos][n_vocab]
+ *   end-16 u8[16] XXH3-128 of every byte before it, canonical (big-endian) form.
+ *
+ * A reader refuses a file whose size is not exactly what its header implies, whose hash does
+ * not match, or whose header is inconsistent (LM_E_INPUT naming the file and the reason). */
+#ifndef KVD_REF_H
+#define KVD_REF_H
+
+#include "kvd_model.h"
+
+#include <mpfr.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define REF_MAGIC "KVDREF01"
+#define REF_FORMAT_VERSION 1u
+/* Bumped whenever the computed numbers could change (it is part of the cache key). */
+#define REF_VERSION 1u
+/* 127 bits: MPFR's two-limb fast path (measured faster than 128 here; see bench_ref). */
+#define REF_DEFAULT_PREC 127u
+#define REF_MIN_PREC 53u
+#define REF_MAX_PREC 4096u
+
+/* What to compute. */
+typedef struct ref_request {
+    const int32_t *tokens; /* [n_tokens]: prompt, then teacher-forced continuation */
+    uint32_t n_tokens;
+    uint32_t n_prompt;     /* 1..n_tokens; K and V are captured for these positions */
+    const uint32_t *pos;   /* [n_pos] logit positions, strictly increasing, < n_tokens; NULL:
+                              the default (last prompt position and every one after it) */
+    uint32_t n_pos;
+    uint32_t prec;         /* bits; 0 = REF_DEFAULT_PREC */
+    int n_threads;         /* 0 = number of online cores; results never depend on it */
+} ref_request;
+
+/* A capture: what the reference computed, rounded to float64. ref_capture_free releases it. */
+typedef struct ref_capture {
+    uint32_t version;        /* REF_VERSION of the code that computed it */
+    uint32_t prec;
+    uint8_t model_hash[16];
+    uint32_t n_tokens, n_prompt, n_layer, n_kv_head, head_dim, n_vocab, n_pos;
+    int32_t *tokens;         /* [n_tokens] */
+    uint32_t *pos;           /* [n_pos] */
+    double *k;               /* [n_layer][n_prompt][n_kv_head][head_dim], after RoPE */
+    double *v;               /* [n_layer][n_prompt][n_kv_head][head_dim] */
+    double *logits;          /* [n_pos][n_vocab] */
+} ref_capture;
+
+void ref_capture_free(ref_capture *c); /* frees the arrays and zeroes *c; NULL is fine */
+/* K (or V) of one layer: [n_prompt][n_kv_head][head_dim]. */
+const double *ref_capture_k(const ref_capture *c, uint32_t layer);
+const double *ref_capture_v(const ref_capture *c, uint32_t layer);
+/* Logits row of stored position index i (not the token position): [n_vocab]. */
+const double *ref_capture_logits(const ref_capture *c, uint32_t i);
+/* Index of token position p among the stored logit positions, or -1. */
+int64_t ref_capture_find_pos(const ref_capture *c, uint32_t p);
+
+/* --- computing (ref_forward.c) --- */
+
+/* LM_OK when the reference implements every feature of m, else LM_E_UNSUPPORTED naming it. */
+int ref_model_supported(const lm_model *m, lm_err *err);
+/* Checks a request against a model: token ids in range, positions valid, precision in range. */
+int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err);
+/* Runs the whole reference pass and rounds the results into *out (zeroed first). */
+int ref_compute(ref_capture *out, const lm_model *m, const ref_request *rq, lm_err *err);
+
+/* The unrounded results, for --validate and tests: MPFR values at rq->prec. */
+typedef struct ref_result {
+    uint32_t prec;
+    uint32_t n_layer, n_prompt, n_kv_head, head_dim, n_vocab, n_pos;
+    uint32_t *pos;  /* [n_pos] */
+    mpfr_t *k;      /* [n_layer][n_prompt][n_kv_head][head_dim] */
+    mpfr_t *v;      /* [n_layer][n_prompt][n_kv_head][head_dim] */
+    mpfr_t *logits; /* [n_pos][n_vocab] */
+} ref_result;
+
+int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err);
+void ref_result_free(ref_result *r);
+/* Rounds a result to float64 into a capture (tokens and model hash copied from rq, m). */
+int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
+                          const ref_request *rq, lm_err *err);
+
+/* --- capture files (ref_capture.c) --- */
+
+/* Writes atomically: temp file in the same folder, fsync, rename. */
+int ref_capture_write(const ref_capture *c, const char *path, lm_err *err);
+/* Reads and fully validates (sizes, hash); LM_E_INPUT naming path and the reason. */
+int ref_capture_read(ref_capture *out, const char *path, lm_err *err);
+/* Writes logits.npy [n_pos][n_vocab] and layerNN_k.npy / layerNN_v.npy
+ * [n_prompt][n_kv_head][head_dim] into dir (created if absent): float64 '<f8', C order,
+ * NumPy format 1.0 with the header padded to 64 bytes. Each file written atomically. */
+int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err);
+/* Writes one float64 .npy of the given shape (ndim 1..4), atomically. */
+int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uint64_t *shape,
+                  lm_err *err);
+
+/* --- disk cache (ref_cache.c) --- */
+
+/* Cache folder: dir if not NULL/empty, else $KVDRIFT_CACHE, else $XDG_CACHE_HOME/kvdrift,
+ * else $HOME/.cache/kvdrift. Writes at most cap bytes (NUL included). */
+int ref_cache_dir(char *out, size_t cap, const char *dir, lm_err *err);
+/* The cache key: XXH3-128 over (REF_VERSION, model hash, tokens, n_prompt, logit positions
+ * (after defaulting), precision), as 32 lowercase hex digits + NUL. */
+void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq);
+/* Loads the capture for (m, rq) from the cache, or computes and stores it. A corrupt or
+ * mismatching entry (bad hash, truncated, another request's data) is reported on stderr as
+ * recomputed and replaced, never trusted. *hit (may be NULL) tells whether it was loaded. */
+int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const char *cache_dir,
+               bool *hit, lm_err *err);
+
+/* --- self-validation (ref_validate.c) --- */
+
+/* Agreement of one tensor computed at P (a) and at 2P (b). For each element, agreeing bits =
+ * -log2(|a - b| / |b|), capped at P; a == b (both zero included) counts as P bits; b == 0 with
+ * a != 0 counts as 0 bits. */
+typedef struct ref_agreement {
+    char name[32];       /* "layer00.k", ..., "logits" */
+    double min_bits;     /* minimum over elements */
+    double mean_bits;
+    double min_digits;   /* min_bits * log10(2) */
+    uint64_t worst;      /* flat index of the element with the fewest agreeing bits */
+    uint64_t n;
+} ref_agreement;
+
+/* Runs rq at P = rq->prec (default 127) and at 2P; fills out[n_layer * 2 + 1] (per layer K then
+ * V, then logits). *n_out receives the count. */
+int ref_validate(ref_agreement **out, uint32_t *n_out, const lm_model *m, const ref_request *rq,
+                 lm_err *err);
+/* Agreement between two MPFR arrays (exported for tests). */
+void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b,
+                      uint64_t n, uint32_t prec);
+
+/* --- MPFR primitives (ref_ops.c); every array element has the precision of its scratch.
+ * Input arrays are not const-qualified only because ISO C11 cannot convert mpfr_t * to
+ * const mpfr_t * without a warning; none of these functions writes its inputs. --- */
+
+/* Per-thread scratch: temporaries at one precision and one row of converted weights. */
+typedef struct ref_scratch {
+    _Alignas(64) mpfr_t t, u, acc; /* 64-byte aligned and padded: scratches of different
+                                      threads never share a cache line */
+    mpfr_prec_t prec;
+    mpfr_t *row;           /* [row_cap]: filled only by ref_row_set_flt */
+    mp_limb_t *row_limbs;  /* [row_cap][limbs of prec], row's significands */
+    mpfr_t *tmp;           /* private: storage of t, u, acc */
+    uint64_t row_cap;
+} ref_scratch;
+
+int ref_scratch_init(ref_scratch *s, mpfr_prec_t prec, uint64_t row_cap, lm_err *err);
+void ref_scratch_clear(ref_scratch *s);
+/* Allocates n MPFR numbers at prec, set to +0, in one 64-byte aligned block (MPFR custom
+ * interface: never mpfr_clear or mpfr_set_prec them). NULL on allocation failure. */
+mpfr_t *ref_vec_new(uint64_t n, mpfr_prec_t prec);
+void ref_vec_free(mpfr_t *v, uint64_t n);
+
+/* s->row[i] = w[i] exactly, for i < n <= row_cap. Same value as mpfr_set_flt (tested), but
+ * written straight into the significand (mpfr_set_flt costs ~80 ns, as much as a multiply-add). */
+void ref_row_set_flt(ref_scratch *s, const float *w, uint64_t n);
+/* out = sum_i x[i] * w[i], left to right (((x0 w0) + x1 w1) + ...), each product and each sum
+ * rounded to nearest at out's precision (mpfr_mul + mpfr_add: measured faster than mpfr_fma and
+ * mpfr_dot here). n = 0 gives +0. */
+void ref_dot(mpfr_t out, mpfr_t *x, mpfr_t *w, uint64_t n, ref_scratch *s);
+/* out = sum of x[i] left to right; n = 0 gives +0. */
+void ref_sum(mpfr_t out, mpfr_t *x, uint64_t n);
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   (w float32, exact; mean: squares summed
+ * left to right, then divided by n). out may alias x. */
+void ref_rmsnorm(mpfr_t *out, mpfr_t *x, const float *w, uint64_t n, float eps,
+                 ref_scratch *s);
+/* In place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max); sum left to right. n >= 1. */
+void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s);
+/* out = z / (1 + exp(-z)). */
+void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s);
+/* Rotation angle frequency theta^(-2i/n_rot), into out (at out's precision). */
+void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
+/* Rotates the first n_rot dims of one head x[head_dim] at position pos: NORM rotates
+ * (x[2i], x[2i+1]), NEOX rotates (x[i], x[i + n_rot/2]), both by pos * theta^(-2i/n_rot).
+ * cs: [n_rot/2][2] precomputed (cos, sin) of those angles (ref_rope_cos_sin). */
+void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, lm_rope_type type,
+                    ref_scratch *s);
+/* cs[i][0] = cos(pos * freq_i), cs[i][1] = sin(pos * freq_i) for i < n_rot/2. */
+void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, uint32_t n_rot);
+
+#endif

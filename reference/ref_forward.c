@@ -1,0 +1,456 @@
+/* ref_forward.c — the whole reference forward pass in MPFR, threaded over independent items.
+ *
+ * Order of work: layer by layer over all tokens at once (the causal mask makes this the same
+ * mathematics as token-by-token decoding), so that each weight row is converted to MPFR once
+ * per layer and reused for every token. Parallel loops hand out independent items (an output
+ * row of a matrix product, a (token, head) attention pair, a token) to threads; every item is
+ * computed by the same sequence of MPFR operations whichever thread runs it, so the results
+ * never depend on the thread count. */
+#include "kvd_ref.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_THREADS 256
+
+typedef struct fwd fwd;
+typedef void (*item_fn)(fwd *f, void *ctx, uint64_t item, int tid);
+
+struct fwd {
+    const lm_model *m;
+    const lm_hparams *hp;
+    mpfr_prec_t prec;
+    int nt;
+    uint32_t n;          /* tokens */
+    uint32_t q_dim;      /* n_head * head_dim */
+    uint32_t kv_dim;     /* n_head_kv * head_dim */
+    ref_scratch *scr;    /* [nt], the first n_ready initialized */
+    mpfr_t **scores;     /* [nt][n]: attention probabilities of one (token, head) */
+    int n_ready;
+    mpfr_t *x;           /* [n][n_embd] residual stream */
+    mpfr_t *h;           /* [n][n_embd] normalized input of a block */
+    mpfr_t *q;           /* [n][q_dim] */
+    mpfr_t *k;           /* [n][kv_dim] this layer, after RoPE */
+    mpfr_t *v;           /* [n][kv_dim] */
+    mpfr_t *att;         /* [n][q_dim] attention output */
+    mpfr_t *g;           /* [n][n_ff] gate, then silu(gate) * up */
+    mpfr_t *up;          /* [n][n_ff] */
+    mpfr_t *cs;          /* [n][n_rot] (cos, sin) pairs per position */
+    mpfr_t scale;        /* 1 / sqrt(head_dim) */
+    uint64_t n_hsel;
+    mpfr_t *hsel;        /* [n_pos][n_embd] final-normed rows of the logit positions */
+};
+
+/* --- parallel loop --- */
+
+typedef struct par_job {
+    fwd *f;
+    item_fn fn;
+    void *ctx;
+    uint64_t n_items;
+    atomic_uint_fast64_t next;
+} par_job;
+
+typedef struct par_arg {
+    par_job *job;
+    int tid;
+} par_arg;
+
+static void *par_worker(void *p)
+{
+    par_arg *a = p;
+    par_job *j = a->job;
+    for (;;) {
+        uint64_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n_items)
+            break;
+        j->fn(j->f, j->ctx, i, a->tid);
+    }
+    return NULL;
+}
+
+static int par_for(fwd *f, uint64_t n_items, item_fn fn, void *ctx, lm_err *err)
+{
+    par_job job = {.f = f, .fn = fn, .ctx = ctx, .n_items = n_items};
+    atomic_init(&job.next, 0);
+    int nt = f->nt;
+    if ((uint64_t)nt > n_items)
+        nt = (int)(n_items ? n_items : 1);
+    par_arg args[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started = 0;
+    for (int t = 1; t < nt; ++t) {
+        args[t] = (par_arg){&job, t};
+        if (pthread_create(&th[t], NULL, par_worker, &args[t]) != 0)
+            break;
+        started = t;
+    }
+    args[0] = (par_arg){&job, 0};
+    par_worker(&args[0]); /* the calling thread works too; a failed create only slows us */
+    for (int t = 1; t <= started; ++t)
+        pthread_join(th[t], NULL);
+    (void)err;
+    return LM_OK;
+}
+
+/* --- matrix product: out[t][r] (+)= in[t] . W[r] (+ b[r]) for t < n_rows --- */
+
+typedef struct mm_ctx {
+    mpfr_t *in;       /* [n_rows][n_in] */
+    const float *w;   /* [n_out][n_in] */
+    const float *b;   /* [n_out] or NULL */
+    mpfr_t *out;      /* [n_rows][n_out] */
+    uint64_t n_rows, n_in, n_out;
+    bool accumulate;  /* out += product (residual) instead of out = product */
+} mm_ctx;
+
+/* Output rows per work item: neighbouring outputs share cache lines, so a thread takes a block
+ * of rows (fewer lines written by two threads); the numbers do not depend on it. */
+#define MM_ROWS 16u
+
+static void mm_row(fwd *f, mm_ctx *c, uint64_t r, int tid)
+{
+    ref_scratch *s = &f->scr[tid];
+    const float *wr = c->w + r * c->n_in;
+    ref_row_set_flt(s, wr, c->n_in); /* exact */
+    for (uint64_t t = 0; t < c->n_rows; ++t) {
+        mpfr_ptr o = c->out[t * c->n_out + r];
+        ref_dot(s->u, c->in + t * c->n_in, s->row, c->n_in, s);
+        if (c->b) {
+            mpfr_set_flt(s->t, c->b[r], MPFR_RNDN);
+            mpfr_add(s->u, s->u, s->t, MPFR_RNDN);
+        }
+        if (c->accumulate)
+            mpfr_add(o, o, s->u, MPFR_RNDN);
+        else
+            mpfr_set(o, s->u, MPFR_RNDN);
+    }
+}
+
+static void mm_item(fwd *f, void *p, uint64_t item, int tid)
+{
+    mm_ctx *c = p;
+    uint64_t r1 = (item + 1) * MM_ROWS < c->n_out ? (item + 1) * MM_ROWS : c->n_out;
+    for (uint64_t r = item * MM_ROWS; r < r1; ++r)
+        mm_row(f, c, r, tid);
+}
+
+static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
+                  uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
+{
+    mm_ctx c = {in, w, b, out, n_rows, n_in, n_out, accumulate};
+    return par_for(f, (n_out + MM_ROWS - 1) / MM_ROWS, mm_item, &c, err);
+}
+
+/* --- per-token items --- */
+
+typedef struct norm_ctx {
+    mpfr_t *in;   /* [*][n_embd] */
+    mpfr_t *out;  /* [*][n_embd] */
+    const float *w;
+    const uint32_t *rows; /* NULL: item t reads row t; else row rows[t] */
+} norm_ctx;
+
+static void norm_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    norm_ctx *c = p;
+    uint64_t e = f->hp->n_embd;
+    uint64_t src = c->rows ? c->rows[t] : t;
+    ref_rmsnorm(c->out + t * e, c->in + src * e, c->w, e, f->hp->rms_eps, &f->scr[tid]);
+}
+
+static void rope_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    (void)p;
+    const lm_hparams *hp = f->hp;
+    mpfr_t *cs = f->cs + t * hp->n_rot;
+    if (hp->n_rot == 0)
+        return;
+    ref_rope_cos_sin(cs, (uint32_t)t, hp->rope_theta, hp->n_rot);
+    for (uint32_t h = 0; h < hp->n_head; ++h)
+        ref_rope_apply(f->q + t * f->q_dim + h * hp->head_dim, cs, hp->n_rot, hp->rope_type,
+                       &f->scr[tid]);
+    for (uint32_t h = 0; h < hp->n_head_kv; ++h)
+        ref_rope_apply(f->k + t * f->kv_dim + h * hp->head_dim, cs, hp->n_rot, hp->rope_type,
+                       &f->scr[tid]);
+}
+
+/* One (token t, head h) pair: causal attention over positions 0..t. */
+static void attn_item(fwd *f, void *p, uint64_t item, int tid)
+{
+    (void)p;
+    const lm_hparams *hp = f->hp;
+    ref_scratch *s = &f->scr[tid];
+    uint64_t t = item / hp->n_head, h = item % hp->n_head;
+    uint64_t hd = hp->head_dim;
+    uint64_t kvh = h / (hp->n_head / hp->n_head_kv);
+    mpfr_t *q = f->q + t * f->q_dim + h * hd;
+    mpfr_t *sc = f->scores[tid];
+    for (uint64_t j = 0; j <= t; ++j) {
+        ref_dot(sc[j], q, f->k + j * f->kv_dim + kvh * hd, hd, s);
+        mpfr_mul(sc[j], sc[j], f->scale, MPFR_RNDN);
+    }
+    ref_softmax(sc, t + 1, s);
+    mpfr_t *o = f->att + t * f->q_dim + h * hd;
+    for (uint64_t d = 0; d < hd; ++d) {
+        /* sum_j p_j v_j[d], j left to right */
+        mpfr_set_zero(s->acc, 1);
+        for (uint64_t j = 0; j <= t; ++j) {
+            mpfr_mul(s->t, sc[j], f->v[j * f->kv_dim + kvh * hd + d], MPFR_RNDN);
+            mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
+        }
+        mpfr_set(o[d], s->acc, MPFR_RNDN);
+    }
+}
+
+static void swiglu_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    (void)p;
+    uint64_t nff = f->hp->n_ff;
+    ref_scratch *s = &f->scr[tid];
+    for (uint64_t i = 0; i < nff; ++i) {
+        mpfr_ptr g = f->g[t * nff + i];
+        ref_silu(s->u, g, s);
+        mpfr_mul(g, s->u, f->up[t * nff + i], MPFR_RNDN);
+    }
+}
+
+/* --- checks --- */
+
+int ref_model_supported(const lm_model *m, lm_err *err)
+{
+    const lm_hparams *hp = &m->hp;
+    const char *name = m->path ? m->path : "model";
+    if (strcmp(hp->arch, "llama") != 0)
+        return LM_FAIL(err, LM_E_UNSUPPORTED,
+                       "%s: architecture '%s' is not implemented by the reference", name, hp->arch);
+    if (hp->rope_type != LM_ROPE_NORM && hp->rope_type != LM_ROPE_NEOX)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: RoPE type %d is not implemented by the reference",
+                       name, (int)hp->rope_type);
+    if (hp->n_layer == 0 || hp->n_embd == 0 || hp->n_head == 0 || hp->n_head_kv == 0 ||
+        hp->head_dim == 0 || hp->n_ff == 0 || hp->n_vocab == 0 || hp->n_head % hp->n_head_kv ||
+        hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return LM_FAIL(err, LM_E_INPUT, "%s: inconsistent hyperparameters for the reference", name);
+    if (m->tok_embd == NULL || m->output == NULL || m->output_norm == NULL || m->layers == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing weights", name);
+    return LM_OK;
+}
+
+int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err)
+{
+    int st = ref_model_supported(m, err);
+    if (st)
+        return st;
+    if (rq->n_tokens == 0 || rq->tokens == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "reference: no tokens");
+    if (rq->n_prompt == 0 || rq->n_prompt > rq->n_tokens)
+        return LM_FAIL(err, LM_E_INPUT, "reference: n_prompt %u must be in 1..%u", rq->n_prompt,
+                       rq->n_tokens);
+    for (uint32_t i = 0; i < rq->n_tokens; ++i)
+        if (rq->tokens[i] < 0 || (uint32_t)rq->tokens[i] >= m->hp.n_vocab)
+            return LM_FAIL(err, LM_E_INPUT, "token id %d at index %u is out of range (n_vocab %u)",
+                           (int)rq->tokens[i], i, m->hp.n_vocab);
+    if (rq->pos) {
+        if (rq->n_pos == 0)
+            return LM_FAIL(err, LM_E_INPUT, "reference: empty logit position list");
+        for (uint32_t i = 0; i < rq->n_pos; ++i) {
+            if (rq->pos[i] >= rq->n_tokens)
+                return LM_FAIL(err, LM_E_INPUT, "logit position %u is out of range (%u tokens)",
+                               rq->pos[i], rq->n_tokens);
+            if (i && rq->pos[i] <= rq->pos[i - 1])
+                return LM_FAIL(err, LM_E_INPUT, "logit positions must be strictly increasing");
+        }
+    }
+    uint32_t prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
+    if (prec < REF_MIN_PREC || prec > REF_MAX_PREC)
+        return LM_FAIL(err, LM_E_INPUT, "precision %u bits is out of range (%u..%u)", prec,
+                       REF_MIN_PREC, REF_MAX_PREC);
+    if (rq->n_threads < 0)
+        return LM_FAIL(err, LM_E_INPUT, "thread count %d is negative", rq->n_threads);
+    return LM_OK;
+}
+
+/* --- the pass --- */
+
+void ref_result_free(ref_result *r)
+{
+    if (r == NULL)
+        return;
+    uint64_t kv = (uint64_t)r->n_layer * r->n_prompt * r->n_kv_head * r->head_dim;
+    ref_vec_free(r->k, kv);
+    ref_vec_free(r->v, kv);
+    ref_vec_free(r->logits, (uint64_t)r->n_pos * r->n_vocab);
+    free(r->pos);
+    free(r);
+}
+
+static void fwd_free(fwd *f)
+{
+    const lm_hparams *hp = f->hp;
+    uint64_t n = f->n;
+    ref_vec_free(f->x, n * hp->n_embd);
+    ref_vec_free(f->h, n * hp->n_embd);
+    ref_vec_free(f->q, n * f->q_dim);
+    ref_vec_free(f->att, n * f->q_dim);
+    ref_vec_free(f->k, n * f->kv_dim);
+    ref_vec_free(f->v, n * f->kv_dim);
+    ref_vec_free(f->g, n * hp->n_ff);
+    ref_vec_free(f->up, n * hp->n_ff);
+    ref_vec_free(f->cs, n * (hp->n_rot ? hp->n_rot : 1));
+    ref_vec_free(f->hsel, f->n_hsel * hp->n_embd);
+    for (int t = 0; t < f->n_ready; ++t) {
+        ref_scratch_clear(&f->scr[t]);
+        ref_vec_free(f->scores[t], n);
+    }
+    free(f->scr);
+    free(f->scores);
+    mpfr_clear(f->scale);
+}
+
+static int default_threads(void)
+{
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int)c);
+}
+
+int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err)
+{
+    *out = NULL;
+    int st = ref_request_check(m, rq, err);
+    if (st)
+        return st;
+    const lm_hparams *hp = &m->hp;
+    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens};
+    f.prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
+    f.nt = rq->n_threads ? rq->n_threads : default_threads();
+    if (f.nt > MAX_THREADS)
+        f.nt = MAX_THREADS;
+    f.q_dim = hp->n_head * hp->head_dim;
+    f.kv_dim = hp->n_head_kv * hp->head_dim;
+    mpfr_init2(f.scale, f.prec);
+    mpfr_set_ui(f.scale, hp->head_dim, MPFR_RNDN);
+    mpfr_rec_sqrt(f.scale, f.scale, MPFR_RNDN);
+
+    ref_result *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        mpfr_clear(f.scale);
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+    }
+    r->prec = (uint32_t)f.prec;
+    r->n_layer = hp->n_layer;
+    r->n_prompt = rq->n_prompt;
+    r->n_kv_head = hp->n_head_kv;
+    r->head_dim = hp->head_dim;
+    r->n_vocab = hp->n_vocab;
+    if (rq->pos) {
+        r->n_pos = rq->n_pos;
+        r->pos = malloc(rq->n_pos * sizeof *r->pos);
+        if (r->pos)
+            memcpy(r->pos, rq->pos, rq->n_pos * sizeof *r->pos);
+    } else {
+        r->n_pos = rq->n_tokens - rq->n_prompt + 1;
+        r->pos = malloc(r->n_pos * sizeof *r->pos);
+        for (uint32_t i = 0; r->pos && i < r->n_pos; ++i)
+            r->pos[i] = rq->n_prompt - 1 + i;
+    }
+
+    uint64_t n = f.n, e = hp->n_embd, kvl = (uint64_t)rq->n_prompt * f.kv_dim;
+    uint64_t max_in = e > f.q_dim ? e : f.q_dim;
+    if (hp->n_ff > max_in)
+        max_in = hp->n_ff;
+    f.n_hsel = r->n_pos;
+    f.x = ref_vec_new(n * e, f.prec);
+    f.h = ref_vec_new(n * e, f.prec);
+    f.q = ref_vec_new(n * f.q_dim, f.prec);
+    f.att = ref_vec_new(n * f.q_dim, f.prec);
+    f.k = ref_vec_new(n * f.kv_dim, f.prec);
+    f.v = ref_vec_new(n * f.kv_dim, f.prec);
+    f.g = ref_vec_new(n * hp->n_ff, f.prec);
+    f.up = ref_vec_new(n * hp->n_ff, f.prec);
+    f.cs = ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec);
+    f.hsel = ref_vec_new(f.n_hsel * e, f.prec);
+    r->k = ref_vec_new(hp->n_layer * kvl, f.prec);
+    r->v = ref_vec_new(hp->n_layer * kvl, f.prec);
+    r->logits = ref_vec_new((uint64_t)r->n_pos * hp->n_vocab, f.prec);
+    f.scr = aligned_alloc(64, (size_t)f.nt * sizeof *f.scr); /* sizeof is a multiple of 64 */
+    if (f.scr)
+        memset(f.scr, 0, (size_t)f.nt * sizeof *f.scr);
+    f.scores = calloc((size_t)f.nt, sizeof *f.scores);
+    if (!r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
+        !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores) {
+        st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+        goto fail;
+    }
+    for (int t = 0; t < f.nt; ++t) {
+        f.scores[t] = ref_vec_new(n, f.prec);
+        if (f.scores[t] == NULL) {
+            st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+            goto fail;
+        }
+        if ((st = ref_scratch_init(&f.scr[t], f.prec, max_in, err)) != LM_OK) {
+            ref_vec_free(f.scores[t], n);
+            goto fail;
+        }
+        f.n_ready = t + 1;
+    }
+
+    /* x = tok_embd[id] (exact) */
+    for (uint64_t t = 0; t < n; ++t) {
+        const float *row = m->tok_embd + (uint64_t)rq->tokens[t] * e;
+        for (uint64_t i = 0; i < e; ++i)
+            mpfr_set_flt(f.x[t * e + i], row[i], MPFR_RNDN);
+    }
+
+    for (uint32_t l = 0; l < hp->n_layer; ++l) {
+        const lm_layer *L = &m->layers[l];
+        norm_ctx nc = {f.x, f.h, L->attn_norm, NULL};
+        if ((st = par_for(&f, n, norm_item, &nc, err)) ||
+            (st = matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, err)) ||
+            (st = matmul(&f, f.k, f.h, L->wk, L->bk, n, e, f.kv_dim, false, err)) ||
+            (st = matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, err)) ||
+            (st = par_for(&f, n, rope_item, NULL, err)))
+            goto fail;
+        for (uint64_t i = 0; i < kvl; ++i) {
+            mpfr_set(r->k[l * kvl + i], f.k[i], MPFR_RNDN);
+            mpfr_set(r->v[l * kvl + i], f.v[i], MPFR_RNDN);
+        }
+        if ((st = par_for(&f, n * hp->n_head, attn_item, NULL, err)) ||
+            (st = matmul(&f, f.x, f.att, L->wo, L->bo, n, f.q_dim, e, true, err)))
+            goto fail;
+        norm_ctx fc = {f.x, f.h, L->ffn_norm, NULL};
+        if ((st = par_for(&f, n, norm_item, &fc, err)) ||
+            (st = matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, err)) ||
+            (st = matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, err)) ||
+            (st = par_for(&f, n, swiglu_item, NULL, err)) ||
+            (st = matmul(&f, f.x, f.g, L->w_down, NULL, n, hp->n_ff, e, true, err)))
+            goto fail;
+    }
+    /* logits only where asked: final norm of those rows, then the output projection */
+    norm_ctx oc = {f.x, f.hsel, m->output_norm, r->pos};
+    if ((st = par_for(&f, r->n_pos, norm_item, &oc, err)) ||
+        (st = matmul(&f, r->logits, f.hsel, m->output, NULL, r->n_pos, e, hp->n_vocab, false,
+                     err)))
+        goto fail;
+    fwd_free(&f);
+    *out = r;
+    return LM_OK;
+fail:
+    fwd_free(&f);
+    ref_result_free(r);
+    return st;
+}
+
+int ref_compute(ref_capture *out, const lm_model *m, const ref_request *rq, lm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    ref_result *r;
+    int st = ref_run(&r, m, rq, err);
+    if (st)
+        return st;
+    st = ref_result_to_capture(out, r, m, rq, err);
+    ref_result_free(r);
+    return st;
+}

@@ -1,0 +1,227 @@
+/* ref_ops.c — MPFR primitives of the reference: dot, sum, RMSNorm, softmax, SiLU, RoPE.
+ * Every operation rounds to nearest at the destination's precision; reductions run left to
+ * right. Nothing here knows about models or threads. */
+#include "kvd_ref.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t n_limbs(mpfr_prec_t prec)
+{
+    return (size_t)((prec + GMP_NUMB_BITS - 1) / GMP_NUMB_BITS);
+}
+
+static size_t round64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Storage layout (why): every MPFR number here uses the custom interface over one 64-byte
+ * aligned block per vector or per scratch, instead of one malloc per number. Numbers written
+ * by different threads then never share a cache line (the measured cause of 2 threads being
+ * no faster than 1: false sharing between neighbouring 16-byte limb allocations), and a vector
+ * is one allocation. Nothing here ever changes a number's precision, so MPFR never needs to
+ * reallocate a significand. */
+mpfr_t *ref_vec_new(uint64_t n, mpfr_prec_t prec)
+{
+    size_t nl = n_limbs(prec);
+    size_t head = round64((size_t)(n ? n : 1) * sizeof(mpfr_t));
+    size_t body = round64((size_t)(n ? n : 1) * nl * sizeof(mp_limb_t));
+    void *blk = aligned_alloc(64, head + body);
+    if (blk == NULL)
+        return NULL;
+    mpfr_t *v = blk;
+    mp_limb_t *limbs = (mp_limb_t *)((char *)blk + head);
+    memset(limbs, 0, body);
+    for (uint64_t i = 0; i < n; ++i)
+        mpfr_custom_init_set(v[i], MPFR_ZERO_KIND, 0, prec, limbs + i * nl);
+    return v;
+}
+
+void ref_vec_free(mpfr_t *v, uint64_t n)
+{
+    (void)n; /* one block; custom-interface numbers need no mpfr_clear */
+    free(v);
+}
+
+int ref_scratch_init(ref_scratch *s, mpfr_prec_t prec, uint64_t row_cap, lm_err *err)
+{
+    s->prec = prec;
+    s->row_cap = row_cap;
+    s->row = ref_vec_new(row_cap, prec);
+    s->tmp = ref_vec_new(3 * 8, prec); /* t, u, acc, each on its own cache line(s) */
+    if (s->row == NULL || s->tmp == NULL) {
+        free(s->row);
+        free(s->tmp);
+        s->row = s->tmp = NULL;
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory for scratch");
+    }
+    s->row_limbs = (mp_limb_t *)mpfr_custom_get_significand(s->row[0]);
+    /* a struct copy of the custom number: t, u, acc share their significands with tmp[] */
+    memcpy(s->t, s->tmp[0], sizeof(mpfr_t));
+    memcpy(s->u, s->tmp[8], sizeof(mpfr_t));
+    memcpy(s->acc, s->tmp[16], sizeof(mpfr_t));
+    return LM_OK;
+}
+
+void ref_scratch_clear(ref_scratch *s)
+{
+    if (s == NULL || s->row == NULL)
+        return;
+    free(s->row);
+    free(s->tmp);
+    s->row = s->tmp = NULL;
+    s->row_limbs = NULL;
+    s->row_cap = 0;
+}
+
+void ref_row_set_flt(ref_scratch *s, const float *w, uint64_t n)
+{
+    size_t nl = n_limbs(s->prec);
+    for (uint64_t i = 0; i < n; ++i) {
+        uint32_t b;
+        memcpy(&b, &w[i], 4);
+        int neg = (b >> 31) ? -1 : 1;
+        uint32_t ef = (b >> 23) & 0xff, frac = b & 0x7fffff;
+        mp_limb_t *d = s->row_limbs + i * nl;
+        if (ef == 0xff) {
+            mpfr_custom_init_set(s->row[i], frac ? MPFR_NAN_KIND : neg * MPFR_INF_KIND, 0, s->prec,
+                                 d);
+            continue;
+        }
+        if (ef == 0 && frac == 0) {
+            mpfr_custom_init_set(s->row[i], neg * MPFR_ZERO_KIND, 0, s->prec, d);
+            continue;
+        }
+        /* value = 0.1m * 2^exp with the 24-bit significand m24 at the top of the top limb:
+         * normal: m24 = 1.frac, exp = ef - 126; subnormal: frac * 2^-149 normalized */
+        uint32_t m24;
+        mpfr_exp_t ex;
+        if (ef) {
+            m24 = 0x800000u | frac;
+            ex = (mpfr_exp_t)ef - 126;
+        } else {
+            int k = 0;
+            while (!((frac << k) & 0x800000u))
+                ++k;
+            m24 = frac << k;
+            ex = -125 - k;
+        }
+        for (size_t j = 0; j + 1 < nl; ++j)
+            d[j] = 0;
+        d[nl - 1] = (mp_limb_t)m24 << (GMP_NUMB_BITS - 24);
+        mpfr_custom_init_set(s->row[i], neg * MPFR_REGULAR_KIND, ex, s->prec, d);
+    }
+}
+
+void ref_dot(mpfr_t out, mpfr_t *x, mpfr_t *w, uint64_t n, ref_scratch *s)
+{
+    /* acc in scratch so that out may alias an input; s->t holds each product. */
+    mpfr_set_zero(s->acc, 1);
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_mul(s->t, x[i], w[i], MPFR_RNDN);
+        mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
+    }
+    mpfr_set(out, s->acc, MPFR_RNDN);
+}
+
+void ref_sum(mpfr_t out, mpfr_t *x, uint64_t n)
+{
+    mpfr_set_zero(out, 1);
+    for (uint64_t i = 0; i < n; ++i)
+        mpfr_add(out, out, x[i], MPFR_RNDN);
+}
+
+void ref_rmsnorm(mpfr_t *out, mpfr_t *x, const float *w, uint64_t n, float eps,
+                 ref_scratch *s)
+{
+    /* acc = sum x^2 (left to right); acc = acc / n + eps; u = 1 / sqrt(acc). */
+    mpfr_set_zero(s->acc, 1);
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_sqr(s->t, x[i], MPFR_RNDN);
+        mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
+    }
+    mpfr_div_ui(s->acc, s->acc, (unsigned long)n, MPFR_RNDN);
+    mpfr_set_flt(s->t, eps, MPFR_RNDN); /* exact: eps is the float32 the model stores */
+    mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
+    mpfr_rec_sqrt(s->u, s->acc, MPFR_RNDN);
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_mul(out[i], x[i], s->u, MPFR_RNDN);
+        mpfr_set_flt(s->t, w[i], MPFR_RNDN);
+        mpfr_mul(out[i], out[i], s->t, MPFR_RNDN);
+    }
+}
+
+void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s)
+{
+    /* Subtracting the maximum changes nothing mathematically (MPFR cannot overflow here); it
+     * keeps the exponentials in [0, 1] like every float implementation does. */
+    mpfr_set(s->u, x[0], MPFR_RNDN);
+    for (uint64_t i = 1; i < n; ++i)
+        if (mpfr_greater_p(x[i], s->u))
+            mpfr_set(s->u, x[i], MPFR_RNDN);
+    mpfr_set_zero(s->acc, 1);
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_sub(x[i], x[i], s->u, MPFR_RNDN);
+        mpfr_exp(x[i], x[i], MPFR_RNDN);
+        mpfr_add(s->acc, s->acc, x[i], MPFR_RNDN);
+    }
+    for (uint64_t i = 0; i < n; ++i)
+        mpfr_div(x[i], x[i], s->acc, MPFR_RNDN);
+}
+
+void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s)
+{
+    mpfr_neg(s->t, z, MPFR_RNDN);
+    mpfr_exp(s->t, s->t, MPFR_RNDN);
+    mpfr_add_ui(s->t, s->t, 1, MPFR_RNDN);
+    mpfr_div(out, z, s->t, MPFR_RNDN);
+}
+
+void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot)
+{
+    /* theta^(-2i/n_rot): the exponent is rounded once at out's precision, then one mpfr_pow. */
+    mpfr_t e, th;
+    mpfr_inits2(mpfr_get_prec(out), e, th, (mpfr_ptr)0);
+    mpfr_set_si(e, -2 * (long)i, MPFR_RNDN);
+    mpfr_div_ui(e, e, n_rot, MPFR_RNDN);
+    mpfr_set_flt(th, theta, MPFR_RNDN);
+    mpfr_pow(out, th, e, MPFR_RNDN);
+    mpfr_clears(e, th, (mpfr_ptr)0);
+}
+
+void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, uint32_t n_rot)
+{
+    mpfr_t a;
+    mpfr_init2(a, mpfr_get_prec(cs[0]));
+    for (uint32_t i = 0; i < n_rot / 2; ++i) {
+        ref_rope_freq(a, theta, i, n_rot);
+        mpfr_mul_ui(a, a, pos, MPFR_RNDN);
+        mpfr_sin_cos(cs[2 * i + 1], cs[2 * i], a, MPFR_RNDN);
+    }
+    mpfr_clear(a);
+}
+
+/* (a, b) <- (a cos - b sin, a sin + b cos); each product and sum rounded. */
+static void rotate(mpfr_t a, mpfr_t b, const mpfr_t c, const mpfr_t sn, ref_scratch *s)
+{
+    mpfr_mul(s->t, a, c, MPFR_RNDN);
+    mpfr_mul(s->u, b, sn, MPFR_RNDN);
+    mpfr_sub(s->acc, s->t, s->u, MPFR_RNDN); /* new a */
+    mpfr_mul(s->t, a, sn, MPFR_RNDN);
+    mpfr_mul(s->u, b, c, MPFR_RNDN);
+    mpfr_add(b, s->t, s->u, MPFR_RNDN);
+    mpfr_set(a, s->acc, MPFR_RNDN);
+}
+
+void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, lm_rope_type type,
+                    ref_scratch *s)
+{
+    uint32_t half = n_rot / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+        if (type == LM_ROPE_NEOX)
+            rotate(x[i], x[i + half], cs[2 * i], cs[2 * i + 1], s);
+        else
+            rotate(x[2 * i], x[2 * i + 1], cs[2 * i], cs[2 * i + 1], s);
+    }
+}

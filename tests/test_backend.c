@@ -1,0 +1,187 @@
+/* test_backend.c — every backend's gemm_nt / gemm_nn against a double-precision reference at
+ * a stated bound, special shapes, and the naive backend's split invariance (bitwise). */
+#include "../engine/backend.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const names[] = {"naive", "blas"};
+#define N_BACKENDS (sizeof names / sizeof names[0])
+
+static lm_backend *make(const char *name, int threads)
+{
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_backend_create(&be, name, threads, &err) == LM_OK);
+    CU_ASSERT_STRING_EQUAL(be->vt->name, name);
+    return be;
+}
+
+static float *rand_buf(size_t n, uint64_t *st)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    CU_ASSERT_FATAL(p != NULL);
+    for (size_t i = 0; i < n; ++i)
+        p[i] = tu_rand_f32(st);
+    return p;
+}
+
+static void test_backend_unknown_name(void)
+{
+    lm_backend *be = (lm_backend *)1;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(lm_backend_create(&be, "cuda-x", 1, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(be);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "cuda-x"));
+    lm_backend_destroy(NULL); /* accepts NULL */
+}
+
+/* m = 0 or n = 0 writes nothing; k = 0 writes exact zeros (an empty sum); a NaN in a row of
+ * A reaches every output of that row and no other row. */
+static void test_backend_special_shapes(void)
+{
+    for (size_t b = 0; b < N_BACKENDS; ++b) {
+        lm_backend *be = make(names[b], 1);
+        float a[2 * 3] = {1, 2, 3, 4, 5, 6}, w[4 * 3] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1};
+        float c[2 * 4];
+        for (int i = 0; i < 8; ++i)
+            c[i] = 42.0f;
+        be->vt->gemm_nt(be, 0, 4, 3, 1.0f, a, 3, w, 3, c, 4);
+        be->vt->gemm_nt(be, 2, 0, 3, 1.0f, a, 3, w, 3, c, 4);
+        for (int i = 0; i < 8; ++i)
+            CU_ASSERT_EQUAL(c[i], 42.0f);
+        for (uint32_t m = 1; m <= 2; ++m) { /* m = 1 takes the sgemv path in blas */
+            be->vt->gemm_nt(be, m, 4, 0, 1.0f, a, 3, w, 3, c, 4);
+            for (uint32_t i = 0; i < 4 * m; ++i)
+                CU_ASSERT_EQUAL(c[i], 0.0f);
+            be->vt->gemm_nn(be, m, 4, 0, a, 3, w, 4, c, 4);
+            for (uint32_t i = 0; i < 4 * m; ++i)
+                CU_ASSERT_EQUAL(c[i], 0.0f);
+        }
+        /* exact small integers: every order gives the same result */
+        be->vt->gemm_nt(be, 2, 4, 3, 2.0f, a, 3, w, 3, c, 4);
+        const float want[8] = {2, 4, 6, 12, 8, 10, 12, 30};
+        for (int i = 0; i < 8; ++i)
+            CU_ASSERT_EQUAL(c[i], want[i]);
+        a[1] = NAN;
+        be->vt->gemm_nt(be, 2, 4, 3, 1.0f, a, 3, w, 3, c, 4);
+        CU_ASSERT(isnan(c[3]));
+        for (int i = 4; i < 8; ++i)
+            CU_ASSERT(!isnan(c[i]));
+        lm_backend_destroy(be);
+    }
+}
+
+/* Random strided products against double. Bound (Higham, Accuracy and Stability, 3.1): a
+ * float dot product of k terms in ANY order, with or without FMA, has
+ * |fl - exact| <= gamma_k * sum|a_l b_l|, gamma_k = k u / (1 - k u), u = 2^-24; the alpha
+ * multiply adds one more rounding, so k + 1. Inputs are in [-1, 1): no underflow to speak of.
+ * The double reference itself is exact to ~2^-53 relative, negligible next to this. */
+static void check_products(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, uint64_t *st)
+{
+    const size_t lda = k + 3, ldb = k + 1, ldc = n + 2, ldbn = n + 5;
+    float *a = rand_buf((size_t)m * lda, st);
+    float *b = rand_buf((size_t)n * ldb, st);    /* [n][k] for nt */
+    float *bn = rand_buf((size_t)k * ldbn, st);  /* [k][n] for nn */
+    float *c = rand_buf((size_t)m * ldc, st);
+    const float alpha = 0.125f + tu_rand_f32(st);
+    const double u = ldexp(1.0, -24), g = (double)(k + 1) * u / (1.0 - (double)(k + 1) * u);
+    int bad_nt = 0, bad_nn = 0;
+
+    be->vt->gemm_nt(be, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < n; ++j) {
+            double s = 0, sa = 0;
+            for (uint32_t l = 0; l < k; ++l) {
+                s += (double)a[i * lda + l] * (double)b[j * ldb + l];
+                sa += fabs((double)a[i * lda + l] * (double)b[j * ldb + l]);
+            }
+            s *= (double)alpha;
+            sa *= fabs((double)alpha);
+            if (fabs((double)c[i * ldc + j] - s) > g * sa)
+                ++bad_nt;
+        }
+    be->vt->gemm_nn(be, m, n, k, a, lda, bn, ldbn, c, ldc);
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < n; ++j) {
+            double s = 0, sa = 0;
+            for (uint32_t l = 0; l < k; ++l) {
+                s += (double)a[i * lda + l] * (double)bn[l * ldbn + j];
+                sa += fabs((double)a[i * lda + l] * (double)bn[l * ldbn + j]);
+            }
+            if (fabs((double)c[i * ldc + j] - s) > g * sa)
+                ++bad_nn;
+        }
+    if (bad_nt || bad_nn)
+        fprintf(stderr, "\n  %s m=%u n=%u k=%u: %d nt and %d nn elements outside the bound\n",
+                be->vt->name, m, n, k, bad_nt, bad_nn);
+    CU_ASSERT_EQUAL(bad_nt, 0);
+    CU_ASSERT_EQUAL(bad_nn, 0);
+    free(a);
+    free(b);
+    free(bn);
+    free(c);
+}
+
+static void test_backend_matches_double_reference(void)
+{
+    static const uint32_t ms[] = {1, 2, 7, 64}, ns[] = {1, 5, 130}, ks[] = {1, 3, 64, 577};
+    uint64_t st = tu_seed();
+    for (size_t b = 0; b < N_BACKENDS; ++b)
+        for (int threads = 1; threads <= 2; ++threads) {
+            lm_backend *be = make(names[b], threads);
+            for (size_t i = 0; i < 4; ++i)
+                for (size_t j = 0; j < 3; ++j)
+                    for (size_t l = 0; l < 4; ++l)
+                        check_products(be, ms[i], ns[j], ks[l], &st);
+            lm_backend_destroy(be);
+        }
+}
+
+/* The naive backend's contract: an output element does not depend on how the rows were split
+ * into calls, and gemm_nt(A, B) == gemm_nn(A, B^T) since both sum l = 0..k-1 in order. */
+static void test_backend_naive_split_invariant(void)
+{
+    uint64_t st = tu_seed() ^ 0x5eed;
+    const uint32_t m = 23, n = 37, k = 301;
+    float *a = rand_buf((size_t)m * k, &st);
+    float *b = rand_buf((size_t)n * k, &st);
+    float *bt = malloc((size_t)k * n * sizeof *bt);
+    float *full = malloc((size_t)m * n * sizeof *full);
+    float *part = malloc((size_t)m * n * sizeof *part);
+    float *nn = malloc((size_t)m * n * sizeof *nn);
+    CU_ASSERT_FATAL(bt && full && part && nn);
+    for (uint32_t j = 0; j < n; ++j)
+        for (uint32_t l = 0; l < k; ++l)
+            bt[(size_t)l * n + j] = b[(size_t)j * k + l];
+    lm_backend *be = make("naive", 1);
+    be->vt->gemm_nt(be, m, n, k, 1.0f, a, k, b, k, full, n);
+    for (uint32_t step = 1; step <= 7; step += 2) {
+        for (uint32_t r = 0; r < m; r += step) {
+            const uint32_t len = m - r < step ? m - r : step;
+            be->vt->gemm_nt(be, len, n, k, 1.0f, a + (size_t)r * k, k, b, k, part + (size_t)r * n, n);
+        }
+        CU_ASSERT_EQUAL(memcmp(full, part, (size_t)m * n * sizeof *full), 0);
+    }
+    be->vt->gemm_nn(be, m, n, k, a, k, bt, n, nn, n);
+    CU_ASSERT_EQUAL(memcmp(full, nn, (size_t)m * n * sizeof *full), 0);
+    lm_backend_destroy(be);
+    free(a);
+    free(b);
+    free(bt);
+    free(full);
+    free(part);
+    free(nn);
+}
+
+void test_backend_register(void)
+{
+    CU_pSuite s = CU_add_suite("backend", NULL, NULL);
+    CU_add_test(s, "test_backend_unknown_name", test_backend_unknown_name);
+    CU_add_test(s, "test_backend_special_shapes", test_backend_special_shapes);
+    CU_add_test(s, "test_backend_matches_double_reference", test_backend_matches_double_reference);
+    CU_add_test(s, "test_backend_naive_split_invariant", test_backend_naive_split_invariant);
+}

@@ -1,0 +1,205 @@
+/* test_case.c — case files: a full valid case, defaults, and every malformed input with its
+ * file and line in the message. */
+#include "case.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static hx_case *ok(const char *text)
+{
+    hx_case *c = NULL;
+    lm_err err = {0};
+    int rc = hx_case_parse_string(&c, text, "t.case", &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  unexpected error: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    return c;
+}
+
+/* Parses text expecting LM_E_INPUT and a message containing needle. */
+static void bad(const char *text, const char *needle)
+{
+    hx_case *c = (hx_case *)1;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(hx_case_parse_string(&c, text, "t.case", &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(c);
+    if (strstr(err.msg, needle) == NULL)
+        fprintf(stderr, "\n  message lacks '%s': %s\n", needle, err.msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
+}
+
+static void test_case_full_and_configs(void)
+{
+    setenv("KVDRIFT_MODELS", "/models", 1);
+    hx_case *c = ok("; a comment\n"
+                    "# another\n"
+                    "[case]\n"
+                    "name = stories-steps\n"
+                    "model = ${KVDRIFT_MODELS}/stories260K.gguf\n"
+                    "prompt = Once upon a time; there was\n"
+                    "steps = 1, 2,full\n"
+                    "backends = blas,naive\n"
+                    "threads = 1,2\n"
+                    "attn = default,dense\n"
+                    "n_gen = 0\n"
+                    "precision = 256\n"
+                    "strict_bits = true\n");
+    CU_ASSERT_STRING_EQUAL(c->name, "stories-steps");
+    CU_ASSERT_STRING_EQUAL(c->model.path, "/models/stories260K.gguf");
+    CU_ASSERT_FALSE(c->model.synth);
+    CU_ASSERT_STRING_EQUAL(c->prompt, "Once upon a time; there was"); /* ';' is text */
+    CU_ASSERT_PTR_NULL(c->tokens);
+    CU_ASSERT_EQUAL(c->n_steps, 3);
+    CU_ASSERT_EQUAL(c->steps[2], 0);
+    CU_ASSERT_EQUAL(c->n_backends, 2);
+    CU_ASSERT_STRING_EQUAL(c->backends[0], "blas");
+    CU_ASSERT_EQUAL(c->n_threads, 2);
+    CU_ASSERT_EQUAL(c->n_attn, 2);
+    CU_ASSERT_EQUAL(c->n_gen, 0);
+    CU_ASSERT_EQUAL(c->precision, 256);
+    CU_ASSERT(c->strict_bits);
+    hx_config *cfg;
+    size_t n;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_case_configs(&cfg, &n, c, &err), LM_OK);
+    CU_ASSERT_EQUAL(n, 2 * 2 * 2 * 3);
+    char s[HX_CONFIG_STR_MAX];
+    hx_config_format(s, sizeof s, &cfg[0]);
+    CU_ASSERT_STRING_EQUAL(s, "blas:step=1:threads=1");
+    hx_config_format(s, sizeof s, &cfg[2]);
+    CU_ASSERT_STRING_EQUAL(s, "blas:step=full:threads=1");
+    hx_config_format(s, sizeof s, &cfg[3]);
+    CU_ASSERT_STRING_EQUAL(s, "blas:step=1:threads=1:attn=dense");
+    hx_config_format(s, sizeof s, &cfg[n - 1]);
+    CU_ASSERT_STRING_EQUAL(s, "naive:step=full:threads=2:attn=dense");
+    free(cfg);
+    hx_case_free(c);
+    unsetenv("KVDRIFT_MODELS");
+}
+
+static void test_case_defaults_tokens_synth(void)
+{
+    hx_case *c = ok("name=s1\nmodel=synth:tiny-llama:seed=42\ntokens=1, 2 ,3\n");
+    CU_ASSERT(c->model.synth);
+    CU_ASSERT_STRING_EQUAL(c->model.preset, "tiny-llama");
+    CU_ASSERT(c->model.has_seed);
+    CU_ASSERT_EQUAL(c->model.seed, 42);
+    CU_ASSERT_EQUAL(c->n_tokens, 3);
+    CU_ASSERT_EQUAL(c->tokens[1], 2);
+    CU_ASSERT_PTR_NULL(c->prompt);
+    CU_ASSERT_EQUAL(c->n_steps, 9);               /* HX_CASE_DEFAULT_STEPS */
+    CU_ASSERT_EQUAL(c->steps[8], 0);
+    CU_ASSERT_EQUAL(c->n_backends, 2);
+    CU_ASSERT_STRING_EQUAL(c->backends[0], "naive");
+    CU_ASSERT_EQUAL(c->n_threads, 1);
+    CU_ASSERT_EQUAL(c->threads[0], 1);
+    CU_ASSERT_EQUAL(c->n_attn, 1);
+    CU_ASSERT_EQUAL(c->n_gen, HX_CASE_DEFAULT_N_GEN);
+    CU_ASSERT_EQUAL(c->precision, HX_CASE_DEFAULT_PRECISION);
+    CU_ASSERT_FALSE(c->strict_bits);
+    hx_case_free(c);
+    c = ok("name=s2\nmodel=synth:x\nprompt=\"  padded  \"\n");
+    CU_ASSERT_FALSE(c->model.has_seed);
+    CU_ASSERT_STRING_EQUAL(c->prompt, "  padded  ");
+    hx_case_free(c);
+    unsetenv("KVDRIFT_MODELS");
+    c = ok("name=s3\nmodel=${KVDRIFT_MODELS}/a.gguf\nprompt=x\n");
+    CU_ASSERT_STRING_EQUAL(c->model.path, "../shared/models/a.gguf");
+    hx_case_free(c);
+    /* A prompt far longer than inih's default 200-character line. */
+    char *text = malloc(5000);
+    CU_ASSERT_FATAL(text != NULL);
+    int n = sprintf(text, "name=long\nmodel=m.gguf\nprompt=");
+    memset(text + n, 'a', 4000);
+    strcpy(text + n + 4000, "\n");
+    c = ok(text);
+    CU_ASSERT_EQUAL(strlen(c->prompt), 4000);
+    hx_case_free(c);
+    free(text);
+}
+
+static void test_case_errors_name_file_and_line(void)
+{
+    const char *head = "name=x\nmodel=m.gguf\nprompt=p\n"; /* lines 1-3 */
+    char buf[512];
+#define BAD_AT4(line4, needle)                               \
+    do {                                                     \
+        snprintf(buf, sizeof buf, "%s%s\n", head, line4);    \
+        bad(buf, "t.case:4: ");                              \
+        bad(buf, needle);                                    \
+    } while (0)
+    BAD_AT4("colour = blue", "unknown key 'colour'");
+    BAD_AT4("name = y", "key 'name' given twice");
+    BAD_AT4("tokens = 1,2", "prompt or tokens, not both");
+    BAD_AT4("steps = 1,0", "'0' is not an integer >= 1 or full");
+    BAD_AT4("steps = 1,,2", "empty list item");
+    BAD_AT4("steps = 1,2,", "empty list item");
+    BAD_AT4("steps = 2,2", "listed twice");
+    BAD_AT4("steps = fast", "'fast'");
+    BAD_AT4("steps = 4294967296", "'4294967296'");
+    BAD_AT4("backends = blas,gpu", "unknown backend 'gpu'");
+    BAD_AT4("backends = blas,blas", "listed twice");
+    BAD_AT4("threads = 0", "'0' is not an integer >= 1");
+    BAD_AT4("threads = full", "'full'");
+    BAD_AT4("attn = sparse", "unknown variant 'sparse'");
+    BAD_AT4("n_gen = -1", "n_gen '-1'");
+    BAD_AT4("n_gen = 1000001", "n_gen '1000001'");
+    BAD_AT4("precision = 23", "precision '23'");
+    BAD_AT4("precision = 8193", "precision '8193'");
+    BAD_AT4("precision = 12x", "precision '12x'");
+    BAD_AT4("strict_bits = yes", "expected true or false");
+    BAD_AT4("this line has no equals sign", "malformed line");
+#undef BAD_AT4
+    bad("name=x\n[other]\nmodel=m\n", "t.case:3: unknown section [other]");
+    bad("name=a b\n", "t.case:1: name 'a b'");
+    bad("name=\n", "t.case:1: name is empty");
+    bad("name=x\nmodel=synth:\n", "t.case:2: model 'synth:'");
+    bad("name=x\nmodel=synth:Tiny\n", "bad character in preset");
+    bad("name=x\nmodel=synth:t:seed=x\n", "expected synth:PRESET[:seed=N]");
+    bad("name=x\nmodel=synth:t:sead=1\n", "expected synth:PRESET[:seed=N]");
+    bad("name=x\nmodel=${HOME}/m.gguf\n", "only ${KVDRIFT_MODELS}");
+    bad("name=x\nmodel=m\nprompt=\n", "t.case:3: prompt is empty");
+    bad("name=x\nmodel=m\ntokens=1,-2\n", "t.case:3: tokens: '-2'");
+    bad("name=x\nmodel=m\ntokens=2147483648\n", "'2147483648'");
+    /* Missing keys: no line, but the file. */
+    bad("model=m\nprompt=p\n", "t.case: missing key 'name'");
+    bad("name=x\nprompt=p\n", "t.case: missing key 'model'");
+    bad("name=x\nmodel=m\n", "t.case: missing key 'prompt' or 'tokens'");
+    bad("", "missing key 'name'");
+}
+
+static void test_case_load_files(void)
+{
+    hx_case *c;
+    lm_err err = {0};
+    const char good[] = "name=f\nmodel=m.gguf\ntokens=5\n";
+    const char *p = tu_write_file("good.case", good, sizeof good - 1);
+    CU_ASSERT_EQUAL(hx_case_load(&c, p, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(c->file, p);
+    hx_case_free(c);
+    const char badtext[] = "name=f\nmodel=m.gguf\nsteps=0\ntokens=5\n";
+    p = tu_write_file("bad.case", badtext, sizeof badtext - 1);
+    CU_ASSERT_EQUAL(hx_case_load(&c, p, &err), LM_E_INPUT);
+    char want[1100];
+    snprintf(want, sizeof want, "%s:3: ", p);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+    lm_err_clear(&err);
+    const char nul[] = "name=f\0model=m\n";
+    p = tu_write_file("nul.case", nul, sizeof nul - 1);
+    CU_ASSERT_EQUAL(hx_case_load(&c, p, &err), LM_E_INPUT);
+    lm_err_clear(&err);
+    char absent[1024];
+    snprintf(absent, sizeof absent, "%s/absent.case", tu_tmpdir());
+    CU_ASSERT_EQUAL(hx_case_load(&c, absent, &err), LM_E_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "absent.case"));
+}
+
+void test_case_register(void)
+{
+    CU_pSuite s = CU_add_suite("case", NULL, NULL);
+    CU_add_test(s, "test_case_full_and_configs", test_case_full_and_configs);
+    CU_add_test(s, "test_case_defaults_tokens_synth", test_case_defaults_tokens_synth);
+    CU_add_test(s, "test_case_errors_name_file_and_line", test_case_errors_name_file_and_line);
+    CU_add_test(s, "test_case_load_files", test_case_load_files);
+}

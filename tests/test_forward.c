@@ -1,0 +1,507 @@
+/* test_forward.c — the forward pass: against a double-precision forward on a synthetic
+ * in-memory model (GQA, biases, partial rotary dims, NORM and NEOX RoPE), logits-only-where-
+ * asked equivalence, chunk-size invariance of the naive backend (bitwise, logits and KV cache),
+ * blas vs naive within a stated bound, bad input, and stories260K's known greedy text. */
+#include "kvd_engine.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------- a synthetic model built in memory (no file, no loader) ---------- */
+
+typedef struct synth {
+    lm_model m;
+    lm_layer layers[2];
+    float *arena;
+} synth;
+
+static float *take(float **cur, size_t n, float scale, uint64_t *st)
+{
+    float *p = *cur;
+    for (size_t i = 0; i < n; ++i)
+        p[i] = scale * tu_rand_f32(st);
+    *cur += n;
+    return p;
+}
+
+/* 2 layers, n_embd 24, 4 query heads on 2 kv heads of head_dim 8 (q_dim 32 != n_embd),
+ * n_rot 6 < head_dim, every bias present, tied output. Weights uniform in +-2/sqrt(fan_in):
+ * large enough that logits are not flat. */
+static void synth_build(synth *s, lm_rope_type rope, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    lm_hparams *hp = &s->m.hp;
+    snprintf(hp->arch, sizeof hp->arch, "llama");
+    hp->n_vocab = 40, hp->n_embd = 24, hp->n_layer = 2, hp->n_head = 4, hp->n_head_kv = 2;
+    hp->head_dim = 8, hp->n_ff = 40, hp->n_rot = 6, hp->n_ctx_train = 64;
+    hp->rms_eps = 1e-5f, hp->rope_theta = 10000.0f, hp->rope_type = rope, hp->tied_output = true;
+    const size_t d = hp->n_embd, q = 32, kv = 16, ff = hp->n_ff;
+    const size_t per_layer = d + q * d + 2 * kv * d + d * q + q + 2 * kv + d + d + 2 * ff * d + d * ff;
+    s->arena = malloc((hp->n_vocab * d + d + hp->n_layer * per_layer) * sizeof(float));
+    CU_ASSERT_FATAL(s->arena != NULL);
+    float *cur = s->arena;
+    uint64_t st = seed;
+    const float sd = 2.0f / sqrtf((float)d), sq = 2.0f / sqrtf((float)q), sf = 2.0f / sqrtf((float)ff);
+    s->m.tok_embd = take(&cur, hp->n_vocab * d, 1.0f, &st);
+    float *on = take(&cur, d, 0.5f, &st);
+    for (size_t i = 0; i < d; ++i)
+        on[i] += 1.0f;
+    s->m.output_norm = on;
+    s->m.output = s->m.tok_embd;
+    for (uint32_t il = 0; il < hp->n_layer; ++il) {
+        lm_layer *L = &s->layers[il];
+        float *an = take(&cur, d, 0.5f, &st), *fn;
+        for (size_t i = 0; i < d; ++i)
+            an[i] += 1.0f;
+        L->attn_norm = an;
+        L->wq = take(&cur, q * d, sd, &st);
+        L->wk = take(&cur, kv * d, sd, &st);
+        L->wv = take(&cur, kv * d, sd, &st);
+        L->wo = take(&cur, d * q, sq, &st);
+        L->bq = take(&cur, q, 0.1f, &st);
+        L->bk = take(&cur, kv, 0.1f, &st);
+        L->bv = take(&cur, kv, 0.1f, &st);
+        L->bo = take(&cur, d, 0.1f, &st);
+        fn = take(&cur, d, 0.5f, &st);
+        for (size_t i = 0; i < d; ++i)
+            fn[i] += 1.0f;
+        L->ffn_norm = fn;
+        L->w_gate = take(&cur, ff * d, sd, &st);
+        L->w_up = take(&cur, ff * d, sd, &st);
+        L->w_down = take(&cur, d * ff, sf, &st);
+    }
+    s->m.layers = s->layers;
+}
+
+/* ---------- the same mathematics in double, written independently and plainly ---------- */
+
+static void d_rmsnorm(double *y, const double *x, const float *w, size_t n, double eps)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; ++i)
+        ss += x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / (double)n + eps);
+    for (size_t i = 0; i < n; ++i)
+        y[i] = x[i] * r * (double)w[i];
+}
+
+/* y[out] = W[out][in] . x[in] (+ b) */
+static void d_matvec(double *y, const float *w, const float *b, const double *x, size_t out, size_t in)
+{
+    for (size_t o = 0; o < out; ++o) {
+        double s = b ? (double)b[o] : 0.0;
+        for (size_t i = 0; i < in; ++i)
+            s += (double)w[o * in + i] * x[i];
+        y[o] = s;
+    }
+}
+
+static void d_rope(double *v, size_t n_heads, const lm_hparams *hp, size_t pos)
+{
+    const size_t half = hp->n_rot / 2;
+    for (size_t h = 0; h < n_heads; ++h)
+        for (size_t i = 0; i < half; ++i) {
+            double *x = v + h * hp->head_dim;
+            const double ang = (double)pos * pow((double)hp->rope_theta, -2.0 * (double)i / hp->n_rot);
+            const size_t a = hp->rope_type == LM_ROPE_NEOX ? i : 2 * i;
+            const size_t b = hp->rope_type == LM_ROPE_NEOX ? i + half : 2 * i + 1;
+            const double xa = x[a], xb = x[b];
+            x[a] = xa * cos(ang) - xb * sin(ang);
+            x[b] = xa * sin(ang) + xb * cos(ang);
+        }
+}
+
+/* logits [n][n_vocab] of every position of tokens[n], in double. */
+static double *d_forward(const lm_model *m, const int32_t *tok, size_t n)
+{
+    const lm_hparams *hp = &m->hp;
+    const size_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    double *x = calloc(n * d, sizeof *x), *xn = calloc(d, sizeof *xn);
+    double *q = calloc(n * q_dim, sizeof *q), *att = calloc(q_dim, sizeof *att), *o = calloc(d, sizeof *o);
+    double *k = calloc((size_t)hp->n_layer * n * kv_dim, sizeof *k);
+    double *v = calloc((size_t)hp->n_layer * n * kv_dim, sizeof *v);
+    double *g = calloc(hp->n_ff, sizeof *g), *u = calloc(hp->n_ff, sizeof *u), *p = calloc(n, sizeof *p);
+    double *lg = calloc(n * hp->n_vocab, sizeof *lg);
+    CU_ASSERT_FATAL(x && xn && q && att && o && k && v && g && u && p && lg);
+    for (size_t t = 0; t < n; ++t)
+        for (size_t i = 0; i < d; ++i)
+            x[t * d + i] = m->tok_embd[(size_t)tok[t] * d + i];
+    for (size_t il = 0; il < hp->n_layer; ++il) {
+        const lm_layer *L = &m->layers[il];
+        double *kl = k + il * n * kv_dim, *vl = v + il * n * kv_dim;
+        for (size_t t = 0; t < n; ++t) {
+            d_rmsnorm(xn, x + t * d, L->attn_norm, d, (double)hp->rms_eps);
+            d_matvec(q + t * q_dim, L->wq, L->bq, xn, q_dim, d);
+            d_matvec(kl + t * kv_dim, L->wk, L->bk, xn, kv_dim, d);
+            d_matvec(vl + t * kv_dim, L->wv, L->bv, xn, kv_dim, d);
+            d_rope(q + t * q_dim, hp->n_head, hp, t);
+            d_rope(kl + t * kv_dim, hp->n_head_kv, hp, t);
+        }
+        for (size_t t = 0; t < n; ++t) {
+            for (size_t h = 0; h < hp->n_head; ++h) {
+                const size_t kvh = h * hp->n_head_kv / hp->n_head;
+                double mx = -INFINITY, sum = 0;
+                for (size_t j = 0; j <= t; ++j) {
+                    double s = 0;
+                    for (size_t e = 0; e < hd; ++e)
+                        s += q[t * q_dim + h * hd + e] * kl[j * kv_dim + kvh * hd + e];
+                    p[j] = s / sqrt((double)hd);
+                    mx = fmax(mx, p[j]);
+                }
+                for (size_t j = 0; j <= t; ++j)
+                    sum += (p[j] = exp(p[j] - mx));
+                for (size_t e = 0; e < hd; ++e) {
+                    double s = 0;
+                    for (size_t j = 0; j <= t; ++j)
+                        s += p[j] / sum * vl[j * kv_dim + kvh * hd + e];
+                    att[h * hd + e] = s;
+                }
+            }
+            d_matvec(o, L->wo, L->bo, att, d, q_dim);
+            for (size_t i = 0; i < d; ++i)
+                x[t * d + i] += o[i];
+        }
+        for (size_t t = 0; t < n; ++t) {
+            d_rmsnorm(xn, x + t * d, L->ffn_norm, d, (double)hp->rms_eps);
+            d_matvec(g, L->w_gate, NULL, xn, hp->n_ff, d);
+            d_matvec(u, L->w_up, NULL, xn, hp->n_ff, d);
+            for (size_t i = 0; i < hp->n_ff; ++i)
+                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            d_matvec(o, L->w_down, NULL, g, d, hp->n_ff);
+            for (size_t i = 0; i < d; ++i)
+                x[t * d + i] += o[i];
+        }
+    }
+    for (size_t t = 0; t < n; ++t) {
+        d_rmsnorm(xn, x + t * d, m->output_norm, d, (double)hp->rms_eps);
+        d_matvec(lg + t * hp->n_vocab, m->output, NULL, xn, hp->n_vocab, d);
+    }
+    free(x), free(xn), free(q), free(att), free(o), free(k), free(v), free(g), free(u), free(p);
+    return lg;
+}
+
+/* ---------- helpers ---------- */
+
+static lm_ctx *ctx_new(const lm_model *m, const char *backend, uint32_t n_ctx)
+{
+    lm_ctx *c = NULL;
+    lm_err err = {0};
+    const lm_ctx_params p = {.backend = backend, .n_threads = 1, .n_ctx = n_ctx};
+    if (lm_ctx_create(&c, m, &p, &err) != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
+}
+
+/* Feeds tokens[n] in chunks of `step` (0 = one chunk) with LM_LOGITS_ALL: logits [n][n_vocab]. */
+static void run_all(lm_ctx *c, const int32_t *tok, uint32_t n, uint32_t step, float *logits)
+{
+    const uint32_t nv = lm_ctx_model(c)->hp.n_vocab;
+    lm_err err = {0};
+    lm_ctx_reset(c);
+    for (uint32_t done = 0; done < n;) {
+        uint32_t len = step == 0 || n - done < step ? n - done : step;
+        CU_ASSERT_FATAL(lm_forward(c, tok + done, len, LM_LOGITS_ALL, logits + (size_t)done * nv, &err) == LM_OK);
+        done += len;
+    }
+}
+
+static void rand_tokens(int32_t *tok, uint32_t n, uint32_t n_vocab, uint64_t seed)
+{
+    uint64_t st = seed;
+    tok[0] = 1;
+    for (uint32_t i = 1; i < n; ++i)
+        tok[i] = (int32_t)(3 + tu_rand_u64(&st) % (n_vocab - 3));
+}
+
+static lm_model *stories;
+static bool stories_tried;
+
+static const lm_model *stories_model(void)
+{
+    if (!stories_tried) {
+        stories_tried = true;
+        const char *path = tu_model_path("stories260K.gguf");
+        lm_err err = {0};
+        if (path != NULL && lm_model_load(&stories, path, &err) != LM_OK) {
+            fprintf(stderr, "\n  %s\n", err.msg);
+            CU_FAIL("stories260K.gguf does not load");
+        }
+    }
+    return stories;
+}
+
+static int suite_clean(void)
+{
+    lm_model_free(stories);
+    stories = NULL;
+    stories_tried = false;
+    return 0;
+}
+
+/* ---------- tests ---------- */
+
+/* Float32 engine vs the double forward on the synthetic model, every position. Bound:
+ * |engine - double| <= 1e-4 * max(1, max|logit|). Expected float32 error here is ~1e-6
+ * relative (dot products of <= 40 terms, 2 layers, u = 6e-8); any wrong convention (RoPE
+ * pairing, GQA mapping, a missing bias, the mask) moves logits by O(0.1) or more. */
+static void test_forward_matches_double_reference(void)
+{
+    enum { N = 21 };
+    int32_t tok[N];
+    for (int r = 0; r < 2; ++r) {
+        synth s;
+        synth_build(&s, r == 0 ? LM_ROPE_NORM : LM_ROPE_NEOX, tu_seed() + (uint64_t)r);
+        rand_tokens(tok, N, s.m.hp.n_vocab, tu_seed());
+        double *ref = d_forward(&s.m, tok, N);
+        double mx = 1.0;
+        for (size_t i = 0; i < (size_t)N * s.m.hp.n_vocab; ++i)
+            mx = fmax(mx, fabs(ref[i]));
+        float *lg = malloc((size_t)N * s.m.hp.n_vocab * sizeof *lg);
+        CU_ASSERT_FATAL(lg != NULL);
+        static const char *const be[] = {"naive", "blas"};
+        static const uint32_t steps[] = {0, 1, 5};
+        for (int b = 0; b < 2; ++b)
+            for (int si = 0; si < 3; ++si) {
+                lm_ctx *c = ctx_new(&s.m, be[b], N);
+                run_all(c, tok, N, steps[si], lg);
+                double worst = 0;
+                for (size_t i = 0; i < (size_t)N * s.m.hp.n_vocab; ++i)
+                    worst = fmax(worst, fabs((double)lg[i] - ref[i]));
+                if (!(worst <= 1e-4 * mx))
+                    fprintf(stderr, "\n  %s rope %d step %u: max abs error %g (max |logit| %g)\n",
+                            be[b], r, steps[si], worst, mx);
+                CU_ASSERT(worst <= 1e-4 * mx);
+                lm_ctx_free(c);
+            }
+        free(lg);
+        free(ref);
+        free(s.arena);
+    }
+}
+
+/* LM_LOGITS_LAST must give exactly the bits of the last row of LM_LOGITS_ALL: skipping the
+ * output projection for the other rows changes nothing. Both backends, synthetic and stories. */
+static void check_last_equals_all(const lm_model *m, uint32_t n)
+{
+    const uint32_t nv = m->hp.n_vocab;
+    int32_t *tok = malloc(n * sizeof *tok);
+    float *all = malloc((size_t)n * nv * sizeof *all), *last = malloc(nv * sizeof *last);
+    CU_ASSERT_FATAL(tok && all && last);
+    rand_tokens(tok, n, nv, tu_seed() ^ 7);
+    static const char *const be[] = {"naive", "blas"};
+    for (int b = 0; b < 2; ++b) {
+        lm_ctx *c = ctx_new(m, be[b], n);
+        lm_err err = {0};
+        CU_ASSERT_FATAL(lm_forward(c, tok, n, LM_LOGITS_ALL, all, &err) == LM_OK);
+        lm_ctx_reset(c);
+        CU_ASSERT_FATAL(lm_forward(c, tok, n, LM_LOGITS_LAST, last, &err) == LM_OK);
+        CU_ASSERT_EQUAL(memcmp(last, all + (size_t)(n - 1) * nv, nv * sizeof *last), 0);
+        CU_ASSERT_EQUAL(lm_ctx_n_past(c), n);
+        lm_ctx_free(c);
+    }
+    free(tok);
+    free(all);
+    free(last);
+}
+
+static void test_forward_last_equals_all_row(void)
+{
+    synth s;
+    synth_build(&s, LM_ROPE_NORM, tu_seed());
+    check_last_equals_all(&s.m, 19);
+    free(s.arena);
+    const lm_model *m = stories_model();
+    if (m != NULL)
+        check_last_equals_all(m, 40);
+}
+
+/* Naive backend: logits of the last prompt position and every layer's K and V cache are
+ * bitwise identical for prefill steps 1, 2, 3, 7 and one chunk. */
+static void check_naive_step_invariant(const lm_model *m, uint32_t n)
+{
+    const uint32_t nv = m->hp.n_vocab, nl = m->hp.n_layer;
+    const size_t kv_floats = (size_t)n * m->hp.n_head_kv * m->hp.head_dim;
+    int32_t *tok = malloc(n * sizeof *tok);
+    float *base = malloc(nv * sizeof *base), *lg = malloc(nv * sizeof *lg);
+    float *kb = malloc(nl * kv_floats * sizeof *kb), *vb = malloc(nl * kv_floats * sizeof *vb);
+    CU_ASSERT_FATAL(tok && base && lg && kb && vb);
+    rand_tokens(tok, n, nv, tu_seed() ^ 3);
+    lm_ctx *c = ctx_new(m, "naive", n);
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_prefill(c, tok, n, 0, base, &err) == LM_OK);
+    for (uint32_t il = 0; il < nl; ++il) {
+        memcpy(kb + il * kv_floats, lm_ctx_k(c, il), kv_floats * sizeof *kb);
+        memcpy(vb + il * kv_floats, lm_ctx_v(c, il), kv_floats * sizeof *vb);
+    }
+    static const uint32_t steps[] = {1, 2, 3, 7};
+    for (size_t si = 0; si < 4; ++si) {
+        lm_ctx_reset(c);
+        CU_ASSERT_FATAL(lm_prefill(c, tok, n, steps[si], lg, &err) == LM_OK);
+        int same_kv = 1;
+        for (uint32_t il = 0; il < nl; ++il) {
+            same_kv &= memcmp(kb + il * kv_floats, lm_ctx_k(c, il), kv_floats * sizeof *kb) == 0;
+            same_kv &= memcmp(vb + il * kv_floats, lm_ctx_v(c, il), kv_floats * sizeof *vb) == 0;
+        }
+        const int same_logits = memcmp(base, lg, nv * sizeof *lg) == 0;
+        if (!same_kv || !same_logits)
+            fprintf(stderr, "\n  naive step %u differs from one chunk (kv %d, logits %d)\n",
+                    steps[si], same_kv, same_logits);
+        CU_ASSERT(same_kv);
+        CU_ASSERT(same_logits);
+    }
+    lm_ctx_free(c);
+    free(tok), free(base), free(lg), free(kb), free(vb);
+}
+
+static void test_forward_naive_step_invariant(void)
+{
+    synth s;
+    synth_build(&s, LM_ROPE_NEOX, tu_seed());
+    check_naive_step_invariant(&s.m, 23);
+    free(s.arena);
+    const lm_model *m = stories_model();
+    if (m != NULL)
+        check_naive_step_invariant(m, 50);
+}
+
+/* blas vs naive on stories260K (and the synthetic model), steps 1, 7 and one chunk:
+ * max |blas - naive| <= 1e-4 * max(1, max|naive logit|). Both are float32 computations of
+ * the same sums in other orders; their difference is a few ulps of the intermediate values
+ * (~1e-6 relative), so 1e-4 leaves a 100x margin while a real defect (one wrong term) is
+ * O(1e-2) or more. The observed figure is printed. */
+static void check_blas_close(const lm_model *m, uint32_t n)
+{
+    const uint32_t nv = m->hp.n_vocab;
+    int32_t *tok = malloc(n * sizeof *tok);
+    float *ref = malloc(nv * sizeof *ref), *lg = malloc(nv * sizeof *lg);
+    CU_ASSERT_FATAL(tok && ref && lg);
+    rand_tokens(tok, n, nv, tu_seed() ^ 11);
+    lm_err err = {0};
+    lm_ctx *cn = ctx_new(m, "naive", n), *cb = ctx_new(m, "blas", n);
+    CU_ASSERT_FATAL(lm_prefill(cn, tok, n, 0, ref, &err) == LM_OK);
+    double mx = 1.0;
+    for (uint32_t i = 0; i < nv; ++i)
+        mx = fmax(mx, fabs((double)ref[i]));
+    static const uint32_t steps[] = {1, 7, 0};
+    for (int si = 0; si < 3; ++si) {
+        lm_ctx_reset(cb);
+        CU_ASSERT_FATAL(lm_prefill(cb, tok, n, steps[si], lg, &err) == LM_OK);
+        double worst = 0;
+        for (uint32_t i = 0; i < nv; ++i)
+            worst = fmax(worst, fabs((double)lg[i] - (double)ref[i]));
+        fprintf(stderr, "\n  %s blas step %u vs naive: max abs %.3g (max |logit| %.3g)",
+                m->path ? "model" : "synthetic", steps[si], worst, mx);
+        CU_ASSERT(worst <= 1e-4 * mx);
+    }
+    lm_ctx_free(cn);
+    lm_ctx_free(cb);
+    free(tok), free(ref), free(lg);
+}
+
+static void test_forward_blas_close_to_naive(void)
+{
+    synth s;
+    synth_build(&s, LM_ROPE_NORM, tu_seed() + 5);
+    check_blas_close(&s.m, 30);
+    free(s.arena);
+    const lm_model *m = stories_model();
+    if (m != NULL)
+        check_blas_close(m, 60);
+}
+
+/* Bad input is refused with LM_E_INPUT and leaves the context as it was. */
+static void test_forward_bad_input(void)
+{
+    synth s;
+    synth_build(&s, LM_ROPE_NORM, tu_seed());
+    lm_err err = {0};
+    lm_ctx *c = NULL;
+    lm_ctx_params p = {.backend = "naive", .n_ctx = 65};
+    CU_ASSERT_EQUAL(lm_ctx_create(&c, &s.m, &p, &err), LM_E_INPUT); /* > n_ctx_train 64 */
+    CU_ASSERT_PTR_NULL(c);
+    lm_err_clear(&err);
+    p.n_ctx = 8;
+    p.backend = "gpu9";
+    CU_ASSERT_EQUAL(lm_ctx_create(&c, &s.m, &p, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(c);
+    c = ctx_new(&s.m, "naive", 8);
+    CU_ASSERT_EQUAL(lm_ctx_n_ctx(c), 8);
+    CU_ASSERT_STRING_EQUAL(lm_ctx_backend_name(c), "naive");
+    CU_ASSERT(lm_ctx_scratch_bytes(c) > 0);
+    CU_ASSERT_PTR_NULL(lm_ctx_k(c, 2));
+    float lg[40];
+    int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(lm_forward(c, tok, 0, LM_LOGITS_LAST, lg, &err), LM_E_INPUT);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(lm_forward(c, tok, 9, LM_LOGITS_LAST, lg, &err), LM_E_INPUT);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(lm_forward(c, tok, 2, LM_LOGITS_LAST, NULL, &err), LM_E_INPUT);
+    tok[1] = 40;
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(lm_forward(c, tok, 3, LM_LOGITS_LAST, lg, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "40"));
+    tok[1] = -1;
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(lm_forward(c, tok, 3, LM_LOGITS_LAST, lg, &err), LM_E_INPUT);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(lm_prefill(c, tok, 0, 1, lg, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(lm_ctx_n_past(c), 0);
+    tok[1] = 2;
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(lm_forward(c, tok, 8, LM_LOGITS_NONE, NULL, &err), LM_OK);
+    CU_ASSERT_EQUAL(lm_forward(c, tok, 1, LM_LOGITS_LAST, lg, &err), LM_E_INPUT); /* full */
+    CU_ASSERT_EQUAL(lm_ctx_n_past(c), 8);
+    lm_ctx_free(c);
+    lm_ctx_free(NULL);
+    free(s.arena);
+}
+
+/* stories260K, prompt "Once upon a time" as ids (BOS 1 403 407 261 378), greedy 32 tokens:
+ * the model's published continuation, with every backend and step. */
+static void test_forward_stories_greedy_text(void)
+{
+    const lm_model *m = stories_model();
+    if (m == NULL || m->vocab == NULL)
+        return;
+    static const char want[] = "Once upon a time, there was a little girl named Lily. She loved "
+                               "to play outside in the park. One day, she saw";
+    int32_t tok[5 + 32] = {1, 403, 407, 261, 378};
+    static const char *const be[] = {"naive", "blas"};
+    static const uint32_t steps[] = {1, 3, 0};
+    float *lg = malloc(m->hp.n_vocab * sizeof *lg);
+    CU_ASSERT_FATAL(lg != NULL);
+    for (int b = 0; b < 2; ++b)
+        for (int si = 0; si < 3; ++si) {
+            lm_ctx *c = ctx_new(m, be[b], 5 + 32);
+            lm_err err = {0};
+            CU_ASSERT_FATAL(lm_prefill(c, tok, 5, steps[si], lg, &err) == LM_OK);
+            for (int i = 0; i < 32; ++i) {
+                tok[5 + i] = lm_argmax(lg, m->hp.n_vocab);
+                CU_ASSERT_FATAL(lm_forward(c, &tok[5 + i], 1, LM_LOGITS_LAST, lg, &err) == LM_OK);
+            }
+            char *text = NULL;
+            CU_ASSERT_FATAL(lm_detokenize(m->vocab, tok, 5 + 32, &text, &err) == LM_OK);
+            if (strcmp(text, want) != 0)
+                fprintf(stderr, "\n  %s step %u: '%s'\n", be[b], steps[si], text);
+            CU_ASSERT_STRING_EQUAL(text, want);
+            free(text);
+            lm_ctx_free(c);
+        }
+    free(lg);
+}
+
+void test_forward_register(void)
+{
+    CU_pSuite s = CU_add_suite("forward", NULL, suite_clean);
+    CU_add_test(s, "test_forward_matches_double_reference", test_forward_matches_double_reference);
+    CU_add_test(s, "test_forward_last_equals_all_row", test_forward_last_equals_all_row);
+    CU_add_test(s, "test_forward_naive_step_invariant", test_forward_naive_step_invariant);
+    CU_add_test(s, "test_forward_blas_close_to_naive", test_forward_blas_close_to_naive);
+    CU_add_test(s, "test_forward_bad_input", test_forward_bad_input);
+    CU_add_test(s, "test_forward_stories_greedy_text", test_forward_stories_greedy_text);
+}

@@ -1,0 +1,190 @@
+/* test_golden.c — golden files (sorted keys, atomic writes, validation) and the platform
+ * fingerprint. */
+#include "atomic.h"
+#include "capture.h"
+#include "golden.h"
+#include "test_util.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void test_golden_fingerprint(void)
+{
+    hx_fingerprint a, b;
+    hx_fingerprint_detect(&a);
+    hx_fingerprint_detect(&b);
+    CU_ASSERT_STRING_EQUAL(a.text, b.text); /* deterministic within a process */
+    CU_ASSERT_STRING_EQUAL(a.id, b.id);
+    CU_ASSERT_EQUAL(strlen(a.id), 16);
+    CU_ASSERT_EQUAL(strspn(a.id, "0123456789abcdef"), 16);
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.text, "blas_core="));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.text, "-ffp-contract=off")); /* KVD_BUILD_FLAGS */
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.libm, "expf="));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.libc, "glibc "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.short_text, a.id));
+    CU_ASSERT_PTR_NULL(strchr(a.text, '\n'));
+    fprintf(stderr, "\n  platform: %s\n", a.short_text);
+    /* Each part separates goldens. */
+    snprintf(b.blas_core, sizeof b.blas_core, "Sandybridge");
+    hx_fingerprint_finish(&b);
+    CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id);
+    b = a;
+    snprintf(b.libm, sizeof b.libm, "expf=sse2 probe=00000000");
+    hx_fingerprint_finish(&b);
+    CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id);
+}
+
+static hx_fingerprint fake_fp(const char *core)
+{
+    hx_fingerprint fp = {0};
+    snprintf(fp.arch, sizeof fp.arch, "x86_64");
+    snprintf(fp.blas_core, sizeof fp.blas_core, "%s", core);
+    hx_fingerprint_finish(&fp);
+    return fp;
+}
+
+static size_t count_files(const char *dir)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_golden_roundtrip_sorted_atomic(void)
+{
+    lm_err err = {0};
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/golden", tu_tmpdir());
+    CU_ASSERT_FATAL(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/case.json", dir);
+    hx_golden *g;
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, path, true, &err), LM_OK); /* absent: empty */
+    CU_ASSERT_EQUAL(hx_golden_count(g), 0);
+    float logits[7] = {0.1f, 3.25f, -2.0f, 1e-7f, 3.25f, 0.3333333432674407958984375f, -1.0f};
+    uint8_t h[16];
+    for (int i = 0; i < 16; ++i)
+        h[i] = (uint8_t)(i * 17);
+    hx_golden_entry e;
+    hx_golden_entry_fill(&e, h, logits, 7, 11);
+    CU_ASSERT_EQUAL(e.n_top, 5);
+    CU_ASSERT_EQUAL(e.top_ids[0], 1);
+    CU_ASSERT_EQUAL(e.top_ids[1], 4); /* tie: lower id first */
+    CU_ASSERT_EQUAL(e.top_ids[2], 5);
+    hx_fingerprint f1 = fake_fp("Zen"), f2 = fake_fp("Alpha");
+    /* Insert in unsorted order. */
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "naive:step=1", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", &f2, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_count(g), 4);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_save(g, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(count_files(dir), 1); /* no temp file left behind */
+    hx_golden_free(g);
+
+    char *text;
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(hx_read_file(&text, &n, path, &err), LM_OK);
+    /* Sorted keys: top level, cases, configs. */
+    const char *ka = strstr(text, "\"cases\""), *kf = strstr(text, "\"format\""),
+               *kp = strstr(text, "\"platforms\""), *kv = strstr(text, "\"version\"");
+    CU_ASSERT(ka && kf && kp && kv && ka < kf && kf < kp && kp < kv);
+    const char *ca = strstr(text, "\"alpha\""), *cz = strstr(text, "\"zeta\"");
+    CU_ASSERT(ca && cz && ca < cz);
+    const char *b1 = strstr(text, "\"blas:step=1\""), *n1 = strstr(text, "\"naive:step=1\"");
+    CU_ASSERT(b1 && n1 && b1 < n1);
+    CU_ASSERT_EQUAL(text[n - 1], '\n');
+    free(text);
+
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, path, false, &err), LM_OK);
+    hx_golden_entry back;
+    bool found;
+    CU_ASSERT_EQUAL(hx_golden_find(g, "alpha", "blas:step=1", f2.id, &back, &found, &err), LM_OK);
+    CU_ASSERT(found);
+    CU_ASSERT_STRING_EQUAL(back.hash_hex, e.hash_hex);
+    CU_ASSERT_EQUAL(back.position, 11);
+    CU_ASSERT_EQUAL(back.n_top, 5);
+    /* Logits come back as the same float32 (9 significant digits round-trip float32). */
+    CU_ASSERT_EQUAL(memcmp(back.top_ids, e.top_ids, sizeof e.top_ids), 0);
+    CU_ASSERT_EQUAL(memcmp(back.top_logits, e.top_logits, sizeof e.top_logits), 0);
+    CU_ASSERT_EQUAL(hx_golden_find(g, "alpha", "blas:step=2", f2.id, &back, &found, &err), LM_OK);
+    CU_ASSERT_FALSE(found);
+    CU_ASSERT_EQUAL(hx_golden_find(g, "zeta", "naive:step=full", f2.id, &back, &found, &err), LM_OK);
+    CU_ASSERT_FALSE(found); /* other platform */
+    /* Replace an entry. */
+    h[0] ^= 1;
+    hx_golden_entry_fill(&e, h, logits, 7, 11);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_count(g), 4);
+    CU_ASSERT_EQUAL(hx_golden_find(g, "zeta", "naive:step=full", f1.id, &back, &found, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(back.hash_hex, e.hash_hex);
+    /* A save into a folder that does not exist fails and writes nothing. */
+    char nowhere[1200];
+    snprintf(nowhere, sizeof nowhere, "%s/missing/case.json", dir);
+    CU_ASSERT_EQUAL(hx_golden_save(g, nowhere, &err), LM_E_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, nowhere));
+    lm_err_clear(&err);
+    /* A non-finite summary logit cannot be written as JSON: refused, not written. */
+    logits[1] = INFINITY;
+    hx_golden_entry_fill(&e, h, logits, 7, 11);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=2", &f1, &e, &err), LM_E_INPUT);
+    hx_golden_free(g);
+}
+
+static void bad_file(const char *json, const char *needle)
+{
+    const char *p = tu_write_file("bad-golden.json", json, strlen(json));
+    hx_golden *g = (hx_golden *)1;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(hx_golden_load(&g, p, true, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(g);
+    if (strstr(err.msg, needle) == NULL)
+        fprintf(stderr, "\n  message lacks '%s': %s\n", needle, err.msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
+}
+
+static void test_golden_malformed_files(void)
+{
+    bad_file("", "bad-golden.json:");
+    bad_file("{\"format\": ", "bad-golden.json:1:");
+    bad_file("[]", "not a kvdrift golden file");
+    bad_file("{\"format\":\"other\",\"version\":1,\"platforms\":{},\"cases\":{}}",
+             "not a kvdrift golden file");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":{}}",
+             "version");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},\"cases\":[]}",
+             "must be objects");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{\"a\":1},\"cases\":{}}",
+             "platforms.a");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},\"cases\":"
+             "{\"c\":{\"blas:step=1\":{\"fp\":{\"xxh3_128\":\"00\",\"position\":0,\"top5\":[]}}}}}",
+             "cases.c.blas:step=1.fp: xxh3_128");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},\"cases\":"
+             "{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":\"000102030405060708090a0b0c0d0e0f\","
+             "\"position\":-1,\"top5\":[]}}}}}",
+             "position");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},\"cases\":"
+             "{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":\"000102030405060708090a0b0c0d0e0f\","
+             "\"position\":1,\"top5\":[{\"id\":\"x\",\"logit\":1}]}}}}}",
+             "top5 item");
+    bad_file("{\"format\":\"kvdrift-golden\",\"format\":\"kvdrift-golden\"}", "duplicate");
+    hx_golden *g;
+    lm_err err = {0};
+    char absent[1024];
+    snprintf(absent, sizeof absent, "%s/none.json", tu_tmpdir());
+    CU_ASSERT_EQUAL(hx_golden_load(&g, absent, false, &err), LM_E_IO);
+}
+
+void test_golden_register(void)
+{
+    CU_pSuite s = CU_add_suite("golden", NULL, NULL);
+    CU_add_test(s, "test_golden_fingerprint", test_golden_fingerprint);
+    CU_add_test(s, "test_golden_roundtrip_sorted_atomic", test_golden_roundtrip_sorted_atomic);
+    CU_add_test(s, "test_golden_malformed_files", test_golden_malformed_files);
+}

@@ -1,0 +1,194 @@
+/* test_model.c — llama model loading: real files, a synthetic round trip, shape errors. */
+#include "kvd_model.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_model_stories260k_loads(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_err err = {0};
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    if (err.code)
+        fprintf(stderr, "%s\n", err.msg);
+    const lm_hparams *hp = &m->hp;
+    CU_ASSERT_STRING_EQUAL(hp->arch, "llama");
+    CU_ASSERT_EQUAL(hp->n_embd, 64);
+    CU_ASSERT_EQUAL(hp->n_layer, 5);
+    CU_ASSERT_EQUAL(hp->n_head, 8);
+    CU_ASSERT_EQUAL(hp->n_head_kv, 4);
+    CU_ASSERT_EQUAL(hp->head_dim, 8);
+    CU_ASSERT_EQUAL(hp->n_rot, 8);
+    CU_ASSERT_EQUAL(hp->n_ff, 172);
+    CU_ASSERT_EQUAL(hp->n_vocab, 512);
+    CU_ASSERT_EQUAL(hp->n_ctx_train, 2048);
+    CU_ASSERT_EQUAL(hp->rms_eps, 1e-5f);       /* exact: the float stored in the file */
+    CU_ASSERT_EQUAL(hp->rope_theta, 10000.0f); /* exact: the documented default */
+    CU_ASSERT_EQUAL(hp->rope_type, LM_ROPE_NORM);
+    CU_ASSERT_FALSE(hp->tied_output); /* stories260K stores output.weight separately */
+    CU_ASSERT_PTR_NOT_NULL(m->vocab);
+    CU_ASSERT_PTR_NOT_NULL(m->layers[4].w_down);
+    CU_ASSERT_PTR_NULL(m->layers[0].bq);
+    /* Weights are F32 in the file: the loaded values equal the file's bytes exactly. */
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
+    const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "blk.3.ffn_down.weight");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_EQUAL(memcmp(t->data, m->layers[3].w_down, (size_t)t->nbytes), 0);
+    t = lm_gguf_tensor_find(g, "output.weight");
+    CU_ASSERT_EQUAL(memcmp(t->data, m->output, (size_t)t->nbytes), 0);
+    lm_gguf_close(g);
+    char hex[33];
+    lm_model_hash_hex(m, hex);
+    CU_ASSERT_EQUAL(strlen(hex), 32);
+    lm_model_free(m);
+}
+
+static void test_model_tiny_random_f16_loads(void)
+{
+    const char *path = tu_model_path("llama-2-tiny-random.gguf");
+    if (path == NULL)
+        return;
+    lm_err err = {0};
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(m->hp.n_embd, 8);
+    CU_ASSERT_EQUAL(m->hp.n_layer, 1);
+    CU_ASSERT_EQUAL(m->hp.n_head, 2);
+    CU_ASSERT_EQUAL(m->hp.n_head_kv, 2);
+    CU_ASSERT_EQUAL(m->hp.n_ff, 32);
+    CU_ASSERT_EQUAL(m->hp.n_vocab, 32000);
+    CU_ASSERT_FALSE(m->hp.tied_output);
+    /* F16 weights: every loaded value must be exactly representable in f16 (it came from one). */
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
+    const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "blk.0.attn_q.weight");
+    CU_ASSERT_EQUAL(t->type, LM_TYPE_F16);
+    const uint8_t *b = t->data;
+    for (uint64_t i = 0; i < t->n_elem; ++i) {
+        uint16_t h = (uint16_t)(b[2 * i] | b[2 * i + 1] << 8);
+        CU_ASSERT_EQUAL(m->layers[0].wq[i], lm_f16_to_f32(h));
+        if (m->layers[0].wq[i] != lm_f16_to_f32(h))
+            break;
+    }
+    lm_gguf_close(g);
+    lm_model_free(m);
+}
+
+static void test_model_synth_round_trip(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model_rt.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 7, LM_TYPE_F32, &err), LM_OK);
+    hx_synth_params sp;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_preset(&sp, "tiny", &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(m->hp.n_embd, sp.n_embd);
+    CU_ASSERT_EQUAL(m->hp.n_layer, sp.n_layer);
+    CU_ASSERT_EQUAL(m->hp.n_head, sp.n_head);
+    CU_ASSERT_EQUAL(m->hp.n_head_kv, sp.n_head_kv);
+    CU_ASSERT_EQUAL(m->hp.n_ff, sp.n_ff);
+    CU_ASSERT_EQUAL(m->hp.n_vocab, sp.n_vocab);
+    CU_ASSERT_EQUAL(m->hp.rope_theta, sp.rope_theta); /* exact: stored as f32 */
+    CU_ASSERT_TRUE(m->hp.tied_output);
+    CU_ASSERT_PTR_EQUAL(m->output, m->tok_embd);
+    CU_ASSERT_PTR_NOT_NULL(m->vocab);
+    if (m->vocab != NULL)
+        CU_ASSERT_EQUAL(lm_vocab_n_tokens(m->vocab), sp.n_vocab);
+    lm_model_free(m);
+}
+
+/* Builds a 1-layer llama file with one tensor missing or misshapen. */
+static const char *write_variant(const char *name, const char *skip, const char *bad_shape)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tu_tmpdir(), name);
+    const uint64_t E = 8, F = 16, V = 4;
+    lm_err err = {0};
+    lm_gguf_writer *w = NULL;
+    CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &err) == LM_OK);
+    lm_gguf_w_str(w, "general.architecture", "llama", &err);
+    lm_gguf_w_u32(w, "llama.embedding_length", (uint32_t)E, &err);
+    lm_gguf_w_u32(w, "llama.block_count", 1, &err);
+    lm_gguf_w_u32(w, "llama.attention.head_count", 2, &err);
+    lm_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)F, &err);
+    lm_gguf_w_u32(w, "llama.context_length", 64, &err);
+    static float zeros[64 * 64];
+    struct { const char *n; uint64_t a, b; } ts[] = {
+        {"token_embd.weight", E, V}, {"output_norm.weight", E, 1},
+        {"blk.0.attn_norm.weight", E, 1}, {"blk.0.attn_q.weight", E, E},
+        {"blk.0.attn_k.weight", E, E}, {"blk.0.attn_v.weight", E, E},
+        {"blk.0.attn_output.weight", E, E}, {"blk.0.ffn_norm.weight", E, 1},
+        {"blk.0.ffn_gate.weight", E, F}, {"blk.0.ffn_up.weight", E, F},
+        {"blk.0.ffn_down.weight", F, E},
+    };
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
+        if (skip && strcmp(ts[i].n, skip) == 0)
+            continue;
+        uint64_t ne[2] = {ts[i].a, ts[i].b};
+        if (bad_shape && strcmp(ts[i].n, bad_shape) == 0)
+            ne[1] += 1;
+        CU_ASSERT(lm_gguf_w_tensor_f32(w, ts[i].n, LM_TYPE_F32, ne[1] == 1 ? 1 : 2, ne, zeros,
+                                       &err) == LM_OK);
+    }
+    CU_ASSERT(lm_gguf_writer_save(w, path, &err) == LM_OK);
+    lm_gguf_writer_free(w);
+    return path;
+}
+
+static void test_model_missing_tensor_and_wrong_shape(void)
+{
+    lm_err err = {0};
+    lm_model *m = NULL;
+    const char *p = write_variant("ok.gguf", NULL, NULL);
+    CU_ASSERT_EQUAL(lm_model_load(&m, p, &err), LM_OK);
+    CU_ASSERT_PTR_NULL(m ? m->vocab : NULL); /* no tokenizer keys: no vocabulary */
+    lm_model_free(m);
+
+    p = write_variant("missing.gguf", "blk.0.ffn_up.weight", NULL);
+    CU_ASSERT_EQUAL(lm_model_load(&m, p, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, p));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "missing tensor 'blk.0.ffn_up.weight'"));
+
+    lm_err_clear(&err);
+    p = write_variant("shape.gguf", NULL, "blk.0.attn_k.weight");
+    CU_ASSERT_EQUAL(lm_model_load(&m, p, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'blk.0.attn_k.weight' has shape [8, 9"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "expected [8, 8]"));
+}
+
+static void test_model_unsupported_arch(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/qwen.gguf", tu_tmpdir());
+    lm_err err = {0};
+    lm_gguf_writer *w = NULL;
+    CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &err) == LM_OK);
+    lm_gguf_w_str(w, "general.architecture", "qwen9", &err);
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_save(w, path, &err), LM_OK);
+    lm_gguf_writer_free(w);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL(lm_model_load(&m, path, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'qwen9'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
+}
+
+void test_model_register(void)
+{
+    CU_pSuite s = CU_add_suite("model", NULL, NULL);
+    CU_add_test(s, "test_model_stories260k_loads", test_model_stories260k_loads);
+    CU_add_test(s, "test_model_tiny_random_f16_loads", test_model_tiny_random_f16_loads);
+    CU_add_test(s, "test_model_synth_round_trip", test_model_synth_round_trip);
+    CU_add_test(s, "test_model_missing_tensor_and_wrong_shape",
+                test_model_missing_tensor_and_wrong_shape);
+    CU_add_test(s, "test_model_unsupported_arch", test_model_unsupported_arch);
+}

@@ -1,0 +1,265 @@
+/* test_report.c — the in-memory report and its writers: JSON read back with jansson, JUnit XML
+ * parsed back with libxml2 (special characters escaped), Markdown and the terminal table. */
+#include "atomic.h"
+#include "report.h"
+#include "test_util.h"
+
+#include <jansson.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hx_tensor_row row(const char *name, bool logits, hx_class cls, double err_abs, double e)
+{
+    hx_tensor_row r = {0};
+    snprintf(r.name, sizeof r.name, "%s", name);
+    r.is_logits = logits;
+    r.cls = cls;
+    snprintf(r.reason, sizeof r.reason, "err %g vs E %g <&> \"q\" 'a'", err_abs, e);
+    r.vs_ref.n = 10;
+    r.vs_ref.max_abs = err_abs;
+    r.vs_ref.max_ulp = 3;
+    r.vs_ref.sig_digits = 6.0;
+    r.e = e;
+    r.e_gap = logits ? 0.5 : (double)NAN;
+    if (logits) {
+        r.lg.top1_agree = cls != HX_FLIP && cls != HX_TIE_FLIP;
+        r.lg.kl = 1e-9;
+        r.lg.r_margin = 0.25;
+        r.lg.top5_overlap = 5;
+    }
+    return r;
+}
+
+static hx_report *make(void)
+{
+    hx_report *r;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(hx_report_create(&r, "stories <&> \"case\"", &err) == LM_OK);
+    snprintf(r->model, sizeof r->model, "models/a&b<c>.gguf\x01");
+    snprintf(r->model_hash, sizeof r->model_hash, "00112233445566778899aabbccddeeff");
+    snprintf(r->fingerprint, sizeof r->fingerprint, "x86_64 SkylakeX [0123456789abcdef]");
+    snprintf(r->fingerprint_id, sizeof r->fingerprint_id, "0123456789abcdef");
+    r->n_prompt = 14;
+    r->n_gen = 32;
+    r->precision = 127;
+    r->envelope_safety = 2.0;
+    r->envelope_members = 8;
+    hx_config_report *c;
+    /* 1: EXACT */
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "naive:step=full", &err) == LM_OK);
+    hx_tensor_row t = row("L0.K", false, HX_EXACT, 1e-7, 2e-7);
+    hx_config_report_add_row(c, &t, &err);
+    t = row("logits@13", true, HX_EXACT, 1e-6, 4e-6);
+    hx_config_report_add_row(c, &t, &err);
+    c->golden = HX_GOLDEN_MATCH;
+    c->prefill_tps = 1234.5;
+    c->decode_tps = 456.0;
+    c->peak_mem_bytes = 3u << 20;
+    /* 2: TIE_FLIP (passes) */
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "naive:step=1", &err) == LM_OK);
+    t = row("L0.K", false, HX_NOISE, 1e-7, 2e-7);
+    hx_config_report_add_row(c, &t, &err);
+    t = row("logits@20", true, HX_TIE_FLIP, 1e-6, 4e-6);
+    hx_config_report_add_row(c, &t, &err);
+    hx_config_report_set_divergence(c, 7, HX_TIE_FLIP);
+    c->golden = HX_GOLDEN_MISMATCH;
+    /* 3: DRIFT (fails) with a NaN metric somewhere */
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "blas:step=2", &err) == LM_OK);
+    t = row("L1.V", false, HX_DRIFT, 1e-3, 2e-7);
+    hx_config_report_add_row(c, &t, &err);
+    t = row("logits@13", true, HX_NOISE, 1e-6, 0.0);
+    t.vs_ref.nmse = (double)INFINITY;
+    hx_config_report_add_row(c, &t, &err);
+    c->golden = HX_GOLDEN_ABSENT;
+    return r;
+}
+
+static void test_report_fold_and_verdicts(void)
+{
+    hx_report *r = make();
+    CU_ASSERT_EQUAL(r->n_configs, 3);
+    hx_config_report *c0 = &r->configs[0], *c1 = &r->configs[1], *c2 = &r->configs[2];
+    CU_ASSERT_EQUAL(c0->cls, HX_EXACT);
+    CU_ASSERT_EQUAL(c0->vs_ref.max_abs, 1e-6);
+    CU_ASSERT_EQUAL(c0->worst_ratio, 0.5);   /* max(1e-7/2e-7, 1e-6/4e-6) */
+    CU_ASSERT_EQUAL(c0->e_logits_max, 4e-6);
+    CU_ASSERT_EQUAL(c0->logits.n_pos, 1);
+    CU_ASSERT_EQUAL(c1->cls, HX_TIE_FLIP);
+    CU_ASSERT_EQUAL(c1->first_divergent, 7);
+    CU_ASSERT_PTR_NOT_NULL(strstr(c1->reason, "logits@20"));
+    CU_ASSERT_EQUAL(c2->cls, HX_DRIFT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(c2->reason, "L1.V"));
+    CU_ASSERT(isinf(c2->worst_ratio));       /* err 1e-6 over E = 0 */
+    CU_ASSERT_EQUAL(hx_report_worst(r), HX_DRIFT);
+    CU_ASSERT_FALSE(hx_config_report_fails(c1, false));
+    CU_ASSERT(hx_config_report_fails(c1, true)); /* strict: golden mismatch */
+    CU_ASSERT_FALSE(hx_config_report_fails(c0, true));
+    CU_ASSERT(hx_config_report_fails(c2, false));
+    CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 1);
+    r->configs[2].cls = HX_NOISE;
+    CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 0);
+    CU_ASSERT_EQUAL(hx_report_exit_code(r, true), 1);
+    hx_report_free(r);
+    hx_report_free(NULL);
+}
+
+static void test_report_json_schema(void)
+{
+    hx_report *r = make();
+    lm_err err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/report.json", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_json(r, path, &err), LM_OK);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "schema")), "kvdrift-report");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "schema_version")),
+                    HX_REPORT_SCHEMA_VERSION);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "case")), "stories <&> \"case\"");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "worst_class")), "DRIFT");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "exit_code")), 1);
+    json_t *cs = json_object_get(j, "configs");
+    CU_ASSERT_EQUAL_FATAL(json_array_size(cs), 3);
+    json_t *c1 = json_array_get(cs, 1), *c2 = json_array_get(cs, 2);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(c1, "class")), "TIE_FLIP");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(c1, "first_divergent")), 7);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(c1, "divergent_class")), "TIE_FLIP");
+    CU_ASSERT(json_is_false(json_object_get(c1, "fails")));
+    CU_ASSERT(json_is_true(json_object_get(c2, "fails")));
+    CU_ASSERT(json_is_null(json_object_get(json_array_get(cs, 0), "divergent_class")));
+    /* Non-finite numbers as strings. */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(c2, "worst_err_over_envelope")),
+                           "Infinity");
+    CU_ASSERT_STRING_EQUAL(
+        json_string_value(json_object_get(json_object_get(c2, "vs_ref"), "nmse")), "Infinity");
+    json_t *rows = json_object_get(c2, "tensors");
+    CU_ASSERT_EQUAL(json_array_size(rows), 2);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(rows, 0), "kind")), "kv");
+    CU_ASSERT_PTR_NULL(json_object_get(json_array_get(rows, 0), "envelope_gap"));
+    CU_ASSERT_EQUAL(json_real_value(json_object_get(json_array_get(rows, 1), "envelope_gap")), 0.5);
+    json_decref(j);
+    /* Several reports. */
+    const hx_report *rs[2] = {r, r};
+    CU_ASSERT_EQUAL(hx_report_write_json_many(rs, 2, path, &err), LM_OK);
+    j = json_load_file(path, 0, &je);
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(j, "reports")), 2);
+    json_decref(j);
+    hx_report_free(r);
+}
+
+static int count_elems(xmlNode *n, const char *name)
+{
+    int k = 0;
+    for (; n; n = n->next)
+        if (n->type == XML_ELEMENT_NODE) {
+            k += strcmp((const char *)n->name, name) == 0;
+            k += count_elems(n->children, name);
+        }
+    return k;
+}
+
+static xmlNode *find_elem(xmlNode *n, const char *name)
+{
+    for (; n; n = n->next)
+        if (n->type == XML_ELEMENT_NODE) {
+            if (strcmp((const char *)n->name, name) == 0)
+                return n;
+            xmlNode *c = find_elem(n->children, name);
+            if (c)
+                return c;
+        }
+    return NULL;
+}
+
+static void test_report_junit_wellformed_and_escaped(void)
+{
+    hx_report *r = make();
+    lm_err err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/junit.xml", tu_tmpdir());
+    const hx_report *rs[1] = {r};
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_junit(rs, 1, false, path, &err), LM_OK);
+    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    xmlNode *root = xmlDocGetRootElement(doc);
+    CU_ASSERT_STRING_EQUAL((const char *)root->name, "testsuites");
+    CU_ASSERT_EQUAL(count_elems(root, "testsuite"), 1);
+    CU_ASSERT_EQUAL(count_elems(root, "testcase"), 3);
+    CU_ASSERT_EQUAL(count_elems(root, "failure"), 1);      /* only DRIFT fails by default */
+    CU_ASSERT_EQUAL(count_elems(root, "system-out"), 1);   /* the TIE_FLIP note */
+    xmlNode *suite = find_elem(root, "testsuite");
+    xmlChar *name = xmlGetProp(suite, (const xmlChar *)"name");
+    CU_ASSERT_STRING_EQUAL((const char *)name, "stories <&> \"case\""); /* escaped, read back */
+    xmlFree(name);
+    xmlChar *fails = xmlGetProp(suite, (const xmlChar *)"failures");
+    CU_ASSERT_STRING_EQUAL((const char *)fails, "1");
+    xmlFree(fails);
+    xmlNode *f = find_elem(root, "failure");
+    xmlChar *type = xmlGetProp(f, (const xmlChar *)"type");
+    xmlChar *msg = xmlGetProp(f, (const xmlChar *)"message");
+    CU_ASSERT_STRING_EQUAL((const char *)type, "DRIFT");
+    CU_ASSERT_PTR_NOT_NULL(strstr((const char *)msg, "DRIFT: max_abs 0.001"));
+    CU_ASSERT_PTR_NOT_NULL(strstr((const char *)msg, "<&> \"q\" 'a'"));
+    xmlFree(type);
+    xmlFree(msg);
+    xmlFreeDoc(doc);
+    /* Strict: the golden mismatch and the absent golden fail too, as BITS. */
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_junit(rs, 1, true, path, &err), LM_OK);
+    doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    CU_ASSERT_EQUAL(count_elems(xmlDocGetRootElement(doc), "failure"), 2);
+    xmlFreeDoc(doc);
+    /* Invalid UTF-8 in a string still yields a well-formed file. */
+    snprintf(r->model, sizeof r->model, "bad\xff\xfe utf8 \xc3");
+    CU_ASSERT_EQUAL(hx_report_write_junit(rs, 1, false, path, &err), LM_OK);
+    doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL(doc);
+    xmlFreeDoc(doc);
+    hx_report_free(r);
+}
+
+static void test_report_md_and_table(void)
+{
+    hx_report *r = make();
+    lm_err err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/report.md", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_md(r, path, &err), LM_OK);
+    char *text;
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(hx_read_file(&text, &n, path, &err), LM_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "| config | class | div@ |"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "| naive:step=1 | TIE_FLIP | 7 |"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "`blas:step=2` **DRIFT**"));
+    CU_ASSERT_PTR_NULL(strstr(text, "`naive:step=full` **")); /* EXACT rows need no note */
+    free(text);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    hx_report_print_table(f, r);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "config"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "naive:step=full"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "1234"));   /* prefill tok/s */
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "3.0"));    /* peak MiB */
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "3 configurations, worst DRIFT, 1 failing"));
+    fprintf(stderr, "\n%s", buf);
+    free(buf);
+    hx_report_free(r);
+}
+
+void test_report_register(void)
+{
+    CU_pSuite s = CU_add_suite("report", NULL, NULL);
+    CU_add_test(s, "test_report_fold_and_verdicts", test_report_fold_and_verdicts);
+    CU_add_test(s, "test_report_json_schema", test_report_json_schema);
+    CU_add_test(s, "test_report_junit_wellformed_and_escaped",
+                test_report_junit_wellformed_and_escaped);
+    CU_add_test(s, "test_report_md_and_table", test_report_md_and_table);
+}

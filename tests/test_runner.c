@@ -1,0 +1,76 @@
+/* test_runner.c — capturing one configuration from the engine: greedy tokens, K/V after
+ * prefill, teacher-forced rows on and off the greedy path. Needs stories260K (SKIP otherwise). */
+#include "runner.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_runner_forced_rows_and_rerun(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    const int32_t prompt[6] = {1, 403, 9038, 2982, 29892, 727}; /* ids < 512 are checked below */
+    int32_t p6[6];
+    for (int i = 0; i < 6; ++i)
+        p6[i] = prompt[i] % (int32_t)m->hp.n_vocab;
+    hx_config cfg;
+    CU_ASSERT_FATAL(hx_config_parse(&cfg, "naive:step=2", &err) == LM_OK);
+    enum { NG = 8 };
+    hx_run_request rq = {.prompt = p6, .n_prompt = 6, .n_gen = NG};
+    hx_capture *free_run, *on, *off;
+    hx_run_stats st;
+    CU_ASSERT_FATAL(hx_run_capture(&free_run, &st, m, &cfg, &rq, &err) == LM_OK);
+    CU_ASSERT_EQUAL(free_run->shape.n_pos, 1);
+    CU_ASSERT_EQUAL(free_run->positions[0], 5);
+    CU_ASSERT_EQUAL(st.n_decode, NG - 1);
+    CU_ASSERT(st.ctx_bytes > 0);
+    const int32_t *greedy = free_run->tokens + 6;
+
+    /* Forced on its own greedy path: one run, rows are the generation's. */
+    rq.forced = greedy;
+    rq.n_forced = NG;
+    CU_ASSERT_FATAL(hx_run_capture(&on, &st, m, &cfg, &rq, &err) == LM_OK);
+    CU_ASSERT_FALSE(st.reran_forced);
+    CU_ASSERT_EQUAL(on->shape.n_pos, NG + 1);
+    CU_ASSERT_EQUAL(memcmp(on->tokens, free_run->tokens, (6 + NG) * sizeof(int32_t)), 0);
+    size_t nv = m->hp.n_vocab;
+    /* Same schedule, same engine: bitwise equal rows and K/V (no tolerance). */
+    CU_ASSERT_EQUAL(memcmp(on->logits, free_run->logits, nv * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(memcmp(on->k[0], free_run->k[0], hx_capture_kv_elems(&on->shape) * 4), 0);
+    /* Each forced row's argmax is the next greedy token. */
+    for (uint32_t j = 0; j + 1 < NG; ++j)
+        CU_ASSERT_EQUAL(lm_argmax(on->logits + j * nv, m->hp.n_vocab), greedy[j]);
+
+    /* A forced path that leaves the greedy one at index 3: rerun; rows 0..3 equal bitwise
+     * (same prefix, same calls), later rows differ, tokens are still the greedy ones. */
+    int32_t alt[NG];
+    memcpy(alt, greedy, sizeof alt);
+    alt[3] = (greedy[3] + 1) % (int32_t)m->hp.n_vocab;
+    rq.forced = alt;
+    CU_ASSERT_FATAL(hx_run_capture(&off, &st, m, &cfg, &rq, &err) == LM_OK);
+    CU_ASSERT(st.reran_forced);
+    CU_ASSERT_EQUAL(memcmp(off->tokens, free_run->tokens, (6 + NG) * sizeof(int32_t)), 0);
+    CU_ASSERT_EQUAL(memcmp(off->logits, on->logits, 4 * nv * sizeof(float)), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(off->logits + 4 * nv, on->logits + 4 * nv, nv * sizeof(float)), 0);
+
+    /* Too long for the model's context. */
+    rq.n_gen = m->hp.n_ctx_train;
+    hx_capture *none;
+    CU_ASSERT_EQUAL(hx_run_capture(&none, &st, m, &cfg, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(none);
+    hx_capture_free(free_run);
+    hx_capture_free(on);
+    hx_capture_free(off);
+    lm_model_free(m);
+}
+
+void test_runner_register(void)
+{
+    CU_pSuite s = CU_add_suite("runner", NULL, NULL);
+    CU_add_test(s, "test_runner_forced_rows_and_rerun", test_runner_forced_rows_and_rerun);
+}

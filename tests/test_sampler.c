@@ -1,0 +1,126 @@
+/* test_sampler.c — greedy argmax tie and NaN rules; seeded sampling: reproducible, respects
+ * top-k / top-p, and draws with the right frequencies. */
+#include "kvd_engine.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static void test_sampler_argmax_special_values(void)
+{
+    const float ties[4] = {1.0f, 3.0f, 3.0f, -2.0f};
+    CU_ASSERT_EQUAL(lm_argmax(ties, 4), 1);
+    const float nan_first[3] = {NAN, -5.0f, -7.0f};
+    CU_ASSERT_EQUAL(lm_argmax(nan_first, 3), 1);
+    const float nan_mid[3] = {0.5f, NAN, 0.25f};
+    CU_ASSERT_EQUAL(lm_argmax(nan_mid, 3), 0);
+    const float infs[3] = {-INFINITY, INFINITY, INFINITY};
+    CU_ASSERT_EQUAL(lm_argmax(infs, 3), 1);
+    const float all_ninf[2] = {-INFINITY, -INFINITY};
+    CU_ASSERT_EQUAL(lm_argmax(all_ninf, 2), 0);
+    const float zeros[2] = {-0.0f, 0.0f}; /* -0 == +0: a tie, lowest id */
+    CU_ASSERT_EQUAL(lm_argmax(zeros, 2), 0);
+    const float one[1] = {NAN};
+    CU_ASSERT_EQUAL(lm_argmax(one, 1), 0);
+}
+
+static void test_sampler_bad_params(void)
+{
+    lm_sampler *s = NULL;
+    lm_err err = {0};
+    lm_sampler_params p = {.temperature = 1.0f, .top_p = 0.0f};
+    CU_ASSERT_EQUAL(lm_sampler_create(&s, &p, 10, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(s);
+    lm_err_clear(&err);
+    p.top_p = 1.0f;
+    CU_ASSERT_EQUAL(lm_sampler_create(&s, &p, 0, &err), LM_E_INPUT);
+    lm_err_clear(&err);
+    p.temperature = NAN;
+    CU_ASSERT_EQUAL(lm_sampler_create(&s, &p, 10, &err), LM_E_INPUT);
+    lm_sampler_free(NULL);
+}
+
+static void test_sampler_greedy_when_temperature_zero(void)
+{
+    lm_sampler *s = NULL;
+    lm_err err = {0};
+    lm_sampler_params p = {.temperature = 0.0f, .top_p = 1.0f, .seed = tu_seed()};
+    CU_ASSERT_FATAL(lm_sampler_create(&s, &p, 5, &err) == LM_OK);
+    const float l[5] = {0.1f, 2.0f, NAN, 2.0f, -1.0f};
+    for (int i = 0; i < 10; ++i)
+        CU_ASSERT_EQUAL(lm_sample(s, l), 1);
+    lm_sampler_free(s);
+}
+
+/* Same seed, same draws; top_k = 2 never leaves the two best; a tiny top_p keeps the best
+ * only; NaN logits are never drawn. */
+static void test_sampler_seeded_and_truncated(void)
+{
+    enum { V = 50, DRAWS = 2000 };
+    float l[V];
+    uint64_t st = tu_seed();
+    for (int i = 0; i < V; ++i)
+        l[i] = 2.0f * tu_rand_f32(&st);
+    l[7] = NAN;
+    const int32_t best = lm_argmax(l, V);
+    int32_t second = best == 0 ? 1 : 0;
+    for (int i = 0; i < V; ++i)
+        if (i != best && !isnan(l[i]) && l[i] > l[second])
+            second = i;
+    lm_err err = {0};
+    lm_sampler *a = NULL, *b = NULL, *k2 = NULL, *p0 = NULL;
+    lm_sampler_params p = {.temperature = 1.5f, .top_p = 1.0f, .seed = tu_seed()};
+    CU_ASSERT_FATAL(lm_sampler_create(&a, &p, V, &err) == LM_OK);
+    CU_ASSERT_FATAL(lm_sampler_create(&b, &p, V, &err) == LM_OK);
+    p.top_k = 2;
+    CU_ASSERT_FATAL(lm_sampler_create(&k2, &p, V, &err) == LM_OK);
+    p.top_k = 0;
+    p.top_p = 1e-6f;
+    CU_ASSERT_FATAL(lm_sampler_create(&p0, &p, V, &err) == LM_OK);
+    int distinct = 0, seen[V] = {0};
+    for (int i = 0; i < DRAWS; ++i) {
+        const int32_t x = lm_sample(a, l);
+        CU_ASSERT_EQUAL(x, lm_sample(b, l));
+        CU_ASSERT(x >= 0 && x < V && x != 7);
+        if (!seen[x]++)
+            ++distinct;
+        const int32_t y = lm_sample(k2, l);
+        CU_ASSERT(y == best || y == second);
+        CU_ASSERT_EQUAL(lm_sample(p0, l), best);
+    }
+    CU_ASSERT(distinct > 10); /* T = 1.5 over 49 logits in [-2, 2): far from greedy */
+    lm_sampler_free(a);
+    lm_sampler_free(b);
+    lm_sampler_free(k2);
+    lm_sampler_free(p0);
+}
+
+/* Two tokens with logits ln 3 and 0 at T = 1: P(token 0) = 0.75. Over N = 20000 draws the
+ * count's standard deviation is sqrt(N p (1-p)) ~ 61; accept 6 sigma (false alarm < 1e-8). */
+static void test_sampler_frequencies(void)
+{
+    enum { N = 20000 };
+    const float l[2] = {logf(3.0f), 0.0f};
+    lm_err err = {0};
+    lm_sampler *s = NULL;
+    lm_sampler_params p = {.temperature = 1.0f, .top_p = 1.0f, .seed = tu_seed()};
+    CU_ASSERT_FATAL(lm_sampler_create(&s, &p, 2, &err) == LM_OK);
+    int zeros = 0;
+    for (int i = 0; i < N; ++i)
+        zeros += lm_sample(s, l) == 0;
+    const double sd = sqrt(N * 0.75 * 0.25);
+    if (fabs(zeros - 0.75 * N) > 6 * sd)
+        fprintf(stderr, "\n  token 0 drawn %d of %d times, expected %.0f\n", zeros, N, 0.75 * N);
+    CU_ASSERT(fabs(zeros - 0.75 * N) <= 6 * sd);
+    lm_sampler_free(s);
+}
+
+void test_sampler_register(void)
+{
+    CU_pSuite s = CU_add_suite("sampler", NULL, NULL);
+    CU_add_test(s, "test_sampler_argmax_special_values", test_sampler_argmax_special_values);
+    CU_add_test(s, "test_sampler_bad_params", test_sampler_bad_params);
+    CU_add_test(s, "test_sampler_greedy_when_temperature_zero", test_sampler_greedy_when_temperature_zero);
+    CU_add_test(s, "test_sampler_seeded_and_truncated", test_sampler_seeded_and_truncated);
+    CU_add_test(s, "test_sampler_frequencies", test_sampler_frequencies);
+}

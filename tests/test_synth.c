@@ -1,0 +1,290 @@
+/* test_synth.c — synthetic models: deterministic bytes, presets that load, a vocabulary the
+ * tokenizer can use, logits that are peaked, and the command line's error handling. */
+#include "commands.h"
+#include "kvd_engine.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(len > 0 ? (size_t)len : 1);
+    *n = b ? fread(b, 1, (size_t)len, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char p[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tu_tmpdir(), name);
+    return p[k];
+}
+
+static void test_synth_deterministic(void)
+{
+    lm_err err = {0};
+    const char *a = tmp_path("a.gguf"), *b = tmp_path("b.gguf"), *c = tmp_path("c.gguf");
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(a, "tiny", 42, LM_TYPE_F16, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(b, "tiny", 42, LM_TYPE_F16, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(c, "tiny", 43, LM_TYPE_F16, &err), LM_OK);
+    size_t na, nb, nc;
+    char *ba = slurp(a, &na), *bb = slurp(b, &nb), *bc = slurp(c, &nc);
+    CU_ASSERT_FATAL(ba && bb && bc);
+    CU_ASSERT_EQUAL(na, nb);
+    CU_ASSERT_EQUAL(na, nc); /* same shapes: only the weights and the seed string differ */
+    CU_ASSERT_EQUAL(memcmp(ba, bb, na), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(ba, bc, na), 0);
+    /* The weights themselves differ, not just the recorded seed. */
+    lm_model *ma = NULL, *mc = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&ma, a, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&mc, c, &err), LM_OK);
+    CU_ASSERT_NOT_EQUAL(memcmp(ma->layers[0].wq, mc->layers[0].wq, 64 * sizeof(float)), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(ma->content_hash, mc->content_hash, 16), 0);
+    lm_model_free(ma);
+    lm_model_free(mc);
+    free(ba);
+    free(bb);
+    free(bc);
+}
+
+static void check_preset_loads(const char *name, lm_tensor_type type)
+{
+    lm_err err = {0};
+    hx_synth_params p;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_preset(&p, name, &err), LM_OK);
+    const char *path = tmp_path("preset.gguf");
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, name, 1, type, &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(m->hp.n_embd, p.n_embd);
+    CU_ASSERT_EQUAL(m->hp.n_layer, p.n_layer);
+    CU_ASSERT_EQUAL(m->hp.n_head, p.n_head);
+    CU_ASSERT_EQUAL(m->hp.n_head_kv, p.n_head_kv);
+    CU_ASSERT_EQUAL(m->hp.head_dim, p.n_embd / p.n_head);
+    CU_ASSERT_EQUAL(m->hp.n_ff, p.n_ff);
+    CU_ASSERT_EQUAL(m->hp.n_vocab, p.n_vocab);
+    CU_ASSERT_EQUAL(m->hp.n_ctx_train, p.n_ctx);
+    CU_ASSERT_EQUAL(m->hp.rope_theta, p.rope_theta); /* exact: written and read as f32 */
+    CU_ASSERT_TRUE(m->hp.tied_output);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m->vocab);
+    CU_ASSERT_EQUAL(lm_vocab_n_tokens(m->vocab), p.n_vocab);
+    CU_ASSERT_EQUAL(lm_vocab_bos(m->vocab), 1);
+    CU_ASSERT_EQUAL(lm_vocab_eos(m->vocab), 2);
+    lm_model_free(m);
+}
+
+static void test_synth_presets_load(void)
+{
+    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(0), "tiny");
+    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(1), "smollm2-135m");
+    CU_ASSERT_PTR_NULL(hx_synth_preset_name(2));
+    check_preset_loads("tiny", LM_TYPE_F32);
+    /* SmolLM2-135M's shape, in BF16 to halve the bytes written (~270 MB; a few seconds). */
+    check_preset_loads("smollm2-135m", LM_TYPE_BF16);
+    hx_synth_params p;
+    CU_ASSERT_EQUAL(hx_synth_preset(&p, "smollm2-135m", &(lm_err){0}), LM_OK);
+    CU_ASSERT_EQUAL(p.n_embd, 576);
+    CU_ASSERT_EQUAL(p.n_layer, 30);
+    CU_ASSERT_EQUAL(p.n_head, 9);
+    CU_ASSERT_EQUAL(p.n_head_kv, 3);
+    CU_ASSERT_EQUAL(p.n_ff, 1536);
+    CU_ASSERT_EQUAL(p.n_vocab, 49152);
+    CU_ASSERT_EQUAL(p.rope_theta, 100000.0f);
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(hx_synth_preset(&p, "huge", &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'huge'"));
+}
+
+static void test_synth_explicit_params(void)
+{
+    hx_synth_params p;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_preset(&p, "tiny", &err), LM_OK);
+    p.n_embd = 48;
+    p.n_head = 6;
+    p.n_head_kv = 2;
+    p.n_layer = 2;
+    p.n_ff = 100;
+    p.n_vocab = 300;
+    p.rope_theta = 500000.0f;
+    const char *path = tmp_path("explicit.gguf");
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write_params(path, &p, 9, LM_TYPE_F32, &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(m->hp.head_dim, 8);
+    CU_ASSERT_EQUAL(m->hp.n_vocab, 300);
+    CU_ASSERT_EQUAL(m->hp.rope_theta, 500000.0f);
+    lm_model_free(m);
+    /* Every bad field is refused with its name. */
+    struct { uint32_t embd, head, kv, vocab; const char *needle; } bad[] = {
+        {50, 6, 2, 300, "not a multiple of n_head"},
+        {54, 6, 2, 300, "must be even"},
+        {48, 6, 4, 300, "does not divide"},
+        {48, 6, 2, 259, "n_vocab 259"},
+        {48, 6, 0, 300, "positive"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        hx_synth_params q = p;
+        q.n_embd = bad[i].embd;
+        q.n_head = bad[i].head;
+        q.n_head_kv = bad[i].kv;
+        q.n_vocab = bad[i].vocab;
+        lm_err_clear(&err);
+        CU_ASSERT_EQUAL(hx_synth_write_params(tmp_path("bad.gguf"), &q, 0, LM_TYPE_F32, &err),
+                        LM_E_INPUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, bad[i].needle));
+    }
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_synth_write_params(tmp_path("bad.gguf"), &p, 0, LM_TYPE_Q8_0, &err),
+                    LM_E_INPUT);
+}
+
+/* The generated vocabulary: layout as documented, and the SPM tokenizer reaches whole words. */
+static void test_synth_vocabulary(void)
+{
+    lm_err err = {0};
+    const char *path = tmp_path("vocab.gguf");
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
+    const lm_gguf_arr *toks = NULL, *types = NULL, *scores = NULL;
+    CU_ASSERT_EQUAL(lm_gguf_get_arr(g, "tokenizer.ggml.tokens", LM_GGUF_STR, &toks, &err), LM_OK);
+    CU_ASSERT_EQUAL(lm_gguf_get_arr(g, "tokenizer.ggml.token_type", LM_GGUF_I32, &types, &err),
+                    LM_OK);
+    CU_ASSERT_EQUAL(lm_gguf_get_arr(g, "tokenizer.ggml.scores", LM_GGUF_F32, &scores, &err),
+                    LM_OK);
+    CU_ASSERT_FATAL(toks && types && scores && toks->n == 512 && types->n == 512);
+    const lm_gguf_str *s = toks->data;
+    const int32_t *ty = types->data;
+    const float *sc = scores->data;
+    CU_ASSERT_STRING_EQUAL(s[0].ptr, "<unk>");
+    CU_ASSERT_EQUAL(ty[0], 2);
+    CU_ASSERT_STRING_EQUAL(s[1].ptr, "<s>");
+    CU_ASSERT_EQUAL(ty[1], 3);
+    CU_ASSERT_STRING_EQUAL(s[2].ptr, "</s>");
+    CU_ASSERT_EQUAL(ty[2], 3);
+    CU_ASSERT_STRING_EQUAL(s[3].ptr, "<0x00>");
+    CU_ASSERT_STRING_EQUAL(s[258].ptr, "<0xFF>");
+    CU_ASSERT_EQUAL(ty[258], 6);
+    CU_ASSERT_STRING_EQUAL(s[259].ptr, "\xe2\x96\x81");
+    CU_ASSERT_EQUAL(ty[259], 1);
+    for (uint32_t i = 260; i < 512; ++i) {
+        CU_ASSERT_EQUAL(ty[i], 1);
+        CU_ASSERT_TRUE(sc[i] < sc[i - 1]); /* strictly decreasing scores */
+        for (uint32_t j = 259; j < i; ++j)
+            if (strcmp(s[i].ptr, s[j].ptr) == 0) {
+                CU_FAIL("duplicate token");
+                break;
+            }
+    }
+    lm_gguf_close(g);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *text = "Once upon a time";
+    CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, text, strlen(text), true, &ids, &n, &err), LM_OK);
+    CU_ASSERT_EQUAL(n, 5); /* <s> ▁Once ▁upon ▁a ▁time: every word is one piece */
+    if (n == 5) {
+        char piece[32];
+        int len = lm_token_to_piece(m->vocab, ids[4], piece, sizeof piece);
+        CU_ASSERT_EQUAL(len, 5);
+        CU_ASSERT_EQUAL(memcmp(piece, " time", 5), 0);
+    }
+    free(ids);
+    lm_model_free(m);
+}
+
+/* Logits are peaked: the top-1 softmax probability at the last position of random prompts.
+ * The bound (mean > 0.3, and > 0.3 for most prompts) is the synth's documented intent; the
+ * measured figure is printed. Softmax in double, max subtracted first. */
+static void test_synth_logits_peaked(void)
+{
+    lm_err err = {0};
+    const char *path = tmp_path("peak.gguf");
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    lm_ctx_params cp = {"naive", 1, 64};
+    lm_ctx *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&c, m, &cp, &err), LM_OK);
+    uint32_t V = m->hp.n_vocab;
+    float *lg = malloc(V * sizeof *lg); /* [n_vocab] */
+    uint64_t st = tu_seed();
+    const int trials = 20;
+    double sum = 0.0;
+    int over = 0;
+    for (int t = 0; t < trials; ++t) {
+        int32_t toks[8] = {1};
+        for (int i = 1; i < 8; ++i)
+            toks[i] = 259 + (int32_t)(tu_rand_u64(&st) % (V - 259));
+        lm_ctx_reset(c);
+        CU_ASSERT_EQUAL_FATAL(lm_prefill(c, toks, 8, 0, lg, &err), LM_OK);
+        float mx = lg[lm_argmax(lg, V)];
+        double z = 0.0;
+        for (uint32_t v = 0; v < V; ++v)
+            z += exp((double)(lg[v] - mx));
+        sum += 1.0 / z;
+        over += 1.0 / z > 0.3;
+    }
+    fprintf(stderr, "\n  synth tiny: mean top-1 probability %.3f, > 0.3 for %d of %d prompts\n",
+            sum / trials, over, trials);
+    CU_ASSERT_TRUE(sum / trials > 0.3);
+    CU_ASSERT_TRUE(over >= trials / 2);
+    free(lg);
+    lm_ctx_free(c);
+    lm_model_free(m);
+}
+
+static int run_cmd(const char *a0, const char *a1, const char *a2, const char *a3,
+                   const char *a4)
+{
+    char *argv[6] = {(char *)"synth", (char *)a0, (char *)a1, (char *)a2, (char *)a3,
+                     (char *)a4};
+    int argc = 1;
+    while (argc < 6 && argv[argc] != NULL)
+        ++argc;
+    return cmd_synth(argc, argv);
+}
+
+static void test_synth_command_line(void)
+{
+    const char *out = tmp_path("cli.gguf");
+    CU_ASSERT_EQUAL(run_cmd("--preset", "tiny", "-o", out, NULL), 0);
+    CU_ASSERT_EQUAL(run_cmd("--preset", "nope", "-o", out, NULL), 2);
+    CU_ASSERT_EQUAL(run_cmd("--preset", "tiny", NULL, NULL, NULL), 2);    /* no -o */
+    CU_ASSERT_EQUAL(run_cmd("--bogus", "-o", out, NULL, NULL), 2);
+    CU_ASSERT_EQUAL(run_cmd("--arch", "gpt2", "-o", out, NULL), 2);
+    CU_ASSERT_EQUAL(run_cmd("--arch", "llama", "--n-embd", "0", NULL), 2);
+    CU_ASSERT_EQUAL(run_cmd("--preset", "tiny", "--seed", "x1", "-o"), 2);
+    CU_ASSERT_EQUAL(run_cmd("--preset", "tiny", "--type", "q4", "-o"), 2);
+    CU_ASSERT_EQUAL(run_cmd("--preset=tiny", "--arch=llama", "-o", out, NULL), 2);
+    CU_ASSERT_EQUAL(run_cmd("--help", NULL, NULL, NULL, NULL), 0);
+    char nodir[1024];
+    snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.gguf", tu_tmpdir());
+    CU_ASSERT_EQUAL(run_cmd("--preset", "tiny", "-o", nodir, NULL), 2);
+}
+
+void test_synth_register(void)
+{
+    CU_pSuite s = CU_add_suite("synth", NULL, NULL);
+    CU_add_test(s, "test_synth_deterministic", test_synth_deterministic);
+    CU_add_test(s, "test_synth_presets_load", test_synth_presets_load);
+    CU_add_test(s, "test_synth_explicit_params", test_synth_explicit_params);
+    CU_add_test(s, "test_synth_vocabulary", test_synth_vocabulary);
+    CU_add_test(s, "test_synth_logits_peaked", test_synth_logits_peaked);
+    CU_add_test(s, "test_synth_command_line", test_synth_command_line);
+}

@@ -1,0 +1,655 @@
+/* test_tokenizer.c — UTF-8 and Unicode predicates, SPM and BPE encoding rules on small
+ * hand-built vocabularies, then llama.cpp's fixtures (ggml-vocab-*.gguf.inp/.out) and the
+ * stories260K vocabulary. */
+#include "kvd_gguf.h"
+#include "kvd_tokenizer.h"
+#include "test_util.h"
+#include "../engine/unicode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- helpers */
+
+static lm_vocab *load_vocab_file(const char *path)
+{
+    lm_err err = {0};
+    lm_gguf *g = NULL;
+    if (lm_gguf_open(&g, path, &err) != LM_OK) {
+        fprintf(stderr, "\n  %s\n", err.msg);
+        return NULL;
+    }
+    lm_vocab *v = NULL;
+    if (lm_vocab_load(&v, g, &err) != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    lm_gguf_close(g); /* the vocabulary must not depend on g afterwards */
+    return v;
+}
+
+/* Encodes s and compares with want[n_want]. */
+static bool encodes_to(const lm_vocab *v, const char *s, size_t len, bool bos,
+                       const int32_t *want, size_t n_want)
+{
+    lm_err err = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (lm_tokenize(v, s, len, bos, &ids, &n, &err) != LM_OK) {
+        fprintf(stderr, "\n  tokenize failed: %s\n", err.msg);
+        return false;
+    }
+    bool ok = n == n_want && (n == 0 || memcmp(ids, want, n * sizeof *ids) == 0);
+    if (!ok) {
+        fprintf(stderr, "\n  got:");
+        for (size_t i = 0; i < n; i++)
+            fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "\n  want:");
+        for (size_t i = 0; i < n_want; i++)
+            fprintf(stderr, " %d", want[i]);
+        fprintf(stderr, "\n");
+    }
+    free(ids);
+    return ok;
+}
+
+/* decode(encode(s)) == s, byte for byte. */
+static bool round_trips(const lm_vocab *v, const char *s, size_t len, bool bos)
+{
+    lm_err err = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *back = NULL;
+    bool ok = lm_tokenize(v, s, len, bos, &ids, &n, &err) == LM_OK &&
+              lm_detokenize(v, ids, n, &back, &err) == LM_OK && strlen(back) == len &&
+              memcmp(back, s, len) == 0;
+    free(ids);
+    free(back);
+    return ok;
+}
+
+/* Writes a vocabulary-only GGUF to the test folder and loads it. texts[n], scores may be NULL,
+ * types may be NULL; merges[n_merges] only for gpt2. */
+static lm_vocab *build_vocab(const char *name, const char *model, const char **texts,
+                             const float *scores, const int32_t *types, uint32_t n,
+                             const char **merges, uint32_t n_merges, int add_prefix)
+{
+    lm_err err = {0};
+    lm_gguf_writer *w = NULL;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tu_tmpdir(), name);
+    CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &err) == LM_OK);
+    int rc = lm_gguf_w_str(w, "tokenizer.ggml.model", model, &err);
+    if (rc == LM_OK)
+        rc = lm_gguf_w_arr(w, "tokenizer.ggml.tokens", LM_GGUF_STR, texts, n, &err);
+    if (rc == LM_OK && scores)
+        rc = lm_gguf_w_arr(w, "tokenizer.ggml.scores", LM_GGUF_F32, scores, n, &err);
+    if (rc == LM_OK && types)
+        rc = lm_gguf_w_arr(w, "tokenizer.ggml.token_type", LM_GGUF_I32, types, n, &err);
+    if (rc == LM_OK && merges)
+        rc = lm_gguf_w_arr(w, "tokenizer.ggml.merges", LM_GGUF_STR, merges, n_merges, &err);
+    if (rc == LM_OK && add_prefix >= 0)
+        rc = lm_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", add_prefix != 0, &err);
+    if (rc == LM_OK)
+        rc = lm_gguf_writer_save(w, path, &err);
+    lm_gguf_writer_free(w);
+    if (rc != LM_OK) {
+        fprintf(stderr, "\n  %s\n", err.msg);
+        return NULL;
+    }
+    lm_gguf *g = NULL;
+    lm_vocab *v = NULL;
+    if (lm_gguf_open(&g, path, &err) != LM_OK || lm_vocab_load(&v, g, &err) != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    lm_gguf_close(g);
+    return v;
+}
+
+/* ---------------------------------------------------------------- UTF-8 and Unicode */
+
+static void test_tokenizer_utf8_special_values(void)
+{
+    size_t adv;
+    /* special values first: NUL, the largest 1-byte, stray continuation, truncations */
+    CU_ASSERT_EQUAL(lm_utf8_decode("\0", 1, &adv), 0u);
+    CU_ASSERT_EQUAL(adv, 1u);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\x7f", 1, &adv), 0x7Fu);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\x80", 1, &adv), LM_UNI_REPLACEMENT);
+    CU_ASSERT_EQUAL(adv, 1u);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xc3", 1, &adv), LM_UNI_REPLACEMENT); /* truncated */
+    CU_ASSERT_EQUAL(adv, 1u);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xe2\x96", 2, &adv), LM_UNI_REPLACEMENT);
+    CU_ASSERT_EQUAL(adv, 1u);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xe2\x41\x81", 3, &adv), LM_UNI_REPLACEMENT); /* bad cont. */
+    CU_ASSERT_EQUAL(adv, 1u);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xf8\x80\x80\x80", 4, &adv), LM_UNI_REPLACEMENT);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xf4\x90\x80\x80", 4, &adv), LM_UNI_REPLACEMENT); /* >10FFFF */
+    CU_ASSERT_EQUAL(adv, 1u);
+    /* valid sequences of every length */
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xc3\x84", 2, &adv), 0xC4u);
+    CU_ASSERT_EQUAL(adv, 2u);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xe2\x96\x81", 3, &adv), 0x2581u);
+    CU_ASSERT_EQUAL(adv, 3u);
+    CU_ASSERT_EQUAL(lm_utf8_decode("\xf4\x8f\xbf\xbf", 4, &adv), 0x10FFFFu);
+    CU_ASSERT_EQUAL(adv, 4u);
+    /* encode inverts decode on every scalar value's boundary cases */
+    const uint32_t cps[] = {0, 0x7F, 0x80, 0x7FF, 0x800, 0xFFFF, 0x10000, 0x10FFFF};
+    for (size_t i = 0; i < sizeof cps / sizeof cps[0]; i++) {
+        char buf[4];
+        size_t n = lm_utf8_encode(cps[i], buf);
+        CU_ASSERT(n >= 1 && n <= 4);
+        CU_ASSERT_EQUAL(lm_utf8_decode(buf, n, &adv), cps[i]);
+        CU_ASSERT_EQUAL(adv, n);
+    }
+    char buf[4];
+    CU_ASSERT_EQUAL(lm_utf8_encode(0x110000, buf), 0u);
+    /* lead-byte lengths */
+    CU_ASSERT_EQUAL(lm_utf8_seq_len(0x41), 1u);
+    CU_ASSERT_EQUAL(lm_utf8_seq_len(0xBF), 1u);
+    CU_ASSERT_EQUAL(lm_utf8_seq_len(0xC3), 2u);
+    CU_ASSERT_EQUAL(lm_utf8_seq_len(0xE2), 3u);
+    CU_ASSERT_EQUAL(lm_utf8_seq_len(0xFF), 4u);
+}
+
+static void test_tokenizer_unicode_categories(void)
+{
+    /* the ASCII fast paths agree with the generated tables */
+    for (uint32_t c = 0; c < 0x80; c++) {
+        bool letter = false, number = false, space = false;
+        for (size_t i = 0; i < lm_uni_letter_n; i++)
+            letter |= c >= lm_uni_letter_ranges[i][0] && c <= lm_uni_letter_ranges[i][1];
+        for (size_t i = 0; i < lm_uni_number_n; i++)
+            number |= c >= lm_uni_number_ranges[i][0] && c <= lm_uni_number_ranges[i][1];
+        for (size_t i = 0; i < lm_uni_space_n; i++)
+            space |= c >= lm_uni_space_ranges[i][0] && c <= lm_uni_space_ranges[i][1];
+        CU_ASSERT_EQUAL(lm_uni_is_letter(c), letter);
+        CU_ASSERT_EQUAL(lm_uni_is_number(c), number);
+        CU_ASSERT_EQUAL(lm_uni_is_space(c), space);
+    }
+    /* tables sorted and disjoint (the binary search needs it) */
+    for (size_t i = 1; i < lm_uni_letter_n; i++)
+        CU_ASSERT(lm_uni_letter_ranges[i - 1][1] < lm_uni_letter_ranges[i][0]);
+    for (size_t i = 1; i < lm_uni_number_n; i++)
+        CU_ASSERT(lm_uni_number_ranges[i - 1][1] < lm_uni_number_ranges[i][0]);
+    /* known non-ASCII members: é Ä я 我 (L), ٣ Ⅻ ½ (N), NBSP U+3000 U+2028 (White_Space) */
+    CU_ASSERT(lm_uni_is_letter(0xE9) && lm_uni_is_letter(0xC4) && lm_uni_is_letter(0x44F));
+    CU_ASSERT(lm_uni_is_letter(0x6211));
+    CU_ASSERT(lm_uni_is_number(0x663) && lm_uni_is_number(0x216B) && lm_uni_is_number(0xBD));
+    CU_ASSERT(lm_uni_is_space(0xA0) && lm_uni_is_space(0x3000) && lm_uni_is_space(0x2028));
+    /* and non-members: U+2581 is a symbol, U+001C..U+001F are not White_Space (Python's
+     * isspace() says they are), U+FFFD, emoji, U+200B (not White_Space) */
+    CU_ASSERT(!lm_uni_is_letter(0x2581) && !lm_uni_is_space(0x2581));
+    CU_ASSERT(!lm_uni_is_space(0x1C) && !lm_uni_is_space(0x1F) && !lm_uni_is_space(0x200B));
+    CU_ASSERT(!lm_uni_is_letter(0xFFFD) && !lm_uni_is_number(0xFFFD));
+    CU_ASSERT(!lm_uni_is_letter(0x1F999) && !lm_uni_is_number(0x1F999));
+    CU_ASSERT(!lm_uni_is_letter(0x10FFFF));
+}
+
+/* ---------------------------------------------------------------- rules on tiny vocabularies */
+
+static char byte_names[256][8];
+
+/* <unk> <s> </s> <0x00>..<0xFF> then extra[n_extra]: ids 0, 1, 2, 3 + b, 259 + i. */
+static uint32_t spm_texts(const char **texts, float *scores, int32_t *types,
+                          const char **extra, const float *extra_scores, uint32_t n_extra)
+{
+    texts[0] = "<unk>", texts[1] = "<s>", texts[2] = "</s>";
+    types[0] = 2, types[1] = 3, types[2] = 3;
+    scores[0] = scores[1] = scores[2] = 0.0f;
+    for (int b = 0; b < 256; b++) {
+        snprintf(byte_names[b], sizeof byte_names[b], "<0x%02X>", b);
+        texts[3 + b] = byte_names[b];
+        types[3 + b] = 6;
+        scores[3 + b] = 0.0f;
+    }
+    for (uint32_t i = 0; i < n_extra; i++) {
+        texts[259 + i] = extra[i];
+        types[259 + i] = 1;
+        scores[259 + i] = extra_scores[i];
+    }
+    return 259 + n_extra;
+}
+
+static void test_tokenizer_spm_rules(void)
+{
+    const char *texts[300];
+    float scores[300];
+    int32_t types[300];
+    /* 259 a, 260 b, 261 c, 262 ab (-1), 263 bc (-2), 264 aa (-3), 265 ▁ (-4), 266 ▁a (-0.5) */
+    const char *extra[] = {"a", "b", "c", "ab", "bc", "aa", "\xe2\x96\x81", "\xe2\x96\x81" "a"};
+    const float es[] = {-10.0f, -10.0f, -10.0f, -1.0f, -2.0f, -3.0f, -4.0f, -0.5f};
+    uint32_t n = spm_texts(texts, scores, types, extra, es, 8);
+    lm_vocab *v = build_vocab("spm_rules.gguf", "llama", texts, scores, types, n, NULL, 0, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_EQUAL(lm_vocab_type(v), LM_VOCAB_SPM);
+    CU_ASSERT_EQUAL(lm_vocab_n_tokens(v), n);
+    CU_ASSERT_EQUAL(lm_vocab_bos(v), 1); /* defaults: no ids in the file */
+    CU_ASSERT_EQUAL(lm_vocab_eos(v), 2);
+    CU_ASSERT(lm_vocab_adds_bos(v));
+
+    /* special values first: empty text is [] or [BOS], never a space prefix */
+    CU_ASSERT(encodes_to(v, "", 0, false, NULL, 0));
+    CU_ASSERT(encodes_to(v, "", 0, true, (const int32_t[]){1}, 1));
+    /* a lone space is U+2581 */
+    CU_ASSERT(encodes_to(v, " ", 1, false, (const int32_t[]){265}, 1));
+    /* invalid UTF-8 and characters not in the vocabulary fall back to bytes: 'x' 'y' \xff */
+    CU_ASSERT(encodes_to(v, "xy\xff", 3, false, (const int32_t[]){3 + 'x', 3 + 'y', 3 + 0xFF}, 3));
+    CU_ASSERT(encodes_to(v, "\xe6\x88\x91", 3, false,
+                         (const int32_t[]){3 + 0xE6, 3 + 0x88, 3 + 0x91}, 3));
+    /* the higher score merges first: ab (-1) beats bc (-2) ... */
+    CU_ASSERT(encodes_to(v, "abc", 3, false, (const int32_t[]){262, 261}, 2));
+    /* ... and equal scores merge leftmost first: aaa -> aa a, not a aa */
+    CU_ASSERT(encodes_to(v, "aaa", 3, false, (const int32_t[]){264, 259}, 2));
+    CU_ASSERT(encodes_to(v, "aaaa", 4, false, (const int32_t[]){264, 264}, 2));
+    /* spaces become U+2581 and merge like any character */
+    CU_ASSERT(encodes_to(v, "b a", 3, false, (const int32_t[]){260, 266}, 2));
+    /* NUL is a character like any other */
+    CU_ASSERT(encodes_to(v, "a\0", 2, false, (const int32_t[]){259, 3}, 2));
+    /* with BOS */
+    CU_ASSERT(encodes_to(v, "ab", 2, true, (const int32_t[]){1, 262}, 2));
+
+    /* decoding: control tokens are empty, bytes are bytes, U+2581 is a space */
+    char buf[8];
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, 1, buf, sizeof buf), 0);
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, 3 + 0xFF, buf, sizeof buf), 1);
+    CU_ASSERT_EQUAL((unsigned char)buf[0], 0xFFu);
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, 266, buf, sizeof buf), 2);
+    CU_ASSERT_NSTRING_EQUAL(buf, " a", 2);
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, 266, buf, 1), 2); /* full length even when cut */
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, -1, buf, sizeof buf), -1);
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, (int32_t)n, buf, sizeof buf), -1);
+    CU_ASSERT(round_trips(v, "xy b ac\xff", 8, true));
+    /* A lead byte claims the following bytes whatever they are (llama.cpp splits symbols by
+     * lead-byte length): "\xff" swallows the escaped space after it, the 4-byte symbol is not a
+     * token, and its bytes come back as FF E2 96 81: no round trip, exactly as in llama.cpp. */
+    CU_ASSERT(encodes_to(v, "\xff b", 3, false,
+                         (const int32_t[]){3 + 0xFF, 3 + 0xE2, 3 + 0x96, 3 + 0x81, 260}, 5));
+    CU_ASSERT(!round_trips(v, "\xff b", 3, false));
+    /* U+2581 in the input is the escaped space itself, so it decodes as ' ' (as in llama.cpp):
+     * the random round-trip test leaves it out of its alphabet for that reason. */
+    CU_ASSERT(encodes_to(v, "\xe2\x96\x81", 3, false, (const int32_t[]){265}, 1));
+    lm_err err = {0};
+    char *s = NULL;
+    CU_ASSERT_EQUAL(lm_detokenize(v, (const int32_t[]){259, 99999}, 2, &s, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(s);
+    lm_vocab_free(v);
+
+    /* with add_space_prefix (the llama default): " " is prepended, and decoding drops it */
+    v = build_vocab("spm_prefix.gguf", "llama", texts, scores, types, n, NULL, 0, -1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT(encodes_to(v, "a", 1, false, (const int32_t[]){266}, 1));
+    CU_ASSERT(encodes_to(v, " a", 2, false, (const int32_t[]){265, 266}, 2));
+    CU_ASSERT(round_trips(v, "a", 1, true));
+    CU_ASSERT(round_trips(v, " a", 2, false));
+    CU_ASSERT(round_trips(v, "  ", 2, true));
+    lm_vocab_free(v);
+}
+
+static void test_tokenizer_bpe_rules(void)
+{
+    /* all 256 byte characters, then merged tokens; merges: "b c" rank 0, "a b" rank 1 */
+    const char *texts[300];
+    char names[256][4];
+    /* the byte characters in id order: id b is byte b */
+    for (int b = 0; b < 256; b++) {
+        uint32_t cp;
+        /* GPT-2 mapping, recomputed independently of the engine */
+        if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE)) {
+            cp = (uint32_t)b;
+        } else {
+            uint32_t k = 0;
+            for (int i = 0; i < b; i++)
+                k += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE));
+            cp = 256 + k;
+        }
+        size_t len = lm_utf8_encode(cp, names[b]);
+        names[b][len] = '\0';
+        texts[b] = names[b];
+    }
+    /* 256 bc, 257 ab, 258 Ġa ("Ġ" = space), 259 <|endoftext|> */
+    texts[256] = "bc", texts[257] = "ab", texts[258] = "\xc4\xa0" "a", texts[259] = "<|eot|>";
+    int32_t types[260];
+    for (int i = 0; i < 260; i++)
+        types[i] = 1;
+    types[259] = 3;
+    const char *merges[] = {"b c", "a b", "\xc4\xa0 a", "b c", "nospace"};
+    lm_vocab *v = build_vocab("bpe_rules.gguf", "gpt2", texts, NULL, types, 260, merges, 5, -1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_EQUAL(lm_vocab_type(v), LM_VOCAB_BPE);
+    CU_ASSERT(!lm_vocab_adds_bos(v));
+
+    CU_ASSERT(encodes_to(v, "", 0, false, NULL, 0));
+    CU_ASSERT(encodes_to(v, "", 0, true, NULL, 0)); /* gpt2 adds no BOS by default */
+    CU_ASSERT(encodes_to(v, " ", 1, false, (const int32_t[]){' '}, 1));
+    /* the lower rank merges first: b c (0) before a b (1) */
+    CU_ASSERT(encodes_to(v, "abc", 3, false, (const int32_t[]){'a', 256}, 2));
+    CU_ASSERT(encodes_to(v, "ab", 2, false, (const int32_t[]){257}, 1));
+    /* pre-tokenizer: " a" is one word (Ġa), "a b" splits before the space */
+    CU_ASSERT(encodes_to(v, "b a", 3, false, (const int32_t[]){'b', 258}, 2));
+    /* invalid UTF-8 becomes U+FFFD (EF BF BD), one per bad byte */
+    CU_ASSERT(encodes_to(v, "\xff", 1, false, (const int32_t[]){0xEF, 0xBF, 0xBD}, 3));
+    /* control tokens decode to nothing; bytes decode through the inverse mapping */
+    char buf[8];
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, 259, buf, sizeof buf), 0);
+    for (int b = 0; b < 256; b++) {
+        CU_ASSERT_EQUAL(lm_token_to_piece(v, b, buf, sizeof buf), 1);
+        CU_ASSERT_EQUAL((unsigned char)buf[0], (unsigned)b);
+    }
+    CU_ASSERT(round_trips(v, " ab\tc\n\n 1'sx\x01\x7f", 14, true));
+    lm_vocab_free(v);
+}
+
+/* User-defined tokens cut the input before encoding even without special-token parsing, and
+ * SPM text after one gets the space prefix again (llama.cpp); control tokens stay text. */
+static void test_tokenizer_user_defined(void)
+{
+    const char *texts[300];
+    float scores[300];
+    int32_t types[300];
+    /* 259 a, 260 ▁, 261 ▁a, 262 <u> (user-defined), 263 <uu> (user-defined, longer: first) */
+    const char *extra[] = {"a", "\xe2\x96\x81", "\xe2\x96\x81" "a", "<u>", "<uu>"};
+    const float es[] = {-1.0f, -2.0f, -0.5f, 0.0f, 0.0f};
+    uint32_t n = spm_texts(texts, scores, types, extra, es, 5);
+    types[262] = 4;
+    types[263] = 4;
+    lm_vocab *v = build_vocab("spm_user.gguf", "llama", texts, scores, types, n, NULL, 0, -1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT(encodes_to(v, "a<u>a", 5, false, (const int32_t[]){261, 262, 261}, 3));
+    CU_ASSERT(encodes_to(v, "<u><uu>", 7, true, (const int32_t[]){1, 262, 263}, 3));
+    CU_ASSERT(encodes_to(v, "<uu>a<u>", 8, false, (const int32_t[]){263, 261, 262}, 3));
+    /* <s> is a control token: plain text, bytes here */
+    CU_ASSERT(encodes_to(v, "<s>", 3, false,
+                         (const int32_t[]){260, 3 + '<', 3 + 's', 3 + '>'}, 4));
+    char buf[8];
+    CU_ASSERT_EQUAL(lm_token_to_piece(v, 262, buf, sizeof buf), 3); /* raw text */
+    CU_ASSERT_NSTRING_EQUAL(buf, "<u>", 3);
+    lm_vocab_free(v);
+}
+
+static void test_tokenizer_load_errors(void)
+{
+    const char *texts[] = {"a"};
+    /* an unknown tokenizer model is unsupported, not a crash */
+    lm_err err = {0};
+    lm_gguf_writer *w = NULL;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tok_bert.gguf", tu_tmpdir());
+    CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &err) == LM_OK);
+    CU_ASSERT(lm_gguf_w_str(w, "tokenizer.ggml.model", "bert", &err) == LM_OK);
+    CU_ASSERT(lm_gguf_w_arr(w, "tokenizer.ggml.tokens", LM_GGUF_STR, texts, 1, &err) == LM_OK);
+    CU_ASSERT(lm_gguf_writer_save(w, path, &err) == LM_OK);
+    lm_gguf_writer_free(w);
+    lm_gguf *g = NULL;
+    lm_vocab *v = NULL;
+    CU_ASSERT_FATAL(lm_gguf_open(&g, path, &err) == LM_OK);
+    CU_ASSERT_EQUAL(lm_vocab_load(&v, g, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(v);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "bert"));
+    lm_gguf_close(g);
+
+    /* gpt2 without merges, and scores of the wrong length, are bad input */
+    lm_err e2 = {0};
+    CU_ASSERT_PTR_NULL(build_vocab("tok_nomerges.gguf", "gpt2", texts, NULL, NULL, 1, NULL, 0, -1));
+    snprintf(path, sizeof path, "%s/tok_nomerges.gguf", tu_tmpdir());
+    CU_ASSERT_FATAL(lm_gguf_open(&g, path, &e2) == LM_OK);
+    CU_ASSERT_EQUAL(lm_vocab_load(&v, g, &e2), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, "merges"));
+    lm_gguf_close(g);
+
+    /* no tokenizer at all */
+    lm_err e3 = {0};
+    snprintf(path, sizeof path, "%s/tok_none.gguf", tu_tmpdir());
+    CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &e3) == LM_OK);
+    CU_ASSERT(lm_gguf_w_str(w, "general.name", "no tokenizer", &e3) == LM_OK);
+    CU_ASSERT(lm_gguf_writer_save(w, path, &e3) == LM_OK);
+    lm_gguf_writer_free(w);
+    CU_ASSERT_FATAL(lm_gguf_open(&g, path, &e3) == LM_OK);
+    CU_ASSERT_EQUAL(lm_vocab_load(&v, g, &e3), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e3.msg, "tokenizer.ggml.model"));
+    lm_gguf_close(g);
+}
+
+/* ---------------------------------------------------------------- llama.cpp fixtures */
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap + 1);
+    size_t r;
+    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (b)
+        b[n] = '\0';
+    *len = n;
+    return b;
+}
+
+/* Runs one fixture the way llama.cpp's test-tokenizer-0 reads it: the .inp text is cut at every
+ * "\n__ggml_vocab_test__\n" (what follows the last separator is a test only if non-empty), the
+ * .out has one line per test of space-separated ids (surrounding whitespace ignored), and each
+ * test encodes without BOS. Prints the pass count and every mismatch. */
+static void run_fixture(const char *vocab_rel)
+{
+    const char *p = tu_model_path(vocab_rel);
+    if (!p)
+        return;
+    char vpath[1024], inp[1100], outp[1100];
+    snprintf(vpath, sizeof vpath, "%s", p);
+    snprintf(inp, sizeof inp, "%s.inp", vpath);
+    snprintf(outp, sizeof outp, "%s.out", vpath);
+    lm_vocab *v = load_vocab_file(vpath);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    size_t in_len = 0, out_len = 0;
+    char *in = read_all(inp, &in_len), *out = read_all(outp, &out_len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(in);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    size_t pos = 0, opos = 0;
+    int total = 0, pass = 0, rt_pass = 0;
+    while (pos < in_len) {
+        char *next = strstr(in + pos, sep); /* .inp holds no NUL bytes */
+        size_t end = next ? (size_t)(next - in) : in_len;
+        const char *s = in + pos;
+        size_t len = end - pos;
+        pos = next ? end + sizeof sep - 1 : in_len;
+
+        /* the matching .out line */
+        CU_ASSERT_FATAL(opos < out_len);
+        char *eol = memchr(out + opos, '\n', out_len - opos);
+        size_t line_end = eol ? (size_t)(eol - out) : out_len;
+        int32_t want[1024];
+        size_t n_want = 0;
+        char *q = out + opos;
+        while (q < out + line_end) {
+            char *e;
+            long id = strtol(q, &e, 10);
+            if (e == q)
+                break;
+            CU_ASSERT_FATAL(n_want < 1024);
+            want[n_want++] = (int32_t)id;
+            q = e;
+        }
+        opos = eol ? line_end + 1 : out_len;
+
+        total++;
+        lm_err err = {0};
+        int32_t *ids = NULL;
+        size_t n = 0;
+        int rc = lm_tokenize(v, s, len, false, &ids, &n, &err);
+        bool ok = rc == LM_OK && n == n_want && (n == 0 || memcmp(ids, want, n * 4) == 0);
+        if (ok) {
+            pass++;
+        } else {
+            fprintf(stderr, "\n  MISMATCH %s test %d '%.*s'\n    want:", vocab_rel, total,
+                    (int)(len > 60 ? 60 : len), s);
+            for (size_t i = 0; i < n_want; i++)
+                fprintf(stderr, " %d", want[i]);
+            fprintf(stderr, "\n    got: ");
+            for (size_t i = 0; rc == LM_OK && i < n; i++)
+                fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "%s\n", rc == LM_OK ? "" : err.msg);
+        }
+        char *back = NULL;
+        if (rc == LM_OK && lm_detokenize(v, ids, n, &back, &err) == LM_OK &&
+            strlen(back) == len && memcmp(back, s, len) == 0)
+            rt_pass++;
+        else
+            fprintf(stderr, "\n  ROUND TRIP %s test %d: '%.*s' came back as '%s'\n", vocab_rel,
+                    total, (int)(len > 60 ? 60 : len), s, back ? back : "(error)");
+        free(back);
+        free(ids);
+    }
+    /* no .out lines may remain (a trailing empty line at most) */
+    while (opos < out_len && (out[opos] == '\n' || out[opos] == ' '))
+        opos++;
+    CU_ASSERT_EQUAL(opos, out_len);
+    fprintf(stderr, "\n  %s: %d/%d encode exactly, %d/%d round-trip ", vocab_rel, pass, total,
+            rt_pass, total);
+    CU_ASSERT(total > 0);
+    CU_ASSERT_EQUAL(pass, total);
+    /* Every fixture string is valid UTF-8, and neither encoder loses bytes of valid UTF-8. */
+    CU_ASSERT_EQUAL(rt_pass, total);
+    free(in);
+    free(out);
+    lm_vocab_free(v);
+}
+
+static void test_tokenizer_fixture_llama_spm(void)
+{
+    run_fixture("vocab/ggml-vocab-llama-spm.gguf");
+}
+
+static void test_tokenizer_fixture_gpt2(void)
+{
+    run_fixture("vocab/ggml-vocab-gpt-2.gguf");
+}
+
+static void test_tokenizer_stories260k(void)
+{
+    const char *p = tu_model_path("stories260K.gguf");
+    if (!p)
+        return;
+    lm_vocab *v = load_vocab_file(p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_EQUAL(lm_vocab_n_tokens(v), 512u);
+    CU_ASSERT_EQUAL(lm_vocab_bos(v), 1);
+    CU_ASSERT_EQUAL(lm_vocab_eos(v), 2);
+    CU_ASSERT(lm_vocab_adds_bos(v)); /* no add_bos_token key: SPM default */
+    /* the ids from issue 2 (llama.cpp's tokenization of the prompt) */
+    CU_ASSERT(encodes_to(v, "Once upon a time", 16, true,
+                         (const int32_t[]){1, 403, 407, 261, 378}, 5));
+    /* special values: empty, one space, invalid UTF-8, and only bytes outside this small
+     * vocabulary (我 = E6 88 91): "▁" then one byte token each, and all decode back */
+    CU_ASSERT(encodes_to(v, "", 0, true, (const int32_t[]){1}, 1));
+    int32_t *ids = NULL;
+    size_t n = 0;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_tokenize(v, "\xe6\x88\x91\xff", 4, false, &ids, &n, &err) == LM_OK);
+    CU_ASSERT_EQUAL(n, 5u);
+    const char want_pieces[][2] = {" ", "\xe6", "\x88", "\x91", "\xff"};
+    for (size_t i = 0; i < n && i < 5; i++) {
+        char buf[8];
+        CU_ASSERT_EQUAL(lm_token_to_piece(v, ids[i], buf, sizeof buf), 1);
+        CU_ASSERT_EQUAL(buf[0], want_pieces[i][0]);
+    }
+    free(ids);
+    CU_ASSERT(round_trips(v, " ", 1, true));
+    CU_ASSERT(round_trips(v, "\xe6\x88\x91\xff", 4, true));
+    CU_ASSERT(round_trips(v, "\x80\xc3", 2, false));
+    const char *story = "Once upon a time, there was a little girl named Lily.";
+    CU_ASSERT(round_trips(v, story, strlen(story), true));
+    lm_vocab_free(v);
+}
+
+/* Random strings (seeded; KVD_TEST_SEED overrides): valid UTF-8 drawn from ASCII letters,
+ * digits, punctuation, whitespace runs, apostrophes, Latin/Cyrillic/CJK and emoji must decode
+ * back to themselves in every vocabulary (U+2581 excluded: SPM reads it as a space);
+ * arbitrary bytes must encode without error to ids in range (no round trip expected: BPE
+ * turns invalid bytes into U+FFFD, SPM lead bytes swallow what follows). */
+static void random_text(uint64_t *st, char *buf, size_t *len, bool valid)
+{
+    static const char *atoms[] = {"a", "Z", "q", "7", "0", " ", "  ", "\t", "\n", "\r\n", "'",
+                                  "'s", "'ll", "!", "?", ".", ",", "-", "\xc3\xa9", "\xd0\xb6",
+                                  "\xe6\x88\x91", "\xf0\x9f\xa6\x99",
+                                  "\xc2\xa0", "\xe3\x80\x80", "the", " Hello", "333"};
+    size_t n_atoms = sizeof atoms / sizeof atoms[0];
+    size_t target = (size_t)(tu_rand_u64(st) % 40);
+    size_t k = 0;
+    for (size_t i = 0; i < target; i++) {
+        if (valid) {
+            const char *a = atoms[tu_rand_u64(st) % n_atoms];
+            size_t al = strlen(a);
+            memcpy(buf + k, a, al);
+            k += al;
+        } else {
+            buf[k++] = (char)(1 + tu_rand_u64(st) % 255); /* no NUL: strlen-based decode */
+        }
+    }
+    buf[k] = '\0';
+    *len = k;
+}
+
+static void random_round_trips(const char *rel)
+{
+    const char *p = tu_model_path(rel);
+    if (!p)
+        return;
+    lm_vocab *v = load_vocab_file(p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    uint64_t st = tu_seed();
+    int bad = 0;
+    for (int t = 0; t < 300; t++) {
+        char buf[256];
+        size_t len;
+        random_text(&st, buf, &len, true);
+        if (!round_trips(v, buf, len, t % 2 == 0) && bad++ < 5)
+            fprintf(stderr, "\n  %s: '%s' does not round-trip", rel, buf);
+        random_text(&st, buf, &len, false);
+        lm_err err = {0};
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CU_ASSERT_EQUAL_FATAL(lm_tokenize(v, buf, len, true, &ids, &n, &err), LM_OK);
+        for (size_t i = 0; i < n; i++)
+            CU_ASSERT(ids[i] >= 0 && (uint32_t)ids[i] < lm_vocab_n_tokens(v));
+        free(ids);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    lm_vocab_free(v);
+}
+
+static void test_tokenizer_random_round_trip(void)
+{
+    random_round_trips("vocab/ggml-vocab-llama-spm.gguf");
+    random_round_trips("vocab/ggml-vocab-gpt-2.gguf");
+    random_round_trips("stories260K.gguf");
+}
+
+void test_tokenizer_register(void)
+{
+    CU_pSuite s = CU_add_suite("tokenizer", NULL, NULL);
+    CU_add_test(s, "test_tokenizer_utf8_special_values", test_tokenizer_utf8_special_values);
+    CU_add_test(s, "test_tokenizer_unicode_categories", test_tokenizer_unicode_categories);
+    CU_add_test(s, "test_tokenizer_spm_rules", test_tokenizer_spm_rules);
+    CU_add_test(s, "test_tokenizer_bpe_rules", test_tokenizer_bpe_rules);
+    CU_add_test(s, "test_tokenizer_user_defined", test_tokenizer_user_defined);
+    CU_add_test(s, "test_tokenizer_load_errors", test_tokenizer_load_errors);
+    CU_add_test(s, "test_tokenizer_fixture_llama_spm", test_tokenizer_fixture_llama_spm);
+    CU_add_test(s, "test_tokenizer_fixture_gpt2", test_tokenizer_fixture_gpt2);
+    CU_add_test(s, "test_tokenizer_stories260k", test_tokenizer_stories260k);
+    CU_add_test(s, "test_tokenizer_random_round_trip", test_tokenizer_random_round_trip);
+}
