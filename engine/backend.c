@@ -7,6 +7,7 @@
  * so adding a backend (cuda later) touches this table and nothing in the forward pass. */
 int lm_backend_naive_create(lm_backend **out, int n_threads, lm_err *err);
 int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err);
+int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err);
 
 typedef struct backend_entry {
     const char *name;
@@ -28,6 +29,9 @@ int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err 
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; ++i)
         if (strcmp(name, backends[i].name) == 0)
             return backends[i].create(out, n_threads, err);
+    /* "naive-sr[:seed=N]": the seed travels in the name, so lm_ctx_params needs no new field. */
+    if (strncmp(name, "naive-sr", 8) == 0 && (name[8] == '\0' || name[8] == ':'))
+        return lm_backend_sr_create_named(out, name, n_threads, err);
     return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected naive or blas)", name);
 }
 

@@ -27,6 +27,9 @@ struct lm_backend {
 
 /* Creates a backend by name ("naive", "blas"); unknown names are LM_E_INPUT. */
 int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err *err);
+/* The stochastic-rounding naive backend with an explicit seed (backend_naive_sr.c); the
+ * factory reaches it by the names "naive-sr" (seed 0) and "naive-sr:seed=N". */
+int lm_backend_sr_create(lm_backend **out, uint64_t seed, lm_err *err);
 void lm_backend_destroy(lm_backend *be);
 
 #endif

@@ -11,7 +11,13 @@
  *               x = x + (silu(xn.Wg^T) * (xn.Wu^T)).Wd^T
  *   logits, only for the rows asked for: rmsnorm(x_row) * output_norm, then . output^T
  * Every matrix product goes through the backend; everything elementwise is here, in plain C
- * with the order stated at each function. All scratch is allocated by lm_ctx_create. */
+ * with the order stated at each function, exp by lm_expf (expf.h, not libm). Elementwise
+ * work is split over the backend's thread count by rows (threadpool.h); a row's bits never
+ * depend on the split, and the naive backend runs everything on one thread.
+ * All scratch is allocated by lm_ctx_create; nothing is allocated per token.
+ * Extension points: per-layer checkpoints (a trace) go after attn_block / ffn_block in
+ * lm_forward; other attention variants are further functions of attention.h chosen there. */
+
 /* The elementwise loops here are independent per element (no reduction is reordered), so
  * vectorizing them changes no bit; -O2 alone does not vectorize loops in GCC 12, and the
  * selects in lm_expf are only if-converted when comparisons may be assumed not to trap

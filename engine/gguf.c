@@ -200,9 +200,9 @@ static int rd_str_array(cur *c, kv *k, uint64_t n)
 {
     /* Every string costs at least its 8-byte length: bounds n before any allocation. */
     if (n > left(c) / 8)
-        return LM_FAIL(c->err, LM_E_INPUT, "%s: key '%s': string array of %" PRIu64
-                       " elements cannot fit in the %" PRIu64 " bytes left", c->path, k->key,
-                       n, left(c));
+        return LM_FAIL(c->err, LM_E_INPUT, "%s: truncated or corrupt file: key '%s': string "
+                       "array of %" PRIu64 " elements cannot fit in the %" PRIu64 " bytes left",
+                       c->path, k->key, n, left(c));
     uint64_t start = c->pos, chars = 0;
     for (uint64_t i = 0; i < n; ++i) {
         uint64_t len;
@@ -412,7 +412,8 @@ static int parse_tensors(lm_gguf *g, cur *c)
     int rc = LM_OK;
     /* A tensor info takes at least 8 (name length) + 4 + 8 (one dim) + 4 + 8 = 32 bytes. */
     if (g->n_tensors > left(c) / 32)
-        return LM_FAIL(err, LM_E_INPUT, "%s: tensor count %" PRIu64 " cannot fit in the %"
+        return LM_FAIL(err, LM_E_INPUT, "%s: truncated or corrupt file: tensor count %" PRIu64
+                       " cannot fit in the %"
                        PRIu64 " bytes left", g->path, g->n_tensors, left(c));
     size_t n = (size_t)g->n_tensors;
     g->tensors = calloc(n ? n : 1, sizeof *g->tensors);
@@ -483,7 +484,8 @@ static int parse_kvs(lm_gguf *g, cur *c)
     int rc;
     /* A key/value takes at least 8 (key length) + 4 (type) + 1 (smallest value) bytes. */
     if (g->n_kv > left(c) / 13)
-        return LM_FAIL(err, LM_E_INPUT, "%s: metadata count %" PRIu64 " cannot fit in the %"
+        return LM_FAIL(err, LM_E_INPUT, "%s: truncated or corrupt file: metadata count %"
+                       PRIu64 " cannot fit in the %"
                        PRIu64 " bytes left", g->path, g->n_kv, left(c));
     size_t n = (size_t)g->n_kv;
     g->kvs = calloc(n ? n : 1, sizeof *g->kvs);

@@ -16,6 +16,8 @@ static const command commands[] = {
     {"synth", cmd_synth, "--preset NAME -o MODEL.gguf [--seed S]             deterministic synthetic models"},
     {"ref", cmd_ref, "MODEL -p TEXT|--tokens IDS [--prec BITS] [-o FILE]   MPFR reference capture"},
     {"compare", cmd_compare, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         two configurations, full diff"},
+    {"check", cmd_check, "CASE... [--junit F] [--json F] [--strict]            CI regression mode (golden + reference)"},
+    {"bless", cmd_bless, "CASE... [--golden-dir DIR] [--force]               write golden hashes (atomically)"},
 };
 
 static void usage(FILE *f)

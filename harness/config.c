@@ -120,5 +120,5 @@ hx_config hx_config_baseline(const hx_config *c)
 bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
-           a->attn == b->attn;
+           a->attn == b->attn && a->sr_seed == b->sr_seed;
 }

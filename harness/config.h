@@ -20,6 +20,8 @@ typedef struct hx_config {
     uint32_t step;    /* prefill chunk size in tokens; 0 = the whole prompt in one chunk ("full") */
     uint32_t threads; /* 0 = not specified (the engine's default) */
     hx_attn attn;
+    uint64_t sr_seed; /* backend "naive-sr" only (the sweep's noise ensemble, never parsed or
+                         formatted): the stochastic-rounding seed; 0 elsewhere */
 } hx_config;
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer

@@ -55,6 +55,8 @@ typedef struct hx_config_report {
     double sig_digits;         /* min over rows of vs_ref.sig_digits */
     char hash_hex[33];         /* XXH3-128 of the capture ("" when not hashed) */
     hx_golden_status golden;
+    bool skipped;              /* not run: its case was skipped (hx_report.skipped says why);
+                                  a skipped configuration never fails */
     double prefill_tps;        /* prompt tokens / prefill seconds; 0 = not measured */
     double decode_tps;         /* generated tokens / decode seconds; 0 = not measured */
     uint64_t peak_mem_bytes;   /* 0 = not measured */
@@ -73,6 +75,8 @@ typedef struct hx_report {
     double envelope_safety;
     uint32_t envelope_members;
     bool strict_bits;
+    char skipped[256];         /* non-empty: the case did not run, and why (e.g. its model file
+                                  is absent); configs then lists the unrun configurations */
     size_t n_configs;
     hx_config_report *configs; /* [n_configs] */
 } hx_report;

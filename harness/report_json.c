@@ -97,6 +97,7 @@ static json_t *config_obj(jb *b, const hx_config_report *c, bool strict)
     set(b, o, "sig_digits", num(c->sig_digits));
     set(b, o, "xxh3_128", json_string(c->hash_hex));
     set(b, o, "golden", json_string(hx_golden_status_name(c->golden)));
+    set(b, o, "skipped", json_boolean(c->skipped));
     set(b, o, "prefill_tok_s", num(c->prefill_tps));
     set(b, o, "decode_tok_s", num(c->decode_tps));
     set(b, o, "peak_mem_bytes", json_integer((json_int_t)c->peak_mem_bytes));
@@ -127,6 +128,7 @@ static json_t *report_obj(jb *b, const hx_report *r)
     set(b, e, "members", json_integer(r->envelope_members));
     set(b, o, "envelope", e);
     set(b, o, "strict_bits", json_boolean(r->strict_bits));
+    set(b, o, "skipped", r->skipped[0] ? json_string(r->skipped) : json_null());
     set(b, o, "worst_class", json_string(hx_class_name(hx_report_worst(r))));
     set(b, o, "exit_code", json_integer(hx_report_exit_code(r, r->strict_bits)));
     json_t *cs = json_array();

@@ -49,7 +49,13 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     int rc = hx_capture_create(&c, &s, err);
     if (rc != LM_OK)
         return rc;
-    const lm_ctx_params cp = {.backend = cfg->backend, .n_threads = (int)cfg->threads,
+    char sr_name[LM_SR_NAME_MAX]; /* "naive-sr" carries its seed in the backend name */
+    const char *be_name = cfg->backend;
+    if (strcmp(cfg->backend, "naive-sr") == 0) {
+        lm_sr_backend_name(sr_name, sizeof sr_name, cfg->sr_seed);
+        be_name = sr_name;
+    }
+    const lm_ctx_params cp = {.backend = be_name, .n_threads = (int)cfg->threads,
                               .n_ctx = (uint32_t)need};
     if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
         goto fail;

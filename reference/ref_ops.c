@@ -49,7 +49,7 @@ int ref_scratch_init(ref_scratch *s, mpfr_prec_t prec, uint64_t row_cap, lm_err 
     s->prec = prec;
     s->row_cap = row_cap;
     s->row = ref_vec_new(row_cap, prec);
-    s->tmp = ref_vec_new(3 * 8, prec); /* t, u, acc, each on its own cache line(s) */
+    s->tmp = ref_vec_new(4 * 8, prec); /* t, u, acc, acc_neg, each on its own cache line(s) */
     if (s->row == NULL || s->tmp == NULL) {
         free(s->row);
         free(s->tmp);
@@ -61,6 +61,7 @@ int ref_scratch_init(ref_scratch *s, mpfr_prec_t prec, uint64_t row_cap, lm_err 
     memcpy(s->t, s->tmp[0], sizeof(mpfr_t));
     memcpy(s->u, s->tmp[8], sizeof(mpfr_t));
     memcpy(s->acc, s->tmp[16], sizeof(mpfr_t));
+    memcpy(s->acc_neg, s->tmp[24], sizeof(mpfr_t));
     return LM_OK;
 }
 
@@ -116,13 +117,17 @@ void ref_row_set_flt(ref_scratch *s, const float *w, uint64_t n)
 
 void ref_dot(mpfr_t out, mpfr_t *x, mpfr_t *w, uint64_t n, ref_scratch *s)
 {
-    /* acc in scratch so that out may alias an input; s->t holds each product. */
+    /* accumulators in scratch so that out may alias an input; s->t holds each product. The
+     * accumulator is picked by the product's sign bit without a branch. */
+    mpfr_ptr acc[2] = {s->acc, s->acc_neg};
     mpfr_set_zero(s->acc, 1);
+    mpfr_set_zero(s->acc_neg, -1);
     for (uint64_t i = 0; i < n; ++i) {
         mpfr_mul(s->t, x[i], w[i], MPFR_RNDN);
-        mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
+        mpfr_ptr a = acc[mpfr_signbit(s->t) != 0];
+        mpfr_add(a, a, s->t, MPFR_RNDN);
     }
-    mpfr_set(out, s->acc, MPFR_RNDN);
+    mpfr_add(out, s->acc, s->acc_neg, MPFR_RNDN);
 }
 
 void ref_sum(mpfr_t out, mpfr_t *x, uint64_t n)

@@ -3,7 +3,9 @@
 #include "test_util.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -487,6 +489,44 @@ static void test_gguf_writer_round_trip(void)
     lm_gguf_close(g);
 }
 
+/* A save that fails half-way (file size limit hit) leaves the old target untouched and no
+ * temporary file behind. */
+static void test_gguf_writer_failure_is_atomic(void)
+{
+    const char *old = "old contents";
+    const char *path = tu_write_file("target.gguf", old, strlen(old));
+    lm_err err = {0};
+    lm_gguf_writer *w = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_create(&w, &err), LM_OK);
+    static float big[16384];
+    uint64_t ne[1] = {16384};
+    CU_ASSERT_EQUAL(lm_gguf_w_tensor_f32(w, "big", LM_TYPE_F32, 1, ne, big, &err), LM_OK);
+    struct rlimit saved, small;
+    CU_ASSERT_EQUAL_FATAL(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    small = saved;
+    small.rlim_cur = 4096; /* the 64 KiB tensor cannot be written */
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    CU_ASSERT_EQUAL_FATAL(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int rc = lm_gguf_writer_save(w, path, &err);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, prev);
+    lm_gguf_writer_free(w);
+    CU_ASSERT_EQUAL(rc, LM_E_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
+    char buf[64] = {0};
+    FILE *f = fopen(path, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    CU_ASSERT_EQUAL(n, strlen(old));
+    CU_ASSERT_STRING_EQUAL(buf, old);
+    DIR *d = opendir(tu_tmpdir());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        CU_ASSERT_PTR_NULL(strstr(e->d_name, ".tmp."));
+    closedir(d);
+}
+
 /* Every strict prefix of a valid file is refused cleanly, never read past its end. */
 static void test_gguf_every_truncation(void)
 {
@@ -534,5 +574,6 @@ void test_gguf_register(void)
     CU_add_test(s, "test_gguf_bad_alignment", test_gguf_bad_alignment);
     CU_add_test(s, "test_gguf_bad_tensors", test_gguf_bad_tensors);
     CU_add_test(s, "test_gguf_writer_round_trip", test_gguf_writer_round_trip);
+    CU_add_test(s, "test_gguf_writer_failure_is_atomic", test_gguf_writer_failure_is_atomic);
     CU_add_test(s, "test_gguf_every_truncation", test_gguf_every_truncation);
 }

@@ -166,6 +166,107 @@ static void test_model_missing_tensor_and_wrong_shape(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "expected [8, 8]"));
 }
 
+/* Raw quantized bytes for a [ne0, ne1] tensor: random quants, block scales set to small
+ * finite f16 values so that every dequantized weight is finite. */
+static uint8_t *quant_bytes(lm_tensor_type type, uint64_t ne0, uint64_t ne1, uint64_t *st,
+                            uint64_t *nbytes)
+{
+    size_t bb = lm_tensor_type_block_bytes(type);
+    uint64_t nblk = ne0 * ne1 / 32;
+    *nbytes = nblk * bb;
+    uint8_t *b = malloc((size_t)*nbytes);
+    for (uint64_t i = 0; i < *nbytes; ++i)
+        b[i] = (uint8_t)tu_rand_u64(st);
+    for (uint64_t k = 0; k < nblk; ++k) {
+        b[k * bb] = 0x00;
+        b[k * bb + 1] = 0x2c; /* d = 1/16 */
+        if (type == LM_TYPE_Q4_1) {
+            b[k * bb + 2] = 0x00;
+            b[k * bb + 3] = 0xb8; /* m = -0.5 */
+        }
+    }
+    return b;
+}
+
+/* A llama file with quantized and bf16 weights: the loader dequantizes each exactly as
+ * lm_gguf_tensor_to_f32 does (compared bit for bit). */
+static void test_model_quantized_weights(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/quant.gguf", tu_tmpdir());
+    const uint64_t E = 32, F = 64, V = 8;
+    lm_err err = {0};
+    lm_gguf_writer *w = NULL;
+    CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &err) == LM_OK);
+    lm_gguf_w_str(w, "general.architecture", "llama", &err);
+    lm_gguf_w_u32(w, "llama.embedding_length", (uint32_t)E, &err);
+    lm_gguf_w_u32(w, "llama.block_count", 1, &err);
+    lm_gguf_w_u32(w, "llama.attention.head_count", 2, &err);
+    lm_gguf_w_u32(w, "llama.attention.head_count_kv", 1, &err);
+    lm_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)F, &err);
+    lm_gguf_w_u32(w, "llama.context_length", 64, &err);
+    static float ones[64 * 64];
+    for (size_t i = 0; i < sizeof ones / sizeof ones[0]; ++i)
+        ones[i] = 1.0f + (float)i / 1024.0f;
+    uint64_t st = tu_seed();
+    struct { const char *n; uint64_t a, b; int type; } ts[] = {
+        {"token_embd.weight", E, V, LM_TYPE_BF16}, {"output_norm.weight", E, 1, LM_TYPE_F32},
+        {"output.weight", E, V, LM_TYPE_F16},
+        {"blk.0.attn_norm.weight", E, 1, LM_TYPE_F32}, {"blk.0.attn_q.weight", E, E, LM_TYPE_Q8_0},
+        {"blk.0.attn_k.weight", E, 16, LM_TYPE_Q4_0}, {"blk.0.attn_v.weight", E, 16, LM_TYPE_Q4_1},
+        {"blk.0.attn_q.bias", E, 1, LM_TYPE_F32},
+        {"blk.0.attn_output.weight", E, E, LM_TYPE_Q8_0},
+        {"blk.0.ffn_norm.weight", E, 1, LM_TYPE_F32},
+        {"blk.0.ffn_gate.weight", E, F, LM_TYPE_Q4_0}, {"blk.0.ffn_up.weight", E, F, LM_TYPE_Q4_1},
+        {"blk.0.ffn_down.weight", F, E, LM_TYPE_Q8_0},
+    };
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
+        uint64_t ne[2] = {ts[i].a, ts[i].b};
+        uint32_t nd = ts[i].b == 1 ? 1 : 2;
+        if (ts[i].type <= LM_TYPE_F16 || ts[i].type == LM_TYPE_BF16) {
+            CU_ASSERT(lm_gguf_w_tensor_f32(w, ts[i].n, (lm_tensor_type)ts[i].type, nd, ne, ones,
+                                           &err) == LM_OK);
+        } else {
+            uint64_t nb;
+            uint8_t *q = quant_bytes((lm_tensor_type)ts[i].type, ne[0], ne[1], &st, &nb);
+            CU_ASSERT(lm_gguf_w_tensor_raw(w, ts[i].n, (lm_tensor_type)ts[i].type, nd, ne, q, nb,
+                                           &err) == LM_OK);
+            free(q);
+        }
+    }
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_save(w, path, &err), LM_OK);
+    lm_gguf_writer_free(w);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(m->hp.n_vocab, V);
+    CU_ASSERT_EQUAL(m->hp.n_head_kv, 1);
+    CU_ASSERT_FALSE(m->hp.tied_output);
+    CU_ASSERT_PTR_NOT_NULL(m->layers[0].bq);
+    CU_ASSERT_PTR_NULL(m->layers[0].bk);
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
+    const float *got[] = {m->tok_embd, m->output, m->layers[0].wq, m->layers[0].wk,
+                          m->layers[0].wv, m->layers[0].wo, m->layers[0].w_gate,
+                          m->layers[0].w_up, m->layers[0].w_down};
+    const char *names[] = {"token_embd.weight", "output.weight", "blk.0.attn_q.weight",
+                           "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+                           "blk.0.attn_output.weight", "blk.0.ffn_gate.weight",
+                           "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"};
+    static float want[64 * 64];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        const lm_gguf_tensor *t = lm_gguf_tensor_find(g, names[i]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        CU_ASSERT_EQUAL_FATAL(lm_gguf_tensor_to_f32(want, t, &err), LM_OK);
+        CU_ASSERT_EQUAL(memcmp(want, got[i], (size_t)t->n_elem * sizeof(float)), 0);
+    }
+    /* One weight by hand: attn_k (Q4_0, d = 1/16), element 17 = high nibble of byte 1 - 8. */
+    const lm_gguf_tensor *k = lm_gguf_tensor_find(g, "blk.0.attn_k.weight");
+    const uint8_t *kb = k->data;
+    CU_ASSERT_EQUAL(m->layers[0].wk[17], (float)((kb[2 + 1] >> 4) - 8) / 16.0f);
+    lm_gguf_close(g);
+    lm_model_free(m);
+}
+
 static void test_model_unsupported_arch(void)
 {
     char path[1024];
@@ -190,5 +291,6 @@ void test_model_register(void)
     CU_add_test(s, "test_model_synth_round_trip", test_model_synth_round_trip);
     CU_add_test(s, "test_model_missing_tensor_and_wrong_shape",
                 test_model_missing_tensor_and_wrong_shape);
+    CU_add_test(s, "test_model_quantized_weights", test_model_quantized_weights);
     CU_add_test(s, "test_model_unsupported_arch", test_model_unsupported_arch);
 }

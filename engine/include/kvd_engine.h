@@ -5,8 +5,11 @@
 #include "kvd_model.h"
 
 typedef struct lm_ctx_params {
-    const char *backend; /* "naive" or "blas" (NULL = "blas") */
-    int n_threads;       /* blas: OpenBLAS threads (0 = all cores); naive: ignored (always 1) */
+    const char *backend; /* "naive" or "blas" (NULL = "blas"); also "naive-sr[:seed=N]":
+                            naive's order with seeded stochastic rounding (noise ensembles,
+                            engine/backend_naive_sr.c; build the name with lm_sr_backend_name) */
+    int n_threads;       /* blas: OpenBLAS threads (0 = all cores), also the threads of the
+                            row-parallel elementwise work; naive: ignored (always 1) */
     uint32_t n_ctx;      /* KV cache capacity in positions (0 = prompt + generation chosen by
                             the caller must fit in hp.n_ctx_train) */
 } lm_ctx_params;
@@ -45,6 +48,9 @@ const float *lm_ctx_v(const lm_ctx *c, uint32_t layer);
 /* Bytes of scratch (excluding weights and KV cache) this context allocated. */
 size_t lm_ctx_scratch_bytes(const lm_ctx *c);
 const char *lm_ctx_backend_name(const lm_ctx *c);
+/* "naive-sr:seed=<seed>" into buf (LM_SR_NAME_MAX bytes suffice). */
+#define LM_SR_NAME_MAX 48
+void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);
 
 /* --- sampling --- */
 typedef struct lm_sampler_params {

@@ -166,8 +166,8 @@ void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b
 
 /* Per-thread scratch: temporaries at one precision and one row of converted weights. */
 typedef struct ref_scratch {
-    _Alignas(64) mpfr_t t, u, acc; /* 64-byte aligned and padded: scratches of different
-                                      threads never share a cache line */
+    _Alignas(64) mpfr_t t, u, acc, acc_neg; /* 64-byte aligned and padded: scratches of
+                                               different threads never share a cache line */
     mpfr_prec_t prec;
     mpfr_t *row;           /* [row_cap]: filled only by ref_row_set_flt */
     mp_limb_t *row_limbs;  /* [row_cap][limbs of prec], row's significands */
@@ -185,9 +185,12 @@ void ref_vec_free(mpfr_t *v, uint64_t n);
 /* s->row[i] = w[i] exactly, for i < n <= row_cap. Same value as mpfr_set_flt (tested), but
  * written straight into the significand (mpfr_set_flt costs ~80 ns, as much as a multiply-add). */
 void ref_row_set_flt(ref_scratch *s, const float *w, uint64_t n);
-/* out = sum_i x[i] * w[i], left to right (((x0 w0) + x1 w1) + ...), each product and each sum
- * rounded to nearest at out's precision (mpfr_mul + mpfr_add: measured faster than mpfr_fma and
- * mpfr_dot here). n = 0 gives +0. */
+/* out = sum_i x[i] * w[i]: each product rounded to nearest (mpfr_mul), the products with the
+ * sign bit clear summed left to right into one accumulator and those with it set into another
+ * (mpfr_add, rounded to nearest), then the two added once. Same error bound as one left-to-right
+ * chain, |err| <= (n+1) 2^-P sum |x_i w_i|, but every accumulation is a same-sign addition:
+ * measured 20-25% faster than one chain on non-repeating data (MPFR's add/subtract branch is
+ * otherwise a coin flip per term). mpfr_fma and mpfr_dot were measured slower. n = 0 gives +0. */
 void ref_dot(mpfr_t out, mpfr_t *x, mpfr_t *w, uint64_t n, ref_scratch *s);
 /* out = sum of x[i] left to right; n = 0 gives +0. */
 void ref_sum(mpfr_t out, mpfr_t *x, uint64_t n);

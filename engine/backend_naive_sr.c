@@ -1,0 +1,216 @@
+/* backend_naive_sr.c — the naive backend with stochastic rounding (SR): the ensemble member
+ * behind the harness's measured noise envelope (Verrou's "average" mode, Verificarlo's SR).
+ *
+ * Order: exactly backend_naive.c's — every output element is one dot product that starts at
+ * +0.0f and takes the terms l = 0, 1, ..., k-1 strictly left to right; gemm_nt then scales by
+ * alpha once. What changes is the rounding. Each multiply-add acc + a[l]*b[l] is one operation:
+ *   - the product p = (double)a * (double)b is exact in double (24 + 24 = 48 significand bits
+ *     <= 53; float exponents cannot overflow or underflow a double product);
+ *   - the sum acc + p is made exact as a double-double by TwoSum (Knuth): s = fl64(acc + p),
+ *     e = the rounding error of that addition, acc + p == s + e exactly (no overflow possible:
+ *     |acc|, |p| < 2^256);
+ *   - t = s + e is rounded to one of its two neighbouring floats lo < t < hi, up with
+ *     probability (t - lo) / (hi - lo) (unbiased: E[SR(t)] = t). s - lo is exact (Sterbenz:
+ *     lo and s are within a factor 2, or lo is 0); adding e and dividing by the power of two
+ *     hi - lo round in double, so the probability carries a relative error <= 2^-52 and the
+ *     random threshold is quantized to 2^-53: the bias is below 2^-51 ulp per operation.
+ *     Values exactly representable as floats (e == 0 and s a float) are returned unchanged.
+ *     Beyond FLT_MAX, NaN and Inf: rounded to nearest (IEEE overflow/propagation).
+ * The alpha scaling of gemm_nt is one more SR rounding of the exact product alpha * acc.
+ * So one SR rounding per term where the naive backend has two round-to-nearest roundings
+ * (product, then sum); the spread per term is comparable (variance <= ulp^2/4 vs 2 x ulp^2/12).
+ *
+ * Randomness: counter-based, no state. The coin of one operation is
+ *   u = mix(seed, l, bits(acc), bits(a[l]), bits(b[l])) >> 11, uniform on [0, 2^53),
+ * with mix a SplitMix64-style finalizer chain, and the rounding goes up when u < p * 2^53.
+ * The "counter" is thus the operation itself (its index in the dot product and its operands),
+ * not a position in a call sequence: results depend only on (seed, inputs), never on call
+ * order, on how a caller splits rows into calls (prefill step) or on threads. A given seed is
+ * bitwise reproducible; different seeds give independent coins. Two operations with identical
+ * operands and index share a coin within one run (they would also produce the same value in
+ * any deterministic arithmetic), which is the price of statelessness.
+ *
+ * Created through lm_backend_create with the name "naive-sr" (seed 0) or "naive-sr:seed=N"
+ * (N decimal, 0..2^64-1), see kvd_engine.h; always one thread. */
+#include "backend.h"
+#include "kvd_engine.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sr_backend {
+    lm_backend base; /* first: the forward pass sees an lm_backend */
+    uint64_t seed;
+} sr_backend;
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* The coin of one operation: 53 uniform bits from (seed, index, three operand bit patterns). */
+static uint64_t sr_coin(uint64_t seed, uint64_t idx, float acc, float a, float b)
+{
+    uint64_t h = mix64(seed ^ 0x9e3779b97f4a7c15ull);
+    h = mix64(h ^ (((uint64_t)f32_bits(acc) << 32) | f32_bits(a)));
+    h = mix64(h ^ (((uint64_t)f32_bits(b) << 32) | (idx & 0xffffffffull)) ^ (idx >> 32));
+    return h >> 11;
+}
+
+float lm_sr_round(double s, double e, uint64_t coin53);
+/* Rounds the exact value t = s + e (s = fl64(t), |e| <= ulp64(s)/2) to a neighbouring float,
+ * up with probability (t - lo)/(hi - lo), using the 53 random bits coin53. Exported for
+ * tests/test_backend_sr.c (declared there). */
+float lm_sr_round(double s, double e, uint64_t coin53)
+{
+    float f = (float)s;
+    if (!isfinite(f) || !isfinite(s))
+        return f; /* NaN, Inf, or overflow beyond FLT_MAX's rounding boundary: RN */
+    double fd = (double)f;
+    if (fd == s && e == 0.0)
+        return f; /* exactly representable */
+    float lo, hi;
+    if (fd < s || (fd == s && e > 0.0)) {
+        lo = f;
+        hi = nextafterf(f, INFINITY);
+    } else {
+        hi = f;
+        lo = nextafterf(f, -INFINITY);
+    }
+    if (!isfinite(hi) || !isfinite(lo))
+        return f; /* between FLT_MAX and the overflow boundary: RN keeps FLT_MAX */
+    double ulp = (double)hi - (double)lo; /* a power of two, exact */
+    double p_up = ((s - (double)lo) + e) / ulp;
+    /* p_up in (0, 1); u < p_up * 2^53 with u uniform on [0, 2^53) has probability p_up. */
+    double thr = p_up * 9007199254740992.0; /* 2^53 */
+    return (double)coin53 < thr ? hi : lo;
+}
+
+/* acc + a*b with one SR rounding; l is the term's index in its dot product. */
+static inline float sr_madd(uint64_t seed, uint32_t l, float acc, float a, float b)
+{
+    double p = (double)a * (double)b; /* exact */
+    double x = (double)acc;
+    double s = x + p;                 /* TwoSum: s + e == x + p exactly */
+    double bv = s - x;
+    double av = s - bv;
+    double e = (x - av) + (p - bv);
+    return lm_sr_round(s, e, sr_coin(seed, l, acc, a, b));
+}
+
+/* alpha * acc with one SR rounding (index ~0 keeps its coins apart from the terms'). */
+static inline float sr_scale(uint64_t seed, float alpha, float acc)
+{
+    if (alpha == 1.0f)
+        return acc; /* exact: no rounding, no coin */
+    double p = (double)alpha * (double)acc; /* exact, so its error term is 0 */
+    return lm_sr_round(p, 0.0, sr_coin(seed, UINT64_MAX, acc, alpha, alpha));
+}
+
+static void sr_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                       const float *a /* [m][lda] */, size_t lda,
+                       const float *b /* [n][ldb] */, size_t ldb,
+                       float *c /* [m][ldc] */, size_t ldc)
+{
+    uint64_t seed = ((sr_backend *)be)->seed;
+    for (uint32_t i = 0; i < m; ++i) {
+        const float *ai = a + (size_t)i * lda;
+        float *ci = c + (size_t)i * ldc;
+        for (uint32_t j = 0; j < n; ++j) {
+            const float *bj = b + (size_t)j * ldb;
+            float s = 0.0f;
+            for (uint32_t l = 0; l < k; ++l)
+                s = sr_madd(seed, l, s, ai[l], bj[l]);
+            ci[j] = sr_scale(seed, alpha, s);
+        }
+    }
+}
+
+/* Same loop nest as naive_gemm_nn (i, l, j): each C[i][j] takes its terms l = 0..k-1 from
+ * +0.0f, so its value and its coins equal those of the matching gemm_nt dot product. */
+static void sr_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
+                       const float *a /* [m][lda] */, size_t lda,
+                       const float *b /* [k][ldb] */, size_t ldb,
+                       float *c /* [m][ldc] */, size_t ldc)
+{
+    uint64_t seed = ((sr_backend *)be)->seed;
+    for (uint32_t i = 0; i < m; ++i) {
+        const float *ai = a + (size_t)i * lda;
+        float *ci = c + (size_t)i * ldc;
+        for (uint32_t j = 0; j < n; ++j)
+            ci[j] = 0.0f;
+        for (uint32_t l = 0; l < k; ++l) {
+            const float ail = ai[l];
+            const float *bl = b + (size_t)l * ldb;
+            for (uint32_t j = 0; j < n; ++j)
+                ci[j] = sr_madd(seed, l, ci[j], ail, bl[j]);
+        }
+    }
+}
+
+static void sr_destroy(lm_backend *be)
+{
+    free(be);
+}
+
+static const lm_backend_i sr_vt = {
+    .name = "naive-sr",
+    .gemm_nt = sr_gemm_nt,
+    .gemm_nn = sr_gemm_nn,
+    .destroy = sr_destroy,
+};
+
+int lm_backend_sr_create(lm_backend **out, uint64_t seed, lm_err *err)
+{
+    *out = NULL;
+    sr_backend *be = calloc(1, sizeof *be);
+    if (be == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "naive-sr backend: out of memory");
+    be->base.vt = &sr_vt;
+    be->base.n_threads = 1; /* one thread: the fixed order is part of the contract */
+    be->seed = seed;
+    *out = &be->base;
+    return LM_OK;
+}
+
+int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err);
+/* The factory's entry: name is "naive-sr" or "naive-sr:seed=N". */
+int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err)
+{
+    (void)n_threads;
+    *out = NULL;
+    uint64_t seed = 0;
+    const char *rest = name + strlen("naive-sr");
+    if (*rest != '\0') {
+        const char *v = rest + strlen(":seed=");
+        if (strncmp(rest, ":seed=", 6) != 0 || *v < '0' || *v > '9')
+            return LM_FAIL(err, LM_E_INPUT, "backend '%s': expected naive-sr or naive-sr:seed=N",
+                           name);
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (errno != 0 || *end != '\0')
+            return LM_FAIL(err, LM_E_INPUT, "backend '%s': seed is not an integer in 0..2^64-1",
+                           name);
+        seed = (uint64_t)s;
+    }
+    return lm_backend_sr_create(out, seed, err);
+}
+
+void lm_sr_backend_name(char *buf, size_t n, uint64_t seed)
+{
+    snprintf(buf, n, "naive-sr:seed=%llu", (unsigned long long)seed);
+}

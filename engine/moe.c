@@ -1,0 +1,157 @@
+/* moe.c — mixture-of-experts FFN: router top-k, gating variants, SwiGLU experts (orders and
+ * rules in moe.h). */
+#include "moe.h"
+
+#include "expf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "%s:%d: internal error: %s\n", __FILE__, __LINE__, #cond);     \
+            abort();                                                                       \
+        }                                                                                  \
+    } while (0)
+
+/* a ranks before b: larger logit first, NaN last, equal -> lower id. */
+static int ranks_before(float la, uint32_t a, float lb, uint32_t b)
+{
+    if (isnan(la) != isnan(lb))
+        return !isnan(la);
+    if (!isnan(la) && la != lb)
+        return la > lb;
+    return a < b;
+}
+
+void lm_moe_topk(uint32_t *sel, const float *logits, uint32_t n_expert, uint32_t k)
+{
+    CHECK(k <= n_expert && k <= LM_MOE_MAX_USED);
+    uint32_t n_sel = 0;
+    /* insertion into a sorted list of at most k: k is small (<= 32) */
+    for (uint32_t e = 0; e < n_expert; ++e) {
+        uint32_t at = n_sel;
+        while (at > 0 && ranks_before(logits[e], e, logits[sel[at - 1]], sel[at - 1]))
+            --at;
+        if (at >= k)
+            continue;
+        const uint32_t last = n_sel < k ? n_sel : k - 1;
+        for (uint32_t r = last; r > at; --r)
+            sel[r] = sel[r - 1];
+        sel[at] = e;
+        if (n_sel < k)
+            ++n_sel;
+    }
+}
+
+float lm_moe_margin(const float *logits, uint32_t n_expert, const uint32_t *sel, uint32_t k)
+{
+    if (k == 0 || k >= n_expert)
+        return INFINITY;
+    float best_out = -INFINITY;
+    for (uint32_t e = 0; e < n_expert; ++e) {
+        bool chosen = false;
+        for (uint32_t r = 0; r < k; ++r)
+            chosen = chosen || sel[r] == e;
+        if (!chosen && logits[e] > best_out)
+            best_out = logits[e];
+    }
+    return logits[sel[k - 1]] - best_out;
+}
+
+void lm_moe_gate(float *w, const float *logits, uint32_t n_expert, const uint32_t *sel,
+                 uint32_t k, lm_moe_gating gating)
+{
+    const float mx = logits[sel[0]]; /* the largest logit overall and among the selected */
+    if (gating == LM_MOE_SOFTMAX_TOPK) {
+        float sum = 0.0f;
+        for (uint32_t r = 0; r < k; ++r) {
+            w[r] = lm_expf(logits[sel[r]] - mx);
+            sum += w[r];
+        }
+        for (uint32_t r = 0; r < k; ++r)
+            w[r] = w[r] / sum;
+        return;
+    }
+    float den = 0.0f;
+    for (uint32_t e = 0; e < n_expert; ++e)
+        den += lm_expf(logits[e] - mx);
+    for (uint32_t r = 0; r < k; ++r)
+        w[r] = lm_expf(logits[sel[r]] - mx) / den;
+    if (gating == LM_MOE_SOFTMAX_ALL_RENORM) {
+        float sum = 0.0f;
+        for (uint32_t r = 0; r < k; ++r)
+            sum += w[r];
+        for (uint32_t r = 0; r < k; ++r)
+            w[r] = w[r] / sum;
+    }
+}
+
+size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert,
+                      uint32_t n_used)
+{
+    /* router [n][n_expert], gates [n][k], X_e [n][n_embd], G and U [n][n_ff],
+     * Y_e [n][n_embd], per-rank outputs [n][k][n_embd], row index of each token [n] */
+    return (size_t)n * n_expert + (size_t)n * n_used + 2 * (size_t)n * n_embd +
+           2 * (size_t)n * n_ff + (size_t)n * n_used * n_embd + n;
+}
+
+void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
+{
+    const uint32_t n = a->n, d = a->n_embd, ff = a->n_ff, ne = a->n_expert, k = a->n_used;
+    CHECK(a->scratch_floats >= lm_moe_scratch(n, d, ff, ne, k));
+    CHECK(k >= 1 && k <= ne && k <= LM_MOE_MAX_USED);
+    float *router = a->scratch;                 /* [n][n_expert] */
+    float *gates = router + (size_t)n * ne;     /* [n][k] */
+    float *xe = gates + (size_t)n * k;          /* [m_e][n_embd] gathered rows */
+    float *g = xe + (size_t)n * d;              /* [m_e][n_ff] */
+    float *u = g + (size_t)n * ff;              /* [m_e][n_ff] */
+    float *ye = u + (size_t)n * ff;             /* [m_e][n_embd] */
+    float *yk = ye + (size_t)n * d;             /* [n][k][n_embd] output of each rank */
+    uint32_t *rows = (uint32_t *)(void *)(yk + (size_t)n * k * d); /* [m_e] token of each row */
+
+    be->vt->gemm_nt(be, n, ne, d, 1.0f, a->x, d, a->w_router, d, router, ne);
+    for (uint32_t t = 0; t < n; ++t) {
+        const float *rt = router + (size_t)t * ne;
+        uint32_t *st = a->sel + (size_t)t * k;
+        lm_moe_topk(st, rt, ne, k);
+        lm_moe_gate(gates + (size_t)t * k, rt, ne, st, k, a->gating);
+        if (a->margin != NULL)
+            a->margin[t] = lm_moe_margin(rt, ne, st, k);
+    }
+    for (uint32_t e = 0; e < ne; ++e) {
+        uint32_t m = 0;
+        for (uint32_t t = 0; t < n; ++t)
+            for (uint32_t r = 0; r < k; ++r)
+                if (a->sel[(size_t)t * k + r] == e) {
+                    memcpy(xe + (size_t)m * d, a->x + (size_t)t * d, d * sizeof(float));
+                    rows[m++] = t * k + r; /* token t, rank r */
+                }
+        if (m == 0)
+            continue;
+        const float *wg = a->w_gate + (size_t)e * ff * d; /* [n_ff][n_embd] */
+        const float *wu = a->w_up + (size_t)e * ff * d;   /* [n_ff][n_embd] */
+        const float *wd = a->w_down + (size_t)e * d * ff; /* [n_embd][n_ff] */
+        be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wg, d, g, ff);
+        be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wu, d, u, ff);
+        for (size_t i = 0; i < (size_t)m * ff; ++i)
+            g[i] = (g[i] / (1.0f + lm_expf(-g[i]))) * u[i];
+        be->vt->gemm_nt(be, m, d, ff, 1.0f, g, ff, wd, ff, ye, d);
+        for (uint32_t i = 0; i < m; ++i)
+            memcpy(yk + (size_t)rows[i] * d, ye + (size_t)i * d, d * sizeof(float));
+    }
+    for (uint32_t t = 0; t < n; ++t) {
+        float *o = a->out + (size_t)t * d;
+        for (uint32_t i = 0; i < d; ++i)
+            o[i] = 0.0f;
+        for (uint32_t r = 0; r < k; ++r) {
+            const float w = gates[(size_t)t * k + r];
+            const float *y = yk + ((size_t)t * k + r) * d;
+            for (uint32_t i = 0; i < d; ++i)
+                o[i] += w * y[i];
+        }
+    }
+}

@@ -1,0 +1,238 @@
+/* caserun.c — one case file run for check/bless: model resolution (file, or synthetic preset
+ * written into the cache), prompt tokens, the sweep, or a skipped report when the model file is
+ * absent. */
+#include "caserun.h"
+
+#include "kvd_ref.h"
+#include "synth.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int hx_mkdir_p(const char *dir, lm_err *err)
+{
+    char buf[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof buf)
+        return LM_FAIL(err, LM_E_INPUT, "folder name '%.64s' is empty or too long", dir);
+    memcpy(buf, dir, n + 1);
+    /* Each prefix ending before a '/', then the whole path. */
+    for (size_t i = 1; i <= n; ++i) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        struct stat st;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
+        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+            return LM_FAIL(err, LM_E_IO, "%s: not a folder", buf);
+        buf[i] = saved;
+    }
+    return LM_OK;
+}
+
+int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const char *case_name,
+                           lm_err *err)
+{
+    const char *dir = golden_dir && *golden_dir ? golden_dir : HX_GOLDEN_DIR;
+    int n = snprintf(out, cap, "%s/%s.json", dir, case_name);
+    if (n < 0 || (size_t)n >= cap)
+        return LM_FAIL(err, LM_E_INPUT, "golden path for case '%s' is too long", case_name);
+    return LM_OK;
+}
+
+/* The GGUF to load for the case: its file, or the synthetic preset written into the cache.
+ * A synthetic model is written fresh on every run (atomically, over any older copy): its bytes
+ * depend only on preset, seed and synth.c, so a copy left by an older synth.c can never be
+ * used by mistake, and the tiny presets take milliseconds. */
+static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
+{
+    const hx_model_spec *s = &r->c->model;
+    if (!s->synth) {
+        struct stat st;
+        int n = snprintf(r->model_path, sizeof r->model_path, "%s", s->path);
+        if (n < 0 || (size_t)n >= sizeof r->model_path)
+            return LM_FAIL(err, LM_E_INPUT, "%s: model path is too long", r->c->file);
+        if (stat(s->path, &st) != 0) {
+            if (errno != ENOENT)
+                return LM_FAIL(err, LM_E_IO, "%s: model %s: %s", r->c->file, s->path,
+                               strerror(errno));
+            r->skipped = true;
+            snprintf(r->skip_reason, sizeof r->skip_reason,
+                     "model file %s not found (set KVDRIFT_MODELS to its folder)", s->path);
+        }
+        return LM_OK;
+    }
+    char dir[3072];
+    int rc = ref_cache_dir(dir, sizeof dir, o->cache_dir, err);
+    if (rc == LM_OK)
+        rc = hx_mkdir_p(dir, err);
+    if (rc != LM_OK)
+        return rc;
+    uint64_t seed = s->has_seed ? s->seed : 0;
+    int n = snprintf(r->model_path, sizeof r->model_path, "%s/synth-%s-seed%" PRIu64 ".gguf", dir,
+                     s->preset, seed);
+    if (n < 0 || (size_t)n >= sizeof r->model_path)
+        return LM_FAIL(err, LM_E_INPUT, "%s: synthetic model path is too long", r->c->file);
+    rc = hx_synth_write(r->model_path, s->preset, seed, LM_TYPE_F32, err);
+    return rc;
+}
+
+static int prompt_tokens(int32_t **out, uint32_t *n_out, const hx_caserun *r, lm_err *err)
+{
+    const hx_case *c = r->c;
+    const lm_model *m = r->model;
+    if (c->tokens) {
+        for (uint32_t i = 0; i < c->n_tokens; ++i)
+            if ((uint32_t)c->tokens[i] >= m->hp.n_vocab)
+                return LM_FAIL(err, LM_E_INPUT, "%s: tokens: id %d is not below the vocabulary "
+                               "size %u of %s", c->file, (int)c->tokens[i],
+                               (unsigned)m->hp.n_vocab, r->model_path);
+        if ((*out = malloc(c->n_tokens * sizeof **out)) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        memcpy(*out, c->tokens, c->n_tokens * sizeof **out);
+        *n_out = c->n_tokens;
+        return LM_OK;
+    }
+    if (m->vocab == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "%s: model %s has no tokenizer; give tokens instead of "
+                       "prompt", c->file, r->model_path);
+    size_t n = 0;
+    int rc = lm_tokenize(m->vocab, c->prompt, strlen(c->prompt), true, out, &n, err);
+    if (rc != LM_OK)
+        return rc;
+    if (n == 0 || n > UINT32_MAX / 2) {
+        free(*out);
+        *out = NULL;
+        return LM_FAIL(err, LM_E_INPUT, "%s: prompt tokenizes to %zu tokens", c->file, n);
+    }
+    *n_out = (uint32_t)n;
+    return LM_OK;
+}
+
+/* The report of a skipped case: every configuration listed, unrun. */
+static int skipped_report(hx_caserun *r, const hx_config *cfgs, size_t n_cfgs, bool strict,
+                          lm_err *err)
+{
+    hx_report *rep = NULL;
+    int rc = hx_report_create(&rep, r->c->name, err);
+    if (rc != LM_OK)
+        return rc;
+    snprintf(rep->model, sizeof rep->model, "%s", r->c->model_text);
+    snprintf(rep->skipped, sizeof rep->skipped, "%s", r->skip_reason);
+    rep->precision = r->c->precision;
+    rep->n_gen = r->c->n_gen;
+    rep->strict_bits = strict;
+    hx_fingerprint fp;
+    hx_fingerprint_detect(&fp);
+    snprintf(rep->fingerprint_id, sizeof rep->fingerprint_id, "%s", fp.id);
+    snprintf(rep->fingerprint, sizeof rep->fingerprint, "%s", fp.short_text);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(rep->created_utc, sizeof rep->created_utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    for (size_t i = 0; i < n_cfgs && rc == LM_OK; ++i) {
+        char name[HX_CONFIG_STR_MAX];
+        hx_config_report *cr;
+        hx_config_format(name, sizeof name, &cfgs[i]);
+        if ((rc = hx_report_add_config(rep, &cr, name, err)) == LM_OK) {
+            cr->skipped = true;
+            snprintf(cr->reason, sizeof cr->reason, "skipped: %s", r->skip_reason);
+        }
+    }
+    if (rc != LM_OK) {
+        hx_report_free(rep);
+        return rc;
+    }
+    r->report = rep;
+    r->own_report = true;
+    return LM_OK;
+}
+
+int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm_err *err)
+{
+    *out = NULL;
+    hx_caserun *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        hx_case_free(c);
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    }
+    r->c = c;
+    hx_config *cfgs = NULL;
+    size_t n_cfgs = 0;
+    int32_t *prompt = NULL;
+    bool strict = o->strict || c->strict_bits;
+    int rc = hx_case_configs(&cfgs, &n_cfgs, c, err);
+    if (rc == LM_OK)
+        rc = resolve_model(r, o, err);
+    if (rc == LM_OK && r->skipped) {
+        rc = skipped_report(r, cfgs, n_cfgs, strict, err);
+        goto done;
+    }
+    if (rc == LM_OK)
+        rc = lm_model_load(&r->model, r->model_path, err);
+    if (rc == LM_OK)
+        rc = prompt_tokens(&prompt, &r->n_prompt, r, err);
+    if (rc == LM_OK) {
+        hx_sweep_params p = {
+            .model = r->model,
+            .model_label = c->model_text,
+            .case_name = c->name,
+            .prompt = prompt,
+            .n_prompt = r->n_prompt,
+            .n_gen = c->n_gen,
+            .configs = cfgs,
+            .n_configs = n_cfgs,
+            .precision = c->precision,
+            .cache_dir = o->cache_dir,
+            .jobs = o->jobs,
+            .strict_bits = strict,
+            .quiet = o->quiet,
+        };
+        rc = hx_sweep_run_all(&r->sweep, &p, err);
+        if (rc == LM_OK)
+            r->report = r->sweep->report;
+    }
+done:
+    free(cfgs);
+    free(prompt);
+    if (rc != LM_OK) {
+        hx_caserun_free(r);
+        return rc;
+    }
+    *out = r;
+    return LM_OK;
+}
+
+void hx_caserun_free(hx_caserun *r)
+{
+    if (r == NULL)
+        return;
+    if (r->own_report)
+        hx_report_free(r->report);
+    hx_sweep_result_free(r->sweep);
+    lm_model_free(r->model);
+    hx_case_free(r->c);
+    free(r);
+}
+
+int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *err)
+{
+    if (r->sweep == NULL || i >= r->sweep->n_runs)
+        return LM_FAIL(err, LM_E_INTERNAL, "case %s: no run %zu", r->c->name, i);
+    const hx_sweep_run *run = &r->sweep->runs[i];
+    uint32_t pos = r->n_prompt - 1;
+    int64_t row = hx_capture_row(run->cap, pos);
+    if (row < 0)
+        return LM_FAIL(err, LM_E_INTERNAL, "case %s: capture has no logits at position %u",
+                       r->c->name, (unsigned)pos);
+    uint32_t nv = run->cap->shape.n_vocab;
+    hx_golden_entry_fill(e, run->hash, run->cap->logits + (size_t)row * nv, nv, pos);
+    return LM_OK;
+}

@@ -1,0 +1,56 @@
+/* caserun.h — runs one case file for `kvdrift check` and `kvdrift bless`: resolves its model
+ * (a file, or a synthetic preset written into the cache folder), tokenizes its prompt, and runs
+ * the whole sweep (sweep.h); then looks every configuration up in the golden file.
+ *
+ * A model file that does not exist is not an error: the case is skipped (skipped = true, the
+ * reason in skip_reason) and its report lists the configurations, unrun, with
+ * hx_config_report.skipped set, so JUnit shows them as <skipped/>. */
+#ifndef HX_CASERUN_H
+#define HX_CASERUN_H
+
+#include "case.h"
+#include "fingerprint.h"
+#include "golden.h"
+#include "kvd_model.h"
+#include "report.h"
+#include "sweep.h"
+
+#include <stdbool.h>
+
+typedef struct hx_caserun_opts {
+    const char *cache_dir; /* reference/envelope/synthetic-model cache; NULL: ref_cache_dir's
+                              default ($KVDRIFT_CACHE, else ~/.cache/kvdrift) */
+    bool strict;           /* --strict (ORed with the case's strict_bits into the report) */
+    bool quiet;            /* no sweep progress lines */
+    uint32_t jobs;         /* engine runs in parallel (sweep.h); 0/1 one at a time */
+} hx_caserun_opts;
+
+typedef struct hx_caserun {
+    hx_case *c;                 /* the parsed case (owned) */
+    char model_path[4096];      /* the GGUF actually loaded (synthetic: its cache file) */
+    bool skipped;               /* model file absent: nothing ran */
+    char skip_reason[256];
+    lm_model *model;            /* NULL when skipped */
+    uint32_t n_prompt;
+    hx_sweep_result *sweep;     /* NULL when skipped */
+    hx_report *report;          /* sweep->report, or (skipped) a report of unrun configs;
+                                   owned through sweep when it ran, else by this struct */
+    bool own_report;
+} hx_caserun;
+
+/* Runs the already loaded case c (ownership of c passes to *out, also on error). */
+int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm_err *err);
+void hx_caserun_free(hx_caserun *r);
+
+/* Golden file of a case: DIR/<name>.json, DIR default HX_GOLDEN_DIR. */
+#define HX_GOLDEN_DIR "cases/golden"
+int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const char *case_name,
+                           lm_err *err);
+
+/* Fills the golden entry of run i (hash, top-5 of the logits row at the last prompt position). */
+int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *err);
+
+/* Makes dir and its parents (mode 0755); an existing folder is fine. LM_E_IO naming it. */
+int hx_mkdir_p(const char *dir, lm_err *err);
+
+#endif

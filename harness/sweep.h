@@ -1,0 +1,127 @@
+/* sweep.h — one whole sweep as a library call: every configuration of a case run, captured,
+ * compared with its baseline, the MPFR reference and the measured noise envelope, folded into
+ * an hx_report. `kvdrift sweep` prints and writes that report; `kvdrift check` / `bless` use the
+ * same call and then look at the kept captures (hashes, top-5 summaries).
+ *
+ * What one call does, in order:
+ *  (a) The common teacher path (HX_PATH_NAIVE_FULL, the only source today): kvd_ref.h has no
+ *      greedy-generation mode yet, so the path is the greedy continuation of the "naive"
+ *      backend at step=full, threads 1 (fixed summation order, chunk-invariant by
+ *      construction). After (b) every position is checked against the reference's own argmax
+ *      on that path: ref_leaves_at is the first generated index j where argmax R(logits at
+ *      n_prompt-1+j) != path[j] (-1 when the reference agrees everywhere), with the reference's
+ *      token there. The comparison itself stays valid either way (every configuration and the
+ *      reference are teacher-forced on the same path). When the reference grows a greedy mode,
+ *      only hx_sweep.c's path step changes: path_source becomes HX_PATH_REFERENCE and
+ *      ref_leaves_at is then -1 by definition; nothing in this header changes shape.
+ *  (b) The reference capture of prompt + path (K/V of the prompt positions, logits at
+ *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
+ *  (c) The envelope: `ensemble` runs of the "naive-sr" backend (stochastic rounding, see
+ *      kvd_engine.h) at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
+ *      hx_run_capture on the same path, folded by hx_envelope_from_ensemble with
+ *      HX_ENVELOPE_SAFETY, and cached beside the reference: key hx_envelope_key(reference key,
+ *      ensemble, sr_seed, safety, "naive-sr/step=full", ...), file hx_envelope_cache_path.
+ *      A cached envelope whose key does not match is recomputed, never used.
+ *  (d) Each configuration: hx_run_capture on the path; its baseline (same backend, threads and
+ *      attn, step=full) is run once and shared by every configuration that needs it (when the
+ *      baseline is itself in the list, its own capture is used); hx_compare_capture against
+ *      baseline, reference and envelope; XXH3-128 hash (hx_capture_hash); speed and memory:
+ *      prefill_tps = n_prompt / prefill_s, decode_tps = n_decode / decode_s, peak_mem_bytes =
+ *      ctx_bytes (KV cache + scratch; weights are shared and not counted).
+ * Progress: one line per configuration on stderr (and one each for path, reference, envelope)
+ * unless quiet.
+ *
+ * Parallelism: jobs > 1 runs the ensemble members and the configurations on that many threads
+ * (each run has its own context; the model is read-only). Results are identical for any jobs;
+ * only the measured speeds are then shared-machine numbers.
+ *
+ * Errors: LM_E_INPUT for bad parameters (no configurations, ensemble < 8, prompt + n_gen
+ * beyond the model's context, a token id out of range), naming the thing; engine, reference and
+ * I/O errors pass through. A configuration that produces NaN/Inf is not an error: it is
+ * classified NONFINITE. On error *out is NULL and nothing is written. */
+#ifndef HX_SWEEP_H
+#define HX_SWEEP_H
+
+#include "capture.h"
+#include "config.h"
+#include "envelope.h"
+#include "kvd_engine.h"
+#include "kvd_ref.h"
+#include "report.h"
+#include "runner.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HX_SWEEP_DEFAULT_ENSEMBLE 8u
+#define HX_SWEEP_DEFAULT_SEED 0x6b76647269667431ull /* "kvdrift1" */
+
+typedef struct hx_sweep_params {
+    const lm_model *model;
+    const char *model_label;  /* written into the report (path or synth:...); NULL: "model" */
+    const char *case_name;    /* report case name; NULL: "sweep" */
+    const int32_t *prompt;    /* [n_prompt] token ids */
+    uint32_t n_prompt;        /* >= 1 */
+    uint32_t n_gen;           /* greedy tokens per configuration = teacher path length; may be 0 */
+    const hx_config *configs; /* [n_configs], run and reported in this order */
+    size_t n_configs;         /* >= 1 */
+    uint32_t precision;       /* reference bits; 0 = REF_DEFAULT_PREC */
+    uint32_t ensemble;        /* SR members; 0 = HX_SWEEP_DEFAULT_ENSEMBLE; must be >= 8 */
+    uint64_t sr_seed;         /* member i uses sr_seed + i (wrapping) */
+    bool sr_seed_set;         /* false: HX_SWEEP_DEFAULT_SEED (so 0 is a usable seed) */
+    const char *cache_dir;    /* reference + envelope cache; NULL/"": ref_cache_dir's default */
+    int ref_threads;          /* reference threads; 0 = all online cores (never changes results) */
+    uint32_t jobs;            /* engine runs in parallel; 0 or 1 = one at a time */
+    bool strict_bits;         /* copied into the report (check's policy) */
+    bool quiet;               /* no progress lines */
+} hx_sweep_params;
+
+typedef enum hx_path_source {
+    HX_PATH_NAIVE_FULL = 0, /* greedy path of naive:step=full:threads=1, checked against R */
+    HX_PATH_REFERENCE = 1   /* the reference's own greedy path (when kvd_ref.h offers it) */
+} hx_path_source;
+
+/* Everything one configuration produced, kept for check/bless. */
+typedef struct hx_sweep_run {
+    hx_config cfg;
+    hx_capture *cap;      /* tokens = prompt + own greedy; logits rows teacher-forced on path */
+    uint8_t hash[16];     /* hx_capture_hash(cap) */
+    char hash_hex[33];
+    hx_run_stats stats;
+    int64_t baseline;     /* index into hx_sweep_result.runs of its baseline when the baseline
+                             is among the configurations (its own index when it is one), else
+                             -1: the baseline was run privately */
+    const hx_capture *base; /* the baseline's capture either way (owned by the result) */
+} hx_sweep_run;
+
+typedef struct hx_sweep_result {
+    hx_report *report;        /* configs[i] <-> runs[i] <-> params.configs[i] */
+    hx_sweep_run *runs;       /* [n_runs] */
+    size_t n_runs;
+    hx_capture **extra_base;  /* [n_extra_base] baselines not among the configurations */
+    size_t n_extra_base;
+    hx_path_source path_source;
+    int32_t *path;            /* [n_gen] the teacher path */
+    uint32_t n_gen;
+    int64_t ref_leaves_at;    /* first generated index where R's argmax != path, -1 = never */
+    int32_t ref_token_at;     /* R's argmax there (valid when ref_leaves_at >= 0) */
+    ref_capture ref;          /* the reference on prompt + path */
+    char ref_key[33];         /* ref_cache_key */
+    bool ref_hit;             /* loaded from the cache */
+    hx_envelope *env;
+    bool env_hit;             /* loaded from the cache */
+    /* Wall seconds of each phase (for the overhead benchmark). */
+    double path_s, ref_s, ensemble_s, configs_s, compare_s, total_s;
+} hx_sweep_result;
+
+int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *err);
+void hx_sweep_result_free(hx_sweep_result *r);
+
+/* The configurations of axes backends x threads x attn x steps (steps vary fastest), the same
+ * cross product and order as hx_case_configs. n_threads / n_attn may be 0 (one default value).
+ * *out malloc'd. LM_E_INPUT for an empty axis or an unknown backend. */
+int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
+                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
+                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
+
+#endif
