@@ -36,6 +36,7 @@
 #include "kvd_engine.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,46 +62,60 @@ static uint32_t f32_bits(float x)
     return u;
 }
 
-/* The coin of one operation: 53 uniform bits from (seed, index, three operand bit patterns). */
-static uint64_t sr_coin(uint64_t seed, uint64_t idx, float acc, float a, float b)
+/* The coin of one operation: 53 uniform bits from (seed, index, three operand bit patterns).
+ * skey = mix64(seed ^ golden ratio), computed once per backend. */
+static inline uint64_t sr_coin(uint64_t skey, uint64_t idx, float acc, float a, float b)
 {
-    uint64_t h = mix64(seed ^ 0x9e3779b97f4a7c15ull);
-    h = mix64(h ^ (((uint64_t)f32_bits(acc) << 32) | f32_bits(a)));
+    uint64_t h = mix64(skey ^ (((uint64_t)f32_bits(acc) << 32) | f32_bits(a)));
     h = mix64(h ^ (((uint64_t)f32_bits(b) << 32) | (idx & 0xffffffffull)) ^ (idx >> 32));
     return h >> 11;
 }
 
-float lm_sr_round(double s, double e, uint64_t coin53);
+static uint64_t sr_key(uint64_t seed)
+{
+    return mix64(seed ^ 0x9e3779b97f4a7c15ull);
+}
+
 /* Rounds the exact value t = s + e (s = fl64(t), |e| <= ulp64(s)/2) to a neighbouring float,
- * up with probability (t - lo)/(hi - lo), using the 53 random bits coin53. Exported for
- * tests/test_backend_sr.c (declared there). */
-float lm_sr_round(double s, double e, uint64_t coin53)
+ * up with probability (t - lo)/(hi - lo), using the 53 random bits coin53: up exactly when
+ * coin53 * (hi - lo) < (t - lo) * 2^53, both sides computed without division (coin53 * ulp is
+ * exact, ulp being a power of two; t - lo = (s - lo) + e rounds once, relative 2^-53). The
+ * direction test and the neighbour are computed from bits, branch-light: the coin makes the
+ * final choice unpredictable, so fewer branches means fewer mispredictions. */
+static inline float sr_round(double s, double e, uint64_t coin53)
 {
     float f = (float)s;
-    if (!isfinite(f) || !isfinite(s))
-        return f; /* NaN, Inf, or overflow beyond FLT_MAX's rounding boundary: RN */
     double fd = (double)f;
+    if (!isfinite(fd))
+        return f; /* NaN, Inf, or overflow beyond FLT_MAX's rounding boundary: RN */
     if (fd == s && e == 0.0)
         return f; /* exactly representable */
-    float lo, hi;
-    if (fd < s || (fd == s && e > 0.0)) {
-        lo = f;
-        hi = nextafterf(f, INFINITY);
-    } else {
-        hi = f;
-        lo = nextafterf(f, -INFINITY);
-    }
-    if (!isfinite(hi) || !isfinite(lo))
+    bool above = fd < s || (fd == s && e > 0.0); /* t > f: f is lo, the other neighbour hi */
+    uint32_t u = f32_bits(f);
+    uint32_t ou;
+    if ((u & 0x7fffffffu) == 0)
+        ou = above ? 1u : 0x80000001u;                  /* +-0: the smallest subnormal */
+    else
+        ou = (above == !(u >> 31)) ? u + 1u : u - 1u;   /* away from / towards zero */
+    float o;
+    memcpy(&o, &ou, sizeof o);
+    if (!isfinite(o))
         return f; /* between FLT_MAX and the overflow boundary: RN keeps FLT_MAX */
+    float lo = above ? f : o, hi = above ? o : f;
     double ulp = (double)hi - (double)lo; /* a power of two, exact */
-    double p_up = ((s - (double)lo) + e) / ulp;
-    /* p_up in (0, 1); u < p_up * 2^53 with u uniform on [0, 2^53) has probability p_up. */
-    double thr = p_up * 9007199254740992.0; /* 2^53 */
-    return (double)coin53 < thr ? hi : lo;
+    double d = (s - (double)lo) + e;      /* t - lo in (0, ulp) */
+    return (double)coin53 * ulp < d * 9007199254740992.0 /* 2^53 */ ? hi : lo;
+}
+
+float lm_sr_round(double s, double e, uint64_t coin53);
+/* sr_round, exported for tests/test_backend_sr.c (declared there). */
+float lm_sr_round(double s, double e, uint64_t coin53)
+{
+    return sr_round(s, e, coin53);
 }
 
 /* acc + a*b with one SR rounding; l is the term's index in its dot product. */
-static inline float sr_madd(uint64_t seed, uint32_t l, float acc, float a, float b)
+static inline float sr_madd(uint64_t skey, uint32_t l, float acc, float a, float b)
 {
     double p = (double)a * (double)b; /* exact */
     double x = (double)acc;
@@ -108,16 +123,16 @@ static inline float sr_madd(uint64_t seed, uint32_t l, float acc, float a, float
     double bv = s - x;
     double av = s - bv;
     double e = (x - av) + (p - bv);
-    return lm_sr_round(s, e, sr_coin(seed, l, acc, a, b));
+    return sr_round(s, e, sr_coin(skey, l, acc, a, b));
 }
 
 /* alpha * acc with one SR rounding (index ~0 keeps its coins apart from the terms'). */
-static inline float sr_scale(uint64_t seed, float alpha, float acc)
+static inline float sr_scale(uint64_t skey, float alpha, float acc)
 {
     if (alpha == 1.0f)
         return acc; /* exact: no rounding, no coin */
     double p = (double)alpha * (double)acc; /* exact, so its error term is 0 */
-    return lm_sr_round(p, 0.0, sr_coin(seed, UINT64_MAX, acc, alpha, alpha));
+    return sr_round(p, 0.0, sr_coin(skey, UINT64_MAX, acc, alpha, alpha));
 }
 
 static void sr_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
@@ -125,16 +140,35 @@ static void sr_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float
                        const float *b /* [n][ldb] */, size_t ldb,
                        float *c /* [m][ldc] */, size_t ldc)
 {
-    uint64_t seed = ((sr_backend *)be)->seed;
+    uint64_t skey = sr_key(((sr_backend *)be)->seed); /* the coins' key */
     for (uint32_t i = 0; i < m; ++i) {
         const float *ai = a + (size_t)i * lda;
         float *ci = c + (size_t)i * ldc;
-        for (uint32_t j = 0; j < n; ++j) {
+        uint32_t j = 0;
+        /* Four outputs at a time: four independent dependency chains (each SR step waits on
+         * its coin, which hashes the previous sum), the same per-element order as below. */
+        for (; j + 4 <= n; j += 4) {
+            const float *b0 = b + (size_t)j * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb,
+                        *b3 = b2 + ldb;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (uint32_t l = 0; l < k; ++l) {
+                const float x = ai[l];
+                s0 = sr_madd(skey, l, s0, x, b0[l]);
+                s1 = sr_madd(skey, l, s1, x, b1[l]);
+                s2 = sr_madd(skey, l, s2, x, b2[l]);
+                s3 = sr_madd(skey, l, s3, x, b3[l]);
+            }
+            ci[j] = sr_scale(skey, alpha, s0);
+            ci[j + 1] = sr_scale(skey, alpha, s1);
+            ci[j + 2] = sr_scale(skey, alpha, s2);
+            ci[j + 3] = sr_scale(skey, alpha, s3);
+        }
+        for (; j < n; ++j) {
             const float *bj = b + (size_t)j * ldb;
             float s = 0.0f;
             for (uint32_t l = 0; l < k; ++l)
-                s = sr_madd(seed, l, s, ai[l], bj[l]);
-            ci[j] = sr_scale(seed, alpha, s);
+                s = sr_madd(skey, l, s, ai[l], bj[l]);
+            ci[j] = sr_scale(skey, alpha, s);
         }
     }
 }
@@ -146,7 +180,7 @@ static void sr_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                        const float *b /* [k][ldb] */, size_t ldb,
                        float *c /* [m][ldc] */, size_t ldc)
 {
-    uint64_t seed = ((sr_backend *)be)->seed;
+    uint64_t skey = sr_key(((sr_backend *)be)->seed); /* the coins' key */
     for (uint32_t i = 0; i < m; ++i) {
         const float *ai = a + (size_t)i * lda;
         float *ci = c + (size_t)i * ldc;
@@ -156,7 +190,7 @@ static void sr_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
             const float ail = ai[l];
             const float *bl = b + (size_t)l * ldb;
             for (uint32_t j = 0; j < n; ++j)
-                ci[j] = sr_madd(seed, l, ci[j], ail, bl[j]);
+                ci[j] = sr_madd(skey, l, ci[j], ail, bl[j]);
         }
     }
 }

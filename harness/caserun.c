@@ -182,7 +182,8 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
     if (rc == LM_OK) {
         hx_sweep_params p = {
             .model = r->model,
-            .model_label = c->model_text,
+            /* The file actually read; a synthetic model is named by its spec. */
+            .model_label = c->model.synth ? c->model_text : r->model_path,
             .case_name = c->name,
             .prompt = prompt,
             .n_prompt = r->n_prompt,

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"run", cmd_run, "MODEL -p TEXT [-n N] [--step S|full] [--backend B]   generate text (engine only)"},
     {"synth", cmd_synth, "--preset NAME -o MODEL.gguf [--seed S]             deterministic synthetic models"},
     {"ref", cmd_ref, "MODEL -p TEXT|--tokens IDS [--prec BITS] [-o FILE]   MPFR reference capture"},
+    {"sweep", cmd_sweep, "MODEL -p TEXT [--steps LIST] [--backends LIST] [-n N]   classify every configuration"},
     {"compare", cmd_compare, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         two configurations, full diff"},
     {"check", cmd_check, "CASE... [--junit F] [--json F] [--strict]            CI regression mode (golden + reference)"},
     {"bless", cmd_bless, "CASE... [--golden-dir DIR] [--force]               write golden hashes (atomically)"},

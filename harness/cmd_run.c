@@ -239,6 +239,7 @@ int cmd_run(int argc, char **argv)
             printf(" %" PRId32, gen[i]);
         printf("\n");
     }
+    fflush(stdout); /* the text first, then the timing line, even when both go to one pipe */
     fprintf(stderr,
             "run: %s backend, prefill %zu tok in %.1f ms (%.1f tok/s), "
             "decode %u tok in %.1f ms (%.1f tok/s)\n",

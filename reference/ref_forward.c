@@ -39,6 +39,7 @@ struct fwd {
     mpfr_t *g;           /* [n][n_ff] gate, then silu(gate) * up */
     mpfr_t *up;          /* [n][n_ff] */
     mpfr_t *cs;          /* [n][n_rot] (cos, sin) pairs per position */
+    bool cs_ready;       /* cs is the same for every layer: computed in the first one */
     mpfr_t scale;        /* 1 / sqrt(head_dim) */
     uint64_t n_hsel;
     mpfr_t *hsel;        /* [n_pos][n_embd] final-normed rows of the logit positions */
@@ -99,6 +100,7 @@ static int par_for(fwd *f, uint64_t n_items, item_fn fn, void *ctx, lm_err *err)
 /* --- matrix product: out[t][r] (+)= in[t] . W[r] (+ b[r]) for t < n_rows --- */
 
 typedef struct mm_ctx {
+    uint64_t chunk;   /* output rows per work item */
     mpfr_t *in;       /* [n_rows][n_in] */
     const float *w;   /* [n_out][n_in] */
     const float *b;   /* [n_out] or NULL */
@@ -108,8 +110,13 @@ typedef struct mm_ctx {
 } mm_ctx;
 
 /* Output rows per work item: neighbouring outputs share cache lines, so a thread takes a block
- * of rows (fewer lines written by two threads); the numbers do not depend on it. */
-#define MM_ROWS 16u
+ * of up to 16 rows (fewer lines written by two threads), but small matrices keep at least ~4
+ * items per thread so that every thread has work. The numbers do not depend on it. */
+static uint64_t rows_per_item(const fwd *f, uint64_t n_out)
+{
+    uint64_t c = n_out / (4 * (uint64_t)f->nt);
+    return c < 1 ? 1 : (c > 16 ? 16 : c);
+}
 
 static void mm_row(fwd *f, mm_ctx *c, uint64_t r, int tid)
 {
@@ -133,16 +140,16 @@ static void mm_row(fwd *f, mm_ctx *c, uint64_t r, int tid)
 static void mm_item(fwd *f, void *p, uint64_t item, int tid)
 {
     mm_ctx *c = p;
-    uint64_t r1 = (item + 1) * MM_ROWS < c->n_out ? (item + 1) * MM_ROWS : c->n_out;
-    for (uint64_t r = item * MM_ROWS; r < r1; ++r)
+    uint64_t r1 = (item + 1) * c->chunk < c->n_out ? (item + 1) * c->chunk : c->n_out;
+    for (uint64_t r = item * c->chunk; r < r1; ++r)
         mm_row(f, c, r, tid);
 }
 
 static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
                   uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
 {
-    mm_ctx c = {in, w, b, out, n_rows, n_in, n_out, accumulate};
-    return par_for(f, (n_out + MM_ROWS - 1) / MM_ROWS, mm_item, &c, err);
+    mm_ctx c = {rows_per_item(f, n_out), in, w, b, out, n_rows, n_in, n_out, accumulate};
+    return par_for(f, (n_out + c.chunk - 1) / c.chunk, mm_item, &c, err);
 }
 
 /* --- per-token items --- */
@@ -169,7 +176,8 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
     mpfr_t *cs = f->cs + t * hp->n_rot;
     if (hp->n_rot == 0)
         return;
-    ref_rope_cos_sin(cs, (uint32_t)t, hp->rope_theta, hp->n_rot);
+    if (!f->cs_ready)
+        ref_rope_cos_sin(cs, (uint32_t)t, hp->rope_theta, hp->n_rot);
     for (uint32_t h = 0; h < hp->n_head; ++h)
         ref_rope_apply(f->q + t * f->q_dim + h * hp->head_dim, cs, hp->n_rot, hp->rope_type,
                        &f->scr[tid]);
@@ -413,6 +421,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             (st = matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, err)) ||
             (st = par_for(&f, n, rope_item, NULL, err)))
             goto fail;
+        f.cs_ready = true;
         for (uint64_t i = 0; i < kvl; ++i) {
             mpfr_set(r->k[l * kvl + i], f.k[i], MPFR_RNDN);
             mpfr_set(r->v[l * kvl + i], f.v[i], MPFR_RNDN);

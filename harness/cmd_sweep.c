@@ -1,0 +1,409 @@
+/* cmd_sweep.c — `kvdrift sweep`: every configuration of the axes (steps x backends x threads)
+ * run, compared with its baseline, the MPFR reference and the measured noise envelope, shown as
+ * one table and written as report.json + report.md. The work itself is hx_sweep_run_all. */
+#include "commands.h"
+
+#include "case.h"
+#include "config.h"
+#include "kvd_engine.h"
+#include "kvd_ref.h"
+#include "report.h"
+#include "sweep.h"
+#include "synth.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const char usage_text[] =
+    "usage: kvdrift sweep MODEL (-p TEXT | --tokens ID,...) [options]\n"
+    "Runs every configuration of the sweep axes, generates N greedy tokens with each, evaluates\n"
+    "each teacher-forced on one common path, and classifies it against its baseline (same\n"
+    "backend and threads, step=full), the MPFR reference and a measured noise envelope.\n\n"
+    "MODEL is a GGUF path or synth:PRESET[:seed=N] (a synthetic model, written into the cache\n"
+    "folder on first use; presets as in `kvdrift synth --help`).\n\n"
+    "  -p, --prompt TEXT       prompt text (BOS added when the vocabulary asks for it)\n"
+    "      --tokens ID,...     prompt as token ids instead of text\n"
+    "      --steps LIST        prefill chunk sizes, integers or full (default "
+    HX_CASE_DEFAULT_STEPS ")\n"
+    "      --backends LIST     naive,blas (default " HX_CASE_DEFAULT_BACKENDS ")\n"
+    "      --threads LIST      thread counts, e.g. 1,2 (default 1)\n"
+    "  -n, --n-gen N           greedy tokens per configuration (default 32)\n"
+    "      --prec BITS         reference precision (default 127)\n"
+    "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
+    "      --seed S            first SR seed; member i uses S+i (default 0x6b76647269667431)\n"
+    "      --cache DIR         reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE,\n"
+    "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
+    "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
+    "                          numbers, the classes never change)\n"
+    "  -o, --output DIR        report folder (default reports/<model>-<UTC timestamp>)\n"
+    "  -q, --quiet             no progress lines on stderr\n"
+    "  -h, --help              this text\n\n"
+    "Every list option is a sweep axis: the configurations are their cross product\n"
+    "(backends x threads x steps, steps fastest).\n\n"
+    "How it works: the teacher path is the greedy continuation of naive:step=full:threads=1 (the\n"
+    "reference has no greedy mode yet; where the reference's own argmax would leave that path is\n"
+    "printed). The reference is computed once on prompt + path and cached. The envelope E is\n"
+    "2 x the largest deviation from the reference over M runs of the naive backend with seeded\n"
+    "stochastic rounding (naive-sr), per tensor and position; it is cached beside the reference.\n\n"
+    "Classes (a configuration's class is its worst over every layer's K and V after prefill,\n"
+    "every teacher-forced logits row and its greedy sequence):\n"
+    "  EXACT      bitwise equal to its baseline, and the baseline within E of the reference\n"
+    "  NOISE      differs, error vs reference within E, same argmax          (pass)\n"
+    "  TIE_FLIP   argmax differs, but within the envelope of a near-tie       (pass)\n"
+    "  DRIFT      same argmax, error vs reference beyond E                   (fail)\n"
+    "  FLIP       argmax differs by more than the envelope explains          (fail)\n"
+    "  NONFINITE  NaN or Inf anywhere                                         (fail)\n\n"
+    "Columns: div = first generated index where the greedy tokens leave the path; max abs, ulp,\n"
+    "NMSE, KL vs the reference; top1 = agreement with the reference's argmax; margin = smallest\n"
+    "top-2 margin of the reference; E = largest logits envelope; err/E = worst ratio; sig =\n"
+    "significant digits; prefill/decode tok/s; peak MiB = KV cache + scratch.\n\n"
+    "Writes DIR/report.json (schema: harness/REPORT-SCHEMA.md) and DIR/report.md.\n"
+    "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE), 2 usage or\n"
+    "input error\n";
+
+static int bad(const char *fmt, ...) LM_PRINTF(1, 2);
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kvdrift sweep: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+static int parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* Comma list of names into backends[16]; each must be a known backend, no duplicates. */
+static int parse_backends(char (**out)[16], uint32_t *n, const char *list, lm_err *err)
+{
+    size_t cap = 1;
+    for (const char *q = list; *q; ++q)
+        cap += *q == ',';
+    char (*v)[16] = calloc(cap, sizeof *v);
+    if (v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    uint32_t k = 0;
+    const char *s = list;
+    for (;;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        bool known = false;
+        for (const char *const *b = hx_backend_names; *b; ++b)
+            known |= strlen(*b) == len && strncmp(*b, s, len) == 0;
+        if (!known) {
+            free(v);
+            return LM_FAIL(err, LM_E_INPUT, "--backends '%s': unknown backend '%.*s' (naive, blas)",
+                           list, (int)len, s);
+        }
+        for (uint32_t i = 0; i < k; ++i)
+            if (strlen(v[i]) == len && strncmp(v[i], s, len) == 0) {
+                free(v);
+                return LM_FAIL(err, LM_E_INPUT, "--backends '%s': '%.*s' listed twice", list,
+                               (int)len, s);
+            }
+        memcpy(v[k], s, len);
+        ++k;
+        if (e == NULL)
+            break;
+        s = e + 1;
+    }
+    *out = v;
+    *n = k;
+    return LM_OK;
+}
+
+/* Comma list of thread counts >= 1, no duplicates. */
+static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *err)
+{
+    size_t cap = 1;
+    for (const char *q = list; *q; ++q)
+        cap += *q == ',';
+    uint32_t *v = calloc(cap, sizeof *v);
+    if (v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    uint32_t k = 0;
+    const char *s = list;
+    for (;;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char item[16];
+        uint32_t t = 0;
+        if (len == 0 || len >= sizeof item) {
+            free(v);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': expected integers 1..256", list);
+        }
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (parse_u32(&t, item, 1, 256) != 0) {
+            free(v);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..256",
+                           list, item);
+        }
+        for (uint32_t i = 0; i < k; ++i)
+            if (v[i] == t) {
+                free(v);
+                return LM_FAIL(err, LM_E_INPUT, "--threads '%s': %s listed twice", list, item);
+            }
+        v[k++] = t;
+        if (e == NULL)
+            break;
+        s = e + 1;
+    }
+    *out = v;
+    *n = k;
+    return LM_OK;
+}
+
+/* mkdir -p; LM_E_IO naming the folder. */
+static int make_dirs(const char *dir, lm_err *err)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return LM_FAIL(err, LM_E_INPUT, "%s: path too long", dir);
+    for (char *q = buf + 1;; ++q) {
+        if (*q == '/' || *q == '\0') {
+            char c = *q;
+            *q = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
+            *q = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return LM_FAIL(err, LM_E_IO, "%s: not a folder", dir);
+    return LM_OK;
+}
+
+/* Resolves MODEL: a path as given, or a synthetic model written into the cache folder once. */
+static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, const char *text,
+                         const char *cache, lm_err *err)
+{
+    hx_model_spec spec = {0};
+    int rc = hx_model_spec_parse(&spec, text, err);
+    if (rc != LM_OK)
+        return rc;
+    if (!spec.synth) {
+        snprintf(path, cap, "%s", spec.path);
+        const char *slash = strrchr(spec.path, '/');
+        snprintf(label, label_cap, "%s", slash ? slash + 1 : spec.path);
+        char *dot = strrchr(label, '.');
+        if (dot && strcmp(dot, ".gguf") == 0)
+            *dot = '\0';
+        free(spec.path);
+        return LM_OK;
+    }
+    free(spec.path);
+    uint64_t seed = spec.has_seed ? spec.seed : 0; /* kvdrift synth's default seed */
+    hx_synth_params sp;
+    if ((rc = hx_synth_preset(&sp, spec.preset, err)) != LM_OK)
+        return rc;
+    char dir[4096];
+    if ((rc = ref_cache_dir(dir, sizeof dir, cache, err)) != LM_OK ||
+        (rc = make_dirs(dir, err)) != LM_OK)
+        return rc;
+    if (snprintf(path, cap, "%s/synth-%s-seed%llu.gguf", dir, spec.preset,
+                 (unsigned long long)seed) >= (int)cap)
+        return LM_FAIL(err, LM_E_INPUT, "%s: cache path too long", dir);
+    snprintf(label, label_cap, "synth-%s-seed%llu", spec.preset, (unsigned long long)seed);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        rc = hx_synth_write(path, spec.preset, seed, LM_TYPE_F32, err);
+    return rc;
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE };
+    static const struct option opts[] = {
+        {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
+        {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"n-gen", required_argument, NULL, 'n'},     {"prec", required_argument, NULL, O_PREC},
+        {"ensemble", required_argument, NULL, O_ENS}, {"seed", required_argument, NULL, O_SEED},
+        {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
+        {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
+    };
+    const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
+    const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
+    const char *threads_s = "1";
+    hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
+                          .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":p:n:j:o:qh", opts, NULL)) != -1) {
+        switch (o) {
+        case 'p': text = optarg; break;
+        case O_TOKENS: tok_s = optarg; break;
+        case O_STEPS: steps_s = optarg; break;
+        case O_BACKENDS: backends_s = optarg; break;
+        case O_THREADS: threads_s = optarg; break;
+        case O_CACHE: cache = optarg; break;
+        case 'o': outdir = optarg; break;
+        case 'q': sp.quiet = true; break;
+        case 'n':
+            if (parse_u32(&sp.n_gen, optarg, 0, 100000) != 0)
+                return bad("-n '%s': expected an integer in 0..100000", optarg);
+            break;
+        case 'j':
+            if (parse_u32(&sp.jobs, optarg, 1, 64) != 0)
+                return bad("-j '%s': expected an integer in 1..64", optarg);
+            break;
+        case O_PREC:
+            if (parse_u32(&sp.precision, optarg, REF_MIN_PREC, REF_MAX_PREC) != 0)
+                return bad("--prec '%s': expected bits in %u..%u", optarg, REF_MIN_PREC,
+                           REF_MAX_PREC);
+            break;
+        case O_ENS:
+            if (parse_u32(&sp.ensemble, optarg, HX_ENVELOPE_MIN_MEMBERS, 1024) != 0)
+                return bad("--ensemble '%s': expected an integer in %u..1024", optarg,
+                           HX_ENVELOPE_MIN_MEMBERS);
+            break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 0);
+            if (*optarg < '0' || *optarg > '9' || *end != '\0' || errno != 0)
+                return bad("--seed '%s': expected a non-negative integer (decimal or 0x hex)",
+                           optarg);
+            sp.sr_seed = (uint64_t)v;
+            sp.sr_seed_set = true;
+            break;
+        }
+        case 'h': fputs(usage_text, stdout); return 0;
+        case ':': return bad("option '%s' needs a value", argv[optind - 1]);
+        default: return bad("unknown option '%s' (try kvdrift sweep --help)", argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc)
+        return bad("expected exactly one MODEL argument (try --help)");
+    if ((text == NULL) == (tok_s == NULL))
+        return bad("give exactly one of -p TEXT or --tokens ID,... (try --help)");
+
+    lm_err err = {0};
+    int st = LM_OK;
+    uint32_t *steps = NULL, *threads = NULL, n_steps = 0, n_threads = 0, n_backends = 0;
+    char (*backends)[16] = NULL;
+    hx_config *configs = NULL;
+    size_t n_configs = 0;
+    lm_model *m = NULL;
+    int32_t *prompt = NULL;
+    uint32_t n_prompt = 0;
+    hx_sweep_result *res = NULL;
+    char model_path[4096], label[256], dir[4096];
+    if ((st = hx_parse_steps(&steps, &n_steps, steps_s, &err)) != LM_OK ||
+        (st = parse_backends(&backends, &n_backends, backends_s, &err)) != LM_OK ||
+        (st = parse_threads(&threads, &n_threads, threads_s, &err)) != LM_OK ||
+        (st = hx_sweep_cross(&configs, &n_configs, (const char(*)[16])backends, n_backends, steps,
+                             n_steps, threads, n_threads, NULL, 0, &err)) != LM_OK)
+        goto done;
+    if ((st = resolve_model(model_path, sizeof model_path, label, sizeof label, argv[optind],
+                            cache, &err)) != LM_OK ||
+        (st = lm_model_load(&m, model_path, &err)) != LM_OK)
+        goto done;
+    if (tok_s) {
+        if ((st = hx_parse_tokens(&prompt, &n_prompt, tok_s, &err)) != LM_OK)
+            goto done;
+    } else {
+        size_t n = 0;
+        if (m->vocab == NULL) {
+            st = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
+            goto done;
+        }
+        if ((st = lm_tokenize(m->vocab, text, strlen(text), true, &prompt, &n, &err)) != LM_OK)
+            goto done;
+        if (n == 0 || n > UINT32_MAX / 2) {
+            st = LM_FAIL(&err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", n);
+            goto done;
+        }
+        n_prompt = (uint32_t)n;
+    }
+    if (outdir == NULL) {
+        char ts[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
+        snprintf(dir, sizeof dir, "reports/%s-%s", label, ts);
+    } else if (snprintf(dir, sizeof dir, "%s", outdir) >= (int)sizeof dir) {
+        st = LM_FAIL(&err, LM_E_INPUT, "-o: path too long");
+        goto done;
+    }
+
+    sp.model = m;
+    sp.model_label = argv[optind];
+    sp.case_name = "sweep"; /* REPORT-SCHEMA.md: a command-line sweep's case name */
+    sp.prompt = prompt;
+    sp.n_prompt = n_prompt;
+    sp.configs = configs;
+    sp.n_configs = n_configs;
+    sp.cache_dir = cache;
+    if (!sp.quiet)
+        fprintf(stderr, "sweep: %s, %u prompt tokens, %u generated, %zu configurations\n",
+                model_path, (unsigned)n_prompt, (unsigned)sp.n_gen, n_configs);
+    if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
+        goto done;
+
+    printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = greedy "
+           "naive:step=full:threads=1", argv[optind], (unsigned)n_prompt, (unsigned)sp.n_gen);
+    if (res->ref_leaves_at >= 0)
+        printf(" (the reference's own argmax leaves it at generated index %lld: R %d, path %d)",
+               (long long)res->ref_leaves_at, (int)res->ref_token_at,
+               (int)res->path[res->ref_leaves_at]);
+    else
+        printf(" (= the reference's argmax at every position)");
+    printf("\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
+           (unsigned)res->report->precision, res->ref_hit ? " (cached)" : "",
+           (unsigned)res->report->envelope_members, res->report->envelope_safety,
+           res->env_hit ? " (cached)" : "");
+    hx_report_print_table(stdout, res->report);
+    char json[4200], md[4200];
+    snprintf(json, sizeof json, "%s/report.json", dir);
+    snprintf(md, sizeof md, "%s/report.md", dir);
+    if ((st = make_dirs(dir, &err)) != LM_OK ||
+        (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
+        (st = hx_report_write_md(res->report, md, &err)) != LM_OK)
+        goto done;
+    size_t count[HX_N_CLASSES] = {0};
+    for (size_t i = 0; i < res->report->n_configs; ++i)
+        count[res->report->configs[i].cls]++;
+    printf("\n%zu configurations:", res->report->n_configs);
+    for (int c = 0; c < HX_N_CLASSES; ++c)
+        if (count[c])
+            printf(" %zu %s", count[c], hx_class_name((hx_class)c));
+    printf("; verdict %s\nwrote %s and %s\n",
+           hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md);
+done:
+    if (st != LM_OK)
+        fprintf(stderr, "kvdrift sweep: %s\n", err.msg);
+    int code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(res->report, false);
+    hx_sweep_result_free(res);
+    free(steps);
+    free(threads);
+    free(backends);
+    free(configs);
+    free(prompt);
+    lm_model_free(m);
+    return code;
+}

@@ -1,0 +1,508 @@
+/* sweep.c — hx_sweep_run_all: teacher path, reference, SR envelope, every configuration and
+ * its baseline, compared and folded into one report (the contract is in sweep.h). */
+#include "sweep.h"
+
+#include "classify.h"
+#include "compare.h"
+#include "fingerprint.h"
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* Identifies how the ensemble was made (part of the envelope's cache key): the SR backend's
+ * coin scheme and the ensemble's schedule. Change it whenever either changes. */
+static const char ensemble_mode[] = "naive-sr:step=full:threads=1:coin=splitmix-v2";
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void progress(const hx_sweep_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
+static void progress(const hx_sweep_params *p, const char *fmt, ...)
+{
+    if (p->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("sweep: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- a small pool of engine runs: each job is one hx_run_capture ---- */
+
+typedef struct run_job {
+    hx_config cfg;
+    hx_capture *cap;
+    hx_run_stats stats;
+    double wall_s;
+    int rc;
+    lm_err err;
+} run_job;
+
+typedef struct run_pool {
+    const hx_sweep_params *p;
+    const hx_run_request *rq;
+    run_job *jobs;
+    size_t n, next, done;
+    const char *what; /* "ensemble" or "config" for the progress lines */
+    bool stop;        /* a job failed: start no more */
+    pthread_mutex_t mu;
+} run_pool;
+
+static void run_one(run_pool *pool, run_job *j)
+{
+    double t0 = now_s();
+    j->rc = hx_run_capture(&j->cap, &j->stats, pool->p->model, &j->cfg, pool->rq, &j->err);
+    j->wall_s = now_s() - t0;
+}
+
+static void report_done(run_pool *pool, const run_job *j)
+{
+    char name[HX_CONFIG_STR_MAX];
+    hx_config_format(name, sizeof name, &j->cfg);
+    if (strcmp(j->cfg.backend, "naive-sr") == 0)
+        snprintf(name, sizeof name, "naive-sr seed %llu", (unsigned long long)j->cfg.sr_seed);
+    ++pool->done;
+    if (j->rc == LM_OK)
+        progress(pool->p, "[%zu/%zu] %s %-28s %.3f s%s", pool->done, pool->n, pool->what, name,
+                 j->wall_s, j->stats.reran_forced ? " (left the path: forced rows re-run)" : "");
+}
+
+static void *pool_worker(void *arg)
+{
+    run_pool *pool = arg;
+    for (;;) {
+        pthread_mutex_lock(&pool->mu);
+        if (pool->stop || pool->next == pool->n) {
+            pthread_mutex_unlock(&pool->mu);
+            return NULL;
+        }
+        run_job *j = &pool->jobs[pool->next++];
+        pthread_mutex_unlock(&pool->mu);
+        run_one(pool, j);
+        pthread_mutex_lock(&pool->mu);
+        if (j->rc != LM_OK)
+            pool->stop = true;
+        report_done(pool, j);
+        pthread_mutex_unlock(&pool->mu);
+    }
+}
+
+/* Runs every job, on min(jobs, n) threads (the caller's alone when that is 1). The first
+ * failing job's error is returned (in job order). */
+static int pool_run(run_job *jobs, size_t n, const hx_sweep_params *p, const hx_run_request *rq,
+                    const char *what, lm_err *err)
+{
+    run_pool pool = {.p = p, .rq = rq, .jobs = jobs, .n = n, .what = what};
+    size_t nt = p->jobs > 1 ? p->jobs : 1;
+    if (nt > n)
+        nt = n;
+    if (nt <= 1) {
+        for (size_t i = 0; i < n; ++i) {
+            run_one(&pool, &jobs[i]);
+            report_done(&pool, &jobs[i]);
+            if (jobs[i].rc != LM_OK)
+                break;
+        }
+    } else {
+        pthread_t *th = calloc(nt, sizeof *th);
+        if (th == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        pthread_mutex_init(&pool.mu, NULL);
+        size_t started = 0;
+        for (; started < nt; ++started)
+            if (pthread_create(&th[started], NULL, pool_worker, &pool) != 0)
+                break;
+        if (started == 0)
+            pool_worker(&pool); /* no thread could start: run them here */
+        for (size_t i = 0; i < started; ++i)
+            pthread_join(th[i], NULL);
+        pthread_mutex_destroy(&pool.mu);
+        free(th);
+    }
+    for (size_t i = 0; i < n; ++i)
+        if (jobs[i].rc != LM_OK)
+            return LM_FAIL(err, jobs[i].rc, "%s", jobs[i].err.msg);
+    return LM_OK;
+}
+
+static void jobs_free(run_job *jobs, size_t n)
+{
+    if (jobs == NULL)
+        return;
+    for (size_t i = 0; i < n; ++i)
+        hx_capture_free(jobs[i].cap);
+    free(jobs);
+}
+
+/* ---- steps (a) to (d) ---- */
+
+static int check_params(const hx_sweep_params *p, lm_err *err)
+{
+    if (p->model == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "sweep: no model");
+    if (p->n_prompt == 0 || p->prompt == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "sweep: empty prompt");
+    if (p->n_configs == 0 || p->configs == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "sweep: no configurations");
+    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    if (m < HX_ENVELOPE_MIN_MEMBERS)
+        return LM_FAIL(err, LM_E_INPUT, "sweep: ensemble of %u runs: at least %u are needed",
+                       (unsigned)m, (unsigned)HX_ENVELOPE_MIN_MEMBERS);
+    const lm_hparams *hp = &p->model->hp;
+    for (uint32_t i = 0; i < p->n_prompt; ++i)
+        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= hp->n_vocab)
+            return LM_FAIL(err, LM_E_INPUT, "sweep: prompt token %d is not below the vocabulary "
+                                            "size %u", (int)p->prompt[i], (unsigned)hp->n_vocab);
+    uint64_t need = (uint64_t)p->n_prompt + p->n_gen;
+    if (hp->n_ctx_train != 0 && need > hp->n_ctx_train)
+        return LM_FAIL(err, LM_E_INPUT, "sweep: %u prompt tokens + %u generated exceed the "
+                                        "model's context of %u", (unsigned)p->n_prompt,
+                       (unsigned)p->n_gen, (unsigned)hp->n_ctx_train);
+    for (size_t i = 0; i < p->n_configs; ++i)
+        for (size_t j = 0; j < i; ++j)
+            if (hx_config_equal(&p->configs[i], &p->configs[j])) {
+                char s[HX_CONFIG_STR_MAX];
+                hx_config_format(s, sizeof s, &p->configs[i]);
+                return LM_FAIL(err, LM_E_INPUT, "sweep: configuration %s is listed twice", s);
+            }
+    return LM_OK;
+}
+
+/* (a) The teacher path: naive, one chunk, one thread, greedy (see sweep.h). */
+static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
+{
+    r->path_source = HX_PATH_NAIVE_FULL;
+    r->n_gen = p->n_gen;
+    r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
+    if (r->path == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    if (p->n_gen == 0)
+        return LM_OK;
+    hx_config pc = {.backend = "naive", .step = 0, .threads = 1};
+    hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen};
+    hx_capture *c = NULL;
+    hx_run_stats st;
+    double t0 = now_s();
+    int rc = hx_run_capture(&c, &st, p->model, &pc, &rq, err);
+    if (rc != LM_OK)
+        return rc;
+    memcpy(r->path, c->tokens + p->n_prompt, p->n_gen * sizeof *r->path);
+    hx_capture_free(c);
+    r->path_s = now_s() - t0;
+    progress(p, "teacher path: %u greedy tokens of naive:step=full:threads=1 (%.3f s)",
+             (unsigned)p->n_gen, r->path_s);
+    return LM_OK;
+}
+
+/* (b) The reference on prompt + path, and where its own argmax would leave the path. */
+static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
+{
+    size_t n = (size_t)p->n_prompt + p->n_gen;
+    int32_t *all = malloc(n * sizeof *all);
+    if (all == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    memcpy(all, p->prompt, p->n_prompt * sizeof *all);
+    memcpy(all + p->n_prompt, r->path, p->n_gen * sizeof *all);
+    ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
+                      .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
+                      .n_threads = p->ref_threads};
+    ref_cache_key(r->ref_key, p->model, &rq);
+    double t0 = now_s();
+    int rc = ref_cached(&r->ref, p->model, &rq, p->cache_dir, &r->ref_hit, err);
+    r->ref_s = now_s() - t0;
+    free(all);
+    if (rc != LM_OK)
+        return rc;
+    r->ref_leaves_at = -1;
+    for (uint32_t j = 0; j < p->n_gen; ++j) {
+        int64_t row = ref_capture_find_pos(&r->ref, p->n_prompt - 1 + j);
+        if (row < 0)
+            return LM_FAIL(err, LM_E_INPUT, "sweep: reference has no logits at position %u",
+                           (unsigned)(p->n_prompt - 1 + j));
+        int32_t top = hx_argmax_f64(r->ref.logits + (size_t)row * r->ref.n_vocab,
+                                    r->ref.n_vocab);
+        if (top != r->path[j]) {
+            r->ref_leaves_at = j;
+            r->ref_token_at = top;
+            break;
+        }
+    }
+    progress(p, "reference %s at %u bits (%.3f s)%s", r->ref_hit ? "loaded from cache" : "computed",
+             (unsigned)rq.prec, r->ref_s, "");
+    if (r->ref_leaves_at >= 0)
+        progress(p, "note: the reference's own argmax leaves the teacher path at generated index "
+                    "%lld (R picks %d, path has %d)", (long long)r->ref_leaves_at,
+                 (int)r->ref_token_at, (int)r->path[r->ref_leaves_at]);
+    return LM_OK;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* (c) The SR ensemble's envelope, loaded from the cache or measured and stored. */
+static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
+                    lm_err *err)
+{
+    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    char dir[4096], path[4200];
+    uint8_t key[16];
+    int rc = ref_cache_dir(dir, sizeof dir, p->cache_dir, err);
+    if (rc != LM_OK)
+        return rc;
+    hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, ensemble_mode,
+                    (uint32_t)strlen(ensemble_mode));
+    if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
+        return rc;
+    double t0 = now_s();
+    if (file_exists(path)) {
+        lm_err e2 = {0};
+        if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
+            r->env_hit = true;
+            r->ensemble_s = now_s() - t0;
+            progress(p, "envelope loaded from cache (%u naive-sr members)", (unsigned)m);
+            return LM_OK;
+        }
+        fprintf(stderr, "sweep: %s; recomputing the envelope\n", e2.msg);
+    }
+    run_job *jobs = calloc(m, sizeof *jobs);
+    if (jobs == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    for (uint32_t i = 0; i < m; ++i) {
+        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
+        jobs[i].cfg = c;
+    }
+    rc = pool_run(jobs, m, p, rq, "ensemble", err);
+    if (rc == LM_OK) {
+        const hx_capture **mem = calloc(m, sizeof *mem);
+        if (mem == NULL) {
+            rc = LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        } else {
+            for (uint32_t i = 0; i < m; ++i)
+                mem[i] = jobs[i].cap;
+            rc = hx_envelope_from_ensemble(&r->env, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
+            free(mem);
+        }
+    }
+    jobs_free(jobs, m);
+    if (rc != LM_OK)
+        return rc;
+    memcpy(r->env->key, key, sizeof key);
+    if ((rc = hx_envelope_save(r->env, path, err)) != LM_OK)
+        return rc;
+    r->ensemble_s = now_s() - t0;
+    progress(p, "envelope measured from %u naive-sr runs (%.3f s), cached as %s", (unsigned)m,
+             r->ensemble_s, path);
+    return LM_OK;
+}
+
+/* (d) Every configuration and every baseline not among them, then the comparisons. */
+static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
+                          lm_err *err)
+{
+    size_t nc = p->n_configs, nj = nc;
+    /* Jobs 0..nc-1 are the configurations; extra baselines follow, each once. */
+    run_job *jobs = calloc(2 * nc, sizeof *jobs);
+    int64_t *base_job = calloc(nc, sizeof *base_job);
+    if (jobs == NULL || base_job == NULL) {
+        free(jobs);
+        free(base_job);
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    }
+    for (size_t i = 0; i < nc; ++i)
+        jobs[i].cfg = p->configs[i];
+    for (size_t i = 0; i < nc; ++i) {
+        hx_config b = hx_config_baseline(&p->configs[i]);
+        base_job[i] = -1;
+        for (size_t j = 0; j < nj && base_job[i] < 0; ++j)
+            if (hx_config_equal(&jobs[j].cfg, &b))
+                base_job[i] = (int64_t)j;
+        if (base_job[i] < 0) {
+            jobs[nj].cfg = b;
+            base_job[i] = (int64_t)nj++;
+        }
+    }
+    double t0 = now_s();
+    int rc = pool_run(jobs, nj, p, rq, "config", err);
+    r->configs_s = now_s() - t0;
+    if (rc == LM_OK) {
+        r->runs = calloc(nc, sizeof *r->runs);
+        r->extra_base = calloc(nj - nc ? nj - nc : 1, sizeof *r->extra_base);
+        if (r->runs == NULL || r->extra_base == NULL)
+            rc = LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    }
+    if (rc == LM_OK) {
+        /* Move the captures into the result (the jobs then own nothing). */
+        r->n_runs = nc;
+        for (size_t i = 0; i < nc; ++i) {
+            hx_sweep_run *run = &r->runs[i];
+            run->cfg = jobs[i].cfg;
+            run->cap = jobs[i].cap;
+            run->stats = jobs[i].stats;
+            jobs[i].cap = NULL;
+        }
+        for (size_t j = nc; j < nj; ++j) {
+            r->extra_base[r->n_extra_base++] = jobs[j].cap;
+            jobs[j].cap = NULL;
+        }
+        for (size_t i = 0; i < nc; ++i) {
+            hx_sweep_run *run = &r->runs[i];
+            int64_t b = base_job[i];
+            run->baseline = b < (int64_t)nc ? b : -1;
+            run->base = b < (int64_t)nc ? r->runs[b].cap : r->extra_base[b - (int64_t)nc];
+        }
+    }
+    jobs_free(jobs, nj);
+    free(base_job);
+    if (rc != LM_OK)
+        return rc;
+
+    t0 = now_s();
+    for (size_t i = 0; i < nc && rc == LM_OK; ++i) {
+        hx_sweep_run *run = &r->runs[i];
+        char name[HX_CONFIG_STR_MAX];
+        hx_config_format(name, sizeof name, &run->cfg);
+        hx_config_report *c = NULL;
+        if ((rc = hx_report_add_config(r->report, &c, name, err)) != LM_OK)
+            break;
+        if ((rc = hx_compare_capture(c, run->cap, run->base, &r->ref, r->env, err)) != LM_OK)
+            break;
+        if ((rc = hx_capture_hash(run->hash, run->cap, err)) != LM_OK)
+            break;
+        hx_hash_hex(run->hash_hex, run->hash);
+        memcpy(c->hash_hex, run->hash_hex, sizeof c->hash_hex);
+        const hx_run_stats *st = &run->stats;
+        c->prefill_tps = st->prefill_s > 0.0 ? (double)p->n_prompt / st->prefill_s : 0.0;
+        c->decode_tps = st->decode_s > 0.0 && st->n_decode ? (double)st->n_decode / st->decode_s
+                                                           : 0.0;
+        c->peak_mem_bytes = st->ctx_bytes;
+    }
+    r->compare_s = now_s() - t0;
+    return rc;
+}
+
+static void hex16(char out[33], const uint8_t h[16])
+{
+    hx_hash_hex(out, h);
+}
+
+int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *err)
+{
+    *out = NULL;
+    int rc = check_params(p, err);
+    if (rc != LM_OK)
+        return rc;
+    double t0 = now_s();
+    hx_sweep_result *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    r->ref_leaves_at = -1;
+    if ((rc = hx_report_create(&r->report, p->case_name ? p->case_name : "sweep", err)) != LM_OK)
+        goto fail;
+    hx_report *rep = r->report;
+    snprintf(rep->model, sizeof rep->model, "%s", p->model_label ? p->model_label : "model");
+    hex16(rep->model_hash, p->model->content_hash);
+    hx_fingerprint fp;
+    hx_fingerprint_detect(&fp);
+    memcpy(rep->fingerprint_id, fp.id, sizeof rep->fingerprint_id);
+    snprintf(rep->fingerprint, sizeof rep->fingerprint, "%s", fp.short_text);
+    rep->n_prompt = p->n_prompt;
+    rep->n_gen = p->n_gen;
+    rep->precision = p->precision ? p->precision : REF_DEFAULT_PREC;
+    rep->envelope_safety = HX_ENVELOPE_SAFETY;
+    rep->envelope_members = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    rep->strict_bits = p->strict_bits;
+
+    if ((rc = teacher_path(r, p, err)) != LM_OK || (rc = reference(r, p, err)) != LM_OK)
+        goto fail;
+    hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
+                         .forced = r->path, .n_forced = p->n_gen};
+    if ((rc = envelope(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK)
+        goto fail;
+    r->total_s = now_s() - t0;
+    *out = r;
+    return LM_OK;
+fail:
+    hx_sweep_result_free(r);
+    return rc;
+}
+
+void hx_sweep_result_free(hx_sweep_result *r)
+{
+    if (r == NULL)
+        return;
+    hx_report_free(r->report);
+    for (size_t i = 0; i < r->n_runs; ++i)
+        hx_capture_free(r->runs[i].cap);
+    free(r->runs);
+    for (size_t i = 0; i < r->n_extra_base; ++i)
+        hx_capture_free(r->extra_base[i]);
+    free(r->extra_base);
+    free(r->path);
+    ref_capture_free(&r->ref);
+    hx_envelope_free(r->env);
+    free(r);
+}
+
+int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
+                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
+                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (n_backends == 0 || n_steps == 0)
+        return LM_FAIL(err, LM_E_INPUT, "sweep: %s list is empty", n_steps ? "backend" : "step");
+    for (uint32_t b = 0; b < n_backends; ++b) {
+        bool known = false;
+        for (const char *const *k = hx_backend_names; *k; ++k)
+            known |= strcmp(*k, backends[b]) == 0;
+        if (!known)
+            return LM_FAIL(err, LM_E_INPUT, "sweep: unknown backend '%.16s' (naive, blas, cuda)",
+                           backends[b]);
+    }
+    static const uint32_t one_thread[1] = {0};
+    static const hx_attn one_attn[1] = {HX_ATTN_DEFAULT};
+    if (n_threads == 0) {
+        threads = one_thread;
+        n_threads = 1;
+    }
+    if (n_attn == 0) {
+        attn = one_attn;
+        n_attn = 1;
+    }
+    /* The same product and order as a case file's (hx_case_configs): steps vary fastest. */
+    size_t total = (size_t)n_backends * n_threads * n_attn * n_steps;
+    hx_config *v = calloc(total, sizeof *v);
+    if (v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    size_t i = 0;
+    for (uint32_t b = 0; b < n_backends; ++b)
+        for (uint32_t t = 0; t < n_threads; ++t)
+            for (uint32_t a = 0; a < n_attn; ++a)
+                for (uint32_t s = 0; s < n_steps; ++s) {
+                    memcpy(v[i].backend, backends[b], sizeof v[i].backend);
+                    v[i].backend[sizeof v[i].backend - 1] = '\0';
+                    v[i].threads = threads[t];
+                    v[i].attn = attn[a];
+                    v[i].step = steps[s];
+                    ++i;
+                }
+    *out = v;
+    *n = total;
+    return LM_OK;
+}

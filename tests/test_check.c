@@ -1,0 +1,534 @@
+/* test_check.c — `kvdrift bless` / `kvdrift check` end to end on the synthetic tiny model:
+ * case file -> bless -> check -> JUnit (parsed back with libxml2) and JSON (jansson). Runs in
+ * tu_tmpdir() with its own golden and cache folders; n_gen is small to keep it fast. */
+#include "capture.h"
+#include "case.h"
+#include "commands.h"
+#include "fingerprint.h"
+#include "envelope.h"
+#include "golden.h"
+#include "test_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* 3 steps x 2 backends = 6 configurations. Token ids are below the tiny preset's 512. */
+#define N_CFG 6
+static const char tiny_case[] = "; test case\n"
+                                "name = t-tiny\n"
+                                "model = synth:tiny:seed=7\n"
+                                "tokens = 1,72,101,108,108,111,32,119\n"
+                                "steps = 1,3,full\n"
+                                "backends = naive,blas\n"
+                                "n_gen = 3\n";
+
+static char dir[900], gdir[1000], cdir[1000], case_path[1000], out_path[1000], err_path[1000];
+
+static void setup_dirs(void)
+{
+    if (dir[0])
+        return;
+    snprintf(dir, sizeof dir, "%s/check", tu_tmpdir());
+    snprintf(gdir, sizeof gdir, "%s/golden", dir);
+    snprintf(cdir, sizeof cdir, "%s/cache", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    CU_ASSERT_FATAL(mkdir(dir, 0755) == 0);
+    snprintf(case_path, sizeof case_path, "%s", tu_write_file("check/t-tiny.case", tiny_case,
+                                                              strlen(tiny_case)));
+}
+
+/* Runs a command with argv built from NULL-terminated strings; its stdout goes to out_path and
+ * its stderr to err_path (kept out of the CUnit output, read back by the tests). Returns its
+ * exit code. */
+static int run(int (*cmd)(int, char **), ...)
+{
+    char *argv[32];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, cmd);
+    for (char *a; argc < 31 && (a = va_arg(ap, char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    int saved = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
+    int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd_err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CU_ASSERT_FATAL(saved >= 0 && saved_err >= 0 && fd >= 0 && fd_err >= 0);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd_err, STDERR_FILENO);
+    close(fd);
+    close(fd_err);
+    int rc = cmd(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
+    close(saved);
+    close(saved_err);
+    return rc;
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static int check(const char *junit, const char *json, bool strict)
+{
+    return strict ? run(cmd_check, "check", case_path, "--golden-dir", gdir, "--cache", cdir,
+                        "--junit", junit, "--json", json, "--strict", "-q", (char *)NULL)
+                  : run(cmd_check, "check", case_path, "--golden-dir", gdir, "--cache", cdir,
+                        "--junit", junit, "--json", json, "-q", (char *)NULL);
+}
+
+/* Per configuration of the single report in a check --json file: golden status and class. */
+typedef struct cfg_result {
+    char config[96], golden[16], cls[16];
+    bool fails;
+} cfg_result;
+
+static size_t json_results(cfg_result *out, size_t cap, const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    json_t *cfgs = json_object_get(json_array_get(json_object_get(root, "reports"), 0), "configs");
+    size_t n = 0, i;
+    json_t *c;
+    json_array_foreach(cfgs, i, c) {
+        if (n == cap)
+            break;
+        snprintf(out[n].config, sizeof out[n].config, "%s",
+                 json_string_value(json_object_get(c, "config")));
+        snprintf(out[n].golden, sizeof out[n].golden, "%s",
+                 json_string_value(json_object_get(c, "golden")));
+        snprintf(out[n].cls, sizeof out[n].cls, "%s",
+                 json_string_value(json_object_get(c, "class")));
+        out[n].fails = json_is_true(json_object_get(c, "fails"));
+        n++;
+    }
+    json_decref(root);
+    return n;
+}
+
+/* Counts of a JUnit file, checked against the structure CI servers' JUnit parsers accept
+ * (Jenkins' junit-10.xsd, Ant's format): testsuites > testsuite[@tests] > (properties |
+ * testcase[@name]) ; testcase > (failure | skipped | system-out | system-err)*. */
+typedef struct junit_counts {
+    int suites, cases, failures, skipped, structure_errors;
+    int sum_tests_attr, sum_failures_attr;
+    char first_failure[512];
+} junit_counts;
+
+static bool is(const xmlNode *n, const char *name)
+{
+    return n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, (const xmlChar *)name) == 0;
+}
+
+static int attr_int(xmlNode *n, const char *name)
+{
+    xmlChar *v = xmlGetProp(n, (const xmlChar *)name);
+    int r = v ? atoi((const char *)v) : -1;
+    xmlFree(v);
+    return r;
+}
+
+static junit_counts parse_junit(const char *path)
+{
+    junit_counts k = {0};
+    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    xmlNode *root = xmlDocGetRootElement(doc);
+    k.structure_errors += !is(root, "testsuites");
+    for (xmlNode *s = root->children; s; s = s->next) {
+        if (s->type != XML_ELEMENT_NODE)
+            continue;
+        if (!is(s, "testsuite")) {
+            k.structure_errors++;
+            continue;
+        }
+        k.suites++;
+        int tests = attr_int(s, "tests");
+        k.structure_errors += tests < 0; /* @tests is required */
+        k.sum_tests_attr += tests;
+        k.sum_failures_attr += attr_int(s, "failures");
+        for (xmlNode *t = s->children; t; t = t->next) {
+            if (t->type != XML_ELEMENT_NODE || is(t, "properties"))
+                continue;
+            if (!is(t, "testcase")) {
+                k.structure_errors++;
+                continue;
+            }
+            k.cases++;
+            xmlChar *name = xmlGetProp(t, (const xmlChar *)"name");
+            k.structure_errors += name == NULL || name[0] == '\0';
+            xmlFree(name);
+            for (xmlNode *e = t->children; e; e = e->next) {
+                if (e->type != XML_ELEMENT_NODE)
+                    continue;
+                if (is(e, "failure")) {
+                    k.failures++;
+                    xmlChar *m = xmlGetProp(e, (const xmlChar *)"message");
+                    xmlChar *ty = xmlGetProp(e, (const xmlChar *)"type");
+                    if (k.first_failure[0] == '\0')
+                        snprintf(k.first_failure, sizeof k.first_failure, "%s: %s",
+                                 ty ? (const char *)ty : "", m ? (const char *)m : "");
+                    xmlFree(m);
+                    xmlFree(ty);
+                } else if (is(e, "skipped")) {
+                    k.skipped++;
+                } else if (!is(e, "system-out") && !is(e, "system-err")) {
+                    k.structure_errors++;
+                }
+            }
+        }
+    }
+    xmlFreeDoc(doc);
+    return k;
+}
+
+static void golden_file(char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/t-tiny.json", gdir);
+}
+
+/* Bless writes one entry per configuration; check then matches every one bit for bit. */
+static void test_check_bless_then_match(void)
+{
+    setup_dirs();
+    CU_ASSERT_EQUAL_FATAL(run(cmd_bless, "bless", case_path, "--golden-dir", gdir, "--cache", cdir,
+                              "-q", (char *)NULL), 0);
+    char gpath[1100];
+    golden_file(gpath, sizeof gpath);
+    hx_golden *g = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, gpath, false, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_count(g), N_CFG);
+    hx_golden_free(g);
+
+    char junit[1100], json[1100];
+    snprintf(junit, sizeof junit, "%s/match.xml", dir);
+    snprintf(json, sizeof json, "%s/match.json", dir);
+    CU_ASSERT_EQUAL(check(junit, json, false), 0);
+    cfg_result r[16];
+    size_t n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    for (size_t i = 0; i < n; ++i) {
+        CU_ASSERT_STRING_EQUAL(r[i].golden, "match");
+        CU_ASSERT_STRING_EQUAL(r[i].cls, "EXACT");
+        CU_ASSERT_FALSE(r[i].fails);
+    }
+    /* Strict passes too: no bit changed. */
+    CU_ASSERT_EQUAL(check(junit, json, true), 0);
+    junit_counts k = parse_junit(junit);
+    CU_ASSERT_EQUAL(k.structure_errors, 0);
+    CU_ASSERT_EQUAL(k.suites, 1);
+    CU_ASSERT_EQUAL(k.cases, N_CFG); /* one testcase per configuration */
+    CU_ASSERT_EQUAL(k.sum_tests_attr, N_CFG);
+    CU_ASSERT_EQUAL(k.failures, 0);
+    CU_ASSERT_EQUAL(k.skipped, 0);
+}
+
+/* One corrupted golden hash: MISMATCH, judged by the reference classification (passes), but
+ * --strict fails on the changed bits, and the JUnit failure says so. */
+static void test_check_mismatch_strict(void)
+{
+    setup_dirs();
+    char gpath[1100];
+    golden_file(gpath, sizeof gpath);
+    hx_golden *g = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, gpath, false, &err), LM_OK);
+    hx_fingerprint fp;
+    hx_fingerprint_detect(&fp);
+    const char *victim = "blas:step=3:threads=1";
+    hx_golden_entry e;
+    bool found = false;
+    CU_ASSERT_EQUAL_FATAL(hx_golden_find(g, "t-tiny", victim, fp.id, &e, &found, &err), LM_OK);
+    CU_ASSERT_FATAL(found);
+    e.hash_hex[0] = e.hash_hex[0] == '0' ? '1' : '0'; /* one changed hex digit */
+    CU_ASSERT_EQUAL_FATAL(hx_golden_set(g, "t-tiny", victim, &fp, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_save(g, gpath, &err), LM_OK);
+    hx_golden_free(g);
+
+    char junit[1100], json[1100];
+    snprintf(junit, sizeof junit, "%s/mismatch.xml", dir);
+    snprintf(json, sizeof json, "%s/mismatch.json", dir);
+    CU_ASSERT_EQUAL(check(junit, json, false), 0);
+    cfg_result r[16];
+    size_t n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    int mismatches = 0;
+    for (size_t i = 0; i < n; ++i) {
+        bool v = strcmp(r[i].config, victim) == 0;
+        CU_ASSERT_STRING_EQUAL(r[i].golden, v ? "mismatch" : "match");
+        mismatches += v;
+        if (v) /* the reference classification decides: a legitimate config never fails */
+            CU_ASSERT_FALSE(r[i].fails);
+    }
+    CU_ASSERT_EQUAL(mismatches, 1);
+    junit_counts k = parse_junit(junit);
+    CU_ASSERT_EQUAL(k.failures, 0);
+
+    CU_ASSERT_EQUAL(check(junit, json, true), 1);
+    k = parse_junit(junit);
+    CU_ASSERT_EQUAL(k.structure_errors, 0);
+    CU_ASSERT_EQUAL(k.cases, N_CFG);
+    CU_ASSERT_EQUAL(k.failures, 1);
+    CU_ASSERT_EQUAL(k.sum_failures_attr, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(k.first_failure, "BITS: strict: golden mismatch"));
+    n = json_results(r, 16, json);
+    for (size_t i = 0; i < n; ++i)
+        CU_ASSERT_EQUAL(r[i].fails, strcmp(r[i].config, victim) == 0);
+
+    /* Bless again restores the match. */
+    CU_ASSERT_EQUAL(run(cmd_bless, "bless", case_path, "--golden-dir", gdir, "--cache", cdir, "-q",
+                        (char *)NULL), 0);
+    CU_ASSERT_EQUAL(check(junit, json, true), 0);
+}
+
+/* Goldens blessed on another platform only: every configuration is absent here and judged by
+ * the reference classification (CI on another CPU passes), and the output says so. */
+static void test_check_other_platform_falls_back(void)
+{
+    setup_dirs();
+    char gpath[1100], opath[1100];
+    golden_file(gpath, sizeof gpath);
+    snprintf(opath, sizeof opath, "%s/other", dir);
+    mkdir(opath, 0755);
+    hx_golden *g = NULL, *o = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, gpath, false, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_create(&o, &err), LM_OK);
+    hx_fingerprint self, other;
+    hx_fingerprint_detect(&self);
+    other = self;
+    snprintf(other.blas_core, sizeof other.blas_core, "Haswell-elsewhere");
+    hx_fingerprint_finish(&other);
+    hx_case *c = NULL;
+    hx_config *cfgs = NULL;
+    size_t n_cfg = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_case_load(&c, case_path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_case_configs(&cfgs, &n_cfg, c, &err), LM_OK);
+    for (size_t i = 0; i < n_cfg; ++i) {
+        char name[HX_CONFIG_STR_MAX];
+        hx_golden_entry e;
+        bool found = false;
+        hx_config_format(name, sizeof name, &cfgs[i]);
+        CU_ASSERT_EQUAL(hx_golden_find(g, "t-tiny", name, self.id, &e, &found, &err), LM_OK);
+        CU_ASSERT(found);
+        e.hash_hex[31] = e.hash_hex[31] == 'f' ? 'e' : 'f'; /* another CPU, other bits */
+        CU_ASSERT_EQUAL(hx_golden_set(o, "t-tiny", name, &other, &e, &err), LM_OK);
+    }
+    char ofile[1200];
+    snprintf(ofile, sizeof ofile, "%s/t-tiny.json", opath);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_save(o, ofile, &err), LM_OK);
+    hx_golden_free(g);
+    hx_golden_free(o);
+    free(cfgs);
+    hx_case_free(c);
+
+    char junit[1100], json[1100];
+    snprintf(junit, sizeof junit, "%s/other.xml", dir);
+    snprintf(json, sizeof json, "%s/other.json", dir);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", opath, "--cache", cdir,
+                        "--junit", junit, "--json", json, "-q", (char *)NULL), 0);
+    const char *text = read_text(out_path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "blessed on: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, other.id));
+    cfg_result r[16];
+    size_t n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    for (size_t i = 0; i < n; ++i) {
+        CU_ASSERT_STRING_EQUAL(r[i].golden, "absent");
+        CU_ASSERT_FALSE(r[i].fails);
+    }
+    /* Strict treats an absent golden as a changed bit. */
+    CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", opath, "--cache", cdir,
+                        "--strict", "-q", (char *)NULL), 1);
+    /* Blessing here adds this platform's entries and keeps the other platform's. */
+    CU_ASSERT_EQUAL(run(cmd_bless, "bless", case_path, "--golden-dir", opath, "--cache", cdir,
+                        "-q", (char *)NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&o, ofile, false, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_count(o), 2 * N_CFG);
+    hx_golden_free(o);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", opath, "--cache", cdir,
+                        "--strict", "-q", (char *)NULL), 0);
+}
+
+/* A malformed case file: LM_E_INPUT with FILE:LINE from the loader; check and bless exit 2
+ * before running anything, writing no report. */
+static void test_check_bad_case_file(void)
+{
+    setup_dirs();
+    static const char text[] = "name = broken\n"
+                               "model = synth:tiny\n"
+                               "steps = 1,2,x\n"
+                               "tokens = 1,2,3\n";
+    char path[1100];
+    snprintf(path, sizeof path, "%s", tu_write_file("check/broken.case", text, strlen(text)));
+    hx_case *c = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(hx_case_load(&c, path, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(c);
+    char want[1200];
+    snprintf(want, sizeof want, "%s:3: ", path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+
+    char junit[1100];
+    snprintf(junit, sizeof junit, "%s/never.xml", dir);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, path, "--golden-dir", gdir, "--cache", cdir,
+                        "--junit", junit, "-q", (char *)NULL), 2);
+    CU_ASSERT_EQUAL(access(junit, F_OK), -1); /* nothing written */
+    /* Exactly one line on stderr, compiler-style: FILE:LINE: reason. */
+    const char *e = read_text(err_path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    CU_ASSERT_EQUAL(strncmp(e, want, strlen(want)), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, "steps"));
+    CU_ASSERT_PTR_NOT_NULL(strchr(e, '\n'));
+    CU_ASSERT_EQUAL(strchr(e, '\n')[1], '\0');
+    CU_ASSERT_EQUAL(run(cmd_bless, "bless", path, "--golden-dir", gdir, (char *)NULL), 2);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", "--no-such-flag", case_path, (char *)NULL), 2);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", (char *)NULL), 2);
+}
+
+/* A case whose model file is absent is skipped, not failed: JUnit <skipped/> per config. */
+static void test_check_missing_model_skips(void)
+{
+    setup_dirs();
+    char text[1400], junit[1100], json[1100];
+    snprintf(text, sizeof text, "name = t-absent\nmodel = %s/no-such-model.gguf\n"
+             "tokens = 1,2,3\nsteps = 2,full\nbackends = naive\n", dir);
+    const char *path = tu_write_file("check/absent.case", text, strlen(text));
+    char p[1100];
+    snprintf(p, sizeof p, "%s", path);
+    snprintf(junit, sizeof junit, "%s/absent.xml", dir);
+    snprintf(json, sizeof json, "%s/absent.json", dir);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--junit",
+                        junit, "--json", json, "--strict", "-q", (char *)NULL), 0);
+    const char *out = read_text(out_path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "SKIP"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "no-such-model.gguf"));
+    junit_counts k = parse_junit(junit);
+    CU_ASSERT_EQUAL(k.structure_errors, 0);
+    CU_ASSERT_EQUAL(k.cases, 2);
+    CU_ASSERT_EQUAL(k.skipped, 2);
+    CU_ASSERT_EQUAL(k.failures, 0);
+    /* bless has nothing to bless: an input error, and no golden file appears. */
+    CU_ASSERT_EQUAL(run(cmd_bless, "bless", p, "--golden-dir", gdir, "--cache", cdir, "-q",
+                        (char *)NULL), 2);
+    char g[1100];
+    snprintf(g, sizeof g, "%s/t-absent.json", gdir);
+    CU_ASSERT_EQUAL(access(g, F_OK), -1);
+}
+
+/* A configuration classified DRIFT fails check with the class and numbers in its JUnit
+ * failure, and bless refuses it (a golden must never enshrine a defect) unless --force.
+ * The DRIFT is made without an engine defect: the cached envelope of layer 0's K is set to 0
+ * (a private cache), so any rounding error there exceeds "what rounding explains". */
+static void test_check_drift_fails_and_bless_refuses(void)
+{
+    setup_dirs();
+    char tcache[1100], tgold[1100], junit[1100], json[1100];
+    snprintf(tcache, sizeof tcache, "%s/cache-tampered", dir);
+    snprintf(tgold, sizeof tgold, "%s/golden-tampered", dir);
+    snprintf(junit, sizeof junit, "%s/drift.xml", dir);
+    snprintf(json, sizeof json, "%s/drift.json", dir);
+    /* First run fills the private cache (reference and envelope). */
+    CU_ASSERT_EQUAL_FATAL(run(cmd_check, "check", case_path, "--golden-dir", tgold, "--cache",
+                              tcache, "-q", (char *)NULL), 0);
+    DIR *d = opendir(tcache);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    int n_env = 0;
+    lm_err err = {0};
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        size_t len = strlen(de->d_name);
+        if (len < 7 || strcmp(de->d_name + len - 7, ".kvdenv") != 0)
+            continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", tcache, de->d_name);
+        /* The key sits after the 8-byte magic and the u32 version (envelope.h). */
+        uint8_t key[16];
+        FILE *f = fopen(path, "rb");
+        CU_ASSERT_FATAL(f != NULL && fseek(f, 12, SEEK_SET) == 0 && fread(key, 1, 16, f) == 16);
+        fclose(f);
+        hx_envelope *e = NULL;
+        CU_ASSERT_EQUAL_FATAL(hx_envelope_load(&e, path, key, &err), LM_OK);
+        e->k[0].dev = 0.0;
+        e->k[0].e = 0.0;
+        CU_ASSERT_EQUAL(hx_envelope_save(e, path, &err), LM_OK);
+        hx_envelope_free(e);
+        n_env++;
+    }
+    closedir(d);
+    CU_ASSERT_EQUAL_FATAL(n_env, 1);
+
+    CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", tgold, "--cache", tcache,
+                        "--junit", junit, "--json", json, "-q", (char *)NULL), 1);
+    cfg_result r[16];
+    size_t n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    for (size_t i = 0; i < n; ++i) {
+        CU_ASSERT_STRING_EQUAL(r[i].cls, "DRIFT");
+        CU_ASSERT_TRUE(r[i].fails);
+    }
+    junit_counts k = parse_junit(junit);
+    CU_ASSERT_EQUAL(k.structure_errors, 0);
+    CU_ASSERT_EQUAL(k.failures, N_CFG);
+    CU_ASSERT_EQUAL(k.sum_failures_attr, N_CFG);
+    CU_ASSERT_EQUAL(strncmp(k.first_failure, "DRIFT: DRIFT: max_abs ", 22), 0);
+    if (strncmp(k.first_failure, "DRIFT: DRIFT: max_abs ", 22) != 0)
+        fprintf(stderr, "\n  first failure: %s\n", k.first_failure);
+
+    char gfile[1200];
+    snprintf(gfile, sizeof gfile, "%s/t-tiny.json", tgold);
+    CU_ASSERT_EQUAL(run(cmd_bless, "bless", case_path, "--golden-dir", tgold, "--cache", tcache,
+                        "-q", (char *)NULL), 1);
+    CU_ASSERT_EQUAL(access(gfile, F_OK), -1); /* every configuration refused: no file */
+    const char *out = read_text(out_path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "REFUSED"));
+    CU_ASSERT_EQUAL(run(cmd_bless, "bless", case_path, "--golden-dir", tgold, "--cache", tcache,
+                        "--force", "-q", (char *)NULL), 0);
+    hx_golden *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, gfile, false, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_count(g), N_CFG);
+    hx_golden_free(g);
+    /* A golden match never hides a failing class. */
+    CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", tgold, "--cache", tcache,
+                        "-q", (char *)NULL), 1);
+}
+
+void test_check_register(void)
+{
+    CU_pSuite s = CU_add_suite("check", NULL, NULL);
+    /* Order matters: the later tests use the goldens the first one blesses. */
+    CU_add_test(s, "test_check_bless_then_match", test_check_bless_then_match);
+    CU_add_test(s, "test_check_mismatch_strict", test_check_mismatch_strict);
+    CU_add_test(s, "test_check_other_platform_falls_back", test_check_other_platform_falls_back);
+    CU_add_test(s, "test_check_bad_case_file", test_check_bad_case_file);
+    CU_add_test(s, "test_check_missing_model_skips", test_check_missing_model_skips);
+    CU_add_test(s, "test_check_drift_fails_and_bless_refuses",
+                test_check_drift_fails_and_bless_refuses);
+}

@@ -1,0 +1,204 @@
+/* test_sweep.c — hx_sweep_run_all end to end: on the synthetic tiny model and on stories260K
+ * (skipped when absent), steps 1,2,3,7,full x naive,blas x threads 1,2 must raise no false
+ * alarm (no DRIFT, FLIP or NONFINITE), the naive configurations must be EXACT (chunk-invariant
+ * by construction), the caches must be reused, and the report files must parse back. */
+#include "kvd_engine.h"
+#include "report.h"
+#include "sweep.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const uint32_t steps[] = {1, 2, 3, 7, 0};
+static const char backends[][16] = {"naive", "blas"};
+static const uint32_t threads[] = {1, 2};
+
+static hx_config *make_configs(size_t *n)
+{
+    hx_config *c = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&c, n, backends, 2, steps, 5, threads, 2, NULL, 0, &err),
+                          LM_OK);
+    CU_ASSERT_EQUAL(*n, 20u);
+    return c;
+}
+
+static const char *cache_dir(void)
+{
+    static char dir[512];
+    snprintf(dir, sizeof dir, "%s/sweep-cache", tu_tmpdir());
+    return dir;
+}
+
+/* Runs the sweep, checks the verdicts and writes + reparses the report. */
+static void sweep_and_check(const lm_model *m, const int32_t *prompt, uint32_t n_prompt,
+                            uint32_t n_gen, const char *tag)
+{
+    size_t nc = 0;
+    hx_config *cfgs = make_configs(&nc);
+    hx_sweep_params p = {.model = m, .model_label = tag, .prompt = prompt, .n_prompt = n_prompt,
+                         .n_gen = n_gen, .configs = cfgs, .n_configs = nc,
+                         .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
+    hx_sweep_result *r = NULL;
+    lm_err err = {0};
+    int rc = hx_sweep_run_all(&r, &p, &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "sweep %s: %s\n", tag, err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    CU_ASSERT_EQUAL(r->n_runs, nc);
+    CU_ASSERT_EQUAL(r->report->n_configs, nc);
+    CU_ASSERT_EQUAL(r->report->envelope_members, HX_SWEEP_DEFAULT_ENSEMBLE);
+    CU_ASSERT_PTR_NOT_NULL(r->env);
+    size_t false_alarms = 0;
+    const char *naive_hash = NULL;
+    for (size_t i = 0; i < nc; ++i) {
+        const hx_config_report *c = &r->report->configs[i];
+        const hx_sweep_run *run = &r->runs[i];
+        if (hx_class_fails(c->cls)) {
+            ++false_alarms;
+            fprintf(stderr, "false alarm %s %s: %s %s\n", tag, c->config, hx_class_name(c->cls),
+                    c->reason);
+        }
+        CU_ASSERT_STRING_EQUAL(c->hash_hex, run->hash_hex);
+        CU_ASSERT_PTR_NOT_NULL(run->base);
+        CU_ASSERT(c->prefill_tps > 0.0);
+        CU_ASSERT(c->peak_mem_bytes > 0);
+        if (strcmp(run->cfg.backend, "naive") == 0) {
+            CU_ASSERT_EQUAL(c->cls, HX_EXACT);
+            CU_ASSERT(c->bitwise_baseline);
+            /* Naive ignores threads and chunking: every naive capture has the same bits. */
+            if (naive_hash == NULL)
+                naive_hash = run->hash_hex;
+            CU_ASSERT_STRING_EQUAL(run->hash_hex, naive_hash);
+        }
+        if (run->cfg.step == 0) { /* a baseline is its own baseline */
+            CU_ASSERT_EQUAL(run->baseline, (int64_t)i);
+            CU_ASSERT(c->bitwise_baseline);
+        }
+    }
+    CU_ASSERT_EQUAL(false_alarms, 0);
+
+    /* The report files exist and parse back with the same classes and hashes. */
+    char json[600], md[600];
+    snprintf(json, sizeof json, "%s/%s-report.json", tu_tmpdir(), tag);
+    snprintf(md, sizeof md, "%s/%s-report.md", tu_tmpdir(), tag);
+    CU_ASSERT_EQUAL(hx_report_write_json(r->report, json, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_report_write_md(r->report, md, &err), LM_OK);
+    json_error_t jerr;
+    json_t *root = json_load_file(json, 0, &jerr);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(root, "schema")), "kvdrift-report");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(root, "n_gen")), (json_int_t)n_gen);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(root, "exit_code")), 0);
+    json_t *arr = json_object_get(root, "configs");
+    CU_ASSERT_EQUAL_FATAL(json_array_size(arr), nc);
+    for (size_t i = 0; i < nc; ++i) {
+        json_t *o = json_array_get(arr, i);
+        const hx_config_report *c = &r->report->configs[i];
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "config")), c->config);
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "class")),
+                               hx_class_name(c->cls));
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "xxh3_128")), c->hash_hex);
+    }
+    json_decref(root);
+    FILE *f = fopen(md, "r");
+    CU_ASSERT_PTR_NOT_NULL(f);
+    if (f)
+        fclose(f);
+
+    /* Second run: reference and envelope come from the cache and nothing changes. */
+    hx_sweep_result *r2 = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_run_all(&r2, &p, &err), LM_OK);
+    CU_ASSERT(r2->ref_hit);
+    CU_ASSERT(r2->env_hit);
+    for (size_t i = 0; i < nc; ++i) {
+        CU_ASSERT_STRING_EQUAL(r2->runs[i].hash_hex, r->runs[i].hash_hex);
+        CU_ASSERT_EQUAL(r2->report->configs[i].cls, r->report->configs[i].cls);
+        CU_ASSERT_EQUAL(r2->report->configs[i].worst_ratio, r->report->configs[i].worst_ratio);
+    }
+    hx_sweep_result_free(r2);
+    hx_sweep_result_free(r);
+    free(cfgs);
+}
+
+static void test_sweep_synth_tiny_no_false_alarm(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/sweep-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 7, LM_TYPE_F32, &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    /* Ids below HX_SYNTH_MIN_VOCAB exist in every preset. */
+    const int32_t prompt[] = {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114};
+    sweep_and_check(m, prompt, 11, 6, "tiny");
+    lm_model_free(m);
+}
+
+static void test_sweep_stories260k_no_false_alarm(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    int32_t *prompt = NULL;
+    size_t n = 0;
+    const char *text = "Once upon a time, there was a little girl";
+    CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, text, strlen(text), true, &prompt, &n, &err),
+                          LM_OK);
+    sweep_and_check(m, prompt, (uint32_t)n, 8, "stories260K");
+    free(prompt);
+    lm_model_free(m);
+}
+
+static void test_sweep_bad_input(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/sweep-tiny-bad.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 7, LM_TYPE_F32, &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    const int32_t prompt[] = {1, 72, 101};
+    hx_config two[2] = {{.backend = "naive"}, {.backend = "naive"}};
+    hx_sweep_params p = {.model = m, .prompt = prompt, .n_prompt = 3, .n_gen = 2,
+                         .configs = two, .n_configs = 1, .ensemble = 4,
+                         .cache_dir = cache_dir(), .quiet = true};
+    hx_sweep_result *r = NULL;
+    CU_ASSERT_EQUAL(hx_sweep_run_all(&r, &p, &err), LM_E_INPUT);
+    CU_ASSERT(strstr(err.msg, "ensemble") != NULL);
+    CU_ASSERT_PTR_NULL(r);
+    lm_err e2 = {0};
+    p.ensemble = 0;
+    p.n_configs = 2;
+    CU_ASSERT_EQUAL(hx_sweep_run_all(&r, &p, &e2), LM_E_INPUT);
+    CU_ASSERT(strstr(e2.msg, "naive:step=full") != NULL);
+    lm_err e3 = {0};
+    const int32_t bad_tok[] = {1, (int32_t)m->hp.n_vocab};
+    p.prompt = bad_tok;
+    p.n_prompt = 2;
+    p.n_configs = 1;
+    CU_ASSERT_EQUAL(hx_sweep_run_all(&r, &p, &e3), LM_E_INPUT);
+    CU_ASSERT(strstr(e3.msg, "vocabulary") != NULL);
+    lm_err e4 = {0};
+    size_t n = 0;
+    hx_config *c = NULL;
+    const char nope[1][16] = {"cuda-x"};
+    CU_ASSERT_EQUAL(hx_sweep_cross(&c, &n, nope, 1, steps, 5, NULL, 0, NULL, 0, &e4), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(c);
+    lm_model_free(m);
+}
+
+void test_sweep_register(void)
+{
+    CU_pSuite s = CU_add_suite("sweep", NULL, NULL);
+    CU_add_test(s, "test_sweep_synth_tiny_no_false_alarm", test_sweep_synth_tiny_no_false_alarm);
+    CU_add_test(s, "test_sweep_stories260k_no_false_alarm", test_sweep_stories260k_no_false_alarm);
+    CU_add_test(s, "test_sweep_bad_input", test_sweep_bad_input);
+}
