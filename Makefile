@@ -117,4 +117,7 @@ fuzz:
 	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  $(BUILD)/fuzz/corpus tests/fuzz/corpus
 
--include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli.d
+# Bench objects are kept (not intermediate) and track their headers like every other object.
+.SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
+-include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli.d \
+         $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)

@@ -24,6 +24,7 @@
 #include "attention.h"
 
 #include "expf.h"
+#include "kvd_defects.h"
 
 size_t lm_attention_dense_scratch(uint32_t n, uint32_t n_kv)
 {
@@ -41,7 +42,7 @@ static void exp_shifted(float *s /* [n] */, size_t n, float mx)
  * entries (exact, so its order is irrelevant: eight interleaved partial maxima), then
  * e_j = lm_expf(s_j - max), sum of e_j left to right in float from +0.0f, then p_j = e_j / sum
  * (a division, not a multiply by 1/sum). */
-static void softmax_row(float *s /* [n_total] */, uint32_t n_valid, uint32_t n_total)
+static void softmax_row(float *s /* [n_total] */, uint32_t n_valid, uint32_t n_total, bool no_max)
 {
     float m8[8];
     for (int l = 0; l < 8; ++l)
@@ -55,6 +56,8 @@ static void softmax_row(float *s /* [n_total] */, uint32_t n_valid, uint32_t n_t
         mx = m8[l] > mx ? m8[l] : mx;
     for (size_t j = j8; j < n_valid; ++j)
         mx = s[j] > mx ? s[j] : mx;
+    if (no_max)
+        mx = 0.0f; /* test defect: exponentials of the raw scores (overflow past ~88.7) */
     exp_shifted(s, n_valid, mx);
     float sum = 0.0f;
     for (size_t j = 0; j < n_valid; ++j)
@@ -70,6 +73,8 @@ typedef struct softmax_job {
     size_t ld;
     uint32_t pos0;
     uint32_t n;
+    bool mask_next; /* test defect LM_DEFECT_MASK_NEXT_TOKEN; false in release builds */
+    bool no_max;    /* test defect LM_DEFECT_SOFTMAX_NO_MAX; false in release builds */
 } softmax_job;
 
 /* Rows [begin, end): row i is valid up to key pos0 + i, and its block ends at key n_kb. */
@@ -79,7 +84,10 @@ static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
     for (uint32_t i = begin; i < end; ++i) {
         const uint32_t i1 = (i / LM_ATTN_Q_BLOCK + 1) * LM_ATTN_Q_BLOCK;
         const uint32_t n_kb = j->pos0 + (i1 < j->n ? i1 : j->n);
-        softmax_row(j->scores + (size_t)i * j->ld, j->pos0 + i + 1, n_kb);
+        uint32_t n_valid = j->pos0 + i + 1;
+        if (j->mask_next && n_valid < n_kb)
+            n_valid += 1; /* test defect: the mask admits the next key of the chunk */
+        softmax_row(j->scores + (size_t)i * j->ld, n_valid, n_kb, j->no_max);
     }
 }
 
@@ -90,10 +98,14 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
     const uint32_t group = a->n_head / a->n_head_kv;
     const size_t q_stride = (size_t)a->n_head * hd;     /* floats between query rows */
     const size_t kv_stride = (size_t)a->n_head_kv * hd; /* floats between cache positions */
-    softmax_job job = {.scores = a->scores, .ld = n_kv, .pos0 = a->pos0, .n = a->n};
+    softmax_job job = {.scores = a->scores, .ld = n_kv, .pos0 = a->pos0, .n = a->n,
+                       .mask_next = LM_DEFECT_ON(be->vt->name, LM_DEFECT_MASK_NEXT_TOKEN),
+                       .no_max = LM_DEFECT_ON(be->vt->name, LM_DEFECT_SOFTMAX_NO_MAX)};
+    const bool gqa_interleaved = LM_DEFECT_ON(be->vt->name, LM_DEFECT_GQA_INTERLEAVED);
 
     for (uint32_t h = 0; h < a->n_head; ++h) {
-        const uint32_t g = h / group;
+        /* (test defect: the interleaved mapping h % n_head_kv of another convention) */
+        const uint32_t g = gqa_interleaved ? h % a->n_head_kv : h / group;
         const float *qh = a->q + (size_t)h * hd;  /* [n][hd], row stride q_stride */
         const float *kg = a->k + (size_t)g * hd;  /* [n_kv][hd], row stride kv_stride */
         const float *vg = a->v + (size_t)g * hd;  /* [n_kv][hd], row stride kv_stride */

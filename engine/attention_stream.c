@@ -2,6 +2,13 @@
  * the KV cache, with sliding windows, per-slot positions (rotating caches) and sink logits.
  * The rules and orders are stated in attention_stream.h; the matrix products go through the
  * backend, everything elementwise is fixed-order C here. */
+/* The elementwise loops here are independent per element (no reduction is reordered), so
+ * vectorizing them changes no bit (the same reasoning and options as attention.c); it comes
+ * before the includes so that lm_expf, inlined into those loops, gets the same options. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-loop-vectorize", "no-trapping-math")
+#endif
+
 #include "attention_stream.h"
 
 #include "expf.h"
@@ -19,6 +26,13 @@
             abort();                                                                       \
         }                                                                                  \
     } while (0)
+
+/* s[j] = lm_expf(s[j] - mx): a loop of its own so that it is vectorized. */
+static void exp_shifted(float *s /* [n] */, size_t n, float mx)
+{
+    for (size_t j = 0; j < n; ++j)
+        s[j] = lm_expf(s[j] - mx);
+}
 
 void lm_attn_visible_range(uint32_t q_pos, uint32_t window, uint32_t *lo, uint32_t *hi)
 {
@@ -142,13 +156,27 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
                 for (uint32_t r = 0; r < qb; ++r) {
                     float *srow = sc + (size_t)r * tn; /* [tn] */
                     const uint32_t qp = a->pos0 + i0 + r;
+                    uint32_t j_lo = 0, j_hi = 0;        /* plain cache: visible [j_lo, j_hi) */
+                    if (a->kv_pos == NULL) {
+                        uint32_t lo, hi;
+                        lm_attn_visible_range(qp, a->window, &lo, &hi);
+                        j_lo = lo > t0 ? lo - t0 : 0;
+                        j_hi = hi < t0 + tn ? (hi > t0 ? hi - t0 : 0) : tn;
+                        j_lo = j_lo < j_hi ? j_lo : j_hi;
+                    }
                     float mt = -INFINITY;
                     uint32_t nv = 0;
-                    for (uint32_t j = 0; j < tn; ++j)
-                        if (lm_attn_visible(qp, slot_pos(a->kv_pos, t0 + j), a->window)) {
+                    if (a->kv_pos == NULL) {
+                        for (uint32_t j = j_lo; j < j_hi; ++j)
                             mt = srow[j] > mt ? srow[j] : mt;
-                            ++nv;
-                        }
+                        nv = j_hi - j_lo;
+                    } else {
+                        for (uint32_t j = 0; j < tn; ++j)
+                            if (lm_attn_visible(qp, a->kv_pos[t0 + j], a->window)) {
+                                mt = srow[j] > mt ? srow[j] : mt;
+                                ++nv;
+                            }
+                    }
                     if (nv == 0) { /* nothing visible: this row keeps its state */
                         alpha[r] = 1.0f;
                         for (uint32_t j = 0; j < tn; ++j)
@@ -160,12 +188,22 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
                     /* m[r] = -inf (no sink, first visible tile): lm_expf(-inf) = +0 */
                     alpha[r] = lm_expf(m[r] - mn);
                     float sum = 0.0f;
-                    for (uint32_t j = 0; j < tn; ++j) {
-                        if (lm_attn_visible(qp, slot_pos(a->kv_pos, t0 + j), a->window)) {
-                            srow[j] = lm_expf(srow[j] - mn);
-                            sum += srow[j];
-                        } else {
+                    if (a->kv_pos == NULL) {
+                        for (uint32_t j = 0; j < j_lo; ++j)
                             srow[j] = 0.0f;
+                        exp_shifted(srow + j_lo, j_hi - j_lo, mn);
+                        for (uint32_t j = j_lo; j < j_hi; ++j)
+                            sum += srow[j];
+                        for (uint32_t j = j_hi; j < tn; ++j)
+                            srow[j] = 0.0f;
+                    } else {
+                        for (uint32_t j = 0; j < tn; ++j) {
+                            if (lm_attn_visible(qp, a->kv_pos[t0 + j], a->window)) {
+                                srow[j] = lm_expf(srow[j] - mn);
+                                sum += srow[j];
+                            } else {
+                                srow[j] = 0.0f;
+                            }
                         }
                     }
                     l[r] = l[r] * alpha[r] + sum;

@@ -21,8 +21,9 @@
  * (product, then sum); the spread per term is comparable (variance <= ulp^2/4 vs 2 x ulp^2/12).
  *
  * Randomness: counter-based, no state. The coin of one operation is
- *   u = mix(seed, l, bits(acc), bits(a[l]), bits(b[l])) >> 11, uniform on [0, 2^53),
- * with mix a SplitMix64-style finalizer chain, and the rounding goes up when u < p * 2^53.
+ *   u = mix(mix(key(seed) ^ (bits(a[l]), bits(b[l])) ^ l * odd) ^ bits(acc)) >> 11,
+ * uniform on [0, 2^53), mix the SplitMix64 finalizer, and the rounding goes up when
+ * u < p * 2^53.
  * The "counter" is thus the operation itself (its index in the dot product and its operands),
  * not a position in a call sequence: results depend only on (seed, inputs), never on call
  * order, on how a caller splits rows into calls (prefill step) or on threads. A given seed is
@@ -62,13 +63,16 @@ static uint32_t f32_bits(float x)
     return u;
 }
 
-/* The coin of one operation: 53 uniform bits from (seed, index, three operand bit patterns).
- * skey = mix64(seed ^ golden ratio), computed once per backend. */
+/* The coin of one operation: 53 uniform bits from (seed, index, three operand bit patterns),
+ * in two SplitMix64 finalizer rounds: pre = mix(skey ^ (a, b) ^ idx) does not depend on the
+ * running sum, so it is computed off the dot product's dependency chain; only the second
+ * round, mix(pre ^ bits(acc)), waits for the previous step. skey = mix64(seed ^ golden ratio),
+ * computed once per call. */
 static inline uint64_t sr_coin(uint64_t skey, uint64_t idx, float acc, float a, float b)
 {
-    uint64_t h = mix64(skey ^ (((uint64_t)f32_bits(acc) << 32) | f32_bits(a)));
-    h = mix64(h ^ (((uint64_t)f32_bits(b) << 32) | (idx & 0xffffffffull)) ^ (idx >> 32));
-    return h >> 11;
+    uint64_t pre = mix64(skey ^ (((uint64_t)f32_bits(a) << 32) | f32_bits(b)) ^
+                         (idx * 0xd6e8feb86659fd93ull));
+    return mix64(pre ^ f32_bits(acc)) >> 11;
 }
 
 static uint64_t sr_key(uint64_t seed)

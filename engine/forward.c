@@ -29,6 +29,7 @@
 
 #include "kvd_engine.h"
 
+#include "kvd_defects.h"
 #include "attention.h"
 #include "backend.h"
 #include "expf.h"
@@ -57,6 +58,8 @@ struct lm_ctx {
     float *ff_up;     /* [n_ctx][n_ff] */
     float *scores;    /* [lm_attention_dense_scratch(n_ctx, n_ctx)] */
     size_t scratch_bytes;
+    lm_probe_fn probe; /* per-operation checkpoints, NULL = none */
+    void *probe_user;
 };
 
 /* ---- elementwise kernels (fixed order, shared by every backend) ---- */
@@ -179,9 +182,21 @@ static void rope_rows(void *arg, uint32_t begin, uint32_t end)
  * decode step's single row is not worth a wake-up). */
 #define MIN_ROWS 4
 
+/* Checkpoint of op's rows x [n][elems] at positions n_past.. (kvd_engine.h lm_probe_fn): one
+ * predictable branch per operation and chunk when no probe is set. */
+static inline void probe(const lm_ctx *c, uint32_t il, const char *op, const float *x, uint32_t n,
+                         size_t elems)
+{
+    if (c->probe != NULL)
+        c->probe(c->probe_user, il, op, c->n_past, n, x, elems);
+}
+
 static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, uint32_t n)
 {
-    norm_job j = {y, x, w, c->m->hp.n_embd, c->m->hp.rms_eps};
+    float eps = c->m->hp.rms_eps;
+    if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_RMS_EPS_10X))
+        eps *= 10.0f; /* test defect: epsilon read with the wrong exponent */
+    norm_job j = {y, x, w, c->m->hp.n_embd, eps};
     lm_pool_for(c->pool, n, MIN_ROWS, norm_rows, &j);
 }
 
@@ -194,6 +209,10 @@ static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32
 static void rope_chunk(lm_ctx *c, float *rows, uint32_t n, uint32_t n_heads, size_t stride)
 {
     rope_job j = {c, rows, c->n_past, n_heads, stride};
+    if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_ROPE_POS_AFTER_CHUNK) && c->n_past > 0)
+        /* test defect: a later chunk's first position counted one too far (kept inside the
+         * table so that the defect computes wrong angles, never reads out of bounds) */
+        j.pos0 = c->n_past + 1 <= c->n_ctx - n ? c->n_past + 1 : c->n_ctx - n;
     lm_pool_for(c->pool, n, MIN_ROWS, rope_rows, &j);
 }
 
@@ -208,10 +227,14 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     const uint32_t d = hp->n_embd;
     const uint32_t q_dim = hp->n_head * hp->head_dim;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    float *kc = lm_kvcache_k(&c->kv, il, c->n_past); /* [n][kv_dim] new rows */
-    float *vc = lm_kvcache_v(&c->kv, il, c->n_past); /* [n][kv_dim] new rows */
+    uint32_t slot = c->n_past; /* cache slot of the chunk's first row */
+    if (LM_DEFECT_ON(be->vt->name, LM_DEFECT_KV_SLOT_AT_BOUNDARY) && slot > 0)
+        slot -= 1; /* test defect: a later chunk overwrites the previous chunk's last row */
+    float *kc = lm_kvcache_k(&c->kv, il, slot); /* [n][kv_dim] new rows */
+    float *vc = lm_kvcache_v(&c->kv, il, slot); /* [n][kv_dim] new rows */
 
     rmsnorm_chunk(c, c->xn, c->x, L->attn_norm, n);
+    probe(c, il, "attn_norm", c->xn, n, d);
     be->vt->gemm_nt(be, n, q_dim, d, 1.0f, c->xn, d, L->wq, d, c->q, q_dim);
     be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wk, d, kc, kv_dim);
     be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wv, d, vc, kv_dim);
@@ -223,6 +246,9 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         add_bias(vc, L->bv, n, kv_dim, kv_dim);
     rope_chunk(c, c->q, n, hp->n_head, q_dim);
     rope_chunk(c, kc, n, hp->n_head_kv, kv_dim);
+    probe(c, il, "q", c->q, n, q_dim);
+    probe(c, il, "k", kc, n, kv_dim);
+    probe(c, il, "v", vc, n, kv_dim);
 
     const lm_attn_args a = {
         .n = n,
@@ -230,7 +256,9 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
         .head_dim = hp->head_dim,
-        .scale = 1.0f / sqrtf((float)hp->head_dim),
+        .scale = LM_DEFECT_ON(be->vt->name, LM_DEFECT_ATTN_NO_SCALE)
+                     ? 1.0f /* test defect: the 1/sqrt(head_dim) factor forgotten */
+                     : 1.0f / sqrtf((float)hp->head_dim),
         .q = c->q,
         .k = lm_kvcache_k(&c->kv, il, 0),
         .v = lm_kvcache_v(&c->kv, il, 0),
@@ -239,9 +267,12 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         .pool = c->pool,
     };
     lm_attention_dense(be, &a);
+    probe(c, il, "attn", c->att, n, q_dim);
 
     be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
     residual_chunk(c, c->x, c->xn, L->bo, n);
+    probe(c, il, "attn_out", c->xn, n, d);
+    probe(c, il, "attn_resid", c->x, n, d);
 }
 
 static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
@@ -253,12 +284,16 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
     const uint32_t ff = hp->n_ff;
 
     rmsnorm_chunk(c, c->xn, c->x, L->ffn_norm, n);
+    probe(c, il, "ffn_norm", c->xn, n, d);
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_gate, d, c->ff_gate, ff);
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
     swiglu_job sj = {c->ff_gate, c->ff_up, ff};
     lm_pool_for(c->pool, n, MIN_ROWS, swiglu_rows, &sj);
+    probe(c, il, "ffn_act", c->ff_gate, n, ff);
     be->vt->gemm_nt(be, n, d, ff, 1.0f, c->ff_gate, ff, L->w_down, ff, c->xn, d);
     residual_chunk(c, c->x, c->xn, NULL, n);
+    probe(c, il, "ffn_out", c->xn, n, d);
+    probe(c, il, "residual", c->x, n, d);
 }
 
 /* Logits of chunk row t into out [n_vocab]. Always one row per call, so a position's logits
@@ -270,6 +305,11 @@ static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
     const uint32_t d = hp->n_embd;
     float *xr = c->xn + (size_t)t * d; /* [n_embd], free after the last layer */
     rmsnorm_row(xr, c->x + (size_t)t * d, c->m->output_norm, d, hp->rms_eps);
+    if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_LOGITS_UNNORMED))
+        for (uint32_t i = 0; i < d; ++i) /* test defect: the norm's 1/rms factor left out */
+            xr[i] = c->x[(size_t)t * d + i] * c->m->output_norm[i];
+    if (c->probe != NULL)
+        c->probe(c->probe_user, hp->n_layer, "out_norm", c->n_past + t, 1, xr, d);
     c->be->vt->gemm_nt(c->be, 1, hp->n_vocab, d, 1.0f, xr, d, c->m->output, d, out, hp->n_vocab);
 }
 
@@ -443,6 +483,12 @@ uint32_t lm_ctx_n_past(const lm_ctx *c) { return c->n_past; }
 uint32_t lm_ctx_n_ctx(const lm_ctx *c) { return c->n_ctx; }
 void lm_ctx_reset(lm_ctx *c) { c->n_past = 0; }
 size_t lm_ctx_scratch_bytes(const lm_ctx *c) { return c->scratch_bytes; }
+
+void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn fn, void *user)
+{
+    c->probe = fn;
+    c->probe_user = user;
+}
 const char *lm_ctx_backend_name(const lm_ctx *c) { return c->be->vt->name; }
 
 const float *lm_ctx_k(const lm_ctx *c, uint32_t layer)

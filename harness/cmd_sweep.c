@@ -365,14 +365,11 @@ int cmd_sweep(int argc, char **argv)
     if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
         goto done;
 
-    printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = greedy "
-           "naive:step=full:threads=1", argv[optind], (unsigned)n_prompt, (unsigned)sp.n_gen);
-    if (res->ref_leaves_at >= 0)
-        printf(" (the reference's own argmax leaves it at generated index %lld: R %d, path %d)",
-               (long long)res->ref_leaves_at, (int)res->ref_token_at,
-               (int)res->path[res->ref_leaves_at]);
-    else
-        printf(" (= the reference's argmax at every position)");
+    printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "
+           "greedy path%s", argv[optind], (unsigned)n_prompt, (unsigned)sp.n_gen,
+           res->path_source == HX_PATH_REFERENCE
+               ? " (repaired where naive:step=full's greedy path left it)"
+               : " (= naive:step=full's greedy path)");
     printf("\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
            (unsigned)res->report->precision, res->ref_hit ? " (cached)" : "",
            (unsigned)res->report->envelope_members, res->report->envelope_safety,

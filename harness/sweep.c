@@ -17,7 +17,7 @@
 
 /* Identifies how the ensemble was made (part of the envelope's cache key): the SR backend's
  * coin scheme and the ensemble's schedule. Change it whenever either changes. */
-static const char ensemble_mode[] = "naive-sr:step=full:threads=1:coin=splitmix-v2";
+static const char ensemble_mode[] = "naive-sr:step=full:threads=1:coin=splitmix-v3";
 
 static double now_s(void)
 {
@@ -53,8 +53,8 @@ typedef struct run_job {
 typedef struct run_pool {
     const hx_sweep_params *p;
     const hx_run_request *rq;
-    run_job *jobs;
-    size_t n, next, done;
+    run_job **order; /* [n] parallel-safe jobs first ([0, n_par)), then the rest */
+    size_t n, n_par, next, done;
     const char *what; /* "ensemble" or "config" for the progress lines */
     bool stop;        /* a job failed: start no more */
     pthread_mutex_t mu;
@@ -84,11 +84,11 @@ static void *pool_worker(void *arg)
     run_pool *pool = arg;
     for (;;) {
         pthread_mutex_lock(&pool->mu);
-        if (pool->stop || pool->next == pool->n) {
+        if (pool->stop || pool->next == pool->n_par) {
             pthread_mutex_unlock(&pool->mu);
             return NULL;
         }
-        run_job *j = &pool->jobs[pool->next++];
+        run_job *j = pool->order[pool->next++];
         pthread_mutex_unlock(&pool->mu);
         run_one(pool, j);
         pthread_mutex_lock(&pool->mu);
@@ -99,26 +99,44 @@ static void *pool_worker(void *arg)
     }
 }
 
-/* Runs every job, on min(jobs, n) threads (the caller's alone when that is 1). The first
- * failing job's error is returned (in job order). */
+/* Whether a backend may run beside another run in the same process. OpenBLAS keeps its thread
+ * count process-global (backend_blas.c sets it before every call) and concurrent calls were
+ * measured to change bits (a blas:step=full capture hashed differently under -j 2), so only
+ * the pure-C backends run in parallel; everything else runs alone, after them. */
+static bool parallel_safe(const hx_config *c)
+{
+    return strcmp(c->backend, "naive") == 0 || strcmp(c->backend, "naive-sr") == 0;
+}
+
+/* Runs every job: the parallel-safe ones on min(jobs, their count) threads (the caller's alone
+ * when that is 1), then the others one at a time. The first failing job's error is returned
+ * (in job order). */
 static int pool_run(run_job *jobs, size_t n, const hx_sweep_params *p, const hx_run_request *rq,
                     const char *what, lm_err *err)
 {
-    run_pool pool = {.p = p, .rq = rq, .jobs = jobs, .n = n, .what = what};
-    size_t nt = p->jobs > 1 ? p->jobs : 1;
-    if (nt > n)
-        nt = n;
-    if (nt <= 1) {
-        for (size_t i = 0; i < n; ++i) {
-            run_one(&pool, &jobs[i]);
-            report_done(&pool, &jobs[i]);
-            if (jobs[i].rc != LM_OK)
-                break;
-        }
-    } else {
+    run_pool pool = {.p = p, .rq = rq, .n = n, .what = what};
+    size_t nt = p->jobs > 1 ? p->jobs : 1, n_safe = 0;
+    /* Parallel-safe jobs first, in order, then the rest, in order (stable partition via an
+     * index list: jobs[] itself keeps its order for the caller). */
+    run_job **order = calloc(n ? n : 1, sizeof *order);
+    if (order == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    for (size_t i = 0; i < n; ++i)
+        if (nt > 1 && parallel_safe(&jobs[i].cfg))
+            order[n_safe++] = &jobs[i];
+    for (size_t i = 0, k = n_safe; i < n; ++i)
+        if (!(nt > 1 && parallel_safe(&jobs[i].cfg)))
+            order[k++] = &jobs[i];
+    pool.order = order;
+    pool.n_par = n_safe;
+    if (nt > n_safe)
+        nt = n_safe;
+    if (nt > 1) {
         pthread_t *th = calloc(nt, sizeof *th);
-        if (th == NULL)
+        if (th == NULL) {
+            free(order);
             return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        }
         pthread_mutex_init(&pool.mu, NULL);
         size_t started = 0;
         for (; started < nt; ++started)
@@ -130,7 +148,16 @@ static int pool_run(run_job *jobs, size_t n, const hx_sweep_params *p, const hx_
             pthread_join(th[i], NULL);
         pthread_mutex_destroy(&pool.mu);
         free(th);
+    } else {
+        pool.n_par = 0; /* nothing in parallel: everything below, in order */
     }
+    for (size_t i = pool.n_par; i < n && !pool.stop; ++i) {
+        run_job *j = order[i];
+        run_one(&pool, j);
+        report_done(&pool, j);
+        pool.stop = j->rc != LM_OK;
+    }
+    free(order);
     for (size_t i = 0; i < n; ++i)
         if (jobs[i].rc != LM_OK)
             return LM_FAIL(err, jobs[i].rc, "%s", jobs[i].err.msg);
@@ -180,7 +207,37 @@ static int check_params(const hx_sweep_params *p, lm_err *err)
     return LM_OK;
 }
 
-/* (a) The teacher path: naive, one chunk, one thread, greedy (see sweep.h). */
+/* Greedy continuation of naive:step=full:threads=1 after prompt + path[0..from): fills
+ * path[from..n_gen). With from == 0 it also records the run's hash (the naive engine's bits on
+ * this input, part of the envelope's cache key). */
+static int continue_path(hx_sweep_result *r, const hx_sweep_params *p, uint32_t from, lm_err *err)
+{
+    size_t n_pre = (size_t)p->n_prompt + from;
+    int32_t *pre = malloc(n_pre * sizeof *pre);
+    if (pre == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+    memcpy(pre, p->prompt, p->n_prompt * sizeof *pre);
+    memcpy(pre + p->n_prompt, r->path, from * sizeof *pre);
+    hx_config pc = {.backend = "naive", .step = 0, .threads = 1};
+    hx_run_request rq = {.prompt = pre, .n_prompt = (uint32_t)n_pre, .n_gen = p->n_gen - from};
+    hx_capture *c = NULL;
+    hx_run_stats st;
+    int rc = hx_run_capture(&c, &st, p->model, &pc, &rq, err);
+    if (rc == LM_OK) {
+        memcpy(r->path + from, c->tokens + n_pre, (p->n_gen - from) * sizeof *r->path);
+        if (from == 0)
+            rc = hx_capture_hash(r->path_hash, c, err);
+    }
+    hx_capture_free(c);
+    free(pre);
+    return rc;
+}
+
+#ifdef LM_TEST_HOOKS
+int64_t hx_sweep_test_poison_path = -1;
+#endif
+
+/* (a) The first teacher path: naive, one chunk, one thread, greedy (see sweep.h). */
 static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
 {
     r->path_source = HX_PATH_NAIVE_FULL;
@@ -188,63 +245,84 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
     r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
     if (r->path == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
-    if (p->n_gen == 0)
-        return LM_OK;
-    hx_config pc = {.backend = "naive", .step = 0, .threads = 1};
-    hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen};
-    hx_capture *c = NULL;
-    hx_run_stats st;
     double t0 = now_s();
-    int rc = hx_run_capture(&c, &st, p->model, &pc, &rq, err);
+    int rc = continue_path(r, p, 0, err);
     if (rc != LM_OK)
         return rc;
-    memcpy(r->path, c->tokens + p->n_prompt, p->n_gen * sizeof *r->path);
-    hx_capture_free(c);
+#ifdef LM_TEST_HOOKS
+    /* Tests make the first path wrong at one index so that the repair in (b) must happen. */
+    if (hx_sweep_test_poison_path >= 0 && (uint64_t)hx_sweep_test_poison_path < p->n_gen)
+        r->path[hx_sweep_test_poison_path] =
+            (r->path[hx_sweep_test_poison_path] + 1) % (int32_t)p->model->hp.n_vocab;
+#endif
     r->path_s = now_s() - t0;
     progress(p, "teacher path: %u greedy tokens of naive:step=full:threads=1 (%.3f s)",
              (unsigned)p->n_gen, r->path_s);
     return LM_OK;
 }
 
-/* (b) The reference on prompt + path, and where its own argmax would leave the path. */
+/* First generated index j where the reference's argmax (logits at n_prompt-1+j) differs from
+ * path[j], or -1; *top receives the reference's token there. */
+static int ref_departure(int64_t *at, int32_t *top, const hx_sweep_result *r,
+                         const hx_sweep_params *p, lm_err *err)
+{
+    *at = -1;
+    for (uint32_t j = 0; j < p->n_gen; ++j) {
+        int64_t row = ref_capture_find_pos(&r->ref, p->n_prompt - 1 + j);
+        if (row < 0)
+            return LM_FAIL(err, LM_E_INPUT, "sweep: reference has no logits at position %u",
+                           (unsigned)(p->n_prompt - 1 + j));
+        int32_t t = hx_argmax_f64(r->ref.logits + (size_t)row * r->ref.n_vocab, r->ref.n_vocab);
+        if (t != r->path[j]) {
+            *at = j;
+            *top = t;
+            return LM_OK;
+        }
+    }
+    return LM_OK;
+}
+
+/* (b) The reference on prompt + path, and the path made the reference's own greedy path:
+ * wherever the reference's argmax leaves the path, the path takes the reference's token and
+ * naive's greedy continuation after it, and the reference is computed again. Each round fixes
+ * at least one more position, so there are at most n_gen rounds; usually there are none. */
 static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
 {
     size_t n = (size_t)p->n_prompt + p->n_gen;
     int32_t *all = malloc(n * sizeof *all);
     if (all == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
-    memcpy(all, p->prompt, p->n_prompt * sizeof *all);
-    memcpy(all + p->n_prompt, r->path, p->n_gen * sizeof *all);
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads};
-    ref_cache_key(r->ref_key, p->model, &rq);
     double t0 = now_s();
-    int rc = ref_cached(&r->ref, p->model, &rq, p->cache_dir, &r->ref_hit, err);
+    int rc = LM_OK;
+    for (uint32_t round = 0;; ++round) {
+        memcpy(all, p->prompt, p->n_prompt * sizeof *all);
+        memcpy(all + p->n_prompt, r->path, p->n_gen * sizeof *all);
+        ref_capture_free(&r->ref);
+        ref_cache_key(r->ref_key, p->model, &rq);
+        if ((rc = ref_cached(&r->ref, p->model, &rq, p->cache_dir, &r->ref_hit, err)) != LM_OK ||
+            (rc = ref_departure(&r->ref_leaves_at, &r->ref_token_at, r, p, err)) != LM_OK)
+            break;
+        if (r->ref_leaves_at < 0) {
+            r->path_source = round == 0 ? r->path_source : HX_PATH_REFERENCE;
+            break;
+        }
+        progress(p, "teacher path: the reference picks %d at generated index %lld (naive: %d); "
+                    "repairing the path", (int)r->ref_token_at, (long long)r->ref_leaves_at,
+                 (int)r->path[r->ref_leaves_at]);
+        uint32_t j = (uint32_t)r->ref_leaves_at;
+        r->path[j] = r->ref_token_at;
+        if (j + 1 < p->n_gen && (rc = continue_path(r, p, j + 1, err)) != LM_OK)
+            break;
+    }
     r->ref_s = now_s() - t0;
     free(all);
     if (rc != LM_OK)
         return rc;
-    r->ref_leaves_at = -1;
-    for (uint32_t j = 0; j < p->n_gen; ++j) {
-        int64_t row = ref_capture_find_pos(&r->ref, p->n_prompt - 1 + j);
-        if (row < 0)
-            return LM_FAIL(err, LM_E_INPUT, "sweep: reference has no logits at position %u",
-                           (unsigned)(p->n_prompt - 1 + j));
-        int32_t top = hx_argmax_f64(r->ref.logits + (size_t)row * r->ref.n_vocab,
-                                    r->ref.n_vocab);
-        if (top != r->path[j]) {
-            r->ref_leaves_at = j;
-            r->ref_token_at = top;
-            break;
-        }
-    }
-    progress(p, "reference %s at %u bits (%.3f s)%s", r->ref_hit ? "loaded from cache" : "computed",
-             (unsigned)rq.prec, r->ref_s, "");
-    if (r->ref_leaves_at >= 0)
-        progress(p, "note: the reference's own argmax leaves the teacher path at generated index "
-                    "%lld (R picks %d, path has %d)", (long long)r->ref_leaves_at,
-                 (int)r->ref_token_at, (int)r->path[r->ref_leaves_at]);
+    progress(p, "reference %s at %u bits (%.3f s)", r->ref_hit ? "loaded from cache" : "computed",
+             (unsigned)rq.prec, r->ref_s);
     return LM_OK;
 }
 
@@ -265,8 +343,13 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     int rc = ref_cache_dir(dir, sizeof dir, p->cache_dir, err);
     if (rc != LM_OK)
         return rc;
-    hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, ensemble_mode,
-                    (uint32_t)strlen(ensemble_mode));
+    /* extra = the ensemble mode, then the teacher-path capture's hash: the naive engine's bits
+     * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
+    char extra[sizeof ensemble_mode + 40];
+    char ph[33];
+    hx_hash_hex(ph, r->path_hash);
+    int ne = snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
+    hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
     if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
     double t0 = now_s();

@@ -4,23 +4,23 @@
  * same call and then look at the kept captures (hashes, top-5 summaries).
  *
  * What one call does, in order:
- *  (a) The common teacher path (HX_PATH_NAIVE_FULL, the only source today): kvd_ref.h has no
- *      greedy-generation mode yet, so the path is the greedy continuation of the "naive"
- *      backend at step=full, threads 1 (fixed summation order, chunk-invariant by
- *      construction). After (b) every position is checked against the reference's own argmax
- *      on that path: ref_leaves_at is the first generated index j where argmax R(logits at
- *      n_prompt-1+j) != path[j] (-1 when the reference agrees everywhere), with the reference's
- *      token there. The comparison itself stays valid either way (every configuration and the
- *      reference are teacher-forced on the same path). When the reference grows a greedy mode,
- *      only hx_sweep.c's path step changes: path_source becomes HX_PATH_REFERENCE and
- *      ref_leaves_at is then -1 by definition; nothing in this header changes shape.
+ *  (a) The common teacher path is the reference's own greedy path. It starts as the greedy
+ *      continuation of the "naive" backend at step=full, threads 1 (fixed summation order,
+ *      chunk-invariant by construction); after (b) every position is checked against the
+ *      reference's argmax on that path, and wherever they differ the path takes the
+ *      reference's token, naive's greedy continuation after it, and the reference is computed
+ *      again (at most n_gen rounds; usually none). path_source says whether a repair happened
+ *      (HX_PATH_REFERENCE) or naive's path already was the reference's (HX_PATH_NAIVE_FULL);
+ *      either way ref_leaves_at ends at -1.
  *  (b) The reference capture of prompt + path (K/V of the prompt positions, logits at
  *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
  *  (c) The envelope: `ensemble` runs of the "naive-sr" backend (stochastic rounding, see
  *      kvd_engine.h) at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
  *      hx_run_capture on the same path, folded by hx_envelope_from_ensemble with
  *      HX_ENVELOPE_SAFETY, and cached beside the reference: key hx_envelope_key(reference key,
- *      ensemble, sr_seed, safety, "naive-sr/step=full", ...), file hx_envelope_cache_path.
+ *      ensemble, sr_seed, safety, extra) with extra = "<ensemble mode>;path=<XXH3-128 of the
+ *      teacher-path run's capture>" (that hash changes whenever the engine's naive arithmetic
+ *      does, so an engine change never reuses an old envelope), file hx_envelope_cache_path.
  *      A cached envelope whose key does not match is recomputed, never used.
  *  (d) Each configuration: hx_run_capture on the path; its baseline (same backend, threads and
  *      attn, step=full) is run once and shared by every configuration that needs it (when the
@@ -31,9 +31,11 @@
  * Progress: one line per configuration on stderr (and one each for path, reference, envelope)
  * unless quiet.
  *
- * Parallelism: jobs > 1 runs the ensemble members and the configurations on that many threads
- * (each run has its own context; the model is read-only). Results are identical for any jobs;
- * only the measured speeds are then shared-machine numbers.
+ * Parallelism: jobs > 1 runs the ensemble members and the naive configurations on that many
+ * threads (each run has its own context; the model is read-only); blas (and any other backend)
+ * runs alone afterwards, because OpenBLAS's thread count is process-global and concurrent calls
+ * were measured to change bits. Results are identical for any jobs (tested); only the measured
+ * speeds of the parallel runs are then shared-CPU numbers.
  *
  * Errors: LM_E_INPUT for bad parameters (no configurations, ensemble < 8, prompt + n_gen
  * beyond the model's context, a token id out of range), naming the thing; engine, reference and
@@ -77,8 +79,8 @@ typedef struct hx_sweep_params {
 } hx_sweep_params;
 
 typedef enum hx_path_source {
-    HX_PATH_NAIVE_FULL = 0, /* greedy path of naive:step=full:threads=1, checked against R */
-    HX_PATH_REFERENCE = 1   /* the reference's own greedy path (when kvd_ref.h offers it) */
+    HX_PATH_NAIVE_FULL = 0, /* naive:step=full:threads=1's greedy path, equal to R's */
+    HX_PATH_REFERENCE = 1   /* R's greedy path, repaired where naive's path left it */
 } hx_path_source;
 
 /* Everything one configuration produced, kept for check/bless. */
@@ -102,8 +104,9 @@ typedef struct hx_sweep_result {
     size_t n_extra_base;
     hx_path_source path_source;
     int32_t *path;            /* [n_gen] the teacher path */
+    uint8_t path_hash[16];    /* hx_capture_hash of the teacher-path run (prompt + greedy) */
     uint32_t n_gen;
-    int64_t ref_leaves_at;    /* first generated index where R's argmax != path, -1 = never */
+    int64_t ref_leaves_at;    /* -1 once (b) is done: R's argmax equals the path everywhere */
     int32_t ref_token_at;     /* R's argmax there (valid when ref_leaves_at >= 0) */
     ref_capture ref;          /* the reference on prompt + path */
     char ref_key[33];         /* ref_cache_key */
@@ -115,6 +118,12 @@ typedef struct hx_sweep_result {
 } hx_sweep_result;
 
 int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *err);
+
+#ifdef LM_TEST_HOOKS
+/* Test builds only: when >= 0, the first teacher path is made wrong at this generated index
+ * (token + 1), so that the repair toward the reference's greedy path is exercised. */
+extern int64_t hx_sweep_test_poison_path;
+#endif
 void hx_sweep_result_free(hx_sweep_result *r);
 
 /* The configurations of axes backends x threads x attn x steps (steps vary fastest), the same

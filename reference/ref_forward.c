@@ -70,6 +70,9 @@ static void *par_worker(void *p)
             break;
         j->fn(j->f, j->ctx, i, a->tid);
     }
+    /* MPFR keeps per-thread caches (constants, exp tables) that a dying thread would leak */
+    if (a->tid != 0)
+        mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
     return NULL;
 }
 

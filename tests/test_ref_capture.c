@@ -257,6 +257,17 @@ static void test_ref_capture_cache(void)
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);
     ref_capture_free(&other);
+    /* an unusable cache folder (a regular file in the way) still gives the right answer */
+    char blocked[1024];
+    snprintf(blocked, sizeof blocked, "%s/blocked", tu_tmpdir());
+    FILE *bf = fopen(blocked, "w");
+    fclose(bf);
+    snprintf(path, sizeof path, "%s/sub", blocked);
+    fprintf(stderr, "  (a 'cache unusable ... computing without it' line is expected next)\n");
+    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, path, &hit, &err) == LM_OK);
+    CU_ASSERT(!hit);
+    CU_ASSERT(captures_equal(&a, &b));
+    ref_capture_free(&b);
     /* no temp files left behind */
     char cmd[1300];
     snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", dir);

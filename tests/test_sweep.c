@@ -2,16 +2,21 @@
  * (skipped when absent), steps 1,2,3,7,full x naive,blas x threads 1,2 must raise no false
  * alarm (no DRIFT, FLIP or NONFINITE), the naive configurations must be EXACT (chunk-invariant
  * by construction), the caches must be reused, and the report files must parse back. */
+#include "commands.h"
+#include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "report.h"
 #include "sweep.h"
 #include "synth.h"
 #include "test_util.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const uint32_t steps[] = {1, 2, 3, 7, 0};
 static const char backends[][16] = {"naive", "blas"};
@@ -110,7 +115,9 @@ static void sweep_and_check(const lm_model *m, const int32_t *prompt, uint32_t n
     if (f)
         fclose(f);
 
-    /* Second run: reference and envelope come from the cache and nothing changes. */
+    /* Second run, two jobs: reference and envelope come from the cache, and running the
+     * pure-C configurations in parallel changes no bit and no verdict. */
+    p.jobs = 2;
     hx_sweep_result *r2 = NULL;
     CU_ASSERT_EQUAL_FATAL(hx_sweep_run_all(&r2, &p, &err), LM_OK);
     CU_ASSERT(r2->ref_hit);
@@ -157,6 +164,37 @@ static void test_sweep_stories260k_no_false_alarm(void)
     lm_model_free(m);
 }
 
+/* The teacher path is the reference's greedy path even when naive's first path is wrong: a
+ * path poisoned at index 2 is repaired back to the same tokens (and the reference agrees with
+ * the final path everywhere). */
+static void test_sweep_path_repaired_to_reference_greedy(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/repair-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 11, LM_TYPE_F32, &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    const int32_t prompt[] = {1, 300, 301, 302};
+    hx_config cfg = {.backend = "naive", .step = 0, .threads = 1};
+    hx_sweep_params p = {.model = m, .model_label = "repair", .prompt = prompt, .n_prompt = 4,
+                         .n_gen = 6, .configs = &cfg, .n_configs = 1,
+                         .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
+    hx_sweep_result *clean = NULL, *fixed = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_run_all(&clean, &p, &err), LM_OK);
+    CU_ASSERT_EQUAL(clean->path_source, HX_PATH_NAIVE_FULL);
+    hx_sweep_test_poison_path = 2;
+    int rc = hx_sweep_run_all(&fixed, &p, &err);
+    hx_sweep_test_poison_path = -1;
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    CU_ASSERT_EQUAL(fixed->path_source, HX_PATH_REFERENCE);
+    CU_ASSERT_EQUAL(fixed->ref_leaves_at, -1);
+    CU_ASSERT_EQUAL(memcmp(fixed->path, clean->path, 6 * sizeof *clean->path), 0);
+    hx_sweep_result_free(clean);
+    hx_sweep_result_free(fixed);
+    lm_model_free(m);
+}
+
 static void test_sweep_bad_input(void)
 {
     char path[600];
@@ -195,10 +233,76 @@ static void test_sweep_bad_input(void)
     lm_model_free(m);
 }
 
+#define ARGC(v) ((int)(sizeof(v) / sizeof((v)[0])) - 1) /* minus the NULL terminator */
+
+/* Runs `kvdrift sweep ARGS...` in-process with stdout (the table) sent to /dev/null. */
+static int run_cmd(int argc, char **argv)
+{
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
+    if (saved >= 0 && null >= 0)
+        dup2(null, STDOUT_FILENO);
+    int rc = cmd_sweep(argc, argv);
+    fflush(stdout);
+    if (saved >= 0) {
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+    }
+    if (null >= 0)
+        close(null);
+    return rc;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char p[700];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0;
+}
+
+static void test_sweep_cmd_exit_codes(void)
+{
+    char out_ok[600], out_bad[600], out_fail[600], model[600];
+    snprintf(out_ok, sizeof out_ok, "%s/cmd-ok", tu_tmpdir());
+    snprintf(out_bad, sizeof out_bad, "%s/cmd-bad", tu_tmpdir());
+    snprintf(out_fail, sizeof out_fail, "%s/cmd-fail", tu_tmpdir());
+    snprintf(model, sizeof model, "synth:tiny:seed=3");
+    char *cache = (char *)cache_dir();
+    /* 0: a clean sweep; the report files are written. */
+    char *ok[] = {"sweep", model, "--tokens", "1,72,101,108", "-n", "3", "--steps", "2,full",
+                  "--cache", cache, "-o", out_ok, "-q", NULL};
+    CU_ASSERT_EQUAL(run_cmd(ARGC(ok), ok), 0);
+    CU_ASSERT(exists(out_ok, "report.json"));
+    CU_ASSERT(exists(out_ok, "report.md"));
+    /* 2: bad input, named on stderr, and nothing written. */
+    char *bad[] = {"sweep", model, "--tokens", "1,72", "--steps", "2,zero", "--cache", cache,
+                   "-o", out_bad, "-q", NULL};
+    CU_ASSERT_EQUAL(run_cmd(ARGC(bad), bad), 2);
+    CU_ASSERT(!exists(out_bad, "report.json"));
+    char *bad2[] = {"sweep", model, "-p", "x", "--tokens", "1", "-o", out_bad, NULL};
+    CU_ASSERT_EQUAL(run_cmd(ARGC(bad2), bad2), 2);
+    CU_ASSERT(!exists(out_bad, "."));
+    /* 1: a real defect (attention scale missing) in every configuration, the ensemble spared
+     * as a known-good build would measure it: DRIFT or FLIP, so the sweep fails. */
+    lm_test_spare_backend("naive-sr");
+    lm_test_set_defect(LM_DEFECT_ATTN_NO_SCALE);
+    char *fail[] = {"sweep", model, "--tokens", "1,72,101,108,108,111", "-n", "4", "--steps",
+                    "3,full", "--backends", "naive", "--cache", cache, "-o", out_fail, "-q",
+                    NULL};
+    CU_ASSERT_EQUAL(run_cmd(ARGC(fail), fail), 1);
+    lm_test_set_defect(LM_DEFECT_NONE);
+    lm_test_spare_backend(NULL);
+    CU_ASSERT(exists(out_fail, "report.json"));
+}
+
 void test_sweep_register(void)
 {
     CU_pSuite s = CU_add_suite("sweep", NULL, NULL);
     CU_add_test(s, "test_sweep_synth_tiny_no_false_alarm", test_sweep_synth_tiny_no_false_alarm);
     CU_add_test(s, "test_sweep_stories260k_no_false_alarm", test_sweep_stories260k_no_false_alarm);
+    CU_add_test(s, "test_sweep_path_repaired_to_reference_greedy",
+                test_sweep_path_repaired_to_reference_greedy);
     CU_add_test(s, "test_sweep_bad_input", test_sweep_bad_input);
+    CU_add_test(s, "test_sweep_cmd_exit_codes", test_sweep_cmd_exit_codes);
 }

@@ -4,6 +4,16 @@
 
 #include "kvd_model.h"
 
+/* Checkpoint callback (optional, lm_ctx_set_probe): called on the calling thread after each named operation of
+ * a chunk with that operation's rows, x [n][row_elems] for positions pos0 .. pos0+n-1. layer <
+ * n_layer: "attn_norm", "q" and "k" (after RoPE), "v", "attn" (softmax(QK^T).V, before the
+ * output projection), "attn_out" (after Wo and its bias), "attn_resid" (residual stream after
+ * the attention block), "ffn_norm", "ffn_act" (silu(gate) * up), "ffn_out", "residual"
+ * (residual stream after the layer); layer == n_layer: "out_norm" (final RMSNorm of a row whose
+ * logits are computed). x is valid only during the call; op is a static string. */
+typedef void (*lm_probe_fn)(void *user, uint32_t layer, const char *op, uint32_t pos0, uint32_t n,
+                            const float *x, size_t row_elems);
+
 typedef struct lm_ctx_params {
     const char *backend; /* "naive" or "blas" (NULL = "blas"); also "naive-sr[:seed=N]":
                             naive's order with seeded stochastic rounding (noise ensembles,
@@ -45,6 +55,9 @@ void lm_ctx_reset(lm_ctx *c);
 /* KV cache of one layer: [n_past][n_head_kv][head_dim], K after RoPE. */
 const float *lm_ctx_k(const lm_ctx *c, uint32_t layer);
 const float *lm_ctx_v(const lm_ctx *c, uint32_t layer);
+/* Installs (or, with NULL, removes) the per-operation checkpoint callback; a context without
+ * one pays one untaken branch per operation and chunk. */
+void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn probe, void *user);
 /* Bytes of scratch (excluding weights and KV cache) this context allocated. */
 size_t lm_ctx_scratch_bytes(const lm_ctx *c);
 const char *lm_ctx_backend_name(const lm_ctx *c);

@@ -134,7 +134,9 @@ int ref_cache_dir(char *out, size_t cap, const char *dir, lm_err *err);
 void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq);
 /* Loads the capture for (m, rq) from the cache, or computes and stores it. A corrupt or
  * mismatching entry (bad hash, truncated, another request's data) is reported on stderr as
- * recomputed and replaced, never trusted. *hit (may be NULL) tells whether it was loaded. */
+ * recomputed and replaced, never trusted. A cache folder that cannot be created or written
+ * is reported on stderr and the capture computed anyway (the cache costs time, never
+ * correctness). *hit (may be NULL) tells whether it was loaded. */
 int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const char *cache_dir,
                bool *hit, lm_err *err);
 

@@ -1,0 +1,54 @@
+/* kvd_defects.h — test-only defect switch: realistic engine bugs injected at the real place in
+ * the code, so that tests can show the harness detects them (issue 4, "Detection must be
+ * shown, not assumed").
+ *
+ * Compiled in only when LM_TEST_HOOKS is defined (the Makefile's test library variant, linked
+ * only by kvdrift-tests). In the release library LM_DEFECT_ON is the constant 0, the injection
+ * branches fold away, and no function below exists: the `kvdrift` binary carries no defect code.
+ *
+ * One defect at a time, process-wide. A context reads the switch at every injection point
+ * (never cached), so set it only while no forward pass runs. Contexts whose backend name starts
+ * with the spared prefix (lm_test_spare_backend) always compute correctly: that is how a test
+ * measures the noise envelope as a known-good build would (the sweep's "naive-sr" ensemble)
+ * while the configurations under test carry the defect. */
+#ifndef KVD_DEFECTS_H
+#define KVD_DEFECTS_H
+
+#include <stdbool.h>
+
+typedef enum lm_defect {
+    LM_DEFECT_NONE = 0,
+    LM_DEFECT_ROPE_POS_AFTER_CHUNK, /* RoPE angle of position p+1 for every chunk that does not
+                                       start at position 0 (forward.c rope_chunk) */
+    LM_DEFECT_MASK_NEXT_TOKEN,      /* causal mask admits key i+1 of the query's own chunk
+                                       (attention.c softmax_rows) */
+    LM_DEFECT_KV_SLOT_AT_BOUNDARY,  /* a chunk that does not start at position 0 writes its K/V
+                                       rows one slot early (forward.c attn_block) */
+    LM_DEFECT_ATTN_NO_SCALE,        /* Q.K not scaled by 1/sqrt(head_dim) (forward.c) */
+    LM_DEFECT_RMS_EPS_10X,          /* layer RMSNorms use 10 * eps (forward.c rmsnorm_chunk) */
+    LM_DEFECT_SOFTMAX_NO_MAX,       /* attention softmax without subtracting the row maximum
+                                       (attention.c softmax_row) */
+    LM_DEFECT_GQA_INTERLEAVED,      /* query head h reads kv head h % n_head_kv instead of
+                                       h / (n_head / n_head_kv) (attention.c) */
+    LM_DEFECT_LOGITS_UNNORMED,      /* output projection of the raw residual stream, final
+                                       RMSNorm skipped (forward.c logits_row) */
+    LM_DEFECT_COUNT
+} lm_defect;
+
+#ifdef LM_TEST_HOOKS
+/* Switches defect d on for every context (LM_DEFECT_NONE: off). */
+void lm_test_set_defect(lm_defect d);
+lm_defect lm_test_defect(void);
+/* Contexts on backends whose name starts with prefix stay correct (NULL or "": none spared).
+ * The string is copied. */
+void lm_test_spare_backend(const char *prefix);
+/* Whether defect d applies to a context on backend `backend` (its lm_backend_i name). */
+bool lm_test_defect_on(const char *backend, lm_defect d);
+/* "none", "rope-pos-after-chunk", ...; NULL past the end. */
+const char *lm_defect_name(lm_defect d);
+#define LM_DEFECT_ON(backend, d) lm_test_defect_on((backend), (d))
+#else
+#define LM_DEFECT_ON(backend, d) 0
+#endif
+
+#endif

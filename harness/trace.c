@@ -1,0 +1,462 @@
+/* trace.c — hx_trace_run: per-operation checkpoints of two configurations (and of a noise
+ * ensemble), compared in forward order (the contract is in trace.h). */
+#include "trace.h"
+
+#include "envelope.h"
+#include "metrics.h"
+#include "sweep.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a tape: every probed operation's rows of one run ---- */
+
+typedef struct slot {
+    uint32_t layer;
+    char op[16];
+    size_t row_elems;
+    float *rows;   /* [n_pos][row_elems] */
+    uint8_t *have; /* [n_pos] row written */
+} slot;
+
+typedef struct tape {
+    uint32_t n_pos;  /* positions of the run: prompt + decode steps */
+    size_t n, cap;
+    slot *s;         /* [n] in first-seen order = forward order */
+    size_t hint;     /* the slot after the last one written: the probe's next call, mostly */
+    bool oom;
+    bool bad_shape;  /* an operation changed its row size between calls (an engine bug) */
+} tape;
+
+static void tape_free(tape *t)
+{
+    for (size_t i = 0; i < t->n; ++i) {
+        free(t->s[i].rows);
+        free(t->s[i].have);
+    }
+    free(t->s);
+    memset(t, 0, sizeof *t);
+}
+
+static slot *tape_slot(tape *t, uint32_t layer, const char *op, size_t row_elems)
+{
+    for (size_t k = 0; k < t->n; ++k) {
+        size_t i = (t->hint + k) % t->n;
+        if (t->s[i].layer == layer && strcmp(t->s[i].op, op) == 0) {
+            t->hint = i + 1;
+            if (t->s[i].row_elems != row_elems) {
+                t->bad_shape = true;
+                return NULL;
+            }
+            return &t->s[i];
+        }
+    }
+    if (t->n == t->cap) {
+        size_t nc = t->cap ? 2 * t->cap : 64;
+        slot *ns = realloc(t->s, nc * sizeof *ns);
+        if (ns == NULL) {
+            t->oom = true;
+            return NULL;
+        }
+        t->s = ns;
+        t->cap = nc;
+    }
+    slot *s = &t->s[t->n];
+    memset(s, 0, sizeof *s);
+    s->layer = layer;
+    snprintf(s->op, sizeof s->op, "%s", op);
+    s->row_elems = row_elems;
+    s->rows = calloc((size_t)t->n_pos * row_elems, sizeof *s->rows);
+    s->have = calloc(t->n_pos, 1);
+    if (s->rows == NULL || s->have == NULL) {
+        free(s->rows);
+        free(s->have);
+        t->oom = true;
+        return NULL;
+    }
+    t->hint = ++t->n;
+    return s;
+}
+
+static void tape_put(tape *t, uint32_t layer, const char *op, uint32_t pos0, uint32_t n,
+                     const float *x /* [n][row_elems] */, size_t row_elems)
+{
+    if (t->oom || t->bad_shape || pos0 + n > t->n_pos)
+        return;
+    slot *s = tape_slot(t, layer, op, row_elems);
+    if (s == NULL)
+        return;
+    memcpy(s->rows + (size_t)pos0 * row_elems, x, (size_t)n * row_elems * sizeof *x);
+    memset(s->have + pos0, 1, n);
+}
+
+static void probe_cb(void *user, uint32_t layer, const char *op, uint32_t pos0, uint32_t n,
+                     const float *x, size_t row_elems)
+{
+    tape_put(user, layer, op, pos0, n, x, row_elems);
+}
+
+/* ---- one run: prompt in the configuration's chunks, then decode steps ---- */
+
+/* Fills t (n_pos = n_prompt + n_gen). path [n_gen]: fed when `forced`, else chosen greedily
+ * from the run's own logits and written there. */
+static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int32_t *prompt,
+                    uint32_t n_prompt, int32_t *path, uint32_t n_gen, bool forced, lm_err *err)
+{
+    const lm_hparams *hp = &m->hp;
+    const uint32_t total = n_prompt + n_gen;
+    uint32_t step = cfg->step == 0 || cfg->step > n_prompt ? n_prompt : cfg->step;
+    char sr_name[LM_SR_NAME_MAX];
+    const char *be = cfg->backend;
+    if (strcmp(cfg->backend, "naive-sr") == 0) {
+        lm_sr_backend_name(sr_name, sizeof sr_name, cfg->sr_seed);
+        be = sr_name;
+    }
+    const lm_ctx_params cp = {.backend = be, .n_threads = (int)cfg->threads, .n_ctx = total};
+    lm_ctx *c = NULL;
+    float *lg = malloc((size_t)step * hp->n_vocab * sizeof *lg); /* [step][n_vocab] */
+    memset(t, 0, sizeof *t);
+    t->n_pos = total;
+    if (lg == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+    int rc = lm_ctx_create(&c, m, &cp, err);
+    if (rc != LM_OK) {
+        free(lg);
+        return rc;
+    }
+    lm_ctx_set_probe(c, probe_cb, t);
+    for (uint32_t done = 0; done < total && rc == LM_OK;) {
+        const bool in_prompt = done < n_prompt;
+        uint32_t len = in_prompt ? (n_prompt - done < step ? n_prompt - done : step) : 1;
+        int32_t tok;
+        const int32_t *ids = prompt + done;
+        if (!in_prompt) {
+            const uint32_t j = done - n_prompt; /* decode step j feeds path[j] */
+            tok = path[j];
+            ids = &tok;
+        }
+        rc = lm_forward(c, ids, len, LM_LOGITS_ALL, lg, err);
+        if (rc != LM_OK)
+            break;
+        tape_put(t, hp->n_layer, "logits", done, len, lg, hp->n_vocab);
+        done += len;
+        /* The logits of the row just written choose the next path token. */
+        const uint32_t j = done - n_prompt;
+        if (done >= n_prompt && j < n_gen && !forced)
+            path[j] = lm_argmax(lg + (size_t)(len - 1) * hp->n_vocab, hp->n_vocab);
+    }
+    lm_ctx_free(c);
+    free(lg);
+    if (rc == LM_OK && t->oom)
+        rc = LM_FAIL(err, LM_E_NOMEM, "trace: out of memory for the checkpoints");
+    if (rc == LM_OK && t->bad_shape)
+        rc = LM_FAIL(err, LM_E_INTERNAL, "trace: an operation changed its row size");
+    if (rc != LM_OK)
+        tape_free(t);
+    return rc;
+}
+
+/* ---- comparison ---- */
+
+static bool row_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+/* max_i |x_i - y_i| in double; NaN when either has a NaN, Inf when an Inf is involved. */
+static double row_max_abs(const float *x, const float *y, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        double d = fabs((double)x[i] - (double)y[i]);
+        if (isnan(d))
+            return NAN;
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+static int check_params(const hx_trace_params *p, lm_err *err)
+{
+    if (p->model == NULL || p->prompt == NULL || p->n_prompt == 0)
+        return LM_FAIL(err, LM_E_INPUT, "trace: empty prompt");
+    const lm_hparams *hp = &p->model->hp;
+    for (uint32_t i = 0; i < p->n_prompt; ++i)
+        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= hp->n_vocab)
+            return LM_FAIL(err, LM_E_INPUT, "trace: prompt token %d is not below the vocabulary "
+                                            "size %u", (int)p->prompt[i], (unsigned)hp->n_vocab);
+    uint64_t need = (uint64_t)p->n_prompt + p->n_gen;
+    if (need > UINT32_MAX / 2 || (hp->n_ctx_train != 0 && need > hp->n_ctx_train))
+        return LM_FAIL(err, LM_E_INPUT, "trace: %u prompt tokens + %u generated exceed the "
+                                        "model's context of %u", (unsigned)p->n_prompt,
+                       (unsigned)p->n_gen, (unsigned)hp->n_ctx_train);
+    if (p->ensemble != 0 && p->ensemble < HX_ENVELOPE_MIN_MEMBERS)
+        return LM_FAIL(err, LM_E_INPUT, "trace: ensemble of %u runs: at least %u are needed",
+                       (unsigned)p->ensemble, (unsigned)HX_ENVELOPE_MIN_MEMBERS);
+    return LM_OK;
+}
+
+/* env [n_slots][n_pos]: the envelope per slot of `naive` and position (see trace.h). */
+static int measure_envelope(double **out, const tape *naive, const hx_trace_params *p,
+                            int32_t *path, lm_err *err)
+{
+    const uint32_t np = naive->n_pos;
+    double *env = calloc(naive->n * np, sizeof *env); /* [n_slots][n_pos] */
+    if (env == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+    for (uint32_t mi = 0; mi < p->ensemble; ++mi) {
+        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = p->sr_seed + mi};
+        tape t;
+        int rc = run_tape(&t, p->model, &c, p->prompt, p->n_prompt, path, p->n_gen, true, err);
+        if (rc != LM_OK) {
+            free(env);
+            return rc;
+        }
+        for (size_t k = 0; k < naive->n; ++k) {
+            const slot *a = &naive->s[k];
+            const slot *b = NULL;
+            for (size_t j = 0; j < t.n && b == NULL; ++j)
+                if (t.s[j].layer == a->layer && strcmp(t.s[j].op, a->op) == 0)
+                    b = &t.s[j];
+            for (uint32_t pos = 0; pos < np; ++pos) {
+                double d = INFINITY; /* a member missing the row measures nothing: no bound */
+                if (b != NULL && a->have[pos] && b->have[pos])
+                    d = row_max_abs(a->rows + (size_t)pos * a->row_elems,
+                                    b->rows + (size_t)pos * a->row_elems, a->row_elems);
+                if (isnan(d))
+                    d = INFINITY;
+                double *e = &env[k * np + pos];
+                *e = d > *e ? d : *e;
+            }
+        }
+        tape_free(&t);
+    }
+    for (size_t i = 0; i < naive->n * np; ++i)
+        env[i] *= HX_ENVELOPE_SAFETY;
+    *out = env;
+    return LM_OK;
+}
+
+static const slot *find_slot(const tape *t, uint32_t layer, const char *op)
+{
+    for (size_t j = 0; j < t->n; ++j)
+        if (t->s[j].layer == layer && strcmp(t->s[j].op, op) == 0)
+            return &t->s[j];
+    return NULL;
+}
+
+static void compare_op(hx_trace_op *o, const slot *a, const slot *b, uint32_t np,
+                       const slot *env_slot, const double *env /* [n_pos] or NULL */)
+{
+    memset(o, 0, sizeof *o);
+    o->layer = a->layer;
+    snprintf(o->op, sizeof o->op, "%s", a->op);
+    o->row_elems = a->row_elems;
+    o->first_pos = -1;
+    o->beyond_pos = -1;
+    o->e_at_max = NAN;
+    (void)env_slot;
+    for (uint32_t pos = 0; pos < np; ++pos) {
+        if (!a->have[pos] || !b->have[pos])
+            continue;
+        ++o->n_pos;
+        const float *x = a->rows + (size_t)pos * a->row_elems;
+        const float *y = b->rows + (size_t)pos * a->row_elems;
+        hx_metrics mt;
+        hx_metrics_compute_f32(&mt, x, y, a->row_elems);
+        const bool nonfin = !row_finite(x, a->row_elems) || !row_finite(y, a->row_elems);
+        o->nonfinite |= nonfin;
+        if (mt.n_diff_bits == 0)
+            continue;
+        ++o->n_pos_diff;
+        if (o->first_pos < 0)
+            o->first_pos = pos;
+        double d = row_max_abs(x, y, a->row_elems);
+        if (isnan(d) || d > o->max_abs || (isnan(o->max_abs) == false && o->n_pos_diff == 1)) {
+            if (!isnan(o->max_abs)) {
+                o->max_abs = d;
+                o->max_pos = pos;
+                o->e_at_max = env ? env[pos] : NAN;
+            }
+        }
+        o->max_ulp = mt.max_ulp > o->max_ulp ? mt.max_ulp : o->max_ulp;
+        if (env != NULL) {
+            double ratio = nonfin || isnan(d) ? INFINITY
+                           : env[pos] > 0.0   ? d / env[pos]
+                           : d > 0.0          ? INFINITY
+                                              : 0.0;
+            o->worst_ratio = ratio > o->worst_ratio ? ratio : o->worst_ratio;
+            if (ratio > 1.0 && o->beyond_pos < 0)
+                o->beyond_pos = pos;
+        }
+    }
+}
+
+int hx_trace_run(hx_trace_result **out, const hx_trace_params *p, lm_err *err)
+{
+    *out = NULL;
+    int rc = check_params(p, err);
+    if (rc != LM_OK)
+        return rc;
+    hx_trace_result *r = calloc(1, sizeof *r);
+    tape ta = {0}, tb = {0}, tn = {0};
+    double *env = NULL;
+    if (r == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+    r->n_prompt = p->n_prompt;
+    r->n_gen = p->n_gen;
+    r->first_diff = r->first_beyond = -1;
+    r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
+    if (r->path == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+        goto fail;
+    }
+    /* A chooses the path; B, the naive run and the members follow it. */
+    if ((rc = run_tape(&ta, p->model, &p->a, p->prompt, p->n_prompt, r->path, p->n_gen, false,
+                       err)) != LM_OK ||
+        (rc = run_tape(&tb, p->model, &p->b, p->prompt, p->n_prompt, r->path, p->n_gen, true,
+                       err)) != LM_OK)
+        goto fail;
+    if (p->ensemble > 0) {
+        const hx_config naive = {.backend = "naive", .step = 0, .threads = 1};
+        if ((rc = run_tape(&tn, p->model, &naive, p->prompt, p->n_prompt, r->path, p->n_gen, true,
+                           err)) != LM_OK ||
+            (rc = measure_envelope(&env, &tn, p, r->path, err)) != LM_OK)
+            goto fail;
+        r->has_env = true;
+        r->ensemble = p->ensemble;
+    }
+    r->ops = calloc(ta.n ? ta.n : 1, sizeof *r->ops);
+    if (r->ops == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+        goto fail;
+    }
+    for (size_t k = 0; k < ta.n; ++k) {
+        const slot *a = &ta.s[k];
+        const slot *b = find_slot(&tb, a->layer, a->op);
+        if (b == NULL || b->row_elems != a->row_elems)
+            continue; /* both run the same engine: cannot happen unless it is broken */
+        const double *e = NULL;
+        if (env != NULL)
+            for (size_t j = 0; j < tn.n && e == NULL; ++j)
+                if (tn.s[j].layer == a->layer && strcmp(tn.s[j].op, a->op) == 0)
+                    e = env + j * tn.n_pos;
+        hx_trace_op *o = &r->ops[r->n_ops++];
+        compare_op(o, a, b, ta.n_pos, NULL, e);
+        if (o->n_pos_diff > 0 && r->first_diff < 0)
+            r->first_diff = (int64_t)(r->n_ops - 1);
+        if (o->beyond_pos >= 0 && r->first_beyond < 0)
+            r->first_beyond = (int64_t)(r->n_ops - 1);
+    }
+    tape_free(&ta);
+    tape_free(&tb);
+    tape_free(&tn);
+    free(env);
+    *out = r;
+    return LM_OK;
+fail:
+    tape_free(&ta);
+    tape_free(&tb);
+    tape_free(&tn);
+    free(env);
+    hx_trace_result_free(r);
+    return rc;
+}
+
+void hx_trace_result_free(hx_trace_result *r)
+{
+    if (r == NULL)
+        return;
+    free(r->path);
+    free(r->ops);
+    free(r);
+}
+
+/* ---- printing ---- */
+
+static void op_name(char *buf, size_t n, const hx_trace_op *o)
+{
+    if (strcmp(o->op, "out_norm") == 0 || strcmp(o->op, "logits") == 0)
+        snprintf(buf, n, "%s", o->op);
+    else
+        snprintf(buf, n, "L%u %s", (unsigned)o->layer, o->op);
+}
+
+void hx_trace_summary(char *buf, size_t n, const hx_trace_result *r, const char *a_name,
+                      const char *b_name)
+{
+    char where[48];
+    if (r->first_diff < 0) {
+        snprintf(buf, n, "%s vs %s: identical at every operation (%zu operations, %u positions)",
+                 a_name, b_name, r->n_ops, (unsigned)(r->n_prompt + r->n_gen));
+        return;
+    }
+    const hx_trace_op *o = &r->ops[r->first_diff];
+    op_name(where, sizeof where, o);
+    int k = snprintf(buf, n, "%s vs %s part first at %s (max abs %.2g at pos %u, %u of %u "
+                             "positions differ, first at pos %lld)",
+                     a_name, b_name, where, o->max_abs, (unsigned)o->max_pos,
+                     (unsigned)o->n_pos_diff, (unsigned)o->n_pos, (long long)o->first_pos);
+    if (k < 0 || (size_t)k >= n)
+        return;
+    if (!r->has_env) {
+        snprintf(buf + k, n - (size_t)k, "; no envelope measured");
+    } else if (r->first_beyond < 0) {
+        snprintf(buf + k, n - (size_t)k, "; never beyond the envelope (%u naive-sr runs, "
+                                         "safety %g)", (unsigned)r->ensemble, HX_ENVELOPE_SAFETY);
+    } else {
+        const hx_trace_op *ob = &r->ops[r->first_beyond];
+        op_name(where, sizeof where, ob);
+        snprintf(buf + k, n - (size_t)k, "; first beyond the envelope at %s (pos %lld, max abs "
+                                         "%.2g vs E %.2g at pos %u)",
+                 where, (long long)ob->beyond_pos, ob->max_abs, ob->e_at_max,
+                 (unsigned)ob->max_pos);
+    }
+}
+
+void hx_trace_print(FILE *f, const hx_trace_result *r, const char *a_name, const char *b_name,
+                    bool table)
+{
+    char line[1024];
+    hx_trace_summary(line, sizeof line, r, a_name, b_name);
+    fprintf(f, "%s\n", line);
+    if (!table)
+        return;
+    fprintf(f, "%-16s %5s %9s %6s %10s %9s %10s %9s  %s\n", "operation", "elems", "pos diff",
+            "first", "max abs", "ulp", "E at max", "max/E", "");
+    for (size_t i = 0; i < r->n_ops; ++i) {
+        const hx_trace_op *o = &r->ops[i];
+        char name[48], pd[24], first[16], ulp[24], e[16], ratio[16];
+        op_name(name, sizeof name, o);
+        snprintf(pd, sizeof pd, "%u/%u", (unsigned)o->n_pos_diff, (unsigned)o->n_pos);
+        if (o->first_pos >= 0)
+            snprintf(first, sizeof first, "%lld", (long long)o->first_pos);
+        else
+            snprintf(first, sizeof first, "-");
+        if (o->max_ulp == HX_ULP_NAN)
+            snprintf(ulp, sizeof ulp, "nan");
+        else
+            snprintf(ulp, sizeof ulp, "%llu", (unsigned long long)o->max_ulp);
+        if (r->has_env && o->n_pos_diff > 0) {
+            snprintf(e, sizeof e, "%.2g", o->e_at_max);
+            snprintf(ratio, sizeof ratio, "%.3g", o->worst_ratio);
+        } else {
+            snprintf(e, sizeof e, "-");
+            snprintf(ratio, sizeof ratio, "-");
+        }
+        const char *mark = o->n_pos_diff == 0      ? "="
+                           : o->beyond_pos >= 0    ? "BEYOND"
+                           : r->has_env            ? "bits"
+                                                   : "bits";
+        if (o->nonfinite)
+            mark = "NONFINITE";
+        fprintf(f, "%-16s %5zu %9s %6s %10.3g %9s %10s %9s  %s%s\n", name, o->row_elems, pd, first,
+                o->max_abs, ulp, e, ratio, mark,
+                (int64_t)i == r->first_diff ? "  <- first bits" :
+                (int64_t)i == r->first_beyond ? "  <- first beyond E" : "");
+    }
+}

@@ -1,0 +1,418 @@
+/* test_defects.c — detection shown, not assumed (issue 4): each test-only engine defect of
+ * kvd_defects.h, run through a default sweep (hx_sweep_run_all) on stories260K and on the
+ * synthetic "tiny" model, must come out DRIFT, FLIP or NONFINITE; with the switch off, no
+ * legitimate configuration may be DRIFT or FLIP (the false-alarm count is 0).
+ *
+ * How the sweep stays honest while a defect is on: the reference is MPFR code that shares
+ * nothing with the engine's arithmetic, so the defect cannot reach it; the noise envelope is
+ * measured by the engine's "naive-sr" backend, which lm_test_spare_backend("naive-sr") keeps
+ * correct, as an envelope measured by a known-good build would be (a defect measured into its
+ * own envelope widens E until it hides itself). The clean sweep runs first; when a defective
+ * sweep's teacher path (naive:step=full greedy, itself defective) stays the clean one, its
+ * envelope must equal the clean envelope bit for bit (asserted), which shows the defect did not
+ * leak into it; when the path moves, reference and envelope are recomputed on the new path
+ * (MPFR, and the spared backend).
+ *
+ * Softmax without max subtraction is the same mathematics as with it: it changes values only
+ * when exp overflows, i.e. when an attention logit exceeds ~88.7. On stories260K and tiny the
+ * logits are far below that, the defect only moves rounding, and a harness that called it DRIFT
+ * there would be raising a false alarm; the table reports what the sweep says. To show that the
+ * harness catches it where it matters, each model also gets a "hot" variant: layer 0's Wq
+ * scaled by the power of two that lifts this prompt's largest layer-0 attention logit (measured
+ * through the engine's probe) into [128, 256) — the regime of attention-logit growth that
+ * soft-capping exists for. The hot variant's clean sweep must raise no alarm, and the defect
+ * must make every configuration NONFINITE.
+ *
+ * Sweep: the default steps 1,2,3,5,8,16,32,64,full (the prompt has more than 8 tokens, so chunk
+ * boundaries fall inside it; 16 and up are one chunk), backends naive and blas, threads 1 and
+ * 2: 36 configurations per sweep, 4 greedy tokens, 8 SR members, 127-bit reference. */
+#include "kvd_defects.h"
+#include "kvd_engine.h"
+#include "kvd_tokenizer.h"
+#include "sweep.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char prompt_text[] = "Once upon a time, there was a little girl";
+#define N_GEN 4u
+
+typedef struct defect_case {
+    lm_defect d;
+    bool every; /* changes every configuration's mathematics: all must fail */
+    bool exact_math; /* same mathematics as the correct code unless exp overflows */
+} defect_case;
+
+/* Chunk-dependent defects need only be caught somewhere: a step=1 prefill has no "next
+ * token of its chunk", for example. */
+static const defect_case defects[] = {
+    {LM_DEFECT_ROPE_POS_AFTER_CHUNK, false, false}, {LM_DEFECT_MASK_NEXT_TOKEN, false, false},
+    {LM_DEFECT_KV_SLOT_AT_BOUNDARY, false, false},  {LM_DEFECT_ATTN_NO_SCALE, true, false},
+    {LM_DEFECT_RMS_EPS_10X, true, false},           {LM_DEFECT_SOFTMAX_NO_MAX, false, true},
+    {LM_DEFECT_GQA_INTERLEAVED, true, false},       {LM_DEFECT_LOGITS_UNNORMED, true, false},
+};
+#define N_DEFECTS (sizeof defects / sizeof defects[0])
+
+typedef struct cell {
+    bool ran;
+    hx_class worst;     /* worst class over the configurations */
+    size_t caught;      /* configurations classed DRIFT, FLIP or NONFINITE */
+    bool path_moved;    /* the defective teacher path left the clean one */
+} cell;
+
+/* One model's results, kept for the summary table. */
+typedef struct model_result {
+    const char *label;
+    bool ran;
+    size_t n_configs;
+    size_t false_alarms;     /* clean sweep: configurations DRIFT, FLIP or NONFINITE */
+    hx_class clean_worst;
+    cell d[N_DEFECTS];
+    double max_logit;        /* largest layer-0 attention logit of the prompt (clean model) */
+    float hot_scale;         /* the hot variant's Wq factor */
+    size_t hot_false_alarms;
+    hx_class hot_clean_worst;
+    cell hot;                /* softmax-no-max on the hot variant */
+    double seconds;
+} model_result;
+
+static model_result results[2];
+
+static int sweep_once(hx_sweep_result **out, const lm_model *m, const int32_t *prompt,
+                      uint32_t n_prompt, const hx_config *cfgs, size_t n_cfgs, const char *cache,
+                      lm_err *err)
+{
+    /* jobs 2: the runs of a sweep are independent and their results identical for any jobs. */
+    hx_sweep_params p = {.model = m, .prompt = prompt, .n_prompt = n_prompt, .n_gen = N_GEN,
+                         .configs = cfgs, .n_configs = n_cfgs, .cache_dir = cache, .jobs = 2,
+                         .quiet = true};
+    return hx_sweep_run_all(out, &p, err);
+}
+
+static bool env_tensor_equal(const hx_env_tensor *a, const hx_env_tensor *b)
+{
+    /* Bitwise (NaN gap fields of K/V compare equal to themselves this way). */
+    return memcmp(&a->dev, &b->dev, sizeof a->dev) == 0 && memcmp(&a->e, &b->e, sizeof a->e) == 0;
+}
+
+static bool envelopes_equal(const hx_envelope *a, const hx_envelope *b)
+{
+    if (a->n_layer != b->n_layer || a->n_pos != b->n_pos)
+        return false;
+    for (uint32_t l = 0; l < a->n_layer; ++l)
+        if (!env_tensor_equal(&a->k[l], &b->k[l]) || !env_tensor_equal(&a->v[l], &b->v[l]))
+            return false;
+    for (uint32_t p = 0; p < a->n_pos; ++p)
+        if (!env_tensor_equal(&a->logits[p], &b->logits[p]))
+            return false;
+    return true;
+}
+
+/* Counts the configurations that fail and the worst class. */
+static void fold(const hx_sweep_result *r, size_t *n_fail, hx_class *worst)
+{
+    *n_fail = 0;
+    *worst = HX_EXACT;
+    for (size_t i = 0; i < r->report->n_configs; ++i) {
+        const hx_config_report *c = &r->report->configs[i];
+        *worst = hx_class_worst(*worst, c->cls);
+        *n_fail += hx_class_fails(c->cls);
+    }
+}
+
+/* ---- the largest layer-0 attention logit, through the engine's probe ---- */
+
+typedef struct qk_tape {
+    uint32_t n, q_dim, kv_dim;
+    float *q; /* [n][q_dim] layer 0, after RoPE */
+    float *k; /* [n][kv_dim] layer 0, after RoPE */
+} qk_tape;
+
+static void qk_probe(void *user, uint32_t layer, const char *op, uint32_t pos0, uint32_t n,
+                     const float *x, size_t row_elems)
+{
+    qk_tape *t = user;
+    if (layer != 0 || pos0 + n > t->n)
+        return;
+    if (strcmp(op, "q") == 0 && row_elems == t->q_dim)
+        memcpy(t->q + (size_t)pos0 * t->q_dim, x, (size_t)n * row_elems * sizeof *x);
+    else if (strcmp(op, "k") == 0 && row_elems == t->kv_dim)
+        memcpy(t->k + (size_t)pos0 * t->kv_dim, x, (size_t)n * row_elems * sizeof *x);
+}
+
+/* max over heads h and causal pairs j <= i of |q_i,h . k_j,g(h)| / sqrt(head_dim), in double;
+ * -1 on failure. */
+static double max_layer0_logit(const lm_model *m, const int32_t *prompt, uint32_t n)
+{
+    const lm_hparams *hp = &m->hp;
+    qk_tape t = {n, hp->n_head * hp->head_dim, hp->n_head_kv * hp->head_dim, NULL, NULL};
+    t.q = calloc((size_t)n * t.q_dim, sizeof *t.q);
+    t.k = calloc((size_t)n * t.kv_dim, sizeof *t.k);
+    lm_ctx *c = NULL;
+    lm_err err = {0};
+    double best = -1.0;
+    const lm_ctx_params cp = {.backend = "naive", .n_threads = 1, .n_ctx = n};
+    if (t.q && t.k && lm_ctx_create(&c, m, &cp, &err) == LM_OK) {
+        lm_ctx_set_probe(c, qk_probe, &t);
+        if (lm_forward(c, prompt, n, LM_LOGITS_NONE, NULL, &err) == LM_OK) {
+            const uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
+            best = 0.0;
+            for (uint32_t h = 0; h < hp->n_head; ++h)
+                for (uint32_t i = 0; i < n; ++i)
+                    for (uint32_t j = 0; j <= i; ++j) {
+                        const float *q = t.q + (size_t)i * t.q_dim + (size_t)h * hd;
+                        const float *k = t.k + (size_t)j * t.kv_dim + (size_t)(h / group) * hd;
+                        double s = 0.0;
+                        for (uint32_t e = 0; e < hd; ++e)
+                            s += (double)q[e] * (double)k[e];
+                        s = fabs(s) / sqrt((double)hd);
+                        best = s > best ? s : best;
+                    }
+        }
+    }
+    lm_ctx_free(c);
+    free(t.q);
+    free(t.k);
+    return best;
+}
+
+/* Scales layer 0's Wq by a power of two (exact) so that the largest layer-0 logit lands in
+ * [128, 256), and marks the model's hash so no cache entry of the original is ever reused.
+ * The weights live in the model's private malloc'd arena (kvd_model.h weights_arena), so the
+ * test may write them; the const on lm_layer only promises that the engine will not. */
+static float make_hot(lm_model *m, double max_logit)
+{
+    float f = 1.0f;
+    while ((double)f * max_logit < 128.0)
+        f *= 2.0f;
+    const lm_hparams *hp = &m->hp;
+    float *wq = (float *)(uintptr_t)m->layers[0].wq; /* [n_head * head_dim][n_embd] */
+    for (size_t i = 0; i < (size_t)hp->n_head * hp->head_dim * hp->n_embd; ++i)
+        wq[i] *= f;
+    m->content_hash[0] ^= 0x5a;
+    return f;
+}
+
+static void run_model(model_result *res, const char *label, const char *path)
+{
+    lm_err err = {0};
+    lm_model *m = NULL;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    hx_config *cfgs = NULL;
+    size_t n_cfgs = 0;
+    hx_sweep_result *clean = NULL, *r = NULL;
+    res->label = label;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true, &prompt,
+                                      &n_prompt, &err), LM_OK);
+    /* Boundaries: the prompt must be longer than the largest finite step below 16. */
+    CU_ASSERT_FATAL(n_prompt > 8);
+
+    static const char backends[2][16] = {"naive", "blas"};
+    static const uint32_t steps[] = {1, 2, 3, 5, 8, 16, 32, 64, 0};
+    static const uint32_t threads[] = {1, 2};
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&cfgs, &n_cfgs, backends, 2, steps, 9, threads, 2, NULL,
+                                         0, &err), LM_OK);
+    res->n_configs = n_cfgs;
+    char cache[1200];
+    snprintf(cache, sizeof cache, "%s/defects-cache-%s", tu_tmpdir(), label);
+    double t0 = (double)clock() / CLOCKS_PER_SEC;
+
+    lm_test_set_defect(LM_DEFECT_NONE);
+    lm_test_spare_backend("naive-sr");
+    int rc = sweep_once(&clean, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
+    CU_ASSERT_EQUAL(rc, LM_OK);
+    if (rc != LM_OK) {
+        fprintf(stderr, "\n  %s: clean sweep failed: %s\n", label, err.msg);
+        goto done;
+    }
+    fold(clean, &res->false_alarms, &res->clean_worst);
+    for (size_t i = 0; i < n_cfgs; ++i) {
+        const hx_config_report *c = &clean->report->configs[i];
+        if (hx_class_fails(c->cls))
+            fprintf(stderr, "\n  FALSE ALARM %s %s: %s %s", label, c->config,
+                    hx_class_name(c->cls), c->reason);
+    }
+    CU_ASSERT_EQUAL(res->false_alarms, 0);
+
+    for (size_t k = 0; k < N_DEFECTS; ++k) {
+        cell *x = &res->d[k];
+        lm_err e2 = {0};
+        lm_test_set_defect(defects[k].d);
+        rc = sweep_once(&r, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &e2);
+        lm_test_set_defect(LM_DEFECT_NONE);
+        CU_ASSERT_EQUAL(rc, LM_OK);
+        if (rc != LM_OK) {
+            fprintf(stderr, "\n  %s %s: sweep failed: %s\n", label, lm_defect_name(defects[k].d),
+                    e2.msg);
+            continue;
+        }
+        x->ran = true;
+        fold(r, &x->caught, &x->worst);
+        x->path_moved = memcmp(r->path, clean->path, N_GEN * sizeof *r->path) != 0;
+        if (!x->path_moved) {
+            /* The defect must not have reached the envelope: the spared SR members, on the
+             * same tokens with the same seeds, reproduce the clean envelope bit for bit. */
+            CU_ASSERT(r->ref_hit);
+            CU_ASSERT_TRUE(envelopes_equal(r->env, clean->env));
+        }
+        if (defects[k].exact_math) {
+            /* Judged on the hot variant below; here it may only move rounding. */
+        } else if (defects[k].every) {
+            CU_ASSERT_EQUAL(x->caught, n_cfgs);
+        } else {
+            CU_ASSERT(x->caught >= 1);
+        }
+        hx_sweep_result_free(r);
+        r = NULL;
+    }
+
+    /* The hot variant and softmax without max subtraction. */
+    res->max_logit = max_layer0_logit(m, prompt, (uint32_t)n_prompt);
+    CU_ASSERT_FATAL(res->max_logit > 0.0);
+    res->hot_scale = make_hot(m, res->max_logit);
+    snprintf(cache, sizeof cache, "%s/defects-cache-%s-hot", tu_tmpdir(), label);
+    hx_sweep_result_free(clean);
+    clean = NULL;
+    rc = sweep_once(&clean, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
+    CU_ASSERT_EQUAL(rc, LM_OK);
+    if (rc == LM_OK) {
+        fold(clean, &res->hot_false_alarms, &res->hot_clean_worst);
+        CU_ASSERT_EQUAL(res->hot_false_alarms, 0);
+        lm_test_set_defect(LM_DEFECT_SOFTMAX_NO_MAX);
+        rc = sweep_once(&r, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
+        lm_test_set_defect(LM_DEFECT_NONE);
+        CU_ASSERT_EQUAL(rc, LM_OK);
+        if (rc == LM_OK) {
+            res->hot.ran = true;
+            fold(r, &res->hot.caught, &res->hot.worst);
+            CU_ASSERT_EQUAL(res->hot.caught, n_cfgs);
+            CU_ASSERT_EQUAL(res->hot.worst, HX_NONFINITE);
+        }
+    }
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  %s hot variant: %s\n", label, err.msg);
+    res->ran = true;
+done:
+    lm_test_set_defect(LM_DEFECT_NONE);
+    lm_test_spare_backend(NULL);
+    res->seconds = (double)clock() / CLOCKS_PER_SEC - t0;
+    hx_sweep_result_free(r);
+    hx_sweep_result_free(clean);
+    free(cfgs);
+    free(prompt);
+    lm_model_free(m);
+}
+
+static void test_defects_stories260k(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return; /* SKIP printed by tu_model_path */
+    run_model(&results[0], "stories260K", path);
+}
+
+static void test_defects_synth_tiny(void)
+{
+    char path[1200];
+    lm_err err = {0};
+    snprintf(path, sizeof path, "%s/defects-tiny.gguf", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 11, LM_TYPE_F32, &err), LM_OK);
+    run_model(&results[1], "synth:tiny", path);
+}
+
+/* The switch reaches exactly its defect and spares the named backend (the release library
+ * has no switch at all: LM_DEFECT_ON is the constant 0 there). */
+static void test_defects_switch_scoping(void)
+{
+    lm_test_set_defect(LM_DEFECT_RMS_EPS_10X);
+    lm_test_spare_backend("naive-sr");
+    CU_ASSERT(lm_test_defect_on("blas", LM_DEFECT_RMS_EPS_10X));
+    CU_ASSERT(lm_test_defect_on("naive", LM_DEFECT_RMS_EPS_10X));
+    CU_ASSERT(!lm_test_defect_on("naive-sr", LM_DEFECT_RMS_EPS_10X));
+    CU_ASSERT(!lm_test_defect_on("blas", LM_DEFECT_ATTN_NO_SCALE));
+    lm_test_spare_backend(NULL);
+    CU_ASSERT(lm_test_defect_on("naive-sr", LM_DEFECT_RMS_EPS_10X));
+    lm_test_set_defect(LM_DEFECT_NONE);
+    CU_ASSERT(!lm_test_defect_on("blas", LM_DEFECT_NONE));
+    CU_ASSERT(!lm_test_defect_on("blas", LM_DEFECT_RMS_EPS_10X));
+    CU_ASSERT_STRING_EQUAL(lm_defect_name(LM_DEFECT_SOFTMAX_NO_MAX), "softmax-no-max");
+    CU_ASSERT_PTR_NULL(lm_defect_name(LM_DEFECT_COUNT));
+}
+
+static void print_cell(const model_result *r, const cell *x)
+{
+    char s[64] = "SKIPPED";
+    if (r->ran && x->ran)
+        snprintf(s, sizeof s, "%s %zu/%zu%s", hx_class_name(x->worst), x->caught, r->n_configs,
+                 x->path_moved ? " (path moved)" : "");
+    else if (r->ran)
+        snprintf(s, sizeof s, "(sweep failed)");
+    fprintf(stderr, " | %-28s", s);
+}
+
+/* The table the lead quotes: defect x model -> worst class (configurations failing / total). */
+static void test_defects_summary(void)
+{
+    bool any = false;
+    for (size_t j = 0; j < 2; ++j)
+        any |= results[j].ran;
+    CU_ASSERT(any); /* the synthetic model always runs */
+    fprintf(stderr, "\n\n  defect detection: worst class, configurations DRIFT/FLIP/NONFINITE of "
+                    "all (naive,blas x steps 1,2,3,5,8,16,32,64,full x threads 1,2; n_gen %u)\n",
+            N_GEN);
+    fprintf(stderr, "  %-24s", "defect");
+    for (size_t j = 0; j < 2; ++j)
+        fprintf(stderr, " | %-28s", results[j].label ? results[j].label : "(skipped)");
+    fprintf(stderr, "\n");
+    for (size_t k = 0; k < N_DEFECTS; ++k) {
+        fprintf(stderr, "  %-24s", lm_defect_name(defects[k].d));
+        for (size_t j = 0; j < 2; ++j)
+            print_cell(&results[j], &results[j].d[k]);
+        fprintf(stderr, "\n");
+    }
+    fprintf(stderr, "  %-24s", "softmax-no-max, hot L0");
+    for (size_t j = 0; j < 2; ++j)
+        print_cell(&results[j], &results[j].hot);
+    fprintf(stderr, "\n  %-24s", "none (false alarms)");
+    for (size_t j = 0; j < 2; ++j) {
+        char s[64] = "SKIPPED";
+        if (results[j].ran)
+            snprintf(s, sizeof s, "%zu/%zu (worst %s)", results[j].false_alarms,
+                     results[j].n_configs, hx_class_name(results[j].clean_worst));
+        fprintf(stderr, " | %-28s", s);
+    }
+    fprintf(stderr, "\n  %-24s", "none, hot L0");
+    for (size_t j = 0; j < 2; ++j) {
+        char s[64] = "SKIPPED";
+        if (results[j].ran)
+            snprintf(s, sizeof s, "%zu/%zu (worst %s)", results[j].hot_false_alarms,
+                     results[j].n_configs, hx_class_name(results[j].hot_clean_worst));
+        fprintf(stderr, " | %-28s", s);
+    }
+    fprintf(stderr, "\n  largest layer-0 attention logit (hot: x Wq factor):");
+    for (size_t j = 0; j < 2; ++j)
+        if (results[j].ran)
+            fprintf(stderr, " %s %.3g (x%g)", results[j].label, results[j].max_logit,
+                    (double)results[j].hot_scale);
+    fprintf(stderr, "\n  cpu seconds:");
+    for (size_t j = 0; j < 2; ++j)
+        if (results[j].ran)
+            fprintf(stderr, " %s %.1f", results[j].label, results[j].seconds);
+    fprintf(stderr, "\n  ");
+}
+
+void test_defects_register(void)
+{
+    CU_pSuite s = CU_add_suite("defects", NULL, NULL);
+    CU_add_test(s, "test_defects_switch_scoping", test_defects_switch_scoping);
+    CU_add_test(s, "test_defects_stories260k", test_defects_stories260k);
+    CU_add_test(s, "test_defects_synth_tiny", test_defects_synth_tiny);
+    CU_add_test(s, "test_defects_summary", test_defects_summary);
+}
