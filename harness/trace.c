@@ -250,7 +250,7 @@ static const slot *find_slot(const tape *t, uint32_t layer, const char *op)
 }
 
 static void compare_op(hx_trace_op *o, const slot *a, const slot *b, uint32_t np,
-                       const slot *env_slot, const double *env /* [n_pos] or NULL */)
+                       const double *env /* [n_pos] or NULL */)
 {
     memset(o, 0, sizeof *o);
     o->layer = a->layer;
@@ -259,7 +259,6 @@ static void compare_op(hx_trace_op *o, const slot *a, const slot *b, uint32_t np
     o->first_pos = -1;
     o->beyond_pos = -1;
     o->e_at_max = NAN;
-    (void)env_slot;
     for (uint32_t pos = 0; pos < np; ++pos) {
         if (!a->have[pos] || !b->have[pos])
             continue;
@@ -276,12 +275,11 @@ static void compare_op(hx_trace_op *o, const slot *a, const slot *b, uint32_t np
         if (o->first_pos < 0)
             o->first_pos = pos;
         double d = row_max_abs(x, y, a->row_elems);
-        if (isnan(d) || d > o->max_abs || (isnan(o->max_abs) == false && o->n_pos_diff == 1)) {
-            if (!isnan(o->max_abs)) {
-                o->max_abs = d;
-                o->max_pos = pos;
-                o->e_at_max = env ? env[pos] : NAN;
-            }
+        /* The first NaN sticks; otherwise the largest difference (ties: earliest position). */
+        if (!isnan(o->max_abs) && (isnan(d) || d > o->max_abs || o->n_pos_diff == 1)) {
+            o->max_abs = d;
+            o->max_pos = pos;
+            o->e_at_max = env ? env[pos] : NAN;
         }
         o->max_ulp = mt.max_ulp > o->max_ulp ? mt.max_ulp : o->max_ulp;
         if (env != NULL) {
@@ -346,7 +344,7 @@ int hx_trace_run(hx_trace_result **out, const hx_trace_params *p, lm_err *err)
                 if (tn.s[j].layer == a->layer && strcmp(tn.s[j].op, a->op) == 0)
                     e = env + j * tn.n_pos;
         hx_trace_op *o = &r->ops[r->n_ops++];
-        compare_op(o, a, b, ta.n_pos, NULL, e);
+        compare_op(o, a, b, ta.n_pos, e);
         if (o->n_pos_diff > 0 && r->first_diff < 0)
             r->first_diff = (int64_t)(r->n_ops - 1);
         if (o->beyond_pos >= 0 && r->first_beyond < 0)
@@ -448,15 +446,16 @@ void hx_trace_print(FILE *f, const hx_trace_result *r, const char *a_name, const
             snprintf(e, sizeof e, "-");
             snprintf(ratio, sizeof ratio, "-");
         }
-        const char *mark = o->n_pos_diff == 0      ? "="
-                           : o->beyond_pos >= 0    ? "BEYOND"
-                           : r->has_env            ? "bits"
-                                                   : "bits";
-        if (o->nonfinite)
-            mark = "NONFINITE";
+        const char *mark = o->nonfinite         ? "NONFINITE"
+                           : o->n_pos_diff == 0 ? "="
+                           : o->beyond_pos >= 0 ? "BEYOND"
+                                                : "bits";
+        const bool fd = (int64_t)i == r->first_diff, fb = (int64_t)i == r->first_beyond;
         fprintf(f, "%-16s %5zu %9s %6s %10.3g %9s %10s %9s  %s%s\n", name, o->row_elems, pd, first,
                 o->max_abs, ulp, e, ratio, mark,
-                (int64_t)i == r->first_diff ? "  <- first bits" :
-                (int64_t)i == r->first_beyond ? "  <- first beyond E" : "");
+                fd && fb ? "  <- parts first, first beyond E"
+                : fd     ? "  <- parts first"
+                : fb     ? "  <- first beyond E"
+                         : "");
     }
 }

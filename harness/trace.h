@@ -75,9 +75,10 @@ void hx_trace_result_free(hx_trace_result *r);
  * first beyond the envelope: none" or "A vs B: identical at every operation (...)". */
 void hx_trace_summary(char *buf, size_t n, const hx_trace_result *r, const char *a_name,
                       const char *b_name);
-/* The summary, then one row per operation (all_ops) or per operation up to and including the
- * first one beyond the envelope and every layer's residual (otherwise). */
+/* The summary line, then (table) one row per operation: bits differing at how many positions,
+ * first such position, max |A - B| and ULP, E at that position, worst |A - B| / E over
+ * positions, and a mark ("=", "bits", "BEYOND", "NONFINITE"). */
 void hx_trace_print(FILE *f, const hx_trace_result *r, const char *a_name, const char *b_name,
-                    bool all_ops);
+                    bool table);
 
 #endif
