@@ -65,7 +65,7 @@ $(BUILD)/kvdrift: $(BUILD)/obj/harness/cli.o $(BUILD)/libkvdrift.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/kvdrift-tests: $(TEST_OBJ) $(BUILD)/libkvdrift-test.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/bench_%: $(BUILD)/obj/bench/bench_%.o $(BUILD)/libkvdrift.a
+$(BUILD)/bench_%: $(BUILD)/obj/bench/bench_%.o $(BUILD)/obj/bench/util.o $(BUILD)/libkvdrift.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Each tests/test_<unit>.c defines test_<unit>_register(); the list is generated so that
@@ -118,6 +118,6 @@ fuzz:
 	  $(BUILD)/fuzz/corpus tests/fuzz/corpus
 
 # Bench objects are kept (not intermediate) and track their headers like every other object.
-.SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
+.SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/bench/util.o
 -include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli.d \
-         $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)
+         $(BENCH_SRC:%.c=$(BUILD)/obj/%.d) $(BUILD)/obj/bench/util.d

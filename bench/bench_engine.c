@@ -21,16 +21,15 @@
  * table and appends TSV lines to OUTDIR/engine.tsv. Never fails on speed. */
 #include "kvd_engine.h"
 #include "synth.h"
+#include "util.h"
 
-#include <cblas.h>
 #include <errno.h>
+#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define THREADS 2
@@ -38,30 +37,7 @@
 #define PP 512
 #define TG 128
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *what, const lm_err *err)
-{
-    fprintf(stderr, "bench_engine: %s: %s\n", what, err->msg);
-    exit(2);
-}
+#define PROG "bench_engine"
 
 /* ---- ceilings ---- */
 
@@ -122,11 +98,11 @@ static double sgemm_pass(ceilings *cl)
     for (int s = 0; s < 7; ++s) {
         const int n = cl->shapes[s][0], k = cl->shapes[s][1];
         for (int timed = 0; timed < 2; ++timed) {
-            const double t0 = now_s();
+            const double t0 = bu_now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, PP, n, k, 1.0f, cl->a, k, cl->w, k,
                         0.0f, cl->c, n);
             if (timed)
-                secs += now_s() - t0;
+                secs += bu_now_s() - t0;
         }
         flops += 2.0 * PP * n * k;
     }
@@ -166,7 +142,7 @@ static double bandwidth_pass(ceilings *cl)
     pthread_t th[THREADS];
     bw_job jobs[THREADS];
     const size_t part = cl->words / THREADS;
-    const double t0 = now_s();
+    const double t0 = bu_now_s();
     for (int i = 0; i < THREADS; ++i) {
         jobs[i] = (bw_job){cl->buf + (size_t)i * part, part, 0};
         if (pthread_create(&th[i], NULL, bw_read, &jobs[i]) != 0) {
@@ -179,7 +155,7 @@ static double bandwidth_pass(ceilings *cl)
         pthread_join(th[i], NULL);
         sink ^= jobs[i].out;
     }
-    const double secs = now_s() - t0;
+    const double secs = bu_now_s() - t0;
     if (sink == 42) /* keeps the reads observable */
         fputc(' ', stderr);
     return (double)(part * THREADS * 8) / secs * 1e-9;
@@ -212,7 +188,7 @@ static void check_against_naive(const lm_model *m, const int32_t *tok)
     float *ln = malloc(m->hp.n_vocab * sizeof *ln), *lb = malloc(m->hp.n_vocab * sizeof *lb);
     if (!ln || !lb || lm_ctx_create(&cn, m, &pn, &err) || lm_ctx_create(&cb, m, &pb, &err) ||
         lm_prefill(cn, tok, 8, 0, ln, &err) || lm_prefill(cb, tok, 8, 0, lb, &err))
-        die("check", &err);
+        bu_die(PROG, "check", &err);
     double mx = 1, worst = 0;
     for (uint32_t i = 0; i < m->hp.n_vocab; ++i) {
         mx = fmax(mx, fabs((double)ln[i]));
@@ -253,38 +229,38 @@ static result run_engine(const lm_model *m, const char *label, ceilings *cl)
     lm_ctx *c = NULL;
     const lm_ctx_params p = {.backend = "blas", .n_threads = THREADS, .n_ctx = PP + TG};
     if (lm_ctx_create(&c, m, &p, &err) != LM_OK)
-        die(label, &err);
+        bu_die(PROG, label, &err);
     double pp[REPS], tg[REPS], gf[REPS], bw[REPS];
     for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up and result check, not timed */
         if (cl != NULL && r >= 0)
             gf[r] = sgemm_pass(cl);
         lm_ctx_reset(c);
-        double t0 = now_s();
+        double t0 = bu_now_s();
         if (lm_prefill(c, tok, PP, 0, lg, &err) != LM_OK)
-            die(label, &err);
+            bu_die(PROG, label, &err);
         if (r < 0)
             check_logits(label, lg, nv);
         else
-            pp[r] = PP / (now_s() - t0);
+            pp[r] = PP / (bu_now_s() - t0);
         if (cl != NULL && r >= 0)
             bw[r] = bandwidth_pass(cl);
         lm_ctx_reset(c);
         int32_t id = 1;
-        t0 = now_s();
+        t0 = bu_now_s();
         for (int i = 0; i < TG; ++i) {
             if (lm_forward(c, &id, 1, LM_LOGITS_LAST, lg, &err) != LM_OK)
-                die(label, &err);
+                bu_die(PROG, label, &err);
             id = lm_argmax(lg, nv);
         }
         if (r < 0)
             check_logits(label, lg, nv);
         else
-            tg[r] = TG / (now_s() - t0);
+            tg[r] = TG / (bu_now_s() - t0);
     }
-    result res = {median(pp, REPS), median(tg, REPS), 0, 0};
+    result res = {bu_median(pp, REPS), bu_median(tg, REPS), 0, 0};
     if (cl != NULL) {
-        res.gflops = median(gf, REPS);
-        res.gbs = median(bw, REPS);
+        res.gflops = bu_median(gf, REPS);
+        res.gbs = bu_median(bw, REPS);
     }
     lm_ctx_free(c);
     free(tok), free(lg);
@@ -313,8 +289,7 @@ static void tsv(FILE *f, const char *model, const char *test, double value, cons
                 double bound)
 {
     char when[32];
-    time_t now = time(NULL);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    bu_when(when);
     if (bound > 0)
         fprintf(f, "%s\t%s\tblas\t%d\t%s\t%.2f\t%s\t%.2f\t%.3f\n", when, model, THREADS, test, value,
                 unit, bound, value / bound);
@@ -324,25 +299,15 @@ static void tsv(FILE *f, const char *model, const char *test, double value, cons
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 3 || strcmp(argv[1], "--help") == 0) {
-        fprintf(argc == 2 ? stdout : stderr, "usage: bench_engine OUTDIR [MODEL.gguf]\n");
-        return argc == 2 ? 0 : 2;
-    }
+    const int usage_rc = bu_check_args(argc, argv, "bench_engine OUTDIR [MODEL.gguf]");
+    if (usage_rc >= 0)
+        return usage_rc;
     const char *outdir = argv[1];
-    if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bench_engine: %s: %s\n", outdir, strerror(errno));
-        return 2;
-    }
+    bu_make_outdir(PROG, outdir);
     char tsv_path[1024];
-    snprintf(tsv_path, sizeof tsv_path, "%s/engine.tsv", outdir);
-    const bool fresh = access(tsv_path, F_OK) != 0;
-    FILE *out = fopen(tsv_path, "a");
-    if (out == NULL) {
-        fprintf(stderr, "bench_engine: %s: %s\n", tsv_path, strerror(errno));
-        return 2;
-    }
-    if (fresh)
-        fprintf(out, "when\tmodel\tbackend\tthreads\ttest\tvalue\tunit\tbound\tfraction\n");
+    FILE *out = bu_tsv_open(PROG, outdir, "engine.tsv",
+                            "when\tmodel\tbackend\tthreads\ttest\tvalue\tunit\tbound\tfraction\n",
+                            tsv_path, sizeof tsv_path);
 
     lm_err err = {0};
     char tmpdir[256] = "", model_path[512];
@@ -358,14 +323,14 @@ int main(int argc, char **argv)
             return 2;
         }
         snprintf(model_path, sizeof model_path, "%s/smollm2-135m-f32.gguf", tmpdir);
-        const double t0 = now_s();
+        const double t0 = bu_now_s();
         if (hx_synth_write(model_path, "smollm2-135m", 0, LM_TYPE_F32, &err) != LM_OK)
-            die("synth smollm2-135m", &err);
-        printf("synthesized smollm2-135m (F32) in %.1f s\n", now_s() - t0);
+            bu_die(PROG, "synth smollm2-135m", &err);
+        printf("synthesized smollm2-135m (F32) in %.1f s\n", bu_now_s() - t0);
     }
     lm_model *m = NULL;
     if (lm_model_load(&m, model_path, &err) != LM_OK)
-        die(model_path, &err);
+        bu_die(PROG, model_path, &err);
     if (tmpdir[0]) { /* the weights are in memory now; the 540 MB file can go */
         unlink(model_path);
         rmdir(tmpdir);
@@ -392,12 +357,11 @@ int main(int argc, char **argv)
     tsv(out, label, "tg128", r.tg, "tok/s", tg_bound);
     lm_model_free(m);
 
-    const char *dir = getenv("KVDRIFT_MODELS");
     char sp[1024];
-    snprintf(sp, sizeof sp, "%s/stories260K.gguf", dir && *dir ? dir : "../shared/models");
+    bu_model_path(sp, sizeof sp, "stories260K.gguf");
     if (access(sp, R_OK) == 0) {
         if (lm_model_load(&m, sp, &err) != LM_OK)
-            die(sp, &err);
+            bu_die(PROG, sp, &err);
         const result s = run_engine(m, "stories260K", NULL);
         printf("%-22s %-6s %12.1f\n%-22s %-6s %12.1f\n", "stories260K", "pp512", s.pp, "stories260K",
                "tg128", s.tg);

@@ -19,40 +19,16 @@
  * speed. */
 #include "kvd_ref.h"
 #include "synth.h"
+#include "util.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *what, const lm_err *err)
-{
-    fprintf(stderr, "bench_ref: %s: %s\n", what, err->msg);
-    exit(2);
-}
+#define PROG "bench_ref"
 
 /* Single-core ns per multiply-add at prec, median of 5 timings after a warm-up, on rows of
  * length 576 (activations with full P-bit significands, exact float32 weights):
@@ -69,7 +45,7 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
     lm_err err = {0};
     ref_scratch s;
     if (ref_scratch_init(&s, prec, N, &err))
-        die("scratch", &err);
+        bu_die(PROG, "scratch", &err);
     mpfr_t *x = ref_vec_new((uint64_t)N * T, prec), r;
     float *w = malloc(sizeof(float) * N * R);
     uint64_t z = 0x9e3779b97f4a7c15u;
@@ -85,7 +61,7 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
     mpfr_init2(r, prec);
     double t[REPS], check = 0;
     for (int rep = -1; rep < REPS; ++rep) {
-        double t0 = now_s();
+        double t0 = bu_now_s();
         for (int row = 0; row < R; ++row) {
             if (mode != HOT || row == 0)
                 ref_row_set_flt(&s, w + (mode == HOT ? 0 : row) * N, N);
@@ -104,7 +80,7 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
             }
         }
         if (rep >= 0)
-            t[rep] = (now_s() - t0) * 1e9 / ((double)N * T * R);
+            t[rep] = (bu_now_s() - t0) * 1e9 / ((double)N * T * R);
     }
     /* checked: real numbers of the expected size, not optimised away */
     if (!isfinite(check) || fabs(check) > (double)N * T * R * 6) {
@@ -115,7 +91,7 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
     ref_vec_free(x, (uint64_t)N * T);
     free(w);
     ref_scratch_clear(&s);
-    return median(t, REPS);
+    return bu_median(t, REPS);
 }
 
 static double mac_count(const lm_hparams *hp, uint64_t n, uint64_t n_pos)
@@ -151,11 +127,11 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, int th
     lm_err err = {0};
     for (int rep = reps > 1 ? -1 : 0; rep < reps; ++rep) {
         ref_capture c;
-        double t0 = now_s();
+        double t0 = bu_now_s();
         if (ref_compute(&c, m, &rq, &err))
-            die("ref_compute", &err);
+            bu_die(PROG, "ref_compute", &err);
         if (rep >= 0)
-            t[rep] = now_s() - t0;
+            t[rep] = bu_now_s() - t0;
         for (uint64_t i = 0; i < (uint64_t)c.n_pos * c.n_vocab; ++i)
             if (!isfinite(c.logits[i])) {
                 fprintf(stderr, "bench_ref: non-finite logit\n");
@@ -163,34 +139,24 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, int th
             }
         ref_capture_free(&c);
     }
-    return median(t, reps);
+    return bu_median(t, reps);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 3 || strcmp(argv[1], "--help") == 0) {
-        fprintf(argc == 2 ? stdout : stderr, "usage: bench_ref OUTDIR [THREADS]\n");
-        return argc == 2 ? 0 : 2;
-    }
+    const int usage_rc = bu_check_args(argc, argv, "bench_ref OUTDIR [THREADS]");
+    if (usage_rc >= 0)
+        return usage_rc;
     const char *outdir = argv[1];
     int threads = argc == 3 ? atoi(argv[2]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1)
         threads = 1;
-    if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bench_ref: %s: %s\n", outdir, strerror(errno));
-        return 2;
-    }
+    bu_make_outdir(PROG, outdir);
     char tsv_path[1024];
-    snprintf(tsv_path, sizeof tsv_path, "%s/ref.tsv", outdir);
-    const bool fresh = access(tsv_path, F_OK) != 0;
-    FILE *out = fopen(tsv_path, "a");
-    if (out == NULL) {
-        fprintf(stderr, "bench_ref: %s: %s\n", tsv_path, strerror(errno));
-        return 2;
-    }
-    if (fresh)
-        fprintf(out, "when\tmodel\tthreads\tprec\tn_tokens\tmacs\tseconds\tns_per_mac_1core\t"
-                     "target_seconds\tratio\tns_per_mac_hot\tratio_hot\n");
+    FILE *out = bu_tsv_open(PROG, outdir, "ref.tsv",
+                            "when\tmodel\tthreads\tprec\tn_tokens\tmacs\tseconds\t"
+                            "ns_per_mac_1core\ttarget_seconds\tratio\tns_per_mac_hot\tratio_hot\n",
+                            tsv_path, sizeof tsv_path);
 
     double hot127 = ns_per_mac(127, HOT), c127 = ns_per_mac(127, FRESH),
            dot127 = ns_per_mac(127, DOT), c128 = ns_per_mac(128, FRESH),
@@ -204,19 +170,18 @@ int main(int argc, char **argv)
     row rows[2];
     int nrows = 0;
     lm_err err = {0};
-    const char *models = getenv("KVDRIFT_MODELS");
     char path[1024];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", (models && *models) ? models : "../shared/models");
+    bu_model_path(path, sizeof path, "stories260K.gguf");
     if (access(path, R_OK) == 0) {
         lm_model *m;
         if (lm_model_load(&m, path, &err))
-            die(path, &err);
+            bu_die(PROG, path, &err);
         /* check first: "Once upon a time" -> "," (432) */
         const int32_t once[5] = {1, 403, 407, 261, 378};
         ref_request rq = {.tokens = once, .n_tokens = 5, .n_prompt = 5, .n_threads = threads};
         ref_capture c;
         if (ref_compute(&c, m, &rq, &err))
-            die("stories260K check", &err);
+            bu_die(PROG, "stories260K check", &err);
         if (argmax(c.logits, c.n_vocab) != 432) {
             fprintf(stderr, "bench_ref: stories260K check failed (argmax %u, want 432)\n",
                     argmax(c.logits, c.n_vocab));
@@ -232,7 +197,7 @@ int main(int argc, char **argv)
         int32_t *ids;
         size_t n;
         if (lm_tokenize(m->vocab, story, strlen(story), true, &ids, &n, &err))
-            die("tokenize", &err);
+            bu_die(PROG, "tokenize", &err);
         if (n < 115) {
             fprintf(stderr, "bench_ref: story tokenizes to %zu < 115 tokens\n", n);
             return 2;
@@ -255,10 +220,10 @@ int main(int argc, char **argv)
     }
     snprintf(path, sizeof path, "%s/smollm2-135m.gguf", dir);
     if (hx_synth_write(path, "smollm2-135m", 0, LM_TYPE_F32, &err))
-        die("synth smollm2-135m", &err);
+        bu_die(PROG, "synth smollm2-135m", &err);
     lm_model *m;
     if (lm_model_load(&m, path, &err))
-        die(path, &err);
+        bu_die(PROG, path, &err);
     unlink(path);
     rmdir(dir);
     int32_t tok[16];
@@ -272,8 +237,7 @@ int main(int argc, char **argv)
     lm_model_free(m);
 
     char when[32];
-    time_t tnow = time(NULL);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tnow));
+    bu_when(when);
     printf("\n%-14s %7s %8s %12s %10s %10s %7s %9s\n", "model", "tokens", "threads",
            "mult-adds", "seconds", "target s", "ratio", "ratio/hot");
     for (int i = 0; i < nrows; ++i) {

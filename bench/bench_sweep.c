@@ -17,13 +17,12 @@
 #include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "sweep.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define N_GEN 32u
@@ -31,30 +30,7 @@ static const char prompt_text[] = "Once upon a time, there was a little girl nam
 static const uint32_t steps[] = {1, 2, 3, 5, 8, 16, 32, 64, 0};
 static const char backends[][16] = {"naive", "blas"};
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *what, const lm_err *err)
-{
-    fprintf(stderr, "bench_sweep: %s: %s\n", what, err->msg);
-    exit(2);
-}
+#define PROG "bench_sweep"
 
 /* One bare run: prefill at step, then n_gen greedy tokens (n_gen - 1 forward calls, as the
  * runner does: the last token's logits are never needed). Returns wall seconds. */
@@ -68,18 +44,18 @@ static double bare_run(const lm_model *m, const char *backend, uint32_t threads,
         fprintf(stderr, "bench_sweep: out of memory\n");
         exit(2);
     }
-    double t0 = now_s();
+    double t0 = bu_now_s();
     lm_ctx_params cp = {.backend = backend, .n_threads = (int)threads, .n_ctx = n_prompt + N_GEN};
     if (lm_ctx_create(&ctx, m, &cp, &err) != LM_OK ||
         lm_prefill(ctx, prompt, n_prompt, step, logits, &err) != LM_OK)
-        die(backend, &err);
+        bu_die(PROG, backend, &err);
     for (uint32_t j = 0; j + 1 < N_GEN; ++j) {
         int32_t tok = lm_argmax(logits, m->hp.n_vocab);
         if (lm_forward(ctx, &tok, 1, LM_LOGITS_LAST, logits, &err) != LM_OK)
-            die(backend, &err);
+            bu_die(PROG, backend, &err);
     }
     lm_ctx_free(ctx);
-    double t = now_s() - t0;
+    double t = bu_now_s() - t0;
     free(logits);
     return t;
 }
@@ -96,23 +72,18 @@ static void fresh_dir(char *out, size_t cap, const char *base, int rep)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 3 || strcmp(argv[1], "--help") == 0) {
-        fprintf(argc == 2 ? stdout : stderr, "usage: bench_sweep OUTDIR [REPS]\n");
-        return argc == 2 ? 0 : 2;
-    }
+    const int usage_rc = bu_check_args(argc, argv, "bench_sweep OUTDIR [REPS]");
+    if (usage_rc >= 0)
+        return usage_rc;
     const char *outdir = argv[1];
     int reps = argc == 3 ? atoi(argv[2]) : 3;
     if (reps < 1 || reps > 50) {
         fprintf(stderr, "bench_sweep: REPS '%s': expected 1..50\n", argv[2]);
         return 2;
     }
-    if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bench_sweep: %s: %s\n", outdir, strerror(errno));
-        return 2;
-    }
-    const char *mdir = getenv("KVDRIFT_MODELS");
+    bu_make_outdir(PROG, outdir);
     char mpath[1024];
-    snprintf(mpath, sizeof mpath, "%s/stories260K.gguf", mdir && *mdir ? mdir : "../shared/models");
+    bu_model_path(mpath, sizeof mpath, "stories260K.gguf");
     if (access(mpath, R_OK) != 0) {
         printf("bench_sweep: SKIP (%s not found; set KVDRIFT_MODELS)\n", mpath);
         return 0;
@@ -122,13 +93,13 @@ int main(int argc, char **argv)
     int32_t *prompt = NULL;
     size_t np = 0;
     if (lm_model_load(&m, mpath, &err) != LM_OK)
-        die(mpath, &err);
+        bu_die(PROG, mpath, &err);
     if (lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true, &prompt, &np, &err) != LM_OK)
-        die("tokenize", &err);
+        bu_die(PROG, "tokenize", &err);
     hx_config *cfgs = NULL;
     size_t nc = 0;
     if (hx_sweep_cross(&cfgs, &nc, backends, 2, steps, 9, NULL, 0, NULL, 0, &err) != LM_OK)
-        die("configs", &err);
+        bu_die(PROG, "configs", &err);
     for (size_t i = 0; i < nc; ++i)
         cfgs[i].threads = 1;
     char base[] = "/tmp/kvdrift-bench-sweep-XXXXXX";
@@ -147,7 +118,7 @@ int main(int argc, char **argv)
     p.cache_dir = cache;
     hx_sweep_result *r = NULL;
     if (hx_sweep_run_all(&r, &p, &err) != LM_OK)
-        die("sweep", &err);
+        bu_die(PROG, "sweep", &err);
     size_t n_fail = 0, n_naive_not_exact = 0;
     for (size_t i = 0; i < r->report->n_configs; ++i) {
         n_fail += hx_class_fails(r->report->configs[i].cls);
@@ -176,10 +147,10 @@ int main(int argc, char **argv)
     for (int rep = 0; rep < reps; ++rep) {
         fresh_dir(cache, sizeof cache, base, rep + 1);
         p.cache_dir = cache;
-        double t0 = now_s();
+        double t0 = bu_now_s();
         if (hx_sweep_run_all(&r, &p, &err) != LM_OK)
-            die("sweep", &err);
-        t_sweep[rep] = now_s() - t0;
+            bu_die(PROG, "sweep", &err);
+        t_sweep[rep] = bu_now_s() - t0;
         hx_sweep_result_free(r);
 
         double eng = bare_run(m, "naive", 1, 0, prompt, (uint32_t)np); /* the teacher path */
@@ -193,18 +164,18 @@ int main(int argc, char **argv)
             ens += bare_run(m, name, 1, 0, prompt, (uint32_t)np);
         }
         ref_capture rc = {0};
-        t0 = now_s();
+        t0 = bu_now_s();
         if (ref_compute(&rc, m, &rq, &err) != LM_OK)
-            die("reference", &err);
-        t_ref[rep] = now_s() - t0;
+            bu_die(PROG, "reference", &err);
+        t_ref[rep] = bu_now_s() - t0;
         ref_capture_free(&rc);
         t_eng[rep] = eng;
         t_ens[rep] = ens;
         t_bare[rep] = eng + ens + t_ref[rep];
         ratio[rep] = t_sweep[rep] / t_bare[rep];
     }
-    double ms = median(t_sweep, reps), me = median(t_eng, reps), mr = median(t_ref, reps);
-    double mn = median(t_ens, reps), mb = median(t_bare, reps), mq = median(ratio, reps);
+    double ms = bu_median(t_sweep, reps), me = bu_median(t_eng, reps), mr = bu_median(t_ref, reps);
+    double mn = bu_median(t_ens, reps), mb = bu_median(t_bare, reps), mq = bu_median(ratio, reps);
     printf("\nsweep overhead, stories260K, %zu prompt tokens, -n %u, %zu configurations "
            "(9 steps x naive,blas, threads 1), median of %d\n", np, N_GEN, nc, reps);
     printf("%-44s %10s\n", "what", "seconds");
@@ -216,19 +187,12 @@ int main(int argc, char **argv)
     printf("%-44s %10.3f   (target <= 1.10)\n", "ratio sweep / sum (median of ratios)", mq);
 
     char tsv_path[1024];
-    snprintf(tsv_path, sizeof tsv_path, "%s/sweep.tsv", outdir);
-    const bool fresh = access(tsv_path, F_OK) != 0;
-    FILE *out = fopen(tsv_path, "a");
-    if (out == NULL) {
-        fprintf(stderr, "bench_sweep: %s: %s\n", tsv_path, strerror(errno));
-        return 2;
-    }
-    if (fresh)
-        fprintf(out, "when\tmodel\tconfigs\tn_gen\treps\tsweep_s\tengine_s\tensemble_s\tref_s\t"
-                     "bare_sum_s\tratio\ttarget\n");
+    FILE *out = bu_tsv_open(PROG, outdir, "sweep.tsv",
+                            "when\tmodel\tconfigs\tn_gen\treps\tsweep_s\tengine_s\tensemble_s\t"
+                            "ref_s\tbare_sum_s\tratio\ttarget\n",
+                            tsv_path, sizeof tsv_path);
     char when[32];
-    time_t now = time(NULL);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    bu_when(when);
     fprintf(out, "%s\tstories260K\t%zu\t%u\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t1.10\n", when,
             nc, N_GEN, reps, ms, me, mn, mr, mb, mq);
     fclose(out);

@@ -9,26 +9,13 @@
  * default reports/bench). Never fails on speed; exits 0 with a SKIP line without the models. */
 #include "kvd_gguf.h"
 #include "kvd_tokenizer.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define RUNS 7
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static char *read_all(const char *path, size_t *len)
 {
@@ -95,7 +82,7 @@ static double bench_one(const lm_vocab *v, const char *text, size_t len, size_t 
     double t[RUNS];
     for (int r = -1; r < RUNS; r++) { /* r = -1: warm-up */
         size_t total = 0;
-        double t0 = now_s();
+        double t0 = bu_now_s();
         for (size_t off = 0; off < len; off += chunk) {
             size_t l = len - off < chunk ? len - off : chunk;
             if (lm_tokenize(v, text + off, l, false, &ids, &n, &err) != LM_OK)
@@ -103,21 +90,18 @@ static double bench_one(const lm_vocab *v, const char *text, size_t len, size_t 
             free(ids);
             total += n;
         }
-        double t1 = now_s();
+        double t1 = bu_now_s();
         *n_tok = total;
         if (r >= 0)
             t[r] = t1 - t0;
     }
-    qsort(t, RUNS, sizeof t[0], cmp_double);
-    return t[RUNS / 2];
+    return bu_median(t, RUNS);
 }
 
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "reports/bench";
-    const char *models = getenv("KVDRIFT_MODELS");
-    if (!models || !*models)
-        models = "../shared/models";
+    const char *models = bu_models_dir();
     const char *vocabs[] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"};
     char tsv[1024];
     snprintf(tsv, sizeof tsv, "%s/tokenizer.tsv", dir);

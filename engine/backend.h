@@ -18,12 +18,42 @@ typedef struct lm_backend_i {
     void (*gemm_nn)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                     const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc);
     void (*destroy)(lm_backend *be);
+    /* Optional (NULL for naive and blas: the forward pass then does nothing, one predictable
+     * branch per stage and chunk). Called by the forward pass on the float32 results of each
+     * elementwise stage, in place, rows x [n][stride] of which the first `elems` of each row are
+     * live: after every RMSNorm (layers and the final norm), RoPE'd q and K rows, softmax
+     * probabilities, the SwiGLU product and the residual adds. A backend that emulates
+     * rounding noise (naive-sr) re-rounds each value there; it must depend only on (backend
+     * state, site, index within the row, value), never on the row's position in the chunk, so
+     * results stay independent of prefill step and threads. site: an lm_perturb_site. */
+    void (*perturb)(lm_backend *be, float *x /* [n][stride] */, uint32_t n, uint32_t elems,
+                    size_t stride, uint32_t site);
 } lm_backend_i;
+
+/* Where the forward pass calls lm_backend_i.perturb (kept distinct so that the stages draw
+ * independent coins). */
+typedef enum lm_perturb_site {
+    LM_SITE_NORM = 1,     /* attn_norm / ffn_norm output */
+    LM_SITE_ROPE,         /* q and K rows after RoPE */
+    LM_SITE_SOFTMAX,      /* attention probabilities (site + query head, see attention.c) */
+    LM_SITE_SWIGLU,       /* silu(gate) * up */
+    LM_SITE_RESIDUAL,     /* x after each residual add */
+    LM_SITE_OUT_NORM,     /* final RMSNorm before the output projection */
+} lm_perturb_site;
+
 
 struct lm_backend {
     const lm_backend_i *vt;
     int n_threads;
 };
+
+/* Calls be's perturb slot when it has one. */
+static inline void lm_backend_perturb(lm_backend *be, float *x /* [n][stride] */, uint32_t n,
+                                      uint32_t elems, size_t stride, uint32_t site)
+{
+    if (be->vt->perturb != NULL)
+        be->vt->perturb(be, x, n, elems, stride, site);
+}
 
 /* Creates a backend by name ("naive", "blas"); unknown names are LM_E_INPUT. */
 int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err *err);

@@ -15,8 +15,11 @@
  * work is split over the backend's thread count by rows (threadpool.h); a row's bits never
  * depend on the split, and the naive backend runs everything on one thread.
  * All scratch is allocated by lm_ctx_create; nothing is allocated per token.
- * Extension points: per-layer checkpoints (a trace) go after attn_block / ffn_block in
- * lm_forward; other attention variants are further functions of attention.h chosen there. */
+ * Checkpoints: with a probe set (lm_ctx_set_probe), each named operation's rows are handed
+ * to it as they are computed (kvdrift trace). Test builds (LM_TEST_HOOKS) also carry the
+ * defect switch of kvd_defects.h at the places marked "test defect"; release builds do not.
+ * Extension point: other attention variants are further functions of attention.h chosen in
+ * attn_block (keep the "attn" probe after whichever runs). */
 
 /* The elementwise loops here are independent per element (no reduction is reordered), so
  * vectorizing them changes no bit; -O2 alone does not vectorize loops in GCC 12, and the

@@ -399,6 +399,17 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         lm_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", spm, &v->add_space_prefix, err) !=
             LM_OK)
         goto fail;
+    if (!spm) {
+        /* The pre-tokenizers llama.cpp runs as "\p{N}" then the GPT-2 pattern. Every other
+         * value (absent, "gpt2", ...) keeps the plain GPT-2 split. */
+        static const char *const digit_pres[] = {"smollm", "starcoder", "refact", "command-r",
+                                                 "codeshell", "exaone"};
+        const char *pre = NULL;
+        if (lm_gguf_get_str(g, "tokenizer.ggml.pre", NULL, &pre, err) != LM_OK)
+            goto fail;
+        for (size_t i = 0; pre && i < sizeof digit_pres / sizeof digit_pres[0]; i++)
+            v->pre_digits = v->pre_digits || strcmp(pre, digit_pres[i]) == 0;
+    }
 
     for (int b = 0; b < 256; b++) {
         char buf[8];

@@ -2,7 +2,8 @@
  * pre-tokenizer and llm_tokenizer_bpe (which the fixture ids come from):
  *
  *   1. the text is decoded to code points (each invalid byte becomes U+FFFD);
- *   2. it is split into words by the GPT-2 pattern
+ *   2. it is split into words by the GPT-2 pattern (for the "smollm"/"starcoder" family of
+ *      tokenizer.ggml.pre, after first cutting out every \p{N} code point as a word of its own)
  *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *      matched by hand, first alternative that matches wins, contractions case-sensitive;
  *   3. each word is re-encoded as UTF-8 and every byte replaced by its GPT-2 character;
@@ -273,10 +274,23 @@ int lm_bpe_encode(const lm_vocab *v, const char *text, size_t len, tok_out *out,
         cp[n++] = lm_utf8_decode(text + off, len - off, &adv);
         off += adv;
     }
-    for (size_t pos = 0; pos < n && rc == LM_OK;) {
-        size_t end = gpt2_word_end(cp, n, pos);
-        rc = encode_word(v, &wk, cp + pos, end - pos, out, err);
-        pos = end;
+    /* With pre_digits the text is first cut into segments, each \p{N} code point alone and
+     * each run of others together; the GPT-2 split then sees a segment's end as the text's end
+     * (llama.cpp applies its regexes in turn, each to the previous one's pieces). */
+    for (size_t seg = 0; seg < n && rc == LM_OK;) {
+        size_t seg_end = n;
+        if (v->pre_digits) {
+            seg_end = seg + 1;
+            if (!lm_uni_is_number(cp[seg]))
+                while (seg_end < n && !lm_uni_is_number(cp[seg_end]))
+                    seg_end++;
+        }
+        for (size_t pos = seg; pos < seg_end && rc == LM_OK;) {
+            size_t end = gpt2_word_end(cp, seg_end, pos);
+            rc = encode_word(v, &wk, cp + pos, end - pos, out, err);
+            pos = end;
+        }
+        seg = seg_end;
     }
 done:
     free(cp);

@@ -46,6 +46,9 @@ struct lm_vocab {
     int32_t byte_tok[256]; /* SPM: id of "<0xNN>"; BPE: id of the byte's GPT-2 character; -1 */
     int32_t bos, eos, unk; /* -1 when none */
     bool add_bos, add_eos, add_space_prefix;
+    /* BPE pre-tokenizer: every \p{N} code point is a word of its own before the GPT-2 split
+     * (llama.cpp's "smollm"/"starcoder" family, tokenizer.ggml.pre; see tokenizer_bpe.c). */
+    bool pre_digits;
 };
 
 /* Id of the token whose text is s[0..n), or -1. */

@@ -85,17 +85,22 @@ int hx_read_file(char **out, size_t *n, const char *path, lm_err *err)
             buf = nb;
             cap *= 2;
         }
+        errno = 0;
         size_t r = fread(buf + len, 1, cap - 1 - len, f);
         len += r;
         if (r == 0)
             break;
     }
+    /* errno of the failing fread (EISDIR for a folder), kept before fclose can change it */
+    const int read_errno = errno;
     int bad = buf == NULL || ferror(f);
     fclose(f);
     if (bad) {
-        int code = buf ? LM_E_IO : LM_E_NOMEM;
+        if (buf == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory reading it", path);
         free(buf);
-        return LM_FAIL(err, code, "%s: read failed", path);
+        return LM_FAIL(err, LM_E_IO, "%s: read failed: %s", path,
+                       read_errno ? strerror(read_errno) : "I/O error");
     }
     buf[len] = '\0';
     *out = buf;

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"ref", cmd_ref, "MODEL -p TEXT|--tokens IDS [--prec BITS] [-o FILE]   MPFR reference capture"},
     {"sweep", cmd_sweep, "MODEL -p TEXT [--steps LIST] [--backends LIST] [-n N]   classify every configuration"},
     {"compare", cmd_compare, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         two configurations, full diff"},
+    {"trace", cmd_trace, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         first layer/op where they part"},
     {"check", cmd_check, "CASE... [--junit F] [--json F] [--strict]            CI regression mode (golden + reference)"},
     {"bless", cmd_bless, "CASE... [--golden-dir DIR] [--force]               write golden hashes (atomically)"},
 };

@@ -3,11 +3,11 @@
 #include "commands.h"
 
 #include "caserun.h"
+#include "cli_util.h"
 #include "classify.h"
 #include "golden.h"
 
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,18 +29,6 @@ static const char usage_text[] =
     "  -h, --help            this text\n\n"
     "exit codes: 0 every configuration blessed, 1 one was refused, 2 usage or input error\n"
     "(bad case file, or a model file that does not exist: nothing to bless)\n";
-
-static int bad(const char *fmt, ...) LM_PRINTF(1, 2);
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "kvdrift bless: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
 
 /* Blesses one run case into its golden file; *n_refused counts refused configurations. */
 static int bless_case(const hx_caserun *cr, const char *golden_dir, const hx_fingerprint *fp,
@@ -107,21 +95,18 @@ int cmd_bless(int argc, char **argv)
         case O_CACHE: ro.cache_dir = optarg; break;
         case O_FORCE: force = true; break;
         case 'q': ro.quiet = true; break;
-        case 'j': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*optarg < '0' || *optarg > '9' || *end != '\0' || v < 1 || v > 256)
-                return bad("--jobs '%s': expected an integer in 1..256", optarg);
-            ro.jobs = (uint32_t)v;
+        case 'j':
+            if (!hx_cli_parse_u32(&ro.jobs, optarg, 1, 256))
+                return hx_cli_fail("bless", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
-        }
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return bad("option '%s' needs a value", argv[optind - 1]);
-        default: return bad("unknown option '%s' (try kvdrift bless --help)", argv[optind - 1]);
+        case ':': return hx_cli_fail("bless", "option '%s' needs a value", argv[optind - 1]);
+        default: return hx_cli_fail("bless", "unknown option '%s' (try kvdrift bless --help)",
+                                    argv[optind - 1]);
         }
     }
     if (optind >= argc)
-        return bad("no CASE files given (try --help)");
+        return hx_cli_fail("bless", "no CASE files given (try --help)");
 
     size_t n_cases = (size_t)(argc - optind);
     hx_case **cases = calloc(n_cases, sizeof *cases);
@@ -133,15 +118,7 @@ int cmd_bless(int argc, char **argv)
         goto done;
     }
     /* Every case file is validated before anything runs or is written. */
-    for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
-        st = hx_case_load(&cases[i], argv[optind + (int)i], &err);
-        case_error = st != LM_OK;
-        for (size_t j = 0; j < i && st == LM_OK; ++j)
-            if (strcmp(cases[j]->name, cases[i]->name) == 0)
-                st = LM_FAIL(&err, LM_E_INPUT, "%s: case name '%s' is also used by %s (names key "
-                             "the golden files)", cases[i]->file, cases[i]->name, cases[j]->file);
-    }
-    if (st != LM_OK)
+    if ((st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err)) != LM_OK)
         goto done;
 
     hx_fingerprint fp;
@@ -173,14 +150,8 @@ int cmd_bless(int argc, char **argv)
         fprintf(stderr, "kvdrift bless: %zu case(s) skipped: their model file does not exist\n",
                 n_skipped);
 done:
-    if (st != LM_OK) {
-        /* A bad case file is reported compiler-style, FILE:LINE: reason, on one line. */
-        if (case_error)
-            fprintf(stderr, "%s\n", err.msg);
-        else
-            fprintf(stderr, "kvdrift bless: %s\n", err.msg);
-        code = lm_status_exit_code(st);
-    }
+    if (st != LM_OK)
+        code = hx_cli_status("bless", st, case_error, &err);
     for (size_t i = 0; cases && i < n_cases; ++i)
         hx_case_free(cases[i]);
     free(cases);

@@ -4,13 +4,13 @@
 #include "commands.h"
 
 #include "caserun.h"
+#include "cli_util.h"
 #include "classify.h"
 #include "golden.h"
 #include "report.h"
 
 #include <getopt.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,18 +38,6 @@ static const char usage_text[] =
     "  -h, --help            this text\n\n"
     "exit codes: 0 every configuration passes (or was skipped), 1 a configuration fails,\n"
     "2 usage or input error (a bad case file: FILE:LINE: reason)\n";
-
-static int bad(const char *fmt, ...) LM_PRINTF(1, 2);
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "kvdrift check: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
 
 /* The folder a report file goes into must exist before hours of work are spent. */
 static bool parent_exists(const char *path)
@@ -213,25 +201,22 @@ int cmd_check(int argc, char **argv)
         case O_GOLDEN: golden_dir = optarg; break;
         case O_CACHE: cache = optarg; break;
         case 'q': ro.quiet = true; break;
-        case 'j': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*optarg < '0' || *optarg > '9' || *end != '\0' || v < 1 || v > 256)
-                return bad("--jobs '%s': expected an integer in 1..256", optarg);
-            ro.jobs = (uint32_t)v;
+        case 'j':
+            if (!hx_cli_parse_u32(&ro.jobs, optarg, 1, 256))
+                return hx_cli_fail("check", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
-        }
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return bad("option '%s' needs a value", argv[optind - 1]);
-        default: return bad("unknown option '%s' (try kvdrift check --help)", argv[optind - 1]);
+        case ':': return hx_cli_fail("check", "option '%s' needs a value", argv[optind - 1]);
+        default: return hx_cli_fail("check", "unknown option '%s' (try kvdrift check --help)",
+                                    argv[optind - 1]);
         }
     }
     if (optind >= argc)
-        return bad("no CASE files given (try --help)");
+        return hx_cli_fail("check", "no CASE files given (try --help)");
     if (junit && !parent_exists(junit))
-        return bad("--junit %s: its folder does not exist", junit);
+        return hx_cli_fail("check", "--junit %s: its folder does not exist", junit);
     if (json && !parent_exists(json))
-        return bad("--json %s: its folder does not exist", json);
+        return hx_cli_fail("check", "--json %s: its folder does not exist", json);
     ro.cache_dir = cache;
 
     size_t n_cases = (size_t)(argc - optind);
@@ -246,15 +231,7 @@ int cmd_check(int argc, char **argv)
         goto done;
     }
     /* Every case file is read and validated before anything runs or is written. */
-    for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
-        st = hx_case_load(&cases[i], argv[optind + (int)i], &err);
-        case_error = st != LM_OK;
-        for (size_t j = 0; j < i && st == LM_OK; ++j)
-            if (strcmp(cases[j]->name, cases[i]->name) == 0)
-                st = LM_FAIL(&err, LM_E_INPUT, "%s: case name '%s' is also used by %s (names key "
-                             "the golden files)", cases[i]->file, cases[i]->name, cases[j]->file);
-    }
-    if (st != LM_OK)
+    if ((st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err)) != LM_OK)
         goto done;
 
     hx_fingerprint fp;
@@ -300,14 +277,8 @@ int cmd_check(int argc, char **argv)
     if (json)
         printf("  JSON: %s\n", json);
 done:
-    if (st != LM_OK) {
-        /* A bad case file is reported compiler-style, FILE:LINE: reason, on one line. */
-        if (case_error)
-            fprintf(stderr, "%s\n", err.msg);
-        else
-            fprintf(stderr, "kvdrift check: %s\n", err.msg);
-        code = lm_status_exit_code(st);
-    }
+    if (st != LM_OK)
+        code = hx_cli_status("check", st, case_error, &err);
     for (size_t i = 0; i < n_cases; ++i) {
         if (cases)
             hx_case_free(cases[i]);

@@ -4,6 +4,7 @@
 
 #include "case.h"
 #include "classify.h"
+#include "cli_util.h"
 #include "config.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
@@ -12,7 +13,6 @@
 
 #include <getopt.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,18 +35,6 @@ static const char usage_text[] =
     "Columns: max abs = max |x - y|; ulp = max float32 ULP distance; diff = elements whose bits\n"
     "differ; sig = significant digits vs the reference, -log10(max abs / max |R|); top1 = argmax.\n"
     "exit codes: 0 done, 2 usage or input error\n";
-
-static int bad(const char *fmt, ...) LM_PRINTF(1, 2);
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "kvdrift compare: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
 
 static void ulp_text(char *buf, size_t n, uint64_t u)
 {
@@ -103,7 +91,6 @@ int cmd_compare(int argc, char **argv)
     int o;
     lm_err err = {0};
     while ((o = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
-        char *end;
         switch (o) {
         case 'p': text = optarg; break;
         case O_TOKENS: tok_s = optarg; break;
@@ -111,36 +98,31 @@ int cmd_compare(int argc, char **argv)
         case O_B: b_s = optarg; break;
         case O_NOREF: no_ref = true; break;
         case O_CACHE: cache = optarg; break;
-        case 'n': {
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*optarg < '0' || *optarg > '9' || *end != '\0' || v > 100000)
-                return bad("-n '%s': expected an integer in 0..100000", optarg);
-            n_gen = (uint32_t)v;
+        case 'n':
+            if (!hx_cli_parse_u32(&n_gen, optarg, 0, 100000))
+                return hx_cli_fail("compare", "-n '%s': expected an integer in 0..100000", optarg);
             break;
-        }
-        case O_PREC: {
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*optarg < '0' || *optarg > '9' || *end != '\0' || v < REF_MIN_PREC ||
-                v > REF_MAX_PREC)
-                return bad("--prec '%s': expected bits in %u..%u", optarg, REF_MIN_PREC,
-                           REF_MAX_PREC);
-            prec = (uint32_t)v;
+        case O_PREC:
+            if (!hx_cli_parse_u32(&prec, optarg, REF_MIN_PREC, REF_MAX_PREC))
+                return hx_cli_fail("compare", "--prec '%s': expected bits in %u..%u", optarg,
+                                   REF_MIN_PREC, REF_MAX_PREC);
             break;
-        }
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return bad("option '%s' needs a value", argv[optind - 1]);
-        default: return bad("unknown option '%s' (try kvdrift compare --help)", argv[optind - 1]);
+        case ':': return hx_cli_fail("compare", "option '%s' needs a value", argv[optind - 1]);
+        default: return hx_cli_fail("compare", "unknown option '%s' (try kvdrift compare --help)",
+                                    argv[optind - 1]);
         }
     }
     if (optind + 1 != argc)
-        return bad("expected exactly one MODEL argument (try --help)");
+        return hx_cli_fail("compare", "expected exactly one MODEL argument (try --help)");
     if ((text == NULL) == (tok_s == NULL))
-        return bad("give exactly one of -p TEXT or --tokens ID,... (try --help)");
+        return hx_cli_fail("compare",
+                           "give exactly one of -p TEXT or --tokens ID,... (try --help)");
     if (a_s == NULL || b_s == NULL)
-        return bad("both --a CONFIG and --b CONFIG are needed (try --help)");
+        return hx_cli_fail("compare", "both --a CONFIG and --b CONFIG are needed (try --help)");
     hx_config ca, cb;
     if (hx_config_parse(&ca, a_s, &err) != LM_OK || hx_config_parse(&cb, b_s, &err) != LM_OK)
-        return bad("%s", err.msg);
+        return hx_cli_fail("compare", "%s", err.msg);
 
     const char *model_path = argv[optind];
     lm_model *m = NULL;
@@ -150,31 +132,9 @@ int cmd_compare(int argc, char **argv)
     ref_capture ref = {0};
     bool have_ref = false;
     int st;
-    if ((st = lm_model_load(&m, model_path, &err)) != LM_OK)
+    if ((st = lm_model_load(&m, model_path, &err)) != LM_OK ||
+        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, &err)) != LM_OK)
         goto fail;
-    if (tok_s) {
-        if ((st = hx_parse_tokens(&prompt, &n_prompt, tok_s, &err)) != LM_OK)
-            goto fail;
-        for (uint32_t i = 0; i < n_prompt; ++i)
-            if ((uint32_t)prompt[i] >= m->hp.n_vocab) {
-                st = LM_FAIL(&err, LM_E_INPUT, "--tokens: id %d is not below the vocabulary size %u",
-                             (int)prompt[i], (unsigned)m->hp.n_vocab);
-                goto fail;
-            }
-    } else {
-        size_t n = 0;
-        if (m->vocab == NULL) {
-            st = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
-            goto fail;
-        }
-        if ((st = lm_tokenize(m->vocab, text, strlen(text), true, &prompt, &n, &err)) != LM_OK)
-            goto fail;
-        if (n == 0 || n > UINT32_MAX / 2) {
-            st = LM_FAIL(&err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", n);
-            goto fail;
-        }
-        n_prompt = (uint32_t)n;
-    }
 
     /* A first, free-running: its greedy continuation is the teacher path for B and R. */
     hx_run_stats sa, sb;

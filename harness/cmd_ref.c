@@ -1,5 +1,8 @@
 /* cmd_ref.c — `kvdrift ref`: the MPFR reference capture of one model and token sequence. */
 #include "commands.h"
+
+#include "case.h"
+#include "cli_util.h"
 #include "kvd_ref.h"
 
 #include <errno.h>
@@ -8,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void usage(FILE *f)
 {
@@ -38,37 +40,6 @@ static void usage(FILE *f)
             REF_DEFAULT_PREC, REF_MIN_PREC, REF_MAX_PREC);
 }
 
-/* "1,2,3" -> ids; every element a non-negative decimal integer that fits int32. */
-static int parse_ids(int32_t **out, uint32_t *n, const char *s, const char *what, lm_err *err)
-{
-    *out = NULL;
-    *n = 0;
-    size_t cap = 1;
-    for (const char *p = s; *p; ++p)
-        cap += *p == ',';
-    int32_t *ids = malloc(cap * sizeof *ids);
-    if (ids == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    const char *p = s;
-    for (;;) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0') ||
-            (*p < '0' || *p > '9')) {
-            free(ids);
-            return LM_FAIL(err, LM_E_INPUT, "%s: '%s' is not a comma-separated list of token ids",
-                           what, s);
-        }
-        ids[(*n)++] = (int32_t)v;
-        if (*end == '\0')
-            break;
-        p = end + 1;
-    }
-    *out = ids;
-    return LM_OK;
-}
-
 static int parse_uint(unsigned long *out, const char *s, const char *what, unsigned long lo,
                       unsigned long hi, lm_err *err)
 {
@@ -79,13 +50,6 @@ static int parse_uint(unsigned long *out, const char *s, const char *what, unsig
         return LM_FAIL(err, LM_E_INPUT, "%s: '%s' is not an integer in %lu..%lu", what, s, lo, hi);
     *out = (unsigned long)v;
     return LM_OK;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* how: "computed in 1.234 s", "from cache", ... */
@@ -141,22 +105,17 @@ int cmd_ref(int argc, char **argv)
         case 'K': check = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
-            fprintf(stderr, "kvdrift ref: unknown option or missing value in '%s' (try --help)\n",
-                    argv[optind - 1]);
-            return 2;
+            return hx_cli_fail("ref", "unknown option or missing value in '%s' (try --help)",
+                               argv[optind - 1]);
         }
-        if (st) {
-            fprintf(stderr, "kvdrift ref: %s\n", err.msg);
-            return 2;
-        }
+        if (st)
+            return hx_cli_fail("ref", "%s", err.msg);
     }
     if (check) {
         ref_capture cc;
-        if (optind != argc || (st = ref_capture_read(&cc, check, &err))) {
-            fprintf(stderr, "kvdrift ref: %s\n",
-                    st ? err.msg : "--check takes no MODEL or other arguments");
-            return 2;
-        }
+        if (optind != argc || (st = ref_capture_read(&cc, check, &err)))
+            return hx_cli_fail("ref", "%s",
+                               st ? err.msg : "--check takes no MODEL or other arguments");
         printf("%s: capture format %u, reference version %u, %u layers, %u KV heads x %u, "
                "vocab %u\n", check, REF_FORMAT_VERSION, cc.version, cc.n_layer, cc.n_kv_head,
                cc.head_dim, cc.n_vocab);
@@ -164,14 +123,10 @@ int cmd_ref(int argc, char **argv)
         ref_capture_free(&cc);
         return 0;
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "kvdrift ref: expected exactly one MODEL argument (try --help)\n");
-        return 2;
-    }
-    if ((text == NULL) == (tok_s == NULL)) {
-        fprintf(stderr, "kvdrift ref: give exactly one of -p TEXT or --tokens ID,... (try --help)\n");
-        return 2;
-    }
+    if (optind + 1 != argc)
+        return hx_cli_fail("ref", "expected exactly one MODEL argument (try --help)");
+    if ((text == NULL) == (tok_s == NULL))
+        return hx_cli_fail("ref", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
     const char *model_path = argv[optind];
     lm_model *m = NULL;
     int32_t *prompt = NULL, *gen = NULL, *all = NULL;
@@ -181,26 +136,10 @@ int cmd_ref(int argc, char **argv)
     uint32_t n_ag = 0;
     int rc = 0;
 
-    if ((st = lm_model_load(&m, model_path, &err)))
+    if ((st = lm_model_load(&m, model_path, &err)) ||
+        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, &err)))
         goto fail;
-    if (tok_s) {
-        if ((st = parse_ids(&prompt, &n_prompt, tok_s, "--tokens", &err)))
-            goto fail;
-    } else {
-        if (m->vocab == NULL) {
-            st = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
-            goto fail;
-        }
-        size_t n = 0;
-        if ((st = lm_tokenize(m->vocab, text, strlen(text), true, &prompt, &n, &err)))
-            goto fail;
-        if (n == 0 || n > UINT32_MAX / 2) {
-            st = LM_FAIL(&err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", n);
-            goto fail;
-        }
-        n_prompt = (uint32_t)n;
-    }
-    if (gen_s && (st = parse_ids(&gen, &n_gen, gen_s, "--gen-tokens", &err)))
+    if (gen_s && (st = hx_parse_tokens(&gen, &n_gen, gen_s, &err)))
         goto fail;
     all = malloc((n_prompt + n_gen) * sizeof *all);
     if (all == NULL) {
@@ -215,7 +154,7 @@ int cmd_ref(int argc, char **argv)
     if ((st = ref_request_check(m, &rq, &err)))
         goto fail;
 
-    double t0 = now_s();
+    double t0 = hx_cli_now_s();
     bool hit = false;
     if (no_cache || validate) {
         st = ref_compute(&cap, m, &rq, &err);
@@ -226,7 +165,7 @@ int cmd_ref(int argc, char **argv)
         goto fail;
     char how[64];
     snprintf(how, sizeof how, "%s in %.3f s", hit ? "read from the cache" : "computed",
-             now_s() - t0);
+             hx_cli_now_s() - t0);
     print_summary(&cap, how);
     if (out_path && (st = ref_capture_write(&cap, out_path, &err)))
         goto fail;
@@ -238,13 +177,13 @@ int cmd_ref(int argc, char **argv)
         printf("wrote %s/logits.npy and %u layers of K/V .npy files\n", npy_dir, cap.n_layer);
 
     if (validate) {
-        t0 = now_s();
+        t0 = hx_cli_now_s();
         if ((st = ref_validate(&ag, &n_ag, m, &rq, &err)))
             goto fail;
         unsigned long need = have_min ? min_bits : (prec > 27 ? prec - 27 : 0);
         printf("validate: %lu vs %lu bits (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
                "%lu; equal values count %lu, b = 0 with a != 0 counts 0\n",
-               prec, 2 * prec, now_s() - t0, prec, prec);
+               prec, 2 * prec, hx_cli_now_s() - t0, prec, prec);
         printf("  %-10s %10s %9s %10s %9s\n", "tensor", "elements", "min bits", "min digits",
                "mean bits");
         for (uint32_t i = 0; i < n_ag; ++i) {

@@ -1,17 +1,16 @@
 /* cmd_run.c — `kvdrift run`: prefill a prompt in chunks, then generate (engine only). */
 #include "commands.h"
 
+#include "cli_util.h"
 #include "kvd_engine.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char usage_text[] =
     "usage: kvdrift run MODEL -p TEXT [options]\n"
@@ -29,32 +28,6 @@ static const char usage_text[] =
     "      --top-p P         nucleus threshold in (0, 1] (default 1 = off)\n"
     "  -h, --help            this text\n";
 
-/* One line on stderr, exit code 2. */
-static int bad(const char *fmt, ...) LM_PRINTF(1, 2);
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "kvdrift run: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
-
-static int parse_u32(const char *s, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s == '\0' || *s == '-' || *s == '+')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > UINT32_MAX)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static int parse_f32(const char *s, float *out)
 {
     char *end;
@@ -64,13 +37,6 @@ static int parse_f32(const char *s, float *out)
         return -1;
     *out = v;
     return 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void print_piece(const lm_vocab *v, int32_t id)
@@ -112,23 +78,23 @@ int cmd_run(int argc, char **argv)
         switch (o) {
         case 'p': prompt = arg; break;
         case 'n':
-            if (parse_u32(arg, &n_gen) != 0)
-                return bad("-n '%s': not a non-negative integer", arg);
+            if (!hx_cli_parse_u32(&n_gen, arg, 0, UINT32_MAX))
+                return hx_cli_fail("run", "-n '%s': not a non-negative integer", arg);
             break;
         case O_STEP:
             if (strcmp(arg, "full") == 0)
                 step = 0;
-            else if (parse_u32(arg, &step) != 0 || step == 0)
-                return bad("--step '%s': expected an integer >= 1 or 'full'", arg);
+            else if (!hx_cli_parse_u32(&step, arg, 1, UINT32_MAX))
+                return hx_cli_fail("run", "--step '%s': expected an integer >= 1 or 'full'", arg);
             break;
         case O_BACKEND:
             if (strcmp(arg, "naive") != 0 && strcmp(arg, "blas") != 0)
-                return bad("--backend '%s': unknown (expected naive or blas)", arg);
+                return hx_cli_fail("run", "--backend '%s': unknown (expected naive or blas)", arg);
             backend = arg;
             break;
         case O_THREADS:
-            if (parse_u32(arg, &threads) != 0 || threads > 1024)
-                return bad("--threads '%s': expected an integer in [0, 1024]", arg);
+            if (!hx_cli_parse_u32(&threads, arg, 0, 1024))
+                return hx_cli_fail("run", "--threads '%s': expected an integer in [0, 1024]", arg);
             break;
         case O_TOKENS: show_tokens = true; break;
         case O_SEED: {
@@ -136,33 +102,34 @@ int cmd_run(int argc, char **argv)
             errno = 0;
             unsigned long long v = strtoull(arg, &end, 0);
             if (errno != 0 || *arg == '\0' || *arg == '-' || *end != '\0')
-                return bad("--seed '%s': not an unsigned integer", arg);
+                return hx_cli_fail("run", "--seed '%s': not an unsigned integer", arg);
             sp.seed = v;
             break;
         }
         case O_TEMP:
             if (parse_f32(arg, &sp.temperature) != 0)
-                return bad("--temp '%s': not a finite number", arg);
+                return hx_cli_fail("run", "--temp '%s': not a finite number", arg);
             break;
         case O_TOPK:
-            if (parse_u32(arg, &sp.top_k) != 0)
-                return bad("--top-k '%s': not a non-negative integer", arg);
+            if (!hx_cli_parse_u32(&sp.top_k, arg, 0, UINT32_MAX))
+                return hx_cli_fail("run", "--top-k '%s': not a non-negative integer", arg);
             break;
         case O_TOPP:
             if (parse_f32(arg, &sp.top_p) != 0 || !(sp.top_p > 0.0f) || sp.top_p > 1.0f)
-                return bad("--top-p '%s': expected a number in (0, 1]", arg);
+                return hx_cli_fail("run", "--top-p '%s': expected a number in (0, 1]", arg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return bad("option '%s' needs a value", argv[optind - 1]);
-        default: return bad("unknown option '%s' (try kvdrift run --help)", argv[optind - 1]);
+        case ':': return hx_cli_fail("run", "option '%s' needs a value", argv[optind - 1]);
+        default: return hx_cli_fail("run", "unknown option '%s' (try kvdrift run --help)",
+                                    argv[optind - 1]);
         }
     }
     if (optind >= argc)
-        return bad("missing MODEL (try kvdrift run --help)");
+        return hx_cli_fail("run", "missing MODEL (try kvdrift run --help)");
     if (optind < argc - 1)
-        return bad("unexpected argument '%s'", argv[optind + 1]);
+        return hx_cli_fail("run", "unexpected argument '%s'", argv[optind + 1]);
     if (prompt == NULL)
-        return bad("missing -p TEXT (try kvdrift run --help)");
+        return hx_cli_fail("run", "missing -p TEXT (try kvdrift run --help)");
     const char *path = argv[optind];
 
     lm_err err = {0};
@@ -206,11 +173,11 @@ int cmd_run(int argc, char **argv)
         goto fail;
     }
 
-    const double t0 = now_s();
+    const double t0 = hx_cli_now_s();
     rc = lm_prefill(ctx, ids, (uint32_t)n_prompt, step, logits, &err);
     if (rc != LM_OK)
         goto fail;
-    const double t1 = now_s();
+    const double t1 = hx_cli_now_s();
     fputs(prompt, stdout);
     fflush(stdout);
     const int32_t eos = lm_vocab_eos(m->vocab);
@@ -228,7 +195,7 @@ int cmd_run(int argc, char **argv)
             goto fail;
         ++n_decode;
     }
-    const double t2 = now_s();
+    const double t2 = hx_cli_now_s();
     fputc('\n', stdout);
     if (show_tokens) {
         printf("prompt ids:");

@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include "case.h"
+#include "cli_util.h"
 #include "config.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
@@ -13,7 +14,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,18 +66,6 @@ static const char usage_text[] =
     "Writes DIR/report.json (schema: harness/REPORT-SCHEMA.md) and DIR/report.md.\n"
     "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE), 2 usage or\n"
     "input error\n";
-
-static int bad(const char *fmt, ...) LM_PRINTF(1, 2);
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "kvdrift sweep: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
 
 static int parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi)
 {
@@ -264,42 +252,44 @@ int cmd_sweep(int argc, char **argv)
         case 'q': sp.quiet = true; break;
         case 'n':
             if (parse_u32(&sp.n_gen, optarg, 0, 100000) != 0)
-                return bad("-n '%s': expected an integer in 0..100000", optarg);
+                return hx_cli_fail("sweep", "-n '%s': expected an integer in 0..100000", optarg);
             break;
         case 'j':
             if (parse_u32(&sp.jobs, optarg, 1, 64) != 0)
-                return bad("-j '%s': expected an integer in 1..64", optarg);
+                return hx_cli_fail("sweep", "-j '%s': expected an integer in 1..64", optarg);
             break;
         case O_PREC:
             if (parse_u32(&sp.precision, optarg, REF_MIN_PREC, REF_MAX_PREC) != 0)
-                return bad("--prec '%s': expected bits in %u..%u", optarg, REF_MIN_PREC,
-                           REF_MAX_PREC);
+                return hx_cli_fail("sweep", "--prec '%s': expected bits in %u..%u", optarg,
+                                   REF_MIN_PREC, REF_MAX_PREC);
             break;
         case O_ENS:
             if (parse_u32(&sp.ensemble, optarg, HX_ENVELOPE_MIN_MEMBERS, 1024) != 0)
-                return bad("--ensemble '%s': expected an integer in %u..1024", optarg,
-                           HX_ENVELOPE_MIN_MEMBERS);
+                return hx_cli_fail("sweep", "--ensemble '%s': expected an integer in %u..1024",
+                                   optarg, HX_ENVELOPE_MIN_MEMBERS);
             break;
         case O_SEED: {
             char *end;
             errno = 0;
             unsigned long long v = strtoull(optarg, &end, 0);
             if (*optarg < '0' || *optarg > '9' || *end != '\0' || errno != 0)
-                return bad("--seed '%s': expected a non-negative integer (decimal or 0x hex)",
-                           optarg);
+                return hx_cli_fail("sweep",
+                                   "--seed '%s': expected a non-negative integer (decimal or 0x hex)",
+                                   optarg);
             sp.sr_seed = (uint64_t)v;
             sp.sr_seed_set = true;
             break;
         }
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return bad("option '%s' needs a value", argv[optind - 1]);
-        default: return bad("unknown option '%s' (try kvdrift sweep --help)", argv[optind - 1]);
+        case ':': return hx_cli_fail("sweep", "option '%s' needs a value", argv[optind - 1]);
+        default: return hx_cli_fail("sweep", "unknown option '%s' (try kvdrift sweep --help)",
+                                    argv[optind - 1]);
         }
     }
     if (optind + 1 != argc)
-        return bad("expected exactly one MODEL argument (try --help)");
+        return hx_cli_fail("sweep", "expected exactly one MODEL argument (try --help)");
     if ((text == NULL) == (tok_s == NULL))
-        return bad("give exactly one of -p TEXT or --tokens ID,... (try --help)");
+        return hx_cli_fail("sweep", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
 
     lm_err err = {0};
     int st = LM_OK;
@@ -322,23 +312,8 @@ int cmd_sweep(int argc, char **argv)
                             cache, &err)) != LM_OK ||
         (st = lm_model_load(&m, model_path, &err)) != LM_OK)
         goto done;
-    if (tok_s) {
-        if ((st = hx_parse_tokens(&prompt, &n_prompt, tok_s, &err)) != LM_OK)
-            goto done;
-    } else {
-        size_t n = 0;
-        if (m->vocab == NULL) {
-            st = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
-            goto done;
-        }
-        if ((st = lm_tokenize(m->vocab, text, strlen(text), true, &prompt, &n, &err)) != LM_OK)
-            goto done;
-        if (n == 0 || n > UINT32_MAX / 2) {
-            st = LM_FAIL(&err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", n);
-            goto done;
-        }
-        n_prompt = (uint32_t)n;
-    }
+    if ((st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, &err)) != LM_OK)
+        goto done;
     if (outdir == NULL) {
         char ts[32];
         time_t now = time(NULL);

@@ -1,5 +1,6 @@
 /* cmd_synth.c — `kvdrift synth`: writes a deterministic synthetic llama model (GGUF). */
 #include "commands.h"
+#include "cli_util.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -31,8 +32,7 @@ static void usage(FILE *f)
 
 static int bad(const char *msg, const char *arg)
 {
-    fprintf(stderr, "kvdrift synth: %s '%s' (try kvdrift synth --help)\n", msg, arg);
-    return 2;
+    return hx_cli_fail("synth", "%s '%s' (try kvdrift synth --help)", msg, arg);
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -132,15 +132,11 @@ int cmd_synth(int argc, char **argv)
     }
     if (optind < argc)
         return bad("unexpected argument", argv[optind]);
-    if (out == NULL) {
-        fprintf(stderr, "kvdrift synth: missing -o FILE.gguf (try kvdrift synth --help)\n");
-        return 2;
-    }
-    if ((preset == NULL) == (arch == NULL)) {
-        fprintf(stderr, "kvdrift synth: give exactly one of --preset NAME or --arch llama "
-                        "(try kvdrift synth --help)\n");
-        return 2;
-    }
+    if (out == NULL)
+        return hx_cli_fail("synth", "missing -o FILE.gguf (try kvdrift synth --help)");
+    if ((preset == NULL) == (arch == NULL))
+        return hx_cli_fail("synth", "give exactly one of --preset NAME or --arch llama "
+                                    "(try kvdrift synth --help)");
     if (arch != NULL && strcmp(arch, "llama") != 0)
         return bad("unsupported --arch (only llama)", arch);
     lm_err err = {0};
@@ -163,10 +159,8 @@ int cmd_synth(int argc, char **argv)
             p.rms_eps = eps;
         rc = hx_synth_write_params(out, &p, seed, type, &err);
     }
-    if (rc != LM_OK) {
-        fprintf(stderr, "kvdrift synth: %s\n", err.msg);
-        return lm_status_exit_code(rc);
-    }
+    if (rc != LM_OK)
+        return hx_cli_status("synth", rc, false, &err);
     fprintf(stderr, "kvdrift synth: wrote %s (%s: n_embd %u, %u layers, %u/%u heads, n_ff %u, "
                     "vocab %u, %s, seed 0x%" PRIx64 ")\n", out, p.name, p.n_embd, p.n_layer,
             p.n_head, p.n_head_kv, p.n_ff, p.n_vocab, lm_tensor_type_name(type), seed);

@@ -120,7 +120,7 @@ static int pool_run(run_job *jobs, size_t n, const hx_sweep_params *p, const hx_
      * index list: jobs[] itself keeps its order for the caller). */
     run_job **order = calloc(n ? n : 1, sizeof *order);
     if (order == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (size_t i = 0; i < n; ++i)
         if (nt > 1 && parallel_safe(&jobs[i].cfg))
             order[n_safe++] = &jobs[i];
@@ -135,7 +135,7 @@ static int pool_run(run_job *jobs, size_t n, const hx_sweep_params *p, const hx_
         pthread_t *th = calloc(nt, sizeof *th);
         if (th == NULL) {
             free(order);
-            return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
         }
         pthread_mutex_init(&pool.mu, NULL);
         size_t started = 0;
@@ -178,23 +178,23 @@ static void jobs_free(run_job *jobs, size_t n)
 static int check_params(const hx_sweep_params *p, lm_err *err)
 {
     if (p->model == NULL)
-        return LM_FAIL(err, LM_E_INPUT, "sweep: no model");
+        return LM_FAIL(err, LM_E_INPUT, "no model");
     if (p->n_prompt == 0 || p->prompt == NULL)
-        return LM_FAIL(err, LM_E_INPUT, "sweep: empty prompt");
+        return LM_FAIL(err, LM_E_INPUT, "empty prompt");
     if (p->n_configs == 0 || p->configs == NULL)
-        return LM_FAIL(err, LM_E_INPUT, "sweep: no configurations");
+        return LM_FAIL(err, LM_E_INPUT, "no configurations");
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     if (m < HX_ENVELOPE_MIN_MEMBERS)
-        return LM_FAIL(err, LM_E_INPUT, "sweep: ensemble of %u runs: at least %u are needed",
+        return LM_FAIL(err, LM_E_INPUT, "ensemble of %u runs: at least %u are needed",
                        (unsigned)m, (unsigned)HX_ENVELOPE_MIN_MEMBERS);
     const lm_hparams *hp = &p->model->hp;
     for (uint32_t i = 0; i < p->n_prompt; ++i)
         if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= hp->n_vocab)
-            return LM_FAIL(err, LM_E_INPUT, "sweep: prompt token %d is not below the vocabulary "
+            return LM_FAIL(err, LM_E_INPUT, "prompt token %d is not below the vocabulary "
                                             "size %u", (int)p->prompt[i], (unsigned)hp->n_vocab);
     uint64_t need = (uint64_t)p->n_prompt + p->n_gen;
     if (hp->n_ctx_train != 0 && need > hp->n_ctx_train)
-        return LM_FAIL(err, LM_E_INPUT, "sweep: %u prompt tokens + %u generated exceed the "
+        return LM_FAIL(err, LM_E_INPUT, "%u prompt tokens + %u generated exceed the "
                                         "model's context of %u", (unsigned)p->n_prompt,
                        (unsigned)p->n_gen, (unsigned)hp->n_ctx_train);
     for (size_t i = 0; i < p->n_configs; ++i)
@@ -202,7 +202,7 @@ static int check_params(const hx_sweep_params *p, lm_err *err)
             if (hx_config_equal(&p->configs[i], &p->configs[j])) {
                 char s[HX_CONFIG_STR_MAX];
                 hx_config_format(s, sizeof s, &p->configs[i]);
-                return LM_FAIL(err, LM_E_INPUT, "sweep: configuration %s is listed twice", s);
+                return LM_FAIL(err, LM_E_INPUT, "configuration %s is listed twice", s);
             }
     return LM_OK;
 }
@@ -215,7 +215,7 @@ static int continue_path(hx_sweep_result *r, const hx_sweep_params *p, uint32_t 
     size_t n_pre = (size_t)p->n_prompt + from;
     int32_t *pre = malloc(n_pre * sizeof *pre);
     if (pre == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     memcpy(pre, p->prompt, p->n_prompt * sizeof *pre);
     memcpy(pre + p->n_prompt, r->path, from * sizeof *pre);
     hx_config pc = {.backend = "naive", .step = 0, .threads = 1};
@@ -244,7 +244,7 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
     r->n_gen = p->n_gen;
     r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
     if (r->path == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     double t0 = now_s();
     int rc = continue_path(r, p, 0, err);
     if (rc != LM_OK)
@@ -270,7 +270,7 @@ static int ref_departure(int64_t *at, int32_t *top, const hx_sweep_result *r,
     for (uint32_t j = 0; j < p->n_gen; ++j) {
         int64_t row = ref_capture_find_pos(&r->ref, p->n_prompt - 1 + j);
         if (row < 0)
-            return LM_FAIL(err, LM_E_INPUT, "sweep: reference has no logits at position %u",
+            return LM_FAIL(err, LM_E_INPUT, "reference has no logits at position %u",
                            (unsigned)(p->n_prompt - 1 + j));
         int32_t t = hx_argmax_f64(r->ref.logits + (size_t)row * r->ref.n_vocab, r->ref.n_vocab);
         if (t != r->path[j]) {
@@ -291,7 +291,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     size_t n = (size_t)p->n_prompt + p->n_gen;
     int32_t *all = malloc(n * sizeof *all);
     if (all == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads};
@@ -365,7 +365,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     }
     run_job *jobs = calloc(m, sizeof *jobs);
     if (jobs == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < m; ++i) {
         hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
         jobs[i].cfg = c;
@@ -374,7 +374,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     if (rc == LM_OK) {
         const hx_capture **mem = calloc(m, sizeof *mem);
         if (mem == NULL) {
-            rc = LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+            rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
         } else {
             for (uint32_t i = 0; i < m; ++i)
                 mem[i] = jobs[i].cap;
@@ -405,7 +405,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
     if (jobs == NULL || base_job == NULL) {
         free(jobs);
         free(base_job);
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < nc; ++i)
         jobs[i].cfg = p->configs[i];
@@ -427,7 +427,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         r->runs = calloc(nc, sizeof *r->runs);
         r->extra_base = calloc(nj - nc ? nj - nc : 1, sizeof *r->extra_base);
         if (r->runs == NULL || r->extra_base == NULL)
-            rc = LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+            rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     }
     if (rc == LM_OK) {
         /* Move the captures into the result (the jobs then own nothing). */
@@ -493,7 +493,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     double t0 = now_s();
     hx_sweep_result *r = calloc(1, sizeof *r);
     if (r == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     r->ref_leaves_at = -1;
     if ((rc = hx_report_create(&r->report, p->case_name ? p->case_name : "sweep", err)) != LM_OK)
         goto fail;
@@ -549,13 +549,13 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
     *out = NULL;
     *n = 0;
     if (n_backends == 0 || n_steps == 0)
-        return LM_FAIL(err, LM_E_INPUT, "sweep: %s list is empty", n_steps ? "backend" : "step");
+        return LM_FAIL(err, LM_E_INPUT, "%s list is empty", n_steps ? "backend" : "step");
     for (uint32_t b = 0; b < n_backends; ++b) {
         bool known = false;
         for (const char *const *k = hx_backend_names; *k; ++k)
             known |= strcmp(*k, backends[b]) == 0;
         if (!known)
-            return LM_FAIL(err, LM_E_INPUT, "sweep: unknown backend '%.16s' (naive, blas, cuda)",
+            return LM_FAIL(err, LM_E_INPUT, "unknown backend '%.16s' (naive, blas, cuda)",
                            backends[b]);
     }
     static const uint32_t one_thread[1] = {0};
@@ -572,7 +572,7 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
     size_t total = (size_t)n_backends * n_threads * n_attn * n_steps;
     hx_config *v = calloc(total, sizeof *v);
     if (v == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "sweep: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     size_t i = 0;
     for (uint32_t b = 0; b < n_backends; ++b)
         for (uint32_t t = 0; t < n_threads; ++t)

@@ -279,14 +279,13 @@ static void compare_op(hx_trace_op *o, const slot *a, const slot *b, uint32_t np
         if (!isnan(o->max_abs) && (isnan(d) || d > o->max_abs || o->n_pos_diff == 1)) {
             o->max_abs = d;
             o->max_pos = pos;
-            o->e_at_max = env ? env[pos] : NAN;
+            o->e_at_max = env ? env[pos] : (double)NAN;
         }
         o->max_ulp = mt.max_ulp > o->max_ulp ? mt.max_ulp : o->max_ulp;
         if (env != NULL) {
-            double ratio = nonfin || isnan(d) ? INFINITY
-                           : env[pos] > 0.0   ? d / env[pos]
-                           : d > 0.0          ? INFINITY
-                                              : 0.0;
+            double ratio = (double)INFINITY;
+            if (!nonfin && !isnan(d))
+                ratio = env[pos] > 0.0 ? d / env[pos] : d > 0.0 ? (double)INFINITY : 0.0;
             o->worst_ratio = ratio > o->worst_ratio ? ratio : o->worst_ratio;
             if (ratio > 1.0 && o->beyond_pos < 0)
                 o->beyond_pos = pos;
@@ -428,7 +427,7 @@ void hx_trace_print(FILE *f, const hx_trace_result *r, const char *a_name, const
             "first", "max abs", "ulp", "E at max", "max/E", "");
     for (size_t i = 0; i < r->n_ops; ++i) {
         const hx_trace_op *o = &r->ops[i];
-        char name[48], pd[24], first[16], ulp[24], e[16], ratio[16];
+        char name[48], pd[24], first[24], ulp[24], e[16], ratio[16];
         op_name(name, sizeof name, o);
         snprintf(pd, sizeof pd, "%u/%u", (unsigned)o->n_pos_diff, (unsigned)o->n_pos);
         if (o->first_pos >= 0)

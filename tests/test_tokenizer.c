@@ -338,6 +338,74 @@ static void test_tokenizer_bpe_rules(void)
     lm_vocab_free(v);
 }
 
+/* A BPE vocabulary of the 256 byte characters (id b = byte b), "12" (256) and "ĠĠ" (257),
+ * merges "1 2" and "Ġ Ġ", with tokenizer.ggml.pre = pre (NULL: key absent). */
+static lm_vocab *build_pre_vocab(const char *name, const char *pre)
+{
+    const char *texts[258];
+    char names[256][4];
+    for (int b = 0; b < 256; b++) {
+        uint32_t cp = (uint32_t)b; /* GPT-2 mapping, recomputed as in test_tokenizer_bpe_rules */
+        if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE))) {
+            uint32_t k = 0;
+            for (int i = 0; i < b; i++)
+                k += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE));
+            cp = 256 + k;
+        }
+        size_t len = lm_utf8_encode(cp, names[b]);
+        names[b][len] = '\0';
+        texts[b] = names[b];
+    }
+    texts[256] = "12", texts[257] = "\xc4\xa0\xc4\xa0";
+    const char *merges[] = {"1 2", "\xc4\xa0 \xc4\xa0"};
+    lm_err err = {0};
+    lm_gguf_writer *w = NULL;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tu_tmpdir(), name);
+    CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &err) == LM_OK);
+    int rc = lm_gguf_w_str(w, "tokenizer.ggml.model", "gpt2", &err);
+    if (rc == LM_OK)
+        rc = lm_gguf_w_arr(w, "tokenizer.ggml.tokens", LM_GGUF_STR, texts, 258, &err);
+    if (rc == LM_OK)
+        rc = lm_gguf_w_arr(w, "tokenizer.ggml.merges", LM_GGUF_STR, merges, 2, &err);
+    if (rc == LM_OK && pre)
+        rc = lm_gguf_w_str(w, "tokenizer.ggml.pre", pre, &err);
+    if (rc == LM_OK)
+        rc = lm_gguf_writer_save(w, path, &err);
+    lm_gguf_writer_free(w);
+    lm_gguf *g = NULL;
+    lm_vocab *v = NULL;
+    if (rc != LM_OK || lm_gguf_open(&g, path, &err) != LM_OK || lm_vocab_load(&v, g, &err) != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    lm_gguf_close(g);
+    return v;
+}
+
+/* tokenizer.ggml.pre "smollm" (llama.cpp: regexes "\p{N}" then the GPT-2 pattern; HF:
+ * Digits(individual_digits) then ByteLevel): every number code point is a word of its own, and
+ * the GPT-2 split treats the end of a digit-free run as the end of the text. */
+static void test_tokenizer_bpe_pre_digits(void)
+{
+    const char *names[] = {NULL, "gpt2", "smollm"};
+    for (int k = 0; k < 3; k++) {
+        lm_vocab *v = build_pre_vocab(k == 2 ? "pre_smollm.gguf" : "pre_gpt2.gguf", names[k]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+        bool digits = k == 2;
+        /* "12": one word -> merged; split into "1" "2" -> no pair to merge */
+        static const int32_t split12[] = {'1', '2'}, merged12[] = {256};
+        CU_ASSERT(digits ? encodes_to(v, "12", 2, false, split12, 2)
+                         : encodes_to(v, "12", 2, false, merged12, 1));
+        /* "a  1": GPT-2 leaves the last space to " 1" (a, Ġ, Ġ1 -> Ġ 1 unmerged); with the
+         * digit cut first, "a  " ends its segment, so \s+(?!\S) takes both spaces: a ĠĠ 1 */
+        static const int32_t both_spaces[] = {'a', 257, '1'}, last_space[] = {'a', ' ', ' ', '1'};
+        CU_ASSERT(digits ? encodes_to(v, "a  1", 4, false, both_spaces, 3)
+                         : encodes_to(v, "a  1", 4, false, last_space, 4));
+        /* mixed letters, a non-ASCII \p{N} (U+216B, Nl) and digits still decode to the input */
+        CU_ASSERT(round_trips(v, "x\xe2\x85\xab" "12 y3", 9, false));
+        lm_vocab_free(v);
+    }
+}
+
 /* User-defined tokens cut the input before encoding even without special-token parsing, and
  * SPM text after one gets the space prefix again (llama.cpp); control tokens stay text. */
 static void test_tokenizer_user_defined(void)
@@ -647,6 +715,7 @@ void test_tokenizer_register(void)
     CU_add_test(s, "test_tokenizer_spm_rules", test_tokenizer_spm_rules);
     CU_add_test(s, "test_tokenizer_bpe_rules", test_tokenizer_bpe_rules);
     CU_add_test(s, "test_tokenizer_user_defined", test_tokenizer_user_defined);
+    CU_add_test(s, "test_tokenizer_bpe_pre_digits", test_tokenizer_bpe_pre_digits);
     CU_add_test(s, "test_tokenizer_load_errors", test_tokenizer_load_errors);
     CU_add_test(s, "test_tokenizer_fixture_llama_spm", test_tokenizer_fixture_llama_spm);
     CU_add_test(s, "test_tokenizer_fixture_gpt2", test_tokenizer_fixture_gpt2);

@@ -1,0 +1,45 @@
+/* util.h — the helpers every bench/bench_*.c program shares: a monotonic clock, the median of
+ * repeated timings, the UTC timestamp of a TSV line, the shared models folder, the output
+ * folder and its TSV file, and the one-line fatal error. Benchmarks are programs, not library
+ * code: these exit(2) on failure (only a benchmark's main-side code calls them). */
+#ifndef KVD_BENCH_UTIL_H
+#define KVD_BENCH_UTIL_H
+
+#include "kvd_common.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* Seconds on CLOCK_MONOTONIC. */
+double bu_now_s(void);
+
+/* Median of v[n] (n >= 1); sorts v in place. Even n: the mean of the two middle values. */
+double bu_median(double *v /* [n] */, int n);
+
+/* "YYYY-MM-DDTHH:MM:SSZ" (UTC, now) into when[32]. */
+void bu_when(char when[32]);
+
+/* $KVDRIFT_MODELS when set and non-empty, else "../shared/models". */
+const char *bu_models_dir(void);
+
+/* out = bu_models_dir() + "/" + file. */
+void bu_model_path(char *out, size_t cap, const char *file);
+
+/* "PROG: WHAT: err->msg" on stderr, exit 2. */
+_Noreturn void bu_die(const char *prog, const char *what, const lm_err *err);
+
+/* The common command line "PROG OUTDIR [ARG]": with no arguments, too many, or --help, prints
+ * "usage: USAGE" (stdout for a lone --help, else stderr) and returns the exit code (0 or 2);
+ * returns -1 when the arguments are fine. */
+int bu_check_args(int argc, char **argv, const char *usage);
+
+/* Creates outdir (an existing one is fine); on failure prints "PROG: OUTDIR: reason", exit 2. */
+void bu_make_outdir(const char *prog, const char *outdir);
+
+/* Opens outdir/name for appending (path[cap] receives the path) and writes header (a full
+ * line, tabs and newline included) when the file is new; on failure prints
+ * "PROG: PATH: reason", exit 2. */
+FILE *bu_tsv_open(const char *prog, const char *outdir, const char *name, const char *header,
+                  char *path, size_t cap);
+
+#endif

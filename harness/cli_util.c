@@ -1,0 +1,105 @@
+/* cli_util.c — shared pieces of the `kvdrift` subcommands (see cli_util.h). */
+#include "cli_util.h"
+
+#include "kvd_tokenizer.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int hx_cli_fail(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kvdrift %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+double hx_cli_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool hx_cli_parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char *model_path,
+                      const char *text, const char *tokens, lm_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (tokens != NULL) {
+        int32_t *ids = NULL;
+        uint32_t k = 0;
+        int rc = hx_parse_tokens(&ids, &k, tokens, err);
+        if (rc != LM_OK)
+            return rc;
+        for (uint32_t i = 0; i < k; ++i)
+            if ((uint32_t)ids[i] >= m->hp.n_vocab) {
+                rc = LM_FAIL(err, LM_E_INPUT, "--tokens: id %d is not below the vocabulary size %u",
+                             (int)ids[i], (unsigned)m->hp.n_vocab);
+                free(ids);
+                return rc;
+            }
+        *out = ids;
+        *n = k;
+        return LM_OK;
+    }
+    if (m->vocab == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
+    int32_t *ids = NULL;
+    size_t k = 0;
+    int rc = lm_tokenize(m->vocab, text, strlen(text), true, &ids, &k, err);
+    if (rc != LM_OK)
+        return rc;
+    /* UINT32_MAX / 2: room for the generated tokens after the prompt in a uint32_t count. */
+    if (k == 0 || k > UINT32_MAX / 2) {
+        free(ids);
+        return LM_FAIL(err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", k);
+    }
+    *out = ids;
+    *n = (uint32_t)k;
+    return LM_OK;
+}
+
+int hx_cli_load_cases(hx_case **cases, char *const *files, size_t n, bool *case_error,
+                      lm_err *err)
+{
+    int st = LM_OK;
+    *case_error = false;
+    for (size_t i = 0; i < n && st == LM_OK; ++i) {
+        st = hx_case_load(&cases[i], files[i], err);
+        *case_error = st != LM_OK;
+        for (size_t j = 0; j < i && st == LM_OK; ++j)
+            if (strcmp(cases[j]->name, cases[i]->name) == 0)
+                st = LM_FAIL(err, LM_E_INPUT, "%s: case name '%s' is also used by %s (names key "
+                             "the golden files)", cases[i]->file, cases[i]->name, cases[j]->file);
+    }
+    return st;
+}
+
+int hx_cli_status(const char *cmd, int st, bool case_error, const lm_err *err)
+{
+    /* A bad case file is reported compiler-style, FILE:LINE: reason, on one line. */
+    if (case_error)
+        fprintf(stderr, "%s\n", err->msg);
+    else
+        fprintf(stderr, "kvdrift %s: %s\n", cmd, err->msg);
+    return lm_status_exit_code(st);
+}

@@ -1,0 +1,42 @@
+/* cli_util.h — the pieces the `kvdrift` subcommands (harness/cmd_*.c) share: the one-line
+ * "kvdrift CMD: reason" error with exit code 2, bounded integer options, the prompt given as
+ * -p TEXT or --tokens ID,..., and loading the case files of check and bless. */
+#ifndef KVD_CLI_UTIL_H
+#define KVD_CLI_UTIL_H
+
+#include "case.h"
+#include "kvd_model.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Prints "kvdrift CMD: <message>" and a newline on stderr; returns 2 (usage or input error).
+ * The message names the thing and the reason; this adds the command prefix, once. */
+int hx_cli_fail(const char *cmd, const char *fmt, ...) LM_PRINTF(2, 3);
+
+/* Seconds on CLOCK_MONOTONIC (the timing lines of run and ref). */
+double hx_cli_now_s(void);
+
+/* A decimal integer in lo..hi: digits only (no sign, no spaces); false otherwise. */
+bool hx_cli_parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi);
+
+/* The prompt of a command that takes -p TEXT or --tokens ID,... (exactly one of text and
+ * tokens non-NULL): text is tokenized with m's vocabulary (BOS when the vocabulary asks for
+ * it; LM_E_INPUT naming model_path when m has none), tokens parsed as a comma list
+ * (hx_parse_tokens) with every id below the vocabulary size. *out is malloc'ed. */
+int hx_cli_prompt_ids(int32_t **out /* [*n] */, uint32_t *n, const lm_model *m,
+                      const char *model_path, const char *text, const char *tokens, lm_err *err);
+
+/* Loads files[n] into cases[n] (check, bless): every case file is read and validated, and no
+ * two may share a name (names key the golden files), before anything runs. On failure the
+ * cases loaded so far stay in cases[] for the caller to free; *case_error is true when the
+ * message is a case file's own ("FILE:LINE: reason", printed as is). */
+int hx_cli_load_cases(hx_case **cases /* [n] */, char *const *files /* [n] */, size_t n,
+                      bool *case_error, lm_err *err);
+
+/* The exit code of a failed command (st != LM_OK), after printing its error on one line:
+ * a case file's error as is, any other as "kvdrift CMD: message". */
+int hx_cli_status(const char *cmd, int st, bool case_error, const lm_err *err);
+
+#endif

@@ -1,0 +1,412 @@
+/* test_cli_errors.c — every subcommand's bad-input paths, end to end: each must exit 2 with
+ * exactly one line on stderr (naming the thing and the reason), nothing on stdout, and leave no
+ * output file or folder behind. Each command runs in a forked child (its own getopt state, its
+ * own stdio; a crash or a hang is a failure, not a lost test binary). The model is the synthetic
+ * tiny preset written by `kvdrift synth` into tu_tmpdir(), so no shared model file is needed;
+ * every cache is under tu_tmpdir() ($KVDRIFT_CACHE is set in the child as well). */
+#include "commands.h"
+#include "test_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int (*cmd_fn)(int, char **);
+
+typedef struct cli_result {
+    int rc;            /* exit code; 128 + signal when the child died of a signal */
+    int n_lines;       /* '\n'-terminated lines on stderr (+1 for an unterminated tail) */
+    size_t n_stdout;   /* bytes on stdout */
+    char err[4096];    /* stderr text */
+} cli_result;
+
+static char base[900], model[1000], trunc_model[1000], adir[1000], under_file[1000],
+    cache[1000], out_txt[1000], err_txt[1000];
+
+static size_t slurp(char *buf, size_t cap, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return n;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Runs cmd(argv) in a child with stdout/stderr sent to files; argv is NULL-terminated. */
+static cli_result cli(cmd_fn cmd, ...)
+{
+    char *argv[40];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, cmd);
+    for (char *a; argc < 39 && (a = va_arg(ap, char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+
+    cli_result r;
+    memset(&r, 0, sizeof r);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        int fo = open(out_txt, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(err_txt, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0)
+            _exit(99);
+        dup2(fo, STDOUT_FILENO);
+        dup2(fe, STDERR_FILENO);
+        close(fo);
+        close(fe);
+        setenv("KVDRIFT_CACHE", cache, 1);
+        alarm(60); /* every case here fails fast; a hang is a failure */
+        int rc = cmd(argc, argv);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc); /* _exit: the parent's atexit handlers (tmpdir removal) must not run here */
+    }
+    int status = 0;
+    CU_ASSERT_FATAL(waitpid(pid, &status, 0) == pid);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char out[256];
+    r.n_stdout = slurp(out, sizeof out, out_txt);
+    size_t n = slurp(r.err, sizeof r.err, err_txt);
+    for (size_t i = 0; i < n; ++i)
+        r.n_lines += r.err[i] == '\n';
+    if (n > 0 && r.err[n - 1] != '\n')
+        ++r.n_lines;
+    return r;
+}
+
+/* The contract for bad input: exit 2, one line on stderr that contains `want` (the thing named
+ * or the reason), and (quiet) nothing on stdout. check and bless print their platform header on
+ * stdout once the case files parse, before any model is opened: those cases pass quiet = false. */
+static void expect_bad_at(const cli_result *r, const char *want, bool quiet, const char *what,
+                          int line)
+{
+    const bool ok = r->rc == 2 && r->n_lines == 1 && (!quiet || r->n_stdout == 0) &&
+                    (want == NULL || strstr(r->err, want) != NULL);
+    if (!ok)
+        fprintf(stderr, "\n  line %d: %s: rc %d, %d stderr line(s), %zu stdout bytes, "
+                        "wanted '%s' in: %s", line, what, r->rc, r->n_lines, r->n_stdout,
+                want ? want : "", r->err);
+    CU_ASSERT_EQUAL(r->rc, 2);
+    CU_ASSERT_EQUAL(r->n_lines, 1);
+    if (quiet)
+        CU_ASSERT_EQUAL(r->n_stdout, 0);
+    if (want != NULL)
+        CU_ASSERT_PTR_NOT_NULL(strstr(r->err, want));
+}
+#define BAD_(quiet, want, cmd, ...)                                                            \
+    do {                                                                                       \
+        cli_result r_ = cli(cmd, __VA_ARGS__, (char *)NULL);                                   \
+        expect_bad_at(&r_, want, quiet, #cmd " " #__VA_ARGS__, __LINE__);                     \
+    } while (0)
+#define BAD(want, cmd, ...) BAD_(true, want, cmd, __VA_ARGS__)
+#define BAD_HDR(want, cmd, ...) BAD_(false, want, cmd, __VA_ARGS__)
+
+/* Shared fixtures: a synthetic tiny model (vocab 512), its first 1000 bytes, a folder and a
+ * path under a regular file (ENOTDIR: unwritable even for root, unlike a chmod'ed folder). */
+static void setup(void)
+{
+    if (base[0])
+        return;
+    snprintf(base, sizeof base, "%s/cli", tu_tmpdir());
+    CU_ASSERT_FATAL(mkdir(base, 0755) == 0);
+    snprintf(model, sizeof model, "%s/tiny.gguf", base);
+    snprintf(trunc_model, sizeof trunc_model, "%s/trunc.gguf", base);
+    snprintf(adir, sizeof adir, "%s/adir", base);
+    snprintf(under_file, sizeof under_file, "%s/trunc.gguf/x", base);
+    snprintf(cache, sizeof cache, "%s/cache", base);
+    snprintf(out_txt, sizeof out_txt, "%s/stdout.txt", base);
+    snprintf(err_txt, sizeof err_txt, "%s/stderr.txt", base);
+    CU_ASSERT_FATAL(mkdir(adir, 0755) == 0);
+    cli_result r = cli(cmd_synth, "synth", "--preset", "tiny", "-o", model, (char *)NULL);
+    if (r.rc != 0)
+        fprintf(stderr, "\n  synth failed (%d): %s", r.rc, r.err);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    FILE *f = fopen(model, "rb");
+    CU_ASSERT_FATAL(f != NULL);
+    char head[1000];
+    CU_ASSERT_FATAL(fread(head, 1, sizeof head, f) == sizeof head);
+    fclose(f);
+    FILE *g = fopen(trunc_model, "wb");
+    CU_ASSERT_FATAL(g != NULL);
+    CU_ASSERT_FATAL(fwrite(head, 1, sizeof head, g) == sizeof head);
+    CU_ASSERT_FATAL(fclose(g) == 0);
+}
+
+/* Paths under base that a failed command must not have created. */
+static char *p(const char *name)
+{
+    static char buf[4][1100];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", base, name);
+    return buf[k];
+}
+
+static void test_cli_errors_run(void)
+{
+    setup();
+    BAD("missing MODEL", cmd_run, "run");
+    BAD("--bogus", cmd_run, "run", "--bogus", model, "-p", "hi");
+    BAD("-p", cmd_run, "run", model, "-p");
+    BAD("-p", cmd_run, "run", model);
+    BAD("No such file", cmd_run, "run", p("absent.gguf"), "-p", "hi");
+    BAD("not a regular file", cmd_run, "run", adir, "-p", "hi");
+    BAD("trunc.gguf", cmd_run, "run", trunc_model, "-p", "hi");
+    BAD("abc", cmd_run, "run", model, "-p", "hi", "-n", "abc");
+    BAD("-1", cmd_run, "run", model, "-p", "hi", "-n", "-1");
+    BAD("context", cmd_run, "run", model, "-p", "hi", "-n", "100000");
+    BAD("nope", cmd_run, "run", model, "-p", "hi", "--backend", "nope");
+    BAD("--step", cmd_run, "run", model, "-p", "hi", "--step", "0");
+    BAD("--top-p", cmd_run, "run", model, "-p", "hi", "--top-p", "2");
+}
+
+static void test_cli_errors_synth(void)
+{
+    setup();
+    BAD("nope", cmd_synth, "synth", "--preset", "nope", "-o", p("s1.gguf"));
+    BAD("-o", cmd_synth, "synth", "--preset", "tiny");
+    BAD("--preset", cmd_synth, "synth", "-o", p("s1.gguf"));
+    BAD("--n-layer", cmd_synth, "synth", "--preset", "tiny", "-o", p("s1.gguf"), "--n-layer", "0");
+    BAD("n_head", cmd_synth, "synth", "--arch", "llama", "--n-head", "3", "-o", p("s1.gguf"));
+    CU_ASSERT_FALSE(exists(p("s1.gguf")));
+    /* Unwritable: under a regular file, and onto an existing folder (which must survive). */
+    BAD(under_file, cmd_synth, "synth", "--preset", "tiny", "-o", under_file);
+    BAD(adir, cmd_synth, "synth", "--preset", "tiny", "-o", adir);
+    struct stat st;
+    CU_ASSERT(stat(adir, &st) == 0 && S_ISDIR(st.st_mode));
+}
+
+static void test_cli_errors_ref(void)
+{
+    setup();
+    BAD("--bogus", cmd_ref, "ref", "--bogus");
+    BAD("trunc.gguf", cmd_ref, "ref", trunc_model, "-p", "hi", "--no-cache", "-o", p("r1.bin"));
+    BAD("not a regular file", cmd_ref, "ref", adir, "-p", "hi", "--no-cache", "-o", p("r1.bin"));
+    BAD("99999", cmd_ref, "ref", model, "--tokens", "1,99999", "--no-cache", "-o", p("r1.bin"));
+    BAD("99999", cmd_ref, "ref", model, "--tokens", "1,2", "--gen-tokens", "3,99999",
+        "--no-cache", "-o", p("r1.bin"));
+    BAD("'x'", cmd_ref, "ref", model, "--tokens", "1,x", "--no-cache", "-o", p("r1.bin"));
+    BAD("--prec", cmd_ref, "ref", model, "-p", "hi", "--prec", "3", "-o", p("r1.bin"));
+    BAD("--threads", cmd_ref, "ref", model, "-p", "hi", "--threads", "-1", "-o", p("r1.bin"));
+    CU_ASSERT_FALSE(exists(p("r1.bin")));
+    /* --check: not a capture, a folder, a truncated capture. */
+    BAD("magic", cmd_ref, "ref", "--check", trunc_model);
+    BAD("not a regular file", cmd_ref, "ref", "--check", adir);
+    cli_result r = cli(cmd_ref, "ref", model, "--tokens", "1,2,3", "--prec", "53", "--no-cache",
+                       "-o", p("good.bin"), (char *)NULL);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    char buf[600];
+    FILE *f = fopen(p("good.bin"), "rb");
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT_FATAL(fread(buf, 1, sizeof buf, f) == sizeof buf);
+    fclose(f);
+    tu_write_file("cli/cut.bin", buf, sizeof buf);
+    BAD("truncated", cmd_ref, "ref", "--check", p("cut.bin"));
+}
+
+/* Unwritable outputs are found before the reference is computed and its summary printed, and a
+ * run that fails on its second output (--npy) must not leave its first one (-o) behind. */
+static void test_cli_errors_ref_no_partial_outputs(void)
+{
+    setup();
+    BAD(under_file, cmd_ref, "ref", model, "--tokens", "1,2,3", "--prec", "53", "--no-cache",
+        "-o", under_file);
+    BAD(adir, cmd_ref, "ref", model, "--tokens", "1,2,3", "--prec", "53", "--no-cache", "-o",
+        adir);
+    BAD(under_file, cmd_ref, "ref", model, "--tokens", "1,2,3", "--prec", "53", "--no-cache",
+        "-o", p("r2.bin"), "--npy", under_file);
+    CU_ASSERT_FALSE(exists(p("r2.bin")));
+}
+
+static void test_cli_errors_sweep(void)
+{
+    setup();
+    const char *o = p("sw1");
+    BAD("--bogus", cmd_sweep, "sweep", "--bogus");
+    BAD("trunc.gguf", cmd_sweep, "sweep", trunc_model, "-p", "hi", "--cache", cache, "-o", o, "-q");
+    BAD("not a regular file", cmd_sweep, "sweep", adir, "-p", "hi", "--cache", cache, "-o", o, "-q");
+    BAD("No such file", cmd_sweep, "sweep", p("absent.gguf"), "-p", "hi", "--cache", cache, "-o",
+        o, "-q");
+    BAD("99999", cmd_sweep, "sweep", model, "--tokens", "1,99999", "--cache", cache, "-o", o, "-q");
+    BAD("'0'", cmd_sweep, "sweep", model, "-p", "hi", "--steps", "0", "--cache", cache, "-o", o,
+        "-q");
+    BAD("foo", cmd_sweep, "sweep", model, "-p", "hi", "--backends", "foo", "--cache", cache, "-o",
+        o, "-q");
+    BAD("--ensemble", cmd_sweep, "sweep", model, "-p", "hi", "--ensemble", "2", "--cache", cache,
+        "-o", o, "-q");
+    BAD("context", cmd_sweep, "sweep", model, "-p", "hi", "-n", "100000", "--cache", cache, "-o",
+        o, "-q");
+    BAD("nope", cmd_sweep, "sweep", "synth:nope", "-p", "hi", "--cache", cache, "-o", o, "-q");
+    CU_ASSERT_FALSE(exists(o));
+}
+
+/* A report folder that cannot be made is bad input, found before the sweep runs (not after
+ * printing a full result table on stdout). */
+static void test_cli_errors_sweep_output_checked_first(void)
+{
+    setup();
+    BAD(trunc_model, cmd_sweep, "sweep", model, "-p", "hi", "-n", "1", "--steps", "full",
+        "--backends", "naive", "--cache", cache, "-o", trunc_model, "-q");
+    BAD(under_file, cmd_sweep, "sweep", model, "-p", "hi", "-n", "1", "--steps", "full",
+        "--backends", "naive", "--cache", cache, "-o", under_file, "-q");
+}
+
+/* compare and trace take the same MODEL / prompt / --a / --b arguments. */
+static void pair_errors(cmd_fn cmd, const char *name)
+{
+    BAD("--bogus", cmd, (char *)name, "--bogus");
+    BAD("trunc.gguf", cmd, (char *)name, trunc_model, "-p", "hi", "--a", "naive", "--b", "blas");
+    BAD("not a regular file", cmd, (char *)name, adir, "-p", "hi", "--a", "naive", "--b", "blas");
+    BAD("No such file", cmd, (char *)name, p("absent.gguf"), "-p", "hi", "--a", "naive", "--b",
+        "blas");
+    BAD("step", cmd, (char *)name, model, "-p", "hi", "--a", "naive:step=0", "--b", "blas");
+    BAD("foo", cmd, (char *)name, model, "-p", "hi", "--a", "foo", "--b", "blas");
+    BAD("--b", cmd, (char *)name, model, "-p", "hi", "--a", "naive");
+    BAD("99999", cmd, (char *)name, model, "--tokens", "1,99999", "--a", "naive", "--b", "blas");
+    BAD("context", cmd, (char *)name, model, "-p", "hi", "--a", "naive", "--b", "blas", "-n",
+        "100000");
+}
+
+static void test_cli_errors_compare(void)
+{
+    setup();
+    pair_errors(cmd_compare, "compare");
+}
+
+static void test_cli_errors_trace(void)
+{
+    setup();
+    pair_errors(cmd_trace, "trace");
+    BAD("--ensemble", cmd_trace, "trace", model, "-p", "hi", "--a", "naive", "--b", "blas",
+        "--ensemble", "1");
+}
+
+/* Case files for check and bless: one good, one whose model is truncated, one whose model is a
+ * folder, one malformed. */
+static char good[1200], trunc_case[1200], dir_case[1200], syntax[1200];
+
+static void write_cases(void)
+{
+    char text[1400];
+    snprintf(text, sizeof text,
+             "[case]\nname = c-ok\nmodel = %s\ntokens = 1,2,3\nsteps = full\nbackends = naive\n"
+             "n_gen = 1\n", model);
+    snprintf(good, sizeof good, "%s", tu_write_file("cli/ok.case", text, strlen(text)));
+    snprintf(text, sizeof text,
+             "[case]\nname = c-trunc\nmodel = %s\ntokens = 1,2,3\nsteps = full\n"
+             "backends = naive\nn_gen = 1\n", trunc_model);
+    snprintf(trunc_case, sizeof trunc_case, "%s",
+             tu_write_file("cli/trunc.case", text, strlen(text)));
+    snprintf(text, sizeof text,
+             "[case]\nname = c-dir\nmodel = %s\ntokens = 1,2,3\nsteps = full\nbackends = naive\n"
+             "n_gen = 1\n", adir);
+    snprintf(dir_case, sizeof dir_case, "%s", tu_write_file("cli/dir.case", text, strlen(text)));
+    snprintf(syntax, sizeof syntax, "%s", tu_write_file("cli/syntax.case", "[case\n", 6));
+}
+
+/* check and bless: bad case files and models are refused, and no report or golden is written. */
+static void case_errors(cmd_fn cmd, const char *name)
+{
+    write_cases();
+    const char *g = p("golden");
+    const char *j = p("r.xml"), *js = p("r.json");
+    BAD("--bogus", cmd, (char *)name, "--bogus");
+    BAD("CASE", cmd, (char *)name);
+    BAD("No such file", cmd, (char *)name, p("absent.case"), "--golden-dir", g, "--cache", cache);
+    BAD("Is a directory", cmd, (char *)name, adir, "--golden-dir", g, "--cache", cache);
+    BAD("syntax.case:1", cmd, (char *)name, good, syntax, "--golden-dir", g, "--cache", cache);
+    BAD_HDR("trunc.gguf", cmd, (char *)name, trunc_case, "--golden-dir", g, "--cache", cache,
+            "-q");
+    BAD_HDR("not a regular file", cmd, (char *)name, dir_case, "--golden-dir", g, "--cache",
+            cache, "-q");
+    CU_ASSERT_FALSE(exists(g));
+    if (cmd == cmd_check) {
+        BAD("--junit", cmd, (char *)name, good, "--golden-dir", g, "--cache", cache, "--junit",
+            under_file, "--json", js, "-q");
+        BAD("--json", cmd, (char *)name, good, "--golden-dir", g, "--cache", cache, "--junit", j,
+            "--json", under_file, "-q");
+        /* a bad second case: the first one's report must not be written either */
+        BAD_HDR("trunc.gguf", cmd, (char *)name, good, trunc_case, "--golden-dir", g, "--cache",
+                cache, "--junit", j, "--json", js, "-q");
+        CU_ASSERT_FALSE(exists(j));
+        CU_ASSERT_FALSE(exists(js));
+    } else {
+        BAD_HDR(trunc_model, cmd, (char *)name, good, "--golden-dir", trunc_model, "--cache",
+                cache, "-q");
+    }
+}
+
+static void test_cli_errors_check(void)
+{
+    setup();
+    case_errors(cmd_check, "check");
+}
+
+static void test_cli_errors_bless(void)
+{
+    setup();
+    case_errors(cmd_bless, "bless");
+}
+
+/* bless is all or nothing: when a later case is bad input (exit 2), no golden of an earlier
+ * case may have been written. */
+static void test_cli_errors_bless_all_or_nothing(void)
+{
+    setup();
+    write_cases();
+    const char *g = p("golden-aon");
+    BAD_HDR("trunc.gguf", cmd_bless, "bless", good, trunc_case, "--golden-dir", g, "--cache",
+            cache, "-q");
+    CU_ASSERT_FALSE(exists(p("golden-aon/c-ok.json")));
+}
+
+/* The harness itself can fail: a command that succeeds is not reported as bad input. */
+static void test_cli_errors_harness_sees_success(void)
+{
+    setup();
+    cli_result r = cli(cmd_run, "run", model, "-p", "hi", "-n", "2", (char *)NULL);
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT(r.n_stdout > 0);
+    r = cli(cmd_run, "run", "--help", (char *)NULL);
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT_EQUAL(r.n_lines, 0);
+}
+
+void test_cli_errors_register(void)
+{
+    CU_pSuite s = CU_add_suite("cli_errors", NULL, NULL);
+    CU_add_test(s, "test_cli_errors_harness_sees_success", test_cli_errors_harness_sees_success);
+    CU_add_test(s, "test_cli_errors_run", test_cli_errors_run);
+    CU_add_test(s, "test_cli_errors_synth", test_cli_errors_synth);
+    CU_add_test(s, "test_cli_errors_ref", test_cli_errors_ref);
+    CU_add_test(s, "test_cli_errors_ref_no_partial_outputs", test_cli_errors_ref_no_partial_outputs);
+    CU_add_test(s, "test_cli_errors_sweep", test_cli_errors_sweep);
+    CU_add_test(s, "test_cli_errors_sweep_output_checked_first",
+                test_cli_errors_sweep_output_checked_first);
+    CU_add_test(s, "test_cli_errors_compare", test_cli_errors_compare);
+    CU_add_test(s, "test_cli_errors_trace", test_cli_errors_trace);
+    CU_add_test(s, "test_cli_errors_check", test_cli_errors_check);
+    CU_add_test(s, "test_cli_errors_bless", test_cli_errors_bless);
+    CU_add_test(s, "test_cli_errors_bless_all_or_nothing", test_cli_errors_bless_all_or_nothing);
+}
