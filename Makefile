@@ -39,7 +39,8 @@ BENCH_SRC  := $(wildcard bench/bench_*.c)
 # switches and probes) that only the test binary links.
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TLIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/tobj/%.o)
-TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o)
+# tests/fixtures.c: helpers several suites share (not a suite, so not in TEST_SRC).
+TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 

@@ -142,6 +142,15 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, int th
     return bu_median(t, reps);
 }
 
+/* One table row: the reference pass over tok[n] timed (median of reps), its multiply-adds
+ * counted with one logits position. */
+static row measure(const char *model, const lm_model *m, const int32_t *tok, uint32_t n,
+                   int threads, int reps)
+{
+    return (row){.model = model, .n_tokens = n, .macs = mac_count(&m->hp, n, 1),
+                 .secs = time_ref(m, tok, n, threads, reps)};
+}
+
 int main(int argc, char **argv)
 {
     const int usage_rc = bu_check_args(argc, argv, "bench_ref OUTDIR [THREADS]");
@@ -202,11 +211,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_ref: story tokenizes to %zu < 115 tokens\n", n);
             return 2;
         }
-        rows[nrows].model = "stories260K";
-        rows[nrows].n_tokens = 115;
-        rows[nrows].macs = mac_count(&m->hp, 115, 1);
-        rows[nrows].secs = time_ref(m, ids, 115, threads, 3);
-        ++nrows;
+        rows[nrows++] = measure("stories260K", m, ids, 115, threads, 3);
         free(ids);
         lm_model_free(m);
     } else {
@@ -229,11 +234,7 @@ int main(int argc, char **argv)
     int32_t tok[16];
     for (int i = 0; i < 16; ++i)
         tok[i] = (int32_t)((1 + 7919u * (unsigned)i) % m->hp.n_vocab);
-    rows[nrows].model = "smollm2-135m";
-    rows[nrows].n_tokens = 16;
-    rows[nrows].macs = mac_count(&m->hp, 16, 1);
-    rows[nrows].secs = time_ref(m, tok, 16, threads, 1);
-    ++nrows;
+    rows[nrows++] = measure("smollm2-135m", m, tok, 16, threads, 1);
     lm_model_free(m);
 
     char when[32];

@@ -120,6 +120,9 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
         lm_pool_for(a->pool, a->n, 8, softmax_rows, &job);
         for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
             const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
+            /* SR ensemble only: the probabilities P . V reads (row i0..i1, keys < n_kb) */
+            lm_backend_perturb(be, s + (size_t)i0 * n_kv, i1 - i0, a->pos0 + i1, n_kv,
+                               LM_SITE_SOFTMAX | h << 8);
             be->vt->gemm_nn(be, i1 - i0, hd, a->pos0 + i1, s + (size_t)i0 * n_kv, n_kv, vg,
                             kv_stride, oh + i0 * q_stride, q_stride);
         }

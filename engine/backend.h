@@ -35,12 +35,11 @@ typedef struct lm_backend_i {
 typedef enum lm_perturb_site {
     LM_SITE_NORM = 1,     /* attn_norm / ffn_norm output */
     LM_SITE_ROPE,         /* q and K rows after RoPE */
-    LM_SITE_SOFTMAX,      /* attention probabilities (site + query head, see attention.c) */
+    LM_SITE_SOFTMAX,      /* attention probabilities (| query head << 8, see attention.c) */
     LM_SITE_SWIGLU,       /* silu(gate) * up */
     LM_SITE_RESIDUAL,     /* x after each residual add */
     LM_SITE_OUT_NORM,     /* final RMSNorm before the output projection */
 } lm_perturb_site;
-
 
 struct lm_backend {
     const lm_backend_i *vt;

@@ -31,6 +31,12 @@
  * operands and index share a coin within one run (they would also produce the same value in
  * any deterministic arithmetic), which is the price of statelessness.
  *
+ * Elementwise stages: the perturb slot (backend.h) re-rounds the float32 result of every
+ * elementwise stage of the forward pass (norms, RoPE, softmax, SwiGLU, residual adds), which
+ * otherwise round to nearest identically in every member, so that the ensemble's spread
+ * measures the rounding noise of the whole computation (sr_perturb_one states the
+ * distribution). Its coins come from a key derived from the seed apart from the gemm coins.
+ *
  * Created through lm_backend_create with the name "naive-sr" (seed 0) or "naive-sr:seed=N"
  * (N decimal, 0..2^64-1), see kvd_engine.h; always one thread. */
 #include "backend.h"
@@ -199,6 +205,68 @@ static void sr_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
     }
 }
 
+/* ulp(x): the spacing of the floats just above |x|, 2^(E - 150) for a biased exponent E >= 1
+ * and 2^-149 for subnormals, as a double built from bits (exact). */
+static inline double f32_ulp(float x)
+{
+    uint32_t e = (f32_bits(x) >> 23) & 0xffu;
+    uint64_t de = (uint64_t)(e ? e : 1u) + 1023u - 150u; /* double's biased exponent */
+    double u;
+    uint64_t b = de << 52;
+    memcpy(&u, &b, sizeof u);
+    return u;
+}
+
+/* One value's random rounding (Verificarlo MCA "rr" at virtual precision 24): the stored float
+ * x stands for an exact value known only to lie within about half an ulp of it, modelled as
+ * t = x + ulp(x) * xi, xi uniform on (-1/2, 1/2) (2^-52 grid, never 0), which is then
+ * stochastically rounded back to a float (sr_round: unbiased between its two neighbours). t is
+ * carried exactly as the double-double s + e (TwoSum), so the only quantization is xi's.
+ * Result: x itself with probability 3/4, the float neighbour above or below with 1/8 each
+ * (away from binade edges); mean x, standard deviation ulp/2 — an error of up to 1 ulp, as
+ * round-to-nearest's |error| <= ulp/2 compounded with the unknown error x already carries.
+ * Zeros and non-finite values are returned unchanged (as in Verificarlo: an exact zero, e.g.
+ * a masked probability, carries no rounding error). */
+static inline float sr_perturb_one(uint64_t pre, float x)
+{
+    if (x == 0.0f || !isfinite(x))
+        return x;
+    uint64_t c1 = mix64(pre ^ f32_bits(x));
+    uint64_t c2 = mix64(c1 ^ 0x632be59bd9b4e019ull);
+    double xi = ((double)(c1 >> 12) + 0.5) * 0x1p-52 - 0.5; /* in (-1/2, 1/2), exact */
+    double d = f32_ulp(x) * xi;                              /* exact: a power-of-two scale */
+    double xd = (double)x;
+    double s = xd + d; /* TwoSum: s + e == x + d exactly */
+    double bv = s - xd;
+    double av = s - bv;
+    double e = (xd - av) + (d - bv);
+    return sr_round(s, e, c2 >> 11);
+}
+
+float lm_sr_perturb_value(uint64_t seed, uint32_t site, uint32_t idx, float x);
+/* One value through sr_perturb, exported for tests/test_backend_sr.c (declared there). */
+float lm_sr_perturb_value(uint64_t seed, uint32_t site, uint32_t idx, float x)
+{
+    uint64_t skey = sr_key(seed) ^ 0x3c6ef372fe94f82bull;
+    return sr_perturb_one(mix64(skey ^ ((uint64_t)site << 32 | idx)), x);
+}
+
+/* The perturb slot: every live value of rows x [n][stride] re-rounded by sr_perturb_one. The
+ * coin of element j of a row is mix(mix(pkey ^ (site, j)) ^ bits(x_j)), pkey derived from the
+ * seed apart from the gemm coins' key: it depends on the seed, the stage, the index within the
+ * row and the value, never on which row of a chunk or which call the row came in, so a
+ * member's result does not depend on prefill step or on order. */
+static void sr_perturb(lm_backend *be, float *x /* [n][stride] */, uint32_t n, uint32_t elems,
+                       size_t stride, uint32_t site)
+{
+    uint64_t skey = sr_key(((sr_backend *)be)->seed) ^ 0x3c6ef372fe94f82bull;
+    for (uint32_t t = 0; t < n; ++t) {
+        float *r = x + (size_t)t * stride; /* [elems] */
+        for (uint32_t j = 0; j < elems; ++j)
+            r[j] = sr_perturb_one(mix64(skey ^ ((uint64_t)site << 32 | j)), r[j]);
+    }
+}
+
 static void sr_destroy(lm_backend *be)
 {
     free(be);
@@ -209,6 +277,7 @@ static const lm_backend_i sr_vt = {
     .gemm_nt = sr_gemm_nt,
     .gemm_nn = sr_gemm_nn,
     .destroy = sr_destroy,
+    .perturb = sr_perturb,
 };
 
 int lm_backend_sr_create(lm_backend **out, uint64_t seed, lm_err *err)

@@ -201,12 +201,14 @@ static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, u
         eps *= 10.0f; /* test defect: epsilon read with the wrong exponent */
     norm_job j = {y, x, w, c->m->hp.n_embd, eps};
     lm_pool_for(c->pool, n, MIN_ROWS, norm_rows, &j);
+    lm_backend_perturb(c->be, y, n, j.dim, j.dim, LM_SITE_NORM); /* SR ensemble only */
 }
 
 static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32_t n)
 {
     residual_job j = {x, y, b, c->m->hp.n_embd};
     lm_pool_for(c->pool, n, MIN_ROWS, residual_rows, &j);
+    lm_backend_perturb(c->be, x, n, j.dim, j.dim, LM_SITE_RESIDUAL); /* SR ensemble only */
 }
 
 static void rope_chunk(lm_ctx *c, float *rows, uint32_t n, uint32_t n_heads, size_t stride)
@@ -217,6 +219,8 @@ static void rope_chunk(lm_ctx *c, float *rows, uint32_t n, uint32_t n_heads, siz
          * table so that the defect computes wrong angles, never reads out of bounds) */
         j.pos0 = c->n_past + 1 <= c->n_ctx - n ? c->n_past + 1 : c->n_ctx - n;
     lm_pool_for(c->pool, n, MIN_ROWS, rope_rows, &j);
+    lm_backend_perturb(c->be, rows, n, n_heads * c->m->hp.head_dim, stride,
+                       LM_SITE_ROPE); /* SR ensemble only */
 }
 
 /* ---- the layer ---- */
@@ -292,6 +296,7 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
     swiglu_job sj = {c->ff_gate, c->ff_up, ff};
     lm_pool_for(c->pool, n, MIN_ROWS, swiglu_rows, &sj);
+    lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, n, ff);
     be->vt->gemm_nt(be, n, d, ff, 1.0f, c->ff_gate, ff, L->w_down, ff, c->xn, d);
     residual_chunk(c, c->x, c->xn, NULL, n);
@@ -311,6 +316,7 @@ static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
     if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_LOGITS_UNNORMED))
         for (uint32_t i = 0; i < d; ++i) /* test defect: the norm's 1/rms factor left out */
             xr[i] = c->x[(size_t)t * d + i] * c->m->output_norm[i];
+    lm_backend_perturb(c->be, xr, 1, d, d, LM_SITE_OUT_NORM); /* SR ensemble only */
     if (c->probe != NULL)
         c->probe(c->probe_user, hp->n_layer, "out_norm", c->n_past + t, 1, xr, d);
     c->be->vt->gemm_nt(c->be, 1, hp->n_vocab, d, 1.0f, xr, d, c->m->output, d, out, hp->n_vocab);

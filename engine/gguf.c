@@ -136,7 +136,7 @@ static int rd_name(cur *c, char **out, const char *what)
 
 /* ---------------------------------------------------------------- values */
 
-static uint64_t scalar_size(lm_gguf_vtype t)
+uint64_t lm_gguf_vtype_size(lm_gguf_vtype t)
 {
     switch (t) {
     case LM_GGUF_U8: case LM_GGUF_I8: case LM_GGUF_BOOL: return 1;
@@ -163,7 +163,7 @@ static int64_t sign_extend(uint64_t v, unsigned bytes)
 /* Decodes one scalar at p into k->num. */
 static int decode_scalar(cur *c, kv *k, lm_gguf_vtype t, const uint8_t *p)
 {
-    uint64_t n = scalar_size(t);
+    uint64_t n = lm_gguf_vtype_size(t);
     uint64_t raw = le(p, (unsigned)n);
     switch (t) {
     case LM_GGUF_U8: case LM_GGUF_U16: case LM_GGUF_U32: case LM_GGUF_U64:
@@ -276,7 +276,7 @@ static int rd_value(cur *c, kv *k)
                            c->path, k->key, et);
         if (et == LM_GGUF_STR)
             return rd_str_array(c, k, n);
-        uint64_t es = scalar_size((lm_gguf_vtype)et), nb;
+        uint64_t es = lm_gguf_vtype_size((lm_gguf_vtype)et), nb;
         if (lm_mul_u64(&nb, n, es) || nb > left(c))
             return LM_FAIL(c->err, LM_E_INPUT, "%s: key '%s': array of %" PRIu64 " %s elements "
                            "runs past the end of the file", c->path, k->key, n,
@@ -300,7 +300,7 @@ static int rd_value(cur *c, kv *k)
         k->arr.data = mem;
         return LM_OK;
     }
-    uint64_t es = scalar_size(k->type);
+    uint64_t es = lm_gguf_vtype_size(k->type);
     if ((rc = need(c, es, "metadata value")))
         return rc;
     rc = decode_scalar(c, k, k->type, c->b + c->pos);

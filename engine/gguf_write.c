@@ -2,6 +2,7 @@
  * atomically (temp file in the target's folder, fsync, rename; the target is never left
  * half-written and the temp file is removed on any error). Alignment 32 (the GGUF default,
  * so no general.alignment key is written). All integers little-endian. */
+#include "gguf_internal.h"
 #include "kvd_gguf.h"
 
 #include <errno.h>
@@ -170,21 +171,10 @@ int lm_gguf_w_str(lm_gguf_writer *w, const char *key, const char *v, lm_err *err
     return rc;
 }
 
-static size_t elem_size(lm_gguf_vtype t)
-{
-    switch (t) {
-    case LM_GGUF_U8: case LM_GGUF_I8: case LM_GGUF_BOOL: return 1;
-    case LM_GGUF_U16: case LM_GGUF_I16: return 2;
-    case LM_GGUF_U32: case LM_GGUF_I32: case LM_GGUF_F32: return 4;
-    case LM_GGUF_U64: case LM_GGUF_I64: case LM_GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
 int lm_gguf_w_arr(lm_gguf_writer *w, const char *key, lm_gguf_vtype elem_type, const void *data,
                   uint64_t n, lm_err *err)
 {
-    size_t es = elem_size(elem_type);
+    size_t es = (size_t)lm_gguf_vtype_size(elem_type);
     if (elem_type != LM_GGUF_STR && es == 0)
         return LM_FAIL(err, LM_E_INPUT, "gguf writer: key '%s': unsupported array element "
                        "type %d", key, (int)elem_type);

@@ -65,6 +65,21 @@ done:
     return rc;
 }
 
+int hx_write_text_atomic(const char *path, char *text, lm_err *err)
+{
+    size_t n = strlen(text);
+    char *withnl = realloc(text, n + 2);
+    if (withnl == NULL) {
+        free(text);
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    }
+    withnl[n] = '\n';
+    withnl[n + 1] = '\0';
+    int rc = hx_write_file_atomic(path, withnl, n + 1, err);
+    free(withnl);
+    return rc;
+}
+
 int hx_read_file(char **out, size_t *n, const char *path, lm_err *err)
 {
     *out = NULL;

@@ -10,6 +10,10 @@
 /* On any failure the target is untouched and the temp file removed; LM_E_IO naming path. */
 int hx_write_file_atomic(const char *path, const void *bytes, size_t n, lm_err *err);
 
+/* hx_write_file_atomic of text and one newline (JSON documents end with one). Takes text, a
+ * malloc'd NUL-terminated string, and frees it on every path; LM_E_NOMEM naming path. */
+int hx_write_text_atomic(const char *path, char *text, lm_err *err);
+
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (*n excludes the NUL).
  * LM_E_IO when it cannot be opened or read. */
 int hx_read_file(char **out, size_t *n, const char *path, lm_err *err);

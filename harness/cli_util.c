@@ -4,6 +4,7 @@
 #include "kvd_tokenizer.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,13 @@ int hx_cli_fail(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     return 2;
+}
+
+int hx_cli_bad_option(const char *cmd, int o, char **argv)
+{
+    if (o == ':')
+        return hx_cli_fail(cmd, "option '%s' needs a value", argv[optind - 1]);
+    return hx_cli_fail(cmd, "unknown option '%s' (try kvdrift %s --help)", argv[optind - 1], cmd);
 }
 
 double hx_cli_now_s(void)

@@ -15,6 +15,11 @@
  * The message names the thing and the reason; this adds the command prefix, once. */
 int hx_cli_fail(const char *cmd, const char *fmt, ...) LM_PRINTF(2, 3);
 
+/* The getopt_long error of a command parsed with a leading ':' in its optstring: o == ':' is
+ * "option 'X' needs a value", anything else "unknown option 'X' (try kvdrift CMD --help)",
+ * X being argv[optind - 1]; returns 2. */
+int hx_cli_bad_option(const char *cmd, int o, char **argv);
+
 /* Seconds on CLOCK_MONOTONIC (the timing lines of run and ref). */
 double hx_cli_now_s(void);
 

@@ -100,9 +100,7 @@ int cmd_bless(int argc, char **argv)
                 return hx_cli_fail("bless", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return hx_cli_fail("bless", "option '%s' needs a value", argv[optind - 1]);
-        default: return hx_cli_fail("bless", "unknown option '%s' (try kvdrift bless --help)",
-                                    argv[optind - 1]);
+        default: return hx_cli_bad_option("bless", o, argv); /* ':' or unknown */
         }
     }
     if (optind >= argc)

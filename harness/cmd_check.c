@@ -206,9 +206,7 @@ int cmd_check(int argc, char **argv)
                 return hx_cli_fail("check", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return hx_cli_fail("check", "option '%s' needs a value", argv[optind - 1]);
-        default: return hx_cli_fail("check", "unknown option '%s' (try kvdrift check --help)",
-                                    argv[optind - 1]);
+        default: return hx_cli_bad_option("check", o, argv); /* ':' or unknown */
         }
     }
     if (optind >= argc)

@@ -108,9 +108,7 @@ int cmd_compare(int argc, char **argv)
                                    REF_MIN_PREC, REF_MAX_PREC);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return hx_cli_fail("compare", "option '%s' needs a value", argv[optind - 1]);
-        default: return hx_cli_fail("compare", "unknown option '%s' (try kvdrift compare --help)",
-                                    argv[optind - 1]);
+        default: return hx_cli_bad_option("compare", o, argv); /* ':' or unknown */
         }
     }
     if (optind + 1 != argc)

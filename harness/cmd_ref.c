@@ -86,7 +86,7 @@ int cmd_ref(int argc, char **argv)
     int st = LM_OK, c;
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    while ((c = getopt_long(argc, argv, "p:o:j:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:o:j:h", opts, NULL)) != -1) {
         switch (c) {
         case 'p': text = optarg; break;
         case 't': tok_s = optarg; break;
@@ -104,9 +104,7 @@ int cmd_ref(int argc, char **argv)
             break;
         case 'K': check = optarg; break;
         case 'h': usage(stdout); return 0;
-        default:
-            return hx_cli_fail("ref", "unknown option or missing value in '%s' (try --help)",
-                               argv[optind - 1]);
+        default: return hx_cli_bad_option("ref", c, argv); /* ':' or unknown */
         }
         if (st)
             return hx_cli_fail("ref", "%s", err.msg);

@@ -119,9 +119,7 @@ int cmd_run(int argc, char **argv)
                 return hx_cli_fail("run", "--top-p '%s': expected a number in (0, 1]", arg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return hx_cli_fail("run", "option '%s' needs a value", argv[optind - 1]);
-        default: return hx_cli_fail("run", "unknown option '%s' (try kvdrift run --help)",
-                                    argv[optind - 1]);
+        default: return hx_cli_bad_option("run", o, argv); /* ':' or unknown */
         }
     }
     if (optind >= argc)

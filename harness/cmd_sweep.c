@@ -49,8 +49,10 @@ static const char usage_text[] =
     "How it works: the teacher path is the greedy continuation of naive:step=full:threads=1 (the\n"
     "reference has no greedy mode yet; where the reference's own argmax would leave that path is\n"
     "printed). The reference is computed once on prompt + path and cached. The envelope E is\n"
-    "2 x the largest deviation from the reference over M runs of the naive backend with seeded\n"
-    "stochastic rounding (naive-sr), per tensor and position; it is cached beside the reference.\n\n"
+    "2 x the largest deviation from the ensemble's mean over M runs of the naive backend with\n"
+    "seeded stochastic rounding of every float32 operation (naive-sr), per tensor and position,\n"
+    "so a bias every run shares (a defect in the engine) never widens it; it is cached beside\n"
+    "the reference.\n\n"
     "Classes (a configuration's class is its worst over every layer's K and V after prefill,\n"
     "every teacher-forced logits row and its greedy sequence):\n"
     "  EXACT      bitwise equal to its baseline, and the baseline within E of the reference\n"
@@ -281,9 +283,7 @@ int cmd_sweep(int argc, char **argv)
             break;
         }
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return hx_cli_fail("sweep", "option '%s' needs a value", argv[optind - 1]);
-        default: return hx_cli_fail("sweep", "unknown option '%s' (try kvdrift sweep --help)",
-                                    argv[optind - 1]);
+        default: return hx_cli_bad_option("sweep", o, argv); /* ':' or unknown */
         }
     }
     if (optind + 1 != argc)

@@ -34,7 +34,8 @@ int hx_envelope_create(hx_envelope **out, uint32_t n_layer, uint32_t n_pos,
         hx_envelope_free(e);
         return LM_FAIL(err, LM_E_NOMEM, "envelope: out of memory");
     }
-    const hx_env_tensor unset = {(double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN};
+    const hx_env_tensor unset = {(double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN,
+                                 (double)NAN};
     for (uint32_t l = 0; l < n_layer; ++l)
         e->k[l] = e->v[l] = unset;
     for (uint32_t p = 0; p < n_pos; ++p) {
@@ -56,6 +57,15 @@ void hx_envelope_free(hx_envelope *e)
     free(e);
 }
 
+/* Mean of member values at index i, in double, members summed in order 0..M-1. */
+static double member_mean(const float *const *members, uint32_t n_members, size_t i)
+{
+    double mu = 0.0;
+    for (uint32_t m = 0; m < n_members; ++m)
+        mu += (double)members[m][i];
+    return mu / (double)n_members;
+}
+
 int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members, uint32_t n_members,
                           const double *r, size_t n, bool is_logits, double safety, lm_err *err)
 {
@@ -68,34 +78,40 @@ int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members, uint3
     int32_t top = is_logits ? hx_argmax_f64(r, n) : -1;
     if (is_logits && top < 0)
         return LM_FAIL(err, LM_E_INPUT, "envelope: empty logits row");
+    /* R is finite here, so a NaN or Inf in a member is the engine's own doing, shared by every
+     * member: nothing legitimate rounds that way. The tensor gets E = E_gap = 0 (only R itself
+     * would pass) and bias = +Inf, so no configuration can hide behind it. */
+    for (uint32_t m = 0; m < n_members; ++m)
+        for (size_t i = 0; i < n; ++i)
+            if (!isfinite(members[m][i])) {
+                double g = is_logits ? 0.0 : (double)NAN;
+                *out = (hx_env_tensor){.dev = 0.0, .e = 0.0, .gapdev = g, .e_gap = g,
+                                       .sig_digits = 0.0, .bias = (double)INFINITY};
+                return LM_OK;
+            }
     hx_env_tensor t = {0};
     t.gapdev = is_logits ? 0.0 : (double)NAN;
-    for (uint32_t m = 0; m < n_members; ++m) {
-        const float *x = members[m];
-        double etop = is_logits ? (double)x[top] - r[top] : 0.0;
-        for (size_t i = 0; i < n; ++i) {
-            if (!isfinite(x[i]))
-                return LM_FAIL(err, LM_E_INPUT, "envelope: member %u element %zu is not finite",
-                               (unsigned)m, i);
-            double e = (double)x[i] - r[i];
-            if (fabs(e) > t.dev)
-                t.dev = fabs(e);
-            if (is_logits && fabs(etop - e) > t.gapdev)
-                t.gapdev = fabs(etop - e);
-        }
-    }
-    /* Spread: two passes per element over members in order (mean, then squared deviations). */
+    /* The members' mean at R's top token (logits only). */
+    double mu_top = is_logits ? member_mean(members, n_members, (size_t)top) : 0.0;
+    /* Per element: the mean (members in order), then each member's deviation from it (two
+     * passes, so sd is the two-pass sample standard deviation). */
     double sd_max = 0.0, mu_max = 0.0;
     for (size_t i = 0; i < n; ++i) {
-        double mu = 0.0;
-        for (uint32_t m = 0; m < n_members; ++m)
-            mu += (double)members[m][i];
-        mu /= (double)n_members;
+        double mu = member_mean(members, n_members, i);
         double ss = 0.0;
         for (uint32_t m = 0; m < n_members; ++m) {
             double d = (double)members[m][i] - mu;
             ss += d * d;
+            if (fabs(d) > t.dev)
+                t.dev = fabs(d);
+            /* (x_top - x_i) - mean(x_top - x_i) == (x_top - mu_top) - (x_i - mu_i), the mean
+             * being linear (up to double rounding, far below float32 noise). */
+            double g = is_logits ? ((double)members[m][top] - mu_top) - d : 0.0;
+            if (fabs(g) > t.gapdev)
+                t.gapdev = fabs(g);
         }
+        if (fabs(mu - r[i]) > t.bias)
+            t.bias = fabs(mu - r[i]);
         double sd = sqrt(ss / (double)(n_members - 1));
         if (sd > sd_max)
             sd_max = sd;
@@ -168,6 +184,7 @@ static void put_tensor(buf *b, const hx_env_tensor *t)
     put_f64(b, t->gapdev);
     put_f64(b, t->e_gap);
     put_f64(b, t->sig_digits);
+    put_f64(b, t->bias);
 }
 
 int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err)
@@ -234,6 +251,7 @@ static void get_tensor(rd *r, hx_env_tensor *t)
     t->gapdev = get_f64(r);
     t->e_gap = get_f64(r);
     t->sig_digits = get_f64(r);
+    t->bias = get_f64(r);
 }
 
 int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_key[16],
@@ -262,7 +280,7 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
     double safety = get_f64(&r);
     uint32_t n_members = get_u32(&r), n_layer = get_u32(&r), n_pos = get_u32(&r);
     /* Sizes must fit in what is left before anything is allocated from them. */
-    uint64_t need = (uint64_t)n_pos * 4 + ((uint64_t)n_layer * 2 + n_pos) * 5 * 8;
+    uint64_t need = (uint64_t)n_pos * 4 + ((uint64_t)n_layer * 2 + n_pos) * 6 * 8;
     if (r.short_read || need > r.n - r.off) {
         rc = LM_FAIL(err, LM_E_INPUT, "%s: truncated envelope file", path);
         goto done;

@@ -210,17 +210,7 @@ int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
     char *text = json_dumps(g->root, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (text == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: cannot serialize golden file", path);
-    size_t n = strlen(text);
-    char *withnl = realloc(text, n + 2);
-    if (withnl == NULL) {
-        free(text);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    }
-    withnl[n] = '\n';
-    withnl[n + 1] = '\0';
-    int rc = hx_write_file_atomic(path, withnl, n + 1, err);
-    free(withnl);
-    return rc;
+    return hx_write_text_atomic(path, text, err);
 }
 
 void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16], const float *logits,

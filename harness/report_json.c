@@ -146,17 +146,7 @@ static int dump(json_t *root, jb *b, const char *path, lm_err *err)
     json_decref(root);
     if (text == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: cannot build the JSON report", path);
-    size_t n = strlen(text);
-    char *out = realloc(text, n + 2);
-    if (out == NULL) {
-        free(text);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    }
-    out[n] = '\n';
-    out[n + 1] = '\0';
-    int rc = hx_write_file_atomic(path, out, n + 1, err);
-    free(out);
-    return rc;
+    return hx_write_text_atomic(path, text, err);
 }
 
 static void set_schema(jb *b, json_t *o)

@@ -16,8 +16,12 @@
 #include <time.h>
 
 /* Identifies how the ensemble was made (part of the envelope's cache key): the SR backend's
- * coin scheme and the ensemble's schedule. Change it whenever either changes. */
-static const char ensemble_mode[] = "naive-sr:step=full:threads=1:coin=splitmix-v3";
+ * coin scheme, its elementwise perturbation (perturb=: MCA random rounding of every elementwise
+ * stage, backend_naive_sr.c), the statistic (stat=: spread around the members' mean,
+ * envelope.h) and the ensemble's schedule. Change it whenever any of them changes, so that an
+ * envelope cached under another mode is never reused. */
+static const char ensemble_mode[] =
+    "naive-sr:step=full:threads=1:coin=splitmix-v3:perturb=mca-rr24-v2:stat=mean-spread-v2";
 
 static double now_s(void)
 {

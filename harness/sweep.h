@@ -14,8 +14,10 @@
  *      either way ref_leaves_at ends at -1.
  *  (b) The reference capture of prompt + path (K/V of the prompt positions, logits at
  *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
- *  (c) The envelope: `ensemble` runs of the "naive-sr" backend (stochastic rounding, see
- *      kvd_engine.h) at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
+ *  (c) The envelope: `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
+ *      matrix product's multiply-adds and random rounding of every elementwise stage, see
+ *      backend_naive_sr.c; the statistic, a spread around the members' mean, in envelope.h)
+ *      at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
  *      hx_run_capture on the same path, folded by hx_envelope_from_ensemble with
  *      HX_ENVELOPE_SAFETY, and cached beside the reference: key hx_envelope_key(reference key,
  *      ensemble, sr_seed, safety, extra) with extra = "<ensemble mode>;path=<XXH3-128 of the

@@ -1,6 +1,7 @@
 /* test_backend.c — every backend's gemm_nt / gemm_nn against a double-precision reference at
  * a stated bound, special shapes, and the naive backend's split invariance (bitwise). */
 #include "../engine/backend.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -18,15 +19,6 @@ static lm_backend *make(const char *name, int threads)
     CU_ASSERT_FATAL(lm_backend_create(&be, name, threads, &err) == LM_OK);
     CU_ASSERT_STRING_EQUAL(be->vt->name, name);
     return be;
-}
-
-static float *rand_buf(size_t n, uint64_t *st)
-{
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    CU_ASSERT_FATAL(p != NULL);
-    for (size_t i = 0; i < n; ++i)
-        p[i] = tu_rand_f32(st);
-    return p;
 }
 
 static void test_backend_unknown_name(void)
@@ -83,10 +75,10 @@ static void test_backend_special_shapes(void)
 static void check_products(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, uint64_t *st)
 {
     const size_t lda = k + 3, ldb = k + 1, ldc = n + 2, ldbn = n + 5;
-    float *a = rand_buf((size_t)m * lda, st);
-    float *b = rand_buf((size_t)n * ldb, st);    /* [n][k] for nt */
-    float *bn = rand_buf((size_t)k * ldbn, st);  /* [k][n] for nn */
-    float *c = rand_buf((size_t)m * ldc, st);
+    float *a = tf_rand_vec((size_t)m * lda, 1.0f, st);
+    float *b = tf_rand_vec((size_t)n * ldb, 1.0f, st);    /* [n][k] for nt */
+    float *bn = tf_rand_vec((size_t)k * ldbn, 1.0f, st);  /* [k][n] for nn */
+    float *c = tf_rand_vec((size_t)m * ldc, 1.0f, st);
     const float alpha = 0.125f + tu_rand_f32(st);
     const double u = ldexp(1.0, -24), g = (double)(k + 1) * u / (1.0 - (double)(k + 1) * u);
     int bad_nt = 0, bad_nn = 0;
@@ -147,8 +139,8 @@ static void test_backend_naive_split_invariant(void)
 {
     uint64_t st = tu_seed() ^ 0x5eed;
     const uint32_t m = 23, n = 37, k = 301;
-    float *a = rand_buf((size_t)m * k, &st);
-    float *b = rand_buf((size_t)n * k, &st);
+    float *a = tf_rand_vec((size_t)m * k, 1.0f, &st);
+    float *b = tf_rand_vec((size_t)n * k, 1.0f, &st);
     float *bt = malloc((size_t)k * n * sizeof *bt);
     float *full = malloc((size_t)m * n * sizeof *full);
     float *part = malloc((size_t)m * n * sizeof *part);

@@ -3,6 +3,7 @@
  * bitwise reproducible and independent of how calls are split. */
 #include "../engine/backend.h"
 #include "kvd_common.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -11,6 +12,7 @@
 
 /* Exported by backend_naive_sr.c for this test. */
 float lm_sr_round(double s, double e, uint64_t coin53);
+float lm_sr_perturb_value(uint64_t seed, uint32_t site, uint32_t idx, float x);
 
 #define ULP1 1.1920928955078125e-07 /* 2^-23: the float spacing in [1, 2) */
 #define COIN_MAX ((UINT64_C(1) << 53) - 1)
@@ -105,20 +107,13 @@ static void test_backend_sr_mean_converges(void)
     CU_ASSERT(fabs(mean - t) <= 5.0 * sqrt(0.75 * 0.25 / n) * 0x1p-22);
 }
 
-/* Random operands in [-1, 1). */
-static void fill(float *x, size_t n, uint64_t *st)
-{
-    for (size_t i = 0; i < n; ++i)
-        x[i] = tu_rand_f32(st);
-}
-
 static void test_backend_sr_seeds_differ_but_close(void)
 {
     enum { M = 6, N = 10, K = 96 };
     float a[M * K], b[N * K], c1[M * N], c2[M * N], c1b[M * N];
     uint64_t st = tu_seed();
-    fill(a, M * K, &st);
-    fill(b, N * K, &st);
+    tf_fill(a, M * K, 1.0f, 0.0f, &st); /* operands in [-1, 1) */
+    tf_fill(b, N * K, 1.0f, 0.0f, &st);
     lm_backend *b1 = sr_new(1), *b2 = sr_new(2), *b1b = sr_new(1);
     b1->vt->gemm_nt(b1, M, N, K, 0.125f, a, K, b, K, c1, N);
     b2->vt->gemm_nt(b2, M, N, K, 0.125f, a, K, b, K, c2, N);
@@ -156,8 +151,8 @@ static void test_backend_sr_same_seed_any_split(void)
     enum { M = 5, N = 7, K = 33 };
     float a[M * K], b[N * K], bt[K * N], whole[M * N], split[M * N], nn[M * N];
     uint64_t st = tu_seed() + 17;
-    fill(a, M * K, &st);
-    fill(b, N * K, &st);
+    tf_fill(a, M * K, 1.0f, 0.0f, &st); /* operands in [-1, 1) */
+    tf_fill(b, N * K, 1.0f, 0.0f, &st);
     for (size_t j = 0; j < N; ++j)
         for (size_t l = 0; l < K; ++l)
             bt[l * N + j] = b[j * K + l];
@@ -188,6 +183,95 @@ static void test_backend_sr_factory_names(void)
     CU_ASSERT_EQUAL(lm_backend_create(&be, "naive-srx", 1, &e2), LM_E_INPUT);
 }
 
+/* The perturb slot's distribution (backend_naive_sr.c sr_perturb_one): x -> SR(x + ulp * U),
+ * U uniform on (-1/2, 1/2), gives x with probability 3/4 and each neighbour with 1/8 inside a
+ * binade; the mean is x. N = 40000 draws over (seed, index): the binomial standard deviation
+ * of a frequency is <= sqrt(0.25 * 0.75 / N) = 0.0022, so tolerances of 0.012 (> 5 sd) cannot
+ * fail by chance; the mean's sd is ulp * 0.5 / sqrt(N) = 0.0025 ulp, tolerance 0.015 ulp. */
+static void test_backend_sr_perturb_distribution(void)
+{
+    const float x = 1.5f;
+    const uint32_t n = 40000;
+    uint32_t stay = 0, up = 0, down = 0, other = 0;
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; ++i) {
+        float y = lm_sr_perturb_value(i / 100, 7, i % 100, x);
+        sum += (double)y - (double)x;
+        if (y == x)
+            ++stay;
+        else if ((double)y == (double)x + ULP1)
+            ++up;
+        else if ((double)y == (double)x - ULP1)
+            ++down;
+        else
+            ++other;
+    }
+    CU_ASSERT_EQUAL(other, 0);
+    CU_ASSERT_DOUBLE_EQUAL((double)stay / n, 0.75, 0.012);
+    CU_ASSERT_DOUBLE_EQUAL((double)up / n, 0.125, 0.012);
+    CU_ASSERT_DOUBLE_EQUAL((double)down / n, 0.125, 0.012);
+    CU_ASSERT_DOUBLE_EQUAL(sum / n / ULP1, 0.0, 0.015);
+    /* Zeros (masked probabilities) and non-finite values pass unchanged; so does everything for
+     * the naive and blas backends, which have no perturb slot. */
+    for (uint64_t seed = 0; seed < 16; ++seed) {
+        CU_ASSERT_EQUAL(lm_sr_perturb_value(seed, 1, 0, 0.0f), 0.0f);
+        CU_ASSERT(isinf(lm_sr_perturb_value(seed, 1, 0, INFINITY)));
+        CU_ASSERT(isnan(lm_sr_perturb_value(seed, 1, 0, NAN)));
+    }
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_backend_create(&be, "naive", 1, &err), LM_OK);
+    CU_ASSERT_PTR_NULL(be->vt->perturb);
+    lm_backend_destroy(be);
+}
+
+/* The slot's result depends on (seed, site, index in the row, value) only: the same rows give
+ * the same bits in one call or row by row, and whatever row of the buffer they sit in; another
+ * seed or site draws other coins. */
+static void test_backend_sr_perturb_any_split(void)
+{
+    enum { R = 3, E = 5, S = 6 };
+    float base[R][S], one[R][S], split[R][S], moved[R][S];
+    uint64_t st = tu_seed();
+    for (int r = 0; r < R; ++r)
+        for (int j = 0; j < S; ++j)
+            base[r][j] = 1.0f + tu_rand_f32(&st);
+    lm_backend *be = sr_new(5);
+    memcpy(one, base, sizeof base);
+    be->vt->perturb(be, &one[0][0], R, E, S, 2);
+    memcpy(split, base, sizeof base);
+    for (int r = 0; r < R; ++r)
+        be->vt->perturb(be, split[r], 1, E, S, 2);
+    CU_ASSERT_EQUAL(memcmp(one, split, sizeof one), 0);
+    /* Row 2's values placed in row 0: the same result. */
+    memcpy(moved, base, sizeof base);
+    memcpy(moved[0], base[2], sizeof base[2]);
+    be->vt->perturb(be, &moved[0][0], 1, E, S, 2);
+    CU_ASSERT_EQUAL(memcmp(moved[0], one[2], E * sizeof(float)), 0);
+    /* Padding past `elems` is never touched. */
+    for (int r = 0; r < R; ++r)
+        CU_ASSERT_EQUAL(one[r][E], base[r][E]);
+    /* Changes happen, by at most one neighbour, and differ with seed and site. */
+    size_t changed = 0;
+    for (int r = 0; r < R; ++r)
+        for (int j = 0; j < E; ++j) {
+            CU_ASSERT(fabs((double)one[r][j] - (double)base[r][j]) <= 2.0 * ULP1);
+            changed += one[r][j] != base[r][j];
+        }
+    (void)changed; /* 15 values, each changed with p = 1/4: may be 0 (p = 1.3%), not asserted */
+    uint32_t diff_seed = 0, diff_site = 0;
+    for (uint32_t i = 0; i < 2000; ++i) {
+        float v = 1.0f + (float)i * 0x1p-12f;
+        diff_seed += lm_sr_perturb_value(1, 2, 0, v) != lm_sr_perturb_value(2, 2, 0, v);
+        diff_site += lm_sr_perturb_value(1, 2, 0, v) != lm_sr_perturb_value(1, 3, 0, v);
+    }
+    /* Independent coins differ with probability 1 - (9/16 + 2/64) = 0.406: ~812 of 2000, sd
+     * 22; the bound 600 is 9 sd below. */
+    CU_ASSERT(diff_seed > 600);
+    CU_ASSERT(diff_site > 600);
+    lm_backend_destroy(be);
+}
+
 void test_backend_sr_register(void)
 {
     CU_pSuite s = CU_add_suite("backend_sr", NULL, NULL);
@@ -197,4 +281,6 @@ void test_backend_sr_register(void)
     CU_add_test(s, "test_backend_sr_seeds_differ_but_close", test_backend_sr_seeds_differ_but_close);
     CU_add_test(s, "test_backend_sr_same_seed_any_split", test_backend_sr_same_seed_any_split);
     CU_add_test(s, "test_backend_sr_factory_names", test_backend_sr_factory_names);
+    CU_add_test(s, "test_backend_sr_perturb_distribution", test_backend_sr_perturb_distribution);
+    CU_add_test(s, "test_backend_sr_perturb_any_split", test_backend_sr_perturb_any_split);
 }

@@ -265,7 +265,9 @@ static void test_check_mismatch_strict(void)
     bool found = false;
     CU_ASSERT_EQUAL_FATAL(hx_golden_find(g, "t-tiny", victim, fp.id, &e, &found, &err), LM_OK);
     CU_ASSERT_FATAL(found);
-    e.hash_hex[0] = e.hash_hex[0] == '0' ? '1' : '0'; /* one changed hex digit */
+    /* one changed hex digit, the last: a comparison that stops early (a prefix, 16 of the 32
+     * digits) would miss it */
+    e.hash_hex[31] = e.hash_hex[31] == '0' ? '1' : '0';
     CU_ASSERT_EQUAL_FATAL(hx_golden_set(g, "t-tiny", victim, &fp, &e, &err), LM_OK);
     CU_ASSERT_EQUAL_FATAL(hx_golden_save(g, gpath, &err), LM_OK);
     hx_golden_free(g);

@@ -120,7 +120,10 @@ static void test_compare_envelope_from_ensemble(void)
     }
     for (int p = 0; p < NPOS; ++p) {
         CU_ASSERT(w.env->logits[p].e >= 1.9e-6 && w.env->logits[p].e <= 2.6e-6);
-        CU_ASSERT(w.env->logits[p].e_gap >= 2.0 * 1.9e-6);
+        /* The gap's spread around its mean (envelope.h): two +-1e-6 patterns of different
+         * phase differ by >= 1.75e-6 from their mean difference for some member and token;
+         * 1.6e-6 leaves room for float rounding of the top logit 5 (ulp 4.8e-7). */
+        CU_ASSERT(w.env->logits[p].e_gap >= 2.0 * 1.6e-6);
     }
     free_world(&w);
 }

@@ -9,10 +9,52 @@
 
 enum { M = 8 };
 
+/* R = (1, 2, 0); member m adds d_m = m * 1e-3 to element 0 only (then adds `offset` to every
+ * element). Expected values are recomputed here from the members' float values in the order
+ * the statistic states (envelope.h), so equality is exact. */
+static void by_hand(hx_env_tensor *t, float offset)
+{
+    double r[3] = {1.0, 2.0, 0.0};
+    float mem[M][3];
+    const float *members[M];
+    for (int m = 0; m < M; ++m) {
+        mem[m][0] = (float)(1.0 + m * 1e-3) + offset;
+        mem[m][1] = 2.0f + offset;
+        mem[m][2] = 0.0f + offset;
+        members[m] = mem[m];
+    }
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_env_tensor_measure(t, members, M, r, 3, true, HX_ENVELOPE_SAFETY,
+                                                &err), LM_OK);
+    double mu = 0.0;
+    for (int m = 0; m < M; ++m)
+        mu += (double)mem[m][0];
+    mu /= M;
+    double dev = 0.0;
+    for (int m = 0; m < M; ++m)
+        dev = fmax(dev, fabs((double)mem[m][0] - mu));
+    /* The spread around the mean: members 0 and 7 sit 3.5e-3 from it (not 7e-3, the old
+     * distance-to-R statistic). Tolerance 1e-6: float rounding of 1 + m e-3 (ulp 1.2e-7). */
+    CU_ASSERT_DOUBLE_EQUAL(dev, 3.5e-3, 1e-6);
+    CU_ASSERT_EQUAL(t->dev, dev);
+    CU_ASSERT_EQUAL(t->e, 2.0 * dev);
+    /* Gap (top = element 1, identical in every member): |g_m - mean g| = |x_0 - mu_0|. */
+    CU_ASSERT_EQUAL(t->gapdev, dev);
+    CU_ASSERT_EQUAL(t->e_gap, 2.0 * dev);
+    /* The bias: the members' mean minus R, largest over elements. */
+    CU_ASSERT_EQUAL(t->bias, fmax(fabs(mu - 1.0), fabs((double)offset)));
+    /* Spread: sd of {1 + m e-3} over 8 members ~ 2.449e-3 (sample sd of 0..7 is 2.449 * 1e-3),
+     * |mu| max = 2 + offset: digits = -log10(2.449e-3 / (2 + offset)). Tolerance 1e-3: float
+     * rounding of the members moves sd by ~1e-4 relative at most. */
+    CU_ASSERT_DOUBLE_EQUAL(t->sig_digits,
+                           -log10(sqrt(42.0 / 7.0) * 1e-3 / (2.0 + (double)offset)), 1e-3);
+}
+
 static void test_envelope_statistic_by_hand(void)
 {
-    /* R = (1, 2, 0); member m adds d_m to element 0 only, d_m = m * 1e-3, so
-     * dev = 7e-3, E = 2 * 7e-3; gap statistic (top = element 1): max_j |e_1 - e_j| = 7e-3. */
+    hx_env_tensor t;
+    by_hand(&t, 0.0f);
+    /* K/V: no gap statistic; the safety factor multiplies dev. */
     double r[3] = {1.0, 2.0, 0.0};
     float mem[M][3];
     const float *members[M];
@@ -22,23 +64,31 @@ static void test_envelope_statistic_by_hand(void)
         mem[m][2] = 0.0f;
         members[m] = mem[m];
     }
-    hx_env_tensor t;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_env_tensor_measure(&t, members, M, r, 3, true, HX_ENVELOPE_SAFETY,
-                                                &err), LM_OK);
-    double dev = fabs((double)mem[7][0] - 1.0); /* exactly what the code measures */
-    CU_ASSERT_EQUAL(t.dev, dev);
-    CU_ASSERT_EQUAL(t.e, 2.0 * dev);
-    CU_ASSERT_EQUAL(t.gapdev, dev);
-    CU_ASSERT_EQUAL(t.e_gap, 2.0 * dev);
-    /* Spread: sd of {1 + m e-3} over 8 members ~ 2.449e-3 (sample sd of 0..7 is 2.449 * 1e-3),
-     * |mu| max = 2: digits = -log10(2.449e-3 / 2) ~ 2.91. Tolerance 1e-3: float rounding of
-     * the members moves sd by ~1e-7 relative. */
-    CU_ASSERT_DOUBLE_EQUAL(t.sig_digits, -log10(sqrt(42.0 / 7.0) * 1e-3 / 2.0), 1e-3);
-    /* K/V: no gap statistic. */
     CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M, r, 3, false, 3.0, &err), LM_OK);
     CU_ASSERT(isnan(t.gapdev) && isnan(t.e_gap));
-    CU_ASSERT_EQUAL(t.e, 3.0 * dev);
+    CU_ASSERT_EQUAL(t.e, 3.0 * t.dev);
+}
+
+/* A bias shared by every member (what a defect in the engine that computes the ensemble does)
+ * must not widen the envelope: the same ensemble shifted by 0.25 (exact in float for these
+ * values: same binade or exact sums) has bitwise the same E and E_gap; only bias grows. */
+static void test_envelope_shared_offset_ignored(void)
+{
+    hx_env_tensor a, b;
+    by_hand(&a, 0.0f);
+    by_hand(&b, 0.25f);
+    CU_ASSERT_EQUAL(a.dev, b.dev);
+    CU_ASSERT_EQUAL(a.e, b.e);
+    CU_ASSERT_EQUAL(a.gapdev, b.gapdev);
+    CU_ASSERT_EQUAL(a.e_gap, b.e_gap);
+    CU_ASSERT(b.bias >= 0.25 && a.bias < 0.01);
+    /* And a shared offset far larger than the spread: E stays the spread's (3.5e-3 x 2), where
+     * the distance to R (max |x - R| ~ 8 + 7e-3) would have hidden the offset itself. */
+    hx_env_tensor c;
+    by_hand(&c, 8.0f);
+    CU_ASSERT(c.e < 0.01);
+    CU_ASSERT(c.bias >= 8.0);
 }
 
 static void test_envelope_special_cases(void)
@@ -65,14 +115,14 @@ static void test_envelope_special_cases(void)
     CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M - 1, r, 2, false, 2.0, &err), LM_E_INPUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "at least 8"));
     lm_err_clear(&err);
-    /* A NaN or Inf member measures nothing. */
+    /* A NaN or Inf member (R finite) is the engine's own failure: E = E_gap = 0, bias +Inf. */
     float bad[2] = {NAN, 1.0f};
     members[3] = bad;
-    CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M, r, 2, false, 2.0, &err), LM_E_INPUT);
-    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M, r, 2, false, 2.0, &err), LM_OK);
+    CU_ASSERT(t.e == 0.0 && t.dev == 0.0 && isinf(t.bias) && isnan(t.e_gap));
     bad[0] = INFINITY;
-    CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M, r, 2, false, 2.0, &err), LM_E_INPUT);
-    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M, r, 2, true, 2.0, &err), LM_OK);
+    CU_ASSERT(t.e == 0.0 && t.e_gap == 0.0 && isinf(t.bias));
     members[3] = same;
     double rnan[2] = {NAN, 0.0};
     CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M, rnan, 2, false, 2.0, &err), LM_E_INPUT);
@@ -84,11 +134,11 @@ static void test_envelope_special_cases(void)
 static void fill(hx_envelope *e)
 {
     for (uint32_t l = 0; l < e->n_layer; ++l) {
-        e->k[l] = (hx_env_tensor){1e-7 * l, 2e-7 * l, (double)NAN, (double)NAN, 6.5};
-        e->v[l] = (hx_env_tensor){3e-7, 6e-7, (double)NAN, (double)NAN, 6.0 + l};
+        e->k[l] = (hx_env_tensor){1e-7 * l, 2e-7 * l, (double)NAN, (double)NAN, 6.5, 1e-6 * l};
+        e->v[l] = (hx_env_tensor){3e-7, 6e-7, (double)NAN, (double)NAN, 6.0 + l, 4e-7};
     }
     for (uint32_t p = 0; p < e->n_pos; ++p)
-        e->logits[p] = (hx_env_tensor){1e-5, 2e-5, 3e-5 * p, 6e-5 * p, 5.25};
+        e->logits[p] = (hx_env_tensor){1e-5, 2e-5, 3e-5 * p, 6e-5 * p, 5.25, 7e-6 * p};
 }
 
 static void test_envelope_file_roundtrip(void)
@@ -116,9 +166,12 @@ static void test_envelope_file_roundtrip(void)
         CU_ASSERT_EQUAL(back->k[l].e, e->k[l].e);
         CU_ASSERT(isnan(back->k[l].e_gap));
         CU_ASSERT_EQUAL(back->v[l].sig_digits, e->v[l].sig_digits);
+        CU_ASSERT_EQUAL(back->k[l].bias, e->k[l].bias);
     }
-    for (uint32_t p = 0; p < 3; ++p)
+    for (uint32_t p = 0; p < 3; ++p) {
         CU_ASSERT_EQUAL(back->logits[p].e_gap, e->logits[p].e_gap);
+        CU_ASSERT_EQUAL(back->logits[p].bias, e->logits[p].bias);
+    }
     hx_envelope_free(back);
 
     /* Stale key: refused. */
@@ -144,7 +197,7 @@ static void test_envelope_file_roundtrip(void)
     const char *p = tu_write_file("env-long.bin", bytes, n + 1);
     CU_ASSERT_EQUAL(hx_envelope_load(&back, p, e->key, &err), LM_E_INPUT);
     lm_err_clear(&err);
-    bytes[8] = 2; /* version 2 */
+    bytes[8] = 1; /* version 1: distance-to-R statistic, refused */
     p = tu_write_file("env-ver.bin", bytes, n);
     CU_ASSERT_EQUAL(hx_envelope_load(&back, p, e->key, &err), LM_E_INPUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "version"));
@@ -184,6 +237,7 @@ void test_envelope_register(void)
 {
     CU_pSuite s = CU_add_suite("envelope", NULL, NULL);
     CU_add_test(s, "test_envelope_statistic_by_hand", test_envelope_statistic_by_hand);
+    CU_add_test(s, "test_envelope_shared_offset_ignored", test_envelope_shared_offset_ignored);
     CU_add_test(s, "test_envelope_special_cases", test_envelope_special_cases);
     CU_add_test(s, "test_envelope_file_roundtrip", test_envelope_file_roundtrip);
     CU_add_test(s, "test_envelope_cache_key", test_envelope_cache_key);

@@ -2,6 +2,7 @@
  * in-memory model (GQA, biases, partial rotary dims, NORM and NEOX RoPE), logits-only-where-
  * asked equivalence, chunk-size invariance of the naive backend (bitwise, logits and KV cache),
  * blas vs naive within a stated bound, bad input, and stories260K's known greedy text. */
+#include "fixtures.h"
 #include "kvd_engine.h"
 #include "test_util.h"
 
@@ -12,175 +13,23 @@
 
 /* ---------- a synthetic model built in memory (no file, no loader) ---------- */
 
-typedef struct synth {
-    lm_model m;
-    lm_layer layers[2];
-    float *arena;
-} synth;
-
-static float *take(float **cur, size_t n, float scale, uint64_t *st)
-{
-    float *p = *cur;
-    for (size_t i = 0; i < n; ++i)
-        p[i] = scale * tu_rand_f32(st);
-    *cur += n;
-    return p;
-}
-
 /* 2 layers, n_embd 24, 4 query heads on 2 kv heads of head_dim 8 (q_dim 32 != n_embd),
  * n_rot 6 < head_dim, every bias present, tied output. Weights uniform in +-2/sqrt(fan_in):
- * large enough that logits are not flat. */
-static void synth_build(synth *s, lm_rope_type rope, uint64_t seed)
+ * large enough that logits are not flat. The double-precision forward it is checked against
+ * is tf_forward_f64 (fixtures.h). */
+static void synth_build(tf_model *s, lm_rope_type rope, uint64_t seed)
 {
-    memset(s, 0, sizeof *s);
-    lm_hparams *hp = &s->m.hp;
-    snprintf(hp->arch, sizeof hp->arch, "llama");
-    hp->n_vocab = 40, hp->n_embd = 24, hp->n_layer = 2, hp->n_head = 4, hp->n_head_kv = 2;
-    hp->head_dim = 8, hp->n_ff = 40, hp->n_rot = 6, hp->n_ctx_train = 256;
-    hp->rms_eps = 1e-5f, hp->rope_theta = 10000.0f, hp->rope_type = rope, hp->tied_output = true;
-    const size_t d = hp->n_embd, q = 32, kv = 16, ff = hp->n_ff;
-    const size_t per_layer = d + q * d + 2 * kv * d + d * q + q + 2 * kv + d + d + 2 * ff * d + d * ff;
-    s->arena = malloc((hp->n_vocab * d + d + hp->n_layer * per_layer) * sizeof(float));
-    CU_ASSERT_FATAL(s->arena != NULL);
-    float *cur = s->arena;
-    uint64_t st = seed;
+    lm_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    snprintf(hp.arch, sizeof hp.arch, "llama");
+    hp.n_vocab = 40, hp.n_embd = 24, hp.n_layer = 2, hp.n_head = 4, hp.n_head_kv = 2;
+    hp.head_dim = 8, hp.n_ff = 40, hp.n_rot = 6, hp.n_ctx_train = 256;
+    hp.rms_eps = 1e-5f, hp.rope_theta = 10000.0f, hp.rope_type = rope, hp.tied_output = true;
+    const size_t d = hp.n_embd, q = 32, ff = hp.n_ff;
     const float sd = 2.0f / sqrtf((float)d), sq = 2.0f / sqrtf((float)q), sf = 2.0f / sqrtf((float)ff);
-    s->m.tok_embd = take(&cur, hp->n_vocab * d, 1.0f, &st);
-    float *on = take(&cur, d, 0.5f, &st);
-    for (size_t i = 0; i < d; ++i)
-        on[i] += 1.0f;
-    s->m.output_norm = on;
-    s->m.output = s->m.tok_embd;
-    for (uint32_t il = 0; il < hp->n_layer; ++il) {
-        lm_layer *L = &s->layers[il];
-        float *an = take(&cur, d, 0.5f, &st), *fn;
-        for (size_t i = 0; i < d; ++i)
-            an[i] += 1.0f;
-        L->attn_norm = an;
-        L->wq = take(&cur, q * d, sd, &st);
-        L->wk = take(&cur, kv * d, sd, &st);
-        L->wv = take(&cur, kv * d, sd, &st);
-        L->wo = take(&cur, d * q, sq, &st);
-        L->bq = take(&cur, q, 0.1f, &st);
-        L->bk = take(&cur, kv, 0.1f, &st);
-        L->bv = take(&cur, kv, 0.1f, &st);
-        L->bo = take(&cur, d, 0.1f, &st);
-        fn = take(&cur, d, 0.5f, &st);
-        for (size_t i = 0; i < d; ++i)
-            fn[i] += 1.0f;
-        L->ffn_norm = fn;
-        L->w_gate = take(&cur, ff * d, sd, &st);
-        L->w_up = take(&cur, ff * d, sd, &st);
-        L->w_down = take(&cur, d * ff, sf, &st);
-    }
-    s->m.layers = s->layers;
-}
-
-/* ---------- the same mathematics in double, written independently and plainly ---------- */
-
-static void d_rmsnorm(double *y, const double *x, const float *w, size_t n, double eps)
-{
-    double ss = 0;
-    for (size_t i = 0; i < n; ++i)
-        ss += x[i] * x[i];
-    const double r = 1.0 / sqrt(ss / (double)n + eps);
-    for (size_t i = 0; i < n; ++i)
-        y[i] = x[i] * r * (double)w[i];
-}
-
-/* y[out] = W[out][in] . x[in] (+ b) */
-static void d_matvec(double *y, const float *w, const float *b, const double *x, size_t out, size_t in)
-{
-    for (size_t o = 0; o < out; ++o) {
-        double s = b ? (double)b[o] : 0.0;
-        for (size_t i = 0; i < in; ++i)
-            s += (double)w[o * in + i] * x[i];
-        y[o] = s;
-    }
-}
-
-static void d_rope(double *v, size_t n_heads, const lm_hparams *hp, size_t pos)
-{
-    const size_t half = hp->n_rot / 2;
-    for (size_t h = 0; h < n_heads; ++h)
-        for (size_t i = 0; i < half; ++i) {
-            double *x = v + h * hp->head_dim;
-            const double ang = (double)pos * pow((double)hp->rope_theta, -2.0 * (double)i / hp->n_rot);
-            const size_t a = hp->rope_type == LM_ROPE_NEOX ? i : 2 * i;
-            const size_t b = hp->rope_type == LM_ROPE_NEOX ? i + half : 2 * i + 1;
-            const double xa = x[a], xb = x[b];
-            x[a] = xa * cos(ang) - xb * sin(ang);
-            x[b] = xa * sin(ang) + xb * cos(ang);
-        }
-}
-
-/* logits [n][n_vocab] of every position of tokens[n], in double. */
-static double *d_forward(const lm_model *m, const int32_t *tok, size_t n)
-{
-    const lm_hparams *hp = &m->hp;
-    const size_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
-    double *x = calloc(n * d, sizeof *x), *xn = calloc(d, sizeof *xn);
-    double *q = calloc(n * q_dim, sizeof *q), *att = calloc(q_dim, sizeof *att), *o = calloc(d, sizeof *o);
-    double *k = calloc((size_t)hp->n_layer * n * kv_dim, sizeof *k);
-    double *v = calloc((size_t)hp->n_layer * n * kv_dim, sizeof *v);
-    double *g = calloc(hp->n_ff, sizeof *g), *u = calloc(hp->n_ff, sizeof *u), *p = calloc(n, sizeof *p);
-    double *lg = calloc(n * hp->n_vocab, sizeof *lg);
-    CU_ASSERT_FATAL(x && xn && q && att && o && k && v && g && u && p && lg);
-    for (size_t t = 0; t < n; ++t)
-        for (size_t i = 0; i < d; ++i)
-            x[t * d + i] = (double)m->tok_embd[(size_t)tok[t] * d + i];
-    for (size_t il = 0; il < hp->n_layer; ++il) {
-        const lm_layer *L = &m->layers[il];
-        double *kl = k + il * n * kv_dim, *vl = v + il * n * kv_dim;
-        for (size_t t = 0; t < n; ++t) {
-            d_rmsnorm(xn, x + t * d, L->attn_norm, d, (double)hp->rms_eps);
-            d_matvec(q + t * q_dim, L->wq, L->bq, xn, q_dim, d);
-            d_matvec(kl + t * kv_dim, L->wk, L->bk, xn, kv_dim, d);
-            d_matvec(vl + t * kv_dim, L->wv, L->bv, xn, kv_dim, d);
-            d_rope(q + t * q_dim, hp->n_head, hp, t);
-            d_rope(kl + t * kv_dim, hp->n_head_kv, hp, t);
-        }
-        for (size_t t = 0; t < n; ++t) {
-            for (size_t h = 0; h < hp->n_head; ++h) {
-                const size_t kvh = h * hp->n_head_kv / hp->n_head;
-                double mx = -(double)INFINITY, sum = 0;
-                for (size_t j = 0; j <= t; ++j) {
-                    double s = 0;
-                    for (size_t e = 0; e < hd; ++e)
-                        s += q[t * q_dim + h * hd + e] * kl[j * kv_dim + kvh * hd + e];
-                    p[j] = s / sqrt((double)hd);
-                    mx = fmax(mx, p[j]);
-                }
-                for (size_t j = 0; j <= t; ++j)
-                    sum += (p[j] = exp(p[j] - mx));
-                for (size_t e = 0; e < hd; ++e) {
-                    double s = 0;
-                    for (size_t j = 0; j <= t; ++j)
-                        s += p[j] / sum * vl[j * kv_dim + kvh * hd + e];
-                    att[h * hd + e] = s;
-                }
-            }
-            d_matvec(o, L->wo, L->bo, att, d, q_dim);
-            for (size_t i = 0; i < d; ++i)
-                x[t * d + i] += o[i];
-        }
-        for (size_t t = 0; t < n; ++t) {
-            d_rmsnorm(xn, x + t * d, L->ffn_norm, d, (double)hp->rms_eps);
-            d_matvec(g, L->w_gate, NULL, xn, hp->n_ff, d);
-            d_matvec(u, L->w_up, NULL, xn, hp->n_ff, d);
-            for (size_t i = 0; i < hp->n_ff; ++i)
-                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-            d_matvec(o, L->w_down, NULL, g, d, hp->n_ff);
-            for (size_t i = 0; i < d; ++i)
-                x[t * d + i] += o[i];
-        }
-    }
-    for (size_t t = 0; t < n; ++t) {
-        d_rmsnorm(xn, x + t * d, m->output_norm, d, (double)hp->rms_eps);
-        d_matvec(lg + t * hp->n_vocab, m->output, NULL, xn, hp->n_vocab, d);
-    }
-    free(x), free(xn), free(q), free(att), free(o), free(k), free(v), free(g), free(u), free(p);
-    return lg;
+    const tf_scales sc = {.embd = 1.0f, .norm = 0.5f, .wq = sd, .wk = sd, .wv = sd, .wo = sq,
+                          .w_gate_up = sd, .w_down = sf, .bias = 0.1f};
+    tf_model_build(s, &hp, true, &sc, seed);
 }
 
 /* ---------- helpers ---------- */
@@ -253,10 +102,10 @@ static void test_forward_matches_double_reference(void)
     enum { N = 150 }; /* > LM_ATTN_Q_BLOCK: a one-chunk run uses two causal blocks */
     int32_t tok[N];
     for (int r = 0; r < 2; ++r) {
-        synth s;
+        tf_model s;
         synth_build(&s, r == 0 ? LM_ROPE_NORM : LM_ROPE_NEOX, tu_seed() + (uint64_t)r);
         rand_tokens(tok, N, s.m.hp.n_vocab, tu_seed());
-        double *ref = d_forward(&s.m, tok, N);
+        double *ref = tf_forward_f64(&s.m, tok, N, NULL);
         double mx = 1.0;
         for (size_t i = 0; i < (size_t)N * s.m.hp.n_vocab; ++i)
             mx = fmax(mx, fabs(ref[i]));
@@ -279,7 +128,7 @@ static void test_forward_matches_double_reference(void)
             }
         free(lg);
         free(ref);
-        free(s.arena);
+        tf_model_free(&s);
     }
 }
 
@@ -310,10 +159,10 @@ static void check_last_equals_all(const lm_model *m, uint32_t n)
 
 static void test_forward_last_equals_all_row(void)
 {
-    synth s;
+    tf_model s;
     synth_build(&s, LM_ROPE_NORM, tu_seed());
     check_last_equals_all(&s.m, 19);
-    free(s.arena);
+    tf_model_free(&s);
     const lm_model *m = stories_model();
     if (m != NULL)
         check_last_equals_all(m, 40);
@@ -359,11 +208,11 @@ static void check_naive_step_invariant(const lm_model *m, uint32_t n)
 
 static void test_forward_naive_step_invariant(void)
 {
-    synth s;
+    tf_model s;
     synth_build(&s, LM_ROPE_NEOX, tu_seed());
     check_naive_step_invariant(&s.m, 23);
     check_naive_step_invariant(&s.m, 200); /* two causal blocks in one chunk */
-    free(s.arena);
+    tf_model_free(&s);
     const lm_model *m = stories_model();
     if (m != NULL)
         check_naive_step_invariant(m, 300);
@@ -405,10 +254,10 @@ static void check_blas_close(const lm_model *m, uint32_t n)
 
 static void test_forward_blas_close_to_naive(void)
 {
-    synth s;
+    tf_model s;
     synth_build(&s, LM_ROPE_NORM, tu_seed() + 5);
     check_blas_close(&s.m, 30);
-    free(s.arena);
+    tf_model_free(&s);
     const lm_model *m = stories_model();
     if (m != NULL)
         check_blas_close(m, 300);
@@ -417,7 +266,7 @@ static void test_forward_blas_close_to_naive(void)
 /* Bad input is refused with LM_E_INPUT and leaves the context as it was. */
 static void test_forward_bad_input(void)
 {
-    synth s;
+    tf_model s;
     synth_build(&s, LM_ROPE_NORM, tu_seed());
     lm_err err = {0};
     lm_ctx *c = NULL;
@@ -459,7 +308,7 @@ static void test_forward_bad_input(void)
     CU_ASSERT_EQUAL(lm_ctx_n_past(c), 8);
     lm_ctx_free(c);
     lm_ctx_free(NULL);
-    free(s.arena);
+    tf_model_free(&s);
 }
 
 /* stories260K, prompt "Once upon a time" as ids (BOS 1 403 407 261 378), greedy 32 tokens:

@@ -117,7 +117,9 @@ int main(int argc, char **argv)
     } else {
         CU_basic_run_tests();
     }
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    /* A suite whose setup or cleanup fails has its tests skipped or unchecked: that fails too. */
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed() +
+                      CU_get_number_of_suites_failed();
     CU_cleanup_registry();
     return failed ? 1 : 0;
 }

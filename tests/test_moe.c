@@ -1,6 +1,7 @@
 /* test_moe.c — MoE routing (top-k, tie rule, margin), gating variants and the expert FFN
  * against a double-precision closed form. */
 #include "../engine/moe.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -11,7 +12,7 @@
 static void test_moe_topk_ties_and_nan(void)
 {
     const float l[6] = {1.0f, 3.0f, NAN, 3.0f, 2.0f, 3.0f};
-    uint32_t sel[4];
+    uint32_t sel[6]; /* [k], k up to 6 below */
     lm_moe_topk(sel, l, 6, 2); /* three experts tie at 3: the lower ids 1, 3 win */
     CU_ASSERT(sel[0] == 1 && sel[1] == 3);
     CU_ASSERT_EQUAL(lm_moe_margin(l, 6, sel, 2), 0.0f); /* expert 5 ties the 2nd: margin 0 */
@@ -70,14 +71,6 @@ typedef struct moe_problem {
     float *x, *wr, *wg, *wu, *wd;
 } moe_problem;
 
-static float *rand_vec(uint64_t *rng, size_t n, float scale)
-{
-    float *v = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; ++i)
-        v[i] = scale * tu_rand_f32(rng);
-    return v;
-}
-
 static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uint32_t k)
 {
     p->n = n;
@@ -85,11 +78,11 @@ static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uin
     p->ff = 24;
     p->ne = ne;
     p->k = k;
-    p->x = rand_vec(rng, (size_t)n * p->d, 1.0f);
-    p->wr = rand_vec(rng, (size_t)ne * p->d, 1.0f);
-    p->wg = rand_vec(rng, (size_t)ne * p->ff * p->d, 0.5f);
-    p->wu = rand_vec(rng, (size_t)ne * p->ff * p->d, 0.5f);
-    p->wd = rand_vec(rng, (size_t)ne * p->d * p->ff, 0.5f);
+    p->x = tf_rand_vec((size_t)n * p->d, 1.0f, rng);
+    p->wr = tf_rand_vec((size_t)ne * p->d, 1.0f, rng);
+    p->wg = tf_rand_vec((size_t)ne * p->ff * p->d, 0.5f, rng);
+    p->wu = tf_rand_vec((size_t)ne * p->ff * p->d, 0.5f, rng);
+    p->wd = tf_rand_vec((size_t)ne * p->d * p->ff, 0.5f, rng);
 }
 
 static void moe_free(moe_problem *p)

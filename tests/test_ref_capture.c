@@ -344,13 +344,16 @@ static void test_ref_capture_cli_bad_input(void)
     snprintf(out, sizeof out, "%s/cli-out.kvdref", tu_tmpdir());
     snprintf(npy, sizeof npy, "%s/cli-npy", tu_tmpdir());
     snprintf(cache, sizeof cache, "%s/cli-cache", tu_tmpdir());
-    /* out of range (n_vocab 512), negative, malformed, precision out of range, no prompt */
-    CU_ASSERT_EQUAL(run_ref(4, (const char *[]){"ref", model, "--tokens", "1,512"}), 2);
-    CU_ASSERT_EQUAL(run_ref(4, (const char *[]){"ref", model, "--tokens", "1,-3"}), 2);
-    CU_ASSERT_EQUAL(run_ref(4, (const char *[]){"ref", model, "--tokens", "1,,2"}), 2);
-    CU_ASSERT_EQUAL(run_ref(6, (const char *[]){"ref", model, "--tokens", "1", "--gen-tokens", "600"}), 2);
-    CU_ASSERT_EQUAL(run_ref(6, (const char *[]){"ref", model, "--tokens", "1", "--prec", "9"}), 2);
-    CU_ASSERT_EQUAL(run_ref(2, (const char *[]){"ref", model}), 2);
+    /* out of range (n_vocab 512), negative, malformed, precision out of range, no prompt; each
+     * names -o out, which must not be written (the stat below could not fail without -o) */
+    CU_ASSERT_EQUAL(run_ref(6, (const char *[]){"ref", model, "--tokens", "1,512", "-o", out}), 2);
+    CU_ASSERT_EQUAL(run_ref(6, (const char *[]){"ref", model, "--tokens", "1,-3", "-o", out}), 2);
+    CU_ASSERT_EQUAL(run_ref(6, (const char *[]){"ref", model, "--tokens", "1,,2", "-o", out}), 2);
+    CU_ASSERT_EQUAL(run_ref(8, (const char *[]){"ref", model, "--tokens", "1", "--gen-tokens", "600",
+                                                "-o", out}), 2);
+    CU_ASSERT_EQUAL(run_ref(8, (const char *[]){"ref", model, "--tokens", "1", "--prec", "9", "-o",
+                                                out}), 2);
+    CU_ASSERT_EQUAL(run_ref(4, (const char *[]){"ref", model, "-o", out}), 2);
     struct stat sb;
     CU_ASSERT(stat(out, &sb) != 0); /* nothing written by the failures */
     /* and the good path: capture + npy + cache, then --check of what it wrote */

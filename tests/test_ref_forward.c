@@ -1,112 +1,13 @@
 /* test_ref_forward.c — the whole reference pass (ref_forward.c, ref_validate.c): bad input
- * first, then hand-built models against a direct float64 computation written out in this
- * test, thread-count and causality invariance, and stories260K (argmax, P vs 2P agreement). */
+ * first, then hand-built models against the plain float64 forward pass of tests/fixtures.c
+ * (tf_forward_f64, an independent second opinion), thread-count and causality invariance, and stories260K (argmax, P vs 2P agreement). */
+#include "fixtures.h"
 #include "kvd_ref.h"
 #include "test_ref_model.h"
 #include "test_util.h"
 
 #include <math.h>
 #include <stdio.h>
-
-/* --- the same mathematics, written out plainly in float64 (an independent second opinion) --- */
-
-static void d_rmsnorm(double *o, const double *x, const float *w, int n, float eps)
-{
-    double ss = 0;
-    for (int i = 0; i < n; ++i)
-        ss += x[i] * x[i];
-    double r = 1.0 / sqrt(ss / n + (double)eps);
-    for (int i = 0; i < n; ++i)
-        o[i] = x[i] * r * (double)w[i];
-}
-
-static void d_matvec(double *o, const float *w, const float *b, const double *x, int n_out, int n_in)
-{
-    for (int r = 0; r < n_out; ++r) {
-        double s = 0;
-        for (int i = 0; i < n_in; ++i)
-            s += (double)w[r * n_in + i] * x[i];
-        o[r] = s + (b ? (double)b[r] : 0.0);
-    }
-}
-
-static void d_rope(double *x, int pos, const lm_hparams *hp)
-{
-    for (int i = 0; i < (int)hp->n_rot / 2; ++i) {
-        double a = pos * pow((double)hp->rope_theta, -2.0 * i / hp->n_rot);
-        int i0 = hp->rope_type == LM_ROPE_NEOX ? i : 2 * i;
-        int i1 = hp->rope_type == LM_ROPE_NEOX ? i + (int)hp->n_rot / 2 : 2 * i + 1;
-        double x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * cos(a) - x1 * sin(a);
-        x[i1] = x0 * sin(a) + x1 * cos(a);
-    }
-}
-
-/* logits [n][n_vocab] of every position, K/V [n][kv_dim] of the last layer */
-static void d_forward(double *logits, double *k_last, const lm_model *m, const int32_t *tok, int n)
-{
-    const lm_hparams *hp = &m->hp;
-    int e = (int)hp->n_embd, hd = (int)hp->head_dim, qd = (int)hp->n_head * hd,
-        kd = (int)hp->n_head_kv * hd, ff = (int)hp->n_ff;
-    double *x = calloc((size_t)n * e, 8), *h = calloc((size_t)e, 8), *q = calloc((size_t)n * qd, 8),
-           *k = calloc((size_t)n * kd, 8), *v = calloc((size_t)n * kd, 8),
-           *att = calloc((size_t)qd, 8), *o = calloc((size_t)e, 8), *g = calloc((size_t)ff, 8),
-           *u = calloc((size_t)ff, 8), *p = calloc((size_t)n, 8);
-    for (int t = 0; t < n; ++t)
-        for (int i = 0; i < e; ++i)
-            x[t * e + i] = (double)m->tok_embd[tok[t] * e + i];
-    for (uint32_t l = 0; l < hp->n_layer; ++l) {
-        const lm_layer *L = &m->layers[l];
-        for (int t = 0; t < n; ++t) {
-            d_rmsnorm(h, x + t * e, L->attn_norm, e, hp->rms_eps);
-            d_matvec(q + t * qd, L->wq, L->bq, h, qd, e);
-            d_matvec(k + t * kd, L->wk, L->bk, h, kd, e);
-            d_matvec(v + t * kd, L->wv, L->bv, h, kd, e);
-            for (int hh = 0; hh < (int)hp->n_head; ++hh)
-                d_rope(q + t * qd + hh * hd, t, hp);
-            for (int hh = 0; hh < (int)hp->n_head_kv; ++hh)
-                d_rope(k + t * kd + hh * hd, t, hp);
-        }
-        for (int t = 0; t < n; ++t) {
-            for (int hh = 0; hh < (int)hp->n_head; ++hh) {
-                int kv = hh / (int)(hp->n_head / hp->n_head_kv);
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; ++j) {
-                    double s = 0;
-                    for (int d = 0; d < hd; ++d)
-                        s += q[t * qd + hh * hd + d] * k[j * kd + kv * hd + d];
-                    p[j] = s / sqrt((double)hd);
-                    mx = fmax(mx, p[j]);
-                }
-                for (int j = 0; j <= t; ++j)
-                    sum += (p[j] = exp(p[j] - mx));
-                for (int d = 0; d < hd; ++d) {
-                    double a = 0;
-                    for (int j = 0; j <= t; ++j)
-                        a += p[j] / sum * v[j * kd + kv * hd + d];
-                    att[hh * hd + d] = a;
-                }
-            }
-            d_matvec(o, L->wo, L->bo, att, e, qd);
-            for (int i = 0; i < e; ++i)
-                x[t * e + i] += o[i];
-            d_rmsnorm(h, x + t * e, L->ffn_norm, e, hp->rms_eps);
-            d_matvec(g, L->w_gate, NULL, h, ff, e);
-            d_matvec(u, L->w_up, NULL, h, ff, e);
-            for (int i = 0; i < ff; ++i)
-                g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-            d_matvec(o, L->w_down, NULL, g, e, ff);
-            for (int i = 0; i < e; ++i)
-                x[t * e + i] += o[i];
-        }
-    }
-    for (int t = 0; t < n; ++t) {
-        d_rmsnorm(h, x + t * e, m->output_norm, e, hp->rms_eps);
-        d_matvec(logits + (size_t)t * hp->n_vocab, m->output, NULL, h, (int)hp->n_vocab, e);
-    }
-    memcpy(k_last, k, (size_t)n * kd * 8);
-    free(x); free(h); free(q); free(k); free(v); free(att); free(o); free(g); free(u); free(p);
-}
 
 /* --- tests --- */
 
@@ -178,8 +79,9 @@ static void check_vs_double(lm_rope_type rope, uint32_t n_rot, bool bias, bool t
     ref_capture c;
     lm_err err = {0};
     CU_ASSERT_FATAL(ref_compute(&c, &t.m, &rq, &err) == LM_OK);
-    double *lg = calloc((size_t)N * hp.n_vocab, 8), *kl = calloc((size_t)N * 8, 8);
-    d_forward(lg, kl, &t.m, tok, N);
+    double *kl = calloc((size_t)N * 8, 8); /* [N][kv_dim 8] */
+    CU_ASSERT_FATAL(kl != NULL);
+    double *lg = tf_forward_f64(&t.m, tok, N, kl); /* the float64 oracle (fixtures.h) */
     double maxd = 0, maxv = 0;
     for (uint32_t i = 0; i < N * hp.n_vocab; ++i) {
         maxd = fmax(maxd, fabs(lg[i] - c.logits[i]));

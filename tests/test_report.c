@@ -83,6 +83,8 @@ static void test_report_fold_and_verdicts(void)
     CU_ASSERT_EQUAL(r->n_configs, 3);
     hx_config_report *c0 = &r->configs[0], *c1 = &r->configs[1], *c2 = &r->configs[2];
     CU_ASSERT_EQUAL(c0->cls, HX_EXACT);
+    /* Exact comparisons (no tolerance): folding takes maxima of the stored doubles, and the
+     * ratios are exact (2e-7 and 4e-6 are the doubles of 1e-7 and 1e-6 times a power of two). */
     CU_ASSERT_EQUAL(c0->vs_ref.max_abs, 1e-6);
     CU_ASSERT_EQUAL(c0->worst_ratio, 0.5);   /* max(1e-7/2e-7, 1e-6/4e-6) */
     CU_ASSERT_EQUAL(c0->e_logits_max, 4e-6);

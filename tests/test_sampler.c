@@ -115,6 +115,39 @@ static void test_sampler_frequencies(void)
     lm_sampler_free(s);
 }
 
+/* The nucleus boundary. Logits ln 5, ln 3, ln 2 at T = 1: p = 0.5, 0.3, 0.2 (float rounding of
+ * the logits moves these by ~1e-7, far from the 0.01 margins below). top_p = 0.79: the nucleus
+ * is {0, 1} (0.5 < 0.79 <= 0.8), token 2 is never drawn and token 1 has 0.3 / 0.8 = 0.375;
+ * top_p = 0.81: token 2 is in (0.8 < 0.81) with 0.2. N = 4000 draws, counts within 6 sigma
+ * (sd = sqrt(N p (1-p)); false alarm < 1e-8). */
+static void test_sampler_top_p_boundary(void)
+{
+    enum { N = 4000 };
+    const float l[3] = {logf(5.0f), logf(3.0f), logf(2.0f)};
+    const float top_ps[2] = {0.79f, 0.81f};
+    const double p1[2] = {0.375, 0.3}, p2[2] = {0.0, 0.2};
+    for (int k = 0; k < 2; ++k) {
+        lm_err err = {0};
+        lm_sampler *s = NULL;
+        lm_sampler_params p = {.temperature = 1.0f, .top_p = top_ps[k], .seed = tu_seed() + 17};
+        CU_ASSERT_FATAL(lm_sampler_create(&s, &p, 3, &err) == LM_OK);
+        int count[3] = {0, 0, 0};
+        for (int i = 0; i < N; ++i)
+            ++count[lm_sample(s, l)];
+        const double sd1 = sqrt(N * p1[k] * (1.0 - p1[k])), sd2 = sqrt(N * p2[k] * (1.0 - p2[k]));
+        if (fabs(count[1] - N * p1[k]) > 6 * sd1 || fabs(count[2] - N * p2[k]) > 6 * sd2)
+            fprintf(stderr, "\n  top_p %.2f: counts %d %d %d of %d\n", (double)top_ps[k],
+                    count[0], count[1], count[2], N);
+        CU_ASSERT(fabs(count[1] - N * p1[k]) <= 6 * sd1);
+        if (p2[k] == 0.0) {
+            CU_ASSERT_EQUAL(count[2], 0);
+        } else {
+            CU_ASSERT(fabs(count[2] - N * p2[k]) <= 6 * sd2);
+        }
+        lm_sampler_free(s);
+    }
+}
+
 void test_sampler_register(void)
 {
     CU_pSuite s = CU_add_suite("sampler", NULL, NULL);
@@ -123,4 +156,5 @@ void test_sampler_register(void)
     CU_add_test(s, "test_sampler_greedy_when_temperature_zero", test_sampler_greedy_when_temperature_zero);
     CU_add_test(s, "test_sampler_seeded_and_truncated", test_sampler_seeded_and_truncated);
     CU_add_test(s, "test_sampler_frequencies", test_sampler_frequencies);
+    CU_add_test(s, "test_sampler_top_p_boundary", test_sampler_top_p_boundary);
 }

@@ -1,0 +1,190 @@
+/* fixtures.c — shared test fixtures (see fixtures.h). */
+#include "fixtures.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+float *tf_fill(float *x, size_t n, float scale, float offset, uint64_t *st)
+{
+    for (size_t i = 0; i < n; ++i)
+        x[i] = offset + scale * tu_rand_f32(st);
+    return x;
+}
+
+float *tf_rand_vec(size_t n, float scale, uint64_t *st)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    CU_ASSERT_FATAL(x != NULL);
+    return tf_fill(x, n, scale, 0.0f, st);
+}
+
+/* The next n floats of the arena, filled. */
+static float *take(float **cur, size_t n, float scale, float offset, uint64_t *st)
+{
+    float *p = tf_fill(*cur, n, scale, offset, st);
+    *cur += n;
+    return p;
+}
+
+void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_scales *sc,
+                    uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    t->m.hp = *hp;
+    const size_t e = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
+                 kd = (size_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff, V = hp->n_vocab;
+    const size_t per_layer = e + qd * e + 2 * kd * e + e * qd + (with_bias ? qd + 2 * kd + e : 0) +
+                             e + 3 * ff * e;
+    const size_t total = V * e * (hp->tied_output ? 1 : 2) + e + per_layer * hp->n_layer;
+    t->arena = malloc(total * sizeof *t->arena);
+    t->layers = calloc(hp->n_layer ? hp->n_layer : 1, sizeof *t->layers);
+    CU_ASSERT_FATAL(t->arena != NULL && t->layers != NULL);
+    float *cur = t->arena;
+    uint64_t st = seed;
+    t->m.tok_embd = take(&cur, V * e, sc->embd, 0.0f, &st);
+    t->m.output_norm = take(&cur, e, sc->norm, 1.0f, &st);
+    t->m.output = hp->tied_output ? t->m.tok_embd : take(&cur, V * e, sc->embd, 0.0f, &st);
+    for (uint32_t l = 0; l < hp->n_layer; ++l) {
+        lm_layer *L = &t->layers[l];
+        L->attn_norm = take(&cur, e, sc->norm, 1.0f, &st);
+        L->wq = take(&cur, qd * e, sc->wq, 0.0f, &st);
+        L->wk = take(&cur, kd * e, sc->wk, 0.0f, &st);
+        L->wv = take(&cur, kd * e, sc->wv, 0.0f, &st);
+        L->wo = take(&cur, e * qd, sc->wo, 0.0f, &st);
+        if (with_bias) {
+            L->bq = take(&cur, qd, sc->bias, 0.0f, &st);
+            L->bk = take(&cur, kd, sc->bias, 0.0f, &st);
+            L->bv = take(&cur, kd, sc->bias, 0.0f, &st);
+            L->bo = take(&cur, e, sc->bias, 0.0f, &st);
+        }
+        L->ffn_norm = take(&cur, e, sc->norm, 1.0f, &st);
+        L->w_gate = take(&cur, ff * e, sc->w_gate_up, 0.0f, &st);
+        L->w_up = take(&cur, ff * e, sc->w_gate_up, 0.0f, &st);
+        L->w_down = take(&cur, e * ff, sc->w_down, 0.0f, &st);
+    }
+    t->m.layers = t->layers;
+    for (int i = 0; i < 16; ++i)
+        t->m.content_hash[i] = (uint8_t)(seed >> (8 * (i % 8))) ^ (uint8_t)i;
+    t->m.path = NULL;
+}
+
+void tf_model_free(tf_model *t)
+{
+    free(t->arena);
+    free(t->layers);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---------- the float64 forward pass ---------- */
+
+static void d_rmsnorm(double *y, const double *x, const float *w, size_t n, double eps)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; ++i)
+        ss += x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / (double)n + eps);
+    for (size_t i = 0; i < n; ++i)
+        y[i] = x[i] * r * (double)w[i];
+}
+
+/* y[out] = W[out][in] . x[in] (+ b) */
+static void d_matvec(double *y, const float *w, const float *b, const double *x, size_t out,
+                     size_t in)
+{
+    for (size_t o = 0; o < out; ++o) {
+        double s = b ? (double)b[o] : 0.0;
+        for (size_t i = 0; i < in; ++i)
+            s += (double)w[o * in + i] * x[i];
+        y[o] = s;
+    }
+}
+
+static void d_rope(double *v, size_t n_heads, const lm_hparams *hp, size_t pos)
+{
+    const size_t half = hp->n_rot / 2;
+    for (size_t h = 0; h < n_heads; ++h)
+        for (size_t i = 0; i < half; ++i) {
+            double *x = v + h * hp->head_dim;
+            const double ang =
+                (double)pos * pow((double)hp->rope_theta, -2.0 * (double)i / hp->n_rot);
+            const size_t a = hp->rope_type == LM_ROPE_NEOX ? i : 2 * i;
+            const size_t b = hp->rope_type == LM_ROPE_NEOX ? i + half : 2 * i + 1;
+            const double xa = x[a], xb = x[b];
+            x[a] = xa * cos(ang) - xb * sin(ang);
+            x[b] = xa * sin(ang) + xb * cos(ang);
+        }
+}
+
+double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *k_last)
+{
+    const lm_hparams *hp = &m->hp;
+    const size_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd,
+                 kv_dim = hp->n_head_kv * hd;
+    double *x = calloc(n * d, sizeof *x), *xn = calloc(d, sizeof *xn);
+    double *q = calloc(n * q_dim, sizeof *q), *att = calloc(q_dim, sizeof *att);
+    double *o = calloc(d, sizeof *o);
+    double *k = calloc((size_t)hp->n_layer * n * kv_dim, sizeof *k);
+    double *v = calloc((size_t)hp->n_layer * n * kv_dim, sizeof *v);
+    double *g = calloc(hp->n_ff, sizeof *g), *u = calloc(hp->n_ff, sizeof *u);
+    double *p = calloc(n, sizeof *p);
+    double *lg = calloc(n * hp->n_vocab, sizeof *lg);
+    CU_ASSERT_FATAL(x && xn && q && att && o && k && v && g && u && p && lg);
+    for (size_t t = 0; t < n; ++t)
+        for (size_t i = 0; i < d; ++i)
+            x[t * d + i] = (double)m->tok_embd[(size_t)tok[t] * d + i];
+    for (size_t il = 0; il < hp->n_layer; ++il) {
+        const lm_layer *L = &m->layers[il];
+        double *kl = k + il * n * kv_dim, *vl = v + il * n * kv_dim;
+        for (size_t t = 0; t < n; ++t) {
+            d_rmsnorm(xn, x + t * d, L->attn_norm, d, (double)hp->rms_eps);
+            d_matvec(q + t * q_dim, L->wq, L->bq, xn, q_dim, d);
+            d_matvec(kl + t * kv_dim, L->wk, L->bk, xn, kv_dim, d);
+            d_matvec(vl + t * kv_dim, L->wv, L->bv, xn, kv_dim, d);
+            d_rope(q + t * q_dim, hp->n_head, hp, t);
+            d_rope(kl + t * kv_dim, hp->n_head_kv, hp, t);
+        }
+        for (size_t t = 0; t < n; ++t) {
+            for (size_t h = 0; h < hp->n_head; ++h) {
+                const size_t kvh = h * hp->n_head_kv / hp->n_head;
+                double mx = -(double)INFINITY, sum = 0;
+                for (size_t j = 0; j <= t; ++j) {
+                    double s = 0;
+                    for (size_t e = 0; e < hd; ++e)
+                        s += q[t * q_dim + h * hd + e] * kl[j * kv_dim + kvh * hd + e];
+                    p[j] = s / sqrt((double)hd);
+                    mx = fmax(mx, p[j]);
+                }
+                for (size_t j = 0; j <= t; ++j)
+                    sum += (p[j] = exp(p[j] - mx));
+                for (size_t e = 0; e < hd; ++e) {
+                    double s = 0;
+                    for (size_t j = 0; j <= t; ++j)
+                        s += p[j] / sum * vl[j * kv_dim + kvh * hd + e];
+                    att[h * hd + e] = s;
+                }
+            }
+            d_matvec(o, L->wo, L->bo, att, d, q_dim);
+            for (size_t i = 0; i < d; ++i)
+                x[t * d + i] += o[i];
+        }
+        for (size_t t = 0; t < n; ++t) {
+            d_rmsnorm(xn, x + t * d, L->ffn_norm, d, (double)hp->rms_eps);
+            d_matvec(g, L->w_gate, NULL, xn, hp->n_ff, d);
+            d_matvec(u, L->w_up, NULL, xn, hp->n_ff, d);
+            for (size_t i = 0; i < hp->n_ff; ++i)
+                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            d_matvec(o, L->w_down, NULL, g, d, hp->n_ff);
+            for (size_t i = 0; i < d; ++i)
+                x[t * d + i] += o[i];
+        }
+    }
+    for (size_t t = 0; t < n; ++t) {
+        d_rmsnorm(xn, x + t * d, m->output_norm, d, (double)hp->rms_eps);
+        d_matvec(lg + t * hp->n_vocab, m->output, NULL, xn, hp->n_vocab, d);
+    }
+    if (k_last != NULL && hp->n_layer > 0)
+        memcpy(k_last, k + (hp->n_layer - 1) * n * kv_dim, n * kv_dim * sizeof *k_last);
+    free(x), free(xn), free(q), free(att), free(o), free(k), free(v), free(g), free(u), free(p);
+    return lg;
+}

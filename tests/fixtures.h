@@ -1,0 +1,58 @@
+/* fixtures.h — test fixtures several suites share (not a suite itself: the Makefile treats
+ * every tests/test_*.c as one): a small llama model built by hand in memory (no GGUF, every
+ * hyperparameter and weight scale chosen by the test), the forward pass written out plainly
+ * in float64 (an independent second opinion for the engine and the reference), and random
+ * float vectors from the documented splitmix64 PRNG (tu_rand_f32). */
+#ifndef KVD_TEST_FIXTURES_H
+#define KVD_TEST_FIXTURES_H
+
+#include "kvd_model.h"
+#include "test_util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tf_model {
+    lm_model m;       /* layers, weights: pointers into the two fields below */
+    lm_layer *layers; /* [n_layer] */
+    float *arena;     /* every weight */
+} tf_model;
+
+/* Weight distributions of tf_model_build: a weight matrix or bias is s x U[-1, 1) with s its
+ * field here; an RMSNorm weight is 1 + norm x U[-1, 1). */
+typedef struct tf_scales {
+    float embd;          /* tok_embd, and output when not tied */
+    float norm;          /* attn_norm, ffn_norm, output_norm: 1 + norm x U */
+    float wq, wk, wv, wo;
+    float w_gate_up;     /* w_gate and w_up */
+    float w_down;
+    float bias;          /* bq, bk, bv, bo (only when with_bias) */
+} tf_scales;
+
+/* Builds a model of shape hp (biases when with_bias; output tied when hp->tied_output) with
+ * weights drawn from splitmix64(seed) in a fixed order: tok_embd, output_norm, output, then
+ * per layer attn_norm, wq, wk, wv, wo, [bq, bk, bv, bo], ffn_norm, w_gate, w_up, w_down.
+ * content_hash is derived from seed; path is NULL. Free with tf_model_free, never
+ * lm_model_free. Fails the running test fatally when out of memory. */
+void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_scales *sc,
+                    uint64_t seed);
+void tf_model_free(tf_model *t);
+
+/* x[i] = offset + scale x tu_rand_f32(st), i < n; returns x. */
+float *tf_fill(float *x /* [n] */, size_t n, float scale, float offset, uint64_t *st);
+
+/* A malloc'ed vector of n (at least one element allocated) filled as tf_fill(.., scale, 0);
+ * fails the running test fatally when out of memory. */
+float *tf_rand_vec(size_t n, float scale, uint64_t *st);
+
+/* The forward pass of m over tok[n] (positions 0..n-1, causal), in float64, written
+ * independently of engine/ and reference/: RMSNorm, projections (+ biases), RoPE (NORM
+ * pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2), first n_rot dims of each head), GQA
+ * attention with a max-subtracted softmax, SwiGLU FFN, output norm and projection. Returns
+ * the malloc'ed logits [n][n_vocab]; k_last, when not NULL, receives the last layer's K
+ * (after RoPE) [n][n_head_kv * head_dim]. Sums run in index order. */
+double *tf_forward_f64(const lm_model *m, const int32_t *tok /* [n] */, size_t n,
+                       double *k_last);
+
+#endif
