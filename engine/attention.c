@@ -32,7 +32,7 @@ size_t lm_attention_dense_scratch(uint32_t n, uint32_t n_kv)
 }
 
 /* s[j] = lm_expf(s[j] - mx): a loop of its own so that it is vectorized. */
-static void exp_shifted(float *s /* [n] */, size_t n, float mx)
+LM_VECTOR_CLONES static void exp_shifted(float *s /* [n] */, size_t n, float mx)
 {
     for (size_t j = 0; j < n; ++j)
         s[j] = lm_expf(s[j] - mx);

@@ -1,6 +1,8 @@
 /* backend.c — the backend factory: picks a compute backend by name. */
 #include "backend.h"
 
+#include "kvd_engine.h"
+
 #include <string.h>
 
 /* Each backend file exposes one constructor; the factory is the only place that names them,
@@ -19,6 +21,22 @@ static const backend_entry backends[] = {
     {"blas", lm_backend_blas_create},
 };
 
+/* The table above in words, for "unknown backend" messages everywhere. */
+static const char expected[] = "naive or blas";
+
+bool lm_backend_known(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; ++i)
+        if (strlen(backends[i].name) == len && memcmp(backends[i].name, name, len) == 0)
+            return true;
+    return false;
+}
+
+const char *lm_backend_expected(void)
+{
+    return expected;
+}
+
 int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err *err)
 {
     *out = NULL;
@@ -32,7 +50,7 @@ int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err 
     /* "naive-sr[:seed=N]": the seed travels in the name, so lm_ctx_params needs no new field. */
     if (strncmp(name, "naive-sr", 8) == 0 && (name[8] == '\0' || name[8] == ':'))
         return lm_backend_sr_create_named(out, name, n_threads, err);
-    return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected naive or blas)", name);
+    return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected %s)", name, expected);
 }
 
 void lm_backend_destroy(lm_backend *be)

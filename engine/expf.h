@@ -22,6 +22,16 @@
 #include <stdint.h>
 #include <string.h>
 
+/* LM_VECTOR_CLONES on an elementwise loop builds it for AVX-512, AVX2 and the x86-64
+ * baseline and picks one at load time (GCC function multiversioning). Every lane performs the
+ * same IEEE operations as the scalar code (no reduction is reordered, and -ffp-contract=off
+ * forbids FMA contraction in every clone), so the choice changes speed, never a bit. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define LM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LM_VECTOR_CLONES
+#endif
+
 static inline float lm_expf_pow2(int32_t k) /* 2^k for k in [-126, 127] */
 {
     const uint32_t bits = (uint32_t)(k + 127) << 23;

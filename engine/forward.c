@@ -137,7 +137,7 @@ typedef struct swiglu_job {
     uint32_t dim;
 } swiglu_job;
 
-static void swiglu_rows(void *arg, uint32_t begin, uint32_t end)
+LM_VECTOR_CLONES static void swiglu_rows(void *arg, uint32_t begin, uint32_t end)
 {
     const swiglu_job *j = arg;
     for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {

@@ -2,6 +2,7 @@
 #include "case.h"
 
 #include "atomic.h"
+#include "kvd_engine.h"
 
 #include <ini.h>
 #include <stdio.h>
@@ -148,12 +149,9 @@ static int backend_item(void *ctx, const char *s, size_t len, lm_err *err)
 {
     namelist *l = ctx;
     hx_case *c = l->c;
-    bool known = false;
-    for (const char *const *b = hx_backend_names; *b; ++b)
-        known |= strlen(*b) == len && memcmp(*b, s, len) == 0;
-    if (!known)
-        return LM_FAIL(err, LM_E_INPUT, "backends '%s': unknown backend '%.*s' (naive, blas, cuda)",
-                       l->list, (int)len, s);
+    if (!lm_backend_known(s, len))
+        return LM_FAIL(err, LM_E_INPUT, "backends '%s': unknown backend '%.*s' (expected %s)",
+                       l->list, (int)len, s, lm_backend_expected());
     for (uint32_t i = 0; i < c->n_backends; ++i)
         if (strlen(c->backends[i]) == len && memcmp(c->backends[i], s, len) == 0)
             return LM_FAIL(err, LM_E_INPUT, "backends '%s': '%.*s' listed twice", l->list, (int)len,

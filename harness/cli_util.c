@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int hx_cli_fail(const char *cmd, const char *fmt, ...)
 {
@@ -110,4 +112,74 @@ int hx_cli_status(const char *cmd, int st, bool case_error, const lm_err *err)
     else
         fprintf(stderr, "kvdrift %s: %s\n", cmd, err->msg);
     return lm_status_exit_code(st);
+}
+
+/* An existing folder we may create entries in; LM_E_INPUT naming path (the argument given). */
+static int writable_dir(const char *path, const char *dir, lm_err *err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: folder %s: %s", path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode) && strcmp(path, dir) == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: exists and is not a folder", path);
+    if (!S_ISDIR(st.st_mode))
+        return LM_FAIL(err, LM_E_INPUT, "%s: %s is not a folder", path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: folder %s is not writable: %s", path, dir,
+                       strerror(errno));
+    return LM_OK;
+}
+
+/* The folder part of path ("." when it has none, "/" for "/x") into buf. */
+static int parent_of(char *buf, size_t cap, const char *path, lm_err *err)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') /* "a/b/" names a/b: its parent is a */
+        --n;
+    while (n > 0 && path[n - 1] != '/')
+        --n;
+    while (n > 1 && path[n - 1] == '/')
+        --n;
+    if (n == 0)
+        return snprintf(buf, cap, ".") < 0 ? LM_FAIL(err, LM_E_INPUT, "%s: bad path", path)
+                                           : LM_OK;
+    if (n >= cap)
+        return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", path);
+    memcpy(buf, path, n);
+    buf[n] = '\0';
+    return LM_OK;
+}
+
+int hx_cli_check_out_file(const char *path, lm_err *err)
+{
+    struct stat st;
+    if (*path == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "output file name is empty");
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return LM_FAIL(err, LM_E_INPUT, "%s: is a folder, not a file", path);
+    char dir[4096];
+    int rc = parent_of(dir, sizeof dir, path, err);
+    return rc != LM_OK ? rc : writable_dir(path, dir, err);
+}
+
+int hx_cli_check_out_dir(const char *path, lm_err *err)
+{
+    if (*path == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "output folder name is empty");
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", path);
+    /* Up from path to the first component that exists: that one decides. */
+    for (;;) {
+        struct stat st;
+        if (stat(dir, &st) == 0 || (errno != ENOENT && errno != ENOTDIR))
+            return writable_dir(path, dir, err);
+        char up[4096];
+        int rc = parent_of(up, sizeof up, dir, err);
+        if (rc != LM_OK)
+            return rc;
+        if (strcmp(up, dir) == 0)
+            return writable_dir(path, dir, err);
+        memcpy(dir, up, strlen(up) + 1);
+    }
 }

@@ -40,6 +40,15 @@ int hx_cli_prompt_ids(int32_t **out /* [*n] */, uint32_t *n, const lm_model *m,
 int hx_cli_load_cases(hx_case **cases /* [n] */, char *const *files /* [n] */, size_t n,
                       bool *case_error, lm_err *err);
 
+/* Output paths checked before any work is done (so a bad -o never costs a whole run, and
+ * nothing is written when one of several outputs is bad). Nothing is created; LM_E_INPUT
+ * naming path and the reason.
+ * hx_cli_check_out_file: path is not a folder, and its folder exists and is writable.
+ * hx_cli_check_out_dir: path is a writable folder, or can be made: its nearest existing
+ * ancestor is a writable folder (no component of path is a regular file). */
+int hx_cli_check_out_file(const char *path, lm_err *err);
+int hx_cli_check_out_dir(const char *path, lm_err *err);
+
 /* The exit code of a failed command (st != LM_OK), after printing its error on one line:
  * a case file's error as is, any other as "kvdrift CMD: message". */
 int hx_cli_status(const char *cmd, int st, bool case_error, const lm_err *err);

@@ -19,7 +19,9 @@ static const char usage_text[] =
     "prompt position, into GOLDEN-DIR/<case name>.json for this platform fingerprint: this\n"
     "platform's entries are replaced, other platforms' kept; the file is replaced atomically.\n"
     "A configuration classified DRIFT, FLIP or NONFINITE is refused (a golden must never\n"
-    "enshrine a defect) unless --force; the case's other configurations are still blessed.\n\n"
+    "enshrine a defect) unless --force; the case's other configurations are still blessed.\n"
+    "All or nothing: every case runs first; when one is bad input (a model that cannot be\n"
+    "loaded or does not exist), no golden file is written.\n\n"
     "      --golden-dir DIR  golden files (default " HX_GOLDEN_DIR ")\n"
     "      --force           bless failing configurations too\n"
     "      --cache DIR       reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE\n"
@@ -30,47 +32,42 @@ static const char usage_text[] =
     "exit codes: 0 every configuration blessed, 1 one was refused, 2 usage or input error\n"
     "(bad case file, or a model file that does not exist: nothing to bless)\n";
 
-/* Blesses one run case into its golden file; *n_refused counts refused configurations. */
-static int bless_case(const hx_caserun *cr, const char *golden_dir, const hx_fingerprint *fp,
-                      bool force, size_t *n_refused, lm_err *err)
+/* One case's blessing, prepared in memory: written only once every case is ready. */
+typedef struct bless_plan {
+    char gpath[4096];   /* GOLDEN-DIR/<case name>.json */
+    char case_name[256];
+    hx_golden *g;       /* the golden file with this platform's entries replaced */
+    size_t n_set, n_refused;
+} bless_plan;
+
+/* Sets the entries of one run case into its golden file, loaded into plan (nothing written). */
+static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_dir,
+                     const hx_fingerprint *fp, bool force, lm_err *err)
 {
-    char gpath[4096], dir[4096];
-    int rc = hx_caserun_golden_path(gpath, sizeof gpath, golden_dir, cr->c->name, err);
-    if (rc != LM_OK)
-        return rc;
-    snprintf(dir, sizeof dir, "%s", golden_dir && *golden_dir ? golden_dir : HX_GOLDEN_DIR);
-    if ((rc = hx_mkdir_p(dir, err)) != LM_OK)
-        return rc;
-    hx_golden *g = NULL;
-    if ((rc = hx_golden_load(&g, gpath, true, err)) != LM_OK)
+    int rc = hx_caserun_golden_path(plan->gpath, sizeof plan->gpath, golden_dir, cr->c->name,
+                                    err);
+    if (rc != LM_OK || (rc = hx_golden_load(&plan->g, plan->gpath, true, err)) != LM_OK)
         return rc;
     const hx_report *r = cr->report;
-    size_t n_set = 0, refused = 0;
+    snprintf(plan->case_name, sizeof plan->case_name, "%s", r->case_name);
     for (size_t i = 0; i < r->n_configs && rc == LM_OK; ++i) {
         const hx_config_report *c = &r->configs[i];
         if (hx_class_fails(c->cls) && !force) {
             printf("  REFUSED %-28s %s: %s (a golden must never enshrine a defect; --force "
                    "blesses it anyway)\n", c->config, hx_class_name(c->cls), c->reason);
-            refused++;
+            plan->n_refused++;
             continue;
         }
         hx_golden_entry e;
         rc = hx_caserun_entry(&e, cr, i, err);
         if (rc == LM_OK)
-            rc = hx_golden_set(g, r->case_name, c->config, fp, &e, err);
+            rc = hx_golden_set(plan->g, r->case_name, c->config, fp, &e, err);
         if (rc == LM_OK) {
-            n_set++;
+            plan->n_set++;
             printf("  %-28s %-9s %s%s\n", c->config, hx_class_name(c->cls), e.hash_hex,
                    hx_class_fails(c->cls) ? "  (forced)" : "");
         }
     }
-    if (rc == LM_OK && n_set > 0)
-        rc = hx_golden_save(g, gpath, err);
-    if (rc == LM_OK)
-        printf("  %s: %zu configuration(s) blessed%s%s for platform %s, %zu refused\n", r->case_name,
-               n_set, n_set ? " into " : "", n_set ? gpath : "", fp->id, refused);
-    hx_golden_free(g);
-    *n_refused += refused;
     return rc;
 }
 
@@ -106,12 +103,17 @@ int cmd_bless(int argc, char **argv)
     if (optind >= argc)
         return hx_cli_fail("bless", "no CASE files given (try --help)");
 
+    const char *gdir = golden_dir && *golden_dir ? golden_dir : HX_GOLDEN_DIR;
+    lm_err err = {0};
+    if (hx_cli_check_out_dir(gdir, &err) != LM_OK)
+        return hx_cli_fail("bless", "--golden-dir %s", err.msg);
+
     size_t n_cases = (size_t)(argc - optind);
     hx_case **cases = calloc(n_cases, sizeof *cases);
-    lm_err err = {0};
+    bless_plan *plans = calloc(n_cases, sizeof *plans);
     int st = LM_OK, code = 0;
     bool case_error = false;
-    if (cases == NULL) {
+    if (cases == NULL || plans == NULL) {
         st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
         goto done;
     }
@@ -122,6 +124,8 @@ int cmd_bless(int argc, char **argv)
     hx_fingerprint fp;
     hx_fingerprint_detect(&fp);
     printf("kvdrift bless: platform %s\n", fp.short_text);
+    /* All or nothing: every case runs and its golden is prepared first; a bad model or a
+     * skipped case (bad input, exit 2) then leaves every golden file as it was. */
     size_t n_refused = 0, n_skipped = 0;
     for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
         hx_caserun *cr = NULL;
@@ -130,28 +134,47 @@ int cmd_bless(int argc, char **argv)
         if (st != LM_OK)
             break;
         if (cr->skipped) {
-            printf("case %s (%s): SKIP: %s; nothing blessed\n", cr->c->name, cr->c->file,
-                   cr->skip_reason);
+            printf("case %s (%s): SKIP: %s\n", cr->c->name, cr->c->file, cr->skip_reason);
             n_skipped++;
         } else {
             printf("case %s (%s): %zu configurations\n", cr->c->name, cr->c->file,
                    cr->report->n_configs);
-            st = bless_case(cr, golden_dir, &fp, force, &n_refused, &err);
+            st = plan_case(&plans[i], cr, golden_dir, &fp, force, &err);
+            n_refused += plans[i].n_refused;
         }
         hx_caserun_free(cr);
         fflush(stdout);
     }
     if (st != LM_OK)
         goto done;
-    code = n_skipped ? 2 : n_refused ? 1 : 0;
-    if (n_skipped)
-        fprintf(stderr, "kvdrift bless: %zu case(s) skipped: their model file does not exist\n",
-                n_skipped);
+    if (n_skipped) {
+        printf("nothing blessed\n");
+        code = hx_cli_fail("bless", "%zu case(s) skipped: their model file does not exist; "
+                           "nothing blessed", n_skipped);
+        goto done;
+    }
+    if ((st = hx_mkdir_p(gdir, &err)) != LM_OK)
+        goto done;
+    for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
+        const bless_plan *pl = &plans[i];
+        if (pl->n_set > 0)
+            st = hx_golden_save(pl->g, pl->gpath, &err);
+        if (st == LM_OK)
+            printf("  %s: %zu configuration(s) blessed%s%s for platform %s, %zu refused\n",
+                   pl->case_name, pl->n_set, pl->n_set ? " into " : "", pl->n_set ? pl->gpath : "",
+                   fp.id, pl->n_refused);
+    }
+    if (st != LM_OK)
+        goto done;
+    code = n_refused ? 1 : 0;
 done:
     if (st != LM_OK)
         code = hx_cli_status("bless", st, case_error, &err);
     for (size_t i = 0; cases && i < n_cases; ++i)
         hx_case_free(cases[i]);
+    for (size_t i = 0; plans && i < n_cases; ++i)
+        hx_golden_free(plans[i].g);
     free(cases);
+    free(plans);
     return code;
 }

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -65,6 +67,104 @@ static void print_summary(const ref_capture *c, const char *how)
                 best = t;
         printf("  position %u: argmax %u (logit %.17g)\n", c->pos[i], best, lg[best]);
     }
+}
+
+/* The --npy files are written into a hidden folder inside DIR and renamed into place only
+ * once every one (and the -o capture) is written, so a failure never leaves a partial set. */
+typedef struct npy_stage {
+    char dir[4096];  /* DIR as given */
+    char tmp[4200];  /* DIR/.kvdrift-npy-XXXXXX, "" when none */
+    bool made_dir;   /* DIR was created here (removed again on failure) */
+} npy_stage;
+
+/* Name of npy file i (0: logits, then layer l's K at 1 + 2l and V at 2 + 2l) under folder. */
+static void npy_name(char *buf, size_t cap, const char *folder, uint32_t i)
+{
+    if (i == 0)
+        snprintf(buf, cap, "%s/logits.npy", folder);
+    else
+        snprintf(buf, cap, "%s/layer%02u_%c.npy", folder, (i - 1) / 2, (i % 2) ? 'k' : 'v');
+}
+
+/* Removes what stage_npy made: the staged files, the hidden folder, DIR when made here. */
+static void unstage_npy(npy_stage *s, uint32_t n_files)
+{
+    char f[4300];
+    if (s->tmp[0]) {
+        for (uint32_t i = 0; i < n_files; ++i) {
+            npy_name(f, sizeof f, s->tmp, i);
+            unlink(f);
+        }
+        rmdir(s->tmp);
+        s->tmp[0] = '\0';
+    }
+    if (s->made_dir)
+        rmdir(s->dir);
+    s->made_dir = false;
+}
+
+static int stage_npy(npy_stage *s, const ref_capture *cap, const char *dir, lm_err *err)
+{
+    memset(s, 0, sizeof *s);
+    if (snprintf(s->dir, sizeof s->dir, "%s", dir) >= (int)sizeof s->dir)
+        return LM_FAIL(err, LM_E_INPUT, "--npy %.64s...: path too long", dir);
+    if (mkdir(dir, 0755) == 0)
+        s->made_dir = true;
+    else if (errno != EEXIST)
+        return LM_FAIL(err, LM_E_IO, "--npy %s: cannot create folder: %s", dir, strerror(errno));
+    snprintf(s->tmp, sizeof s->tmp, "%s/.kvdrift-npy-XXXXXX", dir);
+    if (mkdtemp(s->tmp) == NULL) {
+        int e = errno;
+        s->tmp[0] = '\0';
+        unstage_npy(s, 0);
+        return LM_FAIL(err, LM_E_IO, "--npy %s: cannot create a temporary folder: %s", dir,
+                       strerror(e));
+    }
+    int st = ref_capture_write_npy(cap, s->tmp, err);
+    if (st != LM_OK)
+        unstage_npy(s, 1 + 2 * cap->n_layer);
+    return st;
+}
+
+/* Renames the staged files into DIR (same file system: each rename is atomic). */
+static int commit_npy(npy_stage *s, uint32_t n_files, lm_err *err)
+{
+    char from[4300], to[4300];
+    for (uint32_t i = 0; i < n_files; ++i) {
+        npy_name(from, sizeof from, s->tmp, i);
+        npy_name(to, sizeof to, s->dir, i);
+        if (rename(from, to) != 0) {
+            int e = errno;
+            for (uint32_t j = 0; j < i; ++j) { /* take the ones already moved back out */
+                npy_name(to, sizeof to, s->dir, j);
+                unlink(to);
+            }
+            unstage_npy(s, n_files);
+            return LM_FAIL(err, LM_E_IO, "%s: cannot rename into place: %s", to, strerror(e));
+        }
+    }
+    rmdir(s->tmp);
+    s->tmp[0] = '\0';
+    return LM_OK;
+}
+
+/* Writes -o and --npy: both or neither. */
+static int write_outputs(const ref_capture *cap, const char *out_path, const char *npy_dir,
+                         lm_err *err)
+{
+    npy_stage s;
+    const uint32_t n_files = 1 + 2 * cap->n_layer;
+    int st = LM_OK;
+    if (npy_dir && (st = stage_npy(&s, cap, npy_dir, err)) != LM_OK)
+        return st;
+    if (out_path && (st = ref_capture_write(cap, out_path, err)) != LM_OK) {
+        if (npy_dir)
+            unstage_npy(&s, n_files);
+        return st;
+    }
+    if (npy_dir && (st = commit_npy(&s, n_files, err)) != LM_OK && out_path)
+        unlink(out_path);
+    return st;
 }
 
 int cmd_ref(int argc, char **argv)
@@ -125,6 +225,13 @@ int cmd_ref(int argc, char **argv)
         return hx_cli_fail("ref", "expected exactly one MODEL argument (try --help)");
     if ((text == NULL) == (tok_s == NULL))
         return hx_cli_fail("ref", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
+    if (have_min && !validate)
+        return hx_cli_fail("ref", "--min-bits needs --validate");
+    /* Outputs are checked before the (possibly long) computation. */
+    if (out_path && hx_cli_check_out_file(out_path, &err))
+        return hx_cli_fail("ref", "-o %s", err.msg);
+    if (npy_dir && hx_cli_check_out_dir(npy_dir, &err))
+        return hx_cli_fail("ref", "--npy %s", err.msg);
     const char *model_path = argv[optind];
     lm_model *m = NULL;
     int32_t *prompt = NULL, *gen = NULL, *all = NULL;
@@ -164,24 +271,27 @@ int cmd_ref(int argc, char **argv)
     char how[64];
     snprintf(how, sizeof how, "%s in %.3f s", hit ? "read from the cache" : "computed",
              hx_cli_now_s() - t0);
+    /* --validate runs before anything is written or printed: its failure leaves nothing. */
+    double t_val = 0.0;
+    if (validate) {
+        t0 = hx_cli_now_s();
+        if ((st = ref_validate(&ag, &n_ag, m, &rq, &err)))
+            goto fail;
+        t_val = hx_cli_now_s() - t0;
+    }
+    if ((st = write_outputs(&cap, out_path, npy_dir, &err)))
+        goto fail;
     print_summary(&cap, how);
-    if (out_path && (st = ref_capture_write(&cap, out_path, &err)))
-        goto fail;
-    if (npy_dir && (st = ref_capture_write_npy(&cap, npy_dir, &err)))
-        goto fail;
     if (out_path)
         printf("wrote %s\n", out_path);
     if (npy_dir)
         printf("wrote %s/logits.npy and %u layers of K/V .npy files\n", npy_dir, cap.n_layer);
 
     if (validate) {
-        t0 = hx_cli_now_s();
-        if ((st = ref_validate(&ag, &n_ag, m, &rq, &err)))
-            goto fail;
         unsigned long need = have_min ? min_bits : (prec > 27 ? prec - 27 : 0);
         printf("validate: %lu vs %lu bits (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
                "%lu; equal values count %lu, b = 0 with a != 0 counts 0\n",
-               prec, 2 * prec, hx_cli_now_s() - t0, prec, prec);
+               prec, 2 * prec, t_val, prec, prec);
         printf("  %-10s %10s %9s %10s %9s\n", "tensor", "elements", "min bits", "min digits",
                "mean bits");
         for (uint32_t i = 0; i < n_ag; ++i) {

@@ -46,9 +46,9 @@ static const char usage_text[] =
     "  -h, --help              this text\n\n"
     "Every list option is a sweep axis: the configurations are their cross product\n"
     "(backends x threads x steps, steps fastest).\n\n"
-    "How it works: the teacher path is the greedy continuation of naive:step=full:threads=1 (the\n"
-    "reference has no greedy mode yet; where the reference's own argmax would leave that path is\n"
-    "printed). The reference is computed once on prompt + path and cached. The envelope E is\n"
+    "How it works: the teacher path is the reference's own greedy path (naive:step=full's greedy\n"
+    "continuation, repaired wherever the reference's argmax disagrees). The reference is\n"
+    "computed once on prompt + path and cached. The envelope E is\n"
     "2 x the largest deviation from the ensemble's mean over M runs of the naive backend with\n"
     "seeded stochastic rounding of every float32 operation (naive-sr), per tensor and position,\n"
     "so a bias every run shares (a defect in the engine) never widens it; it is cached beside\n"
@@ -94,13 +94,10 @@ static int parse_backends(char (**out)[16], uint32_t *n, const char *list, lm_er
     for (;;) {
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
-        bool known = false;
-        for (const char *const *b = hx_backend_names; *b; ++b)
-            known |= strlen(*b) == len && strncmp(*b, s, len) == 0;
-        if (!known) {
+        if (!lm_backend_known(s, len)) {
             free(v);
-            return LM_FAIL(err, LM_E_INPUT, "--backends '%s': unknown backend '%.*s' (naive, blas)",
-                           list, (int)len, s);
+            return LM_FAIL(err, LM_E_INPUT, "--backends '%s': unknown backend '%.*s' (expected %s)",
+                           list, (int)len, s, lm_backend_expected());
         }
         for (uint32_t i = 0; i < k; ++i)
             if (strlen(v[i]) == len && strncmp(v[i], s, len) == 0) {
@@ -325,6 +322,9 @@ int cmd_sweep(int argc, char **argv)
         st = LM_FAIL(&err, LM_E_INPUT, "-o: path too long");
         goto done;
     }
+    /* The report folder must be makeable before the sweep spends its time (made only after). */
+    if ((st = hx_cli_check_out_dir(dir, &err)) != LM_OK)
+        goto done;
 
     sp.model = m;
     sp.model_label = argv[optind];
@@ -340,6 +340,14 @@ int cmd_sweep(int argc, char **argv)
     if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
         goto done;
 
+    char json[4200], md[4200];
+    snprintf(json, sizeof json, "%s/report.json", dir);
+    snprintf(md, sizeof md, "%s/report.md", dir);
+    if ((st = make_dirs(dir, &err)) != LM_OK ||
+        (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
+        (st = hx_report_write_md(res->report, md, &err)) != LM_OK)
+        goto done;
+    /* The table only once the reports are written: a failed run prints nothing. */
     printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "
            "greedy path%s", argv[optind], (unsigned)n_prompt, (unsigned)sp.n_gen,
            res->path_source == HX_PATH_REFERENCE
@@ -350,13 +358,6 @@ int cmd_sweep(int argc, char **argv)
            (unsigned)res->report->envelope_members, res->report->envelope_safety,
            res->env_hit ? " (cached)" : "");
     hx_report_print_table(stdout, res->report);
-    char json[4200], md[4200];
-    snprintf(json, sizeof json, "%s/report.json", dir);
-    snprintf(md, sizeof md, "%s/report.md", dir);
-    if ((st = make_dirs(dir, &err)) != LM_OK ||
-        (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
-        (st = hx_report_write_md(res->report, md, &err)) != LM_OK)
-        goto done;
     size_t count[HX_N_CLASSES] = {0};
     for (size_t i = 0; i < res->report->n_configs; ++i)
         count[res->report->configs[i].cls]++;

@@ -1,10 +1,10 @@
 /* config.c — CONFIG strings (`blas:step=64:attn=dense`) to and from struct hx_config. */
 #include "config.h"
 
+#include "kvd_engine.h"
+
 #include <stdio.h>
 #include <string.h>
-
-const char *const hx_backend_names[] = {"naive", "blas", "cuda", NULL};
 
 const char *hx_attn_name(hx_attn a)
 {
@@ -44,12 +44,9 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         return LM_FAIL(err, LM_E_INPUT, "config '': empty configuration string");
     const char *colon = strchr(s, ':');
     size_t blen = colon ? (size_t)(colon - s) : strlen(s);
-    bool known = false;
-    for (const char *const *b = hx_backend_names; *b; ++b)
-        known |= field_is(s, blen, *b);
-    if (!known)
-        return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown backend '%.*s' (naive, blas, cuda)",
-                       s, (int)blen, s);
+    if (!lm_backend_known(s, blen))
+        return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown backend '%.*s' (expected %s)", s,
+                       (int)blen, s, lm_backend_expected());
     memcpy(c.backend, s, blen);
     bool seen_step = false, seen_threads = false, seen_attn = false;
     for (const char *p = colon; p != NULL;) {

@@ -16,7 +16,7 @@ typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 
 #define HX_CONFIG_STR_MAX 96 /* longest canonical string + NUL */
 
 typedef struct hx_config {
-    char backend[16]; /* "naive", "blas", "cuda" */
+    char backend[16]; /* "naive", "blas" (lm_backend_known) */
     uint32_t step;    /* prefill chunk size in tokens; 0 = the whole prompt in one chunk ("full") */
     uint32_t threads; /* 0 = not specified (the engine's default) */
     hx_attn attn;
@@ -41,7 +41,6 @@ bool hx_config_equal(const hx_config *a, const hx_config *b);
 
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
-/* Backends the harness accepts, NULL-terminated. */
-extern const char *const hx_backend_names[];
+/* The backends a configuration may name: lm_backend_known (kvd_engine.h, the one list). */
 
 #endif

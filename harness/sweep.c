@@ -5,6 +5,7 @@
 #include "classify.h"
 #include "compare.h"
 #include "fingerprint.h"
+#include "kvd_engine.h"
 #include "metrics.h"
 
 #include <pthread.h>
@@ -555,12 +556,9 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
     if (n_backends == 0 || n_steps == 0)
         return LM_FAIL(err, LM_E_INPUT, "%s list is empty", n_steps ? "backend" : "step");
     for (uint32_t b = 0; b < n_backends; ++b) {
-        bool known = false;
-        for (const char *const *k = hx_backend_names; *k; ++k)
-            known |= strcmp(*k, backends[b]) == 0;
-        if (!known)
-            return LM_FAIL(err, LM_E_INPUT, "unknown backend '%.16s' (naive, blas, cuda)",
-                           backends[b]);
+        if (!lm_backend_known(backends[b], strnlen(backends[b], 16)))
+            return LM_FAIL(err, LM_E_INPUT, "unknown backend '%.16s' (expected %s)", backends[b],
+                           lm_backend_expected());
     }
     static const uint32_t one_thread[1] = {0};
     static const hx_attn one_attn[1] = {HX_ATTN_DEFAULT};

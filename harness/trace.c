@@ -119,7 +119,7 @@ static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int3
     memset(t, 0, sizeof *t);
     t->n_pos = total;
     if (lg == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     int rc = lm_ctx_create(&c, m, &cp, err);
     if (rc != LM_OK) {
         free(lg);
@@ -149,9 +149,9 @@ static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int3
     lm_ctx_free(c);
     free(lg);
     if (rc == LM_OK && t->oom)
-        rc = LM_FAIL(err, LM_E_NOMEM, "trace: out of memory for the checkpoints");
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory for the checkpoints");
     if (rc == LM_OK && t->bad_shape)
-        rc = LM_FAIL(err, LM_E_INTERNAL, "trace: an operation changed its row size");
+        rc = LM_FAIL(err, LM_E_INTERNAL, "an operation changed its row size");
     if (rc != LM_OK)
         tape_free(t);
     return rc;
@@ -183,19 +183,19 @@ static double row_max_abs(const float *x, const float *y, size_t n)
 static int check_params(const hx_trace_params *p, lm_err *err)
 {
     if (p->model == NULL || p->prompt == NULL || p->n_prompt == 0)
-        return LM_FAIL(err, LM_E_INPUT, "trace: empty prompt");
+        return LM_FAIL(err, LM_E_INPUT, "empty prompt");
     const lm_hparams *hp = &p->model->hp;
     for (uint32_t i = 0; i < p->n_prompt; ++i)
         if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= hp->n_vocab)
-            return LM_FAIL(err, LM_E_INPUT, "trace: prompt token %d is not below the vocabulary "
+            return LM_FAIL(err, LM_E_INPUT, "prompt token %d is not below the vocabulary "
                                             "size %u", (int)p->prompt[i], (unsigned)hp->n_vocab);
     uint64_t need = (uint64_t)p->n_prompt + p->n_gen;
     if (need > UINT32_MAX / 2 || (hp->n_ctx_train != 0 && need > hp->n_ctx_train))
-        return LM_FAIL(err, LM_E_INPUT, "trace: %u prompt tokens + %u generated exceed the "
+        return LM_FAIL(err, LM_E_INPUT, "%u prompt tokens + %u generated exceed the "
                                         "model's context of %u", (unsigned)p->n_prompt,
                        (unsigned)p->n_gen, (unsigned)hp->n_ctx_train);
     if (p->ensemble != 0 && p->ensemble < HX_ENVELOPE_MIN_MEMBERS)
-        return LM_FAIL(err, LM_E_INPUT, "trace: ensemble of %u runs: at least %u are needed",
+        return LM_FAIL(err, LM_E_INPUT, "ensemble of %u runs: at least %u are needed",
                        (unsigned)p->ensemble, (unsigned)HX_ENVELOPE_MIN_MEMBERS);
     return LM_OK;
 }
@@ -207,7 +207,7 @@ static int measure_envelope(double **out, const tape *naive, const hx_trace_para
     const uint32_t np = naive->n_pos;
     double *env = calloc(naive->n * np, sizeof *env); /* [n_slots][n_pos] */
     if (env == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (uint32_t mi = 0; mi < p->ensemble; ++mi) {
         hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = p->sr_seed + mi};
         tape t;
@@ -303,13 +303,13 @@ int hx_trace_run(hx_trace_result **out, const hx_trace_params *p, lm_err *err)
     tape ta = {0}, tb = {0}, tn = {0};
     double *env = NULL;
     if (r == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     r->n_prompt = p->n_prompt;
     r->n_gen = p->n_gen;
     r->first_diff = r->first_beyond = -1;
     r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
     if (r->path == NULL) {
-        rc = LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
         goto fail;
     }
     /* A chooses the path; B, the naive run and the members follow it. */
@@ -329,7 +329,7 @@ int hx_trace_run(hx_trace_result **out, const hx_trace_params *p, lm_err *err)
     }
     r->ops = calloc(ta.n ? ta.n : 1, sizeof *r->ops);
     if (r->ops == NULL) {
-        rc = LM_FAIL(err, LM_E_NOMEM, "trace: out of memory");
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
         goto fail;
     }
     for (size_t k = 0; k < ta.n; ++k) {

@@ -14,7 +14,11 @@ fi
 mkdir -p "$build/reports"
 log="$build/reports/check.log"
 echo "check: ${#cases[@]} case(s): ${cases[*]}  (models from ${KVDRIFT_MODELS:-../shared/models})"
-"$build/kvdrift" check -q "${cases[@]}" --junit "$build/reports/junit.xml" \
+# The reference/envelope/synthetic-model cache lives under the build folder, so that make check
+# never writes into ~/.cache; $KVDRIFT_CACHE, when set, is used instead (check reads it itself).
+cache_args=()
+[[ -z ${KVDRIFT_CACHE:-} ]] && cache_args=(--cache "$build/cache")
+"$build/kvdrift" check -q "${cases[@]}" "${cache_args[@]}" --junit "$build/reports/junit.xml" \
   --json "$build/reports/check.json" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 echo

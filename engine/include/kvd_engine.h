@@ -64,6 +64,10 @@ const char *lm_ctx_backend_name(const lm_ctx *c);
 /* "naive-sr:seed=<seed>" into buf (LM_SR_NAME_MAX bytes suffice). */
 #define LM_SR_NAME_MAX 48
 void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);
+/* Whether name[0..len) names a backend a user may choose (the factory's table in
+ * engine/backend.c, the one list of them), and that list as "naive or blas" for messages. */
+bool lm_backend_known(const char *name, size_t len);
+const char *lm_backend_expected(void);
 
 /* --- sampling --- */
 typedef struct lm_sampler_params {
