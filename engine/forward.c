@@ -38,6 +38,7 @@
 #include "expf.h"
 #include "kvcache.h"
 #include "threadpool.h"
+#include "variants.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -59,7 +60,8 @@ struct lm_ctx {
     float *att;       /* [n_ctx][n_head * head_dim] */
     float *ff_gate;   /* [n_ctx][n_ff] */
     float *ff_up;     /* [n_ctx][n_ff] */
-    float *scores;    /* [lm_attention_dense_scratch(n_ctx, n_ctx)] */
+    float *scores;    /* [lm_attention_dense_scratch(n_ctx, n_ctx)] (dense mode; 1 in stream) */
+    lm_variants *var; /* attention implementation, windows, sinks, rotating cache, MoE */
     size_t scratch_bytes;
     lm_probe_fn probe; /* per-operation checkpoints, NULL = none */
     void *probe_user;
@@ -234,7 +236,11 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     const uint32_t d = hp->n_embd;
     const uint32_t q_dim = hp->n_head * hp->head_dim;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    uint32_t slot = c->n_past; /* cache slot of the chunk's first row */
+    /* rotating cache: move this layer's rows as the chunk's plan says; the new rows then go
+     * to the plan's slot (plain cache: slot = position = n_past) */
+    lm_variants_move_layer(c->var, lm_kvcache_k(&c->kv, il, 0), lm_kvcache_v(&c->kv, il, 0),
+                           kv_dim);
+    uint32_t slot = lm_variants_write_slot(c->var, c->n_past); /* the chunk's first row */
     if (LM_DEFECT_ON(be->vt->name, LM_DEFECT_KV_SLOT_AT_BOUNDARY) && slot > 0)
         slot -= 1; /* test defect: a later chunk overwrites the previous chunk's last row */
     float *kc = lm_kvcache_k(&c->kv, il, slot); /* [n][kv_dim] new rows */
@@ -273,7 +279,12 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         .scores = c->scores,
         .pool = c->pool,
     };
-    lm_attention_dense(be, &a);
+    if (lm_variants_attn_layer(c->var, il)) {
+        lm_variants_attention(c->var, be, il, &a);
+    } else {
+        lm_attention_dense(be, &a);
+        lm_variants_note_dense(c->var, n, c->n_past + n);
+    }
     probe(c, il, "attn", c->att, n, q_dim);
 
     be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
@@ -292,6 +303,13 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
 
     rmsnorm_chunk(c, c->xn, c->x, L->ffn_norm, n);
     probe(c, il, "ffn_norm", c->xn, n, d);
+    if (lm_variants_moe_layer(c->var, il)) {
+        float *y = lm_variants_moe(c->var, be, il, n, c->xn); /* [n][n_embd] */
+        probe(c, il, "ffn_out", y, n, d);
+        residual_chunk(c, c->x, y, NULL, n);
+        probe(c, il, "residual", c->x, n, d);
+        return;
+    }
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_gate, d, c->ff_gate, ff);
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
     swiglu_job sj = {c->ff_gate, c->ff_up, ff};
@@ -342,6 +360,9 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
             return LM_FAIL(err, LM_E_INPUT, "forward: token id %d at %u out of range [0, %u)",
                            (int)tokens[t], t, hp->n_vocab);
 
+    int vrc = lm_variants_begin_chunk(c->var, c->n_past, n, err);
+    if (vrc != LM_OK)
+        return vrc;
     const uint32_t d = hp->n_embd;
     for (uint32_t t = 0; t < n; ++t)
         memcpy(c->x + (size_t)t * d, c->m->tok_embd + (size_t)tokens[t] * d, d * sizeof(float));
@@ -436,7 +457,10 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     if (rc != LM_OK)
         goto fail;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    rc = lm_kvcache_init(&c->kv, hp->n_layer, n_ctx, kv_dim, err);
+    rc = lm_variants_create(&c->var, m, p, n_ctx, err);
+    if (rc != LM_OK)
+        goto fail;
+    rc = lm_kvcache_init(&c->kv, hp->n_layer, lm_variants_kv_slots(c->var), kv_dim, err);
     if (rc != LM_OK)
         goto fail;
 
@@ -447,7 +471,8 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         (size_t)n_ctx * hp->n_embd, (size_t)n_ctx * hp->n_embd,       /* x, xn */
         (size_t)n_ctx * q_dim, (size_t)n_ctx * q_dim,                 /* q, att */
         (size_t)n_ctx * hp->n_ff, (size_t)n_ctx * hp->n_ff,           /* ff_gate, ff_up */
-        lm_attention_dense_scratch(n_ctx, n_ctx),                     /* scores */
+        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(n_ctx, n_ctx) : 1,
+                                                                      /* scores */
     };
     size_t total = 64;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
@@ -482,6 +507,7 @@ void lm_ctx_free(lm_ctx *c)
         return;
     free(c->rope_cos);
     lm_kvcache_release(&c->kv);
+    lm_variants_free(c->var);
     lm_pool_free(c->pool);
     lm_backend_destroy(c->be);
     free(c);
@@ -490,7 +516,11 @@ void lm_ctx_free(lm_ctx *c)
 const lm_model *lm_ctx_model(const lm_ctx *c) { return c->m; }
 uint32_t lm_ctx_n_past(const lm_ctx *c) { return c->n_past; }
 uint32_t lm_ctx_n_ctx(const lm_ctx *c) { return c->n_ctx; }
-void lm_ctx_reset(lm_ctx *c) { c->n_past = 0; }
+void lm_ctx_reset(lm_ctx *c)
+{
+    c->n_past = 0;
+    lm_variants_reset(c->var);
+}
 size_t lm_ctx_scratch_bytes(const lm_ctx *c) { return c->scratch_bytes; }
 
 void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn fn, void *user)
@@ -499,6 +529,29 @@ void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn fn, void *user)
     c->probe_user = user;
 }
 const char *lm_ctx_backend_name(const lm_ctx *c) { return c->be->vt->name; }
+const char *lm_ctx_attn_name(const lm_ctx *c) { return lm_variants_attn_name(c->var); }
+
+size_t lm_ctx_peak_scratch_bytes(const lm_ctx *c)
+{
+    /* rows a chunk touches: x, xn, q, att, ff_gate, ff_up */
+    const lm_hparams *hp = &c->m->hp;
+    const size_t row = 2 * (size_t)hp->n_embd + 2 * (size_t)hp->n_head * hp->head_dim +
+                       2 * (size_t)hp->n_ff;
+    return lm_variants_peak_bytes(c->var) + (size_t)lm_variants_peak_rows(c->var) * row * sizeof(float);
+}
+
+size_t lm_ctx_peak_attn_scratch_bytes(const lm_ctx *c) { return lm_variants_peak_bytes(c->var); }
+
+const uint32_t *lm_ctx_moe_routing(const lm_ctx *c, uint32_t il, uint32_t *n, uint32_t *k,
+                                   const float **margin)
+{
+    return lm_variants_moe_sel(c->var, il, n, k, margin);
+}
+
+const int32_t *lm_ctx_kv_pos(const lm_ctx *c, uint32_t *n_slots)
+{
+    return lm_variants_kv_pos(c->var, n_slots);
+}
 
 const float *lm_ctx_k(const lm_ctx *c, uint32_t layer)
 {

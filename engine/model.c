@@ -16,6 +16,7 @@ typedef struct want {
     uint64_t ne0, ne1;
     bool optional;
     const float **dst;
+    uint64_t ne2;      /* third extent (expert stacks), 1 for matrices and vectors */
 } want;
 
 typedef struct plan {
@@ -40,7 +41,18 @@ static int plan_add(plan *p, const char *name, uint64_t ne0, uint64_t ne1, bool 
     w->ne1 = ne1;
     w->optional = optional;
     w->dst = dst;
+    w->ne2 = 1;
     return LM_OK;
+}
+
+/* A 3-D tensor [ne2][ne1][ne0] (ggml order ne0, ne1, ne2), e.g. blk.N.ffn_gate_exps.weight. */
+static int plan_add3(plan *p, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2,
+                     const float **dst, lm_err *err)
+{
+    int rc = plan_add(p, name, ne0, ne1, false, dst, err);
+    if (rc == LM_OK)
+        p->w[p->n - 1].ne2 = ne2;
+    return rc;
 }
 
 static int need_u32(const lm_gguf *g, const char *key, uint32_t *out, lm_err *err)
@@ -48,6 +60,72 @@ static int need_u32(const lm_gguf *g, const char *key, uint32_t *out, lm_err *er
     if (lm_gguf_find(g, key) < 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: missing metadata key '%s'", lm_gguf_path(g), key);
     return lm_gguf_get_u32(g, key, 0, out, err);
+}
+
+/* Sliding window and mixture-of-experts keys (llama.cpp names). The per-layer pattern is
+ * resolved later (assign_windows), once the layers exist. */
+static int read_variant_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
+{
+    const char *path = lm_gguf_path(g);
+    int rc;
+    if ((rc = lm_gguf_get_u32(g, "llama.attention.sliding_window", 0, &hp->n_swa, err)))
+        return rc;
+    int64_t ip = lm_gguf_find(g, "llama.attention.sliding_window_pattern");
+    if (ip >= 0 && lm_gguf_kv_type(g, (uint64_t)ip) != LM_GGUF_ARR
+        && (rc = lm_gguf_get_u32(g, "llama.attention.sliding_window_pattern", 0, &hp->swa_period,
+                                 err)))
+        return rc;
+    uint32_t gating_func = 1;
+    bool norm = false;
+    if ((rc = lm_gguf_get_u32(g, "llama.expert_count", 0, &hp->n_expert, err))
+        || (rc = lm_gguf_get_u32(g, "llama.expert_used_count", 0, &hp->n_expert_used, err))
+        || (rc = lm_gguf_get_u32(g, "llama.expert_feed_forward_length", hp->n_ff, &hp->n_ff_exp,
+                                 err))
+        || (rc = lm_gguf_get_u32(g, "llama.expert_gating_func", 1, &gating_func, err))
+        || (rc = lm_gguf_get_bool(g, "llama.expert_weights_norm", false, &norm, err)))
+        return rc;
+    if (hp->n_expert == 0)
+        return LM_OK;
+    if (hp->n_expert > 256 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert
+        || hp->n_expert_used > 32 || hp->n_ff_exp == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: expert_count %" PRIu32 ", expert_used_count %" PRIu32
+                       " and expert_feed_forward_length %" PRIu32 " must satisfy 1 <= used <= "
+                       "count <= 256, used <= 32, length > 0", path, hp->n_expert,
+                       hp->n_expert_used, hp->n_ff_exp);
+    if (gating_func == 3)
+        hp->moe_gating = 0;
+    else if (gating_func == 1 || gating_func == 0)
+        hp->moe_gating = norm ? 1 : 2;
+    else
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " is not "
+                       "supported (1 softmax, 3 softmax over the selected)", path, gating_func);
+    return LM_OK;
+}
+
+/* Per-layer windows: the pattern as a bool array (true = sliding) or a period N (layer il
+ * slides iff il % N < N - 1, llama.cpp's set_swa_pattern; N = 1 none, 0 or absent: all). */
+static int assign_windows(lm_model *m, const lm_gguf *g, lm_err *err)
+{
+    lm_hparams *hp = &m->hp;
+    if (hp->n_swa == 0)
+        return LM_OK;
+    const char *key = "llama.attention.sliding_window_pattern";
+    int64_t ip = lm_gguf_find(g, key);
+    const lm_gguf_arr *arr = NULL;
+    if (ip >= 0 && lm_gguf_kv_type(g, (uint64_t)ip) == LM_GGUF_ARR) {
+        int rc = lm_gguf_get_arr(g, key, LM_GGUF_BOOL, &arr, err);
+        if (rc)
+            return rc;
+        if (arr->n != hp->n_layer)
+            return LM_FAIL(err, LM_E_INPUT, "%s: %s has %" PRIu64 " entries for %" PRIu32
+                           " layers", lm_gguf_path(g), key, arr->n, hp->n_layer);
+    }
+    for (uint32_t l = 0; l < hp->n_layer; ++l) {
+        bool slides = arr != NULL ? ((const uint8_t *)arr->data)[l] != 0
+                    : hp->swa_period == 0 ? true : l % hp->swa_period < hp->swa_period - 1;
+        m->layers[l].window = slides ? hp->n_swa : 0;
+    }
+    return LM_OK;
 }
 
 static int read_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
@@ -116,14 +194,8 @@ static int read_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
     if (scaling != NULL && strcmp(scaling, "none") != 0)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope scaling '%.32s' is not supported", path,
                        scaling);
-    if (lm_gguf_find(g, "llama.expert_count") >= 0) {
-        uint32_t ne;
-        if ((rc = lm_gguf_get_u32(g, "llama.expert_count", 0, &ne, err)))
-            return rc;
-        if (ne > 0)
-            return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: mixture-of-experts llama (expert_count %"
-                           PRIu32 ") is not supported", path, ne);
-    }
+    if ((rc = read_variant_hparams(hp, g, err)))
+        return rc;
     hp->rope_type = LM_ROPE_NORM;
     return LM_OK;
 }
@@ -154,13 +226,29 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             {"attn_v.bias", KV, 1, true, &L->bv},
             {"attn_output.bias", E, 1, true, &L->bo},
             {"ffn_norm.weight", E, 1, false, &L->ffn_norm},
-            {"ffn_gate.weight", E, F, false, &L->w_gate},
-            {"ffn_up.weight", E, F, false, &L->w_up},
-            {"ffn_down.weight", F, E, false, &L->w_down},
+            {"ffn_gate.weight", E, F, hp->n_expert > 0, &L->w_gate},
+            {"ffn_up.weight", E, F, hp->n_expert > 0, &L->w_up},
+            {"ffn_down.weight", F, E, hp->n_expert > 0, &L->w_down},
+            {"attn_sinks.weight", hp->n_head, 1, true, &L->sinks},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
             if ((rc = plan_add(p, name, t[i].ne0, t[i].ne1, t[i].opt, t[i].dst, err)))
+                return rc;
+        }
+        if (hp->n_expert > 0) { /* MoE FFN: router and expert stacks replace the dense FFN */
+            const uint64_t X = hp->n_expert, FE = hp->n_ff_exp;
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_gate_inp.weight", l);
+            if ((rc = plan_add(p, name, E, X, false, &L->ffn_gate_inp, err)))
+                return rc;
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_gate_exps.weight", l);
+            if ((rc = plan_add3(p, name, E, FE, X, &L->ffn_gate_exps, err)))
+                return rc;
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_up_exps.weight", l);
+            if ((rc = plan_add3(p, name, E, FE, X, &L->ffn_up_exps, err)))
+                return rc;
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_down_exps.weight", l);
+            if ((rc = plan_add3(p, name, FE, E, X, &L->ffn_down_exps, err)))
                 return rc;
         }
     }
@@ -180,8 +268,8 @@ static int check_shapes(const plan *p, const lm_gguf *g, uint64_t *total, lm_err
                 continue;
             return LM_FAIL(err, LM_E_INPUT, "%s: missing tensor '%s'", path, w->name);
         }
-        bool ok = t->ne[0] == w->ne0 && t->ne[1] == w->ne1 && t->ne[2] == 1 && t->ne[3] == 1
-               && t->n_dims == (w->ne1 == 1 ? 1u : 2u);
+        bool ok = t->ne[0] == w->ne0 && t->ne[1] == w->ne1 && t->ne[2] == w->ne2 && t->ne[3] == 1
+               && t->n_dims == (w->ne2 > 1 ? 3u : w->ne1 == 1 ? 1u : 2u);
         if (!ok)
             return LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' has shape [%" PRIu64 ", %" PRIu64
                            ", %" PRIu64 ", %" PRIu64 "] (%" PRIu32 " dims), expected [%" PRIu64
@@ -283,8 +371,11 @@ int lm_model_load(lm_model **out, const char *path, lm_err *err)
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    if ((rc = load_weights(m, g, err)) || (rc = load_vocab(m, g, err)))
+    if ((rc = load_weights(m, g, err)) || (rc = load_vocab(m, g, err))
+        || (rc = assign_windows(m, g, err)))
         goto fail;
+    for (uint32_t l = 0; l < m->hp.n_layer; ++l)
+        m->hp.has_sinks = m->hp.has_sinks || m->layers[l].sinks != NULL;
     /* Content hash of the exact file bytes: the cache and golden key of this model. */
     XXH128_hash_t h = XXH3_128bits(lm_gguf_bytes(g), (size_t)lm_gguf_size(g));
     XXH128_canonical_t canon;

@@ -21,6 +21,9 @@ static const char usage_text[] =
     "      --step S|full     prefill chunk size in tokens (default full: one chunk)\n"
     "      --backend B       naive | blas (default blas)\n"
     "      --threads T       blas threads (default 0 = all cores)\n"
+    "      --attn A          dense | stream attention (default dense)\n"
+    "      --rot-max N       rotating KV cache of N positions (MLX semantics; default off)\n"
+    "      --rot-keep K      positions the rotating cache always keeps (default 4)\n"
     "      --tokens          also print the prompt and generated token ids\n"
     "      --seed X          sampler seed (default 0)\n"
     "      --temp T          temperature; <= 0 is greedy (default 0)\n"
@@ -56,16 +59,20 @@ static void print_piece(const lm_vocab *v, int32_t id)
 
 int cmd_run(int argc, char **argv)
 {
-    enum { O_STEP = 256, O_BACKEND, O_THREADS, O_TOKENS, O_SEED, O_TEMP, O_TOPK, O_TOPP };
+    enum { O_STEP = 256, O_BACKEND, O_THREADS, O_TOKENS, O_SEED, O_TEMP, O_TOPK, O_TOPP,
+           O_ATTN, O_ROT_MAX, O_ROT_KEEP };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},  {"n-predict", required_argument, NULL, 'n'},
         {"step", required_argument, NULL, O_STEP}, {"backend", required_argument, NULL, O_BACKEND},
         {"threads", required_argument, NULL, O_THREADS}, {"tokens", no_argument, NULL, O_TOKENS},
         {"seed", required_argument, NULL, O_SEED}, {"temp", required_argument, NULL, O_TEMP},
         {"top-k", required_argument, NULL, O_TOPK}, {"top-p", required_argument, NULL, O_TOPP},
+        {"attn", required_argument, NULL, O_ATTN}, {"rot-max", required_argument, NULL, O_ROT_MAX},
+        {"rot-keep", required_argument, NULL, O_ROT_KEEP},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    const char *prompt = NULL, *backend = "blas";
+    const char *prompt = NULL, *backend = "blas", *attn = "dense";
+    uint32_t rot_max = 0, rot_keep = 4;
     uint32_t n_gen = 32, step = 0, threads = 0;
     bool show_tokens = false;
     lm_sampler_params sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
@@ -97,6 +104,19 @@ int cmd_run(int argc, char **argv)
                 return hx_cli_fail("run", "--threads '%s': expected an integer in [0, 1024]", arg);
             break;
         case O_TOKENS: show_tokens = true; break;
+        case O_ATTN:
+            if (strcmp(arg, "dense") != 0 && strcmp(arg, "stream") != 0)
+                return hx_cli_fail("run", "--attn '%s': unknown (expected dense or stream)", arg);
+            attn = arg;
+            break;
+        case O_ROT_MAX:
+            if (!hx_cli_parse_u32(&rot_max, arg, 2, UINT32_MAX / 8))
+                return hx_cli_fail("run", "--rot-max '%s': expected an integer >= 2", arg);
+            break;
+        case O_ROT_KEEP:
+            if (!hx_cli_parse_u32(&rot_keep, arg, 0, UINT32_MAX / 8))
+                return hx_cli_fail("run", "--rot-keep '%s': not a non-negative integer", arg);
+            break;
         case O_SEED: {
             char *end;
             errno = 0;
@@ -157,7 +177,13 @@ int cmd_run(int argc, char **argv)
                      path, n_prompt, n_gen, m->hp.n_ctx_train);
         goto fail;
     }
-    const lm_ctx_params cp = {.backend = backend, .n_threads = (int)threads, .n_ctx = (uint32_t)need};
+    if (rot_max != 0 && rot_keep >= rot_max) {
+        rc = LM_FAIL(&err, LM_E_INPUT, "--rot-keep %u must be below --rot-max %u", rot_keep,
+                     rot_max);
+        goto fail;
+    }
+    const lm_ctx_params cp = {.backend = backend, .n_threads = (int)threads, .n_ctx = (uint32_t)need,
+                              .attn = attn, .rot_max_size = rot_max, .rot_keep = rot_keep};
     rc = lm_ctx_create(&ctx, m, &cp, &err);
     if (rc != LM_OK)
         goto fail;

@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "routing.h"
+
 static const char usage_text[] =
     "usage: kvdrift sweep MODEL (-p TEXT | --tokens ID,...) [options]\n"
     "Runs every configuration of the sweep axes, generates N greedy tokens with each, evaluates\n"
@@ -33,6 +35,8 @@ static const char usage_text[] =
     HX_CASE_DEFAULT_STEPS ")\n"
     "      --backends LIST     naive,blas (default " HX_CASE_DEFAULT_BACKENDS ")\n"
     "      --threads LIST      thread counts, e.g. 1,2 (default 1)\n"
+    "      --attn LIST         attention implementations: dense,stream (default: the engine's\n"
+    "                          default, dense; a config string says attn= only when given)\n"
     "  -n, --n-gen N           greedy tokens per configuration (default 32)\n"
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
@@ -113,6 +117,36 @@ static int parse_backends(char (**out)[16], uint32_t *n, const char *list, lm_er
     }
     *out = v;
     *n = k;
+    return LM_OK;
+}
+
+/* Comma list of attention implementations (dense, stream, default), no duplicates. */
+static int parse_attn(hx_attn out[3], uint32_t *n, const char *list, lm_err *err)
+{
+    *n = 0;
+    const char *s = list;
+    for (;;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        hx_attn a;
+        if (len == 5 && strncmp(s, "dense", 5) == 0)
+            a = HX_ATTN_DENSE;
+        else if (len == 6 && strncmp(s, "stream", 6) == 0)
+            a = HX_ATTN_STREAM;
+        else if (len == 7 && strncmp(s, "default", 7) == 0)
+            a = HX_ATTN_DEFAULT;
+        else
+            return LM_FAIL(err, LM_E_INPUT, "--attn '%s': unknown implementation '%.*s' (dense, "
+                           "stream, default)", list, (int)len, s);
+        for (uint32_t i = 0; i < *n; ++i)
+            if (out[i] == a)
+                return LM_FAIL(err, LM_E_INPUT, "--attn '%s': '%.*s' listed twice", list,
+                               (int)len, s);
+        out[(*n)++] = a;
+        if (e == NULL)
+            break;
+        s = e + 1;
+    }
     return LM_OK;
 }
 
@@ -220,11 +254,13 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
 
 int cmd_sweep(int argc, char **argv)
 {
-    enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE };
+    enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
+           O_ATTN };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
         {"threads", required_argument, NULL, O_THREADS},
+        {"attn", required_argument, NULL, O_ATTN},
         {"n-gen", required_argument, NULL, 'n'},     {"prec", required_argument, NULL, O_PREC},
         {"ensemble", required_argument, NULL, O_ENS}, {"seed", required_argument, NULL, O_SEED},
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
@@ -233,7 +269,7 @@ int cmd_sweep(int argc, char **argv)
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
     const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
-    const char *threads_s = "1";
+    const char *threads_s = "1", *attn_s = NULL;
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
     optind = 1;
@@ -246,6 +282,7 @@ int cmd_sweep(int argc, char **argv)
         case O_STEPS: steps_s = optarg; break;
         case O_BACKENDS: backends_s = optarg; break;
         case O_THREADS: threads_s = optarg; break;
+        case O_ATTN: attn_s = optarg; break;
         case O_CACHE: cache = optarg; break;
         case 'o': outdir = optarg; break;
         case 'q': sp.quiet = true; break;
@@ -291,6 +328,8 @@ int cmd_sweep(int argc, char **argv)
     lm_err err = {0};
     int st = LM_OK;
     uint32_t *steps = NULL, *threads = NULL, n_steps = 0, n_threads = 0, n_backends = 0;
+    hx_attn attn[3];
+    uint32_t n_attn = 0; /* 0: the single default implementation */
     char (*backends)[16] = NULL;
     hx_config *configs = NULL;
     size_t n_configs = 0;
@@ -302,8 +341,9 @@ int cmd_sweep(int argc, char **argv)
     if ((st = hx_parse_steps(&steps, &n_steps, steps_s, &err)) != LM_OK ||
         (st = parse_backends(&backends, &n_backends, backends_s, &err)) != LM_OK ||
         (st = parse_threads(&threads, &n_threads, threads_s, &err)) != LM_OK ||
+        (attn_s != NULL && (st = parse_attn(attn, &n_attn, attn_s, &err)) != LM_OK) ||
         (st = hx_sweep_cross(&configs, &n_configs, (const char(*)[16])backends, n_backends, steps,
-                             n_steps, threads, n_threads, NULL, 0, &err)) != LM_OK)
+                             n_steps, threads, n_threads, attn, n_attn, &err)) != LM_OK)
         goto done;
     if ((st = resolve_model(model_path, sizeof model_path, label, sizeof label, argv[optind],
                             cache, &err)) != LM_OK ||
@@ -367,6 +407,17 @@ int cmd_sweep(int argc, char **argv)
             printf(" %zu %s", count[c], hx_class_name((hx_class)c));
     printf("; verdict %s\nwrote %s and %s\n",
            hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md);
+    if (m->hp.n_expert > 0) { /* MoE: routing decisions are reported like argmax flips */
+        uint32_t n_real = 0;
+        if ((st = hx_routing_report(stdout, m, prompt, n_prompt, configs, n_configs,
+                                    sp.precision, sp.sr_seed_set ? sp.sr_seed
+                                                                 : HX_SWEEP_DEFAULT_SEED,
+                                    &n_real, &err)) != LM_OK)
+            goto done;
+        if (n_real > 0)
+            printf("routing: %u real flips (expert sets the reference's margins do not "
+                   "explain)\n", n_real);
+    }
 done:
     if (st != LM_OK)
         fprintf(stderr, "kvdrift sweep: %s\n", err.msg);

@@ -56,7 +56,8 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         be_name = sr_name;
     }
     const lm_ctx_params cp = {.backend = be_name, .n_threads = (int)cfg->threads,
-                              .n_ctx = (uint32_t)need};
+                              .n_ctx = (uint32_t)need,
+                              .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense"};
     if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
         goto fail;
     size_t nv = hp->n_vocab;

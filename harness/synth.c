@@ -57,10 +57,24 @@ typedef struct preset {
 
 static const preset presets[] = {
     /* The `make demo` model: runs in milliseconds. */
-    {"tiny", {"kvdrift-synth-tiny", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f}},
+    {"tiny", {"kvdrift-synth-tiny", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f, .n_swa = 0}},
     /* SmolLM2-135M's shape (head_dim 64, GQA 3:1, tied embeddings): for benchmarks. */
     {"smollm2-135m", {"kvdrift-synth-smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192,
-                      100000.0f, 1e-5f}},
+                      100000.0f, 1e-5f, .n_swa = 0}},
+    /* Gemma-3-like: window 8 on 5 of every 6 layers (layer 5 global), so that short prompts
+     * already exceed the window. */
+    {"swa-5to1", {"kvdrift-synth-swa-5to1", 64, 6, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
+                  .n_swa = 8, .swa_period = 6}},
+    /* gpt-oss-like attention: alternating window-8 / full layers and learned sinks. */
+    {"sinks-alt", {"kvdrift-synth-sinks-alt", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
+                   .n_swa = 8, .swa_period = 2, .sinks = true}},
+    /* Mixtral-like MoE: 8 experts, top-2, softmax over all then renormalised. */
+    {"moe", {"kvdrift-synth-moe", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
+             .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 96, .gating_func = 1}},
+    /* gpt-oss-like: 32 experts, top-4, softmax over the selected; alternating windows, sinks. */
+    {"moe-32x4", {"kvdrift-synth-moe-32x4", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
+                  .n_swa = 8, .swa_period = 2, .sinks = true, .n_expert = 32,
+                  .n_expert_used = 4, .n_ff_exp = 48, .gating_func = 3}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -75,8 +89,8 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
             *out = presets[i].p;
             return LM_OK;
         }
-    return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m)",
-                   name);
+    return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
+                   "swa-5to1, sinks-alt, moe, moe-32x4)", name);
 }
 
 /* A bad parameter: one message naming it (the format must be a string literal). */
@@ -103,6 +117,13 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
         return BAD("rope theta %g must be positive and finite", (double)p->rope_theta);
     if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
         return BAD("rms eps %g must be in (0, 1)", (double)p->rms_eps);
+    if (p->n_expert > 0 && (p->n_expert > 256 || p->n_expert_used == 0 || p->n_expert_used > 32
+                            || p->n_expert_used > p->n_expert || p->n_ff_exp == 0
+                            || p->n_ff_exp > 262144))
+        return BAD("experts: need 1 <= used (%u) <= count (%u) <= 256, used <= 32, "
+                   "0 < n_ff_exp (%u) <= 262144", p->n_expert_used, p->n_expert, p->n_ff_exp);
+    if (p->n_expert > 0 && p->gating_func != 1 && p->gating_func != 3)
+        return BAD("gating_func %u must be 1 or 3", p->gating_func);
     return LM_OK;
 }
 
@@ -324,7 +345,58 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
         || (rc = lm_gguf_w_f32(w, "llama.rope.freq_base", p->rope_theta, err))
         || (rc = lm_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps, err)))
         return rc;
+    if (p->n_swa > 0
+        && ((rc = lm_gguf_w_u32(w, "llama.attention.sliding_window", p->n_swa, err))
+            || (rc = lm_gguf_w_u32(w, "llama.attention.sliding_window_pattern", p->swa_period,
+                                   err))))
+        return rc;
+    if (p->n_expert > 0
+        && ((rc = lm_gguf_w_u32(w, "llama.expert_count", p->n_expert, err))
+            || (rc = lm_gguf_w_u32(w, "llama.expert_used_count", p->n_expert_used, err))
+            || (rc = lm_gguf_w_u32(w, "llama.expert_feed_forward_length", p->n_ff_exp, err))
+            || (rc = lm_gguf_w_u32(w, "llama.expert_gating_func", p->gating_func, err))
+            || (rc = lm_gguf_w_bool(w, "llama.expert_weights_norm", p->gating_func == 1, err))))
+        return rc;
     return write_vocab(w, p->n_vocab, whole, err);
+}
+
+/* Sinks and MoE tensors of layer l. Sinks: logits of standard deviation 1 (the scores of a
+ * peaked head are a few units, so a sink takes a visible but not dominant share). Router:
+ * 2/sqrt(n), router logits of standard deviation ~2 (peaked routing, margins of order 1).
+ * Experts as the dense FFN, ggml order ne {n_embd, n_ff_exp, n_expert} for gate and up and
+ * {n_ff_exp, n_embd, n_expert} for down; each expert's output carries the same variance as a
+ * dense FFN's, and the gates sum to 1. */
+static int add_variant_weights(lm_gguf_writer *w, float *scratch, const hx_synth_params *p,
+                               uint32_t l, lm_tensor_type type, uint64_t seed, double a,
+                               lm_err *err)
+{
+    const uint64_t n = p->n_embd, X = p->n_expert, FE = p->n_ff_exp;
+    const double sn = (double)(float)(1.0 / sqrt((double)n));
+    char name[64];
+    int rc;
+    if (p->sinks) {
+        snprintf(name, sizeof name, "blk.%u.attn_sinks.weight", l);
+        if ((rc = add_weight(w, scratch, name, type, p->n_head, 1, seed, 0.0, 1.0, err)))
+            return rc;
+    }
+    if (X == 0)
+        return LM_OK;
+    snprintf(name, sizeof name, "blk.%u.ffn_gate_inp.weight", l);
+    if ((rc = add_weight(w, scratch, name, type, n, X, seed, 0.0, 2.0 * sn, err)))
+        return rc;
+    const struct { const char *s; uint64_t ne0, ne1; double sigma; } e[] = {
+        {"ffn_gate_exps.weight", n, FE, sn},
+        {"ffn_up_exps.weight", n, FE, sn},
+        {"ffn_down_exps.weight", FE, n, 1.7 * a / sqrt((double)FE)},
+    };
+    for (size_t i = 0; i < 3; ++i) {
+        uint64_t ne[3] = {e[i].ne0, e[i].ne1, X};
+        snprintf(name, sizeof name, "blk.%u.%s", l, e[i].s);
+        fill(scratch, ne[0] * ne[1] * ne[2], name, seed, 0.0, e[i].sigma);
+        if ((rc = lm_gguf_w_tensor_f32(w, name, type, 3, ne, scratch, err)))
+            return rc;
+    }
+    return LM_OK;
 }
 
 int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t seed,
@@ -343,6 +415,8 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
     double r2 = SELF_RATIO * (double)n / (2.0 * log((double)V)) - 1.0;
     const double a = (double)(float)sqrt((r2 > 0.05 ? r2 : 0.05) / (2.0 * (double)p->n_layer));
     uint64_t biggest = V * n > F * n ? V * n : F * n;
+    const uint64_t X = p->n_expert, FE = p->n_ff_exp;
+    biggest = X * FE * n > biggest ? X * FE * n : biggest;
     lm_gguf_writer *w = NULL;
     float *scratch = malloc((size_t)biggest * sizeof *scratch); /* [biggest] */
     uint8_t *whole = malloc(V);                                /* [n_vocab] */
@@ -380,7 +454,11 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
             {"ffn_up.weight", n, F, 0.0, sn},
             {"ffn_down.weight", F, n, 0.0, 1.7 * a / sqrt((double)F)},
         };
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
+        /* MoE layers have no dense FFN (the last three entries) */
+        const size_t n_t = sizeof t / sizeof t[0] - (X > 0 ? 3 : 0);
+        if ((rc = add_variant_weights(w, scratch, p, l, type, seed, a, err)))
+            goto done;
+        for (size_t i = 0; i < n_t; ++i) {
             snprintf(name, sizeof name, "blk.%u.%s", l, t[i].s);
             if ((rc = add_weight(w, scratch, name, type, t[i].ne0, t[i].ne1, seed, t[i].c,
                                  t[i].sigma, err)))

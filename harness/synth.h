@@ -4,6 +4,7 @@
 
 #include "kvd_gguf.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,16 @@ typedef struct hx_synth_params {
     uint32_t n_ctx;      /* llama.context_length */
     float rope_theta;    /* llama.rope.freq_base */
     float rms_eps;       /* llama.attention.layer_norm_rms_epsilon */
+    /* architecture variants (llama.cpp key names); zero = plain llama */
+    uint32_t n_swa;          /* llama.attention.sliding_window (0 = none) */
+    uint32_t swa_period;     /* llama.attention.sliding_window_pattern as a period N: layer il
+                                slides iff il % N < N - 1 (0 = every layer slides) */
+    bool sinks;              /* blk.N.attn_sinks.weight [n_head] learned sink logits */
+    uint32_t n_expert;       /* llama.expert_count (0 = dense FFN) */
+    uint32_t n_expert_used;  /* llama.expert_used_count */
+    uint32_t n_ff_exp;       /* llama.expert_feed_forward_length */
+    uint32_t gating_func;    /* llama.expert_gating_func: 1 softmax over all, renormalised over
+                                the top-k (expert_weights_norm true); 3 softmax over the top-k */
 } hx_synth_params;
 
 /* Control tokens, 256 byte pieces and "▁": the smallest vocabulary synth writes. */

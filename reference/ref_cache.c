@@ -79,6 +79,12 @@ void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq)
             add_u32(st, p);
     }
     add_u32(st, rq->prec ? rq->prec : REF_DEFAULT_PREC);
+    if (rq->rot_max_size != 0) { /* a rotating-cache schedule (absent: keys as before) */
+        XXH3_128bits_update(st, "rot", 3);
+        add_u32(st, rq->rot_max_size);
+        add_u32(st, rq->rot_keep);
+        add_u32(st, rq->rot_step);
+    }
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
     XXH3_freeState(st);

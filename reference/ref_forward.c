@@ -7,6 +7,7 @@
  * computed by the same sequence of MPFR operations whichever thread runs it, so the results
  * never depend on the thread count. */
 #include "kvd_ref.h"
+#include "ref_variants.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,6 +44,17 @@ struct fwd {
     mpfr_t scale;        /* 1 / sqrt(head_dim) */
     uint64_t n_hsel;
     mpfr_t *hsel;        /* [n_pos][n_embd] final-normed rows of the logit positions */
+    /* variants (ref_variants.h) */
+    uint32_t layer;      /* the layer being computed (its window and sinks) */
+    uint32_t ff_cur;     /* width of g and up in the current FFN (n_ff or n_ff_exp) */
+    ref_rot_schedule rot; /* rotating-cache schedule; rot.start == NULL: plain causal cache */
+    mpfr_t *router;      /* [n][n_expert] router logits */
+    mpfr_t *gw;          /* [n][k] gate weights of the selected experts */
+    mpfr_t *ye;          /* [n][n_embd] one expert's output for every token */
+    mpfr_t *yk;          /* [n][k][n_embd] output of each selected expert */
+    uint32_t *sel;       /* [n][k] selected experts, rank order */
+    uint32_t *sel_all;   /* [n_layer][n][k] routing of every layer (the result's moe_sel) */
+    double *margin_all;  /* [n_layer][n] router margins, rounded to double */
 };
 
 /* --- parallel loop --- */
@@ -189,38 +201,133 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
                        &f->scr[tid]);
 }
 
-/* One (token t, head h) pair: causal attention over positions 0..t. */
+/* Candidate key positions of token t: the rotating schedule's list, or 0..t. */
+static uint64_t cand_count(const fwd *f, uint64_t t)
+{
+    return f->rot.start ? f->rot.start[t + 1] - f->rot.start[t] : t + 1;
+}
+
+static uint64_t cand_pos(const fwd *f, uint64_t t, uint64_t a)
+{
+    return f->rot.start ? f->rot.vis[f->rot.start[t] + a] : a;
+}
+
+/* One (token t, head h) pair: attention over the positions t sees (causal, the layer's window,
+ * the rotating schedule), visited in increasing position; the layer's sink logit, if any,
+ * joins the softmax denominator. */
 static void attn_item(fwd *f, void *p, uint64_t item, int tid)
 {
     (void)p;
     const lm_hparams *hp = f->hp;
+    const lm_layer *L = &f->m->layers[f->layer];
     ref_scratch *s = &f->scr[tid];
     uint64_t t = item / hp->n_head, h = item % hp->n_head;
     uint64_t hd = hp->head_dim;
     uint64_t kvh = h / (hp->n_head / hp->n_head_kv);
     mpfr_t *q = f->q + t * f->q_dim + h * hd;
     mpfr_t *sc = f->scores[tid];
-    for (uint64_t j = 0; j <= t; ++j) {
-        ref_dot(sc[j], q, f->k + j * f->kv_dim + kvh * hd, hd, s);
-        mpfr_mul(sc[j], sc[j], f->scale, MPFR_RNDN);
+    const uint64_t nc = cand_count(f, t);
+    uint64_t m = 0;
+    for (uint64_t a = 0; a < nc; ++a) {
+        const uint64_t j = cand_pos(f, t, a);
+        if (!ref_window_visible((uint32_t)t, (uint32_t)j, L->window))
+            continue;
+        ref_dot(sc[m], q, f->k + j * f->kv_dim + kvh * hd, hd, s);
+        mpfr_mul(sc[m], sc[m], f->scale, MPFR_RNDN);
+        ++m;
     }
-    ref_softmax(sc, t + 1, s);
+    ref_softmax_sink(sc, m, L->sinks ? &L->sinks[h] : NULL, s);
     mpfr_t *o = f->att + t * f->q_dim + h * hd;
     for (uint64_t d = 0; d < hd; ++d) {
-        /* sum_j p_j v_j[d], j left to right */
+        /* sum_j p_j v_j[d], j in increasing position */
         mpfr_set_zero(s->acc, 1);
-        for (uint64_t j = 0; j <= t; ++j) {
-            mpfr_mul(s->t, sc[j], f->v[j * f->kv_dim + kvh * hd + d], MPFR_RNDN);
+        uint64_t i = 0;
+        for (uint64_t a = 0; a < nc; ++a) {
+            const uint64_t j = cand_pos(f, t, a);
+            if (!ref_window_visible((uint32_t)t, (uint32_t)j, L->window))
+                continue;
+            mpfr_mul(s->t, sc[i++], f->v[j * f->kv_dim + kvh * hd + d], MPFR_RNDN);
             mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
         }
         mpfr_set(o[d], s->acc, MPFR_RNDN);
     }
 }
 
+/* Routing of token t: top-k of the router logits and the gate weights. */
+static void route_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    (void)p;
+    const lm_hparams *hp = f->hp;
+    const uint32_t k = hp->n_expert_used;
+    mpfr_t *lg = f->router + t * hp->n_expert;
+    ref_moe_topk(f->sel + t * k, lg, hp->n_expert, k);
+    ref_moe_gate(f->gw + t * k, lg, hp->n_expert, f->sel + t * k, k, (int)hp->moe_gating,
+                 &f->scr[tid]);
+}
+
+static void swiglu_item(fwd *f, void *p, uint64_t t, int tid);
+
+/* MoE FFN of the current layer on f->h: every expert computed for every token (simple; the
+ * reference is not the place for sparsity), each token keeping its selected experts' outputs,
+ * then x += sum over ranks r of w_r * y_r (left to right). */
+static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
+{
+    const lm_hparams *hp = f->hp;
+    const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
+    int st;
+    if ((st = matmul(f, f->router, f->h, L->ffn_gate_inp, NULL, n, e, hp->n_expert, false, err))
+        || (st = par_for(f, n, route_item, NULL, err)))
+        return st;
+    if (f->sel_all != NULL) { /* keep this layer's routing and margins for the caller */
+        memcpy(f->sel_all + (uint64_t)f->layer * n * k, f->sel, n * k * sizeof *f->sel);
+        mpfr_t mg;
+        mpfr_init2(mg, f->prec);
+        for (uint64_t t = 0; t < n; ++t) {
+            ref_moe_margin(mg, f->router + t * hp->n_expert, hp->n_expert, f->sel + t * k,
+                           (uint32_t)k);
+            f->margin_all[(uint64_t)f->layer * n + t] = mpfr_get_d(mg, MPFR_RNDN);
+        }
+        mpfr_clear(mg);
+    }
+    f->ff_cur = (uint32_t)fe;
+    for (uint32_t x = 0; x < hp->n_expert; ++x) {
+        bool used = false;
+        for (uint64_t i = 0; i < n * k; ++i)
+            used = used || f->sel[i] == x;
+        if (!used)
+            continue;
+        if ((st = matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, NULL, n, e, fe,
+                         false, err))
+            || (st = matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, NULL, n, e, fe,
+                            false, err))
+            || (st = par_for(f, n, swiglu_item, NULL, err))
+            || (st = matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, NULL, n, fe,
+                            e, false, err)))
+            return st;
+        for (uint64_t t = 0; t < n; ++t)
+            for (uint64_t r = 0; r < k; ++r)
+                if (f->sel[t * k + r] == x)
+                    for (uint64_t i = 0; i < e; ++i)
+                        mpfr_set(f->yk[(t * k + r) * e + i], f->ye[t * e + i], MPFR_RNDN);
+    }
+    f->ff_cur = hp->n_ff;
+    ref_scratch *s = &f->scr[0];
+    for (uint64_t t = 0; t < n; ++t)
+        for (uint64_t i = 0; i < e; ++i) {
+            mpfr_set_zero(s->acc, 1);
+            for (uint64_t r = 0; r < k; ++r) {
+                mpfr_mul(s->t, f->gw[t * k + r], f->yk[(t * k + r) * e + i], MPFR_RNDN);
+                mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
+            }
+            mpfr_add(f->x[t * e + i], f->x[t * e + i], s->acc, MPFR_RNDN);
+        }
+    return LM_OK;
+}
+
 static void swiglu_item(fwd *f, void *p, uint64_t t, int tid)
 {
     (void)p;
-    uint64_t nff = f->hp->n_ff;
+    uint64_t nff = f->ff_cur;
     ref_scratch *s = &f->scr[tid];
     for (uint64_t i = 0; i < nff; ++i) {
         mpfr_ptr g = f->g[t * nff + i];
@@ -247,6 +354,12 @@ int ref_model_supported(const lm_model *m, lm_err *err)
         return LM_FAIL(err, LM_E_INPUT, "%s: inconsistent hyperparameters for the reference", name);
     if (m->tok_embd == NULL || m->output == NULL || m->output_norm == NULL || m->layers == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s: missing weights", name);
+    /* variants: sliding windows, sinks and MoE (gating 0..2) are implemented (ref_variants.h) */
+    if (hp->n_expert > 0 && (hp->moe_gating > 2 || hp->n_expert_used == 0
+                             || hp->n_expert_used > hp->n_expert))
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: MoE gating %u with %u of %u experts is not "
+                       "implemented by the reference", name, hp->moe_gating, hp->n_expert_used,
+                       hp->n_expert);
     return LM_OK;
 }
 
@@ -281,6 +394,9 @@ int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err)
                        REF_MIN_PREC, REF_MAX_PREC);
     if (rq->n_threads < 0)
         return LM_FAIL(err, LM_E_INPUT, "thread count %d is negative", rq->n_threads);
+    if (rq->rot_max_size != 0 && (rq->rot_max_size < 2 || rq->rot_keep >= rq->rot_max_size))
+        return LM_FAIL(err, LM_E_INPUT, "rotating cache max_size %u keep %u: need max_size >= 2 "
+                       "and keep < max_size", rq->rot_max_size, rq->rot_keep);
     return LM_OK;
 }
 
@@ -295,6 +411,8 @@ void ref_result_free(ref_result *r)
     ref_vec_free(r->v, kv);
     ref_vec_free(r->logits, (uint64_t)r->n_pos * r->n_vocab);
     free(r->pos);
+    free(r->moe_sel);
+    free(r->moe_margin);
     free(r);
 }
 
@@ -308,10 +426,18 @@ static void fwd_free(fwd *f)
     ref_vec_free(f->att, n * f->q_dim);
     ref_vec_free(f->k, n * f->kv_dim);
     ref_vec_free(f->v, n * f->kv_dim);
-    ref_vec_free(f->g, n * hp->n_ff);
-    ref_vec_free(f->up, n * hp->n_ff);
+    ref_vec_free(f->g, n * (hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp));
+    ref_vec_free(f->up, n * (hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp));
     ref_vec_free(f->cs, n * (hp->n_rot ? hp->n_rot : 1));
     ref_vec_free(f->hsel, f->n_hsel * hp->n_embd);
+    if (hp->n_expert > 0) {
+        ref_vec_free(f->router, n * hp->n_expert);
+        ref_vec_free(f->gw, n * hp->n_expert_used);
+        ref_vec_free(f->ye, n * hp->n_embd);
+        ref_vec_free(f->yk, n * hp->n_expert_used * hp->n_embd);
+        free(f->sel);
+    }
+    ref_rot_schedule_free(&f->rot);
     for (int t = 0; t < f->n_ready; ++t) {
         ref_scratch_clear(&f->scr[t]);
         ref_vec_free(f->scores[t], n);
@@ -372,6 +498,30 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     uint64_t max_in = e > f.q_dim ? e : f.q_dim;
     if (hp->n_ff > max_in)
         max_in = hp->n_ff;
+    const uint64_t ffw = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp; /* g, up width */
+    if (ffw > max_in)
+        max_in = ffw;
+    f.ff_cur = hp->n_ff;
+    if (rq->rot_max_size != 0
+        && (st = ref_rot_schedule_make(&f.rot, rq->rot_max_size, rq->rot_keep, rq->rot_step,
+                                       rq->n_prompt, rq->n_tokens, err)) != LM_OK) {
+        mpfr_clear(f.scale);
+        ref_result_free(r);
+        return st;
+    }
+    if (hp->n_expert > 0) {
+        f.router = ref_vec_new(n * hp->n_expert, f.prec);
+        f.gw = ref_vec_new(n * hp->n_expert_used, f.prec);
+        f.ye = ref_vec_new(n * e, f.prec);
+        f.yk = ref_vec_new(n * hp->n_expert_used * e, f.prec);
+        f.sel = malloc(n * hp->n_expert_used * sizeof *f.sel);
+        r->moe_k = hp->n_expert_used;
+        r->moe_n_tokens = (uint32_t)n;
+        r->moe_sel = calloc((size_t)hp->n_layer * n * hp->n_expert_used, sizeof *r->moe_sel);
+        r->moe_margin = malloc((size_t)hp->n_layer * n * sizeof *r->moe_margin);
+        f.sel_all = r->moe_sel;
+        f.margin_all = r->moe_margin;
+    }
     f.n_hsel = r->n_pos;
     f.x = ref_vec_new(n * e, f.prec);
     f.h = ref_vec_new(n * e, f.prec);
@@ -379,8 +529,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.att = ref_vec_new(n * f.q_dim, f.prec);
     f.k = ref_vec_new(n * f.kv_dim, f.prec);
     f.v = ref_vec_new(n * f.kv_dim, f.prec);
-    f.g = ref_vec_new(n * hp->n_ff, f.prec);
-    f.up = ref_vec_new(n * hp->n_ff, f.prec);
+    f.g = ref_vec_new(n * ffw, f.prec);
+    f.up = ref_vec_new(n * ffw, f.prec);
     f.cs = ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec);
     f.hsel = ref_vec_new(f.n_hsel * e, f.prec);
     r->k = ref_vec_new(hp->n_layer * kvl, f.prec);
@@ -391,7 +541,9 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         memset(f.scr, 0, (size_t)f.nt * sizeof *f.scr);
     f.scores = calloc((size_t)f.nt, sizeof *f.scores);
     if (!r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
-        !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores) {
+        !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores ||
+        (hp->n_expert > 0 && (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !r->moe_sel ||
+                              !r->moe_margin))) {
         st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
         goto fail;
     }
@@ -417,6 +569,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
 
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const lm_layer *L = &m->layers[l];
+        f.layer = l;
         norm_ctx nc = {f.x, f.h, L->attn_norm, NULL};
         if ((st = par_for(&f, n, norm_item, &nc, err)) ||
             (st = matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, err)) ||
@@ -433,6 +586,11 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             (st = matmul(&f, f.x, f.att, L->wo, L->bo, n, f.q_dim, e, true, err)))
             goto fail;
         norm_ctx fc = {f.x, f.h, L->ffn_norm, NULL};
+        if (L->ffn_gate_inp != NULL) {
+            if ((st = par_for(&f, n, norm_item, &fc, err)) || (st = moe_ffn(&f, L, err)))
+                goto fail;
+            continue;
+        }
         if ((st = par_for(&f, n, norm_item, &fc, err)) ||
             (st = matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, err)) ||
             (st = matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, err)) ||

@@ -29,8 +29,30 @@ static void bad(const char *text, const char *needle)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
 }
 
+/* These tests set and clear KVDRIFT_MODELS; the caller's value (which later suites need to find
+ * the real models) is put back afterwards. */
+static char *saved_models;
+
+static void save_models_env(void)
+{
+    const char *v = getenv("KVDRIFT_MODELS");
+    free(saved_models);
+    saved_models = v ? strdup(v) : NULL;
+}
+
+static void restore_models_env(void)
+{
+    if (saved_models)
+        setenv("KVDRIFT_MODELS", saved_models, 1);
+    else
+        unsetenv("KVDRIFT_MODELS");
+    free(saved_models);
+    saved_models = NULL;
+}
+
 static void test_case_full_and_configs(void)
 {
+    save_models_env();
     setenv("KVDRIFT_MODELS", "/models", 1);
     hx_case *c = ok("; a comment\n"
                     "# another\n"
@@ -75,7 +97,7 @@ static void test_case_full_and_configs(void)
     CU_ASSERT_STRING_EQUAL(s, "naive:step=full:threads=2:attn=dense");
     free(cfg);
     hx_case_free(c);
-    unsetenv("KVDRIFT_MODELS");
+    restore_models_env();
 }
 
 static void test_case_defaults_tokens_synth(void)
@@ -103,10 +125,12 @@ static void test_case_defaults_tokens_synth(void)
     CU_ASSERT_FALSE(c->model.has_seed);
     CU_ASSERT_STRING_EQUAL(c->prompt, "  padded  ");
     hx_case_free(c);
+    save_models_env();
     unsetenv("KVDRIFT_MODELS");
     c = ok("name=s3\nmodel=${KVDRIFT_MODELS}/a.gguf\nprompt=x\n");
     CU_ASSERT_STRING_EQUAL(c->model.path, "../shared/models/a.gguf");
     hx_case_free(c);
+    restore_models_env();
     /* A prompt far longer than inih's default 200-character line. */
     char *text = malloc(5000);
     CU_ASSERT_FATAL(text != NULL);

@@ -203,7 +203,7 @@ static char *greedy(const lm_model *m, const int32_t *ids, uint32_t n, uint32_t 
     lm_err err = {0};
     /* blas at one thread: the machine is shared; the naive backend gives the same words here
      * but takes several times longer. */
-    lm_ctx_params p = {"blas", 1, n + max_new};
+    lm_ctx_params p = {.backend = "blas", .n_threads = 1, .n_ctx = n + max_new};
     float *logits = malloc(m->hp.n_vocab * sizeof *logits); /* [n_vocab] */
     int32_t *out = malloc(max_new * sizeof *out);            /* [max_new] */
     char *text = NULL;

@@ -98,7 +98,8 @@ static void test_synth_presets_load(void)
 {
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(0), "tiny");
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(1), "smollm2-135m");
-    CU_ASSERT_PTR_NULL(hx_synth_preset_name(2));
+    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(2), "swa-5to1"); /* issue-5 presets follow */
+    CU_ASSERT_PTR_NULL(hx_synth_preset_name(6));
     check_preset_loads("tiny", LM_TYPE_F32, 0);
     /* SmolLM2-135M's width, heads, vocabulary and context in BF16, cut to 2 of its 30 layers: the
      * layers are written and loaded by one loop, and all 30 (~270 MB) took ~6 s of the suite;
@@ -228,7 +229,7 @@ static void test_synth_logits_peaked(void)
     CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
     lm_model *m = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
-    lm_ctx_params cp = {"naive", 1, 64};
+    lm_ctx_params cp = {.backend = "naive", .n_threads = 1, .n_ctx = 64};
     lm_ctx *c = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&c, m, &cp, &err), LM_OK);
     uint32_t V = m->hp.n_vocab;

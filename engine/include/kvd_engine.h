@@ -22,6 +22,11 @@ typedef struct lm_ctx_params {
                             row-parallel elementwise work; naive: ignored (always 1) */
     uint32_t n_ctx;      /* KV cache capacity in positions (0 = prompt + generation chosen by
                             the caller must fit in hp.n_ctx_train) */
+    const char *attn;      /* attention implementation: "dense" (NULL) materialises a chunk's
+                              scores against the whole cache; "stream" walks the cache in key
+                              tiles with an online softmax (scratch independent of context) */
+    uint32_t rot_max_size; /* rotating KV cache (MLX semantics, kvcache_rotating.h): 0 = off */
+    uint32_t rot_keep;     /* positions always kept at the start (< rot_max_size) */
 } lm_ctx_params;
 
 typedef enum lm_logits_mode {
@@ -61,6 +66,20 @@ void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn probe, void *user);
 /* Bytes of scratch (excluding weights and KV cache) this context allocated. */
 size_t lm_ctx_scratch_bytes(const lm_ctx *c);
 const char *lm_ctx_backend_name(const lm_ctx *c);
+/* "dense" or "stream". */
+const char *lm_ctx_attn_name(const lm_ctx *c);
+/* The engine's own peak scratch so far: the largest attention (or MoE) scratch one kernel call
+ * used plus the activation rows of the largest chunk (bytes; excludes weights and KV cache). */
+size_t lm_ctx_peak_scratch_bytes(const lm_ctx *c);
+/* The attention (or MoE) part of it alone: the largest scratch one kernel call used. */
+size_t lm_ctx_peak_attn_scratch_bytes(const lm_ctx *c);
+/* MoE routing of layer il in the last forward call: expert ids [*n][*k] in rank order and
+ * router margins [*n] (k-th minus (k+1)-th logit). NULL when the layer is not MoE. */
+const uint32_t *lm_ctx_moe_routing(const lm_ctx *c, uint32_t il, uint32_t *n, uint32_t *k,
+                                   const float **margin);
+/* With a rotating cache, lm_ctx_k/v return the layer's slots (positions lm_ctx_kv_pos()),
+ * not positions 0..n_past-1. NULL without a rotating cache. */
+const int32_t *lm_ctx_kv_pos(const lm_ctx *c, uint32_t *n_slots);
 /* "naive-sr:seed=<seed>" into buf (LM_SR_NAME_MAX bytes suffice). */
 #define LM_SR_NAME_MAX 48
 void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);

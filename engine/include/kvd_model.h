@@ -26,6 +26,20 @@ typedef struct lm_hparams {
     float rope_theta;     /* rope.freq_base, default 10000 */
     lm_rope_type rope_type;
     bool tied_output;     /* output.weight absent: output projection uses token_embd */
+    /* --- architecture variants (llama.cpp key names, `%s` = arch); all 0 = plain llama --- */
+    uint32_t n_swa;         /* %s.attention.sliding_window: a sliding layer's query at p sees keys
+                               in (p - n_swa, p]; 0 = no sliding window */
+    uint32_t swa_period;    /* %s.attention.sliding_window_pattern given as a period N
+                               (llama.cpp set_swa_pattern): layer il slides iff il % N < N - 1;
+                               0 when absent (every layer slides) or given per layer as an array;
+                               lm_layer.window holds the resolved per-layer value */
+    bool has_sinks;         /* some layer has blk.N.attn_sinks.weight (gpt-oss learned sinks) */
+    uint32_t n_expert;      /* %s.expert_count; 0 = dense FFN */
+    uint32_t n_expert_used; /* %s.expert_used_count (top-k), 1..min(n_expert, 32) */
+    uint32_t n_ff_exp;      /* %s.expert_feed_forward_length (default feed_forward_length) */
+    uint32_t moe_gating;    /* 0: softmax over the top-k logits (%s.expert_gating_func 3, gpt-oss);
+                               1: softmax over all, top-k renormalised (func 1 with
+                               %s.expert_weights_norm); 2: softmax over all, not renormalised */
 } lm_hparams;
 
 /* One decoder layer. Row-major [out][in] as GGUF stores them (ne[0] = in). */
@@ -43,6 +57,14 @@ typedef struct lm_layer {
     const float *w_gate;    /* [n_ff][n_embd] */
     const float *w_up;      /* [n_ff][n_embd] */
     const float *w_down;    /* [n_embd][n_ff] */
+    /* --- variants; NULL / 0 when absent --- */
+    uint32_t window;              /* this layer's sliding window (hp.n_swa or 0 = full) */
+    const float *sinks;           /* [n_head] learned sink logits (blk.N.attn_sinks.weight) */
+    const float *ffn_gate_inp;    /* [n_expert][n_embd] router; non-NULL = MoE FFN (then
+                                     w_gate, w_up, w_down are NULL) */
+    const float *ffn_gate_exps;   /* [n_expert][n_ff_exp][n_embd] */
+    const float *ffn_up_exps;     /* [n_expert][n_ff_exp][n_embd] */
+    const float *ffn_down_exps;   /* [n_expert][n_embd][n_ff_exp] */
 } lm_layer;
 
 typedef struct lm_model {

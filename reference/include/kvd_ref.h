@@ -61,6 +61,12 @@ typedef struct ref_request {
     uint32_t n_pos;
     uint32_t prec;         /* bits; 0 = REF_DEFAULT_PREC */
     int n_threads;         /* 0 = number of online cores; results never depend on it */
+    /* Attention schedule of a rotating KV cache (ref_variants.h): 0 = the plain causal cache.
+     * The positions each token sees then depend on the prefill step, so it is part of the
+     * request (and of the cache key). */
+    uint32_t rot_max_size;
+    uint32_t rot_keep;
+    uint32_t rot_step;     /* prefill chunk size the schedule follows (0 = one chunk) */
 } ref_request;
 
 /* A capture: what the reference computed, rounded to float64. ref_capture_free releases it. */
@@ -102,6 +108,11 @@ typedef struct ref_result {
     mpfr_t *k;      /* [n_layer][n_prompt][n_kv_head][head_dim] */
     mpfr_t *v;      /* [n_layer][n_prompt][n_kv_head][head_dim] */
     mpfr_t *logits; /* [n_pos][n_vocab] */
+    /* MoE models only (else NULL / 0): the reference's routing of every token in every layer
+     * (dense layers keep zeros), for routing-flip reports. */
+    uint32_t moe_k, moe_n_tokens;
+    uint32_t *moe_sel;   /* [n_layer][moe_n_tokens][moe_k] expert ids, rank order */
+    double *moe_margin;  /* [n_layer][moe_n_tokens] k-th minus (k+1)-th router logit */
 } ref_result;
 
 int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err);

@@ -1,0 +1,146 @@
+/* test_routing.c — MoE routing capture and routing-flip classification (TIE vs real). */
+#include "routing.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_TOK 40u
+
+static lm_model *load(const char *preset)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/routing-%s.gguf", tu_tmpdir(), preset);
+    lm_err err = {0};
+    lm_model *m = NULL;
+    if (hx_synth_write(path, preset, 3, LM_TYPE_F32, &err) != LM_OK ||
+        lm_model_load(&m, path, &err) != LM_OK)
+        printf("\n  %s: %s\n", preset, err.msg);
+    return m;
+}
+
+static void tokens(int32_t *t, uint32_t n, uint32_t n_vocab)
+{
+    uint64_t s = tu_seed() ^ 0x707u;
+    for (uint32_t i = 0; i < n; ++i)
+        t[i] = (int32_t)(3 + tu_rand_u64(&s) % (n_vocab - 3));
+}
+
+static hx_config cfg_of(const char *backend, uint32_t step)
+{
+    hx_config c = {.step = step, .threads = 1};
+    snprintf(c.backend, sizeof c.backend, "%s", backend);
+    return c;
+}
+
+static void test_routing_flips_classified(void)
+{
+    static const char *const presets[] = {"moe", "moe-32x4"};
+    /* Router logits are O(1) sums of 64 float products: float32 rounding moves them by
+     * ~1e-6; 1e-4 is the band inside which a flip is rounding (TIE), far wider than that
+     * noise and far below a typical margin (~0.3). */
+    const float tie_tol = 1e-4f;
+    for (int p = 0; p < 2; ++p) {
+        lm_model *m = load(presets[p]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        int32_t t[N_TOK];
+        tokens(t, N_TOK, m->hp.n_vocab);
+        hx_routing truth, other;
+        lm_err err = {0};
+        hx_config base = cfg_of("naive", 0);
+        CU_ASSERT_FATAL(hx_routing_capture(&truth, m, &base, t, N_TOK, &err) == LM_OK);
+        hx_routing_flips f[8];
+        CU_ASSERT_FATAL(m->hp.n_layer <= 8);
+        static const uint32_t steps[] = {1, 3, 7};
+        uint32_t blas_flips = 0;
+        float min_margin = INFINITY;
+        for (int b = 0; b < 2; ++b)
+            for (int s = 0; s < 3; ++s) {
+                hx_config c = cfg_of(b ? "blas" : "naive", steps[s]);
+                CU_ASSERT_FATAL(hx_routing_capture(&other, m, &c, t, N_TOK, &err) == LM_OK);
+                CU_ASSERT_FATAL(hx_routing_compare(f, &truth, &other, tie_tol, &err) == LM_OK);
+                for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
+                    if (b == 0) /* naive: chunk-size invariant, routing included */
+                        CU_ASSERT_EQUAL(f[il].n_flip, 0);
+                    CU_ASSERT_EQUAL(f[il].n_flip, f[il].n_tie); /* never a real flip */
+                    CU_ASSERT(f[il].min_margin >= 0.0f);
+                    blas_flips += b ? f[il].n_flip : 0;
+                    min_margin = f[il].min_margin < min_margin ? f[il].min_margin : min_margin;
+                }
+                hx_routing_free(&other);
+            }
+        /* a real flip: layer 0 routed by layer 1's router */
+        const float *r0 = m->layers[0].ffn_gate_inp;
+        m->layers[0].ffn_gate_inp = m->layers[1].ffn_gate_inp;
+        CU_ASSERT_FATAL(hx_routing_capture(&other, m, &base, t, N_TOK, &err) == LM_OK);
+        m->layers[0].ffn_gate_inp = r0;
+        CU_ASSERT_FATAL(hx_routing_compare(f, &truth, &other, tie_tol, &err) == LM_OK);
+        printf("\n  %s: blas steps 1,3,7 vs naive one chunk: %u routing flips (all TIE); "
+               "smallest router margin %.3g", presets[p], blas_flips, (double)min_margin);
+        printf("\n  %s: swapped router: layer 0 %u of %u positions flipped (%u TIE), first at %u",
+               presets[p], f[0].n_flip, N_TOK, f[0].n_tie, f[0].first_pos);
+        CU_ASSERT(f[0].n_flip > f[0].n_tie);
+        CU_ASSERT(f[0].first_pos < N_TOK);
+        hx_routing_free(&other);
+        hx_routing_free(&truth);
+        lm_model_free(m);
+    }
+    printf("\n");
+}
+
+/* The sweep's section: reference routing as the truth, a measured TIE band, no real flip for
+ * legitimate configurations; the reference's routing equals the naive engine's here (margins
+ * far above float rounding). */
+static void test_routing_report_against_reference(void)
+{
+    lm_model *m = load("moe");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    int32_t t[N_TOK];
+    tokens(t, N_TOK, m->hp.n_vocab);
+    hx_config cfg[2] = {cfg_of("naive", 0), cfg_of("blas", 3)};
+    char path[512];
+    snprintf(path, sizeof path, "%s/routing-report.txt", tu_tmpdir());
+    FILE *f = fopen(path, "w+");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    uint32_t n_real = 99;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(hx_routing_report(f, m, t, N_TOK, cfg, 2, 127, 1, &n_real, &err), LM_OK);
+    CU_ASSERT_EQUAL(n_real, 0);
+    rewind(f);
+    char buf[4096];
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+    CU_ASSERT(strstr(buf, "MoE routing flips vs the reference") != NULL);
+    CU_ASSERT(strstr(buf, "naive:step=full") != NULL && strstr(buf, "blas:step=3") != NULL);
+    lm_model_free(m);
+}
+
+static void test_routing_bad_input(void)
+{
+    lm_model *m = load("tiny");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    int32_t t[4] = {1, 5, 6, 7};
+    hx_routing r;
+    lm_err err = {0};
+    hx_config c = cfg_of("naive", 0);
+    CU_ASSERT_EQUAL(hx_routing_capture(&r, m, &c, t, 4, &err), LM_E_INPUT);
+    CU_ASSERT(strstr(err.msg, "mixture-of-experts") != NULL);
+    lm_model_free(m);
+    hx_routing a = {.n_layer = 2, .n_pos = 3, .k = 2}, b = {.n_layer = 2, .n_pos = 4, .k = 2};
+    hx_routing_flips f[2];
+    lm_err e2 = {0};
+    CU_ASSERT_EQUAL(hx_routing_compare(f, &a, &b, 0.0f, &e2), LM_E_INPUT);
+}
+
+void test_routing_register(void)
+{
+    CU_pSuite s = CU_add_suite("routing", NULL, NULL);
+    CU_add_test(s, "test_routing_flips_classified", test_routing_flips_classified);
+    CU_add_test(s, "test_routing_report_against_reference",
+                test_routing_report_against_reference);
+    CU_add_test(s, "test_routing_bad_input", test_routing_bad_input);
+}
