@@ -10,6 +10,12 @@
  *     f32 V[n_prompt][n_kv_head][head_dim]
  *   u32 positions[n_pos]               absolute positions of the logits rows, increasing
  *   f32 logits[n_pos][n_vocab]
+ * K/V rows are in logical position order 0..n_prompt-1. With a rotating KV cache (config
+ * rot=MAX/KEEP) the cache after prefill no longer holds every position (and its slots are not in
+ * position order), so the capture holds, per position, the K/V rows the engine computed for that
+ * position under the configuration's schedule (taken as each chunk writes them, runner.c),
+ * including positions evicted later; the reference's K/V (ref_request.rot_*) mean the same.
+ * With max_size >= the sequence length nothing is evicted and these are the plain cache's rows.
  * The dimensions are hashed too, so captures of different shapes never share a hash.
  * The hash is XXH3-128 (seed 0) of these bytes, shown as 32 lowercase hex digits of its
  * canonical (big-endian) form — XXH128_canonicalFromHash, the same form as the model hash. */

@@ -249,10 +249,10 @@ int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
 /* --- the INI handler --- */
 
 enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_STEPS, K_BACKENDS, K_THREADS, K_ATTN, K_N_GEN,
-       K_PRECISION, K_STRICT, K_COUNT };
+       K_PRECISION, K_STRICT, K_ROT, K_COUNT };
 static const char *const keys[K_COUNT] = {"name",     "model",   "prompt", "tokens",
                                           "steps",    "backends", "threads", "attn",
-                                          "n_gen",    "precision", "strict_bits"};
+                                          "n_gen",    "precision", "strict_bits", "rot"};
 
 typedef struct parse_state {
     hx_case *c;
@@ -320,6 +320,16 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
         c->n_attn = 0;
         namelist l = {c, value};
         return for_each_item("attn", value, attn_item, &l, err);
+    }
+    case K_ROT: {
+        size_t none = 0; /* validates the list only (hx_config_cross_rot with no configs) */
+        hx_config *probe = NULL;
+        int rc = hx_config_cross_rot(&probe, &none, "rot", value, err);
+        free(probe);
+        if (rc != LM_OK)
+            return rc;
+        free(c->rot);
+        return (c->rot = strdup(value)) ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
     }
     case K_N_GEN:
         if (!parse_u64(value, strlen(value), 1000000, &u))
@@ -475,6 +485,7 @@ void hx_case_free(hx_case *c)
     free(c->backends);
     free(c->threads);
     free(c->attn);
+    free(c->rot);
     free(c);
 }
 
@@ -495,6 +506,13 @@ int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err)
                     v[i].step = c->steps[s];
                     ++i;
                 }
+    if (c->rot != NULL) {
+        int rc = hx_config_cross_rot(&v, &total, "rot", c->rot, err);
+        if (rc != LM_OK) {
+            free(v);
+            return rc;
+        }
+    }
     *out = v;
     *n = total;
     return LM_OK;

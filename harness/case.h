@@ -8,6 +8,7 @@
  *   backends = naive,blas                         ; default naive,blas
  *   threads = 1,2                                 ; default 1
  *   attn = default                                ; default default (later: dense,stream)
+ *   rot = none,8:2                                ; rotating KV cache axis, default none
  *   n_gen = 32                                    ; default 32
  *   precision = 127                               ; MPFR bits, default 127
  *   strict_bits = false                           ; default false
@@ -59,6 +60,7 @@ typedef struct hx_case {
     uint32_t n_threads;
     hx_attn *attn;        /* [n_attn] */
     uint32_t n_attn;
+    char *rot;            /* rotating-cache axis as written ("none,8:2"), NULL = plain only */
     uint32_t n_gen;
     uint32_t precision;
     bool strict_bits;
@@ -74,8 +76,8 @@ void hx_case_free(hx_case *c);
  * (free spec->path with free()). */
 int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err);
 
-/* Every configuration of the case: backends x threads x attn x steps (steps vary fastest),
- * in the order written. *out is malloc'd. */
+/* Every configuration of the case: rot x backends x threads x attn x steps (steps vary
+ * fastest, rot slowest; hx_config_cross_rot), in the order written. *out is malloc'd. */
 int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err);
 
 /* Parses a comma list of steps ("1,2,full") as the case key `steps` and the sweep option

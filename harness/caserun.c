@@ -3,6 +3,8 @@
  * absent. */
 #include "caserun.h"
 
+#include "routing.h"
+
 #include "kvd_ref.h"
 #include "synth.h"
 
@@ -199,6 +201,23 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
         rc = hx_sweep_run_all(&r->sweep, &p, err);
         if (rc == LM_OK)
             r->report = r->sweep->report;
+        /* MoE: the routing flips go into the report (report.json/md) as in `kvdrift sweep`;
+         * the printed section is dropped here (check prints its own summary). */
+        if (rc == LM_OK && r->model->hp.n_expert > 0) {
+            char *txt = NULL;
+            size_t len = 0;
+            uint32_t n_real = 0;
+            FILE *f = open_memstream(&txt, &len);
+            if (f == NULL) {
+                rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+            } else {
+                rc = hx_routing_report(f, r->model, prompt, r->n_prompt, cfgs, n_cfgs,
+                                       c->precision, HX_SWEEP_DEFAULT_SEED, &n_real, r->report,
+                                       err);
+                fclose(f);
+                free(txt);
+            }
+        }
     }
 done:
     free(cfgs);

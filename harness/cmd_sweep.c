@@ -37,6 +37,10 @@ static const char usage_text[] =
     "      --threads LIST      thread counts, e.g. 1,2 (default 1)\n"
     "      --attn LIST         attention implementations: dense,stream (default: the engine's\n"
     "                          default, dense; a config string says attn= only when given)\n"
+    "      --rot LIST          rotating KV cache axis: none and MAX:KEEP values, e.g. none,8:2\n"
+    "                          (config strings say rot=MAX/KEEP). Its class is against the\n"
+    "                          reference with its own schedule; the semantic column compares\n"
+    "                          that reference with the same cache in one chunk\n"
     "  -n, --n-gen N           greedy tokens per configuration (default 32)\n"
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
@@ -49,7 +53,7 @@ static const char usage_text[] =
     "  -q, --quiet             no progress lines on stderr\n"
     "  -h, --help              this text\n\n"
     "Every list option is a sweep axis: the configurations are their cross product\n"
-    "(backends x threads x steps, steps fastest).\n\n"
+    "(rot x backends x threads x attn x steps, steps fastest, rot slowest).\n\n"
     "How it works: the teacher path is the reference's own greedy path (naive:step=full's greedy\n"
     "continuation, repaired wherever the reference's argmax disagrees). The reference is\n"
     "computed once on prompt + path and cached. The envelope E is\n"
@@ -255,12 +259,12 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
 int cmd_sweep(int argc, char **argv)
 {
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
-           O_ATTN };
+           O_ATTN, O_ROT };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
         {"threads", required_argument, NULL, O_THREADS},
-        {"attn", required_argument, NULL, O_ATTN},
+        {"attn", required_argument, NULL, O_ATTN},   {"rot", required_argument, NULL, O_ROT},
         {"n-gen", required_argument, NULL, 'n'},     {"prec", required_argument, NULL, O_PREC},
         {"ensemble", required_argument, NULL, O_ENS}, {"seed", required_argument, NULL, O_SEED},
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
@@ -269,7 +273,7 @@ int cmd_sweep(int argc, char **argv)
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
     const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
-    const char *threads_s = "1", *attn_s = NULL;
+    const char *threads_s = "1", *attn_s = NULL, *rot_s = NULL;
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
     optind = 1;
@@ -283,6 +287,7 @@ int cmd_sweep(int argc, char **argv)
         case O_BACKENDS: backends_s = optarg; break;
         case O_THREADS: threads_s = optarg; break;
         case O_ATTN: attn_s = optarg; break;
+        case O_ROT: rot_s = optarg; break;
         case O_CACHE: cache = optarg; break;
         case 'o': outdir = optarg; break;
         case 'q': sp.quiet = true; break;
@@ -343,7 +348,9 @@ int cmd_sweep(int argc, char **argv)
         (st = parse_threads(&threads, &n_threads, threads_s, &err)) != LM_OK ||
         (attn_s != NULL && (st = parse_attn(attn, &n_attn, attn_s, &err)) != LM_OK) ||
         (st = hx_sweep_cross(&configs, &n_configs, (const char(*)[16])backends, n_backends, steps,
-                             n_steps, threads, n_threads, attn, n_attn, &err)) != LM_OK)
+                             n_steps, threads, n_threads, attn, n_attn, &err)) != LM_OK ||
+        (rot_s != NULL &&
+         (st = hx_config_cross_rot(&configs, &n_configs, "--rot", rot_s, &err)) != LM_OK))
         goto done;
     if ((st = resolve_model(model_path, sizeof model_path, label, sizeof label, argv[optind],
                             cache, &err)) != LM_OK ||
@@ -380,13 +387,35 @@ int cmd_sweep(int argc, char **argv)
     if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
         goto done;
 
+    /* MoE: routing decisions are reported like argmax flips; measured before the reports are
+     * written so that report.json/md carry them, printed after the table. */
+    char *routing_txt = NULL;
+    size_t routing_len = 0;
+    uint32_t n_real = 0;
+    if (m->hp.n_expert > 0) {
+        FILE *rf = open_memstream(&routing_txt, &routing_len);
+        if (rf == NULL) {
+            st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
+            goto done;
+        }
+        st = hx_routing_report(rf, m, prompt, n_prompt, configs, n_configs, sp.precision,
+                               sp.sr_seed_set ? sp.sr_seed : HX_SWEEP_DEFAULT_SEED, &n_real,
+                               res->report, &err);
+        fclose(rf);
+        if (st != LM_OK) {
+            free(routing_txt);
+            goto done;
+        }
+    }
     char json[4200], md[4200];
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
     if ((st = make_dirs(dir, &err)) != LM_OK ||
         (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
-        (st = hx_report_write_md(res->report, md, &err)) != LM_OK)
+        (st = hx_report_write_md(res->report, md, &err)) != LM_OK) {
+        free(routing_txt);
         goto done;
+    }
     /* The table only once the reports are written: a failed run prints nothing. */
     printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "
            "greedy path%s", argv[optind], (unsigned)n_prompt, (unsigned)sp.n_gen,
@@ -407,13 +436,9 @@ int cmd_sweep(int argc, char **argv)
             printf(" %zu %s", count[c], hx_class_name((hx_class)c));
     printf("; verdict %s\nwrote %s and %s\n",
            hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md);
-    if (m->hp.n_expert > 0) { /* MoE: routing decisions are reported like argmax flips */
-        uint32_t n_real = 0;
-        if ((st = hx_routing_report(stdout, m, prompt, n_prompt, configs, n_configs,
-                                    sp.precision, sp.sr_seed_set ? sp.sr_seed
-                                                                 : HX_SWEEP_DEFAULT_SEED,
-                                    &n_real, &err)) != LM_OK)
-            goto done;
+    if (routing_txt != NULL) {
+        fwrite(routing_txt, 1, routing_len, stdout);
+        free(routing_txt);
         if (n_real > 0)
             printf("routing: %u real flips (expert sets the reference's margins do not "
                    "explain)\n", n_real);

@@ -78,6 +78,9 @@ static int add_row(hx_config_report *c, const char *name, const float *x, const 
     return hx_config_report_add_row(c, &row, err);
 }
 
+/* Rotating caches need nothing special here: x holds K/V per logical position (evicted ones
+ * included, as written during prefill) and ref is the reference with x's own schedule, so
+ * rows pair up by position exactly as with the plain cache (compare.h, capture.h). */
 int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_capture *base,
                        const ref_capture *ref, const hx_envelope *env, lm_err *err)
 {

@@ -6,7 +6,12 @@
  *         teacher-forced on the reference's path, at positions the reference also stored;
  *   base  its baseline's capture (same backend/threads, one chunk), or x itself when x is the
  *         baseline, or NULL when there is none (then nothing can be EXACT);
- *   ref   the reference capture (float64; tokens = prompt + the reference's greedy path);
+ *   ref   the reference capture (float64; tokens = prompt + the reference's greedy path). For a
+ *         rotating-cache configuration (config rot=MAX/KEEP) the caller passes the reference
+ *         computed with that configuration's schedule (ref_request.rot_*, rot_step = its step)
+ *         on the same token path, and x's K/V rows are those the engine computed for each
+ *         prompt position in logical order, evicted positions included (capture.h), which is
+ *         what that reference's K/V mean; so K/V rows compare position by position as usual;
  *   env   the envelope measured for this computation (one entry per layer and logits row).
  * Rows, in order: L<l>.K then L<l>.V for every layer, then logits@<position> for every logits row
  * of x. The greedy sequence: the first generated index g where x's tokens leave the reference

@@ -4,6 +4,7 @@
 #include "kvd_engine.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *hx_attn_name(hx_attn a)
@@ -37,6 +38,30 @@ static bool field_is(const char *f, size_t len, const char *word)
     return strlen(word) == len && memcmp(f, word, len) == 0;
 }
 
+/* KEEP 0 is allowed, so it is special-cased (parse_pos_u32 wants >= 1). */
+bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
+{
+    if (field_is(s, len, "none")) {
+        *max = *keep = 0;
+        return true;
+    }
+    const char *slash = memchr(s, '/', len);
+    if (slash == NULL)
+        slash = memchr(s, ':', len);
+    if (slash == NULL)
+        return false;
+    size_t mlen = (size_t)(slash - s), klen = len - mlen - 1;
+    uint32_t k = 0;
+    if (field_is(slash + 1, klen, "0"))
+        k = 0;
+    else if (!parse_pos_u32(slash + 1, klen, &k))
+        return false;
+    if (!parse_pos_u32(s, mlen, max) || *max < 2 || k >= *max)
+        return false;
+    *keep = k;
+    return true;
+}
+
 int hx_config_parse(hx_config *out, const char *s, lm_err *err)
 {
     hx_config c = {0};
@@ -48,7 +73,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown backend '%.*s' (expected %s)", s,
                        (int)blen, s, lm_backend_expected());
     memcpy(c.backend, s, blen);
-    bool seen_step = false, seen_threads = false, seen_attn = false;
+    bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -77,9 +102,13 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                 c.attn = HX_ATTN_STREAM;
             else
                 ok = false;
+        } else if (field_is(f, klen, "rot")) {
+            seen = &seen_rot;
+            ok = memchr(val, ':', vlen) == NULL && hx_rot_parse(val, vlen, &c.rot_max, &c.rot_keep);
         } else {
-            return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown key '%.*s' (step, threads, attn)",
-                           s, (int)klen, f);
+            return LM_FAIL(err, LM_E_INPUT,
+                           "config '%s': unknown key '%.*s' (step, threads, attn, rot)", s,
+                           (int)klen, f);
         }
         if (*seen)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
@@ -95,7 +124,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
 
 int hx_config_format(char *buf, size_t n, const hx_config *c)
 {
-    char step[16], thr[24] = "", attn[24] = "";
+    char step[16], thr[24] = "", attn[24] = "", rot[32] = "";
     if (c->step == 0)
         snprintf(step, sizeof step, "full");
     else
@@ -104,7 +133,9 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
         snprintf(thr, sizeof thr, ":threads=%u", (unsigned)c->threads);
     if (c->attn != HX_ATTN_DEFAULT)
         snprintf(attn, sizeof attn, ":attn=%s", hx_attn_name(c->attn));
-    return snprintf(buf, n, "%s:step=%s%s%s", c->backend, step, thr, attn);
+    if (c->rot_max != 0)
+        snprintf(rot, sizeof rot, ":rot=%u/%u", (unsigned)c->rot_max, (unsigned)c->rot_keep);
+    return snprintf(buf, n, "%s:step=%s%s%s%s", c->backend, step, thr, attn, rot);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
@@ -117,5 +148,53 @@ hx_config hx_config_baseline(const hx_config *c)
 bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
-           a->attn == b->attn && a->sr_seed == b->sr_seed;
+           a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
+           a->sr_seed == b->sr_seed;
+}
+
+int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
+                        lm_err *err)
+{
+    size_t n_rot = 1;
+    for (const char *q = list; *q; ++q)
+        n_rot += *q == ',';
+    uint32_t(*rot)[2] = calloc(n_rot, sizeof *rot);
+    if (rot == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    const char *s = list;
+    for (size_t i = 0; i < n_rot; ++i) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (!hx_rot_parse(s, len, &rot[i][0], &rot[i][1])) {
+            free(rot);
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (none or MAX:KEEP with "
+                           "MAX >= 2 and KEEP < MAX)", what, list, (int)len, s);
+        }
+        for (size_t j = 0; j < i; ++j)
+            if (rot[j][0] == rot[i][0] && rot[j][1] == rot[i][1]) {
+                free(rot);
+                return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", what, list,
+                               (int)len, s);
+            }
+        s = e ? e + 1 : s + len;
+    }
+    size_t total = n_rot * *n;
+    hx_config *out = calloc(total ? total : 1, sizeof *out);
+    if (out == NULL) {
+        free(rot);
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (size_t r = 0; r < n_rot; ++r) /* rot varies slowest: one block of the list per value */
+        for (size_t i = 0; i < *n; ++i) {
+            out[k] = (*v)[i];
+            out[k].rot_max = rot[r][0];
+            out[k].rot_keep = rot[r][1];
+            ++k;
+        }
+    free(rot);
+    free(*v);
+    *v = out;
+    *n = k;
+    return LM_OK;
 }

@@ -20,24 +20,42 @@ typedef struct hx_config {
     uint32_t step;    /* prefill chunk size in tokens; 0 = the whole prompt in one chunk ("full") */
     uint32_t threads; /* 0 = not specified (the engine's default) */
     hx_attn attn;
+    uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
+    uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
     uint64_t sr_seed; /* backend "naive-sr" only (the sweep's noise ensemble, never parsed or
                          formatted): the stochastic-rounding seed; 0 elsewhere */
 } hx_config;
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
- * >= 1), attn (dense|stream); each key at most once, in any order. A missing step means full.
+ * >= 1), attn (dense|stream), rot (MAX/KEEP: a rotating KV cache with max_size MAX >= 2 and
+ * keep KEEP < MAX, both decimal; "none" = the plain cache; '/' because ':' separates fields);
+ * each key at most once, in any order. A missing step means full.
  * Unknown backend, unknown key, duplicate key or malformed value: LM_E_INPUT naming the
  * string and the reason. */
 int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
- * when not default. parse(format(c)) == c for every valid c. Returns the length written
+ * when not default, then rot=MAX/KEEP when rotating.
+ * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
 
-/* The configuration's baseline: same backend, threads and attn, one chunk (step = full). */
+/* The configuration's baseline: same backend, threads, attn and rot, one chunk (step = full). */
 hx_config hx_config_baseline(const hx_config *c);
 bool hx_config_equal(const hx_config *a, const hx_config *b);
+
+/* A rotating-cache value s[0..len): "none" (*max = *keep = 0) or MAX/KEEP or MAX:KEEP (the
+ * sweep's --rot list and case files accept ':'; a CONFIG string needs '/'), with MAX >= 2 and
+ * KEEP < MAX (the engine's limits, kvcache_rotating.h). False when malformed. */
+bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep);
+
+/* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
+ * and MAX:KEEP (or MAX/KEEP) values, no duplicates; the rot value varies slowest (the whole
+ * list once per value, in list order). *v is replaced (the old array freed). LM_E_INPUT
+ * naming `what` (the option or key), the list and the bad or repeated item; then *v and *n are
+ * unchanged. With *n == 0 it only validates the list. */
+int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
+                        lm_err *err);
 
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);

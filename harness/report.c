@@ -145,7 +145,8 @@ void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c)
 
 const char *const hx_report_col_names[HX_REPORT_NCOLS] = {
     "config", "class", "div@", "max abs", "max ULP", "NMSE", "KL mean", "KL max",
-    "top1", "min margin", "E logits", "err/E", "sig", "prefill t/s", "decode t/s", "peak MiB"};
+    "top1", "min margin", "E logits", "err/E", "sig", "prefill t/s", "decode t/s", "peak MiB",
+    "semantic"};
 
 static void cell_g(char *c, double v)
 {
@@ -191,4 +192,12 @@ void hx_report_cells(char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], const hx_confi
         snprintf(cells[15], HX_REPORT_CELL, "%.1f", (double)c->peak_mem_bytes / (1024.0 * 1024.0));
     else
         snprintf(cells[15], HX_REPORT_CELL, "-");
+    if (!c->sem_checked)
+        snprintf(cells[16], HX_REPORT_CELL, "-");
+    else if (c->sem_first >= 0)
+        snprintf(cells[16], HX_REPORT_CELL, "diverges@%lld", (long long)c->sem_first);
+    else if (c->sem_same_schedule || c->sem_max_abs == 0.0)
+        snprintf(cells[16], HX_REPORT_CELL, "same");
+    else
+        snprintf(cells[16], HX_REPORT_CELL, "shifted");
 }

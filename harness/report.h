@@ -60,6 +60,19 @@ typedef struct hx_config_report {
     double prefill_tps;        /* prompt tokens / prefill seconds; 0 = not measured */
     double decode_tps;         /* generated tokens / decode seconds; 0 = not measured */
     uint64_t peak_mem_bytes;   /* 0 = not measured */
+    /* Semantic divergence (configurations whose attention schedule depends on the step: a
+     * rotating KV cache). The numerical class above is then taken against the reference
+     * computed with THIS configuration's schedule; these fields compare that reference with
+     * the reference of the same cache computed in one chunk, on the same teacher-forced path:
+     * a difference here is a change in what is computed, not rounding. */
+    bool sem_checked;          /* false: the schedule does not depend on the step (no fields) */
+    bool sem_same_schedule;    /* the two references are the same computation (step = full) */
+    int64_t sem_first;         /* first generated index whose argmax differs; -1 = none */
+    double sem_max_abs;        /* max |logit difference| over the teacher-forced rows */
+    double sem_min_margin;     /* smallest top-1 minus top-2 margin of the one-chunk reference */
+    uint32_t routing_flips;    /* MoE: expert sets differing from the reference's (all) */
+    uint32_t routing_real;     /* of which not within the router-margin envelope (TIE) */
+    bool routing_checked;      /* MoE model: the two fields above are measured */
     size_t n_rows;
     hx_tensor_row *rows;       /* [n_rows] */
 } hx_config_report;
@@ -119,8 +132,10 @@ void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c);
 /* The table's columns, shared by the terminal table and report.md: config, class, first
  * divergent generated index, max abs, max ULP, NMSE, KL mean, KL max, top-1 agreement,
  * smallest reference margin, largest logits envelope, worst err/E, significant digits,
- * prefill tok/s, decode tok/s, peak MiB. "-" where not measured. */
-#define HX_REPORT_NCOLS 16
+ * prefill tok/s, decode tok/s, peak MiB, semantic ("same", "shifted" = logits differ but every
+ * argmax agrees, "diverges@j"; "-" when the schedule does not depend on the step). "-" where
+ * not measured. */
+#define HX_REPORT_NCOLS 17
 #define HX_REPORT_CELL 100 /* >= HX_CONFIG_STR_MAX */
 extern const char *const hx_report_col_names[HX_REPORT_NCOLS];
 void hx_report_cells(char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], const hx_config_report *c);

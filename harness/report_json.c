@@ -101,6 +101,25 @@ static json_t *config_obj(jb *b, const hx_config_report *c, bool strict)
     set(b, o, "prefill_tok_s", num(c->prefill_tps));
     set(b, o, "decode_tok_s", num(c->decode_tps));
     set(b, o, "peak_mem_bytes", json_integer((json_int_t)c->peak_mem_bytes));
+    if (c->sem_checked) {
+        json_t *sm = json_object();
+        set(b, sm, "same_schedule", json_boolean(c->sem_same_schedule));
+        set(b, sm, "first_divergent", json_integer((json_int_t)c->sem_first));
+        set(b, sm, "max_abs_logits", num(c->sem_max_abs));
+        set(b, sm, "min_margin", num(c->sem_min_margin));
+        set(b, o, "semantic", sm);
+    } else {
+        set(b, o, "semantic", json_null());
+    }
+    if (c->routing_checked) {
+        json_t *ro = json_object();
+        set(b, ro, "flips", json_integer(c->routing_flips));
+        set(b, ro, "real", json_integer(c->routing_real));
+        set(b, ro, "tie", json_integer(c->routing_flips - c->routing_real));
+        set(b, o, "routing", ro);
+    } else {
+        set(b, o, "routing", json_null());
+    }
     json_t *rows = json_array();
     for (size_t i = 0; i < c->n_rows; ++i)
         if (rows == NULL || json_array_append_new(rows, row_obj(b, &c->rows[i])) != 0)

@@ -67,6 +67,45 @@ int hx_report_write_md(const hx_report *r, const char *path, lm_err *err)
         md_cell(f, c->reason);
         fputc('\n', f);
     }
+    bool sem_header = false;
+    for (size_t i = 0; i < r->n_configs; ++i) {
+        const hx_config_report *c = &r->configs[i];
+        if (!c->sem_checked && !c->routing_checked)
+            continue;
+        if (!sem_header) {
+            fputs("\n## Semantic divergence (what is computed) vs numerical (rounding); "
+                  "MoE routing\n\n"
+                  "The class of a configuration whose attention schedule depends on the step "
+                  "(rotating KV cache) is taken against the reference computed with its own "
+                  "schedule: it measures rounding only. The semantic column compares that "
+                  "reference with the same cache's one-chunk reference: a difference there is a "
+                  "change of the computation (different positions attended), not a bug. Its "
+                  "div@ is where "
+                  "its greedy tokens leave the common teacher path (the plain cache's reference "
+                  "path); the row there is judged against its own schedule's reference, so a "
+                  "semantic departure does not fail.\n\n", f);
+            sem_header = true;
+        }
+        fprintf(f, "- `%s`:", c->config);
+        if (c->sem_checked) {
+            if (c->sem_same_schedule)
+                fputs(" semantic: same schedule as one chunk;", f);
+            else if (c->sem_first >= 0)
+                fprintf(f, " semantic: **diverges** at generated index %lld (max |dlogit| %.3g, "
+                           "smallest one-chunk margin %.3g);",
+                        (long long)c->sem_first, c->sem_max_abs, c->sem_min_margin);
+            else
+                fprintf(f, " semantic: same tokens, logits %s (max |dlogit| %.3g, smallest "
+                           "one-chunk margin %.3g);",
+                        c->sem_max_abs == 0.0 ? "identical" : "shifted", c->sem_max_abs,
+                        c->sem_min_margin);
+        }
+        fprintf(f, " numerical: %s", hx_class_name(c->cls));
+        if (c->routing_checked)
+            fprintf(f, "; MoE routing flips %u (%u real, %u TIE)", (unsigned)c->routing_flips,
+                    (unsigned)c->routing_real, (unsigned)(c->routing_flips - c->routing_real));
+        fputc('\n', f);
+    }
     fputs("\nClasses: EXACT (bitwise equal to its baseline, within the envelope of the "
           "reference), NOISE (within the envelope, same argmax), TIE_FLIP (argmax flipped on a "
           "near tie), DRIFT (more error than rounding explains), FLIP (argmax flipped beyond the "

@@ -1,6 +1,8 @@
 /* routing.c — MoE routing capture of one configuration and routing-flip comparison. */
 #include "routing.h"
 
+#include "report.h"
+
 #include "kvd_ref.h"
 
 #include <math.h>
@@ -143,7 +145,7 @@ int hx_routing_from_ref(hx_routing *out, const ref_result *r, const lm_model *m,
 
 int hx_routing_report(FILE *out, const lm_model *m, const int32_t *prompt, uint32_t n,
                       const hx_config *configs, size_t n_configs, uint32_t prec,
-                      uint64_t sr_seed, uint32_t *n_real, lm_err *err)
+                      uint64_t sr_seed, uint32_t *n_real, struct hx_report *rep, lm_err *err)
 {
     *n_real = 0;
     if (m->hp.n_expert == 0)
@@ -196,6 +198,12 @@ int hx_routing_report(FILE *out, const lm_model *m, const int32_t *prompt, uint3
             ties += f[il].n_tie;
         }
         *n_real += flips - ties;
+        if (rep != NULL && ci < rep->n_configs && configs[ci].rot_max == 0) {
+            hx_config_report *cr = &rep->configs[ci];
+            cr->routing_checked = true;
+            cr->routing_flips = flips;
+            cr->routing_real = flips - ties;
+        }
         fprintf(out, "  %-38s %4u flips (%u TIE, %u real)", name, flips, ties, flips - ties);
         for (uint32_t il = 0; il < nl && flips > 0; ++il)
             if (f[il].n_flip > 0)

@@ -47,9 +47,14 @@ int hx_routing_from_ref(hx_routing *out, const struct ref_result *r, const lm_mo
  * configured: 2 x the largest |margin - reference margin| over an 8-run naive-sr ensemble
  * (seeds sr_seed .. sr_seed+7), the same statistic and safety factor as the logit envelope;
  * then, per configuration (its prefill of the prompt), the flips per layer and how many were
- * TIE. Returns the number of real (non-TIE) flips through *n_real. */
+ * TIE. Returns the number of real (non-TIE) flips through *n_real. When rep is not NULL (it
+ * must then hold configs[0..n_configs) in order, as a sweep's report does), each configuration
+ * with the plain cache also gets routing_checked, routing_flips and routing_real there (a
+ * rotating-cache configuration's routing is not compared: its truth would be the reference
+ * with its own schedule). */
+struct hx_report;
 int hx_routing_report(FILE *out, const lm_model *m, const int32_t *prompt, uint32_t n,
                       const hx_config *configs, size_t n_configs, uint32_t prec,
-                      uint64_t sr_seed, uint32_t *n_real, lm_err *err);
+                      uint64_t sr_seed, uint32_t *n_real, struct hx_report *rep, lm_err *err);
 
 #endif

@@ -12,6 +12,32 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A rotating cache evicts positions during prefill, so its slots cannot be the capture. The
+ * capture instead holds, for every prompt position in logical order, the K (after RoPE) and V
+ * rows the engine computed for it under this schedule, taken from the probe as each chunk
+ * writes them (capture.h). With the plain cache these are bit for bit the cached rows. */
+typedef struct kv_probe {
+    hx_capture *c;
+    uint32_t n_prompt;
+} kv_probe;
+
+static void kv_probe_fn(void *user, uint32_t layer, const char *op, uint32_t pos0, uint32_t n,
+                        const float *x, size_t row_elems)
+{
+    kv_probe *kp = user; /* x [n][row_elems], row_elems = n_kv_head * head_dim */
+    float **dst;
+    if (strcmp(op, "k") == 0)
+        dst = kp->c->k;
+    else if (strcmp(op, "v") == 0)
+        dst = kp->c->v;
+    else
+        return;
+    if (layer >= kp->c->shape.n_layer || pos0 >= kp->n_prompt)
+        return;
+    uint32_t m = pos0 + n > kp->n_prompt ? kp->n_prompt - pos0 : n;
+    memcpy(dst[layer] + (size_t)pos0 * row_elems, x, (size_t)m * row_elems * sizeof *x);
+}
+
 /* Feeds forced[from..n_forced) one at a time, storing row j+1 after forced[j]. */
 static int feed_forced(lm_ctx *ctx, hx_capture *c, const hx_run_request *rq, uint32_t from,
                        lm_err *err)
@@ -57,7 +83,8 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     }
     const lm_ctx_params cp = {.backend = be_name, .n_threads = (int)cfg->threads,
                               .n_ctx = (uint32_t)need,
-                              .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense"};
+                              .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
+                              .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep};
     if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
         goto fail;
     size_t nv = hp->n_vocab;
@@ -69,14 +96,21 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     for (uint32_t i = 0; i < s.n_pos; ++i)
         c->positions[i] = rq->n_prompt - 1 + i;
 
+    kv_probe kp = {.c = c, .n_prompt = rq->n_prompt};
+    if (cfg->rot_max != 0)
+        lm_ctx_set_probe(ctx, kv_probe_fn, &kp);
     double t0 = now_s();
     if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, c->logits, err)) != LM_OK)
         goto fail;
     stats->prefill_s = now_s() - t0;
-    size_t kv_bytes = hx_capture_kv_elems(&s) * sizeof(float);
-    for (uint32_t l = 0; l < s.n_layer; ++l) { /* [n_prompt][n_kv_head][head_dim] */
-        memcpy(c->k[l], lm_ctx_k(ctx, l), kv_bytes);
-        memcpy(c->v[l], lm_ctx_v(ctx, l), kv_bytes);
+    if (cfg->rot_max != 0) {
+        lm_ctx_set_probe(ctx, NULL, NULL);
+    } else {
+        size_t kv_bytes = hx_capture_kv_elems(&s) * sizeof(float);
+        for (uint32_t l = 0; l < s.n_layer; ++l) { /* [n_prompt][n_kv_head][head_dim] */
+            memcpy(c->k[l], lm_ctx_k(ctx, l), kv_bytes);
+            memcpy(c->v[l], lm_ctx_v(ctx, l), kv_bytes);
+        }
     }
 
     /* Greedy decode; while on the forced path its rows are the teacher-forced rows. */

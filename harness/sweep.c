@@ -8,6 +8,7 @@
 #include "kvd_engine.h"
 #include "metrics.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -399,6 +400,55 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     return LM_OK;
 }
 
+/* The reference of the teacher path computed with a rotating cache's schedule (max, keep,
+ * step; step 0 = one chunk), through the same cache as the plain one. */
+static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_sweep_params *p,
+                        const hx_config *cfg, uint32_t step, lm_err *err)
+{
+    ref_request rq = {.tokens = r->ref.tokens, .n_tokens = r->ref.n_tokens,
+                      .n_prompt = p->n_prompt,
+                      .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
+                      .n_threads = p->ref_threads, .rot_max_size = cfg->rot_max,
+                      .rot_keep = cfg->rot_keep, .rot_step = step};
+    bool hit = false;
+    return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
+}
+
+/* Semantic divergence: the schedule's reference `a` against the one-chunk reference `b`, row
+ * by row over the shared teacher-forced positions (both are on the same token path). */
+static void semantic_compare(hx_config_report *c, const ref_capture *a, const ref_capture *b)
+{
+    c->sem_checked = true;
+    c->sem_first = -1;
+    c->sem_max_abs = 0.0;
+    c->sem_min_margin = INFINITY;
+    size_t nv = b->n_vocab;
+    for (uint32_t i = 0; i < b->n_pos; ++i) {
+        int64_t ra = ref_capture_find_pos(a, b->pos[i]);
+        if (ra < 0)
+            continue;
+        const double *x = ref_capture_logits(a, (uint32_t)ra); /* [n_vocab] */
+        const double *y = ref_capture_logits(b, i);            /* [n_vocab] */
+        double top1 = -INFINITY, top2 = -INFINITY;
+        for (size_t v = 0; v < nv; ++v) {
+            double d = fabs(x[v] - y[v]);
+            if (d > c->sem_max_abs)
+                c->sem_max_abs = d;
+            if (y[v] > top1) {
+                top2 = top1;
+                top1 = y[v];
+            } else if (y[v] > top2) {
+                top2 = y[v];
+            }
+        }
+        if (top1 - top2 < c->sem_min_margin)
+            c->sem_min_margin = top1 - top2;
+        /* row i is at position n_prompt-1+j: generated index j */
+        if (c->sem_first < 0 && hx_argmax_f64(x, nv) != hx_argmax_f64(y, nv))
+            c->sem_first = (int64_t)b->pos[i] - (int64_t)(b->n_prompt - 1);
+    }
+}
+
 /* (d) Every configuration and every baseline not among them, then the comparisons. */
 static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
                           lm_err *err)
@@ -468,8 +518,27 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         hx_config_report *c = NULL;
         if ((rc = hx_report_add_config(r->report, &c, name, err)) != LM_OK)
             break;
-        if ((rc = hx_compare_capture(c, run->cap, run->base, &r->ref, r->env, err)) != LM_OK)
-            break;
+        if (run->cfg.rot_max == 0) {
+            if ((rc = hx_compare_capture(c, run->cap, run->base, &r->ref, r->env, err)) != LM_OK)
+                break;
+        } else {
+            /* Numerical: against the reference with this configuration's schedule. Semantic:
+             * that reference against the same cache's one-chunk reference. */
+            ref_capture rs = {0}, r1 = {0};
+            rc = schedule_ref(&rs, r, p, &run->cfg, run->cfg.step, err);
+            if (rc == LM_OK)
+                rc = schedule_ref(&r1, r, p, &run->cfg, 0, err);
+            if (rc == LM_OK)
+                rc = hx_compare_capture(c, run->cap, run->base, &rs, r->env, err);
+            if (rc == LM_OK) {
+                semantic_compare(c, &rs, &r1);
+                c->sem_same_schedule = run->cfg.step == 0;
+            }
+            ref_capture_free(&rs);
+            ref_capture_free(&r1);
+            if (rc != LM_OK)
+                break;
+        }
         if ((rc = hx_capture_hash(run->hash, run->cap, err)) != LM_OK)
             break;
         hx_hash_hex(run->hash_hex, run->hash);

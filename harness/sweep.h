@@ -30,6 +30,13 @@
  *      baseline, reference and envelope; XXH3-128 hash (hx_capture_hash); speed and memory:
  *      prefill_tps = n_prompt / prefill_s, decode_tps = n_decode / decode_s, peak_mem_bytes =
  *      ctx_bytes (KV cache + scratch; weights are shared and not counted).
+ *      A rotating-cache configuration (rot=MAX/KEEP) is compared instead against the reference
+ *      with its own schedule (ref_request rot_max_size/rot_keep, rot_step = its step; cached
+ *      like the plain one), and that reference is compared with the same cache's one-chunk
+ *      reference (rot_step 0) into the report's sem_* fields (semantic divergence: argmax
+ *      changes, max |dlogit|, smallest one-chunk margin, over the teacher-forced rows). The
+ *      envelope stays the plain cache's one-chunk ensemble (an approximation of the rounding
+ *      noise of another schedule: same operations, different key sets).
  * Progress: one line per configuration on stderr (and one each for path, reference, envelope)
  * unless quiet.
  *
@@ -134,5 +141,11 @@ void hx_sweep_result_free(hx_sweep_result *r);
 int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
                    const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
                    uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
+
+/* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
+ * and MAX:KEEP (or MAX/KEEP) values, no duplicates; the rot value varies slowest (the whole
+ * list once per value, in list order). *v is replaced (the old array freed). LM_E_INPUT
+ * naming the list and the bad or repeated item. */
+int hx_sweep_cross_rot(hx_config **v, size_t *n, const char *list, lm_err *err);
 
 #endif

@@ -1,4 +1,5 @@
 /* test_routing.c — MoE routing capture and routing-flip classification (TIE vs real). */
+#include "report.h"
 #include "routing.h"
 #include "synth.h"
 #include "test_util.h"
@@ -107,8 +108,21 @@ static void test_routing_report_against_reference(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     uint32_t n_real = 99;
     lm_err err = {0};
-    CU_ASSERT_EQUAL(hx_routing_report(f, m, t, N_TOK, cfg, 2, 127, 1, &n_real, &err), LM_OK);
+    /* a report holding the two configurations gets the counts too (report.json/md) */
+    hx_report *rep = NULL;
+    hx_config_report *cr = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_report_create(&rep, "routing", &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_report_add_config(rep, &cr, "naive:step=full", &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_report_add_config(rep, &cr, "blas:step=3", &err), LM_OK);
+    rep->configs[1].routing_flips = 99; /* must be overwritten with the measured count */
+    CU_ASSERT_EQUAL(hx_routing_report(f, m, t, N_TOK, cfg, 2, 127, 1, &n_real, rep, &err), LM_OK);
     CU_ASSERT_EQUAL(n_real, 0);
+    for (size_t i = 0; i < 2; ++i) {
+        CU_ASSERT(rep->configs[i].routing_checked);
+        CU_ASSERT_EQUAL(rep->configs[i].routing_flips, 0u);
+        CU_ASSERT_EQUAL(rep->configs[i].routing_real, 0u);
+    }
+    hx_report_free(rep);
     rewind(f);
     char buf[4096];
     size_t got = fread(buf, 1, sizeof buf - 1, f);
