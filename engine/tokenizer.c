@@ -286,6 +286,14 @@ static int cmp_longer_first(const void *pa, const void *pb)
     return (a > b) - (a < b);
 }
 
+/* Whether token id can cut the input (see special_ids); empty text could never be matched. */
+static bool is_special_piece(const lm_vocab *v, uint32_t id)
+{
+    uint8_t t = v->types[id];
+    return (t == TOK_USER_DEFINED || t == TOK_CONTROL || t == TOK_UNKNOWN) &&
+           v->text_off[id + 1] > v->text_off[id];
+}
+
 int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
 {
     *out = NULL;
@@ -430,17 +438,17 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
     }
 
     for (uint32_t i = 0; i < n; i++)
-        v->n_user += v->types[i] == TOK_USER_DEFINED;
-    v->user_ids = malloc((v->n_user ? v->n_user : 1) * sizeof *v->user_ids);
-    if (!v->user_ids) {
+        v->n_special += is_special_piece(v, i);
+    v->special_ids = malloc((v->n_special ? v->n_special : 1) * sizeof *v->special_ids);
+    if (!v->special_ids) {
         LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
     for (uint32_t i = 0, k = 0; i < n; i++)
-        if (v->types[i] == TOK_USER_DEFINED)
-            v->user_ids[k++] = i;
+        if (is_special_piece(v, i))
+            v->special_ids[k++] = i;
     sort_vocab = v;
-    qsort(v->user_ids, v->n_user, sizeof *v->user_ids, cmp_longer_first);
+    qsort(v->special_ids, v->n_special, sizeof *v->special_ids, cmp_longer_first);
     sort_vocab = NULL;
 
     for (uint32_t i = 0; i < n; i++) {
@@ -485,7 +493,7 @@ void lm_vocab_free(lm_vocab *v)
     free(v->m_llen);
     free(v->m_rlen);
     free(v->merge_hash);
-    free(v->user_ids);
+    free(v->special_ids);
     free(v);
 }
 
@@ -497,25 +505,27 @@ bool lm_vocab_adds_bos(const lm_vocab *v) { return v->add_bos; }
 
 /* ---------------------------------------------------------------- encode / decode */
 
-/* A piece of the input: raw text [off, off + len), or a user-defined token (id >= 0). */
+/* A piece of the input: raw text [off, off + len), or a special token (id >= 0). */
 typedef struct frag {
     size_t off, len;
     int32_t id;
 } frag;
 
-/* Cuts the input at every occurrence of every user-defined token, longest tokens first, each
- * fragment scanned left to right (llama.cpp's tokenizer_st_partition with special-token
- * parsing off: control and unknown tokens stay text, user-defined ones do not). */
-static int partition(const lm_vocab *v, const char *text, size_t len, frag **out, size_t *n_out,
-                     lm_err *err)
+/* Cuts the input at every occurrence of every special token, longest tokens first, each
+ * fragment scanned left to right (llama.cpp's tokenizer_st_partition). Without parse_special
+ * only user-defined tokens cut; control and unknown tokens stay text. */
+static int partition(const lm_vocab *v, const char *text, size_t len, bool parse_special,
+                     frag **out, size_t *n_out, lm_err *err)
 {
     size_t n = 1, cap = 8;
     frag *f = malloc(cap * sizeof *f);
     if (!f)
         return LM_FAIL(err, LM_E_NOMEM, "tokenizer: out of memory");
     f[0] = (frag){0, len, -1};
-    for (uint32_t u = 0; u < v->n_user; u++) {
-        uint32_t id = v->user_ids[u];
+    for (uint32_t u = 0; u < v->n_special; u++) {
+        uint32_t id = v->special_ids[u];
+        if (!parse_special && v->types[id] != TOK_USER_DEFINED)
+            continue;
         const char *t = v->text + v->text_off[id];
         size_t tl = v->text_off[id + 1] - v->text_off[id];
         for (size_t i = 0; i < n; i++) {
@@ -557,6 +567,12 @@ static int partition(const lm_vocab *v, const char *text, size_t len, frag **out
 int lm_tokenize(const lm_vocab *v, const char *text, size_t len, bool add_special,
                 int32_t **out_ids, size_t *out_n, lm_err *err)
 {
+    return lm_tokenize_ex(v, text, len, add_special, false, out_ids, out_n, err);
+}
+
+int lm_tokenize_ex(const lm_vocab *v, const char *text, size_t len, bool add_special,
+                   bool parse_special, int32_t **out_ids, size_t *out_n, lm_err *err)
+{
     *out_ids = NULL;
     *out_n = 0;
     tok_out o = {0};
@@ -567,9 +583,10 @@ int lm_tokenize(const lm_vocab *v, const char *text, size_t len, bool add_specia
         rc = tok_out_push(&o, v->bos, err);
     /* Empty text has no fragment, so no space prefix either (llama.cpp: "" -> [] or [BOS]). */
     if (rc == LM_OK && len > 0)
-        rc = partition(v, text, len, &f, &n_frag, err);
+        rc = partition(v, text, len, parse_special, &f, &n_frag, err);
     /* SPM prefixes the escaped space to text that starts the input or follows a special token
-     * (llama.cpp's is_prev_special), BOS or not. */
+     * (llama.cpp's is_prev_special), BOS or not: "<s>Once" with parse_special encodes as
+     * [1] + encode(" Once"), the same ids as BOS + "Once". */
     bool prev_special = true;
     for (size_t i = 0; i < n_frag && rc == LM_OK; i++) {
         if (f[i].id >= 0) {

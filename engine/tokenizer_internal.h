@@ -38,10 +38,11 @@ struct lm_vocab {
     uint32_t *merge_hash; /* [merge_mask + 1] (left, right) -> rank; TOK_NONE = empty */
     uint32_t merge_mask;
 
-    /* USER_DEFINED tokens, longest text first (ties: lower id): llama.cpp cuts the input at
-     * them before encoding, even when special tokens are not parsed. */
-    uint32_t n_user;
-    uint32_t *user_ids;  /* [n_user] */
+    /* USER_DEFINED, CONTROL and UNKNOWN tokens with non-empty text, longest text first (ties:
+     * lower id), as llama.cpp's special-token cache: the input is cut at USER_DEFINED ones
+     * always, at CONTROL and UNKNOWN ones only when special tokens are parsed. */
+    uint32_t n_special;
+    uint32_t *special_ids; /* [n_special] */
 
     int32_t byte_tok[256]; /* SPM: id of "<0xNN>"; BPE: id of the byte's GPT-2 character; -1 */
     int32_t bos, eos, unk; /* -1 when none */

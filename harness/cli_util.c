@@ -50,7 +50,7 @@ bool hx_cli_parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi)
 }
 
 int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char *model_path,
-                      const char *text, const char *tokens, lm_err *err)
+                      const char *text, const char *tokens, bool parse_special, lm_err *err)
 {
     *out = NULL;
     *n = 0;
@@ -75,7 +75,7 @@ int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char 
         return LM_FAIL(err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
     int32_t *ids = NULL;
     size_t k = 0;
-    int rc = lm_tokenize(m->vocab, text, strlen(text), true, &ids, &k, err);
+    int rc = lm_tokenize_ex(m->vocab, text, strlen(text), true, parse_special, &ids, &k, err);
     if (rc != LM_OK)
         return rc;
     /* UINT32_MAX / 2: room for the generated tokens after the prompt in a uint32_t count. */

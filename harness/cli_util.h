@@ -28,10 +28,12 @@ bool hx_cli_parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi);
 
 /* The prompt of a command that takes -p TEXT or --tokens ID,... (exactly one of text and
  * tokens non-NULL): text is tokenized with m's vocabulary (BOS when the vocabulary asks for
- * it; LM_E_INPUT naming model_path when m has none), tokens parsed as a comma list
+ * it; control tokens written in text parsed when parse_special, the --special flag; LM_E_INPUT
+ * naming model_path when m has none), tokens parsed as a comma list
  * (hx_parse_tokens) with every id below the vocabulary size. *out is malloc'ed. */
 int hx_cli_prompt_ids(int32_t **out /* [*n] */, uint32_t *n, const lm_model *m,
-                      const char *model_path, const char *text, const char *tokens, lm_err *err);
+                      const char *model_path, const char *text, const char *tokens,
+                      bool parse_special, lm_err *err);
 
 /* Loads files[n] into cases[n] (check, bless): every case file is read and validated, and no
  * two may share a name (names key the golden files), before anything runs. On failure the

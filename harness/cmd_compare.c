@@ -25,6 +25,7 @@ static const char usage_text[] =
     "logits position: A vs B, A vs reference and B vs reference.\n\n"
     "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
+    "      --special         parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
     "      --b CONFIG        second configuration\n"
     "  -n, --n-gen N         greedy tokens to generate (default 8)\n"
@@ -75,17 +76,18 @@ static void print_row(const char *name, const float *a, const float *b, const do
 
 int cmd_compare(int argc, char **argv)
 {
-    enum { O_A = 256, O_B, O_TOKENS, O_PREC, O_NOREF, O_CACHE };
+    enum { O_A = 256, O_B, O_TOKENS, O_PREC, O_NOREF, O_CACHE, O_SPECIAL };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'}, {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},      {"b", required_argument, NULL, O_B},
         {"n-gen", required_argument, NULL, 'n'},  {"prec", required_argument, NULL, O_PREC},
         {"no-ref", no_argument, NULL, O_NOREF},   {"cache", required_argument, NULL, O_CACHE},
+        {"special", no_argument, NULL, O_SPECIAL},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *a_s = NULL, *b_s = NULL, *cache = NULL;
     uint32_t n_gen = 8, prec = REF_DEFAULT_PREC;
-    bool no_ref = false;
+    bool no_ref = false, parse_special = false;
     optind = 1;
     opterr = 0;
     int o;
@@ -93,6 +95,7 @@ int cmd_compare(int argc, char **argv)
     while ((o = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
         switch (o) {
         case 'p': text = optarg; break;
+        case O_SPECIAL: parse_special = true; break;
         case O_TOKENS: tok_s = optarg; break;
         case O_A: a_s = optarg; break;
         case O_B: b_s = optarg; break;
@@ -131,7 +134,8 @@ int cmd_compare(int argc, char **argv)
     bool have_ref = false;
     int st;
     if ((st = lm_model_load(&m, model_path, &err)) != LM_OK ||
-        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, &err)) != LM_OK)
+        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, parse_special,
+                                 &err)) != LM_OK)
         goto fail;
 
     /* A first, free-running: its greedy continuation is the teacher path for B and R. */

@@ -24,6 +24,8 @@ static void usage(FILE *f)
             "prompt position and every teacher-forced position, rounded to float64.\n\n"
             "  -p, --prompt TEXT        prompt text (tokenized with the model's vocabulary, BOS added)\n"
             "      --tokens ID,...      prompt as token ids instead of text\n"
+            "      --special            parse control tokens written in TEXT (\"<|im_start|>\")\n"
+            "                           as those tokens (llama.cpp's CLI default)\n"
             "      --gen-tokens ID,...  teacher-forced continuation after the prompt\n"
             "      --prec BITS          MPFR precision (default %u; %u..%u)\n"
             "  -o, --output FILE        write the capture file (format: reference/FORMAT.md)\n"
@@ -176,12 +178,12 @@ int cmd_ref(int argc, char **argv)
         {"cache", required_argument, NULL, 'C'},    {"no-cache", no_argument, NULL, 'X'},
         {"threads", required_argument, NULL, 'j'},  {"validate", no_argument, NULL, 'V'},
         {"min-bits", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
-        {"check", required_argument, NULL, 'K'},
+        {"check", required_argument, NULL, 'K'},    {"special", no_argument, NULL, 'S'},
         {NULL, 0, NULL, 0}};
     const char *text = NULL, *tok_s = NULL, *gen_s = NULL, *out_path = NULL, *npy_dir = NULL,
                *cache_dir = NULL, *check = NULL;
     unsigned long prec = REF_DEFAULT_PREC, threads = 0, min_bits = 0;
-    bool no_cache = false, validate = false, have_min = false;
+    bool no_cache = false, validate = false, have_min = false, parse_special = false;
     lm_err err = {0};
     int st = LM_OK, c;
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
@@ -189,6 +191,7 @@ int cmd_ref(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":p:o:j:h", opts, NULL)) != -1) {
         switch (c) {
         case 'p': text = optarg; break;
+        case 'S': parse_special = true; break;
         case 't': tok_s = optarg; break;
         case 'g': gen_s = optarg; break;
         case 'P': st = parse_uint(&prec, optarg, "--prec", REF_MIN_PREC, REF_MAX_PREC, &err); break;
@@ -242,7 +245,8 @@ int cmd_ref(int argc, char **argv)
     int rc = 0;
 
     if ((st = lm_model_load(&m, model_path, &err)) ||
-        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, &err)))
+        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, parse_special,
+                                    &err)))
         goto fail;
     if (gen_s && (st = hx_parse_tokens(&gen, &n_gen, gen_s, &err)))
         goto fail;

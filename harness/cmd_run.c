@@ -24,6 +24,8 @@ static const char usage_text[] =
     "      --attn A          dense | stream attention (default dense)\n"
     "      --rot-max N       rotating KV cache of N positions (MLX semantics; default off)\n"
     "      --rot-keep K      positions the rotating cache always keeps (default 4)\n"
+    "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
+    "                        as those tokens, as llama.cpp's CLI does (default: plain text)\n"
     "      --tokens          also print the prompt and generated token ids\n"
     "      --seed X          sampler seed (default 0)\n"
     "      --temp T          temperature; <= 0 is greedy (default 0)\n"
@@ -60,7 +62,7 @@ static void print_piece(const lm_vocab *v, int32_t id)
 int cmd_run(int argc, char **argv)
 {
     enum { O_STEP = 256, O_BACKEND, O_THREADS, O_TOKENS, O_SEED, O_TEMP, O_TOPK, O_TOPP,
-           O_ATTN, O_ROT_MAX, O_ROT_KEEP };
+           O_ATTN, O_ROT_MAX, O_ROT_KEEP, O_SPECIAL };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},  {"n-predict", required_argument, NULL, 'n'},
         {"step", required_argument, NULL, O_STEP}, {"backend", required_argument, NULL, O_BACKEND},
@@ -69,12 +71,13 @@ int cmd_run(int argc, char **argv)
         {"top-k", required_argument, NULL, O_TOPK}, {"top-p", required_argument, NULL, O_TOPP},
         {"attn", required_argument, NULL, O_ATTN}, {"rot-max", required_argument, NULL, O_ROT_MAX},
         {"rot-keep", required_argument, NULL, O_ROT_KEEP},
+        {"special", no_argument, NULL, O_SPECIAL},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     const char *prompt = NULL, *backend = "blas", *attn = "dense";
     uint32_t rot_max = 0, rot_keep = 4;
     uint32_t n_gen = 32, step = 0, threads = 0;
-    bool show_tokens = false;
+    bool show_tokens = false, parse_special = false;
     lm_sampler_params sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
 
     optind = 1;
@@ -84,6 +87,7 @@ int cmd_run(int argc, char **argv)
         const char *arg = optarg;
         switch (o) {
         case 'p': prompt = arg; break;
+        case O_SPECIAL: parse_special = true; break;
         case 'n':
             if (!hx_cli_parse_u32(&n_gen, arg, 0, UINT32_MAX))
                 return hx_cli_fail("run", "-n '%s': not a non-negative integer", arg);
@@ -164,7 +168,8 @@ int cmd_run(int argc, char **argv)
         rc = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer", path);
         goto fail;
     }
-    rc = lm_tokenize(m->vocab, prompt, strlen(prompt), true, &ids, &n_prompt, &err);
+    rc = lm_tokenize_ex(m->vocab, prompt, strlen(prompt), true, parse_special, &ids, &n_prompt,
+                        &err);
     if (rc != LM_OK)
         goto fail;
     if (n_prompt == 0) {

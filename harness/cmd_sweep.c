@@ -31,6 +31,7 @@ static const char usage_text[] =
     "folder on first use; presets as in `kvdrift synth --help`).\n\n"
     "  -p, --prompt TEXT       prompt text (BOS added when the vocabulary asks for it)\n"
     "      --tokens ID,...     prompt as token ids instead of text\n"
+    "      --special           parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --steps LIST        prefill chunk sizes, integers or full (default "
     HX_CASE_DEFAULT_STEPS ")\n"
     "      --backends LIST     naive,blas (default " HX_CASE_DEFAULT_BACKENDS ")\n"
@@ -259,7 +260,7 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
 int cmd_sweep(int argc, char **argv)
 {
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
-           O_ATTN, O_ROT };
+           O_ATTN, O_ROT, O_SPECIAL };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
@@ -269,11 +270,13 @@ int cmd_sweep(int argc, char **argv)
         {"ensemble", required_argument, NULL, O_ENS}, {"seed", required_argument, NULL, O_SEED},
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
+        {"special", no_argument, NULL, O_SPECIAL},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
     const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
     const char *threads_s = "1", *attn_s = NULL, *rot_s = NULL;
+    bool parse_special = false;
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
     optind = 1;
@@ -282,6 +285,7 @@ int cmd_sweep(int argc, char **argv)
     while ((o = getopt_long(argc, argv, ":p:n:j:o:qh", opts, NULL)) != -1) {
         switch (o) {
         case 'p': text = optarg; break;
+        case O_SPECIAL: parse_special = true; break;
         case O_TOKENS: tok_s = optarg; break;
         case O_STEPS: steps_s = optarg; break;
         case O_BACKENDS: backends_s = optarg; break;
@@ -356,7 +360,8 @@ int cmd_sweep(int argc, char **argv)
                             cache, &err)) != LM_OK ||
         (st = lm_model_load(&m, model_path, &err)) != LM_OK)
         goto done;
-    if ((st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, &err)) != LM_OK)
+    if ((st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, parse_special,
+                                 &err)) != LM_OK)
         goto done;
     if (outdir == NULL) {
         char ts[32];

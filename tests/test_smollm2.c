@@ -82,7 +82,7 @@ static int suite_clean(void)
 }
 
 /* Id of the token whose text is `text`, read from the file's own token list (control tokens
- * such as <|im_start|> decode to "" and kvdrift does not parse them in text). -1 if absent. */
+ * such as <|im_start|> decode to "", so the file is the independent source). -1 if absent. */
 static int32_t token_id_by_text(const char *path, const char *text)
 {
     lm_gguf *g = NULL;
@@ -341,6 +341,22 @@ static void test_smollm2_answers_chat(void)
         free(t);
         if (i % 2 == 0 && i + 1 < sizeof parts / sizeof parts[0])
             ids[n++] = im_end;
+    }
+    /* The same prompt written as ChatML text with special-token parsing (kvdrift run --special)
+     * gives exactly the ids assembled by hand (add_special off: the hand layout has no BOS). */
+    {
+        static const char chat[] =
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+            "<|im_start|>assistant\n";
+        int32_t *t = NULL;
+        size_t nt = 0;
+        lm_err err = {0};
+        CU_ASSERT_EQUAL_FATAL(lm_tokenize_ex(m->vocab, chat, strlen(chat), false, true, &t, &nt,
+                                             &err), LM_OK);
+        CU_ASSERT_EQUAL(nt, n);
+        CU_ASSERT(nt == n && memcmp(t, ids, n * sizeof *ids) == 0);
+        free(t);
     }
     int32_t stop[] = {im_end, eot};
     char *text = greedy(m, ids, (uint32_t)n, 32, stop, 2);

@@ -27,14 +27,14 @@ static lm_vocab *load_vocab_file(const char *path)
     return v;
 }
 
-/* Encodes s and compares with want[n_want]. */
-static bool encodes_to(const lm_vocab *v, const char *s, size_t len, bool bos,
-                       const int32_t *want, size_t n_want)
+/* Encodes s (parsing special tokens when parse) and compares with want[n_want]. */
+static bool encodes_to_ex(const lm_vocab *v, const char *s, size_t len, bool bos, bool parse,
+                          const int32_t *want, size_t n_want)
 {
     lm_err err = {0};
     int32_t *ids = NULL;
     size_t n = 0;
-    if (lm_tokenize(v, s, len, bos, &ids, &n, &err) != LM_OK) {
+    if (lm_tokenize_ex(v, s, len, bos, parse, &ids, &n, &err) != LM_OK) {
         fprintf(stderr, "\n  tokenize failed: %s\n", err.msg);
         return false;
     }
@@ -50,6 +50,13 @@ static bool encodes_to(const lm_vocab *v, const char *s, size_t len, bool bos,
     }
     free(ids);
     return ok;
+}
+
+/* Encodes s as lm_tokenize does (no special-token parsing). */
+static bool encodes_to(const lm_vocab *v, const char *s, size_t len, bool bos,
+                       const int32_t *want, size_t n_want)
+{
+    return encodes_to_ex(v, s, len, bos, false, want, n_want);
 }
 
 /* decode(encode(s)) == s, byte for byte. */
@@ -433,6 +440,63 @@ static void test_tokenizer_user_defined(void)
     lm_vocab_free(v);
 }
 
+/* With parse_special, the text of control and unknown tokens becomes those tokens (longest
+ * text first), as user-defined text always does; the text between is encoded as without, and
+ * SPM puts its space prefix on text after a special token (llama.cpp's is_prev_special). */
+static void test_tokenizer_parse_special(void)
+{
+    const char *texts[300];
+    float scores[300];
+    int32_t types[300];
+    /* 259 a, 260 ▁, 261 ▁a, 262 <u> (user-defined), 263 <|im (control), 264 <|im_start|>
+     * (control; longer, so it must win over 263 although its id is higher) */
+    const char *extra[] = {"a", "\xe2\x96\x81", "\xe2\x96\x81" "a", "<u>", "<|im", "<|im_start|>"};
+    const float es[] = {-1.0f, -2.0f, -0.5f, 0.0f, 0.0f, 0.0f};
+    uint32_t n = spm_texts(texts, scores, types, extra, es, 6);
+    types[262] = 4;
+    types[263] = 3;
+    types[264] = 3;
+    lm_vocab *v = build_vocab("spm_special.gguf", "llama", texts, scores, types, n, NULL, 0, -1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+
+    /* parse_special = false: today's ids; control text stays bytes, user-defined still cuts */
+    CU_ASSERT(encodes_to_ex(v, "<s>", 3, false, false,
+                            (const int32_t[]){260, 3 + '<', 3 + 's', 3 + '>'}, 4));
+    CU_ASSERT(encodes_to_ex(v, "<|ima", 5, false, false,
+                            (const int32_t[]){260, 3 + '<', 3 + '|', 3 + 'i', 3 + 'm', 259}, 6));
+    CU_ASSERT(encodes_to_ex(v, "a<u>a", 5, false, false, (const int32_t[]){261, 262, 261}, 3));
+    static const char chat[] = "<|im_start|>a<s>a<u>";
+    lm_err err = {0};
+    int32_t *plain = NULL, *ex = NULL;
+    size_t n_plain = 0, n_ex = 0;
+    CU_ASSERT_FATAL(lm_tokenize(v, chat, strlen(chat), true, &plain, &n_plain, &err) == LM_OK);
+    CU_ASSERT_FATAL(lm_tokenize_ex(v, chat, strlen(chat), true, false, &ex, &n_ex, &err) ==
+                    LM_OK);
+    CU_ASSERT(n_plain == n_ex && memcmp(plain, ex, n_ex * sizeof *ex) == 0);
+    for (size_t i = 1; i < n_ex; i++) /* [0] is the BOS add_special put there */
+        CU_ASSERT(ex[i] != 1 && ex[i] != 263 && ex[i] != 264);
+    free(plain);
+    free(ex);
+
+    /* parse_special = true */
+    CU_ASSERT(encodes_to_ex(v, "<s>", 3, false, true, (const int32_t[]){1}, 1));
+    CU_ASSERT(encodes_to_ex(v, "<unk>", 5, false, true, (const int32_t[]){0}, 1));
+    /* "a" after <s> gets the space prefix: "▁a" */
+    CU_ASSERT(encodes_to_ex(v, "<s>a", 4, false, true, (const int32_t[]){1, 261}, 2));
+    CU_ASSERT(encodes_to_ex(v, "<s>a", 4, true, true, (const int32_t[]){1, 1, 261}, 3));
+    CU_ASSERT(encodes_to_ex(v, "a<s>a", 5, false, true, (const int32_t[]){261, 1, 261}, 3));
+    /* longest match: <|im_start|> is one token, not <|im + bytes */
+    CU_ASSERT(encodes_to_ex(v, "<|im_start|>a", 13, false, true, (const int32_t[]){264, 261}, 2));
+    CU_ASSERT(encodes_to_ex(v, "<|ima", 5, false, true, (const int32_t[]){263, 261}, 2));
+    CU_ASSERT(encodes_to_ex(v, "<u>a<|im_start|><|im", 20, false, true,
+                            (const int32_t[]){262, 261, 264, 263}, 4));
+    /* the text between is encoded as it is alone: "a a" -> ▁a ▁a; " a a" -> ▁ ▁a ▁a */
+    CU_ASSERT(encodes_to_ex(v, "a a<s> a a", 10, false, true,
+                            (const int32_t[]){261, 261, 1, 260, 261, 261}, 6));
+    CU_ASSERT(encodes_to_ex(v, "a a", 3, false, false, (const int32_t[]){261, 261}, 2));
+    lm_vocab_free(v);
+}
+
 static void test_tokenizer_load_errors(void)
 {
     const char *texts[] = {"a"};
@@ -621,6 +685,28 @@ static void test_tokenizer_stories260k(void)
     /* the ids from issue 2 (llama.cpp's tokenization of the prompt) */
     CU_ASSERT(encodes_to(v, "Once upon a time", 16, true,
                          (const int32_t[]){1, 403, 407, 261, 378}, 5));
+    /* "<s>Once" with special tokens parsed: [1] then "Once" encoded alone without BOS (the
+     * space prefix applies after a special token as at the start, llama.cpp), i.e. the same ids
+     * as BOS + "Once"; without parsing, "<s>" is text and 1 never appears. */
+    {
+        lm_err err = {0};
+        int32_t *once = NULL, *sp = NULL, *raw = NULL;
+        size_t n_once = 0, n_sp = 0, n_raw = 0;
+        CU_ASSERT_FATAL(lm_tokenize(v, "Once", 4, false, &once, &n_once, &err) == LM_OK);
+        CU_ASSERT_FATAL(lm_tokenize_ex(v, "<s>Once", 7, false, true, &sp, &n_sp, &err) == LM_OK);
+        CU_ASSERT_FATAL(lm_tokenize_ex(v, "<s>Once", 7, false, false, &raw, &n_raw, &err) ==
+                        LM_OK);
+        CU_ASSERT(n_once >= 1 && n_sp == n_once + 1 && sp[0] == 1 &&
+                  memcmp(sp + 1, once, n_once * sizeof *once) == 0);
+        CU_ASSERT(n_once >= 1 && once[0] == 403); /* "▁Once"... as in the prompt above */
+        for (size_t i = 0; i < n_raw; i++)
+            CU_ASSERT(raw[i] != 1);
+        free(once);
+        free(sp);
+        free(raw);
+    }
+    CU_ASSERT(encodes_to_ex(v, "Once upon a time", 16, true, true,
+                            (const int32_t[]){1, 403, 407, 261, 378}, 5));
     /* special values: empty, one space, invalid UTF-8, and only bytes outside this small
      * vocabulary (我 = E6 88 91): "▁" then one byte token each, and all decode back */
     CU_ASSERT(encodes_to(v, "", 0, true, (const int32_t[]){1}, 1));
@@ -715,6 +801,7 @@ void test_tokenizer_register(void)
     CU_add_test(s, "test_tokenizer_spm_rules", test_tokenizer_spm_rules);
     CU_add_test(s, "test_tokenizer_bpe_rules", test_tokenizer_bpe_rules);
     CU_add_test(s, "test_tokenizer_user_defined", test_tokenizer_user_defined);
+    CU_add_test(s, "test_tokenizer_parse_special", test_tokenizer_parse_special);
     CU_add_test(s, "test_tokenizer_bpe_pre_digits", test_tokenizer_bpe_pre_digits);
     CU_add_test(s, "test_tokenizer_load_errors", test_tokenizer_load_errors);
     CU_add_test(s, "test_tokenizer_fixture_llama_spm", test_tokenizer_fixture_llama_spm);

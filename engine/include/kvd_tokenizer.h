@@ -24,6 +24,14 @@ bool lm_vocab_adds_bos(const lm_vocab *v); /* per metadata; SPM defaults to true
 int lm_tokenize(const lm_vocab *v, const char *text, size_t len, bool add_special,
                 int32_t **out_ids, size_t *out_n, lm_err *err);
 
+/* lm_tokenize, and with parse_special the text of CONTROL and UNKNOWN tokens ("<s>",
+ * "<|im_start|>") written in text becomes those tokens (USER_DEFINED ones always do): the input
+ * is cut at them longest text first, left to right, and the text between is encoded as usual.
+ * SPM adds its space prefix to text that follows such a token, as llama.cpp does.
+ * lm_tokenize(...) == lm_tokenize_ex(..., parse_special = false, ...). */
+int lm_tokenize_ex(const lm_vocab *v, const char *text, size_t len, bool add_special,
+                   bool parse_special, int32_t **out_ids, size_t *out_n, lm_err *err);
+
 /* The bytes token id stands for in decoded text (SPM: U+2581 -> ' ', <0xNN> -> byte NN;
  * BPE: GPT-2 byte-to-unicode mapping undone). Control tokens (BOS/EOS) decode to "".
  * Writes at most cap bytes to buf (no NUL added); returns the full length, or -1 for a bad id. */
