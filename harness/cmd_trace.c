@@ -3,14 +3,13 @@
 #include "commands.h"
 
 #include "case.h"
+#include "cli_util.h"
 #include "config.h"
 #include "kvd_engine.h"
-#include "kvd_tokenizer.h"
 #include "sweep.h"
 #include "trace.h"
 
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@ static const char usage_text[] =
     "max |member - naive|, all at step=full on the same tokens.\n\n"
     "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
+    "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
     "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
     "      --b CONFIG        second configuration\n"
     "  -n, --n-gen N         decode steps after the prompt, on A's greedy path (default 0)\n"
@@ -38,18 +38,6 @@ static const char usage_text[] =
     "the envelope at that position; max/E = the worst ratio over positions.\n"
     "exit codes: 0 no operation beyond the envelope (or none measured), 1 some operation\n"
     "beyond it, 2 usage or input error\n";
-
-static int bad(const char *fmt, ...) LM_PRINTF(1, 2);
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "kvdrift trace: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
 
 static bool parse_u64(uint64_t *out, const char *s, uint64_t max)
 {
@@ -65,18 +53,19 @@ static bool parse_u64(uint64_t *out, const char *s, uint64_t max)
 
 int cmd_trace(int argc, char **argv)
 {
-    enum { O_A = 256, O_B, O_TOKENS, O_ENS, O_NOENV, O_SEED, O_BRIEF };
+    enum { O_A = 256, O_B, O_TOKENS, O_ENS, O_NOENV, O_SEED, O_BRIEF, O_SPECIAL };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},        {"b", required_argument, NULL, O_B},
         {"n-gen", required_argument, NULL, 'n'},    {"ensemble", required_argument, NULL, O_ENS},
         {"no-envelope", no_argument, NULL, O_NOENV}, {"seed", required_argument, NULL, O_SEED},
         {"brief", no_argument, NULL, O_BRIEF},      {"help", no_argument, NULL, 'h'},
+        {"special", no_argument, NULL, O_SPECIAL},
         {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *a_s = NULL, *b_s = NULL;
     uint64_t n_gen = 0, ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, seed = HX_SWEEP_DEFAULT_SEED;
-    bool no_env = false, brief = false;
+    bool no_env = false, brief = false, special = false;
     optind = 1;
     opterr = 0;
     int o;
@@ -88,35 +77,35 @@ int cmd_trace(int argc, char **argv)
         case O_B: b_s = optarg; break;
         case O_NOENV: no_env = true; break;
         case O_BRIEF: brief = true; break;
+        case O_SPECIAL: special = true; break;
         case 'n':
             if (!parse_u64(&n_gen, optarg, 100000))
-                return bad("-n '%s': expected an integer in 0..100000", optarg);
+                return hx_cli_fail("trace", "-n '%s': expected an integer in 0..100000", optarg);
             break;
         case O_ENS:
             if (!parse_u64(&ensemble, optarg, 10000) || ensemble < HX_ENVELOPE_MIN_MEMBERS)
-                return bad("--ensemble '%s': expected an integer in %u..10000", optarg,
+                return hx_cli_fail("trace", "--ensemble '%s': expected an integer in %u..10000", optarg,
                            (unsigned)HX_ENVELOPE_MIN_MEMBERS);
             break;
         case O_SEED:
             if (!parse_u64(&seed, optarg, UINT64_MAX))
-                return bad("--seed '%s': expected a non-negative integer", optarg);
+                return hx_cli_fail("trace", "--seed '%s': expected a non-negative integer", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        case ':': return bad("option '%s' needs a value", argv[optind - 1]);
-        default: return bad("unknown option '%s' (try kvdrift trace --help)", argv[optind - 1]);
+        default: return hx_cli_bad_option("trace", o, argv); /* ':' or unknown */
         }
     }
     if (optind + 1 != argc)
-        return bad("expected exactly one MODEL argument (try --help)");
+        return hx_cli_fail("trace", "expected exactly one MODEL argument (try --help)");
     if ((text == NULL) == (tok_s == NULL))
-        return bad("give exactly one of -p TEXT or --tokens ID,... (try --help)");
+        return hx_cli_fail("trace", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
     if (a_s == NULL || b_s == NULL)
-        return bad("both --a CONFIG and --b CONFIG are needed (try --help)");
+        return hx_cli_fail("trace", "both --a CONFIG and --b CONFIG are needed (try --help)");
     lm_err err = {0};
     hx_trace_params tp = {.n_gen = (uint32_t)n_gen, .ensemble = no_env ? 0 : (uint32_t)ensemble,
                           .sr_seed = seed};
     if (hx_config_parse(&tp.a, a_s, &err) != LM_OK || hx_config_parse(&tp.b, b_s, &err) != LM_OK)
-        return bad("%s", err.msg);
+        return hx_cli_fail("trace", "%s", err.msg);
 
     const char *model_path = argv[optind];
     lm_model *m = NULL;
@@ -126,23 +115,9 @@ int cmd_trace(int argc, char **argv)
     int st;
     if ((st = lm_model_load(&m, model_path, &err)) != LM_OK)
         goto fail;
-    if (tok_s) {
-        if ((st = hx_parse_tokens(&prompt, &n_prompt, tok_s, &err)) != LM_OK)
-            goto fail;
-    } else {
-        size_t n = 0;
-        if (m->vocab == NULL) {
-            st = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
-            goto fail;
-        }
-        if ((st = lm_tokenize(m->vocab, text, strlen(text), true, &prompt, &n, &err)) != LM_OK)
-            goto fail;
-        if (n == 0 || n > UINT32_MAX / 2) {
-            st = LM_FAIL(&err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", n);
-            goto fail;
-        }
-        n_prompt = (uint32_t)n;
-    }
+    if ((st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, special, &err)) !=
+        LM_OK)
+        goto fail;
     tp.model = m;
     tp.prompt = prompt;
     tp.n_prompt = n_prompt;
