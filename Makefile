@@ -6,6 +6,9 @@ CC       ?= cc
 WERROR   ?= 0
 SANITIZE ?=
 
+# The harness is split by pipeline stage: cli -> spec -> run -> judge -> report.
+HX_DIRS  := harness/cli harness/spec harness/run harness/judge harness/report
+
 PKGS     := openblas mpfr cunit libxxhash jansson inih libxml-2.0
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -19,9 +22,9 @@ endif
 NUMERICS := -O2 -ffp-contract=off -fno-fast-math
 CFLAGS   ?= -g
 CFLAGS   += -std=c11 $(NUMERICS) $(WARN) -D_GNU_SOURCE -pthread \
-            -Iengine/include -Ireference/include -Iharness -I$(BUILD) $(PKG_CFLAGS)
+            -Iengine/include -Ireference/include -Icommon $(addprefix -I,$(HX_DIRS)) -I$(BUILD) $(PKG_CFLAGS)
 LDLIBS   += $(PKG_LIBS) -lgmp -lm -pthread
-# The flags that change bits, recorded in the golden files' platform fingerprint (harness/fingerprint.c).
+# The flags that change bits, recorded in the golden files' platform fingerprint (harness/judge/fingerprint.c).
 CFLAGS   += -DKVD_BUILD_FLAGS='"$(NUMERICS)$(if $(SANITIZE), -fsanitize=$(SANITIZE))"'
 ifneq ($(SANITIZE),)
 CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -30,8 +33,9 @@ endif
 
 ENGINE_SRC := $(wildcard engine/*.c)
 REF_SRC    := $(wildcard reference/*.c)
-HX_SRC     := $(filter-out harness/cli.c,$(wildcard harness/*.c))
-LIB_SRC    := $(ENGINE_SRC) $(REF_SRC) $(HX_SRC)
+COMMON_SRC := $(wildcard common/*.c)
+HX_SRC     := $(filter-out harness/cli/main.c,$(wildcard harness/*/*.c))
+LIB_SRC    := $(COMMON_SRC) $(ENGINE_SRC) $(REF_SRC) $(HX_SRC)
 TEST_SRC   := $(wildcard tests/test_*.c)
 BENCH_SRC  := $(wildcard bench/bench_*.c)
 
@@ -62,7 +66,7 @@ $(BUILD)/libkvdrift.a: $(LIB_OBJ)
 $(BUILD)/libkvdrift-test.a: $(TLIB_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
-$(BUILD)/kvdrift: $(BUILD)/obj/harness/cli.o $(BUILD)/libkvdrift.a
+$(BUILD)/kvdrift: $(BUILD)/obj/harness/cli/main.o $(BUILD)/libkvdrift.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/kvdrift-tests: $(TEST_OBJ) $(BUILD)/libkvdrift-test.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -120,5 +124,5 @@ fuzz:
 
 # Bench objects are kept (not intermediate) and track their headers like every other object.
 .SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/bench/util.o
--include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli.d \
+-include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli/main.d \
          $(BENCH_SRC:%.c=$(BUILD)/obj/%.d) $(BUILD)/obj/bench/util.d

@@ -7,7 +7,7 @@
  *    and the inner-product strategy were chosen by.
  * 2. Times the whole reference pass (ref_compute) for
  *      stories260K with a 115-token prompt (median of 3 after a warm-up), and
- *      the smollm2-135m synthetic preset (F32, harness/synth.h) with a 16-token prompt (one
+ *      the smollm2-135m synthetic preset (F32, harness/spec/synth.h) with a 16-token prompt (one
  *      run: ~1.7e9 multiply-adds),
  *    and compares each with the target  multiply-adds x (single-core ns per multiply-add) /
  *    threads. Multiply-adds counted: every projection row of every token (q, k, v, o, gate,

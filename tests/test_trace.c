@@ -1,4 +1,4 @@
-/* test_trace.c — `kvdrift trace` (harness/trace.c) and the engine's per-operation probe:
+/* test_trace.c — `kvdrift trace` (harness/run/trace.c) and the engine's per-operation probe:
  * identical configurations never part, naive vs blas part first where the backend first
  * computes (a matrix product of layer 0) and stay within the envelope, and an injected defect
  * is located at the operation that carries it. Runs on the synthetic "tiny" model always and
