@@ -1,7 +1,6 @@
 /* golden_key.c — per-configuration golden keys (golden_key.h). */
 #include "golden_key.h"
 
-#include "capture.h"
 #include "kvd_engine.h"
 
 #include <math.h>
@@ -57,12 +56,7 @@ void hx_golden_key_make(hx_golden_key *k, const hx_fingerprint *fp, const char *
              "arch=%s; compiler=%s; flags=%s; libc=%s; rope=%s; backend=%s%s%s", fp->arch,
              fp->compiler, fp->flags, fp->libc, hx_golden_rope_probe(), backend, has ? "; " : "",
              has ? describe : "");
-    XXH128_canonical_t can;
-    XXH128_canonicalFromHash(&can, XXH3_128bits(k->text, strlen(k->text)));
-    char hex[33];
-    hx_hash_hex(hex, can.digest);
-    memcpy(k->id, hex, 16);
-    k->id[16] = '\0';
+    hx_text_id16(k->id, k->text);
 }
 
 void hx_golden_key_of(hx_golden_key *k, const hx_fingerprint *fp, const char *backend)
