@@ -5,6 +5,7 @@
 #include "caserun.h"
 #include "cli_util.h"
 #include "classify.h"
+#include "fs.h"
 #include "golden.h"
 
 #include <getopt.h>
@@ -69,6 +70,27 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
         }
     }
     return rc;
+}
+
+/* Every golden file to a temp file first, then all renamed (fs.h lm_wfile_commit_all): a full
+ * disk or a failing rename leaves every golden file as it was. */
+static int write_goldens(const bless_plan *plans, size_t n, lm_err *err)
+{
+    lm_wfile **w = calloc(n, sizeof *w);
+    if (w == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    int st = LM_OK;
+    for (size_t i = 0; i < n && st == LM_OK; ++i)
+        if (plans[i].n_set > 0)
+            st = hx_golden_stage(&w[i], plans[i].g, plans[i].gpath, err);
+    if (st == LM_OK) {
+        st = lm_wfile_commit_all(w, n, err);
+    } else {
+        for (size_t i = 0; i < n; ++i)
+            lm_wfile_abort(w[i]);
+    }
+    free(w);
+    return st;
 }
 
 int cmd_bless(int argc, char **argv)
@@ -153,19 +175,14 @@ int cmd_bless(int argc, char **argv)
                            "nothing blessed", n_skipped);
         goto done;
     }
-    if ((st = hx_mkdir_p(gdir, &err)) != LM_OK)
+    if ((st = lm_mkdir_p(gdir, &err)) != LM_OK || (st = write_goldens(plans, n_cases, &err)))
         goto done;
-    for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
+    for (size_t i = 0; i < n_cases; ++i) {
         const bless_plan *pl = &plans[i];
-        if (pl->n_set > 0)
-            st = hx_golden_save(pl->g, pl->gpath, &err);
-        if (st == LM_OK)
-            printf("  %s: %zu configuration(s) blessed%s%s for platform %s, %zu refused\n",
-                   pl->case_name, pl->n_set, pl->n_set ? " into " : "", pl->n_set ? pl->gpath : "",
-                   fp.id, pl->n_refused);
+        printf("  %s: %zu configuration(s) blessed%s%s for platform %s, %zu refused\n",
+               pl->case_name, pl->n_set, pl->n_set ? " into " : "", pl->n_set ? pl->gpath : "",
+               fp.id, pl->n_refused);
     }
-    if (st != LM_OK)
-        goto done;
     code = n_refused ? 1 : 0;
 done:
     if (st != LM_OK)
