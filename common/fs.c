@@ -575,6 +575,19 @@ int lm_mkdir_p(const char *dir, lm_err *err)
     return rc;
 }
 
+int lm_mkdir_parent(const char *path, lm_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL || slash == path)
+        return LM_OK;
+    char *d = dir_of(path);
+    if (d == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    int rc = lm_mkdir_p(d, err);
+    free(d);
+    return rc;
+}
+
 int lm_cache_dir(char *out, size_t cap, const char *dir, lm_err *err)
 {
     const char *env;

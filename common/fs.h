@@ -66,6 +66,8 @@ int lm_open_regular(const char *path, unsigned long long *size, lm_err *err);
 /* mkdir -p with mode 0777 (the umask applies); every component must end up a folder.
  * LM_E_IO naming the component that failed. */
 int lm_mkdir_p(const char *dir, lm_err *err);
+/* lm_mkdir_p of the folder part of path (nothing for a bare file name or one under "/"). */
+int lm_mkdir_parent(const char *path, lm_err *err);
 
 /* The cache folder: dir if not NULL/empty, else $KVDRIFT_CACHE, else $XDG_CACHE_HOME/kvdrift,
  * else $HOME/.cache/kvdrift. LM_E_INPUT when none applies or the name does not fit in cap. */
