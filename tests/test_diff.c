@@ -1,13 +1,14 @@
 /* test_diff.c — `kvdrift diff`: two report.json files written by the report writer, compared
  * per configuration; regressions (now failing, worse class, new flips, gone, slower) set exit
  * 1 and are named in the Markdown. */
-#include "atomic.h"
+#include "fs.h"
 #include "commands.h"
 #include "report.h"
 #include "report_diff.h"
 #include "test_util.h"
 
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,7 @@ static void test_diff_regressions(void)
     CU_ASSERT_EQUAL(cmd_diff(5, argv2), 1);
     char *text;
     size_t len;
-    CU_ASSERT_EQUAL_FATAL(hx_read_file(&text, &len, out, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &len, out, SIZE_MAX, &err), LM_OK);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "**3 regression(s)**"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "| c | `blas:step=2` | NOISE → DRIFT |"));
     free(text);

@@ -6,7 +6,7 @@
  * browser renders it the same. */
 #include "report.h"
 
-#include "atomic.h"
+#include "fs.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -516,7 +516,7 @@ int hx_report_write_html_many(const hx_report *const *rs, size_t n, const char *
         free(buf);
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
     }
-    int rc = hx_write_file_atomic(path, buf, len, err);
+    int rc = lm_write_file(path, buf, len, err);
     free(buf);
     return rc;
 }
