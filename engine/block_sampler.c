@@ -9,6 +9,7 @@
 typedef struct cand {
     int32_t tok;
     double conf, ent;
+    double gap; /* top-1 minus top-2 logit over ids != mask */
 } cand;
 
 /* Candidate of one row: argmax over ids != mask (ties to the lower id), its softmax
@@ -16,6 +17,7 @@ typedef struct cand {
 static cand score_row(const float *row, uint32_t nv, int32_t mask)
 {
     cand c = {.tok = -1};
+    int32_t second = -1;
     double mx = -INFINITY;
     for (uint32_t i = 0; i < nv; ++i)
         mx = (double)row[i] > mx ? (double)row[i] : mx;
@@ -26,9 +28,16 @@ static cand score_row(const float *row, uint32_t nv, int32_t mask)
     for (uint32_t i = 0; i < nv; ++i) {
         const double p = exp((double)row[i] - mx) / z;
         ent -= p > 0.0 ? p * log(p) : 0.0;
-        if ((int32_t)i != mask && (c.tok < 0 || row[i] > row[c.tok]))
+        if ((int32_t)i == mask)
+            continue;
+        if (c.tok < 0 || row[i] > row[c.tok]) {
+            second = c.tok;
             c.tok = (int32_t)i;
+        } else if (second < 0 || row[i] > row[second]) {
+            second = (int32_t)i;
+        }
     }
+    c.gap = second < 0 ? (double)INFINITY : (double)row[c.tok] - (double)row[second];
     c.conf = exp((double)row[c.tok] - mx) / z;
     c.ent = ent;
     return c;
@@ -44,6 +53,16 @@ static bool better(const lm_block_params *p, const cand *a, const cand *b)
     return p->criterion == LM_BLOCK_ENTROPY ? a->ent < b->ent : a->conf > b->conf;
 }
 
+static double score(const lm_block_params *p, const cand *c)
+{
+    return p->criterion == LM_BLOCK_ENTROPY ? c->ent : c->conf;
+}
+
+static void note_min(double *m, double v)
+{
+    *m = v < *m ? v : *m;
+}
+
 typedef struct blk {
     float *logits;   /* [block][n_vocab] */
     cand *cands;     /* [block] */
@@ -52,7 +71,7 @@ typedef struct blk {
 
 /* One block at tokens [0, B) of out (already the mask); cache holds the prefix at base. */
 static int run_block(lm_ctx *c, const lm_block_params *p, int32_t *tok, uint32_t *iter,
-                     blk *w, uint32_t *n_iters, lm_err *err)
+                     blk *w, lm_block_trace *tr, lm_err *err)
 {
     const uint32_t B = p->block, nv = lm_ctx_model(c)->hp.n_vocab;
     const uint32_t base = lm_ctx_n_past(c);
@@ -65,17 +84,23 @@ static int run_block(lm_ctx *c, const lm_block_params *p, int32_t *tok, uint32_t
             rc = lm_ctx_rollback(c, base, err);
         if (rc != LM_OK)
             return rc;
-        ++*n_iters;
+        ++tr->n_iters;
         bool stable = true;
-        int64_t best = -1;
+        int64_t best = -1, runner = -1;
         for (uint32_t i = 0; i < B; ++i) {
             if (iter[i] != 0)
                 continue;
             w->cands[i] = score_row(w->logits + (size_t)i * nv, nv, p->mask_id);
             stable = stable && w->cands[i].tok == w->prev[i];
             w->prev[i] = w->cands[i].tok;
-            if (best < 0 || better(p, &w->cands[i], &w->cands[best]))
+            note_min(&tr->min_logit_gap, w->cands[i].gap);
+            note_min(&tr->min_commit_gap, fabs(score(p, &w->cands[i]) - p->threshold));
+            if (best < 0 || better(p, &w->cands[i], &w->cands[best])) {
+                runner = best;
                 best = i;
+            } else if (runner < 0 || better(p, &w->cands[i], &w->cands[runner])) {
+                runner = i;
+            }
         }
         const bool all = stable || t >= p->max_iters;
         uint32_t committed = 0;
@@ -86,6 +111,9 @@ static int run_block(lm_ctx *c, const lm_block_params *p, int32_t *tok, uint32_t
                 ++committed;
             }
         if (committed == 0) {
+            if (runner >= 0)
+                note_min(&tr->min_commit_gap,
+                         fabs(score(p, &w->cands[best]) - score(p, &w->cands[runner])));
             tok[best] = w->cands[best].tok;
             iter[best] = t;
             committed = 1;
@@ -122,6 +150,7 @@ int lm_block_generate(lm_ctx *c, const int32_t *prompt, uint32_t n_prompt,
     if (rc == LM_OK)
         rc = lm_prefill(c, prompt, n_prompt, p->step, last, err);
     out->n_iters = 0;
+    out->min_logit_gap = out->min_commit_gap = INFINITY;
     lm_ctx_set_bidir(c, true);
     for (uint32_t b = 0; rc == LM_OK && b < p->n_blocks; ++b) {
         int32_t *tok = out->tokens + (size_t)b * p->block;
@@ -130,7 +159,7 @@ int lm_block_generate(lm_ctx *c, const int32_t *prompt, uint32_t n_prompt,
             tok[i] = p->mask_id;
             iter[i] = 0;
         }
-        rc = run_block(c, p, tok, iter, &w, &out->n_iters, err);
+        rc = run_block(c, p, tok, iter, &w, out, err);
     }
     lm_ctx_set_bidir(c, false);
     free(w.logits);

@@ -3,6 +3,7 @@
 #include "synth.h"
 #include "test_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,9 @@ static void test_block_sampler_commits(void)
         lm_block_trace tr = {.tokens = tok[r], .iter = iter[r]};
         CU_ASSERT_FATAL(lm_block_generate(c, prompt, 6, &p, &tr, &err) == LM_OK);
         CU_ASSERT(tr.n_iters >= 2 && tr.n_iters <= 10);
+        /* decisions were taken, so their margins are finite and >= 0 */
+        CU_ASSERT(tr.min_logit_gap >= 0.0 && isfinite(tr.min_logit_gap));
+        CU_ASSERT(tr.min_commit_gap >= 0.0 && isfinite(tr.min_commit_gap));
         for (int i = 0; i < 16; ++i) {
             CU_ASSERT_NOT_EQUAL(tok[r][i], mask);
             CU_ASSERT(iter[r][i] >= 1 && iter[r][i] <= 5);

@@ -39,6 +39,12 @@ typedef struct lm_block_trace {
     uint32_t *iter;      /* [n_blocks * block] iteration (1-based, within its block) that
                             committed each position */
     uint32_t n_iters;    /* iterations run, all blocks */
+    /* How close the decisions came to going the other way (how much noise would flip one):
+     * the smallest top-1 minus top-2 logit of a candidate (non-mask ids), and the smallest
+     * probability margin of a commit decision: |confidence - threshold| (or |entropy -
+     * threshold|) of every position, and best minus runner-up when the single best is taken. */
+    double min_logit_gap;
+    double min_commit_gap;
 } lm_block_trace;
 
 /* The context must be empty, on dense attention, and hold prompt + n_blocks * block

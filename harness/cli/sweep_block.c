@@ -6,6 +6,7 @@
 #include "kvd_spec.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,8 @@ typedef struct outcome {
     int32_t *ar;      /* [N] greedy completion */
     uint64_t *hist;   /* [N] (greedy trace's, unused) */
     uint32_t n_iters;
+    double blk_gap, commit_gap; /* lm_block_trace min_logit_gap, min_commit_gap */
+    double ar_gap;              /* greedy: smallest top-1 minus top-2 logit over its steps */
     const char *skip; /* why this configuration cannot run the sampler, or NULL */
 } outcome;
 
@@ -118,13 +121,28 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
     if (rc == LM_OK)
         rc = lm_block_generate(ctx, prompt, n_prompt, &p, &tr, err);
     o->n_iters = tr.n_iters;
+    o->blk_gap = tr.min_logit_gap;
+    o->commit_gap = tr.min_commit_gap;
+    const uint32_t nv = m->hp.n_vocab;
+    float *rows = rc == LM_OK ? malloc((size_t)n * nv * sizeof *rows) : NULL;
+    if (rc == LM_OK && rows == NULL)
+        rc = LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
     if (rc == LM_OK) {
         lm_ctx_reset(ctx);
         const lm_spec_params sp = {.step = c->step, .n_gen = n,
                                    .pen = {.repeat_penalty = 1.0f, .repeat_last_n = 0}};
-        lm_spec_trace st = {.tokens = o->ar, .hist_hash = o->hist};
+        lm_spec_trace st = {.tokens = o->ar, .hist_hash = o->hist, .logits = rows};
         rc = lm_spec_generate(ctx, NULL, prompt, n_prompt, &sp, &st, err);
     }
+    o->ar_gap = INFINITY;
+    for (uint32_t k = 0; rc == LM_OK && k < n; ++k) {
+        const float *r = rows + (size_t)k * nv;
+        const int32_t t = o->ar[k];
+        for (uint32_t i = 0; i < nv; ++i)
+            if ((int32_t)i != t && (double)r[t] - (double)r[i] < o->ar_gap)
+                o->ar_gap = (double)r[t] - (double)r[i];
+    }
+    free(rows);
     lm_ctx_free(ctx);
     if (rc == LM_E_INPUT && strstr(err->msg, "bidirectional") != NULL) {
         o->skip = "the model has windows or sinks (bidirectional chunks need dense attention)";
@@ -192,15 +210,16 @@ int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint
             rc = run_one(&base[i], m, &bc, prompt, n_prompt, &bp, err);
     }
     size_t n_cmp = 0, n_blk = 0, n_ar = 0, n_bad_prefill = 0;
-    double worst_ratio = 0.0;
+    double worst_ratio = 0.0, blk_gap = INFINITY, ar_gap = INFINITY;
     if (rc == LM_OK) {
         fprintf(f, "\nblock sampler (%u block(s) of %u, mask token %d, up to %u iterations, "
                 "commit when %s %s %g) and greedy decoding of %u tokens, each against the same "
                 "backend's one-chunk run\n\n", bp.n_blocks, bp.block, (int)bp.mask_id,
                 bp.max_iters, bp.criterion == LM_BLOCK_ENTROPY ? "entropy" : "confidence",
                 bp.criterion == LM_BLOCK_ENTROPY ? "<=" : ">=", bp.threshold, n);
-        fprintf(f, "%-32s %-9s %8s %5s %-9s %-14s %-7s  %s\n", "config", "prefill", "err/E",
-                "iters", "block", "first diff", "greedy", "block completion");
+        fprintf(f, "%-32s %-9s %8s %5s %9s %9s %-9s %-14s %9s %-7s  %s\n", "config", "prefill",
+                "err/E", "iters", "blk gap", "commit", "block", "first diff", "grd gap",
+                "greedy", "block completion");
     }
     for (size_t i = 0; i < n_configs && rc == LM_OK; ++i) {
         char name[HX_CONFIG_STR_MAX], first[32] = "-", txt[64], gr[16] = "same";
@@ -209,8 +228,8 @@ int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint
         const bool own = base[i].tok == NULL && out[i].skip == NULL;
         const outcome *b = own ? &out[i] : &base[i];
         if (out[i].skip != NULL || b->skip != NULL) {
-            fprintf(f, "%-32s %-9s %8.3g %5s %-9s %-14s %-7s  skipped: %s\n", name,
-                    hx_class_name(cr->cls), cr->worst_ratio, "-", "-", "-", "-",
+            fprintf(f, "%-32s %-9s %8.3g %5s %9s %9s %-9s %-14s %9s %-7s  skipped: %s\n", name,
+                    hx_class_name(cr->cls), cr->worst_ratio, "-", "-", "-", "-", "-", "-", "-",
                     out[i].skip ? out[i].skip : b->skip);
             continue;
         }
@@ -226,27 +245,40 @@ int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint
             snprintf(gr, sizeof gr, "at %lld", (long long)ar_div);
         const bool tok_differ = memcmp(out[i].tok, b->tok, n * sizeof *b->tok) != 0;
         text_of(txt, sizeof txt, m, out[i].tok, n);
-        fprintf(f, "%-32s %-9s %8.3g %5u %-9s %-14s %-7s  %s\n", name, hx_class_name(cr->cls),
-                cr->worst_ratio, out[i].n_iters,
-                own ? "(itself)" : tok_differ ? "DIFFERS" : differs ? "order" : "same", first, gr,
-                txt);
+        fprintf(f, "%-32s %-9s %8.3g %5u %9.3g %9.3g %-9s %-14s %9.3g %-7s  %s\n", name,
+                hx_class_name(cr->cls), cr->worst_ratio, out[i].n_iters, out[i].blk_gap,
+                out[i].commit_gap,
+                own ? "(itself)" : tok_differ ? "DIFFERS" : differs ? "order" : "same", first,
+                out[i].ar_gap, gr, txt);
         if (!own) {
             ++n_cmp;
             n_blk += tok_differ;
             n_ar += ar_div >= 0;
         }
         n_bad_prefill += hx_class_fails(cr->cls);
+        blk_gap = out[i].blk_gap < blk_gap ? out[i].blk_gap : blk_gap;
+        ar_gap = out[i].ar_gap < ar_gap ? out[i].ar_gap : ar_gap;
         worst_ratio = cr->worst_ratio > worst_ratio ? cr->worst_ratio : worst_ratio;
     }
     if (rc == LM_OK) {
         fprintf(f, "\n(block: DIFFERS = other tokens than the one-chunk run, order = same tokens "
                 "committed at other iterations; first diff = block, iteration, position of the "
-                "first differing commit; greedy: first differing generated index)\n");
-        if (n_bad_prefill == 0)
+                "first differing commit; greedy: first differing generated index; blk gap / grd "
+                "gap: smallest top-1 minus top-2 logit of any block-sampler / greedy decision, "
+                "commit: smallest probability margin of a commit decision (to the threshold, or "
+                "between the two best positions): rounding flips a decision only when it moves "
+                "the logits by about that much)\n");
+        if (n_bad_prefill == 0 && n_blk > 0)
             fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
                     "worst err/E %.3g); the sampler amplifies rounding (%zu of %zu completions "
                     "differ); greedy decoding: %zu of %zu differ\n", worst_ratio, n_blk, n_cmp,
                     n_ar, n_cmp);
+        else if (n_bad_prefill == 0)
+            fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
+                    "worst err/E %.3g); the sampler did not amplify rounding here (0 of %zu "
+                    "completions differ; its closest decision was %.3g logits from flipping, "
+                    "greedy's %.3g); greedy decoding: %zu of %zu differ\n", worst_ratio, n_cmp,
+                    blk_gap, ar_gap, n_ar, n_cmp);
         else
             fprintf(f, "verdict: the engine is NOT fine (%zu configurations fail the prefill "
                     "check); block sampler: %zu of %zu completions differ; greedy: %zu of %zu\n",
