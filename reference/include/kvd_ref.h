@@ -36,6 +36,7 @@
 #ifndef KVD_REF_H
 #define KVD_REF_H
 
+#include "fs.h"
 #include "kvd_model.h"
 
 #include <mpfr.h>
@@ -129,14 +130,20 @@ int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model 
 
 /* --- capture files (ref_capture.c) --- */
 
-/* Writes atomically: temp file in the same folder, fsync, rename. */
+/* Writes atomically (fs.h lm_write_file: temp file in the same folder, fsync, rename). */
 int ref_capture_write(const ref_capture *c, const char *path, lm_err *err);
+/* ref_capture_write up to the rename: *out is the staged write (fs.h), to be committed. */
+int ref_capture_stage(lm_wfile **out, const ref_capture *c, const char *path, lm_err *err);
 /* Reads and fully validates (sizes, hash); LM_E_INPUT naming path and the reason. */
 int ref_capture_read(ref_capture *out, const char *path, lm_err *err);
 /* Writes logits.npy [n_pos][n_vocab] and layerNN_k.npy / layerNN_v.npy
  * [n_prompt][n_kv_head][head_dim] into dir (created if absent): float64 '<f8', C order,
  * NumPy format 1.0 with the header padded to 64 bytes. Each file written atomically. */
 int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err);
+/* ref_capture_write_npy up to the renames: out[0..1 + 2 * n_layer) receive the staged writes
+ * (logits, then each layer's K and V), for lm_wfile_commit_all with other files; on failure
+ * none is left staged. */
+int ref_capture_stage_npy(lm_wfile **out, const ref_capture *c, const char *dir, lm_err *err);
 /* Writes one float64 .npy of the given shape (ndim 1..4), atomically. */
 int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uint64_t *shape,
                   lm_err *err);
