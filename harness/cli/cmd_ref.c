@@ -36,6 +36,10 @@ static void usage(FILE *f)
             "  -j, --threads N          threads (default: all cores; results never depend on it)\n"
             "      --validate           also run at twice the precision and report, per tensor,\n"
             "                           the bits and decimal digits on which P and 2P agree\n"
+            "      --validate-against W  what the P run is compared with: 2p (default: the\n"
+            "                           same pass at 2P bits) or mpfr (a pure-MPFR pass at 2P\n"
+            "                           bits: every dot product by MPFR multiply-adds instead of\n"
+            "                           the exact split product); implies --validate\n"
             "      --min-bits B         --validate fails (exit 1) when a tensor agrees to fewer\n"
             "                           than B bits (default: precision - 27, i.e. 100 at 127)\n"
             "      --check FILE         read and fully verify a capture file (hash, sizes)\n"
@@ -179,11 +183,13 @@ int cmd_ref(int argc, char **argv)
         {"threads", required_argument, NULL, 'j'},  {"validate", no_argument, NULL, 'V'},
         {"min-bits", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
         {"check", required_argument, NULL, 'K'},    {"special", no_argument, NULL, 'S'},
+        {"validate-against", required_argument, NULL, 'A'},
         {NULL, 0, NULL, 0}};
     const char *text = NULL, *tok_s = NULL, *gen_s = NULL, *out_path = NULL, *npy_dir = NULL,
                *cache_dir = NULL, *check = NULL;
     unsigned long prec = REF_DEFAULT_PREC, threads = 0, min_bits = 0;
     bool no_cache = false, validate = false, have_min = false, parse_special = false;
+    bool against_mpfr = false;
     lm_err err = {0};
     int st = LM_OK, c;
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
@@ -201,6 +207,14 @@ int cmd_ref(int argc, char **argv)
         case 'X': no_cache = true; break;
         case 'j': st = parse_uint(&threads, optarg, "--threads", 1, 256, &err); break;
         case 'V': validate = true; break;
+        case 'A':
+            validate = true;
+            if (strcmp(optarg, "mpfr") == 0)
+                against_mpfr = true;
+            else if (strcmp(optarg, "2p") != 0)
+                st = LM_FAIL(&err, LM_E_INPUT, "--validate-against: '%s' is not 2p or mpfr",
+                             optarg);
+            break;
         case 'm':
             st = parse_uint(&min_bits, optarg, "--min-bits", 0, REF_MAX_PREC, &err);
             have_min = true;
@@ -279,7 +293,7 @@ int cmd_ref(int argc, char **argv)
     double t_val = 0.0;
     if (validate) {
         t0 = hx_cli_now_s();
-        if ((st = ref_validate(&ag, &n_ag, m, &rq, &err)))
+        if ((st = ref_validate_against(&ag, &n_ag, m, &rq, against_mpfr, &err)))
             goto fail;
         t_val = hx_cli_now_s() - t0;
     }
@@ -293,9 +307,9 @@ int cmd_ref(int argc, char **argv)
 
     if (validate) {
         unsigned long need = have_min ? min_bits : (prec > 27 ? prec - 27 : 0);
-        printf("validate: %lu vs %lu bits (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
+        printf("validate: %lu vs %lu bits%s (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
                "%lu; equal values count %lu, b = 0 with a != 0 counts 0\n",
-               prec, 2 * prec, t_val, prec, prec);
+               prec, 2 * prec, against_mpfr ? " pure MPFR" : "", t_val, prec, prec);
         printf("  %-10s %10s %9s %10s %9s\n", "tensor", "elements", "min bits", "min digits",
                "mean bits");
         for (uint32_t i = 0; i < n_ag; ++i) {

@@ -4,6 +4,7 @@
 
 #include "classify.h"
 #include "compare.h"
+#include "envelope_sr.h"
 #include "fingerprint.h"
 #include "kvd_engine.h"
 #include "metrics.h"
@@ -338,37 +339,10 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* (c) The SR ensemble's envelope, loaded from the cache or measured and stored. */
-static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
-                    lm_err *err)
+/* The engine's naive-sr ensemble (m members, seeds seed + i) folded into r->env. */
+static int engine_envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
+                           uint32_t m, uint64_t seed, lm_err *err)
 {
-    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
-    uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
-    char dir[4096], path[4200];
-    uint8_t key[16];
-    int rc = ref_cache_dir(dir, sizeof dir, p->cache_dir, err);
-    if (rc != LM_OK)
-        return rc;
-    /* extra = the ensemble mode, then the teacher-path capture's hash: the naive engine's bits
-     * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
-    char extra[sizeof ensemble_mode + 40];
-    char ph[33];
-    hx_hash_hex(ph, r->path_hash);
-    int ne = snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
-    hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
-    if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
-        return rc;
-    double t0 = now_s();
-    if (file_exists(path)) {
-        lm_err e2 = {0};
-        if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
-            r->env_hit = true;
-            r->ensemble_s = now_s() - t0;
-            progress(p, "envelope loaded from cache (%u naive-sr members)", (unsigned)m);
-            return LM_OK;
-        }
-        fprintf(stderr, "sweep: %s; recomputing the envelope\n", e2.msg);
-    }
     run_job *jobs = calloc(m, sizeof *jobs);
     if (jobs == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
@@ -376,7 +350,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
         hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
         jobs[i].cfg = c;
     }
-    rc = pool_run(jobs, m, p, rq, "ensemble", err);
+    int rc = pool_run(jobs, m, p, rq, "ensemble", err);
     if (rc == LM_OK) {
         const hx_capture **mem = calloc(m, sizeof *mem);
         if (mem == NULL) {
@@ -389,13 +363,62 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
         }
     }
     jobs_free(jobs, m);
+    return rc;
+}
+
+/* (c) The SR ensemble's envelope, loaded from the cache or measured and stored. */
+static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
+                    lm_err *err)
+{
+    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    char dir[4096], path[4200];
+    uint8_t key[16];
+    int rc = ref_cache_dir(dir, sizeof dir, p->cache_dir, err);
+    if (rc != LM_OK)
+        return rc;
+    /* The members: SR runs of the reference's own model (envelope_sr.h) when it implements
+     * the model, else the engine's naive-sr ensemble. extra = the ensemble mode; for the
+     * engine's ensemble also the teacher-path capture's hash: the naive engine's bits on this
+     * input, so an engine change (elementwise code, libm) never reuses an old envelope. */
+    lm_err e_sr = {0};
+    const bool use_sr =
+        !p->engine_envelope && hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
+    const char *who = use_sr ? "reference-SR" : "naive-sr";
+    char extra[sizeof ensemble_mode + 40];
+    char ph[33];
+    hx_hash_hex(ph, r->path_hash);
+    int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
+                    : snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
+    hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
+    if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
+        return rc;
+    double t0 = now_s();
+    if (file_exists(path)) {
+        lm_err e2 = {0};
+        if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
+            r->env_hit = true;
+            r->ensemble_s = now_s() - t0;
+            progress(p, "envelope loaded from cache (%u %s members)", (unsigned)m, who);
+            return LM_OK;
+        }
+        fprintf(stderr, "sweep: %s; recomputing the envelope\n", e2.msg);
+    }
+    if (use_sr) {
+        progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens), "
+                    "cached when done", (unsigned)m, (unsigned)r->ref.n_tokens);
+        rc = hx_envelope_from_ref_sr(&r->env, p->model, &r->ref, m, seed, p->ref_threads,
+                                     HX_ENVELOPE_SAFETY, err);
+    } else {
+        rc = engine_envelope(r, p, rq, m, seed, err);
+    }
     if (rc != LM_OK)
         return rc;
     memcpy(r->env->key, key, sizeof key);
     if ((rc = hx_envelope_save(r->env, path, err)) != LM_OK)
         return rc;
     r->ensemble_s = now_s() - t0;
-    progress(p, "envelope measured from %u naive-sr runs (%.3f s), cached as %s", (unsigned)m,
+    progress(p, "envelope measured from %u %s runs (%.3f s), cached as %s", (unsigned)m, who,
              r->ensemble_s, path);
     return LM_OK;
 }

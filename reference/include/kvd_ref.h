@@ -44,8 +44,9 @@
 
 #define REF_MAGIC "KVDREF01"
 #define REF_FORMAT_VERSION 1u
-/* Bumped whenever the computed numbers could change (it is part of the cache key). */
-#define REF_VERSION 1u
+/* Bumped whenever the computed numbers could change (it is part of the cache key).
+ * 2: matrix products by the exact split dot product (ref_dotx.h), rounded once. */
+#define REF_VERSION 2u
 /* 127 bits: MPFR's two-limb fast path (measured faster than 128 here; see bench_ref). */
 #define REF_DEFAULT_PREC 127u
 #define REF_MIN_PREC 53u
@@ -67,6 +68,10 @@ typedef struct ref_request {
     uint32_t rot_max_size;
     uint32_t rot_keep;
     uint32_t rot_step;     /* prefill chunk size the schedule follows (0 = one chunk) */
+    /* false (default): every matrix-product dot product is exact and rounded once (ref_dotx.h);
+     * true: MPFR multiply-adds, each rounded (ref_dot): the slower pure-MPFR pass that
+     * `ref --validate-against mpfr` compares with. Part of the cache key. */
+    bool mpfr_dot;
 } ref_request;
 
 /* A capture: what the reference computed, rounded to float64. ref_capture_free releases it. */
@@ -169,6 +174,11 @@ typedef struct ref_agreement {
  * V, then logits). *n_out receives the count. */
 int ref_validate(ref_agreement **out, uint32_t *n_out, const lm_model *m, const ref_request *rq,
                  lm_err *err);
+/* The same, with the 2P run's dot products by MPFR multiply-adds when mpfr_dot (a pure-MPFR
+ * pass: the exact split dot product of the P run is then checked against an independent
+ * implementation). */
+int ref_validate_against(ref_agreement **out, uint32_t *n_out, const lm_model *m,
+                         const ref_request *rq, bool mpfr_dot, lm_err *err);
 /* Agreement between two MPFR arrays (exported for tests). */
 void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b,
                       uint64_t n, uint32_t prec);
