@@ -13,29 +13,36 @@
  * omitted from the canonical string, so adding the axis later does not rename old configs. */
 typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 2 } hx_attn;
 
-#define HX_CONFIG_STR_MAX 96 /* longest canonical string + NUL */
+#define HX_CONFIG_STR_MAX 256 /* longest canonical string + NUL (a draft path included) */
+#define HX_DRAFT_MAX 128     /* longest draft= value + NUL */
 
 typedef struct hx_config {
-    char backend[16]; /* "naive", "blas" (lm_backend_known) */
+    char backend[16]; /* a registered backend's name (lm_backend_find), without a seed */
     uint32_t step;    /* prefill chunk size in tokens; 0 = the whole prompt in one chunk ("full") */
     uint32_t threads; /* 0 = not specified (the engine's default) */
     hx_attn attn;
     uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
     uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
-    uint64_t sr_seed; /* backend "naive-sr" only (the sweep's noise ensemble, never parsed or
-                         formatted): the stochastic-rounding seed; 0 elsewhere */
+    uint32_t spec;     /* speculative decoding (`spec=K`): K drafted tokens per round; 0 = plain */
+    char draft[HX_DRAFT_MAX]; /* `draft=`: "self:L" (the model's first L layers) or a model
+                                 (path or synth:PRESET); "" = none */
+    uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
+                         or formatted): their seed; 0 elsewhere */
 } hx_config;
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
  * >= 1), attn (dense|stream), rot (MAX/KEEP: a rotating KV cache with max_size MAX >= 2 and
  * keep KEEP < MAX, both decimal; "none" = the plain cache; '/' because ':' separates fields);
+ * spec (K >= 0 drafted tokens; 0 = plain decoding), draft (self:L, a GGUF path or
+ * synth:PRESET[:seed=N]: the rest of the string, so it comes last, ':' included);
  * each key at most once, in any order. A missing step means full.
  * Unknown backend, unknown key, duplicate key or malformed value: LM_E_INPUT naming the
  * string and the reason. */
 int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
- * when not default, then rot=MAX/KEEP when rotating.
+ * when not default, then rot=MAX/KEEP when rotating, then spec=K when K > 0, then draft=D
+ * when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
@@ -57,8 +64,13 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep);
 int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
                         lm_err *err);
 
+/* The name lm_ctx_params.backend takes for c, written into buf[n] (LM_BACKEND_NAME_MAX bytes
+ * suffice) and returned: c->backend, or NAME:seed=<c->sr_seed> for a LM_BE_SEEDED backend (the
+ * one place the seed joins the name: hx_config.backend is too short to hold it). */
+const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c);
+
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
-/* The backends a configuration may name: lm_backend_known (kvd_engine.h, the one list). */
+/* The backends a configuration may name: lm_backend_known (kvd_engine.h, the registry). */
 
 #endif
