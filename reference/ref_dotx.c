@@ -1,6 +1,7 @@
 /* ref_dotx.c — exact inner product of an MPFR vector with a float32 row by splitting both into
  * 20-bit integer digits on fixed grids (method, error bound and cost in ref_dotx.h). */
 #include "ref_dotx.h"
+#include "kvd_ref.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -556,4 +557,82 @@ void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scr
 {
     mpfr_ptr o = out;
     ref_dx_dot_rows(&o, x, &w, 1, s);
+}
+
+/* --- cost calibration --- */
+
+#include <time.h>
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
+{
+    enum { T = 4 };
+    if (n_in == 0 || n_in > 65536)
+        n_in = 1024;
+    lm_err err = {0};
+    ref_dx_scratch s;
+    ref_dx_vec v[T];
+    ref_dx_row rows[REF_DX_ROWS];
+    memset(v, 0, sizeof v);
+    memset(rows, 0, sizeof rows);
+    mpfr_t *x = malloc((size_t)T * n_in * sizeof *x);
+    float *w = malloc(REF_DX_ROWS * n_in * sizeof *w);
+    mpfr_t o[REF_DX_ROWS];
+    double sec = 0.0, macs = 0.0;
+    if (x == NULL || w == NULL || ref_dx_scratch_init(&s, prec, n_in, &err) != LM_OK) {
+        free(x);
+        free(w);
+        return 0.0;
+    }
+    uint64_t z = 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < (uint64_t)T * n_in; ++i) { /* activations of order 1, P bits */
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        mpfr_init2(x[i], prec);
+        mpfr_set_ui(x[i], (unsigned long)(z >> 11), MPFR_RNDN);
+        mpfr_div_ui(x[i], x[i], 3u + (unsigned)(z % 1000u), MPFR_RNDN);
+        mpfr_mul_2si(x[i], x[i], -53, MPFR_RNDN);
+    }
+    for (uint64_t i = 0; i < REF_DX_ROWS * n_in; ++i) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-30f;
+    }
+    mpfr_ptr op[REF_DX_ROWS];
+    const ref_dx_row *wr[REF_DX_ROWS];
+    for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+        mpfr_init2(o[g], prec);
+        op[g] = o[g];
+        wr[g] = &rows[g];
+    }
+    int ok = 1;
+    for (unsigned t = 0; ok && t < T; ++t)
+        ok = ref_dx_vec_set(&v[t], x + (size_t)t * n_in, n_in, s.k_cap, &err) == LM_OK;
+    double t0 = 0.0;
+    for (int round = 0; ok && (round < 2 || (sec = mono_s() - t0) < 0.02); ++round) {
+        if (round == 1)
+            t0 = mono_s(); /* round 0 (page faults, cold caches) is not counted */
+        if (round >= 1)
+            macs += (double)T * REF_DX_ROWS * (double)n_in;
+        for (unsigned g = 0; ok && g < REF_DX_ROWS; ++g)
+            ok = ref_dx_row_set(&rows[g], w + g * n_in, n_in, &err) == LM_OK;
+        for (unsigned t = 0; ok && t < T; ++t)
+            ref_dx_dot_rows(op, &v[t], wr, REF_DX_ROWS, &s);
+    }
+    for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+        mpfr_clear(o[g]);
+        ref_dx_row_free(&rows[g]);
+    }
+    for (unsigned t = 0; t < T; ++t)
+        ref_dx_vec_free(&v[t]);
+    for (uint64_t i = 0; i < (uint64_t)T * n_in; ++i)
+        mpfr_clear(x[i]);
+    free(x);
+    free(w);
+    ref_dx_scratch_clear(&s);
+    return ok && macs > 0 ? sec / macs : 0.0;
 }

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_THREADS 256
@@ -63,7 +64,32 @@ struct fwd {
     mpfr_t *dxo;         /* [nt][REF_DX_ROWS] their dot products */
     ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
     atomic_int dx_fail;  /* a split ran out of memory */
+    const ref_request *rq; /* for the progress callback */
+    double macs_done, macs_total, t0;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ref_macs(const lm_model *m, const ref_request *rq)
+{
+    const lm_hparams *hp = &m->hp;
+    const double e = hp->n_embd, q = (double)hp->n_head * hp->head_dim,
+                 kv = (double)hp->n_head_kv * hp->head_dim, n = rq->n_tokens;
+    double ffn = 3.0 * e * hp->n_ff;
+    if (hp->n_expert > 0) /* the router, and every expert some token selected (at most all) */
+        ffn = e * hp->n_expert + 3.0 * e * hp->n_ff_exp *
+                                     (hp->n_expert < n * hp->n_expert_used
+                                          ? (double)hp->n_expert : n * hp->n_expert_used) / n;
+    const double lin = e * q + 2.0 * e * kv + q * e + ffn;
+    const double att = 2.0 * q * n * (n + 1) / 2.0; /* q.k and p.v, causal */
+    const double n_pos = rq->pos ? rq->n_pos : (double)(rq->n_tokens - rq->n_prompt + 1);
+    return hp->n_layer * (lin * n + att) + n_pos * hp->n_vocab * e;
+}
 
 /* --- parallel loop --- */
 
@@ -224,6 +250,13 @@ static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *
         return st;
     if (atomic_load(&f->dx_fail))
         return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory in a matrix product");
+    f->macs_done += (double)n_rows * (double)n_in * (double)n_out;
+    if (f->rq->progress) {
+        ref_progress pr = {.layer = f->layer, .n_layer = f->hp->n_layer, .done = f->macs_done,
+                           .total = f->macs_total, .elapsed_s = now_s() - f->t0, .m = f->m,
+                           .rq = f->rq};
+        f->rq->progress(f->rq->progress_user, &pr);
+    }
     return LM_OK;
 }
 
@@ -530,7 +563,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;
-    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot};
+    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot, .rq = rq,
+             .macs_total = ref_macs(m, rq), .t0 = now_s()};
     atomic_init(&f.dx_fail, 0);
     f.prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
     f.nt = rq->n_threads ? rq->n_threads : default_threads();
@@ -641,6 +675,10 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         f.n_ready = t + 1;
     }
 
+    if (rq->progress) {
+        ref_progress pr = {.n_layer = hp->n_layer, .total = f.macs_total, .m = m, .rq = rq};
+        rq->progress(rq->progress_user, &pr);
+    }
     /* x = tok_embd[id] (exact) */
     for (uint64_t t = 0; t < n; ++t) {
         const float *row = m->tok_embd + (uint64_t)rq->tokens[t] * e;
@@ -680,6 +718,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             goto fail;
     }
     /* logits only where asked: final norm of those rows, then the output projection */
+    f.layer = hp->n_layer;
     norm_ctx oc = {f.x, f.hsel, m->output_norm, r->pos};
     if ((st = par_for(&f, r->n_pos, norm_item, &oc, err)) ||
         (st = matmul(&f, r->logits, f.hsel, m->output, NULL, r->n_pos, e, hp->n_vocab, false,

@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include "case.h"
+#include "cli_progress.h"
 #include "cli_util.h"
 #include "kvd_ref.h"
 
@@ -34,6 +35,7 @@ static void usage(FILE *f)
             "                           $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
             "      --no-cache           compute without reading or writing the cache\n"
             "  -j, --threads N          threads (default: all cores; results never depend on it)\n"
+            "  -q, --quiet              no cost and progress lines on stderr\n"
             "      --validate           also run at twice the precision and report, per tensor,\n"
             "                           the bits and decimal digits on which P and 2P agree\n"
             "      --validate-against W  what the P run is compared with: 2p (default: the\n"
@@ -184,17 +186,18 @@ int cmd_ref(int argc, char **argv)
         {"min-bits", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
         {"check", required_argument, NULL, 'K'},    {"special", no_argument, NULL, 'S'},
         {"validate-against", required_argument, NULL, 'A'},
+        {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
     const char *text = NULL, *tok_s = NULL, *gen_s = NULL, *out_path = NULL, *npy_dir = NULL,
                *cache_dir = NULL, *check = NULL;
     unsigned long prec = REF_DEFAULT_PREC, threads = 0, min_bits = 0;
     bool no_cache = false, validate = false, have_min = false, parse_special = false;
-    bool against_mpfr = false;
+    bool against_mpfr = false, quiet = false;
     lm_err err = {0};
     int st = LM_OK, c;
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    while ((c = getopt_long(argc, argv, ":p:o:j:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:o:j:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'p': text = optarg; break;
         case 'S': parse_special = true; break;
@@ -207,6 +210,7 @@ int cmd_ref(int argc, char **argv)
         case 'X': no_cache = true; break;
         case 'j': st = parse_uint(&threads, optarg, "--threads", 1, 256, &err); break;
         case 'V': validate = true; break;
+        case 'q': quiet = true; break;
         case 'A':
             validate = true;
             if (strcmp(optarg, "mpfr") == 0)
@@ -277,6 +281,14 @@ int cmd_ref(int argc, char **argv)
     if ((st = ref_request_check(m, &rq, &err)))
         goto fail;
 
+    hx_progress prog;
+    hx_progress_init(&prog, "reference", quiet);
+    rq.progress = hx_progress_cb;
+    rq.progress_user = &prog;
+    char cdir[4096];
+    lm_err cerr = {0};
+    bool cached = !no_cache && !validate && ref_cache_dir(cdir, sizeof cdir, cache_dir, &cerr) == LM_OK;
+    prog.cache_dir = cached ? cdir : NULL; /* the cost line says so; a cache hit prints none */
     double t0 = hx_cli_now_s();
     bool hit = false;
     if (no_cache || validate) {
@@ -284,6 +296,7 @@ int cmd_ref(int argc, char **argv)
     } else {
         st = ref_cached(&cap, m, &rq, cache_dir, &hit, &err);
     }
+    hx_progress_end(&prog);
     if (st)
         goto fail;
     char how[64];
@@ -293,7 +306,12 @@ int cmd_ref(int argc, char **argv)
     double t_val = 0.0;
     if (validate) {
         t0 = hx_cli_now_s();
-        if ((st = ref_validate_against(&ag, &n_ag, m, &rq, against_mpfr, &err)))
+        if (!quiet)
+            fprintf(stderr, "reference: --validate runs the pass again at %lu bits%s\n",
+                    2 * prec, against_mpfr ? " with MPFR dot products" : "");
+        st = ref_validate_against(&ag, &n_ag, m, &rq, against_mpfr, &err);
+        hx_progress_end(&prog);
+        if (st)
             goto fail;
         t_val = hx_cli_now_s() - t0;
     }

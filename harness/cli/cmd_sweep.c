@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include "case.h"
+#include "cli_progress.h"
 #include "cli_util.h"
 #include "config.h"
 #include "kvd_engine.h"
@@ -423,10 +424,19 @@ int cmd_sweep(int argc, char **argv)
     sp.configs = configs;
     sp.n_configs = n_configs;
     sp.cache_dir = cache;
+    hx_progress prog;
+    char cdir[4096];
+    lm_err cerr = {0};
+    hx_progress_init(&prog, "sweep: reference", sp.quiet);
+    prog.cache_dir = ref_cache_dir(cdir, sizeof cdir, cache, &cerr) == LM_OK ? cdir : NULL;
+    sp.ref_progress = hx_progress_cb;
+    sp.ref_progress_user = &prog;
     if (!sp.quiet)
         fprintf(stderr, "sweep: %s, %u prompt tokens, %u generated, %zu configurations\n",
                 model_path, (unsigned)n_prompt, (unsigned)sp.n_gen, n_configs);
-    if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
+    st = hx_sweep_run_all(&res, &sp, &err);
+    hx_progress_end(&prog);
+    if (st != LM_OK)
         goto done;
 
     /* MoE: routing decisions are reported like argmax flips; measured before the reports are

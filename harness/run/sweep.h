@@ -88,6 +88,9 @@ typedef struct hx_sweep_params {
     uint32_t jobs;            /* engine runs in parallel; 0 or 1 = one at a time */
     bool strict_bits;         /* copied into the report (check's policy) */
     bool quiet;               /* no progress lines */
+    ref_progress_fn ref_progress; /* the reference passes' progress callback (ref_request),
+                                     NULL: none */
+    void *ref_progress_user;
     bool engine_envelope;     /* envelope members from the engine's naive-sr backend even when
                                  the reference's SR model implements the model (envelope_sr.h) */
 } hx_sweep_params;

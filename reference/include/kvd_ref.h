@@ -52,6 +52,17 @@
 #define REF_MIN_PREC 53u
 #define REF_MAX_PREC 4096u
 
+/* Progress of a running pass (ref_request.progress): reported once before it starts (done 0)
+ * and after every matrix product. */
+typedef struct ref_progress {
+    uint32_t layer, n_layer; /* the layer being computed (n_layer: the output projection) */
+    double done, total;      /* multiply-adds done and in all (ref_macs) */
+    double elapsed_s;        /* since the pass started */
+    const struct lm_model *m;         /* the pass's model and request */
+    const struct ref_request *rq;
+} ref_progress;
+typedef void (*ref_progress_fn)(void *user, const ref_progress *p);
+
 /* What to compute. */
 typedef struct ref_request {
     const int32_t *tokens; /* [n_tokens]: prompt, then teacher-forced continuation */
@@ -72,6 +83,10 @@ typedef struct ref_request {
      * true: MPFR multiply-adds, each rounded (ref_dot): the slower pure-MPFR pass that
      * `ref --validate-against mpfr` compares with. Part of the cache key. */
     bool mpfr_dot;
+    /* Called from the calling thread after every matrix product (NULL: none); never changes
+     * the numbers and is not part of the cache key. */
+    ref_progress_fn progress;
+    void *progress_user;
 } ref_request;
 
 /* A capture: what the reference computed, rounded to float64. ref_capture_free releases it. */
@@ -121,6 +136,13 @@ typedef struct ref_result {
 } ref_result;
 
 int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err);
+/* Multiply-adds of the pass rq describes (every projection of every token, the causal
+ * attention products, the output projection of the logit positions; MoE: the experts computed). */
+double ref_macs(const lm_model *m, const ref_request *rq);
+/* Seconds per multiply-add of this machine's matrix products at prec bits, one thread, from a
+ * ~20 ms calibration of the dot product on rows of n_in elements (for the cost line printed
+ * before a pass; 0 when it cannot allocate). */
+double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in);
 void ref_result_free(ref_result *r);
 /* Rounds a result to float64 into a capture (tokens and model hash copied from rq, m). */
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
