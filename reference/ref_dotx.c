@@ -32,7 +32,7 @@ static uint64_t pad16(uint64_t n)
 
 /* --- kernels: for each of R rows r, A[r][k + j] += sum_i d[k][i] * p[r][j][i] over i < np,
  * in blocks of REF_DX_BLOCK elements. Every product is an integer below 2^40 and every partial
- * sum of one block and one (k, j) an integer below 2^48 (ref_dotx.h), so all kernels compute
+ * sum of one block and one bucket an integer below 2^50 (ref_dotx.h), so all kernels compute
  * the same exact integers. R rows share each load of the vector's digits. --- */
 
 typedef void (*dx_kernel)(int64_t *const *A, const double *d, uint32_t K,
@@ -62,25 +62,46 @@ __attribute__((target("avx2,fma"), always_inline)) static inline double hsum4(__
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
 
-/* One digit plane x against R rows of J planes each over [i0, i1), 4 elements a step. */
+/* KB digit planes k .. k+KB-1 of the vector against R rows of J planes each over [i0, i1), 4
+ * elements a step: each loaded weight vector serves KB planes, each loaded digit vector R J
+ * products; bucket k + s of row r collects the products with kb + j = s (at most
+ * min(KB, J) <= 4 per element: block sums below 256 * 4 * 2^40 = 2^50, exact). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-avx2_plane(int64_t *const *A, uint32_t k, const double *x, const double *const *p, uint64_t np,
-           uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R)
+avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p, uint64_t np,
+            uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R, const uint32_t KB)
 {
-    __m256d a[4][REF_DX_JMAX];
+    __m256d a[4][REF_DX_JMAX + 3];
     for (uint32_t r = 0; r < R; ++r)
-        for (uint32_t j = 0; j < J; ++j)
-            a[r][j] = _mm256_setzero_pd();
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            a[r][b] = _mm256_setzero_pd();
     for (uint64_t i = i0; i < i1; i += 4) {
-        __m256d xv = _mm256_loadu_pd(x + i);
+        __m256d xv[4];
+        for (uint32_t kb = 0; kb < KB; ++kb)
+            xv[kb] = _mm256_loadu_pd(d + (k + kb) * np + i);
         for (uint32_t r = 0; r < R; ++r)
-            for (uint32_t j = 0; j < J; ++j)
-                a[r][j] = _mm256_fmadd_pd(xv, _mm256_loadu_pd(p[r] + j * np + i), a[r][j]);
+            for (uint32_t j = 0; j < J; ++j) {
+                const __m256d wv = _mm256_loadu_pd(p[r] + j * np + i);
+                for (uint32_t kb = 0; kb < KB; ++kb)
+                    a[r][j + kb] = _mm256_fmadd_pd(xv[kb], wv, a[r][j + kb]);
+            }
     }
     for (uint32_t r = 0; r < R; ++r)
-        for (uint32_t j = 0; j < J; ++j)
-            A[r][k + j] += (int64_t)hsum4(a[r][j]);
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            A[r][k + b] += (int64_t)hsum4(a[r][b]);
 }
+
+/* J (1..4) made a constant for the compiler. */
+#define DX_BY_J(FN, J, ...)                                                                       \
+    do {                                                                                          \
+        switch (J) {                                                                              \
+        case 1: FN(__VA_ARGS__, 1); break;                                                        \
+        case 2: FN(__VA_ARGS__, 2); break;                                                        \
+        case 3: FN(__VA_ARGS__, 3); break;                                                        \
+        default: FN(__VA_ARGS__, 4); break;                                                       \
+        }                                                                                         \
+    } while (0)
+#define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, np, i0, i1, JJ, 4, KB)
+#define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, np, i0, i1, JJ, 1, KB)
 
 __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, const double *d,
                                                           uint32_t K, const double *const *p,
@@ -88,50 +109,48 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
 {
     for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
-        for (uint32_t k = 0; k < K; ++k) {
-            const double *x = d + k * np;
-            /* constant J and R: the accumulators stay in registers */
-#define DX_CASE(JJ, RR) avx2_plane(A, k, x, p, np, i0, i1, JJ, RR)
-            if (R == 4) {
-                switch (J) {
-                case 1: DX_CASE(1, 4); break;
-                case 2: DX_CASE(2, 4); break;
-                case 3: DX_CASE(3, 4); break;
-                default: DX_CASE(4, 4); break;
-                }
-            } else {
-                for (uint32_t r = 0; r < R; ++r) {
-                    switch (J) {
-                    case 1: avx2_plane(A + r, k, x, p + r, np, i0, i1, 1, 1); break;
-                    case 2: avx2_plane(A + r, k, x, p + r, np, i0, i1, 2, 1); break;
-                    case 3: avx2_plane(A + r, k, x, p + r, np, i0, i1, 3, 1); break;
-                    default: avx2_plane(A + r, k, x, p + r, np, i0, i1, 4, 1); break;
-                    }
-                }
-            }
-#undef DX_CASE
+        for (uint32_t k = 0; k < K;) {
+            /* two planes at once where the accumulators fit 16 registers (4 rows, J <= 2) */
+            const uint32_t kb = (R == 4 && J <= 2 && K - k >= 2) ? 2 : 1;
+            if (R == 4 && kb == 2)
+                DX_BY_J(AVX2_R4, J, 2);
+            else if (R == 4)
+                DX_BY_J(AVX2_R4, J, 1);
+            else
+                for (uint32_t r = 0; r < R; ++r)
+                    DX_BY_J(AVX2_R1, J, 1);
+            k += kb;
         }
     }
 }
 
 __attribute__((target("avx512f"), always_inline)) static inline void
-avx512_plane(int64_t *const *A, uint32_t k, const double *x, const double *const *p, uint64_t np,
-             uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R)
+avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p,
+              uint64_t np, uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R,
+              const uint32_t KB)
 {
-    __m512d a[4][REF_DX_JMAX];
+    __m512d a[4][REF_DX_JMAX + 3];
     for (uint32_t r = 0; r < R; ++r)
-        for (uint32_t j = 0; j < J; ++j)
-            a[r][j] = _mm512_setzero_pd();
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            a[r][b] = _mm512_setzero_pd();
     for (uint64_t i = i0; i < i1; i += 8) {
-        __m512d xv = _mm512_loadu_pd(x + i);
+        __m512d xv[4];
+        for (uint32_t kb = 0; kb < KB; ++kb)
+            xv[kb] = _mm512_loadu_pd(d + (k + kb) * np + i);
         for (uint32_t r = 0; r < R; ++r)
-            for (uint32_t j = 0; j < J; ++j)
-                a[r][j] = _mm512_fmadd_pd(xv, _mm512_loadu_pd(p[r] + j * np + i), a[r][j]);
+            for (uint32_t j = 0; j < J; ++j) {
+                const __m512d wv = _mm512_loadu_pd(p[r] + j * np + i);
+                for (uint32_t kb = 0; kb < KB; ++kb)
+                    a[r][j + kb] = _mm512_fmadd_pd(xv[kb], wv, a[r][j + kb]);
+            }
     }
     for (uint32_t r = 0; r < R; ++r)
-        for (uint32_t j = 0; j < J; ++j)
-            A[r][k + j] += (int64_t)_mm512_reduce_add_pd(a[r][j]);
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            A[r][k + b] += (int64_t)_mm512_reduce_add_pd(a[r][b]);
 }
+
+#define AVX512_R4(KB, JJ) avx512_planes(A, k, d, p, np, i0, i1, JJ, 4, KB)
+#define AVX512_R1(KB, JJ) avx512_planes(A + r, k, d, p + r, np, i0, i1, JJ, 1, KB)
 
 __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, const double *d,
                                                            uint32_t K, const double *const *p,
@@ -139,25 +158,23 @@ __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, co
 {
     for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
-        for (uint32_t k = 0; k < K; ++k) {
-            const double *x = d + k * np;
-            if (R == 4) {
-                switch (J) {
-                case 1: avx512_plane(A, k, x, p, np, i0, i1, 1, 4); break;
-                case 2: avx512_plane(A, k, x, p, np, i0, i1, 2, 4); break;
-                case 3: avx512_plane(A, k, x, p, np, i0, i1, 3, 4); break;
-                default: avx512_plane(A, k, x, p, np, i0, i1, 4, 4); break;
-                }
-            } else {
-                for (uint32_t r = 0; r < R; ++r) {
-                    switch (J) {
-                    case 1: avx512_plane(A + r, k, x, p + r, np, i0, i1, 1, 1); break;
-                    case 2: avx512_plane(A + r, k, x, p + r, np, i0, i1, 2, 1); break;
-                    case 3: avx512_plane(A + r, k, x, p + r, np, i0, i1, 3, 1); break;
-                    default: avx512_plane(A + r, k, x, p + r, np, i0, i1, 4, 1); break;
-                    }
-                }
-            }
+        for (uint32_t k = 0; k < K;) {
+            /* 32 registers: four planes at once for J <= 3, two for J = 4 */
+            uint32_t kb = 1;
+            if (R == 4 && J <= 3 && K - k >= 4)
+                kb = 4;
+            else if (R == 4 && K - k >= 2)
+                kb = 2;
+            if (R == 4 && kb == 4)
+                DX_BY_J(AVX512_R4, J, 4);
+            else if (R == 4 && kb == 2)
+                DX_BY_J(AVX512_R4, J, 2);
+            else if (R == 4)
+                DX_BY_J(AVX512_R4, J, 1);
+            else
+                for (uint32_t r = 0; r < R; ++r)
+                    DX_BY_J(AVX512_R1, J, 1);
+            k += kb;
         }
     }
 }

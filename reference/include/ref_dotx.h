@@ -7,9 +7,10 @@
  * with tx (tw) the largest exponent of the vector (row): every element whose significant bits
  * lie inside the K (J) digits is split exactly. Each product d_ik c_ij is an integer below 2^40,
  * exact in double; products of the same grid position s = k + j are summed in double over
- * blocks of 256 elements (every partial sum of one (k, j) and block is an integer below
- * 256 * 2^40 = 2^48 < 2^53, so every addition is exact, in any order, with or without FMA, in
- * any SIMD width), then in int64 across blocks. The buckets are carried into
+ * blocks of 256 elements (a kernel feeds a bucket at most 4 products per element, so every
+ * partial sum of one bucket and block is an integer below 256 * 4 * 2^40 = 2^50 < 2^53 and
+ * every addition is exact, in any order, with or without FMA, in any SIMD width), then in
+ * int64 across blocks. The buckets are carried into
  * one integer T and the result is T 2^(tx + tw - 20(K + J)) rounded ONCE to the output's
  * precision (mpfr_set_z_2exp, round to nearest).
  * Elements that do not fit the grid (a vector spread over more than K_cap digits, a weight more
