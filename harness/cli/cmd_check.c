@@ -6,6 +6,7 @@
 #include "caserun.h"
 #include "cli_util.h"
 #include "classify.h"
+#include "fs.h"
 #include "golden.h"
 #include "golden_judge.h"
 #include "report.h"
@@ -64,17 +65,7 @@ static int prepare_out(const char *opt, const char *path, lm_err *err)
 {
     if (path == NULL)
         return LM_OK;
-    int rc = LM_OK;
-    const char *slash = strrchr(path, '/');
-    if (slash && slash != path) {
-        char dir[4096];
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir)
-            return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", path);
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-        rc = hx_mkdir_p(dir, err);
-    }
+    int rc = lm_mkdir_parent(path, err);
     if (rc == LM_OK)
         rc = hx_cli_check_out_file(path, err);
     if (rc != LM_OK) {
@@ -116,17 +107,20 @@ static int judge_case(hx_caserun *cr, const char *gpath, const hx_fingerprint *f
     hx_report *r = cr->report;
     hx_golden *g = NULL;
     hx_golden_entry *now = calloc(r->n_configs, sizeof *now);
+    hx_golden_key *key = calloc(r->n_configs, sizeof *key);
     const char **keys = calloc(r->n_configs, sizeof *keys);
-    int rc = now && keys ? hx_golden_load(&g, gpath, true, err)
-                         : LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    int rc = now && key && keys ? hx_golden_load(&g, gpath, true, err)
+                                : LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (size_t i = 0; i < r->n_configs && rc == LM_OK; ++i) {
-        keys[i] = fp->id;
+        hx_caserun_key(&key[i], cr, i, fp);
+        keys[i] = key[i].id;
         rc = hx_caserun_entry(&now[i], cr, i, err);
     }
     if (rc == LM_OK)
         rc = hx_golden_judge(r, g, keys, now, counts, err);
     hx_golden_free(g);
     free(now);
+    free(key);
     free(keys);
     return rc;
 }

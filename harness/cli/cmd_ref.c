@@ -4,6 +4,8 @@
 #include "case.h"
 #include "cli_progress.h"
 #include "cli_util.h"
+#include "fs.h"
+#include "kvd_engine.h"
 #include "kvd_ref.h"
 
 #include <errno.h>
@@ -208,7 +210,7 @@ int cmd_ref(int argc, char **argv)
         case 'N': npy_dir = optarg; break;
         case 'C': cache_dir = optarg; break;
         case 'X': no_cache = true; break;
-        case 'j': st = parse_uint(&threads, optarg, "--threads", 1, 256, &err); break;
+        case 'j': st = parse_uint(&threads, optarg, "--threads", 1, LM_MAX_THREADS, &err); break;
         case 'V': validate = true; break;
         case 'q': quiet = true; break;
         case 'A':
@@ -287,7 +289,7 @@ int cmd_ref(int argc, char **argv)
     rq.progress_user = &prog;
     char cdir[4096];
     lm_err cerr = {0};
-    bool cached = !no_cache && !validate && ref_cache_dir(cdir, sizeof cdir, cache_dir, &cerr) == LM_OK;
+    bool cached = !no_cache && !validate && lm_cache_dir(cdir, sizeof cdir, cache_dir, &cerr) == LM_OK;
     prog.cache_dir = cached ? cdir : NULL; /* the cost line says so; a cache hit prints none */
     double t0 = hx_cli_now_s();
     bool hit = false;

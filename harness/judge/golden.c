@@ -1,7 +1,7 @@
 /* golden.c — golden hash files (JSON via jansson): load, validate, look up, update, save. */
 #include "golden.h"
 
-#include "atomic.h"
+#include "fs.h"
 #include "capture.h"
 
 #include <errno.h>
@@ -154,14 +154,17 @@ int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *e
     struct stat st;
     if (missing_ok && stat(path, &st) != 0 && errno == ENOENT)
         return hx_golden_create(out, err);
+    char *text;
+    size_t n;
+    int rc = lm_read_file(&text, &n, path, HX_GOLDEN_MAX_BYTES, err);
+    if (rc != LM_OK)
+        return rc;
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (root == NULL) {
-        if (je.line < 0) /* jansson's mark for "could not open or read" */
-            return LM_FAIL(err, LM_E_IO, "%s: %s", path, je.text);
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (root == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s:%d: %s", path, je.line, je.text);
-    }
-    int rc = validate(root, path, err);
+    rc = validate(root, path, err);
     if (rc != LM_OK) {
         json_decref(root);
         return rc;
@@ -203,8 +206,8 @@ static json_t *child(json_t *parent, const char *key)
     return json_is_object(c) ? c : NULL;
 }
 
-int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
-                  const hx_fingerprint *fp, const hx_golden_entry *e, lm_err *err)
+int hx_golden_set(hx_golden *g, const char *case_name, const char *config, const char *key_id,
+                  const char *key_text, const hx_golden_entry *e, lm_err *err)
 {
     json_t *top = json_array();
     for (uint32_t i = 0; top && i < e->n_top && i < HX_TOPK; ++i) {
@@ -222,8 +225,8 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
                       : NULL;
     json_t *cfg = child(child(child(g->root, "cases"), case_name), config);
     json_t *plats = json_object_get(g->root, "platforms");
-    if (obj == NULL || cfg == NULL || json_object_set_new(cfg, fp->id, obj) ||
-        json_object_set_new(plats, fp->id, json_string(fp->text)))
+    if (obj == NULL || cfg == NULL || json_object_set_new(cfg, key_id, obj) ||
+        json_object_set_new(plats, key_id, json_string(key_text)))
         return LM_FAIL(err, LM_E_INPUT, "golden: cannot add %s/%s (out of memory, or a "
                                         "non-finite logit in the summary)", case_name, config);
     return LM_OK;
@@ -258,12 +261,59 @@ size_t hx_golden_count(const hx_golden *g)
     return n;
 }
 
-int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
+/* Drops the "platforms" texts no entry uses any more (after pruning or re-keying). */
+static void drop_unused_keys(json_t *root)
 {
+    json_t *plats = json_object_get(root, "platforms"), *v, *tmp;
+    const char *id;
+    json_object_foreach_safe(plats, tmp, id, v) {
+        bool used = false;
+        const char *k1, *k2;
+        json_t *v1, *v2;
+        json_object_foreach(json_object_get(root, "cases"), k1, v1) {
+            json_object_foreach(v1, k2, v2)
+                used = used || json_object_get(v2, id) != NULL;
+        }
+        if (!used)
+            json_object_del(plats, id);
+    }
+}
+
+int hx_golden_stage(lm_wfile **out, const hx_golden *g, const char *path, lm_err *err)
+{
+    *out = NULL;
+    drop_unused_keys(g->root);
     char *text = json_dumps(g->root, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (text == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: cannot serialize golden file", path);
-    return hx_write_text_atomic(path, text, err);
+    size_t n = strlen(text);
+    int rc = LM_OK;
+    if (n + 1 > HX_GOLDEN_MAX_BYTES)
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: golden file would be %zu bytes, more than the limit "
+                     "of %u bytes", path, n + 1, (unsigned)HX_GOLDEN_MAX_BYTES);
+    lm_wfile *w = NULL;
+    if (rc == LM_OK)
+        rc = lm_wfile_open(&w, path, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_write(w, text, n, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_write(w, "\n", 1, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_stage(w, err);
+    free(text);
+    if (rc != LM_OK) {
+        lm_wfile_abort(w);
+        return rc;
+    }
+    *out = w;
+    return LM_OK;
+}
+
+int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
+{
+    lm_wfile *w;
+    int rc = hx_golden_stage(&w, g, path, err);
+    return rc == LM_OK ? lm_wfile_commit(w, err) : rc;
 }
 
 void hx_tokens_hash(char out[17], const int32_t *ids, uint32_t n)

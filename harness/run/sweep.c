@@ -6,6 +6,7 @@
 #include "compare.h"
 #include "envelope_sr.h"
 #include "fingerprint.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "metrics.h"
 
@@ -374,11 +375,13 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
 {
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
-    char dir[4096], path[4200];
+    char dir[4096], path[4200] = "";
     uint8_t key[16];
-    int rc = ref_cache_dir(dir, sizeof dir, p->cache_dir, err);
-    if (rc != LM_OK)
-        return rc;
+    lm_err cerr = {0};
+    int rc;
+    bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
+    if (!cached) /* the reference step has said so already when it is the same folder */
+        fprintf(stderr, "sweep: envelope cache unusable (%s); computing without it\n", cerr.msg);
     /* The members: SR runs of the reference's own model (envelope_sr.h) when it implements
      * the model, else the engine's naive-sr ensemble. extra = the ensemble mode; for the
      * engine's ensemble also the teacher-path capture's hash: the naive engine's bits on this
@@ -393,10 +396,10 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
                     : snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
-    if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
+    if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
     double t0 = now_s();
-    if (file_exists(path)) {
+    if (cached && file_exists(path)) {
         lm_err e2 = {0};
         if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
             r->env_hit = true;
@@ -404,11 +407,11 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
             progress(p, "envelope loaded from cache (%u %s members)", (unsigned)m, who);
             return LM_OK;
         }
-        fprintf(stderr, "sweep: %s; recomputing the envelope\n", e2.msg);
+        fprintf(stderr, "sweep: envelope cache entry unusable (%s); recomputed\n", e2.msg);
     }
     if (use_sr) {
-        progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens), "
-                    "cached when done", (unsigned)m, (unsigned)r->ref.n_tokens);
+        progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
+                 (unsigned)m, (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
         rc = hx_envelope_from_ref_sr(&r->env, p->model, &r->ref, m, seed, p->ref_threads,
                                      HX_ENVELOPE_SAFETY, err);
     } else {
@@ -417,11 +420,14 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     if (rc != LM_OK)
         return rc;
     memcpy(r->env->key, key, sizeof key);
-    if ((rc = hx_envelope_save(r->env, path, err)) != LM_OK)
-        return rc;
+    /* the cache costs time, never correctness: a failed write is a warning, as for the
+     * reference cache */
+    lm_err werr = {0};
+    if (cached && hx_envelope_save(r->env, path, &werr) != LM_OK)
+        fprintf(stderr, "sweep: envelope cache entry not stored (%s)\n", werr.msg);
     r->ensemble_s = now_s() - t0;
     progress(p, "envelope measured from %u %s runs (%.3f s), cached as %s", (unsigned)m, who,
-             r->ensemble_s, path);
+             r->ensemble_s, cached && werr.code == 0 ? path : "(not cached)");
     return LM_OK;
 }
 
