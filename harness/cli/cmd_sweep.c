@@ -14,6 +14,7 @@
 #include "sweep.h"
 #include "synth.h"
 #include "specrun.h"
+#include "sweep_block.h"
 #include "sweep_spec.h"
 
 #include <errno.h>
@@ -270,6 +271,7 @@ int cmd_sweep(int argc, char **argv)
         {"special", no_argument, NULL, O_SPECIAL},
         {"envelope", required_argument, NULL, O_ENVELOPE},
         HX_SPEC_LONG_OPTIONS,
+        HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
@@ -278,6 +280,8 @@ int cmd_sweep(int argc, char **argv)
     bool parse_special = false;
     hx_spec_opts so;
     hx_spec_opts_init(&so);
+    hx_block_opts bo;
+    hx_block_opts_init(&bo);
     lm_err opt_err = {0};
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
@@ -333,7 +337,16 @@ int cmd_sweep(int argc, char **argv)
             sp.sr_seed_set = true;
             break;
         }
-        case 'h': fputs(usage_text, stdout); fputs(HX_SPEC_USAGE, stdout); return 0;
+        case 'h':
+            fputs(usage_text, stdout);
+            fputs(HX_SPEC_USAGE, stdout);
+            fputs(HX_BLOCK_USAGE, stdout);
+            return 0;
+        case HX_OPT_SAMPLER: case HX_OPT_BLOCK_SIZE: case HX_OPT_BLOCKS: case HX_OPT_BLOCK_ITERS:
+        case HX_OPT_BLOCK_THRESHOLD: case HX_OPT_BLOCK_CRITERION: case HX_OPT_MASK_TOKEN:
+            if (hx_block_opts_set(&bo, o, optarg, &opt_err) != LM_OK)
+                return hx_cli_fail("sweep", "%s", opt_err.msg);
+            break;
         case HX_OPT_SPEC: case HX_OPT_DRAFT: case HX_OPT_REPEAT_PENALTY:
         case HX_OPT_REPEAT_LAST_N: case HX_OPT_FREQ_PENALTY: case HX_OPT_PRESENCE_PENALTY:
             if (hx_spec_opts_set(&so, o, optarg, &opt_err) != LM_OK)
@@ -477,6 +490,9 @@ int cmd_sweep(int argc, char **argv)
     }
     if (so.spec_list != NULL && (st = sweep_spec(&so, m, prompt, n_prompt, &sp, res, cache,
                                                   &spec_fail, &err)) != LM_OK)
+        goto done;
+    if (bo.on && (st = hx_block_check_print(stdout, m, prompt, n_prompt, configs, n_configs,
+                                            res->report, &bo, &err)) != LM_OK)
         goto done;
 done:
     if (st != LM_OK)
