@@ -48,10 +48,10 @@ TLIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/tobj/%.o)
 # engine/backend_cuda_absent.c answers "built without nvcc". cudart is linked statically, so the
 # binary starts on a machine without a GPU or driver; cuBLAS is found through the toolkit's rpath.
 # --fmad=false: no contraction the source does not spell out (the det kernel's FMAs are explicit).
-CUDA ?= $(if $(shell command -v nvcc 2>/dev/null),1,0)
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA ?= $(if $(NVCC),1,0)
 ifeq ($(CUDA),1)
-NVCC       ?= nvcc
-CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC))))
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS  := -std=c++20 -O2 --fmad=false $(CUDA_ARCH) -Xcompiler -fno-fast-math,-ffp-contract=off \
               -Iengine/include -Iengine -Icommon
