@@ -457,6 +457,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
 {
     *out = NULL;
     int st = ref_request_check(m, rq, err);
+    if (st == LM_OK)
+        st = ref_weights_check(m, err);
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;

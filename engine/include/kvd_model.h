@@ -67,6 +67,13 @@ typedef struct lm_layer {
     const float *ffn_down_exps;   /* [n_expert][n_embd][n_ff_exp] */
 } lm_layer;
 
+/* A weight as loaded: its GGUF name and its float32 values. */
+typedef struct lm_weight {
+    char name[64];
+    const float *data;  /* [n_elem], inside the model's arena */
+    uint64_t n_elem;
+} lm_weight;
+
 typedef struct lm_model {
     lm_hparams hp;
     const float *tok_embd;    /* [n_vocab][n_embd] */
@@ -76,6 +83,8 @@ typedef struct lm_model {
     lm_vocab *vocab;          /* NULL if the file has no tokenizer */
     uint8_t content_hash[16]; /* XXH3-128 of the whole file, canonical big-endian bytes */
     char *path;
+    lm_weight *weights;       /* [n_weights]: every tensor loaded, in load order */
+    uint32_t n_weights;
     void *weights_arena;      /* private: one allocation holding every float32 weight */
 } lm_model;
 
@@ -83,6 +92,12 @@ typedef struct lm_model {
  * configuration consistent. Unknown architectures or features are LM_E_UNSUPPORTED. */
 int lm_model_load(lm_model **out, const char *path, lm_err *err);
 void lm_model_free(lm_model *m);
+/* Bytes of memory available for new allocations now (MemAvailable of /proc/meminfo, else
+ * free physical pages); UINT64_MAX when unknown. */
+uint64_t lm_mem_available(void);
+/* LM_OK when `needed` bytes fit in `available`, else LM_E_NOMEM with one line naming what,
+ * both byte counts. */
+int lm_mem_check(const char *what, uint64_t needed, uint64_t available, lm_err *err);
 /* Content hash as 32 lowercase hex digits + NUL. */
 void lm_model_hash_hex(const lm_model *m, char out[33]);
 

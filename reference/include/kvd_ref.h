@@ -121,6 +121,18 @@ void ref_result_free(ref_result *r);
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
                           const ref_request *rq, lm_err *err);
 
+/* --- the reference's own dequantization (ref_dequant.c, ref_weights.c) --- */
+
+/* Dequantizes n_elem values of ggml type `type` from data: [nbytes] into out: [n_elem], from the
+ * bit layout, independently of the engine. LM_E_UNSUPPORTED for a type it does not implement. */
+int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
+                lm_err *err);
+/* Re-reads every weight of m from its file (m->path) with ref_dequant and requires the engine's
+ * float32 values to be bitwise equal; LM_E_INPUT naming the tensor, element and both values
+ * otherwise. A model built or edited in memory (no path, or n_weights set to 0 by whoever
+ * changed its weights) has nothing to check: LM_OK. */
+int ref_weights_check(const lm_model *m, lm_err *err);
+
 /* --- capture files (ref_capture.c) --- */
 
 /* Writes atomically: temp file in the same folder, fsync, rename. */
