@@ -14,3 +14,11 @@ void lm_field_copy(char *dst, size_t n, const char *src)
     while (len && dst[len - 1] == ' ')
         dst[--len] = '\0';
 }
+
+void lm_words_append(char *buf, size_t n, size_t i, size_t count, const char *word)
+{
+    const size_t k = strlen(buf);
+    const char *sep = i == 0 ? "" : i + 1 == count ? " or " : ", ";
+    if (k < n)
+        snprintf(buf + k, n - k, "%s%s", sep, word);
+}

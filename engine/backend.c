@@ -3,6 +3,7 @@
 #include "backend.h"
 
 #include "kvd_engine.h"
+#include "util.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -88,19 +89,12 @@ static pthread_once_t expected_once = PTHREAD_ONCE_INIT;
 
 static void build_expected(void)
 {
-    size_t n_user = 0, k = 0;
+    size_t n_user = 0;
     for (size_t i = 0; i < N_BACKENDS; ++i)
         n_user += !(backends[i].info.flags & LM_BE_SEEDED);
-    for (size_t i = 0, seen = 0; i < N_BACKENDS; ++i) {
-        if (backends[i].info.flags & LM_BE_SEEDED)
-            continue;
-        const char *sep = seen == 0 ? "" : seen + 1 == n_user ? " or " : ", ";
-        int w = snprintf(expected + k, sizeof expected - k, "%s%s", sep, backends[i].info.name);
-        if (w < 0 || (size_t)w >= sizeof expected - k)
-            break;
-        k += (size_t)w;
-        ++seen;
-    }
+    for (size_t i = 0, seen = 0; i < N_BACKENDS; ++i)
+        if (!(backends[i].info.flags & LM_BE_SEEDED))
+            lm_words_append(expected, sizeof expected, seen++, n_user, backends[i].info.name);
 }
 
 const char *lm_backend_expected(void)
