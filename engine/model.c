@@ -4,6 +4,7 @@
 #include "kvd_model.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,7 @@ static int read_variant_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf 
     if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window"), 0, &hp->n_swa, err)))
         return rc;
     int64_t ip = lm_gguf_find(g, akey(k, a, "attention.sliding_window_pattern"));
+    hp->swa_period = ip < 0 ? a->swa_period : 0; /* the row's pattern when the file has none */
     if (ip >= 0 && lm_gguf_kv_type(g, (uint64_t)ip) != LM_GGUF_ARR
         && (rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window_pattern"), 0, &hp->swa_period,
                                  err)))
@@ -210,6 +212,16 @@ static int read_hparams(lm_hparams *hp, const lm_arch **row, const lm_gguf *g, l
     if ((rc = read_variant_hparams(hp, a, g, err)))
         return rc;
     hp->rope_type = a->rope_type;
+    hp->norm_place = a->norm_place;
+    hp->act = a->act;
+    hp->qk_norm = a->qk_norm;
+    hp->embd_scale = a->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 0.0f;
+    if ((rc = lm_gguf_get_f32(g, akey(k, a, "rope.freq_base_swa"), a->rope_theta_swa,
+                              &hp->rope_theta_swa, err)))
+        return rc;
+    if (!(hp->rope_theta_swa >= 0.0f) || hp->rope_theta_swa > 1e30f)
+        return LM_FAIL(err, LM_E_INPUT, "%s: rope.freq_base_swa %g is not a finite number >= 0",
+                       path, (double)hp->rope_theta_swa);
     return LM_OK;
 }
 
@@ -222,6 +234,8 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
     int rc;
     if ((rc = plan_add(p, tn->tok_embd, E, V, false, &m->tok_embd, err))
         || (rc = plan_add(p, tn->output_norm, E, 1, false, &m->output_norm, err)))
+        return rc;
+    if ((rc = plan_add(p, tn->rope_freqs, hp->n_rot / 2, 1, true, &m->rope_freqs, err)))
         return rc;
     hp->tied_output = lm_gguf_tensor_find(g, tn->output) == NULL;
     if (!hp->tied_output && (rc = plan_add(p, tn->output, E, V, false, &m->output, err)))
@@ -244,6 +258,10 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             {tn->ffn_up, E, F, hp->n_expert > 0, &L->w_up},
             {tn->ffn_down, F, E, hp->n_expert > 0, &L->w_down},
             {tn->attn_sinks, hp->n_head, 1, true, &L->sinks},
+            {tn->attn_q_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_q_norm},
+            {tn->attn_k_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_k_norm},
+            {tn->attn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->attn_post_norm},
+            {tn->ffn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->ffn_post_norm},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
