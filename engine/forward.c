@@ -320,9 +320,12 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     probe(c, il, "attn", c->att, n, q_dim);
 
     be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
-    if (L->attn_post_norm != NULL) /* sandwich: the branch output normed before its add */
+    if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
+        if (L->bo != NULL)
+            add_bias(c->xn, L->bo, n, d, d);
         rmsnorm_chunk(c, c->xn, c->xn, L->attn_post_norm, n);
-    residual_chunk(c, c->x, c->xn, L->bo, n);
+    }
+    residual_chunk(c, c->x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, n);
     probe(c, il, "attn_out", c->xn, n, d);
     probe(c, il, "attn_resid", c->x, n, d);
 }

@@ -227,6 +227,8 @@ void ref_rmsnorm(mpfr_t *out, mpfr_t *x, const float *w, uint64_t n, float eps,
 void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s);
 /* out = z / (1 + exp(-z)). */
 void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s);
+/* out = gelu_tanh(z) = z / 2 * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))); uses t, u, acc_neg. */
+void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s);
 /* Rotation angle frequency theta^(-2i/n_rot), into out (at out's precision). */
 void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
 /* Rotates the first n_rot dims of one head x[head_dim] at position pos: NORM rotates
