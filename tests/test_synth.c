@@ -99,9 +99,10 @@ static void test_synth_presets_load(void)
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(0), "tiny");
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(1), "smollm2-135m");
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(2), "swa-5to1"); /* issue-5 presets follow */
-    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(6), "gemma3");
-    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(7), "qwen3");
-    CU_ASSERT_PTR_NULL(hx_synth_preset_name(8));
+    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(6), "tiny-draft");
+    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(7), "gemma3");
+    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(8), "qwen3");
+    CU_ASSERT_PTR_NULL(hx_synth_preset_name(9));
     check_preset_loads("gemma3", LM_TYPE_F32, 0);
     check_preset_loads("qwen3", LM_TYPE_F32, 0);
     check_preset_loads("tiny", LM_TYPE_F32, 0);
