@@ -41,10 +41,13 @@
  * length 1..4 with and without a leading "▁". Duplicates are skipped. */
 #include "synth.h"
 
+#include "fs.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #define SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's word-boundary mark */
 #define LOGIT_PEAK 2.25  /* c above */
@@ -78,6 +81,9 @@ static const preset presets[] = {
     /* A draft for "tiny" (speculative decoding): the same vocabulary, one narrow layer. */
     {"tiny-draft", {"kvdrift-synth-tiny-draft", 32, 1, 4, 2, 96, 512, 2048, 10000.0f, 1e-5f,
                     .n_swa = 0}},
+    /* "tiny" with a "<mask>" control token (the last id): for the iterative block sampler. */
+    {"tiny-mask", {"kvdrift-synth-tiny-mask", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
+                   .mask_token = true}},
     /* Gemma 3's architecture, small: window 16 on layers 0-4, layer 5 global (the row's
      * pattern l % 6 < 5; no pattern key, as in real files), one KV head, head_dim 16, theta
      * 1e6 global / 10000 sliding, so a 40-token prompt exceeds the window. */
@@ -101,7 +107,8 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
             return LM_OK;
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
-                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, gemma3, qwen3)", name);
+                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask, gemma3, qwen3)",
+                   name);
 }
 
 /* A bad parameter: one message naming it (the format must be a string literal). */
@@ -282,10 +289,11 @@ static void vocab_free(vocab *v)
 
 /* Writes the vocabulary; whole[i] = 1 when token i is a whole word ("▁word" of the list) or
  * sentence punctuation. whole: [n_vocab] */
-static int write_vocab(lm_gguf_writer *w, uint32_t n_vocab, uint8_t *whole, lm_err *err)
+static int write_vocab(lm_gguf_writer *w, uint32_t n_vocab, bool mask, uint8_t *whole,
+                       lm_err *err)
 {
     vocab v = {0};
-    v.cap = n_vocab;
+    v.cap = mask ? n_vocab - 1 : n_vocab;
     v.n_slots = 1;
     while (v.n_slots < 2 * n_vocab)
         v.n_slots *= 2;
@@ -295,7 +303,7 @@ static int write_vocab(lm_gguf_writer *w, uint32_t n_vocab, uint8_t *whole, lm_e
     v.slots = calloc(v.n_slots, sizeof *v.slots);
     int rc;
     if (v.tok == NULL || v.score == NULL || v.type == NULL || v.slots == NULL
-        || build_vocab(&v) != 0) {
+        || build_vocab(&v) != 0 || (mask && (v.cap = n_vocab, vadd(&v, "<mask>", 3) != 0))) {
         rc = LM_FAIL(err, LM_E_NOMEM, "out of memory building the synth vocabulary");
         goto done;
     }
@@ -382,7 +390,7 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
             || (rc = lm_gguf_w_u32(w, k[15], p->gating_func, err))
             || (rc = lm_gguf_w_bool(w, k[16], p->gating_func == 1, err))))
         return rc;
-    return write_vocab(w, p->n_vocab, whole, err);
+    return write_vocab(w, p->n_vocab, p->mask_token, whole, err);
 }
 
 /* Per-head Q/K norm gains 1 + 0.1 u (gemma3, qwen3) and, for gemma3, the post norms of both
@@ -533,4 +541,28 @@ int hx_synth_write(const char *path, const char *preset_name, uint64_t seed, lm_
     hx_synth_params p;
     int rc = hx_synth_preset(&p, preset_name, err);
     return rc ? rc : hx_synth_write_params(path, &p, seed, type, err);
+}
+
+/* XXH3-128 of a regular file's bytes; false when it cannot be read. */
+static bool file_hash(XXH128_hash_t *out, const char *path)
+{
+    char *bytes;
+    size_t n;
+    lm_err ignored = {0};
+    if (lm_read_file(&bytes, &n, path, SIZE_MAX, &ignored) != LM_OK)
+        return false;
+    *out = XXH3_128bits(bytes, n);
+    free(bytes);
+    return true;
+}
+
+int hx_synth_cache_write(const char *path, const char *preset_name, uint64_t seed, lm_err *err)
+{
+    XXH128_hash_t before, after;
+    bool had = file_hash(&before, path);
+    int rc = hx_synth_write(path, preset_name, seed, LM_TYPE_F32, err);
+    if (rc == LM_OK && had && file_hash(&after, path) && !XXH128_isEqual(before, after))
+        fprintf(stderr, "kvdrift: cached synthetic model %s differed from the one synth writes "
+                        "(corrupt, or from another kvdrift); rewritten\n", path);
+    return rc;
 }

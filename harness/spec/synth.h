@@ -28,6 +28,7 @@ typedef struct hx_synth_params {
     uint32_t n_expert;       /* llama.expert_count (0 = dense FFN) */
     uint32_t n_expert_used;  /* llama.expert_used_count */
     uint32_t n_ff_exp;       /* llama.expert_feed_forward_length */
+    bool mask_token;         /* the last token id is "<mask>" (control): masked-diffusion samplers */
     uint32_t gating_func;    /* llama.expert_gating_func: 1 softmax over all, renormalised over
                                 the top-k (expert_weights_norm true); 3 softmax over the top-k */
     char arch[16];           /* general.architecture and key prefix: "" = llama; "gemma3" adds
@@ -55,5 +56,10 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
 /* The same for a named preset. */
 int hx_synth_write(const char *path, const char *preset, uint64_t seed, lm_tensor_type type,
                    lm_err *err);
+/* The F32 preset model as a cache entry at path: written fresh on every call (its bytes depend
+ * only on preset, seed and this file, so a copy left by an older kvdrift or damaged on disk is
+ * never used), and when the copy that was there differs from the fresh one (XXH3-128 of both),
+ * one warning on stderr says so. */
+int hx_synth_cache_write(const char *path, const char *preset, uint64_t seed, lm_err *err);
 
 #endif
