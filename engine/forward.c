@@ -426,6 +426,11 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
     else if (mode == LM_LOGITS_ALL)
         for (uint32_t t = 0; t < n; ++t)
             logits_row(c, t, logits + (size_t)t * hp->n_vocab);
+    if (c->be->vt->check != NULL) {
+        int brc = c->be->vt->check(c->be, err);
+        if (brc != LM_OK)
+            return brc;
+    }
     c->n_past += n;
     return LM_OK;
 }
@@ -506,6 +511,11 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     int rc = lm_backend_create(&c->be, p->backend, p->n_threads, err);
     if (rc != LM_OK)
         goto fail;
+    if (c->be->vt->bind_weights != NULL) {
+        rc = c->be->vt->bind_weights(c->be, m->weights_arena, m->weights_n, err);
+        if (rc != LM_OK)
+            goto fail;
+    }
     rc = lm_pool_create(&c->pool, c->be->n_threads, err);
     if (rc != LM_OK)
         goto fail;

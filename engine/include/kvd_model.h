@@ -149,6 +149,7 @@ typedef struct lm_model {
     lm_weight *weights;       /* [n_weights]: every tensor loaded, in load order */
     uint32_t n_weights;
     void *weights_arena;      /* private: one allocation holding every float32 weight */
+    size_t weights_n;         /* private: floats in weights_arena */
 } lm_model;
 
 /* Loads and validates the model: every required tensor present with the right shape, the
