@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include "case.h"
+#include "cli_progress.h"
 #include "cli_util.h"
 #include "config.h"
 #include "fs.h"
@@ -51,6 +52,7 @@ static const char usage_text[] =
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
     "      --seed S            first SR seed; member i uses S+i (default 0x6b76647269667431)\n"
+    "      --envelope W        SR members: reference (default) or engine\n"
     "      --cache DIR         reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE,\n"
     "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
     "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
@@ -63,8 +65,8 @@ static const char usage_text[] =
     "How it works: the teacher path is the reference's own greedy path (naive:step=full's greedy\n"
     "continuation, repaired wherever the reference's argmax disagrees). The reference is\n"
     "computed once on prompt + path and cached. The envelope E is\n"
-    "2 x the largest deviation from the ensemble's mean over M runs of the naive backend with\n"
-    "seeded stochastic rounding of every float32 operation (naive-sr), per tensor and position,\n"
+    "2 x the largest deviation from the mean of M seeded stochastic-rounding float32 runs of\n"
+    "the reference's model, per tensor and position,\n"
     "so a bias every run shares (a defect in the engine) never widens it; it is cached beside\n"
     "the reference.\n\n"
     "Classes (a configuration's class is its worst over every layer's K and V after prefill,\n"
@@ -256,7 +258,7 @@ static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const 
 int cmd_sweep(int argc, char **argv)
 {
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
-           O_ATTN, O_ROT, O_SPECIAL };
+           O_ATTN, O_ROT, O_SPECIAL, O_ENVELOPE };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
@@ -267,6 +269,7 @@ int cmd_sweep(int argc, char **argv)
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL},
+        {"envelope", required_argument, NULL, O_ENVELOPE},
         HX_SPEC_LONG_OPTIONS,
         HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
@@ -296,6 +299,12 @@ int cmd_sweep(int argc, char **argv)
         case O_ATTN: attn_s = optarg; break;
         case O_ROT: rot_s = optarg; break;
         case O_CACHE: cache = optarg; break;
+        case O_ENVELOPE:
+            if (strcmp(optarg, "engine") != 0 && strcmp(optarg, "reference") != 0)
+                return hx_cli_fail("sweep", "--envelope '%s': expected reference or engine",
+                                   optarg);
+            sp.engine_envelope = strcmp(optarg, "engine") == 0;
+            break;
         case 'o': outdir = optarg; break;
         case 'q': sp.quiet = true; break;
         case 'n':
@@ -404,10 +413,19 @@ int cmd_sweep(int argc, char **argv)
     sp.configs = configs;
     sp.n_configs = n_configs;
     sp.cache_dir = cache;
+    hx_progress prog;
+    char cdir[4096];
+    lm_err cerr = {0};
+    hx_progress_init(&prog, "sweep: reference", sp.quiet);
+    prog.cache_dir = lm_cache_dir(cdir, sizeof cdir, cache, &cerr) == LM_OK ? cdir : NULL;
+    sp.ref_progress = hx_progress_cb;
+    sp.ref_progress_user = &prog;
     if (!sp.quiet)
         fprintf(stderr, "sweep: %s, %u prompt tokens, %u generated, %zu configurations\n",
                 model_path, (unsigned)n_prompt, (unsigned)sp.n_gen, n_configs);
-    if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
+    st = hx_sweep_run_all(&res, &sp, &err);
+    hx_progress_end(&prog);
+    if (st != LM_OK)
         goto done;
 
     /* MoE: routing decisions are reported like argmax flips; measured before the reports are
