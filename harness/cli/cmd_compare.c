@@ -24,11 +24,12 @@ static const char usage_text[] =
     "MPFR reference on that path, and prints for every layer's K and V (after prefill) and every\n"
     "logits position: A vs B, A vs reference and B vs reference.\n\n"
     "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
     "      --special         parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
     "      --b CONFIG        second configuration\n"
-    "  -n, --n-gen N         greedy tokens to generate (default 8)\n"
+    "  -n, --n-gen N         greedy tokens to generate (default 32, as sweep and trace)\n"
     "      --prec BITS       reference precision (default 127)\n"
     "      --no-ref          skip the reference (A vs B only)\n"
     "      --cache DIR       reference cache folder (default $KVDRIFT_CACHE or ~/.cache/kvdrift)\n"
@@ -78,7 +79,7 @@ int cmd_compare(int argc, char **argv)
 {
     enum { O_A = 256, O_B, O_TOKENS, O_PREC, O_NOREF, O_CACHE, O_SPECIAL };
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'}, {"tokens", required_argument, NULL, O_TOKENS},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'}, {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},      {"b", required_argument, NULL, O_B},
         {"n-gen", required_argument, NULL, 'n'},  {"prec", required_argument, NULL, O_PREC},
         {"no-ref", no_argument, NULL, O_NOREF},   {"cache", required_argument, NULL, O_CACHE},
@@ -86,15 +87,20 @@ int cmd_compare(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *a_s = NULL, *b_s = NULL, *cache = NULL;
-    uint32_t n_gen = 8, prec = REF_DEFAULT_PREC;
+    uint32_t n_gen = HX_CLI_DEFAULT_N_GEN, prec = REF_DEFAULT_PREC;
     bool no_ref = false, parse_special = false;
+    lm_err ferr = {0};
     optind = 1;
     opterr = 0;
     int o;
     lm_err err = {0};
-    while ((o = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1) {
         switch (o) {
         case 'p': text = optarg; break;
+        case 'f':
+            if ((text = hx_cli_prompt_file(optarg, &ferr)) == NULL)
+                return hx_cli_fail("compare", "%s", ferr.msg);
+            break;
         case O_SPECIAL: parse_special = true; break;
         case O_TOKENS: tok_s = optarg; break;
         case O_A: a_s = optarg; break;

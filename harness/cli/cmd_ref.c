@@ -26,6 +26,7 @@ static void usage(FILE *f)
             "cache of every layer after the prompt (K after RoPE, V) and the logits at the last\n"
             "prompt position and every teacher-forced position, rounded to float64.\n\n"
             "  -p, --prompt TEXT        prompt text (tokenized with the model's vocabulary, BOS added)\n"
+            "  -f, --file FILE          the prompt text read from FILE (its bytes as they are)\n"
             "      --tokens ID,...      prompt as token ids instead of text\n"
             "      --special            parse control tokens written in TEXT (\"<|im_start|>\")\n"
             "                           as those tokens (llama.cpp's CLI default)\n"
@@ -110,7 +111,7 @@ static int write_outputs(const ref_capture *cap, const char *out_path, const cha
 int cmd_ref(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, 't'},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},   {"tokens", required_argument, NULL, 't'},
         {"gen-tokens", required_argument, NULL, 'g'}, {"prec", required_argument, NULL, 'P'},
         {"output", required_argument, NULL, 'o'},   {"npy", required_argument, NULL, 'N'},
         {"cache", required_argument, NULL, 'C'},    {"no-cache", no_argument, NULL, 'X'},
@@ -125,13 +126,17 @@ int cmd_ref(int argc, char **argv)
     unsigned long prec = REF_DEFAULT_PREC, threads = 0, min_bits = 0;
     bool no_cache = false, validate = false, have_min = false, parse_special = false;
     bool against_mpfr = false, quiet = false;
-    lm_err err = {0};
+    lm_err err = {0}, ferr = {0};
     int st = LM_OK, c;
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    while ((c = getopt_long(argc, argv, ":p:o:j:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:f:o:j:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'p': text = optarg; break;
+        case 'f':
+            if ((text = hx_cli_prompt_file(optarg, &ferr)) == NULL)
+                return hx_cli_fail("ref", "%s", ferr.msg);
+            break;
         case 'S': parse_special = true; break;
         case 't': tok_s = optarg; break;
         case 'g': gen_s = optarg; break;

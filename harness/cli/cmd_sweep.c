@@ -36,6 +36,7 @@ static const char usage_text[] =
     "MODEL is a GGUF path or synth:PRESET[:seed=N] (a synthetic model, written into the cache\n"
     "folder on first use; presets as in `kvdrift synth --help`).\n\n"
     "  -p, --prompt TEXT       prompt text (BOS added when the vocabulary asks for it)\n"
+    "  -f, --file FILE         the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...     prompt as token ids instead of text\n"
     "      --special           parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --steps LIST        prefill chunk sizes, integers or full (default "
@@ -266,7 +267,7 @@ int cmd_sweep(int argc, char **argv)
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
            O_ATTN, O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT };
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
         {"threads", required_argument, NULL, O_THREADS},
         {"attn", required_argument, NULL, O_ATTN},   {"rot", required_argument, NULL, O_ROT},
@@ -291,14 +292,19 @@ int cmd_sweep(int argc, char **argv)
     hx_block_opts bo;
     hx_block_opts_init(&bo);
     lm_err opt_err = {0};
-    hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
+    hx_sweep_params sp = {.n_gen = HX_CLI_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
+    lm_err ferr = {0};
     optind = 1;
     opterr = 0;
     int o;
-    while ((o = getopt_long(argc, argv, ":p:n:j:o:qhv", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":p:f:n:j:o:qhv", opts, NULL)) != -1) {
         switch (o) {
         case 'p': text = optarg; break;
+        case 'f':
+            if ((text = hx_cli_prompt_file(optarg, &ferr)) == NULL)
+                return hx_cli_fail("sweep", "%s", ferr.msg);
+            break;
         case 'v': verbose = true; break;
         case O_FORMAT:
             if (!hx_table_fmt_parse(&fmt, optarg))

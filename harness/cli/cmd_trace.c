@@ -23,11 +23,13 @@ static const char usage_text[] =
     "rounding explains: E(op, pos) = 2 * max over M naive-sr (stochastic rounding) runs of\n"
     "max |member - naive|, all at step=full on the same tokens.\n\n"
     "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
     "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
     "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
     "      --b CONFIG        second configuration\n"
-    "  -n, --n-gen N         decode steps after the prompt, on A's greedy path (default 0)\n"
+    "  -n, --n-gen N         decode steps after the prompt, on A's greedy path (default 32,\n"
+    "                        as sweep and compare)\n"
     "      --ensemble M      naive-sr runs for the envelope (default 8, at least 8)\n"
     "      --no-envelope     bitwise comparison only\n"
     "      --seed S          first stochastic-rounding seed (default the sweep's)\n"
@@ -55,7 +57,7 @@ int cmd_trace(int argc, char **argv)
 {
     enum { O_A = 256, O_B, O_TOKENS, O_ENS, O_NOENV, O_SEED, O_BRIEF, O_SPECIAL };
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},   {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},        {"b", required_argument, NULL, O_B},
         {"n-gen", required_argument, NULL, 'n'},    {"ensemble", required_argument, NULL, O_ENS},
         {"no-envelope", no_argument, NULL, O_NOENV}, {"seed", required_argument, NULL, O_SEED},
@@ -64,14 +66,19 @@ int cmd_trace(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *a_s = NULL, *b_s = NULL;
-    uint64_t n_gen = 0, ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, seed = HX_SWEEP_DEFAULT_SEED;
+    uint64_t n_gen = HX_CLI_DEFAULT_N_GEN, ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, seed = HX_SWEEP_DEFAULT_SEED;
     bool no_env = false, brief = false, special = false;
+    lm_err ferr = {0};
     optind = 1;
     opterr = 0;
     int o;
-    while ((o = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1) {
         switch (o) {
         case 'p': text = optarg; break;
+        case 'f':
+            if ((text = hx_cli_prompt_file(optarg, &ferr)) == NULL)
+                return hx_cli_fail("trace", "%s", ferr.msg);
+            break;
         case O_TOKENS: tok_s = optarg; break;
         case O_A: a_s = optarg; break;
         case O_B: b_s = optarg; break;
