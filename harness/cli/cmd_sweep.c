@@ -467,9 +467,10 @@ int cmd_sweep(int argc, char **argv)
            res->path_source == HX_PATH_REFERENCE
                ? " (repaired where naive:step=full's greedy path left it)"
                : " (= naive:step=full's greedy path)");
-    printf("\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
+    printf("\nreference %u bits%s; envelope: %u %s runs x safety %.0f%s\n\n",
            (unsigned)res->report->precision, res->ref_hit ? " (cached)" : "",
-           (unsigned)res->report->envelope_members, res->report->envelope_safety,
+           (unsigned)res->report->envelope_members,
+           res->env_ref_sr ? "reference float32 SR" : "naive-sr", res->report->envelope_safety,
            res->env_hit ? " (cached)" : "");
     hx_report_print_table(stdout, res->report);
     size_t count[HX_N_CLASSES] = {0};
