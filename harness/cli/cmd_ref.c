@@ -79,101 +79,31 @@ static void print_summary(const ref_capture *c, const char *how)
     }
 }
 
-/* The --npy files are written into a hidden folder inside DIR and renamed into place only
- * once every one (and the -o capture) is written, so a failure never leaves a partial set. */
-typedef struct npy_stage {
-    char dir[4096];  /* DIR as given */
-    char tmp[4200];  /* DIR/.kvdrift-npy-XXXXXX, "" when none */
-    bool made_dir;   /* DIR was created here (removed again on failure) */
-} npy_stage;
-
-/* Name of npy file i (0: logits, then layer l's K at 1 + 2l and V at 2 + 2l) under folder. */
-static void npy_name(char *buf, size_t cap, const char *folder, uint32_t i)
-{
-    if (i == 0)
-        snprintf(buf, cap, "%s/logits.npy", folder);
-    else
-        snprintf(buf, cap, "%s/layer%02u_%c.npy", folder, (i - 1) / 2, (i % 2) ? 'k' : 'v');
-}
-
-/* Removes what stage_npy made: the staged files, the hidden folder, DIR when made here. */
-static void unstage_npy(npy_stage *s, uint32_t n_files)
-{
-    char f[4300];
-    if (s->tmp[0]) {
-        for (uint32_t i = 0; i < n_files; ++i) {
-            npy_name(f, sizeof f, s->tmp, i);
-            unlink(f);
-        }
-        rmdir(s->tmp);
-        s->tmp[0] = '\0';
-    }
-    if (s->made_dir)
-        rmdir(s->dir);
-    s->made_dir = false;
-}
-
-static int stage_npy(npy_stage *s, const ref_capture *cap, const char *dir, lm_err *err)
-{
-    memset(s, 0, sizeof *s);
-    if (snprintf(s->dir, sizeof s->dir, "%s", dir) >= (int)sizeof s->dir)
-        return LM_FAIL(err, LM_E_INPUT, "--npy %.64s...: path too long", dir);
-    if (mkdir(dir, 0755) == 0)
-        s->made_dir = true;
-    else if (errno != EEXIST)
-        return LM_FAIL(err, LM_E_IO, "--npy %s: cannot create folder: %s", dir, strerror(errno));
-    snprintf(s->tmp, sizeof s->tmp, "%s/.kvdrift-npy-XXXXXX", dir);
-    if (mkdtemp(s->tmp) == NULL) {
-        int e = errno;
-        s->tmp[0] = '\0';
-        unstage_npy(s, 0);
-        return LM_FAIL(err, LM_E_IO, "--npy %s: cannot create a temporary folder: %s", dir,
-                       strerror(e));
-    }
-    int st = ref_capture_write_npy(cap, s->tmp, err);
-    if (st != LM_OK)
-        unstage_npy(s, 1 + 2 * cap->n_layer);
-    return st;
-}
-
-/* Renames the staged files into DIR (same file system: each rename is atomic). */
-static int commit_npy(npy_stage *s, uint32_t n_files, lm_err *err)
-{
-    char from[4300], to[4300];
-    for (uint32_t i = 0; i < n_files; ++i) {
-        npy_name(from, sizeof from, s->tmp, i);
-        npy_name(to, sizeof to, s->dir, i);
-        if (rename(from, to) != 0) {
-            int e = errno;
-            for (uint32_t j = 0; j < i; ++j) { /* take the ones already moved back out */
-                npy_name(to, sizeof to, s->dir, j);
-                unlink(to);
-            }
-            unstage_npy(s, n_files);
-            return LM_FAIL(err, LM_E_IO, "%s: cannot rename into place: %s", to, strerror(e));
-        }
-    }
-    rmdir(s->tmp);
-    s->tmp[0] = '\0';
-    return LM_OK;
-}
-
-/* Writes -o and --npy: both or neither. */
+/* Writes -o and --npy: all files or none (fs.h: each staged beside its target, then renamed
+ * together; DIR is removed again when it was made here and nothing was written). */
 static int write_outputs(const ref_capture *cap, const char *out_path, const char *npy_dir,
                          lm_err *err)
 {
-    npy_stage s;
-    const uint32_t n_files = 1 + 2 * cap->n_layer;
+    const size_t n_npy = npy_dir ? 1 + 2 * (size_t)cap->n_layer : 0;
+    lm_wfile **w = calloc(n_npy + 1, sizeof *w);
+    if (w == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    struct stat sb;
+    bool made_dir = npy_dir && stat(npy_dir, &sb) != 0;
     int st = LM_OK;
-    if (npy_dir && (st = stage_npy(&s, cap, npy_dir, err)) != LM_OK)
-        return st;
-    if (out_path && (st = ref_capture_write(cap, out_path, err)) != LM_OK) {
-        if (npy_dir)
-            unstage_npy(&s, n_files);
-        return st;
+    if (npy_dir)
+        st = ref_capture_stage_npy(w, cap, npy_dir, err);
+    if (st == LM_OK && out_path)
+        st = ref_capture_stage(&w[n_npy], cap, out_path, err);
+    if (st == LM_OK) {
+        st = lm_wfile_commit_all(w, n_npy + 1, err);
+    } else {
+        for (size_t i = 0; i <= n_npy; ++i)
+            lm_wfile_abort(w[i]);
     }
-    if (npy_dir && (st = commit_npy(&s, n_files, err)) != LM_OK && out_path)
-        unlink(out_path);
+    if (st != LM_OK && made_dir)
+        rmdir(npy_dir);
+    free(w);
     return st;
 }
 
