@@ -239,7 +239,7 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
 }
 
 /* The speculative-decoding check after the sweep's table (sweep_spec.h). */
-static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
+static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
                       uint32_t n_prompt, const hx_sweep_params *sp, const hx_sweep_result *res,
                       const char *cache, size_t *n_fail, lm_err *err)
 {
@@ -250,7 +250,7 @@ static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *
                   : resolve_model(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft, cache, err);
     if (st != LM_OK)
         return st;
-    return hx_spec_check_print(stdout, m, self ? NULL : dpath, prompt, n_prompt,
+    return hx_spec_check_print(f, m, self ? NULL : dpath, prompt, n_prompt,
                                sp->n_gen ? sp->n_gen : 1, sp->configs, sp->n_configs, so, res->env,
                                n_fail, err);
 }
@@ -491,11 +491,31 @@ int cmd_sweep(int argc, char **argv)
             printf("routing: %u real flips (expert sets the reference's margins do not "
                    "explain)\n", n_real);
     }
-    if (so.spec_list != NULL && (st = sweep_spec(&so, m, prompt, n_prompt, &sp, res, cache,
-                                                  &spec_fail, &err)) != LM_OK)
-        goto done;
-    if (bo.on && (st = hx_block_check_print(stdout, m, prompt, n_prompt, configs, n_configs,
-                                            res->report, &bo, &err)) != LM_OK)
+    /* after-table sections: printed, and written beside the reports */
+    for (int sec = 0; sec < 2 && st == LM_OK; ++sec) {
+        if (sec == 0 ? so.spec_list == NULL : !bo.on)
+            continue;
+        char *txt = NULL, path[4200];
+        size_t len = 0;
+        FILE *mf = open_memstream(&txt, &len);
+        if (mf == NULL) {
+            st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
+            break;
+        }
+        st = sec == 0 ? sweep_spec(mf, &so, m, prompt, n_prompt, &sp, res, cache, &spec_fail, &err)
+                      : hx_block_check_print(mf, m, prompt, n_prompt, configs, n_configs,
+                                             res->report, &bo, &err);
+        fclose(mf);
+        snprintf(path, sizeof path, "%s/%s", dir, sec == 0 ? "spec.txt" : "block.txt");
+        if (st == LM_OK) {
+            fwrite(txt, 1, len, stdout);
+            st = lm_write_file(path, txt, len, &err);
+            if (st == LM_OK)
+                printf("wrote %s\n", path);
+        }
+        free(txt);
+    }
+    if (st != LM_OK)
         goto done;
 done:
     if (st != LM_OK)
