@@ -167,7 +167,7 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(BUILD)/fuzz/l
 	  -o $@ $(LDLIBS)
 fuzz-bins: $(FUZZ_BIN)
 fuzz: deps
-	@$(MAKE) --no-print-directory fuzz-bins
+	@$(MAKE) --no-print-directory CUDA=0 fuzz-bins
 	@bash scripts/fuzz.sh $(BUILD) $(FUZZ_SECONDS) $(FUZZ)
 fuzz-smoke:
 	@MAKE="$(MAKE)" bash scripts/fuzz.sh --smoke $(BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZ)
