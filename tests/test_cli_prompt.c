@@ -1,8 +1,9 @@
-/* test_cli_prompt.c — the prompt options the commands share: -f FILE reads the prompt text
- * from a file (the same tokens as -p with that text), and one -n default for sweep, compare
- * and trace. */
+/* test_cli_prompt.c — what the model commands share: -f FILE reads the prompt text from a
+ * file (the same tokens as -p with that text), one -n default for sweep, compare and trace,
+ * and compare's verdict line and exit code. */
 #include "cli_util.h"
 #include "commands.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <fcntl.h>
@@ -81,8 +82,28 @@ static void test_cli_prompt_file_and_n_default(void)
     }
 }
 
+/* compare ends with a verdict line and exits by it (0 for IDENTICAL and SAME TOKENS). */
+static void test_cli_compare_verdict(void)
+{
+    char cache[1024], model[1024], out[1 << 16];
+    snprintf(cache, sizeof cache, "%s/pf-cache", tu_tmpdir());
+    snprintf(model, sizeof model, "%s/cmp-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 3, LM_TYPE_F32, &err), LM_OK);
+    char *same[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
+                    "--b", "naive:step=1", "-n", "4", "--cache", cache, NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 12, same, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: IDENTICAL"));
+    /* naive vs blas: other bits (blas's blocked FMA order), the same argmax on this model. */
+    char *other[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
+                     "--b", "blas", "-n", "4", "--no-ref", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 11, other, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: SAME TOKENS: other bits"));
+}
+
 void test_cli_prompt_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_prompt", NULL, NULL);
     CU_add_test(s, "test_cli_prompt_file_and_n_default", test_cli_prompt_file_and_n_default);
+    CU_add_test(s, "test_cli_compare_verdict", test_cli_compare_verdict);
 }

@@ -36,7 +36,10 @@ static const char usage_text[] =
     "  -h, --help            this text\n\n"
     "Columns: max abs = max |x - y|; ulp = max float32 ULP distance; diff = elements whose bits\n"
     "differ; sig = significant digits vs the reference, -log10(max abs / max |R|); top1 = argmax.\n"
-    "exit codes: 0 done, 2 usage or input error\n";
+    "The last line is the verdict: IDENTICAL (bitwise equal captures), SAME TOKENS (other bits,\n"
+    "same argmax at every teacher-forced position and the same greedy tokens) or PARTED (the\n"
+    "argmax differs somewhere or the greedy tokens part), with where.\n"
+    "exit codes: 0 IDENTICAL or SAME TOKENS, 1 PARTED, 2 usage or input error\n";
 
 static void ulp_text(char *buf, size_t n, uint64_t u)
 {
@@ -75,8 +78,39 @@ static void print_row(const char *name, const float *a, const float *b, const do
     putchar('\n');
 }
 
+/* The verdict line; returns the exit code (0 the same tokens, 1 parted). */
+static int print_verdict(const hx_capture *xa, const hx_capture *xb, int64_t g, bool same_bits)
+{
+    if (same_bits) {
+        printf("verdict: IDENTICAL: A and B are bitwise equal\n");
+        return 0;
+    }
+    size_t nv = xa->shape.n_vocab, n_flip = 0;
+    int64_t first = -1;
+    for (uint32_t i = 0; i < xa->shape.n_pos; ++i)
+        if (lm_argmax(xa->logits + i * nv, (uint32_t)nv) !=
+            lm_argmax(xb->logits + i * nv, (uint32_t)nv)) {
+            n_flip++;
+            first = first < 0 ? (int64_t)xa->positions[i] : first;
+        }
+    if (n_flip == 0 && g < 0) {
+        printf("verdict: SAME TOKENS: other bits, the same argmax at all %u positions and the "
+               "same greedy tokens\n", (unsigned)xa->shape.n_pos);
+        return 0;
+    }
+    printf("verdict: PARTED: argmax differs at %zu of %u positions", n_flip,
+           (unsigned)xa->shape.n_pos);
+    if (first >= 0)
+        printf(" (first at position %lld)", (long long)first);
+    if (g >= 0)
+        printf("; greedy tokens part at generated index %lld", (long long)g);
+    printf("\n");
+    return 1;
+}
+
 int cmd_compare(int argc, char **argv)
 {
+    int verdict = 0;
     enum { O_A = 256, O_B, O_TOKENS, O_PREC, O_NOREF, O_CACHE, O_SPECIAL };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'}, {"tokens", required_argument, NULL, O_TOKENS},
@@ -231,6 +265,7 @@ int cmd_compare(int argc, char **argv)
     hx_hash_hex(hxa, ha);
     hx_hash_hex(hxb, hb);
     printf("XXH3-128: A %s, B %s (%s)\n", hxa, hxb, memcmp(ha, hb, 16) ? "differ" : "equal");
+    verdict = print_verdict(xa, xb, g, memcmp(ha, hb, 16) == 0);
 fail:
     if (st != LM_OK)
         fprintf(stderr, "kvdrift compare: %s\n", err.msg);
@@ -242,5 +277,5 @@ fail:
     free(path);
     free(all);
     lm_model_free(m);
-    return lm_status_exit_code(st);
+    return st != LM_OK ? lm_status_exit_code(st) : verdict;
 }
