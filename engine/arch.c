@@ -3,7 +3,7 @@
  * architecture is one row here (plus its mathematics where it differs: forward.c, the
  * reference, the float64 test fixture). */
 #include "kvd_model.h"
-#include "util.h"
+#include "kvd_util.h"
 
 #include <pthread.h>
 #include <string.h>

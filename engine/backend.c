@@ -3,7 +3,7 @@
 #include "backend.h"
 
 #include "kvd_engine.h"
-#include "util.h"
+#include "kvd_util.h"
 
 #include <pthread.h>
 #include <stdio.h>

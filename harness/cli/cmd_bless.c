@@ -1,6 +1,7 @@
 /* cmd_bless.c — `kvdrift bless`: runs each case and records its configurations' capture hashes
  * (with a top-5 summary) as the goldens of this platform, atomically. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "caserun.h"
 #include "cli_util.h"
@@ -93,7 +94,7 @@ int cmd_bless(int argc, char **argv)
         case O_FORCE: force = true; break;
         case 'q': ro.quiet = true; break;
         case 'j':
-            if (!hx_cli_parse_u32(&ro.jobs, optarg, 1, 256))
+            if (!lm_parse_u32z(optarg, 1, 256, &ro.jobs))
                 return hx_cli_fail("bless", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;

@@ -2,6 +2,7 @@
  * configuration's capture hash is compared with the golden blessed for this platform, and the
  * configuration is judged by its classification against the reference and envelope. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "caserun.h"
 #include "cli_util.h"
@@ -202,7 +203,7 @@ int cmd_check(int argc, char **argv)
         case O_CACHE: cache = optarg; break;
         case 'q': ro.quiet = true; break;
         case 'j':
-            if (!hx_cli_parse_u32(&ro.jobs, optarg, 1, 256))
+            if (!lm_parse_u32z(optarg, 1, 256, &ro.jobs))
                 return hx_cli_fail("check", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;

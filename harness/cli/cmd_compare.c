@@ -1,6 +1,7 @@
 /* cmd_compare.c — `kvdrift compare`: two configurations side by side, tensor by tensor, and
  * each against the MPFR reference, for someone investigating one specific shift. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "case.h"
 #include "classify.h"
@@ -102,11 +103,11 @@ int cmd_compare(int argc, char **argv)
         case O_NOREF: no_ref = true; break;
         case O_CACHE: cache = optarg; break;
         case 'n':
-            if (!hx_cli_parse_u32(&n_gen, optarg, 0, 100000))
+            if (!lm_parse_u32z(optarg, 0, 100000, &n_gen))
                 return hx_cli_fail("compare", "-n '%s': expected an integer in 0..100000", optarg);
             break;
         case O_PREC:
-            if (!hx_cli_parse_u32(&prec, optarg, REF_MIN_PREC, REF_MAX_PREC))
+            if (!lm_parse_u32z(optarg, REF_MIN_PREC, REF_MAX_PREC, &prec))
                 return hx_cli_fail("compare", "--prec '%s': expected bits in %u..%u", optarg,
                                    REF_MIN_PREC, REF_MAX_PREC);
             break;
@@ -220,10 +221,11 @@ int cmd_compare(int argc, char **argv)
     }
     uint8_t ha[16], hb[16];
     char hxa[33], hxb[33];
-    hx_capture_hash(ha, xa, &err);
-    hx_capture_hash(hb, xb, &err);
-    hx_hash_hex(hxa, ha);
-    hx_hash_hex(hxb, hb);
+    if ((st = hx_capture_hash(ha, xa, &err)) != LM_OK ||
+        (st = hx_capture_hash(hb, xb, &err)) != LM_OK)
+        goto fail;
+    lm_hex_encode(hxa, ha, 16);
+    lm_hex_encode(hxb, hb, 16);
     printf("XXH3-128: A %s, B %s (%s)\n", hxa, hxb, memcmp(ha, hb, 16) ? "differ" : "equal");
 fail:
     if (st != LM_OK)

@@ -1,5 +1,6 @@
 /* cmd_ref.c — `kvdrift ref`: the MPFR reference capture of one model and token sequence. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "case.h"
 #include "cli_util.h"
@@ -47,10 +48,8 @@ static void usage(FILE *f)
 static int parse_uint(unsigned long *out, const char *s, const char *what, unsigned long lo,
                       unsigned long hi, lm_err *err)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end || errno || v < lo || v > hi)
+    uint64_t v;
+    if (!lm_parse_u64z(s, lo, hi, &v))
         return LM_FAIL(err, LM_E_INPUT, "%s: '%s' is not an integer in %lu..%lu", what, s, lo, hi);
     *out = (unsigned long)v;
     return LM_OK;
@@ -263,7 +262,7 @@ int cmd_ref(int argc, char **argv)
     if ((st = ref_request_check(m, &rq, &err)))
         goto fail;
 
-    double t0 = hx_cli_now_s();
+    double t0 = lm_now_s();
     bool hit = false;
     if (no_cache || validate) {
         st = ref_compute(&cap, m, &rq, &err);
@@ -274,14 +273,14 @@ int cmd_ref(int argc, char **argv)
         goto fail;
     char how[64];
     snprintf(how, sizeof how, "%s in %.3f s", hit ? "read from the cache" : "computed",
-             hx_cli_now_s() - t0);
+             lm_now_s() - t0);
     /* --validate runs before anything is written or printed: its failure leaves nothing. */
     double t_val = 0.0;
     if (validate) {
-        t0 = hx_cli_now_s();
+        t0 = lm_now_s();
         if ((st = ref_validate(&ag, &n_ag, m, &rq, &err)))
             goto fail;
-        t_val = hx_cli_now_s() - t0;
+        t_val = lm_now_s() - t0;
     }
     if ((st = write_outputs(&cap, out_path, npy_dir, &err)))
         goto fail;

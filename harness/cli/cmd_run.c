@@ -1,5 +1,6 @@
 /* cmd_run.c — `kvdrift run`: prefill a prompt in chunks, then generate (engine only). */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "cli_util.h"
 #include "kvd_engine.h"
@@ -89,13 +90,13 @@ int cmd_run(int argc, char **argv)
         case 'p': prompt = arg; break;
         case O_SPECIAL: parse_special = true; break;
         case 'n':
-            if (!hx_cli_parse_u32(&n_gen, arg, 0, UINT32_MAX))
+            if (!lm_parse_u32z(arg, 0, UINT32_MAX, &n_gen))
                 return hx_cli_fail("run", "-n '%s': not a non-negative integer", arg);
             break;
         case O_STEP:
             if (strcmp(arg, "full") == 0)
                 step = 0;
-            else if (!hx_cli_parse_u32(&step, arg, 1, UINT32_MAX))
+            else if (!lm_parse_u32z(arg, 1, UINT32_MAX, &step))
                 return hx_cli_fail("run", "--step '%s': expected an integer >= 1 or 'full'", arg);
             break;
         case O_BACKEND:
@@ -105,7 +106,7 @@ int cmd_run(int argc, char **argv)
             backend = arg;
             break;
         case O_THREADS:
-            if (!hx_cli_parse_u32(&threads, arg, 0, 1024))
+            if (!lm_parse_u32z(arg, 0, 1024, &threads))
                 return hx_cli_fail("run", "--threads '%s': expected an integer in [0, 1024]", arg);
             break;
         case O_TOKENS: show_tokens = true; break;
@@ -115,28 +116,24 @@ int cmd_run(int argc, char **argv)
             attn = arg;
             break;
         case O_ROT_MAX:
-            if (!hx_cli_parse_u32(&rot_max, arg, 2, UINT32_MAX / 8))
+            if (!lm_parse_u32z(arg, 2, UINT32_MAX / 8, &rot_max))
                 return hx_cli_fail("run", "--rot-max '%s': expected an integer >= 2", arg);
             break;
         case O_ROT_KEEP:
-            if (!hx_cli_parse_u32(&rot_keep, arg, 0, UINT32_MAX / 8))
+            if (!lm_parse_u32z(arg, 0, UINT32_MAX / 8, &rot_keep))
                 return hx_cli_fail("run", "--rot-keep '%s': not a non-negative integer", arg);
             break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(arg, &end, 0);
-            if (errno != 0 || *arg == '\0' || *arg == '-' || *end != '\0')
-                return hx_cli_fail("run", "--seed '%s': not an unsigned integer", arg);
-            sp.seed = v;
+        case O_SEED:
+            if (!lm_parse_seed(arg, &sp.seed))
+                return hx_cli_fail("run", "--seed '%s': not an unsigned integer (decimal or 0x hex)",
+                                   arg);
             break;
-        }
         case O_TEMP:
             if (parse_f32(arg, &sp.temperature) != 0)
                 return hx_cli_fail("run", "--temp '%s': not a finite number", arg);
             break;
         case O_TOPK:
-            if (!hx_cli_parse_u32(&sp.top_k, arg, 0, UINT32_MAX))
+            if (!lm_parse_u32z(arg, 0, UINT32_MAX, &sp.top_k))
                 return hx_cli_fail("run", "--top-k '%s': not a non-negative integer", arg);
             break;
         case O_TOPP:
@@ -203,11 +200,11 @@ int cmd_run(int argc, char **argv)
         goto fail;
     }
 
-    const double t0 = hx_cli_now_s();
+    const double t0 = lm_now_s();
     rc = lm_prefill(ctx, ids, (uint32_t)n_prompt, step, logits, &err);
     if (rc != LM_OK)
         goto fail;
-    const double t1 = hx_cli_now_s();
+    const double t1 = lm_now_s();
     fputs(prompt, stdout);
     fflush(stdout);
     const int32_t eos = lm_vocab_eos(m->vocab);
@@ -225,7 +222,7 @@ int cmd_run(int argc, char **argv)
             goto fail;
         ++n_decode;
     }
-    const double t2 = hx_cli_now_s();
+    const double t2 = lm_now_s();
     fputc('\n', stdout);
     if (show_tokens) {
         printf("prompt ids:");

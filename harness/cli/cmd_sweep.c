@@ -2,6 +2,7 @@
  * run, compared with its baseline, the MPFR reference and the measured noise envelope, shown as
  * one table and written as report.json + report.md. The work itself is hx_sweep_run_all. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "case.h"
 #include "cli_util.h"
@@ -77,17 +78,6 @@ static const char usage_text[] =
     "Writes DIR/report.json (schema: harness/REPORT-SCHEMA.md) and DIR/report.md.\n"
     "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE), 2 usage or\n"
     "input error\n";
-
-static int parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < lo || v > hi)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
 
 /* Comma list of names into backends[16]; each must be a known backend, no duplicates. */
 static int parse_backends(char (**out)[16], uint32_t *n, const char *list, lm_err *err)
@@ -177,7 +167,7 @@ static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *
         }
         memcpy(item, s, len);
         item[len] = '\0';
-        if (parse_u32(&t, item, 1, 256) != 0) {
+        if (!lm_parse_u32z(item, 1, 256, &t)) {
             free(v);
             return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..256",
                            list, item);
@@ -296,35 +286,30 @@ int cmd_sweep(int argc, char **argv)
         case 'o': outdir = optarg; break;
         case 'q': sp.quiet = true; break;
         case 'n':
-            if (parse_u32(&sp.n_gen, optarg, 0, 100000) != 0)
+            if (!lm_parse_u32z(optarg, 0, 100000, &sp.n_gen))
                 return hx_cli_fail("sweep", "-n '%s': expected an integer in 0..100000", optarg);
             break;
         case 'j':
-            if (parse_u32(&sp.jobs, optarg, 1, 64) != 0)
+            if (!lm_parse_u32z(optarg, 1, 64, &sp.jobs))
                 return hx_cli_fail("sweep", "-j '%s': expected an integer in 1..64", optarg);
             break;
         case O_PREC:
-            if (parse_u32(&sp.precision, optarg, REF_MIN_PREC, REF_MAX_PREC) != 0)
+            if (!lm_parse_u32z(optarg, REF_MIN_PREC, REF_MAX_PREC, &sp.precision))
                 return hx_cli_fail("sweep", "--prec '%s': expected bits in %u..%u", optarg,
                                    REF_MIN_PREC, REF_MAX_PREC);
             break;
         case O_ENS:
-            if (parse_u32(&sp.ensemble, optarg, HX_ENVELOPE_MIN_MEMBERS, 1024) != 0)
+            if (!lm_parse_u32z(optarg, HX_ENVELOPE_MIN_MEMBERS, 1024, &sp.ensemble))
                 return hx_cli_fail("sweep", "--ensemble '%s': expected an integer in %u..1024",
                                    optarg, HX_ENVELOPE_MIN_MEMBERS);
             break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 0);
-            if (*optarg < '0' || *optarg > '9' || *end != '\0' || errno != 0)
+        case O_SEED:
+            if (!lm_parse_seed(optarg, &sp.sr_seed))
                 return hx_cli_fail("sweep",
                                    "--seed '%s': expected a non-negative integer (decimal or 0x hex)",
                                    optarg);
-            sp.sr_seed = (uint64_t)v;
             sp.sr_seed_set = true;
             break;
-        }
         case 'h': fputs(usage_text, stdout); return 0;
         default: return hx_cli_bad_option("sweep", o, argv); /* ':' or unknown */
         }

@@ -1,5 +1,6 @@
 /* cmd_synth.c — `kvdrift synth`: writes a deterministic synthetic llama model (GGUF). */
 #include "commands.h"
+#include "kvd_util.h"
 #include "cli_util.h"
 #include "synth.h"
 
@@ -37,19 +38,6 @@ static void usage(FILE *f)
 static int bad(const char *msg, const char *arg)
 {
     return hx_cli_fail("synth", "%s '%s' (try kvdrift synth --help)", msg, arg);
-}
-
-static int parse_u32(const char *s, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    if (s[0] == '-' || s[0] == '\0')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0 || v > UINT32_MAX)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
 }
 
 static int parse_float(const char *s, float *out)
@@ -100,7 +88,7 @@ int cmd_synth(int argc, char **argv)
         case O_ARCH: arch = optarg; break;
         case O_EMBD: case O_LAYER: case O_HEAD: case O_HEAD_KV: case O_FF: case O_VOCAB:
         case O_CTX:
-            if (parse_u32(optarg, &ov[c - O_EMBD])) {
+            if (!lm_parse_u32z(optarg, 1, UINT32_MAX, &ov[c - O_EMBD])) {
                 snprintf(what, sizeof what, "--%s: expected a positive integer, got",
                          li >= 0 ? opts[li].name : "?");
                 return bad(what, optarg);
@@ -114,14 +102,11 @@ int cmd_synth(int argc, char **argv)
             if (parse_float(optarg, &eps))
                 return bad("--rms-eps: expected a positive number, got", optarg);
             break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            seed = strtoull(optarg, &end, 0);
-            if (errno || *end || optarg[0] == '\0' || optarg[0] == '-')
-                return bad("--seed: expected a non-negative integer, got", optarg);
+        case O_SEED:
+            if (!lm_parse_seed(optarg, &seed))
+                return bad("--seed: expected a non-negative integer (decimal or 0x hex), got",
+                           optarg);
             break;
-        }
         case O_TYPE:
             if (strcmp(optarg, "f32") == 0) type = LM_TYPE_F32;
             else if (strcmp(optarg, "f16") == 0) type = LM_TYPE_F16;

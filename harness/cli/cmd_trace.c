@@ -1,6 +1,7 @@
 /* cmd_trace.c — `kvdrift trace`: the first layer and operation where two configurations part,
  * bitwise and beyond the measured noise envelope (the work is in trace.c). */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "case.h"
 #include "cli_util.h"
@@ -39,18 +40,6 @@ static const char usage_text[] =
     "exit codes: 0 no operation beyond the envelope (or none measured), 1 some operation\n"
     "beyond it, 2 usage or input error\n";
 
-static bool parse_u64(uint64_t *out, const char *s, uint64_t max)
-{
-    char *end;
-    if (*s < '0' || *s > '9')
-        return false;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
 int cmd_trace(int argc, char **argv)
 {
     enum { O_A = 256, O_B, O_TOKENS, O_ENS, O_NOENV, O_SEED, O_BRIEF, O_SPECIAL };
@@ -79,16 +68,16 @@ int cmd_trace(int argc, char **argv)
         case O_BRIEF: brief = true; break;
         case O_SPECIAL: special = true; break;
         case 'n':
-            if (!parse_u64(&n_gen, optarg, 100000))
+            if (!lm_parse_u64z(optarg, 0, 100000, &n_gen))
                 return hx_cli_fail("trace", "-n '%s': expected an integer in 0..100000", optarg);
             break;
         case O_ENS:
-            if (!parse_u64(&ensemble, optarg, 10000) || ensemble < HX_ENVELOPE_MIN_MEMBERS)
+            if (!lm_parse_u64z(optarg, 0, 10000, &ensemble) || ensemble < HX_ENVELOPE_MIN_MEMBERS)
                 return hx_cli_fail("trace", "--ensemble '%s': expected an integer in %u..10000", optarg,
                            (unsigned)HX_ENVELOPE_MIN_MEMBERS);
             break;
         case O_SEED:
-            if (!parse_u64(&seed, optarg, UINT64_MAX))
+            if (!lm_parse_u64z(optarg, 0, UINT64_MAX, &seed))
                 return hx_cli_fail("trace", "--seed '%s': expected a non-negative integer", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;

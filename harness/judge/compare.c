@@ -1,6 +1,7 @@
 /* compare.c — classify a configuration's capture against its baseline, the reference and the
  * envelope; build the envelope from an ensemble of captures. */
 #include "compare.h"
+#include "kvd_util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,22 +16,6 @@ static const double *ref_k(const ref_capture *r, uint32_t l, size_t kv)
 static const double *ref_v(const ref_capture *r, uint32_t l, size_t kv)
 {
     return r->v + (size_t)l * kv;
-}
-
-static int64_t ref_row(const ref_capture *r, uint32_t pos)
-{
-    for (uint32_t i = 0; i < r->n_pos; ++i)
-        if (r->pos[i] == pos)
-            return i;
-    return -1;
-}
-
-static int64_t env_row(const hx_envelope *e, uint32_t pos)
-{
-    for (uint32_t i = 0; i < e->n_pos; ++i)
-        if (e->positions[i] == pos)
-            return i;
-    return -1;
 }
 
 static int check_shape(const hx_capture_shape *s, const ref_capture *r, const char *what,
@@ -114,7 +99,7 @@ int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_captur
         return LM_FAIL(err, LM_E_NOMEM, "compare: out of memory");
     for (uint32_t i = 0; i < s->n_pos && rc == LM_OK; ++i) {
         uint32_t pos = x->positions[i];
-        int64_t rr = ref_row(ref, pos), er = env_row(env, pos);
+        int64_t rr = ref_capture_find_pos(ref, pos), er = lm_index_of_u32(env->positions, env->n_pos, pos);
         int64_t br = base ? hx_capture_row(base, pos) : -1;
         if (rr < 0 || er < 0) {
             rc = LM_FAIL(err, LM_E_INPUT, "%s: logits position %u is not in the %s", c->config,

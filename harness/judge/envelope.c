@@ -1,5 +1,6 @@
 /* envelope.c — the measured noise envelope: per-tensor statistic, cache key, file format. */
 #include "envelope.h"
+#include "kvd_util.h"
 
 #include "atomic.h"
 #include "capture.h"
@@ -351,7 +352,7 @@ int hx_envelope_cache_path(char *out, size_t cap, const char *dir, const uint8_t
                            lm_err *err)
 {
     char hex[33];
-    hx_hash_hex(hex, key);
+    lm_hex_encode(hex, key, 16);
     int n = snprintf(out, cap, "%s/%s.kvdenv", dir, hex);
     if (n < 0 || (size_t)n >= cap)
         return LM_FAIL(err, LM_E_INPUT, "%s: cache folder name too long", dir);

@@ -3,7 +3,7 @@
 
 #include "capture.h"
 #include "kvd_engine.h"
-#include "util.h"
+#include "kvd_util.h"
 
 #include <gnu/libc-version.h>
 #include <math.h>
@@ -117,7 +117,7 @@ void hx_fingerprint_finish(hx_fingerprint *fp)
     XXH128_canonical_t can;
     XXH128_canonicalFromHash(&can, XXH3_128bits(fp->text, strlen(fp->text)));
     char hex[33];
-    hx_hash_hex(hex, can.digest);
+    lm_hex_encode(hex, can.digest, 16);
     memcpy(fp->id, hex, 16);
     fp->id[16] = '\0';
     snprintf(fp->short_text, sizeof fp->short_text, "%s %s %s, %s, %s %s [%s]", fp->arch,

@@ -1,6 +1,7 @@
 /* sweep.c — hx_sweep_run_all: teacher path, reference, SR envelope, every configuration and
  * its baseline, compared and folded into one report (the contract is in sweep.h). */
 #include "sweep.h"
+#include "kvd_util.h"
 
 #include "classify.h"
 #include "compare.h"
@@ -24,13 +25,6 @@
  * envelope cached under another mode is never reused. */
 static const char ensemble_mode[] =
     "naive-sr:step=full:threads=1:coin=splitmix-v3:perturb=mca-rr24-v2:stat=mean-spread-v2";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void progress(const hx_sweep_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
 static void progress(const hx_sweep_params *p, const char *fmt, ...)
@@ -68,9 +62,9 @@ typedef struct run_pool {
 
 static void run_one(run_pool *pool, run_job *j)
 {
-    double t0 = now_s();
+    double t0 = lm_now_s();
     j->rc = hx_run_capture(&j->cap, &j->stats, pool->p->model, &j->cfg, pool->rq, &j->err);
-    j->wall_s = now_s() - t0;
+    j->wall_s = lm_now_s() - t0;
 }
 
 static void report_done(run_pool *pool, const run_job *j)
@@ -252,7 +246,7 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
     r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
     if (r->path == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    double t0 = now_s();
+    double t0 = lm_now_s();
     int rc = continue_path(r, p, 0, err);
     if (rc != LM_OK)
         return rc;
@@ -262,7 +256,7 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
         r->path[hx_sweep_test_poison_path] =
             (r->path[hx_sweep_test_poison_path] + 1) % (int32_t)p->model->hp.n_vocab;
 #endif
-    r->path_s = now_s() - t0;
+    r->path_s = lm_now_s() - t0;
     progress(p, "teacher path: %u greedy tokens of naive:step=full:threads=1 (%.3f s)",
              (unsigned)p->n_gen, r->path_s);
     return LM_OK;
@@ -302,7 +296,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads};
-    double t0 = now_s();
+    double t0 = lm_now_s();
     int rc = LM_OK;
     for (uint32_t round = 0;; ++round) {
         memcpy(all, p->prompt, p->n_prompt * sizeof *all);
@@ -324,7 +318,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
         if (j + 1 < p->n_gen && (rc = continue_path(r, p, j + 1, err)) != LM_OK)
             break;
     }
-    r->ref_s = now_s() - t0;
+    r->ref_s = lm_now_s() - t0;
     free(all);
     if (rc != LM_OK)
         return rc;
@@ -354,17 +348,17 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
      * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
     char extra[sizeof ensemble_mode + 40];
     char ph[33];
-    hx_hash_hex(ph, r->path_hash);
+    lm_hex_encode(ph, r->path_hash, 16);
     int ne = snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
     if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
-    double t0 = now_s();
+    double t0 = lm_now_s();
     if (file_exists(path)) {
         lm_err e2 = {0};
         if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
             r->env_hit = true;
-            r->ensemble_s = now_s() - t0;
+            r->ensemble_s = lm_now_s() - t0;
             progress(p, "envelope loaded from cache (%u naive-sr members)", (unsigned)m);
             return LM_OK;
         }
@@ -395,7 +389,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     memcpy(r->env->key, key, sizeof key);
     if ((rc = hx_envelope_save(r->env, path, err)) != LM_OK)
         return rc;
-    r->ensemble_s = now_s() - t0;
+    r->ensemble_s = lm_now_s() - t0;
     progress(p, "envelope measured from %u naive-sr runs (%.3f s), cached as %s", (unsigned)m,
              r->ensemble_s, path);
     return LM_OK;
@@ -476,9 +470,9 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             base_job[i] = (int64_t)nj++;
         }
     }
-    double t0 = now_s();
+    double t0 = lm_now_s();
     int rc = pool_run(jobs, nj, p, rq, "config", err);
-    r->configs_s = now_s() - t0;
+    r->configs_s = lm_now_s() - t0;
     if (rc == LM_OK) {
         r->runs = calloc(nc, sizeof *r->runs);
         r->extra_base = calloc(nj - nc ? nj - nc : 1, sizeof *r->extra_base);
@@ -511,7 +505,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
     if (rc != LM_OK)
         return rc;
 
-    t0 = now_s();
+    t0 = lm_now_s();
     for (size_t i = 0; i < nc && rc == LM_OK; ++i) {
         hx_sweep_run *run = &r->runs[i];
         char name[HX_CONFIG_STR_MAX];
@@ -542,7 +536,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         }
         if ((rc = hx_capture_hash(run->hash, run->cap, err)) != LM_OK)
             break;
-        hx_hash_hex(run->hash_hex, run->hash);
+        lm_hex_encode(run->hash_hex, run->hash, 16);
         memcpy(c->hash_hex, run->hash_hex, sizeof c->hash_hex);
         const hx_run_stats *st = &run->stats;
         c->prefill_tps = st->prefill_s > 0.0 ? (double)p->n_prompt / st->prefill_s : 0.0;
@@ -550,13 +544,8 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
                                                            : 0.0;
         c->peak_mem_bytes = st->ctx_bytes;
     }
-    r->compare_s = now_s() - t0;
+    r->compare_s = lm_now_s() - t0;
     return rc;
-}
-
-static void hex16(char out[33], const uint8_t h[16])
-{
-    hx_hash_hex(out, h);
 }
 
 int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *err)
@@ -565,7 +554,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     int rc = check_params(p, err);
     if (rc != LM_OK)
         return rc;
-    double t0 = now_s();
+    double t0 = lm_now_s();
     hx_sweep_result *r = calloc(1, sizeof *r);
     if (r == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
@@ -574,7 +563,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
         goto fail;
     hx_report *rep = r->report;
     snprintf(rep->model, sizeof rep->model, "%s", p->model_label ? p->model_label : "model");
-    hex16(rep->model_hash, p->model->content_hash);
+    lm_hex_encode(rep->model_hash, p->model->content_hash, 16);
     hx_fingerprint fp;
     hx_fingerprint_detect(&fp);
     memcpy(rep->fingerprint_id, fp.id, sizeof rep->fingerprint_id);
@@ -592,7 +581,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
                          .forced = r->path, .n_forced = p->n_gen};
     if ((rc = envelope(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK)
         goto fail;
-    r->total_s = now_s() - t0;
+    r->total_s = lm_now_s() - t0;
     *out = r;
     return LM_OK;
 fail:

@@ -142,10 +142,4 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
                    const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
                    uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
 
-/* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
- * and MAX:KEEP (or MAX/KEEP) values, no duplicates; the rot value varies slowest (the whole
- * list once per value, in list order). *v is replaced (the old array freed). LM_E_INPUT
- * naming the list and the bad or repeated item. */
-int hx_sweep_cross_rot(hx_config **v, size_t *n, const char *list, lm_err *err);
-
 #endif

@@ -1,5 +1,6 @@
 /* case.c — INI case files (inih) to a validated struct hx_case. */
 #include "case.h"
+#include "kvd_util.h"
 
 #include "atomic.h"
 #include "kvd_engine.h"
@@ -37,23 +38,6 @@ static int for_each_item(const char *what, const char *list, item_fn item, void 
     }
 }
 
-static bool parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
-{
-    if (len == 0 || len > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; ++i) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (max - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 typedef struct u32list {
     uint32_t *v;
     uint32_t n;
@@ -81,7 +65,7 @@ static int u32_item(void *ctx, const char *s, size_t len, lm_err *err)
     uint64_t v;
     if (l->allow_full && len == 4 && memcmp(s, "full", 4) == 0)
         return push_u32(l, 0, err);
-    if (!parse_u64(s, len, UINT32_MAX, &v) || v == 0)
+    if (!lm_parse_u64(s, len, 1, UINT32_MAX, &v))
         return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer >= 1%s", l->what,
                        l->list, (int)len, s, l->allow_full ? " or full" : "");
     return push_u32(l, (uint32_t)v, err);
@@ -116,7 +100,7 @@ static int tok_item(void *ctx, const char *s, size_t len, lm_err *err)
 {
     toklist *l = ctx;
     uint64_t v;
-    if (!parse_u64(s, len, INT32_MAX, &v))
+    if (!lm_parse_u64(s, len, 0, INT32_MAX, &v))
         return LM_FAIL(err, LM_E_INPUT, "tokens: '%.*s' is not a token id (0..%d)", (int)len, s,
                        INT32_MAX);
     int32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
@@ -211,7 +195,7 @@ int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
         if (colon) {
             const char *s = colon + 1;
             if (strncmp(s, "seed=", 5) != 0 ||
-                !parse_u64(s + 5, strlen(s + 5), UINT64_MAX, &spec->seed))
+                !lm_parse_u64(s + 5, strlen(s + 5), 0, UINT64_MAX, &spec->seed))
                 return LM_FAIL(err, LM_E_INPUT, "model '%s': expected synth:PRESET[:seed=N]", text);
             spec->has_seed = true;
         }
@@ -332,12 +316,12 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
         return (c->rot = strdup(value)) ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
     }
     case K_N_GEN:
-        if (!parse_u64(value, strlen(value), 1000000, &u))
+        if (!lm_parse_u64(value, strlen(value), 0, 1000000, &u))
             return LM_FAIL(err, LM_E_INPUT, "n_gen '%s': not an integer in 0..1000000", value);
         c->n_gen = (uint32_t)u;
         return LM_OK;
     case K_PRECISION:
-        if (!parse_u64(value, strlen(value), UINT32_MAX, &u) || u < HX_CASE_MIN_PRECISION ||
+        if (!lm_parse_u64(value, strlen(value), 0, UINT32_MAX, &u) || u < HX_CASE_MIN_PRECISION ||
             u > HX_CASE_MAX_PRECISION)
             return LM_FAIL(err, LM_E_INPUT, "precision '%s': not an integer in %u..%u bits", value,
                            HX_CASE_MIN_PRECISION, HX_CASE_MAX_PRECISION);

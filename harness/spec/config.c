@@ -1,5 +1,6 @@
 /* config.c — CONFIG strings (`blas:step=64:attn=dense`) to and from struct hx_config. */
 #include "config.h"
+#include "kvd_util.h"
 
 #include "kvd_engine.h"
 
@@ -17,28 +18,12 @@ const char *hx_attn_name(hx_attn a)
 }
 
 /* Decimal integer in [1, UINT32_MAX], nothing else (no sign, no spaces, no hex). */
-static bool parse_pos_u32(const char *s, size_t len, uint32_t *out)
-{
-    if (len == 0 || len > 10)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; ++i) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v == 0 || v > UINT32_MAX)
-        return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
 static bool field_is(const char *f, size_t len, const char *word)
 {
     return strlen(word) == len && memcmp(f, word, len) == 0;
 }
 
-/* KEEP 0 is allowed, so it is special-cased (parse_pos_u32 wants >= 1). */
+/* KEEP 0 is allowed, so it is special-cased (the other fields want >= 1). */
 bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
 {
     if (field_is(s, len, "none")) {
@@ -54,9 +39,9 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
     uint32_t k = 0;
     if (field_is(slash + 1, klen, "0"))
         k = 0;
-    else if (!parse_pos_u32(slash + 1, klen, &k))
+    else if (!lm_parse_u32(slash + 1, klen, 1, UINT32_MAX, &k))
         return false;
-    if (!parse_pos_u32(s, mlen, max) || *max < 2 || k >= *max)
+    if (!lm_parse_u32(s, mlen, 1, UINT32_MAX, max) || *max < 2 || k >= *max)
         return false;
     *keep = k;
     return true;
@@ -89,10 +74,11 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         bool ok;
         if (field_is(f, klen, "step")) {
             seen = &seen_step;
-            ok = field_is(val, vlen, "full") ? (c.step = 0, true) : parse_pos_u32(val, vlen, &c.step);
+            ok = field_is(val, vlen, "full") ? (c.step = 0, true)
+                                             : lm_parse_u32(val, vlen, 1, UINT32_MAX, &c.step);
         } else if (field_is(f, klen, "threads")) {
             seen = &seen_threads;
-            ok = parse_pos_u32(val, vlen, &c.threads);
+            ok = lm_parse_u32(val, vlen, 1, UINT32_MAX, &c.threads);
         } else if (field_is(f, klen, "attn")) {
             seen = &seen_attn;
             ok = true;
