@@ -487,6 +487,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             run->cfg = jobs[i].cfg;
             run->cap = jobs[i].cap;
             run->stats = jobs[i].stats;
+            run->wall_s = jobs[i].wall_s;
             jobs[i].cap = NULL;
         }
         for (size_t j = nc; j < nj; ++j) {
@@ -543,6 +544,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         c->decode_tps = st->decode_s > 0.0 && st->n_decode ? (double)st->n_decode / st->decode_s
                                                            : 0.0;
         c->peak_mem_bytes = st->ctx_bytes;
+        c->wall_s = run->wall_s;
     }
     r->compare_s = lm_now_s() - t0;
     return rc;
