@@ -303,8 +303,10 @@ int cmd_check(int argc, char **argv)
         bool skipped = false;
         st = run_case(&runs[i], cases[i], &ro, golden_dir, &fp, &skipped, &err);
         cases[i] = NULL; /* owned by the run now, also on error */
-        if (st == LM_OK)
+        if (st == LM_OK) {
+            hx_report_set_command(runs[i]->report, argc, argv);
             reports[i] = runs[i]->report;
+        }
         n_skipped += skipped;
     }
     if (st != LM_OK || (st = write_outputs(&out, runs, reports, n_cases, ro.strict, &err)) != LM_OK)

@@ -82,6 +82,19 @@ typedef struct hx_config_report {
     hx_tensor_row *rows;       /* [n_rows] */
 } hx_config_report;
 
+/* The phases of a sweep, in order, as timed in hx_report.phase_s. */
+typedef enum hx_phase {
+    HX_PHASE_PATH = 0,  /* teacher path */
+    HX_PHASE_REFERENCE, /* MPFR reference (or its cache load) */
+    HX_PHASE_ENSEMBLE,  /* noise-envelope ensemble (or its cache load) */
+    HX_PHASE_CONFIGS,   /* engine runs of the configurations and baselines */
+    HX_PHASE_COMPARE,   /* comparisons and classification */
+    HX_PHASE_TOTAL,     /* the whole sweep */
+    HX_N_PHASES
+} hx_phase;
+/* "path", "reference", "ensemble", "configs", "compare", "total". */
+const char *hx_phase_name(hx_phase p);
+
 typedef struct hx_report {
     char case_name[128];
     char model[512];
@@ -98,9 +111,16 @@ typedef struct hx_report {
                                   is absent); configs then lists the unrun configurations */
     size_t n_configs;
     hx_config_report *configs; /* [n_configs] */
+    /* Provenance: what produced the report and how long each phase took. */
+    char command_line[1024];   /* "kvdrift sweep ..." ("" when no command set it) */
+    int32_t *prompt_ids;       /* [n_prompt] the prompt's token ids (owned; NULL: unknown) */
+    double phase_s[HX_N_PHASES]; /* wall seconds per phase (hx_phase_name), 0 = not run */
 } hx_report;
 
 int hx_report_create(hx_report **out, const char *case_name, lm_err *err);
+/* Records the command line "kvdrift ARGV[0] ARGV[1] ..." (argv as a subcommand gets it;
+ * arguments with spaces or quotes single-quoted; cut at the field's size). */
+void hx_report_set_command(hx_report *r, int argc, char **argv);
 void hx_report_free(hx_report *r);
 /* Appends a zeroed configuration (first_divergent -1, cls EXACT, worst_ratio 0, sig 17) and
  * returns it in *out (valid until the next add). */

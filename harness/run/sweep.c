@@ -584,6 +584,14 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     if ((rc = envelope(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK)
         goto fail;
     r->total_s = lm_now_s() - t0;
+    const double ph[HX_N_PHASES] = {r->path_s, r->ref_s, r->ensemble_s, r->configs_s,
+                                    r->compare_s, r->total_s};
+    memcpy(rep->phase_s, ph, sizeof ph);
+    if ((rep->prompt_ids = malloc(p->n_prompt * sizeof *rep->prompt_ids)) == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(rep->prompt_ids, p->prompt, p->n_prompt * sizeof *rep->prompt_ids);
     *out = r;
     return LM_OK;
 fail:
