@@ -24,6 +24,11 @@ int hx_cli_fail(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+void hx_cli_log(void *user, const char *line)
+{
+    fprintf(stderr, "%s: %s\n", (const char *)user, line);
+}
+
 int hx_cli_bad_option(const char *cmd, int o, char **argv)
 {
     if (o == ':')

@@ -15,6 +15,10 @@
  * The message names the thing and the reason; this adds the command prefix, once. */
 int hx_cli_fail(const char *cmd, const char *fmt, ...) LM_PRINTF(2, 3);
 
+/* A library log callback (hx_sweep_params.log): prints "<user>: <line>" and a newline on
+ * stderr; user is the prefix (a const char *). */
+void hx_cli_log(void *user, const char *line);
+
 /* The getopt_long error of a command parsed with a leading ':' in its optstring: o == ':' is
  * "option 'X' needs a value", anything else "unknown option 'X' (try kvdrift CMD --help)",
  * X being argv[optind - 1]; returns 2. */

@@ -100,7 +100,7 @@ int cmd_bless(int argc, char **argv)
     };
     const char *golden_dir = NULL;
     bool force = false;
-    hx_caserun_opts ro = {0};
+    hx_caserun_opts ro = {.log = hx_cli_log, .log_user = "sweep"};
     optind = 1;
     opterr = 0;
     int o;

@@ -252,7 +252,7 @@ int cmd_check(int argc, char **argv)
     const char *golden_dir = NULL, *out_dir = NULL;
     check_out out = {0};
     bool allow_skip = false;
-    hx_caserun_opts ro = {0};
+    hx_caserun_opts ro = {.log = hx_cli_log, .log_user = "sweep"};
     optind = 1;
     opterr = 0;
     int o;

@@ -23,8 +23,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "routing.h"
-
 static const char usage_text[] =
     "usage: kvdrift sweep MODEL (-p TEXT | --tokens ID,...) [options]\n"
     "Runs every configuration of the sweep axes, generates N greedy tokens with each, evaluates\n"
@@ -212,40 +210,22 @@ static int make_dirs(const char *dir, lm_err *err)
     return LM_OK;
 }
 
-/* Resolves MODEL: a path as given, or a synthetic model written into the cache folder once. */
+/* Resolves MODEL (hx_model_resolve: a synthetic preset is written fresh into the cache
+ * folder) and its report label. */
 static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, const char *text,
                          const char *cache, lm_err *err)
 {
     hx_model_spec spec = {0};
     int rc = hx_model_spec_parse(&spec, text, err);
-    if (rc != LM_OK)
-        return rc;
-    if (!spec.synth) {
-        snprintf(path, cap, "%s", spec.path);
-        const char *slash = strrchr(spec.path, '/');
-        snprintf(label, label_cap, "%s", slash ? slash + 1 : spec.path);
-        char *dot = strrchr(label, '.');
-        if (dot && strcmp(dot, ".gguf") == 0)
-            *dot = '\0';
-        free(spec.path);
-        return LM_OK;
-    }
+    char dir[4096] = "";
+    if (rc == LM_OK && spec.synth && (rc = ref_cache_dir(dir, sizeof dir, cache, err)) == LM_OK)
+        rc = make_dirs(dir, err);
+    bool absent = false;
+    if (rc == LM_OK)
+        rc = hx_model_resolve(path, cap, &absent, &spec, dir, err);
+    if (rc == LM_OK)
+        hx_model_label(label, label_cap, &spec);
     free(spec.path);
-    uint64_t seed = spec.has_seed ? spec.seed : 0; /* kvdrift synth's default seed */
-    hx_synth_params sp;
-    if ((rc = hx_synth_preset(&sp, spec.preset, err)) != LM_OK)
-        return rc;
-    char dir[4096];
-    if ((rc = ref_cache_dir(dir, sizeof dir, cache, err)) != LM_OK ||
-        (rc = make_dirs(dir, err)) != LM_OK)
-        return rc;
-    if (snprintf(path, cap, "%s/synth-%s-seed%llu.gguf", dir, spec.preset,
-                 (unsigned long long)seed) >= (int)cap)
-        return LM_FAIL(err, LM_E_INPUT, "%s: cache path too long", dir);
-    snprintf(label, label_cap, "synth-%s-seed%llu", spec.preset, (unsigned long long)seed);
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        rc = hx_synth_write(path, spec.preset, seed, LM_TYPE_F32, err);
     return rc;
 }
 
@@ -403,38 +383,19 @@ int cmd_sweep(int argc, char **argv)
     if (!sp.quiet)
         fprintf(stderr, "sweep: %s, %u prompt tokens, %u generated, %zu configurations\n",
                 model_path, (unsigned)n_prompt, (unsigned)sp.n_gen, n_configs);
+    sp.log = hx_cli_log;
+    sp.log_user = "sweep";
     if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
         goto done;
 
-    /* MoE: routing decisions are reported like argmax flips; measured before the reports are
-     * written so that report.json/md carry them, printed after the table. */
-    char *routing_txt = NULL;
-    size_t routing_len = 0;
-    uint32_t n_real = 0;
-    if (m->hp.n_expert > 0) {
-        FILE *rf = open_memstream(&routing_txt, &routing_len);
-        if (rf == NULL) {
-            st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
-            goto done;
-        }
-        st = hx_routing_report(rf, m, prompt, n_prompt, configs, n_configs, sp.precision,
-                               sp.sr_seed_set ? sp.sr_seed : HX_SWEEP_DEFAULT_SEED, &n_real,
-                               res->report, &err);
-        fclose(rf);
-        if (st != LM_OK) {
-            free(routing_txt);
-            goto done;
-        }
-    }
+    hx_report_set_command(res->report, argc, argv);
     char json[4200], md[4200];
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
     if ((st = make_dirs(dir, &err)) != LM_OK ||
         (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
-        (st = hx_report_write_md(res->report, md, &err)) != LM_OK) {
-        free(routing_txt);
+        (st = hx_report_write_md(res->report, md, &err)) != LM_OK)
         goto done;
-    }
     /* The table only once the reports are written: a failed run prints nothing. */
     printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "
            "greedy path%s", argv[optind], (unsigned)n_prompt, (unsigned)sp.n_gen,
@@ -455,13 +416,10 @@ int cmd_sweep(int argc, char **argv)
             printf(" %zu %s", count[c], hx_class_name((hx_class)c));
     printf("; verdict %s\nwrote %s and %s\n",
            hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md);
-    if (routing_txt != NULL) {
-        fwrite(routing_txt, 1, routing_len, stdout);
-        free(routing_txt);
-        if (n_real > 0)
-            printf("routing: %u real flips (expert sets the reference's margins do not "
-                   "explain)\n", n_real);
-    }
+    hx_report_print_routing(stdout, res->report, &res->routing);
+    if (res->routing.n_real > 0)
+        printf("routing: %u real flips (expert sets the reference's margins do not explain)\n",
+               res->routing.n_real);
     if (so.spec_list != NULL && (st = sweep_spec(&so, m, prompt, n_prompt, &sp, res, cache,
                                                   &spec_fail, &err)) != LM_OK)
         goto done;

@@ -46,7 +46,9 @@
 #ifndef HX_ENVELOPE_H
 #define HX_ENVELOPE_H
 
+#include "capture.h"
 #include "kvd_common.h"
+#include "kvd_ref.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -114,5 +116,12 @@ void hx_envelope_key(uint8_t out[16], const char ref_key_hex[33], uint32_t n_mem
 /* "<dir>/<32 hex digits>.kvdenv"; LM_E_INPUT when it does not fit in cap. */
 int hx_envelope_cache_path(char *out, size_t cap, const char *dir, const uint8_t key[16],
                            lm_err *err);
+
+/* Builds the envelope from an ensemble of n_members captures (runs that differ only in
+ * rounding) and the reference: every layer's K and V and every reference logits row (each
+ * member must hold that row). key is left zero for the caller (hx_envelope_key). */
+int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *members,
+                              uint32_t n_members, const ref_capture *ref, double safety,
+                              lm_err *err);
 
 #endif

@@ -166,6 +166,11 @@ int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, con
                           lm_err *err);
 /* The terminal table: one row per configuration. */
 void hx_report_print_table(FILE *f, const hx_report *r);
+/* The MoE routing section (nothing when rr->measured is false): the TIE band and how it was
+ * measured, then per configuration (r->configs[i] <-> rr's i) flips, TIE, real, and the first
+ * flipped position of each layer that flips. */
+struct hx_routing_result;
+void hx_report_print_routing(FILE *f, const hx_report *r, const struct hx_routing_result *rr);
 
 /* Why a failing configuration fails, one line naming the real cause: its class and numbers;
  * "golden stale: ..." (blessed for other input); "strict bits: golden mismatch: ..." or

@@ -1,5 +1,6 @@
 /* report_table.c — the terminal table: one row per configuration, columns padded to fit. */
 #include "report.h"
+#include "routing.h"
 
 #include <string.h>
 
@@ -36,4 +37,25 @@ void hx_report_print_table(FILE *f, const hx_report *r)
         fails += hx_config_report_fails(&r->configs[i], r->strict_bits);
     fprintf(f, "%zu configurations, worst %s, %d failing%s\n", r->n_configs, hx_class_name(w),
             fails, r->strict_bits ? " (strict: any changed bit fails)" : "");
+}
+
+void hx_report_print_routing(FILE *f, const hx_report *r, const hx_routing_result *rr)
+{
+    if (!rr->measured)
+        return;
+    fprintf(f, "\nMoE routing flips vs the reference's routing of the prompt (%u layers, "
+               "top-%u of %u; TIE = reference margin <= %.3g, measured: %.0f x the largest "
+               "margin deviation of %u naive-sr runs)\n",
+            rr->n_layer, rr->k, rr->n_expert, (double)rr->tie_tol, HX_ROUTING_SAFETY,
+            rr->members);
+    for (size_t ci = 0; ci < rr->n_configs && ci < r->n_configs; ++ci) {
+        const uint32_t flips = rr->n_flip[ci], ties = rr->n_tie[ci];
+        const hx_routing_flips *fl = rr->flips + ci * rr->n_layer;
+        fprintf(f, "  %-38s %4u flips (%u TIE, %u real)", r->configs[ci].config, flips, ties,
+                flips - ties);
+        for (uint32_t il = 0; il < rr->n_layer && flips > 0; ++il)
+            if (fl[il].n_flip > 0)
+                fprintf(f, "  L%u: %u from pos %u", il, fl[il].n_flip, fl[il].first_pos);
+        fputc('\n', f);
+    }
 }

@@ -29,14 +29,14 @@ static const char ensemble_mode[] =
 static void progress(const hx_sweep_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
 static void progress(const hx_sweep_params *p, const char *fmt, ...)
 {
-    if (p->quiet)
+    if (p->quiet || p->log == NULL)
         return;
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    fputs("sweep: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    p->log(p->log_user, line);
 }
 
 /* ---- a small pool of engine runs: each job is one hx_run_capture ---- */
@@ -362,7 +362,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
             progress(p, "envelope loaded from cache (%u naive-sr members)", (unsigned)m);
             return LM_OK;
         }
-        fprintf(stderr, "sweep: %s; recomputing the envelope\n", e2.msg);
+        progress(p, "%s; recomputing the envelope", e2.msg);
     }
     run_job *jobs = calloc(m, sizeof *jobs);
     if (jobs == NULL)
@@ -407,41 +407,6 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
                       .rot_keep = cfg->rot_keep, .rot_step = step};
     bool hit = false;
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
-}
-
-/* Semantic divergence: the schedule's reference `a` against the one-chunk reference `b`, row
- * by row over the shared teacher-forced positions (both are on the same token path). */
-static void semantic_compare(hx_config_report *c, const ref_capture *a, const ref_capture *b)
-{
-    c->sem_checked = true;
-    c->sem_first = -1;
-    c->sem_max_abs = 0.0;
-    c->sem_min_margin = INFINITY;
-    size_t nv = b->n_vocab;
-    for (uint32_t i = 0; i < b->n_pos; ++i) {
-        int64_t ra = ref_capture_find_pos(a, b->pos[i]);
-        if (ra < 0)
-            continue;
-        const double *x = ref_capture_logits(a, (uint32_t)ra); /* [n_vocab] */
-        const double *y = ref_capture_logits(b, i);            /* [n_vocab] */
-        double top1 = -INFINITY, top2 = -INFINITY;
-        for (size_t v = 0; v < nv; ++v) {
-            double d = fabs(x[v] - y[v]);
-            if (d > c->sem_max_abs)
-                c->sem_max_abs = d;
-            if (y[v] > top1) {
-                top2 = top1;
-                top1 = y[v];
-            } else if (y[v] > top2) {
-                top2 = y[v];
-            }
-        }
-        if (top1 - top2 < c->sem_min_margin)
-            c->sem_min_margin = top1 - top2;
-        /* row i is at position n_prompt-1+j: generated index j */
-        if (c->sem_first < 0 && hx_argmax_f64(x, nv) != hx_argmax_f64(y, nv))
-            c->sem_first = (int64_t)b->pos[i] - (int64_t)(b->n_prompt - 1);
-    }
 }
 
 /* (d) Every configuration and every baseline not among them, then the comparisons. */
@@ -527,7 +492,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             if (rc == LM_OK)
                 rc = hx_compare_capture(c, run->cap, run->base, &rs, r->env, err);
             if (rc == LM_OK) {
-                semantic_compare(c, &rs, &r1);
+                hx_compare_semantic(c, &rs, &r1);
                 c->sem_same_schedule = run->cfg.step == 0;
             }
             ref_capture_free(&rs);
@@ -548,6 +513,26 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
     }
     r->compare_s = lm_now_s() - t0;
     return rc;
+}
+
+/* (e) MoE routing flips against the reference's routing, with the sweep's own ensemble size
+ * and seeds for the TIE band (routing.h); recorded in the report. */
+static int routing(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
+{
+    if (p->model->hp.n_expert == 0)
+        return LM_OK;
+    const double t0 = lm_now_s();
+    const uint32_t members = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    const uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    int rc = hx_routing_measure(&r->routing, p->model, p->prompt, p->n_prompt, p->configs,
+                                p->n_configs, p->precision, members, seed, err);
+    if (rc != LM_OK)
+        return rc;
+    hx_routing_to_report(r->report, &r->routing, p->configs);
+    progress(p, "routing: %u real flips, TIE band %.3g from %u naive-sr runs (%.3f s)",
+             (unsigned)r->routing.n_real, (double)r->routing.tie_tol, (unsigned)members,
+             lm_now_s() - t0);
+    return LM_OK;
 }
 
 int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *err)
@@ -581,7 +566,8 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
         goto fail;
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
                          .forced = r->path, .n_forced = p->n_gen};
-    if ((rc = envelope(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK)
+    if ((rc = envelope(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
+        (rc = routing(r, p, err)) != LM_OK)
         goto fail;
     r->total_s = lm_now_s() - t0;
     const double ph[HX_N_PHASES] = {r->path_s, r->ref_s, r->ensemble_s, r->configs_s,
@@ -613,6 +599,7 @@ void hx_sweep_result_free(hx_sweep_result *r)
     free(r->path);
     ref_capture_free(&r->ref);
     hx_envelope_free(r->env);
+    hx_routing_result_free(&r->routing);
     free(r);
 }
 

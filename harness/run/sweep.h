@@ -37,13 +37,16 @@
  *      changes, max |dlogit|, smallest one-chunk margin, over the teacher-forced rows). The
  *      envelope stays the plain cache's one-chunk ensemble (an approximation of the rounding
  *      noise of another schedule: same operations, different key sets).
- * Progress: one line per configuration on stderr (and one each for path, reference, envelope)
- * unless quiet.
+ *  (e) MoE models only: routing flips of every configuration against the reference's routing
+ *      of the prompt, the TIE band measured with the same `ensemble` size and seeds as (c)
+ *      (hx_routing_measure, routing.h); the numbers go to routing and into the report.
+ * Progress: one line per configuration (and one each for path, reference, envelope, routing)
+ * through the log callback unless quiet; the library itself prints nothing.
  *
- * Parallelism: jobs > 1 runs the ensemble members and the naive configurations on that many
- * threads (each run has its own context; the model is read-only); blas (and any other backend)
- * runs alone afterwards, because OpenBLAS's thread count is process-global and concurrent calls
- * were measured to change bits. Results are identical for any jobs (tested); only the measured
+ * Parallelism: jobs > 1 runs the ensemble members and the configurations of backends without
+ * LM_BE_SHARES_PROCESS_STATE on that many threads (each run has its own context; the model is
+ * read-only); the others (blas) run alone afterwards, because OpenBLAS's thread count is
+ * process-global and concurrent calls were measured to change bits. Results are identical for any jobs (tested); only the measured
  * speeds of the parallel runs are then shared-CPU numbers.
  *
  * Errors: LM_E_INPUT for bad parameters (no configurations, ensemble < 8, prompt + n_gen
@@ -59,6 +62,7 @@
 #include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "report.h"
+#include "routing.h"
 #include "runner.h"
 
 #include <stdbool.h>
@@ -84,7 +88,10 @@ typedef struct hx_sweep_params {
     int ref_threads;          /* reference threads; 0 = all online cores (never changes results) */
     uint32_t jobs;            /* engine runs in parallel; 0 or 1 = one at a time */
     bool strict_bits;         /* copied into the report (check's policy) */
-    bool quiet;               /* no progress lines */
+    bool quiet;               /* no progress lines (also when log is set) */
+    /* Progress lines, one per call, without a newline (the library never prints); NULL: none. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
 } hx_sweep_params;
 
 typedef enum hx_path_source {
@@ -123,6 +130,7 @@ typedef struct hx_sweep_result {
     bool ref_hit;             /* loaded from the cache */
     hx_envelope *env;
     bool env_hit;             /* loaded from the cache */
+    hx_routing_result routing; /* (e) MoE routing flips (measured false for a dense model) */
     /* Wall seconds of each phase (for the overhead benchmark). */
     double path_s, ref_s, ensemble_s, configs_s, compare_s, total_s;
 } hx_sweep_result;

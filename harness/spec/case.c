@@ -174,62 +174,6 @@ static int attn_item(void *ctx, const char *s, size_t len, lm_err *err)
     return LM_OK;
 }
 
-/* --- model values --- */
-
-int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
-{
-    memset(spec, 0, sizeof *spec);
-    if (strncmp(text, "synth:", 6) == 0) {
-        const char *p = text + 6;
-        const char *colon = strchr(p, ':');
-        size_t len = colon ? (size_t)(colon - p) : strlen(p);
-        if (len == 0 || len >= sizeof spec->preset)
-            return LM_FAIL(err, LM_E_INPUT, "model '%s': missing or overlong synthetic preset", text);
-        for (size_t i = 0; i < len; ++i) {
-            char ch = p[i];
-            if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
-                return LM_FAIL(err, LM_E_INPUT, "model '%s': bad character in preset name", text);
-        }
-        memcpy(spec->preset, p, len);
-        spec->synth = true;
-        if (colon) {
-            const char *s = colon + 1;
-            if (strncmp(s, "seed=", 5) != 0 ||
-                !lm_parse_u64(s + 5, strlen(s + 5), 0, UINT64_MAX, &spec->seed))
-                return LM_FAIL(err, LM_E_INPUT, "model '%s': expected synth:PRESET[:seed=N]", text);
-            spec->has_seed = true;
-        }
-        return LM_OK;
-    }
-    if (*text == '\0')
-        return LM_FAIL(err, LM_E_INPUT, "model '': empty path");
-    static const char var[] = "${KVDRIFT_MODELS}";
-    const char *env = getenv("KVDRIFT_MODELS");
-    const char *dir = (env && *env) ? env : "../shared/models";
-    size_t cap = strlen(text) + 1, count = 0;
-    for (const char *q = strstr(text, var); q; q = strstr(q + 1, var))
-        ++count;
-    cap += count * strlen(dir);
-    char *out = malloc(cap), *o = out;
-    if (out == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    for (const char *p = text; *p;) {
-        if (strncmp(p, var, sizeof var - 1) == 0) {
-            o += sprintf(o, "%s", dir);
-            p += sizeof var - 1;
-        } else if (p[0] == '$' && p[1] == '{') {
-            free(out);
-            return LM_FAIL(err, LM_E_INPUT,
-                           "model '%s': only ${KVDRIFT_MODELS} may be expanded", text);
-        } else {
-            *o++ = *p++;
-        }
-    }
-    *o = '\0';
-    spec->path = out;
-    return LM_OK;
-}
-
 /* --- the INI handler --- */
 
 enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_STEPS, K_BACKENDS, K_THREADS, K_ATTN, K_N_GEN,

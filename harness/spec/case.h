@@ -26,6 +26,7 @@
 
 #include "config.h"
 #include "kvd_common.h"
+#include "model_spec.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,14 +37,6 @@
 #define HX_CASE_DEFAULT_PRECISION 127u
 #define HX_CASE_MIN_PRECISION 24u
 #define HX_CASE_MAX_PRECISION 8192u
-
-typedef struct hx_model_spec {
-    bool synth;        /* synth:PRESET[:seed=N] */
-    char *path;        /* expanded file path (when !synth) */
-    char preset[64];   /* synthetic preset name (when synth) */
-    bool has_seed;
-    uint64_t seed;
-} hx_model_spec;
 
 typedef struct hx_case {
     char *file;           /* where it was read from (for messages) */
@@ -74,10 +67,6 @@ int hx_case_load(hx_case **out, const char *path, lm_err *err);
 /* The same from text; file names the source in messages. */
 int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_err *err);
 void hx_case_free(hx_case *c);
-
-/* Parses a model value (`synth:tiny:seed=3`, `${KVDRIFT_MODELS}/x.gguf`, a path) into spec
- * (free spec->path with free()). */
-int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err);
 
 /* Every configuration of the case: rot x backends x threads x attn x steps (steps vary
  * fastest, rot slowest; hx_config_cross_rot), in the order written. *out is malloc'd. */
