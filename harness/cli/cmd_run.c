@@ -73,6 +73,7 @@ static int parse_f32(const char *s, float *out)
 static int set_config_field(hx_config *cfg, const char *key, const char *arg)
 {
     char one[HX_CONFIG_STR_MAX + 64], rot[64];
+    const char *given = arg;
     hx_config f;
     lm_err err = {0};
     if (strcmp(key, "rot") == 0) { /* MAX:KEEP on the command line, MAX/KEEP in a CONFIG */
@@ -87,7 +88,7 @@ static int set_config_field(hx_config *cfg, const char *key, const char *arg)
     else
         snprintf(one, sizeof one, "%s:%s=%s", cfg->backend, key, arg);
     if (hx_config_parse(&f, one, &err) != LM_OK)
-        return hx_cli_fail("run", "--%s '%s': %s", key, arg, err.msg);
+        return hx_cli_fail("run", "--%s '%s': %s", key, given, err.msg);
     if (strcmp(key, "backend") == 0)
         memcpy(cfg->backend, f.backend, sizeof cfg->backend);
     else if (strcmp(key, "step") == 0)

@@ -7,6 +7,7 @@
 #include "case.h"
 #include "cli_util.h"
 #include "config.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "report.h"
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char usage_text[] =
     "usage: kvdrift sweep MODEL (-p TEXT | --tokens ID,...) [options]\n"
@@ -163,14 +165,15 @@ static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *
         uint32_t t = 0;
         if (len == 0 || len >= sizeof item) {
             free(v);
-            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': expected integers 1..256", list);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': expected integers 1..%u", list,
+                           LM_MAX_THREADS);
         }
         memcpy(item, s, len);
         item[len] = '\0';
-        if (!lm_parse_u32z(item, 1, 256, &t)) {
+        if (!lm_parse_u32z(item, 1, LM_MAX_THREADS, &t)) {
             free(v);
-            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..256",
-                           list, item);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..%u",
+                           list, item, LM_MAX_THREADS);
         }
         for (uint32_t i = 0; i < k; ++i)
             if (v[i] == t) {
@@ -187,29 +190,6 @@ static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *
     return LM_OK;
 }
 
-/* mkdir -p; LM_E_IO naming the folder. */
-static int make_dirs(const char *dir, lm_err *err)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "%s: path too long", dir);
-    for (char *q = buf + 1;; ++q) {
-        if (*q == '/' || *q == '\0') {
-            char c = *q;
-            *q = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
-            *q = c;
-            if (c == '\0')
-                break;
-        }
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return LM_FAIL(err, LM_E_IO, "%s: not a folder", dir);
-    return LM_OK;
-}
-
 /* Resolves MODEL (hx_model_resolve: a synthetic preset is written fresh into the cache
  * folder) and its report label. */
 static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, const char *text,
@@ -217,12 +197,9 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
 {
     hx_model_spec spec = {0};
     int rc = hx_model_spec_parse(&spec, text, err);
-    char dir[4096] = "";
-    if (rc == LM_OK && spec.synth && (rc = ref_cache_dir(dir, sizeof dir, cache, err)) == LM_OK)
-        rc = make_dirs(dir, err);
     bool absent = false;
     if (rc == LM_OK)
-        rc = hx_model_resolve(path, cap, &absent, &spec, dir, err);
+        rc = hx_model_resolve(path, cap, &absent, &spec, cache, err);
     if (rc == LM_OK)
         hx_model_label(label, label_cap, &spec);
     free(spec.path);
@@ -392,9 +369,13 @@ int cmd_sweep(int argc, char **argv)
     char json[4200], md[4200];
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
-    if ((st = make_dirs(dir, &err)) != LM_OK ||
-        (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
-        (st = hx_report_write_md(res->report, md, &err)) != LM_OK)
+    /* report.json last (REPORT-SCHEMA.md): a folder holding it is complete; an older one is
+     * removed first so that a killed run never leaves an old report.json beside a new report.md */
+    if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
+        (unlink(json) != 0 && errno != ENOENT &&
+         (st = LM_FAIL(&err, LM_E_IO, "%s: cannot remove: %s", json, strerror(errno)))) ||
+        (st = hx_report_write_md(res->report, md, &err)) != LM_OK ||
+        (st = hx_report_write_json(res->report, json, &err)) != LM_OK)
         goto done;
     /* The table only once the reports are written: a failed run prints nothing. */
     printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "

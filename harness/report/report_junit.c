@@ -6,10 +6,11 @@
 #include "report.h"
 #include "kvd_version.h"
 
-#include "atomic.h"
+#include "fs.h"
 
 #include <libxml/xmlwriter.h>
 #include <stdio.h>
+#include <string.h>
 
 #define X(s) ((const xmlChar *)(s))
 
@@ -157,7 +158,7 @@ int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, con
     xmlFreeTextWriter(w); /* flushes into buf */
     int rc = bad ? LM_FAIL(err, LM_E_INPUT, "%s: cannot write the JUnit XML (text that is not "
                                             "valid UTF-8?)", path)
-                 : hx_write_file_atomic(path, xmlBufferContent(buf), (size_t)xmlBufferLength(buf),
+                 : lm_write_file(path, xmlBufferContent(buf), (size_t)xmlBufferLength(buf),
                                         err);
     xmlBufferFree(buf);
     return rc;

@@ -3,6 +3,7 @@
  * absent. */
 #include "caserun.h"
 
+#include "fs.h"
 #include "kvd_ref.h"
 #include "kvd_version.h"
 #include "synth.h"
@@ -14,29 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-int hx_mkdir_p(const char *dir, lm_err *err)
-{
-    char buf[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "folder name '%.64s' is empty or too long", dir);
-    memcpy(buf, dir, n + 1);
-    /* Each prefix ending before a '/', then the whole path. */
-    for (size_t i = 1; i <= n; ++i) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        struct stat st;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
-        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-            return LM_FAIL(err, LM_E_IO, "%s: not a folder", buf);
-        buf[i] = saved;
-    }
-    return LM_OK;
-}
 
 int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const hx_case *c,
                            lm_err *err)
@@ -61,13 +39,9 @@ int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const 
 static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
 {
     const hx_model_spec *s = &r->c->model;
-    char dir[3072] = "";
-    int rc = LM_OK;
-    if (s->synth && (rc = ref_cache_dir(dir, sizeof dir, o->cache_dir, err)) == LM_OK)
-        rc = hx_mkdir_p(dir, err);
     bool absent = false;
-    if (rc == LM_OK)
-        rc = hx_model_resolve(r->model_path, sizeof r->model_path, &absent, s, dir, err);
+    int rc = hx_model_resolve(r->model_path, sizeof r->model_path, &absent, s, o->cache_dir,
+                              err);
     if (rc == LM_OK && absent) {
         r->skipped = true;
         snprintf(r->skip_reason, sizeof r->skip_reason,

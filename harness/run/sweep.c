@@ -6,6 +6,7 @@
 #include "classify.h"
 #include "compare.h"
 #include "fingerprint.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "metrics.h"
 
@@ -26,17 +27,36 @@
 static const char ensemble_mode[] =
     "naive-sr:step=full:threads=1:coin=splitmix-v3:perturb=mca-rr24-v2:stat=mean-spread-v2";
 
+static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap) LM_PRINTF(2, 0);
+static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap)
+{
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    p->log(p->log_user, line);
+}
+
+/* A progress line (not when quiet). */
 static void progress(const hx_sweep_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
 static void progress(const hx_sweep_params *p, const char *fmt, ...)
 {
     if (p->quiet || p->log == NULL)
         return;
-    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vlog(p, fmt, ap);
     va_end(ap);
-    p->log(p->log_user, line);
+}
+
+/* A warning (also when quiet): the cache costs time, never correctness. */
+static void warn(const hx_sweep_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
+static void warn(const hx_sweep_params *p, const char *fmt, ...)
+{
+    if (p->log == NULL)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(p, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- a small pool of engine runs: each job is one hx_run_capture ---- */
@@ -339,11 +359,13 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
 {
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
-    char dir[4096], path[4200];
+    char dir[4096], path[4200] = "";
     uint8_t key[16];
-    int rc = ref_cache_dir(dir, sizeof dir, p->cache_dir, err);
-    if (rc != LM_OK)
-        return rc;
+    lm_err cerr = {0};
+    int rc;
+    bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
+    if (!cached) /* the reference step has said so already when it is the same folder */
+        warn(p, "envelope cache unusable (%s); computing without it", cerr.msg);
     /* extra = the ensemble mode, then the teacher-path capture's hash: the naive engine's bits
      * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
     char extra[sizeof ensemble_mode + 40];
@@ -351,10 +373,10 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     lm_hex_encode(ph, r->path_hash, 16);
     int ne = snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
-    if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
+    if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
     double t0 = lm_now_s();
-    if (file_exists(path)) {
+    if (cached && file_exists(path)) {
         lm_err e2 = {0};
         if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
             r->env_hit = true;
@@ -362,7 +384,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
             progress(p, "envelope loaded from cache (%u naive-sr members)", (unsigned)m);
             return LM_OK;
         }
-        progress(p, "%s; recomputing the envelope", e2.msg);
+        warn(p, "envelope cache entry unusable (%s); recomputed", e2.msg);
     }
     run_job *jobs = calloc(m, sizeof *jobs);
     if (jobs == NULL)
@@ -387,11 +409,14 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     if (rc != LM_OK)
         return rc;
     memcpy(r->env->key, key, sizeof key);
-    if ((rc = hx_envelope_save(r->env, path, err)) != LM_OK)
-        return rc;
+    /* the cache costs time, never correctness: a failed write is a warning, as for the
+     * reference cache */
+    lm_err werr = {0};
+    if (cached && hx_envelope_save(r->env, path, &werr) != LM_OK)
+        warn(p, "envelope cache entry not stored (%s)", werr.msg);
     r->ensemble_s = lm_now_s() - t0;
     progress(p, "envelope measured from %u naive-sr runs (%.3f s), cached as %s", (unsigned)m,
-             r->ensemble_s, path);
+             r->ensemble_s, cached && werr.code == 0 ? path : "(not cached)");
     return LM_OK;
 }
 

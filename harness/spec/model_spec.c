@@ -1,6 +1,7 @@
 /* model_spec.c — MODEL values: parsing, and resolving to the GGUF file to load. */
 #include "model_spec.h"
 
+#include "fs.h"
 #include "kvd_util.h"
 #include "synth.h"
 
@@ -66,7 +67,7 @@ int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
 }
 
 int hx_model_resolve(char *path, size_t cap, bool *absent, const hx_model_spec *spec,
-                     const char *synth_dir, lm_err *err)
+                     const char *cache_dir, lm_err *err)
 {
     *absent = false;
     if (!spec->synth) {
@@ -82,10 +83,14 @@ int hx_model_resolve(char *path, size_t cap, bool *absent, const hx_model_spec *
         return LM_OK;
     }
     const uint64_t seed = spec->has_seed ? spec->seed : 0;
-    int n = snprintf(path, cap, "%s/synth-%s-seed%" PRIu64 ".gguf", synth_dir, spec->preset, seed);
+    char dir[3072];
+    int rc = lm_cache_open(dir, sizeof dir, cache_dir, err);
+    if (rc != LM_OK)
+        return rc;
+    int n = snprintf(path, cap, "%s/synth-%s-seed%" PRIu64 ".gguf", dir, spec->preset, seed);
     if (n < 0 || (size_t)n >= cap)
-        return LM_FAIL(err, LM_E_INPUT, "%s: synthetic model path is too long", synth_dir);
-    return hx_synth_write(path, spec->preset, seed, LM_TYPE_F32, err);
+        return LM_FAIL(err, LM_E_INPUT, "%s: synthetic model path is too long", dir);
+    return hx_synth_cache_write(path, spec->preset, seed, err);
 }
 
 void hx_model_label(char *label, size_t cap, const hx_model_spec *spec)

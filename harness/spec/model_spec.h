@@ -23,13 +23,13 @@ typedef struct hx_model_spec {
 int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err);
 
 /* The GGUF path for spec in path[cap]. A file: its path, and *absent set when it does not
- * exist (ENOENT; any other stat error is LM_E_IO). A synthetic preset: written into the
- * existing folder synth_dir as synth-PRESET-seedN.gguf (seed 0 when none is given) fresh on
- * every call (atomically, over any older copy): its bytes depend only on preset, seed and
- * synth.c, so a copy left by an older synth.c is never used, and the presets take
- * milliseconds. */
+ * exist (ENOENT; any other stat error is LM_E_IO). A synthetic preset: written into the cache
+ * folder (lm_cache_open(cache_dir): NULL means $KVDRIFT_CACHE or the default) as
+ * synth-PRESET-seedN.gguf (seed 0 when none is given) by hx_synth_cache_write on every call:
+ * its bytes depend only on preset, seed and synth.c, so a copy left by an older synth.c is
+ * never used, and the presets take milliseconds. */
 int hx_model_resolve(char *path, size_t cap, bool *absent, const hx_model_spec *spec,
-                     const char *synth_dir, lm_err *err);
+                     const char *cache_dir, lm_err *err);
 
 /* A short report label: the file name without ".gguf", or synth-PRESET-seedN. */
 void hx_model_label(char *label, size_t cap, const hx_model_spec *spec);
