@@ -36,7 +36,9 @@ int64_t lm_index_of_u32(const uint32_t *v, size_t n, uint32_t x);
 void lm_field_copy(char *dst, size_t n, const char *src);
 
 /* Appends word i of count to the NUL-terminated list in buf[n] as "a, b or c" does (no
- * separator before word 0, " or " before the last, ", " otherwise); truncates at n. */
-void lm_words_append(char *buf, size_t n, size_t i, size_t count, const char *word);
+ * separator before word 0, last (" or ", " and ") before the last, ", " otherwise); truncates
+ * at n. */
+void lm_words_append(char *buf, size_t n, size_t i, size_t count, const char *word,
+                     const char *last);
 
 #endif

@@ -124,10 +124,11 @@ void lm_field_copy(char *dst, size_t n, const char *src)
         dst[--len] = '\0';
 }
 
-void lm_words_append(char *buf, size_t n, size_t i, size_t count, const char *word)
+void lm_words_append(char *buf, size_t n, size_t i, size_t count, const char *word,
+                     const char *last)
 {
     const size_t k = strlen(buf);
-    const char *sep = i == 0 ? "" : i + 1 == count ? " or " : ", ";
+    const char *sep = i == 0 ? "" : i + 1 == count ? last : ", ";
     if (k < n)
         snprintf(buf + k, n - k, "%s%s", sep, word);
 }

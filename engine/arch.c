@@ -61,7 +61,7 @@ static pthread_once_t expected_once = PTHREAD_ONCE_INIT;
 static void build_expected(void)
 {
     for (size_t i = 0; i < N_ARCHES; ++i)
-        lm_words_append(expected, sizeof expected, i, N_ARCHES, arches[i].name);
+        lm_words_append(expected, sizeof expected, i, N_ARCHES, arches[i].name, " or ");
 }
 
 const char *lm_arch_expected(void)

@@ -72,10 +72,10 @@ static void test_kvd_util_text(void)
     char w[64] = "";
     static const char *const words[] = {"naive", "blas", "det"};
     for (size_t i = 0; i < 3; ++i)
-        lm_words_append(w, sizeof w, i, 3, words[i]);
+        lm_words_append(w, sizeof w, i, 3, words[i], " or ");
     CU_ASSERT_STRING_EQUAL(w, "naive, blas or det");
     char one[8] = "";
-    lm_words_append(one, sizeof one, 0, 1, "llama");
+    lm_words_append(one, sizeof one, 0, 1, "llama", " and ");
     CU_ASSERT_STRING_EQUAL(one, "llama");
     const double t0 = lm_now_s(), t1 = lm_now_s();
     CU_ASSERT(t1 >= t0); /* monotonic */

@@ -54,9 +54,10 @@ static const char usage_text[] =
 
 #define CHECK_EXIT_NOTHING_RAN 3
 
+/* The report files asked for, one per writer of the writers table (report.h). */
 typedef struct check_out {
-    const char *junit, *json, *md;
-    char junit_buf[4096], json_buf[4096], md_buf[4096];
+    const char *path[HX_REPORT_MAX_WRITERS]; /* NULL: not written */
+    char buf[HX_REPORT_MAX_WRITERS][4096];
     bool github;
 } check_out;
 
@@ -80,24 +81,19 @@ static int prepare_out(const char *opt, const char *path, lm_err *err)
 
 static int prepare_outputs(check_out *o, const char *out_dir, lm_err *err)
 {
-    if (out_dir) {
-        const char *names[3] = {"junit.xml", "report.json", "report.md"};
-        char *bufs[3] = {o->junit_buf, o->json_buf, o->md_buf};
-        const char **dst[3] = {&o->junit, &o->json, &o->md};
-        for (int i = 0; i < 3; ++i) {
-            if (*dst[i])
-                continue; /* an explicit --junit/--json/--md wins */
-            int n = snprintf(bufs[i], sizeof o->junit_buf, "%s/%s", out_dir, names[i]);
-            if (n < 0 || (size_t)n >= sizeof o->junit_buf)
+    int rc = LM_OK;
+    for (size_t i = 0; rc == LM_OK && i < hx_report_writer_count(); ++i) {
+        const hx_report_writer *w = hx_report_writer_at(i);
+        if (out_dir && o->path[i] == NULL) { /* an explicit --<format> FILE wins over -o DIR */
+            int n = snprintf(o->buf[i], sizeof o->buf[i], "%s/%s", out_dir, w->file);
+            if (n < 0 || (size_t)n >= sizeof o->buf[i])
                 return LM_FAIL(err, LM_E_INPUT, "--out %.64s...: path too long", out_dir);
-            *dst[i] = bufs[i];
+            o->path[i] = o->buf[i];
         }
+        char opt[64];
+        snprintf(opt, sizeof opt, "--%s", w->name);
+        rc = prepare_out(opt, o->path[i], err);
     }
-    int rc = prepare_out("--junit", o->junit, err);
-    if (rc == LM_OK)
-        rc = prepare_out("--json", o->json, err);
-    if (rc == LM_OK)
-        rc = prepare_out("--md", o->md, err);
     return rc;
 }
 
@@ -194,12 +190,10 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
                          size_t n, bool strict, lm_err *err)
 {
     int st = LM_OK;
-    if (o->junit && (st = hx_report_write_junit(reports, n, strict, o->junit, err)) != LM_OK)
-        return st;
-    if (o->json && (st = hx_report_write_json_many(reports, n, o->json, err)) != LM_OK)
-        return st;
-    if (o->md && (st = hx_report_write_md_many(reports, n, o->md, err)) != LM_OK)
-        return st;
+    for (size_t i = 0; i < hx_report_writer_count(); ++i)
+        if (o->path[i] &&
+            (st = hx_report_writer_at(i)->write_many(reports, n, strict, o->path[i], err)) != LM_OK)
+            return st;
     if (!o->github)
         return LM_OK;
     hx_annot_src *srcs = calloc(n, sizeof *srcs);
@@ -230,16 +224,23 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
 
 int cmd_check(int argc, char **argv)
 {
-    enum { O_JUNIT = 256, O_JSON, O_MD, O_STRICT, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB };
-    static const struct option opts[] = {
-        {"junit", required_argument, NULL, O_JUNIT},   {"json", required_argument, NULL, O_JSON},
-        {"md", required_argument, NULL, O_MD},         {"out", required_argument, NULL, 'o'},
+    char cmdline[HX_COMMAND_LINE_MAX];
+    hx_command_line(cmdline, sizeof cmdline, argc, argv); /* before getopt reorders argv */
+    /* --<writer> FILE for every report writer (O_WRITER + its index), then the fixed options */
+    enum { O_STRICT = 256, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB, O_WRITER };
+    static const struct option fixed[] = {
+        {"out", required_argument, NULL, 'o'},
         {"strict", no_argument, NULL, O_STRICT},       {"golden-dir", required_argument, NULL, O_GOLDEN},
         {"cache", required_argument, NULL, O_CACHE},   {"jobs", required_argument, NULL, 'j'},
         {"allow-skip", no_argument, NULL, O_ALLOW_SKIP}, {"github", no_argument, NULL, O_GITHUB},
         {"quiet", no_argument, NULL, 'q'},             {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
     };
+    struct option opts[sizeof fixed / sizeof fixed[0] + HX_REPORT_MAX_WRITERS + 1] = {{0}};
+    size_t n_opts = 0;
+    for (; n_opts < hx_report_writer_count() && n_opts < HX_REPORT_MAX_WRITERS; ++n_opts)
+        opts[n_opts] = (struct option){hx_report_writer_at(n_opts)->name, required_argument, NULL,
+                                       O_WRITER + (int)n_opts};
+    memcpy(opts + n_opts, fixed, sizeof fixed);
     const char *golden_dir = NULL, *out_dir = NULL;
     check_out out = {0};
     bool allow_skip = false;
@@ -249,9 +250,6 @@ int cmd_check(int argc, char **argv)
     int o;
     while ((o = getopt_long(argc, argv, ":j:qho:", opts, NULL)) != -1) {
         switch (o) {
-        case O_JUNIT: out.junit = optarg; break;
-        case O_JSON: out.json = optarg; break;
-        case O_MD: out.md = optarg; break;
         case 'o': out_dir = optarg; break;
         case O_GITHUB: out.github = true; break;
         case O_STRICT: ro.strict = true; break;
@@ -264,7 +262,12 @@ int cmd_check(int argc, char **argv)
                 return hx_cli_fail("check", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("check", o, argv); /* ':' or unknown */
+        default:
+            if (o >= O_WRITER && o < O_WRITER + (int)n_opts) {
+                out.path[o - O_WRITER] = optarg;
+                break;
+            }
+            return hx_cli_bad_option("check", o, argv); /* ':' or unknown */
         }
     }
     if (optind >= argc)
@@ -295,7 +298,7 @@ int cmd_check(int argc, char **argv)
         st = run_case(&runs[i], cases[i], &ro, golden_dir, &fp, &skipped, &err);
         cases[i] = NULL; /* owned by the run now, also on error */
         if (st == LM_OK) {
-            hx_report_set_command(runs[i]->report, argc, argv);
+            memcpy(runs[i]->report->command_line, cmdline, sizeof cmdline);
             reports[i] = runs[i]->report;
         }
         n_skipped += skipped;
@@ -312,10 +315,9 @@ int cmd_check(int argc, char **argv)
            code == 1 ? "FAIL" : nothing_ran ? (allow_skip ? "nothing ran (--allow-skip: exit 0)"
                                                           : "NOTHING RAN (exit 3, not a pass)")
                                             : "pass");
-    const char *written[3][2] = {{"JUnit", out.junit}, {"JSON", out.json}, {"Markdown", out.md}};
-    for (int i = 0; i < 3; ++i)
-        if (written[i][1])
-            printf("  %s: %s\n", written[i][0], written[i][1]);
+    for (size_t i = 0; i < hx_report_writer_count(); ++i)
+        if (out.path[i])
+            printf("  %s: %s\n", hx_report_writer_at(i)->title, out.path[i]);
 done:
     if (st != LM_OK)
         code = hx_cli_status("check", st, case_error, &err);

@@ -68,8 +68,9 @@ int cmd_trace(int argc, char **argv)
         case O_BRIEF: brief = true; break;
         case O_SPECIAL: special = true; break;
         case 'n':
-            if (!lm_parse_u64z(optarg, 0, 100000, &n_gen))
-                return hx_cli_fail("trace", "-n '%s': expected an integer in 0..100000", optarg);
+            if (!lm_parse_u64z(optarg, 0, HX_MAX_N_GEN, &n_gen))
+                return hx_cli_fail("trace", "-n '%s': expected an integer in 0..%u", optarg,
+                                   HX_MAX_N_GEN);
             break;
         case O_ENS:
             if (!lm_parse_u64z(optarg, 0, 10000, &ensemble) || ensemble < HX_ENVELOPE_MIN_MEMBERS)

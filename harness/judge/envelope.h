@@ -8,6 +8,19 @@
  * MCA "rr", virtual precision 24: x -> SR(x + ulp(x) * U(-1/2, 1/2))) of every elementwise
  * stage's output (backend.h perturb slot; backend_naive_sr.c states the distribution).
  *
+ * Three statistics carry the name "envelope", one per question, all from the same naive-sr
+ * members and the same safety factor:
+ *   - here (sweep, check): each configuration against the REFERENCE R. A shared defect moves
+ *     every member and R apart alike, so E must not contain the distance to R: it is the spread
+ *     around the members' mean (below).
+ *   - trace (trace.h): configuration A against configuration B, operation by operation, with no
+ *     reference in the loop. Both are rounded runs, so the question is "as far apart as two
+ *     rounded runs"; the distance of each member to one fixed-order naive run answers it.
+ *   - MoE routing (routing.h): a discrete decision, not a tensor: the band is on the router
+ *     margin, and the truth is the reference's routing, so it is the members' margin deviation
+ *     from the reference's margin (a member that routes differently contributes that margin).
+ *     It uses the sweep's own ensemble size and seeds.
+ *
  * Statistic, per compared tensor t (each layer's K, each layer's V, each logits row), in
  * double, members in order: with mu_i = mean over members of x^m_i,
  *   dev_m   = max_i |x^m_i - mu_i|                      (member m's distance from the mean)

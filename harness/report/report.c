@@ -39,14 +39,14 @@ const char *hx_phase_name(hx_phase p)
     return (unsigned)p < HX_N_PHASES ? names[p] : "?";
 }
 
-void hx_report_set_command(hx_report *r, int argc, char **argv)
+void hx_command_line(char *buf, size_t n, int argc, char **argv)
 {
-    snprintf(r->command_line, sizeof r->command_line, "kvdrift");
+    snprintf(buf, n, "kvdrift");
     for (int i = 0; i < argc; ++i) {
-        const size_t k = strlen(r->command_line);
+        const size_t k = strlen(buf);
         const bool quote = argv[i][0] == '\0' || strpbrk(argv[i], " \t'\"\\$") != NULL;
-        snprintf(r->command_line + k, sizeof r->command_line - k, quote ? " '%s'" : " %s",
-                 argv[i]);
+        if (k < n)
+            snprintf(buf + k, n - k, quote ? " '%s'" : " %s", argv[i]);
     }
 }
 

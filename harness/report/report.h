@@ -82,6 +82,8 @@ typedef struct hx_config_report {
     hx_tensor_row *rows;       /* [n_rows] */
 } hx_config_report;
 
+#define HX_COMMAND_LINE_MAX 1024
+
 /* The phases of a sweep, in order, as timed in hx_report.phase_s. */
 typedef enum hx_phase {
     HX_PHASE_PATH = 0,  /* teacher path */
@@ -112,15 +114,15 @@ typedef struct hx_report {
     size_t n_configs;
     hx_config_report *configs; /* [n_configs] */
     /* Provenance: what produced the report and how long each phase took. */
-    char command_line[1024];   /* "kvdrift sweep ..." ("" when no command set it) */
+    char command_line[HX_COMMAND_LINE_MAX]; /* "kvdrift sweep ..." ("" when no command set it) */
     int32_t *prompt_ids;       /* [n_prompt] the prompt's token ids (owned; NULL: unknown) */
     double phase_s[HX_N_PHASES]; /* wall seconds per phase (hx_phase_name), 0 = not run */
 } hx_report;
 
 int hx_report_create(hx_report **out, const char *case_name, lm_err *err);
-/* Records the command line "kvdrift ARGV[0] ARGV[1] ..." (argv as a subcommand gets it;
- * arguments with spaces or quotes single-quoted; cut at the field's size). */
-void hx_report_set_command(hx_report *r, int argc, char **argv);
+/* The command line "kvdrift ARGV[0] ARGV[1] ..." (argv as a subcommand gets it, before
+ * getopt reorders it; arguments with spaces or quotes single-quoted) into buf[n], cut at n. */
+void hx_command_line(char *buf, size_t n, int argc, char **argv);
 void hx_report_free(hx_report *r);
 /* Appends a zeroed configuration (first_divergent -1, cls EXACT, worst_ratio 0, sig 17) and
  * returns it in *out (valid until the next add). */
@@ -164,6 +166,25 @@ void hx_report_print_github(FILE *f, const hx_report *const *rs, const hx_annot_
  * class and numbers. */
 int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
                           lm_err *err);
+/* The report file formats (writers.c), in writing order (report.json last: a folder holding
+ * it is complete). A new format is its report_<fmt>.c and one row there. */
+typedef struct hx_report_writer {
+    const char *name;  /* option name: --<name> FILE (check), also the table key */
+    const char *title; /* for "wrote" lines: "JSON" */
+    const char *file;  /* its file name in an output folder (-o DIR): "report.json" */
+    /* One report (kvdrift sweep); NULL when the format only describes several (JUnit). */
+    int (*write_one)(const hx_report *r, const char *path, lm_err *err);
+    /* Several case reports in one file (kvdrift check); strict: check's policy. */
+    int (*write_many)(const hx_report *const *rs, size_t n, bool strict, const char *path,
+                      lm_err *err);
+} hx_report_writer;
+#define HX_REPORT_MAX_WRITERS 8
+size_t hx_report_writer_count(void);
+/* NULL when i >= hx_report_writer_count(). */
+const hx_report_writer *hx_report_writer_at(size_t i);
+/* NULL when no writer has that name. */
+const hx_report_writer *hx_report_writer_find(const char *name);
+
 /* The terminal table: one row per configuration. */
 void hx_report_print_table(FILE *f, const hx_report *r);
 /* The MoE routing section (nothing when rr->measured is false): the TIE band and how it was

@@ -77,9 +77,6 @@ void hx_case_free(hx_case *c);
  * fastest, rot slowest; hx_config_cross_rot), in the order written. *out is malloc'd. */
 int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err);
 
-/* Parses a comma list of steps ("1,2,full") as the case key `steps` and the sweep option
- * --steps do; *out malloc'd. */
-int hx_parse_steps(uint32_t **out, uint32_t *n, const char *list, lm_err *err);
 /* Comma list of token ids (each 0..INT32_MAX); *out malloc'd. */
 int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err);
 
