@@ -5,6 +5,7 @@
 #include "kvd_util.h"
 
 #include "case.h"
+#include "cli_progress.h"
 #include "cli_util.h"
 #include "config.h"
 #include "fs.h"
@@ -14,6 +15,7 @@
 #include "sweep.h"
 #include "synth.h"
 #include "specrun.h"
+#include "sweep_block.h"
 #include "sweep_spec.h"
 
 #include <errno.h>
@@ -49,6 +51,7 @@ static const char usage_text[] =
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
     "      --seed S            first SR seed; member i uses S+i (default 0x6b76647269667431)\n"
+    "      --envelope W        SR members: reference (default) or engine\n"
     "      --cache DIR         reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE,\n"
     "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
     "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
@@ -61,8 +64,8 @@ static const char usage_text[] =
     "How it works: the teacher path is the reference's own greedy path (naive:step=full's greedy\n"
     "continuation, repaired wherever the reference's argmax disagrees). The reference is\n"
     "computed once on prompt + path and cached. The envelope E is\n"
-    "2 x the largest deviation from the ensemble's mean over M runs of the naive backend with\n"
-    "seeded stochastic rounding of every float32 operation (naive-sr), per tensor and position,\n"
+    "2 x the largest deviation from the mean of M seeded stochastic-rounding float32 runs of\n"
+    "the reference's model, per tensor and position,\n"
     "so a bias every run shares (a defect in the engine) never widens it; it is cached beside\n"
     "the reference.\n\n"
     "Classes (a configuration's class is its worst over every layer's K and V after prefill,\n"
@@ -145,11 +148,12 @@ typedef struct sweep_opts {
     const char *steps_s, *backends_s, *threads_s, *attn_s, *rot_s; /* axis lists (config.h) */
     bool parse_special;
     hx_spec_opts so;
+    hx_block_opts bo;
     hx_sweep_params sp;
 } sweep_opts;
 
 enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE, O_ATTN,
-       O_ROT, O_SPECIAL };
+       O_ROT, O_SPECIAL, O_ENVELOPE };
 
 /* One option with a value to check; 0 to go on, else the exit code. */
 static int set_number(sweep_opts *o, int opt, const char *arg)
@@ -177,6 +181,15 @@ static int set_number(sweep_opts *o, int opt, const char *arg)
         return lm_parse_seed(arg, &sp->sr_seed)
                    ? 0 : hx_cli_fail("sweep", "--seed '%s': expected a non-negative integer "
                                               "(decimal or 0x hex)", arg);
+    case O_ENVELOPE:
+        if (strcmp(arg, "engine") != 0 && strcmp(arg, "reference") != 0)
+            return hx_cli_fail("sweep", "--envelope '%s': expected reference or engine", arg);
+        sp->engine_envelope = strcmp(arg, "engine") == 0;
+        return 0;
+    case HX_OPT_SAMPLER: case HX_OPT_BLOCK_SIZE: case HX_OPT_BLOCKS: case HX_OPT_BLOCK_ITERS:
+    case HX_OPT_BLOCK_THRESHOLD: case HX_OPT_BLOCK_CRITERION: case HX_OPT_MASK_TOKEN:
+        return hx_block_opts_set(&o->bo, opt, arg, &e) == LM_OK ? 0
+                                                                : hx_cli_fail("sweep", "%s", e.msg);
     default:
         return hx_spec_opts_set(&o->so, opt, arg, &e) == LM_OK ? 0
                                                                : hx_cli_fail("sweep", "%s", e.msg);
@@ -198,7 +211,9 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
     case O_CACHE: o->cache = arg; return 0;
     case 'o': o->outdir = arg; return 0;
     case 'q': o->sp.quiet = true; return 0;
-    case 'n': case 'j': case O_PREC: case O_ENS: case O_SEED:
+    case 'n': case 'j': case O_PREC: case O_ENS: case O_SEED: case O_ENVELOPE:
+    case HX_OPT_SAMPLER: case HX_OPT_BLOCK_SIZE: case HX_OPT_BLOCKS: case HX_OPT_BLOCK_ITERS:
+    case HX_OPT_BLOCK_THRESHOLD: case HX_OPT_BLOCK_CRITERION: case HX_OPT_MASK_TOKEN:
     case HX_OPT_SPEC: case HX_OPT_DRAFT: case HX_OPT_REPEAT_PENALTY:
     case HX_OPT_REPEAT_LAST_N: case HX_OPT_FREQ_PENALTY: case HX_OPT_PRESENCE_PENALTY:
         return set_number(o, opt, arg);
@@ -219,7 +234,9 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL},
+        {"envelope", required_argument, NULL, O_ENVELOPE},
         HX_SPEC_LONG_OPTIONS,
+        HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (sweep_opts){.steps_s = HX_CASE_DEFAULT_STEPS, .backends_s = HX_CASE_DEFAULT_BACKENDS,
@@ -227,12 +244,14 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
                       .sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                              .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1}};
     hx_spec_opts_init(&o->so);
+    hx_block_opts_init(&o->bo);
     optind = 1;
     opterr = 0;
     for (int opt; (opt = getopt_long(argc, argv, ":p:n:j:o:qh", opts, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             fputs(HX_SPEC_USAGE, stdout);
+            fputs(HX_BLOCK_USAGE, stdout);
             return 0;
         }
         if (opt == ':' || opt == '?')
@@ -354,8 +373,19 @@ int cmd_sweep(int argc, char **argv)
                              .log_user = "sweep", .n_gen = o.sp.n_gen, .precision = o.sp.precision,
                              .ensemble = o.sp.ensemble, .sr_seed = o.sp.sr_seed,
                              .sr_seed_set = o.sp.sr_seed_set, .jobs = o.sp.jobs,
-                             .quiet = o.sp.quiet};
-    if (st == LM_OK && (st = hx_sweep_run_all(&res, &o.sp, &err)) == LM_OK) {
+                             .quiet = o.sp.quiet, .engine_envelope = o.sp.engine_envelope};
+    hx_progress prog; /* the reference's progress lines (cli_progress.h) */
+    char cdir[4096];
+    lm_err cerr = {0};
+    hx_progress_init(&prog, "sweep: reference", o.sp.quiet);
+    prog.cache_dir = lm_cache_dir(cdir, sizeof cdir, o.cache, &cerr) == LM_OK ? cdir : NULL;
+    o.sp.ref_progress = hx_progress_cb;
+    o.sp.ref_progress_user = &prog;
+    if (st == LM_OK) {
+        st = hx_sweep_run_all(&res, &o.sp, &err);
+        hx_progress_end(&prog);
+    }
+    if (st == LM_OK) {
         memcpy(res->report->command_line, cmdline, sizeof cmdline);
         st = write_reports(wrote, sizeof wrote, dir, res->report, &err);
     }
@@ -363,6 +393,9 @@ int cmd_sweep(int argc, char **argv)
         print_result(res, o.model, o.sp.n_prompt, wrote);
     if (st == LM_OK && o.so.spec_list != NULL)
         st = sweep_spec(&o.so, m, prompt, o.sp.n_prompt, &o.sp, res, o.cache, &spec_fail, &err);
+    if (st == LM_OK && o.bo.on)
+        st = hx_block_check_print(stdout, m, prompt, o.sp.n_prompt, configs, o.sp.n_configs,
+                                  res->report, &o.bo, &err);
     if (st != LM_OK)
         fprintf(stderr, "kvdrift sweep: %s\n", err.msg);
     code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(res->report, false);
