@@ -80,7 +80,7 @@ static const char usage_text[] =
     "NMSE, KL vs the reference; top1 = agreement with the reference's argmax; margin = smallest\n"
     "top-2 margin of the reference; E = largest logits envelope; err/E = worst ratio; sig =\n"
     "significant digits; prefill/decode tok/s; peak MiB = KV cache + scratch.\n\n"
-    "Writes DIR/report.json (schema: harness/REPORT-SCHEMA.md) and DIR/report.md.\n"
+    "Writes DIR/report.json (REPORT-SCHEMA.md), report.md, report.html.\n"
     "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE), 2 usage or\n"
     "input error\n";
 

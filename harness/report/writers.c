@@ -11,6 +11,13 @@ static int json_many(const hx_report *const *rs, size_t n, bool strict, const ch
     return hx_report_write_json_many(rs, n, path, err);
 }
 
+static int html_many(const hx_report *const *rs, size_t n, bool strict, const char *path,
+                     lm_err *err)
+{
+    (void)strict;
+    return hx_report_write_html_many(rs, n, path, err);
+}
+
 static int md_many(const hx_report *const *rs, size_t n, bool strict, const char *path,
                    lm_err *err)
 {
@@ -24,6 +31,8 @@ static const hx_report_writer writers[] = {
      .write_many = hx_report_write_junit},
     {.name = "md", .title = "Markdown", .file = "report.md", .write_one = hx_report_write_md,
      .write_many = md_many},
+    {.name = "html", .title = "HTML", .file = "report.html", .write_one = hx_report_write_html,
+     .write_many = html_many},
     {.name = "json", .title = "JSON", .file = "report.json", .write_one = hx_report_write_json,
      .write_many = json_many},
 };
