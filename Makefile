@@ -106,7 +106,8 @@ $(BUILD)/kvd_commit.h: FORCE
 	@mkdir -p $(BUILD)
 	@echo '#define KVD_GIT_COMMIT "$(GIT_COMMIT)"' > $@.tmp
 	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
-$(BUILD)/obj/common/version.o $(BUILD)/tobj/common/version.o: $(BUILD)/kvd_commit.h
+$(BUILD)/obj/common/version.o $(BUILD)/tobj/common/version.o $(BUILD)/fuzz/obj/common/version.o: \
+  $(BUILD)/kvd_commit.h
 .PHONY: FORCE
 FORCE:
 
