@@ -56,8 +56,14 @@ static const char usage_text[] =
     "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
     "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
     "                          numbers, the classes never change)\n"
+    "";
+static const char usage_options[] =
     "  -o, --output DIR        report folder (default reports/<model>-<UTC timestamp>)\n"
     "  -q, --quiet             no progress lines on stderr\n"
+    "  -v, --verbose           all 17 table columns (default: config, class, err/E, ULP@max,\n"
+    "                          top1, div@, decode tok/s)\n"
+    "      --format F          table (default; class coloured on a terminal, NO_COLOR\n"
+    "                          honoured), csv, tsv, jsonl or md: the table alone on stdout\n"
     "  -h, --help              this text\n\n"
     "Every list option is a sweep axis: the configurations are their cross product\n"
     "(rot x backends x threads x attn x steps, steps fastest, rot slowest).\n\n"
@@ -127,7 +133,7 @@ static int write_reports(char *wrote, size_t cap, const char *dir, const hx_repo
 }
 
 /* The speculative-decoding check after the sweep's table (sweep_spec.h). */
-static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
+static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
                       uint32_t n_prompt, const hx_sweep_params *sp, const hx_sweep_result *res,
                       const char *cache, size_t *n_fail, lm_err *err)
 {
@@ -138,7 +144,7 @@ static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *
                   : resolve_model(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft, cache, err);
     if (st != LM_OK)
         return st;
-    return hx_spec_check_print(stdout, m, self ? NULL : dpath, prompt, n_prompt,
+    return hx_spec_check_print(f, m, self ? NULL : dpath, prompt, n_prompt,
                                sp->n_gen ? sp->n_gen : 1, sp->configs, sp->n_configs, so, res->env,
                                n_fail, err);
 }
@@ -146,14 +152,15 @@ static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *
 typedef struct sweep_opts {
     const char *text, *tok_s, *cache, *outdir, *model;
     const char *steps_s, *backends_s, *threads_s, *attn_s, *rot_s; /* axis lists (config.h) */
-    bool parse_special;
+    bool parse_special, verbose;
+    hx_table_fmt fmt;
     hx_spec_opts so;
     hx_block_opts bo;
     hx_sweep_params sp;
 } sweep_opts;
 
 enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE, O_ATTN,
-       O_ROT, O_SPECIAL, O_ENVELOPE };
+       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT };
 
 /* One option with a value to check; 0 to go on, else the exit code. */
 static int set_number(sweep_opts *o, int opt, const char *arg)
@@ -201,6 +208,10 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
 {
     switch (opt) {
     case 'p': o->text = arg; return 0;
+    case 'v': o->verbose = true; return 0;
+    case O_FORMAT:
+        return hx_table_fmt_parse(&o->fmt, arg)
+                   ? 0 : hx_cli_fail("sweep", "--format '%s': expected " HX_TABLE_FORMATS, arg);
     case O_SPECIAL: o->parse_special = true; return 0;
     case O_TOKENS: o->tok_s = arg; return 0;
     case O_STEPS: o->steps_s = arg; return 0;
@@ -235,21 +246,23 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL},
         {"envelope", required_argument, NULL, O_ENVELOPE},
+        {"format", required_argument, NULL, O_FORMAT}, {"verbose", no_argument, NULL, 'v'},
         HX_SPEC_LONG_OPTIONS,
         HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (sweep_opts){.steps_s = HX_CASE_DEFAULT_STEPS, .backends_s = HX_CASE_DEFAULT_BACKENDS,
-                      .threads_s = "1",
+                      .threads_s = "1", .fmt = HX_FMT_TABLE,
                       .sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                              .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1}};
     hx_spec_opts_init(&o->so);
     hx_block_opts_init(&o->bo);
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:n:j:o:qh", opts, NULL)) != -1;) {
+    for (int opt; (opt = getopt_long(argc, argv, ":p:n:j:o:qhv", opts, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
+            fputs(usage_options, stdout);
             fputs(HX_SPEC_USAGE, stdout);
             fputs(HX_BLOCK_USAGE, stdout);
             return 0;
@@ -322,31 +335,66 @@ static int prepare(lm_model **m, int32_t **prompt, uint32_t *n_prompt, char *dir
     return st;
 }
 
-static void print_result(const hx_sweep_result *res, const char *model, uint32_t n_prompt,
-                         const char *wrote)
+/* The table only once the reports are written (a failed run prints nothing). With a data
+ * format the table alone goes to stdout, the lines around it to stderr. */
+static void print_result(const hx_sweep_result *res, const sweep_opts *o, const char *wrote)
 {
     const hx_report *r = res->report;
-    printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "
-           "greedy path%s", model, (unsigned)n_prompt, (unsigned)r->n_gen,
-           res->path_source == HX_PATH_REFERENCE
-               ? " (repaired where naive:step=full's greedy path left it)"
-               : " (= naive:step=full's greedy path)");
-    printf("\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
-           (unsigned)r->precision, res->ref_hit ? " (cached)" : "",
-           (unsigned)r->envelope_members, r->envelope_safety, res->env_hit ? " (cached)" : "");
-    hx_report_print_table(stdout, r);
+    FILE *chat = o->fmt == HX_FMT_TABLE ? stdout : stderr;
+    fprintf(chat, "kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the "
+            "reference's greedy path%s", o->model, (unsigned)r->n_prompt, (unsigned)r->n_gen,
+            res->path_source == HX_PATH_REFERENCE
+                ? " (repaired where naive:step=full's greedy path left it)"
+                : " (= naive:step=full's greedy path)");
+    fprintf(chat, "\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
+            (unsigned)r->precision, res->ref_hit ? " (cached)" : "",
+            (unsigned)r->envelope_members, r->envelope_safety, res->env_hit ? " (cached)" : "");
+    hx_report_print_table_fmt(stdout, r, o->fmt, o->verbose);
+    fflush(stdout);
     size_t count[HX_N_CLASSES] = {0};
     for (size_t i = 0; i < r->n_configs; ++i)
         count[r->configs[i].cls]++;
-    printf("\n%zu configurations:", r->n_configs);
+    fprintf(chat, "\n%zu configurations:", r->n_configs);
     for (int c = 0; c < HX_N_CLASSES; ++c)
         if (count[c])
-            printf(" %zu %s", count[c], hx_class_name((hx_class)c));
-    printf("; verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass", wrote);
+            fprintf(chat, " %zu %s", count[c], hx_class_name((hx_class)c));
+    fprintf(chat, "; verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass",
+            wrote);
     hx_report_print_routing(stdout, r, &res->routing);
     if (res->routing.n_real > 0)
         printf("routing: %u real flips (expert sets the reference's margins do not explain)\n",
                res->routing.n_real);
+}
+
+/* The after-table sections (speculative decoding, block sampler): printed, and written beside
+ * the reports as DIR/spec.txt and DIR/block.txt. */
+static int after_sections(const sweep_opts *o, const lm_model *m, const int32_t *prompt,
+                          const hx_sweep_result *res, const char *dir, size_t *spec_fail,
+                          lm_err *err)
+{
+    int st = LM_OK;
+    for (int sec = 0; sec < 2 && st == LM_OK; ++sec) {
+        if (sec == 0 ? o->so.spec_list == NULL : !o->bo.on)
+            continue;
+        char *txt = NULL, path[4200];
+        size_t len = 0;
+        FILE *mf = open_memstream(&txt, &len);
+        if (mf == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        st = sec == 0 ? sweep_spec(mf, &o->so, m, prompt, o->sp.n_prompt, &o->sp, res, o->cache,
+                                   spec_fail, err)
+                      : hx_block_check_print(mf, m, prompt, o->sp.n_prompt, o->sp.configs,
+                                             o->sp.n_configs, res->report, &o->bo, err);
+        fclose(mf);
+        snprintf(path, sizeof path, "%s/%s", dir, sec == 0 ? "spec.txt" : "block.txt");
+        if (st == LM_OK) {
+            fwrite(txt, 1, len, stdout);
+            if ((st = lm_write_file(path, txt, len, err)) == LM_OK)
+                printf("wrote %s\n", path);
+        }
+        free(txt);
+    }
+    return st;
 }
 
 int cmd_sweep(int argc, char **argv)
@@ -389,13 +437,10 @@ int cmd_sweep(int argc, char **argv)
         memcpy(res->report->command_line, cmdline, sizeof cmdline);
         st = write_reports(wrote, sizeof wrote, dir, res->report, &err);
     }
-    if (st == LM_OK) /* the table only once the reports are written: a failed run prints nothing */
-        print_result(res, o.model, o.sp.n_prompt, wrote);
-    if (st == LM_OK && o.so.spec_list != NULL)
-        st = sweep_spec(&o.so, m, prompt, o.sp.n_prompt, &o.sp, res, o.cache, &spec_fail, &err);
-    if (st == LM_OK && o.bo.on)
-        st = hx_block_check_print(stdout, m, prompt, o.sp.n_prompt, configs, o.sp.n_configs,
-                                  res->report, &o.bo, &err);
+    if (st == LM_OK) {
+        print_result(res, &o, wrote);
+        st = after_sections(&o, m, prompt, res, dir, &spec_fail, &err);
+    }
     if (st != LM_OK)
         fprintf(stderr, "kvdrift sweep: %s\n", err.msg);
     code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(res->report, false);
