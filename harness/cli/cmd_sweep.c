@@ -81,7 +81,7 @@ static const char usage_text[] =
     "NMSE, KL vs the reference; top1 = agreement with the reference's argmax; margin = smallest\n"
     "top-2 margin of the reference; E = largest logits envelope; err/E = worst ratio; sig =\n"
     "significant digits; prefill/decode tok/s; peak MiB = KV cache + scratch.\n\n"
-    "Writes DIR/report.json (schema: harness/REPORT-SCHEMA.md) and DIR/report.md.\n"
+    "Writes DIR/report.json (REPORT-SCHEMA.md), report.md, report.html.\n"
     "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE), 2 usage or\n"
     "input error\n";
 
@@ -448,15 +448,17 @@ int cmd_sweep(int argc, char **argv)
             goto done;
         }
     }
-    char json[4200], md[4200];
+    char json[4200], md[4200], html[4200];
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
+    snprintf(html, sizeof html, "%s/report.html", dir);
     /* report.json last (REPORT-SCHEMA.md): a folder holding it is complete; an older one is
      * removed first so that a killed run never leaves an old report.json beside a new report.md */
     if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
         (unlink(json) != 0 && errno != ENOENT &&
          (st = LM_FAIL(&err, LM_E_IO, "%s: cannot remove: %s", json, strerror(errno)))) ||
         (st = hx_report_write_md(res->report, md, &err)) != LM_OK ||
+        (st = hx_report_write_html(res->report, html, &err)) != LM_OK ||
         (st = hx_report_write_json(res->report, json, &err)) != LM_OK) {
         free(routing_txt);
         goto done;
@@ -479,8 +481,8 @@ int cmd_sweep(int argc, char **argv)
     for (int c = 0; c < HX_N_CLASSES; ++c)
         if (count[c])
             printf(" %zu %s", count[c], hx_class_name((hx_class)c));
-    printf("; verdict %s\nwrote %s and %s\n",
-           hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md);
+    printf("; verdict %s\nwrote %s, %s and %s\n",
+           hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md, html);
     if (routing_txt != NULL) {
         fwrite(routing_txt, 1, routing_len, stdout);
         free(routing_txt);
