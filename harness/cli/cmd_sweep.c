@@ -485,9 +485,10 @@ int cmd_sweep(int argc, char **argv)
            res->path_source == HX_PATH_REFERENCE
                ? " (repaired where naive:step=full's greedy path left it)"
                : " (= naive:step=full's greedy path)");
-    fprintf(chat, "\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
+    fprintf(chat, "\nreference %u bits%s; envelope: %u %s runs x safety %.0f%s\n\n",
            (unsigned)res->report->precision, res->ref_hit ? " (cached)" : "",
-           (unsigned)res->report->envelope_members, res->report->envelope_safety,
+           (unsigned)res->report->envelope_members,
+           res->env_ref_sr ? "reference float32 SR" : "naive-sr", res->report->envelope_safety,
            res->env_hit ? " (cached)" : "");
     hx_report_print_table_fmt(stdout, res->report, fmt, verbose);
     fflush(stdout);
