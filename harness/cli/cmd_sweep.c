@@ -346,9 +346,10 @@ static void print_result(const hx_sweep_result *res, const sweep_opts *o, const 
             res->path_source == HX_PATH_REFERENCE
                 ? " (repaired where naive:step=full's greedy path left it)"
                 : " (= naive:step=full's greedy path)");
-    fprintf(chat, "\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
-            (unsigned)r->precision, res->ref_hit ? " (cached)" : "",
-            (unsigned)r->envelope_members, r->envelope_safety, res->env_hit ? " (cached)" : "");
+    fprintf(chat, "\nreference %u bits%s; envelope: %u %s runs x safety %.0f%s\n\n",
+            (unsigned)r->precision, res->ref_hit ? " (cached)" : "", (unsigned)r->envelope_members,
+            res->env_ref_sr ? "reference float32 SR" : "naive-sr", r->envelope_safety,
+            res->env_hit ? " (cached)" : "");
     hx_report_print_table_fmt(stdout, r, o->fmt, o->verbose);
     fflush(stdout);
     size_t count[HX_N_CLASSES] = {0};
