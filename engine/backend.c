@@ -9,6 +9,8 @@
  * so adding a backend (cuda later) touches this table and nothing in the forward pass. */
 int lm_backend_naive_create(lm_backend **out, int n_threads, lm_err *err);
 int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err);
+int lm_backend_det_create(lm_backend **out, int n_threads, lm_err *err);
+int lm_backend_det_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err);
 int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err);
 
 typedef struct backend_entry {
@@ -19,10 +21,11 @@ typedef struct backend_entry {
 static const backend_entry backends[] = {
     {"naive", lm_backend_naive_create},
     {"blas", lm_backend_blas_create},
+    {"det", lm_backend_det_create},
 };
 
 /* The table above in words, for "unknown backend" messages everywhere. */
-static const char expected[] = "naive or blas";
+static const char expected[] = "naive, blas or det";
 
 bool lm_backend_known(const char *name, size_t len)
 {
@@ -50,6 +53,8 @@ int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err 
     /* "naive-sr[:seed=N]": the seed travels in the name, so lm_ctx_params needs no new field. */
     if (strncmp(name, "naive-sr", 8) == 0 && (name[8] == '\0' || name[8] == ':'))
         return lm_backend_sr_create_named(out, name, n_threads, err);
+    if (strncmp(name, "det:", 4) == 0) /* det:isa=NAME, a forced kernel path */
+        return lm_backend_det_create_named(out, name, n_threads, err);
     return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected %s)", name, expected);
 }
 

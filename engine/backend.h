@@ -44,6 +44,10 @@ typedef enum lm_perturb_site {
 struct lm_backend {
     const lm_backend_i *vt;
     int n_threads;
+    /* The backend's own thread pool (threadpool.h) when it runs its products on one (det),
+     * else NULL; a context then runs its elementwise stages on this pool too, so that one
+     * set of threads does everything. Owned by the backend. */
+    struct lm_pool *pool;
 };
 
 /* Calls be's perturb slot when it has one. */
@@ -54,7 +58,8 @@ static inline void lm_backend_perturb(lm_backend *be, float *x /* [n][stride] */
         be->vt->perturb(be, x, n, elems, stride, site);
 }
 
-/* Creates a backend by name ("naive", "blas"); unknown names are LM_E_INPUT. */
+/* Creates a backend by name ("naive", "blas", "det"; "det:isa=avx2" forces a det kernel
+ * path); unknown names are LM_E_INPUT. */
 int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err *err);
 /* The stochastic-rounding naive backend with an explicit seed (backend_naive_sr.c); the
  * factory reaches it by the names "naive-sr" (seed 0) and "naive-sr:seed=N". */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const names[] = {"naive", "blas"};
+static const char *const names[] = {"naive", "blas", "det"};
 #define N_BACKENDS (sizeof names / sizeof names[0])
 
 static lm_backend *make(const char *name, int threads)

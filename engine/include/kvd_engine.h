@@ -15,11 +15,13 @@ typedef void (*lm_probe_fn)(void *user, uint32_t layer, const char *op, uint32_t
                             const float *x, size_t row_elems);
 
 typedef struct lm_ctx_params {
-    const char *backend; /* "naive" or "blas" (NULL = "blas"); also "naive-sr[:seed=N]":
+    const char *backend; /* "naive", "blas" or "det" (NULL = "blas"); "det:isa=avx2" (or scalar,
+                            avx512) forces det's kernel path; also "naive-sr[:seed=N]":
                             naive's order with seeded stochastic rounding (noise ensembles,
                             engine/backend_naive_sr.c; build the name with lm_sr_backend_name) */
-    int n_threads;       /* blas: OpenBLAS threads (0 = all cores), also the threads of the
-                            row-parallel elementwise work; naive: ignored (always 1) */
+    int n_threads;       /* blas: OpenBLAS threads (0 = all cores); det: its pool's threads (0 =
+                            all cores); also the threads of the row-parallel elementwise work;
+                            naive: ignored (always 1) */
     uint32_t n_ctx;      /* KV cache capacity in positions (0 = prompt + generation chosen by
                             the caller must fit in hp.n_ctx_train) */
     const char *attn;      /* attention implementation: "dense" (NULL) materialises a chunk's

@@ -19,7 +19,7 @@ static const char usage_text[] =
     "  -p, --prompt TEXT     prompt text (required)\n"
     "  -n, --n-predict N     tokens to generate (default 32)\n"
     "      --step S|full     prefill chunk size in tokens (default full: one chunk)\n"
-    "      --backend B       naive | blas (default blas)\n"
+    "      --backend B       naive | blas | det (default blas)\n"
     "      --threads T       blas threads (default 0 = all cores)\n"
     "      --attn A          dense | stream attention (default dense)\n"
     "      --rot-max N       rotating KV cache of N positions (MLX semantics; default off)\n"
@@ -99,8 +99,9 @@ int cmd_run(int argc, char **argv)
                 return hx_cli_fail("run", "--step '%s': expected an integer >= 1 or 'full'", arg);
             break;
         case O_BACKEND:
-            if (strcmp(arg, "naive") != 0 && strcmp(arg, "blas") != 0)
-                return hx_cli_fail("run", "--backend '%s': unknown (expected naive or blas)", arg);
+            if (!lm_backend_known(arg, strlen(arg)))
+                return hx_cli_fail("run", "--backend '%s': unknown (expected %s)", arg,
+                                   lm_backend_expected());
             backend = arg;
             break;
         case O_THREADS:
