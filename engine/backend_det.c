@@ -14,8 +14,9 @@
 #include "det_kernels.h"
 #include "threadpool.h"
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #define DET_MIN_FLOPS 65536.0 /* below this many multiply-adds a product stays serial */
@@ -98,19 +99,50 @@ static const lm_backend_i det_vt = {
     .destroy = det_destroy,
 };
 
-const char *lm_backend_det_isa(const lm_backend *be);
-const char *lm_backend_det_isa(const lm_backend *be)
-{
-    return be->vt == &det_vt ? lm_det_isa_name(((const det_backend *)be)->isa) : NULL;
-}
-
-/* isa < 0: the best this CPU supports; a forced path must be supported by the CPU. */
-static int det_create(lm_backend **out, int n_threads, int isa, lm_err *err)
+/* The kernel path: $KVDRIFT_DET_ISA (scalar, avx2 or avx512; a path the CPU lacks is an
+ * error) when set and not empty, else the best the CPU has. Forcing a path must not change a
+ * bit: that is how an AVX-512 machine checks the AVX2 path (and the scalar one). */
+static int det_isa(lm_det_isa *isa, lm_err *err)
 {
     const lm_det_isa best = lm_det_isa_best();
-    if (isa > (int)best)
-        return LM_FAIL(err, LM_E_INPUT, "backend det: this CPU has no %s (best: %s)",
-                       lm_det_isa_name((lm_det_isa)isa), lm_det_isa_name(best));
+    const char *e = getenv("KVDRIFT_DET_ISA");
+    *isa = best;
+    if (e == NULL || *e == '\0')
+        return LM_OK;
+    const int forced = lm_det_isa_parse(e);
+    if (forced < 0)
+        return LM_FAIL(err, LM_E_INPUT, "KVDRIFT_DET_ISA=%s: expected scalar, avx2 or avx512", e);
+    if (forced > (int)best)
+        return LM_FAIL(err, LM_E_INPUT, "KVDRIFT_DET_ISA=%s: this CPU has no %s (best: %s)", e, e,
+                       lm_det_isa_name(best));
+    *isa = (lm_det_isa)forced;
+    return LM_OK;
+}
+
+/* Nothing on the machine decides det's bits (every path computes the same order with the
+ * same IEEE operations), so the full form adds nothing to the platform key; the brief form
+ * names the path this process runs. */
+void lm_backend_det_describe(char *buf, size_t n, bool brief);
+void lm_backend_det_describe(char *buf, size_t n, bool brief)
+{
+    lm_det_isa isa;
+    lm_err err = {0};
+    if (!brief)
+        snprintf(buf, n, "%s", "");
+    else if (det_isa(&isa, &err) == LM_OK)
+        snprintf(buf, n, "det=%s", lm_det_isa_name(isa));
+    else
+        snprintf(buf, n, "det=invalid-isa");
+}
+
+int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err)
+{
+    (void)spec;
+    lm_det_isa isa;
+    int rc = det_isa(&isa, err);
+    if (rc != LM_OK)
+        return rc;
     det_backend *d = calloc(1, sizeof *d);
     if (d == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "det backend: out of memory");
@@ -118,29 +150,13 @@ static int det_create(lm_backend **out, int n_threads, int isa, lm_err *err)
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = nc > 0 ? (int)nc : 1;
     }
-    d->isa = isa < 0 ? best : (lm_det_isa)isa;
+    d->isa = isa;
     d->base.vt = &det_vt;
     d->base.n_threads = n_threads;
-    int rc = lm_pool_create(&d->base.pool, n_threads, err);
-    if (rc != LM_OK) {
+    if ((rc = lm_pool_create(&d->base.pool, n_threads, err)) != LM_OK) {
         free(d);
         return rc;
     }
     *out = &d->base;
     return LM_OK;
-}
-
-int lm_backend_det_create(lm_backend **out, int n_threads, lm_err *err);
-int lm_backend_det_create(lm_backend **out, int n_threads, lm_err *err)
-{
-    return det_create(out, n_threads, -1, err);
-}
-
-/* "det:isa=NAME" forces a kernel path (scalar, avx2, avx512): the bits must not change. */
-int lm_backend_det_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err);
-int lm_backend_det_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err)
-{
-    if (strncmp(name, "det:isa=", 8) != 0 || lm_det_isa_parse(name + 8) < 0)
-        return LM_FAIL(err, LM_E_INPUT, "backend '%s': expected det:isa=scalar|avx2|avx512", name);
-    return det_create(out, n_threads, lm_det_isa_parse(name + 8), err);
 }

@@ -6,7 +6,8 @@
  * row of A (decode); AVX-512 4 x 8 (16 registers of two outputs); smaller tiles at the edges.
  * Every tile runs the same per-element order, so decode and prefill agree. Rows of A are
  * visited in blocks of DET_MB so that the block stays in L2 while B's rows stream through.
- * gemm_nn tiles: 4 rows x 32 columns (AVX-512) or 4 x 16 (AVX2), masked at the column edge. */
+ * gemm_nn: one row of C at a time, 16 (AVX-512) or 8 (AVX2) columns per register, the 8
+ * lanes as 8 accumulator registers, masked at the column edge. */
 #include "det_kernels.h"
 
 #include <math.h>
@@ -78,20 +79,22 @@ static void nt_scalar(uint32_t m, uint32_t n, uint32_t k, float alpha, const flo
         }
 }
 
+/* gemm_nn in the same order: B's column j read with stride ldb. */
 static void nn_scalar(uint32_t m, uint32_t n, uint32_t k, const float *a, size_t lda,
                       const float *b, size_t ldb, float *c, size_t ldc)
 {
-    for (uint32_t i = 0; i < m; ++i) {
-        float *ci = c + (size_t)i * ldc;
-        for (uint32_t j = 0; j < n; ++j)
-            ci[j] = 0.0f;
-        for (uint32_t l = 0; l < k; ++l) {
-            const float ail = a[(size_t)i * lda + l];
-            const float *bl = b + (size_t)l * ldb;
-            for (uint32_t j = 0; j < n; ++j)
-                ci[j] = fmaf(ail, bl[j], ci[j]);
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < n; ++j) {
+            const float *ai = a + (size_t)i * lda;
+            float acc[8] = {0};
+            for (uint32_t l0 = 0; l0 < k; l0 += 8)
+                for (uint32_t p = 0; p < 8; ++p) {
+                    const uint32_t l = l0 + p;
+                    acc[p] = l < k ? fmaf(ai[l], b[(size_t)l * ldb + j], acc[p])
+                                   : fmaf(0.0f, 0.0f, acc[p]);
+                }
+            c[(size_t)i * ldc + j] = reduce8_scalar(acc);
         }
-    }
 }
 
 #if DET_X86
@@ -201,55 +204,52 @@ T2 static void nt_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const fl
     }
 }
 
-/* rows x up to 16 columns of C (cols live) in the sequential order, 8 lanes per register */
-T2 INL void nn_tile_avx2(const int MR, uint32_t cols, uint32_t k, const float *a, size_t lda,
-                         const float *b, size_t ldb, float *c, size_t ldc)
+/* One row of C, up to 8 columns (cols live), in the lane order: lane p of column j is an
+ * accumulator register acc[p] (one column per vector lane); lanes past k add fma(0, 0, .). */
+T2 INL void nn_row_avx2(uint32_t cols, uint32_t k, const float *a, const float *b, size_t ldb,
+                        float *c)
 {
-    static const int32_t ramp[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const __m256i lv = _mm256_set1_epi32((int32_t)cols);
-    const __m256i m0 = _mm256_cmpgt_epi32(lv, _mm256_loadu_si256((const __m256i *)ramp));
-    const __m256i m1 = _mm256_cmpgt_epi32(lv, _mm256_loadu_si256((const __m256i *)(ramp + 8)));
-    __m256 acc[4][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r)
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (uint32_t l = 0; l < k; ++l) {
-        const float *bl = b + (size_t)l * ldb;
-        const __m256 b0 = cols >= 16 ? _mm256_loadu_ps(bl) : _mm256_maskload_ps(bl, m0);
-        const __m256 b1 = cols >= 16 ? _mm256_loadu_ps(bl + 8) : _mm256_maskload_ps(bl + 8, m1);
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; ++r) {
-            const __m256 av = _mm256_set1_ps(a[(size_t)r * lda + l]);
-            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    static const int32_t ramp[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)cols),
+                                          _mm256_loadu_si256((const __m256i *)ramp));
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p)
+        acc[p] = zero;
+    for (uint32_t l0 = 0; l0 < k; l0 += 8) {
+#pragma GCC unroll 8
+        for (uint32_t p = 0; p < 8; ++p) {
+            if (l0 + p < k) {
+                const float *bl = b + (size_t)(l0 + p) * ldb;
+                const __m256 bv = cols >= 8 ? _mm256_loadu_ps(bl) : _mm256_maskload_ps(bl, mk);
+                acc[p] = _mm256_fmadd_ps(_mm256_set1_ps(a[l0 + p]), bv, acc[p]);
+            } else {
+                acc[p] = _mm256_fmadd_ps(zero, zero, acc[p]);
+            }
         }
     }
+    __m256 v4[4], v2[2];
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r) {
-        float *cr = c + (size_t)r * ldc;
-        if (cols >= 16) {
-            _mm256_storeu_ps(cr, acc[r][0]);
-            _mm256_storeu_ps(cr + 8, acc[r][1]);
-        } else {
-            _mm256_maskstore_ps(cr, m0, acc[r][0]);
-            _mm256_maskstore_ps(cr + 8, m1, acc[r][1]);
-        }
-    }
+    for (int p = 0; p < 4; ++p)
+        v4[p] = _mm256_add_ps(acc[p], acc[p + 4]);
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p)
+        v2[p] = _mm256_add_ps(v4[p], v4[p + 2]);
+    const __m256 r = _mm256_add_ps(v2[0], v2[1]);
+    if (cols >= 8)
+        _mm256_storeu_ps(c, r);
+    else
+        _mm256_maskstore_ps(c, mk, r);
 }
 
 T2 static void nn_avx2(uint32_t m, uint32_t n, uint32_t k, const float *a, size_t lda,
                        const float *b, size_t ldb, float *c, size_t ldc)
 {
-    for (uint32_t j = 0; j < n; j += 16) {
-        const uint32_t cols = n - j < 16 ? n - j : 16;
-        uint32_t i = 0;
-        for (; i + 4 <= m; i += 4)
-            nn_tile_avx2(4, cols, k, a + (size_t)i * lda, lda, b + j, ldb, c + (size_t)i * ldc + j,
-                         ldc);
-        for (; i < m; ++i)
-            nn_tile_avx2(1, cols, k, a + (size_t)i * lda, lda, b + j, ldb, c + (size_t)i * ldc + j,
-                         ldc);
-    }
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < n; j += 8)
+            nn_row_avx2(n - j < 8 ? n - j : 8, k, a + (size_t)i * lda, b + j, ldb,
+                        c + (size_t)i * ldc + j);
 }
 
 /* ---- AVX-512: two outputs per register, 8 lanes each (lanes 0-7: column j, 8-15: j+1) ---- */
@@ -344,47 +344,45 @@ T5 static void nt_avx512(uint32_t m, uint32_t n, uint32_t k, float alpha, const 
     }
 }
 
-/* rows x up to 32 columns of C (cols live) in the sequential order, 16 lanes per register */
-T5 INL void nn_tile_avx512(const int MR, uint32_t cols, uint32_t k, const float *a, size_t lda,
-                           const float *b, size_t ldb, float *c, size_t ldc)
+/* One row of C, up to 16 columns (cols live), in the lane order (as nn_row_avx2, 16
+ * columns per register). */
+T5 INL void nn_row_avx512(uint32_t cols, uint32_t k, const float *a, const float *b, size_t ldb,
+                          float *c)
 {
-    const __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
-    const __mmask16 m1 = (__mmask16)(cols >= 32 ? 0xffffu : cols <= 16 ? 0u : (1u << (cols - 16)) - 1u);
-    __m512 acc[4][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r)
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (uint32_t l = 0; l < k; ++l) {
-        const float *bl = b + (size_t)l * ldb;
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, bl);
-        const __m512 b1 = _mm512_maskz_loadu_ps(m1, bl + 16);
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; ++r) {
-            const __m512 av = _mm512_set1_ps(a[(size_t)r * lda + l]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+    const __mmask16 mk = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p)
+        acc[p] = zero;
+    for (uint32_t l0 = 0; l0 < k; l0 += 8) {
+#pragma GCC unroll 8
+        for (uint32_t p = 0; p < 8; ++p) {
+            if (l0 + p < k) {
+                const __m512 bv = _mm512_maskz_loadu_ps(mk, b + (size_t)(l0 + p) * ldb);
+                acc[p] = _mm512_fmadd_ps(_mm512_set1_ps(a[l0 + p]), bv, acc[p]);
+            } else {
+                acc[p] = _mm512_fmadd_ps(zero, zero, acc[p]);
+            }
         }
     }
+    __m512 v4[4], v2[2];
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r) {
-        _mm512_mask_storeu_ps(c + (size_t)r * ldc, m0, acc[r][0]);
-        _mm512_mask_storeu_ps(c + (size_t)r * ldc + 16, m1, acc[r][1]);
-    }
+    for (int p = 0; p < 4; ++p)
+        v4[p] = _mm512_add_ps(acc[p], acc[p + 4]);
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p)
+        v2[p] = _mm512_add_ps(v4[p], v4[p + 2]);
+    _mm512_mask_storeu_ps(c, mk, _mm512_add_ps(v2[0], v2[1]));
 }
 
 T5 static void nn_avx512(uint32_t m, uint32_t n, uint32_t k, const float *a, size_t lda,
                          const float *b, size_t ldb, float *c, size_t ldc)
 {
-    for (uint32_t j = 0; j < n; j += 32) {
-        const uint32_t cols = n - j < 32 ? n - j : 32;
-        uint32_t i = 0;
-        for (; i + 4 <= m; i += 4)
-            nn_tile_avx512(4, cols, k, a + (size_t)i * lda, lda, b + j, ldb,
-                           c + (size_t)i * ldc + j, ldc);
-        for (; i < m; ++i)
-            nn_tile_avx512(1, cols, k, a + (size_t)i * lda, lda, b + j, ldb,
-                           c + (size_t)i * ldc + j, ldc);
-    }
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < n; j += 16)
+            nn_row_avx512(n - j < 16 ? n - j : 16, k, a + (size_t)i * lda, b + j, ldb,
+                          c + (size_t)i * ldc + j);
 }
 
 #endif /* DET_X86 */

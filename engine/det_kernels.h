@@ -15,12 +15,13 @@
  * uses an array and fmaf. Every step is the same correctly rounded IEEE operation, so the
  * three give identical bits.
  *
- * gemm_nn (P . V): the sequential order. Output (i, j) = sum over l of A[i][l] * B[l][j] is
- *   acc = +0.0f; for l = 0, 1, ..., k-1 in order: acc = fma(A[i][l], B[l][j], acc)
- * vectorized across j (independent outputs), so it is the same on every instruction set too.
- * Trailing zero probabilities (the masked keys of a causal block) leave acc unchanged.
+ * gemm_nn (P . V): the same 8-lane order over its reduction index l (rows of B), so that
+ * gemm_nn(A, B) == gemm_nt(A, B^T) bit for bit; vectorized across the independent columns j.
+ * Zero terms appended to the reduction (the masked keys of a causal block: probability +0)
+ * leave every lane's value unchanged (at most a -0 lane becomes +0), so a query's P . V does
+ * not depend on its block's length.
  *
- * Neither order depends on m, n, the tile a kernel uses for an element, the other rows or
+ * The order does not depend on m, n, the tile a kernel uses for an element, the other rows or
  * columns, or how a caller splits rows and columns into calls or threads. */
 #ifndef KVD_DET_KERNELS_H
 #define KVD_DET_KERNELS_H
@@ -44,7 +45,7 @@ int lm_det_isa_parse(const char *name);
 /* C[m][n] = alpha * A[m][k] . B[n][k]^T in the 8-lane order (row strides lda, ldb, ldc). */
 void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float alpha,
                     const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc);
-/* C[m][n] = A[m][k] . B[k][n] in the sequential order (row strides lda, ldb, ldc). */
+/* C[m][n] = A[m][k] . B[k][n] in the 8-lane order (row strides lda, ldb, ldc). */
 void lm_det_gemm_nn(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, const float *a,
                     size_t lda, const float *b, size_t ldb, float *c, size_t ldc);
 

@@ -324,7 +324,7 @@ static void test_check_other_platform_falls_back(void)
     hx_fingerprint self, other;
     hx_fingerprint_detect(&self);
     other = self;
-    snprintf(other.blas_core, sizeof other.blas_core, "Haswell-elsewhere");
+    snprintf(other.backends, sizeof other.backends, "blas_core=Haswell-elsewhere");
     hx_fingerprint_finish(&other);
     hx_case *c = NULL;
     hx_config *cfgs = NULL;

@@ -167,6 +167,24 @@ static void test_det_split_property(void)
         lm_backend_destroy(be[t]);
 }
 
+/* KVDRIFT_DET_ISA: a bad name or a path the CPU lacks is a one-line input error. */
+static void test_det_isa_env(void)
+{
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "sse9", 1) == 0);
+    CU_ASSERT_EQUAL(lm_backend_create(&be, "det", 1, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "sse9"));
+    CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "scalar", 1) == 0);
+    CU_ASSERT_EQUAL(lm_backend_create(&be, "det", 1, &err), LM_OK);
+    lm_backend_destroy(be);
+    if (lm_det_isa_best() < LM_DET_AVX512) {
+        CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "avx512", 1) == 0);
+        CU_ASSERT_EQUAL(lm_backend_create(&be, "det", 1, &err), LM_E_INPUT);
+    }
+    unsetenv("KVDRIFT_DET_ISA");
+}
+
 /* ---------- forward pass ---------- */
 
 #define N_TOK 150u /* more than one causal block of queries (128) in one chunk */
@@ -232,7 +250,9 @@ static int check_model(const lm_model *m, const char *label)
                 bad += !same;
             }
         if (lm_det_isa_best() >= LM_DET_AVX2) { /* the AVX2 path: the same bits */
-            run(m, "det:isa=avx2", 2, attns[ai], 7, tok, &got);
+            CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "avx2", 1) == 0);
+            run(m, "det", 2, attns[ai], 7, tok, &got);
+            unsetenv("KVDRIFT_DET_ISA");
             ++runs;
             const bool same = memcmp(base.logits, got.logits, nl * sizeof(float)) == 0 &&
                               memcmp(base.kv, got.kv, nk * sizeof(float)) == 0;
@@ -328,6 +348,7 @@ void test_det_register(void)
     CU_add_test(s, "test_det_isa_paths_bitwise", test_det_isa_paths_bitwise);
     CU_add_test(s, "test_det_order_as_stated", test_det_order_as_stated);
     CU_add_test(s, "test_det_split_property", test_det_split_property);
+    CU_add_test(s, "test_det_isa_env", test_det_isa_env);
     CU_add_test(s, "test_det_step_thread_invariant_presets", test_det_step_thread_invariant_presets);
     CU_add_test(s, "test_det_step_thread_invariant_stories", test_det_step_thread_invariant_stories);
     CU_add_test(s, "test_det_close_to_naive", test_det_close_to_naive);

@@ -3,6 +3,7 @@
 #include "atomic.h"
 #include "capture.h"
 #include "golden.h"
+#include "kvd_engine.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -20,7 +21,16 @@ static void test_golden_fingerprint(void)
     CU_ASSERT_STRING_EQUAL(a.id, b.id);
     CU_ASSERT_EQUAL(strlen(a.id), 16);
     CU_ASSERT_EQUAL(strspn(a.id, "0123456789abcdef"), 16);
-    CU_ASSERT_PTR_NOT_NULL(strstr(a.text, "blas_core="));
+    for (size_t i = 0; i < lm_backend_count(); ++i) { /* each backend's describe part */
+        const lm_backend_info *bi = lm_backend_at(i);
+        char part[320];
+        if (bi->describe == NULL)
+            continue;
+        bi->describe(part, sizeof part, false);
+        CU_ASSERT_PTR_NOT_NULL(strstr(a.text, part));
+        bi->describe(part, sizeof part, true);
+        CU_ASSERT_PTR_NOT_NULL(strstr(a.short_text, part));
+    }
     CU_ASSERT_PTR_NOT_NULL(strstr(a.text, "-ffp-contract=off")); /* KVD_BUILD_FLAGS */
     CU_ASSERT_PTR_NOT_NULL(strstr(a.libm, "expf="));
     CU_ASSERT_PTR_NOT_NULL(strstr(a.libc, "glibc "));
@@ -28,7 +38,7 @@ static void test_golden_fingerprint(void)
     CU_ASSERT_PTR_NULL(strchr(a.text, '\n'));
     fprintf(stderr, "\n  platform: %s\n", a.short_text);
     /* Each part separates goldens. */
-    snprintf(b.blas_core, sizeof b.blas_core, "Sandybridge");
+    snprintf(b.backends, sizeof b.backends, "blas_core=Sandybridge");
     hx_fingerprint_finish(&b);
     CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id);
     b = a;
@@ -41,7 +51,7 @@ static hx_fingerprint fake_fp(const char *core)
 {
     hx_fingerprint fp = {0};
     snprintf(fp.arch, sizeof fp.arch, "x86_64");
-    snprintf(fp.blas_core, sizeof fp.blas_core, "%s", core);
+    snprintf(fp.backends, sizeof fp.backends, "blas_core=%s", core);
     hx_fingerprint_finish(&fp);
     return fp;
 }

@@ -117,13 +117,8 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     int rc = hx_capture_create(&c, &s, err);
     if (rc != LM_OK)
         return rc;
-    char sr_name[LM_SR_NAME_MAX]; /* "naive-sr" carries its seed in the backend name */
-    const char *be_name = cfg->backend;
-    if (strcmp(cfg->backend, "naive-sr") == 0) {
-        lm_sr_backend_name(sr_name, sizeof sr_name, cfg->sr_seed);
-        be_name = sr_name;
-    }
-    const lm_ctx_params cp = {.backend = be_name, .n_threads = (int)cfg->threads,
+    char be_name[LM_BACKEND_NAME_MAX];
+    const lm_ctx_params cp = {.backend = hx_config_backend_name(be_name, sizeof be_name, cfg), .n_threads = (int)cfg->threads,
                               .n_ctx = (uint32_t)need,
                               .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
                               .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep};

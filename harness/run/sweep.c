@@ -77,8 +77,9 @@ static void report_done(run_pool *pool, const run_job *j)
 {
     char name[HX_CONFIG_STR_MAX];
     hx_config_format(name, sizeof name, &j->cfg);
-    if (strcmp(j->cfg.backend, "naive-sr") == 0)
-        snprintf(name, sizeof name, "naive-sr seed %llu", (unsigned long long)j->cfg.sr_seed);
+    if (lm_backend_flags(j->cfg.backend) & LM_BE_SEEDED)
+        snprintf(name, sizeof name, "%s seed %llu", j->cfg.backend,
+                 (unsigned long long)j->cfg.sr_seed);
     ++pool->done;
     if (j->rc == LM_OK)
         progress(pool->p, "[%zu/%zu] %s %-28s %.3f s%s", pool->done, pool->n, pool->what, name,
@@ -105,13 +106,13 @@ static void *pool_worker(void *arg)
     }
 }
 
-/* Whether a backend may run beside another run in the same process. OpenBLAS keeps its thread
- * count process-global (backend_blas.c sets it before every call) and concurrent calls were
- * measured to change bits (a blas:step=full capture hashed differently under -j 2), so only
- * the pure-C backends run in parallel; everything else runs alone, after them. */
+/* Whether a backend may run beside another run in the same process: not when it keeps
+ * process-global state (LM_BE_SHARES_PROCESS_STATE: OpenBLAS's thread count, whose concurrent
+ * use was measured to change bits: a blas:step=full capture hashed differently under -j 2).
+ * Those run alone, after the others. */
 static bool parallel_safe(const hx_config *c)
 {
-    return strcmp(c->backend, "naive") == 0 || strcmp(c->backend, "naive-sr") == 0;
+    return !(lm_backend_flags(c->backend) & LM_BE_SHARES_PROCESS_STATE);
 }
 
 /* Runs every job: the parallel-safe ones on min(jobs, their count) threads (the caller's alone
