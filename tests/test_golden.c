@@ -1,8 +1,9 @@
 /* test_golden.c — golden files (sorted keys, atomic writes, validation) and the platform
  * fingerprint. */
-#include "atomic.h"
+#include "fs.h"
 #include "capture.h"
 #include "golden.h"
+#include "golden_key.h"
 #include "kvd_engine.h"
 #include "test_util.h"
 
@@ -56,6 +57,9 @@ static hx_fingerprint fake_fp(const char *core)
     return fp;
 }
 
+static const hx_golden_input test_input = {"000102030405060708090a0b0c0d0e0f",
+                                           "0011223344556677", "9.9.9"};
+
 static size_t count_files(const char *dir)
 {
     size_t n = 0;
@@ -82,17 +86,17 @@ static void test_golden_roundtrip_sorted_atomic(void)
     for (int i = 0; i < 16; ++i)
         h[i] = (uint8_t)(i * 17);
     hx_golden_entry e;
-    hx_golden_entry_fill(&e, h, logits, 7, 11);
+    hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
     CU_ASSERT_EQUAL(e.n_top, 5);
     CU_ASSERT_EQUAL(e.top_ids[0], 1);
     CU_ASSERT_EQUAL(e.top_ids[1], 4); /* tie: lower id first */
     CU_ASSERT_EQUAL(e.top_ids[2], 5);
     hx_fingerprint f1 = fake_fp("Zen"), f2 = fake_fp("Alpha");
     /* Insert in unsorted order. */
-    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", &f1, &e, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "naive:step=1", &f1, &e, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", &f2, &e, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", f1.id, f1.text, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "naive:step=1", f1.id, f1.text, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", f2.id, f2.text, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", f1.id, f1.text, &e, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_golden_count(g), 4);
     CU_ASSERT_EQUAL_FATAL(hx_golden_save(g, path, &err), LM_OK);
     CU_ASSERT_EQUAL(count_files(dir), 1); /* no temp file left behind */
@@ -100,7 +104,7 @@ static void test_golden_roundtrip_sorted_atomic(void)
 
     char *text;
     size_t n;
-    CU_ASSERT_EQUAL_FATAL(hx_read_file(&text, &n, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
     /* Sorted keys: top level, cases, configs. */
     const char *ka = strstr(text, "\"cases\""), *kf = strstr(text, "\"format\""),
                *kp = strstr(text, "\"platforms\""), *kv = strstr(text, "\"version\"");
@@ -123,14 +127,19 @@ static void test_golden_roundtrip_sorted_atomic(void)
     /* Logits come back as the same float32 (9 significant digits round-trip float32). */
     CU_ASSERT_EQUAL(memcmp(back.top_ids, e.top_ids, sizeof e.top_ids), 0);
     CU_ASSERT_EQUAL(memcmp(back.top_logits, e.top_logits, sizeof e.top_logits), 0);
+    /* The input it is pinned to comes back too. */
+    CU_ASSERT_STRING_EQUAL(back.model_hash, test_input.model_hash);
+    CU_ASSERT_STRING_EQUAL(back.tokens_hash, test_input.tokens_hash);
+    CU_ASSERT_STRING_EQUAL(back.version, test_input.version);
+    CU_ASSERT_FALSE(hx_golden_input_differs(&back, &test_input, NULL, 0));
     CU_ASSERT_EQUAL(hx_golden_find(g, "alpha", "blas:step=2", f2.id, &back, &found, &err), LM_OK);
     CU_ASSERT_FALSE(found);
     CU_ASSERT_EQUAL(hx_golden_find(g, "zeta", "naive:step=full", f2.id, &back, &found, &err), LM_OK);
     CU_ASSERT_FALSE(found); /* other platform */
     /* Replace an entry. */
     h[0] ^= 1;
-    hx_golden_entry_fill(&e, h, logits, 7, 11);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", &f1, &e, &err), LM_OK);
+    hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", f1.id, f1.text, &e, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_golden_count(g), 4);
     CU_ASSERT_EQUAL(hx_golden_find(g, "zeta", "naive:step=full", f1.id, &back, &found, &err), LM_OK);
     CU_ASSERT_STRING_EQUAL(back.hash_hex, e.hash_hex);
@@ -142,8 +151,8 @@ static void test_golden_roundtrip_sorted_atomic(void)
     lm_err_clear(&err);
     /* A non-finite summary logit cannot be written as JSON: refused, not written. */
     logits[1] = INFINITY;
-    hx_golden_entry_fill(&e, h, logits, 7, 11);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=2", &f1, &e, &err), LM_E_INPUT);
+    hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=2", f1.id, f1.text, &e, &err), LM_E_INPUT);
     hx_golden_free(g);
 }
 
@@ -166,8 +175,18 @@ static void test_golden_malformed_files(void)
     bad_file("[]", "not a kvdrift golden file");
     bad_file("{\"format\":\"other\",\"version\":1,\"platforms\":{},\"cases\":{}}",
              "not a kvdrift golden file");
-    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":{}}",
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":3,\"platforms\":{},\"cases\":{}}",
              "version");
+    /* Input fields: all three or none. */
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":"
+             "{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":\"000102030405060708090a0b0c0d0e0f\","
+             "\"position\":1,\"top5\":[],\"model_xxh3_128\":\"000102030405060708090a0b0c0d0e0f\"}}}}}",
+             "tokens_xxh3_64");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":"
+             "{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":\"000102030405060708090a0b0c0d0e0f\","
+             "\"position\":1,\"top5\":[],\"model_xxh3_128\":\"0001\",\"tokens_xxh3_64\":"
+             "\"0011223344556677\",\"kvdrift_version\":\"1\"}}}}}",
+             "model_xxh3_128");
     bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},\"cases\":[]}",
              "must be objects");
     bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{\"a\":1},\"cases\":{}}",
@@ -189,6 +208,124 @@ static void test_golden_malformed_files(void)
     char absent[1024];
     snprintf(absent, sizeof absent, "%s/none.json", tu_tmpdir());
     CU_ASSERT_EQUAL(hx_golden_load(&g, absent, false, &err), LM_E_IO);
+    /* over the size cap: refused before it is parsed, naming the limit */
+    size_t big_n = (size_t)HX_GOLDEN_MAX_BYTES + 1;
+    char *big = malloc(big_n);
+    CU_ASSERT_FATAL(big != NULL);
+    memset(big, ' ', big_n);
+    big[0] = '{';
+    big[big_n - 1] = '}';
+    const char *bp = tu_write_file("big-golden.json", big, big_n);
+    free(big);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_golden_load(&g, bp, false, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "limit"));
+    /* a FIFO: refused at once, never waited on */
+    char fifo[1100];
+    snprintf(fifo, sizeof fifo, "%s/golden.fifo", tu_tmpdir());
+    CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_golden_load(&g, fifo, true, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not a regular file"));
+}
+
+/* A golden is pinned to its input: each of model, token ids and version, changed alone, makes
+ * the entry differ (and names what changed); a version-1 entry (no input recorded) always
+ * differs; bless's pruning removes exactly the differing entries. */
+static void test_golden_input_pinning(void)
+{
+    float logits[3] = {1.0f, 2.0f, 3.0f};
+    uint8_t h[16] = {1};
+    hx_golden_entry e;
+    hx_golden_entry_fill(&e, h, logits, 3, 0, &test_input);
+    char why[256];
+    CU_ASSERT_FALSE(hx_golden_input_differs(&e, &test_input, why, sizeof why));
+    hx_golden_input in = test_input;
+    in.model_hash[31] = 'e';
+    CU_ASSERT(hx_golden_input_differs(&e, &in, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "model changed"));
+    in = test_input;
+    in.tokens_hash[0] = 'f';
+    CU_ASSERT(hx_golden_input_differs(&e, &in, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "token ids changed"));
+    in = test_input;
+    in.version = "9.9.10";
+    CU_ASSERT(hx_golden_input_differs(&e, &in, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "kvdrift 9.9.9"));
+    /* Token hash: order and value matter, and it is not the hash of nothing. */
+    int32_t a[3] = {1, 2, 3}, b[3] = {1, 3, 2};
+    char ha[17], hb[17], h0[17];
+    hx_tokens_hash(ha, a, 3);
+    hx_tokens_hash(hb, b, 3);
+    hx_tokens_hash(h0, a, 2);
+    CU_ASSERT_STRING_NOT_EQUAL(ha, hb);
+    CU_ASSERT_STRING_NOT_EQUAL(ha, h0);
+    CU_ASSERT_EQUAL(strspn(ha, "0123456789abcdef"), 16);
+
+    /* A version-1 file is read; its entries are stale; pruning removes them only. */
+    static const char v1[] = "{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},"
+                             "\"cases\":{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":"
+                             "\"000102030405060708090a0b0c0d0e0f\",\"position\":1,\"top5\":[]}}}}}";
+    const char *p = tu_write_file("golden-v1.json", v1, strlen(v1));
+    hx_golden *g = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, p, false, &err), LM_OK);
+    hx_golden_entry back;
+    bool found = false;
+    CU_ASSERT_EQUAL(hx_golden_find(g, "c", "k", "fp", &back, &found, &err), LM_OK);
+    CU_ASSERT(found);
+    CU_ASSERT(hx_golden_input_differs(&back, &test_input, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "golden format 1"));
+    hx_fingerprint f1 = fake_fp("Zen");
+    CU_ASSERT_EQUAL(hx_golden_set(g, "c", "k", f1.id, f1.text, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_count(g), 2);
+    CU_ASSERT_EQUAL(hx_golden_prune_stale(g, "c", "k", &test_input), 1);
+    CU_ASSERT_EQUAL(hx_golden_count(g), 1);
+    CU_ASSERT_EQUAL(hx_golden_find(g, "c", "k", f1.id, &back, &found, &err), LM_OK);
+    CU_ASSERT(found);
+    hx_golden_free(g);
+}
+
+/* A configuration's key holds only what can change its bits: the CPU model, its ISA, the
+ * other backends' parts and the float libm probe of the platform fingerprint never enter it;
+ * the backend's own describe text, the compiler and the build flags do. */
+static void test_golden_key_parts(void)
+{
+    hx_fingerprint a;
+    hx_fingerprint_detect(&a);
+    hx_fingerprint b = a;
+    snprintf(b.cpu, sizeof b.cpu, "Another CPU");
+    snprintf(b.isa, sizeof b.isa, "sse2");
+    snprintf(b.backends, sizeof b.backends, "blas=x; blas_core=Sandybridge");
+    snprintf(b.libm, sizeof b.libm, "expf=sse2 probe=00000000");
+    hx_fingerprint_finish(&b);
+    CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id); /* the platforms differ ... */
+    hx_golden_key ka, kb;
+    hx_golden_key_make(&ka, &a, "naive", NULL);
+    hx_golden_key_make(&kb, &b, "naive", "");
+    CU_ASSERT_STRING_EQUAL(ka.id, kb.id); /* ... naive's key does not */
+    CU_ASSERT_PTR_NULL(strstr(ka.text, "cpu="));
+    CU_ASSERT_PTR_NULL(strstr(ka.text, "blas"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ka.text, "rope="));
+    hx_golden_key_make(&ka, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX");
+    hx_golden_key_make(&kb, &b, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX");
+    CU_ASSERT_STRING_EQUAL(ka.id, kb.id); /* blas: same core, same key */
+    hx_golden_key_make(&kb, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=Haswell");
+    CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* another core, another key */
+    hx_golden_key_make(&kb, &a, "naive", NULL);
+    CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* backends never share a key */
+    b = a;
+    snprintf(b.compiler, sizeof b.compiler, "gcc 99");
+    hx_golden_key_make(&ka, &a, "naive", NULL);
+    hx_golden_key_make(&kb, &b, "naive", NULL);
+    CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* another compiler, another key */
+    /* The registry's hooks: naive reports nothing, blas its core (OPENBLAS_CORETYPE). */
+    hx_golden_key_of(&ka, &a, "naive");
+    hx_golden_key_make(&kb, &a, "naive", NULL);
+    CU_ASSERT_STRING_EQUAL(ka.id, kb.id);
+    hx_golden_key_of(&ka, &a, "blas");
+    CU_ASSERT_PTR_NOT_NULL(strstr(ka.text, "blas_core="));
+    CU_ASSERT_EQUAL(strlen(hx_golden_rope_probe()), 8);
 }
 
 void test_golden_register(void)
@@ -197,4 +334,6 @@ void test_golden_register(void)
     CU_add_test(s, "test_golden_fingerprint", test_golden_fingerprint);
     CU_add_test(s, "test_golden_roundtrip_sorted_atomic", test_golden_roundtrip_sorted_atomic);
     CU_add_test(s, "test_golden_malformed_files", test_golden_malformed_files);
+    CU_add_test(s, "test_golden_input_pinning", test_golden_input_pinning);
+    CU_add_test(s, "test_golden_key_parts", test_golden_key_parts);
 }

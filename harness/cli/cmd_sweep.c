@@ -6,11 +6,14 @@
 #include "case.h"
 #include "cli_util.h"
 #include "config.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "report.h"
 #include "sweep.h"
 #include "synth.h"
+#include "specrun.h"
+#include "sweep_spec.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -19,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "routing.h"
 
@@ -173,14 +177,15 @@ static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *
         uint32_t t = 0;
         if (len == 0 || len >= sizeof item) {
             free(v);
-            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': expected integers 1..256", list);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': expected integers 1..%u", list,
+                           LM_MAX_THREADS);
         }
         memcpy(item, s, len);
         item[len] = '\0';
-        if (parse_u32(&t, item, 1, 256) != 0) {
+        if (parse_u32(&t, item, 1, LM_MAX_THREADS) != 0) {
             free(v);
-            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..256",
-                           list, item);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..%u",
+                           list, item, LM_MAX_THREADS);
         }
         for (uint32_t i = 0; i < k; ++i)
             if (v[i] == t) {
@@ -197,30 +202,7 @@ static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *
     return LM_OK;
 }
 
-/* mkdir -p; LM_E_IO naming the folder. */
-static int make_dirs(const char *dir, lm_err *err)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "%s: path too long", dir);
-    for (char *q = buf + 1;; ++q) {
-        if (*q == '/' || *q == '\0') {
-            char c = *q;
-            *q = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
-            *q = c;
-            if (c == '\0')
-                break;
-        }
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return LM_FAIL(err, LM_E_IO, "%s: not a folder", dir);
-    return LM_OK;
-}
-
-/* Resolves MODEL: a path as given, or a synthetic model written into the cache folder once. */
+/* Resolves MODEL: a path as given, or a synthetic model written into the cache folder. */
 static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, const char *text,
                          const char *cache, lm_err *err)
 {
@@ -244,17 +226,30 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
     if ((rc = hx_synth_preset(&sp, spec.preset, err)) != LM_OK)
         return rc;
     char dir[4096];
-    if ((rc = ref_cache_dir(dir, sizeof dir, cache, err)) != LM_OK ||
-        (rc = make_dirs(dir, err)) != LM_OK)
+    if ((rc = lm_cache_open(dir, sizeof dir, cache, err)) != LM_OK)
         return rc;
     if (snprintf(path, cap, "%s/synth-%s-seed%llu.gguf", dir, spec.preset,
                  (unsigned long long)seed) >= (int)cap)
         return LM_FAIL(err, LM_E_INPUT, "%s: cache path too long", dir);
     snprintf(label, label_cap, "synth-%s-seed%llu", spec.preset, (unsigned long long)seed);
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        rc = hx_synth_write(path, spec.preset, seed, LM_TYPE_F32, err);
-    return rc;
+    return hx_synth_cache_write(path, spec.preset, seed, err);
+}
+
+/* The speculative-decoding check after the sweep's table (sweep_spec.h). */
+static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
+                      uint32_t n_prompt, const hx_sweep_params *sp, const hx_sweep_result *res,
+                      const char *cache, size_t *n_fail, lm_err *err)
+{
+    char dpath[4096], dlabel[256];
+    uint32_t layers;
+    const bool self = so->draft == NULL || hx_draft_self_layers(so->draft, &layers);
+    int st = self ? LM_OK
+                  : resolve_model(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft, cache, err);
+    if (st != LM_OK)
+        return st;
+    return hx_spec_check_print(stdout, m, self ? NULL : dpath, prompt, n_prompt,
+                               sp->n_gen ? sp->n_gen : 1, sp->configs, sp->n_configs, so, res->env,
+                               n_fail, err);
 }
 
 int cmd_sweep(int argc, char **argv)
@@ -271,12 +266,16 @@ int cmd_sweep(int argc, char **argv)
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL},
+        HX_SPEC_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
     const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
     const char *threads_s = "1", *attn_s = NULL, *rot_s = NULL;
     bool parse_special = false;
+    hx_spec_opts so;
+    hx_spec_opts_init(&so);
+    lm_err opt_err = {0};
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
     optind = 1;
@@ -325,7 +324,12 @@ int cmd_sweep(int argc, char **argv)
             sp.sr_seed_set = true;
             break;
         }
-        case 'h': fputs(usage_text, stdout); return 0;
+        case 'h': fputs(usage_text, stdout); fputs(HX_SPEC_USAGE, stdout); return 0;
+        case HX_OPT_SPEC: case HX_OPT_DRAFT: case HX_OPT_REPEAT_PENALTY:
+        case HX_OPT_REPEAT_LAST_N: case HX_OPT_FREQ_PENALTY: case HX_OPT_PRESENCE_PENALTY:
+            if (hx_spec_opts_set(&so, o, optarg, &opt_err) != LM_OK)
+                return hx_cli_fail("sweep", "%s", opt_err.msg);
+            break;
         default: return hx_cli_bad_option("sweep", o, argv); /* ':' or unknown */
         }
     }
@@ -346,6 +350,7 @@ int cmd_sweep(int argc, char **argv)
     int32_t *prompt = NULL;
     uint32_t n_prompt = 0;
     hx_sweep_result *res = NULL;
+    size_t spec_fail = 0;
     char model_path[4096], label[256], dir[4096];
     if ((st = hx_parse_steps(&steps, &n_steps, steps_s, &err)) != LM_OK ||
         (st = parse_backends(&backends, &n_backends, backends_s, &err)) != LM_OK ||
@@ -415,9 +420,13 @@ int cmd_sweep(int argc, char **argv)
     char json[4200], md[4200];
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
-    if ((st = make_dirs(dir, &err)) != LM_OK ||
-        (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
-        (st = hx_report_write_md(res->report, md, &err)) != LM_OK) {
+    /* report.json last (REPORT-SCHEMA.md): a folder holding it is complete; an older one is
+     * removed first so that a killed run never leaves an old report.json beside a new report.md */
+    if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
+        (unlink(json) != 0 && errno != ENOENT &&
+         (st = LM_FAIL(&err, LM_E_IO, "%s: cannot remove: %s", json, strerror(errno)))) ||
+        (st = hx_report_write_md(res->report, md, &err)) != LM_OK ||
+        (st = hx_report_write_json(res->report, json, &err)) != LM_OK) {
         free(routing_txt);
         goto done;
     }
@@ -448,10 +457,15 @@ int cmd_sweep(int argc, char **argv)
             printf("routing: %u real flips (expert sets the reference's margins do not "
                    "explain)\n", n_real);
     }
+    if (so.spec_list != NULL && (st = sweep_spec(&so, m, prompt, n_prompt, &sp, res, cache,
+                                                  &spec_fail, &err)) != LM_OK)
+        goto done;
 done:
     if (st != LM_OK)
         fprintf(stderr, "kvdrift sweep: %s\n", err.msg);
     int code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(res->report, false);
+    if (st == LM_OK && code == 0 && spec_fail > 0)
+        code = 1;
     hx_sweep_result_free(res);
     free(steps);
     free(threads);

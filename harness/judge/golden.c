@@ -1,7 +1,7 @@
 /* golden.c — golden hash files (JSON via jansson): load, validate, look up, update, save. */
 #include "golden.h"
 
-#include "atomic.h"
+#include "fs.h"
 #include "capture.h"
 
 #include <errno.h>
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 struct hx_golden {
     json_t *root; /* owned */
@@ -49,6 +50,35 @@ void hx_golden_free(hx_golden *g)
     free(g);
 }
 
+static bool is_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return s[n] == '\0';
+}
+
+/* The input fields of an entry: all three, or none (an entry of a version-1 file, kept until
+ * its configuration is blessed again; it is stale: hx_golden_input_differs). */
+static const char *parse_input(const json_t *o, hx_golden_entry *e)
+{
+    const json_t *m = json_object_get(o, "model_xxh3_128"), *t = json_object_get(o, "tokens_xxh3_64"),
+                 *v = json_object_get(o, "kvdrift_version");
+    if (m == NULL && t == NULL && v == NULL)
+        return NULL;
+    if (!json_is_string(m) || !is_hex(json_string_value(m), 32))
+        return "model_xxh3_128 is not 32 lowercase hex digits";
+    if (!json_is_string(t) || !is_hex(json_string_value(t), 16))
+        return "tokens_xxh3_64 is not 16 lowercase hex digits";
+    if (!json_is_string(v) || json_string_length(v) == 0 ||
+        json_string_length(v) >= sizeof e->version)
+        return "kvdrift_version is not a short non-empty string";
+    snprintf(e->model_hash, sizeof e->model_hash, "%s", json_string_value(m));
+    snprintf(e->tokens_hash, sizeof e->tokens_hash, "%s", json_string_value(t));
+    snprintf(e->version, sizeof e->version, "%s", json_string_value(v));
+    return NULL;
+}
+
 /* Parses one entry object; returns a reason string on failure. */
 static const char *parse_entry(const json_t *o, hx_golden_entry *e)
 {
@@ -77,7 +107,7 @@ static const char *parse_entry(const json_t *o, hx_golden_entry *e)
         e->top_logits[i] = (float)json_number_value(lg);
     }
     e->n_top = (uint32_t)json_array_size(t);
-    return NULL;
+    return parse_input(o, e);
 }
 
 static int validate(const json_t *root, const char *path, lm_err *err)
@@ -86,8 +116,9 @@ static int validate(const json_t *root, const char *path, lm_err *err)
     if (!json_is_object(root) || !json_is_string(f) ||
         strcmp(json_string_value(f), "kvdrift-golden") != 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: not a kvdrift golden file", path);
-    if (!json_is_integer(v) || json_integer_value(v) != HX_GOLDEN_VERSION)
-        return LM_FAIL(err, LM_E_INPUT, "%s: golden format version is not %d", path,
+    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+        json_integer_value(v) > HX_GOLDEN_VERSION)
+        return LM_FAIL(err, LM_E_INPUT, "%s: golden format version is not 1..%d", path,
                        HX_GOLDEN_VERSION);
     const json_t *plats = json_object_get(root, "platforms"), *cases = json_object_get(root, "cases");
     if (!json_is_object(plats) || !json_is_object(cases))
@@ -123,14 +154,17 @@ int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *e
     struct stat st;
     if (missing_ok && stat(path, &st) != 0 && errno == ENOENT)
         return hx_golden_create(out, err);
+    char *text;
+    size_t n;
+    int rc = lm_read_file(&text, &n, path, HX_GOLDEN_MAX_BYTES, err);
+    if (rc != LM_OK)
+        return rc;
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (root == NULL) {
-        if (je.line < 0) /* jansson's mark for "could not open or read" */
-            return LM_FAIL(err, LM_E_IO, "%s: %s", path, je.text);
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (root == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s:%d: %s", path, je.line, je.text);
-    }
-    int rc = validate(root, path, err);
+    rc = validate(root, path, err);
     if (rc != LM_OK) {
         json_decref(root);
         return rc;
@@ -141,6 +175,8 @@ int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *e
         return LM_FAIL(err, LM_E_NOMEM, "golden: out of memory");
     }
     g->root = root;
+    /* Saved as the current version: version-1 entries stay, stale, until re-blessed. */
+    json_object_set_new(root, "version", json_integer(HX_GOLDEN_VERSION));
     *out = g;
     return LM_OK;
 }
@@ -170,8 +206,8 @@ static json_t *child(json_t *parent, const char *key)
     return json_is_object(c) ? c : NULL;
 }
 
-int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
-                  const hx_fingerprint *fp, const hx_golden_entry *e, lm_err *err)
+int hx_golden_set(hx_golden *g, const char *case_name, const char *config, const char *key_id,
+                  const char *key_text, const hx_golden_entry *e, lm_err *err)
 {
     json_t *top = json_array();
     for (uint32_t i = 0; top && i < e->n_top && i < HX_TOPK; ++i) {
@@ -182,16 +218,36 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
             top = NULL;
         }
     }
-    json_t *obj = top ? json_pack("{s:s,s:I,s:o}", "xxh3_128", e->hash_hex, "position",
-                                  (json_int_t)e->position, "top5", top)
+    json_t *obj = top ? json_pack("{s:s,s:I,s:o,s:s,s:s,s:s}", "xxh3_128", e->hash_hex,
+                                  "position", (json_int_t)e->position, "top5", top,
+                                  "model_xxh3_128", e->model_hash, "tokens_xxh3_64",
+                                  e->tokens_hash, "kvdrift_version", e->version)
                       : NULL;
     json_t *cfg = child(child(child(g->root, "cases"), case_name), config);
     json_t *plats = json_object_get(g->root, "platforms");
-    if (obj == NULL || cfg == NULL || json_object_set_new(cfg, fp->id, obj) ||
-        json_object_set_new(plats, fp->id, json_string(fp->text)))
+    if (obj == NULL || cfg == NULL || json_object_set_new(cfg, key_id, obj) ||
+        json_object_set_new(plats, key_id, json_string(key_text)))
         return LM_FAIL(err, LM_E_INPUT, "golden: cannot add %s/%s (out of memory, or a "
                                         "non-finite logit in the summary)", case_name, config);
     return LM_OK;
+}
+
+size_t hx_golden_prune_stale(hx_golden *g, const char *case_name, const char *config,
+                             const hx_golden_input *in)
+{
+    json_t *cfg = json_object_get(json_object_get(json_object_get(g->root, "cases"), case_name),
+                                  config);
+    const char *k;
+    json_t *v, *tmp;
+    size_t n = 0;
+    json_object_foreach_safe(cfg, tmp, k, v) {
+        hx_golden_entry e;
+        if (parse_entry(v, &e) == NULL && !hx_golden_input_differs(&e, in, NULL, 0))
+            continue;
+        json_object_del(cfg, k);
+        n++;
+    }
+    return n;
 }
 
 size_t hx_golden_count(const hx_golden *g)
@@ -205,18 +261,106 @@ size_t hx_golden_count(const hx_golden *g)
     return n;
 }
 
-int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
+/* Drops the "platforms" texts no entry uses any more (after pruning or re-keying). */
+static void drop_unused_keys(json_t *root)
 {
+    json_t *plats = json_object_get(root, "platforms"), *v, *tmp;
+    const char *id;
+    json_object_foreach_safe(plats, tmp, id, v) {
+        bool used = false;
+        const char *k1, *k2;
+        json_t *v1, *v2;
+        json_object_foreach(json_object_get(root, "cases"), k1, v1) {
+            json_object_foreach(v1, k2, v2)
+                used = used || json_object_get(v2, id) != NULL;
+        }
+        if (!used)
+            json_object_del(plats, id);
+    }
+}
+
+int hx_golden_stage(lm_wfile **out, const hx_golden *g, const char *path, lm_err *err)
+{
+    *out = NULL;
+    drop_unused_keys(g->root);
     char *text = json_dumps(g->root, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (text == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: cannot serialize golden file", path);
-    return hx_write_text_atomic(path, text, err);
+    size_t n = strlen(text);
+    int rc = LM_OK;
+    if (n + 1 > HX_GOLDEN_MAX_BYTES)
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: golden file would be %zu bytes, more than the limit "
+                     "of %u bytes", path, n + 1, (unsigned)HX_GOLDEN_MAX_BYTES);
+    lm_wfile *w = NULL;
+    if (rc == LM_OK)
+        rc = lm_wfile_open(&w, path, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_write(w, text, n, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_write(w, "\n", 1, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_stage(w, err);
+    free(text);
+    if (rc != LM_OK) {
+        lm_wfile_abort(w);
+        return rc;
+    }
+    *out = w;
+    return LM_OK;
+}
+
+int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
+{
+    lm_wfile *w;
+    int rc = hx_golden_stage(&w, g, path, err);
+    return rc == LM_OK ? lm_wfile_commit(w, err) : rc;
+}
+
+void hx_tokens_hash(char out[17], const int32_t *ids, uint32_t n)
+{
+    uint8_t *b = malloc((size_t)n * 4 + 1);
+    XXH64_hash_t h = 0;
+    if (b != NULL) {
+        for (uint32_t i = 0; i < n; ++i)
+            for (int k = 0; k < 4; ++k)
+                b[4 * (size_t)i + (size_t)k] = (uint8_t)((uint32_t)ids[i] >> (8 * k));
+        h = XXH3_64bits(b, (size_t)n * 4);
+    }
+    free(b);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+bool hx_golden_input_differs(const hx_golden_entry *e, const hx_golden_input *in, char *why,
+                             size_t cap)
+{
+    char tmp[256];
+    if (why == NULL) {
+        why = tmp;
+        cap = sizeof tmp;
+    }
+    if (e->model_hash[0] == '\0')
+        snprintf(why, cap, "blessed by an older kvdrift that did not record the model and "
+                 "prompt (golden format 1)");
+    else if (strcmp(e->model_hash, in->model_hash) != 0)
+        snprintf(why, cap, "model changed (blessed on model %.12s..., now %.12s...)",
+                 e->model_hash, in->model_hash);
+    else if (strcmp(e->tokens_hash, in->tokens_hash) != 0)
+        snprintf(why, cap, "prompt token ids changed (blessed %s, now %s)", e->tokens_hash,
+                 in->tokens_hash);
+    else if (strcmp(e->version, in->version) != 0)
+        snprintf(why, cap, "blessed by kvdrift %s, this is %s", e->version, in->version);
+    else
+        return false;
+    return true;
 }
 
 void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16], const float *logits,
-                          uint32_t n_vocab, uint32_t position)
+                          uint32_t n_vocab, uint32_t position, const hx_golden_input *in)
 {
     memset(e, 0, sizeof *e);
+    snprintf(e->model_hash, sizeof e->model_hash, "%s", in->model_hash);
+    snprintf(e->tokens_hash, sizeof e->tokens_hash, "%s", in->tokens_hash);
+    snprintf(e->version, sizeof e->version, "%s", in->version);
     hx_hash_hex(e->hash_hex, hash);
     e->position = position;
     e->n_top = (uint32_t)hx_topk_f32(e->top_ids, logits, n_vocab, HX_TOPK);

@@ -5,7 +5,9 @@
 
 #include "routing.h"
 
+#include "fs.h"
 #include "kvd_ref.h"
+#include "kvd_version.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -16,43 +18,26 @@
 #include <sys/stat.h>
 #include <time.h>
 
-int hx_mkdir_p(const char *dir, lm_err *err)
-{
-    char buf[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "folder name '%.64s' is empty or too long", dir);
-    memcpy(buf, dir, n + 1);
-    /* Each prefix ending before a '/', then the whole path. */
-    for (size_t i = 1; i <= n; ++i) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        struct stat st;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
-        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-            return LM_FAIL(err, LM_E_IO, "%s: not a folder", buf);
-        buf[i] = saved;
-    }
-    return LM_OK;
-}
-
-int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const char *case_name,
+int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const hx_case *c,
                            lm_err *err)
 {
-    const char *dir = golden_dir && *golden_dir ? golden_dir : HX_GOLDEN_DIR;
-    int n = snprintf(out, cap, "%s/%s.json", dir, case_name);
+    int n;
+    if (golden_dir && *golden_dir) {
+        n = snprintf(out, cap, "%s/%s.json", golden_dir, c->name);
+    } else {
+        const char *slash = strrchr(c->file, '/');
+        int dir_len = slash ? (int)(slash - c->file) : 0;
+        n = slash ? snprintf(out, cap, "%.*s/%s/%s.json", dir_len ? dir_len : 1, c->file,
+                             HX_GOLDEN_SUBDIR, c->name)
+                  : snprintf(out, cap, "%s/%s.json", HX_GOLDEN_SUBDIR, c->name);
+    }
     if (n < 0 || (size_t)n >= cap)
-        return LM_FAIL(err, LM_E_INPUT, "golden path for case '%s' is too long", case_name);
+        return LM_FAIL(err, LM_E_INPUT, "golden path for case '%s' is too long", c->name);
     return LM_OK;
 }
 
-/* The GGUF to load for the case: its file, or the synthetic preset written into the cache.
- * A synthetic model is written fresh on every run (atomically, over any older copy): its bytes
- * depend only on preset, seed and synth.c, so a copy left by an older synth.c can never be
- * used by mistake, and the tiny presets take milliseconds. */
+/* The GGUF to load for the case: its file, or the synthetic preset written into the cache
+ * (hx_synth_cache_write: fresh on every run; the tiny presets take milliseconds). */
 static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
 {
     const hx_model_spec *s = &r->c->model;
@@ -72,9 +57,7 @@ static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
         return LM_OK;
     }
     char dir[3072];
-    int rc = ref_cache_dir(dir, sizeof dir, o->cache_dir, err);
-    if (rc == LM_OK)
-        rc = hx_mkdir_p(dir, err);
+    int rc = lm_cache_open(dir, sizeof dir, o->cache_dir, err);
     if (rc != LM_OK)
         return rc;
     uint64_t seed = s->has_seed ? s->seed : 0;
@@ -82,7 +65,7 @@ static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
                      s->preset, seed);
     if (n < 0 || (size_t)n >= sizeof r->model_path)
         return LM_FAIL(err, LM_E_INPUT, "%s: synthetic model path is too long", r->c->file);
-    rc = hx_synth_write(r->model_path, s->preset, seed, LM_TYPE_F32, err);
+    rc = hx_synth_cache_write(r->model_path, s->preset, seed, err);
     return rc;
 }
 
@@ -199,8 +182,13 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
             .quiet = o->quiet,
         };
         rc = hx_sweep_run_all(&r->sweep, &p, err);
-        if (rc == LM_OK)
+        if (rc == LM_OK) {
             r->report = r->sweep->report;
+            memcpy(r->input.model_hash, r->report->model_hash, sizeof r->input.model_hash);
+            hx_tokens_hash(r->input.tokens_hash, prompt, r->n_prompt);
+            memcpy(r->report->tokens_hash, r->input.tokens_hash, sizeof r->input.tokens_hash);
+            r->input.version = KVD_VERSION;
+        }
         /* MoE: the routing flips go into the report (report.json/md) as in `kvdrift sweep`;
          * the printed section is dropped here (check prints its own summary). */
         if (rc == LM_OK && r->model->hp.n_expert > 0) {
@@ -253,6 +241,11 @@ int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *
         return LM_FAIL(err, LM_E_INTERNAL, "case %s: capture has no logits at position %u",
                        r->c->name, (unsigned)pos);
     uint32_t nv = run->cap->shape.n_vocab;
-    hx_golden_entry_fill(e, run->hash, run->cap->logits + (size_t)row * nv, nv, pos);
+    hx_golden_entry_fill(e, run->hash, run->cap->logits + (size_t)row * nv, nv, pos, &r->input);
     return LM_OK;
+}
+
+void hx_caserun_key(hx_golden_key *k, const hx_caserun *r, size_t i, const hx_fingerprint *fp)
+{
+    hx_golden_key_of(k, fp, r->sweep->runs[i].cfg.backend);
 }

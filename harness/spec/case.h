@@ -18,13 +18,16 @@
  * start with ';' or '#'; there are no inline comments (a ';' inside a prompt is text). A value
  * wrapped in double quotes loses the quotes (to keep leading/trailing spaces of a prompt).
  * `${KVDRIFT_MODELS}` expands to that environment variable or ../shared/models; any other
- * `${...}` is an error. Relative model paths are relative to the working directory.
- * Errors: LM_E_INPUT with "FILE:LINE: reason" (or "FILE: reason" for a missing key). */
+ * `${...}` is an error. A relative model path written in the file is relative to the case
+ * file's folder (hx_case_load); a path from ${KVDRIFT_MODELS} is used as the variable gives it.
+ * Errors: LM_E_INPUT with "FILE:LINE: reason" (or "FILE: reason" for a missing key); a path that
+ * is not a regular file (FIFO, device) or holds more than HX_CASE_MAX_BYTES is refused unread. */
 #ifndef HX_CASE_H
 #define HX_CASE_H
 
 #include "config.h"
 #include "kvd_common.h"
+#include "kvd_ref.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,8 +36,11 @@
 #define HX_CASE_DEFAULT_BACKENDS "naive,blas"
 #define HX_CASE_DEFAULT_N_GEN 32u
 #define HX_CASE_DEFAULT_PRECISION 127u
-#define HX_CASE_MIN_PRECISION 24u
-#define HX_CASE_MAX_PRECISION 8192u
+/* precision: what the reference accepts (kvd_ref.h), checked when the case file is read */
+#define HX_CASE_MIN_PRECISION REF_MIN_PREC
+#define HX_CASE_MAX_PRECISION REF_MAX_PREC
+/* A case file is a few lines of text: a larger file is refused before it is read. */
+#define HX_CASE_MAX_BYTES (1u << 20)
 
 typedef struct hx_model_spec {
     bool synth;        /* synth:PRESET[:seed=N] */
@@ -64,6 +70,8 @@ typedef struct hx_case {
     uint32_t n_gen;
     uint32_t precision;
     bool strict_bits;
+    /* 1-based lines of keys in the file (0 = absent), for annotations pointing at them. */
+    uint32_t line_name, line_model, line_input /* prompt, tokens or prompt_file */, line_steps;
 } hx_case;
 
 /* Reads and validates a case file. */
