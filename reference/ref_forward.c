@@ -8,12 +8,14 @@
  * never depend on the thread count. */
 #include "kvd_engine.h"
 #include "kvd_ref.h"
+#include "ref_dotx.h"
 #include "ref_variants.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_THREADS ((int)LM_MAX_THREADS)
@@ -41,6 +43,8 @@ struct fwd {
     mpfr_t *g;           /* [n][n_ff] gate, then silu(gate) * up */
     mpfr_t *up;          /* [n][n_ff] */
     mpfr_t *cs;          /* [n][n_rot] (cos, sin) pairs per position */
+    mpfr_t *cs_swa;      /* [n][n_rot] the same at the sliding layers' theta, or NULL (= cs) */
+    mpfr_t *y;           /* [n][n_embd] a block's output before its post-norm (sandwich) */
     bool cs_ready;       /* cs is the same for every layer: computed in the first one */
     mpfr_t scale;        /* 1 / sqrt(head_dim) */
     uint64_t n_hsel;
@@ -56,7 +60,39 @@ struct fwd {
     uint32_t *sel;       /* [n][k] selected experts, rank order */
     uint32_t *sel_all;   /* [n_layer][n][k] routing of every layer (the result's moe_sel) */
     double *margin_all;  /* [n_layer][n] router margins, rounded to double */
+    /* matrix products (ref_dotx.h) unless mpfr_dot: */
+    bool mpfr_dot;       /* every dot product by MPFR multiply-adds (ref_dot) instead */
+    ref_dx_scratch *dxs; /* [nt] */
+    ref_dx_row *dxr;     /* [nt][REF_DX_ROWS] the weight rows a thread is on, split */
+    mpfr_t *dxo;         /* [nt][REF_DX_ROWS] their dot products */
+    ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
+    atomic_int dx_fail;  /* a split ran out of memory */
+    const ref_request *rq; /* for the progress callback */
+    double macs_done, macs_total, t0;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ref_macs(const lm_model *m, const ref_request *rq)
+{
+    const lm_hparams *hp = &m->hp;
+    const double e = hp->n_embd, q = (double)hp->n_head * hp->head_dim,
+                 kv = (double)hp->n_head_kv * hp->head_dim, n = rq->n_tokens;
+    double ffn = 3.0 * e * hp->n_ff;
+    if (hp->n_expert > 0) /* the router, and every expert some token selected (at most all) */
+        ffn = e * hp->n_expert + 3.0 * e * hp->n_ff_exp *
+                                     (hp->n_expert < n * hp->n_expert_used
+                                          ? (double)hp->n_expert : n * hp->n_expert_used) / n;
+    const double lin = e * q + 2.0 * e * kv + q * e + ffn;
+    const double att = 2.0 * q * n * (n + 1) / 2.0; /* q.k and p.v, causal */
+    const double n_pos = rq->pos ? rq->n_pos : (double)(rq->n_tokens - rq->n_prompt + 1);
+    return hp->n_layer * (lin * n + att) + n_pos * hp->n_vocab * e;
+}
 
 /* --- parallel loop --- */
 
@@ -134,22 +170,58 @@ static uint64_t rows_per_item(const fwd *f, uint64_t n_out)
     return c < 1 ? 1 : (c > 16 ? 16 : c);
 }
 
-static void mm_row(fwd *f, mm_ctx *c, uint64_t r, int tid)
+/* Output o = the dot product u, plus b[r] (rounded), added to o (rounded) when accumulating. */
+static void mm_store(fwd *f, mm_ctx *c, mpfr_ptr u, uint64_t t, uint64_t r, int tid)
 {
     ref_scratch *s = &f->scr[tid];
-    const float *wr = c->w + r * c->n_in;
-    ref_row_set_flt(s, wr, c->n_in); /* exact */
-    for (uint64_t t = 0; t < c->n_rows; ++t) {
-        mpfr_ptr o = c->out[t * c->n_out + r];
-        ref_dot(s->u, c->in + t * c->n_in, s->row, c->n_in, s);
-        if (c->b) {
-            mpfr_set_flt(s->t, c->b[r], MPFR_RNDN);
-            mpfr_add(s->u, s->u, s->t, MPFR_RNDN);
+    mpfr_ptr o = c->out[t * c->n_out + r];
+    if (c->b) {
+        mpfr_set_flt(s->t, c->b[r], MPFR_RNDN);
+        mpfr_add(u, u, s->t, MPFR_RNDN);
+    }
+    if (c->accumulate)
+        mpfr_add(o, o, u, MPFR_RNDN);
+    else
+        mpfr_set(o, u, MPFR_RNDN);
+}
+
+/* Rows [r0, r0 + R) with MPFR multiply-adds (ref_dot), one row at a time. */
+static void mm_rows_mpfr(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
+{
+    ref_scratch *s = &f->scr[tid];
+    for (uint64_t r = r0; r < r0 + R; ++r) {
+        ref_row_set_flt(s, c->w + r * c->n_in, c->n_in); /* exact */
+        for (uint64_t t = 0; t < c->n_rows; ++t) {
+            ref_dot(s->u, c->in + t * c->n_in, s->row, c->n_in, s);
+            mm_store(f, c, s->u, t, r, tid);
         }
-        if (c->accumulate)
-            mpfr_add(o, o, s->u, MPFR_RNDN);
-        else
-            mpfr_set(o, s->u, MPFR_RNDN);
+    }
+}
+
+/* Rows [r0, r0 + R), R <= REF_DX_ROWS, by the exact split dot product: the rows are split
+ * once, then each input row against all of them. */
+static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
+{
+    if (f->mpfr_dot) {
+        mm_rows_mpfr(f, c, r0, R, tid);
+        return;
+    }
+    const ref_dx_row *w[REF_DX_ROWS];
+    mpfr_ptr o[REF_DX_ROWS];
+    ref_dx_row *rows = f->dxr + (size_t)tid * REF_DX_ROWS;
+    for (uint32_t g = 0; g < R; ++g) {
+        lm_err e = {0};
+        if (ref_dx_row_set(&rows[g], c->w + (r0 + g) * c->n_in, c->n_in, &e) != LM_OK) {
+            atomic_store(&f->dx_fail, 1);
+            return;
+        }
+        w[g] = &rows[g];
+        o[g] = f->dxo[(size_t)tid * REF_DX_ROWS + g];
+    }
+    for (uint64_t t = 0; t < c->n_rows; ++t) {
+        ref_dx_dot_rows(o, &f->dxv[t], w, R, &f->dxs[tid]);
+        for (uint32_t g = 0; g < R; ++g)
+            mm_store(f, c, o[g], t, r0 + g, tid);
     }
 }
 
@@ -157,15 +229,38 @@ static void mm_item(fwd *f, void *p, uint64_t item, int tid)
 {
     mm_ctx *c = p;
     uint64_t r1 = (item + 1) * c->chunk < c->n_out ? (item + 1) * c->chunk : c->n_out;
-    for (uint64_t r = item * c->chunk; r < r1; ++r)
-        mm_row(f, c, r, tid);
+    for (uint64_t r = item * c->chunk; r < r1; r += REF_DX_ROWS)
+        mm_rows(f, c, r, (uint32_t)(r1 - r < REF_DX_ROWS ? r1 - r : REF_DX_ROWS), tid);
+}
+
+/* Input row t split into digits once for every output row. */
+static void split_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    mm_ctx *c = p;
+    lm_err e = {0};
+    if (ref_dx_vec_set(&f->dxv[t], c->in + t * c->n_in, c->n_in, f->dxs[tid].k_cap, &e) != LM_OK)
+        atomic_store(&f->dx_fail, 1);
 }
 
 static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
                   uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
 {
     mm_ctx c = {rows_per_item(f, n_out), in, w, b, out, n_rows, n_in, n_out, accumulate};
-    return par_for(f, (n_out + c.chunk - 1) / c.chunk, mm_item, &c, err);
+    int st;
+    if (!f->mpfr_dot && (st = par_for(f, n_rows, split_item, &c, err)) != LM_OK)
+        return st;
+    if ((st = par_for(f, (n_out + c.chunk - 1) / c.chunk, mm_item, &c, err)) != LM_OK)
+        return st;
+    if (atomic_load(&f->dx_fail))
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory in a matrix product");
+    f->macs_done += (double)n_rows * (double)n_in * (double)n_out;
+    if (f->rq->progress) {
+        ref_progress pr = {.layer = f->layer, .n_layer = f->hp->n_layer, .done = f->macs_done,
+                           .total = f->macs_total, .elapsed_s = now_s() - f->t0, .m = f->m,
+                           .rq = f->rq};
+        f->rq->progress(f->rq->progress_user, &pr);
+    }
+    return LM_OK;
 }
 
 /* --- per-token items --- */
@@ -189,17 +284,49 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
 {
     (void)p;
     const lm_hparams *hp = f->hp;
-    mpfr_t *cs = f->cs + t * hp->n_rot;
     if (hp->n_rot == 0)
         return;
-    if (!f->cs_ready)
-        ref_rope_cos_sin(cs, (uint32_t)t, hp->rope_theta, hp->n_rot);
+    if (!f->cs_ready) {
+        ref_rope_cos_sin(f->cs + t * hp->n_rot, (uint32_t)t, hp->rope_theta, hp->n_rot);
+        if (f->cs_swa != NULL)
+            ref_rope_cos_sin(f->cs_swa + t * hp->n_rot, (uint32_t)t, hp->rope_theta_swa,
+                             hp->n_rot);
+    }
+    /* a sliding layer turns by the sliding theta when the model has one */
+    const bool swa = f->cs_swa != NULL && f->m->layers[f->layer].window != 0;
+    mpfr_t *cs = (swa ? f->cs_swa : f->cs) + t * hp->n_rot;
     for (uint32_t h = 0; h < hp->n_head; ++h)
         ref_rope_apply(f->q + t * f->q_dim + h * hp->head_dim, cs, hp->n_rot, hp->rope_type,
                        &f->scr[tid]);
     for (uint32_t h = 0; h < hp->n_head_kv; ++h)
         ref_rope_apply(f->k + t * f->kv_dim + h * hp->head_dim, cs, hp->n_rot, hp->rope_type,
                        &f->scr[tid]);
+}
+
+/* Per-head RMSNorm of Q and K over head_dim (eps = rms_eps), before RoPE: item = (token, head)
+ * over the n_head query heads then the n_head_kv key heads. */
+static void qk_norm_item(fwd *f, void *p, uint64_t item, int tid)
+{
+    (void)p;
+    const lm_hparams *hp = f->hp;
+    const lm_layer *L = &f->m->layers[f->layer];
+    const uint64_t per = hp->n_head + hp->n_head_kv, t = item / per, h = item % per;
+    mpfr_t *x = h < hp->n_head ? f->q + t * f->q_dim + h * hp->head_dim
+                               : f->k + t * f->kv_dim + (h - hp->n_head) * hp->head_dim;
+    ref_rmsnorm(x, x, h < hp->n_head ? L->attn_q_norm : L->attn_k_norm, hp->head_dim,
+                hp->rms_eps, &f->scr[tid]);
+}
+
+static void geglu_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    (void)p;
+    uint64_t nff = f->ff_cur;
+    ref_scratch *s = &f->scr[tid];
+    for (uint64_t i = 0; i < nff; ++i) {
+        mpfr_ptr g = f->g[t * nff + i];
+        ref_gelu_tanh(g, g, s);
+        mpfr_mul(g, g, f->up[t * nff + i], MPFR_RNDN);
+    }
 }
 
 /* Candidate key positions of token t: the rotating schedule's list, or 0..t. */
@@ -337,15 +464,38 @@ static void swiglu_item(fwd *f, void *p, uint64_t t, int tid)
     }
 }
 
+/* x += in . W^T (+ b), or with a post-norm (sandwich): x += rmsnorm(in . W^T (+ b)) * post. */
+static int block_out(fwd *f, mpfr_t *in, const float *w, const float *b, uint64_t n_in,
+                     const float *post, lm_err *err)
+{
+    const uint64_t n = f->n, e = f->hp->n_embd;
+    if (post == NULL)
+        return matmul(f, f->x, in, w, b, n, n_in, e, true, err);
+    int st = matmul(f, f->y, in, w, b, n, n_in, e, false, err);
+    norm_ctx pc = {f->y, f->y, post, NULL};
+    if (st == LM_OK)
+        st = par_for(f, n, norm_item, &pc, err);
+    for (uint64_t i = 0; st == LM_OK && i < n * e; ++i)
+        mpfr_add(f->x[i], f->x[i], f->y[i], MPFR_RNDN);
+    return st;
+}
+
 /* --- checks --- */
 
 int ref_model_supported(const lm_model *m, lm_err *err)
 {
     const lm_hparams *hp = &m->hp;
     const char *name = m->path ? m->path : "model";
-    if (strcmp(hp->arch, "llama") != 0)
+    static const char *const archs[] = {"llama", "gemma3", "qwen2", "qwen3"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; ++i)
+        known = known || strcmp(hp->arch, archs[i]) == 0;
+    if (!known)
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "%s: architecture '%s' is not implemented by the reference", name, hp->arch);
+    if (m->rope_freqs != NULL)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope_freqs (Llama 3.1 frequency factors) is "
+                       "not implemented by the reference", name);
     if (hp->rope_type != LM_ROPE_NORM && hp->rope_type != LM_ROPE_NEOX)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: RoPE type %d is not implemented by the reference",
                        name, (int)hp->rope_type);
@@ -460,6 +610,8 @@ static void fwd_free(fwd *f)
     ref_vec_free(f->g, n * (hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp));
     ref_vec_free(f->up, n * (hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp));
     ref_vec_free(f->cs, n * (hp->n_rot ? hp->n_rot : 1));
+    ref_vec_free(f->cs_swa, n * (hp->n_rot ? hp->n_rot : 1));
+    ref_vec_free(f->y, n * hp->n_embd);
     ref_vec_free(f->hsel, f->n_hsel * hp->n_embd);
     if (hp->n_expert > 0) {
         ref_vec_free(f->router, n * hp->n_expert);
@@ -472,7 +624,17 @@ static void fwd_free(fwd *f)
     for (int t = 0; t < f->n_ready; ++t) {
         ref_scratch_clear(&f->scr[t]);
         ref_vec_free(f->scores[t], n);
+        if (f->dxs)
+            ref_dx_scratch_clear(&f->dxs[t]);
+        for (uint32_t g = 0; f->dxr && g < REF_DX_ROWS; ++g)
+            ref_dx_row_free(&f->dxr[(size_t)t * REF_DX_ROWS + g]);
     }
+    for (uint64_t t = 0; f->dxv && t < n; ++t)
+        ref_dx_vec_free(&f->dxv[t]);
+    free(f->dxs);
+    free(f->dxr);
+    free(f->dxv);
+    ref_vec_free(f->dxo, (uint64_t)f->nt * REF_DX_ROWS);
     free(f->scr);
     free(f->scores);
     mpfr_clear(f->scale);
@@ -488,10 +650,14 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
 {
     *out = NULL;
     int st = ref_request_check(m, rq, err);
+    if (st == LM_OK)
+        st = ref_weights_check(m, err);
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;
-    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens};
+    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot, .rq = rq,
+             .macs_total = ref_macs(m, rq), .t0 = now_s()};
+    atomic_init(&f.dx_fail, 0);
     f.prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
     f.nt = rq->n_threads ? rq->n_threads : default_threads();
     if (f.nt > MAX_THREADS)
@@ -563,6 +729,9 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.g = ref_vec_new(n * ffw, f.prec);
     f.up = ref_vec_new(n * ffw, f.prec);
     f.cs = ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec);
+    const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
+    f.cs_swa = own_swa ? ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec) : NULL;
+    f.y = ref_vec_new(n * e, f.prec);
     f.hsel = ref_vec_new(f.n_hsel * e, f.prec);
     r->k = ref_vec_new(hp->n_layer * kvl, f.prec);
     r->v = ref_vec_new(hp->n_layer * kvl, f.prec);
@@ -571,7 +740,13 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     if (f.scr)
         memset(f.scr, 0, (size_t)f.nt * sizeof *f.scr);
     f.scores = calloc((size_t)f.nt, sizeof *f.scores);
-    if (!r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
+    f.dxs = calloc((size_t)f.nt, sizeof *f.dxs);
+    f.dxr = calloc((size_t)f.nt * REF_DX_ROWS, sizeof *f.dxr);
+    f.dxo = ref_vec_new((uint64_t)f.nt * REF_DX_ROWS, f.prec);
+    f.dxv = calloc(n, sizeof *f.dxv);
+    if (!f.dxs || !f.dxr || !f.dxv || !f.dxo ||
+        !r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
+        (own_swa && !f.cs_swa) || !f.y ||
         !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores ||
         (hp->n_expert > 0 && (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !r->moe_sel ||
                               !r->moe_margin))) {
@@ -588,14 +763,29 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             ref_vec_free(f.scores[t], n);
             goto fail;
         }
+        if ((st = ref_dx_scratch_init(&f.dxs[t], f.prec, max_in, err)) != LM_OK) {
+            ref_scratch_clear(&f.scr[t]);
+            ref_vec_free(f.scores[t], n);
+            goto fail;
+        }
         f.n_ready = t + 1;
     }
 
+    if (rq->progress) {
+        ref_progress pr = {.n_layer = hp->n_layer, .total = f.macs_total, .m = m, .rq = rq};
+        rq->progress(rq->progress_user, &pr);
+    }
     /* x = tok_embd[id] (exact) */
     for (uint64_t t = 0; t < n; ++t) {
         const float *row = m->tok_embd + (uint64_t)rq->tokens[t] * e;
         for (uint64_t i = 0; i < e; ++i)
             mpfr_set_flt(f.x[t * e + i], row[i], MPFR_RNDN);
+    }
+    if (hp->embd_scale != 0.0f) { /* x *= sqrt(n_embd), the factor at full precision */
+        mpfr_ptr c = f.scr[0].u;
+        mpfr_sqrt_ui(c, hp->n_embd, MPFR_RNDN);
+        for (uint64_t i = 0; i < n * e; ++i)
+            mpfr_mul(f.x[i], f.x[i], c, MPFR_RNDN);
     }
 
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
@@ -606,6 +796,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             (st = matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, err)) ||
             (st = matmul(&f, f.k, f.h, L->wk, L->bk, n, e, f.kv_dim, false, err)) ||
             (st = matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, err)) ||
+            (L->attn_q_norm != NULL &&
+             (st = par_for(&f, n * (hp->n_head + hp->n_head_kv), qk_norm_item, NULL, err))) ||
             (st = par_for(&f, n, rope_item, NULL, err)))
             goto fail;
         f.cs_ready = true;
@@ -614,7 +806,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             mpfr_set(r->v[l * kvl + i], f.v[i], MPFR_RNDN);
         }
         if ((st = par_for(&f, n * hp->n_head, attn_item, NULL, err)) ||
-            (st = matmul(&f, f.x, f.att, L->wo, L->bo, n, f.q_dim, e, true, err)))
+            (st = block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, err)))
             goto fail;
         norm_ctx fc = {f.x, f.h, L->ffn_norm, NULL};
         if (L->ffn_gate_inp != NULL) {
@@ -625,11 +817,13 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         if ((st = par_for(&f, n, norm_item, &fc, err)) ||
             (st = matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, err)) ||
             (st = matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, err)) ||
-            (st = par_for(&f, n, swiglu_item, NULL, err)) ||
-            (st = matmul(&f, f.x, f.g, L->w_down, NULL, n, hp->n_ff, e, true, err)))
+            (st = par_for(&f, n, hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, NULL,
+                          err)) ||
+            (st = block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, err)))
             goto fail;
     }
     /* logits only where asked: final norm of those rows, then the output projection */
+    f.layer = hp->n_layer;
     norm_ctx oc = {f.x, f.hsel, m->output_norm, r->pos};
     if ((st = par_for(&f, r->n_pos, norm_item, &oc, err)) ||
         (st = matmul(&f, r->logits, f.hsel, m->output, NULL, r->n_pos, e, hp->n_vocab, false,

@@ -4,6 +4,7 @@
 
 #include "classify.h"
 #include "compare.h"
+#include "envelope_sr.h"
 #include "fingerprint.h"
 #include "fs.h"
 #include "kvd_engine.h"
@@ -302,7 +303,8 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
-                      .n_threads = p->ref_threads};
+                      .n_threads = p->ref_threads, .progress = p->ref_progress,
+                      .progress_user = p->ref_progress_user};
     double t0 = now_s();
     int rc = LM_OK;
     for (uint32_t round = 0;; ++round) {
@@ -340,6 +342,33 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
+/* The engine's naive-sr ensemble (m members, seeds seed + i) folded into r->env. */
+static int engine_envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
+                           uint32_t m, uint64_t seed, lm_err *err)
+{
+    run_job *jobs = calloc(m, sizeof *jobs);
+    if (jobs == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < m; ++i) {
+        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
+        jobs[i].cfg = c;
+    }
+    int rc = pool_run(jobs, m, p, rq, "ensemble", err);
+    if (rc == LM_OK) {
+        const hx_capture **mem = calloc(m, sizeof *mem);
+        if (mem == NULL) {
+            rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        } else {
+            for (uint32_t i = 0; i < m; ++i)
+                mem[i] = jobs[i].cap;
+            rc = hx_envelope_from_ensemble(&r->env, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
+            free(mem);
+        }
+    }
+    jobs_free(jobs, m);
+    return rc;
+}
+
 /* (c) The SR ensemble's envelope, loaded from the cache or measured and stored. */
 static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
                     lm_err *err)
@@ -353,12 +382,19 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
     if (!cached) /* the reference step has said so already when it is the same folder */
         fprintf(stderr, "sweep: envelope cache unusable (%s); computing without it\n", cerr.msg);
-    /* extra = the ensemble mode, then the teacher-path capture's hash: the naive engine's bits
-     * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
+    /* The members: SR runs of the reference's own model (envelope_sr.h) when it implements
+     * the model, else the engine's naive-sr ensemble. extra = the ensemble mode; for the
+     * engine's ensemble also the teacher-path capture's hash: the naive engine's bits on this
+     * input, so an engine change (elementwise code, libm) never reuses an old envelope. */
+    lm_err e_sr = {0};
+    const bool use_sr =
+        !p->engine_envelope && hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
+    const char *who = use_sr ? "reference-SR" : "naive-sr";
     char extra[sizeof ensemble_mode + 40];
     char ph[33];
     hx_hash_hex(ph, r->path_hash);
-    int ne = snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
+    int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
+                    : snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
     if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
@@ -368,31 +404,19 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
         if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
             r->env_hit = true;
             r->ensemble_s = now_s() - t0;
-            progress(p, "envelope loaded from cache (%u naive-sr members)", (unsigned)m);
+            progress(p, "envelope loaded from cache (%u %s members)", (unsigned)m, who);
             return LM_OK;
         }
         fprintf(stderr, "sweep: envelope cache entry unusable (%s); recomputed\n", e2.msg);
     }
-    run_job *jobs = calloc(m, sizeof *jobs);
-    if (jobs == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    for (uint32_t i = 0; i < m; ++i) {
-        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
-        jobs[i].cfg = c;
+    if (use_sr) {
+        progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
+                 (unsigned)m, (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
+        rc = hx_envelope_from_ref_sr(&r->env, p->model, &r->ref, m, seed, p->ref_threads,
+                                     HX_ENVELOPE_SAFETY, err);
+    } else {
+        rc = engine_envelope(r, p, rq, m, seed, err);
     }
-    rc = pool_run(jobs, m, p, rq, "ensemble", err);
-    if (rc == LM_OK) {
-        const hx_capture **mem = calloc(m, sizeof *mem);
-        if (mem == NULL) {
-            rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
-        } else {
-            for (uint32_t i = 0; i < m; ++i)
-                mem[i] = jobs[i].cap;
-            rc = hx_envelope_from_ensemble(&r->env, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
-            free(mem);
-        }
-    }
-    jobs_free(jobs, m);
     if (rc != LM_OK)
         return rc;
     memcpy(r->env->key, key, sizeof key);
@@ -402,7 +426,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     if (cached && hx_envelope_save(r->env, path, &werr) != LM_OK)
         fprintf(stderr, "sweep: envelope cache entry not stored (%s)\n", werr.msg);
     r->ensemble_s = now_s() - t0;
-    progress(p, "envelope measured from %u naive-sr runs (%.3f s), cached as %s", (unsigned)m,
+    progress(p, "envelope measured from %u %s runs (%.3f s), cached as %s", (unsigned)m, who,
              r->ensemble_s, cached && werr.code == 0 ? path : "(not cached)");
     return LM_OK;
 }
@@ -416,7 +440,8 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
                       .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .rot_max_size = cfg->rot_max,
-                      .rot_keep = cfg->rot_keep, .rot_step = step};
+                      .rot_keep = cfg->rot_keep, .rot_step = step,
+                      .progress = p->ref_progress, .progress_user = p->ref_progress_user};
     bool hit = false;
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
 }

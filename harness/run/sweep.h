@@ -14,7 +14,10 @@
  *      either way ref_leaves_at ends at -1.
  *  (b) The reference capture of prompt + path (K/V of the prompt positions, logits at
  *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
- *  (c) The envelope: `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
+ *  (c) The envelope: `ensemble` SR runs of the reference's own float32 model
+ *      (envelope_sr.h: independent of the engine, so an engine defect never widens the envelope
+ *      that judges it; extra = HX_ENVELOPE_SR_MODE in the key below) when it implements the
+ *      model and engine_envelope is false; otherwise `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
  *      matrix product's multiply-adds and random rounding of every elementwise stage, see
  *      backend_naive_sr.c; the statistic, a spread around the members' mean, in envelope.h)
  *      at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
@@ -85,6 +88,11 @@ typedef struct hx_sweep_params {
     uint32_t jobs;            /* engine runs in parallel; 0 or 1 = one at a time */
     bool strict_bits;         /* copied into the report (check's policy) */
     bool quiet;               /* no progress lines */
+    ref_progress_fn ref_progress; /* the reference passes' progress callback (ref_request),
+                                     NULL: none */
+    void *ref_progress_user;
+    bool engine_envelope;     /* envelope members from the engine's naive-sr backend even when
+                                 the reference's SR model implements the model (envelope_sr.h) */
 } hx_sweep_params;
 
 typedef enum hx_path_source {
