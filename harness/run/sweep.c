@@ -390,6 +390,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     const bool use_sr =
         !p->engine_envelope && hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
     const char *who = use_sr ? "reference-SR" : "naive-sr";
+    r->env_ref_sr = use_sr;
     char extra[sizeof ensemble_mode + 40];
     char ph[33];
     hx_hash_hex(ph, r->path_hash);

@@ -131,6 +131,8 @@ typedef struct hx_sweep_result {
     bool ref_hit;             /* loaded from the cache */
     hx_envelope *env;
     bool env_hit;             /* loaded from the cache */
+    bool env_ref_sr;          /* members: SR runs of the reference's model (envelope_sr.h);
+                                 false: the engine's naive-sr backend */
     /* Wall seconds of each phase (for the overhead benchmark). */
     double path_s, ref_s, ensemble_s, configs_s, compare_s, total_s;
 } hx_sweep_result;
