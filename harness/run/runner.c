@@ -69,17 +69,17 @@ static int time_repeats(lm_ctx *ctx, const hx_capture *c, const hx_run_request *
     while (n < HX_TIME_MAX_REPS &&
            (n < HX_TIME_MIN_REPS || tp < HX_TIME_MIN_S || td < HX_TIME_MIN_S)) {
         lm_ctx_reset(ctx);
-        double t0 = now_s();
+        double t0 = lm_now_s();
         int rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, cur, err);
         if (rc != LM_OK)
             return rc;
-        tp += pre[n] = now_s() - t0;
-        t0 = now_s();
+        tp += pre[n] = lm_now_s() - t0;
+        t0 = lm_now_s();
         for (uint32_t j = 0; j < st->n_decode; ++j)
             if ((rc = lm_forward(ctx, &c->tokens[rq->n_prompt + j], 1, LM_LOGITS_LAST, cur,
                                  err)) != LM_OK)
                 return rc;
-        td += dec[n] = now_s() - t0;
+        td += dec[n] = lm_now_s() - t0;
         ++n;
     }
     st->prefill_s = median(pre, n);
