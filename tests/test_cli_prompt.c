@@ -101,9 +101,29 @@ static void test_cli_compare_verdict(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: SAME TOKENS: other bits"));
 }
 
+/* trace says why A and B part when the configurations tell: another row count per call for
+ * blas (its kernel depends on the call's shape), or another backend. */
+static void test_cli_trace_why(void)
+{
+    char model[1024], out[1 << 16];
+    snprintf(model, sizeof model, "%s/trace-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 5, LM_TYPE_F32, &err), LM_OK);
+    char *steps[] = {"trace", model, "--tokens", "1,72,101,108,108,111", "--a", "blas:step=1",
+                     "--b", "blas", "--no-env", "-n", "0", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_trace, 11, steps, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "why: at pos 0 A computes a 1-row call and B a 6-row "
+                                       "call"));
+    char *backends[] = {"trace", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
+                        "--b", "blas", "--no-env", "-n", "0", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_trace, 11, backends, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "why: other backends (naive vs blas)"));
+}
+
 void test_cli_prompt_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_prompt", NULL, NULL);
     CU_add_test(s, "test_cli_prompt_file_and_n_default", test_cli_prompt_file_and_n_default);
     CU_add_test(s, "test_cli_compare_verdict", test_cli_compare_verdict);
+    CU_add_test(s, "test_cli_trace_why", test_cli_trace_why);
 }

@@ -301,6 +301,8 @@ int hx_trace_run(hx_trace_result **out, const hx_trace_params *p, lm_err *err)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     r->n_prompt = p->n_prompt;
     r->n_gen = p->n_gen;
+    r->a = p->a;
+    r->b = p->b;
     r->first_diff = r->first_beyond = -1;
     r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
     if (r->path == NULL) {
@@ -378,6 +380,45 @@ static void op_name(char *buf, size_t n, const hx_trace_op *o)
         snprintf(buf, n, "L%u %s", (unsigned)o->layer, o->op);
 }
 
+/* Rows per prefill call at position pos for a step (0 = the whole prompt in one call). */
+static uint32_t call_rows(uint32_t step, uint32_t n_prompt, int64_t pos)
+{
+    if (pos >= (int64_t)n_prompt)
+        return 1; /* decode: one token per call */
+    if (step == 0 || step >= n_prompt)
+        return n_prompt;
+    uint32_t start = (uint32_t)pos / step * step;
+    return start + step <= n_prompt ? step : n_prompt - start;
+}
+
+/* Why A and B part at op o, when the configurations tell: another backend (another summation
+ * order), another row count per call for a backend whose order depends on it (not chunk
+ * invariant: BLAS picks its kernel and blocking by the call's shape), another thread count. */
+static void why(char *buf, size_t n, const hx_trace_result *r, const hx_trace_op *o)
+{
+    const hx_config *a = &r->a, *b = &r->b;
+    buf[0] = '\0';
+    if (strcmp(a->backend, b->backend) != 0) {
+        snprintf(buf, n, "; why: other backends (%s vs %s) sum in other orders", a->backend,
+                 b->backend);
+        return;
+    }
+    uint32_t ra = call_rows(a->step, r->n_prompt, o->first_pos);
+    uint32_t rb = call_rows(b->step, r->n_prompt, o->first_pos);
+    bool invariant = (lm_backend_flags(a->backend) & LM_BE_CHUNK_INVARIANT) != 0;
+    if (ra != rb && !invariant)
+        snprintf(buf, n, "; why: at pos %lld A computes a %u-row call and B a %u-row call, and "
+                 "%s's kernel and blocking (its summation order) depend on the call's rows",
+                 (long long)o->first_pos, (unsigned)ra, (unsigned)rb, a->backend);
+    else if (a->threads != b->threads && !invariant)
+        snprintf(buf, n, "; why: %u vs %u threads split %s's sums differently",
+                 (unsigned)a->threads, (unsigned)b->threads, a->backend);
+    else if (ra != rb)
+        snprintf(buf, n, "; why: at pos %lld a %u-row vs a %u-row chunk, though %s is chunk "
+                 "invariant: a chunk-dependent step outside its kernels (e.g. attention over "
+                 "a chunk)", (long long)o->first_pos, (unsigned)ra, (unsigned)rb, a->backend);
+}
+
 void hx_trace_summary(char *buf, size_t n, const hx_trace_result *r, const char *a_name,
                       const char *b_name)
 {
@@ -395,6 +436,8 @@ void hx_trace_summary(char *buf, size_t n, const hx_trace_result *r, const char 
                      (unsigned)o->n_pos_diff, (unsigned)o->n_pos, (long long)o->first_pos);
     if (k < 0 || (size_t)k >= n)
         return;
+    why(buf + k, n - (size_t)k, r, o);
+    k += (int)strlen(buf + k);
     if (!r->has_env) {
         snprintf(buf + k, n - (size_t)k, "; no envelope measured");
     } else if (r->first_beyond < 0) {

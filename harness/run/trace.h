@@ -63,6 +63,7 @@ typedef struct hx_trace_result {
     int64_t first_beyond;  /* index of the first beyond the envelope, -1: none or no envelope */
     bool has_env;
     uint32_t ensemble;
+    hx_config a, b;        /* the two configurations (for the "why" of the summary) */
 } hx_trace_result;
 
 /* Runs A, B (and the ensemble), compares. LM_E_INPUT for an empty prompt, a token out of range,
