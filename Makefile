@@ -111,7 +111,7 @@ install: $(BUILD)/kvdrift
 clean:
 	rm -rf build
 
-# fuzz: libFuzzer + ASan + UBSan on the GGUF reader (needs clang); FUZZ_SECONDS bounds the run.
+# fuzz: libFuzzer + ASan + UBSan on the GGUF and .npy readers (needs clang); FUZZ_SECONDS bounds each run.
 FUZZ_SECONDS ?= 60
 .PHONY: fuzz
 fuzz:
@@ -121,6 +121,12 @@ fuzz:
 	  engine/dequant.c engine/error.c -o $(BUILD)/fuzz/fuzz_gguf
 	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  $(BUILD)/fuzz/corpus tests/fuzz/corpus
+	@mkdir -p $(BUILD)/fuzz/corpus_npy
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -Iengine/include -Icommon tests/fuzz/fuzz_npy.c common/npy.c \
+	  engine/error.c -lm -o $(BUILD)/fuzz/fuzz_npy
+	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -max_len=1024 \
+	  $(BUILD)/fuzz/corpus_npy tests/fuzz/corpus_npy
 
 # Bench objects are kept (not intermediate) and track their headers like every other object.
 .SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/bench/util.o

@@ -42,10 +42,11 @@ static const char usage_text[] =
     "                          (config strings say rot=MAX/KEEP). Its class is against the\n"
     "                          reference with its own schedule; the semantic column compares\n"
     "                          that reference with the same cache in one chunk\n"
+    "      --profile LIST      precision profiles: f32 (default),f16kv,bf16,tf32,q8act\n"
     "  -n, --n-gen N           greedy tokens per configuration (default 32)\n"
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
-    "      --seed S            first SR seed; member i uses S+i (default 0x6b76647269667431)\n"
+    "      --seed S            first SR seed (member i: S+i)\n"
     "      --cache DIR         reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE,\n"
     "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
     "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
@@ -54,14 +55,13 @@ static const char usage_text[] =
     "  -q, --quiet             no progress lines on stderr\n"
     "  -h, --help              this text\n\n"
     "Every list option is a sweep axis: the configurations are their cross product\n"
-    "(rot x backends x threads x attn x steps, steps fastest, rot slowest).\n\n"
+    "(profile x rot x backends x threads x attn x steps, steps fastest, profile slowest).\n\n"
     "How it works: the teacher path is the reference's own greedy path (naive:step=full's greedy\n"
     "continuation, repaired wherever the reference's argmax disagrees). The reference is\n"
     "computed once on prompt + path and cached. The envelope E is\n"
     "2 x the largest deviation from the ensemble's mean over M runs of the naive backend with\n"
-    "seeded stochastic rounding of every float32 operation (naive-sr), per tensor and position,\n"
-    "so a bias every run shares (a defect in the engine) never widens it; it is cached beside\n"
-    "the reference.\n\n"
+    "seeded stochastic rounding of every float32 operation (naive-sr; under a profile also to\n"
+    "its virtual precision at its sites), per tensor and position; cached.\n\n"
     "Classes (a configuration's class is its worst over every layer's K and V after prefill,\n"
     "every teacher-forced logits row and its greedy sequence):\n"
     "  EXACT      bitwise equal to its baseline, and the baseline within E of the reference\n"
@@ -260,7 +260,7 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
 int cmd_sweep(int argc, char **argv)
 {
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
-           O_ATTN, O_ROT, O_SPECIAL };
+           O_ATTN, O_ROT, O_SPECIAL, O_PROFILE };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
@@ -270,12 +270,12 @@ int cmd_sweep(int argc, char **argv)
         {"ensemble", required_argument, NULL, O_ENS}, {"seed", required_argument, NULL, O_SEED},
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
-        {"special", no_argument, NULL, O_SPECIAL},
+        {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
     const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
-    const char *threads_s = "1", *attn_s = NULL, *rot_s = NULL;
+    const char *threads_s = "1", *attn_s = NULL, *rot_s = NULL, *prof_s = NULL;
     bool parse_special = false;
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
@@ -292,6 +292,7 @@ int cmd_sweep(int argc, char **argv)
         case O_THREADS: threads_s = optarg; break;
         case O_ATTN: attn_s = optarg; break;
         case O_ROT: rot_s = optarg; break;
+        case O_PROFILE: prof_s = optarg; break;
         case O_CACHE: cache = optarg; break;
         case 'o': outdir = optarg; break;
         case 'q': sp.quiet = true; break;
@@ -354,7 +355,9 @@ int cmd_sweep(int argc, char **argv)
         (st = hx_sweep_cross(&configs, &n_configs, (const char(*)[16])backends, n_backends, steps,
                              n_steps, threads, n_threads, attn, n_attn, &err)) != LM_OK ||
         (rot_s != NULL &&
-         (st = hx_config_cross_rot(&configs, &n_configs, "--rot", rot_s, &err)) != LM_OK))
+         (st = hx_config_cross_rot(&configs, &n_configs, "--rot", rot_s, &err)) != LM_OK) ||
+        (prof_s != NULL && (st = hx_config_cross_profile(&configs, &n_configs, "--profile",
+                                                         prof_s, &err)) != LM_OK))
         goto done;
     if ((st = resolve_model(model_path, sizeof model_path, label, sizeof label, argv[optind],
                             cache, &err)) != LM_OK ||

@@ -11,5 +11,6 @@ int cmd_compare(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_bless(int argc, char **argv);
+int cmd_judge(int argc, char **argv);
 
 #endif

@@ -6,6 +6,7 @@
 #include "compare.h"
 #include "fingerprint.h"
 #include "kvd_engine.h"
+#include "kvd_profile.h"
 #include "metrics.h"
 
 #include <math.h>
@@ -338,9 +339,10 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* (c) The SR ensemble's envelope, loaded from the cache or measured and stored. */
-static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
-                    lm_err *err)
+/* (c) The SR ensemble's envelope for one precision profile ("" = f32: the members round as
+ * that profile says, kvd_profile.h), loaded from the cache or measured and stored into *out. */
+static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params *p,
+                    const hx_run_request *rq, const char *profile, lm_err *err)
 {
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
@@ -351,20 +353,24 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
         return rc;
     /* extra = the ensemble mode, then the teacher-path capture's hash: the naive engine's bits
      * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
-    char extra[sizeof ensemble_mode + 40];
+    char extra[sizeof ensemble_mode + 96];
     char ph[33];
     hx_hash_hex(ph, r->path_hash);
-    int ne = snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
+    /* f32 keeps the key it always had; another profile adds its name (and the ensemble's
+     * virtual-precision rounding scheme) */
+    int ne = snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
+                      profile[0] ? ";profile=sr-vprec-v1:" : "", profile);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
     if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
     double t0 = now_s();
     if (file_exists(path)) {
         lm_err e2 = {0};
-        if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
+        if (hx_envelope_load(out, path, key, &e2) == LM_OK) {
             r->env_hit = true;
-            r->ensemble_s = now_s() - t0;
-            progress(p, "envelope loaded from cache (%u naive-sr members)", (unsigned)m);
+            r->ensemble_s += now_s() - t0;
+            progress(p, "envelope%s%s loaded from cache (%u naive-sr members)",
+                     profile[0] ? " of profile " : "", profile, (unsigned)m);
             return LM_OK;
         }
         fprintf(stderr, "sweep: %s; recomputing the envelope\n", e2.msg);
@@ -374,6 +380,7 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < m; ++i) {
         hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
+        memcpy(c.profile, profile, sizeof c.profile);
         jobs[i].cfg = c;
     }
     rc = pool_run(jobs, m, p, rq, "ensemble", err);
@@ -384,20 +391,54 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
         } else {
             for (uint32_t i = 0; i < m; ++i)
                 mem[i] = jobs[i].cap;
-            rc = hx_envelope_from_ensemble(&r->env, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
+            rc = hx_envelope_from_ensemble(out, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
             free(mem);
         }
     }
     jobs_free(jobs, m);
     if (rc != LM_OK)
         return rc;
-    memcpy(r->env->key, key, sizeof key);
-    if ((rc = hx_envelope_save(r->env, path, err)) != LM_OK)
+    memcpy((*out)->key, key, sizeof key);
+    if ((rc = hx_envelope_save(*out, path, err)) != LM_OK)
         return rc;
-    r->ensemble_s = now_s() - t0;
-    progress(p, "envelope measured from %u naive-sr runs (%.3f s), cached as %s", (unsigned)m,
-             r->ensemble_s, path);
+    double dt = now_s() - t0;
+    r->ensemble_s += dt;
+    progress(p, "envelope%s%s measured from %u naive-sr runs (%.3f s), cached as %s",
+             profile[0] ? " of profile " : "", profile, (unsigned)m, dt, path);
     return LM_OK;
+}
+
+/* The envelope of every profile the configurations name: r->env is the first configuration's,
+ * r->env_prof[i] the one of lm_profile_at(i) (NULL when no configuration uses it). */
+static int envelopes(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
+                     lm_err *err)
+{
+    for (size_t i = 0; i < p->n_configs; ++i) {
+        const lm_profile *pf = lm_profile_find(p->configs[i].profile);
+        if (pf == NULL)
+            return LM_FAIL(err, LM_E_INPUT, "profile '%s': unknown (expected %s)",
+                           p->configs[i].profile, lm_profile_expected());
+        uint32_t k = 0;
+        while (lm_profile_at(k) != pf)
+            ++k;
+        if (r->env_prof[k] == NULL) {
+            int rc = envelope(&r->env_prof[k], r, p, rq, p->configs[i].profile, err);
+            if (rc != LM_OK)
+                return rc;
+        }
+        if (i == 0)
+            r->env = r->env_prof[k];
+    }
+    return LM_OK;
+}
+
+static const hx_envelope *env_of(const hx_sweep_result *r, const hx_config *c)
+{
+    const lm_profile *pf = lm_profile_find(c->profile);
+    for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
+        if (lm_profile_at(k) == pf)
+            return r->env_prof[k];
+    return r->env;
 }
 
 /* The reference of the teacher path computed with a rotating cache's schedule (max, keep,
@@ -519,7 +560,8 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         if ((rc = hx_report_add_config(r->report, &c, name, err)) != LM_OK)
             break;
         if (run->cfg.rot_max == 0) {
-            if ((rc = hx_compare_capture(c, run->cap, run->base, &r->ref, r->env, err)) != LM_OK)
+            if ((rc = hx_compare_capture(c, run->cap, run->base, &r->ref, env_of(r, &run->cfg),
+                                         err)) != LM_OK)
                 break;
         } else {
             /* Numerical: against the reference with this configuration's schedule. Semantic:
@@ -529,7 +571,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             if (rc == LM_OK)
                 rc = schedule_ref(&r1, r, p, &run->cfg, 0, err);
             if (rc == LM_OK)
-                rc = hx_compare_capture(c, run->cap, run->base, &rs, r->env, err);
+                rc = hx_compare_capture(c, run->cap, run->base, &rs, env_of(r, &run->cfg), err);
             if (rc == LM_OK) {
                 semantic_compare(c, &rs, &r1);
                 c->sem_same_schedule = run->cfg.step == 0;
@@ -589,7 +631,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
         goto fail;
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
                          .forced = r->path, .n_forced = p->n_gen};
-    if ((rc = envelope(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK)
+    if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK)
         goto fail;
     r->total_s = now_s() - t0;
     *out = r;
@@ -612,7 +654,8 @@ void hx_sweep_result_free(hx_sweep_result *r)
     free(r->extra_base);
     free(r->path);
     ref_capture_free(&r->ref);
-    hx_envelope_free(r->env);
+    for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
+        hx_envelope_free(r->env_prof[k]); /* r->env is one of them */
     free(r);
 }
 

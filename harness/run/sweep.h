@@ -14,7 +14,9 @@
  *      either way ref_leaves_at ends at -1.
  *  (b) The reference capture of prompt + path (K/V of the prompt positions, logits at
  *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
- *  (c) The envelope: `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
+ *  (c) The envelope, one per precision profile among the configurations (config key
+ *      profile=, kvd_profile.h; each configuration is classified against its own profile's
+ *      envelope, its members rounding at that profile's sites stochastically): `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
  *      matrix product's multiply-adds and random rounding of every elementwise stage, see
  *      backend_naive_sr.c; the statistic, a spread around the members' mean, in envelope.h)
  *      at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
@@ -66,6 +68,7 @@
 
 #define HX_SWEEP_DEFAULT_ENSEMBLE 8u
 #define HX_SWEEP_DEFAULT_SEED 0x6b76647269667431ull /* "kvdrift1" */
+#define HX_SWEEP_MAX_PROFILES 8u /* >= lm_profile_count() */
 
 typedef struct hx_sweep_params {
     const lm_model *model;
@@ -120,7 +123,8 @@ typedef struct hx_sweep_result {
     ref_capture ref;          /* the reference on prompt + path */
     char ref_key[33];         /* ref_cache_key */
     bool ref_hit;             /* loaded from the cache */
-    hx_envelope *env;
+    hx_envelope *env;         /* the first configuration's profile's envelope (one of below) */
+    hx_envelope *env_prof[HX_SWEEP_MAX_PROFILES]; /* per lm_profile_at(i); NULL: not used */
     bool env_hit;             /* loaded from the cache */
     /* Wall seconds of each phase (for the overhead benchmark). */
     double path_s, ref_s, ensemble_s, configs_s, compare_s, total_s;

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kvd_engine.h"
+#include "kvd_profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,22 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
     return true;
 }
 
+bool hx_profile_parse(char out[8], const char *s, size_t len)
+{
+    char name[8];
+    if (len == 0 || len >= sizeof name)
+        return false;
+    memcpy(name, s, len);
+    name[len] = '\0';
+    const lm_profile *p = lm_profile_find(name);
+    if (p == NULL)
+        return false;
+    memset(out, 0, 8);
+    if (strcmp(p->name, "f32") != 0)
+        memcpy(out, name, len);
+    return true;
+}
+
 int hx_config_parse(hx_config *out, const char *s, lm_err *err)
 {
     hx_config c = {0};
@@ -73,7 +90,8 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown backend '%.*s' (expected %s)", s,
                        (int)blen, s, lm_backend_expected());
     memcpy(c.backend, s, blen);
-    bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
+    bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false,
+         seen_prof = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -105,9 +123,12 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         } else if (field_is(f, klen, "rot")) {
             seen = &seen_rot;
             ok = memchr(val, ':', vlen) == NULL && hx_rot_parse(val, vlen, &c.rot_max, &c.rot_keep);
+        } else if (field_is(f, klen, "profile")) {
+            seen = &seen_prof;
+            ok = hx_profile_parse(c.profile, val, vlen);
         } else {
             return LM_FAIL(err, LM_E_INPUT,
-                           "config '%s': unknown key '%.*s' (step, threads, attn, rot)", s,
+                           "config '%s': unknown key '%.*s' (step, threads, attn, rot, profile)", s,
                            (int)klen, f);
         }
         if (*seen)
@@ -124,7 +145,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
 
 int hx_config_format(char *buf, size_t n, const hx_config *c)
 {
-    char step[16], thr[24] = "", attn[24] = "", rot[32] = "";
+    char step[16], thr[24] = "", attn[24] = "", rot[32] = "", prof[24] = "";
     if (c->step == 0)
         snprintf(step, sizeof step, "full");
     else
@@ -135,7 +156,9 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
         snprintf(attn, sizeof attn, ":attn=%s", hx_attn_name(c->attn));
     if (c->rot_max != 0)
         snprintf(rot, sizeof rot, ":rot=%u/%u", (unsigned)c->rot_max, (unsigned)c->rot_keep);
-    return snprintf(buf, n, "%s:step=%s%s%s%s", c->backend, step, thr, attn, rot);
+    if (c->profile[0] != '\0')
+        snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
+    return snprintf(buf, n, "%s:step=%s%s%s%s%s", c->backend, step, thr, attn, rot, prof);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
@@ -149,7 +172,7 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
-           a->sr_seed == b->sr_seed;
+           a->sr_seed == b->sr_seed && strcmp(a->profile, b->profile) == 0;
 }
 
 int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
@@ -193,6 +216,52 @@ int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *
             ++k;
         }
     free(rot);
+    free(*v);
+    *v = out;
+    *n = k;
+    return LM_OK;
+}
+
+int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const char *list,
+                            lm_err *err)
+{
+    size_t n_prof = 1;
+    for (const char *q = list; *q; ++q)
+        n_prof += *q == ',';
+    char(*prof)[8] = calloc(n_prof, sizeof *prof);
+    if (prof == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    const char *s = list;
+    for (size_t i = 0; i < n_prof; ++i) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (!hx_profile_parse(prof[i], s, len)) {
+            free(prof);
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown profile '%.*s' (expected %s)", what,
+                           list, (int)len, s, lm_profile_expected());
+        }
+        for (size_t j = 0; j < i; ++j)
+            if (strcmp(prof[j], prof[i]) == 0) {
+                free(prof);
+                return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", what, list,
+                               (int)len, s);
+            }
+        s = e ? e + 1 : s + len;
+    }
+    size_t total = n_prof * *n;
+    hx_config *out = calloc(total ? total : 1, sizeof *out);
+    if (out == NULL) {
+        free(prof);
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (size_t r = 0; r < n_prof; ++r) /* profile varies slowest */
+        for (size_t i = 0; i < *n; ++i) {
+            out[k] = (*v)[i];
+            memcpy(out[k].profile, prof[r], sizeof out[k].profile);
+            ++k;
+        }
+    free(prof);
     free(*v);
     *v = out;
     *n = k;

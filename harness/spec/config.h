@@ -13,7 +13,7 @@
  * omitted from the canonical string, so adding the axis later does not rename old configs. */
 typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 2 } hx_attn;
 
-#define HX_CONFIG_STR_MAX 96 /* longest canonical string + NUL */
+#define HX_CONFIG_STR_MAX 112 /* longest canonical string + NUL */
 
 typedef struct hx_config {
     char backend[16]; /* "naive", "blas" (lm_backend_known) */
@@ -22,20 +22,22 @@ typedef struct hx_config {
     hx_attn attn;
     uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
     uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
+    char profile[8];   /* precision profile (kvd_profile.h, `profile=`): "" = f32 */
     uint64_t sr_seed; /* backend "naive-sr" only (the sweep's noise ensemble, never parsed or
                          formatted): the stochastic-rounding seed; 0 elsewhere */
 } hx_config;
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
  * >= 1), attn (dense|stream), rot (MAX/KEEP: a rotating KV cache with max_size MAX >= 2 and
- * keep KEEP < MAX, both decimal; "none" = the plain cache; '/' because ':' separates fields);
+ * keep KEEP < MAX, both decimal; "none" = the plain cache; '/' because ':' separates fields),
+ * profile (a precision profile name, lm_profile_find; "f32" is stored as "");
  * each key at most once, in any order. A missing step means full.
  * Unknown backend, unknown key, duplicate key or malformed value: LM_E_INPUT naming the
  * string and the reason. */
 int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
- * when not default, then rot=MAX/KEEP when rotating.
+ * when not default, then rot=MAX/KEEP when rotating, then profile=P when not f32.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
@@ -56,6 +58,16 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep);
  * unchanged. With *n == 0 it only validates the list. */
 int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
                         lm_err *err);
+
+/* Multiplies the configurations *v[*n] by a precision-profile axis: list = comma list of
+ * profile names (kvd_profile.h), no duplicates; the profile varies slowest. Errors as
+ * hx_config_cross_rot's. */
+int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const char *list,
+                            lm_err *err);
+
+/* A profile name s[0..len) (lm_profile_find) into out: "" for f32, else the name. False when
+ * unknown. */
+bool hx_profile_parse(char out[8], const char *s, size_t len);
 
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
