@@ -122,7 +122,7 @@ int main(int argc, char **argv)
     size_t n_fail = 0, n_naive_not_exact = 0;
     for (size_t i = 0; i < r->report->n_configs; ++i) {
         n_fail += hx_class_fails(r->report->configs[i].cls);
-        n_naive_not_exact += strcmp(r->runs[i].cfg.backend, "naive") == 0 &&
+        n_naive_not_exact += (lm_backend_flags(r->runs[i].cfg.backend) & LM_BE_CHUNK_INVARIANT) &&
                              r->report->configs[i].cls != HX_EXACT;
     }
     int32_t *all = malloc((np + N_GEN) * sizeof *all);

@@ -1,40 +1,116 @@
-/* backend.c — the backend factory: picks a compute backend by name. */
+/* backend.c — the backend registry: the one table of compute backends, their capabilities, and
+ * the factory that creates one by name. */
 #include "backend.h"
 
 #include "kvd_engine.h"
+#include "util.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
-/* Each backend file exposes one constructor; the factory is the only place that names them,
- * so adding a backend (cuda later) touches this table and nothing in the forward pass. */
-int lm_backend_naive_create(lm_backend **out, int n_threads, lm_err *err);
-int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err);
-int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err);
+/* Each backend file exposes its constructor (and, when its bits depend on more than the build,
+ * a describe function); this table is the only place that names them, so adding a backend
+ * touches its own file, one row here and nothing in the forward pass or the harness.
+ * create: spec is the whole name given (NAME, or NAME:seed=N for a LM_BE_SEEDED backend). */
+int lm_backend_naive_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+int lm_backend_blas_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+void lm_backend_blas_describe(char *buf, size_t n, bool brief);
+int lm_backend_sr_create_named(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 
 typedef struct backend_entry {
-    const char *name;
-    int (*create)(lm_backend **out, int n_threads, lm_err *err);
+    lm_backend_info info;
+    int (*create)(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 } backend_entry;
 
 static const backend_entry backends[] = {
-    {"naive", lm_backend_naive_create},
-    {"blas", lm_backend_blas_create},
+    {{.name = "naive",
+      .summary = "scalar C, one thread, each dot product left to right from +0.0f (the "
+                 "reference order)",
+      .flags = LM_BE_CHUNK_INVARIANT,
+      .describe = NULL},
+     lm_backend_naive_create},
+    {{.name = "blas",
+      .summary = "OpenBLAS sgemm/sgemv, its kernel's blocked FMA order, OpenBLAS threads",
+      .flags = LM_BE_SHARES_PROCESS_STATE,
+      .describe = lm_backend_blas_describe},
+     lm_backend_blas_create},
+    {{.name = "naive-sr",
+      .summary = "naive's order with seeded stochastic rounding of every operation (noise "
+                 "ensemble member)",
+      .flags = LM_BE_CHUNK_INVARIANT | LM_BE_SEEDED | LM_BE_STOCHASTIC_ROUNDING,
+      .describe = NULL},
+     lm_backend_sr_create_named},
 };
+#define N_BACKENDS (sizeof backends / sizeof backends[0])
 
-/* The table above in words, for "unknown backend" messages everywhere. */
-static const char expected[] = "naive or blas";
+size_t lm_backend_count(void)
+{
+    return N_BACKENDS;
+}
+
+const lm_backend_info *lm_backend_at(size_t i)
+{
+    return i < N_BACKENDS ? &backends[i].info : NULL;
+}
+
+static const backend_entry *find(const char *name, size_t len)
+{
+    const char *colon = memchr(name, ':', len);
+    if (colon != NULL)
+        len = (size_t)(colon - name);
+    for (size_t i = 0; i < N_BACKENDS; ++i)
+        if (strlen(backends[i].info.name) == len && memcmp(backends[i].info.name, name, len) == 0)
+            return &backends[i];
+    return NULL;
+}
+
+const lm_backend_info *lm_backend_find(const char *name, size_t len)
+{
+    const backend_entry *e = find(name, len);
+    return e ? &e->info : NULL;
+}
+
+unsigned lm_backend_flags(const char *name)
+{
+    const backend_entry *e = name ? find(name, strlen(name)) : NULL;
+    return e ? e->info.flags : 0;
+}
 
 bool lm_backend_known(const char *name, size_t len)
 {
-    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; ++i)
-        if (strlen(backends[i].name) == len && memcmp(backends[i].name, name, len) == 0)
-            return true;
-    return false;
+    const backend_entry *e = memchr(name, ':', len) ? NULL : find(name, len);
+    return e != NULL && !(e->info.flags & LM_BE_SEEDED);
+}
+
+/* The user-choosable names in words, "a, b or c", built once. */
+static char expected[256];
+static pthread_once_t expected_once = PTHREAD_ONCE_INIT;
+
+static void build_expected(void)
+{
+    size_t n_user = 0;
+    for (size_t i = 0; i < N_BACKENDS; ++i)
+        n_user += !(backends[i].info.flags & LM_BE_SEEDED);
+    for (size_t i = 0, seen = 0; i < N_BACKENDS; ++i)
+        if (!(backends[i].info.flags & LM_BE_SEEDED))
+            lm_words_append(expected, sizeof expected, seen++, n_user, backends[i].info.name);
 }
 
 const char *lm_backend_expected(void)
 {
+    pthread_once(&expected_once, build_expected);
     return expected;
+}
+
+void lm_backend_seeded_name(char *buf, size_t n, const char *backend, uint64_t seed)
+{
+    snprintf(buf, n, "%s:seed=%llu", backend, (unsigned long long)seed);
+}
+
+void lm_sr_backend_name(char *buf, size_t n, uint64_t seed)
+{
+    lm_backend_seeded_name(buf, n, "naive-sr", seed);
 }
 
 int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err *err)
@@ -44,13 +120,13 @@ int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err 
         name = "blas";
     if (n_threads < 0)
         return LM_FAIL(err, LM_E_INPUT, "threads %d: must be >= 0", n_threads);
-    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; ++i)
-        if (strcmp(name, backends[i].name) == 0)
-            return backends[i].create(out, n_threads, err);
-    /* "naive-sr[:seed=N]": the seed travels in the name, so lm_ctx_params needs no new field. */
-    if (strncmp(name, "naive-sr", 8) == 0 && (name[8] == '\0' || name[8] == ':'))
-        return lm_backend_sr_create_named(out, name, n_threads, err);
-    return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected %s)", name, expected);
+    const size_t len = strlen(name);
+    const backend_entry *e = find(name, len);
+    /* NAME:... is a seeded name: only a LM_BE_SEEDED backend takes one */
+    if (e != NULL && (memchr(name, ':', len) == NULL || (e->info.flags & LM_BE_SEEDED)))
+        return e->create(out, name, n_threads, err);
+    return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected %s)", name,
+                   lm_backend_expected());
 }
 
 void lm_backend_destroy(lm_backend *be)

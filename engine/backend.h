@@ -76,10 +76,11 @@ static inline void lm_backend_perturb(lm_backend *be, float *x /* [n][stride] */
     }
 }
 
-/* Creates a backend by name ("naive", "blas"); unknown names are LM_E_INPUT. */
+/* Creates a backend by a registered name (lm_backend_at in kvd_engine.h; NAME:seed=N for a
+ * LM_BE_SEEDED one); unknown names are LM_E_INPUT naming the registered ones. */
 int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err *err);
 /* The stochastic-rounding naive backend with an explicit seed (backend_naive_sr.c); the
- * factory reaches it by the names "naive-sr" (seed 0) and "naive-sr:seed=N". */
+ * registry reaches it by the names "naive-sr" (seed 0) and "naive-sr:seed=N". */
 int lm_backend_sr_create(lm_backend **out, uint64_t seed, lm_err *err);
 void lm_backend_destroy(lm_backend *be);
 

@@ -1,7 +1,7 @@
 /* backend_blas.c — OpenBLAS backend: cblas_sgemm for chunks (m > 1), cblas_sgemv for one row.
  *
  * Order and threading: whatever OpenBLAS's kernel for this CPU does (on Zen 4 the Cooperlake
- * kernels: blocked, FMA, vectorized). Measured on these machines (MACHINE-FACTS.md): sgemm is
+ * kernels: blocked, FMA, vectorized). Measured on the development machines: sgemm is
  * bitwise identical for 1 and 2 threads and across runs, but NOT across different row splits
  * (small calls go to another kernel) and sgemv never matches sgemm for one row. So this
  * backend is deterministic for a fixed chunk schedule and not chunk-invariant: that is the
@@ -10,8 +10,11 @@
  * The thread count is OpenBLAS-global; two contexts in one process may want different
  * counts, so it is set before every call (cheap when unchanged). */
 #include "backend.h"
+#include "util.h"
 
 #include <cblas.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -82,9 +85,25 @@ static const lm_backend_i blas_vt = {
     .destroy = blas_destroy,
 };
 
-int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err);
-int lm_backend_blas_create(lm_backend **out, int n_threads, lm_err *err)
+/* What picks the bits here: OpenBLAS's build configuration and the core (kernel set) it chose
+ * at run time (OPENBLAS_CORETYPE changes it). The thread count is a configuration axis, not a
+ * platform part (sgemm was measured bitwise equal for 1 and 2 threads). */
+void lm_backend_blas_describe(char *buf, size_t n, bool brief);
+void lm_backend_blas_describe(char *buf, size_t n, bool brief)
 {
+    char config[192], core[64];
+    lm_field_copy(config, sizeof config, openblas_get_config());
+    lm_field_copy(core, sizeof core, openblas_get_corename());
+    if (brief)
+        snprintf(buf, n, "%s", core);
+    else
+        snprintf(buf, n, "blas=%s; blas_core=%s", config, core);
+}
+
+int lm_backend_blas_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+int lm_backend_blas_create(lm_backend **out, const char *spec, int n_threads, lm_err *err)
+{
+    (void)spec;
     lm_backend *be = calloc(1, sizeof *be);
     if (be == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "blas backend: out of memory");

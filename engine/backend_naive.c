@@ -65,9 +65,10 @@ static const lm_backend_i naive_vt = {
     .destroy = naive_destroy,
 };
 
-int lm_backend_naive_create(lm_backend **out, int n_threads, lm_err *err);
-int lm_backend_naive_create(lm_backend **out, int n_threads, lm_err *err)
+int lm_backend_naive_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+int lm_backend_naive_create(lm_backend **out, const char *spec, int n_threads, lm_err *err)
 {
+    (void)spec;
     (void)n_threads; /* always one thread: the order above is the point of this backend */
     lm_backend *be = calloc(1, sizeof *be);
     if (be == NULL)

@@ -332,7 +332,7 @@ int lm_backend_sr_create(lm_backend **out, uint64_t seed, lm_err *err)
 }
 
 int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err);
-/* The factory's entry: name is "naive-sr" or "naive-sr:seed=N". */
+/* The registry's create: name is "naive-sr" or "naive-sr:seed=N". */
 int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads, lm_err *err)
 {
     (void)n_threads;
@@ -353,9 +353,4 @@ int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads
         seed = (uint64_t)s;
     }
     return lm_backend_sr_create(out, seed, err);
-}
-
-void lm_sr_backend_name(char *buf, size_t n, uint64_t seed)
-{
-    snprintf(buf, n, "naive-sr:seed=%llu", (unsigned long long)seed);
 }

@@ -1,4 +1,4 @@
-/* model.c — llama model loading: hyperparameters from GGUF metadata, every tensor's shape
+/* model.c — model loading, driven by the architecture table (arch.c): hyperparameters from GGUF metadata, every tensor's shape
  * checked, every weight dequantized once into one float32 arena; the file is unmapped after
  * load (the vocabulary copies what it needs). */
 #include "kvd_model.h"
@@ -55,6 +55,14 @@ static int plan_add3(plan *p, const char *name, uint64_t ne0, uint64_t ne1, uint
     return rc;
 }
 
+/* "<key_prefix>.<suffix>" into buf[KEY_MAX]: an architecture's hyperparameter key. */
+#define KEY_MAX 128
+static const char *akey(char *buf, const lm_arch *a, const char *suffix)
+{
+    snprintf(buf, KEY_MAX, "%s.%s", a->key_prefix, suffix);
+    return buf;
+}
+
 static int need_u32(const lm_gguf *g, const char *key, uint32_t *out, lm_err *err)
 {
     if (lm_gguf_find(g, key) < 0)
@@ -64,25 +72,26 @@ static int need_u32(const lm_gguf *g, const char *key, uint32_t *out, lm_err *er
 
 /* Sliding window and mixture-of-experts keys (llama.cpp names). The per-layer pattern is
  * resolved later (assign_windows), once the layers exist. */
-static int read_variant_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
+static int read_variant_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, lm_err *err)
 {
+    char k[KEY_MAX];
     const char *path = lm_gguf_path(g);
     int rc;
-    if ((rc = lm_gguf_get_u32(g, "llama.attention.sliding_window", 0, &hp->n_swa, err)))
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window"), 0, &hp->n_swa, err)))
         return rc;
-    int64_t ip = lm_gguf_find(g, "llama.attention.sliding_window_pattern");
+    int64_t ip = lm_gguf_find(g, akey(k, a, "attention.sliding_window_pattern"));
     if (ip >= 0 && lm_gguf_kv_type(g, (uint64_t)ip) != LM_GGUF_ARR
-        && (rc = lm_gguf_get_u32(g, "llama.attention.sliding_window_pattern", 0, &hp->swa_period,
+        && (rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window_pattern"), 0, &hp->swa_period,
                                  err)))
         return rc;
     uint32_t gating_func = 1;
     bool norm = false;
-    if ((rc = lm_gguf_get_u32(g, "llama.expert_count", 0, &hp->n_expert, err))
-        || (rc = lm_gguf_get_u32(g, "llama.expert_used_count", 0, &hp->n_expert_used, err))
-        || (rc = lm_gguf_get_u32(g, "llama.expert_feed_forward_length", hp->n_ff, &hp->n_ff_exp,
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "expert_count"), 0, &hp->n_expert, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_used_count"), 0, &hp->n_expert_used, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_feed_forward_length"), hp->n_ff, &hp->n_ff_exp,
                                  err))
-        || (rc = lm_gguf_get_u32(g, "llama.expert_gating_func", 1, &gating_func, err))
-        || (rc = lm_gguf_get_bool(g, "llama.expert_weights_norm", false, &norm, err)))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_gating_func"), 1, &gating_func, err))
+        || (rc = lm_gguf_get_bool(g, akey(k, a, "expert_weights_norm"), false, &norm, err)))
         return rc;
     if (hp->n_expert == 0)
         return LM_OK;
@@ -106,10 +115,11 @@ static int read_variant_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
  * slides iff il % N < N - 1, llama.cpp's set_swa_pattern; N = 1 none, 0 or absent: all). */
 static int assign_windows(lm_model *m, const lm_gguf *g, lm_err *err)
 {
+    char k[KEY_MAX];
     lm_hparams *hp = &m->hp;
     if (hp->n_swa == 0)
         return LM_OK;
-    const char *key = "llama.attention.sliding_window_pattern";
+    const char *key = akey(k, m->arch, "attention.sliding_window_pattern");
     int64_t ip = lm_gguf_find(g, key);
     const lm_gguf_arr *arr = NULL;
     if (ip >= 0 && lm_gguf_kv_type(g, (uint64_t)ip) == LM_GGUF_ARR) {
@@ -128,8 +138,9 @@ static int assign_windows(lm_model *m, const lm_gguf *g, lm_err *err)
     return LM_OK;
 }
 
-static int read_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
+static int read_hparams(lm_hparams *hp, const lm_arch **row, const lm_gguf *g, lm_err *err)
 {
+    char k[KEY_MAX];
     const char *path = lm_gguf_path(g);
     const char *arch;
     int rc = lm_gguf_get_str(g, "general.architecture", NULL, &arch, err);
@@ -137,15 +148,16 @@ static int read_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
         return rc;
     if (arch == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s: missing metadata key 'general.architecture'", path);
-    if (strcmp(arch, "llama") != 0)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: architecture '%.64s' is not supported (only "
-                       "llama)", path, arch);
+    const lm_arch *a = *row = lm_arch_find(arch);
+    if (a == NULL)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: architecture '%.64s' is not supported "
+                       "(expected %s)", path, arch, lm_arch_expected());
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
-    if ((rc = need_u32(g, "llama.embedding_length", &hp->n_embd, err))
-        || (rc = need_u32(g, "llama.block_count", &hp->n_layer, err))
-        || (rc = need_u32(g, "llama.attention.head_count", &hp->n_head, err))
-        || (rc = need_u32(g, "llama.feed_forward_length", &hp->n_ff, err))
-        || (rc = need_u32(g, "llama.context_length", &hp->n_ctx_train, err)))
+    if ((rc = need_u32(g, akey(k, a, "embedding_length"), &hp->n_embd, err))
+        || (rc = need_u32(g, akey(k, a, "block_count"), &hp->n_layer, err))
+        || (rc = need_u32(g, akey(k, a, "attention.head_count"), &hp->n_head, err))
+        || (rc = need_u32(g, akey(k, a, "feed_forward_length"), &hp->n_ff, err))
+        || (rc = need_u32(g, akey(k, a, "context_length"), &hp->n_ctx_train, err)))
         return rc;
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_ff == 0
         || hp->n_ctx_train == 0)
@@ -153,33 +165,33 @@ static int read_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
                        "(%" PRIu32 "), head_count (%" PRIu32 "), feed_forward_length (%" PRIu32
                        ") or context_length (%" PRIu32 ")", path, hp->n_embd, hp->n_layer,
                        hp->n_head, hp->n_ff, hp->n_ctx_train);
-    if ((rc = lm_gguf_get_u32(g, "llama.attention.head_count_kv", hp->n_head, &hp->n_head_kv,
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.head_count_kv"), hp->n_head, &hp->n_head_kv,
                               err)))
         return rc;
     if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: head_count_kv %" PRIu32 " does not divide "
                        "head_count %" PRIu32, path, hp->n_head_kv, hp->n_head);
-    if (hp->n_embd % hp->n_head != 0 && lm_gguf_find(g, "llama.attention.key_length") < 0)
+    if (hp->n_embd % hp->n_head != 0 && lm_gguf_find(g, akey(k, a, "attention.key_length")) < 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: embedding_length %" PRIu32 " is not a multiple of "
                        "head_count %" PRIu32 " and no attention.key_length is given", path,
                        hp->n_embd, hp->n_head);
-    if ((rc = lm_gguf_get_u32(g, "llama.attention.key_length", hp->n_embd / hp->n_head,
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.key_length"), hp->n_embd / hp->n_head,
                               &hp->head_dim, err)))
         return rc;
     uint32_t vlen;
-    if ((rc = lm_gguf_get_u32(g, "llama.attention.value_length", hp->head_dim, &vlen, err)))
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.value_length"), hp->head_dim, &vlen, err)))
         return rc;
     if (hp->head_dim == 0 || vlen != hp->head_dim)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: key_length %" PRIu32 " and value_length %"
                        PRIu32 " must be equal and nonzero", path, hp->head_dim, vlen);
-    if ((rc = lm_gguf_get_u32(g, "llama.rope.dimension_count", hp->head_dim, &hp->n_rot, err)))
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "rope.dimension_count"), hp->head_dim, &hp->n_rot, err)))
         return rc;
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: rope.dimension_count %" PRIu32 " must be even and "
                        "in 2..head_dim (%" PRIu32 ")", path, hp->n_rot, hp->head_dim);
-    if ((rc = lm_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps,
+    if ((rc = lm_gguf_get_f32(g, akey(k, a, "attention.layer_norm_rms_epsilon"), a->rms_eps, &hp->rms_eps,
                               err))
-        || (rc = lm_gguf_get_f32(g, "llama.rope.freq_base", 10000.0f, &hp->rope_theta, err)))
+        || (rc = lm_gguf_get_f32(g, akey(k, a, "rope.freq_base"), a->rope_theta, &hp->rope_theta, err)))
         return rc;
     if (!(hp->rms_eps >= 0.0f) || !(hp->rms_eps < 1.0f))
         return LM_FAIL(err, LM_E_INPUT, "%s: layer_norm_rms_epsilon %g is not in [0, 1)", path,
@@ -189,47 +201,48 @@ static int read_hparams(lm_hparams *hp, const lm_gguf *g, lm_err *err)
                        path, (double)hp->rope_theta);
     /* Rope scaling changes the mathematics; refuse it rather than ignore it. */
     const char *scaling;
-    if ((rc = lm_gguf_get_str(g, "llama.rope.scaling.type", NULL, &scaling, err)))
+    if ((rc = lm_gguf_get_str(g, akey(k, a, "rope.scaling.type"), NULL, &scaling, err)))
         return rc;
     if (scaling != NULL && strcmp(scaling, "none") != 0)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope scaling '%.32s' is not supported", path,
                        scaling);
-    if ((rc = read_variant_hparams(hp, g, err)))
+    if ((rc = read_variant_hparams(hp, a, g, err)))
         return rc;
-    hp->rope_type = LM_ROPE_NORM;
+    hp->rope_type = a->rope_type;
     return LM_OK;
 }
 
 static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
 {
     lm_hparams *hp = &m->hp;
+    const lm_arch_tensors *tn = &m->arch->tensors;
     uint64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
     uint64_t Q = (uint64_t)hp->n_head * hp->head_dim, KV = (uint64_t)hp->n_head_kv * hp->head_dim;
     int rc;
-    if ((rc = plan_add(p, "token_embd.weight", E, V, false, &m->tok_embd, err))
-        || (rc = plan_add(p, "output_norm.weight", E, 1, false, &m->output_norm, err)))
+    if ((rc = plan_add(p, tn->tok_embd, E, V, false, &m->tok_embd, err))
+        || (rc = plan_add(p, tn->output_norm, E, 1, false, &m->output_norm, err)))
         return rc;
-    hp->tied_output = lm_gguf_tensor_find(g, "output.weight") == NULL;
-    if (!hp->tied_output && (rc = plan_add(p, "output.weight", E, V, false, &m->output, err)))
+    hp->tied_output = lm_gguf_tensor_find(g, tn->output) == NULL;
+    if (!hp->tied_output && (rc = plan_add(p, tn->output, E, V, false, &m->output, err)))
         return rc;
     char name[64];
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         lm_layer *L = &m->layers[l];
         struct { const char *suffix; uint64_t ne0, ne1; bool opt; const float **dst; } t[] = {
-            {"attn_norm.weight", E, 1, false, &L->attn_norm},
-            {"attn_q.weight", E, Q, false, &L->wq},
-            {"attn_k.weight", E, KV, false, &L->wk},
-            {"attn_v.weight", E, KV, false, &L->wv},
-            {"attn_output.weight", Q, E, false, &L->wo},
-            {"attn_q.bias", Q, 1, true, &L->bq},
-            {"attn_k.bias", KV, 1, true, &L->bk},
-            {"attn_v.bias", KV, 1, true, &L->bv},
-            {"attn_output.bias", E, 1, true, &L->bo},
-            {"ffn_norm.weight", E, 1, false, &L->ffn_norm},
-            {"ffn_gate.weight", E, F, hp->n_expert > 0, &L->w_gate},
-            {"ffn_up.weight", E, F, hp->n_expert > 0, &L->w_up},
-            {"ffn_down.weight", F, E, hp->n_expert > 0, &L->w_down},
-            {"attn_sinks.weight", hp->n_head, 1, true, &L->sinks},
+            {tn->attn_norm, E, 1, false, &L->attn_norm},
+            {tn->attn_q, E, Q, false, &L->wq},
+            {tn->attn_k, E, KV, false, &L->wk},
+            {tn->attn_v, E, KV, false, &L->wv},
+            {tn->attn_output, Q, E, false, &L->wo},
+            {tn->attn_q_bias, Q, 1, true, &L->bq},
+            {tn->attn_k_bias, KV, 1, true, &L->bk},
+            {tn->attn_v_bias, KV, 1, true, &L->bv},
+            {tn->attn_output_bias, E, 1, true, &L->bo},
+            {tn->ffn_norm, E, 1, false, &L->ffn_norm},
+            {tn->ffn_gate, E, F, hp->n_expert > 0, &L->w_gate},
+            {tn->ffn_up, E, F, hp->n_expert > 0, &L->w_up},
+            {tn->ffn_down, F, E, hp->n_expert > 0, &L->w_down},
+            {tn->attn_sinks, hp->n_head, 1, true, &L->sinks},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
@@ -238,16 +251,16 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
         }
         if (hp->n_expert > 0) { /* MoE FFN: router and expert stacks replace the dense FFN */
             const uint64_t X = hp->n_expert, FE = hp->n_ff_exp;
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_gate_inp.weight", l);
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_gate_inp);
             if ((rc = plan_add(p, name, E, X, false, &L->ffn_gate_inp, err)))
                 return rc;
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_gate_exps.weight", l);
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_gate_exps);
             if ((rc = plan_add3(p, name, E, FE, X, &L->ffn_gate_exps, err)))
                 return rc;
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_up_exps.weight", l);
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_up_exps);
             if ((rc = plan_add3(p, name, E, FE, X, &L->ffn_up_exps, err)))
                 return rc;
-            snprintf(name, sizeof name, "blk.%" PRIu32 ".ffn_down_exps.weight", l);
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_down_exps);
             if ((rc = plan_add3(p, name, FE, E, X, &L->ffn_down_exps, err)))
                 return rc;
         }
@@ -347,15 +360,16 @@ int lm_model_load(lm_model **out, const char *path, lm_err *err)
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    if ((rc = read_hparams(&m->hp, g, err)))
+    if ((rc = read_hparams(&m->hp, &m->arch, g, err)))
         goto fail;
-    const lm_gguf_tensor *emb = lm_gguf_tensor_find(g, "token_embd.weight");
+    const char *emb_name = m->arch->tensors.tok_embd;
+    const lm_gguf_tensor *emb = lm_gguf_tensor_find(g, emb_name);
     if (emb == NULL) {
-        rc = LM_FAIL(err, LM_E_INPUT, "%s: missing tensor 'token_embd.weight'", path);
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: missing tensor '%s'", path, emb_name);
         goto fail;
     }
     if (emb->ne[1] == 0 || emb->ne[1] > INT32_MAX) {
-        rc = LM_FAIL(err, LM_E_INPUT, "%s: token_embd.weight has %" PRIu64 " rows", path,
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: %s has %" PRIu64 " rows", path, emb_name,
                      emb->ne[1]);
         goto fail;
     }

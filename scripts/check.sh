@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make check: runs the shipped regression cases (cases/*.case) with `kvdrift check`, writes
-# JUnit XML and JSON under $build/reports/, repeats which cases were skipped (model file absent)
-# and which were judged without a golden for this platform, and exits with check's code
-# (0 pass, 1 a configuration fails, 2 bad input).
+# JUnit XML, JSON and Markdown under $build/reports/, repeats which cases were skipped (model
+# file absent) and which configurations had no golden under their key, and exits with check's
+# code (0 pass, 1 a configuration fails or a golden is stale, 2 bad input, 3 nothing ran).
 set -uo pipefail
 build=${1:-build}
 shopt -s nullglob
@@ -19,7 +19,7 @@ echo "check: ${#cases[@]} case(s): ${cases[*]}  (models from ${KVDRIFT_MODELS:-.
 cache_args=()
 [[ -z ${KVDRIFT_CACHE:-} ]] && cache_args=(--cache "$build/cache")
 "$build/kvdrift" check -q "${cases[@]}" "${cache_args[@]}" --junit "$build/reports/junit.xml" \
-  --json "$build/reports/check.json" 2>&1 | tee "$log"
+  --json "$build/reports/check.json" --md "$build/reports/check.md" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 echo
 skips=$(grep -E '^case .*: SKIP: ' "$log" || true)
@@ -29,14 +29,15 @@ if [[ -n $skips ]]; then
 else
   echo "check: no case skipped"
 fi
-if grep -q 'blessed on: ' "$log"; then
-  echo "check: some goldens were blessed on another platform fingerprint: those configurations"
-  echo "       were judged by the reference/envelope classification instead (they fail only on"
-  echo "       DRIFT/FLIP/NONFINITE); run 'kvdrift bless CASE' on this machine to pin its bits."
+if grep -q 'no golden for .* under their keys' "$log"; then
+  echo "check: some configurations have no golden under their key (blessed on another kind of"
+  echo "       machine): they were judged by the reference/envelope classification instead (they"
+  echo "       fail only on DRIFT/FLIP/NONFINITE); 'kvdrift bless CASE' here pins their bits."
 fi
 case $rc in
-  0) echo "check: PASS (JUnit: $build/reports/junit.xml, JSON: $build/reports/check.json)" ;;
-  1) echo "check: FAIL: a configuration regressed (see the table above and $build/reports/junit.xml)" ;;
+  0) echo "check: PASS (JUnit: $build/reports/junit.xml, JSON: $build/reports/check.json, Markdown: $build/reports/check.md)" ;;
+  1) echo "check: FAIL: a configuration regressed or a golden is stale (see the table above and $build/reports/check.md)" ;;
+  3) echo "check: NOTHING RAN: every case was skipped (set KVDRIFT_MODELS?)" ;;
   *) echo "check: ERROR (exit $rc): bad case file or input" ;;
 esac
 exit "$rc"

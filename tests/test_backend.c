@@ -1,6 +1,9 @@
-/* test_backend.c — every backend's gemm_nt / gemm_nn against a double-precision reference at
- * a stated bound, special shapes, and the naive backend's split invariance (bitwise). */
+/* test_backend.c — every registered backend (the registry is iterated, as ggml's
+ * test-backend-ops does, so a new backend is tested without editing this file): gemm_nt /
+ * gemm_nn against a double-precision reference at a stated bound, special shapes, split
+ * invariance (bitwise) for LM_BE_CHUNK_INVARIANT backends, and the registry itself. */
 #include "../engine/backend.h"
+#include "kvd_engine.h"
 #include "fixtures.h"
 #include "test_util.h"
 
@@ -9,8 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const names[] = {"naive", "blas"};
-#define N_BACKENDS (sizeof names / sizeof names[0])
+#define N_BACKENDS lm_backend_count()
+#define NAME(b) (lm_backend_at(b)->name)
+#define FLAGS(b) (lm_backend_at(b)->flags)
 
 static lm_backend *make(const char *name, int threads)
 {
@@ -29,6 +33,56 @@ static void test_backend_unknown_name(void)
     CU_ASSERT_PTR_NULL(be);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "cuda-x"));
     lm_backend_destroy(NULL); /* accepts NULL */
+    /* a seed is taken only by a seeded backend */
+    lm_err e2 = {0};
+    for (size_t b = 0; b < N_BACKENDS; ++b) {
+        char name[LM_BACKEND_NAME_MAX];
+        lm_backend_seeded_name(name, sizeof name, NAME(b), 3);
+        be = NULL;
+        const int rc = lm_backend_create(&be, name, 1, &e2);
+        CU_ASSERT_EQUAL(rc, (FLAGS(b) & LM_BE_SEEDED) ? LM_OK : LM_E_INPUT);
+        lm_backend_destroy(be);
+    }
+}
+
+/* The registry: unique names, every name found by lm_backend_find and lm_backend_flags, the
+ * user-choosable ones (not seeded) listed in lm_backend_expected and accepted by
+ * lm_backend_known, describe hooks writing one line. */
+static void test_backend_registry(void)
+{
+    CU_ASSERT_FATAL(N_BACKENDS >= 1);
+    CU_ASSERT_PTR_NULL(lm_backend_at(N_BACKENDS));
+    const char *expected = lm_backend_expected();
+    size_t n_user = 0;
+    for (size_t b = 0; b < N_BACKENDS; ++b) {
+        const lm_backend_info *i = lm_backend_at(b);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(i->name);
+        CU_ASSERT(strlen(i->name) > 0 && strlen(i->name) < 16); /* fits hx_config.backend */
+        CU_ASSERT_PTR_NULL(strchr(i->name, ':'));
+        CU_ASSERT(i->summary != NULL && strchr(i->summary, '\n') == NULL);
+        for (size_t o = 0; o < b; ++o)
+            CU_ASSERT_STRING_NOT_EQUAL(lm_backend_at(o)->name, i->name);
+        CU_ASSERT_PTR_EQUAL(lm_backend_find(i->name, strlen(i->name)), i);
+        CU_ASSERT_EQUAL(lm_backend_flags(i->name), i->flags);
+        const bool user = !(i->flags & LM_BE_SEEDED);
+        n_user += user;
+        CU_ASSERT_EQUAL(lm_backend_known(i->name, strlen(i->name)), user);
+        CU_ASSERT_EQUAL(strstr(expected, i->name) != NULL, user);
+        if (i->describe != NULL) {
+            char full[320] = "", brief[96] = "";
+            i->describe(full, sizeof full, false);
+            i->describe(brief, sizeof brief, true);
+            CU_ASSERT(strlen(full) > 0 && strpbrk(full, "\n\r") == NULL);
+            CU_ASSERT(strchr(full, '=') != NULL); /* key=value parts */
+            CU_ASSERT(strlen(brief) > 0 && strpbrk(brief, "\n\r ;") == NULL);
+        }
+        lm_backend *be = make(i->name, 1);
+        lm_backend_destroy(be);
+    }
+    CU_ASSERT(n_user >= 1);
+    CU_ASSERT_EQUAL(lm_backend_flags("no-such-backend"), 0u);
+    CU_ASSERT_PTR_NULL(lm_backend_find("naiv", 4));
+    CU_ASSERT_FALSE(lm_backend_known("", 0));
 }
 
 /* m = 0 or n = 0 writes nothing; k = 0 writes exact zeros (an empty sum); a NaN in a row of
@@ -36,7 +90,7 @@ static void test_backend_unknown_name(void)
 static void test_backend_special_shapes(void)
 {
     for (size_t b = 0; b < N_BACKENDS; ++b) {
-        lm_backend *be = make(names[b], 1);
+        lm_backend *be = make(NAME(b), 1);
         float a[2 * 3] = {1, 2, 3, 4, 5, 6}, w[4 * 3] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1};
         float c[2 * 4];
         for (int i = 0; i < 8; ++i)
@@ -71,8 +125,11 @@ static void test_backend_special_shapes(void)
  * float dot product of k terms in ANY order, with or without FMA, has
  * |fl - exact| <= gamma_k * sum|a_l b_l|, gamma_k = k u / (1 - k u), u = 2^-24; the alpha
  * multiply adds one more rounding, so k + 1. Inputs are in [-1, 1): no underflow to speak of.
- * The double reference itself is exact to ~2^-53 relative, negligible next to this. */
-static void check_products(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, uint64_t *st)
+ * The double reference itself is exact to ~2^-53 relative, negligible next to this.
+ * u = 2^-24 for round to nearest; a LM_BE_STOCHASTIC_ROUNDING backend errs by up to one ulp per
+ * operation, so the same analysis holds with u = 2^-23. */
+static void check_products(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, double u,
+                           uint64_t *st)
 {
     const size_t lda = k + 3, ldb = k + 1, ldc = n + 2, ldbn = n + 5;
     float *a = tf_rand_vec((size_t)m * lda, 1.0f, st);
@@ -80,7 +137,7 @@ static void check_products(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, u
     float *bn = tf_rand_vec((size_t)k * ldbn, 1.0f, st);  /* [k][n] for nn */
     float *c = tf_rand_vec((size_t)m * ldc, 1.0f, st);
     const float alpha = 0.125f + tu_rand_f32(st);
-    const double u = ldexp(1.0, -24), g = (double)(k + 1) * u / (1.0 - (double)(k + 1) * u);
+    const double g = (double)(k + 1) * u / (1.0 - (double)(k + 1) * u);
     int bad_nt = 0, bad_nn = 0;
 
     be->vt->gemm_nt(be, m, n, k, alpha, a, lda, b, ldb, c, ldc);
@@ -124,18 +181,20 @@ static void test_backend_matches_double_reference(void)
     uint64_t st = tu_seed();
     for (size_t b = 0; b < N_BACKENDS; ++b)
         for (int threads = 1; threads <= 2; ++threads) {
-            lm_backend *be = make(names[b], threads);
+            lm_backend *be = make(NAME(b), threads);
+            const double u = ldexp(1.0, (FLAGS(b) & LM_BE_STOCHASTIC_ROUNDING) ? -23 : -24);
             for (size_t i = 0; i < 4; ++i)
                 for (size_t j = 0; j < 3; ++j)
                     for (size_t l = 0; l < 4; ++l)
-                        check_products(be, ms[i], ns[j], ks[l], &st);
+                        check_products(be, ms[i], ns[j], ks[l], u, &st);
             lm_backend_destroy(be);
         }
 }
 
-/* The naive backend's contract: an output element does not depend on how the rows were split
- * into calls, and gemm_nt(A, B) == gemm_nn(A, B^T) since both sum l = 0..k-1 in order. */
-static void test_backend_naive_split_invariant(void)
+/* The LM_BE_CHUNK_INVARIANT contract: an output element does not depend on how the rows were
+ * split into calls or on threads, and gemm_nt(A, B) == gemm_nn(A, B^T) since both sum
+ * l = 0..k-1 in the same fixed order. */
+static void split_invariant(const char *name)
 {
     uint64_t st = tu_seed() ^ 0x5eed;
     const uint32_t m = 23, n = 37, k = 301;
@@ -149,7 +208,7 @@ static void test_backend_naive_split_invariant(void)
     for (uint32_t j = 0; j < n; ++j)
         for (uint32_t l = 0; l < k; ++l)
             bt[(size_t)l * n + j] = b[(size_t)j * k + l];
-    lm_backend *be = make("naive", 1);
+    lm_backend *be = make(name, 1), *be2 = make(name, 2);
     be->vt->gemm_nt(be, m, n, k, 1.0f, a, k, b, k, full, n);
     for (uint32_t step = 1; step <= 7; step += 2) {
         for (uint32_t r = 0; r < m; r += step) {
@@ -158,9 +217,12 @@ static void test_backend_naive_split_invariant(void)
         }
         CU_ASSERT_EQUAL(memcmp(full, part, (size_t)m * n * sizeof *full), 0);
     }
+    be2->vt->gemm_nt(be2, m, n, k, 1.0f, a, k, b, k, part, n);
+    CU_ASSERT_EQUAL(memcmp(full, part, (size_t)m * n * sizeof *full), 0);
     be->vt->gemm_nn(be, m, n, k, a, k, bt, n, nn, n);
     CU_ASSERT_EQUAL(memcmp(full, nn, (size_t)m * n * sizeof *full), 0);
     lm_backend_destroy(be);
+    lm_backend_destroy(be2);
     free(a);
     free(b);
     free(bt);
@@ -169,11 +231,23 @@ static void test_backend_naive_split_invariant(void)
     free(nn);
 }
 
+static void test_backend_split_invariant(void)
+{
+    size_t n_inv = 0;
+    for (size_t b = 0; b < N_BACKENDS; ++b)
+        if (FLAGS(b) & LM_BE_CHUNK_INVARIANT) {
+            split_invariant(NAME(b));
+            ++n_inv;
+        }
+    CU_ASSERT(n_inv >= 1); /* the reference order exists */
+}
+
 void test_backend_register(void)
 {
     CU_pSuite s = CU_add_suite("backend", NULL, NULL);
     CU_add_test(s, "test_backend_unknown_name", test_backend_unknown_name);
     CU_add_test(s, "test_backend_special_shapes", test_backend_special_shapes);
     CU_add_test(s, "test_backend_matches_double_reference", test_backend_matches_double_reference);
-    CU_add_test(s, "test_backend_naive_split_invariant", test_backend_naive_split_invariant);
+    CU_add_test(s, "test_backend_registry", test_backend_registry);
+    CU_add_test(s, "test_backend_split_invariant", test_backend_split_invariant);
 }

@@ -7,6 +7,7 @@
 #include "fingerprint.h"
 #include "envelope.h"
 #include "golden.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -80,6 +81,14 @@ static int run(int (*cmd)(int, char **), ...)
     return rc;
 }
 
+static void f_write(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
 static char *read_text(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -103,7 +112,7 @@ static int check(const char *junit, const char *json, bool strict)
 /* Per configuration of the single report in a check --json file: golden status and class. */
 typedef struct cfg_result {
     char config[96], golden[16], cls[16];
-    bool fails;
+    bool fails, bitwise_baseline;
 } cfg_result;
 
 static size_t json_results(cfg_result *out, size_t cap, const char *path)
@@ -124,6 +133,7 @@ static size_t json_results(cfg_result *out, size_t cap, const char *path)
         snprintf(out[n].cls, sizeof out[n].cls, "%s",
                  json_string_value(json_object_get(c, "class")));
         out[n].fails = json_is_true(json_object_get(c, "fails"));
+        out[n].bitwise_baseline = json_is_true(json_object_get(c, "bitwise_baseline"));
         n++;
     }
     json_decref(root);
@@ -136,6 +146,8 @@ static size_t json_results(cfg_result *out, size_t cap, const char *path)
 typedef struct junit_counts {
     int suites, cases, failures, skipped, structure_errors;
     int sum_tests_attr, sum_failures_attr;
+    int timed;        /* test cases with a time attribute > 0 */
+    int outs_full;    /* run test cases whose <system-out> names class, err/E and golden */
     char first_failure[512];
 } junit_counts;
 
@@ -179,6 +191,9 @@ static junit_counts parse_junit(const char *path)
                 continue;
             }
             k.cases++;
+            xmlChar *tm = xmlGetProp(t, (const xmlChar *)"time");
+            k.timed += tm && atof((const char *)tm) > 0.0;
+            xmlFree(tm);
             xmlChar *name = xmlGetProp(t, (const xmlChar *)"name");
             k.structure_errors += name == NULL || name[0] == '\0';
             xmlFree(name);
@@ -196,7 +211,13 @@ static junit_counts parse_junit(const char *path)
                     xmlFree(ty);
                 } else if (is(e, "skipped")) {
                     k.skipped++;
-                } else if (!is(e, "system-out") && !is(e, "system-err")) {
+                } else if (is(e, "system-out")) {
+                    xmlChar *txt = xmlNodeGetContent(e);
+                    const char *so = (const char *)txt;
+                    k.outs_full += so && strstr(so, "class ") && strstr(so, "err/E") &&
+                                   strstr(so, "golden ");
+                    xmlFree(txt);
+                } else if (!is(e, "system-err")) {
                     k.structure_errors++;
                 }
             }
@@ -232,14 +253,22 @@ static void test_check_bless_then_match(void)
     cfg_result r[16];
     size_t n = json_results(r, 16, json);
     CU_ASSERT_EQUAL(n, N_CFG);
+    /* One meaning per word: EXACT is "bitwise equal to its baseline", whatever the golden
+     * says; a golden match is its own flag. blas at steps 1 and 3 differs from its one-chunk
+     * baseline, so both kinds occur. */
+    int n_exact = 0;
     for (size_t i = 0; i < n; ++i) {
         CU_ASSERT_STRING_EQUAL(r[i].golden, "match");
-        CU_ASSERT_STRING_EQUAL(r[i].cls, "EXACT");
+        CU_ASSERT_EQUAL(strcmp(r[i].cls, "EXACT") == 0, r[i].bitwise_baseline);
+        n_exact += strcmp(r[i].cls, "EXACT") == 0;
         CU_ASSERT_FALSE(r[i].fails);
     }
+    CU_ASSERT(n_exact > 0 && n_exact < (int)n);
     /* Strict passes too: no bit changed. */
     CU_ASSERT_EQUAL(check(junit, json, true), 0);
     junit_counts k = parse_junit(junit);
+    CU_ASSERT_EQUAL(k.timed, N_CFG);     /* time is the configuration's wall time, not 0 */
+    CU_ASSERT_EQUAL(k.outs_full, N_CFG); /* passing cases say class, err/E, golden status */
     CU_ASSERT_EQUAL(k.structure_errors, 0);
     CU_ASSERT_EQUAL(k.suites, 1);
     CU_ASSERT_EQUAL(k.cases, N_CFG); /* one testcase per configuration */
@@ -297,7 +326,10 @@ static void test_check_mismatch_strict(void)
     CU_ASSERT_EQUAL(k.cases, N_CFG);
     CU_ASSERT_EQUAL(k.failures, 1);
     CU_ASSERT_EQUAL(k.sum_failures_attr, 1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(k.first_failure, "BITS: strict: golden mismatch"));
+    /* The message names the real cause: the golden, not the classification's reason. */
+    CU_ASSERT_PTR_NOT_NULL(strstr(k.first_failure, "GOLDEN_MISMATCH: strict bits: golden "
+                                                   "mismatch: capture XXH3 "));
+    CU_ASSERT_PTR_NULL(strstr(k.first_failure, "bitwise equal"));
     n = json_results(r, 16, json);
     for (size_t i = 0; i < n; ++i)
         CU_ASSERT_EQUAL(r[i].fails, strcmp(r[i].config, victim) == 0);
@@ -324,7 +356,7 @@ static void test_check_other_platform_falls_back(void)
     hx_fingerprint self, other;
     hx_fingerprint_detect(&self);
     other = self;
-    snprintf(other.blas_core, sizeof other.blas_core, "Haswell-elsewhere");
+    snprintf(other.backends, sizeof other.backends, "blas_core=Haswell-elsewhere");
     hx_fingerprint_finish(&other);
     hx_case *c = NULL;
     hx_config *cfgs = NULL;
@@ -356,8 +388,7 @@ static void test_check_other_platform_falls_back(void)
                         "--junit", junit, "--json", json, "-q", (char *)NULL), 0);
     const char *text = read_text(out_path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "blessed on: "));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, other.id));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "no golden for 6 configuration(s)"));
     cfg_result r[16];
     size_t n = json_results(r, 16, json);
     CU_ASSERT_EQUAL(n, N_CFG);
@@ -426,8 +457,17 @@ static void test_check_missing_model_skips(void)
     snprintf(p, sizeof p, "%s", path);
     snprintf(junit, sizeof junit, "%s/absent.xml", dir);
     snprintf(json, sizeof json, "%s/absent.json", dir);
+    /* Every case skipped: nothing was checked, which is not a pass (exit 3). */
     CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--junit",
-                        junit, "--json", json, "--strict", "-q", (char *)NULL), 0);
+                        junit, "--json", json, "--strict", "-q", (char *)NULL), 3);
+    CU_ASSERT_PTR_NOT_NULL(strstr(read_text(out_path), "NOTHING RAN"));
+    /* --allow-skip opts out; a case that ran beside it makes the skip harmless anyway. */
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--junit",
+                        junit, "--json", json, "--strict", "--allow-skip", "-q", (char *)NULL), 0);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, case_path, "--golden-dir", gdir, "--cache", cdir,
+                        "-q", (char *)NULL), 0);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--junit",
+                        junit, "--json", json, "--strict", "--allow-skip", "-q", (char *)NULL), 0);
     const char *out = read_text(out_path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(out);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "SKIP"));
@@ -522,6 +562,114 @@ static void test_check_drift_fails_and_bless_refuses(void)
                         "-q", (char *)NULL), 1);
 }
 
+/* Writes a variant of the tiny case (same name, so the same golden file) and returns its path. */
+static const char *variant_case(const char *file, const char *model, const char *tokens)
+{
+    char text[1024];
+    snprintf(text, sizeof text, "name = t-tiny\nmodel = %s\n\ntokens = %s\nsteps = 1,3,full\n"
+             "backends = naive,blas\nn_gen = 3\n", model, tokens);
+    static char path[1100];
+    snprintf(path, sizeof path, "%s", tu_write_file(file, text, strlen(text)));
+    return path;
+}
+
+/* A golden is pinned to its input: the same case name with another prompt or another model
+ * fails with "re-bless" (exit 1), never passes by falling back to the reference; --github
+ * points at the changed line of the case file and appends the Markdown to the step summary. */
+static void test_check_stale_golden_fails(void)
+{
+    setup_dirs();
+    char json[1100], summary[1100];
+    snprintf(json, sizeof json, "%s/stale.json", dir);
+    snprintf(summary, sizeof summary, "%s/step-summary.md", dir);
+    const char *p = variant_case("check/t-tiny-prompt.case", "synth:tiny:seed=7",
+                                 "1,72,101,108,108,111,32,120"); /* last token changed */
+    FILE *f = fopen(summary, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("earlier step\n", f);
+    fclose(f);
+    setenv("GITHUB_STEP_SUMMARY", summary, 1);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--json",
+                        json, "--github", "-q", (char *)NULL), 1);
+    unsetenv("GITHUB_STEP_SUMMARY");
+    const char *out = read_text(out_path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "re-bless"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "prompt token ids changed"));
+    char want[1200];
+    snprintf(want, sizeof want, "::error file=%s,line=4,title=kvdrift t-tiny ", p);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want)); /* line 4: the tokens key */
+    cfg_result r[16];
+    size_t n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    for (size_t i = 0; i < n; ++i) {
+        CU_ASSERT_STRING_EQUAL(r[i].golden, "stale");
+        CU_ASSERT(r[i].fails);
+    }
+    const char *sum = read_text(summary);
+    CU_ASSERT_EQUAL(strncmp(sum, "earlier step\n# kvdrift report: t-tiny", 37), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, "| stale | **FAIL** |"));
+
+    /* Another model (seed) under the same case name: stale too, pointing at the model line. */
+    p = variant_case("check/t-tiny-model.case", "synth:tiny:seed=8", "1,72,101,108,108,111,32,119");
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--github",
+                        "-q", (char *)NULL), 1);
+    out = read_text(out_path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "model changed"));
+    snprintf(want, sizeof want, "::error file=%s,line=2,", p);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    /* The original input still matches: the golden file was not touched by check. */
+    CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", gdir, "--cache", cdir,
+                        "--strict", "-q", (char *)NULL), 0);
+}
+
+/* An installed kvdrift run from another folder: the golden folder and a relative model path
+ * are found beside the case file, not in the working directory; report files go into folders
+ * that do not exist yet (made, as pytest's --junitxml does), with report.md among them. */
+static void test_check_paths_relative_to_case(void)
+{
+    setup_dirs();
+    char sub[1100], model[1200], cpath[1200], elsewhere[1100], cwd[4096];
+    snprintf(sub, sizeof sub, "%s/proj", dir);
+    snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", dir);
+    CU_ASSERT_FATAL(mkdir(sub, 0755) == 0 && mkdir(elsewhere, 0755) == 0);
+    snprintf(model, sizeof model, "%s/tiny7.gguf", sub);
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 7, LM_TYPE_F32, &err), LM_OK);
+    static const char text[] = "name = t-rel\nmodel = tiny7.gguf\ntokens = 1,72,101,108\n"
+                               "steps = 2,full\nbackends = naive\nn_gen = 2\n";
+    snprintf(cpath, sizeof cpath, "%s/rel.case", sub);
+    f_write(cpath, text);
+    CU_ASSERT_FATAL(getcwd(cwd, sizeof cwd) != NULL);
+    CU_ASSERT_FATAL(chdir(elsewhere) == 0);
+    int rb = run(cmd_bless, "bless", cpath, "--cache", cdir, "-q", (char *)NULL);
+    char outdir[1200], junit[1200], golden[1300];
+    snprintf(outdir, sizeof outdir, "%s/reports/deep", dir);
+    snprintf(junit, sizeof junit, "%s/junit/a/b/junit.xml", dir);
+    int rc = run(cmd_check, "check", cpath, "--cache", cdir, "-o", outdir, "--junit", junit,
+                 "--strict", "-q", (char *)NULL);
+    CU_ASSERT_FATAL(chdir(cwd) == 0);
+    CU_ASSERT_EQUAL(rb, 0);
+    CU_ASSERT_EQUAL(rc, 0); /* strict: every golden found and matching */
+    snprintf(golden, sizeof golden, "%s/golden/t-rel.json", sub);
+    CU_ASSERT_EQUAL(access(golden, R_OK), 0);
+    snprintf(golden, sizeof golden, "%s/golden", elsewhere);
+    CU_ASSERT_EQUAL(access(golden, F_OK), -1); /* nothing in the working directory */
+    CU_ASSERT_EQUAL(access(junit, R_OK), 0);
+    /* -o DIR writes every report; an explicit --junit goes where it says instead. */
+    const char *files[] = {"report.json", "report.md"};
+    char path[1400];
+    snprintf(path, sizeof path, "%s/junit.xml", outdir);
+    CU_ASSERT_EQUAL(access(path, F_OK), -1);
+    for (int i = 0; i < 2; ++i) {
+        snprintf(path, sizeof path, "%s/%s", outdir, files[i]);
+        CU_ASSERT_EQUAL(access(path, R_OK), 0);
+    }
+    snprintf(path, sizeof path, "%s/report.md", outdir);
+    const char *md = read_text(path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(md, "# kvdrift report: t-rel"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(md, "| `naive:step=2:threads=1` | match | pass |"));
+}
+
 void test_check_register(void)
 {
     CU_pSuite s = CU_add_suite("check", NULL, NULL);
@@ -533,4 +681,6 @@ void test_check_register(void)
     CU_add_test(s, "test_check_missing_model_skips", test_check_missing_model_skips);
     CU_add_test(s, "test_check_drift_fails_and_bless_refuses",
                 test_check_drift_fails_and_bless_refuses);
+    CU_add_test(s, "test_check_stale_golden_fails", test_check_stale_golden_fails);
+    CU_add_test(s, "test_check_paths_relative_to_case", test_check_paths_relative_to_case);
 }

@@ -3,6 +3,7 @@
 #include "atomic.h"
 #include "capture.h"
 #include "golden.h"
+#include "kvd_engine.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -20,7 +21,16 @@ static void test_golden_fingerprint(void)
     CU_ASSERT_STRING_EQUAL(a.id, b.id);
     CU_ASSERT_EQUAL(strlen(a.id), 16);
     CU_ASSERT_EQUAL(strspn(a.id, "0123456789abcdef"), 16);
-    CU_ASSERT_PTR_NOT_NULL(strstr(a.text, "blas_core="));
+    for (size_t i = 0; i < lm_backend_count(); ++i) { /* each backend's describe part */
+        const lm_backend_info *bi = lm_backend_at(i);
+        char part[320];
+        if (bi->describe == NULL)
+            continue;
+        bi->describe(part, sizeof part, false);
+        CU_ASSERT_PTR_NOT_NULL(strstr(a.text, part));
+        bi->describe(part, sizeof part, true);
+        CU_ASSERT_PTR_NOT_NULL(strstr(a.short_text, part));
+    }
     CU_ASSERT_PTR_NOT_NULL(strstr(a.text, "-ffp-contract=off")); /* KVD_BUILD_FLAGS */
     CU_ASSERT_PTR_NOT_NULL(strstr(a.libm, "expf="));
     CU_ASSERT_PTR_NOT_NULL(strstr(a.libc, "glibc "));
@@ -28,7 +38,7 @@ static void test_golden_fingerprint(void)
     CU_ASSERT_PTR_NULL(strchr(a.text, '\n'));
     fprintf(stderr, "\n  platform: %s\n", a.short_text);
     /* Each part separates goldens. */
-    snprintf(b.blas_core, sizeof b.blas_core, "Sandybridge");
+    snprintf(b.backends, sizeof b.backends, "blas_core=Sandybridge");
     hx_fingerprint_finish(&b);
     CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id);
     b = a;
@@ -41,10 +51,13 @@ static hx_fingerprint fake_fp(const char *core)
 {
     hx_fingerprint fp = {0};
     snprintf(fp.arch, sizeof fp.arch, "x86_64");
-    snprintf(fp.blas_core, sizeof fp.blas_core, "%s", core);
+    snprintf(fp.backends, sizeof fp.backends, "blas_core=%s", core);
     hx_fingerprint_finish(&fp);
     return fp;
 }
+
+static const hx_golden_input test_input = {"000102030405060708090a0b0c0d0e0f",
+                                           "0011223344556677", "9.9.9"};
 
 static size_t count_files(const char *dir)
 {
@@ -72,7 +85,7 @@ static void test_golden_roundtrip_sorted_atomic(void)
     for (int i = 0; i < 16; ++i)
         h[i] = (uint8_t)(i * 17);
     hx_golden_entry e;
-    hx_golden_entry_fill(&e, h, logits, 7, 11);
+    hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
     CU_ASSERT_EQUAL(e.n_top, 5);
     CU_ASSERT_EQUAL(e.top_ids[0], 1);
     CU_ASSERT_EQUAL(e.top_ids[1], 4); /* tie: lower id first */
@@ -113,13 +126,18 @@ static void test_golden_roundtrip_sorted_atomic(void)
     /* Logits come back as the same float32 (9 significant digits round-trip float32). */
     CU_ASSERT_EQUAL(memcmp(back.top_ids, e.top_ids, sizeof e.top_ids), 0);
     CU_ASSERT_EQUAL(memcmp(back.top_logits, e.top_logits, sizeof e.top_logits), 0);
+    /* The input it is pinned to comes back too. */
+    CU_ASSERT_STRING_EQUAL(back.model_hash, test_input.model_hash);
+    CU_ASSERT_STRING_EQUAL(back.tokens_hash, test_input.tokens_hash);
+    CU_ASSERT_STRING_EQUAL(back.version, test_input.version);
+    CU_ASSERT_FALSE(hx_golden_input_differs(&back, &test_input, NULL, 0));
     CU_ASSERT_EQUAL(hx_golden_find(g, "alpha", "blas:step=2", f2.id, &back, &found, &err), LM_OK);
     CU_ASSERT_FALSE(found);
     CU_ASSERT_EQUAL(hx_golden_find(g, "zeta", "naive:step=full", f2.id, &back, &found, &err), LM_OK);
     CU_ASSERT_FALSE(found); /* other platform */
     /* Replace an entry. */
     h[0] ^= 1;
-    hx_golden_entry_fill(&e, h, logits, 7, 11);
+    hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
     CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", &f1, &e, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_golden_count(g), 4);
     CU_ASSERT_EQUAL(hx_golden_find(g, "zeta", "naive:step=full", f1.id, &back, &found, &err), LM_OK);
@@ -132,7 +150,7 @@ static void test_golden_roundtrip_sorted_atomic(void)
     lm_err_clear(&err);
     /* A non-finite summary logit cannot be written as JSON: refused, not written. */
     logits[1] = INFINITY;
-    hx_golden_entry_fill(&e, h, logits, 7, 11);
+    hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
     CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=2", &f1, &e, &err), LM_E_INPUT);
     hx_golden_free(g);
 }
@@ -156,8 +174,18 @@ static void test_golden_malformed_files(void)
     bad_file("[]", "not a kvdrift golden file");
     bad_file("{\"format\":\"other\",\"version\":1,\"platforms\":{},\"cases\":{}}",
              "not a kvdrift golden file");
-    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":{}}",
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":3,\"platforms\":{},\"cases\":{}}",
              "version");
+    /* Input fields: all three or none. */
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":"
+             "{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":\"000102030405060708090a0b0c0d0e0f\","
+             "\"position\":1,\"top5\":[],\"model_xxh3_128\":\"000102030405060708090a0b0c0d0e0f\"}}}}}",
+             "tokens_xxh3_64");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":"
+             "{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":\"000102030405060708090a0b0c0d0e0f\","
+             "\"position\":1,\"top5\":[],\"model_xxh3_128\":\"0001\",\"tokens_xxh3_64\":"
+             "\"0011223344556677\",\"kvdrift_version\":\"1\"}}}}}",
+             "model_xxh3_128");
     bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},\"cases\":[]}",
              "must be objects");
     bad_file("{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{\"a\":1},\"cases\":{}}",
@@ -181,10 +209,68 @@ static void test_golden_malformed_files(void)
     CU_ASSERT_EQUAL(hx_golden_load(&g, absent, false, &err), LM_E_IO);
 }
 
+/* A golden is pinned to its input: each of model, token ids and version, changed alone, makes
+ * the entry differ (and names what changed); a version-1 entry (no input recorded) always
+ * differs; bless's pruning removes exactly the differing entries. */
+static void test_golden_input_pinning(void)
+{
+    float logits[3] = {1.0f, 2.0f, 3.0f};
+    uint8_t h[16] = {1};
+    hx_golden_entry e;
+    hx_golden_entry_fill(&e, h, logits, 3, 0, &test_input);
+    char why[256];
+    CU_ASSERT_FALSE(hx_golden_input_differs(&e, &test_input, why, sizeof why));
+    hx_golden_input in = test_input;
+    in.model_hash[31] = 'e';
+    CU_ASSERT(hx_golden_input_differs(&e, &in, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "model changed"));
+    in = test_input;
+    in.tokens_hash[0] = 'f';
+    CU_ASSERT(hx_golden_input_differs(&e, &in, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "token ids changed"));
+    in = test_input;
+    in.version = "9.9.10";
+    CU_ASSERT(hx_golden_input_differs(&e, &in, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "kvdrift 9.9.9"));
+    /* Token hash: order and value matter, and it is not the hash of nothing. */
+    int32_t a[3] = {1, 2, 3}, b[3] = {1, 3, 2};
+    char ha[17], hb[17], h0[17];
+    hx_tokens_hash(ha, a, 3);
+    hx_tokens_hash(hb, b, 3);
+    hx_tokens_hash(h0, a, 2);
+    CU_ASSERT_STRING_NOT_EQUAL(ha, hb);
+    CU_ASSERT_STRING_NOT_EQUAL(ha, h0);
+    CU_ASSERT_EQUAL(strspn(ha, "0123456789abcdef"), 16);
+
+    /* A version-1 file is read; its entries are stale; pruning removes them only. */
+    static const char v1[] = "{\"format\":\"kvdrift-golden\",\"version\":1,\"platforms\":{},"
+                             "\"cases\":{\"c\":{\"k\":{\"fp\":{\"xxh3_128\":"
+                             "\"000102030405060708090a0b0c0d0e0f\",\"position\":1,\"top5\":[]}}}}}";
+    const char *p = tu_write_file("golden-v1.json", v1, strlen(v1));
+    hx_golden *g = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_golden_load(&g, p, false, &err), LM_OK);
+    hx_golden_entry back;
+    bool found = false;
+    CU_ASSERT_EQUAL(hx_golden_find(g, "c", "k", "fp", &back, &found, &err), LM_OK);
+    CU_ASSERT(found);
+    CU_ASSERT(hx_golden_input_differs(&back, &test_input, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "golden format 1"));
+    hx_fingerprint f1 = fake_fp("Zen");
+    CU_ASSERT_EQUAL(hx_golden_set(g, "c", "k", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_count(g), 2);
+    CU_ASSERT_EQUAL(hx_golden_prune_stale(g, "c", "k", &test_input), 1);
+    CU_ASSERT_EQUAL(hx_golden_count(g), 1);
+    CU_ASSERT_EQUAL(hx_golden_find(g, "c", "k", f1.id, &back, &found, &err), LM_OK);
+    CU_ASSERT(found);
+    hx_golden_free(g);
+}
+
 void test_golden_register(void)
 {
     CU_pSuite s = CU_add_suite("golden", NULL, NULL);
     CU_add_test(s, "test_golden_fingerprint", test_golden_fingerprint);
     CU_add_test(s, "test_golden_roundtrip_sorted_atomic", test_golden_roundtrip_sorted_atomic);
     CU_add_test(s, "test_golden_malformed_files", test_golden_malformed_files);
+    CU_add_test(s, "test_golden_input_pinning", test_golden_input_pinning);
 }

@@ -281,6 +281,41 @@ static void test_model_unsupported_arch(void)
     CU_ASSERT_EQUAL(lm_model_load(&m, path, &err), LM_E_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'qwen9'"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, lm_arch_expected())); /* the table's names */
+}
+
+/* The architecture table: unique names, every row found by name and listed in the expected
+ * names, every required tensor name and key prefix present. */
+static void test_model_arch_table(void)
+{
+    CU_ASSERT_FATAL(lm_arch_count() >= 1);
+    CU_ASSERT_PTR_NULL(lm_arch_at(lm_arch_count()));
+    CU_ASSERT_PTR_NULL(lm_arch_find("no-such-arch"));
+    CU_ASSERT_PTR_NULL(lm_arch_find(NULL));
+    for (size_t i = 0; i < lm_arch_count(); ++i) {
+        const lm_arch *a = lm_arch_at(i);
+        CU_ASSERT_PTR_EQUAL(lm_arch_find(a->name), a);
+        CU_ASSERT(a->name[0] != '\0' && strlen(a->name) < sizeof(((lm_hparams *)0)->arch));
+        CU_ASSERT(a->key_prefix != NULL && a->key_prefix[0] != '\0');
+        CU_ASSERT_PTR_NOT_NULL(strstr(lm_arch_expected(), a->name));
+        CU_ASSERT(a->rope_theta > 0.0f && a->rms_eps > 0.0f && a->rms_eps < 1.0f);
+        const lm_arch_tensors *t = &a->tensors;
+        const char *req[] = {t->tok_embd, t->output_norm, t->output, t->attn_norm, t->attn_q,
+                             t->attn_k, t->attn_v, t->attn_output, t->ffn_norm, t->ffn_gate,
+                             t->ffn_up, t->ffn_down};
+        for (size_t j = 0; j < sizeof req / sizeof req[0]; ++j)
+            CU_ASSERT(req[j] != NULL && req[j][0] != '\0');
+    }
+    /* a model loaded from a file carries its row */
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_PTR_EQUAL(m->arch, lm_arch_find(m->hp.arch));
+    CU_ASSERT_EQUAL(m->hp.rope_type, m->arch->rope_type);
+    lm_model_free(m);
 }
 
 void test_model_register(void)
@@ -293,4 +328,5 @@ void test_model_register(void)
                 test_model_missing_tensor_and_wrong_shape);
     CU_add_test(s, "test_model_quantized_weights", test_model_quantized_weights);
     CU_add_test(s, "test_model_unsupported_arch", test_model_unsupported_arch);
+    CU_add_test(s, "test_model_arch_table", test_model_arch_table);
 }

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
+#include "sweep.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -193,6 +194,52 @@ static void test_profile_config_key(void)
     CU_ASSERT(lm_profile_rounds(lm_profile_find("q8act")));
 }
 
+/* sweep --profile: kvdrift's own naive engine run under f16kv and q8act (round to nearest at
+ * the profile's sites) is judged against that profile's envelope: no false alarm, and far
+ * beyond f32's envelope (so the profile's envelope, not f32's, is what was used). */
+static void test_profile_sweep_axis(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    hx_config *c = NULL;
+    size_t n = 0;
+    static const char be[1][16] = {"naive"};
+    static const uint32_t steps[2] = {3, 0};
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&c, &n, be, 1, steps, 2, NULL, 0, NULL, 0, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_config_cross_profile(&c, &n, "--profile", "f32,f16kv,q8act", &err),
+                          LM_OK);
+    CU_ASSERT_EQUAL_FATAL(n, 6u);
+    char cache[512];
+    snprintf(cache, sizeof cache, "%s/profile-sweep-cache", tu_tmpdir());
+    const int32_t toks[5] = {1, 403, 407, 261, 378};
+    hx_sweep_params p = {.model = m, .prompt = toks, .n_prompt = 5, .n_gen = 4, .configs = c,
+                         .n_configs = n, .cache_dir = cache, .ref_threads = 1, .quiet = true};
+    hx_sweep_result *r = NULL;
+    int rc = hx_sweep_run_all(&r, &p, &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "sweep: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    CU_ASSERT_PTR_NOT_NULL(r->env_prof[0]);
+    CU_ASSERT_PTR_NOT_NULL(r->env_prof[1]);
+    CU_ASSERT_PTR_NULL(r->env_prof[2]); /* bf16: no configuration uses it */
+    for (size_t i = 0; i < n; ++i) {
+        const hx_config_report *cr = &r->report->configs[i];
+        CU_ASSERT_FALSE(hx_class_fails(cr->cls));
+        CU_ASSERT(cr->worst_ratio <= 1.0);
+    }
+    /* the f16kv run's logits error is far beyond f32's envelope at the same row */
+    const hx_config_report *c32 = &r->report->configs[1], *c16 = &r->report->configs[3];
+    CU_ASSERT_STRING_EQUAL(c16->config, "naive:step=full:profile=f16kv");
+    CU_ASSERT(c16->vs_ref.max_abs > 10.0 * c32->e_logits_max);
+    hx_sweep_result_free(r);
+    free(c);
+    lm_model_free(m);
+}
+
 void test_profile_register(void)
 {
     CU_pSuite s = CU_add_suite("profile", NULL, NULL);
@@ -203,4 +250,5 @@ void test_profile_register(void)
     CU_add_test(s, "test_profile_sr_slot_frequency", test_profile_sr_slot_frequency);
     CU_add_test(s, "test_profile_engine_f16kv_cache", test_profile_engine_f16kv_cache);
     CU_add_test(s, "test_profile_config_key", test_profile_config_key);
+    CU_add_test(s, "test_profile_sweep_axis", test_profile_sweep_axis);
 }

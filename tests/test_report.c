@@ -192,7 +192,7 @@ static void test_report_junit_wellformed_and_escaped(void)
     CU_ASSERT_EQUAL(count_elems(root, "testsuite"), 1);
     CU_ASSERT_EQUAL(count_elems(root, "testcase"), 3);
     CU_ASSERT_EQUAL(count_elems(root, "failure"), 1);      /* only DRIFT fails by default */
-    CU_ASSERT_EQUAL(count_elems(root, "system-out"), 1);   /* the TIE_FLIP note */
+    CU_ASSERT_EQUAL(count_elems(root, "system-out"), 3);   /* class, err/E, golden: each */
     xmlNode *suite = find_elem(root, "testsuite");
     xmlChar *name = xmlGetProp(suite, (const xmlChar *)"name");
     CU_ASSERT_STRING_EQUAL((const char *)name, "stories <&> \"case\""); /* escaped, read back */
@@ -209,7 +209,7 @@ static void test_report_junit_wellformed_and_escaped(void)
     xmlFree(type);
     xmlFree(msg);
     xmlFreeDoc(doc);
-    /* Strict: the golden mismatch and the absent golden fail too, as BITS. */
+    /* Strict: the golden mismatch and the absent golden fail too, named as such. */
     CU_ASSERT_EQUAL_FATAL(hx_report_write_junit(rs, 1, true, path, &err), LM_OK);
     doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
     CU_ASSERT_PTR_NOT_NULL_FATAL(doc);

@@ -133,6 +133,37 @@ static void test_routing_report_against_reference(void)
     lm_model_free(m);
 }
 
+/* The TIE band's ensemble members are seeded configurations: each seed must reach the backend
+ * in full (a 20-digit seed does not fit hx_config.backend), so two members with different seeds
+ * route with different margins, and the same seed twice reproduces its bits. */
+static void test_routing_ensemble_members_differ(void)
+{
+    char name[LM_BACKEND_NAME_MAX];
+    const hx_config big = {.backend = "naive-sr", .sr_seed = 7743487051867518001ull};
+    CU_ASSERT_STRING_EQUAL(hx_config_backend_name(name, sizeof name, &big),
+                           "naive-sr:seed=7743487051867518001");
+    const hx_config plain = {.backend = "naive", .sr_seed = 5};
+    CU_ASSERT_STRING_EQUAL(hx_config_backend_name(name, sizeof name, &plain), "naive");
+    lm_model *m = load("moe");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    int32_t t[N_TOK];
+    tokens(t, N_TOK, m->hp.n_vocab);
+    hx_routing r[3];
+    lm_err err = {0};
+    const uint64_t seeds[3] = {7743487051867518001ull, 7743487051867518002ull,
+                               7743487051867518001ull};
+    for (int i = 0; i < 3; ++i) {
+        const hx_config c = {.backend = "naive-sr", .threads = 1, .sr_seed = seeds[i]};
+        CU_ASSERT_FATAL(hx_routing_capture(&r[i], m, &c, t, N_TOK, &err) == LM_OK);
+    }
+    const size_t nm = (size_t)r[0].n_layer * r[0].n_pos * sizeof *r[0].margin;
+    CU_ASSERT_NOT_EQUAL(memcmp(r[0].margin, r[1].margin, nm), 0);
+    CU_ASSERT_EQUAL(memcmp(r[0].margin, r[2].margin, nm), 0);
+    for (int i = 0; i < 3; ++i)
+        hx_routing_free(&r[i]);
+    lm_model_free(m);
+}
+
 static void test_routing_bad_input(void)
 {
     lm_model *m = load("tiny");
@@ -156,5 +187,6 @@ void test_routing_register(void)
     CU_add_test(s, "test_routing_flips_classified", test_routing_flips_classified);
     CU_add_test(s, "test_routing_report_against_reference",
                 test_routing_report_against_reference);
+    CU_add_test(s, "test_routing_ensemble_members_differ", test_routing_ensemble_members_differ);
     CU_add_test(s, "test_routing_bad_input", test_routing_bad_input);
 }

@@ -15,9 +15,8 @@ typedef void (*lm_probe_fn)(void *user, uint32_t layer, const char *op, uint32_t
                             const float *x, size_t row_elems);
 
 typedef struct lm_ctx_params {
-    const char *backend; /* "naive" or "blas" (NULL = "blas"); also "naive-sr[:seed=N]":
-                            naive's order with seeded stochastic rounding (noise ensembles,
-                            engine/backend_naive_sr.c; build the name with lm_sr_backend_name) */
+    const char *backend; /* a registered name (lm_backend_at; NULL = "blas"); a LM_BE_SEEDED
+                            backend also as NAME:seed=N (lm_backend_seeded_name) */
     int n_threads;       /* blas: OpenBLAS threads (0 = all cores), also the threads of the
                             row-parallel elementwise work; naive: ignored (always 1) */
     uint32_t n_ctx;      /* KV cache capacity in positions (0 = prompt + generation chosen by
@@ -83,13 +82,54 @@ const uint32_t *lm_ctx_moe_routing(const lm_ctx *c, uint32_t il, uint32_t *n, ui
 /* With a rotating cache, lm_ctx_k/v return the layer's slots (positions lm_ctx_kv_pos()),
  * not positions 0..n_past-1. NULL without a rotating cache. */
 const int32_t *lm_ctx_kv_pos(const lm_ctx *c, uint32_t *n_slots);
-/* "naive-sr:seed=<seed>" into buf (LM_SR_NAME_MAX bytes suffice). */
-#define LM_SR_NAME_MAX 48
-void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);
-/* Whether name[0..len) names a backend a user may choose (the factory's table in
- * engine/backend.c, the one list of them), and that list as "naive or blas" for messages. */
+/* --- backends: an enumerable registry (engine/backend.c holds the one table) --- */
+
+/* Capability flags: what callers may assume about a backend, asked instead of its name. */
+enum {
+    /* Keeps process-global state (OpenBLAS's thread count): never run it beside another run
+     * in the same process. */
+    LM_BE_SHARES_PROCESS_STATE = 1u << 0,
+    /* Each output's summation order is fixed and independent of how rows are split into calls
+     * (prefill step) and of threads: every step and thread count gives the same bits. */
+    LM_BE_CHUNK_INVARIANT = 1u << 1,
+    /* Takes a seed in its name, NAME:seed=N (lm_backend_seeded_name): a member of the noise
+     * ensemble, not a configuration users choose (lm_backend_known is false for it). */
+    LM_BE_SEEDED = 1u << 2,
+    /* Rounds stochastically: each operation errs by up to one ulp (2u), not half of one. */
+    LM_BE_STOCHASTIC_ROUNDING = 1u << 3,
+};
+
+typedef struct lm_backend_info {
+    const char *name;    /* what lm_ctx_params.backend and CONFIG strings name it by */
+    const char *summary; /* one line: summation order and threading */
+    unsigned flags;      /* LM_BE_* */
+    /* (optional: NULL = nothing beyond the compiler, build flags and libm) What on this machine
+     * decides this backend's bits, written NUL-terminated into buf[n]: with brief false as
+     * "key=value" parts joined by "; " (no newline; hashed into the golden-file platform
+     * key), with brief true as one short word for one-line platform summaries. */
+    void (*describe)(char *buf, size_t n, bool brief);
+} lm_backend_info;
+
+/* The registry: backends 0 .. lm_backend_count()-1, in a fixed order. */
+size_t lm_backend_count(void);
+/* NULL when i >= lm_backend_count(). */
+const lm_backend_info *lm_backend_at(size_t i);
+/* The backend named by name[0..len), or by its part before ':' (a seeded name); NULL when
+ * none. */
+const lm_backend_info *lm_backend_find(const char *name, size_t len);
+/* Flags of the backend a NUL-terminated name (or seeded name) selects; 0 when unknown. */
+unsigned lm_backend_flags(const char *name);
+/* Whether name[0..len) names a backend a user may choose (registered, not LM_BE_SEEDED), and
+ * those names as "a, b or c" for messages (generated from the registry). */
 bool lm_backend_known(const char *name, size_t len);
 const char *lm_backend_expected(void);
+/* "<backend>:seed=<seed>" into buf, the name that creates a LM_BE_SEEDED backend with that
+ * seed (LM_BACKEND_NAME_MAX bytes suffice for a registered name). */
+#define LM_BACKEND_NAME_MAX 48
+void lm_backend_seeded_name(char *buf, size_t n, const char *backend, uint64_t seed);
+/* The same for "naive-sr", the stochastic-rounding ensemble member. */
+#define LM_SR_NAME_MAX LM_BACKEND_NAME_MAX
+void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);
 
 /* --- sampling --- */
 typedef struct lm_sampler_params {

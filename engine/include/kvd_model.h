@@ -11,8 +11,49 @@ typedef enum lm_rope_type {
     LM_ROPE_NEOX = 2  /* rotate halves (x[i], x[i + n_rot/2]) */
 } lm_rope_type;
 
+/* Where the RMSNorms sit in a layer. */
+typedef enum lm_norm_place {
+    LM_NORM_PRE = 0 /* x += attn(norm(x)); x += ffn(norm(x)) (llama) */
+} lm_norm_place;
+
+/* The FFN's gated activation. */
+typedef enum lm_ffn_act {
+    LM_ACT_SWIGLU = 0 /* down(silu(gate(x)) * up(x)) */
+} lm_ffn_act;
+
+/* GGUF tensor names of one architecture: global ones in full, per-layer ones after "blk.N.". */
+typedef struct lm_arch_tensors {
+    const char *tok_embd, *output_norm, *output;
+    const char *attn_norm, *attn_q, *attn_k, *attn_v, *attn_output;
+    const char *attn_q_bias, *attn_k_bias, *attn_v_bias, *attn_output_bias; /* optional */
+    const char *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    const char *attn_sinks;                                                 /* optional */
+    const char *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps; /* MoE layers */
+} lm_arch_tensors;
+
+/* One row of the architecture table (engine/arch.c): everything the loader and the forward
+ * pass decide by general.architecture. */
+typedef struct lm_arch {
+    const char *name;         /* general.architecture */
+    const char *key_prefix;   /* hyperparameter keys are "<key_prefix>.<key>" */
+    lm_rope_type rope_type;
+    float rope_theta;         /* when rope.freq_base is absent */
+    float rms_eps;            /* when attention.layer_norm_rms_epsilon is absent */
+    lm_norm_place norm_place;
+    lm_ffn_act act;
+    lm_arch_tensors tensors;
+} lm_arch;
+
+/* The table: rows 0 .. lm_arch_count()-1; lm_arch_at is NULL past the end. */
+size_t lm_arch_count(void);
+const lm_arch *lm_arch_at(size_t i);
+/* The row whose name is `name`; NULL when none. */
+const lm_arch *lm_arch_find(const char *name);
+/* The supported names as "a, b or c" (for messages). */
+const char *lm_arch_expected(void);
+
 typedef struct lm_hparams {
-    char arch[32];        /* general.architecture */
+    char arch[32];        /* general.architecture (a row of the architecture table) */
     uint32_t n_vocab;
     uint32_t n_embd;
     uint32_t n_layer;
@@ -69,6 +110,8 @@ typedef struct lm_layer {
 
 typedef struct lm_model {
     lm_hparams hp;
+    const lm_arch *arch;      /* the architecture table's row for hp.arch (NULL in models that
+                                 tests build by hand) */
     const float *tok_embd;    /* [n_vocab][n_embd] */
     const float *output_norm; /* [n_embd] */
     const float *output;      /* [n_vocab][n_embd]; == tok_embd when hp.tied_output */

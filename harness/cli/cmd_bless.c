@@ -16,13 +16,15 @@ static const char usage_text[] =
     "usage: kvdrift bless CASE... [--golden-dir DIR] [--force] [options]\n"
     "Runs every case file (its sweep, reference and envelope, as check does) and writes the\n"
     "XXH3-128 of each configuration's canonical capture, with the top-5 logits at the last\n"
-    "prompt position, into GOLDEN-DIR/<case name>.json for this platform fingerprint: this\n"
-    "platform's entries are replaced, other platforms' kept; the file is replaced atomically.\n"
+    "prompt position, into GOLDEN-DIR/<case name>.json for this platform fingerprint, pinned\n"
+    "to the model file's hash, the prompt's token ids and this kvdrift version: this\n"
+    "platform's entries are replaced, other platforms' kept, entries blessed for other input\n"
+    "(stale: check fails on them) removed; the file is replaced atomically.\n"
     "A configuration classified DRIFT, FLIP or NONFINITE is refused (a golden must never\n"
     "enshrine a defect) unless --force; the case's other configurations are still blessed.\n"
     "All or nothing: every case runs first; when one is bad input (a model that cannot be\n"
     "loaded or does not exist), no golden file is written.\n\n"
-    "      --golden-dir DIR  golden files (default " HX_GOLDEN_DIR ")\n"
+    "      --golden-dir DIR  golden files (default: CASE's folder/golden)\n"
     "      --force           bless failing configurations too\n"
     "      --cache DIR       reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE\n"
     "                        or ~/.cache/kvdrift)\n"
@@ -37,15 +39,14 @@ typedef struct bless_plan {
     char gpath[4096];   /* GOLDEN-DIR/<case name>.json */
     char case_name[256];
     hx_golden *g;       /* the golden file with this platform's entries replaced */
-    size_t n_set, n_refused;
+    size_t n_set, n_refused, n_pruned; /* n_pruned: stale entries removed (other input) */
 } bless_plan;
 
 /* Sets the entries of one run case into its golden file, loaded into plan (nothing written). */
 static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_dir,
                      const hx_fingerprint *fp, bool force, lm_err *err)
 {
-    int rc = hx_caserun_golden_path(plan->gpath, sizeof plan->gpath, golden_dir, cr->c->name,
-                                    err);
+    int rc = hx_caserun_golden_path(plan->gpath, sizeof plan->gpath, golden_dir, cr->c, err);
     if (rc != LM_OK || (rc = hx_golden_load(&plan->g, plan->gpath, true, err)) != LM_OK)
         return rc;
     const hx_report *r = cr->report;
@@ -60,8 +61,10 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
         }
         hx_golden_entry e;
         rc = hx_caserun_entry(&e, cr, i, err);
-        if (rc == LM_OK)
+        if (rc == LM_OK) {
+            plan->n_pruned += hx_golden_prune_stale(plan->g, r->case_name, c->config, &cr->input);
             rc = hx_golden_set(plan->g, r->case_name, c->config, fp, &e, err);
+        }
         if (rc == LM_OK) {
             plan->n_set++;
             printf("  %-28s %-9s %s%s\n", c->config, hx_class_name(c->cls), e.hash_hex,
@@ -69,6 +72,17 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
         }
     }
     return rc;
+}
+
+/* The golden file's folder (GOLDEN-DIR, by default "golden" beside the case file). */
+static int make_parent(const char *path, lm_err *err)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return LM_OK;
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    return hx_mkdir_p(dir, err);
 }
 
 int cmd_bless(int argc, char **argv)
@@ -103,9 +117,8 @@ int cmd_bless(int argc, char **argv)
     if (optind >= argc)
         return hx_cli_fail("bless", "no CASE files given (try --help)");
 
-    const char *gdir = golden_dir && *golden_dir ? golden_dir : HX_GOLDEN_DIR;
     lm_err err = {0};
-    if (hx_cli_check_out_dir(gdir, &err) != LM_OK)
+    if (golden_dir && *golden_dir && hx_cli_check_out_dir(golden_dir, &err) != LM_OK)
         return hx_cli_fail("bless", "--golden-dir %s", err.msg);
 
     size_t n_cases = (size_t)(argc - optind);
@@ -153,16 +166,14 @@ int cmd_bless(int argc, char **argv)
                            "nothing blessed", n_skipped);
         goto done;
     }
-    if ((st = hx_mkdir_p(gdir, &err)) != LM_OK)
-        goto done;
     for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
         const bless_plan *pl = &plans[i];
-        if (pl->n_set > 0)
+        if (pl->n_set > 0 && (st = make_parent(pl->gpath, &err)) == LM_OK)
             st = hx_golden_save(pl->g, pl->gpath, &err);
         if (st == LM_OK)
-            printf("  %s: %zu configuration(s) blessed%s%s for platform %s, %zu refused\n",
-                   pl->case_name, pl->n_set, pl->n_set ? " into " : "", pl->n_set ? pl->gpath : "",
-                   fp.id, pl->n_refused);
+            printf("  %s: %zu configuration(s) blessed%s%s for platform %s, %zu refused, %zu "
+                   "stale entries removed\n", pl->case_name, pl->n_set, pl->n_set ? " into " : "",
+                   pl->n_set ? pl->gpath : "", fp.id, pl->n_refused, pl->n_pruned);
     }
     if (st != LM_OK)
         goto done;

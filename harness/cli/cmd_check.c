@@ -1,12 +1,13 @@
 /* cmd_check.c — `kvdrift check`: CI regression mode. Each case file runs its sweep; each
- * configuration's capture hash is compared with the golden blessed for this platform, and the
- * configuration is judged by its classification against the reference and envelope. */
+ * configuration is judged by its classification against the reference and envelope, and its
+ * capture hash against the golden blessed under its key for the same input (golden_judge.h). */
 #include "commands.h"
 
 #include "caserun.h"
 #include "cli_util.h"
 #include "classify.h"
 #include "golden.h"
+#include "golden_judge.h"
 #include "report.h"
 
 #include <getopt.h>
@@ -14,192 +15,254 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char usage_text[] =
-    "usage: kvdrift check CASE... [--junit FILE] [--json FILE] [--strict] [options]\n"
+    "usage: kvdrift check CASE... [-o DIR] [--junit FILE] [--json FILE] [--md FILE] [options]\n"
     "Runs every case file (cases/README.md): its sweep, the MPFR reference and the noise\n"
-    "envelope; then, per configuration, compares the XXH3-128 of its canonical capture with the\n"
-    "golden blessed for this platform fingerprint (GOLDEN-DIR/<case name>.json):\n"
-    "  equal              -> EXACT (golden match)\n"
-    "  different, absent  -> the class against the reference and envelope\n"
-    "A configuration fails on DRIFT, FLIP or NONFINITE; with --strict (or the case's\n"
-    "strict_bits = true) also on any changed bit (golden mismatch or absent). A golden blessed\n"
-    "on another platform is absent here: the reference classification decides. A case whose\n"
-    "model file is absent is skipped, not failed.\n\n"
-    "      --junit FILE      write JUnit XML (one testcase per case x configuration)\n"
-    "      --json FILE       write the reports as JSON (harness/REPORT-SCHEMA.md)\n"
+    "envelope; classifies every configuration against them; then compares the XXH3-128 of its\n"
+    "canonical capture with the golden blessed under its key (GOLDEN-DIR/<case name>.json):\n"
+    "  match     bits as blessed (a flag beside the class, which stays the classification's)\n"
+    "  mismatch  other bits: the class decides (--strict: fails)\n"
+    "  absent    no golden under this key: the class decides (--strict: fails)\n"
+    "  stale     the golden was blessed for another model, prompt or kvdrift version: fails,\n"
+    "            re-bless (kvdrift bless CASE)\n"
+    "A configuration fails on DRIFT, FLIP or NONFINITE, on a stale golden, and with --strict\n"
+    "(or the case's strict_bits = true) on any changed bit. A case whose model file is absent\n"
+    "is skipped; when every case is skipped nothing was checked, which is not a pass (exit 3).\n"
+    "GOLDEN-DIR defaults to the folder 'golden' beside each case file; a relative model path in\n"
+    "a case file is relative to that file's folder.\n\n"
+    "  -o, --out DIR         write DIR/junit.xml, DIR/report.json, DIR/report.md\n"
+    "      --junit FILE      JUnit XML (one testcase per case x configuration)\n"
+    "      --json FILE       the reports as JSON (REPORT-SCHEMA.md)\n"
+    "      --md FILE         the reports as Markdown\n"
+    "                        (missing folders of these files are created)\n"
+    "      --github          GitHub Actions: ::error/::warning annotations on the case files,\n"
+    "                        and the Markdown appended to $GITHUB_STEP_SUMMARY when set\n"
     "      --strict          fail on any changed bit\n"
-    "      --golden-dir DIR  golden files (default " HX_GOLDEN_DIR ")\n"
+    "      --allow-skip      exit 0 when every case was skipped (default: exit 3)\n"
+    "      --golden-dir DIR  golden files (default: CASE's folder/golden)\n"
     "      --cache DIR       reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE\n"
     "                        or ~/.cache/kvdrift)\n"
     "  -j, --jobs N          engine runs in parallel (default 1; results do not change)\n"
     "  -q, --quiet           no progress lines\n"
     "  -h, --help            this text\n\n"
-    "exit codes: 0 every configuration passes (or was skipped), 1 a configuration fails,\n"
-    "2 usage or input error (a bad case file: FILE:LINE: reason)\n";
+    "exit codes: 0 every configuration passes, 1 a configuration fails (regression or stale\n"
+    "golden), 2 usage or input error (a bad case file: FILE:LINE: reason), 3 nothing ran (every\n"
+    "case skipped; --allow-skip makes it 0)\n";
 
-/* The folder a report file goes into must exist before hours of work are spent. */
-static bool parent_exists(const char *path)
+#define CHECK_EXIT_NOTHING_RAN 3
+
+typedef struct check_out {
+    const char *junit, *json, *md;
+    char junit_buf[4096], json_buf[4096], md_buf[4096];
+    bool github;
+} check_out;
+
+/* Report files' folders are made before hours of work are spent, and the files checked;
+ * errors name the option. */
+static int prepare_out(const char *opt, const char *path, lm_err *err)
 {
+    if (path == NULL)
+        return LM_OK;
+    int rc = LM_OK;
     const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        return true;
-    char dir[4096];
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    if (n >= sizeof dir)
-        return false;
-    memcpy(dir, path, n);
-    dir[n] = '\0';
-    struct stat st;
-    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    if (slash && slash != path) {
+        char dir[4096];
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dir)
+            return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", path);
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+        rc = hx_mkdir_p(dir, err);
+    }
+    if (rc == LM_OK)
+        rc = hx_cli_check_out_file(path, err);
+    if (rc != LM_OK) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        lm_err_clear(err); /* the first error set is kept: replace it with the named one */
+        return LM_FAIL(err, rc, "%s %.400s", opt, msg);
+    }
+    return LM_OK;
 }
 
-/* Platform ids that have entries for this case in the golden file (read directly: golden.h
- * answers lookups, this only lists), as "id1, id2" in buf; "" when none or unreadable. */
-static void other_platforms(char *buf, size_t cap, const char *path, const char *case_name,
-                            const char *self_id)
+static int prepare_outputs(check_out *o, const char *out_dir, lm_err *err)
 {
-    buf[0] = '\0';
-    json_t *root = json_load_file(path, 0, NULL);
-    json_t *cfgs = json_object_get(json_object_get(root, "cases"), case_name);
-    const char *ck, *pk;
-    json_t *cv, *pv;
-    size_t used = 0;
-    char seen[16][17];
-    size_t n_seen = 0;
-    json_object_foreach(cfgs, ck, cv) {
-        json_object_foreach(cv, pk, pv) {
-            bool dup = strcmp(pk, self_id) == 0;
-            for (size_t i = 0; i < n_seen && !dup; ++i)
-                dup = strcmp(seen[i], pk) == 0;
-            if (dup || n_seen == 16 || strlen(pk) > 16)
-                continue;
-            snprintf(seen[n_seen++], sizeof seen[0], "%s", pk);
-            int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", pk);
-            if (w < 0 || (size_t)w >= cap - used)
-                break;
-            used += (size_t)w;
+    if (out_dir) {
+        const char *names[3] = {"junit.xml", "report.json", "report.md"};
+        char *bufs[3] = {o->junit_buf, o->json_buf, o->md_buf};
+        const char **dst[3] = {&o->junit, &o->json, &o->md};
+        for (int i = 0; i < 3; ++i) {
+            if (*dst[i])
+                continue; /* an explicit --junit/--json/--md wins */
+            int n = snprintf(bufs[i], sizeof o->junit_buf, "%s/%s", out_dir, names[i]);
+            if (n < 0 || (size_t)n >= sizeof o->junit_buf)
+                return LM_FAIL(err, LM_E_INPUT, "--out %.64s...: path too long", out_dir);
+            *dst[i] = bufs[i];
         }
     }
-    json_decref(root);
-}
-
-/* Sets every configuration's golden status, and the class EXACT where the bits are the blessed
- * ones. A golden match never hides a failing class: bless refuses defects, so bits equal to
- * the golden that classify as DRIFT/FLIP/NONFINITE now mean the reference or the envelope
- * changed since blessing, and that verdict is kept. Counts go to n_match/n_mismatch/n_absent. */
-static int apply_goldens(hx_caserun *cr, const char *golden_path, const hx_fingerprint *fp,
-                         size_t counts[3], lm_err *err)
-{
-    hx_golden *g = NULL;
-    int rc = hx_golden_load(&g, golden_path, true, err);
-    if (rc != LM_OK)
-        return rc;
-    hx_report *r = cr->report;
-    for (size_t i = 0; i < r->n_configs && rc == LM_OK; ++i) {
-        hx_config_report *c = &r->configs[i];
-        hx_golden_entry e;
-        bool found = false;
-        rc = hx_golden_find(g, r->case_name, c->config, fp->id, &e, &found, err);
-        if (rc != LM_OK)
-            break;
-        if (!found) {
-            c->golden = HX_GOLDEN_ABSENT;
-            counts[2]++;
-        } else if (strcmp(e.hash_hex, c->hash_hex) == 0) {
-            c->golden = HX_GOLDEN_MATCH;
-            counts[0]++;
-            if (!hx_class_fails(c->cls)) {
-                char was[320];
-                snprintf(was, sizeof was, "%s", c->reason);
-                /* Precision bounds the copied reason so the line fits (it may be cut). */
-                snprintf(c->reason, sizeof c->reason, "golden match (bits as blessed); vs "
-                         "reference: %s%s%.*s", hx_class_name(c->cls), was[0] ? ", " : "",
-                         (int)(sizeof c->reason - 64), was);
-                c->cls = HX_EXACT;
-            }
-        } else {
-            c->golden = HX_GOLDEN_MISMATCH;
-            counts[1]++;
-            /* The summary explains a mismatch without the old bytes: where did top-1 go. */
-            if (cr->sweep && i < cr->sweep->n_runs) {
-                hx_golden_entry now;
-                if (hx_caserun_entry(&now, cr, i, err) == LM_OK && now.n_top && e.n_top &&
-                    now.top_ids[0] != e.top_ids[0])
-                    fprintf(stdout, "  note: %s: top-1 at position %u was id %d (%.9g) when "
-                            "blessed, now id %d (%.9g)\n", c->config, (unsigned)e.position,
-                            (int)e.top_ids[0], (double)e.top_logits[0], (int)now.top_ids[0],
-                            (double)now.top_logits[0]);
-            }
-        }
-    }
-    hx_golden_free(g);
+    int rc = prepare_out("--junit", o->junit, err);
+    if (rc == LM_OK)
+        rc = prepare_out("--json", o->json, err);
+    if (rc == LM_OK)
+        rc = prepare_out("--md", o->md, err);
     return rc;
 }
 
-static void print_case(const hx_caserun *cr, const char *golden_path, const hx_fingerprint *fp,
-                       const size_t counts[3])
+/* Looks every configuration of a run case up in its golden file (hx_golden_judge). */
+static int judge_case(hx_caserun *cr, const char *gpath, const hx_fingerprint *fp,
+                      hx_golden_counts *counts, lm_err *err)
+{
+    hx_report *r = cr->report;
+    hx_golden *g = NULL;
+    hx_golden_entry *now = calloc(r->n_configs, sizeof *now);
+    const char **keys = calloc(r->n_configs, sizeof *keys);
+    int rc = now && keys ? hx_golden_load(&g, gpath, true, err)
+                         : LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < r->n_configs && rc == LM_OK; ++i) {
+        keys[i] = fp->id;
+        rc = hx_caserun_entry(&now[i], cr, i, err);
+    }
+    if (rc == LM_OK)
+        rc = hx_golden_judge(r, g, keys, now, counts, err);
+    hx_golden_free(g);
+    free(now);
+    free(keys);
+    return rc;
+}
+
+static void print_case(const hx_caserun *cr, const char *golden_path, const hx_golden_counts *k)
 {
     const hx_report *r = cr->report;
     bool strict = r->strict_bits;
     printf("case %s (%s): %s, %u prompt tokens, %u generated, %zu configurations%s\n",
            r->case_name, cr->c->file, r->model, (unsigned)cr->n_prompt, (unsigned)r->n_gen,
            r->n_configs, strict ? ", strict bits" : "");
-    if (counts[2] > 0) {
-        char others[256];
-        other_platforms(others, sizeof others, golden_path, r->case_name, fp->id);
-        if (others[0])
-            printf("  no golden for this platform (%s) in %s for %zu configuration(s); blessed on: "
-                   "%s. Another platform gives other bits legitimately: those configurations are "
-                   "judged by the reference classification%s\n", fp->id, golden_path, counts[2],
-                   others, strict ? " and fail (strict bits)" : "");
-        else
-            printf("  no golden for %zu configuration(s) on this platform (%s) in %s: judged by "
-                   "the reference classification%s (kvdrift bless %s writes them)\n", counts[2],
-                   fp->id, golden_path, strict ? " and fail (strict bits)" : "", cr->c->file);
-    }
+    if (k->n[HX_GOLDEN_ABSENT] > 0)
+        printf("  no golden for %zu configuration(s) under their keys in %s: judged by the "
+               "reference classification%s (kvdrift bless %s writes them)\n",
+               k->n[HX_GOLDEN_ABSENT], golden_path, strict ? " and fail (strict bits)" : "",
+               cr->c->file);
+    if (k->n[HX_GOLDEN_STALE] > 0)
+        printf("  %zu golden(s) in %s were blessed for other input: they fail until blessed "
+               "again (kvdrift bless %s)\n", k->n[HX_GOLDEN_STALE], golden_path, cr->c->file);
     printf("  %-28s %-8s %-9s %5s %9s %8s %7s %5s  %s\n", "config", "golden", "class", "div@",
            "max abs", "max ULP", "err/E", "sig", "verdict");
-    char cells[HX_REPORT_NCOLS][HX_REPORT_CELL];
+    char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], why[1200];
     size_t n_fail = 0;
     for (size_t i = 0; i < r->n_configs; ++i) {
         const hx_config_report *c = &r->configs[i];
-        bool fails = hx_config_report_fails(c, strict);
-        n_fail += fails;
+        const char *type;
+        hx_config_report_failure(why, sizeof why, &type, c, strict);
+        n_fail += type[0] != '\0';
         hx_report_cells(cells, c);
         printf("  %-28s %-8s %-9s %5s %9s %8s %7s %5s  %s\n", cells[0],
                hx_golden_status_name(c->golden), cells[1], cells[2], cells[3], cells[4], cells[11],
-               cells[12], fails ? "FAIL" : "pass");
-        if (fails)
-            printf("      %s\n", c->reason);
+               cells[12], type[0] ? "FAIL" : "pass");
+        if (type[0])
+            printf("      %s\n", why);
+        else if (c->golden == HX_GOLDEN_MISMATCH)
+            printf("      note: %s\n", c->golden_note);
     }
-    printf("  %s: %zu pass, %zu fail; golden %zu match, %zu mismatch, %zu absent\n", r->case_name,
-           r->n_configs - n_fail, n_fail, counts[0], counts[1], counts[2]);
+    printf("  %s: %zu pass, %zu fail; golden %zu match, %zu mismatch, %zu absent, %zu stale\n",
+           r->case_name, r->n_configs - n_fail, n_fail, k->n[HX_GOLDEN_MATCH],
+           k->n[HX_GOLDEN_MISMATCH], k->n[HX_GOLDEN_ABSENT], k->n[HX_GOLDEN_STALE]);
+}
+
+/* Runs case i, judges its goldens and prints it; *skipped when its model file is absent. */
+static int run_case(hx_caserun **out, hx_case *c, const hx_caserun_opts *ro,
+                    const char *golden_dir, const hx_fingerprint *fp, bool *skipped, lm_err *err)
+{
+    int st = hx_caserun_create(out, c, ro, err); /* takes c, also on error */
+    if (st != LM_OK)
+        return st;
+    hx_caserun *cr = *out;
+    *skipped = cr->skipped;
+    if (cr->skipped) {
+        printf("case %s (%s): SKIP: %s (%zu configurations not run)\n", cr->c->name,
+               cr->c->file, cr->skip_reason, cr->report->n_configs);
+        return LM_OK;
+    }
+    char gpath[4096];
+    hx_golden_counts counts = {{0}};
+    st = hx_caserun_golden_path(gpath, sizeof gpath, golden_dir, cr->c, err);
+    if (st == LM_OK)
+        st = judge_case(cr, gpath, fp, &counts, err);
+    if (st == LM_OK)
+        print_case(cr, gpath, &counts);
+    fflush(stdout);
+    return st;
+}
+
+/* JUnit, JSON, Markdown; with --github the annotations and the step summary. */
+static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_report **reports,
+                         size_t n, bool strict, lm_err *err)
+{
+    int st = LM_OK;
+    if (o->junit && (st = hx_report_write_junit(reports, n, strict, o->junit, err)) != LM_OK)
+        return st;
+    if (o->json && (st = hx_report_write_json_many(reports, n, o->json, err)) != LM_OK)
+        return st;
+    if (o->md && (st = hx_report_write_md_many(reports, n, o->md, err)) != LM_OK)
+        return st;
+    if (!o->github)
+        return LM_OK;
+    hx_annot_src *srcs = calloc(n, sizeof *srcs);
+    if (srcs == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; ++i) {
+        const hx_case *c = runs[i]->c;
+        srcs[i] = (hx_annot_src){c->file, c->line_name, c->line_model, c->line_input,
+                                 c->line_steps};
+    }
+    hx_report_print_github(stdout, reports, srcs, n, strict);
+    free(srcs);
+    const char *summary = getenv("GITHUB_STEP_SUMMARY");
+    if (summary && *summary) {
+        char *md = NULL;
+        size_t len = 0;
+        FILE *f = NULL;
+        if (hx_report_md_text(&md, &len, reports, n) != LM_OK)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        bool ok = (f = fopen(summary, "a")) != NULL && fwrite(md, 1, len, f) == len;
+        ok = (f == NULL || fclose(f) == 0) && ok;
+        free(md);
+        if (!ok)
+            return LM_FAIL(err, LM_E_IO, "$GITHUB_STEP_SUMMARY %s: cannot append", summary);
+    }
+    return LM_OK;
 }
 
 int cmd_check(int argc, char **argv)
 {
-    enum { O_JUNIT = 256, O_JSON, O_STRICT, O_GOLDEN, O_CACHE };
+    enum { O_JUNIT = 256, O_JSON, O_MD, O_STRICT, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB };
     static const struct option opts[] = {
         {"junit", required_argument, NULL, O_JUNIT},   {"json", required_argument, NULL, O_JSON},
+        {"md", required_argument, NULL, O_MD},         {"out", required_argument, NULL, 'o'},
         {"strict", no_argument, NULL, O_STRICT},       {"golden-dir", required_argument, NULL, O_GOLDEN},
         {"cache", required_argument, NULL, O_CACHE},   {"jobs", required_argument, NULL, 'j'},
+        {"allow-skip", no_argument, NULL, O_ALLOW_SKIP}, {"github", no_argument, NULL, O_GITHUB},
         {"quiet", no_argument, NULL, 'q'},             {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *junit = NULL, *json = NULL, *golden_dir = NULL, *cache = NULL;
+    const char *golden_dir = NULL, *out_dir = NULL;
+    check_out out = {0};
+    bool allow_skip = false;
     hx_caserun_opts ro = {0};
     optind = 1;
     opterr = 0;
     int o;
-    while ((o = getopt_long(argc, argv, ":j:qh", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":j:qho:", opts, NULL)) != -1) {
         switch (o) {
-        case O_JUNIT: junit = optarg; break;
-        case O_JSON: json = optarg; break;
+        case O_JUNIT: out.junit = optarg; break;
+        case O_JSON: out.json = optarg; break;
+        case O_MD: out.md = optarg; break;
+        case 'o': out_dir = optarg; break;
+        case O_GITHUB: out.github = true; break;
         case O_STRICT: ro.strict = true; break;
+        case O_ALLOW_SKIP: allow_skip = true; break;
         case O_GOLDEN: golden_dir = optarg; break;
-        case O_CACHE: cache = optarg; break;
+        case O_CACHE: ro.cache_dir = optarg; break;
         case 'q': ro.quiet = true; break;
         case 'j':
             if (!hx_cli_parse_u32(&ro.jobs, optarg, 1, 256))
@@ -211,11 +274,6 @@ int cmd_check(int argc, char **argv)
     }
     if (optind >= argc)
         return hx_cli_fail("check", "no CASE files given (try --help)");
-    if (junit && !parent_exists(junit))
-        return hx_cli_fail("check", "--junit %s: its folder does not exist", junit);
-    if (json && !parent_exists(json))
-        return hx_cli_fail("check", "--json %s: its folder does not exist", json);
-    ro.cache_dir = cache;
 
     size_t n_cases = (size_t)(argc - optind);
     hx_case **cases = calloc(n_cases, sizeof *cases);
@@ -228,8 +286,9 @@ int cmd_check(int argc, char **argv)
         st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
         goto done;
     }
-    /* Every case file is read and validated before anything runs or is written. */
-    if ((st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err)) != LM_OK)
+    /* Every case file is read and validated, and every output prepared, before anything runs. */
+    if ((st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err)) != LM_OK ||
+        (st = prepare_outputs(&out, out_dir, &err)) != LM_OK)
         goto done;
 
     hx_fingerprint fp;
@@ -237,43 +296,29 @@ int cmd_check(int argc, char **argv)
     printf("kvdrift check: %zu case(s); platform %s\n", n_cases, fp.short_text);
     size_t n_skipped = 0;
     for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
-        st = hx_caserun_create(&runs[i], cases[i], &ro, &err);
+        bool skipped = false;
+        st = run_case(&runs[i], cases[i], &ro, golden_dir, &fp, &skipped, &err);
         cases[i] = NULL; /* owned by the run now, also on error */
-        if (st != LM_OK)
-            break;
-        hx_caserun *cr = runs[i];
-        reports[i] = cr->report;
-        if (cr->skipped) {
-            n_skipped++;
-            printf("case %s (%s): SKIP: %s (%zu configurations not run)\n", cr->c->name,
-                   cr->c->file, cr->skip_reason, cr->report->n_configs);
-            continue;
-        }
-        char gpath[4096];
-        size_t counts[3] = {0, 0, 0};
-        st = hx_caserun_golden_path(gpath, sizeof gpath, golden_dir, cr->c->name, &err);
         if (st == LM_OK)
-            st = apply_goldens(cr, gpath, &fp, counts, &err);
-        if (st == LM_OK)
-            print_case(cr, gpath, &fp, counts);
-        fflush(stdout);
+            reports[i] = runs[i]->report;
+        n_skipped += skipped;
     }
-    if (st != LM_OK)
-        goto done;
-    if (junit && (st = hx_report_write_junit(reports, n_cases, ro.strict, junit, &err)) != LM_OK)
-        goto done;
-    if (json && (st = hx_report_write_json_many(reports, n_cases, json, &err)) != LM_OK)
+    if (st != LM_OK || (st = write_outputs(&out, runs, reports, n_cases, ro.strict, &err)) != LM_OK)
         goto done;
     size_t n_fail_cases = 0;
     for (size_t i = 0; i < n_cases; ++i)
         n_fail_cases += hx_report_exit_code(reports[i], reports[i]->strict_bits) != 0;
-    code = n_fail_cases ? 1 : 0;
+    bool nothing_ran = n_skipped == n_cases;
+    code = n_fail_cases ? 1 : nothing_ran && !allow_skip ? CHECK_EXIT_NOTHING_RAN : 0;
     printf("kvdrift check: %zu case(s): %zu ran, %zu skipped, %zu failed -> %s\n", n_cases,
-           n_cases - n_skipped, n_skipped, n_fail_cases, code ? "FAIL" : "pass");
-    if (junit)
-        printf("  JUnit: %s\n", junit);
-    if (json)
-        printf("  JSON: %s\n", json);
+           n_cases - n_skipped, n_skipped, n_fail_cases,
+           code == 1 ? "FAIL" : nothing_ran ? (allow_skip ? "nothing ran (--allow-skip: exit 0)"
+                                                          : "NOTHING RAN (exit 3, not a pass)")
+                                            : "pass");
+    const char *written[3][2] = {{"JUnit", out.junit}, {"JSON", out.json}, {"Markdown", out.md}};
+    for (int i = 0; i < 3; ++i)
+        if (written[i][1])
+            printf("  %s: %s\n", written[i][0], written[i][1]);
 done:
     if (st != LM_OK)
         code = hx_cli_status("check", st, case_error, &err);

@@ -49,11 +49,15 @@ static const char usage_text[] =
 
 #define MAX_DUMPS 64
 
-/* "a,b,c" into names (pointers into buf). */
-static int split_profiles(const char **names, uint32_t *n, char *buf, lm_err *err)
+/* "a,b,c" into names (pointers into buf, a copy of list the caller frees). */
+static int split_profiles(const char **names, uint32_t *n, char **buf, const char *list,
+                          lm_err *err)
 {
     *n = 0;
-    for (char *s = strtok(buf, ","); s != NULL; s = strtok(NULL, ",")) {
+    if ((*buf = strdup(list)) == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    char *save = NULL;
+    for (char *s = strtok_r(*buf, ",", &save); s != NULL; s = strtok_r(NULL, ",", &save)) {
         if (*n == HX_JUDGE_MAX_PROFILES)
             return LM_FAIL(err, LM_E_INPUT, "--profile: at most %u profiles",
                            HX_JUDGE_MAX_PROFILES);
@@ -111,7 +115,8 @@ int cmd_judge(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *outdir = NULL, *dirs[MAX_DUMPS];
-    char *prof_s = NULL;
+    const char *prof_s = NULL;
+    char *prof_buf = NULL;
     size_t n_dirs = 0;
     bool special = false;
     hx_judge_params jp = {.precision = REF_DEFAULT_PREC, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE};
@@ -174,7 +179,8 @@ int cmd_judge(int argc, char **argv)
     hx_report *rep = NULL;
     char dir[4096], json[4200], md[4200];
     const char *model_path = argv[optind];
-    if (prof_s != NULL && (st = split_profiles(profiles, &jp.n_profiles, prof_s, &err)) != LM_OK)
+    if (prof_s != NULL &&
+        (st = split_profiles(profiles, &jp.n_profiles, &prof_buf, prof_s, &err)) != LM_OK)
         goto done;
     if ((st = lm_model_load(&m, model_path, &err)) != LM_OK ||
         (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, special,
@@ -220,6 +226,7 @@ done:
     for (size_t i = 0; i < n_dirs; ++i)
         hx_dump_free(dumps[i]);
     free(prompt);
+    free(prof_buf);
     lm_model_free(m);
     return code;
 }

@@ -99,8 +99,9 @@ int cmd_run(int argc, char **argv)
                 return hx_cli_fail("run", "--step '%s': expected an integer >= 1 or 'full'", arg);
             break;
         case O_BACKEND:
-            if (strcmp(arg, "naive") != 0 && strcmp(arg, "blas") != 0)
-                return hx_cli_fail("run", "--backend '%s': unknown (expected naive or blas)", arg);
+            if (!lm_backend_known(arg, strlen(arg)))
+                return hx_cli_fail("run", "--backend '%s': unknown (expected %s)", arg,
+                                   lm_backend_expected());
             backend = arg;
             break;
         case O_THREADS:

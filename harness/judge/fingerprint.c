@@ -2,8 +2,9 @@
 #include "fingerprint.h"
 
 #include "capture.h"
+#include "kvd_engine.h"
+#include "util.h"
 
-#include <cblas.h>
 #include <gnu/libc-version.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,18 +15,6 @@
 #ifndef KVD_BUILD_FLAGS
 #define KVD_BUILD_FLAGS "unknown"
 #endif
-
-static void copy(char *dst, size_t n, const char *src)
-{
-    snprintf(dst, n, "%s", (src && *src) ? src : "unknown");
-    /* Parts are joined with "; " and shown on one line. */
-    for (char *p = dst; *p; ++p)
-        if (*p == '\n' || *p == '\r' || *p == ';')
-            *p = ' ';
-    size_t len = strlen(dst);
-    while (len && dst[len - 1] == ' ')
-        dst[--len] = '\0';
-}
 
 static void cpu_model(char *dst, size_t n)
 {
@@ -43,7 +32,7 @@ static void cpu_model(char *dst, size_t n)
             break;
         }
     }
-    copy(dst, n, found);
+    lm_field_copy(dst, n, found);
     if (f)
         fclose(f);
 }
@@ -64,11 +53,33 @@ static uint32_t libm_probe(void)
     return (uint32_t)XXH3_64bits(out, sizeof out);
 }
 
+/* Appends sep (when buf is not empty) and part to the NUL-terminated buf[n] (truncating). */
+static void append(char *buf, size_t n, const char *sep, const char *part)
+{
+    size_t k = strlen(buf);
+    snprintf(buf + k, n - k, "%s%s", k ? sep : "", part);
+}
+
+/* Concatenates every registered backend's describe hook (backends without one add nothing). */
+static void backend_parts(hx_fingerprint *fp)
+{
+    for (size_t i = 0; i < lm_backend_count(); ++i) {
+        const lm_backend_info *b = lm_backend_at(i);
+        if (b->describe == NULL)
+            continue;
+        char full[sizeof fp->backends], brief[sizeof fp->backends_brief];
+        b->describe(full, sizeof full, false);
+        b->describe(brief, sizeof brief, true);
+        append(fp->backends, sizeof fp->backends, "; ", full);
+        append(fp->backends_brief, sizeof fp->backends_brief, " ", brief);
+    }
+}
+
 void hx_fingerprint_detect(hx_fingerprint *fp)
 {
     memset(fp, 0, sizeof *fp);
     struct utsname u;
-    copy(fp->arch, sizeof fp->arch, uname(&u) == 0 ? u.machine : NULL);
+    lm_field_copy(fp->arch, sizeof fp->arch, uname(&u) == 0 ? u.machine : NULL);
     cpu_model(fp->cpu, sizeof fp->cpu);
     const char *expf_variant = "unknown";
 #if defined(__x86_64__) || defined(__i386__)
@@ -80,18 +91,17 @@ void hx_fingerprint_detect(hx_fingerprint *fp)
     /* glibc's x86_64 expf ifunc: the FMA build needs FMA and AVX2 usable. */
     expf_variant = (fma && avx2) ? "fma" : "sse2";
 #else
-    copy(fp->isa, sizeof fp->isa, NULL);
+    lm_field_copy(fp->isa, sizeof fp->isa, NULL);
 #endif
-    copy(fp->blas, sizeof fp->blas, openblas_get_config());
-    copy(fp->blas_core, sizeof fp->blas_core, openblas_get_corename());
+    backend_parts(fp);
 #if defined(__clang__)
     snprintf(fp->compiler, sizeof fp->compiler, "clang %s", __clang_version__);
 #elif defined(__GNUC__)
     snprintf(fp->compiler, sizeof fp->compiler, "gcc %s", __VERSION__);
 #else
-    copy(fp->compiler, sizeof fp->compiler, NULL);
+    lm_field_copy(fp->compiler, sizeof fp->compiler, NULL);
 #endif
-    copy(fp->flags, sizeof fp->flags, KVD_BUILD_FLAGS);
+    lm_field_copy(fp->flags, sizeof fp->flags, KVD_BUILD_FLAGS);
     snprintf(fp->libc, sizeof fp->libc, "glibc %s", gnu_get_libc_version());
     snprintf(fp->libm, sizeof fp->libm, "expf=%s probe=%08x", expf_variant,
              (unsigned)libm_probe());
@@ -101,10 +111,9 @@ void hx_fingerprint_detect(hx_fingerprint *fp)
 void hx_fingerprint_finish(hx_fingerprint *fp)
 {
     snprintf(fp->text, sizeof fp->text,
-             "arch=%s; cpu=%s; isa=%s; blas=%s; blas_core=%s; compiler=%s; flags=%s; libc=%s; "
-             "libm=%s",
-             fp->arch, fp->cpu, fp->isa, fp->blas, fp->blas_core, fp->compiler, fp->flags,
-             fp->libc, fp->libm);
+             "arch=%s; cpu=%s; isa=%s; %s%scompiler=%s; flags=%s; libc=%s; libm=%s", fp->arch,
+             fp->cpu, fp->isa, fp->backends, fp->backends[0] ? "; " : "", fp->compiler,
+             fp->flags, fp->libc, fp->libm);
     XXH128_canonical_t can;
     XXH128_canonicalFromHash(&can, XXH3_128bits(fp->text, strlen(fp->text)));
     char hex[33];
@@ -112,5 +121,6 @@ void hx_fingerprint_finish(hx_fingerprint *fp)
     memcpy(fp->id, hex, 16);
     fp->id[16] = '\0';
     snprintf(fp->short_text, sizeof fp->short_text, "%s %s %s, %s, %s %s [%s]", fp->arch,
-             fp->blas_core, fp->isa, fp->compiler, fp->libc, fp->libm, fp->id);
+             fp->backends_brief[0] ? fp->backends_brief : "-", fp->isa, fp->compiler, fp->libc,
+             fp->libm, fp->id);
 }

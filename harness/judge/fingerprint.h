@@ -2,8 +2,8 @@
  * legitimately changes float32 bits between machines and builds of the same source.
  *
  * Parts: CPU architecture and model; ISA features that select different kernels (AVX2,
- * AVX512F, FMA, FMA4); BLAS library, version and the core (kernel set) it picked at run time
- * (openblas_get_config, openblas_get_corename: OPENBLAS_CORETYPE changes it); compiler
+ * AVX512F, FMA, FMA4); what each registered backend's describe hook reports (blas: the
+ * OpenBLAS build and the core it picked at run time, which OPENBLAS_CORETYPE changes); compiler
  * (__VERSION__) and the numerics build flags (KVD_BUILD_FLAGS from the Makefile); the C
  * library's version and its libm variant: glibc resolves expf and friends by CPU (an FMA build
  * when FMA and AVX2 are usable, else SSE2), so the variant is reported both as the predicted
@@ -18,15 +18,15 @@ typedef struct hx_fingerprint {
     char arch[32];       /* uname machine, e.g. "x86_64" */
     char cpu[128];       /* /proc/cpuinfo model name */
     char isa[64];        /* e.g. "avx2+avx512f+fma" */
-    char blas[192];      /* openblas_get_config() */
-    char blas_core[64];  /* openblas_get_corename() */
+    char backends[320];  /* the backends' describe(brief=false) parts, in registry order, "; " joined */
+    char backends_brief[96]; /* their describe(brief=true) words, space joined */
     char compiler[96];   /* "gcc 12.2.0" */
     char flags[128];     /* KVD_BUILD_FLAGS */
     char libc[64];       /* "glibc 2.36" */
     char libm[64];       /* "expf=fma probe=1a2b3c4d" */
     char text[1024];     /* every part, "key=value; " joined: the string that is hashed */
     char id[17];         /* first 16 hex digits of XXH3-128(text): the golden-file key */
-    char short_text[480]; /* a readable one-liner: core, isa, compiler, libc, libm, id */
+    char short_text[480]; /* a readable one-liner: backends' words, isa, compiler, libc, libm, id */
 } hx_fingerprint;
 
 /* Detects this process's platform. Parts that cannot be read become "unknown" (never an

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 struct hx_golden {
     json_t *root; /* owned */
@@ -49,6 +50,35 @@ void hx_golden_free(hx_golden *g)
     free(g);
 }
 
+static bool is_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return s[n] == '\0';
+}
+
+/* The input fields of an entry: all three, or none (an entry of a version-1 file, kept until
+ * its configuration is blessed again; it is stale: hx_golden_input_differs). */
+static const char *parse_input(const json_t *o, hx_golden_entry *e)
+{
+    const json_t *m = json_object_get(o, "model_xxh3_128"), *t = json_object_get(o, "tokens_xxh3_64"),
+                 *v = json_object_get(o, "kvdrift_version");
+    if (m == NULL && t == NULL && v == NULL)
+        return NULL;
+    if (!json_is_string(m) || !is_hex(json_string_value(m), 32))
+        return "model_xxh3_128 is not 32 lowercase hex digits";
+    if (!json_is_string(t) || !is_hex(json_string_value(t), 16))
+        return "tokens_xxh3_64 is not 16 lowercase hex digits";
+    if (!json_is_string(v) || json_string_length(v) == 0 ||
+        json_string_length(v) >= sizeof e->version)
+        return "kvdrift_version is not a short non-empty string";
+    snprintf(e->model_hash, sizeof e->model_hash, "%s", json_string_value(m));
+    snprintf(e->tokens_hash, sizeof e->tokens_hash, "%s", json_string_value(t));
+    snprintf(e->version, sizeof e->version, "%s", json_string_value(v));
+    return NULL;
+}
+
 /* Parses one entry object; returns a reason string on failure. */
 static const char *parse_entry(const json_t *o, hx_golden_entry *e)
 {
@@ -77,7 +107,7 @@ static const char *parse_entry(const json_t *o, hx_golden_entry *e)
         e->top_logits[i] = (float)json_number_value(lg);
     }
     e->n_top = (uint32_t)json_array_size(t);
-    return NULL;
+    return parse_input(o, e);
 }
 
 static int validate(const json_t *root, const char *path, lm_err *err)
@@ -86,8 +116,9 @@ static int validate(const json_t *root, const char *path, lm_err *err)
     if (!json_is_object(root) || !json_is_string(f) ||
         strcmp(json_string_value(f), "kvdrift-golden") != 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: not a kvdrift golden file", path);
-    if (!json_is_integer(v) || json_integer_value(v) != HX_GOLDEN_VERSION)
-        return LM_FAIL(err, LM_E_INPUT, "%s: golden format version is not %d", path,
+    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+        json_integer_value(v) > HX_GOLDEN_VERSION)
+        return LM_FAIL(err, LM_E_INPUT, "%s: golden format version is not 1..%d", path,
                        HX_GOLDEN_VERSION);
     const json_t *plats = json_object_get(root, "platforms"), *cases = json_object_get(root, "cases");
     if (!json_is_object(plats) || !json_is_object(cases))
@@ -141,6 +172,8 @@ int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *e
         return LM_FAIL(err, LM_E_NOMEM, "golden: out of memory");
     }
     g->root = root;
+    /* Saved as the current version: version-1 entries stay, stale, until re-blessed. */
+    json_object_set_new(root, "version", json_integer(HX_GOLDEN_VERSION));
     *out = g;
     return LM_OK;
 }
@@ -182,8 +215,10 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
             top = NULL;
         }
     }
-    json_t *obj = top ? json_pack("{s:s,s:I,s:o}", "xxh3_128", e->hash_hex, "position",
-                                  (json_int_t)e->position, "top5", top)
+    json_t *obj = top ? json_pack("{s:s,s:I,s:o,s:s,s:s,s:s}", "xxh3_128", e->hash_hex,
+                                  "position", (json_int_t)e->position, "top5", top,
+                                  "model_xxh3_128", e->model_hash, "tokens_xxh3_64",
+                                  e->tokens_hash, "kvdrift_version", e->version)
                       : NULL;
     json_t *cfg = child(child(child(g->root, "cases"), case_name), config);
     json_t *plats = json_object_get(g->root, "platforms");
@@ -192,6 +227,24 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
         return LM_FAIL(err, LM_E_INPUT, "golden: cannot add %s/%s (out of memory, or a "
                                         "non-finite logit in the summary)", case_name, config);
     return LM_OK;
+}
+
+size_t hx_golden_prune_stale(hx_golden *g, const char *case_name, const char *config,
+                             const hx_golden_input *in)
+{
+    json_t *cfg = json_object_get(json_object_get(json_object_get(g->root, "cases"), case_name),
+                                  config);
+    const char *k;
+    json_t *v, *tmp;
+    size_t n = 0;
+    json_object_foreach_safe(cfg, tmp, k, v) {
+        hx_golden_entry e;
+        if (parse_entry(v, &e) == NULL && !hx_golden_input_differs(&e, in, NULL, 0))
+            continue;
+        json_object_del(cfg, k);
+        n++;
+    }
+    return n;
 }
 
 size_t hx_golden_count(const hx_golden *g)
@@ -213,10 +266,51 @@ int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
     return hx_write_text_atomic(path, text, err);
 }
 
+void hx_tokens_hash(char out[17], const int32_t *ids, uint32_t n)
+{
+    uint8_t *b = malloc((size_t)n * 4 + 1);
+    XXH64_hash_t h = 0;
+    if (b != NULL) {
+        for (uint32_t i = 0; i < n; ++i)
+            for (int k = 0; k < 4; ++k)
+                b[4 * (size_t)i + (size_t)k] = (uint8_t)((uint32_t)ids[i] >> (8 * k));
+        h = XXH3_64bits(b, (size_t)n * 4);
+    }
+    free(b);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+bool hx_golden_input_differs(const hx_golden_entry *e, const hx_golden_input *in, char *why,
+                             size_t cap)
+{
+    char tmp[256];
+    if (why == NULL) {
+        why = tmp;
+        cap = sizeof tmp;
+    }
+    if (e->model_hash[0] == '\0')
+        snprintf(why, cap, "blessed by an older kvdrift that did not record the model and "
+                 "prompt (golden format 1)");
+    else if (strcmp(e->model_hash, in->model_hash) != 0)
+        snprintf(why, cap, "model changed (blessed on model %.12s..., now %.12s...)",
+                 e->model_hash, in->model_hash);
+    else if (strcmp(e->tokens_hash, in->tokens_hash) != 0)
+        snprintf(why, cap, "prompt token ids changed (blessed %s, now %s)", e->tokens_hash,
+                 in->tokens_hash);
+    else if (strcmp(e->version, in->version) != 0)
+        snprintf(why, cap, "blessed by kvdrift %s, this is %s", e->version, in->version);
+    else
+        return false;
+    return true;
+}
+
 void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16], const float *logits,
-                          uint32_t n_vocab, uint32_t position)
+                          uint32_t n_vocab, uint32_t position, const hx_golden_input *in)
 {
     memset(e, 0, sizeof *e);
+    snprintf(e->model_hash, sizeof e->model_hash, "%s", in->model_hash);
+    snprintf(e->tokens_hash, sizeof e->tokens_hash, "%s", in->tokens_hash);
+    snprintf(e->version, sizeof e->version, "%s", in->version);
     hx_hash_hex(e->hash_hex, hash);
     e->position = position;
     e->n_top = (uint32_t)hx_topk_f32(e->top_ids, logits, n_vocab, HX_TOPK);

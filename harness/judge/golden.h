@@ -1,18 +1,26 @@
 /* golden.h — golden hash files: JSON (jansson, keys sorted), written atomically.
  *
- * Layout (format "kvdrift-golden", version 1):
+ * Layout (format "kvdrift-golden", version 2):
  *   {
- *     "format": "kvdrift-golden", "version": 1,
+ *     "format": "kvdrift-golden", "version": 2,
  *     "platforms": { FP_ID: FINGERPRINT_TEXT, ... },
  *     "cases": { CASE: { CONFIG: { FP_ID: {
  *         "xxh3_128": "32 hex digits",
  *         "position": P,                       (absolute position of the summarized logits row)
- *         "top5": [ {"id": I, "logit": L}, ... ]   (best first; L printed with 9 significant
+ *         "top5": [ {"id": I, "logit": L}, ... ],  (best first; L printed with 9 significant
  *                                                  digits, enough to read the float32 back)
+ *         "model_xxh3_128": "32 hex digits",   (the model file the entry was blessed on)
+ *         "tokens_xxh3_64": "16 hex digits",   (its prompt token ids: hx_tokens_hash)
+ *         "kvdrift_version": "0.1.0"           (KVD_VERSION of the blessing binary)
  *     } } } }
  *   }
  * CONFIG is the canonical config string (hx_config_format), FP_ID hx_fingerprint.id. Keys are
- * sorted on output (JSON_SORT_KEYS) so files diff cleanly. */
+ * sorted on output (JSON_SORT_KEYS) so files diff cleanly.
+ *
+ * An entry is pinned to its input: an entry whose model hash, token-id hash or version differs
+ * from the run's was blessed for something else and is "stale" (hx_golden_input_differs), which
+ * fails check ("re-bless") instead of silently comparing other bits. Version-1 files (no input
+ * fields) are still read; each of their entries is stale. */
 #ifndef HX_GOLDEN_H
 #define HX_GOLDEN_H
 
@@ -23,7 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define HX_GOLDEN_VERSION 1
+#define HX_GOLDEN_VERSION 2
 
 typedef struct hx_golden_entry {
     char hash_hex[33];         /* XXH3-128 of the canonical capture */
@@ -31,7 +39,25 @@ typedef struct hx_golden_entry {
     uint32_t n_top;            /* <= HX_TOPK */
     int32_t top_ids[HX_TOPK];  /* best first */
     float top_logits[HX_TOPK];
+    char model_hash[33];       /* XXH3-128 of the model file; "" in a version-1 file */
+    char tokens_hash[17];      /* hx_tokens_hash of the prompt; "" in a version-1 file */
+    char version[32];          /* kvdrift version that blessed it; "" in a version-1 file */
 } hx_golden_entry;
+
+/* What a golden entry is pinned to: the run's input (check compares, bless records). */
+typedef struct hx_golden_input {
+    char model_hash[33];  /* XXH3-128 of the model file, hex */
+    char tokens_hash[17]; /* hx_tokens_hash */
+    const char *version;  /* KVD_VERSION */
+} hx_golden_input;
+
+/* XXH3-64 of the token ids as int32 little-endian bytes, 16 hex digits. */
+void hx_tokens_hash(char out[17], const int32_t *ids /* [n] */, uint32_t n);
+
+/* Whether e was blessed for input other than in; why (when non-NULL) gets a one-line reason
+ * naming what changed, e.g. "model changed (blessed 1a2b..., now 3c4d...)". */
+bool hx_golden_input_differs(const hx_golden_entry *e, const hx_golden_input *in, char *why,
+                             size_t cap);
 
 typedef struct hx_golden hx_golden;
 
@@ -49,15 +75,20 @@ int hx_golden_find(const hx_golden *g, const char *case_name, const char *config
 /* Adds or replaces an entry and records the platform's fingerprint text. */
 int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
                   const hx_fingerprint *fp, const hx_golden_entry *e, lm_err *err);
+/* Removes the entries of case/config (under every key) blessed for input other than in: bless
+ * calls it, since such entries can never match again. Returns how many were removed. */
+size_t hx_golden_prune_stale(hx_golden *g, const char *case_name, const char *config,
+                             const hx_golden_input *in);
 /* Number of entries (case x config x platform). */
 size_t hx_golden_count(const hx_golden *g);
 
 /* Writes the whole set: sorted keys, 2-space indent, trailing newline; atomic. */
 int hx_golden_save(const hx_golden *g, const char *path, lm_err *err);
 
-/* Fills an entry: hash, and the top-5 of logits [n_vocab] at absolute position. */
+/* Fills an entry: hash, the top-5 of logits [n_vocab] at absolute position, and the input it
+ * is pinned to. */
 void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16],
                           const float *logits /* [n_vocab] */, uint32_t n_vocab,
-                          uint32_t position);
+                          uint32_t position, const hx_golden_input *in);
 
 #endif

@@ -41,7 +41,9 @@ int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
     }
     for (size_t i = 0; i < (size_t)hp->n_layer * n; ++i)
         out->margin[i] = INFINITY;
-    const lm_ctx_params cp = {.backend = cfg->backend, .n_threads = (int)cfg->threads, .n_ctx = n,
+    char be[LM_BACKEND_NAME_MAX];
+    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, cfg),
+                              .n_threads = (int)cfg->threads, .n_ctx = n,
                               .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense"};
     lm_ctx *c = NULL;
     int rc = lm_ctx_create(&c, m, &cp, err);
@@ -163,8 +165,7 @@ int hx_routing_report(FILE *out, const lm_model *m, const int32_t *prompt, uint3
     /* the TIE band: margins of the stochastic-rounding ensemble against the reference */
     double dev = 0.0;
     for (uint32_t e = 0; rc == LM_OK && e < ROUTING_MEMBERS; ++e) {
-        hx_config c = {.step = 0, .threads = 1};
-        lm_sr_backend_name(c.backend, sizeof c.backend, sr_seed + e);
+        const hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
         rc = hx_routing_capture(&other, m, &c, prompt, n, err);
         for (size_t i = 0; rc == LM_OK && i < (size_t)nl * n; ++i) {
             if (!truth.moe[i / n])

@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,6 +13,7 @@ const char *hx_golden_status_name(hx_golden_status s)
     case HX_GOLDEN_MATCH: return "match";
     case HX_GOLDEN_MISMATCH: return "mismatch";
     case HX_GOLDEN_ABSENT: return "absent";
+    case HX_GOLDEN_STALE: return "stale";
     default: return "n/a";
     }
 }
@@ -106,7 +108,7 @@ bool hx_config_report_fails(const hx_config_report *c, bool strict)
 {
     if (c->skipped)
         return false;
-    if (hx_class_fails(c->cls))
+    if (hx_class_fails(c->cls) || c->golden == HX_GOLDEN_STALE)
         return true;
     return strict && c->golden != HX_GOLDEN_MATCH;
 }
@@ -149,6 +151,27 @@ void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c)
              hx_logit_agg_kl_mean(a), a->kl_max, (unsigned)a->n_top1_agree, (unsigned)a->n_pos,
              a->min_r_margin, c->sig_digits, (long long)c->first_divergent,
              hx_golden_status_name(c->golden), c->reason);
+}
+
+void hx_config_report_failure(char *buf, size_t n, const char **type, const hx_config_report *c,
+                              bool strict)
+{
+    *type = "";
+    buf[0] = '\0';
+    if (!hx_config_report_fails(c, strict))
+        return;
+    if (hx_class_fails(c->cls)) {
+        *type = hx_class_name(c->cls);
+        hx_config_report_summary(buf, n, c);
+    } else if (c->golden == HX_GOLDEN_STALE) {
+        *type = "STALE_GOLDEN";
+        snprintf(buf, n, "golden stale: %s", c->golden_note);
+    } else {
+        *type = c->golden == HX_GOLDEN_MISMATCH ? "GOLDEN_MISMATCH" : "GOLDEN_ABSENT";
+        snprintf(buf, n, "strict bits: golden %s: %s (class %s, worst err/E %.3g)",
+                 hx_golden_status_name(c->golden), c->golden_note, hx_class_name(c->cls),
+                 c->worst_ratio);
+    }
 }
 
 const char *const hx_report_col_names[HX_REPORT_NCOLS] = {

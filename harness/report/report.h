@@ -21,10 +21,12 @@ typedef enum hx_golden_status {
     HX_GOLDEN_NA = 0,     /* not checked (sweep) */
     HX_GOLDEN_MATCH,      /* hash equal to the golden for this platform */
     HX_GOLDEN_MISMATCH,   /* a golden exists and differs */
-    HX_GOLDEN_ABSENT      /* no golden for this case/config/platform */
+    HX_GOLDEN_ABSENT,     /* no golden for this case/config/platform */
+    HX_GOLDEN_STALE       /* a golden exists but was blessed for other input (model, prompt
+                             token ids or kvdrift version): always fails, "re-bless" */
 } hx_golden_status;
 
-/* "n/a", "match", "mismatch", "absent". */
+/* "n/a", "match", "mismatch", "absent", "stale". */
 const char *hx_golden_status_name(hx_golden_status s);
 
 /* One compared tensor of one configuration. */
@@ -55,6 +57,9 @@ typedef struct hx_config_report {
     double sig_digits;         /* min over rows of vs_ref.sig_digits */
     char hash_hex[33];         /* XXH3-128 of the capture ("" when not hashed) */
     hx_golden_status golden;
+    char golden_key[17];       /* the key its golden was looked up under ("" when not checked) */
+    char golden_note[256];     /* why the golden status is what it is, one line */
+    double wall_s;             /* wall seconds of its engine run; 0 = not measured */
     bool skipped;              /* not run: its case was skipped (hx_report.skipped says why);
                                   a skipped configuration never fails */
     double prefill_tps;        /* prompt tokens / prefill seconds; 0 = not measured */
@@ -122,6 +127,7 @@ typedef struct hx_report {
     char case_name[128];
     char model[512];
     char model_hash[33];
+    char tokens_hash[17];      /* hx_tokens_hash of the prompt ("" when unknown) */
     char fingerprint_id[17];
     char fingerprint[480];     /* hx_fingerprint.short_text */
     char created_utc[32];      /* "2026-11-22T02:20:00Z" */
@@ -151,7 +157,8 @@ int hx_config_report_add_row(hx_config_report *c, const hx_tensor_row *row, lm_e
 /* Records the greedy sequence's first divergence and folds its class into cls. */
 void hx_config_report_set_divergence(hx_config_report *c, int64_t first, hx_class cls_at);
 
-/* Whether a configuration fails CI: its class fails, or strict and the golden is not a match. */
+/* Whether a configuration fails CI: its class fails, its golden is stale, or strict and the
+ * golden is not a match. */
 bool hx_config_report_fails(const hx_config_report *c, bool strict);
 /* Worst class over configurations (EXACT when none). */
 hx_class hx_report_worst(const hx_report *r);
@@ -168,14 +175,36 @@ void hx_report_judge_md(FILE *f, const hx_report *r);
 int hx_report_write_json(const hx_report *r, const char *path, lm_err *err);
 /* Several case reports in one JSON document {"schema":..., "reports": [...]} (check --json). */
 int hx_report_write_json_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err);
-/* report.md: summary, the table, one explanation line per non-EXACT configuration. */
+/* report.md: summary, the table, one explanation line per non-EXACT configuration, the golden
+ * status of each checked configuration. */
 int hx_report_write_md(const hx_report *r, const char *path, lm_err *err);
+/* Several cases in one document (check --md): a summary line, then each case. */
+int hx_report_write_md_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err);
+/* The same Markdown in memory (*out malloc'd, *len bytes); LM_OK or LM_E_NOMEM. */
+int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n);
+
+/* GitHub Actions: one "::error file=F,line=L,title=T::message" workflow command per failing
+ * configuration and one "::warning" per skipped case, on f. srcs[i] locates report i's case
+ * file. */
+typedef struct hx_annot_src {
+    const char *file;                   /* the case file */
+    uint32_t line_name, line_model, line_input, line_steps; /* 0 = unknown */
+} hx_annot_src;
+void hx_report_print_github(FILE *f, const hx_report *const *rs, const hx_annot_src *srcs,
+                            size_t n, bool strict);
 /* JUnit XML: one <testsuite> per report, one <testcase> per configuration; failures carry the
  * class and numbers. */
 int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
                           lm_err *err);
 /* The terminal table: one row per configuration. */
 void hx_report_print_table(FILE *f, const hx_report *r);
+
+/* Why a failing configuration fails, one line naming the real cause: its class and numbers;
+ * "golden stale: ..." (blessed for other input); "strict bits: golden mismatch: ..." or
+ * "strict bits: golden absent: ...". *type gets a short tag: the class name, "STALE_GOLDEN",
+ * "GOLDEN_MISMATCH" or "GOLDEN_ABSENT". "" when it does not fail. */
+void hx_config_report_failure(char *buf, size_t n, const char **type, const hx_config_report *c,
+                              bool strict);
 
 /* One-line summary of a configuration's numbers (used by JUnit and Markdown):
  * "DRIFT: max_abs 3.1e-05 (E 1.2e-05), max_ulp 12, nmse 1.0e-12, kl_max 2.0e-09, top1 32/33, ..." */

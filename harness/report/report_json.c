@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include "atomic.h"
+#include "kvd_version.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -97,6 +98,9 @@ static json_t *config_obj(jb *b, const hx_config_report *c, bool strict)
     set(b, o, "sig_digits", num(c->sig_digits));
     set(b, o, "xxh3_128", json_string(c->hash_hex));
     set(b, o, "golden", json_string(hx_golden_status_name(c->golden)));
+    set(b, o, "golden_key", json_string(c->golden_key));
+    set(b, o, "golden_note", json_string(c->golden_note));
+    set(b, o, "wall_s", num(c->wall_s));
     set(b, o, "skipped", json_boolean(c->skipped));
     set(b, o, "prefill_tok_s", num(c->prefill_tps));
     set(b, o, "decode_tok_s", num(c->decode_tps));
@@ -134,6 +138,8 @@ static json_t *report_obj(jb *b, const hx_report *r)
     set(b, o, "case", json_string(r->case_name));
     set(b, o, "model", json_string(r->model));
     set(b, o, "model_hash", json_string(r->model_hash));
+    set(b, o, "tokens_hash", json_string(r->tokens_hash));
+    set(b, o, "kvdrift_version", json_string(KVD_VERSION));
     json_t *p = json_object();
     set(b, p, "id", json_string(r->fingerprint_id));
     set(b, p, "text", json_string(r->fingerprint));

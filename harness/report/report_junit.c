@@ -1,6 +1,8 @@
 /* report_junit.c — JUnit XML (libxml2 xmlTextWriter, which does the escaping): one <testsuite>
- * per case report, one <testcase> per configuration; a failing class becomes <failure> with
- * the class as type and the numbers in the message; TIE_FLIP passes with a <system-out> note. */
+ * per case report, one <testcase> per configuration with time = its engine run's wall seconds;
+ * a failing configuration has a <failure> whose type and message name the real cause
+ * (hx_config_report_failure); every run configuration carries its class, worst err/E and golden
+ * status in <system-out>. */
 #include "report.h"
 
 #include "atomic.h"
@@ -53,9 +55,11 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
 {
     strict = strict || r->strict_bits; /* a case's own strict_bits policy holds too */
     int fails = 0, skips = 0;
+    double time_s = 0.0;
     for (size_t i = 0; i < r->n_configs; ++i) {
         fails += hx_config_report_fails(&r->configs[i], strict);
         skips += r->configs[i].skipped;
+        time_s += r->configs[i].wall_s;
     }
     int bad = xmlTextWriterStartElement(w, X("testsuite")) < 0;
     bad |= attr(w, "name", r->case_name) < 0;
@@ -63,6 +67,7 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
     bad |= xmlTextWriterWriteFormatAttribute(w, X("failures"), "%d", fails) < 0;
     bad |= attr(w, "errors", "0") < 0;
     bad |= xmlTextWriterWriteFormatAttribute(w, X("skipped"), "%d", skips) < 0;
+    bad |= xmlTextWriterWriteFormatAttribute(w, X("time"), "%.6f", time_s) < 0;
     bad |= attr(w, "timestamp", r->created_utc) < 0;
     bad |= xmlTextWriterStartElement(w, X("properties")) < 0;
     const char *props[][2] = {{"model", r->model},
@@ -76,7 +81,7 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
         bad |= xmlTextWriterEndElement(w) < 0;
     }
     bad |= xmlTextWriterEndElement(w) < 0;
-    char classname[160], summary[1024];
+    char classname[160], summary[1024], out[1400];
     snprintf(classname, sizeof classname, "kvdrift.%s", r->case_name);
     for (size_t i = 0; i < r->n_configs && !bad; ++i) {
         const hx_config_report *c = &r->configs[i];
@@ -84,29 +89,29 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
         bad |= xmlTextWriterStartElement(w, X("testcase")) < 0;
         bad |= attr(w, "classname", classname) < 0;
         bad |= attr(w, "name", c->config) < 0;
-        bad |= attr(w, "time", "0") < 0;
+        bad |= xmlTextWriterWriteFormatAttribute(w, X("time"), "%.6f", c->wall_s) < 0;
         if (c->skipped) {
             /* A case that could not run (model file absent): CI shows it as skipped. */
             bad |= xmlTextWriterStartElement(w, X("skipped")) < 0;
             bad |= attr(w, "message", r->skipped) < 0;
             bad |= xmlTextWriterEndElement(w) < 0;
-        } else if (hx_config_report_fails(c, strict)) {
-            bool bits_only = !hx_class_fails(c->cls);
+            bad |= xmlTextWriterEndElement(w) < 0;
+            continue;
+        }
+        if (hx_config_report_fails(c, strict)) {
+            const char *type;
             char msg[1100];
-            if (bits_only)
-                snprintf(msg, sizeof msg, "strict: golden %s (%s)",
-                         hx_golden_status_name(c->golden), summary);
-            else
-                snprintf(msg, sizeof msg, "%s", summary);
+            hx_config_report_failure(msg, sizeof msg, &type, c, strict);
             bad |= xmlTextWriterStartElement(w, X("failure")) < 0;
-            bad |= xmlTextWriterWriteAttribute(w, X("type"),
-                                               X(bits_only ? "BITS" : hx_class_name(c->cls))) < 0;
+            bad |= xmlTextWriterWriteAttribute(w, X("type"), X(type)) < 0;
             bad |= attr(w, "message", msg) < 0;
             bad |= xmlTextWriterWriteString(w, clean(msg)) < 0;
             bad |= xmlTextWriterEndElement(w) < 0;
-        } else if (c->cls != HX_EXACT) {
-            bad |= xmlTextWriterWriteElement(w, X("system-out"), clean(summary)) < 0;
         }
+        snprintf(out, sizeof out, "class %s; worst err/E %.3g; golden %s%s%s\n%s\n",
+                 hx_class_name(c->cls), c->worst_ratio, hx_golden_status_name(c->golden),
+                 c->golden_note[0] ? ": " : "", c->golden_note, summary);
+        bad |= xmlTextWriterWriteElement(w, X("system-out"), clean(out)) < 0;
         bad |= xmlTextWriterEndElement(w) < 0;
     }
     bad |= xmlTextWriterEndElement(w) < 0;

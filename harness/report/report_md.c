@@ -19,15 +19,17 @@ static void md_cell(FILE *f, const char *s)
     }
 }
 
-int hx_report_write_md(const hx_report *r, const char *path, lm_err *err)
+/* One case: heading (level "#" or "##"), summary, table, explanations. */
+static void md_case(FILE *f, const hx_report *r, const char *hashes)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (f == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    fprintf(f, "# kvdrift report: ");
+    fprintf(f, "%s kvdrift report: ", hashes);
     md_cell(f, r->case_name);
+    if (r->skipped[0]) {
+        fputs("\n\n**skipped**: ", f);
+        md_cell(f, r->skipped);
+        fprintf(f, " (%zu configurations not run)\n", r->n_configs);
+        return;
+    }
     fprintf(f, "\n\n- model: `%s` (XXH3-128 `%s`)\n", r->model, r->model_hash);
     fprintf(f, "- prompt: %u tokens; generated: %u; reference precision: %u bits\n",
             (unsigned)r->n_prompt, (unsigned)r->n_gen, (unsigned)r->precision);
@@ -53,6 +55,21 @@ int hx_report_write_md(const hx_report *r, const char *path, lm_err *err)
             fputs(" |", f);
         }
         fputc('\n', f);
+    }
+    bool golden_header = false;
+    for (size_t i = 0; i < r->n_configs; ++i) {
+        const hx_config_report *c = &r->configs[i];
+        if (c->golden == HX_GOLDEN_NA)
+            continue;
+        if (!golden_header) {
+            fputs("\n## Goldens (bit-level check)\n\n| config | golden | verdict | why |\n"
+                  "|---|---|---|---|\n", f);
+            golden_header = true;
+        }
+        fprintf(f, "| `%s` | %s | %s | ", c->config, hx_golden_status_name(c->golden),
+                hx_config_report_fails(c, r->strict_bits) ? "**FAIL**" : "pass");
+        md_cell(f, c->golden_note);
+        fputs(" |\n", f);
     }
     bool header = false;
     for (size_t i = 0; i < r->n_configs; ++i) {
@@ -110,12 +127,50 @@ int hx_report_write_md(const hx_report *r, const char *path, lm_err *err)
     fputs("\nClasses: EXACT (bitwise equal to its baseline, within the envelope of the "
           "reference), NOISE (within the envelope, same argmax), TIE_FLIP (argmax flipped on a "
           "near tie), DRIFT (more error than rounding explains), FLIP (argmax flipped beyond the "
-          "envelope), NONFINITE (NaN/Inf). DRIFT, FLIP and NONFINITE fail.\n", f);
-    if (fclose(f) != 0 || buf == NULL) {
-        free(buf);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+          "envelope), NONFINITE (NaN/Inf). DRIFT, FLIP and NONFINITE fail. A golden `match` "
+          "(bits as blessed) is a separate flag, not a class; a `stale` golden (blessed for "
+          "another model, prompt or kvdrift version) fails until blessed again.\n", f);
+}
+
+int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n)
+{
+    *out = NULL;
+    FILE *f = open_memstream(out, len);
+    if (f == NULL)
+        return LM_E_NOMEM;
+    if (n > 1) {
+        size_t n_fail = 0, n_skip = 0;
+        for (size_t i = 0; i < n; ++i) {
+            n_fail += hx_report_exit_code(rs[i], rs[i]->strict_bits) != 0;
+            n_skip += rs[i]->skipped[0] != '\0';
+        }
+        fprintf(f, "# kvdrift check: %zu case(s), %zu ran, %zu skipped, %zu failed\n\n", n,
+                n - n_skip, n_skip, n_fail);
     }
+    for (size_t i = 0; i < n; ++i) {
+        md_case(f, rs[i], n > 1 ? "##" : "#");
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0 || *out == NULL) {
+        free(*out);
+        *out = NULL;
+        return LM_E_NOMEM;
+    }
+    return LM_OK;
+}
+
+int hx_report_write_md_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (hx_report_md_text(&buf, &len, rs, n) != LM_OK)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
     int rc = hx_write_file_atomic(path, buf, len, err);
     free(buf);
     return rc;
+}
+
+int hx_report_write_md(const hx_report *r, const char *path, lm_err *err)
+{
+    return hx_report_write_md_many(&r, 1, path, err);
 }

@@ -6,6 +6,7 @@
 #include "routing.h"
 
 #include "kvd_ref.h"
+#include "kvd_version.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -39,13 +40,21 @@ int hx_mkdir_p(const char *dir, lm_err *err)
     return LM_OK;
 }
 
-int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const char *case_name,
+int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const hx_case *c,
                            lm_err *err)
 {
-    const char *dir = golden_dir && *golden_dir ? golden_dir : HX_GOLDEN_DIR;
-    int n = snprintf(out, cap, "%s/%s.json", dir, case_name);
+    int n;
+    if (golden_dir && *golden_dir) {
+        n = snprintf(out, cap, "%s/%s.json", golden_dir, c->name);
+    } else {
+        const char *slash = strrchr(c->file, '/');
+        int dir_len = slash ? (int)(slash - c->file) : 0;
+        n = slash ? snprintf(out, cap, "%.*s/%s/%s.json", dir_len ? dir_len : 1, c->file,
+                             HX_GOLDEN_SUBDIR, c->name)
+                  : snprintf(out, cap, "%s/%s.json", HX_GOLDEN_SUBDIR, c->name);
+    }
     if (n < 0 || (size_t)n >= cap)
-        return LM_FAIL(err, LM_E_INPUT, "golden path for case '%s' is too long", case_name);
+        return LM_FAIL(err, LM_E_INPUT, "golden path for case '%s' is too long", c->name);
     return LM_OK;
 }
 
@@ -199,8 +208,13 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
             .quiet = o->quiet,
         };
         rc = hx_sweep_run_all(&r->sweep, &p, err);
-        if (rc == LM_OK)
+        if (rc == LM_OK) {
             r->report = r->sweep->report;
+            memcpy(r->input.model_hash, r->report->model_hash, sizeof r->input.model_hash);
+            hx_tokens_hash(r->input.tokens_hash, prompt, r->n_prompt);
+            memcpy(r->report->tokens_hash, r->input.tokens_hash, sizeof r->input.tokens_hash);
+            r->input.version = KVD_VERSION;
+        }
         /* MoE: the routing flips go into the report (report.json/md) as in `kvdrift sweep`;
          * the printed section is dropped here (check prints its own summary). */
         if (rc == LM_OK && r->model->hp.n_expert > 0) {
@@ -253,6 +267,6 @@ int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *
         return LM_FAIL(err, LM_E_INTERNAL, "case %s: capture has no logits at position %u",
                        r->c->name, (unsigned)pos);
     uint32_t nv = run->cap->shape.n_vocab;
-    hx_golden_entry_fill(e, run->hash, run->cap->logits + (size_t)row * nv, nv, pos);
+    hx_golden_entry_fill(e, run->hash, run->cap->logits + (size_t)row * nv, nv, pos, &r->input);
     return LM_OK;
 }

@@ -33,6 +33,8 @@ typedef struct hx_caserun {
     lm_model *model;            /* NULL when skipped */
     uint32_t n_prompt;
     hx_sweep_result *sweep;     /* NULL when skipped */
+    hx_golden_input input;      /* what its golden entries are pinned to (model, tokens,
+                                   version; set when it ran) */
     hx_report *report;          /* sweep->report, or (skipped) a report of unrun configs;
                                    owned through sweep when it ran, else by this struct */
     bool own_report;
@@ -42,12 +44,14 @@ typedef struct hx_caserun {
 int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm_err *err);
 void hx_caserun_free(hx_caserun *r);
 
-/* Golden file of a case: DIR/<name>.json, DIR default HX_GOLDEN_DIR. */
-#define HX_GOLDEN_DIR "cases/golden"
-int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const char *case_name,
+/* Golden file of a case: DIR/<name>.json; DIR is golden_dir when given, else the folder
+ * "golden" beside the case file (cases/x.case -> cases/golden/x.json, wherever kvdrift runs). */
+#define HX_GOLDEN_SUBDIR "golden"
+int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const hx_case *c,
                            lm_err *err);
 
-/* Fills the golden entry of run i (hash, top-5 of the logits row at the last prompt position). */
+/* Fills the golden entry of run i (hash, top-5 of the logits row at the last prompt position,
+ * and r->input). */
 int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *err);
 
 /* Makes dir and its parents (mode 0755); an existing folder is fine. LM_E_IO naming it. */

@@ -51,15 +51,11 @@ static int feed_forced(lm_ctx *ctx, hx_capture *c, const hx_run_request *rq, uin
     return LM_OK;
 }
 
-void hx_config_ctx_params(lm_ctx_params *cp, char sr_name[LM_SR_NAME_MAX], const hx_config *cfg,
-                          uint32_t n_ctx)
+void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
+                          const hx_config *cfg, uint32_t n_ctx)
 {
-    const char *be_name = cfg->backend;
-    if (strcmp(cfg->backend, "naive-sr") == 0) { /* its seed travels in the backend name */
-        lm_sr_backend_name(sr_name, LM_SR_NAME_MAX, cfg->sr_seed);
-        be_name = sr_name;
-    }
-    *cp = (lm_ctx_params){.backend = be_name, .n_threads = (int)cfg->threads, .n_ctx = n_ctx,
+    *cp = (lm_ctx_params){.backend = hx_config_backend_name(be_name, LM_BACKEND_NAME_MAX, cfg),
+                          .n_threads = (int)cfg->threads, .n_ctx = n_ctx,
                           .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
                           .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep,
                           .profile = cfg->profile};
@@ -89,9 +85,9 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     int rc = hx_capture_create(&c, &s, err);
     if (rc != LM_OK)
         return rc;
-    char sr_name[LM_SR_NAME_MAX];
+    char be_name[LM_BACKEND_NAME_MAX];
     lm_ctx_params cp;
-    hx_config_ctx_params(&cp, sr_name, cfg, (uint32_t)need);
+    hx_config_ctx_params(&cp, be_name, cfg, (uint32_t)need);
     if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
         goto fail;
     size_t nv = hp->n_vocab;

@@ -78,8 +78,9 @@ static void report_done(run_pool *pool, const run_job *j)
 {
     char name[HX_CONFIG_STR_MAX];
     hx_config_format(name, sizeof name, &j->cfg);
-    if (strcmp(j->cfg.backend, "naive-sr") == 0)
-        snprintf(name, sizeof name, "naive-sr seed %llu", (unsigned long long)j->cfg.sr_seed);
+    if (lm_backend_flags(j->cfg.backend) & LM_BE_SEEDED)
+        snprintf(name, sizeof name, "%s seed %llu", j->cfg.backend,
+                 (unsigned long long)j->cfg.sr_seed);
     ++pool->done;
     if (j->rc == LM_OK)
         progress(pool->p, "[%zu/%zu] %s %-28s %.3f s%s", pool->done, pool->n, pool->what, name,
@@ -106,13 +107,13 @@ static void *pool_worker(void *arg)
     }
 }
 
-/* Whether a backend may run beside another run in the same process. OpenBLAS keeps its thread
- * count process-global (backend_blas.c sets it before every call) and concurrent calls were
- * measured to change bits (a blas:step=full capture hashed differently under -j 2), so only
- * the pure-C backends run in parallel; everything else runs alone, after them. */
+/* Whether a backend may run beside another run in the same process: not when it keeps
+ * process-global state (LM_BE_SHARES_PROCESS_STATE: OpenBLAS's thread count, whose concurrent
+ * use was measured to change bits: a blas:step=full capture hashed differently under -j 2).
+ * Those run alone, after the others. */
 static bool parallel_safe(const hx_config *c)
 {
-    return strcmp(c->backend, "naive") == 0 || strcmp(c->backend, "naive-sr") == 0;
+    return !(lm_backend_flags(c->backend) & LM_BE_SHARES_PROCESS_STATE);
 }
 
 /* Runs every job: the parallel-safe ones on min(jobs, their count) threads (the caller's alone
@@ -533,6 +534,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             run->cfg = jobs[i].cfg;
             run->cap = jobs[i].cap;
             run->stats = jobs[i].stats;
+            run->wall_s = jobs[i].wall_s;
             jobs[i].cap = NULL;
         }
         for (size_t j = nc; j < nj; ++j) {
@@ -590,6 +592,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         c->decode_tps = st->decode_s > 0.0 && st->n_decode ? (double)st->n_decode / st->decode_s
                                                            : 0.0;
         c->peak_mem_bytes = st->ctx_bytes;
+        c->wall_s = run->wall_s;
     }
     r->compare_s = now_s() - t0;
     return rc;

@@ -102,6 +102,7 @@ typedef struct hx_sweep_run {
     uint8_t hash[16];     /* hx_capture_hash(cap) */
     char hash_hex[33];
     hx_run_stats stats;
+    double wall_s;        /* wall seconds of its engine run (hx_run_capture) */
     int64_t baseline;     /* index into hx_sweep_result.runs of its baseline when the baseline
                              is among the configurations (its own index when it is one), else
                              -1: the baseline was run privately */

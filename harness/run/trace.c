@@ -107,13 +107,8 @@ static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int3
     const lm_hparams *hp = &m->hp;
     const uint32_t total = n_prompt + n_gen;
     uint32_t step = cfg->step == 0 || cfg->step > n_prompt ? n_prompt : cfg->step;
-    char sr_name[LM_SR_NAME_MAX];
-    const char *be = cfg->backend;
-    if (strcmp(cfg->backend, "naive-sr") == 0) {
-        lm_sr_backend_name(sr_name, sizeof sr_name, cfg->sr_seed);
-        be = sr_name;
-    }
-    const lm_ctx_params cp = {.backend = be, .n_threads = (int)cfg->threads, .n_ctx = total};
+    char be[LM_BACKEND_NAME_MAX];
+    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, cfg), .n_threads = (int)cfg->threads, .n_ctx = total};
     lm_ctx *c = NULL;
     float *lg = malloc((size_t)step * hp->n_vocab * sizeof *lg); /* [step][n_vocab] */
     memset(t, 0, sizeof *t);

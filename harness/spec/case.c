@@ -415,6 +415,40 @@ static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, l
     return LM_OK;
 }
 
+/* The 1-based line of `key = ...` in text (its first occurrence), 0 when absent: where CI
+ * annotations about that key point. */
+static uint32_t key_line(const char *text, const char *key)
+{
+    size_t kl = strlen(key);
+    uint32_t line = 1;
+    for (const char *p = text; *p; ++line) {
+        while (*p == ' ' || *p == '\t')
+            ++p;
+        if (strncmp(p, key, kl) == 0) {
+            const char *q = p + kl;
+            while (*q == ' ' || *q == '\t')
+                ++q;
+            if (*q == '=' || *q == ':')
+                return line;
+        }
+        const char *nl = strchr(p, '\n');
+        if (nl == NULL)
+            break;
+        p = nl + 1;
+    }
+    return 0;
+}
+
+static void record_lines(hx_case *c, const char *text)
+{
+    c->line_name = key_line(text, "name");
+    c->line_model = key_line(text, "model");
+    c->line_input = key_line(text, c->prompt ? "prompt" : "tokens");
+    if (c->line_input == 0)
+        c->line_input = key_line(text, "prompt_file");
+    c->line_steps = key_line(text, "steps");
+}
+
 int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_err *err)
 {
     *out = NULL;
@@ -450,7 +484,29 @@ int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_e
         hx_case_free(c);
         return rc;
     }
+    record_lines(c, text);
     *out = c;
+    return LM_OK;
+}
+
+/* A relative model path written in the case file is relative to the case file's folder (an
+ * installed kvdrift runs cases from anywhere); a path from ${KVDRIFT_MODELS} is taken as the
+ * variable gives it. */
+static int anchor_model_path(hx_case *c, const char *path, lm_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (c->model.synth || c->model.path[0] == '/' || slash == NULL ||
+        strncmp(c->model_text, "${", 2) == 0)
+        return LM_OK;
+    size_t dl = (size_t)(slash - path), pl = strlen(c->model.path);
+    char *np = malloc(dl + 1 + pl + 1);
+    if (np == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    memcpy(np, path, dl);
+    np[dl] = '/';
+    memcpy(np + dl + 1, c->model.path, pl + 1);
+    free(c->model.path);
+    c->model.path = np;
     return LM_OK;
 }
 
@@ -468,6 +524,10 @@ int hx_case_load(hx_case **out, const char *path, lm_err *err)
     }
     rc = hx_case_parse_string(out, text, path, err);
     free(text);
+    if (rc == LM_OK && (rc = anchor_model_path(*out, path, err)) != LM_OK) {
+        hx_case_free(*out);
+        *out = NULL;
+    }
     return rc;
 }
 

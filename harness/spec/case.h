@@ -18,7 +18,8 @@
  * start with ';' or '#'; there are no inline comments (a ';' inside a prompt is text). A value
  * wrapped in double quotes loses the quotes (to keep leading/trailing spaces of a prompt).
  * `${KVDRIFT_MODELS}` expands to that environment variable or ../shared/models; any other
- * `${...}` is an error. Relative model paths are relative to the working directory.
+ * `${...}` is an error. A relative model path written in the file is relative to the case
+ * file's folder (hx_case_load); a path from ${KVDRIFT_MODELS} is used as the variable gives it.
  * Errors: LM_E_INPUT with "FILE:LINE: reason" (or "FILE: reason" for a missing key). */
 #ifndef HX_CASE_H
 #define HX_CASE_H
@@ -64,6 +65,8 @@ typedef struct hx_case {
     uint32_t n_gen;
     uint32_t precision;
     bool strict_bits;
+    /* 1-based lines of keys in the file (0 = absent), for annotations pointing at them. */
+    uint32_t line_name, line_model, line_input /* prompt, tokens or prompt_file */, line_steps;
 } hx_case;
 
 /* Reads and validates a case file. */

@@ -143,6 +143,15 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
     return LM_OK;
 }
 
+const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c)
+{
+    if (lm_backend_flags(c->backend) & LM_BE_SEEDED)
+        lm_backend_seeded_name(buf, n, c->backend, c->sr_seed);
+    else
+        snprintf(buf, n, "%s", c->backend);
+    return buf;
+}
+
 int hx_config_format(char *buf, size_t n, const hx_config *c)
 {
     char step[16], thr[24] = "", attn[24] = "", rot[32] = "", prof[24] = "";

@@ -16,15 +16,15 @@ typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 
 #define HX_CONFIG_STR_MAX 112 /* longest canonical string + NUL */
 
 typedef struct hx_config {
-    char backend[16]; /* "naive", "blas" (lm_backend_known) */
+    char backend[16]; /* a registered backend's name (lm_backend_find), without a seed */
     uint32_t step;    /* prefill chunk size in tokens; 0 = the whole prompt in one chunk ("full") */
     uint32_t threads; /* 0 = not specified (the engine's default) */
     hx_attn attn;
     uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
     uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
     char profile[8];   /* precision profile (kvd_profile.h, `profile=`): "" = f32 */
-    uint64_t sr_seed; /* backend "naive-sr" only (the sweep's noise ensemble, never parsed or
-                         formatted): the stochastic-rounding seed; 0 elsewhere */
+    uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
+                         or formatted): their seed; 0 elsewhere */
 } hx_config;
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
@@ -69,8 +69,13 @@ int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const ch
  * unknown. */
 bool hx_profile_parse(char out[8], const char *s, size_t len);
 
+/* The name lm_ctx_params.backend takes for c, written into buf[n] (LM_BACKEND_NAME_MAX bytes
+ * suffice) and returned: c->backend, or NAME:seed=<c->sr_seed> for a LM_BE_SEEDED backend (the
+ * one place the seed joins the name: hx_config.backend is too short to hold it). */
+const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c);
+
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
-/* The backends a configuration may name: lm_backend_known (kvd_engine.h, the one list). */
+/* The backends a configuration may name: lm_backend_known (kvd_engine.h, the registry). */
 
 #endif

@@ -1,0 +1,71 @@
+/* arch.c — the architecture table: one row per supported general.architecture with its
+ * metadata key prefix, tensor names, norm placement, activation and RoPE. Adding an
+ * architecture is one row here (plus its mathematics where it differs: forward.c, the
+ * reference, the float64 test fixture). */
+#include "kvd_model.h"
+#include "util.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/* llama.cpp's tensor names, shared by the llama family. */
+#define LLAMA_TENSORS                                                                          \
+    {                                                                                          \
+        .tok_embd = "token_embd.weight", .output_norm = "output_norm.weight",                  \
+        .output = "output.weight", .attn_norm = "attn_norm.weight",                            \
+        .attn_q = "attn_q.weight", .attn_k = "attn_k.weight", .attn_v = "attn_v.weight",       \
+        .attn_output = "attn_output.weight", .attn_q_bias = "attn_q.bias",                     \
+        .attn_k_bias = "attn_k.bias", .attn_v_bias = "attn_v.bias",                            \
+        .attn_output_bias = "attn_output.bias", .ffn_norm = "ffn_norm.weight",                 \
+        .ffn_gate = "ffn_gate.weight", .ffn_up = "ffn_up.weight", .ffn_down = "ffn_down.weight", \
+        .attn_sinks = "attn_sinks.weight", .ffn_gate_inp = "ffn_gate_inp.weight",              \
+        .ffn_gate_exps = "ffn_gate_exps.weight", .ffn_up_exps = "ffn_up_exps.weight",          \
+        .ffn_down_exps = "ffn_down_exps.weight",                                               \
+    }
+
+static const lm_arch arches[] = {
+    {
+        .name = "llama",
+        .key_prefix = "llama",
+        .rope_type = LM_ROPE_NORM, /* GGUF llama stores Q/K rows for adjacent-pair rotation */
+        .rope_theta = 10000.0f,
+        .rms_eps = 1e-5f,
+        .norm_place = LM_NORM_PRE,
+        .act = LM_ACT_SWIGLU,
+        .tensors = LLAMA_TENSORS,
+    },
+};
+#define N_ARCHES (sizeof arches / sizeof arches[0])
+
+size_t lm_arch_count(void)
+{
+    return N_ARCHES;
+}
+
+const lm_arch *lm_arch_at(size_t i)
+{
+    return i < N_ARCHES ? &arches[i] : NULL;
+}
+
+const lm_arch *lm_arch_find(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < N_ARCHES; ++i)
+        if (strcmp(arches[i].name, name) == 0)
+            return &arches[i];
+    return NULL;
+}
+
+static char expected[256];
+static pthread_once_t expected_once = PTHREAD_ONCE_INIT;
+
+static void build_expected(void)
+{
+    for (size_t i = 0; i < N_ARCHES; ++i)
+        lm_words_append(expected, sizeof expected, i, N_ARCHES, arches[i].name);
+}
+
+const char *lm_arch_expected(void)
+{
+    pthread_once(&expected_once, build_expected);
+    return expected;
+}
