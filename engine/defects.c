@@ -19,6 +19,9 @@ static const char *const names[LM_DEFECT_COUNT] = {
     [LM_DEFECT_SOFTMAX_NO_MAX] = "softmax-no-max",
     [LM_DEFECT_GQA_INTERLEAVED] = "gqa-interleaved",
     [LM_DEFECT_LOGITS_UNNORMED] = "logits-unnormed",
+    [LM_DEFECT_HIST_DOUBLE_NEWEST] = "hist-double-newest",
+    [LM_DEFECT_HIST_NO_PROMPT] = "hist-no-prompt",
+    [LM_DEFECT_ROLLBACK_KEEPS_ONE] = "rollback-keeps-one",
 };
 
 void lm_test_set_defect(lm_defect d)

@@ -31,6 +31,7 @@
 #endif
 
 #include "kvd_engine.h"
+#include "kvd_spec.h"
 
 #include "kvd_defects.h"
 #include "attention.h"
@@ -606,6 +607,17 @@ void lm_ctx_reset(lm_ctx *c)
     lm_variants_reset(c->var);
 }
 size_t lm_ctx_scratch_bytes(const lm_ctx *c) { return c->scratch_bytes; }
+
+int lm_ctx_rollback(lm_ctx *c, uint32_t n_past, lm_err *err)
+{
+    if (n_past > c->n_past)
+        return LM_FAIL(err, LM_E_INPUT, "rollback to %u positions: only %u cached", n_past,
+                       c->n_past);
+    int rc = lm_variants_rollback(c->var, n_past, err);
+    if (rc == LM_OK)
+        c->n_past = n_past;
+    return rc;
+}
 
 void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn fn, void *user)
 {

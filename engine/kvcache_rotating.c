@@ -45,7 +45,7 @@ void lm_rotcache_release(lm_rotcache *rc)
 
 void lm_rotcache_reset(lm_rotcache *rc)
 {
-    rc->size = rc->idx = rc->offset = 0;
+    rc->size = rc->idx = rc->offset = rc->rollback_min = 0;
     for (uint32_t s = 0; s < rc->cap; ++s)
         rc->pos[s] = -1;
 }
@@ -142,6 +142,8 @@ int lm_rotcache_update(lm_rotcache *rc, uint32_t n, lm_rotcache_plan *plan, lm_e
         plan->write0 = rc->idx;
         if (rc->idx == rc->size)
             ++rc->size;
+        else /* written over an older position: no rollback past this token */
+            rc->rollback_min = rc->offset + 1;
         ++rc->idx;
     }
     for (uint32_t i = 0; i < n; ++i)
@@ -149,6 +151,30 @@ int lm_rotcache_update(lm_rotcache *rc, uint32_t n, lm_rotcache_plan *plan, lm_e
     rc->offset += n;
     plan->n_kv = rc->size;
     plan->kv_pos = rc->pos;
+    return LM_OK;
+}
+
+int lm_rotcache_rollback(lm_rotcache *rc, uint32_t n_past, lm_err *err)
+{
+    if (n_past > rc->offset)
+        return LM_FAIL(err, LM_E_INPUT, "rotating cache: rollback to %u beyond %u positions",
+                       n_past, rc->offset);
+    if (n_past < rc->rollback_min)
+        return LM_FAIL(err, LM_E_INPUT, "rotating cache: cannot roll back to %u: position %u "
+                       "was written over an older one", n_past, rc->rollback_min - 1);
+    const uint32_t drop = rc->offset - n_past;
+    if (drop > rc->size)
+        return LM_FAIL(err, LM_E_INPUT, "rotating cache: rollback of %u positions, %u cached",
+                       drop, rc->size);
+    for (uint32_t s = rc->size - drop; s < rc->size; ++s)
+        if (rc->pos[s] < (int32_t)n_past) /* not the tail: the layout is not the appended one */
+            return LM_FAIL(err, LM_E_INPUT, "rotating cache: positions >= %u are not the last "
+                           "slots", n_past);
+    for (uint32_t s = rc->size - drop; s < rc->size; ++s)
+        rc->pos[s] = -1;
+    rc->size -= drop;
+    rc->idx = rc->size;
+    rc->offset = n_past;
     return LM_OK;
 }
 

@@ -38,6 +38,8 @@ typedef struct lm_rotcache {
     uint32_t size;       /* slots in use: [0, size) */
     uint32_t idx;        /* next in-place write slot (MLX _idx) */
     uint32_t offset;     /* tokens seen: the position of the next token */
+    uint32_t rollback_min; /* smallest position a rollback may go back to: one past the last
+                              position written over an older slot (in-place wrap) */
     int32_t *pos;        /* [cap] position held by each slot; -1 = empty */
     uint32_t *gather;    /* [cap] the last plan's moves */
     int32_t *tmp;        /* [cap] */
@@ -63,6 +65,11 @@ void lm_rotcache_reset(lm_rotcache *rc);
 /* Registers a chunk of n tokens (1 <= n <= max_chunk) and fills *plan (valid until the next
  * update). */
 int lm_rotcache_update(lm_rotcache *rc, uint32_t n, lm_rotcache_plan *plan, lm_err *err);
+/* Forgets positions >= n_past (n_past <= offset): their slots, which must be the last ones
+ * (appended by a concat or by in-place writes that did not wrap), are emptied, and the next
+ * chunk starts at n_past. LM_E_INPUT when n_past < rollback_min (a rolled-back token was
+ * written over an older one, which is lost). */
+int lm_rotcache_rollback(lm_rotcache *rc, uint32_t n_past, lm_err *err);
 /* Moves rows [cap][dim] as the plan says (tmp: [n_move][dim] scratch). */
 void lm_rotcache_apply(const lm_rotcache_plan *p, float *rows, uint32_t dim, float *tmp);
 /* After an update for a chunk starting at pos0: the positions token i attends to, ascending,

@@ -136,6 +136,11 @@ int lm_variants_begin_chunk(lm_variants *v, uint32_t n_past, uint32_t n, lm_err 
     return rc;
 }
 
+int lm_variants_rollback(lm_variants *v, uint32_t n_past, lm_err *err)
+{
+    return v->rotating ? lm_rotcache_rollback(&v->rc, n_past, err) : LM_OK;
+}
+
 uint32_t lm_variants_write_slot(const lm_variants *v, uint32_t n_past)
 {
     return v->rotating ? v->plan.write0 : n_past;

@@ -29,6 +29,8 @@ bool lm_variants_rotating(const lm_variants *v);
 
 /* Start of a chunk of n tokens at position n_past: the rotating cache's bookkeeping. */
 int lm_variants_begin_chunk(lm_variants *v, uint32_t n_past, uint32_t n, lm_err *err);
+/* Forgets positions >= n_past (the rotating cache's slots; nothing to do otherwise). */
+int lm_variants_rollback(lm_variants *v, uint32_t n_past, lm_err *err);
 /* Slot of the chunk's first new K/V row in every layer (n_past without a rotating cache). */
 uint32_t lm_variants_write_slot(const lm_variants *v, uint32_t n_past);
 /* Moves one layer's cached rows as the chunk's rotating plan says (nothing otherwise).

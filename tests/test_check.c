@@ -7,6 +7,7 @@
 #include "fingerprint.h"
 #include "envelope.h"
 #include "golden.h"
+#include "golden_key.h"
 #include "synth.h"
 #include "test_util.h"
 
@@ -290,14 +291,16 @@ static void test_check_mismatch_strict(void)
     hx_fingerprint fp;
     hx_fingerprint_detect(&fp);
     const char *victim = "blas:step=3:threads=1";
+    hx_golden_key vkey;
+    hx_golden_key_of(&vkey, &fp, "blas");
     hx_golden_entry e;
     bool found = false;
-    CU_ASSERT_EQUAL_FATAL(hx_golden_find(g, "t-tiny", victim, fp.id, &e, &found, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_find(g, "t-tiny", victim, vkey.id, &e, &found, &err), LM_OK);
     CU_ASSERT_FATAL(found);
     /* one changed hex digit, the last: a comparison that stops early (a prefix, 16 of the 32
      * digits) would miss it */
     e.hash_hex[31] = e.hash_hex[31] == '0' ? '1' : '0';
-    CU_ASSERT_EQUAL_FATAL(hx_golden_set(g, "t-tiny", victim, &fp, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_set(g, "t-tiny", victim, vkey.id, vkey.text, &e, &err), LM_OK);
     CU_ASSERT_EQUAL_FATAL(hx_golden_save(g, gpath, &err), LM_OK);
     hx_golden_free(g);
 
@@ -340,9 +343,12 @@ static void test_check_mismatch_strict(void)
     CU_ASSERT_EQUAL(check(junit, json, true), 0);
 }
 
-/* Goldens blessed on another platform only: every configuration is absent here and judged by
- * the reference classification (CI on another CPU passes), and the output says so. */
-static void test_check_other_platform_falls_back(void)
+/* Goldens keyed per configuration by what can change its bits: goldens blessed on a machine
+ * whose OpenBLAS picked another core (a fake blas describe text) hold here for every naive
+ * configuration (its key has no CPU, ISA or BLAS part) and are absent for blas, which the
+ * reference classification then judges (non-strict passes; strict fails on the absent ones).
+ * Blessing here adds this core's blas entries and shares the naive ones. */
+static void test_check_keys_per_configuration(void)
 {
     setup_dirs();
     char gpath[1100], opath[1100];
@@ -355,24 +361,38 @@ static void test_check_other_platform_falls_back(void)
     CU_ASSERT_EQUAL_FATAL(hx_golden_create(&o, &err), LM_OK);
     hx_fingerprint self, other;
     hx_fingerprint_detect(&self);
-    other = self;
-    snprintf(other.backends, sizeof other.backends, "blas_core=Haswell-elsewhere");
-    hx_fingerprint_finish(&other);
+    other = self; /* another CPU model and ISA too: naive keys must not see them */
+    snprintf(other.cpu, sizeof other.cpu, "Elsewhere CPU");
+    snprintf(other.isa, sizeof other.isa, "sse2");
+    hx_golden_key naive_self, naive_other, blas_self, blas_other;
+    hx_golden_key_of(&naive_self, &self, "naive");
+    hx_golden_key_make(&naive_other, &other, "naive", NULL);
+    hx_golden_key_of(&blas_self, &self, "blas");
+    hx_golden_key_make(&blas_other, &other, "blas", "blas=OpenBLAS; blas_core=Haswell-elsewhere");
+    CU_ASSERT_STRING_EQUAL(naive_self.id, naive_other.id);
+    CU_ASSERT_STRING_NOT_EQUAL(blas_self.id, blas_other.id);
     hx_case *c = NULL;
     hx_config *cfgs = NULL;
     size_t n_cfg = 0;
     CU_ASSERT_EQUAL_FATAL(hx_case_load(&c, case_path, &err), LM_OK);
     CU_ASSERT_EQUAL_FATAL(hx_case_configs(&cfgs, &n_cfg, c, &err), LM_OK);
+    size_t n_naive = 0;
     for (size_t i = 0; i < n_cfg; ++i) {
         char name[HX_CONFIG_STR_MAX];
         hx_golden_entry e;
-        bool found = false;
+        bool found = false, naive = strcmp(cfgs[i].backend, "naive") == 0;
         hx_config_format(name, sizeof name, &cfgs[i]);
-        CU_ASSERT_EQUAL(hx_golden_find(g, "t-tiny", name, self.id, &e, &found, &err), LM_OK);
+        const hx_golden_key *mine = naive ? &naive_self : &blas_self;
+        const hx_golden_key *theirs = naive ? &naive_other : &blas_other;
+        CU_ASSERT_EQUAL(hx_golden_find(g, "t-tiny", name, mine->id, &e, &found, &err), LM_OK);
         CU_ASSERT(found);
-        e.hash_hex[31] = e.hash_hex[31] == 'f' ? 'e' : 'f'; /* another CPU, other bits */
-        CU_ASSERT_EQUAL(hx_golden_set(o, "t-tiny", name, &other, &e, &err), LM_OK);
+        if (!naive) /* another BLAS core, other bits */
+            e.hash_hex[31] = e.hash_hex[31] == 'f' ? 'e' : 'f';
+        n_naive += naive;
+        CU_ASSERT_EQUAL(hx_golden_set(o, "t-tiny", name, theirs->id, theirs->text, &e, &err),
+                        LM_OK);
     }
+    CU_ASSERT_EQUAL(n_naive, N_CFG / 2);
     char ofile[1200];
     snprintf(ofile, sizeof ofile, "%s/t-tiny.json", opath);
     CU_ASSERT_EQUAL_FATAL(hx_golden_save(o, ofile, &err), LM_OK);
@@ -388,22 +408,23 @@ static void test_check_other_platform_falls_back(void)
                         "--junit", junit, "--json", json, "-q", (char *)NULL), 0);
     const char *text = read_text(out_path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "no golden for 6 configuration(s)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "no golden for 3 configuration(s)"));
     cfg_result r[16];
     size_t n = json_results(r, 16, json);
     CU_ASSERT_EQUAL(n, N_CFG);
     for (size_t i = 0; i < n; ++i) {
-        CU_ASSERT_STRING_EQUAL(r[i].golden, "absent");
+        bool naive = strncmp(r[i].config, "naive:", 6) == 0;
+        CU_ASSERT_STRING_EQUAL(r[i].golden, naive ? "match" : "absent");
         CU_ASSERT_FALSE(r[i].fails);
     }
     /* Strict treats an absent golden as a changed bit. */
     CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", opath, "--cache", cdir,
                         "--strict", "-q", (char *)NULL), 1);
-    /* Blessing here adds this platform's entries and keeps the other platform's. */
+    /* Blessing here adds this core's blas entries; the naive ones are the same entries. */
     CU_ASSERT_EQUAL(run(cmd_bless, "bless", case_path, "--golden-dir", opath, "--cache", cdir,
                         "-q", (char *)NULL), 0);
     CU_ASSERT_EQUAL_FATAL(hx_golden_load(&o, ofile, false, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_golden_count(o), 2 * N_CFG);
+    CU_ASSERT_EQUAL(hx_golden_count(o), N_CFG + N_CFG / 2);
     hx_golden_free(o);
     CU_ASSERT_EQUAL(run(cmd_check, "check", case_path, "--golden-dir", opath, "--cache", cdir,
                         "--strict", "-q", (char *)NULL), 0);
@@ -676,7 +697,7 @@ void test_check_register(void)
     /* Order matters: the later tests use the goldens the first one blesses. */
     CU_add_test(s, "test_check_bless_then_match", test_check_bless_then_match);
     CU_add_test(s, "test_check_mismatch_strict", test_check_mismatch_strict);
-    CU_add_test(s, "test_check_other_platform_falls_back", test_check_other_platform_falls_back);
+    CU_add_test(s, "test_check_keys_per_configuration", test_check_keys_per_configuration);
     CU_add_test(s, "test_check_bad_case_file", test_check_bad_case_file);
     CU_add_test(s, "test_check_missing_model_skips", test_check_missing_model_skips);
     CU_add_test(s, "test_check_drift_fails_and_bless_refuses",

@@ -3,6 +3,7 @@
 #include "atomic.h"
 #include "capture.h"
 #include "golden.h"
+#include "golden_key.h"
 #include "kvd_engine.h"
 #include "test_util.h"
 
@@ -92,10 +93,10 @@ static void test_golden_roundtrip_sorted_atomic(void)
     CU_ASSERT_EQUAL(e.top_ids[2], 5);
     hx_fingerprint f1 = fake_fp("Zen"), f2 = fake_fp("Alpha");
     /* Insert in unsorted order. */
-    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", &f1, &e, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "naive:step=1", &f1, &e, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", &f2, &e, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", f1.id, f1.text, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "naive:step=1", f1.id, f1.text, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", f2.id, f2.text, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "alpha", "blas:step=1", f1.id, f1.text, &e, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_golden_count(g), 4);
     CU_ASSERT_EQUAL_FATAL(hx_golden_save(g, path, &err), LM_OK);
     CU_ASSERT_EQUAL(count_files(dir), 1); /* no temp file left behind */
@@ -138,7 +139,7 @@ static void test_golden_roundtrip_sorted_atomic(void)
     /* Replace an entry. */
     h[0] ^= 1;
     hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=full", f1.id, f1.text, &e, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_golden_count(g), 4);
     CU_ASSERT_EQUAL(hx_golden_find(g, "zeta", "naive:step=full", f1.id, &back, &found, &err), LM_OK);
     CU_ASSERT_STRING_EQUAL(back.hash_hex, e.hash_hex);
@@ -151,7 +152,7 @@ static void test_golden_roundtrip_sorted_atomic(void)
     /* A non-finite summary logit cannot be written as JSON: refused, not written. */
     logits[1] = INFINITY;
     hx_golden_entry_fill(&e, h, logits, 7, 11, &test_input);
-    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=2", &f1, &e, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "zeta", "naive:step=2", f1.id, f1.text, &e, &err), LM_E_INPUT);
     hx_golden_free(g);
 }
 
@@ -257,13 +258,55 @@ static void test_golden_input_pinning(void)
     CU_ASSERT(hx_golden_input_differs(&back, &test_input, why, sizeof why));
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "golden format 1"));
     hx_fingerprint f1 = fake_fp("Zen");
-    CU_ASSERT_EQUAL(hx_golden_set(g, "c", "k", &f1, &e, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_set(g, "c", "k", f1.id, f1.text, &e, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_golden_count(g), 2);
     CU_ASSERT_EQUAL(hx_golden_prune_stale(g, "c", "k", &test_input), 1);
     CU_ASSERT_EQUAL(hx_golden_count(g), 1);
     CU_ASSERT_EQUAL(hx_golden_find(g, "c", "k", f1.id, &back, &found, &err), LM_OK);
     CU_ASSERT(found);
     hx_golden_free(g);
+}
+
+/* A configuration's key holds only what can change its bits: the CPU model, its ISA, the
+ * other backends' parts and the float libm probe of the platform fingerprint never enter it;
+ * the backend's own describe text, the compiler and the build flags do. */
+static void test_golden_key_parts(void)
+{
+    hx_fingerprint a;
+    hx_fingerprint_detect(&a);
+    hx_fingerprint b = a;
+    snprintf(b.cpu, sizeof b.cpu, "Another CPU");
+    snprintf(b.isa, sizeof b.isa, "sse2");
+    snprintf(b.backends, sizeof b.backends, "blas=x; blas_core=Sandybridge");
+    snprintf(b.libm, sizeof b.libm, "expf=sse2 probe=00000000");
+    hx_fingerprint_finish(&b);
+    CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id); /* the platforms differ ... */
+    hx_golden_key ka, kb;
+    hx_golden_key_make(&ka, &a, "naive", NULL);
+    hx_golden_key_make(&kb, &b, "naive", "");
+    CU_ASSERT_STRING_EQUAL(ka.id, kb.id); /* ... naive's key does not */
+    CU_ASSERT_PTR_NULL(strstr(ka.text, "cpu="));
+    CU_ASSERT_PTR_NULL(strstr(ka.text, "blas"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ka.text, "rope="));
+    hx_golden_key_make(&ka, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX");
+    hx_golden_key_make(&kb, &b, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX");
+    CU_ASSERT_STRING_EQUAL(ka.id, kb.id); /* blas: same core, same key */
+    hx_golden_key_make(&kb, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=Haswell");
+    CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* another core, another key */
+    hx_golden_key_make(&kb, &a, "naive", NULL);
+    CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* backends never share a key */
+    b = a;
+    snprintf(b.compiler, sizeof b.compiler, "gcc 99");
+    hx_golden_key_make(&ka, &a, "naive", NULL);
+    hx_golden_key_make(&kb, &b, "naive", NULL);
+    CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* another compiler, another key */
+    /* The registry's hooks: naive reports nothing, blas its core (OPENBLAS_CORETYPE). */
+    hx_golden_key_of(&ka, &a, "naive");
+    hx_golden_key_make(&kb, &a, "naive", NULL);
+    CU_ASSERT_STRING_EQUAL(ka.id, kb.id);
+    hx_golden_key_of(&ka, &a, "blas");
+    CU_ASSERT_PTR_NOT_NULL(strstr(ka.text, "blas_core="));
+    CU_ASSERT_EQUAL(strlen(hx_golden_rope_probe()), 8);
 }
 
 void test_golden_register(void)
@@ -273,4 +316,5 @@ void test_golden_register(void)
     CU_add_test(s, "test_golden_roundtrip_sorted_atomic", test_golden_roundtrip_sorted_atomic);
     CU_add_test(s, "test_golden_malformed_files", test_golden_malformed_files);
     CU_add_test(s, "test_golden_input_pinning", test_golden_input_pinning);
+    CU_add_test(s, "test_golden_key_parts", test_golden_key_parts);
 }

@@ -32,6 +32,13 @@ typedef enum lm_defect {
                                        h / (n_head / n_head_kv) (attention.c) */
     LM_DEFECT_LOGITS_UNNORMED,      /* output projection of the raw residual stream, final
                                        RMSNorm skipped (forward.c logits_row) */
+    LM_DEFECT_HIST_DOUBLE_NEWEST,   /* speculative decoding's processor history counts every
+                                       accepted token twice (speculative.c accept) */
+    LM_DEFECT_HIST_NO_PROMPT,       /* speculative decoding's processor history starts empty
+                                       instead of holding the prompt, its last token included
+                                       (speculative.c) */
+    LM_DEFECT_ROLLBACK_KEEPS_ONE,   /* speculative decoding's rollback leaves the first rejected
+                                       token in the target's KV cache (speculative.c) */
     LM_DEFECT_COUNT
 } lm_defect;
 

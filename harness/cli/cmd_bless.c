@@ -16,10 +16,11 @@ static const char usage_text[] =
     "usage: kvdrift bless CASE... [--golden-dir DIR] [--force] [options]\n"
     "Runs every case file (its sweep, reference and envelope, as check does) and writes the\n"
     "XXH3-128 of each configuration's canonical capture, with the top-5 logits at the last\n"
-    "prompt position, into GOLDEN-DIR/<case name>.json for this platform fingerprint, pinned\n"
-    "to the model file's hash, the prompt's token ids and this kvdrift version: this\n"
-    "platform's entries are replaced, other platforms' kept, entries blessed for other input\n"
-    "(stale: check fails on them) removed; the file is replaced atomically.\n"
+    "prompt position, into GOLDEN-DIR/<case name>.json under the configuration's golden key\n"
+    "(what can change its bits: naive none of the CPU, ISA or BLAS core; blas the OpenBLAS\n"
+    "build and core), pinned to the model file's hash, the prompt's token ids and this\n"
+    "kvdrift version: this key's entries are replaced, other keys' kept, entries blessed for\n"
+    "other input (stale: check fails on them) removed; the file is replaced atomically.\n"
     "A configuration classified DRIFT, FLIP or NONFINITE is refused (a golden must never\n"
     "enshrine a defect) unless --force; the case's other configurations are still blessed.\n"
     "All or nothing: every case runs first; when one is bad input (a model that cannot be\n"
@@ -60,15 +61,17 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
             continue;
         }
         hx_golden_entry e;
+        hx_golden_key key;
+        hx_caserun_key(&key, cr, i, fp);
         rc = hx_caserun_entry(&e, cr, i, err);
         if (rc == LM_OK) {
             plan->n_pruned += hx_golden_prune_stale(plan->g, r->case_name, c->config, &cr->input);
-            rc = hx_golden_set(plan->g, r->case_name, c->config, fp, &e, err);
+            rc = hx_golden_set(plan->g, r->case_name, c->config, key.id, key.text, &e, err);
         }
         if (rc == LM_OK) {
             plan->n_set++;
-            printf("  %-28s %-9s %s%s\n", c->config, hx_class_name(c->cls), e.hash_hex,
-                   hx_class_fails(c->cls) ? "  (forced)" : "");
+            printf("  %-28s %-9s %s key %s%s\n", c->config, hx_class_name(c->cls), e.hash_hex,
+                   key.id, hx_class_fails(c->cls) ? "  (forced)" : "");
         }
     }
     return rc;
@@ -171,9 +174,9 @@ int cmd_bless(int argc, char **argv)
         if (pl->n_set > 0 && (st = make_parent(pl->gpath, &err)) == LM_OK)
             st = hx_golden_save(pl->g, pl->gpath, &err);
         if (st == LM_OK)
-            printf("  %s: %zu configuration(s) blessed%s%s for platform %s, %zu refused, %zu "
-                   "stale entries removed\n", pl->case_name, pl->n_set, pl->n_set ? " into " : "",
-                   pl->n_set ? pl->gpath : "", fp.id, pl->n_refused, pl->n_pruned);
+            printf("  %s: %zu configuration(s) blessed%s%s, %zu refused, %zu stale entries "
+                   "removed\n", pl->case_name, pl->n_set, pl->n_set ? " into " : "",
+                   pl->n_set ? pl->gpath : "", pl->n_refused, pl->n_pruned);
     }
     if (st != LM_OK)
         goto done;

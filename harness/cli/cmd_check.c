@@ -116,17 +116,20 @@ static int judge_case(hx_caserun *cr, const char *gpath, const hx_fingerprint *f
     hx_report *r = cr->report;
     hx_golden *g = NULL;
     hx_golden_entry *now = calloc(r->n_configs, sizeof *now);
+    hx_golden_key *key = calloc(r->n_configs, sizeof *key);
     const char **keys = calloc(r->n_configs, sizeof *keys);
-    int rc = now && keys ? hx_golden_load(&g, gpath, true, err)
-                         : LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    int rc = now && key && keys ? hx_golden_load(&g, gpath, true, err)
+                                : LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (size_t i = 0; i < r->n_configs && rc == LM_OK; ++i) {
-        keys[i] = fp->id;
+        hx_caserun_key(&key[i], cr, i, fp);
+        keys[i] = key[i].id;
         rc = hx_caserun_entry(&now[i], cr, i, err);
     }
     if (rc == LM_OK)
         rc = hx_golden_judge(r, g, keys, now, counts, err);
     hx_golden_free(g);
     free(now);
+    free(key);
     free(keys);
     return rc;
 }

@@ -11,6 +11,8 @@
 #include "report.h"
 #include "sweep.h"
 #include "synth.h"
+#include "specrun.h"
+#include "sweep_spec.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -257,6 +259,23 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
     return rc;
 }
 
+/* The speculative-decoding check after the sweep's table (sweep_spec.h). */
+static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
+                      uint32_t n_prompt, const hx_sweep_params *sp, const hx_sweep_result *res,
+                      const char *cache, size_t *n_fail, lm_err *err)
+{
+    char dpath[4096], dlabel[256];
+    uint32_t layers;
+    const bool self = so->draft == NULL || hx_draft_self_layers(so->draft, &layers);
+    int st = self ? LM_OK
+                  : resolve_model(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft, cache, err);
+    if (st != LM_OK)
+        return st;
+    return hx_spec_check_print(stdout, m, self ? NULL : dpath, prompt, n_prompt,
+                               sp->n_gen ? sp->n_gen : 1, sp->configs, sp->n_configs, so, res->env,
+                               n_fail, err);
+}
+
 int cmd_sweep(int argc, char **argv)
 {
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
@@ -271,12 +290,16 @@ int cmd_sweep(int argc, char **argv)
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
+        HX_SPEC_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
     const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
     const char *threads_s = "1", *attn_s = NULL, *rot_s = NULL, *prof_s = NULL;
     bool parse_special = false;
+    hx_spec_opts so;
+    hx_spec_opts_init(&so);
+    lm_err opt_err = {0};
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
     optind = 1;
@@ -326,7 +349,12 @@ int cmd_sweep(int argc, char **argv)
             sp.sr_seed_set = true;
             break;
         }
-        case 'h': fputs(usage_text, stdout); return 0;
+        case 'h': fputs(usage_text, stdout); fputs(HX_SPEC_USAGE, stdout); return 0;
+        case HX_OPT_SPEC: case HX_OPT_DRAFT: case HX_OPT_REPEAT_PENALTY:
+        case HX_OPT_REPEAT_LAST_N: case HX_OPT_FREQ_PENALTY: case HX_OPT_PRESENCE_PENALTY:
+            if (hx_spec_opts_set(&so, o, optarg, &opt_err) != LM_OK)
+                return hx_cli_fail("sweep", "%s", opt_err.msg);
+            break;
         default: return hx_cli_bad_option("sweep", o, argv); /* ':' or unknown */
         }
     }
@@ -347,6 +375,7 @@ int cmd_sweep(int argc, char **argv)
     int32_t *prompt = NULL;
     uint32_t n_prompt = 0;
     hx_sweep_result *res = NULL;
+    size_t spec_fail = 0;
     char model_path[4096], label[256], dir[4096];
     if ((st = hx_parse_steps(&steps, &n_steps, steps_s, &err)) != LM_OK ||
         (st = parse_backends(&backends, &n_backends, backends_s, &err)) != LM_OK ||
@@ -451,10 +480,15 @@ int cmd_sweep(int argc, char **argv)
             printf("routing: %u real flips (expert sets the reference's margins do not "
                    "explain)\n", n_real);
     }
+    if (so.spec_list != NULL && (st = sweep_spec(&so, m, prompt, n_prompt, &sp, res, cache,
+                                                  &spec_fail, &err)) != LM_OK)
+        goto done;
 done:
     if (st != LM_OK)
         fprintf(stderr, "kvdrift sweep: %s\n", err.msg);
     int code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(res->report, false);
+    if (st == LM_OK && code == 0 && spec_fail > 0)
+        code = 1;
     hx_sweep_result_free(res);
     free(steps);
     free(threads);

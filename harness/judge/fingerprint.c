@@ -108,18 +108,23 @@ void hx_fingerprint_detect(hx_fingerprint *fp)
     hx_fingerprint_finish(fp);
 }
 
+void hx_text_id16(char out[17], const char *text)
+{
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, XXH3_128bits(text, strlen(text)));
+    char hex[33];
+    hx_hash_hex(hex, can.digest);
+    memcpy(out, hex, 16);
+    out[16] = '\0';
+}
+
 void hx_fingerprint_finish(hx_fingerprint *fp)
 {
     snprintf(fp->text, sizeof fp->text,
              "arch=%s; cpu=%s; isa=%s; %s%scompiler=%s; flags=%s; libc=%s; libm=%s", fp->arch,
              fp->cpu, fp->isa, fp->backends, fp->backends[0] ? "; " : "", fp->compiler,
              fp->flags, fp->libc, fp->libm);
-    XXH128_canonical_t can;
-    XXH128_canonicalFromHash(&can, XXH3_128bits(fp->text, strlen(fp->text)));
-    char hex[33];
-    hx_hash_hex(hex, can.digest);
-    memcpy(fp->id, hex, 16);
-    fp->id[16] = '\0';
+    hx_text_id16(fp->id, fp->text);
     snprintf(fp->short_text, sizeof fp->short_text, "%s %s %s, %s, %s %s [%s]", fp->arch,
              fp->backends_brief[0] ? fp->backends_brief : "-", fp->isa, fp->compiler, fp->libc,
              fp->libm, fp->id);

@@ -33,6 +33,9 @@ typedef struct hx_fingerprint {
  * error: an unknown part still separates goldens, it only makes them less portable). */
 void hx_fingerprint_detect(hx_fingerprint *out);
 
+/* The first 16 hex digits of XXH3-128(text): the ids of platforms and golden keys. */
+void hx_text_id16(char out[17], const char *text);
+
 /* Recomputes text, id and short_text from the parts (used by detect; lets tests build one). */
 void hx_fingerprint_finish(hx_fingerprint *fp);
 

@@ -203,8 +203,8 @@ static json_t *child(json_t *parent, const char *key)
     return json_is_object(c) ? c : NULL;
 }
 
-int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
-                  const hx_fingerprint *fp, const hx_golden_entry *e, lm_err *err)
+int hx_golden_set(hx_golden *g, const char *case_name, const char *config, const char *key_id,
+                  const char *key_text, const hx_golden_entry *e, lm_err *err)
 {
     json_t *top = json_array();
     for (uint32_t i = 0; top && i < e->n_top && i < HX_TOPK; ++i) {
@@ -222,8 +222,8 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
                       : NULL;
     json_t *cfg = child(child(child(g->root, "cases"), case_name), config);
     json_t *plats = json_object_get(g->root, "platforms");
-    if (obj == NULL || cfg == NULL || json_object_set_new(cfg, fp->id, obj) ||
-        json_object_set_new(plats, fp->id, json_string(fp->text)))
+    if (obj == NULL || cfg == NULL || json_object_set_new(cfg, key_id, obj) ||
+        json_object_set_new(plats, key_id, json_string(key_text)))
         return LM_FAIL(err, LM_E_INPUT, "golden: cannot add %s/%s (out of memory, or a "
                                         "non-finite logit in the summary)", case_name, config);
     return LM_OK;
@@ -258,8 +258,27 @@ size_t hx_golden_count(const hx_golden *g)
     return n;
 }
 
+/* Drops the "platforms" texts no entry uses any more (after pruning or re-keying). */
+static void drop_unused_keys(json_t *root)
+{
+    json_t *plats = json_object_get(root, "platforms"), *v, *tmp;
+    const char *id;
+    json_object_foreach_safe(plats, tmp, id, v) {
+        bool used = false;
+        const char *k1, *k2;
+        json_t *v1, *v2;
+        json_object_foreach(json_object_get(root, "cases"), k1, v1) {
+            json_object_foreach(v1, k2, v2)
+                used = used || json_object_get(v2, id) != NULL;
+        }
+        if (!used)
+            json_object_del(plats, id);
+    }
+}
+
 int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
 {
+    drop_unused_keys(g->root);
     char *text = json_dumps(g->root, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (text == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: cannot serialize golden file", path);

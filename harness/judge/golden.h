@@ -3,8 +3,8 @@
  * Layout (format "kvdrift-golden", version 2):
  *   {
  *     "format": "kvdrift-golden", "version": 2,
- *     "platforms": { FP_ID: FINGERPRINT_TEXT, ... },
- *     "cases": { CASE: { CONFIG: { FP_ID: {
+ *     "platforms": { KEY_ID: KEY_TEXT, ... },
+ *     "cases": { CASE: { CONFIG: { KEY_ID: {
  *         "xxh3_128": "32 hex digits",
  *         "position": P,                       (absolute position of the summarized logits row)
  *         "top5": [ {"id": I, "logit": L}, ... ],  (best first; L printed with 9 significant
@@ -14,8 +14,10 @@
  *         "kvdrift_version": "0.1.0"           (KVD_VERSION of the blessing binary)
  *     } } } }
  *   }
- * CONFIG is the canonical config string (hx_config_format), FP_ID hx_fingerprint.id. Keys are
- * sorted on output (JSON_SORT_KEYS) so files diff cleanly.
+ * CONFIG is the canonical config string (hx_config_format), KEY_ID the configuration's golden
+ * key (golden_key.h: only what can change that configuration's bits; "platforms" maps each id
+ * to its text, and texts no entry uses are dropped on save). Keys are sorted on output
+ * (JSON_SORT_KEYS) so files diff cleanly.
  *
  * An entry is pinned to its input: an entry whose model hash, token-id hash or version differs
  * from the run's was blessed for something else and is "stale" (hx_golden_input_differs), which
@@ -72,9 +74,9 @@ void hx_golden_free(hx_golden *g);
 /* *found false (and LM_OK) when there is no entry for this case/config/platform. */
 int hx_golden_find(const hx_golden *g, const char *case_name, const char *config,
                    const char *fp_id, hx_golden_entry *out, bool *found, lm_err *err);
-/* Adds or replaces an entry and records the platform's fingerprint text. */
-int hx_golden_set(hx_golden *g, const char *case_name, const char *config,
-                  const hx_fingerprint *fp, const hx_golden_entry *e, lm_err *err);
+/* Adds or replaces the entry under key_id and records the key's text (golden_key.h). */
+int hx_golden_set(hx_golden *g, const char *case_name, const char *config, const char *key_id,
+                  const char *key_text, const hx_golden_entry *e, lm_err *err);
 /* Removes the entries of case/config (under every key) blessed for input other than in: bless
  * calls it, since such entries can never match again. Returns how many were removed. */
 size_t hx_golden_prune_stale(hx_golden *g, const char *case_name, const char *config,

@@ -186,7 +186,7 @@ static void cell_g(char *c, double v)
 
 void hx_report_cells(char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], const hx_config_report *c)
 {
-    snprintf(cells[0], HX_REPORT_CELL, "%s", c->config);
+    snprintf(cells[0], HX_REPORT_CELL, "%.*s", HX_REPORT_CELL - 1, c->config);
     snprintf(cells[1], HX_REPORT_CELL, "%s", hx_class_name(c->cls));
     if (c->first_divergent >= 0)
         snprintf(cells[2], HX_REPORT_CELL, "%lld", (long long)c->first_divergent);

@@ -270,3 +270,8 @@ int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *
     hx_golden_entry_fill(e, run->hash, run->cap->logits + (size_t)row * nv, nv, pos, &r->input);
     return LM_OK;
 }
+
+void hx_caserun_key(hx_golden_key *k, const hx_caserun *r, size_t i, const hx_fingerprint *fp)
+{
+    hx_golden_key_of(k, fp, r->sweep->runs[i].cfg.backend);
+}

@@ -11,6 +11,7 @@
 #include "case.h"
 #include "fingerprint.h"
 #include "golden.h"
+#include "golden_key.h"
 #include "kvd_model.h"
 #include "report.h"
 #include "sweep.h"
@@ -53,6 +54,9 @@ int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const 
 /* Fills the golden entry of run i (hash, top-5 of the logits row at the last prompt position,
  * and r->input). */
 int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *err);
+
+/* The golden key of run i's configuration on this machine (golden_key.h). */
+void hx_caserun_key(hx_golden_key *k, const hx_caserun *r, size_t i, const hx_fingerprint *fp);
 
 /* Makes dir and its parents (mode 0755); an existing folder is fine. LM_E_IO naming it. */
 int hx_mkdir_p(const char *dir, lm_err *err);

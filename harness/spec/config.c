@@ -90,8 +90,8 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         return LM_FAIL(err, LM_E_INPUT, "config '%s': unknown backend '%.*s' (expected %s)", s,
                        (int)blen, s, lm_backend_expected());
     memcpy(c.backend, s, blen);
-    bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false,
-         seen_prof = false;
+    bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
+    bool seen_spec = false, seen_draft = false, seen_prof = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -126,10 +126,21 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         } else if (field_is(f, klen, "profile")) {
             seen = &seen_prof;
             ok = hx_profile_parse(c.profile, val, vlen);
+        } else if (field_is(f, klen, "spec")) {
+            seen = &seen_spec;
+            ok = field_is(val, vlen, "0") ? (c.spec = 0, true) : parse_pos_u32(val, vlen, &c.spec);
+            ok = ok && c.spec <= 64;
+        } else if (field_is(f, klen, "draft")) {
+            seen = &seen_draft;
+            next = NULL; /* the value is the rest of the string */
+            vlen = strlen(val);
+            ok = vlen > 0 && vlen < sizeof c.draft;
+            if (ok)
+                memcpy(c.draft, val, vlen);
         } else {
             return LM_FAIL(err, LM_E_INPUT,
-                           "config '%s': unknown key '%.*s' (step, threads, attn, rot, profile)", s,
-                           (int)klen, f);
+                           "config '%s': unknown key '%.*s' (step, threads, attn, rot, profile, "
+                           "spec, draft)", s, (int)klen, f);
         }
         if (*seen)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
@@ -167,7 +178,11 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
         snprintf(rot, sizeof rot, ":rot=%u/%u", (unsigned)c->rot_max, (unsigned)c->rot_keep);
     if (c->profile[0] != '\0')
         snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
-    return snprintf(buf, n, "%s:step=%s%s%s%s%s", c->backend, step, thr, attn, rot, prof);
+    char spec[24] = "";
+    if (c->spec != 0)
+        snprintf(spec, sizeof spec, ":spec=%u", (unsigned)c->spec);
+    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, prof,
+                    spec, c->draft[0] ? ":draft=" : "", c->draft);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
@@ -181,7 +196,8 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
-           a->sr_seed == b->sr_seed && strcmp(a->profile, b->profile) == 0;
+           a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
+           strcmp(a->profile, b->profile) == 0;
 }
 
 int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,

@@ -13,7 +13,8 @@
  * omitted from the canonical string, so adding the axis later does not rename old configs. */
 typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 2 } hx_attn;
 
-#define HX_CONFIG_STR_MAX 112 /* longest canonical string + NUL */
+#define HX_CONFIG_STR_MAX 256 /* longest canonical string + NUL (a draft path included) */
+#define HX_DRAFT_MAX 128     /* longest draft= value + NUL */
 
 typedef struct hx_config {
     char backend[16]; /* a registered backend's name (lm_backend_find), without a seed */
@@ -23,6 +24,9 @@ typedef struct hx_config {
     uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
     uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
     char profile[8];   /* precision profile (kvd_profile.h, `profile=`): "" = f32 */
+    uint32_t spec;     /* speculative decoding (`spec=K`): K drafted tokens per round; 0 = plain */
+    char draft[HX_DRAFT_MAX]; /* `draft=`: "self:L" (the model's first L layers) or a model
+                                 (path or synth:PRESET); "" = none */
     uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
                          or formatted): their seed; 0 elsewhere */
 } hx_config;
@@ -31,13 +35,16 @@ typedef struct hx_config {
  * >= 1), attn (dense|stream), rot (MAX/KEEP: a rotating KV cache with max_size MAX >= 2 and
  * keep KEEP < MAX, both decimal; "none" = the plain cache; '/' because ':' separates fields),
  * profile (a precision profile name, lm_profile_find; "f32" is stored as "");
+ * spec (K >= 0 drafted tokens; 0 = plain decoding), draft (self:L, a GGUF path or
+ * synth:PRESET[:seed=N]: the rest of the string, so it comes last, ':' included);
  * each key at most once, in any order. A missing step means full.
  * Unknown backend, unknown key, duplicate key or malformed value: LM_E_INPUT naming the
  * string and the reason. */
 int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
- * when not default, then rot=MAX/KEEP when rotating, then profile=P when not f32.
+ * when not default, then rot=MAX/KEEP when rotating, then profile=P when not f32, then spec=K
+ * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);

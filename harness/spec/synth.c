@@ -75,6 +75,9 @@ static const preset presets[] = {
     {"moe-32x4", {"kvdrift-synth-moe-32x4", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
                   .n_swa = 8, .swa_period = 2, .sinks = true, .n_expert = 32,
                   .n_expert_used = 4, .n_ff_exp = 48, .gating_func = 3}},
+    /* A draft for "tiny" (speculative decoding): the same vocabulary, one narrow layer. */
+    {"tiny-draft", {"kvdrift-synth-tiny-draft", 32, 1, 4, 2, 96, 512, 2048, 10000.0f, 1e-5f,
+                    .n_swa = 0}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -90,7 +93,7 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
             return LM_OK;
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
-                   "swa-5to1, sinks-alt, moe, moe-32x4)", name);
+                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft)", name);
 }
 
 /* A bad parameter: one message naming it (the format must be a string literal). */

@@ -1,0 +1,42 @@
+/* seqcheck.h — the speculative-decoding verdict: does speculative decoding produce plain
+ * decoding's tokens, chosen with plain decoding's processor history, at every step?
+ *
+ * Rules, on the two traces of one configuration (specrun.h), n_gen steps each:
+ *   first_tok  = first step whose tokens differ (-1: none)
+ *   first_hist = first step whose processor-history hashes differ (-1: none)
+ *   1. first_hist >= 0 and (first_tok < 0 or first_hist <= first_tok): SEQ_MISMATCH — a token
+ *      was chosen with another history than plain decoding's (a history after a differing
+ *      token differs as a consequence and is not counted).
+ *   2. first_tok >= 0 (histories equal up to it): at that step the two raw target rows came
+ *      from the same context; err = max_i |spec_i - plain_i| and gap = how far plain's own
+ *      token leads spec's token in plain's processed row (>= 0).
+ *        err <= e and gap <= e_gap -> TIE_FLIP  (the verify chunk's logits differ from the
+ *                                                single-step ones by rounding, and that flips
+ *                                                a near tie: numerical, not a bug)
+ *        otherwise                 -> SEQ_MISMATCH
+ *   3. no difference: EXACT when every raw row is bitwise equal, else NOISE (the rows differ
+ *      by rounding, the choices did not).
+ * Processed rows are recomputed here from the raw ones: the penalties of one step transform
+ * both rows alike, so the gap is measured on plain's raw row with the same transform the
+ * engine applied (lm_penalty on the common history, rebuilt from prompt + tokens). */
+#ifndef HX_SEQCHECK_H
+#define HX_SEQCHECK_H
+
+#include "classify.h"
+#include "specrun.h"
+
+typedef struct hx_seq_verdict {
+    hx_class cls;           /* EXACT, NOISE, TIE_FLIP or SEQ_MISMATCH */
+    int64_t first_tok;      /* -1: equal tokens */
+    int64_t first_hist;     /* -1: equal histories */
+    double max_abs;         /* max |spec - plain| over the raw rows of the common prefix */
+    double err, gap;        /* rule 2's numbers (NaN when rule 2 did not apply) */
+    char reason[256];
+} hx_seq_verdict;
+
+/* prompt [n_prompt] and pen: what both decodes used (to rebuild the processed rows). */
+int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prompt,
+                 uint32_t n_prompt, const lm_penalty_params *pen, double e, double e_gap,
+                 lm_err *err);
+
+#endif
