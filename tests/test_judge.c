@@ -1,12 +1,12 @@
 /* test_judge.c — `kvdrift judge` end to end on real llama.cpp dumps of stories260K
  * (tests/data/dumps, skipped when the model is absent): F32-KV dumps are NOISE or better under
  * f32; llama.cpp's default F16-KV dumps are DRIFT/FLIP under f32 and NOISE/TIE_FLIP under f16kv;
- * the greedy dumps' tokens_generated follow the reference; injected bugs (one position's
- * logits shifted by 10x the largest envelope of any profile; two K/V rows swapped) fail under
- * every profile while the same dumps without the bug pass. */
+ * llama.cpp's own K/V cache (kv/ of the ub512 dumps) classifies like its logits; the greedy
+ * dumps' tokens_generated follow the reference; injected bugs (one position's logits shifted by
+ * 10x the largest envelope of any profile; two K/V rows swapped) fail under every profile
+ * while the same dump without the bug passes. */
 #include "commands.h"
 #include "dump.h"
-#include "forced.h"
 #include "judge_run.h"
 #include "kvd_profile.h"
 #include "test_util.h"
@@ -102,6 +102,16 @@ static void test_judge_llamacpp_f32kv_noise_default_f16kv(void)
             CU_ASSERT_STRING_EQUAL(r->dumps[i].explained_by, "f16kv");
         }
         CU_ASSERT_EQUAL(r->dumps[i].kl.n, 56u);
+        if (i == 2 || i == 5) { /* the ub512 dumps carry llama.cpp's K/V cache */
+            const hx_config_report *c32 = &r->configs[r->dumps[i].first_config];
+            const hx_config_report *c16 = c32 + 1;
+            CU_ASSERT_STRING_EQUAL(c32->rows[0].name, "L0.K");
+            CU_ASSERT_EQUAL(c32->n_rows, 2u * m->hp.n_layer + 56u);
+            for (uint32_t t = 0; t < 2u * m->hp.n_layer; ++t) {
+                CU_ASSERT(i == 2 ? c32->rows[t].cls <= HX_NOISE : hx_class_fails(c32->rows[t].cls));
+                CU_ASSERT(c16->rows[t].cls <= HX_NOISE);
+            }
+        }
         CU_ASSERT(r->dumps[i].kl.median <= r->dumps[i].kl.p90);
         CU_ASSERT(r->dumps[i].kl.p90 <= r->dumps[i].kl.p99);
         CU_ASSERT(r->dumps[i].kl.p99 <= r->dumps[i].kl.p999);
@@ -167,12 +177,16 @@ static void test_judge_injected_bugs_fail_every_profile(void)
     lm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     const uint32_t n = 16, np = lm_profile_count(), bad_pos = 9;
+    /* llama.cpp's F32-KV dump with its K/V cache (kv/), cut to its first 16 tokens */
     hx_dump *d = load(m, path, "llama.cpp-f32kv-ub512");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d->k);
     truncate_dump(d, n);
-    /* clean: passes, explained by f32 */
+    /* clean: passes, explained by f32, K/V rows compared */
     hx_report *r = judge(m, &d, 1, n, NULL, 0);
     CU_ASSERT_EQUAL_FATAL(r->dumps[0].n_profiles, np);
     CU_ASSERT_STRING_EQUAL(r->dumps[0].explained_by, "f32");
+    CU_ASSERT_STRING_EQUAL(r->configs[0].rows[0].name, "L0.K");
+    CU_ASSERT(r->configs[0].rows[0].cls <= HX_NOISE);
     /* the largest logits envelope at bad_pos over every profile */
     double e_max = 0.0;
     char row[32];
@@ -186,8 +200,11 @@ static void test_judge_injected_bugs_fail_every_profile(void)
     hx_report_free(r);
     CU_ASSERT_FATAL(e_max > 0.0);
     /* bug 1: one position's logits shifted by 10 x E */
+    float *saved = malloc(d->n_vocab * sizeof *saved);
+    float *row_p = d->rows + (size_t)bad_pos * d->n_vocab;
+    memcpy(saved, row_p, d->n_vocab * sizeof *saved);
     for (uint32_t v = 0; v < d->n_vocab; ++v)
-        d->rows[(size_t)bad_pos * d->n_vocab + v] += (float)(10.0 * e_max);
+        row_p[v] += (float)(10.0 * e_max);
     r = judge(m, &d, 1, n, NULL, 0);
     printf("\n  injected bug: logits@%u shifted by 10 x %.3g:", (unsigned)bad_pos, e_max);
     for (uint32_t k = 0; k < np; ++k) {
@@ -198,55 +215,19 @@ static void test_judge_injected_bugs_fail_every_profile(void)
     CU_ASSERT_STRING_EQUAL(r->dumps[0].explained_by, "");
     CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 1);
     hx_report_free(r);
-    hx_dump_free(d);
-
-    /* bug 2: two K/V rows swapped, in a dump with K/V (kvdrift's naive engine as the other
-     * engine, teacher-forced over the same 16 tokens) */
-    hx_config naive = {.backend = "naive", .threads = 1};
-    uint32_t pos[16];
-    for (uint32_t i = 0; i < n; ++i)
-        pos[i] = i;
-    hx_forced_request rq = {.tokens = ids, .n_tokens = n, .n_kv = n, .pos = pos, .n_pos = n};
-    hx_capture *cap = NULL;
-    CU_ASSERT_EQUAL_FATAL(hx_run_forced(&cap, m, &naive, &rq, &err), LM_OK);
-    hx_dump *kd = calloc(1, sizeof *kd);
-    kd->dir = strdup("naive-with-kv");
-    kd->engine = strdup("kvdrift naive");
-    kd->settings = strdup("");
-    kd->tokens = malloc(n * sizeof *kd->tokens);
-    memcpy(kd->tokens, ids, n * sizeof *ids);
-    kd->n_tokens = kd->n_prompt = kd->n_pos = n;
-    kd->positions = malloc(n * sizeof *kd->positions);
-    memcpy(kd->positions, pos, sizeof pos);
-    kd->n_vocab = m->hp.n_vocab;
-    snprintf(kd->row_dtype, sizeof kd->row_dtype, "float32");
-    size_t nr = (size_t)n * kd->n_vocab, kv = hx_capture_kv_elems(&cap->shape);
-    kd->rows = malloc(nr * sizeof *kd->rows);
-    memcpy(kd->rows, cap->logits, nr * sizeof *kd->rows);
-    kd->n_layer = m->hp.n_layer;
-    kd->k = calloc(kd->n_layer, sizeof *kd->k);
-    kd->v = calloc(kd->n_layer, sizeof *kd->v);
-    for (uint32_t l = 0; l < kd->n_layer; ++l) {
-        kd->k[l] = malloc(kv * sizeof(float));
-        kd->v[l] = malloc(kv * sizeof(float));
-        memcpy(kd->k[l], cap->k[l], kv * sizeof(float));
-        memcpy(kd->v[l], cap->v[l], kv * sizeof(float));
-    }
-    hx_capture_free(cap);
-    r = judge(m, &kd, 1, n, NULL, 0);
-    CU_ASSERT(cls(r, 0, 0) <= HX_NOISE); /* the naive engine itself: within f32's envelope */
-    CU_ASSERT_STRING_EQUAL(r->dumps[0].explained_by, "f32");
-    hx_report_free(r);
-    size_t row_len = kv / n; /* n_kv_head * head_dim */
+    memcpy(row_p, saved, d->n_vocab * sizeof *saved);
+    free(saved);
+    /* bug 2: two K/V rows swapped (layer 2, positions 3 and 11), logits untouched */
+    size_t row_len = (size_t)m->hp.n_head_kv * m->hp.head_dim;
     for (size_t j = 0; j < row_len; ++j) {
-        float t = kd->k[2][3 * row_len + j];
-        kd->k[2][3 * row_len + j] = kd->k[2][11 * row_len + j];
-        kd->k[2][11 * row_len + j] = t;
-        t = kd->v[2][3 * row_len + j];
-        kd->v[2][3 * row_len + j] = kd->v[2][11 * row_len + j];
-        kd->v[2][11 * row_len + j] = t;
+        float t = d->k[2][3 * row_len + j];
+        d->k[2][3 * row_len + j] = d->k[2][11 * row_len + j];
+        d->k[2][11 * row_len + j] = t;
+        t = d->v[2][3 * row_len + j];
+        d->v[2][3 * row_len + j] = d->v[2][11 * row_len + j];
+        d->v[2][11 * row_len + j] = t;
     }
-    r = judge(m, &kd, 1, n, NULL, 0);
+    r = judge(m, &d, 1, n, NULL, 0);
     printf("\n  injected bug: layer 2 K/V rows 3 and 11 swapped:");
     for (uint32_t k = 0; k < np; ++k) {
         printf(" %s %s (err/E %.3g);", lm_profile_at(k)->name, hx_class_name(cls(r, 0, k)),
@@ -256,7 +237,7 @@ static void test_judge_injected_bugs_fail_every_profile(void)
     printf("\n");
     CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 1);
     hx_report_free(r);
-    hx_dump_free(kd);
+    hx_dump_free(d);
     lm_model_free(m);
 }
 
