@@ -1,5 +1,5 @@
 # kvdrift — numerical determinism and regression harness for LLM inference.
-# Targets: all demo test check bench asan install clean.  BUILD=dir selects the build folder.
+# Targets: all demo test check bench asan fuzz fuzz-smoke install clean.  BUILD=dir selects the build folder.
 BUILD    ?= build
 PREFIX   ?= /usr/local
 CC       ?= cc
@@ -91,6 +91,8 @@ unit: deps
 
 test: unit
 	@$(MAKE) --no-print-directory check
+	@bash scripts/crash.sh $(BUILD)
+	@$(MAKE) --no-print-directory fuzz-smoke
 
 check: $(BUILD)/kvdrift
 	@bash scripts/check.sh $(BUILD)
@@ -111,24 +113,36 @@ install: $(BUILD)/kvdrift
 clean:
 	rm -rf build
 
-# fuzz: libFuzzer + ASan + UBSan on the GGUF and .npy readers (needs clang); FUZZ_SECONDS bounds each run.
-FUZZ_SECONDS ?= 60
-.PHONY: fuzz
-fuzz:
-	@mkdir -p $(BUILD)/fuzz/corpus
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=all -Iengine/include -Iengine tests/fuzz/fuzz_gguf.c engine/gguf.c \
-	  engine/dequant.c engine/error.c -o $(BUILD)/fuzz/fuzz_gguf
-	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-	  $(BUILD)/fuzz/corpus tests/fuzz/corpus
-	@mkdir -p $(BUILD)/fuzz/corpus_npy
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=all -Iengine/include -Icommon tests/fuzz/fuzz_npy.c common/npy.c \
-	  engine/error.c -lm -o $(BUILD)/fuzz/fuzz_npy
-	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -max_len=1024 \
-	  $(BUILD)/fuzz/corpus_npy tests/fuzz/corpus_npy
+# fuzz: libFuzzer + ASan + UBSan, one target per parser (tests/fuzz/fuzz_NAME.c), each seeded
+# from tests/fuzz/corpus_NAME/ and growing its own corpus under $(BUILD)/fuzz/corpus/NAME;
+# FUZZ_SECONDS per target (FUZZ=NAME runs one). fuzz-smoke: FUZZ_SMOKE_SECONDS each, run by
+# make test when clang has libFuzzer (scripts/fuzz.sh prints a skip line otherwise).
+FUZZ_CC            ?= clang
+FUZZ_SECONDS       ?= 60
+FUZZ_SMOKE_SECONDS ?= 2
+FUZZ               ?= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_CFLAGS := -gline-tables-only -O1 -std=c11 -D_GNU_SOURCE -pthread -fsanitize=address,undefined \
+               -fno-sanitize-recover=all -Iengine/include -Iengine -Ireference/include -Icommon \
+               $(addprefix -I,$(HX_DIRS)) -I$(BUILD) $(PKG_CFLAGS) -DKVD_BUILD_FLAGS='"fuzz"'
+FUZZ_OBJ    := $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_BIN    := $(FUZZ:%=$(BUILD)/fuzz/fuzz_%)
+.PHONY: fuzz fuzz-smoke fuzz-bins
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+$(BUILD)/fuzz/libkvdrift-fuzz.a: $(FUZZ_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(BUILD)/fuzz/libkvdrift-fuzz.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests/fuzz -fsanitize=fuzzer $< $(BUILD)/fuzz/libkvdrift-fuzz.a \
+	  -o $@ $(LDLIBS)
+fuzz-bins: $(FUZZ_BIN)
+fuzz: deps
+	@$(MAKE) --no-print-directory fuzz-bins
+	@bash scripts/fuzz.sh $(BUILD) $(FUZZ_SECONDS) $(FUZZ)
+fuzz-smoke:
+	@MAKE="$(MAKE)" bash scripts/fuzz.sh --smoke $(BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZ)
 
 # Bench objects are kept (not intermediate) and track their headers like every other object.
 .SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/bench/util.o
--include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli/main.d \
+-include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli/main.d \
          $(BENCH_SRC:%.c=$(BUILD)/obj/%.d) $(BUILD)/obj/bench/util.d

@@ -118,8 +118,9 @@ int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err 
     *out = NULL;
     if (name == NULL)
         name = "blas";
-    if (n_threads < 0)
-        return LM_FAIL(err, LM_E_INPUT, "threads %d: must be >= 0", n_threads);
+    if (n_threads < 0 || n_threads > (int)LM_MAX_THREADS)
+        return LM_FAIL(err, LM_E_INPUT, "threads %d: must be in 0..%u", n_threads,
+                       LM_MAX_THREADS);
     const size_t len = strlen(name);
     const backend_entry *e = find(name, len);
     /* NAME:... is a seeded name: only a LM_BE_SEEDED backend takes one */

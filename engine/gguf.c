@@ -12,6 +12,8 @@
  * tensor data stays in the mapping. */
 #include "gguf_internal.h"
 
+#include "fs.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -584,27 +586,18 @@ int lm_gguf_open_memory(lm_gguf **out, const char *name, const void *bytes, uint
 int lm_gguf_open(lm_gguf **out, const char *path, lm_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* fs.h: O_NONBLOCK open (a FIFO never blocks), then the regular-file check */
+    unsigned long long size = 0;
+    int fd = lm_open_regular(path, &size, err);
     if (fd < 0)
-        return LM_FAIL(err, LM_E_IO, "%s: cannot open: %s", path,
-                       strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return LM_FAIL(err, LM_E_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return LM_FAIL(err, LM_E_INPUT, "%s: not a regular file", path);
-    }
+        return fd;
     lm_gguf *g;
     int rc = create(&g, path, err);
     if (rc) {
         close(fd);
         return rc;
     }
-    g->size = (uint64_t)st.st_size;
+    g->size = (uint64_t)size;
     if (g->size > 0) {
         void *m = mmap(NULL, (size_t)g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {

@@ -1,18 +1,15 @@
-/* gguf_write.c — GGUF v3 writer: metadata and tensors collected in memory, then saved
- * atomically (temp file in the target's folder, fsync, rename; the target is never left
- * half-written and the temp file is removed on any error). Alignment 32 (the GGUF default,
+/* gguf_write.c — GGUF v3 writer: metadata and tensors collected in memory, then saved with
+ * lm_wfile (fs.h: atomically through a temp file in the target's folder, fsync and rename; the
+ * target is never left half-written). Alignment 32 (the GGUF default,
  * so no general.alignment key is written). All integers little-endian. */
 #include "gguf_internal.h"
 #include "kvd_gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
-#include <sys/stat.h>
+#include "fs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define ALIGN 32u
 
@@ -331,22 +328,6 @@ static int build_head(const lm_gguf_writer *w, buf *b)
     return put(b, zeros, (size_t)pad_to(b->n));
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const uint8_t *q = p;
-    while (n > 0) {
-        ssize_t k = write(fd, q, n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        q += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err)
 {
     static const uint8_t zeros[ALIGN];
@@ -357,60 +338,21 @@ int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err)
         free(head.p);
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
     }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (tmp == NULL) {
-        free(head.p);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    }
-    /* Same folder as the target, so that rename() is atomic (no cross-device move). */
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(head.p);
-        free(tmp);
-        return LM_FAIL(err, LM_E_IO, "%s: cannot create a temporary file next to it: %s", path,
-                       strerror(e));
-    }
-    int rc = LM_OK;
-    if (write_all(fd, head.p, head.n))
-        goto io;
-    for (uint64_t i = 0; i < w->n_t; ++i) {
+    /* fs.h: a temp file beside the target renamed over it (or a direct write to a device) */
+    lm_wfile *f;
+    int rc = lm_wfile_open(&f, path, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_write(f, head.p, head.n, err);
+    for (uint64_t i = 0; rc == LM_OK && i < w->n_t; ++i) {
         const wtensor *t = &w->t[i];
-        if (write_all(fd, t->bytes, (size_t)t->nbytes)
-            || write_all(fd, zeros, (size_t)pad_to(t->nbytes)))
-            goto io;
+        rc = lm_wfile_write(f, t->bytes, (size_t)t->nbytes, err);
+        if (rc == LM_OK)
+            rc = lm_wfile_write(f, zeros, (size_t)pad_to(t->nbytes), err);
     }
-    if (fchmod(fd, 0644) != 0 || fsync(fd) != 0)
-        goto io;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto io;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0)
-        goto io;
-    /* Make the rename itself durable: fsync the folder (best effort). */
-    {
-        char *dcopy = strdup(path);
-        if (dcopy != NULL) {
-            int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY);
-            if (dfd >= 0) {
-                (void)fsync(dfd);
-                close(dfd);
-            }
-            free(dcopy);
-        }
-    }
-    goto done;
-io:
-    rc = LM_FAIL(err, LM_E_IO, "%s: write failed: %s", path, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-done:
+    if (rc == LM_OK)
+        rc = lm_wfile_commit(f, err);
+    else
+        lm_wfile_abort(f);
     free(head.p);
-    free(tmp);
     return rc;
 }

@@ -2,55 +2,14 @@
  * the numbers. An entry is trusted only after its full hash check and a header match. */
 #include "kvd_ref.h"
 
+#include "fs.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <xxhash.h>
-
-/* mkdir -p */
-static int make_dirs(const char *dir, lm_err *err)
-{
-    char buf[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "%s: bad cache folder name", dir);
-    memcpy(buf, dir, n + 1);
-    for (size_t i = 1; i <= n; ++i) {
-        if (buf[i] == '/' || buf[i] == '\0') {
-            char c = buf[i];
-            buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return LM_FAIL(err, LM_E_IO, "%s: cannot create cache folder: %s", buf,
-                               strerror(errno));
-            buf[i] = c;
-        }
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return LM_FAIL(err, LM_E_IO, "%s: cache path is not a folder", dir);
-    return LM_OK;
-}
-
-int ref_cache_dir(char *out, size_t cap, const char *dir, lm_err *err)
-{
-    const char *env;
-    int n;
-    if (dir && *dir)
-        n = snprintf(out, cap, "%s", dir);
-    else if ((env = getenv("KVDRIFT_CACHE")) && *env)
-        n = snprintf(out, cap, "%s", env);
-    else if ((env = getenv("XDG_CACHE_HOME")) && *env)
-        n = snprintf(out, cap, "%s/kvdrift", env);
-    else if ((env = getenv("HOME")) && *env)
-        n = snprintf(out, cap, "%s/.cache/kvdrift", env);
-    else
-        return LM_FAIL(err, LM_E_INPUT, "reference cache: no folder (set KVDRIFT_CACHE or HOME)");
-    if (n < 0 || (size_t)n >= cap)
-        return LM_FAIL(err, LM_E_INPUT, "reference cache: folder name too long");
-    return LM_OK;
-}
 
 static void add_u32(XXH3_state_t *st, uint32_t v)
 {
@@ -123,10 +82,8 @@ int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const
     if (st)
         return st;
     char dir[4096], key[33], path[4200];
-    if ((st = ref_cache_dir(dir, sizeof dir, cache_dir, err)))
-        return st;
     lm_err derr = {0};
-    if (make_dirs(dir, &derr) != LM_OK) {
+    if (lm_cache_open(dir, sizeof dir, cache_dir, &derr) != LM_OK) {
         /* a cache that cannot be used costs time, not correctness: say so and compute */
         fprintf(stderr, "kvdrift: reference cache unusable (%s); computing without it\n",
                 derr.msg);

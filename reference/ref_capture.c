@@ -2,12 +2,11 @@
  * file (layout in kvd_ref.h and reference/FORMAT.md) and the NumPy .npy writer. */
 #include "kvd_ref.h"
 
-#include <errno.h>
+#include "fs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #define HEADER_BYTES 64u
@@ -118,52 +117,6 @@ static double get_f64(const uint8_t *p)
     return d;
 }
 
-/* Writes bytes[n] to path atomically: temp file in the same folder, fsync, rename. */
-static int atomic_write(const char *path, const void *bytes, size_t n, lm_err *err)
-{
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 16);
-    if (tmp == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return LM_FAIL(err, LM_E_IO, "%s: cannot create: %s", path, strerror(e));
-    }
-    const uint8_t *p = bytes;
-    size_t left = n;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            goto io_fail;
-        p += w;
-        left -= (size_t)w;
-    }
-    if (fchmod(fd, 0644) != 0 || fsync(fd) != 0)
-        goto io_fail;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto io_fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0)
-        goto io_fail;
-    free(tmp);
-    return LM_OK;
-io_fail:;
-    int e = errno;
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    free(tmp);
-    return LM_FAIL(err, LM_E_IO, "%s: cannot write: %s", path, strerror(e));
-}
-
 static uint64_t padded8(uint64_t x)
 {
     return (x + 7) & ~(uint64_t)7;
@@ -203,46 +156,20 @@ int ref_capture_write(const ref_capture *c, const char *path, lm_err *err)
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits(buf, (size_t)(size - 16)));
     memcpy(p, canon.digest, 16);
-    int st = atomic_write(path, buf, (size_t)size, err);
+    int st = lm_write_file(path, buf, (size_t)size, err);
     free(buf);
     return st;
-}
-
-static int read_all(uint8_t **out, uint64_t *n, const char *path, lm_err *err)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return LM_FAIL(err, LM_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return LM_FAIL(err, LM_E_INPUT, "%s: not a regular file", path);
-    }
-    *n = (uint64_t)sb.st_size;
-    *out = malloc(*n ? (size_t)*n : 1);
-    if (*out == NULL) {
-        fclose(f);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    }
-    if (fread(*out, 1, (size_t)*n, f) != *n) {
-        fclose(f);
-        free(*out);
-        *out = NULL;
-        return LM_FAIL(err, LM_E_INPUT, "%s: read error", path);
-    }
-    fclose(f);
-    return LM_OK;
 }
 
 int ref_capture_read(ref_capture *out, const char *path, lm_err *err)
 {
     memset(out, 0, sizeof *out);
-    uint8_t *b;
-    uint64_t size = 0;
-    int st = read_all(&b, &size, path, err);
+    char *text;
+    size_t size = 0;
+    int st = lm_read_file(&text, &size, path, SIZE_MAX, err);
     if (st)
         return st;
+    uint8_t *b = (uint8_t *)text;
     if (size < 8 || memcmp(b, REF_MAGIC, 8) != 0) {
         st = LM_FAIL(err, LM_E_INPUT, "%s: not a kvdrift reference capture (bad magic)", path);
         goto done;
@@ -291,14 +218,14 @@ int ref_capture_read(ref_capture *out, const char *path, lm_err *err)
         goto done;
     }
     if (c.n_tokens == 0 || c.n_prompt == 0 || c.n_prompt > c.n_tokens || c.n_layer == 0 ||
-        c.n_kv_head == 0 || c.head_dim == 0 || c.n_vocab == 0 || c.prec < REF_MIN_PREC ||
+        c.n_kv_head == 0 || c.head_dim == 0 || c.n_vocab == 0 || c.n_pos == 0 || c.prec < REF_MIN_PREC ||
         c.prec > REF_MAX_PREC) {
         st = LM_FAIL(err, LM_E_INPUT, "%s: inconsistent capture header", path);
         goto done;
     }
     uint64_t kvn = per * c.n_layer, nln = (uint64_t)c.n_pos * c.n_vocab;
     c.tokens = malloc(c.n_tokens * sizeof *c.tokens);
-    c.pos = malloc((c.n_pos ? c.n_pos : 1) * sizeof *c.pos);
+    c.pos = malloc(c.n_pos * sizeof *c.pos);
     c.k = malloc((size_t)(kvn ? kvn : 1) * sizeof(double));
     c.v = malloc((size_t)(kvn ? kvn : 1) * sizeof(double));
     c.logits = malloc((size_t)(nln ? nln : 1) * sizeof(double));
@@ -366,15 +293,16 @@ int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uin
     buf[total_hdr - 1] = '\n';
     for (uint64_t i = 0; i < n; ++i)
         put_f64(buf + total_hdr + 8 * i, data[i]);
-    int st = atomic_write(path, buf, size, err);
+    int st = lm_write_file(path, buf, size, err);
     free(buf);
     return st;
 }
 
 int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err)
 {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", dir, strerror(errno));
+    int st = lm_mkdir_p(dir, err);
+    if (st != LM_OK)
+        return st;
     size_t cap = strlen(dir) + 32;
     char *p = malloc(cap);
     if (p == NULL)
@@ -382,7 +310,7 @@ int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err)
     uint64_t lshape[2] = {c->n_pos, c->n_vocab};
     uint64_t kshape[3] = {c->n_prompt, c->n_kv_head, c->head_dim};
     snprintf(p, cap, "%s/logits.npy", dir);
-    int st = ref_npy_write(p, c->logits, 2, lshape, err);
+    st = ref_npy_write(p, c->logits, 2, lshape, err);
     for (uint32_t l = 0; st == LM_OK && l < c->n_layer; ++l) {
         snprintf(p, cap, "%s/layer%02u_k.npy", dir, l);
         st = ref_npy_write(p, ref_capture_k(c, l), 3, kshape, err);

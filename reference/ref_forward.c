@@ -6,6 +6,7 @@
  * row of a matrix product, a (token, head) attention pair, a token) to threads; every item is
  * computed by the same sequence of MPFR operations whichever thread runs it, so the results
  * never depend on the thread count. */
+#include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "ref_variants.h"
 
@@ -15,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_THREADS 256
+#define MAX_THREADS ((int)LM_MAX_THREADS)
 
 typedef struct fwd fwd;
 typedef void (*item_fn)(fwd *f, void *ctx, uint64_t item, int tid);
@@ -377,6 +378,9 @@ int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err)
         if (rq->tokens[i] < 0 || (uint32_t)rq->tokens[i] >= m->hp.n_vocab)
             return LM_FAIL(err, LM_E_INPUT, "token id %d at index %u is out of range (n_vocab %u)",
                            (int)rq->tokens[i], i, m->hp.n_vocab);
+    if (m->hp.n_ctx_train != 0 && rq->n_tokens > m->hp.n_ctx_train)
+        return LM_FAIL(err, LM_E_INPUT, "reference: %u tokens exceed the model's context of %u",
+                       rq->n_tokens, m->hp.n_ctx_train);
     if (rq->pos) {
         if (rq->n_pos == 0)
             return LM_FAIL(err, LM_E_INPUT, "reference: empty logit position list");
@@ -397,7 +401,34 @@ int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err)
     if (rq->rot_max_size != 0 && (rq->rot_max_size < 2 || rq->rot_keep >= rq->rot_max_size))
         return LM_FAIL(err, LM_E_INPUT, "rotating cache max_size %u keep %u: need max_size >= 2 "
                        "and keep < max_size", rq->rot_max_size, rq->rot_keep);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t need = ref_memory_estimate(m, rq);
+    if (pages > 0 && page > 0 && need / (uint64_t)page > (uint64_t)pages)
+        return LM_FAIL(err, LM_E_INPUT, "reference: %u tokens at %u bits need about %.1f GiB, "
+                       "more than this machine's %.1f GiB", rq->n_tokens, prec,
+                       (double)need / 1073741824.0,
+                       (double)pages * (double)page / 1073741824.0);
     return LM_OK;
+}
+
+uint64_t ref_memory_estimate(const lm_model *m, const ref_request *rq)
+{
+    const lm_hparams *hp = &m->hp;
+    uint64_t prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
+    uint64_t per_value = sizeof(mpfr_t) + 8 * ((prec + 63) / 64);
+    uint64_t n = rq->n_tokens, e = hp->n_embd;
+    uint64_t q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
+    uint64_t ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    /* x, h, q, att, k, v, g, up, rope table and one attention score row (each thread holds
+     * one of n) per token; MoE: router, gates, expert outputs */
+    uint64_t per_token = 2 * e + 2 * q + 2 * kv + 2 * ff + (hp->n_rot ? hp->n_rot : 1) + 1;
+    if (hp->n_expert > 0)
+        per_token += hp->n_expert + hp->n_expert_used + e + (uint64_t)hp->n_expert_used * e;
+    uint64_t n_pos = rq->pos ? rq->n_pos : n - (rq->n_prompt ? rq->n_prompt : n) + 1;
+    uint64_t kept = 2 * (uint64_t)hp->n_layer * rq->n_prompt * kv + n_pos * hp->n_vocab;
+    /* saturating: a request this large is refused anyway */
+    long double total = ((long double)per_token * n + kept) * per_value + (long double)kept * 8;
+    return total >= 1.8e19L ? UINT64_MAX : (uint64_t)total;
 }
 
 /* --- the pass --- */

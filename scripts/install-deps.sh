@@ -2,8 +2,9 @@
 # Installs the Debian packages kvdrift builds against, only when one is missing.
 # Checks with dpkg first so that a machine that already has everything never needs root.
 set -eu
+# clang + libclang-rt-14-dev: libFuzzer for make fuzz / the fuzz smoke run in make test (~40 MB)
 pkgs=(build-essential pkg-config libopenblas-dev libmpfr-dev libgmp-dev libcunit1-dev
-      libxxhash-dev libjansson-dev libinih-dev libxml2-dev)
+      libxxhash-dev libjansson-dev libinih-dev libxml2-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

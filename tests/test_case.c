@@ -156,7 +156,7 @@ static void test_case_errors_name_file_and_line(void)
     BAD_AT4("colour = blue", "unknown key 'colour'");
     BAD_AT4("name = y", "key 'name' given twice");
     BAD_AT4("tokens = 1,2", "prompt or tokens, not both");
-    BAD_AT4("steps = 1,0", "'0' is not an integer >= 1 or full");
+    BAD_AT4("steps = 1,0", "'0' is not an integer in 1..4294967295 or full");
     BAD_AT4("steps = 1,,2", "empty list item");
     BAD_AT4("steps = 1,2,", "empty list item");
     BAD_AT4("steps = 2,2", "listed twice");
@@ -164,12 +164,17 @@ static void test_case_errors_name_file_and_line(void)
     BAD_AT4("steps = 4294967296", "'4294967296'");
     BAD_AT4("backends = blas,gpu", "unknown backend 'gpu'");
     BAD_AT4("backends = blas,blas", "listed twice");
-    BAD_AT4("threads = 0", "'0' is not an integer >= 1");
+    BAD_AT4("threads = 0", "'0' is not an integer in 1..256");
+    BAD_AT4("threads = 257", "'257' is not an integer in 1..256"); /* LM_MAX_THREADS */
     BAD_AT4("threads = full", "'full'");
     BAD_AT4("attn = sparse", "unknown variant 'sparse'");
     BAD_AT4("n_gen = -1", "n_gen '-1'");
     BAD_AT4("n_gen = 1000001", "n_gen '1000001'");
     BAD_AT4("precision = 23", "precision '23'");
+    /* the reference's own limits (REF_MIN_PREC..REF_MAX_PREC), refused with FILE:LINE here
+     * rather than mid-run */
+    BAD_AT4("precision = 30", "precision '30'");
+    BAD_AT4("precision = 4097", "precision '4097'");
     BAD_AT4("precision = 8193", "precision '8193'");
     BAD_AT4("precision = 12x", "precision '12x'");
     BAD_AT4("strict_bits = yes", "expected true or false");

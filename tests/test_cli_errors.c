@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "test_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -334,7 +335,7 @@ static void case_errors(cmd_fn cmd, const char *name)
     BAD("--bogus", cmd, (char *)name, "--bogus");
     BAD("CASE", cmd, (char *)name);
     BAD("No such file", cmd, (char *)name, p("absent.case"), "--golden-dir", g, "--cache", cache);
-    BAD("Is a directory", cmd, (char *)name, adir, "--golden-dir", g, "--cache", cache);
+    BAD("not a regular file", cmd, (char *)name, adir, "--golden-dir", g, "--cache", cache);
     BAD("syntax.case:1", cmd, (char *)name, good, syntax, "--golden-dir", g, "--cache", cache);
     BAD_HDR("trunc.gguf", cmd, (char *)name, trunc_case, "--golden-dir", g, "--cache", cache,
             "-q");
@@ -381,6 +382,143 @@ static void test_cli_errors_bless_all_or_nothing(void)
     CU_ASSERT_FALSE(exists(p("golden-aon/c-ok.json")));
 }
 
+/* Inputs that are not regular files (FIFO, devices) are refused at once: never opened for a
+ * blocking read, never read without end (the child's alarm turns a hang into a failure). */
+static void test_cli_errors_not_regular_inputs(void)
+{
+    setup();
+    write_cases();
+    const char *fifo = p("in.fifo");
+    if (!exists(fifo))
+        CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+    BAD("not a regular file", cmd_run, "run", fifo, "-p", "hi");
+    BAD("not a regular file", cmd_sweep, "sweep", fifo, "-p", "hi", "--cache", cache, "-o",
+        p("sw-fifo"), "-q");
+    BAD("not a regular file", cmd_ref, "ref", fifo, "-p", "hi", "--no-cache", "-o", p("r3.bin"));
+    BAD("not a regular file", cmd_ref, "ref", "--check", fifo);
+    BAD("not a regular file", cmd_check, "check", fifo, "--cache", cache);
+    BAD("not a regular file", cmd_check, "check", "/dev/zero", "--cache", cache);
+    BAD("not a regular file", cmd_check, "check", "/dev/urandom", "--cache", cache);
+    /* a golden file that is a FIFO */
+    const char *gd = p("golden-fifo");
+    if (!exists(gd))
+        CU_ASSERT_FATAL(mkdir(gd, 0755) == 0);
+    char gfifo[1200];
+    snprintf(gfifo, sizeof gfifo, "%s/c-ok.json", gd);
+    if (!exists(gfifo))
+        CU_ASSERT_FATAL(mkfifo(gfifo, 0600) == 0);
+    BAD_HDR("not a regular file", cmd_check, "check", good, "--golden-dir", gd, "--cache", cache,
+            "-q");
+    CU_ASSERT_FALSE(exists(p("sw-fifo")));
+    CU_ASSERT_FALSE(exists(p("r3.bin")));
+}
+
+/* Outputs that are devices are written, never replaced: /dev/full is a write error (exit 2, the
+ * node stays a device), /dev/null succeeds. */
+static void test_cli_errors_device_outputs(void)
+{
+    setup();
+    BAD("/dev/full", cmd_synth, "synth", "--preset", "tiny", "-o", "/dev/full");
+    struct stat st;
+    CU_ASSERT(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode));
+    cli_result r = cli(cmd_synth, "synth", "--preset", "tiny", "-o", "/dev/null", (char *)NULL);
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+}
+
+/* ref refuses more tokens than the model's context, like run/sweep/check, before any MPFR
+ * work (the tiny preset's context is 2048). */
+static void test_cli_errors_ref_context_limit(void)
+{
+    setup();
+    static char toks[2 * 2049 + 1];
+    for (int i = 0; i < 2049; ++i) {
+        toks[2 * i] = '1';
+        toks[2 * i + 1] = ',';
+    }
+    toks[2 * 2049 - 1] = '\0';
+    BAD("context of 2048", cmd_ref, "ref", model, "--tokens", toks, "--no-cache", "-o",
+        p("r4.bin"));
+    CU_ASSERT_FALSE(exists(p("r4.bin")));
+}
+
+/* One thread limit (LM_MAX_THREADS = 256) for run, sweep and ref. */
+static void test_cli_errors_thread_limit(void)
+{
+    setup();
+    BAD("--threads", cmd_run, "run", model, "-p", "hi", "--threads", "257");
+    BAD("--threads", cmd_sweep, "sweep", model, "-p", "hi", "--threads", "257", "--cache", cache,
+        "-o", p("sw-t"), "-q");
+    BAD("--threads", cmd_ref, "ref", model, "-p", "hi", "--threads", "257", "-o", p("r5.bin"));
+    cli_result r = cli(cmd_run, "run", model, "-p", "hi", "-n", "1", "--threads", "256",
+                       (char *)NULL);
+    CU_ASSERT_EQUAL(r.rc, 0);
+}
+
+/* bless writes all goldens or none: the second case's golden path is a folder, so its write
+ * fails; the first case's golden must not have been written. */
+static void test_cli_errors_bless_write_all_or_nothing(void)
+{
+    setup();
+    write_cases();
+    char text[1400];
+    snprintf(text, sizeof text,
+             "[case]\nname = c-ok2\nmodel = %s\ntokens = 1,2,3\nsteps = full\nbackends = naive\n"
+             "n_gen = 1\n", model);
+    char good2[1200];
+    snprintf(good2, sizeof good2, "%s", tu_write_file("cli/ok2.case", text, strlen(text)));
+    const char *g = p("golden-group");
+    char blocker[1200];
+    snprintf(blocker, sizeof blocker, "%s/c-ok2.json", g);
+    CU_ASSERT_FATAL(mkdir(g, 0755) == 0 && mkdir(blocker, 0755) == 0);
+    BAD_HDR("c-ok2.json", cmd_bless, "bless", good, good2, "--golden-dir", g, "--cache", cache,
+            "-q");
+    CU_ASSERT_FALSE(exists(p("golden-group/c-ok.json")));
+    /* with the obstacle gone both are written */
+    CU_ASSERT_FATAL(rmdir(blocker) == 0);
+    cli_result r = cli(cmd_bless, "bless", good, good2, "--golden-dir", g, "--cache", cache, "-q",
+                       (char *)NULL);
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT(exists(p("golden-group/c-ok.json")) && exists(p("golden-group/c-ok2.json")));
+}
+
+/* A cache that cannot store an envelope costs time, not the sweep: the entry's path is a folder,
+ * the sweep warns once, finishes and writes its report. */
+static void test_cli_errors_envelope_cache_write_warns(void)
+{
+    setup();
+    char c2[1200];
+    snprintf(c2, sizeof c2, "%s/cache-envwarn", base);
+    const char *o = p("sw-envwarn");
+    cli_result r = cli(cmd_sweep, "sweep", model, "--tokens", "1,2,3", "-n", "1", "--steps",
+                       "full", "--backends", "naive", "--cache", c2, "-o", o, "-q", (char *)NULL);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    /* replace every envelope entry by a folder */
+    DIR *d = opendir(c2);
+    CU_ASSERT_FATAL(d != NULL);
+    int n_env = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len > 7 && strcmp(de->d_name + len - 7, ".kvdenv") == 0) {
+            char e[1600];
+            snprintf(e, sizeof e, "%s/%s", c2, de->d_name);
+            CU_ASSERT(unlink(e) == 0 && mkdir(e, 0755) == 0);
+            n_env++;
+        }
+    }
+    closedir(d);
+    CU_ASSERT_EQUAL(n_env, 1);
+    char json[1300];
+    snprintf(json, sizeof json, "%s/report.json", o);
+    CU_ASSERT_FATAL(unlink(json) == 0);
+    r = cli(cmd_sweep, "sweep", model, "--tokens", "1,2,3", "-n", "1", "--steps", "full",
+            "--backends", "naive", "--cache", c2, "-o", o, "-q", (char *)NULL);
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "not stored"));
+    CU_ASSERT(exists(json));
+}
+
 /* The harness itself can fail: a command that succeeds is not reported as bad input. */
 static void test_cli_errors_harness_sees_success(void)
 {
@@ -409,4 +547,12 @@ void test_cli_errors_register(void)
     CU_add_test(s, "test_cli_errors_check", test_cli_errors_check);
     CU_add_test(s, "test_cli_errors_bless", test_cli_errors_bless);
     CU_add_test(s, "test_cli_errors_bless_all_or_nothing", test_cli_errors_bless_all_or_nothing);
+    CU_add_test(s, "test_cli_errors_not_regular_inputs", test_cli_errors_not_regular_inputs);
+    CU_add_test(s, "test_cli_errors_device_outputs", test_cli_errors_device_outputs);
+    CU_add_test(s, "test_cli_errors_ref_context_limit", test_cli_errors_ref_context_limit);
+    CU_add_test(s, "test_cli_errors_thread_limit", test_cli_errors_thread_limit);
+    CU_add_test(s, "test_cli_errors_bless_write_all_or_nothing",
+                test_cli_errors_bless_write_all_or_nothing);
+    CU_add_test(s, "test_cli_errors_envelope_cache_write_warns",
+                test_cli_errors_envelope_cache_write_warns);
 }

@@ -1,6 +1,6 @@
 /* test_golden.c — golden files (sorted keys, atomic writes, validation) and the platform
  * fingerprint. */
-#include "atomic.h"
+#include "fs.h"
 #include "capture.h"
 #include "golden.h"
 #include "golden_key.h"
@@ -104,7 +104,7 @@ static void test_golden_roundtrip_sorted_atomic(void)
 
     char *text;
     size_t n;
-    CU_ASSERT_EQUAL_FATAL(hx_read_file(&text, &n, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
     /* Sorted keys: top level, cases, configs. */
     const char *ka = strstr(text, "\"cases\""), *kf = strstr(text, "\"format\""),
                *kp = strstr(text, "\"platforms\""), *kv = strstr(text, "\"version\"");
@@ -208,6 +208,25 @@ static void test_golden_malformed_files(void)
     char absent[1024];
     snprintf(absent, sizeof absent, "%s/none.json", tu_tmpdir());
     CU_ASSERT_EQUAL(hx_golden_load(&g, absent, false, &err), LM_E_IO);
+    /* over the size cap: refused before it is parsed, naming the limit */
+    size_t big_n = (size_t)HX_GOLDEN_MAX_BYTES + 1;
+    char *big = malloc(big_n);
+    CU_ASSERT_FATAL(big != NULL);
+    memset(big, ' ', big_n);
+    big[0] = '{';
+    big[big_n - 1] = '}';
+    const char *bp = tu_write_file("big-golden.json", big, big_n);
+    free(big);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_golden_load(&g, bp, false, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "limit"));
+    /* a FIFO: refused at once, never waited on */
+    char fifo[1100];
+    snprintf(fifo, sizeof fifo, "%s/golden.fifo", tu_tmpdir());
+    CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_golden_load(&g, fifo, true, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not a regular file"));
 }
 
 /* A golden is pinned to its input: each of model, token ids and version, changed alone, makes

@@ -317,10 +317,43 @@ static void test_ref_forward_agreement_rules(void)
     ref_vec_free(b, 4);
 }
 
+/* The context limit and the memory estimate are checked before any MPFR work: more tokens than
+ * n_ctx_train is refused naming the context; a request whose estimate exceeds the machine's
+ * memory is refused naming GiB; the estimate grows with tokens and precision. */
+static void test_ref_forward_limits_before_work(void)
+{
+    trm t;
+    lm_hparams hp = trm_hparams(LM_ROPE_NORM);
+    trm_build(&t, &hp, false, 17);
+    int32_t tok[6] = {1, 2, 3, 4, 5, 6};
+    ref_request rq = {.tokens = tok, .n_tokens = 6, .n_prompt = 3, .n_threads = 1};
+    lm_err err = {0};
+    t.m.hp.n_ctx_train = 5;
+    CU_ASSERT_EQUAL(ref_request_check(&t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "context of 5"));
+    t.m.hp.n_ctx_train = 6;
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(ref_request_check(&t.m, &rq, &err), LM_OK);
+    uint64_t small = ref_memory_estimate(&t.m, &rq);
+    rq.prec = 4096;
+    CU_ASSERT(ref_memory_estimate(&t.m, &rq) > small);
+    rq.prec = 0;
+    /* the same request against a model whose shape needs more memory than exists: refused by
+     * the estimate alone (no weights of that size are touched) */
+    t.m.hp.n_ctx_train = 0;
+    t.m.hp.n_layer = 1u << 30;
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(ref_request_check(&t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "GiB"));
+    t.m.hp.n_layer = hp.n_layer;
+    trm_free(&t);
+}
+
 void test_ref_forward_register(void)
 {
     CU_pSuite s = CU_add_suite("ref_forward", NULL, NULL);
     CU_add_test(s, "test_ref_forward_bad_input", test_ref_forward_bad_input);
+    CU_add_test(s, "test_ref_forward_limits_before_work", test_ref_forward_limits_before_work);
     CU_add_test(s, "test_ref_forward_agreement_rules", test_ref_forward_agreement_rules);
     CU_add_test(s, "test_ref_forward_one_layer_closed_form", test_ref_forward_one_layer_closed_form);
     CU_add_test(s, "test_ref_forward_matches_float64_norm", test_ref_forward_matches_float64_norm);

@@ -1,6 +1,6 @@
 /* test_report.c — the in-memory report and its writers: JSON read back with jansson, JUnit XML
  * parsed back with libxml2 (special characters escaped), Markdown and the terminal table. */
-#include "atomic.h"
+#include "fs.h"
 #include "report.h"
 #include "test_util.h"
 
@@ -233,7 +233,7 @@ static void test_report_md_and_table(void)
     CU_ASSERT_EQUAL_FATAL(hx_report_write_md(r, path, &err), LM_OK);
     char *text;
     size_t n;
-    CU_ASSERT_EQUAL_FATAL(hx_read_file(&text, &n, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "| config | class | div@ |"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "| naive:step=1 | TIE_FLIP | 7 |"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "`blas:step=2` **DRIFT**"));

@@ -1,6 +1,7 @@
 /* test_synth.c — synthetic models: deterministic bytes, presets that load, a vocabulary the
  * tokenizer can use, logits that are peaked, and the command line's error handling. */
 #include "commands.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "synth.h"
 #include "test_util.h"
@@ -290,6 +291,28 @@ static void test_synth_command_line(void)
     CU_ASSERT_EQUAL(run_cmd("--preset", "tiny", "-o", nodir, NULL), 2);
 }
 
+/* A cached synthetic model damaged on disk (one flipped bit) is never used: the next
+ * hx_synth_cache_write gives back exactly the fresh bytes. */
+static void test_synth_cache_entry_repaired(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/synth-cache-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, &err), LM_OK);
+    char *fresh, *now;
+    size_t n_fresh, n_now;
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&fresh, &n_fresh, path, SIZE_MAX, &err), LM_OK);
+    fresh[n_fresh / 2] ^= 0x04;
+    CU_ASSERT_EQUAL_FATAL(lm_write_file(path, fresh, n_fresh, &err), LM_OK);
+    fresh[n_fresh / 2] ^= 0x04;
+    fprintf(stderr, "\n  (a 'cached synthetic model ... rewritten' line is expected next)\n");
+    CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&now, &n_now, path, SIZE_MAX, &err), LM_OK);
+    CU_ASSERT(n_now == n_fresh && memcmp(now, fresh, n_now) == 0);
+    free(fresh);
+    free(now);
+}
+
 void test_synth_register(void)
 {
     CU_pSuite s = CU_add_suite("synth", NULL, NULL);
@@ -299,4 +322,5 @@ void test_synth_register(void)
     CU_add_test(s, "test_synth_vocabulary", test_synth_vocabulary);
     CU_add_test(s, "test_synth_logits_peaked", test_synth_logits_peaked);
     CU_add_test(s, "test_synth_command_line", test_synth_command_line);
+    CU_add_test(s, "test_synth_cache_entry_repaired", test_synth_cache_entry_repaired);
 }

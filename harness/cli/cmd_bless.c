@@ -5,6 +5,7 @@
 #include "caserun.h"
 #include "cli_util.h"
 #include "classify.h"
+#include "fs.h"
 #include "golden.h"
 
 #include <getopt.h>
@@ -77,15 +78,30 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
     return rc;
 }
 
-/* The golden file's folder (GOLDEN-DIR, by default "golden" beside the case file). */
-static int make_parent(const char *path, lm_err *err)
+/* Every golden file to a temp file beside it first (its folder made), then all renamed
+ * (fs.h lm_wfile_commit_all): a full disk or a failing rename leaves every golden file as it
+ * was. */
+static int write_goldens(const bless_plan *plans, size_t n, lm_err *err)
 {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        return LM_OK;
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    return hx_mkdir_p(dir, err);
+    lm_wfile **w = calloc(n, sizeof *w);
+    if (w == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    int st = LM_OK;
+    for (size_t i = 0; i < n && st == LM_OK; ++i) {
+        if (plans[i].n_set == 0)
+            continue;
+        st = lm_mkdir_parent(plans[i].gpath, err);
+        if (st == LM_OK)
+            st = hx_golden_stage(&w[i], plans[i].g, plans[i].gpath, err);
+    }
+    if (st == LM_OK) {
+        st = lm_wfile_commit_all(w, n, err);
+    } else {
+        for (size_t i = 0; i < n; ++i)
+            lm_wfile_abort(w[i]);
+    }
+    free(w);
+    return st;
 }
 
 int cmd_bless(int argc, char **argv)
@@ -169,17 +185,14 @@ int cmd_bless(int argc, char **argv)
                            "nothing blessed", n_skipped);
         goto done;
     }
-    for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
-        const bless_plan *pl = &plans[i];
-        if (pl->n_set > 0 && (st = make_parent(pl->gpath, &err)) == LM_OK)
-            st = hx_golden_save(pl->g, pl->gpath, &err);
-        if (st == LM_OK)
-            printf("  %s: %zu configuration(s) blessed%s%s, %zu refused, %zu stale entries "
-                   "removed\n", pl->case_name, pl->n_set, pl->n_set ? " into " : "",
-                   pl->n_set ? pl->gpath : "", pl->n_refused, pl->n_pruned);
-    }
-    if (st != LM_OK)
+    if ((st = write_goldens(plans, n_cases, &err)) != LM_OK)
         goto done;
+    for (size_t i = 0; i < n_cases; ++i) {
+        const bless_plan *pl = &plans[i];
+        printf("  %s: %zu configuration(s) blessed%s%s, %zu refused, %zu stale entries "
+               "removed\n", pl->case_name, pl->n_set, pl->n_set ? " into " : "",
+               pl->n_set ? pl->gpath : "", pl->n_refused, pl->n_pruned);
+    }
     code = n_refused ? 1 : 0;
 done:
     if (st != LM_OK)

@@ -6,6 +6,7 @@
 #include "caserun.h"
 #include "cli_util.h"
 #include "classify.h"
+#include "fs.h"
 #include "golden.h"
 #include "golden_judge.h"
 #include "report.h"
@@ -64,17 +65,7 @@ static int prepare_out(const char *opt, const char *path, lm_err *err)
 {
     if (path == NULL)
         return LM_OK;
-    int rc = LM_OK;
-    const char *slash = strrchr(path, '/');
-    if (slash && slash != path) {
-        char dir[4096];
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir)
-            return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", path);
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-        rc = hx_mkdir_p(dir, err);
-    }
+    int rc = lm_mkdir_parent(path, err);
     if (rc == LM_OK)
         rc = hx_cli_check_out_file(path, err);
     if (rc != LM_OK) {

@@ -2,7 +2,7 @@
  * the reference and the envelope of each precision profile (argv -> hx_judge_run_all -> print). */
 #include "cli_util.h"
 #include "commands.h"
-#include "caserun.h"
+#include "fs.h"
 #include "dump.h"
 #include "judge_run.h"
 #include "kvd_profile.h"
@@ -213,7 +213,7 @@ int cmd_judge(int argc, char **argv)
         goto done;
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
-    if ((st = hx_mkdir_p(dir, &err)) != LM_OK ||
+    if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
         (st = hx_report_write_json(rep, json, &err)) != LM_OK ||
         (st = hx_report_write_md(rep, md, &err)) != LM_OK)
         goto done;

@@ -3,6 +3,7 @@
 
 #include "case.h"
 #include "cli_util.h"
+#include "kvd_engine.h"
 #include "kvd_ref.h"
 
 #include <errno.h>
@@ -199,7 +200,7 @@ int cmd_ref(int argc, char **argv)
         case 'N': npy_dir = optarg; break;
         case 'C': cache_dir = optarg; break;
         case 'X': no_cache = true; break;
-        case 'j': st = parse_uint(&threads, optarg, "--threads", 1, 256, &err); break;
+        case 'j': st = parse_uint(&threads, optarg, "--threads", 1, LM_MAX_THREADS, &err); break;
         case 'V': validate = true; break;
         case 'm':
             st = parse_uint(&min_bits, optarg, "--min-bits", 0, REF_MAX_PREC, &err);

@@ -105,8 +105,9 @@ int cmd_run(int argc, char **argv)
             backend = arg;
             break;
         case O_THREADS:
-            if (!hx_cli_parse_u32(&threads, arg, 0, 1024))
-                return hx_cli_fail("run", "--threads '%s': expected an integer in [0, 1024]", arg);
+            if (!hx_cli_parse_u32(&threads, arg, 0, LM_MAX_THREADS))
+                return hx_cli_fail("run", "--threads '%s': expected an integer in 0..%u", arg,
+                                   LM_MAX_THREADS);
             break;
         case O_TOKENS: show_tokens = true; break;
         case O_ATTN:

@@ -6,6 +6,7 @@
 #include "case.h"
 #include "cli_util.h"
 #include "config.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "report.h"
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "routing.h"
 
@@ -175,14 +177,15 @@ static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *
         uint32_t t = 0;
         if (len == 0 || len >= sizeof item) {
             free(v);
-            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': expected integers 1..256", list);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': expected integers 1..%u", list,
+                           LM_MAX_THREADS);
         }
         memcpy(item, s, len);
         item[len] = '\0';
-        if (parse_u32(&t, item, 1, 256) != 0) {
+        if (parse_u32(&t, item, 1, LM_MAX_THREADS) != 0) {
             free(v);
-            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..256",
-                           list, item);
+            return LM_FAIL(err, LM_E_INPUT, "--threads '%s': '%s' is not an integer in 1..%u",
+                           list, item, LM_MAX_THREADS);
         }
         for (uint32_t i = 0; i < k; ++i)
             if (v[i] == t) {
@@ -199,30 +202,7 @@ static int parse_threads(uint32_t **out, uint32_t *n, const char *list, lm_err *
     return LM_OK;
 }
 
-/* mkdir -p; LM_E_IO naming the folder. */
-static int make_dirs(const char *dir, lm_err *err)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "%s: path too long", dir);
-    for (char *q = buf + 1;; ++q) {
-        if (*q == '/' || *q == '\0') {
-            char c = *q;
-            *q = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
-            *q = c;
-            if (c == '\0')
-                break;
-        }
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return LM_FAIL(err, LM_E_IO, "%s: not a folder", dir);
-    return LM_OK;
-}
-
-/* Resolves MODEL: a path as given, or a synthetic model written into the cache folder once. */
+/* Resolves MODEL: a path as given, or a synthetic model written into the cache folder. */
 static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, const char *text,
                          const char *cache, lm_err *err)
 {
@@ -246,17 +226,13 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
     if ((rc = hx_synth_preset(&sp, spec.preset, err)) != LM_OK)
         return rc;
     char dir[4096];
-    if ((rc = ref_cache_dir(dir, sizeof dir, cache, err)) != LM_OK ||
-        (rc = make_dirs(dir, err)) != LM_OK)
+    if ((rc = lm_cache_open(dir, sizeof dir, cache, err)) != LM_OK)
         return rc;
     if (snprintf(path, cap, "%s/synth-%s-seed%llu.gguf", dir, spec.preset,
                  (unsigned long long)seed) >= (int)cap)
         return LM_FAIL(err, LM_E_INPUT, "%s: cache path too long", dir);
     snprintf(label, label_cap, "synth-%s-seed%llu", spec.preset, (unsigned long long)seed);
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        rc = hx_synth_write(path, spec.preset, seed, LM_TYPE_F32, err);
-    return rc;
+    return hx_synth_cache_write(path, spec.preset, seed, err);
 }
 
 /* The speculative-decoding check after the sweep's table (sweep_spec.h). */
@@ -447,9 +423,13 @@ int cmd_sweep(int argc, char **argv)
     char json[4200], md[4200];
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
-    if ((st = make_dirs(dir, &err)) != LM_OK ||
-        (st = hx_report_write_json(res->report, json, &err)) != LM_OK ||
-        (st = hx_report_write_md(res->report, md, &err)) != LM_OK) {
+    /* report.json last (REPORT-SCHEMA.md): a folder holding it is complete; an older one is
+     * removed first so that a killed run never leaves an old report.json beside a new report.md */
+    if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
+        (unlink(json) != 0 && errno != ENOENT &&
+         (st = LM_FAIL(&err, LM_E_IO, "%s: cannot remove: %s", json, strerror(errno)))) ||
+        (st = hx_report_write_md(res->report, md, &err)) != LM_OK ||
+        (st = hx_report_write_json(res->report, json, &err)) != LM_OK) {
         free(routing_txt);
         goto done;
     }

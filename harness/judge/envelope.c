@@ -1,7 +1,7 @@
 /* envelope.c — the measured noise envelope: per-tensor statistic, cache key, file format. */
 #include "envelope.h"
 
-#include "atomic.h"
+#include "fs.h"
 #include "capture.h"
 #include "metrics.h"
 
@@ -205,8 +205,13 @@ int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err)
         put_tensor(&b, &e->v[l]);
     for (uint32_t p = 0; p < e->n_pos; ++p)
         put_tensor(&b, &e->logits[p]);
+    if (!b.oom) {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits(b.p, b.n));
+        put(&b, c.digest, 16);
+    }
     int rc = b.oom ? LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path)
-                   : hx_write_file_atomic(path, b.p, b.n, err);
+                   : lm_write_file(path, b.p, b.n, err);
     free(b.p);
     return rc;
 }
@@ -260,7 +265,7 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
     *out = NULL;
     char *data;
     size_t n;
-    int rc = hx_read_file(&data, &n, path, err);
+    int rc = lm_read_file(&data, &n, path, SIZE_MAX, err);
     if (rc != LM_OK)
         return rc;
     rd r = {(const uint8_t *)data, n, 0, false};
@@ -276,6 +281,16 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
                      (unsigned)version, HX_ENVELOPE_VERSION);
         goto done;
     }
+    /* the checksum first: nothing read from a damaged file is trusted */
+    XXH128_canonical_t sum;
+    if (n >= 16)
+        XXH128_canonicalFromHash(&sum, XXH3_128bits(data, n - 16));
+    if (r.short_read || n < r.off + 16 || memcmp(sum.digest, data + n - 16, 16) != 0) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: envelope checksum mismatch (corrupt or truncated "
+                     "file)", path);
+        goto done;
+    }
+    r.n = n - 16;
     const uint8_t *key = take(&r, 16);
     double safety = get_f64(&r);
     uint32_t n_members = get_u32(&r), n_layer = get_u32(&r), n_pos = get_u32(&r);

@@ -38,9 +38,10 @@
  *   "KVDENV\0\0" (8 bytes), u32 version (HX_ENVELOPE_VERSION), u8 key[16], f64 safety,
  *   u32 n_members, n_layer, n_pos, u32 positions[n_pos],
  *   per tensor (K of layers 0.., V of layers 0.., logits rows 0..): f64 dev, e, gapdev, e_gap,
- *   sig_digits, bias (gapdev/e_gap NaN for K and V).
+ *   sig_digits, bias (gapdev/e_gap NaN for K and V),
+ *   u8 xxh3_128[16]: XXH3-128 (canonical bytes) of every byte before it.
  * Version 2: dev and gapdev are spreads around the members' mean (version 1 measured them
- * from R), bias added. */
+ * from R), bias added. Version 3: the checksum trailer (a flipped bit is detected). */
 #ifndef HX_ENVELOPE_H
 #define HX_ENVELOPE_H
 
@@ -51,7 +52,7 @@
 
 #define HX_ENVELOPE_SAFETY 2.0
 #define HX_ENVELOPE_MIN_MEMBERS 8u
-#define HX_ENVELOPE_VERSION 2u
+#define HX_ENVELOPE_VERSION 3u
 
 typedef struct hx_env_tensor {
     double dev;        /* max over members of max_i |x_i - mu_i| (mu: the members' mean) */
@@ -93,9 +94,10 @@ int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members /* [M]
 /* True once every tensor has been measured. */
 bool hx_envelope_complete(const hx_envelope *e);
 
-/* Writes atomically (temp file in the same folder, fsync, rename); reads back, checking magic,
- * version, sizes, and that the stored key equals expect_key (a stale cache entry is an error,
- * LM_E_INPUT, never silently used). Truncated or corrupt files: LM_E_INPUT naming the path. */
+/* Writes atomically (fs.h lm_write_file); reads back, checking magic, version, the checksum,
+ * sizes, and that the stored key equals expect_key (a stale cache entry is an error,
+ * LM_E_INPUT, never silently used). Truncated or corrupt files (one flipped bit anywhere):
+ * LM_E_INPUT naming the path. */
 int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err);
 int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_key[16],
                      lm_err *err);

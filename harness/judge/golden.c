@@ -1,7 +1,7 @@
 /* golden.c — golden hash files (JSON via jansson): load, validate, look up, update, save. */
 #include "golden.h"
 
-#include "atomic.h"
+#include "fs.h"
 #include "capture.h"
 
 #include <errno.h>
@@ -154,14 +154,17 @@ int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *e
     struct stat st;
     if (missing_ok && stat(path, &st) != 0 && errno == ENOENT)
         return hx_golden_create(out, err);
+    char *text;
+    size_t n;
+    int rc = lm_read_file(&text, &n, path, HX_GOLDEN_MAX_BYTES, err);
+    if (rc != LM_OK)
+        return rc;
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (root == NULL) {
-        if (je.line < 0) /* jansson's mark for "could not open or read" */
-            return LM_FAIL(err, LM_E_IO, "%s: %s", path, je.text);
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (root == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s:%d: %s", path, je.line, je.text);
-    }
-    int rc = validate(root, path, err);
+    rc = validate(root, path, err);
     if (rc != LM_OK) {
         json_decref(root);
         return rc;
@@ -276,13 +279,41 @@ static void drop_unused_keys(json_t *root)
     }
 }
 
-int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
+int hx_golden_stage(lm_wfile **out, const hx_golden *g, const char *path, lm_err *err)
 {
+    *out = NULL;
     drop_unused_keys(g->root);
     char *text = json_dumps(g->root, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (text == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: cannot serialize golden file", path);
-    return hx_write_text_atomic(path, text, err);
+    size_t n = strlen(text);
+    int rc = LM_OK;
+    if (n + 1 > HX_GOLDEN_MAX_BYTES)
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: golden file would be %zu bytes, more than the limit "
+                     "of %u bytes", path, n + 1, (unsigned)HX_GOLDEN_MAX_BYTES);
+    lm_wfile *w = NULL;
+    if (rc == LM_OK)
+        rc = lm_wfile_open(&w, path, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_write(w, text, n, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_write(w, "\n", 1, err);
+    if (rc == LM_OK)
+        rc = lm_wfile_stage(w, err);
+    free(text);
+    if (rc != LM_OK) {
+        lm_wfile_abort(w);
+        return rc;
+    }
+    *out = w;
+    return LM_OK;
+}
+
+int hx_golden_save(const hx_golden *g, const char *path, lm_err *err)
+{
+    lm_wfile *w;
+    int rc = hx_golden_stage(&w, g, path, err);
+    return rc == LM_OK ? lm_wfile_commit(w, err) : rc;
 }
 
 void hx_tokens_hash(char out[17], const int32_t *ids, uint32_t n)

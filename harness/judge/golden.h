@@ -27,6 +27,7 @@
 #define HX_GOLDEN_H
 
 #include "fingerprint.h"
+#include "fs.h"
 #include "kvd_common.h"
 #include "metrics.h"
 
@@ -34,6 +35,9 @@
 #include <stdint.h>
 
 #define HX_GOLDEN_VERSION 2
+/* A golden file larger than this is refused unread (about 50,000 entries; a real one holds a
+ * few hundred), and bless never writes one. */
+#define HX_GOLDEN_MAX_BYTES (16u << 20)
 
 typedef struct hx_golden_entry {
     char hash_hex[33];         /* XXH3-128 of the canonical capture */
@@ -67,7 +71,8 @@ typedef struct hx_golden hx_golden;
 int hx_golden_create(hx_golden **out, lm_err *err);
 /* Loads and validates a golden file; every entry is checked now, so a malformed file is an
  * error (LM_E_INPUT naming the path and the JSON location) before anything is compared.
- * missing_ok: an absent file gives an empty set instead of LM_E_IO. */
+ * missing_ok: an absent file gives an empty set instead of LM_E_IO. A path that is not a
+ * regular file, or a file over HX_GOLDEN_MAX_BYTES, is LM_E_INPUT. */
 int hx_golden_load(hx_golden **out, const char *path, bool missing_ok, lm_err *err);
 void hx_golden_free(hx_golden *g);
 
@@ -84,8 +89,12 @@ size_t hx_golden_prune_stale(hx_golden *g, const char *case_name, const char *co
 /* Number of entries (case x config x platform). */
 size_t hx_golden_count(const hx_golden *g);
 
-/* Writes the whole set: sorted keys, 2-space indent, trailing newline; atomic. */
+/* Writes the whole set: sorted keys, 2-space indent, trailing newline; atomic. LM_E_INPUT when
+ * the text would exceed HX_GOLDEN_MAX_BYTES. */
 int hx_golden_save(const hx_golden *g, const char *path, lm_err *err);
+/* hx_golden_save up to the rename: the text is in a temp file beside path, and *out is the
+ * pending write for lm_wfile_commit/lm_wfile_commit_all (fs.h). */
+int hx_golden_stage(lm_wfile **out, const hx_golden *g, const char *path, lm_err *err);
 
 /* Fills an entry: hash, the top-5 of logits [n_vocab] at absolute position, and the input it
  * is pinned to. */

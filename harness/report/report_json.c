@@ -1,7 +1,7 @@
 /* report_json.c — report.json writer (jansson); the schema is harness/REPORT-SCHEMA.md. */
 #include "report.h"
 
-#include "atomic.h"
+#include "fs.h"
 #include "kvd_version.h"
 
 #include <jansson.h>
@@ -173,7 +173,7 @@ static int dump(json_t *root, jb *b, const char *path, lm_err *err)
     json_decref(root);
     if (text == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: cannot build the JSON report", path);
-    return hx_write_text_atomic(path, text, err);
+    return lm_write_text(path, text, err);
 }
 
 static void set_schema(jb *b, json_t *o)

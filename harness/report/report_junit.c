@@ -5,7 +5,7 @@
  * status in <system-out>. */
 #include "report.h"
 
-#include "atomic.h"
+#include "fs.h"
 
 #include <libxml/xmlwriter.h>
 #include <stdio.h>
@@ -145,7 +145,7 @@ int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, con
     xmlFreeTextWriter(w); /* flushes into buf */
     int rc = bad ? LM_FAIL(err, LM_E_INPUT, "%s: cannot write the JUnit XML (text that is not "
                                             "valid UTF-8?)", path)
-                 : hx_write_file_atomic(path, xmlBufferContent(buf), (size_t)xmlBufferLength(buf),
+                 : lm_write_file(path, xmlBufferContent(buf), (size_t)xmlBufferLength(buf),
                                         err);
     xmlBufferFree(buf);
     return rc;

@@ -1,7 +1,7 @@
 /* report_md.c — report.md: a summary, the configuration table, and why each non-EXACT row is. */
 #include "report.h"
 
-#include "atomic.h"
+#include "fs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -165,7 +165,7 @@ int hx_report_write_md_many(const hx_report *const *rs, size_t n, const char *pa
     size_t len = 0;
     if (hx_report_md_text(&buf, &len, rs, n) != LM_OK)
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    int rc = hx_write_file_atomic(path, buf, len, err);
+    int rc = lm_write_file(path, buf, len, err);
     free(buf);
     return rc;
 }

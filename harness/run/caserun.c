@@ -5,6 +5,7 @@
 
 #include "routing.h"
 
+#include "fs.h"
 #include "kvd_ref.h"
 #include "kvd_version.h"
 #include "synth.h"
@@ -16,29 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-int hx_mkdir_p(const char *dir, lm_err *err)
-{
-    char buf[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "folder name '%.64s' is empty or too long", dir);
-    memcpy(buf, dir, n + 1);
-    /* Each prefix ending before a '/', then the whole path. */
-    for (size_t i = 1; i <= n; ++i) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        struct stat st;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return LM_FAIL(err, LM_E_IO, "%s: cannot create folder: %s", buf, strerror(errno));
-        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-            return LM_FAIL(err, LM_E_IO, "%s: not a folder", buf);
-        buf[i] = saved;
-    }
-    return LM_OK;
-}
 
 int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const hx_case *c,
                            lm_err *err)
@@ -58,10 +36,8 @@ int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const 
     return LM_OK;
 }
 
-/* The GGUF to load for the case: its file, or the synthetic preset written into the cache.
- * A synthetic model is written fresh on every run (atomically, over any older copy): its bytes
- * depend only on preset, seed and synth.c, so a copy left by an older synth.c can never be
- * used by mistake, and the tiny presets take milliseconds. */
+/* The GGUF to load for the case: its file, or the synthetic preset written into the cache
+ * (hx_synth_cache_write: fresh on every run; the tiny presets take milliseconds). */
 static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
 {
     const hx_model_spec *s = &r->c->model;
@@ -81,9 +57,7 @@ static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
         return LM_OK;
     }
     char dir[3072];
-    int rc = ref_cache_dir(dir, sizeof dir, o->cache_dir, err);
-    if (rc == LM_OK)
-        rc = hx_mkdir_p(dir, err);
+    int rc = lm_cache_open(dir, sizeof dir, o->cache_dir, err);
     if (rc != LM_OK)
         return rc;
     uint64_t seed = s->has_seed ? s->seed : 0;
@@ -91,7 +65,7 @@ static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
                      s->preset, seed);
     if (n < 0 || (size_t)n >= sizeof r->model_path)
         return LM_FAIL(err, LM_E_INPUT, "%s: synthetic model path is too long", r->c->file);
-    rc = hx_synth_write(r->model_path, s->preset, seed, LM_TYPE_F32, err);
+    rc = hx_synth_cache_write(r->model_path, s->preset, seed, err);
     return rc;
 }
 

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 
 typedef struct hx_caserun_opts {
-    const char *cache_dir; /* reference/envelope/synthetic-model cache; NULL: ref_cache_dir's
+    const char *cache_dir; /* reference/envelope/synthetic-model cache; NULL: lm_cache_dir's
                               default ($KVDRIFT_CACHE, else ~/.cache/kvdrift) */
     bool strict;           /* --strict (ORed with the case's strict_bits into the report) */
     bool quiet;            /* no sweep progress lines */
@@ -57,8 +57,5 @@ int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *
 
 /* The golden key of run i's configuration on this machine (golden_key.h). */
 void hx_caserun_key(hx_golden_key *k, const hx_caserun *r, size_t i, const hx_fingerprint *fp);
-
-/* Makes dir and its parents (mode 0755); an existing folder is fine. LM_E_IO naming it. */
-int hx_mkdir_p(const char *dir, lm_err *err);
 
 #endif

@@ -5,6 +5,7 @@
 #include "classify.h"
 #include "compare.h"
 #include "fingerprint.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
 #include "metrics.h"
@@ -347,11 +348,13 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
 {
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
-    char dir[4096], path[4200];
+    char dir[4096], path[4200] = "";
     uint8_t key[16];
-    int rc = ref_cache_dir(dir, sizeof dir, p->cache_dir, err);
-    if (rc != LM_OK)
-        return rc;
+    lm_err cerr = {0};
+    int rc;
+    bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
+    if (!cached) /* the reference step has said so already when it is the same folder */
+        fprintf(stderr, "sweep: envelope cache unusable (%s); computing without it\n", cerr.msg);
     /* extra = the ensemble mode, then the teacher-path capture's hash: the naive engine's bits
      * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
     char extra[sizeof ensemble_mode + 96];
@@ -362,10 +365,10 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     int ne = snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
                       profile[0] ? ";profile=sr-vprec-v1:" : "", profile);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
-    if ((rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
+    if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
     double t0 = now_s();
-    if (file_exists(path)) {
+    if (cached && file_exists(path)) {
         lm_err e2 = {0};
         if (hx_envelope_load(out, path, key, &e2) == LM_OK) {
             r->env_hit = true;
@@ -374,7 +377,7 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
                      profile[0] ? " of profile " : "", profile, (unsigned)m);
             return LM_OK;
         }
-        fprintf(stderr, "sweep: %s; recomputing the envelope\n", e2.msg);
+        fprintf(stderr, "sweep: envelope cache entry unusable (%s); recomputed\n", e2.msg);
     }
     run_job *jobs = calloc(m, sizeof *jobs);
     if (jobs == NULL)
@@ -400,12 +403,16 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     if (rc != LM_OK)
         return rc;
     memcpy((*out)->key, key, sizeof key);
-    if ((rc = hx_envelope_save(*out, path, err)) != LM_OK)
-        return rc;
+    /* the cache costs time, never correctness: a failed write is a warning, as for the
+     * reference cache */
+    lm_err werr = {0};
+    if (cached && hx_envelope_save(*out, path, &werr) != LM_OK)
+        fprintf(stderr, "sweep: envelope cache entry not stored (%s)\n", werr.msg);
     double dt = now_s() - t0;
     r->ensemble_s += dt;
     progress(p, "envelope%s%s measured from %u naive-sr runs (%.3f s), cached as %s",
-             profile[0] ? " of profile " : "", profile, (unsigned)m, dt, path);
+             profile[0] ? " of profile " : "", profile, (unsigned)m, dt,
+             cached && werr.code == 0 ? path : "(not cached)");
     return LM_OK;
 }
 

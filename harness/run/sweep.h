@@ -83,7 +83,7 @@ typedef struct hx_sweep_params {
     uint32_t ensemble;        /* SR members; 0 = HX_SWEEP_DEFAULT_ENSEMBLE; must be >= 8 */
     uint64_t sr_seed;         /* member i uses sr_seed + i (wrapping) */
     bool sr_seed_set;         /* false: HX_SWEEP_DEFAULT_SEED (so 0 is a usable seed) */
-    const char *cache_dir;    /* reference + envelope cache; NULL/"": ref_cache_dir's default */
+    const char *cache_dir;    /* reference + envelope cache; NULL/"": lm_cache_dir's default */
     int ref_threads;          /* reference threads; 0 = all online cores (never changes results) */
     uint32_t jobs;            /* engine runs in parallel; 0 or 1 = one at a time */
     bool strict_bits;         /* copied into the report (check's policy) */

@@ -1,7 +1,7 @@
 /* case.c — INI case files (inih) to a validated struct hx_case. */
 #include "case.h"
 
-#include "atomic.h"
+#include "fs.h"
 #include "kvd_engine.h"
 
 #include <ini.h>
@@ -60,6 +60,7 @@ typedef struct u32list {
     const char *what;
     const char *list;
     bool allow_full;
+    uint32_t max; /* largest value allowed */
 } u32list;
 
 static int push_u32(u32list *l, uint32_t x, lm_err *err)
@@ -81,16 +82,16 @@ static int u32_item(void *ctx, const char *s, size_t len, lm_err *err)
     uint64_t v;
     if (l->allow_full && len == 4 && memcmp(s, "full", 4) == 0)
         return push_u32(l, 0, err);
-    if (!parse_u64(s, len, UINT32_MAX, &v) || v == 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer >= 1%s", l->what,
-                       l->list, (int)len, s, l->allow_full ? " or full" : "");
+    if (!parse_u64(s, len, l->max, &v) || v == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u%s", l->what,
+                       l->list, (int)len, s, (unsigned)l->max, l->allow_full ? " or full" : "");
     return push_u32(l, (uint32_t)v, err);
 }
 
 static int parse_u32_list(uint32_t **out, uint32_t *n, const char *what, const char *list,
-                          bool allow_full, lm_err *err)
+                          bool allow_full, uint32_t max, lm_err *err)
 {
-    u32list l = {NULL, 0, what, list, allow_full};
+    u32list l = {NULL, 0, what, list, allow_full, max};
     int rc = for_each_item(what, list, u32_item, &l, err);
     if (rc != LM_OK) {
         free(l.v);
@@ -103,7 +104,7 @@ static int parse_u32_list(uint32_t **out, uint32_t *n, const char *what, const c
 
 int hx_parse_steps(uint32_t **out, uint32_t *n, const char *list, lm_err *err)
 {
-    return parse_u32_list(out, n, "steps", list, true, err);
+    return parse_u32_list(out, n, "steps", list, true, UINT32_MAX, err);
 }
 
 typedef struct toklist {
@@ -315,7 +316,8 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
     case K_THREADS:
         free(c->threads);
         c->threads = NULL;
-        return parse_u32_list(&c->threads, &c->n_threads, "threads", value, false, err);
+        return parse_u32_list(&c->threads, &c->n_threads, "threads", value, false, LM_MAX_THREADS,
+                              err);
     case K_ATTN: {
         c->n_attn = 0;
         namelist l = {c, value};
@@ -515,7 +517,7 @@ int hx_case_load(hx_case **out, const char *path, lm_err *err)
     *out = NULL;
     char *text;
     size_t n;
-    int rc = hx_read_file(&text, &n, path, err);
+    int rc = lm_read_file(&text, &n, path, HX_CASE_MAX_BYTES, err);
     if (rc != LM_OK)
         return rc;
     if (strlen(text) != n) {

@@ -20,12 +20,14 @@
  * `${KVDRIFT_MODELS}` expands to that environment variable or ../shared/models; any other
  * `${...}` is an error. A relative model path written in the file is relative to the case
  * file's folder (hx_case_load); a path from ${KVDRIFT_MODELS} is used as the variable gives it.
- * Errors: LM_E_INPUT with "FILE:LINE: reason" (or "FILE: reason" for a missing key). */
+ * Errors: LM_E_INPUT with "FILE:LINE: reason" (or "FILE: reason" for a missing key); a path that
+ * is not a regular file (FIFO, device) or holds more than HX_CASE_MAX_BYTES is refused unread. */
 #ifndef HX_CASE_H
 #define HX_CASE_H
 
 #include "config.h"
 #include "kvd_common.h"
+#include "kvd_ref.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,8 +36,11 @@
 #define HX_CASE_DEFAULT_BACKENDS "naive,blas"
 #define HX_CASE_DEFAULT_N_GEN 32u
 #define HX_CASE_DEFAULT_PRECISION 127u
-#define HX_CASE_MIN_PRECISION 24u
-#define HX_CASE_MAX_PRECISION 8192u
+/* precision: what the reference accepts (kvd_ref.h), checked when the case file is read */
+#define HX_CASE_MIN_PRECISION REF_MIN_PREC
+#define HX_CASE_MAX_PRECISION REF_MAX_PREC
+/* A case file is a few lines of text: a larger file is refused before it is read. */
+#define HX_CASE_MAX_BYTES (1u << 20)
 
 typedef struct hx_model_spec {
     bool synth;        /* synth:PRESET[:seed=N] */

@@ -1,7 +1,7 @@
 /* dump.c — loading and validating an imported dump folder (the contract is in dump.h). */
 #include "dump.h"
 
-#include "atomic.h"
+#include "fs.h"
 #include "npy.h"
 #include "sha256.h"
 
@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 
 #define PATH_CAP 4200
+#define HX_DUMP_MAX_MANIFEST ((size_t)256 << 20) /* 256 MiB: tokens of any real context */
+#define HX_DUMP_MAX_FILE ((size_t)16 << 30)      /* 16 GiB per array file */
 
 void hx_dump_free(hx_dump *d)
 {
@@ -108,11 +110,16 @@ static int manifest(hx_dump *d, const lm_model *m, const char *model_path, lm_er
     snprintf(path, sizeof path, "%s/dump.json", d->dir);
     if (!is_file(path))
         return LM_FAIL(err, LM_E_INPUT, "%s: no dump.json (not a dump folder)", d->dir);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = lm_read_file(&text, &len, path, HX_DUMP_MAX_MANIFEST, err);
+    if (rc != LM_OK)
+        return rc;
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (root == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s: line %d: %s", path, je.line, je.text);
-    int rc = LM_OK;
     json_t *np = json_object_get(root, "n_prompt");
     int32_t *pos = NULL;
     uint32_t n_pos = 0;
@@ -158,7 +165,7 @@ static int load_array(float **out, char *dtype /* [16] or NULL */, const char *p
 {
     char *buf = NULL;
     size_t n = 0;
-    int rc = hx_read_file(&buf, &n, path, err);
+    int rc = lm_read_file(&buf, &n, path, HX_DUMP_MAX_FILE, err);
     if (rc != LM_OK)
         return rc;
     hx_npy a;

@@ -41,10 +41,13 @@
  * length 1..4 with and without a leading "▁". Duplicates are skipped. */
 #include "synth.h"
 
+#include "fs.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #define SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's word-boundary mark */
 #define LOGIT_PEAK 2.25  /* c above */
@@ -482,4 +485,28 @@ int hx_synth_write(const char *path, const char *preset_name, uint64_t seed, lm_
     hx_synth_params p;
     int rc = hx_synth_preset(&p, preset_name, err);
     return rc ? rc : hx_synth_write_params(path, &p, seed, type, err);
+}
+
+/* XXH3-128 of a regular file's bytes; false when it cannot be read. */
+static bool file_hash(XXH128_hash_t *out, const char *path)
+{
+    char *bytes;
+    size_t n;
+    lm_err ignored = {0};
+    if (lm_read_file(&bytes, &n, path, SIZE_MAX, &ignored) != LM_OK)
+        return false;
+    *out = XXH3_128bits(bytes, n);
+    free(bytes);
+    return true;
+}
+
+int hx_synth_cache_write(const char *path, const char *preset_name, uint64_t seed, lm_err *err)
+{
+    XXH128_hash_t before, after;
+    bool had = file_hash(&before, path);
+    int rc = hx_synth_write(path, preset_name, seed, LM_TYPE_F32, err);
+    if (rc == LM_OK && had && file_hash(&after, path) && !XXH128_isEqual(before, after))
+        fprintf(stderr, "kvdrift: cached synthetic model %s differed from the one synth writes "
+                        "(corrupt, or from another kvdrift); rewritten\n", path);
+    return rc;
 }

@@ -95,8 +95,14 @@ int64_t ref_capture_find_pos(const ref_capture *c, uint32_t p);
 
 /* LM_OK when the reference implements every feature of m, else LM_E_UNSUPPORTED naming it. */
 int ref_model_supported(const lm_model *m, lm_err *err);
-/* Checks a request against a model: token ids in range, positions valid, precision in range. */
+/* Checks a request against a model: token ids in range, no more tokens than the model's context
+ * (n_ctx_train, the limit run/sweep/check apply), positions valid, precision in range, and
+ * ref_memory_estimate within the machine's physical memory. LM_E_INPUT naming the limit. */
 int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err);
+/* Bytes the reference pass holds at its peak for rq, estimated before starting: every MPFR
+ * value (struct plus limbs at the request's precision) of the per-token activations, the
+ * captured K/V and logits, plus the float64 capture. A lower bound within a small factor. */
+uint64_t ref_memory_estimate(const lm_model *m, const ref_request *rq);
 /* Runs the whole reference pass and rounds the results into *out (zeroed first). */
 int ref_compute(ref_capture *out, const lm_model *m, const ref_request *rq, lm_err *err);
 
@@ -137,9 +143,6 @@ int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uin
 
 /* --- disk cache (ref_cache.c) --- */
 
-/* Cache folder: dir if not NULL/empty, else $KVDRIFT_CACHE, else $XDG_CACHE_HOME/kvdrift,
- * else $HOME/.cache/kvdrift. Writes at most cap bytes (NUL included). */
-int ref_cache_dir(char *out, size_t cap, const char *dir, lm_err *err);
 /* The cache key: XXH3-128 over (REF_VERSION, model hash, tokens, n_prompt, logit positions
  * (after defaulting), precision), as 32 lowercase hex digits + NUL. */
 void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq);

@@ -1,12 +1,11 @@
-/* fuzz_gguf.c — libFuzzer target for the GGUF reader: parses the input bytes as a GGUF image
- * (the in-memory entry point, so no file is written per run), reads every metadata value
- * through the typed getters, and dequantizes every tensor. Any crash, sanitizer report or
- * leak is a finding. Build and run: make fuzz (FUZZ_SECONDS, default 60). */
+/* fuzz_gguf.c — libFuzzer target for the GGUF reader and what is loaded from it: parses the
+ * input bytes as a GGUF image (the in-memory entry point), reads every metadata value through
+ * the typed getters, dequantizes every tensor, loads the vocabulary, then loads the same bytes
+ * as a model through the file path (lm_model_load: hyperparameters, architecture table, tensor
+ * shapes, vocabulary). Any crash, sanitizer report or leak is a finding. */
+#include "fuzz_util.h"
 #include "gguf_internal.h"
-
-#include <stdlib.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "kvd_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -47,6 +46,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         (void)lm_gguf_tensor_find(g, t->name);
     }
+    lm_vocab *v = NULL;
+    lm_err ve = {0};
+    if (lm_vocab_load(&v, g, &ve) == LM_OK)
+        lm_vocab_free(v);
     lm_gguf_close(g);
+    lm_model *m = NULL;
+    lm_err me = {0};
+    if (lm_model_load(&m, fz_scratch(data, size, ".gguf"), &me) == LM_OK)
+        lm_model_free(m);
     return 0;
 }

@@ -1,13 +1,9 @@
 /* fuzz_npy.c — libFuzzer target for the strict .npy reader: parses the input bytes as a whole
  * .npy file (the in-memory entry point) and, when it is accepted, reads every element through
  * the conversion (which must stay inside the buffer the header promised). Any crash,
- * sanitizer report or leak is a finding. Build and run: make fuzz (FUZZ_SECONDS). */
+ * sanitizer report or leak is a finding. Build and run: make fuzz FUZZ=npy (FUZZ_SECONDS). */
+#include "fuzz_util.h"
 #include "npy.h"
-
-#include <stdint.h>
-#include <stdlib.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
