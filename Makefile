@@ -43,6 +43,25 @@ BENCH_SRC  := $(wildcard bench/bench_*.c)
 # switches and probes) that only the test binary links.
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TLIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/tobj/%.o)
+
+# CUDA backends (engine/backend_cuda.cu) when nvcc is found; CUDA=0 builds without them, and then
+# engine/backend_cuda_absent.c answers "built without nvcc". cudart is linked statically, so the
+# binary starts on a machine without a GPU or driver; cuBLAS is found through the toolkit's rpath.
+# --fmad=false: no contraction the source does not spell out (the det kernel's FMAs are explicit).
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA ?= $(if $(NVCC),1,0)
+ifeq ($(CUDA),1)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS  := -std=c++20 -O2 --fmad=false $(CUDA_ARCH) -Xcompiler -fno-fast-math,-ffp-contract=off \
+              -Iengine/include -Iengine -Icommon
+CFLAGS     += -DKVD_HAVE_CUDA
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt \
+              -lstdc++
+CUDA_SRC   := $(wildcard engine/*.cu)
+LIB_OBJ    += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+TLIB_OBJ   += $(CUDA_SRC:%.cu=$(BUILD)/tobj/%.o)
+endif
 # tests/fixtures.c: helpers several suites share (not a suite, so not in TEST_SRC).
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
@@ -57,6 +76,12 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tobj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DLM_TEST_HOOKS -MMD -MP -c $< -o $@
 $(BUILD)/tobj/%.o: %.c $(BUILD)/test_registry.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLM_TEST_HOOKS -MMD -MP -c $< -o $@

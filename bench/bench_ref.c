@@ -18,6 +18,7 @@
  * smollm2: every logit finite). Prints a table, appends TSV to OUTDIR/ref.tsv; never fails on
  * speed. */
 #include "kvd_ref.h"
+#include "ref_dotx.h"
 #include "synth.h"
 #include "util.h"
 
@@ -36,8 +37,11 @@
  *          predictor learns the sign pattern, the figure a tight loop shows;
  *   FRESH  16 activation vectors x 64 weight rows, every pair once per timing, plain
  *          mpfr_mul + mpfr_add chain: what a matrix product really costs (the target's unit);
- *   DOT    the same FRESH pairs through ref_dot (the reference's own inner product). */
-enum mac_mode { HOT, FRESH, DOT };
+ *   DOT    the same FRESH pairs through ref_dot (the MPFR inner product, --mpfr-dot);
+ *   DOTX   the same FRESH pairs through ref_dx_dot (the exact split inner product the
+ *          reference uses), each activation vector split once and each weight row once per
+ *          timing, as the reference's matrix products do (split costs included). */
+enum mac_mode { HOT, FRESH, DOT, DOTX };
 
 static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
 {
@@ -59,10 +63,38 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
         mpfr_div_ui(x[i], x[i], 3u << 19, MPFR_RNDN); /* a full P-bit significand */
     }
     mpfr_init2(r, prec);
+    ref_dx_scratch dxs;
+    ref_dx_vec dxv[T];
+    ref_dx_row dxr[REF_DX_ROWS];
+    memset(dxv, 0, sizeof dxv);
+    memset(dxr, 0, sizeof dxr);
+    mpfr_t dxo[REF_DX_ROWS];
+    for (unsigned g = 0; g < REF_DX_ROWS; ++g)
+        mpfr_init2(dxo[g], prec);
+    if (ref_dx_scratch_init(&dxs, prec, N, &err))
+        bu_die(PROG, "scratch", &err);
     double t[REPS], check = 0;
     for (int rep = -1; rep < REPS; ++rep) {
         double t0 = bu_now_s();
-        for (int row = 0; row < R; ++row) {
+        for (int k = 0; mode == DOTX && k < T; ++k)
+            if (ref_dx_vec_set(&dxv[k], x + k * N, N, dxs.k_cap, &err))
+                bu_die(PROG, "split", &err);
+        for (int row = 0; mode == DOTX && row < R; row += REF_DX_ROWS) {
+            const ref_dx_row *wr[REF_DX_ROWS];
+            mpfr_ptr o[REF_DX_ROWS];
+            for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+                if (ref_dx_row_set(&dxr[g], w + (row + (int)g) * N, N, &err))
+                    bu_die(PROG, "split", &err);
+                wr[g] = &dxr[g];
+                o[g] = dxo[g];
+            }
+            for (int k = 0; k < T; ++k) {
+                ref_dx_dot_rows(o, &dxv[k], wr, REF_DX_ROWS, &dxs);
+                for (unsigned g = 0; g < REF_DX_ROWS; ++g)
+                    check += mpfr_get_d(dxo[g], MPFR_RNDN);
+            }
+        }
+        for (int row = 0; mode != DOTX && row < R; ++row) {
             if (mode != HOT || row == 0)
                 ref_row_set_flt(&s, w + (mode == HOT ? 0 : row) * N, N);
             for (int k = 0; k < T; ++k) {
@@ -88,6 +120,13 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
         exit(2);
     }
     mpfr_clear(r);
+    for (int k = 0; k < T; ++k)
+        ref_dx_vec_free(&dxv[k]);
+    for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+        ref_dx_row_free(&dxr[g]);
+        mpfr_clear(dxo[g]);
+    }
+    ref_dx_scratch_clear(&dxs);
     ref_vec_free(x, (uint64_t)N * T);
     free(w);
     ref_scratch_clear(&s);
@@ -169,12 +208,18 @@ int main(int argc, char **argv)
 
     double hot127 = ns_per_mac(127, HOT), c127 = ns_per_mac(127, FRESH),
            dot127 = ns_per_mac(127, DOT), c128 = ns_per_mac(128, FRESH),
-           dot128 = ns_per_mac(128, DOT);
-    printf("single-core ns per multiply-add        127 bits  128 bits\n"
+           dot128 = ns_per_mac(128, DOT), x127 = ns_per_mac(127, DOTX),
+           x254 = ns_per_mac(254, DOTX), dot254 = ns_per_mac(254, DOT);
+    printf("single-core ns per multiply-add        127 bits  128 bits  254 bits\n"
            "  mul+add, fresh rows (target unit)    %8.1f  %8.1f\n"
-           "  ref_dot (split-sign), fresh rows     %8.1f  %8.1f\n"
+           "  ref_dot (MPFR, split-sign)           %8.1f  %8.1f  %8.1f\n"
+           "  ref_dx_dot (exact split, %-6s)     %8.2f            %8.2f\n"
            "  mul+add, one row repeated (hot)      %8.1f\n"
-           "default precision %u bits\n", c127, c128, dot127, dot128, hot127, REF_DEFAULT_PREC);
+           "speed-up of the exact split over mul+add at 127 bits: %.1fx (goal >= 20x); "
+           "over ref_dot at 254 bits: %.1fx\n"
+           "default precision %u bits\n", c127, c128, dot127, dot128, dot254, ref_dx_kernel(),
+           x127, x254, hot127, c127 / x127, dot254 / x254, REF_DEFAULT_PREC);
+    fflush(stdout);
 
     row rows[2];
     int nrows = 0;

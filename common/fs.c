@@ -204,12 +204,36 @@ static void wfile_free(lm_wfile *w)
     free(w);
 }
 
-static int open_direct(lm_wfile *w, const char *path, int fd_named, lm_err *err)
+/* A FIFO opened for writing once a reader has it (O_NONBLOCK open: ENXIO while there is none),
+ * polled every 20 ms for at most LM_FS_FIFO_WAIT_MS; blocking writes afterwards. */
+static int open_fifo(const char *path)
+{
+    for (int waited = 0;; waited += 20) {
+        int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) {
+            int fl = fcntl(fd, F_GETFL);
+            if (fl >= 0)
+                (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            return fd;
+        }
+        if (errno != ENXIO || waited >= LM_FS_FIFO_WAIT_MS)
+            return -1;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int open_direct(lm_wfile *w, const char *path, int fd_named, bool fifo, lm_err *err)
 {
     w->direct = true;
     if (fd_named >= 0) {
         w->fd = fcntl(fd_named, F_DUPFD_CLOEXEC, 3);
         w->dup_fd = true;
+    } else if (fifo) {
+        w->fd = open_fifo(path);
+        if (w->fd < 0 && errno == ENXIO)
+            return LM_FAIL(err, LM_E_IO, "%s: FIFO has no reader (waited %d ms)", path,
+                           LM_FS_FIFO_WAIT_MS);
     } else {
         w->fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
     }
@@ -256,7 +280,7 @@ int lm_wfile_open(lm_wfile **out, const char *path, lm_err *err)
     struct stat st;
     bool exists = false;
     if (nfd >= 0) {
-        rc = open_direct(w, path, nfd, err);
+        rc = open_direct(w, path, nfd, false, err);
     } else if ((rc = follow_links(&w->path, &st, &exists, path, err)) != LM_OK) {
         /* reported */
     } else if (!exists || S_ISREG(st.st_mode)) {
@@ -265,7 +289,7 @@ int lm_wfile_open(lm_wfile **out, const char *path, lm_err *err)
             w->mode = st.st_mode & 07777;
         rc = open_temp(w, path, err);
     } else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
-        rc = open_direct(w, w->path, -1, err);
+        rc = open_direct(w, w->path, -1, S_ISFIFO(st.st_mode), err);
     } else {
         rc = LM_FAIL(err, LM_E_INPUT, "%s: is %s; refusing to write it", path,
                      S_ISDIR(st.st_mode)    ? "a folder"

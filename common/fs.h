@@ -9,8 +9,9 @@
  *   (the temp file sits next to the link's target, the link stays);
  * - /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: the already open descriptor is written;
  * - a character device (/dev/null, /dev/tty, /dev/full) or a FIFO: opened and written directly,
- *   not atomically (what a user naming one means); a FIFO waits for its reader like any writer;
- *   /dev/full fails with "No space left on device" and the device node is never replaced;
+ *   not atomically (what a user naming one means); /dev/full fails with "No space left on
+ *   device" and the device node is never replaced; a FIFO is written once a reader has it open,
+ *   waiting at most LM_FS_FIFO_WAIT_MS for one (then LM_E_IO "no reader": never a hang);
  * - a folder, a block device or a socket: refused (LM_E_INPUT).
  * Errors are one line naming the path and the reason. */
 #ifndef LM_FS_H
@@ -23,6 +24,8 @@
 
 /* A temp file older than this whose writer process is gone is removed by lm_fs_clean_stale. */
 #define LM_FS_STALE_SECONDS 60
+/* How long a write to a FIFO waits for a reader to open it. */
+#define LM_FS_FIFO_WAIT_MS 2000
 
 /* One file being written. */
 typedef struct lm_wfile lm_wfile;

@@ -4,6 +4,7 @@
  * [i0, i1) (LM_ATTN_Q_BLOCK rows) attending to keys [0, n_kb), n_kb = pos0 + i1:
  *   S[i0:i1][0:n_kb] = scale * Q_h . K_g^T   backend gemm_nt on strided views of the cache
  *   causal mask: query i sees keys j <= pos0 + i; masked entries of P are +0.0f
+ *   (bidirectional chunk, a->bidir: one block, every query sees keys [0, pos0 + n))
  *   P = softmax(S) row by row                 fixed order, see softmax_row
  *   O_h[i0:i1] = P[i0:i1][0:n_kb] . V_g       backend gemm_nn, [i1 - i0][head_dim]
  * The score matrix S [n][pos0 + n] of the whole chunk is materialised (dense); blocks only
@@ -75,6 +76,7 @@ typedef struct softmax_job {
     uint32_t n;
     bool mask_next; /* test defect LM_DEFECT_MASK_NEXT_TOKEN; false in release builds */
     bool no_max;    /* test defect LM_DEFECT_SOFTMAX_NO_MAX; false in release builds */
+    bool bidir;     /* no mask inside the chunk */
 } softmax_job;
 
 /* Rows [begin, end): row i is valid up to key pos0 + i, and its block ends at key n_kb. */
@@ -83,8 +85,10 @@ static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
     const softmax_job *j = arg;
     for (uint32_t i = begin; i < end; ++i) {
         const uint32_t i1 = (i / LM_ATTN_Q_BLOCK + 1) * LM_ATTN_Q_BLOCK;
-        const uint32_t n_kb = j->pos0 + (i1 < j->n ? i1 : j->n);
-        uint32_t n_valid = j->pos0 + i + 1;
+        uint32_t n_kb = j->pos0 + (i1 < j->n ? i1 : j->n);
+        uint32_t n_valid = j->bidir ? j->pos0 + j->n : j->pos0 + i + 1;
+        if (j->bidir)
+            n_kb = n_valid;
         if (j->mask_next && n_valid < n_kb)
             n_valid += 1; /* test defect: the mask admits the next key of the chunk */
         softmax_row(j->scores + (size_t)i * j->ld, n_valid, n_kb, j->no_max);
@@ -100,7 +104,8 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
     const size_t kv_stride = (size_t)a->n_head_kv * hd; /* floats between cache positions */
     softmax_job job = {.scores = a->scores, .ld = n_kv, .pos0 = a->pos0, .n = a->n,
                        .mask_next = LM_DEFECT_ON(be->vt->name, LM_DEFECT_MASK_NEXT_TOKEN),
-                       .no_max = LM_DEFECT_ON(be->vt->name, LM_DEFECT_SOFTMAX_NO_MAX)};
+                       .no_max = LM_DEFECT_ON(be->vt->name, LM_DEFECT_SOFTMAX_NO_MAX),
+                       .bidir = a->bidir};
     const bool gqa_interleaved = LM_DEFECT_ON(be->vt->name, LM_DEFECT_GQA_INTERLEAVED);
 
     for (uint32_t h = 0; h < a->n_head; ++h) {
@@ -114,16 +119,18 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
 
         for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
             const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
-            be->vt->gemm_nt(be, i1 - i0, a->pos0 + i1, hd, a->scale, qh + i0 * q_stride, q_stride,
+            const uint32_t n_kb = a->bidir ? n_kv : a->pos0 + i1;
+            be->vt->gemm_nt(be, i1 - i0, n_kb, hd, a->scale, qh + i0 * q_stride, q_stride,
                             kg, kv_stride, s + (size_t)i0 * n_kv, n_kv);
         }
         lm_pool_for(a->pool, a->n, 8, softmax_rows, &job);
         for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
             const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
             /* SR ensemble only: the probabilities P . V reads (row i0..i1, keys < n_kb) */
-            lm_backend_perturb(be, s + (size_t)i0 * n_kv, i1 - i0, a->pos0 + i1, n_kv,
+            const uint32_t n_kb = a->bidir ? n_kv : a->pos0 + i1;
+            lm_backend_perturb(be, s + (size_t)i0 * n_kv, i1 - i0, n_kb, n_kv,
                                LM_SITE_SOFTMAX | h << 8);
-            be->vt->gemm_nn(be, i1 - i0, hd, a->pos0 + i1, s + (size_t)i0 * n_kv, n_kv, vg,
+            be->vt->gemm_nn(be, i1 - i0, hd, n_kb, s + (size_t)i0 * n_kv, n_kv, vg,
                             kv_stride, oh + i0 * q_stride, q_stride);
         }
     }

@@ -7,6 +7,8 @@
 #include "backend.h"
 #include "threadpool.h"
 
+#include <stdbool.h>
+
 /* Queries per causal block: block b of a chunk attends to keys [0, pos0 + end of block b),
  * so the products above the diagonal are mostly skipped (a 512-token chunk does 5/8 of the
  * dense work). The block size changes which matrix shapes a BLAS backend sees, not the
@@ -26,6 +28,8 @@ typedef struct lm_attn_args {
     float *out;         /* [n][n_head][head_dim] */
     float *scores;      /* scratch [n][pos0 + n] (one head at a time) */
     lm_pool *pool;      /* row-parallel softmax; NULL = serial */
+    bool bidir;         /* every query of the chunk sees every key of the chunk (and the cache
+                           before it): one block of keys [0, pos0 + n), no causal mask inside */
 } lm_attn_args;
 
 /* Scratch floats lm_attention_dense needs for a chunk of n queries ending at n_kv keys. */

@@ -17,6 +17,9 @@ int lm_backend_naive_create(lm_backend **out, const char *spec, int n_threads, l
 int lm_backend_blas_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 void lm_backend_blas_describe(char *buf, size_t n, bool brief);
 int lm_backend_sr_create_named(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+/* backend_cuda.cu (or backend_cuda_absent.c in a build without nvcc): all four CUDA rows. */
+int lm_backend_cuda_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+void lm_backend_cuda_describe(char *buf, size_t n, bool brief);
 
 typedef struct backend_entry {
     lm_backend_info info;
@@ -41,6 +44,29 @@ static const backend_entry backends[] = {
       .flags = LM_BE_CHUNK_INVARIANT | LM_BE_SEEDED | LM_BE_STOCHASTIC_ROUNDING,
       .describe = NULL},
      lm_backend_sr_create_named},
+    {{.name = "cuda",
+      .summary = "cuBLAS sgemm/sgemv in float32 (pedantic math), elementwise stages on the host",
+      .flags = LM_BE_DEVICE,
+      .describe = lm_backend_cuda_describe},
+     lm_backend_cuda_create},
+    {{.name = "cuda-tf32",
+      .summary = "cuBLAS sgemm with TF32 tensor cores (inputs to a 10-bit mantissa, float32 "
+                 "accumulation)",
+      .flags = LM_BE_DEVICE,
+      .operand_bits = 11,
+      .describe = lm_backend_cuda_describe},
+     lm_backend_cuda_create},
+    {{.name = "cuda-bf16",
+      .summary = "cuBLAS GemmEx on bfloat16 weights and activations, float32 accumulation",
+      .flags = LM_BE_DEVICE,
+      .operand_bits = 8,
+      .describe = lm_backend_cuda_describe},
+     lm_backend_cuda_create},
+    {{.name = "cuda-det",
+      .summary = "own CUDA kernel: each output one sequential FMA chain over k (chunk-invariant)",
+      .flags = LM_BE_DEVICE | LM_BE_CHUNK_INVARIANT,
+      .describe = lm_backend_cuda_describe},
+     lm_backend_cuda_create},
 };
 #define N_BACKENDS (sizeof backends / sizeof backends[0])
 
@@ -128,6 +154,14 @@ int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err 
         return e->create(out, name, n_threads, err);
     return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected %s)", name,
                    lm_backend_expected());
+}
+
+int lm_backend_probe(const char *name, lm_err *err)
+{
+    lm_backend *be = NULL;
+    const int rc = lm_backend_create(&be, name, 1, err);
+    lm_backend_destroy(be);
+    return rc;
 }
 
 void lm_backend_destroy(lm_backend *be)

@@ -34,6 +34,13 @@ typedef struct lm_backend_i {
      * NULL: round to nearest (lm_round_rows_rn), what an engine running the profile does. */
     void (*round)(lm_backend *be, float *x /* [n][stride] */, uint32_t n, uint32_t elems,
                   size_t stride, uint32_t site, const lm_round_spec *spec);
+    /* Optional (NULL: operands are read where they lie, as for the CPU backends). Called once
+     * per context with the model's float32 weight arena: a device backend uploads it once and
+     * reads every B operand that lies inside it from its own copy. */
+    int (*bind_weights)(lm_backend *be, const float *w /* [n] */, size_t n, lm_err *err);
+    /* Optional (NULL: the products cannot fail). The first failure of the products since the
+     * backend was created (a device error), checked by the forward pass after every chunk. */
+    int (*check)(lm_backend *be, lm_err *err);
 } lm_backend_i;
 
 /* Where the forward pass calls lm_backend_i.perturb (kept distinct so that the stages draw

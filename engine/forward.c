@@ -31,6 +31,7 @@
 #endif
 
 #include "kvd_engine.h"
+#include "kvd_block.h"
 #include "kvd_spec.h"
 
 #include "kvd_defects.h"
@@ -64,6 +65,7 @@ struct lm_ctx {
     float *scores;    /* [lm_attention_dense_scratch(n_ctx, n_ctx)] (dense mode; 1 in stream) */
     lm_variants *var; /* attention implementation, windows, sinks, rotating cache, MoE */
     size_t scratch_bytes;
+    bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
     lm_probe_fn probe; /* per-operation checkpoints, NULL = none */
     void *probe_user;
     const lm_model *m_user; /* the caller's model; m is a copy with rounded weights when the
@@ -288,6 +290,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         .out = c->att,
         .scores = c->scores,
         .pool = c->pool,
+        .bidir = c->bidir,
     };
     if (lm_variants_attn_layer(c->var, il)) {
         lm_variants_attention(c->var, be, il, &a);
@@ -371,6 +374,10 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
             return LM_FAIL(err, LM_E_INPUT, "forward: token id %d at %u out of range [0, %u)",
                            (int)tokens[t], t, hp->n_vocab);
 
+    for (uint32_t il = 0; c->bidir && il < hp->n_layer; ++il)
+        if (lm_variants_attn_layer(c->var, il))
+            return LM_FAIL(err, LM_E_INPUT, "forward: bidirectional chunks need dense attention "
+                           "without windows, sinks or a rotating cache (layer %u)", il);
     int vrc = lm_variants_begin_chunk(c->var, c->n_past, n, err);
     if (vrc != LM_OK)
         return vrc;
@@ -386,6 +393,11 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
     else if (mode == LM_LOGITS_ALL)
         for (uint32_t t = 0; t < n; ++t)
             logits_row(c, t, logits + (size_t)t * hp->n_vocab);
+    if (c->be->vt->check != NULL) {
+        int brc = c->be->vt->check(c->be, err);
+        if (brc != LM_OK)
+            return brc;
+    }
     c->n_past += n;
     return LM_OK;
 }
@@ -529,6 +541,11 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->be->prof = prof;
     if ((rc = round_weights(c, prof, err)) != LM_OK)
         goto fail;
+    if (c->be->vt->bind_weights != NULL) {
+        rc = c->be->vt->bind_weights(c->be, m->weights_arena, m->weights_n, err);
+        if (rc != LM_OK)
+            goto fail;
+    }
     rc = lm_pool_create(&c->pool, c->be->n_threads, err);
     if (rc != LM_OK)
         goto fail;
@@ -607,6 +624,8 @@ void lm_ctx_reset(lm_ctx *c)
     lm_variants_reset(c->var);
 }
 size_t lm_ctx_scratch_bytes(const lm_ctx *c) { return c->scratch_bytes; }
+
+void lm_ctx_set_bidir(lm_ctx *c, bool on) { c->bidir = on; }
 
 int lm_ctx_rollback(lm_ctx *c, uint32_t n_past, lm_err *err)
 {

@@ -314,6 +314,7 @@ static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
         goto done;
     }
     m->weights_arena = arena;
+    m->weights_n = (size_t)total;
     float *dst = arena;
     for (size_t i = 0; i < p.n; ++i) {
         const lm_gguf_tensor *t = lm_gguf_tensor_find(g, p.w[i].name);

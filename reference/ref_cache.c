@@ -23,6 +23,7 @@ void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq)
     XXH3_128bits_reset(st);
     XXH3_128bits_update(st, "kvdrift-ref-cache", 17);
     add_u32(st, REF_VERSION);
+    add_u32(st, rq->mpfr_dot ? 1u : 0u);
     XXH3_128bits_update(st, m->content_hash, 16);
     add_u32(st, rq->n_tokens);
     for (uint32_t i = 0; i < rq->n_tokens; ++i)

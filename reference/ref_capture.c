@@ -122,8 +122,32 @@ static uint64_t padded8(uint64_t x)
     return (x + 7) & ~(uint64_t)7;
 }
 
+/* bytes[n] as a staged write of path. */
+static int stage_bytes(lm_wfile **out, const char *path, const void *bytes, size_t n, lm_err *err)
+{
+    *out = NULL;
+    lm_wfile *w;
+    int st = lm_wfile_open(&w, path, err);
+    if (st == LM_OK && (st = lm_wfile_write(w, bytes, n, err)) == LM_OK &&
+        (st = lm_wfile_stage(w, err)) == LM_OK) {
+        *out = w;
+        return LM_OK;
+    }
+    if (st != LM_OK && w != NULL)
+        lm_wfile_abort(w);
+    return st;
+}
+
 int ref_capture_write(const ref_capture *c, const char *path, lm_err *err)
 {
+    lm_wfile *w;
+    int st = ref_capture_stage(&w, c, path, err);
+    return st == LM_OK ? lm_wfile_commit(w, err) : st;
+}
+
+int ref_capture_stage(lm_wfile **out, const ref_capture *c, const char *path, lm_err *err)
+{
+    *out = NULL;
     uint64_t kv = (uint64_t)c->n_layer * layer_elems(c), nl = (uint64_t)c->n_pos * c->n_vocab;
     uint64_t head = padded8(HEADER_BYTES + 4ull * c->n_tokens + 4ull * c->n_pos);
     uint64_t size = head + 8 * (2 * kv + nl) + 16;
@@ -156,7 +180,7 @@ int ref_capture_write(const ref_capture *c, const char *path, lm_err *err)
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits(buf, (size_t)(size - 16)));
     memcpy(p, canon.digest, 16);
-    int st = lm_write_file(path, buf, (size_t)size, err);
+    int st = stage_bytes(out, path, buf, (size_t)size, err);
     free(buf);
     return st;
 }
@@ -262,8 +286,9 @@ done:
 
 /* --- NumPy .npy (format 1.0) --- */
 
-int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uint64_t *shape,
-                  lm_err *err)
+/* One float64 .npy of the given shape as a staged write of path. */
+static int stage_npy(lm_wfile **out, const char *path, const double *data, uint32_t ndim,
+                     const uint64_t *shape, lm_err *err)
 {
     char hdr[256];
     char dims[160] = "";
@@ -283,6 +308,7 @@ int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uin
     size_t pad = total_hdr - 10 - (size_t)hl;
     size_t size = total_hdr + (size_t)n * 8;
     uint8_t *buf = malloc(size);
+    *out = NULL;
     if (buf == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
     memcpy(buf, "\x93NUMPY\x01\x00", 8);
@@ -293,13 +319,24 @@ int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uin
     buf[total_hdr - 1] = '\n';
     for (uint64_t i = 0; i < n; ++i)
         put_f64(buf + total_hdr + 8 * i, data[i]);
-    int st = lm_write_file(path, buf, size, err);
+    int st = stage_bytes(out, path, buf, size, err);
     free(buf);
     return st;
 }
 
-int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err)
+int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uint64_t *shape,
+                  lm_err *err)
 {
+    lm_wfile *w;
+    int st = stage_npy(&w, path, data, ndim, shape, err);
+    return st == LM_OK ? lm_wfile_commit(w, err) : st;
+}
+
+int ref_capture_stage_npy(lm_wfile **out, const ref_capture *c, const char *dir, lm_err *err)
+{
+    const uint32_t n_files = 1 + 2 * c->n_layer;
+    for (uint32_t i = 0; i < n_files; ++i)
+        out[i] = NULL;
     int st = lm_mkdir_p(dir, err);
     if (st != LM_OK)
         return st;
@@ -310,15 +347,32 @@ int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err)
     uint64_t lshape[2] = {c->n_pos, c->n_vocab};
     uint64_t kshape[3] = {c->n_prompt, c->n_kv_head, c->head_dim};
     snprintf(p, cap, "%s/logits.npy", dir);
-    st = ref_npy_write(p, c->logits, 2, lshape, err);
+    st = stage_npy(&out[0], p, c->logits, 2, lshape, err);
     for (uint32_t l = 0; st == LM_OK && l < c->n_layer; ++l) {
         snprintf(p, cap, "%s/layer%02u_k.npy", dir, l);
-        st = ref_npy_write(p, ref_capture_k(c, l), 3, kshape, err);
+        st = stage_npy(&out[1 + 2 * l], p, ref_capture_k(c, l), 3, kshape, err);
         if (st == LM_OK) {
             snprintf(p, cap, "%s/layer%02u_v.npy", dir, l);
-            st = ref_npy_write(p, ref_capture_v(c, l), 3, kshape, err);
+            st = stage_npy(&out[2 + 2 * l], p, ref_capture_v(c, l), 3, kshape, err);
         }
     }
     free(p);
+    if (st != LM_OK)
+        for (uint32_t i = 0; i < n_files; ++i) {
+            lm_wfile_abort(out[i]);
+            out[i] = NULL;
+        }
+    return st;
+}
+
+int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err)
+{
+    lm_wfile **w = calloc(1 + 2 * (size_t)c->n_layer, sizeof *w);
+    if (w == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", dir);
+    int st = ref_capture_stage_npy(w, c, dir, err);
+    if (st == LM_OK)
+        st = lm_wfile_commit_all(w, 1 + 2 * (size_t)c->n_layer, err);
+    free(w);
     return st;
 }

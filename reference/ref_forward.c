@@ -8,12 +8,14 @@
  * never depend on the thread count. */
 #include "kvd_engine.h"
 #include "kvd_ref.h"
+#include "ref_dotx.h"
 #include "ref_variants.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_THREADS ((int)LM_MAX_THREADS)
@@ -56,7 +58,39 @@ struct fwd {
     uint32_t *sel;       /* [n][k] selected experts, rank order */
     uint32_t *sel_all;   /* [n_layer][n][k] routing of every layer (the result's moe_sel) */
     double *margin_all;  /* [n_layer][n] router margins, rounded to double */
+    /* matrix products (ref_dotx.h) unless mpfr_dot: */
+    bool mpfr_dot;       /* every dot product by MPFR multiply-adds (ref_dot) instead */
+    ref_dx_scratch *dxs; /* [nt] */
+    ref_dx_row *dxr;     /* [nt][REF_DX_ROWS] the weight rows a thread is on, split */
+    mpfr_t *dxo;         /* [nt][REF_DX_ROWS] their dot products */
+    ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
+    atomic_int dx_fail;  /* a split ran out of memory */
+    const ref_request *rq; /* for the progress callback */
+    double macs_done, macs_total, t0;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ref_macs(const lm_model *m, const ref_request *rq)
+{
+    const lm_hparams *hp = &m->hp;
+    const double e = hp->n_embd, q = (double)hp->n_head * hp->head_dim,
+                 kv = (double)hp->n_head_kv * hp->head_dim, n = rq->n_tokens;
+    double ffn = 3.0 * e * hp->n_ff;
+    if (hp->n_expert > 0) /* the router, and every expert some token selected (at most all) */
+        ffn = e * hp->n_expert + 3.0 * e * hp->n_ff_exp *
+                                     (hp->n_expert < n * hp->n_expert_used
+                                          ? (double)hp->n_expert : n * hp->n_expert_used) / n;
+    const double lin = e * q + 2.0 * e * kv + q * e + ffn;
+    const double att = 2.0 * q * n * (n + 1) / 2.0; /* q.k and p.v, causal */
+    const double n_pos = rq->pos ? rq->n_pos : (double)(rq->n_tokens - rq->n_prompt + 1);
+    return hp->n_layer * (lin * n + att) + n_pos * hp->n_vocab * e;
+}
 
 /* --- parallel loop --- */
 
@@ -134,22 +168,58 @@ static uint64_t rows_per_item(const fwd *f, uint64_t n_out)
     return c < 1 ? 1 : (c > 16 ? 16 : c);
 }
 
-static void mm_row(fwd *f, mm_ctx *c, uint64_t r, int tid)
+/* Output o = the dot product u, plus b[r] (rounded), added to o (rounded) when accumulating. */
+static void mm_store(fwd *f, mm_ctx *c, mpfr_ptr u, uint64_t t, uint64_t r, int tid)
 {
     ref_scratch *s = &f->scr[tid];
-    const float *wr = c->w + r * c->n_in;
-    ref_row_set_flt(s, wr, c->n_in); /* exact */
-    for (uint64_t t = 0; t < c->n_rows; ++t) {
-        mpfr_ptr o = c->out[t * c->n_out + r];
-        ref_dot(s->u, c->in + t * c->n_in, s->row, c->n_in, s);
-        if (c->b) {
-            mpfr_set_flt(s->t, c->b[r], MPFR_RNDN);
-            mpfr_add(s->u, s->u, s->t, MPFR_RNDN);
+    mpfr_ptr o = c->out[t * c->n_out + r];
+    if (c->b) {
+        mpfr_set_flt(s->t, c->b[r], MPFR_RNDN);
+        mpfr_add(u, u, s->t, MPFR_RNDN);
+    }
+    if (c->accumulate)
+        mpfr_add(o, o, u, MPFR_RNDN);
+    else
+        mpfr_set(o, u, MPFR_RNDN);
+}
+
+/* Rows [r0, r0 + R) with MPFR multiply-adds (ref_dot), one row at a time. */
+static void mm_rows_mpfr(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
+{
+    ref_scratch *s = &f->scr[tid];
+    for (uint64_t r = r0; r < r0 + R; ++r) {
+        ref_row_set_flt(s, c->w + r * c->n_in, c->n_in); /* exact */
+        for (uint64_t t = 0; t < c->n_rows; ++t) {
+            ref_dot(s->u, c->in + t * c->n_in, s->row, c->n_in, s);
+            mm_store(f, c, s->u, t, r, tid);
         }
-        if (c->accumulate)
-            mpfr_add(o, o, s->u, MPFR_RNDN);
-        else
-            mpfr_set(o, s->u, MPFR_RNDN);
+    }
+}
+
+/* Rows [r0, r0 + R), R <= REF_DX_ROWS, by the exact split dot product: the rows are split
+ * once, then each input row against all of them. */
+static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
+{
+    if (f->mpfr_dot) {
+        mm_rows_mpfr(f, c, r0, R, tid);
+        return;
+    }
+    const ref_dx_row *w[REF_DX_ROWS];
+    mpfr_ptr o[REF_DX_ROWS];
+    ref_dx_row *rows = f->dxr + (size_t)tid * REF_DX_ROWS;
+    for (uint32_t g = 0; g < R; ++g) {
+        lm_err e = {0};
+        if (ref_dx_row_set(&rows[g], c->w + (r0 + g) * c->n_in, c->n_in, &e) != LM_OK) {
+            atomic_store(&f->dx_fail, 1);
+            return;
+        }
+        w[g] = &rows[g];
+        o[g] = f->dxo[(size_t)tid * REF_DX_ROWS + g];
+    }
+    for (uint64_t t = 0; t < c->n_rows; ++t) {
+        ref_dx_dot_rows(o, &f->dxv[t], w, R, &f->dxs[tid]);
+        for (uint32_t g = 0; g < R; ++g)
+            mm_store(f, c, o[g], t, r0 + g, tid);
     }
 }
 
@@ -157,15 +227,38 @@ static void mm_item(fwd *f, void *p, uint64_t item, int tid)
 {
     mm_ctx *c = p;
     uint64_t r1 = (item + 1) * c->chunk < c->n_out ? (item + 1) * c->chunk : c->n_out;
-    for (uint64_t r = item * c->chunk; r < r1; ++r)
-        mm_row(f, c, r, tid);
+    for (uint64_t r = item * c->chunk; r < r1; r += REF_DX_ROWS)
+        mm_rows(f, c, r, (uint32_t)(r1 - r < REF_DX_ROWS ? r1 - r : REF_DX_ROWS), tid);
+}
+
+/* Input row t split into digits once for every output row. */
+static void split_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    mm_ctx *c = p;
+    lm_err e = {0};
+    if (ref_dx_vec_set(&f->dxv[t], c->in + t * c->n_in, c->n_in, f->dxs[tid].k_cap, &e) != LM_OK)
+        atomic_store(&f->dx_fail, 1);
 }
 
 static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
                   uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
 {
     mm_ctx c = {rows_per_item(f, n_out), in, w, b, out, n_rows, n_in, n_out, accumulate};
-    return par_for(f, (n_out + c.chunk - 1) / c.chunk, mm_item, &c, err);
+    int st;
+    if (!f->mpfr_dot && (st = par_for(f, n_rows, split_item, &c, err)) != LM_OK)
+        return st;
+    if ((st = par_for(f, (n_out + c.chunk - 1) / c.chunk, mm_item, &c, err)) != LM_OK)
+        return st;
+    if (atomic_load(&f->dx_fail))
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory in a matrix product");
+    f->macs_done += (double)n_rows * (double)n_in * (double)n_out;
+    if (f->rq->progress) {
+        ref_progress pr = {.layer = f->layer, .n_layer = f->hp->n_layer, .done = f->macs_done,
+                           .total = f->macs_total, .elapsed_s = now_s() - f->t0, .m = f->m,
+                           .rq = f->rq};
+        f->rq->progress(f->rq->progress_user, &pr);
+    }
+    return LM_OK;
 }
 
 /* --- per-token items --- */
@@ -472,7 +565,17 @@ static void fwd_free(fwd *f)
     for (int t = 0; t < f->n_ready; ++t) {
         ref_scratch_clear(&f->scr[t]);
         ref_vec_free(f->scores[t], n);
+        if (f->dxs)
+            ref_dx_scratch_clear(&f->dxs[t]);
+        for (uint32_t g = 0; f->dxr && g < REF_DX_ROWS; ++g)
+            ref_dx_row_free(&f->dxr[(size_t)t * REF_DX_ROWS + g]);
     }
+    for (uint64_t t = 0; f->dxv && t < n; ++t)
+        ref_dx_vec_free(&f->dxv[t]);
+    free(f->dxs);
+    free(f->dxr);
+    free(f->dxv);
+    ref_vec_free(f->dxo, (uint64_t)f->nt * REF_DX_ROWS);
     free(f->scr);
     free(f->scores);
     mpfr_clear(f->scale);
@@ -491,7 +594,9 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;
-    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens};
+    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot, .rq = rq,
+             .macs_total = ref_macs(m, rq), .t0 = now_s()};
+    atomic_init(&f.dx_fail, 0);
     f.prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
     f.nt = rq->n_threads ? rq->n_threads : default_threads();
     if (f.nt > MAX_THREADS)
@@ -571,7 +676,12 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     if (f.scr)
         memset(f.scr, 0, (size_t)f.nt * sizeof *f.scr);
     f.scores = calloc((size_t)f.nt, sizeof *f.scores);
-    if (!r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
+    f.dxs = calloc((size_t)f.nt, sizeof *f.dxs);
+    f.dxr = calloc((size_t)f.nt * REF_DX_ROWS, sizeof *f.dxr);
+    f.dxo = ref_vec_new((uint64_t)f.nt * REF_DX_ROWS, f.prec);
+    f.dxv = calloc(n, sizeof *f.dxv);
+    if (!f.dxs || !f.dxr || !f.dxv || !f.dxo ||
+        !r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
         !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores ||
         (hp->n_expert > 0 && (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !r->moe_sel ||
                               !r->moe_margin))) {
@@ -588,9 +698,18 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             ref_vec_free(f.scores[t], n);
             goto fail;
         }
+        if ((st = ref_dx_scratch_init(&f.dxs[t], f.prec, max_in, err)) != LM_OK) {
+            ref_scratch_clear(&f.scr[t]);
+            ref_vec_free(f.scores[t], n);
+            goto fail;
+        }
         f.n_ready = t + 1;
     }
 
+    if (rq->progress) {
+        ref_progress pr = {.n_layer = hp->n_layer, .total = f.macs_total, .m = m, .rq = rq};
+        rq->progress(rq->progress_user, &pr);
+    }
     /* x = tok_embd[id] (exact) */
     for (uint64_t t = 0; t < n; ++t) {
         const float *row = m->tok_embd + (uint64_t)rq->tokens[t] * e;
@@ -630,6 +749,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             goto fail;
     }
     /* logits only where asked: final norm of those rows, then the output projection */
+    f.layer = hp->n_layer;
     norm_ctx oc = {f.x, f.hsel, m->output_norm, r->pos};
     if ((st = par_for(&f, r->n_pos, norm_item, &oc, err)) ||
         (st = matmul(&f, r->logits, f.hsel, m->output, NULL, r->n_pos, e, hp->n_vocab, false,

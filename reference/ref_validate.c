@@ -54,6 +54,12 @@ void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b
 int ref_validate(ref_agreement **out, uint32_t *n_out, const lm_model *m, const ref_request *rq,
                  lm_err *err)
 {
+    return ref_validate_against(out, n_out, m, rq, false, err);
+}
+
+int ref_validate_against(ref_agreement **out, uint32_t *n_out, const lm_model *m,
+                         const ref_request *rq, bool mpfr_dot, lm_err *err)
+{
     *out = NULL;
     *n_out = 0;
     uint32_t p = rq->prec ? rq->prec : REF_DEFAULT_PREC;
@@ -62,6 +68,7 @@ int ref_validate(ref_agreement **out, uint32_t *n_out, const lm_model *m, const 
     ref_request r1 = *rq, r2 = *rq;
     r1.prec = p;
     r2.prec = 2 * p;
+    r2.mpfr_dot = mpfr_dot;
     ref_result *a = NULL, *b = NULL;
     int st = ref_run(&a, m, &r1, err);
     if (st == LM_OK)

@@ -259,6 +259,12 @@ static void test_cli_errors_sweep(void)
     BAD("context", cmd_sweep, "sweep", model, "-p", "hi", "-n", "100000", "--cache", cache, "-o",
         o, "-q");
     BAD("nope", cmd_sweep, "sweep", "synth:nope", "-p", "hi", "--cache", cache, "-o", o, "-q");
+    BAD("--repeat-penalty", cmd_sweep, "sweep", model, "-p", "hi", "--repeat-penalty", "0");
+    BAD("--frequency-penalty", cmd_sweep, "sweep", model, "-p", "hi", "--frequency-penalty",
+        "inf");
+    BAD("--repeat-last-n", cmd_sweep, "sweep", model, "-p", "hi", "--repeat-last-n", "-1");
+    BAD("--sampler", cmd_sweep, "sweep", model, "-p", "hi", "--sampler", "diffusion");
+    BAD("--block-criterion", cmd_sweep, "sweep", model, "-p", "hi", "--block-criterion", "x");
     CU_ASSERT_FALSE(exists(o));
 }
 

@@ -170,6 +170,14 @@ static void test_fs_fifo_written_directly(void)
     CU_ASSERT_FATAL(lstat(fifo, &st) == 0);
     CU_ASSERT(S_ISFIFO(st.st_mode)); /* not replaced by a regular file */
     CU_ASSERT_EQUAL(count_temps(dir), 0);
+    /* no reader: an error after LM_FS_FIFO_WAIT_MS, never a hang (alarm: a hang fails) */
+    lm_err e2 = {0};
+    alarm(20);
+    CU_ASSERT_EQUAL(lm_write_file(fifo, "x", 1, &e2), LM_E_IO);
+    alarm(0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, "no reader"));
+    CU_ASSERT_FATAL(lstat(fifo, &st) == 0);
+    CU_ASSERT(S_ISFIFO(st.st_mode));
 }
 
 /* A write that fails midway (RLIMIT_FSIZE: the disk-full path) leaves the old file and no temp. */

@@ -116,6 +116,24 @@ static void test_ref_forward_matches_float64_neox(void)
 /* One layer, one token, closed form: attention over a single position has probability exactly
  * 1, so the block output is Wo Wv h; with W_down = 0 the FFN adds nothing; the logits are
  * output . rmsnorm(x) with x = e + Wo Wv rmsnorm(e). Computed here in MPFR step by step. */
+
+/* The pass's matrix-product dot product, computed independently: products and sum exact at
+ * 4096 bits (inputs here span far fewer), then rounded once to out's precision. */
+static void exact_dot(mpfr_t out, mpfr_t *x, mpfr_t *w, uint64_t n)
+{
+    mpfr_t acc, p;
+    mpfr_inits2(4096, acc, p, (mpfr_ptr)0);
+    mpfr_set_zero(acc, 1);
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_mul(p, x[i], w[i], MPFR_RNDN);
+        mpfr_add(acc, acc, p, MPFR_RNDN);
+    }
+    mpfr_set(out, acc, MPFR_RNDN);
+    if (mpfr_zero_p(out))
+        mpfr_set_zero(out, 1);
+    mpfr_clears(acc, p, (mpfr_ptr)0);
+}
+
 static void test_ref_forward_one_layer_closed_form(void)
 {
     trm t;
@@ -141,7 +159,7 @@ static void test_ref_forward_one_layer_closed_form(void)
     for (uint32_t r0 = 0; r0 < kd; ++r0) {
         for (uint32_t i = 0; i < e; ++i)
             mpfr_set_flt(w[i], t.layers[0].wv[r0 * e + i], MPFR_RNDN);
-        ref_dot(v[r0], h, w, e, &s);
+        exact_dot(v[r0], h, w, e);
     }
     /* each query head copies its KV head's value (probability 1) */
     for (uint32_t hh = 0; hh < hp.n_head; ++hh)
@@ -153,7 +171,7 @@ static void test_ref_forward_one_layer_closed_form(void)
     for (uint32_t r0 = 0; r0 < e; ++r0) {
         for (uint32_t i = 0; i < qd; ++i)
             mpfr_set_flt(w[i], t.layers[0].wo[r0 * qd + i], MPFR_RNDN);
-        ref_dot(o, a, w, qd, &s);
+        exact_dot(o, a, w, qd);
         mpfr_add(x[r0], x[r0], o, MPFR_RNDN);
     }
     ref_rmsnorm(h, x, t.m.output_norm, e, hp.rms_eps, &s);
@@ -161,7 +179,7 @@ static void test_ref_forward_one_layer_closed_form(void)
     for (uint32_t r0 = 0; r0 < hp.n_vocab; ++r0) {
         for (uint32_t i = 0; i < e; ++i)
             mpfr_set_flt(w[i], t.m.output[r0 * e + i], MPFR_RNDN);
-        ref_dot(lg[r0], h, w, e, &s);
+        exact_dot(lg[r0], h, w, e);
         /* the FFN adds exact zeros (W_down = 0), and the softmax weight is exactly 1, so every
          * rounding step is the same as the pass's: bitwise equality is expected */
         all_equal &= mpfr_equal_p(lg[r0], r->logits[r0]) != 0;

@@ -102,12 +102,18 @@ enum {
     LM_BE_SEEDED = 1u << 2,
     /* Rounds stochastically: each operation errs by up to one ulp (2u), not half of one. */
     LM_BE_STOCHASTIC_ROUNDING = 1u << 3,
+    /* Runs its products on an accelerator: creating it fails with LM_E_UNSUPPORTED ("no CUDA
+     * device") where none is present, and tests and cases skip it visibly there. */
+    LM_BE_DEVICE = 1u << 4,
 };
 
 typedef struct lm_backend_info {
     const char *name;    /* what lm_ctx_params.backend and CONFIG strings name it by */
     const char *summary; /* one line: summation order and threading */
     unsigned flags;      /* LM_BE_* */
+    /* Mantissa bits (with the implicit one) the products' operands are rounded to before they
+     * are multiplied: 0 = float32, unrounded; 11 for TF32, 8 for bfloat16. */
+    unsigned operand_bits;
     /* (optional: NULL = nothing beyond the compiler, build flags and libm) What on this machine
      * decides this backend's bits, written NUL-terminated into buf[n]: with brief false as
      * "key=value" parts joined by "; " (no newline; hashed into the golden-file platform
@@ -128,6 +134,10 @@ unsigned lm_backend_flags(const char *name);
  * those names as "a, b or c" for messages (generated from the registry). */
 bool lm_backend_known(const char *name, size_t len);
 const char *lm_backend_expected(void);
+/* Creates and destroys the named backend: LM_OK when it can run here, else the status and
+ * message creating it gives (LM_E_UNSUPPORTED "no CUDA device" for a LM_BE_DEVICE backend on a
+ * machine without one). */
+int lm_backend_probe(const char *name, lm_err *err);
 /* "<backend>:seed=<seed>" into buf, the name that creates a LM_BE_SEEDED backend with that
  * seed (LM_BACKEND_NAME_MAX bytes suffice for a registered name). */
 #define LM_BACKEND_NAME_MAX 48

@@ -120,6 +120,7 @@ typedef struct lm_model {
     uint8_t content_hash[16]; /* XXH3-128 of the whole file, canonical big-endian bytes */
     char *path;
     void *weights_arena;      /* private: one allocation holding every float32 weight */
+    size_t weights_n;         /* private: floats in weights_arena */
 } lm_model;
 
 /* Loads and validates the model: every required tensor present with the right shape, the

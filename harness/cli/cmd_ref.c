@@ -2,7 +2,9 @@
 #include "commands.h"
 
 #include "case.h"
+#include "cli_progress.h"
 #include "cli_util.h"
+#include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
 
@@ -35,8 +37,13 @@ static void usage(FILE *f)
             "                           $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
             "      --no-cache           compute without reading or writing the cache\n"
             "  -j, --threads N          threads (default: all cores; results never depend on it)\n"
+            "  -q, --quiet              no cost and progress lines on stderr\n"
             "      --validate           also run at twice the precision and report, per tensor,\n"
             "                           the bits and decimal digits on which P and 2P agree\n"
+            "      --validate-against W  what the P run is compared with: 2p (default: the\n"
+            "                           same pass at 2P bits) or mpfr (a pure-MPFR pass at 2P\n"
+            "                           bits: every dot product by MPFR multiply-adds instead of\n"
+            "                           the exact split product); implies --validate\n"
             "      --min-bits B         --validate fails (exit 1) when a tensor agrees to fewer\n"
             "                           than B bits (default: precision - 27, i.e. 100 at 127)\n"
             "      --check FILE         read and fully verify a capture file (hash, sizes)\n"
@@ -72,101 +79,31 @@ static void print_summary(const ref_capture *c, const char *how)
     }
 }
 
-/* The --npy files are written into a hidden folder inside DIR and renamed into place only
- * once every one (and the -o capture) is written, so a failure never leaves a partial set. */
-typedef struct npy_stage {
-    char dir[4096];  /* DIR as given */
-    char tmp[4200];  /* DIR/.kvdrift-npy-XXXXXX, "" when none */
-    bool made_dir;   /* DIR was created here (removed again on failure) */
-} npy_stage;
-
-/* Name of npy file i (0: logits, then layer l's K at 1 + 2l and V at 2 + 2l) under folder. */
-static void npy_name(char *buf, size_t cap, const char *folder, uint32_t i)
-{
-    if (i == 0)
-        snprintf(buf, cap, "%s/logits.npy", folder);
-    else
-        snprintf(buf, cap, "%s/layer%02u_%c.npy", folder, (i - 1) / 2, (i % 2) ? 'k' : 'v');
-}
-
-/* Removes what stage_npy made: the staged files, the hidden folder, DIR when made here. */
-static void unstage_npy(npy_stage *s, uint32_t n_files)
-{
-    char f[4300];
-    if (s->tmp[0]) {
-        for (uint32_t i = 0; i < n_files; ++i) {
-            npy_name(f, sizeof f, s->tmp, i);
-            unlink(f);
-        }
-        rmdir(s->tmp);
-        s->tmp[0] = '\0';
-    }
-    if (s->made_dir)
-        rmdir(s->dir);
-    s->made_dir = false;
-}
-
-static int stage_npy(npy_stage *s, const ref_capture *cap, const char *dir, lm_err *err)
-{
-    memset(s, 0, sizeof *s);
-    if (snprintf(s->dir, sizeof s->dir, "%s", dir) >= (int)sizeof s->dir)
-        return LM_FAIL(err, LM_E_INPUT, "--npy %.64s...: path too long", dir);
-    if (mkdir(dir, 0755) == 0)
-        s->made_dir = true;
-    else if (errno != EEXIST)
-        return LM_FAIL(err, LM_E_IO, "--npy %s: cannot create folder: %s", dir, strerror(errno));
-    snprintf(s->tmp, sizeof s->tmp, "%s/.kvdrift-npy-XXXXXX", dir);
-    if (mkdtemp(s->tmp) == NULL) {
-        int e = errno;
-        s->tmp[0] = '\0';
-        unstage_npy(s, 0);
-        return LM_FAIL(err, LM_E_IO, "--npy %s: cannot create a temporary folder: %s", dir,
-                       strerror(e));
-    }
-    int st = ref_capture_write_npy(cap, s->tmp, err);
-    if (st != LM_OK)
-        unstage_npy(s, 1 + 2 * cap->n_layer);
-    return st;
-}
-
-/* Renames the staged files into DIR (same file system: each rename is atomic). */
-static int commit_npy(npy_stage *s, uint32_t n_files, lm_err *err)
-{
-    char from[4300], to[4300];
-    for (uint32_t i = 0; i < n_files; ++i) {
-        npy_name(from, sizeof from, s->tmp, i);
-        npy_name(to, sizeof to, s->dir, i);
-        if (rename(from, to) != 0) {
-            int e = errno;
-            for (uint32_t j = 0; j < i; ++j) { /* take the ones already moved back out */
-                npy_name(to, sizeof to, s->dir, j);
-                unlink(to);
-            }
-            unstage_npy(s, n_files);
-            return LM_FAIL(err, LM_E_IO, "%s: cannot rename into place: %s", to, strerror(e));
-        }
-    }
-    rmdir(s->tmp);
-    s->tmp[0] = '\0';
-    return LM_OK;
-}
-
-/* Writes -o and --npy: both or neither. */
+/* Writes -o and --npy: all files or none (fs.h: each staged beside its target, then renamed
+ * together; DIR is removed again when it was made here and nothing was written). */
 static int write_outputs(const ref_capture *cap, const char *out_path, const char *npy_dir,
                          lm_err *err)
 {
-    npy_stage s;
-    const uint32_t n_files = 1 + 2 * cap->n_layer;
+    const size_t n_npy = npy_dir ? 1 + 2 * (size_t)cap->n_layer : 0;
+    lm_wfile **w = calloc(n_npy + 1, sizeof *w);
+    if (w == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    struct stat sb;
+    bool made_dir = npy_dir && stat(npy_dir, &sb) != 0;
     int st = LM_OK;
-    if (npy_dir && (st = stage_npy(&s, cap, npy_dir, err)) != LM_OK)
-        return st;
-    if (out_path && (st = ref_capture_write(cap, out_path, err)) != LM_OK) {
-        if (npy_dir)
-            unstage_npy(&s, n_files);
-        return st;
+    if (npy_dir)
+        st = ref_capture_stage_npy(w, cap, npy_dir, err);
+    if (st == LM_OK && out_path)
+        st = ref_capture_stage(&w[n_npy], cap, out_path, err);
+    if (st == LM_OK) {
+        st = lm_wfile_commit_all(w, n_npy + 1, err);
+    } else {
+        for (size_t i = 0; i <= n_npy; ++i)
+            lm_wfile_abort(w[i]);
     }
-    if (npy_dir && (st = commit_npy(&s, n_files, err)) != LM_OK && out_path)
-        unlink(out_path);
+    if (st != LM_OK && made_dir)
+        rmdir(npy_dir);
+    free(w);
     return st;
 }
 
@@ -180,16 +117,19 @@ int cmd_ref(int argc, char **argv)
         {"threads", required_argument, NULL, 'j'},  {"validate", no_argument, NULL, 'V'},
         {"min-bits", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
         {"check", required_argument, NULL, 'K'},    {"special", no_argument, NULL, 'S'},
+        {"validate-against", required_argument, NULL, 'A'},
+        {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
     const char *text = NULL, *tok_s = NULL, *gen_s = NULL, *out_path = NULL, *npy_dir = NULL,
                *cache_dir = NULL, *check = NULL;
     unsigned long prec = REF_DEFAULT_PREC, threads = 0, min_bits = 0;
     bool no_cache = false, validate = false, have_min = false, parse_special = false;
+    bool against_mpfr = false, quiet = false;
     lm_err err = {0};
     int st = LM_OK, c;
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    while ((c = getopt_long(argc, argv, ":p:o:j:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:o:j:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'p': text = optarg; break;
         case 'S': parse_special = true; break;
@@ -202,6 +142,15 @@ int cmd_ref(int argc, char **argv)
         case 'X': no_cache = true; break;
         case 'j': st = parse_uint(&threads, optarg, "--threads", 1, LM_MAX_THREADS, &err); break;
         case 'V': validate = true; break;
+        case 'q': quiet = true; break;
+        case 'A':
+            validate = true;
+            if (strcmp(optarg, "mpfr") == 0)
+                against_mpfr = true;
+            else if (strcmp(optarg, "2p") != 0)
+                st = LM_FAIL(&err, LM_E_INPUT, "--validate-against: '%s' is not 2p or mpfr",
+                             optarg);
+            break;
         case 'm':
             st = parse_uint(&min_bits, optarg, "--min-bits", 0, REF_MAX_PREC, &err);
             have_min = true;
@@ -264,6 +213,14 @@ int cmd_ref(int argc, char **argv)
     if ((st = ref_request_check(m, &rq, &err)))
         goto fail;
 
+    hx_progress prog;
+    hx_progress_init(&prog, "reference", quiet);
+    rq.progress = hx_progress_cb;
+    rq.progress_user = &prog;
+    char cdir[4096];
+    lm_err cerr = {0};
+    bool cached = !no_cache && !validate && lm_cache_dir(cdir, sizeof cdir, cache_dir, &cerr) == LM_OK;
+    prog.cache_dir = cached ? cdir : NULL; /* the cost line says so; a cache hit prints none */
     double t0 = hx_cli_now_s();
     bool hit = false;
     if (no_cache || validate) {
@@ -271,6 +228,7 @@ int cmd_ref(int argc, char **argv)
     } else {
         st = ref_cached(&cap, m, &rq, cache_dir, &hit, &err);
     }
+    hx_progress_end(&prog);
     if (st)
         goto fail;
     char how[64];
@@ -280,7 +238,12 @@ int cmd_ref(int argc, char **argv)
     double t_val = 0.0;
     if (validate) {
         t0 = hx_cli_now_s();
-        if ((st = ref_validate(&ag, &n_ag, m, &rq, &err)))
+        if (!quiet)
+            fprintf(stderr, "reference: --validate runs the pass again at %lu bits%s\n",
+                    2 * prec, against_mpfr ? " with MPFR dot products" : "");
+        st = ref_validate_against(&ag, &n_ag, m, &rq, against_mpfr, &err);
+        hx_progress_end(&prog);
+        if (st)
             goto fail;
         t_val = hx_cli_now_s() - t0;
     }
@@ -294,9 +257,9 @@ int cmd_ref(int argc, char **argv)
 
     if (validate) {
         unsigned long need = have_min ? min_bits : (prec > 27 ? prec - 27 : 0);
-        printf("validate: %lu vs %lu bits (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
+        printf("validate: %lu vs %lu bits%s (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
                "%lu; equal values count %lu, b = 0 with a != 0 counts 0\n",
-               prec, 2 * prec, t_val, prec, prec);
+               prec, 2 * prec, against_mpfr ? " pure MPFR" : "", t_val, prec, prec);
         printf("  %-10s %10s %9s %10s %9s\n", "tensor", "elements", "min bits", "min digits",
                "mean bits");
         for (uint32_t i = 0; i < n_ag; ++i) {

@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include "case.h"
+#include "cli_progress.h"
 #include "cli_util.h"
 #include "config.h"
 #include "fs.h"
@@ -13,6 +14,7 @@
 #include "sweep.h"
 #include "synth.h"
 #include "specrun.h"
+#include "sweep_block.h"
 #include "sweep_spec.h"
 
 #include <errno.h>
@@ -46,11 +48,12 @@ static const char usage_text[] =
     "                          (config strings say rot=MAX/KEEP). Its class is against the\n"
     "                          reference with its own schedule; the semantic column compares\n"
     "                          that reference with the same cache in one chunk\n"
-    "      --profile LIST      precision profiles: f32 (default),f16kv,bf16,tf32,q8act\n"
+    "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act\n"
     "  -n, --n-gen N           greedy tokens per configuration (default 32)\n"
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
-    "      --seed S            first SR seed (member i: S+i)\n"
+    "      --seed S            first SR seed; member i uses S+i (default 0x6b76647269667431)\n"
+    "      --envelope W        SR members: reference (default) or engine\n"
     "      --cache DIR         reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE,\n"
     "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
     "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
@@ -63,9 +66,8 @@ static const char usage_text[] =
     "How it works: the teacher path is the reference's own greedy path (naive:step=full's greedy\n"
     "continuation, repaired wherever the reference's argmax disagrees). The reference is\n"
     "computed once on prompt + path and cached. The envelope E is\n"
-    "2 x the largest deviation from the ensemble's mean over M runs of the naive backend with\n"
-    "seeded stochastic rounding of every float32 operation (naive-sr; under a profile also to\n"
-    "its virtual precision at its sites), per tensor and position; cached.\n\n"
+    "2 x the largest deviation from the mean of M seeded stochastic-rounding float32 runs of\n"
+    "the reference's model (profiles: naive-sr), per tensor and position; cached.\n\n"
     "Classes (a configuration's class is its worst over every layer's K and V after prefill,\n"
     "every teacher-forced logits row and its greedy sequence):\n"
     "  EXACT      bitwise equal to its baseline, and the baseline within E of the reference\n"
@@ -255,7 +257,7 @@ static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *
 int cmd_sweep(int argc, char **argv)
 {
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
-           O_ATTN, O_ROT, O_SPECIAL, O_PROFILE };
+           O_ATTN, O_ROT, O_SPECIAL, O_PROFILE, O_ENVELOPE };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
@@ -266,7 +268,9 @@ int cmd_sweep(int argc, char **argv)
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
+        {"envelope", required_argument, NULL, O_ENVELOPE},
         HX_SPEC_LONG_OPTIONS,
+        HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
@@ -275,6 +279,8 @@ int cmd_sweep(int argc, char **argv)
     bool parse_special = false;
     hx_spec_opts so;
     hx_spec_opts_init(&so);
+    hx_block_opts bo;
+    hx_block_opts_init(&bo);
     lm_err opt_err = {0};
     hx_sweep_params sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                           .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1};
@@ -293,6 +299,12 @@ int cmd_sweep(int argc, char **argv)
         case O_ROT: rot_s = optarg; break;
         case O_PROFILE: prof_s = optarg; break;
         case O_CACHE: cache = optarg; break;
+        case O_ENVELOPE:
+            if (strcmp(optarg, "engine") != 0 && strcmp(optarg, "reference") != 0)
+                return hx_cli_fail("sweep", "--envelope '%s': expected reference or engine",
+                                   optarg);
+            sp.engine_envelope = strcmp(optarg, "engine") == 0;
+            break;
         case 'o': outdir = optarg; break;
         case 'q': sp.quiet = true; break;
         case 'n':
@@ -325,7 +337,16 @@ int cmd_sweep(int argc, char **argv)
             sp.sr_seed_set = true;
             break;
         }
-        case 'h': fputs(usage_text, stdout); fputs(HX_SPEC_USAGE, stdout); return 0;
+        case 'h':
+            fputs(usage_text, stdout);
+            fputs(HX_SPEC_USAGE, stdout);
+            fputs(HX_BLOCK_USAGE, stdout);
+            return 0;
+        case HX_OPT_SAMPLER: case HX_OPT_BLOCK_SIZE: case HX_OPT_BLOCKS: case HX_OPT_BLOCK_ITERS:
+        case HX_OPT_BLOCK_THRESHOLD: case HX_OPT_BLOCK_CRITERION: case HX_OPT_MASK_TOKEN:
+            if (hx_block_opts_set(&bo, o, optarg, &opt_err) != LM_OK)
+                return hx_cli_fail("sweep", "%s", opt_err.msg);
+            break;
         case HX_OPT_SPEC: case HX_OPT_DRAFT: case HX_OPT_REPEAT_PENALTY:
         case HX_OPT_REPEAT_LAST_N: case HX_OPT_FREQ_PENALTY: case HX_OPT_PRESENCE_PENALTY:
             if (hx_spec_opts_set(&so, o, optarg, &opt_err) != LM_OK)
@@ -394,10 +415,19 @@ int cmd_sweep(int argc, char **argv)
     sp.configs = configs;
     sp.n_configs = n_configs;
     sp.cache_dir = cache;
+    hx_progress prog;
+    char cdir[4096];
+    lm_err cerr = {0};
+    hx_progress_init(&prog, "sweep: reference", sp.quiet);
+    prog.cache_dir = lm_cache_dir(cdir, sizeof cdir, cache, &cerr) == LM_OK ? cdir : NULL;
+    sp.ref_progress = hx_progress_cb;
+    sp.ref_progress_user = &prog;
     if (!sp.quiet)
         fprintf(stderr, "sweep: %s, %u prompt tokens, %u generated, %zu configurations\n",
                 model_path, (unsigned)n_prompt, (unsigned)sp.n_gen, n_configs);
-    if ((st = hx_sweep_run_all(&res, &sp, &err)) != LM_OK)
+    st = hx_sweep_run_all(&res, &sp, &err);
+    hx_progress_end(&prog);
+    if (st != LM_OK)
         goto done;
 
     /* MoE: routing decisions are reported like argmax flips; measured before the reports are
@@ -462,6 +492,9 @@ int cmd_sweep(int argc, char **argv)
     }
     if (so.spec_list != NULL && (st = sweep_spec(&so, m, prompt, n_prompt, &sp, res, cache,
                                                   &spec_fail, &err)) != LM_OK)
+        goto done;
+    if (bo.on && (st = hx_block_check_print(stdout, m, prompt, n_prompt, configs, n_configs,
+                                            res->report, &bo, &err)) != LM_OK)
         goto done;
 done:
     if (st != LM_OK)

@@ -118,7 +118,7 @@ int hx_spec_check_print(FILE *f, const lm_model *m, const char *draft_path, cons
             "row within E %.3g and gap within E_gap %.3g)\n\n",
             (double)o->pen.repeat_penalty, (unsigned)o->pen.repeat_last_n,
             (double)o->pen.frequency_penalty, (double)o->pen.presence_penalty, e, e_gap);
-    fprintf(f, "%-48s %-12s %4s %4s %9s %9s  %s\n", "config", "class", "tok", "hist", "max|d|",
+    fprintf(f, "%-54s %-12s %4s %4s %9s %9s  %s\n", "config", "class", "tok", "hist", "max|d|",
             "accepted", "why");
     size_t count[HX_N_CLASSES] = {0};
     for (size_t ci = 0; ci < n_configs && rc == LM_OK; ++ci)
@@ -138,7 +138,7 @@ int hx_spec_check_print(FILE *f, const lm_model *m, const char *draft_path, cons
                 char name[HX_CONFIG_STR_MAX], acc[24];
                 hx_config_format(name, sizeof name, &c);
                 snprintf(acc, sizeof acc, "%u/%u", p.spec.n_accepted, p.spec.n_drafted);
-                fprintf(f, "%-48s %-12s %4lld %4lld %9.3g %9s  %s\n", name, hx_class_name(v.cls),
+                fprintf(f, "%-54s %-12s %4lld %4lld %9.3g %9s  %s\n", name, hx_class_name(v.cls),
                         (long long)v.first_tok, (long long)v.first_hist, v.max_abs, acc, v.reason);
                 count[v.cls]++;
                 *n_fail += v.cls == HX_SEQ_MISMATCH;

@@ -65,11 +65,16 @@ static void backend_parts(hx_fingerprint *fp)
 {
     for (size_t i = 0; i < lm_backend_count(); ++i) {
         const lm_backend_info *b = lm_backend_at(i);
-        if (b->describe == NULL)
+        bool seen = false; /* several rows may share one hook (the CUDA backends) */
+        for (size_t j = 0; j < i && !seen; ++j)
+            seen = lm_backend_at(j)->describe == b->describe;
+        if (b->describe == NULL || seen)
             continue;
         char full[sizeof fp->backends], brief[sizeof fp->backends_brief];
         b->describe(full, sizeof full, false);
         b->describe(brief, sizeof brief, true);
+        if (full[0] == '\0') /* nothing machine-specific here (no device present) */
+            continue;
         append(fp->backends, sizeof fp->backends, "; ", full);
         append(fp->backends_brief, sizeof fp->backends_brief, " ", brief);
     }

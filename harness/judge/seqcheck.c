@@ -78,7 +78,11 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
                  "step %u: token %d, plain decoding %d; verify-row err %.3g %s E %.3g, gap %.3g "
                  "%s E_gap %.3g%s", s, (int)ts, (int)tp, v.err, v.err <= e ? "<=" : ">", e,
                  v.gap, v.gap <= e_gap ? "<=" : ">", e_gap,
-                 tie ? " (numerical near tie)" : "");
+                 tie                    ? " (numerical near tie)"
+                 : p->cfg.rot_max != 0 ? " (rotating cache: a verify chunk keeps max_size - 1 "
+                                         "old positions plus the chunk, a single step max_size "
+                                         "in all: the chunk's rows see older keys)"
+                                       : "");
     } else {
         v.cls = bitwise ? HX_EXACT : HX_NOISE;
         snprintf(v.reason, sizeof v.reason, "%u tokens and histories equal; rows %s (max |d| "

@@ -13,7 +13,9 @@
  *        err <= e and gap <= e_gap -> TIE_FLIP  (the verify chunk's logits differ from the
  *                                                single-step ones by rounding, and that flips
  *                                                a near tie: numerical, not a bug)
- *        otherwise                 -> SEQ_MISMATCH
+ *        otherwise                 -> SEQ_MISMATCH (with a rotating cache past its window this
+ *                                     is the cache's semantics, said in the reason: a
+ *                                     multi-token chunk keeps other keys than single steps)
  *   3. no difference: EXACT when every raw row is bitwise equal, else NOISE (the rows differ
  *      by rounding, the choices did not).
  * Processed rows are recomputed here from the raw ones: the penalties of one step transform
@@ -31,7 +33,7 @@ typedef struct hx_seq_verdict {
     int64_t first_hist;     /* -1: equal histories */
     double max_abs;         /* max |spec - plain| over the raw rows of the common prefix */
     double err, gap;        /* rule 2's numbers (NaN when rule 2 did not apply) */
-    char reason[256];
+    char reason[400];
 } hx_seq_verdict;
 
 /* prompt [n_prompt] and pen: what both decodes used (to rebuild the processed rows). */

@@ -140,6 +140,21 @@ static int skipped_report(hx_caserun *r, const hx_config *cfgs, size_t n_cfgs, b
     return LM_OK;
 }
 
+/* A case that names a LM_BE_DEVICE backend is skipped, not failed, on a machine without the
+ * device (the case was written for a machine with one): skipped with the backend's own reason. */
+static void skip_without_device(hx_caserun *r, const hx_config *cfgs, size_t n_cfgs)
+{
+    for (size_t i = 0; i < n_cfgs && !r->skipped; ++i) {
+        if (!(lm_backend_flags(cfgs[i].backend) & LM_BE_DEVICE))
+            continue;
+        lm_err e = {0};
+        if (lm_backend_probe(cfgs[i].backend, &e) == LM_E_UNSUPPORTED) {
+            r->skipped = true;
+            snprintf(r->skip_reason, sizeof r->skip_reason, "%.200s", e.msg);
+        }
+    }
+}
+
 int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm_err *err)
 {
     *out = NULL;
@@ -156,6 +171,8 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
     int rc = hx_case_configs(&cfgs, &n_cfgs, c, err);
     if (rc == LM_OK)
         rc = resolve_model(r, o, err);
+    if (rc == LM_OK && !r->skipped)
+        skip_without_device(r, cfgs, n_cfgs);
     if (rc == LM_OK && r->skipped) {
         rc = skipped_report(r, cfgs, n_cfgs, strict, err);
         goto done;

@@ -6,6 +6,7 @@
 #include "compare.h"
 #include "dumps.h"
 #include "envelope.h"
+#include "envelope_sr.h"
 #include "fingerprint.h"
 #include "forced.h"
 #include "fs.h"
@@ -203,17 +204,30 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
+/* Whether profile k's envelope comes from SR runs of the reference's own float32 model
+ * (envelope_sr.h), as sweep's f32 envelope does: profile f32, no log-probability dump (whose
+ * envelope needs the members' rows) and a model the SR reference implements. Otherwise the
+ * engine's naive-sr members under the profile (the profiles' site hooks are the engine's). */
+static bool use_ref_sr(const jstate *s, uint32_t k)
+{
+    lm_err e = {0};
+    return strcmp(s->prof[k]->name, "f32") == 0 && !s->need_lp &&
+           hx_envelope_sr_supported(s->p->model, &s->ref, &e) == LM_OK;
+}
+
 /* Cache path and key of profile k's envelope (lp: of log-probabilities). */
 static int env_key(char *path, size_t cap, uint8_t key[16], const jstate *s, uint32_t k,
                    bool lp, lm_err *err)
 {
+    const bool ref_sr = use_ref_sr(s, k);
     const hx_judge_params *p = s->p;
     char dir[4096], extra[sizeof judge_mode + 96];
     int rc = lm_cache_open(dir, sizeof dir, p->cache_dir, err);
     if (rc != LM_OK)
         return rc;
-    int ne = snprintf(extra, sizeof extra, "%s;profile=%s;path=%s%s", judge_mode,
-                      s->prof[k]->name, s->path_hash, lp ? ";rows=logprobs" : "");
+    int ne = ref_sr ? snprintf(extra, sizeof extra, "judge-forced:%s", HX_ENVELOPE_SR_MODE)
+                    : snprintf(extra, sizeof extra, "%s;profile=%s;path=%s%s", judge_mode,
+                               s->prof[k]->name, s->path_hash, lp ? ";rows=logprobs" : "");
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
     hx_envelope_key(key, s->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
@@ -261,6 +275,17 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     hx_capture **mem = calloc(m, sizeof *mem);
     if (mem == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    if (use_ref_sr(s, k)) {
+        free(mem);
+        int rc = hx_envelope_from_ref_sr(&s->env[k], p->model, &s->ref, m, seed, p->ref_threads,
+                                         HX_ENVELOPE_SAFETY, err);
+        if (rc == LM_OK)
+            rc = env_store(s->env[k], s, k, false, err);
+        if (rc == LM_OK)
+            progress(p, "envelope of profile f32 measured from %u SR runs of the reference's "
+                     "float32 model", (unsigned)m);
+        return rc;
+    }
     hx_forced_request rq = forced_rq(s);
     int rc = LM_OK;
     for (uint32_t i = 0; i < m && rc == LM_OK; ++i) {

@@ -7,7 +7,9 @@
  *      are the given prompt (LM_E_INPUT naming the dump and the index otherwise).
  *  (b) The reference on those tokens: K/V of the n_prompt positions, logits at the union of the
  *      dumps' positions, through the reference cache (ref_cached).
- *  (c) Per profile (lm_profile_find; default: every profile): `ensemble` runs of naive-sr,
+ *  (c) Per profile (lm_profile_find; default: every profile): for f32, as sweep, `ensemble`
+ *      SR runs of the reference's own float32 model (envelope_sr.h) when it implements the
+ *      model and no dump holds log-probabilities; otherwise `ensemble` runs of naive-sr,
  *      seeds sr_seed + i, under that profile (stochastic rounding to its virtual precision at
  *      its sites, kvd_profile.h), each teacher-forced over the tokens in one chunk
  *      (hx_run_forced), folded by hx_envelope_from_ensemble (envelope.h's statistic, safety

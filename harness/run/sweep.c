@@ -4,6 +4,7 @@
 
 #include "classify.h"
 #include "compare.h"
+#include "envelope_sr.h"
 #include "fingerprint.h"
 #include "fs.h"
 #include "kvd_engine.h"
@@ -303,7 +304,8 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
-                      .n_threads = p->ref_threads};
+                      .n_threads = p->ref_threads, .progress = p->ref_progress,
+                      .progress_user = p->ref_progress_user};
     double t0 = now_s();
     int rc = LM_OK;
     for (uint32_t round = 0;; ++round) {
@@ -341,44 +343,12 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* (c) The SR ensemble's envelope for one precision profile ("" = f32: the members round as
- * that profile says, kvd_profile.h), loaded from the cache or measured and stored into *out. */
-static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params *p,
-                    const hx_run_request *rq, const char *profile, lm_err *err)
+/* The engine's naive-sr ensemble (m members, seeds seed + i) under a precision profile ("" =
+ * f32; the members round at the profile's sites, kvd_profile.h) folded into *out. */
+static int engine_envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params *p,
+                           const hx_run_request *rq, uint32_t m, uint64_t seed,
+                           const char *profile, lm_err *err)
 {
-    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
-    uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
-    char dir[4096], path[4200] = "";
-    uint8_t key[16];
-    lm_err cerr = {0};
-    int rc;
-    bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
-    if (!cached) /* the reference step has said so already when it is the same folder */
-        fprintf(stderr, "sweep: envelope cache unusable (%s); computing without it\n", cerr.msg);
-    /* extra = the ensemble mode, then the teacher-path capture's hash: the naive engine's bits
-     * on this input, so an engine change (elementwise code, libm) never reuses an old envelope. */
-    char extra[sizeof ensemble_mode + 96];
-    char ph[33];
-    hx_hash_hex(ph, r->path_hash);
-    /* f32 keeps the key it always had; another profile adds its name (and the ensemble's
-     * virtual-precision rounding scheme) */
-    int ne = snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
-                      profile[0] ? ";profile=sr-vprec-v1:" : "", profile);
-    hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
-    if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
-        return rc;
-    double t0 = now_s();
-    if (cached && file_exists(path)) {
-        lm_err e2 = {0};
-        if (hx_envelope_load(out, path, key, &e2) == LM_OK) {
-            r->env_hit = true;
-            r->ensemble_s += now_s() - t0;
-            progress(p, "envelope%s%s loaded from cache (%u naive-sr members)",
-                     profile[0] ? " of profile " : "", profile, (unsigned)m);
-            return LM_OK;
-        }
-        fprintf(stderr, "sweep: envelope cache entry unusable (%s); recomputed\n", e2.msg);
-    }
     run_job *jobs = calloc(m, sizeof *jobs);
     if (jobs == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
@@ -387,7 +357,7 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
         memcpy(c.profile, profile, sizeof c.profile);
         jobs[i].cfg = c;
     }
-    rc = pool_run(jobs, m, p, rq, "ensemble", err);
+    int rc = pool_run(jobs, m, p, rq, "ensemble", err);
     if (rc == LM_OK) {
         const hx_capture **mem = calloc(m, sizeof *mem);
         if (mem == NULL) {
@@ -400,6 +370,62 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
         }
     }
     jobs_free(jobs, m);
+    return rc;
+}
+
+/* (c) The SR ensemble's envelope for one precision profile ("" = f32), loaded from the cache
+ * or measured and stored into *out. */
+static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params *p,
+                    const hx_run_request *rq, const char *profile, lm_err *err)
+{
+    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    char dir[4096], path[4200] = "";
+    uint8_t key[16];
+    lm_err cerr = {0};
+    int rc;
+    bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
+    if (!cached) /* the reference step has said so already when it is the same folder */
+        fprintf(stderr, "sweep: envelope cache unusable (%s); computing without it\n", cerr.msg);
+    /* The members: SR runs of the reference's own model (envelope_sr.h) when it implements
+     * the model and the profile is f32, else the engine's naive-sr ensemble (the precision
+     * profiles' site hooks live in the engine's forward pass). extra = the ensemble mode; for
+     * the engine's ensemble also the teacher-path capture's hash: the naive engine's bits on
+     * this input, so an engine change (elementwise code, libm) never reuses an old envelope;
+     * f32 keeps the key it always had, another profile adds its name. */
+    lm_err e_sr = {0};
+    const bool use_sr = !p->engine_envelope && profile[0] == '\0' &&
+                        hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
+    const char *who = use_sr ? "reference-SR" : "naive-sr";
+    char extra[sizeof ensemble_mode + 96];
+    char ph[33];
+    hx_hash_hex(ph, r->path_hash);
+    int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
+                    : snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
+                               profile[0] ? ";profile=sr-vprec-v1:" : "", profile);
+    hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
+    if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
+        return rc;
+    double t0 = now_s();
+    if (cached && file_exists(path)) {
+        lm_err e2 = {0};
+        if (hx_envelope_load(out, path, key, &e2) == LM_OK) {
+            r->env_hit = true;
+            r->ensemble_s += now_s() - t0;
+            progress(p, "envelope%s%s loaded from cache (%u %s members)",
+                     profile[0] ? " of profile " : "", profile, (unsigned)m, who);
+            return LM_OK;
+        }
+        fprintf(stderr, "sweep: envelope cache entry unusable (%s); recomputed\n", e2.msg);
+    }
+    if (use_sr) {
+        progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
+                 (unsigned)m, (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
+        rc = hx_envelope_from_ref_sr(out, p->model, &r->ref, m, seed, p->ref_threads,
+                                     HX_ENVELOPE_SAFETY, err);
+    } else {
+        rc = engine_envelope(out, r, p, rq, m, seed, profile, err);
+    }
     if (rc != LM_OK)
         return rc;
     memcpy((*out)->key, key, sizeof key);
@@ -410,8 +436,8 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
         fprintf(stderr, "sweep: envelope cache entry not stored (%s)\n", werr.msg);
     double dt = now_s() - t0;
     r->ensemble_s += dt;
-    progress(p, "envelope%s%s measured from %u naive-sr runs (%.3f s), cached as %s",
-             profile[0] ? " of profile " : "", profile, (unsigned)m, dt,
+    progress(p, "envelope%s%s measured from %u %s runs (%.3f s), cached as %s",
+             profile[0] ? " of profile " : "", profile, (unsigned)m, who, dt,
              cached && werr.code == 0 ? path : "(not cached)");
     return LM_OK;
 }
@@ -458,7 +484,8 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
                       .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .rot_max_size = cfg->rot_max,
-                      .rot_keep = cfg->rot_keep, .rot_step = step};
+                      .rot_keep = cfg->rot_keep, .rot_step = step,
+                      .progress = p->ref_progress, .progress_user = p->ref_progress_user};
     bool hit = false;
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
 }

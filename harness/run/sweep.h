@@ -16,7 +16,11 @@
  *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
  *  (c) The envelope, one per precision profile among the configurations (config key
  *      profile=, kvd_profile.h; each configuration is classified against its own profile's
- *      envelope, its members rounding at that profile's sites stochastically): `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
+ *      envelope). For f32: `ensemble` SR runs of the reference's own float32 model
+ *      (envelope_sr.h: independent of the engine, so an engine defect never widens the envelope
+ *      that judges it; extra = HX_ENVELOPE_SR_MODE in the key below) when it implements the
+ *      model and engine_envelope is false; otherwise, and for every other profile (its members
+ *      then rounding stochastically at the profile's sites, the hooks being the engine's), `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
  *      matrix product's multiply-adds and random rounding of every elementwise stage, see
  *      backend_naive_sr.c; the statistic, a spread around the members' mean, in envelope.h)
  *      at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
@@ -88,6 +92,11 @@ typedef struct hx_sweep_params {
     uint32_t jobs;            /* engine runs in parallel; 0 or 1 = one at a time */
     bool strict_bits;         /* copied into the report (check's policy) */
     bool quiet;               /* no progress lines */
+    ref_progress_fn ref_progress; /* the reference passes' progress callback (ref_request),
+                                     NULL: none */
+    void *ref_progress_user;
+    bool engine_envelope;     /* envelope members from the engine's naive-sr backend even when
+                                 the reference's SR model implements the model (envelope_sr.h) */
 } hx_sweep_params;
 
 typedef enum hx_path_source {

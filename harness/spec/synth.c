@@ -81,6 +81,9 @@ static const preset presets[] = {
     /* A draft for "tiny" (speculative decoding): the same vocabulary, one narrow layer. */
     {"tiny-draft", {"kvdrift-synth-tiny-draft", 32, 1, 4, 2, 96, 512, 2048, 10000.0f, 1e-5f,
                     .n_swa = 0}},
+    /* "tiny" with a "<mask>" control token (the last id): for the iterative block sampler. */
+    {"tiny-mask", {"kvdrift-synth-tiny-mask", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
+                   .mask_token = true}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -96,7 +99,7 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
             return LM_OK;
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
-                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft)", name);
+                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask)", name);
 }
 
 /* A bad parameter: one message naming it (the format must be a string literal). */
@@ -274,10 +277,11 @@ static void vocab_free(vocab *v)
 
 /* Writes the vocabulary; whole[i] = 1 when token i is a whole word ("▁word" of the list) or
  * sentence punctuation. whole: [n_vocab] */
-static int write_vocab(lm_gguf_writer *w, uint32_t n_vocab, uint8_t *whole, lm_err *err)
+static int write_vocab(lm_gguf_writer *w, uint32_t n_vocab, bool mask, uint8_t *whole,
+                       lm_err *err)
 {
     vocab v = {0};
-    v.cap = n_vocab;
+    v.cap = mask ? n_vocab - 1 : n_vocab;
     v.n_slots = 1;
     while (v.n_slots < 2 * n_vocab)
         v.n_slots *= 2;
@@ -287,7 +291,7 @@ static int write_vocab(lm_gguf_writer *w, uint32_t n_vocab, uint8_t *whole, lm_e
     v.slots = calloc(v.n_slots, sizeof *v.slots);
     int rc;
     if (v.tok == NULL || v.score == NULL || v.type == NULL || v.slots == NULL
-        || build_vocab(&v) != 0) {
+        || build_vocab(&v) != 0 || (mask && (v.cap = n_vocab, vadd(&v, "<mask>", 3) != 0))) {
         rc = LM_FAIL(err, LM_E_NOMEM, "out of memory building the synth vocabulary");
         goto done;
     }
@@ -363,7 +367,7 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
             || (rc = lm_gguf_w_u32(w, "llama.expert_gating_func", p->gating_func, err))
             || (rc = lm_gguf_w_bool(w, "llama.expert_weights_norm", p->gating_func == 1, err))))
         return rc;
-    return write_vocab(w, p->n_vocab, whole, err);
+    return write_vocab(w, p->n_vocab, p->mask_token, whole, err);
 }
 
 /* Sinks and MoE tensors of layer l. Sinks: logits of standard deviation 1 (the scores of a

@@ -28,6 +28,7 @@ typedef struct hx_synth_params {
     uint32_t n_expert;       /* llama.expert_count (0 = dense FFN) */
     uint32_t n_expert_used;  /* llama.expert_used_count */
     uint32_t n_ff_exp;       /* llama.expert_feed_forward_length */
+    bool mask_token;         /* the last token id is "<mask>" (control): masked-diffusion samplers */
     uint32_t gating_func;    /* llama.expert_gating_func: 1 softmax over all, renormalised over
                                 the top-k (expert_weights_norm true); 3 softmax over the top-k */
 } hx_synth_params;

@@ -36,6 +36,7 @@
 #ifndef KVD_REF_H
 #define KVD_REF_H
 
+#include "fs.h"
 #include "kvd_model.h"
 
 #include <mpfr.h>
@@ -44,12 +45,24 @@
 
 #define REF_MAGIC "KVDREF01"
 #define REF_FORMAT_VERSION 1u
-/* Bumped whenever the computed numbers could change (it is part of the cache key). */
-#define REF_VERSION 1u
+/* Bumped whenever the computed numbers could change (it is part of the cache key).
+ * 2: matrix products by the exact split dot product (ref_dotx.h), rounded once. */
+#define REF_VERSION 2u
 /* 127 bits: MPFR's two-limb fast path (measured faster than 128 here; see bench_ref). */
 #define REF_DEFAULT_PREC 127u
 #define REF_MIN_PREC 53u
 #define REF_MAX_PREC 4096u
+
+/* Progress of a running pass (ref_request.progress): reported once before it starts (done 0)
+ * and after every matrix product. */
+typedef struct ref_progress {
+    uint32_t layer, n_layer; /* the layer being computed (n_layer: the output projection) */
+    double done, total;      /* multiply-adds done and in all (ref_macs) */
+    double elapsed_s;        /* since the pass started */
+    const struct lm_model *m;         /* the pass's model and request */
+    const struct ref_request *rq;
+} ref_progress;
+typedef void (*ref_progress_fn)(void *user, const ref_progress *p);
 
 /* What to compute. */
 typedef struct ref_request {
@@ -67,6 +80,14 @@ typedef struct ref_request {
     uint32_t rot_max_size;
     uint32_t rot_keep;
     uint32_t rot_step;     /* prefill chunk size the schedule follows (0 = one chunk) */
+    /* false (default): every matrix-product dot product is exact and rounded once (ref_dotx.h);
+     * true: MPFR multiply-adds, each rounded (ref_dot): the slower pure-MPFR pass that
+     * `ref --validate-against mpfr` compares with. Part of the cache key. */
+    bool mpfr_dot;
+    /* Called from the calling thread after every matrix product (NULL: none); never changes
+     * the numbers and is not part of the cache key. */
+    ref_progress_fn progress;
+    void *progress_user;
 } ref_request;
 
 /* A capture: what the reference computed, rounded to float64. ref_capture_free releases it. */
@@ -122,6 +143,13 @@ typedef struct ref_result {
 } ref_result;
 
 int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err);
+/* Multiply-adds of the pass rq describes (every projection of every token, the causal
+ * attention products, the output projection of the logit positions; MoE: the experts computed). */
+double ref_macs(const lm_model *m, const ref_request *rq);
+/* Seconds per multiply-add of this machine's matrix products at prec bits, one thread, from a
+ * ~20 ms calibration of the dot product on rows of n_in elements (for the cost line printed
+ * before a pass; 0 when it cannot allocate). */
+double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in);
 void ref_result_free(ref_result *r);
 /* Rounds a result to float64 into a capture (tokens and model hash copied from rq, m). */
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
@@ -129,14 +157,20 @@ int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model 
 
 /* --- capture files (ref_capture.c) --- */
 
-/* Writes atomically: temp file in the same folder, fsync, rename. */
+/* Writes atomically (fs.h lm_write_file: temp file in the same folder, fsync, rename). */
 int ref_capture_write(const ref_capture *c, const char *path, lm_err *err);
+/* ref_capture_write up to the rename: *out is the staged write (fs.h), to be committed. */
+int ref_capture_stage(lm_wfile **out, const ref_capture *c, const char *path, lm_err *err);
 /* Reads and fully validates (sizes, hash); LM_E_INPUT naming path and the reason. */
 int ref_capture_read(ref_capture *out, const char *path, lm_err *err);
 /* Writes logits.npy [n_pos][n_vocab] and layerNN_k.npy / layerNN_v.npy
  * [n_prompt][n_kv_head][head_dim] into dir (created if absent): float64 '<f8', C order,
  * NumPy format 1.0 with the header padded to 64 bytes. Each file written atomically. */
 int ref_capture_write_npy(const ref_capture *c, const char *dir, lm_err *err);
+/* ref_capture_write_npy up to the renames: out[0..1 + 2 * n_layer) receive the staged writes
+ * (logits, then each layer's K and V), for lm_wfile_commit_all with other files; on failure
+ * none is left staged. */
+int ref_capture_stage_npy(lm_wfile **out, const ref_capture *c, const char *dir, lm_err *err);
 /* Writes one float64 .npy of the given shape (ndim 1..4), atomically. */
 int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uint64_t *shape,
                   lm_err *err);
@@ -172,6 +206,11 @@ typedef struct ref_agreement {
  * V, then logits). *n_out receives the count. */
 int ref_validate(ref_agreement **out, uint32_t *n_out, const lm_model *m, const ref_request *rq,
                  lm_err *err);
+/* The same, with the 2P run's dot products by MPFR multiply-adds when mpfr_dot (a pure-MPFR
+ * pass: the exact split dot product of the P run is then checked against an independent
+ * implementation). */
+int ref_validate_against(ref_agreement **out, uint32_t *n_out, const lm_model *m,
+                         const ref_request *rq, bool mpfr_dot, lm_err *err);
 /* Agreement between two MPFR arrays (exported for tests). */
 void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b,
                       uint64_t n, uint32_t prec);

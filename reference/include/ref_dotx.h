@@ -1,0 +1,109 @@
+/* ref_dotx.h — the reference's exact inner product of an MPFR activation vector with a float32
+ * weight row, by error-free splitting (Ozaki-style slices on a fixed-point grid):
+ *
+ *   x_i = sum_k  d_ik 2^(tx - 20(k+1))   d_ik integers, |d_ik| < 2^20  (k < K, per vector)
+ *   w_i = sum_j  c_ij 2^(tw - 20(j+1))   c_ij integers, |c_ij| < 2^20  (j < J <= 4, per row)
+ *
+ * with tx (tw) the largest exponent of the vector (row): every element whose significant bits
+ * lie inside the K (J) digits is split exactly. Each product d_ik c_ij is an integer below 2^40,
+ * exact in double; products of the same grid position s = k + j are summed in double over
+ * blocks of 256 elements (a kernel feeds a bucket at most 4 products per element, so every
+ * partial sum of one bucket and block is an integer below 256 * 4 * 2^40 = 2^50 < 2^53 and
+ * every addition is exact, in any order, with or without FMA, in any SIMD width), then in
+ * int64 across blocks. The buckets are carried into
+ * one integer T and the result is T 2^(tx + tw - 20(K + J)) rounded ONCE to the output's
+ * precision (mpfr_set_z_2exp, round to nearest).
+ * Elements that do not fit the grid (a vector spread over more than K_cap digits, a weight more
+ * than 4 digits below its row's largest, NaN, Inf) are left out of the grid and their exact
+ * products x_i w_i (precision prec(x_i) + 24) are added with T by mpfr_sum, which is correctly
+ * rounded too.
+ *
+ * Error bound: the result is the exact sum rounded to nearest at the output's precision P:
+ *   |result - sum_i x_i w_i| <= 2^-P |sum_i x_i w_i| <= 2^-P sum_i |x_i w_i|
+ * (half an ulp; cancellation costs nothing). The result therefore does not depend on the
+ * kernel (AVX-512, AVX2, scalar), on the order of the elements inside a block, or on threads.
+ * An exact zero sum gives +0. NaN in, or Inf - Inf, or Inf * 0 gives NaN; Inf gives Inf.
+ *
+ * Cost: K * J multiply-adds in double per element (K ~ (P + exponent spread of x) / 20, J = 1..2
+ * for real weights): ~K*J/8 vector FMAs per element with AVX-512, twice that with AVX2. */
+#ifndef REF_DOTX_H
+#define REF_DOTX_H
+
+#include "kvd_common.h"
+
+#include <mpfr.h>
+#include <stdint.h>
+
+#define REF_DX_BITS 20u  /* bits per digit */
+#define REF_DX_JMAX 4u   /* digits per weight at most */
+#define REF_DX_BLOCK 256u /* elements per exact double block */
+#define REF_DX_ROWS 4u    /* rows ref_dx_dot_rows takes at once */
+#define REF_DX_MAX_N (1u << 20) /* longest vector: int64 bucket sums stay below 2^62 */
+
+/* An activation vector split into digits. */
+typedef struct ref_dx_vec {
+    uint64_t n, n_pad;   /* elements; n rounded up to 16 (zero digits beyond n) */
+    uint32_t k;          /* digits per element (0: no element on the grid) */
+    long top;            /* tx */
+    double *d;           /* [k][n_pad] digit k of element i at d[k * n_pad + i] */
+    uint64_t cap;        /* doubles allocated in d */
+    uint32_t n_exc;      /* elements off the grid, increasing */
+    uint32_t *exc;       /* [n] */
+    mpfr_t *src;         /* [n] the vector itself (read for the elements off the grid) */
+} ref_dx_vec;
+
+/* A float32 weight row split into digits. */
+typedef struct ref_dx_row {
+    uint64_t n, n_pad;
+    uint32_t j;          /* digits per weight, 0..REF_DX_JMAX */
+    long top;            /* tw */
+    double *p;           /* [REF_DX_JMAX][n_pad] */
+    uint64_t cap;        /* elements allocated per digit plane */
+    uint32_t n_exc;
+    uint32_t *exc;       /* [n] */
+    const float *src;    /* [n] */
+} ref_dx_row;
+
+/* Per-thread scratch of ref_dx_dot. */
+typedef struct ref_dx_scratch {
+    uint64_t n_cap;      /* longest vector */
+    uint32_t k_cap;      /* digits per activation at most (from the precision) */
+    int64_t *bucket;     /* [REF_DX_ROWS][k_cap + REF_DX_JMAX] */
+    mp_limb_t *limbs;    /* T's magnitude */
+    size_t n_limbs;
+    mpfr_t t;            /* T exactly */
+    mpfr_t *prod;        /* [n_cap] exact products of the elements off the grid */
+    mpfr_ptr *terms;     /* [n_cap + 1] */
+    mpfr_prec_t prec;
+} ref_dx_scratch;
+
+/* Digits per activation at most for precision prec (~ (prec + 128) / 20): vectors whose
+ * significant bits span more are split with their smallest elements off the grid. */
+uint32_t ref_dx_k_cap(mpfr_prec_t prec);
+
+int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_err *err);
+void ref_dx_scratch_clear(ref_dx_scratch *s);
+
+/* Splits x[n] (every element at most prec bits, prec as given to the scratch) into v; v's
+ * storage grows as needed (zero-initialize v before the first call). x is kept by pointer. */
+int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err *err);
+void ref_dx_vec_free(ref_dx_vec *v);
+int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err);
+void ref_dx_row_free(ref_dx_row *r);
+
+/* out = sum_i x_i w_i rounded once to out's precision (round to nearest); x->n == w->n. */
+void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s);
+
+/* out[r] = x . w[r] for r < R <= REF_DX_ROWS (each as ref_dx_dot; the rows share the loads
+ * of x's digits). */
+void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const *w, uint32_t R,
+                     ref_dx_scratch *s);
+
+/* Which kernel ref_dx_dot uses: "avx512", "avx2" or "scalar" (chosen once from the CPU). */
+const char *ref_dx_kernel(void);
+#ifdef LM_TEST_HOOKS
+/* Tests force a kernel (0 scalar, 1 avx2, 2 avx512; -1: the CPU's choice). */
+extern int ref_dx_test_force_kernel;
+#endif
+
+#endif

@@ -1,0 +1,55 @@
+/* ref_sr.h — the reference's own model implementation run in float32 with stochastic rounding
+ * (SR): the members of the noise envelope. Independent of the engine's forward pass and
+ * kernels (it shares only the model loader, like the MPFR reference), so a defect in engine code
+ * is never inside the envelope that judges it.
+ *
+ * Same computation as ref_forward.c (same order of every reduction, layer by layer over all
+ * tokens), every operation a float32 operation rounded up or down at random:
+ *   - a + b, a * b, and each multiply-add acc + a*b of a dot product (one rounding: the product
+ *     is exact in double, TwoSum makes the sum exact as s + e): the exact value t rounds to
+ *     the float below or above with probability proportional to its distance (unbiased);
+ *   - exp, 1/sqrt, division, SiLU, RoPE's cos/sin: computed in double, then SR to float32.
+ * Method: t (as s + e) -> RZ(|t| + u ulp(|t|)) with the sign of t, u = r 2^-29 uniform on
+ * [0, 1) from 29 random bits, RZ the truncation to 24 significant bits; the rounding of
+ * |t| + u ulp in double biases the probability by at most ~2^-29 ulp. Values below 2^-126 keep
+ * 24 bits inside a dot product (no gradual underflow); NaN and Inf pass through.
+ * Random bits: counter-based and stateless, r = lowbias32(key + i * 0x9e3779b9) with key a
+ * SplitMix64 hash of (seed, operation site, output element) and i the term index inside a
+ * reduction: the bits depend on (seed, site, element, term) only, never on threads, lanes or
+ * chunking. A dot product is vectorized across 8 outputs (tokens) that run their left-to-right
+ * chains side by side (AVX-512, AVX2 or scalar, picked from the CPU; every lane runs the same
+ * IEEE double and integer operations, so the bits never depend on the kernel).
+ *
+ * Implemented: everything ref_forward.c implements except MoE layers and rotating-cache
+ * schedules (ref_sr_supported says LM_E_UNSUPPORTED; callers fall back to another envelope). */
+#ifndef REF_SR_H
+#define REF_SR_H
+
+#include "kvd_ref.h"
+
+/* One member's output, float32. */
+typedef struct ref_sr_out {
+    uint32_t n_layer, n_prompt, kv_dim, n_vocab, n_pos;
+    uint32_t *pos;  /* [n_pos] logit positions (the request's, defaulted as ref_run does) */
+    float *k;       /* [n_layer][n_prompt][kv_dim] after RoPE */
+    float *v;       /* [n_layer][n_prompt][kv_dim] */
+    float *logits;  /* [n_pos][n_vocab] */
+} ref_sr_out;
+
+void ref_sr_out_free(ref_sr_out *o);
+int ref_sr_supported(const lm_model *m, const ref_request *rq, lm_err *err);
+/* One member with seed `seed` (single-threaded). */
+int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
+               lm_err *err);
+/* Members i = 0..n-1 with seeds seed + i into out[n], on n_threads threads (0: online cores),
+ * members in parallel; identical results for any thread count. */
+int ref_sr_ensemble(ref_sr_out *out, uint32_t n, const lm_model *m, const ref_request *rq,
+                    uint64_t seed, int n_threads, lm_err *err);
+
+/* SR of the exact value s + e to float32 with random bits r (exported for tests). */
+float ref_sr_round(double s, double e, uint32_t r);
+#ifdef LM_TEST_HOOKS
+extern int ref_sr_test_force_kernel; /* tests: 0 scalar, 1 avx2, 2 avx512; -1 the CPU's */
+#endif
+
+#endif

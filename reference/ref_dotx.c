@@ -1,0 +1,655 @@
+/* ref_dotx.c — exact inner product of an MPFR vector with a float32 row by splitting both into
+ * 20-bit integer digits on fixed grids (method, error bound and cost in ref_dotx.h). */
+#include "ref_dotx.h"
+#include "kvd_ref.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define DX_X86 1
+#endif
+
+#define DIGIT_MASK ((1u << REF_DX_BITS) - 1u)
+
+__extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets */
+
+#ifdef LM_TEST_HOOKS
+int ref_dx_test_force_kernel = -1;
+#endif
+
+uint32_t ref_dx_k_cap(mpfr_prec_t prec)
+{
+    return (uint32_t)((prec + 128 + REF_DX_BITS - 1) / REF_DX_BITS);
+}
+
+static uint64_t pad16(uint64_t n)
+{
+    return (n + 15) & ~(uint64_t)15;
+}
+
+/* --- kernels: for each of R rows r, A[r][k + j] += sum_i d[k][i] * p[r][j][i] over i < np,
+ * in blocks of REF_DX_BLOCK elements. Every product is an integer below 2^40 and every partial
+ * sum of one block and one bucket an integer below 2^50 (ref_dotx.h), so all kernels compute
+ * the same exact integers. R rows share each load of the vector's digits. --- */
+
+typedef void (*dx_kernel)(int64_t *const *A, const double *d, uint32_t K,
+                          const double *const *p, uint32_t J, uint32_t R, uint64_t np);
+
+static void kern_scalar(int64_t *const *A, const double *d, uint32_t K, const double *const *p,
+                        uint32_t J, uint32_t R, uint64_t np)
+{
+    for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
+        uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
+        for (uint32_t r = 0; r < R; ++r)
+            for (uint32_t k = 0; k < K; ++k)
+                for (uint32_t j = 0; j < J; ++j) {
+                    const double *x = d + k * np, *w = p[r] + j * np;
+                    double acc = 0.0;
+                    for (uint64_t i = i0; i < i1; ++i)
+                        acc += x[i] * w[i];
+                    A[r][k + j] += (int64_t)acc;
+                }
+    }
+}
+
+#ifdef DX_X86
+__attribute__((target("avx2,fma"), always_inline)) static inline double hsum4(__m256d s)
+{
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+/* KB digit planes k .. k+KB-1 of the vector against R rows of J planes each over [i0, i1), 4
+ * elements a step: each loaded weight vector serves KB planes, each loaded digit vector R J
+ * products; bucket k + s of row r collects the products with kb + j = s (at most
+ * min(KB, J) <= 4 per element: block sums below 256 * 4 * 2^40 = 2^50, exact). */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p, uint64_t np,
+            uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R, const uint32_t KB)
+{
+    __m256d a[4][REF_DX_JMAX + 3];
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            a[r][b] = _mm256_setzero_pd();
+    for (uint64_t i = i0; i < i1; i += 4) {
+        __m256d xv[4];
+        for (uint32_t kb = 0; kb < KB; ++kb)
+            xv[kb] = _mm256_loadu_pd(d + (k + kb) * np + i);
+        for (uint32_t r = 0; r < R; ++r)
+            for (uint32_t j = 0; j < J; ++j) {
+                const __m256d wv = _mm256_loadu_pd(p[r] + j * np + i);
+                for (uint32_t kb = 0; kb < KB; ++kb)
+                    a[r][j + kb] = _mm256_fmadd_pd(xv[kb], wv, a[r][j + kb]);
+            }
+    }
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            A[r][k + b] += (int64_t)hsum4(a[r][b]);
+}
+
+/* J (1..4) made a constant for the compiler. */
+#define DX_BY_J(FN, J, ...)                                                                       \
+    do {                                                                                          \
+        switch (J) {                                                                              \
+        case 1: FN(__VA_ARGS__, 1); break;                                                        \
+        case 2: FN(__VA_ARGS__, 2); break;                                                        \
+        case 3: FN(__VA_ARGS__, 3); break;                                                        \
+        default: FN(__VA_ARGS__, 4); break;                                                       \
+        }                                                                                         \
+    } while (0)
+#define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, np, i0, i1, JJ, 4, KB)
+#define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, np, i0, i1, JJ, 1, KB)
+
+__attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, const double *d,
+                                                          uint32_t K, const double *const *p,
+                                                          uint32_t J, uint32_t R, uint64_t np)
+{
+    for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
+        uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
+        for (uint32_t k = 0; k < K;) {
+            /* two planes at once where the accumulators fit 16 registers (4 rows, J <= 2) */
+            const uint32_t kb = (R == 4 && J <= 2 && K - k >= 2) ? 2 : 1;
+            if (R == 4 && kb == 2)
+                DX_BY_J(AVX2_R4, J, 2);
+            else if (R == 4)
+                DX_BY_J(AVX2_R4, J, 1);
+            else
+                for (uint32_t r = 0; r < R; ++r)
+                    DX_BY_J(AVX2_R1, J, 1);
+            k += kb;
+        }
+    }
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p,
+              uint64_t np, uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R,
+              const uint32_t KB)
+{
+    __m512d a[4][REF_DX_JMAX + 3];
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            a[r][b] = _mm512_setzero_pd();
+    for (uint64_t i = i0; i < i1; i += 8) {
+        __m512d xv[4];
+        for (uint32_t kb = 0; kb < KB; ++kb)
+            xv[kb] = _mm512_loadu_pd(d + (k + kb) * np + i);
+        for (uint32_t r = 0; r < R; ++r)
+            for (uint32_t j = 0; j < J; ++j) {
+                const __m512d wv = _mm512_loadu_pd(p[r] + j * np + i);
+                for (uint32_t kb = 0; kb < KB; ++kb)
+                    a[r][j + kb] = _mm512_fmadd_pd(xv[kb], wv, a[r][j + kb]);
+            }
+    }
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t b = 0; b < J + KB - 1; ++b)
+            A[r][k + b] += (int64_t)_mm512_reduce_add_pd(a[r][b]);
+}
+
+#define AVX512_R4(KB, JJ) avx512_planes(A, k, d, p, np, i0, i1, JJ, 4, KB)
+#define AVX512_R1(KB, JJ) avx512_planes(A + r, k, d, p + r, np, i0, i1, JJ, 1, KB)
+
+__attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, const double *d,
+                                                           uint32_t K, const double *const *p,
+                                                           uint32_t J, uint32_t R, uint64_t np)
+{
+    for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
+        uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
+        for (uint32_t k = 0; k < K;) {
+            /* 32 registers: four planes at once for J <= 3, two for J = 4 */
+            uint32_t kb = 1;
+            if (R == 4 && J <= 3 && K - k >= 4)
+                kb = 4;
+            else if (R == 4 && K - k >= 2)
+                kb = 2;
+            if (R == 4 && kb == 4)
+                DX_BY_J(AVX512_R4, J, 4);
+            else if (R == 4 && kb == 2)
+                DX_BY_J(AVX512_R4, J, 2);
+            else if (R == 4)
+                DX_BY_J(AVX512_R4, J, 1);
+            else
+                for (uint32_t r = 0; r < R; ++r)
+                    DX_BY_J(AVX512_R1, J, 1);
+            k += kb;
+        }
+    }
+}
+#endif
+
+static int cpu_kernel(void)
+{
+#ifdef DX_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return 1;
+#endif
+    return 0;
+}
+
+static int kernel_id(void)
+{
+#ifdef LM_TEST_HOOKS
+    if (ref_dx_test_force_kernel >= 0 && ref_dx_test_force_kernel <= cpu_kernel())
+        return ref_dx_test_force_kernel;
+#endif
+    return cpu_kernel();
+}
+
+const char *ref_dx_kernel(void)
+{
+    static const char *const names[3] = {"scalar", "avx2", "avx512"};
+    return names[kernel_id()];
+}
+
+static dx_kernel pick_kernel(void)
+{
+#ifdef DX_X86
+    switch (kernel_id()) {
+    case 2: return kern_avx512;
+    case 1: return kern_avx2;
+    default: break;
+    }
+#endif
+    return kern_scalar;
+}
+
+/* --- scratch --- */
+
+int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->prec = prec;
+    s->n_cap = n_cap;
+    s->k_cap = ref_dx_k_cap(prec);
+    uint32_t nb = s->k_cap + REF_DX_JMAX;
+    /* T < 2^(20 nb + 64): the digits and the final carry */
+    s->n_limbs = (REF_DX_BITS * nb + 64) / 64 + 2;
+    s->bucket = calloc((size_t)REF_DX_ROWS * nb, sizeof *s->bucket);
+    s->limbs = calloc(s->n_limbs, sizeof *s->limbs);
+    s->prod = malloc((n_cap ? n_cap : 1) * sizeof *s->prod);
+    s->terms = malloc((n_cap + 1) * sizeof *s->terms);
+    if (!s->bucket || !s->limbs || !s->prod || !s->terms) {
+        free(s->bucket);
+        free(s->limbs);
+        free(s->prod);
+        free(s->terms);
+        memset(s, 0, sizeof *s);
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory for the dot product scratch");
+    }
+    mpfr_init2(s->t, (mpfr_prec_t)(64 * s->n_limbs));
+    for (uint64_t i = 0; i < n_cap; ++i)
+        mpfr_init2(s->prod[i], prec + 24);
+    return LM_OK;
+}
+
+void ref_dx_scratch_clear(ref_dx_scratch *s)
+{
+    if (s == NULL || s->bucket == NULL)
+        return;
+    for (uint64_t i = 0; i < s->n_cap; ++i)
+        mpfr_clear(s->prod[i]);
+    mpfr_clear(s->t);
+    free(s->bucket);
+    free(s->limbs);
+    free(s->prod);
+    free(s->terms);
+    memset(s, 0, sizeof *s);
+}
+
+/* --- splitting --- */
+
+static int grow(double **buf, uint64_t *cap, uint64_t need, uint32_t **exc, uint64_t n)
+{
+    if (need > *cap) {
+        double *nb = aligned_alloc(64, ((need * sizeof(double)) + 63) & ~(size_t)63);
+        if (nb == NULL)
+            return -1;
+        free(*buf);
+        *buf = nb;
+        *cap = need;
+        free(*exc);
+        *exc = malloc((n ? n : 1) * sizeof **exc);
+        if (*exc == NULL)
+            return -1;
+    } else if (*exc == NULL) {
+        *exc = malloc((n ? n : 1) * sizeof **exc);
+        if (*exc == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* Significand limbs of a regular number (custom interface and ordinary numbers alike). */
+static const mp_limb_t *limbs_of(mpfr_srcptr x)
+{
+    return (const mp_limb_t *)mpfr_custom_get_significand(x);
+}
+
+static size_t n_limbs_of(mpfr_srcptr x)
+{
+    return (size_t)((mpfr_get_prec(x) + GMP_NUMB_BITS - 1) / GMP_NUMB_BITS);
+}
+
+/* Exponent of the lowest set bit of a regular x: x = m 2^(e - 64 nl), m the limbs. */
+static long low_exp(mpfr_srcptr x)
+{
+    const mp_limb_t *m = limbs_of(x);
+    size_t nl = n_limbs_of(x), j = 0;
+    while (m[j] == 0)
+        ++j; /* a regular number has its top bit set, so this stops */
+    return (long)mpfr_get_exp(x) - (long)(64 * nl) + (long)(64 * j) + __builtin_ctzll(m[j]);
+}
+
+/* Bits [lo, lo + 20) of the integer m[0..nl) (lo may be negative: zeros below bit 0). */
+static uint32_t field20(const mp_limb_t *m, size_t nl, long lo)
+{
+    if (lo >= (long)(64 * nl) || lo + (long)REF_DX_BITS <= 0)
+        return 0;
+    if (lo < 0)
+        return (uint32_t)((m[0] << (-lo)) & DIGIT_MASK);
+    size_t li = (size_t)lo / 64, bi = (size_t)lo % 64;
+    uint64_t r = m[li] >> bi;
+    if (bi > 64 - REF_DX_BITS && li + 1 < nl)
+        r |= m[li + 1] << (64 - bi);
+    return (uint32_t)(r & DIGIT_MASK);
+}
+
+int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err *err)
+{
+    if (n > REF_DX_MAX_N)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "reference: dot products longer than %u elements "
+                       "are not supported", (unsigned)REF_DX_MAX_N);
+    v->n = n;
+    v->n_pad = pad16(n);
+    v->src = x;
+    v->n_exc = 0;
+    v->k = 0;
+    long top = 0, low = 0;
+    bool any = false;
+    for (uint64_t i = 0; i < n; ++i) {
+        if (!mpfr_regular_p(x[i]))
+            continue;
+        long e = (long)mpfr_get_exp(x[i]), lo = low_exp(x[i]);
+        if (!any || e > top)
+            top = e;
+        if (!any || lo < low)
+            low = lo;
+        any = true;
+    }
+    uint64_t k = 0;
+    if (any) {
+        k = (uint64_t)(top - low + REF_DX_BITS - 1) / REF_DX_BITS;
+        if (k > k_cap)
+            k = k_cap;
+    }
+    if (grow(&v->d, &v->cap, (k ? k : 1) * v->n_pad, &v->exc, n) != 0)
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory for a split vector");
+    v->k = (uint32_t)k;
+    v->top = top;
+    memset(v->d, 0, k * v->n_pad * sizeof *v->d);
+    const long bottom = top - (long)(REF_DX_BITS * k);
+    for (uint64_t i = 0; i < n; ++i) {
+        if (mpfr_zero_p(x[i]))
+            continue;
+        if (!mpfr_regular_p(x[i]) || low_exp(x[i]) < bottom) {
+            v->exc[v->n_exc++] = (uint32_t)i; /* NaN, Inf, or bits below the grid */
+            continue;
+        }
+        const mp_limb_t *m = limbs_of(x[i]);
+        size_t nl = n_limbs_of(x[i]);
+        /* digit kk holds the bits of exponents [top - 20(kk+1), top - 20 kk): in m those are
+         * the bits from lo = 64 nl - e + top - 20(kk+1) */
+        long base = (long)(64 * nl) - (long)mpfr_get_exp(x[i]) + top;
+        double sg = mpfr_signbit(x[i]) ? -1.0 : 1.0;
+        for (uint64_t kk = 0; kk < k; ++kk)
+            v->d[kk * v->n_pad + i] =
+                sg * (double)field20(m, nl, base - (long)(REF_DX_BITS * (kk + 1)));
+    }
+    return LM_OK;
+}
+
+void ref_dx_vec_free(ref_dx_vec *v)
+{
+    if (v == NULL)
+        return;
+    free(v->d);
+    free(v->exc);
+    memset(v, 0, sizeof *v);
+}
+
+/* w = M 2^q with M the integer significand (24 bits at most); false for 0, NaN, Inf. */
+static bool flt_parts(float w, uint32_t *M, long *q, bool *neg)
+{
+    uint32_t b;
+    memcpy(&b, &w, 4);
+    uint32_t ef = (b >> 23) & 0xffu, frac = b & 0x7fffffu;
+    *neg = (b >> 31) != 0;
+    if (ef == 0xffu || (ef == 0 && frac == 0))
+        return false;
+    *M = ef ? (frac | 0x800000u) : frac;
+    *q = ef ? (long)ef - 150 : -149;
+    return true;
+}
+
+int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err)
+{
+    r->n = n;
+    r->n_pad = pad16(n);
+    r->src = w;
+    r->n_exc = 0;
+    r->j = 0;
+    long top = 0, low = 0;
+    bool any = false;
+    for (uint64_t i = 0; i < n; ++i) {
+        uint32_t M;
+        long q;
+        bool neg;
+        if (!flt_parts(w[i], &M, &q, &neg))
+            continue;
+        long hi = q + 32 - __builtin_clz(M), lo = q + __builtin_ctz(M);
+        if (!any || hi > top)
+            top = hi;
+        if (!any || lo < low)
+            low = lo;
+        any = true;
+    }
+    uint64_t J = 0;
+    if (any) {
+        J = (uint64_t)(top - low + REF_DX_BITS - 1) / REF_DX_BITS;
+        if (J > REF_DX_JMAX)
+            J = REF_DX_JMAX;
+    }
+    if (grow(&r->p, &r->cap, REF_DX_JMAX * r->n_pad, &r->exc, n) != 0)
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory for a split weight row");
+    r->j = (uint32_t)J;
+    r->top = top;
+    memset(r->p, 0, REF_DX_JMAX * r->n_pad * sizeof *r->p); /* planes >= J stay zero */
+    const long bottom = top - (long)(REF_DX_BITS * J);
+    for (uint64_t i = 0; i < n; ++i) {
+        uint32_t M;
+        long q;
+        bool neg;
+        uint32_t bits;
+        memcpy(&bits, &w[i], 4);
+        if (!flt_parts(w[i], &M, &q, &neg)) {
+            if (((bits >> 23) & 0xffu) == 0xffu)
+                r->exc[r->n_exc++] = (uint32_t)i; /* NaN, Inf */
+            continue;
+        }
+        int tz = __builtin_ctz(M);
+        long sh = q + tz - bottom; /* w = (M >> tz) 2^(bottom + sh); digits span 20 J bits */
+        if (sh < 0) {
+            r->exc[r->n_exc++] = (uint32_t)i;
+            continue;
+        }
+        const u128 V = (u128)(M >> tz) << sh; /* < 2^(20 J) <= 2^80 */
+        const double sg = neg ? -1.0 : 1.0;
+        for (uint64_t j = 0; j < J; ++j)
+            r->p[j * r->n_pad + i] =
+                sg * (double)(uint32_t)((V >> (REF_DX_BITS * (J - 1 - j))) & DIGIT_MASK);
+    }
+    return LM_OK;
+}
+
+void ref_dx_row_free(ref_dx_row *r)
+{
+    if (r == NULL)
+        return;
+    free(r->p);
+    free(r->exc);
+    memset(r, 0, sizeof *r);
+}
+
+/* --- the dot product --- */
+
+static void put_bits(mp_limb_t *l, uint64_t v, uint64_t off)
+{
+    uint64_t li = off / 64, bi = off % 64;
+    l[li] |= v << bi;
+    if (bi)
+        l[li + 1] |= v >> (64 - bi);
+}
+
+/* Carries the buckets A[0..nb) (A[s] in units of 2^(20(nb-1-s)) of the last) into |T|'s limbs;
+ * returns the sign of T (-1, 0, 1) and the limb count in *nl. */
+static int carry_out(ref_dx_scratch *s, int64_t *A, uint32_t nb, size_t *nl)
+{
+    int sign = 1;
+    for (int pass = 0; pass < 2; ++pass) {
+        int64_t carry = 0;
+        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+        for (uint32_t i = nb; i-- > 0;) {
+            int64_t v = A[i] + carry;
+            int64_t dig = (int64_t)((uint64_t)v & DIGIT_MASK);
+            carry = (v - dig) / (1 << REF_DX_BITS); /* exact: floor division */
+            put_bits(s->limbs, (uint64_t)dig, (uint64_t)REF_DX_BITS * (nb - 1 - i));
+        }
+        if (carry >= 0) { /* T = carry 2^(20 nb) + digits >= 0 */
+            put_bits(s->limbs, (uint64_t)carry, (uint64_t)REF_DX_BITS * nb);
+            break;
+        }
+        for (uint32_t i = 0; i < nb; ++i) /* T < 0: carry -T instead (|A| < 2^62) */
+            A[i] = -A[i];
+        sign = -1;
+    }
+    size_t n = s->n_limbs;
+    while (n > 0 && s->limbs[n - 1] == 0)
+        --n;
+    *nl = n;
+    return n == 0 ? 0 : sign;
+}
+
+/* Row w's result from its buckets A[0 .. K+J-1) (J: the planes the kernel ran, >= w->j). */
+static void finish(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, uint32_t J, int64_t *A,
+                   ref_dx_scratch *s)
+{
+    mpz_t z;
+    int sign = 0;
+    size_t nl = 0;
+    const uint32_t K = x->k;
+    long base = 0;
+    if (K > 0 && J > 0) {
+        sign = carry_out(s, A, K + J - 1, &nl);
+        base = x->top + w->top - (long)(REF_DX_BITS * (K + J));
+    }
+    mpz_roinit_n(z, s->limbs, sign < 0 ? -(mp_size_t)nl : (mp_size_t)nl);
+    if (x->n_exc == 0 && w->n_exc == 0) {
+        mpfr_set_z_2exp(out, z, (mpfr_exp_t)base, MPFR_RNDN); /* the one rounding; 0 -> +0 */
+        return;
+    }
+    /* Elements off either grid: T exactly, plus their exact products, summed with one
+     * rounding. An element off both grids is taken once. */
+    uint64_t nt = 0;
+    mpfr_set_z_2exp(s->t, z, (mpfr_exp_t)base, MPFR_RNDN); /* exact: 64 n_limbs bits */
+    s->terms[nt++] = s->t;
+    uint32_t a = 0, b = 0;
+    while (a < x->n_exc || b < w->n_exc) {
+        uint32_t i;
+        if (b >= w->n_exc || (a < x->n_exc && x->exc[a] < w->exc[b]))
+            i = x->exc[a++];
+        else if (a >= x->n_exc || w->exc[b] < x->exc[a])
+            i = w->exc[b++];
+        else {
+            i = x->exc[a++];
+            ++b;
+        }
+        mpfr_ptr p = s->prod[nt - 1];
+        mpfr_prec_t need = mpfr_get_prec(x->src[i]) + 24;
+        if (mpfr_get_prec(p) < need)
+            mpfr_set_prec(p, need);
+        mpfr_mul_d(p, x->src[i], (double)w->src[i], MPFR_RNDN); /* exact, or NaN/Inf */
+        s->terms[nt++] = p;
+    }
+    mpfr_sum(out, s->terms, nt, MPFR_RNDN);
+    if (mpfr_zero_p(out))
+        mpfr_set_zero(out, 1);
+}
+
+void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const *w, uint32_t R,
+                     ref_dx_scratch *s)
+{
+    const uint32_t nb = s->k_cap + REF_DX_JMAX;
+    int64_t *A[REF_DX_ROWS];
+    const double *p[REF_DX_ROWS];
+    uint32_t J = 0;
+    for (uint32_t r = 0; r < R; ++r) {
+        A[r] = s->bucket + (size_t)r * nb;
+        p[r] = w[r]->p;
+        J = w[r]->j > J ? w[r]->j : J;
+        memset(A[r], 0, nb * sizeof *A[r]);
+    }
+    if (x->k > 0 && J > 0)
+        pick_kernel()(A, x->d, x->k, p, J, R, x->n_pad);
+    for (uint32_t r = 0; r < R; ++r)
+        finish(out[r], x, w[r], J, A[r], s);
+}
+
+void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s)
+{
+    mpfr_ptr o = out;
+    ref_dx_dot_rows(&o, x, &w, 1, s);
+}
+
+/* --- cost calibration --- */
+
+#include <time.h>
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
+{
+    enum { T = 4 };
+    if (n_in == 0 || n_in > 65536)
+        n_in = 1024;
+    lm_err err = {0};
+    ref_dx_scratch s;
+    ref_dx_vec v[T];
+    ref_dx_row rows[REF_DX_ROWS];
+    memset(v, 0, sizeof v);
+    memset(rows, 0, sizeof rows);
+    mpfr_t *x = malloc((size_t)T * n_in * sizeof *x);
+    float *w = malloc(REF_DX_ROWS * n_in * sizeof *w);
+    mpfr_t o[REF_DX_ROWS];
+    double sec = 0.0, macs = 0.0;
+    if (x == NULL || w == NULL || ref_dx_scratch_init(&s, prec, n_in, &err) != LM_OK) {
+        free(x);
+        free(w);
+        return 0.0;
+    }
+    uint64_t z = 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < (uint64_t)T * n_in; ++i) { /* activations of order 1, P bits */
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        mpfr_init2(x[i], prec);
+        mpfr_set_ui(x[i], (unsigned long)(z >> 11), MPFR_RNDN);
+        mpfr_div_ui(x[i], x[i], 3u + (unsigned)(z % 1000u), MPFR_RNDN);
+        mpfr_mul_2si(x[i], x[i], -53, MPFR_RNDN);
+    }
+    for (uint64_t i = 0; i < REF_DX_ROWS * n_in; ++i) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-30f;
+    }
+    mpfr_ptr op[REF_DX_ROWS];
+    const ref_dx_row *wr[REF_DX_ROWS];
+    for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+        mpfr_init2(o[g], prec);
+        op[g] = o[g];
+        wr[g] = &rows[g];
+    }
+    int ok = 1;
+    for (unsigned t = 0; ok && t < T; ++t)
+        ok = ref_dx_vec_set(&v[t], x + (size_t)t * n_in, n_in, s.k_cap, &err) == LM_OK;
+    double t0 = 0.0;
+    for (int round = 0; ok && (round < 2 || (sec = mono_s() - t0) < 0.02); ++round) {
+        if (round == 1)
+            t0 = mono_s(); /* round 0 (page faults, cold caches) is not counted */
+        if (round >= 1)
+            macs += (double)T * REF_DX_ROWS * (double)n_in;
+        for (unsigned g = 0; ok && g < REF_DX_ROWS; ++g)
+            ok = ref_dx_row_set(&rows[g], w + g * n_in, n_in, &err) == LM_OK;
+        for (unsigned t = 0; ok && t < T; ++t)
+            ref_dx_dot_rows(op, &v[t], wr, REF_DX_ROWS, &s);
+    }
+    for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+        mpfr_clear(o[g]);
+        ref_dx_row_free(&rows[g]);
+    }
+    for (unsigned t = 0; t < T; ++t)
+        ref_dx_vec_free(&v[t]);
+    for (uint64_t i = 0; i < (uint64_t)T * n_in; ++i)
+        mpfr_clear(x[i]);
+    free(x);
+    free(w);
+    ref_dx_scratch_clear(&s);
+    return ok && macs > 0 ? sec / macs : 0.0;
+}

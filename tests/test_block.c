@@ -1,0 +1,100 @@
+/* test_block.c — bidirectional chunks and the iterative block sampler (kvd_block.h). */
+#include "kvd_block.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lm_model *mask_model(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/block-tiny-mask.gguf", tu_tmpdir());
+    lm_err err = {0};
+    lm_model *m = NULL;
+    if (hx_synth_write(path, "tiny-mask", 7, LM_TYPE_F32, &err) != LM_OK ||
+        lm_model_load(&m, path, &err) != LM_OK)
+        CU_FAIL_FATAL("tiny-mask model");
+    return m;
+}
+
+/* Causal: row 0 of a chunk ignores the later tokens; bidirectional: it sees them. */
+static void test_block_bidir_attention(void)
+{
+    lm_model *m = mask_model();
+    lm_err err = {0};
+    const uint32_t nv = m->hp.n_vocab;
+    lm_ctx_params cp = {.backend = "naive", .n_ctx = 16};
+    lm_ctx *c = NULL;
+    CU_ASSERT_FATAL(lm_ctx_create(&c, m, &cp, &err) == LM_OK);
+    float *a = malloc(3 * nv * sizeof(float)), *b = malloc(3 * nv * sizeof(float));
+    const int32_t t1[3] = {300, 301, 302}, t2[3] = {300, 305, 306};
+    for (int bidir = 0; bidir < 2; ++bidir) {
+        lm_ctx_set_bidir(c, bidir);
+        lm_ctx_reset(c);
+        CU_ASSERT_FATAL(lm_forward(c, t1, 3, LM_LOGITS_ALL, a, &err) == LM_OK);
+        lm_ctx_reset(c);
+        CU_ASSERT_FATAL(lm_forward(c, t2, 3, LM_LOGITS_ALL, b, &err) == LM_OK);
+        const bool same_row0 = memcmp(a, b, nv * sizeof(float)) == 0;
+        CU_ASSERT_EQUAL(same_row0, !bidir);
+    }
+    lm_ctx_free(c);
+    free(a);
+    free(b);
+    lm_model_free(m);
+}
+
+static void test_block_sampler_commits(void)
+{
+    lm_model *m = mask_model();
+    lm_err err = {0};
+    const int32_t mask = (int32_t)m->hp.n_vocab - 1;
+    const int32_t prompt[6] = {1, 300, 310, 320, 300, 310};
+    int32_t tok[2][16];
+    uint32_t iter[2][16];
+    const uint32_t steps[2] = {1, 0};
+    for (int r = 0; r < 2; ++r) {
+        lm_ctx_params cp = {.backend = "naive", .n_ctx = 32};
+        lm_ctx *c = NULL;
+        CU_ASSERT_FATAL(lm_ctx_create(&c, m, &cp, &err) == LM_OK);
+        lm_block_params p = {.block = 8, .n_blocks = 2, .max_iters = 5, .threshold = 0.5,
+                             .mask_id = mask, .step = steps[r]};
+        lm_block_trace tr = {.tokens = tok[r], .iter = iter[r]};
+        CU_ASSERT_FATAL(lm_block_generate(c, prompt, 6, &p, &tr, &err) == LM_OK);
+        CU_ASSERT(tr.n_iters >= 2 && tr.n_iters <= 10);
+        /* decisions were taken, so their margins are finite and >= 0 */
+        CU_ASSERT(tr.min_logit_gap >= 0.0 && isfinite(tr.min_logit_gap));
+        CU_ASSERT(tr.min_commit_gap >= 0.0 && isfinite(tr.min_commit_gap));
+        for (int i = 0; i < 16; ++i) {
+            CU_ASSERT_NOT_EQUAL(tok[r][i], mask);
+            CU_ASSERT(iter[r][i] >= 1 && iter[r][i] <= 5);
+        }
+        lm_ctx_free(c);
+    }
+    /* the naive backend's rows do not depend on the prefill chunk: equal runs */
+    CU_ASSERT(memcmp(tok[0], tok[1], sizeof tok[0]) == 0);
+    CU_ASSERT(memcmp(iter[0], iter[1], sizeof iter[0]) == 0);
+    /* threshold 0: every position passes in the first iteration */
+    lm_ctx_params cp = {.backend = "naive", .n_ctx = 32};
+    lm_ctx *c = NULL;
+    CU_ASSERT_FATAL(lm_ctx_create(&c, m, &cp, &err) == LM_OK);
+    lm_block_params p = {.block = 8, .n_blocks = 1, .max_iters = 5, .threshold = 0.0,
+                         .mask_id = mask};
+    lm_block_trace tr = {.tokens = tok[0], .iter = iter[0]};
+    CU_ASSERT_FATAL(lm_block_generate(c, prompt, 6, &p, &tr, &err) == LM_OK);
+    CU_ASSERT_EQUAL(tr.n_iters, 1u);
+    lm_ctx_reset(c);
+    p.mask_id = (int32_t)m->hp.n_vocab;
+    CU_ASSERT_EQUAL(lm_block_generate(c, prompt, 6, &p, &tr, &err), LM_E_INPUT);
+    lm_ctx_free(c);
+    lm_model_free(m);
+}
+
+void test_block_register(void)
+{
+    CU_pSuite s = CU_add_suite("block", NULL, NULL);
+    CU_add_test(s, "test_block_bidir_attention", test_block_bidir_attention);
+    CU_add_test(s, "test_block_sampler_commits", test_block_sampler_commits);
+}

@@ -1,0 +1,274 @@
+/* test_ref_dotx.c — the exact split dot product (ref_dotx.c): every result must equal the exact
+ * sum rounded once to nearest (oracle: products and a left-to-right sum at 40000 bits, exact for
+ * every input here), so |result - exact| <= 2^-P |exact| <= 2^-P sum |x_i w_i| holds with no
+ * tolerance; adversarial inputs (cancellation, 800 binades of range, subnormal weights, zeros,
+ * NaN/Inf), every kernel the CPU has, 1 and 4 rows at once, 127 and 254 bits, and the MPFR
+ * multiply-add dot product (ref_dot) within its own bound (n+1) 2^-P sum |x_i w_i|. */
+#include "kvd_ref.h"
+#include "ref_dotx.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NMAX 1100
+#define ORACLE_PREC 40000
+
+typedef struct dx_case {
+    mpfr_prec_t prec;
+    uint64_t n;
+    mpfr_t *x;   /* [NMAX] */
+    float w[4][NMAX];
+} dx_case;
+
+static void case_init(dx_case *c, mpfr_prec_t prec, uint64_t n)
+{
+    memset(c, 0, sizeof *c);
+    c->prec = prec;
+    c->n = n;
+    c->x = ref_vec_new(NMAX, prec);
+}
+
+static void case_free(dx_case *c)
+{
+    ref_vec_free(c->x, NMAX);
+}
+
+/* exact = sum x_i w_i at ORACLE_PREC (every product and partial sum exact here), rounded once
+ * to prec into out; sabs = sum |x_i w_i| (rounded up, for the bound). */
+static void oracle(mpfr_t out, mpfr_t sabs, mpfr_t *x, const float *w, uint64_t n)
+{
+    mpfr_t acc, p, ab;
+    mpfr_inits2(ORACLE_PREC, acc, p, ab, (mpfr_ptr)0);
+    mpfr_set_zero(acc, 1);
+    mpfr_set_zero(ab, 1);
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_mul_d(p, x[i], (double)w[i], MPFR_RNDN);
+        mpfr_add(acc, acc, p, MPFR_RNDN);
+        mpfr_abs(p, p, MPFR_RNDN);
+        mpfr_add(ab, ab, p, MPFR_RNDU);
+    }
+    mpfr_set(out, acc, MPFR_RNDN);
+    if (mpfr_zero_p(out))
+        mpfr_set_zero(out, 1);
+    mpfr_set(sabs, ab, MPFR_RNDU);
+    mpfr_clears(acc, p, ab, (mpfr_ptr)0);
+}
+
+/* Runs rows r < R of c through ref_dx_dot_rows (and row 0 through ref_dx_dot) with kernel kern;
+ * each must equal the oracle exactly (NaN: both NaN). Returns the number of mismatches. */
+static int check_case(dx_case *c, uint32_t R, int kern)
+{
+    lm_err err = {0};
+    ref_dx_scratch s;
+    ref_dx_vec v;
+    ref_dx_row rows[4];
+    memset(&v, 0, sizeof v);
+    memset(rows, 0, sizeof rows);
+    CU_ASSERT_FATAL(ref_dx_scratch_init(&s, c->prec, NMAX, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_dx_vec_set(&v, c->x, c->n, s.k_cap, &err) == LM_OK);
+    mpfr_t out[4], one, ex, sabs, d;
+    mpfr_ptr o[4];
+    const ref_dx_row *w[4];
+    for (uint32_t r = 0; r < 4; ++r) {
+        mpfr_init2(out[r], c->prec);
+        o[r] = out[r];
+        CU_ASSERT_FATAL(ref_dx_row_set(&rows[r], c->w[r], c->n, &err) == LM_OK);
+        w[r] = &rows[r];
+    }
+    mpfr_inits2(c->prec, one, ex, (mpfr_ptr)0);
+    mpfr_init2(sabs, 64);
+    mpfr_init2(d, 2 * c->prec + 64);
+    int bad = 0;
+#ifdef LM_TEST_HOOKS
+    ref_dx_test_force_kernel = kern;
+#else
+    (void)kern;
+#endif
+    ref_dx_dot_rows(o, &v, w, R, &s);
+    ref_dx_dot(one, &v, &rows[0], &s);
+#ifdef LM_TEST_HOOKS
+    ref_dx_test_force_kernel = -1;
+#endif
+    for (uint32_t r = 0; r < R; ++r) {
+        oracle(ex, sabs, c->x, c->w[r], c->n);
+        bool same = mpfr_nan_p(ex) ? mpfr_nan_p(out[r])
+                                   : (mpfr_equal_p(out[r], ex) && mpfr_signbit(out[r]) ==
+                                                                      mpfr_signbit(ex));
+        if (!same)
+            ++bad;
+        /* the stated bound, checked on its own: |result - exact| <= 2^-P sum |x w| */
+        if (mpfr_number_p(ex) && mpfr_number_p(out[r])) {
+            mpfr_sub(d, out[r], ex, MPFR_RNDN);
+            mpfr_abs(d, d, MPFR_RNDU);
+            mpfr_mul_2si(sabs, sabs, -(long)c->prec, MPFR_RNDU);
+            if (mpfr_cmp(d, sabs) > 0)
+                ++bad;
+        }
+    }
+    if (!(mpfr_nan_p(one) && mpfr_nan_p(out[0])) && !mpfr_equal_p(one, out[0]))
+        ++bad; /* one row alone == the same row among four */
+    for (uint32_t r = 0; r < 4; ++r) {
+        mpfr_clear(out[r]);
+        ref_dx_row_free(&rows[r]);
+    }
+    mpfr_clears(one, ex, sabs, d, (mpfr_ptr)0);
+    ref_dx_vec_free(&v);
+    ref_dx_scratch_clear(&s);
+    return bad;
+}
+
+/* Every kernel the CPU has (avx512 and avx2 only where supported), 1 and 4 rows. */
+static int check_all(dx_case *c)
+{
+    int bad = 0;
+    for (int kern = 0; kern <= 2; ++kern) {
+        bad += check_case(c, 4, kern);
+        bad += check_case(c, 1, kern);
+    }
+    return bad;
+}
+
+/* x_i: a full prec-bit significand times 2^(spread * u), u uniform in [-1, 1]. */
+static void fill_random(dx_case *c, uint64_t *st, int spread)
+{
+    for (uint64_t i = 0; i < c->n; ++i) {
+        mpfr_set_ui(c->x[i], (unsigned long)(tu_rand_u64(st) >> 1), MPFR_RNDN);
+        mpfr_div_ui(c->x[i], c->x[i], 3 + (unsigned long)(tu_rand_u64(st) % 1000), MPFR_RNDN);
+        mpfr_mul_2si(c->x[i], c->x[i], -63 + (long)(spread * tu_rand_f32(st)), MPFR_RNDN);
+        if (tu_rand_u64(st) & 1)
+            mpfr_neg(c->x[i], c->x[i], MPFR_RNDN);
+        for (int r = 0; r < 4; ++r)
+            c->w[r][i] = tu_rand_f32(st) * ldexpf(1.0f, (int)(tu_rand_u64(st) % 9) - 4);
+    }
+}
+
+static void test_ref_dotx_random(void)
+{
+    uint64_t st = tu_seed() ^ 0xd07u;
+    const uint64_t sizes[] = {1, 3, 16, 17, 255, 256, 257, 576, 1100};
+    const mpfr_prec_t precs[] = {127, 254, 53};
+    int bad = 0;
+    for (size_t p = 0; p < 3; ++p)
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; ++k) {
+            dx_case c;
+            case_init(&c, precs[p], sizes[k]);
+            fill_random(&c, &st, 12);
+            bad += check_all(&c);
+            case_free(&c);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* sum = tiny: pairs x, -x against the same weight cancel exactly; one small term survives. */
+static void test_ref_dotx_cancellation(void)
+{
+    uint64_t st = tu_seed() ^ 0xca7u;
+    dx_case c;
+    case_init(&c, 127, 801);
+    fill_random(&c, &st, 20);
+    for (uint64_t i = 0; i + 1 < 800; i += 2) {
+        mpfr_neg(c.x[i + 1], c.x[i], MPFR_RNDN);
+        for (int r = 0; r < 4; ++r)
+            c.w[r][i + 1] = c.w[r][i];
+    }
+    mpfr_set_ui_2exp(c.x[800], 3, -90, MPFR_RNDN);
+    for (int r = 0; r < 4; ++r)
+        c.w[r][800] = 1.0f + 0x1p-23f;
+    int bad = check_all(&c);
+    /* and sum exactly 0 (row 1: the survivor's weight zero): +0 */
+    for (int r = 0; r < 4; ++r)
+        c.w[r][800] = 0.0f;
+    bad += check_all(&c);
+    case_free(&c);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* Activations over 800 binades (most elements off the digit grid), weights with subnormals,
+ * tiny and huge exponents in one row (off the 4-digit grid), zeros and negative zeros. */
+static void test_ref_dotx_dynamic_range(void)
+{
+    uint64_t st = tu_seed() ^ 0xd1eu;
+    dx_case c;
+    case_init(&c, 127, 300);
+    fill_random(&c, &st, 400);
+    for (uint64_t i = 0; i < c.n; ++i) {
+        if (i % 7 == 0)
+            mpfr_set_zero(c.x[i], (i & 8) ? -1 : 1);
+        if (i % 5 == 0)
+            c.w[1][i] = ldexpf((float)(1 + i), -149); /* subnormal (or tiny normal) */
+        if (i % 11 == 0)
+            c.w[2][i] = (i & 2) ? -0.0f : 0x1p100f;
+        c.w[3][i] = (i % 3 == 0) ? 0x1.fffffep-120f : ((i % 3 == 1) ? 0x1.000002p+20f : 0.0f);
+    }
+    int bad = check_all(&c);
+    /* a vector and rows of zeros only: +0 */
+    for (uint64_t i = 0; i < c.n; ++i)
+        mpfr_set_zero(c.x[i], -1);
+    bad += check_all(&c);
+    case_free(&c);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* NaN and Inf follow IEEE: Inf * finite = Inf, Inf - Inf = NaN, Inf * 0 = NaN, NaN anywhere. */
+static void test_ref_dotx_special(void)
+{
+    uint64_t st = tu_seed() ^ 0x5e1u;
+    dx_case c;
+    case_init(&c, 127, 40);
+    fill_random(&c, &st, 8);
+    c.w[0][3] = INFINITY;                      /* row 0: +-Inf */
+    c.w[1][3] = INFINITY;
+    c.w[1][4] = -INFINITY;
+    if (mpfr_sgn(c.x[3]) != mpfr_sgn(c.x[4]))  /* row 1: Inf - Inf */
+        mpfr_neg(c.x[4], c.x[4], MPFR_RNDN);
+    c.w[2][5] = NAN;                           /* row 2: NaN */
+    mpfr_set_zero(c.x[6], 1);                  /* row 3: Inf * 0 */
+    c.w[3][6] = INFINITY;
+    int bad = check_all(&c);
+    mpfr_set_inf(c.x[7], 1); /* an infinite activation */
+    bad += check_all(&c);
+    case_free(&c);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The MPFR multiply-add product (ref_dot, the --validate-against mpfr path) stays within its
+ * documented bound (n+1) 2^-P sum |x w| of the exact value, and the split product is at least
+ * as close to it. */
+static void test_ref_dotx_vs_mpfr_dot(void)
+{
+    uint64_t st = tu_seed() ^ 0x3dfu;
+    dx_case c;
+    case_init(&c, 127, 576);
+    fill_random(&c, &st, 16);
+    lm_err err = {0};
+    ref_scratch s;
+    CU_ASSERT_FATAL(ref_scratch_init(&s, 127, 576, &err) == LM_OK);
+    ref_row_set_flt(&s, c.w[0], 576);
+    mpfr_t a, ex, sabs, d;
+    mpfr_inits2(127, a, ex, (mpfr_ptr)0);
+    mpfr_init2(sabs, 64);
+    mpfr_init2(d, 400);
+    ref_dot(a, c.x, s.row, 576, &s);
+    oracle(ex, sabs, c.x, c.w[0], 576);
+    mpfr_sub(d, a, ex, MPFR_RNDN);
+    mpfr_abs(d, d, MPFR_RNDU);
+    mpfr_mul_ui(sabs, sabs, 577, MPFR_RNDU);
+    mpfr_mul_2si(sabs, sabs, -127, MPFR_RNDU);
+    CU_ASSERT(mpfr_cmp(d, sabs) <= 0);
+    CU_ASSERT_EQUAL(check_case(&c, 1, -1), 0);
+    mpfr_clears(a, ex, sabs, d, (mpfr_ptr)0);
+    ref_scratch_clear(&s);
+    case_free(&c);
+}
+
+void test_ref_dotx_register(void)
+{
+    CU_pSuite s = CU_add_suite("ref_dotx", NULL, NULL);
+    CU_add_test(s, "test_ref_dotx_random", test_ref_dotx_random);
+    CU_add_test(s, "test_ref_dotx_cancellation", test_ref_dotx_cancellation);
+    CU_add_test(s, "test_ref_dotx_dynamic_range", test_ref_dotx_dynamic_range);
+    CU_add_test(s, "test_ref_dotx_special", test_ref_dotx_special);
+    CU_add_test(s, "test_ref_dotx_vs_mpfr_dot", test_ref_dotx_vs_mpfr_dot);
+}
