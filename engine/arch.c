@@ -20,7 +20,9 @@
         .ffn_gate = "ffn_gate.weight", .ffn_up = "ffn_up.weight", .ffn_down = "ffn_down.weight", \
         .attn_sinks = "attn_sinks.weight", .ffn_gate_inp = "ffn_gate_inp.weight",              \
         .ffn_gate_exps = "ffn_gate_exps.weight", .ffn_up_exps = "ffn_up_exps.weight",          \
-        .ffn_down_exps = "ffn_down_exps.weight",                                               \
+        .ffn_down_exps = "ffn_down_exps.weight", .attn_q_norm = "attn_q_norm.weight",         \
+        .attn_k_norm = "attn_k_norm.weight", .attn_post_norm = "post_attention_norm.weight",    \
+        .ffn_post_norm = "post_ffw_norm.weight", .rope_freqs = "rope_freqs.weight",             \
     }
 
 static const lm_arch arches[] = {
@@ -32,6 +34,45 @@ static const lm_arch arches[] = {
         .rms_eps = 1e-5f,
         .norm_place = LM_NORM_PRE,
         .act = LM_ACT_SWIGLU,
+        .tensors = LLAMA_TENSORS,
+    },
+    {
+        /* Gemma 3: scaled embeddings, per-head Q/K norms, sandwich norms, GeGLU, NeoX RoPE
+         * with theta 10000 on sliding layers (layer l slides iff l % 6 < 5). */
+        .name = "gemma3",
+        .key_prefix = "gemma3",
+        .rope_type = LM_ROPE_NEOX,
+        .rope_theta = 1000000.0f,
+        .rms_eps = 1e-6f,
+        .norm_place = LM_NORM_SANDWICH,
+        .act = LM_ACT_GEGLU_TANH,
+        .qk_norm = true,
+        .embd_scale_sqrt = true,
+        .rope_theta_swa = 10000.0f,
+        .swa_period = 6,
+        .tensors = LLAMA_TENSORS,
+    },
+    {
+        /* Qwen 2: llama with Q/K/V biases (optional tensors of the llama plan), NeoX RoPE. */
+        .name = "qwen2",
+        .key_prefix = "qwen2",
+        .rope_type = LM_ROPE_NEOX,
+        .rope_theta = 1000000.0f,
+        .rms_eps = 1e-6f,
+        .norm_place = LM_NORM_PRE,
+        .act = LM_ACT_SWIGLU,
+        .tensors = LLAMA_TENSORS,
+    },
+    {
+        /* Qwen 3: per-head Q/K RMSNorm before RoPE, no biases, NeoX RoPE. */
+        .name = "qwen3",
+        .key_prefix = "qwen3",
+        .rope_type = LM_ROPE_NEOX,
+        .rope_theta = 1000000.0f,
+        .rms_eps = 1e-6f,
+        .norm_place = LM_NORM_PRE,
+        .act = LM_ACT_SWIGLU,
+        .qk_norm = true,
         .tensors = LLAMA_TENSORS,
     },
 };

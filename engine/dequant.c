@@ -1,53 +1,31 @@
-/* dequant.c — tensor element types: block sizes, f16/bf16 conversions, dequantization to f32.
+/* dequant.c — tensor element types: the traits table (name, block geometry, dequantizer) and
+ * f16/bf16 conversions.
  *
- * Block layouts exactly as ggml defines them (ggml-common.h), little-endian:
- *   Q4_0: 32 elements in 18 bytes: f16 d, then 16 bytes qs. Byte j holds element j in its low
- *         nibble and element j + 16 in its high nibble; x = (nibble - 8) * d.
- *   Q4_1: 32 elements in 20 bytes: f16 d, f16 m, then 16 bytes qs (same nibble order);
- *         x = nibble * d + m.
- *   Q8_0: 32 elements in 34 bytes: f16 d, then 32 int8 qs; x = qs[j] * d.
- * Each product and sum is done in float32 as ggml's reference dequantizers do (d widened from
- * f16 exactly, then one float multiply, and for Q4_1 one float add: no fused multiply-add since
- * the build uses -ffp-contract=off), so the values are bitwise those of ggml. */
+ * Block layouts exactly as ggml defines them (ggml-common.h), little-endian; QK_K = 256:
+ *   Q4_0  32 in 18: f16 d, qs[16]. Byte j: element j low nibble, j + 16 high; x = (q - 8) d.
+ *   Q4_1  32 in 20: f16 d, f16 m, qs[16] (same nibbles); x = q d + m.
+ *   Q5_0  32 in 22: f16 d, u32 qh, qs[16]; 5th bit of element j is qh bit j; x = (q - 16) d.
+ *   Q5_1  32 in 24: f16 d, f16 m, u32 qh, qs[16]; x = q d + m.
+ *   Q8_0  32 in 34: f16 d, int8 qs[32]; x = q d.
+ *   Q2_K 256 in 84: scales[16] (low nibble scale, high nibble min), qs[64], f16 d, f16 dmin;
+ *         x = (d sc) q - (dmin m), q 2 bits.
+ *   Q3_K 256 in 110: hmask[32], qs[64], scales[12] (16 six-bit scales, offset 32), f16 d;
+ *         x = (d (sc - 32)) (q - (hbit ? 0 : 4)), q 2 low bits.
+ *   Q4_K 256 in 144: f16 d, f16 dmin, scales[12] (8 six-bit scale/min pairs), qs[128];
+ *         x = (d sc) q - (dmin m).
+ *   Q5_K 256 in 176: f16 d, f16 dmin, scales[12], qh[32], qs[128]; as Q4_K with a 5th bit.
+ *   Q6_K 256 in 210: ql[128], qh[64], int8 scales[16], f16 d; x = (d sc) (q - 32).
+ *   Q8_K 256 in 292: f32 d, int8 qs[256], int16 bsums[16] (unused here); x = d q.
+ *   IQ4_NL 32 in 18: f16 d, qs[16]; x = d kvalues[q].
+ *   IQ4_XS 256 in 136: f16 d, u16 scales_h, scales_l[4], qs[128]; eight 32-blocks with six-bit
+ *         scale ls (offset 32); x = (d (ls - 32)) kvalues[q].
+ * Each product and sum is done in float32, in the order of ggml's reference dequantizers
+ * (ggml-quants.c dequantize_row_*): f16 widened exactly, then float multiplies and adds (no
+ * fused multiply-add: the build uses -ffp-contract=off), so the values are bitwise ggml's. */
 #include "kvd_gguf.h"
 
 #include <inttypes.h>
 #include <string.h>
-
-size_t lm_tensor_type_block_bytes(lm_tensor_type type)
-{
-    switch (type) {
-    case LM_TYPE_F32: return 4;
-    case LM_TYPE_F16: return 2;
-    case LM_TYPE_BF16: return 2;
-    case LM_TYPE_Q4_0: return 18;
-    case LM_TYPE_Q4_1: return 20;
-    case LM_TYPE_Q8_0: return 34;
-    }
-    return 0;
-}
-
-size_t lm_tensor_type_block_elems(lm_tensor_type type)
-{
-    switch (type) {
-    case LM_TYPE_F32: case LM_TYPE_F16: case LM_TYPE_BF16: return 1;
-    case LM_TYPE_Q4_0: case LM_TYPE_Q4_1: case LM_TYPE_Q8_0: return 32;
-    }
-    return 0;
-}
-
-const char *lm_tensor_type_name(lm_tensor_type type)
-{
-    switch (type) {
-    case LM_TYPE_F32: return "F32";
-    case LM_TYPE_F16: return "F16";
-    case LM_TYPE_BF16: return "BF16";
-    case LM_TYPE_Q4_0: return "Q4_0";
-    case LM_TYPE_Q4_1: return "Q4_1";
-    case LM_TYPE_Q8_0: return "Q8_0";
-    }
-    return "unknown";
-}
 
 static float bits_f32(uint32_t u)
 {
@@ -137,59 +115,348 @@ static uint16_t rd16(const uint8_t *p)
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static float f16at(const uint8_t *p)
+{
+    return lm_f16_to_f32(rd16(p));
+}
+
+/* IQ4_NL / IQ4_XS code book (ggml kvalues_iq4nl). */
+static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                         1, 13, 25, 38, 53, 69, 89, 113};
+
+static void f32_to_f32(const uint8_t *p, float *out, uint64_t n)
+{
+    memcpy(out, p, (size_t)n * 4); /* little-endian host (x86-64, aarch64) */
+}
+
+static void f16_to_f32(const uint8_t *p, float *out, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; ++i)
+        out[i] = lm_f16_to_f32(rd16(p + 2 * i));
+}
+
+static void bf16_to_f32(const uint8_t *p, float *out, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; ++i)
+        out[i] = lm_bf16_to_f32(rd16(p + 2 * i));
+}
+
+static void q4_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 18, out += 32) {
+        float d = f16at(p);
+        const uint8_t *qs = p + 2;
+        for (int j = 0; j < 16; ++j) {
+            out[j] = (float)((int)(qs[j] & 0x0f) - 8) * d;
+            out[j + 16] = (float)((int)(qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void q4_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 20, out += 32) {
+        float d = f16at(p), m = f16at(p + 2);
+        const uint8_t *qs = p + 4;
+        for (int j = 0; j < 16; ++j) {
+            out[j] = (float)(qs[j] & 0x0f) * d + m;
+            out[j + 16] = (float)(qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static void q5_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 22, out += 32) {
+        float d = f16at(p);
+        uint32_t qh = rd32(p + 2);
+        const uint8_t *qs = p + 6;
+        for (int j = 0; j < 16; ++j) {
+            int x0 = (int)((qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10)) - 16;
+            int x1 = (int)((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+            out[j] = (float)x0 * d;
+            out[j + 16] = (float)x1 * d;
+        }
+    }
+}
+
+static void q5_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 24, out += 32) {
+        float d = f16at(p), m = f16at(p + 2);
+        uint32_t qh = rd32(p + 4);
+        const uint8_t *qs = p + 8;
+        for (int j = 0; j < 16; ++j) {
+            int x0 = (int)((qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10));
+            int x1 = (int)((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+            out[j] = (float)x0 * d + m;
+            out[j + 16] = (float)x1 * d + m;
+        }
+    }
+}
+
+static void q8_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 34, out += 32) {
+        float d = f16at(p);
+        for (int j = 0; j < 32; ++j)
+            out[j] = (float)(int8_t)p[2 + j] * d;
+    }
+}
+
+static void q2_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 84) {
+        const uint8_t *scales = p, *q = p + 16;
+        float d = f16at(p + 80), dmin = f16at(p + 82);
+        int is = 0;
+        for (int n = 0; n < 256; n += 128, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (int half = 0; half < 2; ++half) {
+                    uint8_t sc = scales[is++];
+                    float dl = d * (float)(sc & 0xf), ml = dmin * (float)(sc >> 4);
+                    for (int l = 0; l < 16; ++l)
+                        *out++ = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
+                }
+            }
+        }
+    }
+}
+
+/* The sixteen six-bit Q3_K scales (offset 32 not yet removed) from their 12 packed bytes: the
+ * low four bits of scale i are the low nibble of byte i for i < 8, else the high nibble of byte
+ * i - 8; its top two bits are bits 2 (i / 4) and 2 (i / 4) + 1 of byte 8 + i % 4. */
+static void q3_k_scales(const uint8_t *s, int out[16])
+{
+    for (int i = 0; i < 16; ++i) {
+        int lo = i < 8 ? s[i] & 0xf : s[i - 8] >> 4;
+        int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        out[i] = lo | hi << 4;
+    }
+}
+
+static void q3_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 110) {
+        const uint8_t *hm = p, *q = p + 32;
+        int sc[16];
+        q3_k_scales(p + 96, sc);
+        float d_all = f16at(p + 108);
+        int is = 0;
+        uint8_t m = 1;
+        for (int n = 0; n < 256; n += 128, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2, m = (uint8_t)(m << 1)) {
+                for (int half = 0; half < 2; ++half) {
+                    float dl = d_all * (float)(sc[is++] - 32);
+                    for (int l = 0; l < 16; ++l) {
+                        int k = l + 16 * half;
+                        int v = ((q[k] >> shift) & 3) - ((hm[k] & m) ? 0 : 4);
+                        *out++ = dl * (float)v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Scale and min j (0..7) of a Q4_K / Q5_K block (ggml get_scale_min_k4). */
+static void scale_min_k4(int j, const uint8_t *q, int *d, int *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+static void q4_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 144) {
+        float d = f16at(p), dmin = f16at(p + 2);
+        const uint8_t *scales = p + 4, *q = p + 16;
+        for (int is = 0; is < 8; is += 2, q += 32) {
+            int sc, m;
+            scale_min_k4(is, scales, &sc, &m);
+            float d1 = d * (float)sc, m1 = dmin * (float)m;
+            scale_min_k4(is + 1, scales, &sc, &m);
+            float d2 = d * (float)sc, m2 = dmin * (float)m;
+            for (int l = 0; l < 32; ++l)
+                *out++ = d1 * (float)(q[l] & 0xf) - m1;
+            for (int l = 0; l < 32; ++l)
+                *out++ = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void q5_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 176) {
+        float d = f16at(p), dmin = f16at(p + 2);
+        const uint8_t *scales = p + 4, *qh = p + 16, *ql = p + 48;
+        uint8_t u1 = 1, u2 = 2;
+        for (int is = 0; is < 8; is += 2, ql += 32, u1 = (uint8_t)(u1 << 2),
+             u2 = (uint8_t)(u2 << 2)) {
+            int sc, m;
+            scale_min_k4(is, scales, &sc, &m);
+            float d1 = d * (float)sc, m1 = dmin * (float)m;
+            scale_min_k4(is + 1, scales, &sc, &m);
+            float d2 = d * (float)sc, m2 = dmin * (float)m;
+            for (int l = 0; l < 32; ++l)
+                *out++ = d1 * (float)((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; ++l)
+                *out++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+static void q6_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 210) {
+        float d = f16at(p + 208);
+        const uint8_t *ql = p, *qh = p + 128;
+        const int8_t *sc = (const int8_t *)(p + 192);
+        for (int n = 0; n < 256; n += 128, out += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; ++l) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                out[l] = d * (float)sc[is] * (float)q1;
+                out[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                out[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                out[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+static void q8_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 292) {
+        float d;
+        memcpy(&d, p, 4);
+        for (int j = 0; j < 256; ++j)
+            *out++ = d * (float)(int8_t)p[4 + j];
+    }
+}
+
+static void iq4_nl_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 18, out += 32) {
+        float d = f16at(p);
+        const uint8_t *qs = p + 2;
+        for (int j = 0; j < 16; ++j) {
+            out[j] = d * (float)kvalues_iq4nl[qs[j] & 0xf];
+            out[j + 16] = d * (float)kvalues_iq4nl[qs[j] >> 4];
+        }
+    }
+}
+
+static void iq4_xs_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 136) {
+        float d = f16at(p);
+        uint16_t scales_h = rd16(p + 2);
+        const uint8_t *scales_l = p + 4, *qs = p + 8;
+        for (int ib = 0; ib < 8; ++ib, out += 32, qs += 16) {
+            int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
+            float dl = d * (float)(ls - 32);
+            for (int j = 0; j < 16; ++j) {
+                out[j] = dl * (float)kvalues_iq4nl[qs[j] & 0xf];
+                out[j + 16] = dl * (float)kvalues_iq4nl[qs[j] >> 4];
+            }
+        }
+    }
+}
+
+/* Indexed by ggml type number; a NULL name is no type (removed numbers 4, 5, 31..33, 36..38). */
+static const lm_type_traits traits[] = {
+    [LM_TYPE_F32] = {"F32", 1, 4, f32_to_f32},
+    [LM_TYPE_F16] = {"F16", 1, 2, f16_to_f32},
+    [LM_TYPE_Q4_0] = {"Q4_0", 32, 18, q4_0_to_f32},
+    [LM_TYPE_Q4_1] = {"Q4_1", 32, 20, q4_1_to_f32},
+    [LM_TYPE_Q5_0] = {"Q5_0", 32, 22, q5_0_to_f32},
+    [LM_TYPE_Q5_1] = {"Q5_1", 32, 24, q5_1_to_f32},
+    [LM_TYPE_Q8_0] = {"Q8_0", 32, 34, q8_0_to_f32},
+    [LM_TYPE_Q8_1] = {"Q8_1", 32, 36, NULL},
+    [LM_TYPE_Q2_K] = {"Q2_K", 256, 84, q2_k_to_f32},
+    [LM_TYPE_Q3_K] = {"Q3_K", 256, 110, q3_k_to_f32},
+    [LM_TYPE_Q4_K] = {"Q4_K", 256, 144, q4_k_to_f32},
+    [LM_TYPE_Q5_K] = {"Q5_K", 256, 176, q5_k_to_f32},
+    [LM_TYPE_Q6_K] = {"Q6_K", 256, 210, q6_k_to_f32},
+    [LM_TYPE_Q8_K] = {"Q8_K", 256, 292, q8_k_to_f32},
+    [LM_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66, NULL},
+    [LM_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74, NULL},
+    [LM_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98, NULL},
+    [LM_TYPE_IQ1_S] = {"IQ1_S", 256, 50, NULL},
+    [LM_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, iq4_nl_to_f32},
+    [LM_TYPE_IQ3_S] = {"IQ3_S", 256, 110, NULL},
+    [LM_TYPE_IQ2_S] = {"IQ2_S", 256, 82, NULL},
+    [LM_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136, iq4_xs_to_f32},
+    [LM_TYPE_I8] = {"I8", 1, 1, NULL},
+    [LM_TYPE_I16] = {"I16", 1, 2, NULL},
+    [LM_TYPE_I32] = {"I32", 1, 4, NULL},
+    [LM_TYPE_I64] = {"I64", 1, 8, NULL},
+    [LM_TYPE_F64] = {"F64", 1, 8, NULL},
+    [LM_TYPE_IQ1_M] = {"IQ1_M", 256, 56, NULL},
+    [LM_TYPE_BF16] = {"BF16", 1, 2, bf16_to_f32},
+    [LM_TYPE_TQ1_0] = {"TQ1_0", 256, 54, NULL},
+    [LM_TYPE_TQ2_0] = {"TQ2_0", 256, 66, NULL},
+    [LM_TYPE_MXFP4] = {"MXFP4", 32, 17, NULL},
+    [LM_TYPE_NVFP4] = {"NVFP4", 64, 36, NULL},
+    [LM_TYPE_Q1_0] = {"Q1_0", 128, 18, NULL},
+};
+
+const lm_type_traits *lm_type_traits_of(uint32_t type)
+{
+    if (type >= sizeof traits / sizeof traits[0] || traits[type].name == NULL)
+        return NULL;
+    return &traits[type];
+}
+
+size_t lm_tensor_type_block_bytes(lm_tensor_type type)
+{
+    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
+    return t ? t->block_bytes : 0;
+}
+
+size_t lm_tensor_type_block_elems(lm_tensor_type type)
+{
+    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
+    return t ? t->block_elems : 0;
+}
+
+const char *lm_tensor_type_name(lm_tensor_type type)
+{
+    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
+    return t ? t->name : "unknown";
+}
+
+bool lm_tensor_type_loadable(lm_tensor_type type)
+{
+    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
+    return t != NULL && t->to_f32 != NULL;
+}
+
 int lm_gguf_tensor_to_f32(float *out, const lm_gguf_tensor *t, lm_err *err)
 {
-    size_t be = lm_tensor_type_block_elems(t->type);
-    size_t bb = lm_tensor_type_block_bytes(t->type);
-    if (be == 0)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "tensor '%s': type %d cannot be dequantized",
-                       t->name, (int)t->type);
-    if (t->ne[0] % be != 0 || t->n_elem % be != 0 || t->n_elem / be * bb != t->nbytes)
+    const lm_type_traits *tr = lm_type_traits_of((uint32_t)t->type);
+    if (tr == NULL || tr->to_f32 == NULL)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "tensor '%s': type %d (%s) cannot be dequantized",
+                       t->name, (int)t->type, tr ? tr->name : "unknown");
+    uint64_t be = tr->block_elems;
+    if (t->ne[0] % be != 0 || t->n_elem % be != 0 || t->n_elem / be * tr->block_bytes != t->nbytes)
         return LM_FAIL(err, LM_E_INPUT, "tensor '%s': %" PRIu64 " elements and %" PRIu64
                        " bytes do not form whole %s blocks", t->name, t->n_elem, t->nbytes,
-                       lm_tensor_type_name(t->type));
-    const uint8_t *p = t->data; /* [nbytes], validated by the reader */
-    uint64_t nb = t->n_elem / be;
-    switch (t->type) {
-    case LM_TYPE_F32:
-        memcpy(out, p, (size_t)t->nbytes); /* little-endian host (x86-64, aarch64) */
-        break;
-    case LM_TYPE_F16:
-        for (uint64_t i = 0; i < nb; ++i)
-            out[i] = lm_f16_to_f32(rd16(p + 2 * i));
-        break;
-    case LM_TYPE_BF16:
-        for (uint64_t i = 0; i < nb; ++i)
-            out[i] = lm_bf16_to_f32(rd16(p + 2 * i));
-        break;
-    case LM_TYPE_Q4_0:
-        for (uint64_t b = 0; b < nb; ++b, p += 18, out += 32) {
-            float d = lm_f16_to_f32(rd16(p));
-            const uint8_t *qs = p + 2;
-            for (int j = 0; j < 16; ++j) {
-                out[j] = (float)((int)(qs[j] & 0x0f) - 8) * d;
-                out[j + 16] = (float)((int)(qs[j] >> 4) - 8) * d;
-            }
-        }
-        break;
-    case LM_TYPE_Q4_1:
-        for (uint64_t b = 0; b < nb; ++b, p += 20, out += 32) {
-            float d = lm_f16_to_f32(rd16(p));
-            float m = lm_f16_to_f32(rd16(p + 2));
-            const uint8_t *qs = p + 4;
-            for (int j = 0; j < 16; ++j) {
-                out[j] = (float)(qs[j] & 0x0f) * d + m;
-                out[j + 16] = (float)(qs[j] >> 4) * d + m;
-            }
-        }
-        break;
-    case LM_TYPE_Q8_0:
-        for (uint64_t b = 0; b < nb; ++b, p += 34, out += 32) {
-            float d = lm_f16_to_f32(rd16(p));
-            for (int j = 0; j < 32; ++j)
-                out[j] = (float)(int8_t)p[2 + j] * d;
-        }
-        break;
-    }
+                       tr->name);
+    tr->to_f32(t->data, out, t->n_elem / be); /* data: [nbytes], validated by the reader */
     return LM_OK;
 }

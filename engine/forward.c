@@ -55,6 +55,8 @@ struct lm_ctx {
     lm_kvcache kv;
     float *rope_cos;  /* [n_ctx][n_rot / 2] */
     float *rope_sin;  /* [n_ctx][n_rot / 2] */
+    const float *rope_cos_swa; /* sliding layers' table (hp.rope_theta_swa), else = rope_cos */
+    const float *rope_sin_swa;
     /* scratch, each sized for a chunk of n_ctx tokens */
     float *x;         /* [n_ctx][n_embd] residual stream */
     float *xn;        /* [n_ctx][n_embd] normed input of a block, then the block's output */
@@ -156,12 +158,27 @@ LM_VECTOR_CLONES static void swiglu_rows(void *arg, uint32_t begin, uint32_t end
     }
 }
 
+/* g = (g / (1 + lm_expf(-2u))) * u_up with u = 0.7978845608f * (g + (0.044715f * g) * g * g):
+ * gelu_tanh of the gate times the up projection, per element, using
+ * 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)); every step one float operation, left to right. */
+LM_VECTOR_CLONES static void geglu_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const swiglu_job *j = arg;
+    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
+        const float x = j->g[i];
+        const float u = 0.7978845608f * (x + 0.044715f * x * x * x);
+        j->g[i] = (x / (1.0f + lm_expf(-2.0f * u))) * j->u[i];
+    }
+}
+
 /* RoPE on rows[n][n_heads][head_dim] at positions pos0..pos0+n-1. Pair i (i < n_rot/2) turns
  * by angle pos * theta^(-2i/n_rot): NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2).
  * Dimensions >= n_rot pass through. a' = a*c - b*s, b' = a*s + b*c, each product rounded to
  * float (no FMA), c and s from the context's table. */
 typedef struct rope_job {
     const lm_ctx *c;
+    const float *cos_tab; /* [n_ctx][n_rot / 2]: the layer's table */
+    const float *sin_tab;
     float *rows;     /* [n][stride], heads at the start of each row */
     uint32_t pos0;
     uint32_t n_heads;
@@ -176,8 +193,8 @@ static void rope_rows(void *arg, uint32_t begin, uint32_t end)
     const uint32_t hd = hp->head_dim;
     const bool neox = hp->rope_type == LM_ROPE_NEOX;
     for (uint32_t t = begin; t < end; ++t) {
-        const float *cs = j->c->rope_cos + (size_t)(j->pos0 + t) * half; /* [half] */
-        const float *sn = j->c->rope_sin + (size_t)(j->pos0 + t) * half; /* [half] */
+        const float *cs = j->cos_tab + (size_t)(j->pos0 + t) * half; /* [half] */
+        const float *sn = j->sin_tab + (size_t)(j->pos0 + t) * half; /* [half] */
         for (uint32_t h = 0; h < j->n_heads; ++h) {
             float *v = j->rows + (size_t)t * j->stride + (size_t)h * hd; /* [head_dim] */
             for (uint32_t i = 0; i < half; ++i) {
@@ -214,6 +231,13 @@ static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, u
     lm_backend_perturb(c->be, y, n, j.dim, j.dim, LM_SITE_NORM); /* SR ensemble only */
 }
 
+/* Per-head RMSNorm: rows [n_rows][head_dim] (contiguous heads of q or k), eps = rms_eps. */
+static void head_norm_chunk(lm_ctx *c, float *rows, const float *w, uint32_t n_rows)
+{
+    norm_job j = {rows, rows, w, c->m->hp.head_dim, c->m->hp.rms_eps};
+    lm_pool_for(c->pool, n_rows, MIN_ROWS, norm_rows, &j);
+}
+
 static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32_t n)
 {
     residual_job j = {x, y, b, c->m->hp.n_embd};
@@ -221,9 +245,13 @@ static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32
     lm_backend_perturb(c->be, x, n, j.dim, j.dim, LM_SITE_RESIDUAL); /* SR ensemble only */
 }
 
-static void rope_chunk(lm_ctx *c, float *rows, uint32_t n, uint32_t n_heads, size_t stride)
+/* RoPE with layer il's table: the sliding-layer theta when the layer slides. */
+static void rope_chunk(lm_ctx *c, uint32_t il, float *rows, uint32_t n, uint32_t n_heads,
+                       size_t stride)
 {
-    rope_job j = {c, rows, c->n_past, n_heads, stride};
+    const bool swa = c->m->layers[il].window != 0;
+    rope_job j = {c, swa ? c->rope_cos_swa : c->rope_cos, swa ? c->rope_sin_swa : c->rope_sin,
+                  rows, c->n_past, n_heads, stride};
     if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_ROPE_POS_AFTER_CHUNK) && c->n_past > 0)
         /* test defect: a later chunk's first position counted one too far (kept inside the
          * table so that the defect computes wrong angles, never reads out of bounds) */
@@ -266,8 +294,12 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     if (L->bv != NULL)
         add_bias(vc, L->bv, n, kv_dim, kv_dim);
     lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_V); /* profiles only */
-    rope_chunk(c, c->q, n, hp->n_head, q_dim);
-    rope_chunk(c, kc, n, hp->n_head_kv, kv_dim);
+    if (L->attn_q_norm != NULL) { /* per-head RMSNorm over head_dim, before RoPE */
+        head_norm_chunk(c, c->q, L->attn_q_norm, n * hp->n_head);
+        head_norm_chunk(c, kc, L->attn_k_norm, n * hp->n_head_kv);
+    }
+    rope_chunk(c, il, c->q, n, hp->n_head, q_dim);
+    rope_chunk(c, il, kc, n, hp->n_head_kv, kv_dim);
     /* profiles only: K and V as the cache stores them (f16kv: binary16) */
     lm_backend_perturb(be, kc, n, kv_dim, kv_dim, LM_SITE_KV);
     lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_KV);
@@ -302,7 +334,12 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     probe(c, il, "attn", c->att, n, q_dim);
 
     be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
-    residual_chunk(c, c->x, c->xn, L->bo, n);
+    if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
+        if (L->bo != NULL)
+            add_bias(c->xn, L->bo, n, d, d);
+        rmsnorm_chunk(c, c->xn, c->xn, L->attn_post_norm, n);
+    }
+    residual_chunk(c, c->x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, n);
     probe(c, il, "attn_out", c->xn, n, d);
     probe(c, il, "attn_resid", c->x, n, d);
 }
@@ -327,10 +364,13 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_gate, d, c->ff_gate, ff);
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
     swiglu_job sj = {c->ff_gate, c->ff_up, ff};
-    lm_pool_for(c->pool, n, MIN_ROWS, swiglu_rows, &sj);
+    lm_pool_for(c->pool, n, MIN_ROWS, hp->act == LM_ACT_GEGLU_TANH ? geglu_rows : swiglu_rows,
+                &sj);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, n, ff);
     be->vt->gemm_nt(be, n, d, ff, 1.0f, c->ff_gate, ff, L->w_down, ff, c->xn, d);
+    if (L->ffn_post_norm != NULL) /* sandwich */
+        rmsnorm_chunk(c, c->xn, c->xn, L->ffn_post_norm, n);
     residual_chunk(c, c->x, c->xn, NULL, n);
     probe(c, il, "ffn_out", c->xn, n, d);
     probe(c, il, "residual", c->x, n, d);
@@ -384,6 +424,9 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
     const uint32_t d = hp->n_embd;
     for (uint32_t t = 0; t < n; ++t)
         memcpy(c->x + (size_t)t * d, c->m->tok_embd + (size_t)tokens[t] * d, d * sizeof(float));
+    if (hp->embd_scale != 0.0f) /* one float multiply per element (gemma3: sqrtf(n_embd)) */
+        for (size_t i = 0; i < (size_t)n * d; ++i)
+            c->x[i] *= hp->embd_scale;
     for (uint32_t il = 0; il < hp->n_layer; ++il) {
         attn_block(c, il, n);
         ffn_block(c, il, n);
@@ -427,16 +470,18 @@ int lm_prefill(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t step, floa
 /* cos/sin of pos * theta^(-2i/n_rot) for every position and pair: computed once in double
  * (pow, multiply, cos, sin) and rounded to float, so the table is within half an ulp of the
  * exact value in practice; forward passes only read it. */
-static void fill_rope_table(lm_ctx *c)
+static void fill_rope_table(const lm_ctx *c, float *cos_tab, float *sin_tab, float theta)
 {
     const lm_hparams *hp = &c->m->hp;
     const uint32_t half = hp->n_rot / 2;
     for (uint32_t i = 0; i < half; ++i) {
-        const double freq = pow((double)hp->rope_theta, -2.0 * (double)i / (double)hp->n_rot);
+        double freq = pow((double)theta, -2.0 * (double)i / (double)hp->n_rot);
+        if (c->m->rope_freqs != NULL) /* Llama 3.1: pair i's frequency divided by its factor */
+            freq /= (double)c->m->rope_freqs[i];
         for (uint32_t pos = 0; pos < c->n_ctx; ++pos) {
             const double ang = (double)pos * freq;
-            c->rope_cos[(size_t)pos * half + i] = (float)cos(ang);
-            c->rope_sin[(size_t)pos * half + i] = (float)sin(ang);
+            cos_tab[(size_t)pos * half + i] = (float)cos(ang);
+            sin_tab[(size_t)pos * half + i] = (float)sin(ang);
         }
     }
 }
@@ -565,6 +610,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
 
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
     const size_t half = hp->n_rot / 2;
+    const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
     const size_t sizes[] = {
         (size_t)n_ctx * half, (size_t)n_ctx * half,                   /* rope cos, sin */
         (size_t)n_ctx * hp->n_embd, (size_t)n_ctx * hp->n_embd,       /* x, xn */
@@ -572,6 +618,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         (size_t)n_ctx * hp->n_ff, (size_t)n_ctx * hp->n_ff,           /* ff_gate, ff_up */
         lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(n_ctx, n_ctx) : 1,
                                                                       /* scores */
+        own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
     };
     size_t total = 64;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
@@ -591,8 +638,16 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->ff_gate = carve(&cur, sizes[6]);
     c->ff_up = carve(&cur, sizes[7]);
     c->scores = carve(&cur, sizes[8]);
+    float *cos_swa = carve(&cur, sizes[9]), *sin_swa = carve(&cur, sizes[10]);
     c->scratch_bytes = total;
-    fill_rope_table(c);
+    fill_rope_table(c, c->rope_cos, c->rope_sin, hp->rope_theta);
+    c->rope_cos_swa = c->rope_cos;
+    c->rope_sin_swa = c->rope_sin;
+    if (own_swa) {
+        fill_rope_table(c, cos_swa, sin_swa, hp->rope_theta_swa);
+        c->rope_cos_swa = cos_swa;
+        c->rope_sin_swa = sin_swa;
+    }
     *out = c;
     return LM_OK;
 fail:

@@ -323,21 +323,6 @@ static const name_ix *lookup(const name_ix *v, uint64_t n, const char *name)
     return n ? bsearch(&key, v, (size_t)n, sizeof *v, cmp_name_ix) : NULL;
 }
 
-/* ---------------------------------------------------------------- tensor types */
-
-/* ggml's type numbers, to name a type kvdrift does not load (refused as unsupported) apart
- * from a number that is no type at all (refused as corrupt input). */
-static const char *ggml_type_name(uint32_t t)
-{
-    static const char *names[] = {
-        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
-        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS",
-        "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64",
-        "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4",
-        "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
-    return t < sizeof names / sizeof names[0] ? names[t] : NULL;
-}
-
 /* ---------------------------------------------------------------- open */
 
 typedef struct extent {
@@ -383,17 +368,13 @@ static int parse_tensor_info(lm_gguf *g, cur *c, lm_gguf_tensor *t, uint64_t *of
     }
     if ((rc = rd_u32(c, &type, "tensor type")) || (rc = rd_u64(c, off, "tensor offset")))
         return rc;
-    size_t be = lm_tensor_type_block_elems((lm_tensor_type)type);
-    size_t bb = lm_tensor_type_block_bytes((lm_tensor_type)type);
-    if (be == 0) {
-        const char *tn = ggml_type_name(type);
-        if (tn != NULL)
-            return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: tensor '%s' has type %" PRIu32
-                           " (%s), which kvdrift does not load (F32, F16, BF16, Q8_0, "
-                           "Q4_0, Q4_1 only)", g->path, name, type, tn);
+    /* Every ggml type with a known geometry is accepted here (its extent can be validated);
+     * whether kvdrift can dequantize it is the model loader's question. */
+    const lm_type_traits *tr = lm_type_traits_of(type);
+    if (tr == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' has unknown type %" PRIu32,
                        g->path, name, type);
-    }
+    size_t be = tr->block_elems, bb = tr->block_bytes;
     t->type = (lm_tensor_type)type;
     if (t->ne[0] % be != 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s': ne[0] = %" PRIu64 " is not a "

@@ -4,9 +4,11 @@
 #include "kvd_model.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* One weight to load: its GGUF name, expected shape (ne[0] = in, ne[1] = out, 1 when 1-D),
@@ -80,6 +82,7 @@ static int read_variant_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf 
     if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window"), 0, &hp->n_swa, err)))
         return rc;
     int64_t ip = lm_gguf_find(g, akey(k, a, "attention.sliding_window_pattern"));
+    hp->swa_period = ip < 0 ? a->swa_period : 0; /* the row's pattern when the file has none */
     if (ip >= 0 && lm_gguf_kv_type(g, (uint64_t)ip) != LM_GGUF_ARR
         && (rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window_pattern"), 0, &hp->swa_period,
                                  err)))
@@ -209,6 +212,16 @@ static int read_hparams(lm_hparams *hp, const lm_arch **row, const lm_gguf *g, l
     if ((rc = read_variant_hparams(hp, a, g, err)))
         return rc;
     hp->rope_type = a->rope_type;
+    hp->norm_place = a->norm_place;
+    hp->act = a->act;
+    hp->qk_norm = a->qk_norm;
+    hp->embd_scale = a->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 0.0f;
+    if ((rc = lm_gguf_get_f32(g, akey(k, a, "rope.freq_base_swa"), a->rope_theta_swa,
+                              &hp->rope_theta_swa, err)))
+        return rc;
+    if (!(hp->rope_theta_swa >= 0.0f) || hp->rope_theta_swa > 1e30f)
+        return LM_FAIL(err, LM_E_INPUT, "%s: rope.freq_base_swa %g is not a finite number >= 0",
+                       path, (double)hp->rope_theta_swa);
     return LM_OK;
 }
 
@@ -221,6 +234,8 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
     int rc;
     if ((rc = plan_add(p, tn->tok_embd, E, V, false, &m->tok_embd, err))
         || (rc = plan_add(p, tn->output_norm, E, 1, false, &m->output_norm, err)))
+        return rc;
+    if ((rc = plan_add(p, tn->rope_freqs, hp->n_rot / 2, 1, true, &m->rope_freqs, err)))
         return rc;
     hp->tied_output = lm_gguf_tensor_find(g, tn->output) == NULL;
     if (!hp->tied_output && (rc = plan_add(p, tn->output, E, V, false, &m->output, err)))
@@ -243,6 +258,10 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             {tn->ffn_up, E, F, hp->n_expert > 0, &L->w_up},
             {tn->ffn_down, F, E, hp->n_expert > 0, &L->w_down},
             {tn->attn_sinks, hp->n_head, 1, true, &L->sinks},
+            {tn->attn_q_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_q_norm},
+            {tn->attn_k_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_k_norm},
+            {tn->attn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->attn_post_norm},
+            {tn->ffn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->ffn_post_norm},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
@@ -294,6 +313,68 @@ static int check_shapes(const plan *p, const lm_gguf *g, uint64_t *total, lm_err
     return LM_OK;
 }
 
+uint64_t lm_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f != NULL) {
+        char line[128];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f) != NULL)
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                fclose(f);
+                return kb > UINT64_MAX / 1024 ? UINT64_MAX : (uint64_t)kb * 1024;
+            }
+        fclose(f);
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || size <= 0)
+        return UINT64_MAX;
+    return (uint64_t)pages * (uint64_t)size;
+}
+
+int lm_mem_check(const char *what, uint64_t needed, uint64_t available, lm_err *err)
+{
+    if (needed <= available)
+        return LM_OK;
+    return LM_FAIL(err, LM_E_NOMEM, "%s: needs %" PRIu64 " bytes (%.1f GiB) of memory, %" PRIu64
+                   " bytes (%.1f GiB) available", what, needed, (double)needed / 1073741824.0,
+                   available, (double)available / 1073741824.0);
+}
+
+/* One line listing every part of the file kvdrift cannot load: tensors by type (with counts)
+ * and the architecture. */
+static int check_supported(const lm_gguf *g, lm_err *err)
+{
+    uint32_t count[256] = {0};
+    uint64_t n = lm_gguf_n_tensors(g);
+    bool any = false;
+    for (uint64_t i = 0; i < n; ++i) {
+        lm_tensor_type t = lm_gguf_tensor_at(g, i)->type;
+        if (!lm_tensor_type_loadable(t)) {
+            ++count[(uint32_t)t & 255u]; /* the reader only accepts ggml type numbers < 256 */
+            any = true;
+        }
+    }
+    const char *arch = NULL;
+    int rc = lm_gguf_get_str(g, "general.architecture", NULL, &arch, err);
+    if (rc)
+        return rc;
+    bool arch_bad = arch != NULL && lm_arch_find(arch) == NULL;
+    if (!any && !arch_bad)
+        return LM_OK;
+    char msg[768];
+    size_t len = 0;
+    for (uint32_t t = 0; t < 256 && len < sizeof msg; ++t)
+        if (count[t])
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%" PRIu32 " tensor%s %s",
+                                    len ? ", " : "", count[t], count[t] == 1 ? "" : "s",
+                                    lm_tensor_type_name((lm_tensor_type)t));
+    if (arch_bad && len < sizeof msg)
+        snprintf(msg + len, sizeof msg - len, "%sarchitecture '%.64s' (expected %s)",
+                 len ? ", " : "", arch, lm_arch_expected());
+    return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: unsupported: %s", lm_gguf_path(g), msg);
+}
+
 static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
 {
     plan p = {0};
@@ -303,11 +384,15 @@ static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
         rc = check_shapes(&p, g, &total, err);
     if (rc)
         goto done;
-    if (total > SIZE_MAX / sizeof(float)) {
+    if (total > SIZE_MAX / sizeof(float) / 2) {
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: weights too large", lm_gguf_path(g));
         goto done;
     }
-    float *arena = malloc(total ? (size_t)total * sizeof(float) : 1);
+    /* The float32 arena must fit in memory: refuse now rather than be killed later. */
+    if ((rc = lm_mem_check(lm_gguf_path(g), total * sizeof(float), lm_mem_available(), err)))
+        goto done;
+    m->weights = calloc(p.n ? p.n : 1, sizeof *m->weights);
+    float *arena = m->weights ? malloc(total ? (size_t)total * sizeof(float) : 1) : NULL;
     if (arena == NULL) {
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory for %" PRIu64 " float32 weights",
                      lm_gguf_path(g), total);
@@ -323,6 +408,10 @@ static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
         if ((rc = lm_gguf_tensor_to_f32(dst, t, err)))
             goto done;
         *p.w[i].dst = dst;
+        lm_weight *wt = &m->weights[m->n_weights++];
+        snprintf(wt->name, sizeof wt->name, "%s", p.w[i].name);
+        wt->data = dst;
+        wt->n_elem = t->n_elem;
         dst += t->n_elem;
     }
     if (m->hp.tied_output)
@@ -361,7 +450,7 @@ int lm_model_load(lm_model **out, const char *path, lm_err *err)
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    if ((rc = read_hparams(&m->hp, &m->arch, g, err)))
+    if ((rc = check_supported(g, err)) || (rc = read_hparams(&m->hp, &m->arch, g, err)))
         goto fail;
     const char *emb_name = m->arch->tensors.tok_embd;
     const lm_gguf_tensor *emb = lm_gguf_tensor_find(g, emb_name);
@@ -411,6 +500,7 @@ void lm_model_free(lm_model *m)
         return;
     lm_vocab_free(m->vocab);
     free(m->weights_arena);
+    free(m->weights);
     free(m->layers);
     free(m->path);
     free(m);

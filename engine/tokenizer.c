@@ -417,6 +417,12 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
             goto fail;
         for (size_t i = 0; pre && i < sizeof digit_pres / sizeof digit_pres[0]; i++)
             v->pre_digits = v->pre_digits || strcmp(pre, digit_pres[i]) == 0;
+        static const char *const llama3_pres[] = {"llama3", "llama-v3", "llama-bpe"};
+        for (size_t i = 0; pre && i < sizeof llama3_pres / sizeof llama3_pres[0]; i++)
+            if (strcmp(pre, llama3_pres[i]) == 0)
+                v->pre_split = 1, v->ignore_merges = true;
+        if (pre && strcmp(pre, "qwen2") == 0)
+            v->pre_split = 2;
     }
 
     for (int b = 0; b < 256; b++) {

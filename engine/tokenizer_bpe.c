@@ -104,6 +104,72 @@ static size_t gpt2_word_end(const uint32_t *cp, size_t n, size_t pos)
     return pos + 1; /* unreachable: every code point has a class */
 }
 
+static bool is_crlf(uint32_t c)
+{
+    return c == '\r' || c == '\n';
+}
+
+static uint32_t ascii_lower(uint32_t c)
+{
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+
+/* End (exclusive) of the word at pos < n under the Llama 3 / Qwen 2 pattern (llama.cpp's
+ * hand-written splitters, alternatives tried in this order):
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,max_digits}
+ *   | ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
+ * A digit run longer than max_digits is cut into pieces of max_digits from its start. */
+static size_t llama3_word_end(const uint32_t *cp, size_t n, size_t pos, size_t max_digits)
+{
+    const uint32_t c = cp[pos];
+    const int k = cls_at(cp, n, pos);
+    if (c == '\'' && pos + 1 < n) {
+        uint32_t c1 = ascii_lower(cp[pos + 1]);
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
+            return pos + 2;
+        if (pos + 2 < n) {
+            uint32_t c2 = ascii_lower(cp[pos + 2]);
+            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+                return pos + 3;
+        }
+    }
+    if (!is_crlf(c) && k != C_NUMBER
+        && (k == C_LETTER || cls_at(cp, n, pos + 1) == C_LETTER)) {
+        size_t q = pos + 1;
+        while (cls_at(cp, n, q) == C_LETTER)
+            q++;
+        return q;
+    }
+    if (k == C_NUMBER) {
+        size_t q = pos;
+        while (q < n && q - pos < max_digits && cls_at(cp, n, q) == C_NUMBER)
+            q++;
+        return q;
+    }
+    const int k2 = c == ' ' ? cls_at(cp, n, pos + 1) : k;
+    if (k2 == C_OTHER) {
+        size_t q = c == ' ' ? pos + 1 : pos;
+        while (cls_at(cp, n, q) == C_OTHER)
+            q++;
+        while (q < n && is_crlf(cp[q]))
+            q++;
+        return q;
+    }
+    size_t w = 0, last_crlf = 0;
+    while (cls_at(cp, n, pos + w) == C_SPACE) {
+        if (is_crlf(cp[pos + w]))
+            last_crlf = pos + w + 1;
+        w++;
+    }
+    if (last_crlf > 0)
+        return last_crlf;
+    if (w > 1 && pos + w < n)
+        return pos + w - 1;
+    if (w > 0)
+        return pos + w;
+    return pos + 1;
+}
+
 /* ---------------------------------------------------------------- merging */
 
 typedef struct sym {
@@ -212,6 +278,11 @@ static int encode_word(const lm_vocab *v, work *wk, const uint32_t *cp, size_t n
         grow((void **)&wk->h, &wk->h_cap, 3 * k + 1, sizeof *wk->h, err) != LM_OK)
         return err->code;
 
+    if (v->ignore_merges) {
+        int32_t whole = lm_vocab_find(v, wk->w, k);
+        if (whole >= 0)
+            return tok_out_push(out, whole, err);
+    }
     int32_t n_sym = 0;
     for (size_t off = 0; off < k;) {
         size_t cl = lm_utf8_seq_len((unsigned char)wk->w[off]);
@@ -286,7 +357,8 @@ int lm_bpe_encode(const lm_vocab *v, const char *text, size_t len, tok_out *out,
                     seg_end++;
         }
         for (size_t pos = seg; pos < seg_end && rc == LM_OK;) {
-            size_t end = gpt2_word_end(cp, seg_end, pos);
+            size_t end = v->pre_split == 0 ? gpt2_word_end(cp, seg_end, pos)
+                         : llama3_word_end(cp, seg_end, pos, v->pre_split == 1 ? 3 : 1);
             rc = encode_word(v, &wk, cp + pos, end - pos, out, err);
             pos = end;
         }

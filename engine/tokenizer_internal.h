@@ -50,6 +50,12 @@ struct lm_vocab {
     /* BPE pre-tokenizer: every \p{N} code point is a word of its own before the GPT-2 split
      * (llama.cpp's "smollm"/"starcoder" family, tokenizer.ggml.pre; see tokenizer_bpe.c). */
     bool pre_digits;
+    /* BPE pre-tokenizer split (tokenizer.ggml.pre): 0 GPT-2 pattern; 1 Llama 3 ("llama-bpe",
+     * digits in runs of up to 3); 2 Qwen 2 (single digits). */
+    uint8_t pre_split;
+    /* A word that is a token as a whole is emitted as that token without merging (llama.cpp's
+     * ignore_merges, set for the Llama 3 pre-tokenizer). */
+    bool ignore_merges;
 };
 
 /* Id of the token whose text is s[0..n), or -1. */

@@ -43,6 +43,8 @@ struct fwd {
     mpfr_t *g;           /* [n][n_ff] gate, then silu(gate) * up */
     mpfr_t *up;          /* [n][n_ff] */
     mpfr_t *cs;          /* [n][n_rot] (cos, sin) pairs per position */
+    mpfr_t *cs_swa;      /* [n][n_rot] the same at the sliding layers' theta, or NULL (= cs) */
+    mpfr_t *y;           /* [n][n_embd] a block's output before its post-norm (sandwich) */
     bool cs_ready;       /* cs is the same for every layer: computed in the first one */
     mpfr_t scale;        /* 1 / sqrt(head_dim) */
     uint64_t n_hsel;
@@ -282,17 +284,49 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
 {
     (void)p;
     const lm_hparams *hp = f->hp;
-    mpfr_t *cs = f->cs + t * hp->n_rot;
     if (hp->n_rot == 0)
         return;
-    if (!f->cs_ready)
-        ref_rope_cos_sin(cs, (uint32_t)t, hp->rope_theta, hp->n_rot);
+    if (!f->cs_ready) {
+        ref_rope_cos_sin(f->cs + t * hp->n_rot, (uint32_t)t, hp->rope_theta, hp->n_rot);
+        if (f->cs_swa != NULL)
+            ref_rope_cos_sin(f->cs_swa + t * hp->n_rot, (uint32_t)t, hp->rope_theta_swa,
+                             hp->n_rot);
+    }
+    /* a sliding layer turns by the sliding theta when the model has one */
+    const bool swa = f->cs_swa != NULL && f->m->layers[f->layer].window != 0;
+    mpfr_t *cs = (swa ? f->cs_swa : f->cs) + t * hp->n_rot;
     for (uint32_t h = 0; h < hp->n_head; ++h)
         ref_rope_apply(f->q + t * f->q_dim + h * hp->head_dim, cs, hp->n_rot, hp->rope_type,
                        &f->scr[tid]);
     for (uint32_t h = 0; h < hp->n_head_kv; ++h)
         ref_rope_apply(f->k + t * f->kv_dim + h * hp->head_dim, cs, hp->n_rot, hp->rope_type,
                        &f->scr[tid]);
+}
+
+/* Per-head RMSNorm of Q and K over head_dim (eps = rms_eps), before RoPE: item = (token, head)
+ * over the n_head query heads then the n_head_kv key heads. */
+static void qk_norm_item(fwd *f, void *p, uint64_t item, int tid)
+{
+    (void)p;
+    const lm_hparams *hp = f->hp;
+    const lm_layer *L = &f->m->layers[f->layer];
+    const uint64_t per = hp->n_head + hp->n_head_kv, t = item / per, h = item % per;
+    mpfr_t *x = h < hp->n_head ? f->q + t * f->q_dim + h * hp->head_dim
+                               : f->k + t * f->kv_dim + (h - hp->n_head) * hp->head_dim;
+    ref_rmsnorm(x, x, h < hp->n_head ? L->attn_q_norm : L->attn_k_norm, hp->head_dim,
+                hp->rms_eps, &f->scr[tid]);
+}
+
+static void geglu_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    (void)p;
+    uint64_t nff = f->ff_cur;
+    ref_scratch *s = &f->scr[tid];
+    for (uint64_t i = 0; i < nff; ++i) {
+        mpfr_ptr g = f->g[t * nff + i];
+        ref_gelu_tanh(g, g, s);
+        mpfr_mul(g, g, f->up[t * nff + i], MPFR_RNDN);
+    }
 }
 
 /* Candidate key positions of token t: the rotating schedule's list, or 0..t. */
@@ -430,15 +464,38 @@ static void swiglu_item(fwd *f, void *p, uint64_t t, int tid)
     }
 }
 
+/* x += in . W^T (+ b), or with a post-norm (sandwich): x += rmsnorm(in . W^T (+ b)) * post. */
+static int block_out(fwd *f, mpfr_t *in, const float *w, const float *b, uint64_t n_in,
+                     const float *post, lm_err *err)
+{
+    const uint64_t n = f->n, e = f->hp->n_embd;
+    if (post == NULL)
+        return matmul(f, f->x, in, w, b, n, n_in, e, true, err);
+    int st = matmul(f, f->y, in, w, b, n, n_in, e, false, err);
+    norm_ctx pc = {f->y, f->y, post, NULL};
+    if (st == LM_OK)
+        st = par_for(f, n, norm_item, &pc, err);
+    for (uint64_t i = 0; st == LM_OK && i < n * e; ++i)
+        mpfr_add(f->x[i], f->x[i], f->y[i], MPFR_RNDN);
+    return st;
+}
+
 /* --- checks --- */
 
 int ref_model_supported(const lm_model *m, lm_err *err)
 {
     const lm_hparams *hp = &m->hp;
     const char *name = m->path ? m->path : "model";
-    if (strcmp(hp->arch, "llama") != 0)
+    static const char *const archs[] = {"llama", "gemma3", "qwen2", "qwen3"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; ++i)
+        known = known || strcmp(hp->arch, archs[i]) == 0;
+    if (!known)
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "%s: architecture '%s' is not implemented by the reference", name, hp->arch);
+    if (m->rope_freqs != NULL)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope_freqs (Llama 3.1 frequency factors) is "
+                       "not implemented by the reference", name);
     if (hp->rope_type != LM_ROPE_NORM && hp->rope_type != LM_ROPE_NEOX)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: RoPE type %d is not implemented by the reference",
                        name, (int)hp->rope_type);
@@ -553,6 +610,8 @@ static void fwd_free(fwd *f)
     ref_vec_free(f->g, n * (hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp));
     ref_vec_free(f->up, n * (hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp));
     ref_vec_free(f->cs, n * (hp->n_rot ? hp->n_rot : 1));
+    ref_vec_free(f->cs_swa, n * (hp->n_rot ? hp->n_rot : 1));
+    ref_vec_free(f->y, n * hp->n_embd);
     ref_vec_free(f->hsel, f->n_hsel * hp->n_embd);
     if (hp->n_expert > 0) {
         ref_vec_free(f->router, n * hp->n_expert);
@@ -591,6 +650,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
 {
     *out = NULL;
     int st = ref_request_check(m, rq, err);
+    if (st == LM_OK)
+        st = ref_weights_check(m, err);
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;
@@ -668,6 +729,9 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.g = ref_vec_new(n * ffw, f.prec);
     f.up = ref_vec_new(n * ffw, f.prec);
     f.cs = ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec);
+    const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
+    f.cs_swa = own_swa ? ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec) : NULL;
+    f.y = ref_vec_new(n * e, f.prec);
     f.hsel = ref_vec_new(f.n_hsel * e, f.prec);
     r->k = ref_vec_new(hp->n_layer * kvl, f.prec);
     r->v = ref_vec_new(hp->n_layer * kvl, f.prec);
@@ -682,6 +746,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.dxv = calloc(n, sizeof *f.dxv);
     if (!f.dxs || !f.dxr || !f.dxv || !f.dxo ||
         !r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
+        (own_swa && !f.cs_swa) || !f.y ||
         !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores ||
         (hp->n_expert > 0 && (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !r->moe_sel ||
                               !r->moe_margin))) {
@@ -716,6 +781,12 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         for (uint64_t i = 0; i < e; ++i)
             mpfr_set_flt(f.x[t * e + i], row[i], MPFR_RNDN);
     }
+    if (hp->embd_scale != 0.0f) { /* x *= sqrt(n_embd), the factor at full precision */
+        mpfr_ptr c = f.scr[0].u;
+        mpfr_sqrt_ui(c, hp->n_embd, MPFR_RNDN);
+        for (uint64_t i = 0; i < n * e; ++i)
+            mpfr_mul(f.x[i], f.x[i], c, MPFR_RNDN);
+    }
 
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const lm_layer *L = &m->layers[l];
@@ -725,6 +796,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             (st = matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, err)) ||
             (st = matmul(&f, f.k, f.h, L->wk, L->bk, n, e, f.kv_dim, false, err)) ||
             (st = matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, err)) ||
+            (L->attn_q_norm != NULL &&
+             (st = par_for(&f, n * (hp->n_head + hp->n_head_kv), qk_norm_item, NULL, err))) ||
             (st = par_for(&f, n, rope_item, NULL, err)))
             goto fail;
         f.cs_ready = true;
@@ -733,7 +806,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             mpfr_set(r->v[l * kvl + i], f.v[i], MPFR_RNDN);
         }
         if ((st = par_for(&f, n * hp->n_head, attn_item, NULL, err)) ||
-            (st = matmul(&f, f.x, f.att, L->wo, L->bo, n, f.q_dim, e, true, err)))
+            (st = block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, err)))
             goto fail;
         norm_ctx fc = {f.x, f.h, L->ffn_norm, NULL};
         if (L->ffn_gate_inp != NULL) {
@@ -744,8 +817,9 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         if ((st = par_for(&f, n, norm_item, &fc, err)) ||
             (st = matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, err)) ||
             (st = matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, err)) ||
-            (st = par_for(&f, n, swiglu_item, NULL, err)) ||
-            (st = matmul(&f, f.x, f.g, L->w_down, NULL, n, hp->n_ff, e, true, err)))
+            (st = par_for(&f, n, hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, NULL,
+                          err)) ||
+            (st = block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, err)))
             goto fail;
     }
     /* logits only where asked: final norm of those rows, then the output projection */

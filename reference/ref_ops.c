@@ -183,6 +183,24 @@ void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s)
     mpfr_div(out, z, s->t, MPFR_RNDN);
 }
 
+void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s)
+{
+    /* 0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3))), each constant at full precision */
+    mpfr_set_str(s->acc_neg, "0.044715", 10, MPFR_RNDN);
+    mpfr_sqr(s->t, z, MPFR_RNDN);
+    mpfr_mul(s->t, s->t, z, MPFR_RNDN);
+    mpfr_mul(s->t, s->t, s->acc_neg, MPFR_RNDN);
+    mpfr_add(s->t, s->t, z, MPFR_RNDN);
+    mpfr_const_pi(s->u, MPFR_RNDN);
+    mpfr_ui_div(s->u, 2, s->u, MPFR_RNDN);
+    mpfr_sqrt(s->u, s->u, MPFR_RNDN);
+    mpfr_mul(s->t, s->t, s->u, MPFR_RNDN);
+    mpfr_tanh(s->t, s->t, MPFR_RNDN);
+    mpfr_add_ui(s->t, s->t, 1, MPFR_RNDN);
+    mpfr_mul(s->t, s->t, z, MPFR_RNDN);
+    mpfr_div_2ui(out, s->t, 1, MPFR_RNDN);
+}
+
 void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot)
 {
     /* theta^(-2i/n_rot): the exponent is rounded once at out's precision, then one mpfr_pow. */

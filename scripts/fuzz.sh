@@ -24,7 +24,7 @@ if ((smoke)); then
   fi
   rm -f "$probe"
   t0=$(date +%s)
-  if ! ${MAKE:-make} --no-print-directory BUILD="$build" fuzz-bins >"$build/fuzz/build.log" 2>&1; then
+  if ! ${MAKE:-make} --no-print-directory BUILD="$build" CUDA=0 fuzz-bins >"$build/fuzz/build.log" 2>&1; then
     tail -20 "$build/fuzz/build.log"
     echo "fuzz-smoke: FAIL: the fuzz targets do not build"
     exit 1

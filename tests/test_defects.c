@@ -235,6 +235,7 @@ static float make_hot(lm_model *m, double max_logit)
     for (size_t i = 0; i < (size_t)hp->n_head * hp->head_dim * hp->n_embd; ++i)
         wq[i] *= f;
     m->content_hash[0] ^= 0x5a;
+    m->n_weights = 0; /* no longer the file's weights: the reference must not check them */
     return f;
 }
 

@@ -30,6 +30,25 @@ const char *tu_model_path(const char *relative)
     return NULL;
 }
 
+const char *tu_cached_model_path(const char *name)
+{
+    snprintf(path_buf, sizeof path_buf, "%s/%s", tu_models_dir(), name);
+    if (access(path_buf, R_OK) == 0)
+        return path_buf;
+    const char *c = getenv("KVDRIFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (c && *c)
+        snprintf(path_buf, sizeof path_buf, "%s/models/%s", c, name);
+    else if (x && *x)
+        snprintf(path_buf, sizeof path_buf, "%s/kvdrift/models/%s", x, name);
+    else
+        snprintf(path_buf, sizeof path_buf, "%s/.cache/kvdrift/models/%s", h ? h : ".", name);
+    if (access(path_buf, R_OK) == 0)
+        return path_buf;
+    fprintf(stderr, "\n  SKIP: %s not found in $KVDRIFT_MODELS nor at %s (run `make models`)\n",
+            name, path_buf);
+    return NULL;
+}
+
 uint64_t tu_seed(void)
 {
     const char *s = getenv("KVD_TEST_SEED");

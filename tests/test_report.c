@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static hx_tensor_row row(const char *name, bool logits, hx_class cls, double err_abs, double e)
 {
@@ -256,11 +258,98 @@ static void test_report_md_and_table(void)
     hx_report_free(r);
 }
 
+static int count_class(xmlNode *n, const char *name, const char *cls)
+{
+    int k = 0;
+    for (; n; n = n->next)
+        if (n->type == XML_ELEMENT_NODE) {
+            xmlChar *c = xmlGetProp(n, (const xmlChar *)"class");
+            k += strcmp((const char *)n->name, name) == 0 && c &&
+                 strcmp((const char *)c, cls) == 0;
+            xmlFree(c);
+            k += count_class(n->children, name, cls);
+        }
+    return k;
+}
+
+/* report.html is well-formed XML (an XML parser, stricter than any browser, reads it), holds
+ * every plot, fetches nothing, and escapes text. */
+static void test_report_html_wellformed(void)
+{
+    hx_report *r = make();
+    lm_err err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/report.html", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_html(r, path, &err), LM_OK);
+    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    xmlNode *root = xmlDocGetRootElement(doc);
+    CU_ASSERT_STRING_EQUAL((const char *)root->name, "html");
+    CU_ASSERT_EQUAL(count_elems(root, "svg"), 6); /* 2 heatmaps, error, margins, speed, memory */
+    CU_ASSERT_EQUAL(count_elems(root, "script"), 0);
+    CU_ASSERT_EQUAL(count_class(root, "svg", "heat-kv"), 1);
+    CU_ASSERT_EQUAL(count_class(root, "circle", "flip"), 1); /* logits@20 of naive:step=1 */
+    /* K/V cells: L0.K of two configurations and L1.V of the third. */
+    xmlNode *heat = find_elem(root, "svg");
+    CU_ASSERT_EQUAL(count_elems(heat->children, "rect"), 3);
+    /* The table: one row per configuration plus the header. */
+    CU_ASSERT_EQUAL(count_elems(root, "tr"), 4);
+    xmlFreeDoc(doc);
+    char *text;
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
+    CU_ASSERT_PTR_NULL(strstr(text, "src="));
+    CU_ASSERT_PTR_NULL(strstr(text, "href"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "stories &lt;&amp;&gt; &quot;case&quot;"));
+    free(text);
+    hx_report_free(r);
+}
+
+/* Headless Chromium renders report.html to a PNG with no console message (no failed fetch, no
+ * script error). Skipped, saying so, when the Debian package chromium is not installed. */
+static void test_report_html_chromium(void)
+{
+    const char *browser = "/usr/bin/chromium";
+    if (access(browser, X_OK) != 0) {
+        fprintf(stderr, "\n  SKIP: %s not installed (apt-get install chromium)\n", browser);
+        return;
+    }
+    hx_report *r = make();
+    lm_err err = {0};
+    char html[1024], png[1100], log[1100], cmd[4000];
+    snprintf(html, sizeof html, "%s/chromium.html", tu_tmpdir());
+    snprintf(png, sizeof png, "%s/chromium.png", tu_tmpdir());
+    snprintf(log, sizeof log, "%s/chromium.log", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_html(r, html, &err), LM_OK);
+    hx_report_free(r);
+    snprintf(cmd, sizeof cmd, "HOME=%s timeout 120 %s --headless --no-sandbox --disable-gpu "
+             "--enable-logging=stderr --v=0 --window-size=1000,1600 --screenshot=%s "
+             "file://%s > %s 2>&1", tu_tmpdir(), browser, png, html, log);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+    struct stat st;
+    CU_ASSERT(stat(png, &st) == 0 && st.st_size > 10000);
+    FILE *f = fopen(png, "rb");
+    unsigned char magic[8] = {0};
+    CU_ASSERT(f != NULL && fread(magic, 1, 8, f) == 8);
+    if (f)
+        fclose(f);
+    CU_ASSERT_EQUAL(memcmp(magic, "\x89PNG\r\n\x1a\n", 8), 0);
+    char *text;
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, log, SIZE_MAX, &err), LM_OK);
+    CU_ASSERT_PTR_NULL(strstr(text, "CONSOLE"));
+    if (strstr(text, "CONSOLE"))
+        fprintf(stderr, "\n  chromium log: %s\n", text);
+    free(text);
+}
+
 void test_report_register(void)
 {
     CU_pSuite s = CU_add_suite("report", NULL, NULL);
     CU_add_test(s, "test_report_fold_and_verdicts", test_report_fold_and_verdicts);
     CU_add_test(s, "test_report_json_schema", test_report_json_schema);
+    CU_add_test(s, "test_report_html_wellformed", test_report_html_wellformed);
+    CU_add_test(s, "test_report_html_chromium", test_report_html_chromium);
     CU_add_test(s, "test_report_junit_wellformed_and_escaped",
                 test_report_junit_wellformed_and_escaped);
     CU_add_test(s, "test_report_md_and_table", test_report_md_and_table);

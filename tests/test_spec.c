@@ -10,6 +10,7 @@
  * some configuration SEQ_MISMATCH; the correct code must make none, on every synthetic preset
  * but smollm2-135m (its 135M float32 weights take longer to write and run than the whole
  * test-time budget of this suite) and on stories260K when it is present. */
+#include "commands.h"
 #include "kvd_defects.h"
 #include "kvd_spec.h"
 #include "seqcheck.h"
@@ -269,6 +270,32 @@ static void test_spec_defects_caught(void)
     lm_model_free(m);
 }
 
+/* kvdrift sweep --spec and --sampler block end to end: exit 0, both tables written beside the
+ * reports with their verdict lines. */
+static void test_spec_sweep_cli(void)
+{
+    char out[600], cache[600], path[700];
+    snprintf(out, sizeof out, "%s/spec-sweep", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/spec-cache", tu_tmpdir());
+    char *argv[] = {"sweep", "synth:tiny-mask", "--tokens", "1,300,301,302,300,301", "-n", "6",
+                    "--steps", "2,full", "--backends", "naive", "--spec", "0,2", "--draft",
+                    "self:2", "--repeat-penalty", "1.3", "--sampler", "block", "--block-size",
+                    "4", "--cache", cache, "-o", out, "-q", NULL};
+    fflush(stdout);
+    CU_ASSERT_EQUAL(cmd_sweep((int)(sizeof argv / sizeof argv[0]) - 1, argv), 0);
+    const char *want[2][2] = {{"spec.txt", "verdict pass"}, {"block.txt", "the engine is fine"}};
+    for (int i = 0; i < 2; ++i) {
+        snprintf(path, sizeof path, "%s/%s", out, want[i][0]);
+        FILE *f = fopen(path, "r");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        char buf[8192];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(buf, want[i][1]));
+    }
+}
+
 void test_spec_register(void)
 {
     CU_pSuite s = CU_add_suite("spec", NULL, NULL);
@@ -277,4 +304,5 @@ void test_spec_register(void)
     CU_add_test(s, "test_spec_config_keys", test_spec_config_keys);
     CU_add_test(s, "test_spec_equals_plain_on_presets", test_spec_equals_plain_on_presets);
     CU_add_test(s, "test_spec_defects_caught", test_spec_defects_caught);
+    CU_add_test(s, "test_spec_sweep_cli", test_spec_sweep_cli);
 }

@@ -669,6 +669,8 @@ static void test_tokenizer_fixture_llama_spm(void)
 static void test_tokenizer_fixture_gpt2(void)
 {
     run_fixture("vocab/ggml-vocab-gpt-2.gguf");
+    run_fixture("vocab/ggml-vocab-llama-bpe.gguf");
+    run_fixture("vocab/ggml-vocab-qwen2.gguf");
 }
 
 static void test_tokenizer_stories260k(void)

@@ -13,6 +13,11 @@ const char *tu_models_dir(void);
 /* Full path of a file under the models folder, or NULL (and a visible "SKIP" line printed
  * once per file) when it is absent. The returned string lives until the next call. */
 const char *tu_model_path(const char *relative);
+/* Full path of a model `make models` downloads (name inside the models folder), looked for in
+ * $KVDRIFT_MODELS, then in the cache's models folder ($KVDRIFT_CACHE/models, else
+ * $XDG_CACHE_HOME/kvdrift/models, else ~/.cache/kvdrift/models); NULL with a visible SKIP line
+ * when absent. The returned string lives until the next call. */
+const char *tu_cached_model_path(const char *name);
 /* Seed for random tests: $KVD_TEST_SEED or a fixed default; printed once by test_main. */
 uint64_t tu_seed(void);
 /* A fresh private folder for this test run (created once, removed at exit). */

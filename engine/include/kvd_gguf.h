@@ -13,11 +13,32 @@ typedef enum lm_gguf_vtype {
     LM_GGUF_STR = 8, LM_GGUF_ARR = 9, LM_GGUF_U64 = 10, LM_GGUF_I64 = 11, LM_GGUF_F64 = 12
 } lm_gguf_vtype;
 
-/* Tensor element types kvdrift loads, numbered as ggml numbers them. */
+/* Tensor element types, numbered as ggml numbers them. The reader accepts every type whose
+ * block geometry is known (lm_type_traits_of); only those with a to_f32 can be loaded. */
 typedef enum lm_tensor_type {
     LM_TYPE_F32 = 0, LM_TYPE_F16 = 1, LM_TYPE_Q4_0 = 2, LM_TYPE_Q4_1 = 3,
-    LM_TYPE_Q8_0 = 8, LM_TYPE_BF16 = 30
+    LM_TYPE_Q5_0 = 6, LM_TYPE_Q5_1 = 7, LM_TYPE_Q8_0 = 8, LM_TYPE_Q8_1 = 9,
+    LM_TYPE_Q2_K = 10, LM_TYPE_Q3_K = 11, LM_TYPE_Q4_K = 12, LM_TYPE_Q5_K = 13,
+    LM_TYPE_Q6_K = 14, LM_TYPE_Q8_K = 15, LM_TYPE_IQ2_XXS = 16, LM_TYPE_IQ2_XS = 17,
+    LM_TYPE_IQ3_XXS = 18, LM_TYPE_IQ1_S = 19, LM_TYPE_IQ4_NL = 20, LM_TYPE_IQ3_S = 21,
+    LM_TYPE_IQ2_S = 22, LM_TYPE_IQ4_XS = 23, LM_TYPE_I8 = 24, LM_TYPE_I16 = 25,
+    LM_TYPE_I32 = 26, LM_TYPE_I64 = 27, LM_TYPE_F64 = 28, LM_TYPE_IQ1_M = 29,
+    LM_TYPE_BF16 = 30, LM_TYPE_TQ1_0 = 34, LM_TYPE_TQ2_0 = 35, LM_TYPE_MXFP4 = 39,
+    LM_TYPE_NVFP4 = 40, LM_TYPE_Q1_0 = 41
 } lm_tensor_type;
+
+/* One row per ggml tensor type: its geometry and, for the types kvdrift loads, the
+ * dequantizer. to_f32 converts n_blocks consecutive blocks (src: [n_blocks * block_bytes])
+ * into out: [n_blocks * block_elems]; NULL for a type kvdrift does not load. */
+typedef struct lm_type_traits {
+    const char *name;
+    uint32_t block_elems;
+    uint32_t block_bytes;
+    void (*to_f32)(const uint8_t *src, float *out, uint64_t n_blocks);
+} lm_type_traits;
+
+/* The row of ggml type number `type`, or NULL when it is no ggml type. */
+const lm_type_traits *lm_type_traits_of(uint32_t type);
 
 /* A string inside the file: NUL-terminated copy owned by the lm_gguf handle. */
 typedef struct lm_gguf_str {
@@ -81,10 +102,13 @@ const lm_gguf_tensor *lm_gguf_tensor_find(const lm_gguf *g, const char *name); /
 
 /* Dequantizes any supported type into float32 exactly as GGUF defines it. out: [t->n_elem]. */
 int lm_gguf_tensor_to_f32(float *out, const lm_gguf_tensor *t, lm_err *err);
-/* Bytes per block and elements per block of a type (0 for an unknown type). */
+/* Bytes per block and elements per block of a type (0 for an unknown type); its name
+ * ("unknown" for an unknown type). Shorthands for lm_type_traits_of. */
 size_t lm_tensor_type_block_bytes(lm_tensor_type type);
 size_t lm_tensor_type_block_elems(lm_tensor_type type);
 const char *lm_tensor_type_name(lm_tensor_type type);
+/* Whether kvdrift dequantizes the type (its traits row has a to_f32). */
+bool lm_tensor_type_loadable(lm_tensor_type type);
 
 /* Scalar conversions used by dequantization (and by tests and the writer). */
 float lm_f16_to_f32(uint16_t h);

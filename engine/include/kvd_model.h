@@ -13,12 +13,14 @@ typedef enum lm_rope_type {
 
 /* Where the RMSNorms sit in a layer. */
 typedef enum lm_norm_place {
-    LM_NORM_PRE = 0 /* x += attn(norm(x)); x += ffn(norm(x)) (llama) */
+    LM_NORM_PRE = 0,     /* x += attn(norm(x)); x += ffn(norm(x)) (llama) */
+    LM_NORM_SANDWICH = 1 /* x += post_norm(attn(norm(x))); x += post_norm(ffn(norm(x))) (gemma3) */
 } lm_norm_place;
 
 /* The FFN's gated activation. */
 typedef enum lm_ffn_act {
-    LM_ACT_SWIGLU = 0 /* down(silu(gate(x)) * up(x)) */
+    LM_ACT_SWIGLU = 0,    /* down(silu(gate(x)) * up(x)) */
+    LM_ACT_GEGLU_TANH = 1 /* down(gelu_tanh(gate(x)) * up(x)) (gemma3) */
 } lm_ffn_act;
 
 /* GGUF tensor names of one architecture: global ones in full, per-layer ones after "blk.N.". */
@@ -29,6 +31,9 @@ typedef struct lm_arch_tensors {
     const char *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
     const char *attn_sinks;                                                 /* optional */
     const char *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps; /* MoE layers */
+    const char *attn_q_norm, *attn_k_norm;      /* per-head RMSNorm weights (lm_arch.qk_norm) */
+    const char *attn_post_norm, *ffn_post_norm; /* LM_NORM_SANDWICH output norms */
+    const char *rope_freqs;                     /* global, optional: per-pair frequency divisors */
 } lm_arch_tensors;
 
 /* One row of the architecture table (engine/arch.c): everything the loader and the forward
@@ -41,6 +46,11 @@ typedef struct lm_arch {
     float rms_eps;            /* when attention.layer_norm_rms_epsilon is absent */
     lm_norm_place norm_place;
     lm_ffn_act act;
+    bool qk_norm;             /* per-head RMSNorm of Q and K over head_dim before RoPE */
+    bool embd_scale_sqrt;     /* embeddings multiplied by sqrtf(n_embd) (float32) */
+    float rope_theta_swa;     /* sliding layers' theta when rope.freq_base_swa is absent; 0 =
+                                 the same as the global layers */
+    uint32_t swa_period;      /* sliding pattern when the file has none (see lm_hparams) */
     lm_arch_tensors tensors;
 } lm_arch;
 
@@ -67,6 +77,11 @@ typedef struct lm_hparams {
     float rope_theta;     /* rope.freq_base, default 10000 */
     lm_rope_type rope_type;
     bool tied_output;     /* output.weight absent: output projection uses token_embd */
+    lm_norm_place norm_place;
+    lm_ffn_act act;
+    bool qk_norm;         /* layers carry attn_q_norm / attn_k_norm (per-head RMSNorm) */
+    float embd_scale;     /* embeddings are multiplied by this (float32); 0 = not scaled */
+    float rope_theta_swa; /* sliding layers' RoPE theta; 0 = rope_theta */
     /* --- architecture variants (llama.cpp key names, `%s` = arch); all 0 = plain llama --- */
     uint32_t n_swa;         /* %s.attention.sliding_window: a sliding layer's query at p sees keys
                                in (p - n_swa, p]; 0 = no sliding window */
@@ -106,7 +121,18 @@ typedef struct lm_layer {
     const float *ffn_gate_exps;   /* [n_expert][n_ff_exp][n_embd] */
     const float *ffn_up_exps;     /* [n_expert][n_ff_exp][n_embd] */
     const float *ffn_down_exps;   /* [n_expert][n_embd][n_ff_exp] */
+    const float *attn_q_norm;     /* [head_dim] when hp.qk_norm */
+    const float *attn_k_norm;     /* [head_dim] when hp.qk_norm */
+    const float *attn_post_norm;  /* [n_embd] when hp.norm_place == LM_NORM_SANDWICH */
+    const float *ffn_post_norm;   /* [n_embd] when hp.norm_place == LM_NORM_SANDWICH */
 } lm_layer;
+
+/* A weight as loaded: its GGUF name and its float32 values. */
+typedef struct lm_weight {
+    char name[64];
+    const float *data;  /* [n_elem], inside the model's arena */
+    uint64_t n_elem;
+} lm_weight;
 
 typedef struct lm_model {
     lm_hparams hp;
@@ -115,10 +141,13 @@ typedef struct lm_model {
     const float *tok_embd;    /* [n_vocab][n_embd] */
     const float *output_norm; /* [n_embd] */
     const float *output;      /* [n_vocab][n_embd]; == tok_embd when hp.tied_output */
+    const float *rope_freqs;  /* [n_rot / 2] frequency divisors (Llama 3.1) or NULL */
     lm_layer *layers;         /* [n_layer] */
     lm_vocab *vocab;          /* NULL if the file has no tokenizer */
     uint8_t content_hash[16]; /* XXH3-128 of the whole file, canonical big-endian bytes */
     char *path;
+    lm_weight *weights;       /* [n_weights]: every tensor loaded, in load order */
+    uint32_t n_weights;
     void *weights_arena;      /* private: one allocation holding every float32 weight */
     size_t weights_n;         /* private: floats in weights_arena */
 } lm_model;
@@ -127,6 +156,12 @@ typedef struct lm_model {
  * configuration consistent. Unknown architectures or features are LM_E_UNSUPPORTED. */
 int lm_model_load(lm_model **out, const char *path, lm_err *err);
 void lm_model_free(lm_model *m);
+/* Bytes of memory available for new allocations now (MemAvailable of /proc/meminfo, else
+ * free physical pages); UINT64_MAX when unknown. */
+uint64_t lm_mem_available(void);
+/* LM_OK when `needed` bytes fit in `available`, else LM_E_NOMEM with one line naming what,
+ * both byte counts. */
+int lm_mem_check(const char *what, uint64_t needed, uint64_t available, lm_err *err);
 /* Content hash as 32 lowercase hex digits + NUL. */
 void lm_model_hash_hex(const lm_model *m, char out[33]);
 

@@ -32,10 +32,12 @@ static const char usage_text[] =
     "is skipped; when every case is skipped nothing was checked, which is not a pass (exit 3).\n"
     "GOLDEN-DIR defaults to the folder 'golden' beside each case file; a relative model path in\n"
     "a case file is relative to that file's folder.\n\n"
-    "  -o, --out DIR         write DIR/junit.xml, DIR/report.json, DIR/report.md\n"
+    "  -o, --out DIR         write DIR/junit.xml, DIR/report.json, DIR/report.md and\n"
+    "                        DIR/report.html\n"
     "      --junit FILE      JUnit XML (one testcase per case x configuration)\n"
     "      --json FILE       the reports as JSON (REPORT-SCHEMA.md)\n"
     "      --md FILE         the reports as Markdown\n"
+    "      --html FILE       the reports as one self-contained HTML page (inline SVG plots)\n"
     "                        (missing folders of these files are created)\n"
     "      --github          GitHub Actions: ::error/::warning annotations on the case files,\n"
     "                        and the Markdown appended to $GITHUB_STEP_SUMMARY when set\n"
@@ -54,8 +56,8 @@ static const char usage_text[] =
 #define CHECK_EXIT_NOTHING_RAN 3
 
 typedef struct check_out {
-    const char *junit, *json, *md;
-    char junit_buf[4096], json_buf[4096], md_buf[4096];
+    const char *junit, *json, *md, *html;
+    char junit_buf[4096], json_buf[4096], md_buf[4096], html_buf[4096];
     bool github;
 } check_out;
 
@@ -80,10 +82,10 @@ static int prepare_out(const char *opt, const char *path, lm_err *err)
 static int prepare_outputs(check_out *o, const char *out_dir, lm_err *err)
 {
     if (out_dir) {
-        const char *names[3] = {"junit.xml", "report.json", "report.md"};
-        char *bufs[3] = {o->junit_buf, o->json_buf, o->md_buf};
-        const char **dst[3] = {&o->junit, &o->json, &o->md};
-        for (int i = 0; i < 3; ++i) {
+        const char *names[4] = {"junit.xml", "report.json", "report.md", "report.html"};
+        char *bufs[4] = {o->junit_buf, o->json_buf, o->md_buf, o->html_buf};
+        const char **dst[4] = {&o->junit, &o->json, &o->md, &o->html};
+        for (int i = 0; i < 4; ++i) {
             if (*dst[i])
                 continue; /* an explicit --junit/--json/--md wins */
             int n = snprintf(bufs[i], sizeof o->junit_buf, "%s/%s", out_dir, names[i]);
@@ -97,6 +99,8 @@ static int prepare_outputs(check_out *o, const char *out_dir, lm_err *err)
         rc = prepare_out("--json", o->json, err);
     if (rc == LM_OK)
         rc = prepare_out("--md", o->md, err);
+    if (rc == LM_OK)
+        rc = prepare_out("--html", o->html, err);
     return rc;
 }
 
@@ -199,6 +203,8 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
         return st;
     if (o->md && (st = hx_report_write_md_many(reports, n, o->md, err)) != LM_OK)
         return st;
+    if (o->html && (st = hx_report_write_html_many(reports, n, o->html, err)) != LM_OK)
+        return st;
     if (!o->github)
         return LM_OK;
     hx_annot_src *srcs = calloc(n, sizeof *srcs);
@@ -229,10 +235,11 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
 
 int cmd_check(int argc, char **argv)
 {
-    enum { O_JUNIT = 256, O_JSON, O_MD, O_STRICT, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB };
+    enum { O_JUNIT = 256, O_JSON, O_MD, O_HTML, O_STRICT, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB };
     static const struct option opts[] = {
         {"junit", required_argument, NULL, O_JUNIT},   {"json", required_argument, NULL, O_JSON},
         {"md", required_argument, NULL, O_MD},         {"out", required_argument, NULL, 'o'},
+        {"html", required_argument, NULL, O_HTML},
         {"strict", no_argument, NULL, O_STRICT},       {"golden-dir", required_argument, NULL, O_GOLDEN},
         {"cache", required_argument, NULL, O_CACHE},   {"jobs", required_argument, NULL, 'j'},
         {"allow-skip", no_argument, NULL, O_ALLOW_SKIP}, {"github", no_argument, NULL, O_GITHUB},
@@ -251,6 +258,7 @@ int cmd_check(int argc, char **argv)
         case O_JUNIT: out.junit = optarg; break;
         case O_JSON: out.json = optarg; break;
         case O_MD: out.md = optarg; break;
+        case O_HTML: out.html = optarg; break;
         case 'o': out_dir = optarg; break;
         case O_GITHUB: out.github = true; break;
         case O_STRICT: ro.strict = true; break;
@@ -309,8 +317,9 @@ int cmd_check(int argc, char **argv)
            code == 1 ? "FAIL" : nothing_ran ? (allow_skip ? "nothing ran (--allow-skip: exit 0)"
                                                           : "NOTHING RAN (exit 3, not a pass)")
                                             : "pass");
-    const char *written[3][2] = {{"JUnit", out.junit}, {"JSON", out.json}, {"Markdown", out.md}};
-    for (int i = 0; i < 3; ++i)
+    const char *written[4][2] = {{"JUnit", out.junit}, {"JSON", out.json}, {"Markdown", out.md},
+                                 {"HTML", out.html}};
+    for (int i = 0; i < 4; ++i)
         if (written[i][1])
             printf("  %s: %s\n", written[i][0], written[i][1]);
 done:

@@ -80,7 +80,7 @@ static const char usage_text[] =
     "NMSE, KL vs the reference; top1 = agreement with the reference's argmax; margin = smallest\n"
     "top-2 margin of the reference; E = largest logits envelope; err/E = worst ratio; sig =\n"
     "significant digits; prefill/decode tok/s; peak MiB = KV cache + scratch.\n\n"
-    "Writes DIR/report.json (schema: harness/REPORT-SCHEMA.md) and DIR/report.md.\n"
+    "Writes DIR/report.json (REPORT-SCHEMA.md), report.md, report.html.\n"
     "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE), 2 usage or\n"
     "input error\n";
 
@@ -238,7 +238,7 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
 }
 
 /* The speculative-decoding check after the sweep's table (sweep_spec.h). */
-static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
+static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
                       uint32_t n_prompt, const hx_sweep_params *sp, const hx_sweep_result *res,
                       const char *cache, size_t *n_fail, lm_err *err)
 {
@@ -249,7 +249,7 @@ static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *
                   : resolve_model(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft, cache, err);
     if (st != LM_OK)
         return st;
-    return hx_spec_check_print(stdout, m, self ? NULL : dpath, prompt, n_prompt,
+    return hx_spec_check_print(f, m, self ? NULL : dpath, prompt, n_prompt,
                                sp->n_gen ? sp->n_gen : 1, sp->configs, sp->n_configs, so, res->env,
                                n_fail, err);
 }
@@ -450,15 +450,17 @@ int cmd_sweep(int argc, char **argv)
             goto done;
         }
     }
-    char json[4200], md[4200];
+    char json[4200], md[4200], html[4200];
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
+    snprintf(html, sizeof html, "%s/report.html", dir);
     /* report.json last (REPORT-SCHEMA.md): a folder holding it is complete; an older one is
      * removed first so that a killed run never leaves an old report.json beside a new report.md */
     if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
         (unlink(json) != 0 && errno != ENOENT &&
          (st = LM_FAIL(&err, LM_E_IO, "%s: cannot remove: %s", json, strerror(errno)))) ||
         (st = hx_report_write_md(res->report, md, &err)) != LM_OK ||
+        (st = hx_report_write_html(res->report, html, &err)) != LM_OK ||
         (st = hx_report_write_json(res->report, json, &err)) != LM_OK) {
         free(routing_txt);
         goto done;
@@ -481,8 +483,8 @@ int cmd_sweep(int argc, char **argv)
     for (int c = 0; c < HX_N_CLASSES; ++c)
         if (count[c])
             printf(" %zu %s", count[c], hx_class_name((hx_class)c));
-    printf("; verdict %s\nwrote %s and %s\n",
-           hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md);
+    printf("; verdict %s\nwrote %s, %s and %s\n",
+           hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md, html);
     if (routing_txt != NULL) {
         fwrite(routing_txt, 1, routing_len, stdout);
         free(routing_txt);
@@ -490,11 +492,31 @@ int cmd_sweep(int argc, char **argv)
             printf("routing: %u real flips (expert sets the reference's margins do not "
                    "explain)\n", n_real);
     }
-    if (so.spec_list != NULL && (st = sweep_spec(&so, m, prompt, n_prompt, &sp, res, cache,
-                                                  &spec_fail, &err)) != LM_OK)
-        goto done;
-    if (bo.on && (st = hx_block_check_print(stdout, m, prompt, n_prompt, configs, n_configs,
-                                            res->report, &bo, &err)) != LM_OK)
+    /* after-table sections: printed, and written beside the reports */
+    for (int sec = 0; sec < 2 && st == LM_OK; ++sec) {
+        if (sec == 0 ? so.spec_list == NULL : !bo.on)
+            continue;
+        char *txt = NULL, path[4200];
+        size_t len = 0;
+        FILE *mf = open_memstream(&txt, &len);
+        if (mf == NULL) {
+            st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
+            break;
+        }
+        st = sec == 0 ? sweep_spec(mf, &so, m, prompt, n_prompt, &sp, res, cache, &spec_fail, &err)
+                      : hx_block_check_print(mf, m, prompt, n_prompt, configs, n_configs,
+                                             res->report, &bo, &err);
+        fclose(mf);
+        snprintf(path, sizeof path, "%s/%s", dir, sec == 0 ? "spec.txt" : "block.txt");
+        if (st == LM_OK) {
+            fwrite(txt, 1, len, stdout);
+            st = lm_write_file(path, txt, len, &err);
+            if (st == LM_OK)
+                printf("wrote %s\n", path);
+        }
+        free(txt);
+    }
+    if (st != LM_OK)
         goto done;
 done:
     if (st != LM_OK)

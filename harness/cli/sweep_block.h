@@ -30,7 +30,8 @@ typedef enum hx_block_opt {
         {"mask-token", required_argument, NULL, HX_OPT_MASK_TOKEN}
 
 #define HX_BLOCK_USAGE                                                                          \
-    "\nIterative block sampler (a table after the sweep's; informational, never fails):\n"    \
+    "\nIterative block sampler (a table after the sweep's, also DIR/block.txt; informational,\n" \
+    "never fails):\n"                                                                          \
     "      --sampler block     run a masked-diffusion-style block sampler for every\n"         \
     "                          configuration (dense attention only) and greedy decoding of\n"  \
     "                          the same length, each against its one-chunk run\n"             \

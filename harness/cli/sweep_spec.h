@@ -28,7 +28,8 @@ typedef enum hx_spec_opt {
         {"presence-penalty", required_argument, NULL, HX_OPT_PRESENCE_PENALTY}
 
 #define HX_SPEC_USAGE                                                                           \
-    "\nSpeculative decoding check (a table after the sweep's; SEQ_MISMATCH fails, exit 1):\n"    \
+    "\nSpeculative decoding check (a table after the sweep's, also DIR/spec.txt; SEQ_MISMATCH\n"  \
+    "fails, exit 1):\n"                                                                         \
     "      --spec LIST         speculative decoding check: drafted tokens per round, e.g. 0,2,4\n" \
     "                          (0 = plain decoding, the comparison every K > 0 is checked\n"  \
     "                          against, token for token and processor history step by step,\n" \

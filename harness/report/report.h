@@ -183,6 +183,14 @@ int hx_report_write_md_many(const hx_report *const *rs, size_t n, const char *pa
 /* The same Markdown in memory (*out malloc'd, *len bytes); LM_OK or LM_E_NOMEM. */
 int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n);
 
+/* report.html: self-contained (inline CSS and SVG, no script, nothing fetched): per case a
+ * summary table, err/E heatmaps (configurations x layers for K and V, x positions for logits),
+ * error vs envelope along positions, the reference's top-2 margins with argmax flips marked,
+ * speed and memory vs prefill step. Well-formed XML. Atomic write. */
+int hx_report_write_html(const hx_report *r, const char *path, lm_err *err);
+int hx_report_write_html_many(const hx_report *const *rs, size_t n, const char *path,
+                              lm_err *err);
+
 /* GitHub Actions: one "::error file=F,line=L,title=T::message" workflow command per failing
  * configuration and one "::warning" per skipped case, on f. srcs[i] locates report i's case
  * file. */

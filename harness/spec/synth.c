@@ -84,6 +84,14 @@ static const preset presets[] = {
     /* "tiny" with a "<mask>" control token (the last id): for the iterative block sampler. */
     {"tiny-mask", {"kvdrift-synth-tiny-mask", 64, 4, 8, 4, 192, 512, 2048, 10000.0f, 1e-5f,
                    .mask_token = true}},
+    /* Gemma 3's architecture, small: window 16 on layers 0-4, layer 5 global (the row's
+     * pattern l % 6 < 5; no pattern key, as in real files), one KV head, head_dim 16, theta
+     * 1e6 global / 10000 sliding, so a 40-token prompt exceeds the window. */
+    {"gemma3", {"kvdrift-synth-gemma3", 64, 6, 4, 1, 192, 512, 2048, 1000000.0f, 1e-6f,
+                .n_swa = 16, .swa_period = 0, .arch = "gemma3"}},
+    /* Qwen 3's architecture, small: per-head Q/K norms, NeoX RoPE, GQA 2:1. */
+    {"qwen3", {"kvdrift-synth-qwen3", 64, 4, 8, 4, 192, 512, 2048, 1000000.0f, 1e-6f,
+               .n_swa = 0, .arch = "qwen3"}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -99,7 +107,8 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
             return LM_OK;
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
-                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask)", name);
+                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask, gemma3, qwen3)",
+                   name);
 }
 
 /* A bad parameter: one message naming it (the format must be a string literal). */
@@ -126,6 +135,9 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
         return BAD("rope theta %g must be positive and finite", (double)p->rope_theta);
     if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
         return BAD("rms eps %g must be in (0, 1)", (double)p->rms_eps);
+    if (p->arch[0] != '\0' && strcmp(p->arch, "gemma3") != 0 && strcmp(p->arch, "qwen3") != 0)
+        return BAD("architecture '%.16s' is not one synth writes (llama, gemma3, qwen3)",
+                   p->arch);
     if (p->n_expert > 0 && (p->n_expert > 256 || p->n_expert_used == 0 || p->n_expert_used > 32
                             || p->n_expert_used > p->n_expert || p->n_ff_exp == 0
                             || p->n_ff_exp > 262144))
@@ -338,36 +350,75 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
     char seed_str[32];
     snprintf(seed_str, sizeof seed_str, "0x%016llx", (unsigned long long)seed);
     uint32_t file_type = type == LM_TYPE_F32 ? 0 : type == LM_TYPE_F16 ? 1 : 32;
+    const char *arch = p->arch[0] ? p->arch : "llama";
+    char k[17][80];
+    static const char *const sfx[17] = {
+        "context_length", "embedding_length", "block_count", "feed_forward_length",
+        "attention.head_count", "attention.head_count_kv", "attention.key_length",
+        "rope.dimension_count", "rope.freq_base", "attention.layer_norm_rms_epsilon",
+        "attention.sliding_window", "attention.sliding_window_pattern", "expert_count",
+        "expert_used_count", "expert_feed_forward_length", "expert_gating_func",
+        "expert_weights_norm"};
+    for (int i = 0; i < 17; ++i)
+        snprintf(k[i], sizeof k[i], "%s.%s", arch, sfx[i]);
     int rc;
-    if ((rc = lm_gguf_w_str(w, "general.architecture", "llama", err))
+    if ((rc = lm_gguf_w_str(w, "general.architecture", arch, err))
         || (rc = lm_gguf_w_str(w, "general.name", p->name, err))
         || (rc = lm_gguf_w_u32(w, "general.file_type", file_type, err))
         || (rc = lm_gguf_w_str(w, "kvdrift.synth.seed", seed_str, err))
         || (rc = lm_gguf_w_u32(w, "kvdrift.synth.version", 1, err))
-        || (rc = lm_gguf_w_u32(w, "llama.context_length", p->n_ctx, err))
-        || (rc = lm_gguf_w_u32(w, "llama.embedding_length", p->n_embd, err))
-        || (rc = lm_gguf_w_u32(w, "llama.block_count", p->n_layer, err))
-        || (rc = lm_gguf_w_u32(w, "llama.feed_forward_length", p->n_ff, err))
-        || (rc = lm_gguf_w_u32(w, "llama.attention.head_count", p->n_head, err))
-        || (rc = lm_gguf_w_u32(w, "llama.attention.head_count_kv", p->n_head_kv, err))
-        || (rc = lm_gguf_w_u32(w, "llama.attention.key_length", p->n_embd / p->n_head, err))
-        || (rc = lm_gguf_w_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head, err))
-        || (rc = lm_gguf_w_f32(w, "llama.rope.freq_base", p->rope_theta, err))
-        || (rc = lm_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps, err)))
+        || (rc = lm_gguf_w_u32(w, k[0], p->n_ctx, err))
+        || (rc = lm_gguf_w_u32(w, k[1], p->n_embd, err))
+        || (rc = lm_gguf_w_u32(w, k[2], p->n_layer, err))
+        || (rc = lm_gguf_w_u32(w, k[3], p->n_ff, err))
+        || (rc = lm_gguf_w_u32(w, k[4], p->n_head, err))
+        || (rc = lm_gguf_w_u32(w, k[5], p->n_head_kv, err))
+        || (rc = lm_gguf_w_u32(w, k[6], p->n_embd / p->n_head, err))
+        || (rc = lm_gguf_w_u32(w, k[7], p->n_embd / p->n_head, err))
+        || (rc = lm_gguf_w_f32(w, k[8], p->rope_theta, err))
+        || (rc = lm_gguf_w_f32(w, k[9], p->rms_eps, err)))
         return rc;
     if (p->n_swa > 0
-        && ((rc = lm_gguf_w_u32(w, "llama.attention.sliding_window", p->n_swa, err))
-            || (rc = lm_gguf_w_u32(w, "llama.attention.sliding_window_pattern", p->swa_period,
-                                   err))))
+        && ((rc = lm_gguf_w_u32(w, k[10], p->n_swa, err))
+            || (p->arch[0] == '\0' /* other rows carry their own pattern */
+                && (rc = lm_gguf_w_u32(w, k[11], p->swa_period, err)))))
         return rc;
     if (p->n_expert > 0
-        && ((rc = lm_gguf_w_u32(w, "llama.expert_count", p->n_expert, err))
-            || (rc = lm_gguf_w_u32(w, "llama.expert_used_count", p->n_expert_used, err))
-            || (rc = lm_gguf_w_u32(w, "llama.expert_feed_forward_length", p->n_ff_exp, err))
-            || (rc = lm_gguf_w_u32(w, "llama.expert_gating_func", p->gating_func, err))
-            || (rc = lm_gguf_w_bool(w, "llama.expert_weights_norm", p->gating_func == 1, err))))
+        && ((rc = lm_gguf_w_u32(w, k[12], p->n_expert, err))
+            || (rc = lm_gguf_w_u32(w, k[13], p->n_expert_used, err))
+            || (rc = lm_gguf_w_u32(w, k[14], p->n_ff_exp, err))
+            || (rc = lm_gguf_w_u32(w, k[15], p->gating_func, err))
+            || (rc = lm_gguf_w_bool(w, k[16], p->gating_func == 1, err))))
         return rc;
     return write_vocab(w, p->n_vocab, p->mask_token, whole, err);
+}
+
+/* Per-head Q/K norm gains 1 + 0.1 u (gemma3, qwen3) and, for gemma3, the post norms of both
+ * blocks: gain c_post = a * sqrt(n) (1 + 0.1 u), so that each block adds a vector of per-entry
+ * size ~a relative to the embedding, which gemma3 scales by sqrt(n). */
+static int add_arch_weights(lm_gguf_writer *w, float *scratch, const hx_synth_params *p,
+                            uint32_t l, lm_tensor_type type, uint64_t seed, double a,
+                            lm_err *err)
+{
+    const bool gemma = strcmp(p->arch, "gemma3") == 0;
+    if (!gemma && strcmp(p->arch, "qwen3") != 0)
+        return LM_OK;
+    const uint64_t hd = p->n_embd / p->n_head;
+    const double c_post = (double)(float)(a * sqrt((double)p->n_embd));
+    const struct { const char *s; uint64_t ne0; double c, sigma; } t[] = {
+        {"attn_q_norm.weight", hd, 1.0, 0.1 / sqrt(3.0)},
+        {"attn_k_norm.weight", hd, 1.0, 0.1 / sqrt(3.0)},
+        {"post_attention_norm.weight", p->n_embd, c_post, 0.1 * c_post / sqrt(3.0)},
+        {"post_ffw_norm.weight", p->n_embd, c_post, 0.1 * c_post / sqrt(3.0)},
+    };
+    char name[64];
+    for (size_t i = 0; i < (gemma ? 4u : 2u); ++i) {
+        snprintf(name, sizeof name, "blk.%u.%s", l, t[i].s);
+        int rc = add_weight(w, scratch, name, type, t[i].ne0, 1, seed, t[i].c, t[i].sigma, err);
+        if (rc)
+            return rc;
+    }
+    return LM_OK;
 }
 
 /* Sinks and MoE tensors of layer l. Sinks: logits of standard deviation 1 (the scores of a
@@ -466,7 +517,8 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
         };
         /* MoE layers have no dense FFN (the last three entries) */
         const size_t n_t = sizeof t / sizeof t[0] - (X > 0 ? 3 : 0);
-        if ((rc = add_variant_weights(w, scratch, p, l, type, seed, a, err)))
+        if ((rc = add_variant_weights(w, scratch, p, l, type, seed, a, err))
+            || (rc = add_arch_weights(w, scratch, p, l, type, seed, a, err)))
             goto done;
         for (size_t i = 0; i < n_t; ++i) {
             snprintf(name, sizeof name, "blk.%u.%s", l, t[i].s);

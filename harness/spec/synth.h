@@ -31,6 +31,10 @@ typedef struct hx_synth_params {
     bool mask_token;         /* the last token id is "<mask>" (control): masked-diffusion samplers */
     uint32_t gating_func;    /* llama.expert_gating_func: 1 softmax over all, renormalised over
                                 the top-k (expert_weights_norm true); 3 softmax over the top-k */
+    char arch[16];           /* general.architecture and key prefix: "" = llama; "gemma3" adds
+                                per-head Q/K norms and post norms (its table row supplies the
+                                sliding pattern, the sliding theta and the embedding scale);
+                                "qwen3" adds per-head Q/K norms */
 } hx_synth_params;
 
 /* Control tokens, 256 byte pieces and "▁": the smallest vocabulary synth writes. */

@@ -155,6 +155,18 @@ void ref_result_free(ref_result *r);
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
                           const ref_request *rq, lm_err *err);
 
+/* --- the reference's own dequantization (ref_dequant.c, ref_weights.c) --- */
+
+/* Dequantizes n_elem values of ggml type `type` from data: [nbytes] into out: [n_elem], from the
+ * bit layout, independently of the engine. LM_E_UNSUPPORTED for a type it does not implement. */
+int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
+                lm_err *err);
+/* Re-reads every weight of m from its file (m->path) with ref_dequant and requires the engine's
+ * float32 values to be bitwise equal; LM_E_INPUT naming the tensor, element and both values
+ * otherwise. A model built or edited in memory (no path, or n_weights set to 0 by whoever
+ * changed its weights) has nothing to check: LM_OK. */
+int ref_weights_check(const lm_model *m, lm_err *err);
+
 /* --- capture files (ref_capture.c) --- */
 
 /* Writes atomically (fs.h lm_write_file: temp file in the same folder, fsync, rename). */
@@ -257,6 +269,8 @@ void ref_rmsnorm(mpfr_t *out, mpfr_t *x, const float *w, uint64_t n, float eps,
 void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s);
 /* out = z / (1 + exp(-z)). */
 void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s);
+/* out = gelu_tanh(z) = z / 2 * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))); uses t, u, acc_neg. */
+void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s);
 /* Rotation angle frequency theta^(-2i/n_rot), into out (at out's precision). */
 void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
 /* Rotates the first n_rot dims of one head x[head_dim] at position pos: NORM rotates

