@@ -6,9 +6,12 @@
  *    figure and ref_dot's own cost are printed beside it): the figures the default precision
  *    and the inner-product strategy were chosen by.
  * 2. Times the whole reference pass (ref_compute) for
- *      stories260K with a 115-token prompt (median of 3 after a warm-up), and
- *      the smollm2-135m synthetic preset (F32, harness/spec/synth.h) with a 16-token prompt (one
- *      run: ~1.7e9 multiply-adds),
+ *      stories260K with a 115-token prompt (median of 3 after a warm-up),
+ *      the smollm2-135m synthetic preset (F32, harness/spec/synth.h) with a 30-token prompt and
+ *      16 teacher-forced positions (one run, ~6e9 multiply-adds; goal <= 5 s on 2 idle cores),
+ *      the envelope on the same tokens: 8 SR members of the reference's float32 model against
+ *      that pass (goal <= 2x) and against one blas run (goal <= 10x), and
+ *      smollm2-135m with a LONG_PROMPT-token prompt (the long-prompt figure),
  *    and compares each with the target  multiply-adds x (single-core ns per multiply-add) /
  *    threads. Multiply-adds counted: every projection row of every token (q, k, v, o, gate,
  *    up, down), the causal attention products (q.k and p.v: 2 n_head head_dim (t+1) per token
@@ -19,6 +22,8 @@
  * speed. */
 #include "kvd_ref.h"
 #include "ref_dotx.h"
+#include "ref_sr.h"
+#include "runner.h"
 #include "synth.h"
 #include "util.h"
 
@@ -30,6 +35,7 @@
 #include <unistd.h>
 
 #define PROG "bench_ref"
+#define LONG_PROMPT 128 /* tokens of the long-prompt figure */
 
 /* Single-core ns per multiply-add at prec, median of 5 timings after a warm-up, on rows of
  * length 576 (activations with full P-bit significands, exact float32 weights):
@@ -159,9 +165,10 @@ typedef struct row {
     double macs, secs, target;
 } row;
 
-static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, int threads, int reps)
+static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
+                       int threads, int reps)
 {
-    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n, .n_threads = threads};
+    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt, .n_threads = threads};
     double t[5];
     lm_err err = {0};
     for (int rep = reps > 1 ? -1 : 0; rep < reps; ++rep) {
@@ -181,13 +188,46 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, int th
     return bu_median(t, reps);
 }
 
-/* One table row: the reference pass over tok[n] timed (median of reps), its multiply-adds
- * counted with one logits position. */
+/* One table row: the reference pass over tok[n] with n_prompt prompt tokens timed (median of
+ * reps), its multiply-adds counted with the logits of every position from n_prompt - 1 on. */
 static row measure(const char *model, const lm_model *m, const int32_t *tok, uint32_t n,
-                   int threads, int reps)
+                   uint32_t n_prompt, int threads, int reps)
 {
-    return (row){.model = model, .n_tokens = n, .macs = mac_count(&m->hp, n, 1),
-                 .secs = time_ref(m, tok, n, threads, reps)};
+    return (row){.model = model, .n_tokens = n,
+                 .macs = mac_count(&m->hp, n, n - n_prompt + 1),
+                 .secs = time_ref(m, tok, n, n_prompt, threads, reps)};
+}
+
+/* The envelope's cost against the reference pass and one blas run of the same tokens: 8 SR
+ * members of the reference's float32 model (all members in parallel on `threads` threads),
+ * one blas run (step=full, `threads` threads) teacher-forced on the same tokens. */
+static void envelope_cost(const lm_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
+                          int threads, double ref_s, FILE *out, const char *when)
+{
+    lm_err err = {0};
+    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt};
+    ref_sr_out mem[8];
+    double t0 = bu_now_s();
+    if (ref_sr_ensemble(mem, 8, m, &rq, 1, threads, &err))
+        bu_die(PROG, "SR ensemble", &err);
+    double env_s = bu_now_s() - t0;
+    for (int i = 0; i < 8; ++i)
+        ref_sr_out_free(&mem[i]);
+    hx_config cfg = {.backend = "blas", .step = 0, .threads = (uint32_t)threads};
+    hx_run_request rr = {.prompt = tok, .n_prompt = n_prompt, .forced = tok + n_prompt,
+                         .n_forced = n - n_prompt, .n_gen = n - n_prompt};
+    hx_capture *cap = NULL;
+    hx_run_stats st;
+    t0 = bu_now_s();
+    if (hx_run_capture(&cap, &st, m, &cfg, &rr, &err))
+        bu_die(PROG, "blas run", &err);
+    double blas_s = bu_now_s() - t0;
+    hx_capture_free(cap);
+    printf("\nenvelope (8 SR members of the reference's float32 model, %d threads): %.3f s = "
+           "%.2f x the reference pass (goal <= 2), %.1f x one blas run of %.3f s (goal <= 10)\n",
+           threads, env_s, env_s / ref_s, env_s / blas_s, blas_s);
+    fprintf(out, "%s\tenvelope-8-sr\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t%.3f\n", when,
+            threads, REF_DEFAULT_PREC, n, env_s, ref_s, env_s / ref_s, env_s / blas_s);
 }
 
 int main(int argc, char **argv)
@@ -221,7 +261,7 @@ int main(int argc, char **argv)
            x127, x254, hot127, c127 / x127, dot254 / x254, REF_DEFAULT_PREC);
     fflush(stdout);
 
-    row rows[2];
+    row rows[3];
     int nrows = 0;
     lm_err err = {0};
     char path[1024];
@@ -256,7 +296,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_ref: story tokenizes to %zu < 115 tokens\n", n);
             return 2;
         }
-        rows[nrows++] = measure("stories260K", m, ids, 115, threads, 3);
+        rows[nrows++] = measure("stories260K", m, ids, 115, 115, threads, 3);
         free(ids);
         lm_model_free(m);
     } else {
@@ -276,10 +316,16 @@ int main(int argc, char **argv)
         bu_die(PROG, path, &err);
     unlink(path);
     rmdir(dir);
-    int32_t tok[16];
-    for (int i = 0; i < 16; ++i)
+    int32_t tok[LONG_PROMPT];
+    for (int i = 0; i < LONG_PROMPT; ++i)
         tok[i] = (int32_t)((1 + 7919u * (unsigned)i) % m->hp.n_vocab);
-    rows[nrows++] = measure("smollm2-135m", m, tok, 16, threads, 1);
+    /* the issue's figure: a 30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2
+     * idle cores), then the envelope's cost on the same tokens, then a long prompt */
+    rows[nrows++] = measure("smollm2 30+16", m, tok, 46, 30, threads, 1);
+    char when0[32];
+    bu_when(when0);
+    envelope_cost(m, tok, 46, 30, threads, rows[nrows - 1].secs, out, when0);
+    rows[nrows++] = measure("smollm2 long", m, tok, LONG_PROMPT, LONG_PROMPT, threads, 1);
     lm_model_free(m);
 
     char when[32];

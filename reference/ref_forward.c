@@ -652,6 +652,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     int st = ref_request_check(m, rq, err);
     if (st == LM_OK)
         st = ref_weights_check(m, err);
+    if (st == LM_OK)
+        st = ref_hparams_check(m, err);
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;

@@ -168,57 +168,98 @@ __attribute__((target("avx2"), always_inline)) static inline __m256d madd4(__m25
     return sr24_4(s, e, r);
 }
 
-__attribute__((target("avx2"))) static void sr_dot8_avx2(float *out, const float *w,
-                                                         const float *xt, uint64_t ld, uint64_t n,
-                                                         const uint32_t *key)
+/* R rows (R <= 4) at once: R independent chains hide the latency of one SR step. */
+__attribute__((target("avx2"), always_inline)) static inline void
+sr_dot8_avx2_rows(float *out, const float *const *w, const float *xt, uint64_t ld, uint64_t n,
+                  const uint32_t *key, const unsigned R)
 {
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-    const __m256i k = _mm256_loadu_si256((const __m256i *)key);
-    for (uint64_t i = 0; i < n; ++i) {
-        const __m256d wi = _mm256_set1_pd((double)w[i]);
-        const __m256 x = _mm256_loadu_ps(xt + i * ld);
-        const __m256i r =
-            lowbias8(_mm256_add_epi32(k, _mm256_set1_epi32((int)((uint32_t)i * 0x9e3779b9u))));
-        lo = madd4(lo, _mm256_mul_pd(wi, _mm256_cvtps_pd(_mm256_castps256_ps128(x))),
-                   _mm256_castsi256_si128(r));
-        hi = madd4(hi, _mm256_mul_pd(wi, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))),
-                   _mm256_extracti128_si256(r, 1));
+    __m256d lo[4], hi[4];
+    __m256i k[4];
+    for (unsigned r = 0; r < R; ++r) {
+        lo[r] = hi[r] = _mm256_setzero_pd();
+        k[r] = _mm256_loadu_si256((const __m256i *)(key + LANES * r));
     }
-    _mm_storeu_ps(out, _mm256_cvtpd_ps(lo));
-    _mm_storeu_ps(out + 4, _mm256_cvtpd_ps(hi));
+    for (uint64_t i = 0; i < n; ++i) {
+        const __m256 x = _mm256_loadu_ps(xt + i * ld);
+        const __m256d xl = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+        const __m256d xh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+        const __m256i inc = _mm256_set1_epi32((int)((uint32_t)i * 0x9e3779b9u));
+        for (unsigned r = 0; r < R; ++r) {
+            const __m256d wi = _mm256_set1_pd((double)w[r][i]);
+            const __m256i rb = lowbias8(_mm256_add_epi32(k[r], inc));
+            lo[r] = madd4(lo[r], _mm256_mul_pd(wi, xl), _mm256_castsi256_si128(rb));
+            hi[r] = madd4(hi[r], _mm256_mul_pd(wi, xh), _mm256_extracti128_si256(rb, 1));
+        }
+    }
+    for (unsigned r = 0; r < R; ++r) {
+        _mm_storeu_ps(out + LANES * r, _mm256_cvtpd_ps(lo[r]));
+        _mm_storeu_ps(out + LANES * r + 4, _mm256_cvtpd_ps(hi[r]));
+    }
 }
 
-__attribute__((target("avx512f"))) static void sr_dot8_avx512(float *out, const float *w,
-                                                             const float *xt, uint64_t ld,
-                                                             uint64_t n, const uint32_t *key)
+__attribute__((target("avx2"))) static void sr_dot8_avx2(float *out, const float *const *w,
+                                                         const float *xt, uint64_t ld,
+                                                         uint64_t n, const uint32_t *key,
+                                                         unsigned R)
 {
-    __m512d acc = _mm512_setzero_pd();
-    const __m256i k = _mm256_loadu_si256((const __m256i *)key);
+    if (R == 4)
+        sr_dot8_avx2_rows(out, w, xt, ld, n, key, 4);
+    else
+        for (unsigned r = 0; r < R; ++r)
+            sr_dot8_avx2_rows(out + LANES * r, w + r, xt, ld, n, key + LANES * r, 1);
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+sr_dot8_avx512_rows(float *out, const float *const *w, const float *xt, uint64_t ld, uint64_t n,
+                    const uint32_t *key, const unsigned R)
+{
+    __m512d acc[4];
+    __m256i k[4];
     const __m512i smask = _mm512_set1_epi64((long long)0x8000000000000000ull);
     const __m512i emask = _mm512_set1_epi64(0x7ff0000000000000ll);
-    for (uint64_t i = 0; i < n; ++i) {
-        const __m512d p = _mm512_mul_pd(_mm512_set1_pd((double)w[i]),
-                                        _mm512_cvtps_pd(_mm256_loadu_ps(xt + i * ld)));
-        const __m256i r =
-            lowbias8(_mm256_add_epi32(k, _mm256_set1_epi32((int)((uint32_t)i * 0x9e3779b9u))));
-        __m512d s = _mm512_add_pd(acc, p), bv = _mm512_sub_pd(s, acc), av = _mm512_sub_pd(s, bv);
-        __m512d e = _mm512_add_pd(_mm512_sub_pd(acc, av), _mm512_sub_pd(p, bv));
-        const __m512i sb = _mm512_castpd_si512(s);
-        const __m512i sign = _mm512_and_si512(sb, smask);
-        const __m512i expo = _mm512_and_si512(sb, emask);
-        const __m512d a = _mm512_castsi512_pd(_mm512_xor_si512(sb, sign));
-        const __m512d b = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(e), sign));
-        const __m512d ulp = _mm512_mul_pd(_mm512_castsi512_pd(expo), _mm512_set1_pd(0x1p-23));
-        const __m512d u = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_srli_epi32(r, 3)),
-                                        _mm512_set1_pd(0x1p-29));
-        const __m512d v = _mm512_add_pd(a, _mm512_add_pd(b, _mm512_mul_pd(u, ulp)));
-        const __m512i rz = _mm512_or_si512(
-            _mm512_and_si512(_mm512_castpd_si512(v), _mm512_set1_epi64(~((1ll << 29) - 1))),
-            sign);
-        const __mmask8 inf = _mm512_cmpeq_epi64_mask(expo, emask);
-        acc = _mm512_mask_blend_pd(inf, _mm512_castsi512_pd(rz), s);
+    for (unsigned r = 0; r < R; ++r) {
+        acc[r] = _mm512_setzero_pd();
+        k[r] = _mm256_loadu_si256((const __m256i *)(key + LANES * r));
     }
-    _mm256_storeu_ps(out, _mm512_cvtpd_ps(acc));
+    for (uint64_t i = 0; i < n; ++i) {
+        const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(xt + i * ld));
+        const __m256i inc = _mm256_set1_epi32((int)((uint32_t)i * 0x9e3779b9u));
+        for (unsigned r = 0; r < R; ++r) {
+            const __m512d p = _mm512_mul_pd(_mm512_set1_pd((double)w[r][i]), x);
+            const __m256i rb = lowbias8(_mm256_add_epi32(k[r], inc));
+            __m512d s = _mm512_add_pd(acc[r], p), bv = _mm512_sub_pd(s, acc[r]),
+                    av = _mm512_sub_pd(s, bv);
+            __m512d e = _mm512_add_pd(_mm512_sub_pd(acc[r], av), _mm512_sub_pd(p, bv));
+            const __m512i sb = _mm512_castpd_si512(s);
+            const __m512i sign = _mm512_and_si512(sb, smask);
+            const __m512i expo = _mm512_and_si512(sb, emask);
+            const __m512d a = _mm512_castsi512_pd(_mm512_xor_si512(sb, sign));
+            const __m512d b = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(e), sign));
+            const __m512d ulp = _mm512_mul_pd(_mm512_castsi512_pd(expo), _mm512_set1_pd(0x1p-23));
+            const __m512d u = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_srli_epi32(rb, 3)),
+                                            _mm512_set1_pd(0x1p-29));
+            const __m512d v = _mm512_add_pd(a, _mm512_add_pd(b, _mm512_mul_pd(u, ulp)));
+            const __m512i rz = _mm512_or_si512(
+                _mm512_and_si512(_mm512_castpd_si512(v), _mm512_set1_epi64(~((1ll << 29) - 1))),
+                sign);
+            const __mmask8 inf = _mm512_cmpeq_epi64_mask(expo, emask);
+            acc[r] = _mm512_mask_blend_pd(inf, _mm512_castsi512_pd(rz), s);
+        }
+    }
+    for (unsigned r = 0; r < R; ++r)
+        _mm256_storeu_ps(out + LANES * r, _mm512_cvtpd_ps(acc[r]));
+}
+
+__attribute__((target("avx512f"))) static void sr_dot8_avx512(float *out, const float *const *w,
+                                                             const float *xt, uint64_t ld,
+                                                             uint64_t n, const uint32_t *key,
+                                                             unsigned R)
+{
+    if (R == 4)
+        sr_dot8_avx512_rows(out, w, xt, ld, n, key, 4);
+    else
+        for (unsigned r = 0; r < R; ++r)
+            sr_dot8_avx512_rows(out + LANES * r, w + r, xt, ld, n, key + LANES * r, 1);
 }
 #endif
 
@@ -240,21 +281,23 @@ static int sr_kernel(void)
     return best;
 }
 
-static void sr_dot8(float *out, const float *w, const float *xt, uint64_t ld, uint64_t n,
-                    const uint32_t *key, int kern)
+/* Rows w[0..R) (R <= 4) against 8 tokens: out[r][l], key[r][l]. */
+static void sr_dot8(float *out, const float *const *w, const float *xt, uint64_t ld, uint64_t n,
+                    const uint32_t *key, unsigned R, int kern)
 {
 #if defined(__GNUC__) && defined(__x86_64__)
     if (kern == 2) {
-        sr_dot8_avx512(out, w, xt, ld, n, key);
+        sr_dot8_avx512(out, w, xt, ld, n, key, R);
         return;
     }
     if (kern == 1) {
-        sr_dot8_avx2(out, w, xt, ld, n, key);
+        sr_dot8_avx2(out, w, xt, ld, n, key, R);
         return;
     }
 #endif
     (void)kern;
-    sr_dot8_scalar(out, w, xt, ld, n, key);
+    for (unsigned r = 0; r < R; ++r)
+        sr_dot8_scalar(out + LANES * r, w[r], xt, ld, n, key + LANES * r);
 }
 
 /* out[t][r] (+)= in[t] . W[r] (+ b[r]) for t < f->n, with SR; in [n][n_in], W [n_out][n_in]. */
@@ -267,23 +310,30 @@ static void matmul(srf *f, float *out, const float *in, const float *W, const fl
     for (uint64_t t = 0; t < n_rows; ++t)
         for (uint64_t i = 0; i < n_in; ++i)
             f->xt[i * np + t] = in[t * n_in + i];
-    for (uint64_t r = 0; r < n_out; ++r)
+    for (uint64_t r0 = 0; r0 < n_out; r0 += 4) {
+        const unsigned R = n_out - r0 < 4 ? (unsigned)(n_out - r0) : 4;
+        const float *wr[4];
+        for (unsigned g = 0; g < R; ++g)
+            wr[g] = W + (r0 + g) * n_in;
         for (uint64_t t0 = 0; t0 < np; t0 += LANES) {
-            uint32_t key[LANES];
-            float o[LANES];
-            for (unsigned l = 0; l < LANES; ++l)
-                key[l] = key_of(f->skey, st, t0 + l, r);
-            sr_dot8(o, W + r * n_in, f->xt + t0, np, n_in, key, kern);
-            for (unsigned l = 0; l < LANES && t0 + l < n_rows; ++l) {
-                uint64_t t = t0 + l;
-                double y = o[l];
-                uint32_t k2 = key_of(f->skey, st + (1u << 20), t, r);
-                if (b)
-                    y = sr_add(y, (double)b[r], coin(k2, 0));
-                float *d = &out[t * n_out + r];
-                *d = acc ? (float)sr_add((double)*d, y, coin(k2, 1)) : (float)y;
-            }
+            uint32_t key[4 * LANES];
+            float o[4 * LANES];
+            for (unsigned g = 0; g < R; ++g)
+                for (unsigned l = 0; l < LANES; ++l)
+                    key[g * LANES + l] = key_of(f->skey, st, t0 + l, r0 + g);
+            sr_dot8(o, wr, f->xt + t0, np, n_in, key, R, kern);
+            for (unsigned g = 0; g < R; ++g)
+                for (unsigned l = 0; l < LANES && t0 + l < n_rows; ++l) {
+                    const uint64_t t = t0 + l, r = r0 + g;
+                    double y = o[g * LANES + l];
+                    uint32_t k2 = key_of(f->skey, st + (1u << 20), t, r);
+                    if (b)
+                        y = sr_add(y, (double)b[r], coin(k2, 0));
+                    float *d = &out[t * n_out + r];
+                    *d = acc ? (float)sr_add((double)*d, y, coin(k2, 1)) : (float)y;
+                }
         }
+    }
 }
 
 /* out[e] = x[e] / sqrt(mean(x^2) + eps) * w[e], every step SR (sum of squares left to right). */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -461,31 +462,43 @@ static void test_cli_errors_thread_limit(void)
     CU_ASSERT_EQUAL(r.rc, 0);
 }
 
-/* bless writes all goldens or none: the second case's golden path is a folder, so its write
- * fails; the first case's golden must not have been written. */
+/* bless writes all goldens or none: with room for the first case's golden but not the second's
+ * (RLIMIT_FSIZE between their sizes: the full-disk case), no golden may be written. The cache
+ * is warmed first so that the limited run writes only goldens. */
 static void test_cli_errors_bless_write_all_or_nothing(void)
 {
     setup();
     write_cases();
     char text[1400];
     snprintf(text, sizeof text,
-             "[case]\nname = c-ok2\nmodel = %s\ntokens = 1,2,3\nsteps = full\nbackends = naive\n"
-             "n_gen = 1\n", model);
-    char good2[1200];
-    snprintf(good2, sizeof good2, "%s", tu_write_file("cli/ok2.case", text, strlen(text)));
+             "[case]\nname = c-big\nmodel = %s\ntokens = 1,2,3\nsteps = 1,2,3,full\n"
+             "backends = naive,blas\nn_gen = 1\n", model);
+    char big[1200];
+    snprintf(big, sizeof big, "%s", tu_write_file("cli/big.case", text, strlen(text)));
+    cli_result r = cli(cmd_bless, "bless", good, big, "--golden-dir", p("golden-warm"), "--cache",
+                       cache, "-q", (char *)NULL);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
     const char *g = p("golden-group");
-    char blocker[1200];
-    snprintf(blocker, sizeof blocker, "%s/c-ok2.json", g);
-    CU_ASSERT_FATAL(mkdir(g, 0755) == 0 && mkdir(blocker, 0755) == 0);
-    BAD_HDR("c-ok2.json", cmd_bless, "bless", good, good2, "--golden-dir", g, "--cache", cache,
-            "-q");
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {2048, 2048}; /* c-ok's golden is ~1 KB, c-big's ~6 KB */
+        setrlimit(RLIMIT_FSIZE, &rl);
+        alarm(60);
+        char *argv[] = {"bless", good, big, "--golden-dir", (char *)g, "--cache", cache, "-q",
+                        NULL};
+        _exit(cmd_bless(8, argv));
+    }
+    int status = 0;
+    CU_ASSERT_FATAL(waitpid(pid, &status, 0) == pid);
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 2);
     CU_ASSERT_FALSE(exists(p("golden-group/c-ok.json")));
-    /* with the obstacle gone both are written */
-    CU_ASSERT_FATAL(rmdir(blocker) == 0);
-    cli_result r = cli(cmd_bless, "bless", good, good2, "--golden-dir", g, "--cache", cache, "-q",
-                       (char *)NULL);
-    CU_ASSERT_EQUAL(r.rc, 0);
-    CU_ASSERT(exists(p("golden-group/c-ok.json")) && exists(p("golden-group/c-ok2.json")));
+    CU_ASSERT_FALSE(exists(p("golden-group/c-big.json")));
 }
 
 /* A cache that cannot store an envelope costs time, not the sweep: the entry's path is a folder,

@@ -173,6 +173,31 @@ static void test_quant_reference_weights_check(void)
     lm_model_free(m);
 }
 
+/* The reference reads the hyperparameters itself: a misread rope.freq_base or window in the
+ * engine's configuration is named. */
+static void test_quant_reference_hparams_check(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_OK);
+    float keep = m->hp.rope_theta;
+    m->hp.rope_theta = 500000.0f; /* test-only: as if the engine had misread the key */
+    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "rope.freq_base = 10000"));
+    m->hp.rope_theta = keep;
+    lm_err_clear(&err);
+    m->layers[2].window = 8;
+    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "layer 2 window"));
+    m->layers[2].window = 0;
+    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_OK);
+    lm_model_free(m);
+}
+
 void test_quant_fixtures_register(void)
 {
     CU_pSuite s = CU_add_suite("quant_fixtures", NULL, NULL);
@@ -183,4 +208,5 @@ void test_quant_fixtures_register(void)
     CU_add_test(s, "test_quant_unsupported_one_line", test_quant_unsupported_one_line);
     CU_add_test(s, "test_quant_memory_check", test_quant_memory_check);
     CU_add_test(s, "test_quant_reference_weights_check", test_quant_reference_weights_check);
+    CU_add_test(s, "test_quant_reference_hparams_check", test_quant_reference_hparams_check);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <pty.h>
 #include <unistd.h>
 
 static hx_tensor_row row(const char *name, bool logits, hx_class cls, double err_abs, double e)
@@ -246,7 +247,7 @@ static void test_report_md_and_table(void)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     CU_ASSERT_FATAL(f != NULL);
-    hx_report_print_table(f, r);
+    hx_report_print_table_fmt(f, r, HX_FMT_TABLE, true); /* -v: every column */
     fclose(f);
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "config"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "naive:step=full"));
@@ -255,6 +256,85 @@ static void test_report_md_and_table(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "3 configurations, worst DRIFT, 1 failing"));
     fprintf(stderr, "\n%s", buf);
     free(buf);
+    hx_report_free(r);
+}
+
+/* The default table is narrow (every line fits 100 columns with a 28-character config) and
+ * holds the headline columns; ULP@max is the error in ULPs of the tensor's largest magnitude. */
+static void test_report_narrow_table_and_formats(void)
+{
+    hx_report *r = make();
+    lm_err err = {0};
+    hx_config_report *c;
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "blas:step=2048:threads=16:attn=x", &err) == LM_OK);
+    /* ULP@max: an error of 3 ULPs at the scale of the tensor's largest value (8.0: spacing
+     * 2^-20), whatever sign changes happen inside the tensor (exact: powers of two). */
+    hx_tensor_row t = row("L0.K", false, HX_NOISE, 3.0 * ldexp(1.0, -20), 1.0);
+    t.vs_ref.r_absmax = 8.0;
+    hx_config_report_add_row(c, &t, &err);
+    CU_ASSERT_EQUAL(c->ulp_rel, 3.0);
+    CU_ASSERT(isnan(hx_ulp_rel((double)NAN, 1.0)));
+    CU_ASSERT_EQUAL(hx_ulp_rel(0.0, 1.0), 0.0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    hx_report_print_table(f, r);
+    fclose(f);
+    size_t longest = 0;
+    for (char *p = buf; *p;) {
+        char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) : strlen(p);
+        if (strncmp(p, "case ", 5) != 0) /* the title line carries the model path */
+            longest = l > longest ? l : longest;
+        p += l + (nl != NULL);
+    }
+    CU_ASSERT(longest <= 100);
+    const char *want[] = {"config", "class", "err/E", "ULP@max", "top1", "div@", "decode t/s"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i)
+        CU_ASSERT_PTR_NOT_NULL(strstr(buf, want[i]));
+    CU_ASSERT_PTR_NULL(strstr(buf, "KL mean")); /* -v only */
+    CU_ASSERT_PTR_NULL(strstr(buf, "\033["));   /* not a terminal: no colour */
+    free(buf);
+
+    /* Data formats: the table alone, quoted where needed. */
+    static const struct { hx_table_fmt fmt; const char *first, *row; } forms[] = {
+        {HX_FMT_CSV, "config,class,err/E,", "naive:step=1,TIE_FLIP,"},
+        {HX_FMT_TSV, "config\tclass\terr/E\t", "naive:step=1\tTIE_FLIP\t"},
+        {HX_FMT_JSONL, "{\"config\": \"naive:step=full\", \"class\": \"EXACT\"", NULL},
+        {HX_FMT_MD, "| config | class | err/E |", "|---|---|---:|"},
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; ++i) {
+        f = open_memstream(&buf, &len);
+        hx_report_print_table_fmt(f, r, forms[i].fmt, false);
+        fclose(f);
+        CU_ASSERT_EQUAL(strncmp(buf, forms[i].first, strlen(forms[i].first)), 0);
+        if (forms[i].row)
+            CU_ASSERT_PTR_NOT_NULL(strstr(buf, forms[i].row));
+        CU_ASSERT_PTR_NULL(strstr(buf, "configurations, worst")); /* no summary line */
+        free(buf);
+    }
+    hx_table_fmt fm;
+    CU_ASSERT(hx_table_fmt_parse(&fm, "jsonl") && fm == HX_FMT_JSONL);
+    CU_ASSERT_FALSE(hx_table_fmt_parse(&fm, "xml"));
+
+    /* On a terminal the class is coloured, unless NO_COLOR is set. */
+    int master, slave;
+    if (openpty(&master, &slave, NULL, NULL, NULL) == 0) {
+        char got[8192];
+        for (int nc = 0; nc < 2; ++nc) {
+            if (nc)
+                setenv("NO_COLOR", "1", 1);
+            FILE *tty = fdopen(dup(slave), "w");
+            hx_report_print_table(tty, r);
+            fclose(tty);
+            ssize_t k = read(master, got, sizeof got - 1);
+            got[k > 0 ? k : 0] = '\0';
+            CU_ASSERT_EQUAL(strstr(got, "\033[1;31mDRIFT") != NULL, nc == 0);
+        }
+        unsetenv("NO_COLOR");
+        close(master);
+        close(slave);
+    }
     hx_report_free(r);
 }
 
@@ -349,6 +429,7 @@ void test_report_register(void)
     CU_add_test(s, "test_report_fold_and_verdicts", test_report_fold_and_verdicts);
     CU_add_test(s, "test_report_json_schema", test_report_json_schema);
     CU_add_test(s, "test_report_html_wellformed", test_report_html_wellformed);
+    CU_add_test(s, "test_report_narrow_table_and_formats", test_report_narrow_table_and_formats);
     CU_add_test(s, "test_report_html_chromium", test_report_html_chromium);
     CU_add_test(s, "test_report_junit_wellformed_and_escaped",
                 test_report_junit_wellformed_and_escaped);

@@ -13,6 +13,7 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@ static const char usage_text[] =
     "                        (missing folders of these files are created)\n"
     "      --github          GitHub Actions: ::error/::warning annotations on the case files,\n"
     "                        and the Markdown appended to $GITHUB_STEP_SUMMARY when set\n"
+    "      --format F        the tables as table (default; class coloured on a terminal,\n"
+    "                        NO_COLOR honoured), csv, tsv, jsonl or md (tables alone on stdout)\n"
     "      --strict          fail on any changed bit\n"
     "      --allow-skip      exit 0 when every case was skipped (default: exit 3)\n"
     "      --golden-dir DIR  golden files (default: CASE's folder/golden)\n"
@@ -129,47 +132,73 @@ static int judge_case(hx_caserun *cr, const char *gpath, const hx_fingerprint *f
     return rc;
 }
 
-static void print_case(const hx_caserun *cr, const char *golden_path, const hx_golden_counts *k)
+/* The check table's cells: config, golden, class, err/E, ULP@max, top1, div@, verdict. */
+typedef struct check_cells {
+    const hx_report *r;
+    size_t cached;
+    char c[HX_REPORT_NCOLS][HX_REPORT_CELL];
+} check_cells;
+
+static const char *check_cell(void *ctx, size_t row, int col)
+{
+    check_cells *cc = ctx;
+    const hx_config_report *c = &cc->r->configs[row];
+    if (cc->cached != row) {
+        hx_report_cells(cc->c, c);
+        cc->cached = row;
+    }
+    static const int map[] = {0, -1, 1, 11, 4, 8, 2, -2};
+    if (map[col] == -1)
+        return hx_golden_status_name(c->golden);
+    if (map[col] == -2)
+        return hx_config_report_fails(c, cc->r->strict_bits) ? "FAIL" : "pass";
+    return cc->c[map[col]];
+}
+
+static void print_case(const hx_caserun *cr, const char *golden_path, const hx_golden_counts *k,
+                       hx_table_fmt fmt)
 {
     const hx_report *r = cr->report;
     bool strict = r->strict_bits;
-    printf("case %s (%s): %s, %u prompt tokens, %u generated, %zu configurations%s\n",
-           r->case_name, cr->c->file, r->model, (unsigned)cr->n_prompt, (unsigned)r->n_gen,
-           r->n_configs, strict ? ", strict bits" : "");
+    FILE *chat = fmt == HX_FMT_TABLE ? stdout : stderr;
+    fprintf(chat, "case %s (%s): %s, %u prompt tokens, %u generated, %zu configurations%s\n",
+            r->case_name, cr->c->file, r->model, (unsigned)cr->n_prompt, (unsigned)r->n_gen,
+            r->n_configs, strict ? ", strict bits" : "");
     if (k->n[HX_GOLDEN_ABSENT] > 0)
-        printf("  no golden for %zu configuration(s) under their keys in %s: judged by the "
-               "reference classification%s (kvdrift bless %s writes them)\n",
-               k->n[HX_GOLDEN_ABSENT], golden_path, strict ? " and fail (strict bits)" : "",
-               cr->c->file);
+        fprintf(chat, "  no golden for %zu configuration(s) under their keys in %s: judged by "
+                "the reference classification%s (kvdrift bless %s writes them)\n",
+                k->n[HX_GOLDEN_ABSENT], golden_path, strict ? " and fail (strict bits)" : "",
+                cr->c->file);
     if (k->n[HX_GOLDEN_STALE] > 0)
-        printf("  %zu golden(s) in %s were blessed for other input: they fail until blessed "
-               "again (kvdrift bless %s)\n", k->n[HX_GOLDEN_STALE], golden_path, cr->c->file);
-    printf("  %-28s %-8s %-9s %5s %9s %8s %7s %5s  %s\n", "config", "golden", "class", "div@",
-           "max abs", "max ULP", "err/E", "sig", "verdict");
-    char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], why[1200];
+        fprintf(chat, "  %zu golden(s) in %s were blessed for other input: they fail until "
+                "blessed again (kvdrift bless %s)\n", k->n[HX_GOLDEN_STALE], golden_path,
+                cr->c->file);
+    static const char *const heads[] = {"config", "golden", "class", "err/E", "ULP@max",
+                                        "top1", "div@", "verdict"};
+    check_cells cc = {.r = r, .cached = SIZE_MAX};
+    hx_table_print(stdout, fmt, heads, 8, r->n_configs, check_cell, &cc, 3, 2);
+    fflush(stdout);
+    char why[1200];
     size_t n_fail = 0;
     for (size_t i = 0; i < r->n_configs; ++i) {
         const hx_config_report *c = &r->configs[i];
         const char *type;
         hx_config_report_failure(why, sizeof why, &type, c, strict);
         n_fail += type[0] != '\0';
-        hx_report_cells(cells, c);
-        printf("  %-28s %-8s %-9s %5s %9s %8s %7s %5s  %s\n", cells[0],
-               hx_golden_status_name(c->golden), cells[1], cells[2], cells[3], cells[4], cells[11],
-               cells[12], type[0] ? "FAIL" : "pass");
         if (type[0])
-            printf("      %s\n", why);
+            fprintf(chat, "  FAIL %s: %s\n", c->config, why);
         else if (c->golden == HX_GOLDEN_MISMATCH)
-            printf("      note: %s\n", c->golden_note);
+            fprintf(chat, "  note %s: %s\n", c->config, c->golden_note);
     }
-    printf("  %s: %zu pass, %zu fail; golden %zu match, %zu mismatch, %zu absent, %zu stale\n",
-           r->case_name, r->n_configs - n_fail, n_fail, k->n[HX_GOLDEN_MATCH],
-           k->n[HX_GOLDEN_MISMATCH], k->n[HX_GOLDEN_ABSENT], k->n[HX_GOLDEN_STALE]);
+    fprintf(chat, "  %s: %zu pass, %zu fail; golden %zu match, %zu mismatch, %zu absent, %zu "
+            "stale\n", r->case_name, r->n_configs - n_fail, n_fail, k->n[HX_GOLDEN_MATCH],
+            k->n[HX_GOLDEN_MISMATCH], k->n[HX_GOLDEN_ABSENT], k->n[HX_GOLDEN_STALE]);
 }
 
 /* Runs case i, judges its goldens and prints it; *skipped when its model file is absent. */
 static int run_case(hx_caserun **out, hx_case *c, const hx_caserun_opts *ro,
-                    const char *golden_dir, const hx_fingerprint *fp, bool *skipped, lm_err *err)
+                    const char *golden_dir, const hx_fingerprint *fp, hx_table_fmt fmt,
+                    bool *skipped, lm_err *err)
 {
     int st = hx_caserun_create(out, c, ro, err); /* takes c, also on error */
     if (st != LM_OK)
@@ -187,7 +216,7 @@ static int run_case(hx_caserun **out, hx_case *c, const hx_caserun_opts *ro,
     if (st == LM_OK)
         st = judge_case(cr, gpath, fp, &counts, err);
     if (st == LM_OK)
-        print_case(cr, gpath, &counts);
+        print_case(cr, gpath, &counts, fmt);
     fflush(stdout);
     return st;
 }
@@ -235,11 +264,11 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
 
 int cmd_check(int argc, char **argv)
 {
-    enum { O_JUNIT = 256, O_JSON, O_MD, O_HTML, O_STRICT, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB };
+    enum { O_JUNIT = 256, O_JSON, O_MD, O_HTML, O_FORMAT, O_STRICT, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB };
     static const struct option opts[] = {
         {"junit", required_argument, NULL, O_JUNIT},   {"json", required_argument, NULL, O_JSON},
         {"md", required_argument, NULL, O_MD},         {"out", required_argument, NULL, 'o'},
-        {"html", required_argument, NULL, O_HTML},
+        {"html", required_argument, NULL, O_HTML},     {"format", required_argument, NULL, O_FORMAT},
         {"strict", no_argument, NULL, O_STRICT},       {"golden-dir", required_argument, NULL, O_GOLDEN},
         {"cache", required_argument, NULL, O_CACHE},   {"jobs", required_argument, NULL, 'j'},
         {"allow-skip", no_argument, NULL, O_ALLOW_SKIP}, {"github", no_argument, NULL, O_GITHUB},
@@ -249,6 +278,7 @@ int cmd_check(int argc, char **argv)
     const char *golden_dir = NULL, *out_dir = NULL;
     check_out out = {0};
     bool allow_skip = false;
+    hx_table_fmt fmt = HX_FMT_TABLE;
     hx_caserun_opts ro = {0};
     optind = 1;
     opterr = 0;
@@ -259,6 +289,10 @@ int cmd_check(int argc, char **argv)
         case O_JSON: out.json = optarg; break;
         case O_MD: out.md = optarg; break;
         case O_HTML: out.html = optarg; break;
+        case O_FORMAT:
+            if (!hx_table_fmt_parse(&fmt, optarg))
+                return hx_cli_fail("check", "--format '%s': expected " HX_TABLE_FORMATS, optarg);
+            break;
         case 'o': out_dir = optarg; break;
         case O_GITHUB: out.github = true; break;
         case O_STRICT: ro.strict = true; break;
@@ -295,11 +329,12 @@ int cmd_check(int argc, char **argv)
 
     hx_fingerprint fp;
     hx_fingerprint_detect(&fp);
-    printf("kvdrift check: %zu case(s); platform %s\n", n_cases, fp.short_text);
+    fprintf(fmt == HX_FMT_TABLE ? stdout : stderr, "kvdrift check: %zu case(s); platform %s\n",
+            n_cases, fp.short_text);
     size_t n_skipped = 0;
     for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
         bool skipped = false;
-        st = run_case(&runs[i], cases[i], &ro, golden_dir, &fp, &skipped, &err);
+        st = run_case(&runs[i], cases[i], &ro, golden_dir, &fp, fmt, &skipped, &err);
         cases[i] = NULL; /* owned by the run now, also on error */
         if (st == LM_OK)
             reports[i] = runs[i]->report;

@@ -4,16 +4,18 @@
 #include "commands.h"
 
 #include "cli_util.h"
+#include "report.h"
 #include "report_diff.h"
 
 #include <getopt.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: kvdrift diff OLD/report.json NEW/report.json [--format md|table] [-o FILE]\n"
+    "usage: kvdrift diff OLD/report.json NEW/report.json [--format F] [-o FILE]\n"
     "                    [--slower PCT]\n"
     "Compares two reports (sweep's report.json, or check --json with several cases) per\n"
     "configuration, matched by case and configuration string: class change, worst err/E\n"
@@ -21,7 +23,8 @@ static const char usage_text[] =
     "or its class got worse into TIE_FLIP or beyond, or it has new flips (fewer positions\n"
     "agreeing with the reference's top-1, or greedy tokens parting earlier), or it is gone;\n"
     "with --slower PCT also a decode slowdown of more than PCT percent.\n\n"
-    "      --format F    md (default: a Markdown table for a pull request comment) or table\n"
+    "      --format F    md (default: a Markdown table for a pull request comment), table,\n"
+    "                    csv, tsv or jsonl\n"
     "  -o, --out FILE    write the output to FILE instead of stdout\n"
     "      --slower PCT  a decode slowdown beyond PCT percent is a regression (default: off)\n"
     "  -h, --help        this text\n\n"
@@ -84,25 +87,20 @@ static void print_md(FILE *f, const hx_diff_row *rows, size_t n, const char *a, 
     }
 }
 
-static void print_table(FILE *f, const hx_diff_row *rows, size_t n, size_t n_reg)
-{
-    size_t wd[7];
+typedef struct diff_cells {
+    const hx_diff_row *rows;
+    size_t cached;
     char c[7][256];
-    for (int j = 0; j < 7; ++j)
-        wd[j] = strlen(heads[j]);
-    for (size_t i = 0; i < n; ++i) {
-        cells(c, &rows[i], false);
-        for (int j = 0; j < 6; ++j)
-            wd[j] = strlen(c[j]) > wd[j] ? strlen(c[j]) : wd[j];
+} diff_cells;
+
+static const char *diff_cell(void *ctx, size_t row, int col)
+{
+    diff_cells *dc = ctx;
+    if (dc->cached != row) {
+        cells(dc->c, &dc->rows[row], false);
+        dc->cached = row;
     }
-    for (int j = 0; j < 7; ++j)
-        fprintf(f, "%-*s%s", j < 6 ? (int)wd[j] : 0, heads[j], j < 6 ? "  " : "\n");
-    for (size_t i = 0; i < n; ++i) {
-        cells(c, &rows[i], false);
-        for (int j = 0; j < 7; ++j)
-            fprintf(f, "%-*s%s", j < 6 ? (int)wd[j] : 0, c[j], j < 6 ? "  " : "\n");
-    }
-    fprintf(f, "%zu configuration(s), %zu regression(s)\n", n, n_reg);
+    return dc->c[col];
 }
 
 int cmd_diff(int argc, char **argv)
@@ -115,6 +113,7 @@ int cmd_diff(int argc, char **argv)
     };
     const char *out = NULL;
     bool md = true;
+    hx_table_fmt fmt = HX_FMT_TABLE;
     double slow = 0.0;
     optind = 1;
     opterr = 0;
@@ -122,9 +121,9 @@ int cmd_diff(int argc, char **argv)
     while ((o = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
         switch (o) {
         case O_FORMAT:
-            if (strcmp(optarg, "md") != 0 && strcmp(optarg, "table") != 0)
-                return hx_cli_fail("diff", "--format '%s': expected md or table", optarg);
-            md = strcmp(optarg, "md") == 0;
+            if (!hx_table_fmt_parse(&fmt, optarg))
+                return hx_cli_fail("diff", "--format '%s': expected " HX_TABLE_FORMATS, optarg);
+            md = fmt == HX_FMT_MD;
             break;
         case O_SLOWER: {
             char *end;
@@ -156,8 +155,12 @@ int cmd_diff(int argc, char **argv)
     }
     if (md)
         print_md(f, rows, n, argv[optind], argv[optind + 1], n_reg);
-    else
-        print_table(f, rows, n, n_reg);
+    else {
+        diff_cells dc = {.rows = rows, .cached = SIZE_MAX};
+        hx_table_print(f, fmt, heads, 7, n, diff_cell, &dc, 3, -1);
+        if (fmt == HX_FMT_TABLE)
+            fprintf(f, "%zu configuration(s), %zu regression(s)\n", n, n_reg);
+    }
     free(rows);
     if (out && fclose(f) != 0)
         return hx_cli_fail("diff", "-o %s: cannot write", out);

@@ -58,8 +58,14 @@ static const char usage_text[] =
     "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
     "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
     "                          numbers, the classes never change)\n"
+    "";
+static const char usage_options[] =
     "  -o, --output DIR        report folder (default reports/<model>-<UTC timestamp>)\n"
     "  -q, --quiet             no progress lines on stderr\n"
+    "  -v, --verbose           all 17 table columns (default: config, class, err/E, ULP@max,\n"
+    "                          top1, div@, decode tok/s)\n"
+    "      --format F          table (default; class coloured on a terminal, NO_COLOR\n"
+    "                          honoured), csv, tsv, jsonl or md: the table alone on stdout\n"
     "  -h, --help              this text\n\n"
     "Every list option is a sweep axis: the configurations are their cross product\n"
     "(profile x rot x backends x threads x attn x steps, steps fastest, profile slowest).\n\n"
@@ -257,7 +263,7 @@ static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const 
 int cmd_sweep(int argc, char **argv)
 {
     enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE,
-           O_ATTN, O_ROT, O_SPECIAL, O_PROFILE, O_ENVELOPE };
+           O_ATTN, O_ROT, O_SPECIAL, O_PROFILE, O_ENVELOPE, O_FORMAT };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
@@ -269,6 +275,7 @@ int cmd_sweep(int argc, char **argv)
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
         {"envelope", required_argument, NULL, O_ENVELOPE},
+        {"format", required_argument, NULL, O_FORMAT}, {"verbose", no_argument, NULL, 'v'},
         HX_SPEC_LONG_OPTIONS,
         HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
@@ -276,7 +283,8 @@ int cmd_sweep(int argc, char **argv)
     const char *text = NULL, *tok_s = NULL, *cache = NULL, *outdir = NULL;
     const char *steps_s = HX_CASE_DEFAULT_STEPS, *backends_s = HX_CASE_DEFAULT_BACKENDS;
     const char *threads_s = "1", *attn_s = NULL, *rot_s = NULL, *prof_s = NULL;
-    bool parse_special = false;
+    bool parse_special = false, verbose = false;
+    hx_table_fmt fmt = HX_FMT_TABLE;
     hx_spec_opts so;
     hx_spec_opts_init(&so);
     hx_block_opts bo;
@@ -287,9 +295,14 @@ int cmd_sweep(int argc, char **argv)
     optind = 1;
     opterr = 0;
     int o;
-    while ((o = getopt_long(argc, argv, ":p:n:j:o:qh", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":p:n:j:o:qhv", opts, NULL)) != -1) {
         switch (o) {
         case 'p': text = optarg; break;
+        case 'v': verbose = true; break;
+        case O_FORMAT:
+            if (!hx_table_fmt_parse(&fmt, optarg))
+                return hx_cli_fail("sweep", "--format '%s': expected " HX_TABLE_FORMATS, optarg);
+            break;
         case O_SPECIAL: parse_special = true; break;
         case O_TOKENS: tok_s = optarg; break;
         case O_STEPS: steps_s = optarg; break;
@@ -339,6 +352,7 @@ int cmd_sweep(int argc, char **argv)
         }
         case 'h':
             fputs(usage_text, stdout);
+            fputs(usage_options, stdout);
             fputs(HX_SPEC_USAGE, stdout);
             fputs(HX_BLOCK_USAGE, stdout);
             return 0;
@@ -465,25 +479,29 @@ int cmd_sweep(int argc, char **argv)
         free(routing_txt);
         goto done;
     }
-    /* The table only once the reports are written: a failed run prints nothing. */
-    printf("kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "
+    /* The table only once the reports are written: a failed run prints nothing. With a data
+     * format the table alone goes to stdout, the lines around it to stderr. */
+    FILE *chat = fmt == HX_FMT_TABLE ? stdout : stderr;
+    fprintf(chat, "kvdrift sweep %s: %u prompt tokens, %u generated; teacher path = the reference's "
            "greedy path%s", argv[optind], (unsigned)n_prompt, (unsigned)sp.n_gen,
            res->path_source == HX_PATH_REFERENCE
                ? " (repaired where naive:step=full's greedy path left it)"
                : " (= naive:step=full's greedy path)");
-    printf("\nreference %u bits%s; envelope: %u naive-sr runs x safety %.0f%s\n\n",
+    fprintf(chat, "\nreference %u bits%s; envelope: %u %s runs x safety %.0f%s\n\n",
            (unsigned)res->report->precision, res->ref_hit ? " (cached)" : "",
-           (unsigned)res->report->envelope_members, res->report->envelope_safety,
+           (unsigned)res->report->envelope_members,
+           res->env_ref_sr ? "reference float32 SR" : "naive-sr", res->report->envelope_safety,
            res->env_hit ? " (cached)" : "");
-    hx_report_print_table(stdout, res->report);
+    hx_report_print_table_fmt(stdout, res->report, fmt, verbose);
+    fflush(stdout);
     size_t count[HX_N_CLASSES] = {0};
     for (size_t i = 0; i < res->report->n_configs; ++i)
         count[res->report->configs[i].cls]++;
-    printf("\n%zu configurations:", res->report->n_configs);
+    fprintf(chat, "\n%zu configurations:", res->report->n_configs);
     for (int c = 0; c < HX_N_CLASSES; ++c)
         if (count[c])
-            printf(" %zu %s", count[c], hx_class_name((hx_class)c));
-    printf("; verdict %s\nwrote %s, %s and %s\n",
+            fprintf(chat, " %zu %s", count[c], hx_class_name((hx_class)c));
+    fprintf(chat, "; verdict %s\nwrote %s, %s and %s\n",
            hx_report_exit_code(res->report, false) ? "FAIL" : "pass", json, md, html);
     if (routing_txt != NULL) {
         fwrite(routing_txt, 1, routing_len, stdout);

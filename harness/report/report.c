@@ -85,12 +85,27 @@ int hx_config_report_add_row(hx_config_report *c, const hx_tensor_row *row, lm_e
         c->worst_ratio = isnan(err_abs) ? (double)NAN : ratio;
     if (row->vs_ref.sig_digits < c->sig_digits)
         c->sig_digits = row->vs_ref.sig_digits;
+    double ur = hx_ulp_rel(row->vs_ref.max_abs, row->vs_ref.r_absmax);
+    if (!isnan(c->ulp_rel) && (isnan(ur) || ur > c->ulp_rel))
+        c->ulp_rel = ur;
     if (row->is_logits) {
         if (row->e > c->e_logits_max)
             c->e_logits_max = row->e;
         hx_logit_agg_add(&c->logits, &row->lg);
     }
     return LM_OK;
+}
+
+double hx_ulp_rel(double max_abs, double max_abs_ref)
+{
+    if (isnan(max_abs))
+        return (double)NAN;
+    if (max_abs == 0.0)
+        return 0.0;
+    double spacing = max_abs_ref > 0.0 && isfinite(max_abs_ref)
+                         ? ldexp(1.0, ilogb(max_abs_ref) - 23)
+                         : ldexp(1.0, -149);
+    return max_abs / spacing;
 }
 
 void hx_config_report_set_divergence(hx_config_report *c, int64_t first, hx_class cls_at)
@@ -144,10 +159,12 @@ void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c)
     else
         snprintf(ulp, sizeof ulp, "%llu", (unsigned long long)c->vs_ref.max_ulp);
     snprintf(buf, n,
-             "%s: max_abs %.3g (worst err/E %.3g), max_ulp %s, nmse %.3g, kl_mean %.3g, "
+             "%s: max_abs %.3g (worst err/E %.3g), ulp@max %.3g (raw max_ulp %s), nmse %.3g, "
+             "kl_mean %.3g, "
              "kl_max %.3g, top1 %u/%u, min_margin %.3g, sig_digits %.2f, first_divergent %lld, "
              "golden %s; %s",
-             hx_class_name(c->cls), c->vs_ref.max_abs, c->worst_ratio, ulp, c->vs_ref.nmse,
+             hx_class_name(c->cls), c->vs_ref.max_abs, c->worst_ratio, c->ulp_rel, ulp,
+             c->vs_ref.nmse,
              hx_logit_agg_kl_mean(a), a->kl_max, (unsigned)a->n_top1_agree, (unsigned)a->n_pos,
              a->min_r_margin, c->sig_digits, (long long)c->first_divergent,
              hx_golden_status_name(c->golden), c->reason);
@@ -175,7 +192,7 @@ void hx_config_report_failure(char *buf, size_t n, const char **type, const hx_c
 }
 
 const char *const hx_report_col_names[HX_REPORT_NCOLS] = {
-    "config", "class", "div@", "max abs", "max ULP", "NMSE", "KL mean", "KL max",
+    "config", "class", "div@", "max abs", "ULP@max", "NMSE", "KL mean", "KL max",
     "top1", "min margin", "E logits", "err/E", "sig", "prefill t/s", "decode t/s", "peak MiB",
     "semantic"};
 
@@ -193,10 +210,7 @@ void hx_report_cells(char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], const hx_confi
     else
         snprintf(cells[2], HX_REPORT_CELL, "-");
     cell_g(cells[3], c->vs_ref.max_abs);
-    if (c->vs_ref.max_ulp == HX_ULP_NAN)
-        snprintf(cells[4], HX_REPORT_CELL, "nan");
-    else
-        snprintf(cells[4], HX_REPORT_CELL, "%llu", (unsigned long long)c->vs_ref.max_ulp);
+    cell_g(cells[4], c->ulp_rel);
     cell_g(cells[5], c->vs_ref.nmse);
     const hx_logit_agg *a = &c->logits;
     if (a->n_pos) {

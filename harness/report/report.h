@@ -55,6 +55,9 @@ typedef struct hx_config_report {
     double e_logits_max;       /* largest E over the logits rows */
     double worst_ratio;        /* max over rows of err/E (Inf when E == 0 < err; 0 when none) */
     double sig_digits;         /* min over rows of vs_ref.sig_digits */
+    double ulp_rel;            /* max over rows of max_abs in float32 ULPs of the row's largest
+                                  reference magnitude (hx_ulp_rel): the headline ULP figure;
+                                  raw ULP distances across zero are meaningless */
     char hash_hex[33];         /* XXH3-128 of the capture ("" when not hashed) */
     hx_golden_status golden;
     char golden_key[17];       /* the key its golden was looked up under ("" when not checked) */
@@ -204,8 +207,38 @@ void hx_report_print_github(FILE *f, const hx_report *const *rs, const hx_annot_
  * class and numbers. */
 int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
                           lm_err *err);
-/* The terminal table: one row per configuration. */
+/* Table output formats (--format): aligned text (colour when f is a terminal and NO_COLOR is
+ * unset), CSV (RFC 4180 quoting), TSV, JSON lines (one object per row, keys = column names),
+ * Markdown. */
+typedef enum hx_table_fmt {
+    HX_FMT_TABLE = 0,
+    HX_FMT_CSV,
+    HX_FMT_TSV,
+    HX_FMT_JSONL,
+    HX_FMT_MD
+} hx_table_fmt;
+/* Parses "table", "csv", "tsv", "jsonl", "md"; false otherwise. */
+bool hx_table_fmt_parse(hx_table_fmt *out, const char *s);
+#define HX_TABLE_FORMATS "table, csv, tsv, jsonl or md"
+
+/* A table of n_rows x n_cols text cells (cell(ctx, i, j) returns row i's column j; numbers
+ * are right-aligned in the text form from column first_num on); class_col >= 0 names the
+ * column coloured by class on a terminal. */
+typedef const char *(*hx_cell_fn)(void *ctx, size_t row, int col);
+void hx_table_print(FILE *f, hx_table_fmt fmt, const char *const *heads, int n_cols,
+                    size_t n_rows, hx_cell_fn cell, void *ctx, int first_num, int class_col);
+
+/* The terminal table of a report: by default narrow (config, class, err/E, ULP@max, top1,
+ * div@, decode tok/s: fits 100 columns), all HX_REPORT_NCOLS columns with verbose; in fmt.
+ * The text form adds a header line and a summary line. */
+void hx_report_print_table_fmt(FILE *f, const hx_report *r, hx_table_fmt fmt, bool verbose);
+/* The narrow text table. */
 void hx_report_print_table(FILE *f, const hx_report *r);
+
+/* max_abs in float32 ULPs of max_abs_ref (the spacing of floats at the tensor's largest
+ * magnitude, 2^(floor(log2 max_abs_ref) - 23)); 0 when max_abs is 0, max_abs / 2^-149 when the
+ * reference is all zeros, NaN when max_abs is NaN. */
+double hx_ulp_rel(double max_abs, double max_abs_ref);
 
 /* Why a failing configuration fails, one line naming the real cause: its class and numbers;
  * "golden stale: ..." (blessed for other input); "strict bits: golden mismatch: ..." or
@@ -219,7 +252,8 @@ void hx_config_report_failure(char *buf, size_t n, const char **type, const hx_c
 void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c);
 
 /* The table's columns, shared by the terminal table and report.md: config, class, first
- * divergent generated index, max abs, max ULP, NMSE, KL mean, KL max, top-1 agreement,
+ * divergent generated index, max abs, ULP@max (hx_ulp_rel; the raw ULP distance is in
+ * report.json), NMSE, KL mean, KL max, top-1 agreement,
  * smallest reference margin, largest logits envelope, worst err/E, significant digits,
  * prefill tok/s, decode tok/s, peak MiB, semantic ("same", "shifted" = logits differ but every
  * argmax agrees, "diverges@j"; "-" when the schedule does not depend on the step). "-" where

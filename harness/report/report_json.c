@@ -96,6 +96,7 @@ static json_t *config_obj(jb *b, const hx_config_report *c, bool strict)
     set(b, o, "envelope_logits_max", num(c->e_logits_max));
     set(b, o, "worst_err_over_envelope", num(c->worst_ratio));
     set(b, o, "sig_digits", num(c->sig_digits));
+    set(b, o, "ulp_rel", num(c->ulp_rel));
     set(b, o, "xxh3_128", json_string(c->hash_hex));
     set(b, o, "golden", json_string(hx_golden_status_name(c->golden)));
     set(b, o, "golden_key", json_string(c->golden_key));

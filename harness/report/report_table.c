@@ -1,39 +1,213 @@
-/* report_table.c — the terminal table: one row per configuration, columns padded to fit. */
+/* report_table.c — tables on the terminal and as data: aligned text (class coloured on a
+ * terminal unless NO_COLOR is set), CSV, TSV, JSON lines, Markdown; the report's narrow and
+ * full tables. */
 #include "report.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-void hx_report_print_table(FILE *f, const hx_report *r)
+bool hx_table_fmt_parse(hx_table_fmt *out, const char *s)
 {
-    size_t width[HX_REPORT_NCOLS];
-    for (int j = 0; j < HX_REPORT_NCOLS; ++j)
-        width[j] = strlen(hx_report_col_names[j]);
-    char cells[HX_REPORT_NCOLS][HX_REPORT_CELL];
-    for (size_t i = 0; i < r->n_configs; ++i) {
-        hx_report_cells(cells, &r->configs[i]);
-        for (int j = 0; j < HX_REPORT_NCOLS; ++j)
-            if (strlen(cells[j]) > width[j])
-                width[j] = strlen(cells[j]);
+    static const char *const names[] = {"table", "csv", "tsv", "jsonl", "md"};
+    for (int i = 0; i < 5; ++i)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (hx_table_fmt)i;
+            return true;
+        }
+    return false;
+}
+
+/* https://no-color.org: any non-empty NO_COLOR turns colour off. */
+static bool use_colour(FILE *f)
+{
+    const char *nc = getenv("NO_COLOR");
+    return isatty(fileno(f)) && !(nc && *nc);
+}
+
+static const char *class_colour(const char *cls)
+{
+    if (strcmp(cls, "EXACT") == 0 || strcmp(cls, "NOISE") == 0)
+        return "\033[32m";
+    if (strcmp(cls, "TIE_FLIP") == 0)
+        return "\033[33m";
+    if (strcmp(cls, "DRIFT") == 0 || strcmp(cls, "FLIP") == 0 || strcmp(cls, "NONFINITE") == 0 ||
+        strcmp(cls, "SEQ_MISMATCH") == 0)
+        return "\033[1;31m";
+    return NULL;
+}
+
+static void csv_cell(FILE *f, const char *s, char sep)
+{
+    if (sep == '\t') { /* TSV: tabs and newlines cannot be quoted; they become spaces */
+        for (; *s; ++s)
+            fputc(*s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s, f);
+        return;
     }
-    fprintf(f, "case %s  model %s  prompt %u tokens, %u generated, reference %u bits\n",
-            r->case_name, r->model, (unsigned)r->n_prompt, (unsigned)r->n_gen,
-            (unsigned)r->precision);
-    if (r->fingerprint[0])
-        fprintf(f, "platform %s\n", r->fingerprint);
-    /* Text columns left-aligned, numbers right-aligned. */
-    for (int j = 0; j < HX_REPORT_NCOLS; ++j)
-        fprintf(f, j < 2 ? "%-*s%s" : "%*s%s", (int)width[j], hx_report_col_names[j],
-                j + 1 < HX_REPORT_NCOLS ? "  " : "\n");
-    for (size_t i = 0; i < r->n_configs; ++i) {
-        hx_report_cells(cells, &r->configs[i]);
-        for (int j = 0; j < HX_REPORT_NCOLS; ++j)
-            fprintf(f, j < 2 ? "%-*s%s" : "%*s%s", (int)width[j], cells[j],
-                    j + 1 < HX_REPORT_NCOLS ? "  " : "\n");
+    if (strpbrk(s, ",\"\n\r") == NULL) {
+        fputs(s, f);
+        return;
     }
-    hx_class w = hx_report_worst(r);
+    fputc('"', f);
+    for (; *s; ++s) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; ++s) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void md_cell(FILE *f, const char *s)
+{
+    for (; *s; ++s)
+        if (*s == '|')
+            fputs("\\|", f);
+        else
+            fputc(*s == '\n' ? ' ' : *s, f);
+}
+
+static void print_text(FILE *f, const char *const *heads, int n_cols, size_t n_rows,
+                       hx_cell_fn cell, void *ctx, int first_num, int class_col)
+{
+    size_t *w = calloc((size_t)n_cols, sizeof *w);
+    if (w == NULL)
+        return;
+    for (int j = 0; j < n_cols; ++j)
+        w[j] = strlen(heads[j]);
+    for (size_t i = 0; i < n_rows; ++i)
+        for (int j = 0; j < n_cols; ++j) {
+            size_t l = strlen(cell(ctx, i, j));
+            w[j] = l > w[j] ? l : w[j];
+        }
+    bool colour = class_col >= 0 && use_colour(f);
+    for (size_t i = 0; i <= n_rows; ++i)
+        for (int j = 0; j < n_cols; ++j) {
+            const char *s = i == 0 ? heads[j] : cell(ctx, i - 1, j);
+            const char *col = colour && i > 0 && j == class_col ? class_colour(s) : NULL;
+            const char *sep = j + 1 < n_cols ? "  " : "\n";
+            if (j + 1 == n_cols && j < first_num) /* no trailing blanks */
+                fprintf(f, "%s%s%s%s", col ? col : "", s, col ? "\033[0m" : "", sep);
+            else
+                fprintf(f, j < first_num ? "%s%-*s%s%s" : "%s%*s%s%s", col ? col : "",
+                        (int)w[j], s, col ? "\033[0m" : "", sep);
+        }
+    free(w);
+}
+
+void hx_table_print(FILE *f, hx_table_fmt fmt, const char *const *heads, int n_cols,
+                    size_t n_rows, hx_cell_fn cell, void *ctx, int first_num, int class_col)
+{
+    if (fmt == HX_FMT_TABLE) {
+        print_text(f, heads, n_cols, n_rows, cell, ctx, first_num, class_col);
+        return;
+    }
+    if (fmt == HX_FMT_CSV || fmt == HX_FMT_TSV || fmt == HX_FMT_MD) {
+        char sep = fmt == HX_FMT_CSV ? ',' : '\t';
+        for (size_t i = 0; i <= n_rows; ++i) {
+            for (int j = 0; j < n_cols; ++j) {
+                const char *s = i == 0 ? heads[j] : cell(ctx, i - 1, j);
+                if (fmt == HX_FMT_MD) {
+                    fputs(j == 0 ? "| " : " ", f);
+                    md_cell(f, s);
+                    fputs(" |", f);
+                } else {
+                    if (j)
+                        fputc(sep, f);
+                    csv_cell(f, s, sep);
+                }
+            }
+            fputc('\n', f);
+            if (fmt == HX_FMT_MD && i == 0) {
+                fputc('|', f);
+                for (int j = 0; j < n_cols; ++j)
+                    fputs(j < first_num ? "---|" : "---:|", f);
+                fputc('\n', f);
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < n_rows; ++i) { /* JSONL */
+        fputc('{', f);
+        for (int j = 0; j < n_cols; ++j) {
+            if (j)
+                fputs(", ", f);
+            json_str(f, heads[j]);
+            fputs(": ", f);
+            json_str(f, cell(ctx, i, j));
+        }
+        fputs("}\n", f);
+    }
+}
+
+/* The report's cells, filled per row on demand. */
+typedef struct report_cells {
+    const hx_report *r;
+    const int *cols; /* report column indices shown */
+    size_t cached;   /* row whose cells are in c; SIZE_MAX none */
+    char c[HX_REPORT_NCOLS][HX_REPORT_CELL];
+} report_cells;
+
+static const char *report_cell(void *ctx, size_t row, int col)
+{
+    report_cells *rc = ctx;
+    if (rc->cached != row) {
+        hx_report_cells(rc->c, &rc->r->configs[row]);
+        rc->cached = row;
+    }
+    return rc->c[rc->cols[col]];
+}
+
+/* Narrow: config, class, err/E, ULP@max, top1, div@, decode tok/s (fits 100 columns). */
+static const int narrow_cols[] = {0, 1, 11, 4, 8, 2, 14};
+#define N_NARROW 7
+
+void hx_report_print_table_fmt(FILE *f, const hx_report *r, hx_table_fmt fmt, bool verbose)
+{
+    int full_cols[HX_REPORT_NCOLS];
+    const char *heads[HX_REPORT_NCOLS];
+    for (int j = 0; j < HX_REPORT_NCOLS; ++j)
+        full_cols[j] = j;
+    const int *cols = verbose ? full_cols : narrow_cols;
+    int n_cols = verbose ? HX_REPORT_NCOLS : N_NARROW;
+    for (int j = 0; j < n_cols; ++j)
+        heads[j] = hx_report_col_names[cols[j]];
+    report_cells ctx = {.r = r, .cols = cols, .cached = SIZE_MAX};
+    bool text = fmt == HX_FMT_TABLE;
+    if (text) {
+        fprintf(f, "case %s  model %s  prompt %u tokens, %u generated, reference %u bits\n",
+                r->case_name, r->model, (unsigned)r->n_prompt, (unsigned)r->n_gen,
+                (unsigned)r->precision);
+        if (r->fingerprint[0])
+            fprintf(f, "platform %s\n", r->fingerprint);
+    }
+    hx_table_print(f, fmt, heads, n_cols, r->n_configs, report_cell, &ctx, 2, 1);
+    if (!text)
+        return;
     int fails = 0;
     for (size_t i = 0; i < r->n_configs; ++i)
         fails += hx_config_report_fails(&r->configs[i], r->strict_bits);
-    fprintf(f, "%zu configurations, worst %s, %d failing%s\n", r->n_configs, hx_class_name(w),
-            fails, r->strict_bits ? " (strict: any changed bit fails)" : "");
+    fprintf(f, "%zu configurations, worst %s, %d failing%s%s\n", r->n_configs,
+            hx_class_name(hx_report_worst(r)), fails,
+            r->strict_bits ? " (strict: any changed bit fails)" : "",
+            verbose ? "" : "; -v for all columns");
+}
+
+void hx_report_print_table(FILE *f, const hx_report *r)
+{
+    hx_report_print_table_fmt(f, r, HX_FMT_TABLE, false);
 }

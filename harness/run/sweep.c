@@ -397,6 +397,8 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     const bool use_sr = !p->engine_envelope && profile[0] == '\0' &&
                         hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
     const char *who = use_sr ? "reference-SR" : "naive-sr";
+    if (profile[0] == '\0')
+        r->env_ref_sr = use_sr; /* the f32 envelope's members */
     char extra[sizeof ensemble_mode + 96];
     char ph[33];
     hx_hash_hex(ph, r->path_hash);

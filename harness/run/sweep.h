@@ -136,6 +136,8 @@ typedef struct hx_sweep_result {
     hx_envelope *env;         /* the first configuration's profile's envelope (one of below) */
     hx_envelope *env_prof[HX_SWEEP_MAX_PROFILES]; /* per lm_profile_at(i); NULL: not used */
     bool env_hit;             /* loaded from the cache */
+    bool env_ref_sr;          /* members: SR runs of the reference's model (envelope_sr.h);
+                                 false: the engine's naive-sr backend */
     /* Wall seconds of each phase (for the overhead benchmark). */
     double path_s, ref_s, ensemble_s, configs_s, compare_s, total_s;
 } hx_sweep_result;

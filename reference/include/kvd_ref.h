@@ -166,6 +166,11 @@ int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, ui
  * otherwise. A model built or edited in memory (no path, or n_weights set to 0 by whoever
  * changed its weights) has nothing to check: LM_OK. */
 int ref_weights_check(const lm_model *m, lm_err *err);
+/* The reference's own reading of the hyperparameters it uses (ref_hparams.c: its own defaults
+ * and layer rules per architecture) from m->path; the engine's m->hp and per-layer windows must
+ * agree: LM_E_INPUT naming the key and both values otherwise. LM_OK for a model built in memory
+ * (no path or no weight list). */
+int ref_hparams_check(const lm_model *m, lm_err *err);
 
 /* --- capture files (ref_capture.c) --- */
 
