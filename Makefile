@@ -98,6 +98,19 @@ $(BUILD)/kvdrift-tests: $(TEST_OBJ) $(BUILD)/libkvdrift-test.a
 $(BUILD)/bench_%: $(BUILD)/obj/bench/bench_%.o $(BUILD)/obj/bench/util.o $(BUILD)/libkvdrift.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The git commit baked into the binary (kvdrift --version, reports, goldens): regenerated on
+# every make, replaced only when it changed, so only common/version.c recompiles after a commit.
+# Outside a git checkout (a source tarball) it is "unknown".
+GIT_COMMIT = $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+$(BUILD)/kvd_commit.h: FORCE
+	@mkdir -p $(BUILD)
+	@echo '#define KVD_GIT_COMMIT "$(GIT_COMMIT)"' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/obj/common/version.o $(BUILD)/tobj/common/version.o $(BUILD)/fuzz/obj/common/version.o: \
+  $(BUILD)/kvd_commit.h
+.PHONY: FORCE
+FORCE:
+
 # Each tests/test_<unit>.c defines test_<unit>_register(); the list is generated so that
 # adding a unit never means editing a shared file.
 $(BUILD)/test_registry.h: $(TEST_SRC) Makefile

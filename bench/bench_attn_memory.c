@@ -10,6 +10,7 @@
  * Prints the table and least-squares growth exponents of log(y) over log(N); appends TSV lines
  * to OUTDIR/attn_memory.tsv. Never fails on speed or memory. Usage: bench_attn_memory [OUTDIR] */
 #include "kvd_engine.h"
+#include "kvd_util.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -30,13 +31,6 @@ typedef struct result {
     double kv_mib;         /* KV cache bytes */
     int ok;
 } result;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double vm_hwm_mib(void)
 {
@@ -74,9 +68,9 @@ static int run_one(const lm_model *m, uint32_t n, const char *attn, uint32_t ste
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     int rc = toks && logits ? lm_ctx_create(&ctx, m, &cp, &err) : LM_E_NOMEM;
     if (rc == LM_OK) {
-        const double t0 = now_s();
+        const double t0 = lm_now_s();
         rc = lm_prefill(ctx, toks, n, step, logits, &err);
-        r->prefill_s = now_s() - t0;
+        r->prefill_s = lm_now_s() - t0;
     }
     if (rc == LM_OK) {
         r->scratch_mib = (double)lm_ctx_peak_scratch_bytes(ctx) / 1048576.0;

@@ -43,22 +43,22 @@ static speed measure(const lm_model *m, const char *backend, const int32_t *tok)
     speed s = {0};
     for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up (uploads, handles) and result check */
         lm_ctx_reset(c);
-        double t0 = bu_now_s();
+        double t0 = lm_now_s();
         if (lm_prefill(c, tok, PP, 0, lg, &err) != LM_OK)
             bu_die(PROG, backend, &err);
         if (r < 0)
             s.first = lm_argmax(lg, nv);
         else
-            pp[r] = PP / (bu_now_s() - t0);
+            pp[r] = PP / (lm_now_s() - t0);
         int32_t id = s.first;
-        t0 = bu_now_s();
+        t0 = lm_now_s();
         for (int i = 0; i < TG; ++i) {
             if (lm_forward(c, &id, 1, LM_LOGITS_LAST, lg, &err) != LM_OK)
                 bu_die(PROG, backend, &err);
             id = lm_argmax(lg, nv);
         }
         if (r >= 0)
-            tg[r] = TG / (bu_now_s() - t0);
+            tg[r] = TG / (lm_now_s() - t0);
     }
     s.pp = bu_median(pp, REPS);
     s.tg = bu_median(tg, REPS);

@@ -98,11 +98,11 @@ static double sgemm_pass(ceilings *cl)
     for (int s = 0; s < 7; ++s) {
         const int n = cl->shapes[s][0], k = cl->shapes[s][1];
         for (int timed = 0; timed < 2; ++timed) {
-            const double t0 = bu_now_s();
+            const double t0 = lm_now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, PP, n, k, 1.0f, cl->a, k, cl->w, k,
                         0.0f, cl->c, n);
             if (timed)
-                secs += bu_now_s() - t0;
+                secs += lm_now_s() - t0;
         }
         flops += 2.0 * PP * n * k;
     }
@@ -142,7 +142,7 @@ static double bandwidth_pass(ceilings *cl)
     pthread_t th[THREADS];
     bw_job jobs[THREADS];
     const size_t part = cl->words / THREADS;
-    const double t0 = bu_now_s();
+    const double t0 = lm_now_s();
     for (int i = 0; i < THREADS; ++i) {
         jobs[i] = (bw_job){cl->buf + (size_t)i * part, part, 0};
         if (pthread_create(&th[i], NULL, bw_read, &jobs[i]) != 0) {
@@ -155,7 +155,7 @@ static double bandwidth_pass(ceilings *cl)
         pthread_join(th[i], NULL);
         sink ^= jobs[i].out;
     }
-    const double secs = bu_now_s() - t0;
+    const double secs = lm_now_s() - t0;
     if (sink == 42) /* keeps the reads observable */
         fputc(' ', stderr);
     return (double)(part * THREADS * 8) / secs * 1e-9;
@@ -235,18 +235,18 @@ static result run_engine(const lm_model *m, const char *label, ceilings *cl)
         if (cl != NULL && r >= 0)
             gf[r] = sgemm_pass(cl);
         lm_ctx_reset(c);
-        double t0 = bu_now_s();
+        double t0 = lm_now_s();
         if (lm_prefill(c, tok, PP, 0, lg, &err) != LM_OK)
             bu_die(PROG, label, &err);
         if (r < 0)
             check_logits(label, lg, nv);
         else
-            pp[r] = PP / (bu_now_s() - t0);
+            pp[r] = PP / (lm_now_s() - t0);
         if (cl != NULL && r >= 0)
             bw[r] = bandwidth_pass(cl);
         lm_ctx_reset(c);
         int32_t id = 1;
-        t0 = bu_now_s();
+        t0 = lm_now_s();
         for (int i = 0; i < TG; ++i) {
             if (lm_forward(c, &id, 1, LM_LOGITS_LAST, lg, &err) != LM_OK)
                 bu_die(PROG, label, &err);
@@ -255,7 +255,7 @@ static result run_engine(const lm_model *m, const char *label, ceilings *cl)
         if (r < 0)
             check_logits(label, lg, nv);
         else
-            tg[r] = TG / (bu_now_s() - t0);
+            tg[r] = TG / (lm_now_s() - t0);
     }
     result res = {bu_median(pp, REPS), bu_median(tg, REPS), 0, 0};
     if (cl != NULL) {
@@ -323,10 +323,10 @@ int main(int argc, char **argv)
             return 2;
         }
         snprintf(model_path, sizeof model_path, "%s/smollm2-135m-f32.gguf", tmpdir);
-        const double t0 = bu_now_s();
+        const double t0 = lm_now_s();
         if (hx_synth_write(model_path, "smollm2-135m", 0, LM_TYPE_F32, &err) != LM_OK)
             bu_die(PROG, "synth smollm2-135m", &err);
-        printf("synthesized smollm2-135m (F32) in %.1f s\n", bu_now_s() - t0);
+        printf("synthesized smollm2-135m (F32) in %.1f s\n", lm_now_s() - t0);
     }
     lm_model *m = NULL;
     if (lm_model_load(&m, model_path, &err) != LM_OK)

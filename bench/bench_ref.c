@@ -81,7 +81,7 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
         bu_die(PROG, "scratch", &err);
     double t[REPS], check = 0;
     for (int rep = -1; rep < REPS; ++rep) {
-        double t0 = bu_now_s();
+        double t0 = lm_now_s();
         for (int k = 0; mode == DOTX && k < T; ++k)
             if (ref_dx_vec_set(&dxv[k], x + k * N, N, dxs.k_cap, &err))
                 bu_die(PROG, "split", &err);
@@ -118,7 +118,7 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
             }
         }
         if (rep >= 0)
-            t[rep] = (bu_now_s() - t0) * 1e9 / ((double)N * T * R);
+            t[rep] = (lm_now_s() - t0) * 1e9 / ((double)N * T * R);
     }
     /* checked: real numbers of the expected size, not optimised away */
     if (!isfinite(check) || fabs(check) > (double)N * T * R * 6) {
@@ -173,11 +173,11 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32
     lm_err err = {0};
     for (int rep = reps > 1 ? -1 : 0; rep < reps; ++rep) {
         ref_capture c;
-        double t0 = bu_now_s();
+        double t0 = lm_now_s();
         if (ref_compute(&c, m, &rq, &err))
             bu_die(PROG, "ref_compute", &err);
         if (rep >= 0)
-            t[rep] = bu_now_s() - t0;
+            t[rep] = lm_now_s() - t0;
         for (uint64_t i = 0; i < (uint64_t)c.n_pos * c.n_vocab; ++i)
             if (!isfinite(c.logits[i])) {
                 fprintf(stderr, "bench_ref: non-finite logit\n");

@@ -82,7 +82,7 @@ static double bench_one(const lm_vocab *v, const char *text, size_t len, size_t 
     double t[RUNS];
     for (int r = -1; r < RUNS; r++) { /* r = -1: warm-up */
         size_t total = 0;
-        double t0 = bu_now_s();
+        double t0 = lm_now_s();
         for (size_t off = 0; off < len; off += chunk) {
             size_t l = len - off < chunk ? len - off : chunk;
             if (lm_tokenize(v, text + off, l, false, &ids, &n, &err) != LM_OK)
@@ -90,7 +90,7 @@ static double bench_one(const lm_vocab *v, const char *text, size_t len, size_t 
             free(ids);
             total += n;
         }
-        double t1 = bu_now_s();
+        double t1 = lm_now_s();
         *n_tok = total;
         if (r >= 0)
             t[r] = t1 - t0;

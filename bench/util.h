@@ -6,12 +6,10 @@
 #define KVD_BENCH_UTIL_H
 
 #include "kvd_common.h"
+#include "kvd_util.h" /* lm_now_s: the monotonic clock */
 
 #include <stddef.h>
 #include <stdio.h>
-
-/* Seconds on CLOCK_MONOTONIC. */
-double bu_now_s(void);
 
 /* Median of v[n] (n >= 1); sorts v in place. Even n: the mean of the two middle values. */
 double bu_median(double *v /* [n] */, int n);

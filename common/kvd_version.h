@@ -5,4 +5,8 @@
 
 #define KVD_VERSION "0.1.0"
 
+/* The git commit the binary was built from ("git describe --always --dirty" at build time,
+ * "unknown" when built outside a git checkout); baked in by the Makefile (common/version.c). */
+const char *lm_git_commit(void);
+
 #endif

@@ -3,7 +3,7 @@
  * architecture is one row here (plus its mathematics where it differs: forward.c, the
  * reference, the float64 test fixture). */
 #include "kvd_model.h"
-#include "util.h"
+#include "kvd_util.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -102,7 +102,7 @@ static pthread_once_t expected_once = PTHREAD_ONCE_INIT;
 static void build_expected(void)
 {
     for (size_t i = 0; i < N_ARCHES; ++i)
-        lm_words_append(expected, sizeof expected, i, N_ARCHES, arches[i].name);
+        lm_words_append(expected, sizeof expected, i, N_ARCHES, arches[i].name, " or ");
 }
 
 const char *lm_arch_expected(void)

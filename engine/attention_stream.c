@@ -18,15 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Always-on invariant check (STYLE.md): a caller passing too little scratch is a bug. */
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: internal error: %s\n", __FILE__, __LINE__, #cond);     \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
-
 /* s[j] = lm_expf(s[j] - mx): a loop of its own so that it is vectorized. */
 static void exp_shifted(float *s /* [n] */, size_t n, float mx)
 {
@@ -123,7 +114,7 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
     const uint32_t group = a->n_head / a->n_head_kv;
     const size_t q_stride = (size_t)a->n_head * hd;     /* floats between query rows */
     const size_t kv_stride = (size_t)a->n_head_kv * hd; /* floats between cache slots */
-    CHECK(a->scratch_floats >= lm_attn_stream_scratch(hd, tile));
+    LM_ASSERT(a->scratch_floats >= lm_attn_stream_scratch(hd, tile));
     float *sc = a->scratch;                               /* [QB][tile] scores, then P */
     float *pv = sc + (size_t)LM_ATTN_STREAM_QB * tile;    /* [QB][hd] P . V of one tile */
     float *acc = pv + (size_t)LM_ATTN_STREAM_QB * hd;     /* [QB][hd] running numerator */
@@ -237,7 +228,7 @@ void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a)
     const size_t q_stride = (size_t)a->n_head * hd;
     const size_t kv_stride = (size_t)a->n_head_kv * hd;
     const uint32_t n_kv = a->n_kv;
-    CHECK(a->scratch_floats >= lm_attn_masked_scratch(a->n, n_kv));
+    LM_ASSERT(a->scratch_floats >= lm_attn_masked_scratch(a->n, n_kv));
     float *s = a->scratch;                     /* [n][n_kv] */
     float *mask = s + (size_t)a->n * n_kv;     /* [n_kv] one row */
     uint32_t k_lo, k_hi;

@@ -3,7 +3,7 @@
 #include "backend.h"
 
 #include "kvd_engine.h"
-#include "util.h"
+#include "kvd_util.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -120,7 +120,8 @@ static void build_expected(void)
         n_user += !(backends[i].info.flags & LM_BE_SEEDED);
     for (size_t i = 0, seen = 0; i < N_BACKENDS; ++i)
         if (!(backends[i].info.flags & LM_BE_SEEDED))
-            lm_words_append(expected, sizeof expected, seen++, n_user, backends[i].info.name);
+            lm_words_append(expected, sizeof expected, seen++, n_user, backends[i].info.name,
+                            " or ");
 }
 
 const char *lm_backend_expected(void)

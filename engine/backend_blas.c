@@ -10,7 +10,7 @@
  * The thread count is OpenBLAS-global; two contexts in one process may want different
  * counts, so it is set before every call (cheap when unchanged). */
 #include "backend.h"
-#include "util.h"
+#include "kvd_util.h"
 
 #include <cblas.h>
 #include <stdbool.h>

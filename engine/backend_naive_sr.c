@@ -40,6 +40,7 @@
  * Created through lm_backend_create with the name "naive-sr" (seed 0) or "naive-sr:seed=N"
  * (N decimal, 0..2^64-1), see kvd_engine.h; always one thread. */
 #include "backend.h"
+#include "kvd_util.h"
 #include "kvd_engine.h"
 
 #include <errno.h>
@@ -344,13 +345,9 @@ int lm_backend_sr_create_named(lm_backend **out, const char *name, int n_threads
         if (strncmp(rest, ":seed=", 6) != 0 || *v < '0' || *v > '9')
             return LM_FAIL(err, LM_E_INPUT, "backend '%s': expected naive-sr or naive-sr:seed=N",
                            name);
-        char *end;
-        errno = 0;
-        unsigned long long s = strtoull(v, &end, 10);
-        if (errno != 0 || *end != '\0')
+        if (!lm_parse_u64z(v, 0, UINT64_MAX, &seed))
             return LM_FAIL(err, LM_E_INPUT, "backend '%s': seed is not an integer in 0..2^64-1",
                            name);
-        seed = (uint64_t)s;
     }
     return lm_backend_sr_create(out, seed, err);
 }

@@ -1,8 +1,10 @@
-/* error.c — the lm_err record: set, clear, map to an exit code; checked size arithmetic. */
+/* error.c — the lm_err record: set, clear, map to an exit code; the always-on assertion;
+ * checked size arithmetic. */
 #include "kvd_common.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int lm_err_set(lm_err *err, int code, const char *src_file, int src_line, const char *fmt, ...)
@@ -50,4 +52,10 @@ int lm_add_u64(uint64_t *out, uint64_t a, uint64_t b)
         return -1;
     *out = a + b;
     return 0;
+}
+
+void lm_assert_fail(const char *file, int line, const char *cond)
+{
+    fprintf(stderr, "%s:%d: internal error: %s\n", file, line, cond);
+    abort();
 }

@@ -2,8 +2,8 @@
  * elementwise loops calling it can be vectorized).
  *
  * Why not libm's expf: glibc picks an FMA or a non-FMA build of expf by CPU, and they differ
- * in the last bit on some inputs (MACHINE-FACTS.md), so the same binary gives different
- * logits on different machines; and a call per element cannot be vectorized without
+ * in the last bit on some inputs (measured on the development machines), so the same binary
+ * gives different logits on different machines; and a call per element cannot be vectorized without
  * -ffast-math, which kvdrift never uses. lm_expf uses only +, -, *, comparisons and integer
  * bit operations, each correctly rounded IEEE float arithmetic (the build forbids FMA
  * contraction), so its result depends on nothing but x.

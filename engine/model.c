@@ -2,6 +2,7 @@
  * checked, every weight dequantized once into one float32 arena; the file is unmapped after
  * load (the vocabulary copies what it needs). */
 #include "kvd_model.h"
+#include "kvd_util.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -508,10 +509,5 @@ void lm_model_free(lm_model *m)
 
 void lm_model_hash_hex(const lm_model *m, char out[33])
 {
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 16; ++i) {
-        out[2 * i] = hex[m->content_hash[i] >> 4];
-        out[2 * i + 1] = hex[m->content_hash[i] & 15];
-    }
-    out[32] = '\0';
+    lm_hex_encode(out, m->content_hash, sizeof m->content_hash);
 }

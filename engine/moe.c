@@ -10,14 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: internal error: %s\n", __FILE__, __LINE__, #cond);     \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
-
 /* a ranks before b: larger logit first, NaN last, equal -> lower id. */
 static int ranks_before(float la, uint32_t a, float lb, uint32_t b)
 {
@@ -30,7 +22,7 @@ static int ranks_before(float la, uint32_t a, float lb, uint32_t b)
 
 void lm_moe_topk(uint32_t *sel, const float *logits, uint32_t n_expert, uint32_t k)
 {
-    CHECK(k <= n_expert && k <= LM_MOE_MAX_USED);
+    LM_ASSERT(k <= n_expert && k <= LM_MOE_MAX_USED);
     uint32_t n_sel = 0;
     /* insertion into a sorted list of at most k: k is small (<= 32) */
     for (uint32_t e = 0; e < n_expert; ++e) {
@@ -103,8 +95,8 @@ size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_exp
 void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
 {
     const uint32_t n = a->n, d = a->n_embd, ff = a->n_ff, ne = a->n_expert, k = a->n_used;
-    CHECK(a->scratch_floats >= lm_moe_scratch(n, d, ff, ne, k));
-    CHECK(k >= 1 && k <= ne && k <= LM_MOE_MAX_USED);
+    LM_ASSERT(a->scratch_floats >= lm_moe_scratch(n, d, ff, ne, k));
+    LM_ASSERT(k >= 1 && k <= ne && k <= LM_MOE_MAX_USED);
     float *router = a->scratch;                 /* [n][n_expert] */
     float *gates = router + (size_t)n * ne;     /* [n][k] */
     float *xe = gates + (size_t)n * k;          /* [m_e][n_embd] gathered rows */

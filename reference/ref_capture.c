@@ -1,6 +1,7 @@
 /* ref_capture.c — the reference capture: rounding MPFR results to float64, the binary capture
  * file (layout in kvd_ref.h and reference/FORMAT.md) and the NumPy .npy writer. */
 #include "kvd_ref.h"
+#include "kvd_util.h"
 
 #include "fs.h"
 
@@ -45,10 +46,7 @@ const double *ref_capture_logits(const ref_capture *c, uint32_t i)
 
 int64_t ref_capture_find_pos(const ref_capture *c, uint32_t p)
 {
-    for (uint32_t i = 0; i < c->n_pos; ++i)
-        if (c->pos[i] == p)
-            return i;
-    return -1;
+    return lm_index_of_u32(c->pos, c->n_pos, p);
 }
 
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,

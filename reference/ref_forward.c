@@ -7,6 +7,7 @@
  * computed by the same sequence of MPFR operations whichever thread runs it, so the results
  * never depend on the thread count. */
 #include "kvd_engine.h"
+#include "kvd_util.h"
 #include "kvd_ref.h"
 #include "ref_dotx.h"
 #include "ref_variants.h"
@@ -70,13 +71,6 @@ struct fwd {
     const ref_request *rq; /* for the progress callback */
     double macs_done, macs_total, t0;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 double ref_macs(const lm_model *m, const ref_request *rq)
 {
@@ -256,7 +250,7 @@ static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *
     f->macs_done += (double)n_rows * (double)n_in * (double)n_out;
     if (f->rq->progress) {
         ref_progress pr = {.layer = f->layer, .n_layer = f->hp->n_layer, .done = f->macs_done,
-                           .total = f->macs_total, .elapsed_s = now_s() - f->t0, .m = f->m,
+                           .total = f->macs_total, .elapsed_s = lm_now_s() - f->t0, .m = f->m,
                            .rq = f->rq};
         f->rq->progress(f->rq->progress_user, &pr);
     }
@@ -287,9 +281,11 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
     if (hp->n_rot == 0)
         return;
     if (!f->cs_ready) {
-        ref_rope_cos_sin(f->cs + t * hp->n_rot, (uint32_t)t, hp->rope_theta, hp->n_rot);
+        ref_rope_cos_sin(f->cs + t * hp->n_rot, (uint32_t)t, hp->rope_theta, f->m->rope_freqs,
+                         hp->n_rot);
         if (f->cs_swa != NULL)
             ref_rope_cos_sin(f->cs_swa + t * hp->n_rot, (uint32_t)t, hp->rope_theta_swa,
+                             f->m->rope_freqs,
                              hp->n_rot);
     }
     /* a sliding layer turns by the sliding theta when the model has one */
@@ -493,9 +489,6 @@ int ref_model_supported(const lm_model *m, lm_err *err)
     if (!known)
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "%s: architecture '%s' is not implemented by the reference", name, hp->arch);
-    if (m->rope_freqs != NULL)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope_freqs (Llama 3.1 frequency factors) is "
-                       "not implemented by the reference", name);
     if (hp->rope_type != LM_ROPE_NORM && hp->rope_type != LM_ROPE_NEOX)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: RoPE type %d is not implemented by the reference",
                        name, (int)hp->rope_type);
@@ -658,7 +651,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         return st;
     const lm_hparams *hp = &m->hp;
     fwd f = {.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot, .rq = rq,
-             .macs_total = ref_macs(m, rq), .t0 = now_s()};
+             .macs_total = ref_macs(m, rq), .t0 = lm_now_s()};
     atomic_init(&f.dx_fail, 0);
     f.prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
     f.nt = rq->n_threads ? rq->n_threads : default_threads();

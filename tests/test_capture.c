@@ -1,5 +1,6 @@
 /* test_capture.c — canonical serialization and its XXH3-128, against bytes built by hand. */
 #include "capture.h"
+#include "kvd_util.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -96,7 +97,7 @@ static void test_capture_hash_matches_layout(void)
     CU_ASSERT_EQUAL(memcmp(back, buf, n), 0);
     /* hex round trip */
     char hex[33];
-    hx_hash_hex(hex, h);
+    lm_hex_encode(hex, h, 16);
     CU_ASSERT_EQUAL(strlen(hex), 32);
     uint8_t h2[16];
     CU_ASSERT_EQUAL(hx_hash_from_hex(h2, hex, &err), LM_OK);

@@ -406,6 +406,7 @@ static void test_cli_errors_not_regular_inputs(void)
     BAD("not a regular file", cmd_check, "check", fifo, "--cache", cache);
     BAD("not a regular file", cmd_check, "check", "/dev/zero", "--cache", cache);
     BAD("not a regular file", cmd_check, "check", "/dev/urandom", "--cache", cache);
+    BAD("not a regular file", cmd_diff, "diff", fifo, "/dev/zero");
     /* a golden file that is a FIFO */
     const char *gd = p("golden-fifo");
     if (!exists(gd))

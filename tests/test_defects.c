@@ -1,4 +1,4 @@
-/* test_defects.c — detection shown, not assumed (issue 4): each test-only engine defect of
+/* test_defects.c — detection shown, not assumed: each test-only engine defect of
  * kvd_defects.h, run through a default sweep (hx_sweep_run_all) on stories260K, on the
  * synthetic "tiny" model and on llama-2-tiny-random, must come out DRIFT, FLIP or NONFINITE;
  * with the switch off, no legitimate configuration may be DRIFT or FLIP (the false-alarm count

@@ -259,6 +259,32 @@ static void test_report_md_and_table(void)
     hx_report_free(r);
 }
 
+/* The writers table: unique names and file names, a writer for several reports in every row,
+ * report.json last (a folder holding it is complete), lookups by name. */
+static void test_report_writers_table(void)
+{
+    const size_t n = hx_report_writer_count();
+    CU_ASSERT_FATAL(n >= 1 && n <= HX_REPORT_MAX_WRITERS);
+    CU_ASSERT_PTR_NULL(hx_report_writer_at(n));
+    CU_ASSERT_PTR_NULL(hx_report_writer_find("no-such-format"));
+    for (size_t i = 0; i < n; ++i) {
+        const hx_report_writer *w = hx_report_writer_at(i);
+        CU_ASSERT(w->name && w->title && w->file && w->write_many);
+        CU_ASSERT_PTR_EQUAL(hx_report_writer_find(w->name), w);
+        for (size_t j = 0; j < i; ++j) {
+            CU_ASSERT_STRING_NOT_EQUAL(hx_report_writer_at(j)->name, w->name);
+            CU_ASSERT_STRING_NOT_EQUAL(hx_report_writer_at(j)->file, w->file);
+        }
+    }
+    CU_ASSERT_STRING_EQUAL(hx_report_writer_at(n - 1)->file, "report.json");
+    char cmd[64];
+    char *argv[] = {"sweep", "m.gguf", "-p", "two words", NULL};
+    hx_command_line(cmd, sizeof cmd, 4, argv);
+    CU_ASSERT_STRING_EQUAL(cmd, "kvdrift sweep m.gguf -p 'two words'");
+    hx_command_line(cmd, 12, 4, argv); /* cut at the buffer, NUL-terminated */
+    CU_ASSERT_STRING_EQUAL(cmd, "kvdrift swe");
+}
+
 /* The default table is narrow (every line fits 100 columns with a 28-character config) and
  * holds the headline columns; ULP@max is the error in ULPs of the tensor's largest magnitude. */
 static void test_report_narrow_table_and_formats(void)
@@ -426,6 +452,7 @@ static void test_report_html_chromium(void)
 void test_report_register(void)
 {
     CU_pSuite s = CU_add_suite("report", NULL, NULL);
+    CU_add_test(s, "test_report_writers_table", test_report_writers_table);
     CU_add_test(s, "test_report_fold_and_verdicts", test_report_fold_and_verdicts);
     CU_add_test(s, "test_report_json_schema", test_report_json_schema);
     CU_add_test(s, "test_report_html_wellformed", test_report_html_wellformed);

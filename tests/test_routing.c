@@ -1,6 +1,7 @@
 /* test_routing.c — MoE routing capture and routing-flip classification (TIE vs real). */
 #include "report.h"
 #include "routing.h"
+#include "sweep.h"
 #include "synth.h"
 #include "test_util.h"
 
@@ -106,7 +107,6 @@ static void test_routing_report_against_reference(void)
     snprintf(path, sizeof path, "%s/routing-report.txt", tu_tmpdir());
     FILE *f = fopen(path, "w+");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    uint32_t n_real = 99;
     lm_err err = {0};
     /* a report holding the two configurations gets the counts too (report.json/md) */
     hx_report *rep = NULL;
@@ -115,13 +115,20 @@ static void test_routing_report_against_reference(void)
     CU_ASSERT_EQUAL_FATAL(hx_report_add_config(rep, &cr, "naive:step=full", &err), LM_OK);
     CU_ASSERT_EQUAL_FATAL(hx_report_add_config(rep, &cr, "blas:step=3", &err), LM_OK);
     rep->configs[1].routing_flips = 99; /* must be overwritten with the measured count */
-    CU_ASSERT_EQUAL(hx_routing_report(f, m, t, N_TOK, cfg, 2, 127, 1, &n_real, rep, &err), LM_OK);
-    CU_ASSERT_EQUAL(n_real, 0);
+    hx_routing_result rr;
+    CU_ASSERT_EQUAL_FATAL(hx_routing_measure(&rr, m, t, N_TOK, cfg, 2, 127, 8, 1, &err), LM_OK);
+    CU_ASSERT(rr.measured);
+    CU_ASSERT_EQUAL(rr.members, 8u);
+    CU_ASSERT(rr.tie_tol > 0.0f); /* the members' margins moved: a measured band */
+    CU_ASSERT_EQUAL(rr.n_real, 0);
+    hx_routing_to_report(rep, &rr, cfg);
     for (size_t i = 0; i < 2; ++i) {
         CU_ASSERT(rep->configs[i].routing_checked);
         CU_ASSERT_EQUAL(rep->configs[i].routing_flips, 0u);
         CU_ASSERT_EQUAL(rep->configs[i].routing_real, 0u);
     }
+    hx_report_print_routing(f, rep, &rr);
+    hx_routing_result_free(&rr);
     hx_report_free(rep);
     rewind(f);
     char buf[4096];
@@ -164,6 +171,32 @@ static void test_routing_ensemble_members_differ(void)
     lm_model_free(m);
 }
 
+/* Routing is a step of the sweep: its TIE band uses the sweep's own ensemble size, and the
+ * counts land in the sweep's report without any further call. */
+static void test_routing_sweep_step(void)
+{
+    lm_model *m = load("moe");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    int32_t t[12];
+    tokens(t, 12, m->hp.n_vocab);
+    const hx_config cfg[2] = {cfg_of("naive", 0), cfg_of("naive", 5)};
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s/routing-sweep-cache", tu_tmpdir());
+    const hx_sweep_params p = {.model = m, .prompt = t, .n_prompt = 12, .n_gen = 2,
+                               .configs = cfg, .n_configs = 2, .ensemble = 9,
+                               .cache_dir = cache, .ref_threads = 1, .quiet = true};
+    hx_sweep_result *r = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_run_all(&r, &p, &err), LM_OK);
+    CU_ASSERT(r->routing.measured);
+    CU_ASSERT_EQUAL(r->routing.members, 9u);
+    CU_ASSERT_EQUAL(r->routing.n_configs, 2u);
+    for (size_t i = 0; i < 2; ++i)
+        CU_ASSERT(r->report->configs[i].routing_checked);
+    hx_sweep_result_free(r);
+    lm_model_free(m);
+}
+
 static void test_routing_bad_input(void)
 {
     lm_model *m = load("tiny");
@@ -188,5 +221,6 @@ void test_routing_register(void)
     CU_add_test(s, "test_routing_report_against_reference",
                 test_routing_report_against_reference);
     CU_add_test(s, "test_routing_ensemble_members_differ", test_routing_ensemble_members_differ);
+    CU_add_test(s, "test_routing_sweep_step", test_routing_sweep_step);
     CU_add_test(s, "test_routing_bad_input", test_routing_bad_input);
 }

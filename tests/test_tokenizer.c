@@ -684,7 +684,7 @@ static void test_tokenizer_stories260k(void)
     CU_ASSERT_EQUAL(lm_vocab_bos(v), 1);
     CU_ASSERT_EQUAL(lm_vocab_eos(v), 2);
     CU_ASSERT(lm_vocab_adds_bos(v)); /* no add_bos_token key: SPM default */
-    /* the ids from issue 2 (llama.cpp's tokenization of the prompt) */
+    /* llama.cpp's tokenization of the prompt (its reference ids) */
     CU_ASSERT(encodes_to(v, "Once upon a time", 16, true,
                          (const int32_t[]){1, 403, 407, 261, 378}, 5));
     /* "<s>Once" with special tokens parsed: [1] then "Once" encoded alone without BOS (the

@@ -39,6 +39,18 @@ void lm_err_clear(lm_err *err);
 /* return LM_FAIL(err, LM_E_INPUT, "%s: truncated header", path); */
 #define LM_FAIL(err, code, ...) lm_err_set((err), (code), __FILE__, __LINE__, __VA_ARGS__)
 
+/* Always-on invariant check: a false cond is a kvdrift bug (never bad input, which is an
+ * lm_err): prints "file:line: internal error: cond" on stderr and aborts. */
+#define LM_ASSERT(cond)                                                                    \
+    do {                                                                                   \
+        if (!(cond))                                                                       \
+            lm_assert_fail(__FILE__, __LINE__, #cond);                                     \
+    } while (0)
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+void lm_assert_fail(const char *file, int line, const char *cond);
+
 /* Process exit code for a status: 0 ok, 2 usage/input/unsupported/io/nomem, 3 internal bug. */
 int lm_status_exit_code(int status);
 

@@ -1,6 +1,6 @@
 /* kvd_defects.h — test-only defect switch: realistic engine bugs injected at the real place in
- * the code, so that tests can show the harness detects them (issue 4, "Detection must be
- * shown, not assumed").
+ * the code, so that tests can show the harness detects them (detection is shown, not
+ * assumed).
  *
  * Compiled in only when LM_TEST_HOOKS is defined (the Makefile's test library variant, linked
  * only by kvdrift-tests). In the release library LM_DEFECT_ON is the constant 0, the injection

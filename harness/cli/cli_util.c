@@ -24,29 +24,16 @@ int hx_cli_fail(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+void hx_cli_log(void *user, const char *line)
+{
+    fprintf(stderr, "%s: %s\n", (const char *)user, line);
+}
+
 int hx_cli_bad_option(const char *cmd, int o, char **argv)
 {
     if (o == ':')
         return hx_cli_fail(cmd, "option '%s' needs a value", argv[optind - 1]);
     return hx_cli_fail(cmd, "unknown option '%s' (try kvdrift %s --help)", argv[optind - 1], cmd);
-}
-
-double hx_cli_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-bool hx_cli_parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < lo || v > hi)
-        return false;
-    *out = (uint32_t)v;
-    return true;
 }
 
 int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char *model_path,

@@ -15,16 +15,14 @@
  * The message names the thing and the reason; this adds the command prefix, once. */
 int hx_cli_fail(const char *cmd, const char *fmt, ...) LM_PRINTF(2, 3);
 
+/* A library log callback (hx_sweep_params.log): prints "<user>: <line>" and a newline on
+ * stderr; user is the prefix (a const char *). */
+void hx_cli_log(void *user, const char *line);
+
 /* The getopt_long error of a command parsed with a leading ':' in its optstring: o == ':' is
  * "option 'X' needs a value", anything else "unknown option 'X' (try kvdrift CMD --help)",
  * X being argv[optind - 1]; returns 2. */
 int hx_cli_bad_option(const char *cmd, int o, char **argv);
-
-/* Seconds on CLOCK_MONOTONIC (the timing lines of run and ref). */
-double hx_cli_now_s(void);
-
-/* A decimal integer in lo..hi: digits only (no sign, no spaces); false otherwise. */
-bool hx_cli_parse_u32(uint32_t *out, const char *s, uint32_t lo, uint32_t hi);
 
 /* The prompt of a command that takes -p TEXT or --tokens ID,... (exactly one of text and
  * tokens non-NULL): text is tokenized with m's vocabulary (BOS when the vocabulary asks for

@@ -1,6 +1,7 @@
 /* cmd_bless.c — `kvdrift bless`: runs each case and records its configurations' capture hashes
  * (with a top-5 summary) as the goldens of this platform, atomically. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "caserun.h"
 #include "cli_util.h"
@@ -104,7 +105,14 @@ static int write_goldens(const bless_plan *plans, size_t n, lm_err *err)
     return st;
 }
 
-int cmd_bless(int argc, char **argv)
+typedef struct bless_opts {
+    const char *golden_dir;
+    bool force;
+    hx_caserun_opts ro;
+} bless_opts;
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(bless_opts *o, int argc, char **argv)
 {
     enum { O_GOLDEN = 256, O_CACHE, O_FORCE };
     static const struct option opts[] = {
@@ -113,88 +121,93 @@ int cmd_bless(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},                 {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *golden_dir = NULL;
-    bool force = false;
-    hx_caserun_opts ro = {0};
+    *o = (bless_opts){.ro = {.log = hx_cli_log, .log_user = "sweep"}};
     optind = 1;
     opterr = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":j:qh", opts, NULL)) != -1) {
-        switch (o) {
-        case O_GOLDEN: golden_dir = optarg; break;
-        case O_CACHE: ro.cache_dir = optarg; break;
-        case O_FORCE: force = true; break;
-        case 'q': ro.quiet = true; break;
+    int c;
+    while ((c = getopt_long(argc, argv, ":j:qh", opts, NULL)) != -1) {
+        switch (c) {
+        case O_GOLDEN: o->golden_dir = optarg; break;
+        case O_CACHE: o->ro.cache_dir = optarg; break;
+        case O_FORCE: o->force = true; break;
+        case 'q': o->ro.quiet = true; break;
         case 'j':
-            if (!hx_cli_parse_u32(&ro.jobs, optarg, 1, 256))
+            if (!lm_parse_u32z(optarg, 1, 256, &o->ro.jobs))
                 return hx_cli_fail("bless", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("bless", o, argv); /* ':' or unknown */
+        default: return hx_cli_bad_option("bless", c, argv); /* ':' or unknown */
         }
     }
     if (optind >= argc)
         return hx_cli_fail("bless", "no CASE files given (try --help)");
-
     lm_err err = {0};
-    if (golden_dir && *golden_dir && hx_cli_check_out_dir(golden_dir, &err) != LM_OK)
+    if (o->golden_dir && *o->golden_dir && hx_cli_check_out_dir(o->golden_dir, &err) != LM_OK)
         return hx_cli_fail("bless", "--golden-dir %s", err.msg);
+    return -1;
+}
 
-    size_t n_cases = (size_t)(argc - optind);
-    hx_case **cases = calloc(n_cases, sizeof *cases);
-    bless_plan *plans = calloc(n_cases, sizeof *plans);
-    int st = LM_OK, code = 0;
-    bool case_error = false;
-    if (cases == NULL || plans == NULL) {
-        st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
-        goto done;
-    }
-    /* Every case file is validated before anything runs or is written. */
-    if ((st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err)) != LM_OK)
-        goto done;
-
+/* All or nothing: every case runs and its golden is prepared first; a bad model or a skipped
+ * case (bad input, exit 2) then leaves every golden file as it was. */
+static int plan_all(bless_plan *plans, hx_case **cases, size_t n, const bless_opts *o,
+                    size_t *n_refused, size_t *n_skipped, lm_err *err)
+{
     hx_fingerprint fp;
     hx_fingerprint_detect(&fp);
     printf("kvdrift bless: platform %s\n", fp.short_text);
-    /* All or nothing: every case runs and its golden is prepared first; a bad model or a
-     * skipped case (bad input, exit 2) then leaves every golden file as it was. */
-    size_t n_refused = 0, n_skipped = 0;
-    for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
+    int st = LM_OK;
+    for (size_t i = 0; i < n && st == LM_OK; ++i) {
         hx_caserun *cr = NULL;
-        st = hx_caserun_create(&cr, cases[i], &ro, &err);
+        st = hx_caserun_create(&cr, cases[i], &o->ro, err);
         cases[i] = NULL; /* owned by the run now, also on error */
         if (st != LM_OK)
             break;
         if (cr->skipped) {
             printf("case %s (%s): SKIP: %s\n", cr->c->name, cr->c->file, cr->skip_reason);
-            n_skipped++;
+            (*n_skipped)++;
         } else {
             printf("case %s (%s): %zu configurations\n", cr->c->name, cr->c->file,
                    cr->report->n_configs);
-            st = plan_case(&plans[i], cr, golden_dir, &fp, force, &err);
-            n_refused += plans[i].n_refused;
+            st = plan_case(&plans[i], cr, o->golden_dir, &fp, o->force, err);
+            *n_refused += plans[i].n_refused;
         }
         hx_caserun_free(cr);
         fflush(stdout);
     }
-    if (st != LM_OK)
-        goto done;
-    if (n_skipped) {
+    return st;
+}
+
+int cmd_bless(int argc, char **argv)
+{
+    bless_opts o;
+    int code = parse_options(&o, argc, argv);
+    if (code >= 0)
+        return code;
+    lm_err err = {0};
+    size_t n_cases = (size_t)(argc - optind), n_refused = 0, n_skipped = 0;
+    hx_case **cases = calloc(n_cases, sizeof *cases);
+    bless_plan *plans = calloc(n_cases, sizeof *plans);
+    bool case_error = false;
+    int st = cases && plans ? LM_OK : LM_FAIL(&err, LM_E_NOMEM, "out of memory");
+    /* Every case file is validated before anything runs or is written. */
+    if (st == LM_OK)
+        st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err);
+    if (st == LM_OK)
+        st = plan_all(plans, cases, n_cases, &o, &n_refused, &n_skipped, &err);
+    code = 0;
+    if (st == LM_OK && n_skipped) {
         printf("nothing blessed\n");
         code = hx_cli_fail("bless", "%zu case(s) skipped: their model file does not exist; "
                            "nothing blessed", n_skipped);
-        goto done;
+    } else if (st == LM_OK && (st = write_goldens(plans, n_cases, &err)) == LM_OK) {
+        for (size_t i = 0; i < n_cases; ++i) {
+            const bless_plan *pl = &plans[i];
+            printf("  %s: %zu configuration(s) blessed%s%s, %zu refused, %zu stale entries "
+                   "removed\n", pl->case_name, pl->n_set, pl->n_set ? " into " : "",
+                   pl->n_set ? pl->gpath : "", pl->n_refused, pl->n_pruned);
+        }
+        code = n_refused ? 1 : 0;
     }
-    if ((st = write_goldens(plans, n_cases, &err)) != LM_OK)
-        goto done;
-    for (size_t i = 0; i < n_cases; ++i) {
-        const bless_plan *pl = &plans[i];
-        printf("  %s: %zu configuration(s) blessed%s%s, %zu refused, %zu stale entries "
-               "removed\n", pl->case_name, pl->n_set, pl->n_set ? " into " : "",
-               pl->n_set ? pl->gpath : "", pl->n_refused, pl->n_pruned);
-    }
-    code = n_refused ? 1 : 0;
-done:
     if (st != LM_OK)
         code = hx_cli_status("bless", st, case_error, &err);
     for (size_t i = 0; cases && i < n_cases; ++i)

@@ -2,6 +2,7 @@
  * configuration is judged by its classification against the reference and envelope, and its
  * capture hash against the golden blessed under its key for the same input (golden_judge.h). */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "caserun.h"
 #include "cli_util.h"
@@ -58,9 +59,10 @@ static const char usage_text[] =
 
 #define CHECK_EXIT_NOTHING_RAN 3
 
+/* The report files asked for, one per writer of the writers table (report.h). */
 typedef struct check_out {
-    const char *junit, *json, *md, *html;
-    char junit_buf[4096], json_buf[4096], md_buf[4096], html_buf[4096];
+    const char *path[HX_REPORT_MAX_WRITERS]; /* NULL: not written */
+    char buf[HX_REPORT_MAX_WRITERS][4096];
     bool github;
 } check_out;
 
@@ -84,26 +86,19 @@ static int prepare_out(const char *opt, const char *path, lm_err *err)
 
 static int prepare_outputs(check_out *o, const char *out_dir, lm_err *err)
 {
-    if (out_dir) {
-        const char *names[4] = {"junit.xml", "report.json", "report.md", "report.html"};
-        char *bufs[4] = {o->junit_buf, o->json_buf, o->md_buf, o->html_buf};
-        const char **dst[4] = {&o->junit, &o->json, &o->md, &o->html};
-        for (int i = 0; i < 4; ++i) {
-            if (*dst[i])
-                continue; /* an explicit --junit/--json/--md wins */
-            int n = snprintf(bufs[i], sizeof o->junit_buf, "%s/%s", out_dir, names[i]);
-            if (n < 0 || (size_t)n >= sizeof o->junit_buf)
+    int rc = LM_OK;
+    for (size_t i = 0; rc == LM_OK && i < hx_report_writer_count(); ++i) {
+        const hx_report_writer *w = hx_report_writer_at(i);
+        if (out_dir && o->path[i] == NULL) { /* an explicit --<format> FILE wins over -o DIR */
+            int n = snprintf(o->buf[i], sizeof o->buf[i], "%s/%s", out_dir, w->file);
+            if (n < 0 || (size_t)n >= sizeof o->buf[i])
                 return LM_FAIL(err, LM_E_INPUT, "--out %.64s...: path too long", out_dir);
-            *dst[i] = bufs[i];
+            o->path[i] = o->buf[i];
         }
+        char opt[64];
+        snprintf(opt, sizeof opt, "--%s", w->name);
+        rc = prepare_out(opt, o->path[i], err);
     }
-    int rc = prepare_out("--junit", o->junit, err);
-    if (rc == LM_OK)
-        rc = prepare_out("--json", o->json, err);
-    if (rc == LM_OK)
-        rc = prepare_out("--md", o->md, err);
-    if (rc == LM_OK)
-        rc = prepare_out("--html", o->html, err);
     return rc;
 }
 
@@ -226,14 +221,10 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
                          size_t n, bool strict, lm_err *err)
 {
     int st = LM_OK;
-    if (o->junit && (st = hx_report_write_junit(reports, n, strict, o->junit, err)) != LM_OK)
-        return st;
-    if (o->json && (st = hx_report_write_json_many(reports, n, o->json, err)) != LM_OK)
-        return st;
-    if (o->md && (st = hx_report_write_md_many(reports, n, o->md, err)) != LM_OK)
-        return st;
-    if (o->html && (st = hx_report_write_html_many(reports, n, o->html, err)) != LM_OK)
-        return st;
+    for (size_t i = 0; i < hx_report_writer_count(); ++i)
+        if (o->path[i] &&
+            (st = hx_report_writer_at(i)->write_many(reports, n, strict, o->path[i], err)) != LM_OK)
+            return st;
     if (!o->github)
         return LM_OK;
     hx_annot_src *srcs = calloc(n, sizeof *srcs);
@@ -262,104 +253,131 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
     return LM_OK;
 }
 
-int cmd_check(int argc, char **argv)
+typedef struct check_opts {
+    const char *golden_dir, *out_dir;
+    check_out out;
+    bool allow_skip;
+    hx_table_fmt fmt;
+    hx_caserun_opts ro;
+} check_opts;
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(check_opts *o, int argc, char **argv)
 {
-    enum { O_JUNIT = 256, O_JSON, O_MD, O_HTML, O_FORMAT, O_STRICT, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB };
-    static const struct option opts[] = {
-        {"junit", required_argument, NULL, O_JUNIT},   {"json", required_argument, NULL, O_JSON},
-        {"md", required_argument, NULL, O_MD},         {"out", required_argument, NULL, 'o'},
-        {"html", required_argument, NULL, O_HTML},     {"format", required_argument, NULL, O_FORMAT},
+    /* --<writer> FILE for every report writer (O_WRITER + its index), then the fixed options */
+    enum { O_STRICT = 256, O_GOLDEN, O_CACHE, O_ALLOW_SKIP, O_GITHUB, O_FORMAT, O_WRITER };
+    static const struct option fixed[] = {
+        {"out", required_argument, NULL, 'o'},         {"format", required_argument, NULL, O_FORMAT},
         {"strict", no_argument, NULL, O_STRICT},       {"golden-dir", required_argument, NULL, O_GOLDEN},
         {"cache", required_argument, NULL, O_CACHE},   {"jobs", required_argument, NULL, 'j'},
         {"allow-skip", no_argument, NULL, O_ALLOW_SKIP}, {"github", no_argument, NULL, O_GITHUB},
         {"quiet", no_argument, NULL, 'q'},             {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
     };
-    const char *golden_dir = NULL, *out_dir = NULL;
-    check_out out = {0};
-    bool allow_skip = false;
-    hx_table_fmt fmt = HX_FMT_TABLE;
-    hx_caserun_opts ro = {0};
+    struct option opts[sizeof fixed / sizeof fixed[0] + HX_REPORT_MAX_WRITERS + 1] = {{0}};
+    size_t n_w = 0;
+    for (; n_w < hx_report_writer_count() && n_w < HX_REPORT_MAX_WRITERS; ++n_w)
+        opts[n_w] = (struct option){hx_report_writer_at(n_w)->name, required_argument, NULL,
+                                    O_WRITER + (int)n_w};
+    memcpy(opts + n_w, fixed, sizeof fixed);
+    memset(o, 0, sizeof *o);
+    o->ro = (hx_caserun_opts){.log = hx_cli_log, .log_user = "sweep"};
+    o->fmt = HX_FMT_TABLE;
     optind = 1;
     opterr = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":j:qho:", opts, NULL)) != -1) {
-        switch (o) {
-        case O_JUNIT: out.junit = optarg; break;
-        case O_JSON: out.json = optarg; break;
-        case O_MD: out.md = optarg; break;
-        case O_HTML: out.html = optarg; break;
+    for (int c; (c = getopt_long(argc, argv, ":j:qho:", opts, NULL)) != -1;) {
+        switch (c) {
+        case 'o': o->out_dir = optarg; break;
+        case O_GITHUB: o->out.github = true; break;
         case O_FORMAT:
-            if (!hx_table_fmt_parse(&fmt, optarg))
+            if (!hx_table_fmt_parse(&o->fmt, optarg))
                 return hx_cli_fail("check", "--format '%s': expected " HX_TABLE_FORMATS, optarg);
             break;
-        case 'o': out_dir = optarg; break;
-        case O_GITHUB: out.github = true; break;
-        case O_STRICT: ro.strict = true; break;
-        case O_ALLOW_SKIP: allow_skip = true; break;
-        case O_GOLDEN: golden_dir = optarg; break;
-        case O_CACHE: ro.cache_dir = optarg; break;
-        case 'q': ro.quiet = true; break;
+        case O_STRICT: o->ro.strict = true; break;
+        case O_ALLOW_SKIP: o->allow_skip = true; break;
+        case O_GOLDEN: o->golden_dir = optarg; break;
+        case O_CACHE: o->ro.cache_dir = optarg; break;
+        case 'q': o->ro.quiet = true; break;
         case 'j':
-            if (!hx_cli_parse_u32(&ro.jobs, optarg, 1, 256))
+            if (!lm_parse_u32z(optarg, 1, 256, &o->ro.jobs))
                 return hx_cli_fail("check", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("check", o, argv); /* ':' or unknown */
+        default:
+            if (c < O_WRITER || c >= O_WRITER + (int)n_w)
+                return hx_cli_bad_option("check", c, argv); /* ':' or unknown */
+            o->out.path[c - O_WRITER] = optarg;
         }
     }
-    if (optind >= argc)
-        return hx_cli_fail("check", "no CASE files given (try --help)");
+    return optind < argc ? -1 : hx_cli_fail("check", "no CASE files given (try --help)");
+}
 
-    size_t n_cases = (size_t)(argc - optind);
+/* Runs and judges every case; *n_skipped counts the skipped ones. */
+static int run_cases(hx_caserun **runs, const hx_report **reports, hx_case **cases, size_t n,
+                     const check_opts *o, const char *cmdline, size_t *n_skipped, lm_err *err)
+{
+    hx_fingerprint fp;
+    hx_fingerprint_detect(&fp);
+    fprintf(o->fmt == HX_FMT_TABLE ? stdout : stderr, "kvdrift check: %zu case(s); platform %s\n",
+            n, fp.short_text);
+    int st = LM_OK;
+    for (size_t i = 0; i < n && st == LM_OK; ++i) {
+        bool skipped = false;
+        st = run_case(&runs[i], cases[i], &o->ro, o->golden_dir, &fp, o->fmt, &skipped, err);
+        cases[i] = NULL; /* owned by the run now, also on error */
+        if (st == LM_OK) {
+            snprintf(runs[i]->report->command_line, HX_COMMAND_LINE_MAX, "%s", cmdline);
+            reports[i] = runs[i]->report;
+        }
+        *n_skipped += skipped;
+    }
+    return st;
+}
+
+/* The closing lines; returns the exit code (0 pass, 1 a failure, 3 nothing ran). */
+static int print_verdict(const hx_report **reports, size_t n, size_t n_skipped,
+                         const check_opts *o)
+{
+    size_t n_fail_cases = 0;
+    for (size_t i = 0; i < n; ++i)
+        n_fail_cases += hx_report_exit_code(reports[i], reports[i]->strict_bits) != 0;
+    bool nothing_ran = n_skipped == n;
+    int code = n_fail_cases ? 1 : nothing_ran && !o->allow_skip ? CHECK_EXIT_NOTHING_RAN : 0;
+    printf("kvdrift check: %zu case(s): %zu ran, %zu skipped, %zu failed -> %s\n", n,
+           n - n_skipped, n_skipped, n_fail_cases,
+           code == 1 ? "FAIL" : nothing_ran ? (o->allow_skip ? "nothing ran (--allow-skip: exit 0)"
+                                                             : "NOTHING RAN (exit 3, not a pass)")
+                                            : "pass");
+    for (size_t i = 0; i < hx_report_writer_count(); ++i)
+        if (o->out.path[i])
+            printf("  %s: %s\n", hx_report_writer_at(i)->title, o->out.path[i]);
+    return code;
+}
+
+int cmd_check(int argc, char **argv)
+{
+    char cmdline[HX_COMMAND_LINE_MAX];
+    hx_command_line(cmdline, sizeof cmdline, argc, argv); /* before getopt reorders argv */
+    check_opts o;
+    int code = parse_options(&o, argc, argv);
+    if (code >= 0)
+        return code;
+    size_t n_cases = (size_t)(argc - optind), n_skipped = 0;
     hx_case **cases = calloc(n_cases, sizeof *cases);
     hx_caserun **runs = calloc(n_cases, sizeof *runs);
     const hx_report **reports = calloc(n_cases, sizeof *reports);
     lm_err err = {0};
-    int st = LM_OK, code = 0;
     bool case_error = false;
-    if (cases == NULL || runs == NULL || reports == NULL) {
-        st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
-        goto done;
-    }
+    int st = cases && runs && reports ? LM_OK : LM_FAIL(&err, LM_E_NOMEM, "out of memory");
     /* Every case file is read and validated, and every output prepared, before anything runs. */
-    if ((st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err)) != LM_OK ||
-        (st = prepare_outputs(&out, out_dir, &err)) != LM_OK)
-        goto done;
-
-    hx_fingerprint fp;
-    hx_fingerprint_detect(&fp);
-    fprintf(fmt == HX_FMT_TABLE ? stdout : stderr, "kvdrift check: %zu case(s); platform %s\n",
-            n_cases, fp.short_text);
-    size_t n_skipped = 0;
-    for (size_t i = 0; i < n_cases && st == LM_OK; ++i) {
-        bool skipped = false;
-        st = run_case(&runs[i], cases[i], &ro, golden_dir, &fp, fmt, &skipped, &err);
-        cases[i] = NULL; /* owned by the run now, also on error */
-        if (st == LM_OK)
-            reports[i] = runs[i]->report;
-        n_skipped += skipped;
-    }
-    if (st != LM_OK || (st = write_outputs(&out, runs, reports, n_cases, ro.strict, &err)) != LM_OK)
-        goto done;
-    size_t n_fail_cases = 0;
-    for (size_t i = 0; i < n_cases; ++i)
-        n_fail_cases += hx_report_exit_code(reports[i], reports[i]->strict_bits) != 0;
-    bool nothing_ran = n_skipped == n_cases;
-    code = n_fail_cases ? 1 : nothing_ran && !allow_skip ? CHECK_EXIT_NOTHING_RAN : 0;
-    printf("kvdrift check: %zu case(s): %zu ran, %zu skipped, %zu failed -> %s\n", n_cases,
-           n_cases - n_skipped, n_skipped, n_fail_cases,
-           code == 1 ? "FAIL" : nothing_ran ? (allow_skip ? "nothing ran (--allow-skip: exit 0)"
-                                                          : "NOTHING RAN (exit 3, not a pass)")
-                                            : "pass");
-    const char *written[4][2] = {{"JUnit", out.junit}, {"JSON", out.json}, {"Markdown", out.md},
-                                 {"HTML", out.html}};
-    for (int i = 0; i < 4; ++i)
-        if (written[i][1])
-            printf("  %s: %s\n", written[i][0], written[i][1]);
-done:
-    if (st != LM_OK)
-        code = hx_cli_status("check", st, case_error, &err);
+    if (st == LM_OK && (st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error,
+                                                &err)) == LM_OK)
+        st = prepare_outputs(&o.out, o.out_dir, &err);
+    if (st == LM_OK)
+        st = run_cases(runs, reports, cases, n_cases, &o, cmdline, &n_skipped, &err);
+    if (st == LM_OK)
+        st = write_outputs(&o.out, runs, reports, n_cases, o.ro.strict, &err);
+    code = st == LM_OK ? print_verdict(reports, n_cases, n_skipped, &o)
+                       : hx_cli_status("check", st, case_error, &err);
     for (size_t i = 0; i < n_cases; ++i) {
         if (cases)
             hx_case_free(cases[i]);

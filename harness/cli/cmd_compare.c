@@ -1,6 +1,7 @@
 /* cmd_compare.c — `kvdrift compare`: two configurations side by side, tensor by tensor, and
  * each against the MPFR reference, for someone investigating one specific shift. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "case.h"
 #include "classify.h"
@@ -74,9 +75,54 @@ static void print_row(const char *name, const float *a, const float *b, const do
     putchar('\n');
 }
 
-int cmd_compare(int argc, char **argv)
+enum { O_A = 256, O_B, O_TOKENS, O_PREC, O_NOREF, O_CACHE, O_SPECIAL };
+
+typedef struct compare_opts {
+    const char *model, *text, *tok_s, *cache;
+    hx_config a, b;
+    uint32_t n_gen, prec;
+    bool no_ref, parse_special;
+} compare_opts;
+
+/* Everything one comparison computed (freed by compare_free). */
+typedef struct compare_run {
+    lm_model *m;
+    int32_t *prompt, *path; /* [n_prompt], [n_gen]: A's greedy tokens, the teacher path */
+    uint32_t n_prompt;
+    hx_capture *xa, *xb;    /* A and B teacher-forced on path */
+    hx_run_stats sa, sb;
+    ref_capture ref;        /* R on prompt + path (when have_ref) */
+    bool have_ref;
+} compare_run;
+
+/* One option; 0 to go on, else the exit code. */
+static int set_option(compare_opts *o, int opt, const char *arg)
 {
-    enum { O_A = 256, O_B, O_TOKENS, O_PREC, O_NOREF, O_CACHE, O_SPECIAL };
+    lm_err err = {0};
+    switch (opt) {
+    case 'p': o->text = arg; return 0;
+    case O_SPECIAL: o->parse_special = true; return 0;
+    case O_TOKENS: o->tok_s = arg; return 0;
+    case O_NOREF: o->no_ref = true; return 0;
+    case O_CACHE: o->cache = arg; return 0;
+    case O_A: case O_B:
+        return hx_config_parse(opt == O_A ? &o->a : &o->b, arg, &err) == LM_OK
+                   ? 0 : hx_cli_fail("compare", "%s", err.msg);
+    case 'n':
+        return lm_parse_u32z(arg, 0, HX_MAX_N_GEN, &o->n_gen)
+                   ? 0 : hx_cli_fail("compare", "-n '%s': expected an integer in 0..%u", arg,
+                                     HX_MAX_N_GEN);
+    case O_PREC:
+        return lm_parse_u32z(arg, REF_MIN_PREC, REF_MAX_PREC, &o->prec)
+                   ? 0 : hx_cli_fail("compare", "--prec '%s': expected bits in %u..%u", arg,
+                                     REF_MIN_PREC, REF_MAX_PREC);
+    default: return 2;
+    }
+}
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(compare_opts *o, int argc, char **argv)
+{
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'}, {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},      {"b", required_argument, NULL, O_B},
@@ -85,122 +131,117 @@ int cmd_compare(int argc, char **argv)
         {"special", no_argument, NULL, O_SPECIAL},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    const char *text = NULL, *tok_s = NULL, *a_s = NULL, *b_s = NULL, *cache = NULL;
-    uint32_t n_gen = 8, prec = REF_DEFAULT_PREC;
-    bool no_ref = false, parse_special = false;
+    *o = (compare_opts){.n_gen = 8, .prec = REF_DEFAULT_PREC};
+    bool have_a = false, have_b = false;
     optind = 1;
     opterr = 0;
-    int o;
-    lm_err err = {0};
-    while ((o = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'p': text = optarg; break;
-        case O_SPECIAL: parse_special = true; break;
-        case O_TOKENS: tok_s = optarg; break;
-        case O_A: a_s = optarg; break;
-        case O_B: b_s = optarg; break;
-        case O_NOREF: no_ref = true; break;
-        case O_CACHE: cache = optarg; break;
-        case 'n':
-            if (!hx_cli_parse_u32(&n_gen, optarg, 0, 100000))
-                return hx_cli_fail("compare", "-n '%s': expected an integer in 0..100000", optarg);
-            break;
-        case O_PREC:
-            if (!hx_cli_parse_u32(&prec, optarg, REF_MIN_PREC, REF_MAX_PREC))
-                return hx_cli_fail("compare", "--prec '%s': expected bits in %u..%u", optarg,
-                                   REF_MIN_PREC, REF_MAX_PREC);
-            break;
-        case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("compare", o, argv); /* ':' or unknown */
+    for (int opt; (opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1;) {
+        if (opt == 'h') {
+            fputs(usage_text, stdout);
+            return 0;
         }
+        if (opt == ':' || opt == '?')
+            return hx_cli_bad_option("compare", opt, argv);
+        have_a |= opt == O_A;
+        have_b |= opt == O_B;
+        int code = set_option(o, opt, optarg);
+        if (code != 0)
+            return code;
     }
     if (optind + 1 != argc)
         return hx_cli_fail("compare", "expected exactly one MODEL argument (try --help)");
-    if ((text == NULL) == (tok_s == NULL))
+    if ((o->text == NULL) == (o->tok_s == NULL))
         return hx_cli_fail("compare",
                            "give exactly one of -p TEXT or --tokens ID,... (try --help)");
-    if (a_s == NULL || b_s == NULL)
+    if (!have_a || !have_b)
         return hx_cli_fail("compare", "both --a CONFIG and --b CONFIG are needed (try --help)");
-    hx_config ca, cb;
-    if (hx_config_parse(&ca, a_s, &err) != LM_OK || hx_config_parse(&cb, b_s, &err) != LM_OK)
-        return hx_cli_fail("compare", "%s", err.msg);
+    o->model = argv[optind];
+    return -1;
+}
 
-    const char *model_path = argv[optind];
-    lm_model *m = NULL;
-    int32_t *prompt = NULL, *all = NULL, *path = NULL;
-    uint32_t n_prompt = 0;
-    hx_capture *xa = NULL, *xb = NULL;
-    ref_capture ref = {0};
-    bool have_ref = false;
-    int st;
-    if ((st = lm_model_load(&m, model_path, &err)) != LM_OK ||
-        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, parse_special,
-                                 &err)) != LM_OK)
-        goto fail;
+/* R on prompt + path (cached). */
+static int reference_of_path(compare_run *c, const compare_opts *o, lm_err *err)
+{
+    const uint32_t n = c->n_prompt + o->n_gen;
+    int32_t *all = malloc((size_t)n * sizeof *all);
+    if (all == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    memcpy(all, c->prompt, c->n_prompt * sizeof *all);
+    memcpy(all + c->n_prompt, c->path, o->n_gen * sizeof *all);
+    ref_request rr = {.tokens = all, .n_tokens = n, .n_prompt = c->n_prompt, .prec = o->prec};
+    bool hit = false;
+    int st = ref_cached(&c->ref, c->m, &rr, o->cache, &hit, err);
+    c->have_ref = st == LM_OK;
+    free(all);
+    return st;
+}
 
-    /* A first, free-running: its greedy continuation is the teacher path for B and R. */
-    hx_run_stats sa, sb;
-    hx_run_request rq = {.prompt = prompt, .n_prompt = n_prompt, .n_gen = n_gen};
-    if ((st = hx_run_capture(&xa, &sa, m, &ca, &rq, &err)) != LM_OK)
-        goto fail;
-    if ((path = malloc((n_gen ? n_gen : 1) * sizeof *path)) == NULL) {
-        st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
-        goto fail;
-    }
-    memcpy(path, xa->tokens + n_prompt, n_gen * sizeof *path);
-    hx_capture_free(xa);
-    xa = NULL;
-    rq.forced = path;
-    rq.n_forced = n_gen;
-    st = hx_run_capture(&xa, &sa, m, &ca, &rq, &err);
+/* A free-running: its greedy continuation is the teacher path; then A and B on it, and R. */
+static int run_compare(compare_run *c, const compare_opts *o, lm_err *err)
+{
+    int st = lm_model_load(&c->m, o->model, err);
     if (st == LM_OK)
-        st = hx_run_capture(&xb, &sb, m, &cb, &rq, &err);
-    if (st == LM_OK && !no_ref) {
-        all = malloc((size_t)(n_prompt + n_gen) * sizeof *all);
-        if (all == NULL) {
-            st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
-        } else {
-            memcpy(all, prompt, n_prompt * sizeof *all);
-            memcpy(all + n_prompt, path, n_gen * sizeof *all);
-            ref_request rr = {.tokens = all, .n_tokens = n_prompt + n_gen, .n_prompt = n_prompt,
-                              .prec = prec};
-            bool hit = false;
-            st = ref_cached(&ref, m, &rr, cache, &hit, &err);
-            have_ref = st == LM_OK;
-        }
-    }
+        st = hx_cli_prompt_ids(&c->prompt, &c->n_prompt, c->m, o->model, o->text, o->tok_s,
+                               o->parse_special, err);
+    hx_run_request rq = {.prompt = c->prompt, .n_prompt = c->n_prompt, .n_gen = o->n_gen};
+    if (st == LM_OK)
+        st = hx_run_capture(&c->xa, &c->sa, c->m, &o->a, &rq, err);
+    if (st == LM_OK && (c->path = malloc((o->n_gen ? o->n_gen : 1) * sizeof *c->path)) == NULL)
+        st = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     if (st != LM_OK)
-        goto fail;
+        return st;
+    memcpy(c->path, c->xa->tokens + c->n_prompt, o->n_gen * sizeof *c->path);
+    hx_capture_free(c->xa);
+    c->xa = NULL;
+    rq.forced = c->path;
+    rq.n_forced = o->n_gen;
+    st = hx_run_capture(&c->xa, &c->sa, c->m, &o->a, &rq, err);
+    if (st == LM_OK)
+        st = hx_run_capture(&c->xb, &c->sb, c->m, &o->b, &rq, err);
+    if (st == LM_OK && !o->no_ref)
+        st = reference_of_path(c, o, err);
+    return st;
+}
 
+/* The header lines: configurations, speeds, where the greedy paths part. */
+static void print_summary(const compare_run *c, const compare_opts *o)
+{
+    const uint32_t n_prompt = c->n_prompt, n_gen = o->n_gen;
     char sa_s[HX_CONFIG_STR_MAX], sb_s[HX_CONFIG_STR_MAX];
-    hx_config_format(sa_s, sizeof sa_s, &ca);
-    hx_config_format(sb_s, sizeof sb_s, &cb);
+    hx_config_format(sa_s, sizeof sa_s, &o->a);
+    hx_config_format(sb_s, sizeof sb_s, &o->b);
     printf("compare %s: %u prompt tokens, %u generated; A = %s, B = %s; teacher path = A's "
-           "greedy tokens%s\n", model_path, (unsigned)n_prompt, (unsigned)n_gen, sa_s, sb_s,
-           have_ref ? "" : "; no reference");
-    printf("prefill tok/s: A %.0f, B %.0f\n", (double)n_prompt / sa.prefill_s,
-           (double)n_prompt / sb.prefill_s);
-    int64_t g = hx_first_divergence(xa->tokens + n_prompt, n_gen, xb->tokens + n_prompt, n_gen);
+           "greedy tokens%s\n", o->model, (unsigned)n_prompt, (unsigned)n_gen, sa_s, sb_s,
+           c->have_ref ? "" : "; no reference");
+    printf("prefill tok/s: A %.0f, B %.0f\n", (double)n_prompt / c->sa.prefill_s,
+           (double)n_prompt / c->sb.prefill_s);
+    const int32_t *ta = c->xa->tokens + n_prompt, *tb = c->xb->tokens + n_prompt;
+    int64_t g = hx_first_divergence(ta, n_gen, tb, n_gen);
     if (g < 0)
         printf("greedy: A and B generate the same %u tokens\n", (unsigned)n_gen);
     else
         printf("greedy: A and B part at generated index %lld (A id %d, B id %d)\n", (long long)g,
-               (int)xa->tokens[n_prompt + g], (int)xb->tokens[n_prompt + g]);
-    if (have_ref) {
-        for (uint32_t j = 0; j < n_gen; ++j) {
-            int64_t row = ref_capture_find_pos(&ref, n_prompt - 1 + j);
-            int32_t rtop = row < 0 ? path[j]
-                                   : hx_argmax_f64(ref.logits + (size_t)row * ref.n_vocab,
-                                                   ref.n_vocab);
-            if (rtop != path[j]) {
-                printf("reference: its argmax leaves A's path at generated index %u (R id %d, A "
-                       "id %d)\n", (unsigned)j, (int)rtop, (int)path[j]);
-                break;
-            }
+               (int)ta[g], (int)tb[g]);
+    for (uint32_t j = 0; c->have_ref && j < n_gen; ++j) {
+        int64_t row = ref_capture_find_pos(&c->ref, n_prompt - 1 + j);
+        int32_t rtop = row < 0 ? c->path[j]
+                               : hx_argmax_f64(c->ref.logits + (size_t)row * c->ref.n_vocab,
+                                               c->ref.n_vocab);
+        if (rtop != c->path[j]) {
+            printf("reference: its argmax leaves A's path at generated index %u (R id %d, A "
+                   "id %d)\n", (unsigned)j, (int)rtop, (int)c->path[j]);
+            break;
         }
     }
+}
+
+/* One row per K, V and logits row, then the two capture hashes. */
+static int print_table(const compare_run *c, lm_err *err)
+{
+    const hx_capture *xa = c->xa, *xb = c->xb;
+    const ref_capture *ref = c->have_ref ? &c->ref : NULL;
     printf("%-12s %10s %8s %7s", "tensor", "A-B abs", "A-B ulp", "diff");
-    if (have_ref)
+    if (ref)
         printf(" | %10s %8s %5s | %10s %8s %5s", "A-R abs", "A-R ulp", "sig", "B-R abs", "B-R ulp",
                "sig");
     printf("\n");
@@ -208,33 +249,48 @@ int cmd_compare(int argc, char **argv)
     char name[32];
     for (uint32_t l = 0; l < xa->shape.n_layer; ++l) {
         snprintf(name, sizeof name, "L%u.K", (unsigned)l);
-        print_row(name, xa->k[l], xb->k[l], have_ref ? ref.k + l * kv : NULL, kv, false);
+        print_row(name, xa->k[l], xb->k[l], ref ? ref->k + l * kv : NULL, kv, false);
         snprintf(name, sizeof name, "L%u.V", (unsigned)l);
-        print_row(name, xa->v[l], xb->v[l], have_ref ? ref.v + l * kv : NULL, kv, false);
+        print_row(name, xa->v[l], xb->v[l], ref ? ref->v + l * kv : NULL, kv, false);
     }
     for (uint32_t i = 0; i < xa->shape.n_pos; ++i) {
         snprintf(name, sizeof name, "logits@%u", (unsigned)xa->positions[i]);
-        int64_t rr = have_ref ? ref_capture_find_pos(&ref, xa->positions[i]) : -1;
+        int64_t rr = ref ? ref_capture_find_pos(ref, xa->positions[i]) : -1;
         print_row(name, xa->logits + i * nv, xb->logits + i * nv,
-                  rr >= 0 ? ref.logits + (size_t)rr * nv : NULL, nv, true);
+                  rr >= 0 ? ref->logits + (size_t)rr * nv : NULL, nv, true);
     }
     uint8_t ha[16], hb[16];
     char hxa[33], hxb[33];
-    hx_capture_hash(ha, xa, &err);
-    hx_capture_hash(hb, xb, &err);
-    hx_hash_hex(hxa, ha);
-    hx_hash_hex(hxb, hb);
-    printf("XXH3-128: A %s, B %s (%s)\n", hxa, hxb, memcmp(ha, hb, 16) ? "differ" : "equal");
-fail:
+    int st = hx_capture_hash(ha, xa, err);
+    if (st == LM_OK && (st = hx_capture_hash(hb, xb, err)) == LM_OK) {
+        lm_hex_encode(hxa, ha, 16);
+        lm_hex_encode(hxb, hb, 16);
+        printf("XXH3-128: A %s, B %s (%s)\n", hxa, hxb, memcmp(ha, hb, 16) ? "differ" : "equal");
+    }
+    return st;
+}
+
+int cmd_compare(int argc, char **argv)
+{
+    compare_opts o;
+    int code = parse_options(&o, argc, argv);
+    if (code >= 0)
+        return code;
+    compare_run c = {0};
+    lm_err err = {0};
+    int st = run_compare(&c, &o, &err);
+    if (st == LM_OK) {
+        print_summary(&c, &o);
+        st = print_table(&c, &err);
+    }
     if (st != LM_OK)
         fprintf(stderr, "kvdrift compare: %s\n", err.msg);
-    hx_capture_free(xa);
-    hx_capture_free(xb);
-    if (have_ref)
-        ref_capture_free(&ref);
-    free(prompt);
-    free(path);
-    free(all);
-    lm_model_free(m);
+    hx_capture_free(c.xa);
+    hx_capture_free(c.xb);
+    if (c.have_ref)
+        ref_capture_free(&c.ref);
+    free(c.prompt);
+    free(c.path);
+    lm_model_free(c.m);
     return lm_status_exit_code(st);
 }

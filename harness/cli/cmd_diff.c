@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include "cli_util.h"
+#include "fs.h"
 #include "report.h"
 #include "report_diff.h"
 
@@ -148,10 +149,13 @@ int cmd_diff(int argc, char **argv)
     size_t n_reg = 0;
     for (size_t i = 0; i < n; ++i)
         n_reg += rows[i].regression;
-    FILE *f = out ? fopen(out, "w") : stdout;
+    /* -o: the text in memory, then written as every output is (fs.h: atomically) */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = out ? open_memstream(&text, &len) : stdout;
     if (f == NULL) {
         free(rows);
-        return hx_cli_fail("diff", "-o %s: cannot write", out);
+        return hx_cli_fail("diff", "-o %s: out of memory", out);
     }
     if (md)
         print_md(f, rows, n, argv[optind], argv[optind + 1], n_reg);
@@ -162,7 +166,12 @@ int cmd_diff(int argc, char **argv)
             fprintf(f, "%zu configuration(s), %zu regression(s)\n", n, n_reg);
     }
     free(rows);
-    if (out && fclose(f) != 0)
-        return hx_cli_fail("diff", "-o %s: cannot write", out);
+    if (out) {
+        int rc = fclose(f) != 0 ? LM_FAIL(&err, LM_E_NOMEM, "-o %s: out of memory", out)
+                                : lm_write_file(out, text, len, &err);
+        free(text);
+        if (rc != LM_OK)
+            return hx_cli_fail("diff", "%s", err.msg);
+    }
     return n_reg ? 1 : 0;
 }

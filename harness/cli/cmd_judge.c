@@ -3,13 +3,13 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "fs.h"
+#include "kvd_util.h"
 #include "dump.h"
 #include "judge_run.h"
 #include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "sweep.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,26 +138,21 @@ int cmd_judge(int argc, char **argv)
         case 'o': outdir = optarg; break;
         case 'q': jp.quiet = true; break;
         case O_PREC:
-            if (!hx_cli_parse_u32(&jp.precision, optarg, REF_MIN_PREC, REF_MAX_PREC))
+            if (!lm_parse_u32z(optarg, REF_MIN_PREC, REF_MAX_PREC, &jp.precision))
                 return hx_cli_fail("judge", "--prec '%s': expected bits in %u..%u", optarg,
                                    REF_MIN_PREC, REF_MAX_PREC);
             break;
         case O_ENS:
-            if (!hx_cli_parse_u32(&jp.ensemble, optarg, 8, 1024))
+            if (!lm_parse_u32z(optarg, 8, 1024, &jp.ensemble))
                 return hx_cli_fail("judge", "--ensemble '%s': expected an integer in 8..1024",
                                    optarg);
             break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 0);
-            if (*optarg < '0' || *optarg > '9' || *end != '\0' || errno != 0)
+        case O_SEED:
+            if (!lm_parse_seed(optarg, &jp.sr_seed))
                 return hx_cli_fail("judge", "--seed '%s': expected a non-negative integer",
                                    optarg);
-            jp.sr_seed = (uint64_t)v;
             jp.sr_seed_set = true;
             break;
-        }
         case 'h': fputs(usage_text, stdout); return 0;
         default: return hx_cli_bad_option("judge", o, argv);
         }

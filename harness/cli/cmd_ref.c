@@ -1,5 +1,6 @@
 /* cmd_ref.c — `kvdrift ref`: the MPFR reference capture of one model and token sequence. */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "case.h"
 #include "cli_progress.h"
@@ -55,10 +56,8 @@ static void usage(FILE *f)
 static int parse_uint(unsigned long *out, const char *s, const char *what, unsigned long lo,
                       unsigned long hi, lm_err *err)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end || errno || v < lo || v > hi)
+    uint64_t v;
+    if (!lm_parse_u64z(s, lo, hi, &v))
         return LM_FAIL(err, LM_E_INPUT, "%s: '%s' is not an integer in %lu..%lu", what, s, lo, hi);
     *out = (unsigned long)v;
     return LM_OK;
@@ -107,7 +106,44 @@ static int write_outputs(const ref_capture *cap, const char *out_path, const cha
     return st;
 }
 
-int cmd_ref(int argc, char **argv)
+typedef struct ref_opts {
+    const char *model, *text, *tok_s, *gen_s, *out_path, *npy_dir, *cache_dir, *check;
+    unsigned long prec, threads, min_bits;
+    bool no_cache, validate, have_min, parse_special, against_mpfr, quiet;
+} ref_opts;
+
+/* One option; LM_OK or LM_E_INPUT in err. */
+static int set_option(ref_opts *o, int c, const char *arg, lm_err *err)
+{
+    switch (c) {
+    case 'p': o->text = arg; return LM_OK;
+    case 'S': o->parse_special = true; return LM_OK;
+    case 't': o->tok_s = arg; return LM_OK;
+    case 'g': o->gen_s = arg; return LM_OK;
+    case 'P': return parse_uint(&o->prec, arg, "--prec", REF_MIN_PREC, REF_MAX_PREC, err);
+    case 'o': o->out_path = arg; return LM_OK;
+    case 'N': o->npy_dir = arg; return LM_OK;
+    case 'C': o->cache_dir = arg; return LM_OK;
+    case 'X': o->no_cache = true; return LM_OK;
+    case 'j': return parse_uint(&o->threads, arg, "--threads", 1, LM_MAX_THREADS, err);
+    case 'V': o->validate = true; return LM_OK;
+    case 'q': o->quiet = true; return LM_OK;
+    case 'K': o->check = arg; return LM_OK;
+    case 'A':
+        o->validate = true;
+        o->against_mpfr = strcmp(arg, "mpfr") == 0;
+        return o->against_mpfr || strcmp(arg, "2p") == 0
+                   ? LM_OK
+                   : LM_FAIL(err, LM_E_INPUT, "--validate-against: '%s' is not 2p or mpfr", arg);
+    case 'm':
+        o->have_min = true;
+        return parse_uint(&o->min_bits, arg, "--min-bits", 0, REF_MAX_PREC, err);
+    default: return LM_FAIL(err, LM_E_INTERNAL, "ref: option %d", c);
+    }
+}
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(ref_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, 't'},
@@ -120,166 +156,171 @@ int cmd_ref(int argc, char **argv)
         {"validate-against", required_argument, NULL, 'A'},
         {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
-    const char *text = NULL, *tok_s = NULL, *gen_s = NULL, *out_path = NULL, *npy_dir = NULL,
-               *cache_dir = NULL, *check = NULL;
-    unsigned long prec = REF_DEFAULT_PREC, threads = 0, min_bits = 0;
-    bool no_cache = false, validate = false, have_min = false, parse_special = false;
-    bool against_mpfr = false, quiet = false;
+    *o = (ref_opts){.prec = REF_DEFAULT_PREC};
     lm_err err = {0};
-    int st = LM_OK, c;
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    while ((c = getopt_long(argc, argv, ":p:o:j:qh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'p': text = optarg; break;
-        case 'S': parse_special = true; break;
-        case 't': tok_s = optarg; break;
-        case 'g': gen_s = optarg; break;
-        case 'P': st = parse_uint(&prec, optarg, "--prec", REF_MIN_PREC, REF_MAX_PREC, &err); break;
-        case 'o': out_path = optarg; break;
-        case 'N': npy_dir = optarg; break;
-        case 'C': cache_dir = optarg; break;
-        case 'X': no_cache = true; break;
-        case 'j': st = parse_uint(&threads, optarg, "--threads", 1, LM_MAX_THREADS, &err); break;
-        case 'V': validate = true; break;
-        case 'q': quiet = true; break;
-        case 'A':
-            validate = true;
-            if (strcmp(optarg, "mpfr") == 0)
-                against_mpfr = true;
-            else if (strcmp(optarg, "2p") != 0)
-                st = LM_FAIL(&err, LM_E_INPUT, "--validate-against: '%s' is not 2p or mpfr",
-                             optarg);
-            break;
-        case 'm':
-            st = parse_uint(&min_bits, optarg, "--min-bits", 0, REF_MAX_PREC, &err);
-            have_min = true;
-            break;
-        case 'K': check = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: return hx_cli_bad_option("ref", c, argv); /* ':' or unknown */
+    for (int c; (c = getopt_long(argc, argv, ":p:o:j:qh", opts, NULL)) != -1;) {
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
         }
-        if (st)
+        if (c == ':' || c == '?')
+            return hx_cli_bad_option("ref", c, argv);
+        if (set_option(o, c, optarg, &err) != LM_OK)
             return hx_cli_fail("ref", "%s", err.msg);
     }
-    if (check) {
-        ref_capture cc;
-        if (optind != argc || (st = ref_capture_read(&cc, check, &err)))
-            return hx_cli_fail("ref", "%s",
-                               st ? err.msg : "--check takes no MODEL or other arguments");
-        printf("%s: capture format %u, reference version %u, %u layers, %u KV heads x %u, "
-               "vocab %u\n", check, REF_FORMAT_VERSION, cc.version, cc.n_layer, cc.n_kv_head,
-               cc.head_dim, cc.n_vocab);
-        print_summary(&cc, "read from the file");
-        ref_capture_free(&cc);
-        return 0;
-    }
+    if (o->check)
+        return -1;
     if (optind + 1 != argc)
         return hx_cli_fail("ref", "expected exactly one MODEL argument (try --help)");
-    if ((text == NULL) == (tok_s == NULL))
+    if ((o->text == NULL) == (o->tok_s == NULL))
         return hx_cli_fail("ref", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
-    if (have_min && !validate)
+    if (o->have_min && !o->validate)
         return hx_cli_fail("ref", "--min-bits needs --validate");
     /* Outputs are checked before the (possibly long) computation. */
-    if (out_path && hx_cli_check_out_file(out_path, &err))
+    if (o->out_path && hx_cli_check_out_file(o->out_path, &err))
         return hx_cli_fail("ref", "-o %s", err.msg);
-    if (npy_dir && hx_cli_check_out_dir(npy_dir, &err))
+    if (o->npy_dir && hx_cli_check_out_dir(o->npy_dir, &err))
         return hx_cli_fail("ref", "--npy %s", err.msg);
-    const char *model_path = argv[optind];
-    lm_model *m = NULL;
-    int32_t *prompt = NULL, *gen = NULL, *all = NULL;
-    uint32_t n_prompt = 0, n_gen = 0;
-    ref_capture cap = {0};
-    ref_agreement *ag = NULL;
-    uint32_t n_ag = 0;
-    int rc = 0;
+    o->model = argv[optind];
+    return -1;
+}
 
-    if ((st = lm_model_load(&m, model_path, &err)) ||
-        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, parse_special,
-                                    &err)))
-        goto fail;
-    if (gen_s && (st = hx_parse_tokens(&gen, &n_gen, gen_s, &err)))
-        goto fail;
-    all = malloc((n_prompt + n_gen) * sizeof *all);
-    if (all == NULL) {
-        st = LM_FAIL(&err, LM_E_NOMEM, "out of memory");
-        goto fail;
-    }
-    memcpy(all, prompt, n_prompt * sizeof *all);
-    if (n_gen)
-        memcpy(all + n_prompt, gen, n_gen * sizeof *all);
-    ref_request rq = {.tokens = all, .n_tokens = n_prompt + n_gen, .n_prompt = n_prompt,
-                      .prec = (uint32_t)prec, .n_threads = (int)threads};
-    if ((st = ref_request_check(m, &rq, &err)))
-        goto fail;
+/* --check FILE: reads a capture and prints its summary. */
+static int check_file(const char *check, int argc)
+{
+    ref_capture cc;
+    lm_err err = {0};
+    int st = 0;
+    if (optind != argc || (st = ref_capture_read(&cc, check, &err)))
+        return hx_cli_fail("ref", "%s", st ? err.msg : "--check takes no MODEL or other arguments");
+    printf("%s: capture format %u, reference version %u, %u layers, %u KV heads x %u, "
+           "vocab %u\n", check, REF_FORMAT_VERSION, cc.version, cc.n_layer, cc.n_kv_head,
+           cc.head_dim, cc.n_vocab);
+    print_summary(&cc, "read from the file");
+    ref_capture_free(&cc);
+    return 0;
+}
 
-    hx_progress prog;
-    hx_progress_init(&prog, "reference", quiet);
-    rq.progress = hx_progress_cb;
-    rq.progress_user = &prog;
-    char cdir[4096];
-    lm_err cerr = {0};
-    bool cached = !no_cache && !validate && lm_cache_dir(cdir, sizeof cdir, cache_dir, &cerr) == LM_OK;
-    prog.cache_dir = cached ? cdir : NULL; /* the cost line says so; a cache hit prints none */
-    double t0 = hx_cli_now_s();
-    bool hit = false;
-    if (no_cache || validate) {
-        st = ref_compute(&cap, m, &rq, &err);
-    } else {
-        st = ref_cached(&cap, m, &rq, cache_dir, &hit, &err);
+/* The tokens to compute: the prompt, then --gen-tokens (*all malloc'd). */
+static int request_tokens(int32_t **all, uint32_t *n_prompt, uint32_t *n_all, const lm_model *m,
+                          const ref_opts *o, lm_err *err)
+{
+    int32_t *prompt = NULL, *gen = NULL;
+    uint32_t n_gen = 0;
+    int st = hx_cli_prompt_ids(&prompt, n_prompt, m, o->model, o->text, o->tok_s,
+                               o->parse_special, err);
+    if (st == LM_OK && o->gen_s)
+        st = hx_parse_tokens(&gen, &n_gen, o->gen_s, err);
+    if (st == LM_OK && (*all = malloc((*n_prompt + n_gen) * sizeof **all)) == NULL)
+        st = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    if (st == LM_OK) {
+        memcpy(*all, prompt, *n_prompt * sizeof **all);
+        if (n_gen)
+            memcpy(*all + *n_prompt, gen, n_gen * sizeof **all);
+        *n_all = *n_prompt + n_gen;
     }
-    hx_progress_end(&prog);
-    if (st)
-        goto fail;
-    char how[64];
-    snprintf(how, sizeof how, "%s in %.3f s", hit ? "read from the cache" : "computed",
-             hx_cli_now_s() - t0);
-    /* --validate runs before anything is written or printed: its failure leaves nothing. */
-    double t_val = 0.0;
-    if (validate) {
-        t0 = hx_cli_now_s();
-        if (!quiet)
-            fprintf(stderr, "reference: --validate runs the pass again at %lu bits%s\n",
-                    2 * prec, against_mpfr ? " with MPFR dot products" : "");
-        st = ref_validate_against(&ag, &n_ag, m, &rq, against_mpfr, &err);
-        hx_progress_end(&prog);
-        if (st)
-            goto fail;
-        t_val = hx_cli_now_s() - t0;
-    }
-    if ((st = write_outputs(&cap, out_path, npy_dir, &err)))
-        goto fail;
-    print_summary(&cap, how);
-    if (out_path)
-        printf("wrote %s\n", out_path);
-    if (npy_dir)
-        printf("wrote %s/logits.npy and %u layers of K/V .npy files\n", npy_dir, cap.n_layer);
-
-    if (validate) {
-        unsigned long need = have_min ? min_bits : (prec > 27 ? prec - 27 : 0);
-        printf("validate: %lu vs %lu bits%s (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
-               "%lu; equal values count %lu, b = 0 with a != 0 counts 0\n",
-               prec, 2 * prec, against_mpfr ? " pure MPFR" : "", t_val, prec, prec);
-        printf("  %-10s %10s %9s %10s %9s\n", "tensor", "elements", "min bits", "min digits",
-               "mean bits");
-        for (uint32_t i = 0; i < n_ag; ++i) {
-            printf("  %-10s %10" PRIu64 " %9.1f %10.1f %9.1f%s\n", ag[i].name, ag[i].n,
-                   ag[i].min_bits, ag[i].min_digits, ag[i].mean_bits,
-                   ag[i].min_bits < (double)need ? "  BELOW" : "");
-            if (ag[i].min_bits < (double)need)
-                rc = 1;
-        }
-        printf("validate: %s (every tensor >= %lu bits)\n", rc ? "FAIL" : "ok", need);
-    }
-    goto done;
-fail:
-    fprintf(stderr, "kvdrift ref: %s\n", err.msg);
-    rc = lm_status_exit_code(st);
-done:
-    free(ag);
-    ref_capture_free(&cap);
     free(prompt);
     free(gen);
+    return st;
+}
+
+/* The capture (cached unless --no-cache or --validate), then --validate's second pass. */
+static int compute(ref_capture *cap, ref_agreement **ag, uint32_t *n_ag, char *how, size_t cap_n,
+                   double *t_val, const lm_model *m, ref_request *rq, const ref_opts *o,
+                   lm_err *err)
+{
+    hx_progress prog;
+    hx_progress_init(&prog, "reference", o->quiet);
+    rq->progress = hx_progress_cb;
+    rq->progress_user = &prog;
+    char cdir[4096];
+    lm_err cerr = {0};
+    bool cached = !o->no_cache && !o->validate &&
+                  lm_cache_dir(cdir, sizeof cdir, o->cache_dir, &cerr) == LM_OK;
+    prog.cache_dir = cached ? cdir : NULL; /* the cost line says so; a cache hit prints none */
+    double t0 = lm_now_s();
+    bool hit = false;
+    int st = o->no_cache || o->validate ? ref_compute(cap, m, rq, err)
+                                        : ref_cached(cap, m, rq, o->cache_dir, &hit, err);
+    hx_progress_end(&prog);
+    snprintf(how, cap_n, "%s in %.3f s", hit ? "read from the cache" : "computed",
+             lm_now_s() - t0);
+    /* --validate runs before anything is written or printed: its failure leaves nothing. */
+    if (st == LM_OK && o->validate) {
+        t0 = lm_now_s();
+        if (!o->quiet)
+            fprintf(stderr, "reference: --validate runs the pass again at %lu bits%s\n",
+                    2 * o->prec, o->against_mpfr ? " with MPFR dot products" : "");
+        st = ref_validate_against(ag, n_ag, m, rq, o->against_mpfr, err);
+        hx_progress_end(&prog);
+        *t_val = lm_now_s() - t0;
+    }
+    return st;
+}
+
+/* The agreement table of --validate; 1 when a tensor is below the bits asked for. */
+static int print_validation(const ref_agreement *ag, uint32_t n_ag, double t_val,
+                            const ref_opts *o)
+{
+    const unsigned long prec = o->prec;
+    unsigned long need = o->have_min ? o->min_bits : (prec > 27 ? prec - 27 : 0);
+    int rc = 0;
+    printf("validate: %lu vs %lu bits%s (%.2f s); agreeing bits = -log2(|a-b|/|b|), capped at "
+           "%lu; equal values count %lu, b = 0 with a != 0 counts 0\n",
+           prec, 2 * prec, o->against_mpfr ? " pure MPFR" : "", t_val, prec, prec);
+    printf("  %-10s %10s %9s %10s %9s\n", "tensor", "elements", "min bits", "min digits",
+           "mean bits");
+    for (uint32_t i = 0; i < n_ag; ++i) {
+        printf("  %-10s %10" PRIu64 " %9.1f %10.1f %9.1f%s\n", ag[i].name, ag[i].n,
+               ag[i].min_bits, ag[i].min_digits, ag[i].mean_bits,
+               ag[i].min_bits < (double)need ? "  BELOW" : "");
+        if (ag[i].min_bits < (double)need)
+            rc = 1;
+    }
+    printf("validate: %s (every tensor >= %lu bits)\n", rc ? "FAIL" : "ok", need);
+    return rc;
+}
+
+int cmd_ref(int argc, char **argv)
+{
+    ref_opts o;
+    int rc = parse_options(&o, argc, argv);
+    if (rc >= 0)
+        return rc;
+    if (o.check)
+        return check_file(o.check, argc);
+    lm_err err = {0};
+    lm_model *m = NULL;
+    int32_t *all = NULL;
+    uint32_t n_prompt = 0, n_all = 0, n_ag = 0;
+    ref_capture cap = {0};
+    ref_agreement *ag = NULL;
+    char how[64];
+    double t_val = 0.0;
+    int st = lm_model_load(&m, o.model, &err);
+    if (st == LM_OK)
+        st = request_tokens(&all, &n_prompt, &n_all, m, &o, &err);
+    ref_request rq = {.tokens = all, .n_tokens = n_all, .n_prompt = n_prompt,
+                      .prec = (uint32_t)o.prec, .n_threads = (int)o.threads};
+    if (st == LM_OK && (st = ref_request_check(m, &rq, &err)) == LM_OK &&
+        (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, m, &rq, &o, &err)) == LM_OK)
+        st = write_outputs(&cap, o.out_path, o.npy_dir, &err);
+    if (st == LM_OK) {
+        print_summary(&cap, how);
+        if (o.out_path)
+            printf("wrote %s\n", o.out_path);
+        if (o.npy_dir)
+            printf("wrote %s/logits.npy and %u layers of K/V .npy files\n", o.npy_dir,
+                   cap.n_layer);
+        rc = o.validate ? print_validation(ag, n_ag, t_val, &o) : 0;
+    } else {
+        fprintf(stderr, "kvdrift ref: %s\n", err.msg);
+        rc = lm_status_exit_code(st);
+    }
+    free(ag);
+    ref_capture_free(&cap);
     free(all);
     lm_model_free(m);
     return rc;

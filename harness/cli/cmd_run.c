@@ -1,8 +1,10 @@
-/* cmd_run.c — `kvdrift run`: prefill a prompt in chunks, then generate (engine only). */
+/* cmd_run.c — `kvdrift run`: generate text with the engine (no reference, no comparison). */
 #include "commands.h"
 
 #include "cli_util.h"
+#include "config.h"
 #include "kvd_engine.h"
+#include "kvd_util.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -13,25 +15,47 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: kvdrift run MODEL -p TEXT [options]\n"
-    "Prefills TEXT (BOS added when the vocabulary asks for it) and generates a continuation;\n"
-    "prints prompt + continuation on stdout and one timing line on stderr. Stops at EOS.\n\n"
-    "  -p, --prompt TEXT     prompt text (required)\n"
+    "usage: kvdrift run MODEL (-p TEXT | --tokens IDS) [options]\n"
+    "Prefills the prompt (BOS added when the vocabulary asks for it) and generates a\n"
+    "continuation; prints prompt + continuation on stdout and one timing line on stderr. Stops\n"
+    "at EOS.\n\n"
+    "  -p, --prompt TEXT     prompt text\n"
+    "      --tokens IDS      the prompt as comma-separated token ids instead\n"
     "  -n, --n-predict N     tokens to generate (default 32)\n"
-    "      --step S|full     prefill chunk size in tokens (default full: one chunk)\n"
-    "      --backend B       naive | blas (default blas)\n"
-    "      --threads T       blas threads (default 0 = all cores)\n"
-    "      --attn A          dense | stream attention (default dense)\n"
-    "      --rot-max N       rotating KV cache of N positions (MLX semantics; default off)\n"
-    "      --rot-keep K      positions the rotating cache always keeps (default 4)\n"
+    "      --config CONFIG   the engine configuration, e.g. blas:step=64:threads=2:attn=stream\n"
+    "                        (kvdrift sweep --help: CONFIG grammar); default blas:step=full\n"
+    "      --step S|full     prefill chunk size in tokens (the CONFIG's step=)\n"
+    "      --backend B       the CONFIG's backend: one of the registry's (default blas)\n"
+    "      --threads T       the CONFIG's threads= (default: the backend's; blas: all cores)\n"
+    "      --attn A          dense | stream attention (the CONFIG's attn=; default dense)\n"
+    "      --rot MAX:KEEP    rotating KV cache of MAX positions keeping the first KEEP (MLX\n"
+    "                        semantics; the CONFIG's rot=MAX/KEEP; default off)\n"
     "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
     "                        as those tokens, as llama.cpp's CLI does (default: plain text)\n"
-    "      --tokens          also print the prompt and generated token ids\n"
+    "      --show-ids        also print the prompt and generated token ids\n"
     "      --seed X          sampler seed (default 0)\n"
     "      --temp T          temperature; <= 0 is greedy (default 0)\n"
     "      --top-k K         keep the K most likely tokens (default 0 = off)\n"
     "      --top-p P         nucleus threshold in (0, 1] (default 1 = off)\n"
     "  -h, --help            this text\n";
+
+enum { O_STEP = 256, O_BACKEND, O_THREADS, O_SHOW_IDS, O_SEED, O_TEMP, O_TOPK, O_TOPP, O_ATTN,
+       O_ROT, O_SPECIAL, O_CONFIG, O_TOKENS };
+
+typedef struct run_opts {
+    const char *model, *prompt, *tokens;
+    hx_config cfg; /* backend, step, threads, attn, rot */
+    uint32_t n_gen;
+    bool show_ids, parse_special;
+    lm_sampler_params sp;
+} run_opts;
+
+typedef struct run_out {
+    int32_t *ids, *gen;   /* [n_prompt], [n_out] */
+    uint32_t n_prompt, n_out, n_decode;
+    double prefill_s, decode_s;
+    const char *backend;  /* the context's backend name (static) */
+} run_out;
 
 static int parse_f32(const char *s, float *out)
 {
@@ -44,10 +68,121 @@ static int parse_f32(const char *s, float *out)
     return 0;
 }
 
+/* The configuration aliases (--step, --backend, --threads, --attn, --rot) set one field each
+ * through the CONFIG grammar, so that they accept exactly what a CONFIG string accepts. */
+static int set_config_field(hx_config *cfg, const char *key, const char *arg)
+{
+    char one[HX_CONFIG_STR_MAX + 64], rot[64];
+    const char *given = arg;
+    hx_config f;
+    lm_err err = {0};
+    if (strcmp(key, "rot") == 0) { /* MAX:KEEP on the command line, MAX/KEEP in a CONFIG */
+        snprintf(rot, sizeof rot, "%s", arg);
+        char *colon = strchr(rot, ':');
+        if (colon != NULL)
+            *colon = '/';
+        arg = rot;
+    }
+    if (strcmp(key, "backend") == 0)
+        snprintf(one, sizeof one, "%s", arg);
+    else
+        snprintf(one, sizeof one, "%s:%s=%s", cfg->backend, key, arg);
+    if (hx_config_parse(&f, one, &err) != LM_OK)
+        return hx_cli_fail("run", "--%s '%s': %s", key, given, err.msg);
+    if (strcmp(key, "backend") == 0)
+        memcpy(cfg->backend, f.backend, sizeof cfg->backend);
+    else if (strcmp(key, "step") == 0)
+        cfg->step = f.step;
+    else if (strcmp(key, "threads") == 0)
+        cfg->threads = f.threads;
+    else if (strcmp(key, "attn") == 0)
+        cfg->attn = f.attn;
+    else
+        cfg->rot_max = f.rot_max, cfg->rot_keep = f.rot_keep;
+    return 0;
+}
+
+/* One option; 0 to go on, else the exit code (2: bad value). */
+static int set_option(run_opts *o, int opt, const char *arg)
+{
+    lm_err err = {0};
+    switch (opt) {
+    case 'p': o->prompt = arg; return 0;
+    case O_TOKENS: o->tokens = arg; return 0;
+    case O_SPECIAL: o->parse_special = true; return 0;
+    case O_SHOW_IDS: o->show_ids = true; return 0;
+    case 'n':
+        return lm_parse_u32z(arg, 0, UINT32_MAX, &o->n_gen)
+                   ? 0 : hx_cli_fail("run", "-n '%s': not a non-negative integer", arg);
+    case O_CONFIG:
+        return hx_config_parse(&o->cfg, arg, &err) == LM_OK ? 0
+                                                            : hx_cli_fail("run", "%s", err.msg);
+    case O_STEP: return set_config_field(&o->cfg, "step", arg);
+    case O_BACKEND: return set_config_field(&o->cfg, "backend", arg);
+    case O_THREADS: return set_config_field(&o->cfg, "threads", arg);
+    case O_ATTN: return set_config_field(&o->cfg, "attn", arg);
+    case O_ROT: return set_config_field(&o->cfg, "rot", arg);
+    case O_SEED:
+        return lm_parse_seed(arg, &o->sp.seed)
+                   ? 0 : hx_cli_fail("run", "--seed '%s': not an unsigned integer (decimal or "
+                                            "0x hex)", arg);
+    case O_TEMP:
+        return parse_f32(arg, &o->sp.temperature) == 0
+                   ? 0 : hx_cli_fail("run", "--temp '%s': not a finite number", arg);
+    case O_TOPK:
+        return lm_parse_u32z(arg, 0, UINT32_MAX, &o->sp.top_k)
+                   ? 0 : hx_cli_fail("run", "--top-k '%s': not a non-negative integer", arg);
+    case O_TOPP:
+        return parse_f32(arg, &o->sp.top_p) == 0 && o->sp.top_p > 0.0f && o->sp.top_p <= 1.0f
+                   ? 0 : hx_cli_fail("run", "--top-p '%s': expected a number in (0, 1]", arg);
+    default: return 2;
+    }
+}
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(run_opts *o, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"prompt", required_argument, NULL, 'p'},   {"n-predict", required_argument, NULL, 'n'},
+        {"tokens", required_argument, NULL, O_TOKENS}, {"config", required_argument, NULL, O_CONFIG},
+        {"step", required_argument, NULL, O_STEP},  {"backend", required_argument, NULL, O_BACKEND},
+        {"threads", required_argument, NULL, O_THREADS}, {"show-ids", no_argument, NULL, O_SHOW_IDS},
+        {"seed", required_argument, NULL, O_SEED},  {"temp", required_argument, NULL, O_TEMP},
+        {"top-k", required_argument, NULL, O_TOPK}, {"top-p", required_argument, NULL, O_TOPP},
+        {"attn", required_argument, NULL, O_ATTN},  {"rot", required_argument, NULL, O_ROT},
+        {"special", no_argument, NULL, O_SPECIAL},  {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (run_opts){.cfg = {.backend = "blas"}, .n_gen = 32,
+                    .sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}};
+    optind = 1;
+    opterr = 0;
+    for (int opt; (opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1;) {
+        if (opt == 'h') {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        if (opt == ':' || opt == '?')
+            return hx_cli_bad_option("run", opt, argv);
+        int code = set_option(o, opt, optarg);
+        if (code != 0)
+            return code;
+    }
+    if (optind >= argc)
+        return hx_cli_fail("run", "missing MODEL (try kvdrift run --help)");
+    if (optind < argc - 1)
+        return hx_cli_fail("run", "unexpected argument '%s'", argv[optind + 1]);
+    if ((o->prompt == NULL) == (o->tokens == NULL))
+        return hx_cli_fail("run", "give -p TEXT or --tokens IDS (exactly one; try kvdrift run "
+                                  "--help)");
+    o->model = argv[optind];
+    return -1;
+}
+
 static void print_piece(const lm_vocab *v, int32_t id)
 {
     char buf[256];
-    int len = lm_token_to_piece(v, id, buf, sizeof buf);
+    int len = v ? lm_token_to_piece(v, id, buf, sizeof buf) : 0;
     if (len > (int)sizeof buf) { /* a longer piece than any real vocabulary has: fetch it whole */
         char *big = malloc((size_t)len);
         if (big != NULL && lm_token_to_piece(v, id, big, (size_t)len) == len)
@@ -59,198 +194,104 @@ static void print_piece(const lm_vocab *v, int32_t id)
     fflush(stdout);
 }
 
-int cmd_run(int argc, char **argv)
+/* Prefill, then sample and print each token as it comes until n_gen tokens or EOS. */
+static int decode(run_out *out, lm_ctx *ctx, const lm_model *m, const run_opts *o, lm_err *err)
 {
-    enum { O_STEP = 256, O_BACKEND, O_THREADS, O_TOKENS, O_SEED, O_TEMP, O_TOPK, O_TOPP,
-           O_ATTN, O_ROT_MAX, O_ROT_KEEP, O_SPECIAL };
-    static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},  {"n-predict", required_argument, NULL, 'n'},
-        {"step", required_argument, NULL, O_STEP}, {"backend", required_argument, NULL, O_BACKEND},
-        {"threads", required_argument, NULL, O_THREADS}, {"tokens", no_argument, NULL, O_TOKENS},
-        {"seed", required_argument, NULL, O_SEED}, {"temp", required_argument, NULL, O_TEMP},
-        {"top-k", required_argument, NULL, O_TOPK}, {"top-p", required_argument, NULL, O_TOPP},
-        {"attn", required_argument, NULL, O_ATTN}, {"rot-max", required_argument, NULL, O_ROT_MAX},
-        {"rot-keep", required_argument, NULL, O_ROT_KEEP},
-        {"special", no_argument, NULL, O_SPECIAL},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
-    };
-    const char *prompt = NULL, *backend = "blas", *attn = "dense";
-    uint32_t rot_max = 0, rot_keep = 4;
-    uint32_t n_gen = 32, step = 0, threads = 0;
-    bool show_tokens = false, parse_special = false;
-    lm_sampler_params sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
-
-    optind = 1;
-    opterr = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
-        const char *arg = optarg;
-        switch (o) {
-        case 'p': prompt = arg; break;
-        case O_SPECIAL: parse_special = true; break;
-        case 'n':
-            if (!hx_cli_parse_u32(&n_gen, arg, 0, UINT32_MAX))
-                return hx_cli_fail("run", "-n '%s': not a non-negative integer", arg);
-            break;
-        case O_STEP:
-            if (strcmp(arg, "full") == 0)
-                step = 0;
-            else if (!hx_cli_parse_u32(&step, arg, 1, UINT32_MAX))
-                return hx_cli_fail("run", "--step '%s': expected an integer >= 1 or 'full'", arg);
-            break;
-        case O_BACKEND:
-            if (!lm_backend_known(arg, strlen(arg)))
-                return hx_cli_fail("run", "--backend '%s': unknown (expected %s)", arg,
-                                   lm_backend_expected());
-            backend = arg;
-            break;
-        case O_THREADS:
-            if (!hx_cli_parse_u32(&threads, arg, 0, LM_MAX_THREADS))
-                return hx_cli_fail("run", "--threads '%s': expected an integer in 0..%u", arg,
-                                   LM_MAX_THREADS);
-            break;
-        case O_TOKENS: show_tokens = true; break;
-        case O_ATTN:
-            if (strcmp(arg, "dense") != 0 && strcmp(arg, "stream") != 0)
-                return hx_cli_fail("run", "--attn '%s': unknown (expected dense or stream)", arg);
-            attn = arg;
-            break;
-        case O_ROT_MAX:
-            if (!hx_cli_parse_u32(&rot_max, arg, 2, UINT32_MAX / 8))
-                return hx_cli_fail("run", "--rot-max '%s': expected an integer >= 2", arg);
-            break;
-        case O_ROT_KEEP:
-            if (!hx_cli_parse_u32(&rot_keep, arg, 0, UINT32_MAX / 8))
-                return hx_cli_fail("run", "--rot-keep '%s': not a non-negative integer", arg);
-            break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(arg, &end, 0);
-            if (errno != 0 || *arg == '\0' || *arg == '-' || *end != '\0')
-                return hx_cli_fail("run", "--seed '%s': not an unsigned integer", arg);
-            sp.seed = v;
-            break;
-        }
-        case O_TEMP:
-            if (parse_f32(arg, &sp.temperature) != 0)
-                return hx_cli_fail("run", "--temp '%s': not a finite number", arg);
-            break;
-        case O_TOPK:
-            if (!hx_cli_parse_u32(&sp.top_k, arg, 0, UINT32_MAX))
-                return hx_cli_fail("run", "--top-k '%s': not a non-negative integer", arg);
-            break;
-        case O_TOPP:
-            if (parse_f32(arg, &sp.top_p) != 0 || !(sp.top_p > 0.0f) || sp.top_p > 1.0f)
-                return hx_cli_fail("run", "--top-p '%s': expected a number in (0, 1]", arg);
-            break;
-        case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("run", o, argv); /* ':' or unknown */
-        }
-    }
-    if (optind >= argc)
-        return hx_cli_fail("run", "missing MODEL (try kvdrift run --help)");
-    if (optind < argc - 1)
-        return hx_cli_fail("run", "unexpected argument '%s'", argv[optind + 1]);
-    if (prompt == NULL)
-        return hx_cli_fail("run", "missing -p TEXT (try kvdrift run --help)");
-    const char *path = argv[optind];
-
-    lm_err err = {0};
-    lm_model *m = NULL;
-    lm_ctx *ctx = NULL;
     lm_sampler *smp = NULL;
-    int32_t *ids = NULL, *gen = NULL;
-    float *logits = NULL;
-    size_t n_prompt = 0;
-    int rc = lm_model_load(&m, path, &err);
-    if (rc != LM_OK)
-        goto fail;
-    if (m->vocab == NULL) {
-        rc = LM_FAIL(&err, LM_E_INPUT, "%s: model has no tokenizer", path);
-        goto fail;
-    }
-    rc = lm_tokenize_ex(m->vocab, prompt, strlen(prompt), true, parse_special, &ids, &n_prompt,
-                        &err);
-    if (rc != LM_OK)
-        goto fail;
-    if (n_prompt == 0) {
-        rc = LM_FAIL(&err, LM_E_INPUT, "prompt: encodes to no tokens");
-        goto fail;
-    }
-    const uint64_t need = (uint64_t)n_prompt + n_gen;
-    if (m->hp.n_ctx_train != 0 && need > m->hp.n_ctx_train) {
-        rc = LM_FAIL(&err, LM_E_INPUT, "%s: %zu prompt tokens + %u to generate exceed the context of %u",
-                     path, n_prompt, n_gen, m->hp.n_ctx_train);
-        goto fail;
-    }
-    if (rot_max != 0 && rot_keep >= rot_max) {
-        rc = LM_FAIL(&err, LM_E_INPUT, "--rot-keep %u must be below --rot-max %u", rot_keep,
-                     rot_max);
-        goto fail;
-    }
-    const lm_ctx_params cp = {.backend = backend, .n_threads = (int)threads, .n_ctx = (uint32_t)need,
-                              .attn = attn, .rot_max_size = rot_max, .rot_keep = rot_keep};
-    rc = lm_ctx_create(&ctx, m, &cp, &err);
-    if (rc != LM_OK)
-        goto fail;
-    rc = lm_sampler_create(&smp, &sp, m->hp.n_vocab, &err);
-    if (rc != LM_OK)
-        goto fail;
-    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    gen = malloc(((size_t)n_gen + 1) * sizeof *gen);
-    if (logits == NULL || gen == NULL) {
-        rc = LM_FAIL(&err, LM_E_NOMEM, "run: out of memory");
-        goto fail;
-    }
-
-    const double t0 = hx_cli_now_s();
-    rc = lm_prefill(ctx, ids, (uint32_t)n_prompt, step, logits, &err);
-    if (rc != LM_OK)
-        goto fail;
-    const double t1 = hx_cli_now_s();
-    fputs(prompt, stdout);
-    fflush(stdout);
-    const int32_t eos = lm_vocab_eos(m->vocab);
-    uint32_t n_out = 0, n_decode = 0;
-    while (n_out < n_gen) {
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    out->gen = malloc(((size_t)o->n_gen + 1) * sizeof *out->gen);
+    int rc = logits && out->gen ? lm_sampler_create(&smp, &o->sp, m->hp.n_vocab, err)
+                                : LM_FAIL(err, LM_E_NOMEM, "run: out of memory");
+    const double t0 = lm_now_s();
+    if (rc == LM_OK)
+        rc = lm_prefill(ctx, out->ids, out->n_prompt, o->cfg.step, logits, err);
+    const double t1 = lm_now_s();
+    const int32_t eos = m->vocab ? lm_vocab_eos(m->vocab) : -1;
+    while (rc == LM_OK && out->n_out < o->n_gen) {
         const int32_t tok = lm_sample(smp, logits);
         if (tok == eos)
             break;
-        gen[n_out++] = tok;
+        out->gen[out->n_out++] = tok;
         print_piece(m->vocab, tok);
-        if (n_out == n_gen)
+        if (out->n_out == o->n_gen)
             break; /* the last token's logits are never needed */
-        rc = lm_forward(ctx, &tok, 1, LM_LOGITS_LAST, logits, &err);
-        if (rc != LM_OK)
-            goto fail;
-        ++n_decode;
+        if ((rc = lm_forward(ctx, &tok, 1, LM_LOGITS_LAST, logits, err)) == LM_OK)
+            ++out->n_decode;
     }
-    const double t2 = hx_cli_now_s();
-    fputc('\n', stdout);
-    if (show_tokens) {
+    out->prefill_s = t1 - t0;
+    out->decode_s = lm_now_s() - t1;
+    lm_sampler_free(smp);
+    free(logits);
+    return rc;
+}
+
+/* Loads the model, tokenizes, creates the context and generates (printing the text). */
+static int generate(run_out *out, const run_opts *o, lm_err *err)
+{
+    lm_model *m = NULL;
+    lm_ctx *ctx = NULL;
+    int rc = lm_model_load(&m, o->model, err);
+    if (rc == LM_OK)
+        rc = hx_cli_prompt_ids(&out->ids, &out->n_prompt, m, o->model, o->prompt, o->tokens,
+                               o->parse_special, err);
+    const uint64_t need = (uint64_t)out->n_prompt + o->n_gen;
+    if (rc == LM_OK && m->hp.n_ctx_train != 0 && need > m->hp.n_ctx_train)
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: %u prompt tokens + %u to generate exceed the context "
+                     "of %u", o->model, out->n_prompt, o->n_gen, m->hp.n_ctx_train);
+    char be[LM_BACKEND_NAME_MAX];
+    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, &o->cfg),
+                              .n_threads = (int)o->cfg.threads, .n_ctx = (uint32_t)need,
+                              .attn = o->cfg.attn == HX_ATTN_STREAM ? "stream" : "dense",
+                              .rot_max_size = o->cfg.rot_max, .rot_keep = o->cfg.rot_keep};
+    if (rc == LM_OK && (rc = lm_ctx_create(&ctx, m, &cp, err)) == LM_OK) {
+        out->backend = lm_ctx_backend_name(ctx);
+        if (o->prompt != NULL)
+            fputs(o->prompt, stdout);
+        for (uint32_t i = 0; o->prompt == NULL && i < out->n_prompt; ++i)
+            print_piece(m->vocab, out->ids[i]);
+        fflush(stdout);
+        rc = decode(out, ctx, m, o, err);
+        fputc('\n', stdout);
+    }
+    lm_ctx_free(ctx);
+    lm_model_free(m);
+    return rc;
+}
+
+static void print_result(const run_out *r, bool show_ids)
+{
+    if (show_ids) {
         printf("prompt ids:");
-        for (size_t i = 0; i < n_prompt; ++i)
-            printf(" %" PRId32, ids[i]);
+        for (uint32_t i = 0; i < r->n_prompt; ++i)
+            printf(" %" PRId32, r->ids[i]);
         printf("\ngenerated ids:");
-        for (uint32_t i = 0; i < n_out; ++i)
-            printf(" %" PRId32, gen[i]);
+        for (uint32_t i = 0; i < r->n_out; ++i)
+            printf(" %" PRId32, r->gen[i]);
         printf("\n");
     }
     fflush(stdout); /* the text first, then the timing line, even when both go to one pipe */
     fprintf(stderr,
-            "run: %s backend, prefill %zu tok in %.1f ms (%.1f tok/s), "
+            "run: %s backend, prefill %u tok in %.1f ms (%.1f tok/s), "
             "decode %u tok in %.1f ms (%.1f tok/s)\n",
-            lm_ctx_backend_name(ctx), n_prompt, 1e3 * (t1 - t0), (double)n_prompt / (t1 - t0),
-            n_decode, 1e3 * (t2 - t1), n_decode ? (double)n_decode / (t2 - t1) : 0.0);
-fail:
-    if (rc != LM_OK)
+            r->backend, r->n_prompt, 1e3 * r->prefill_s, (double)r->n_prompt / r->prefill_s,
+            r->n_decode, 1e3 * r->decode_s,
+            r->n_decode ? (double)r->n_decode / r->decode_s : 0.0);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_opts o;
+    int code = parse_options(&o, argc, argv);
+    if (code >= 0)
+        return code;
+    run_out r = {0};
+    lm_err err = {0};
+    int rc = generate(&r, &o, &err);
+    if (rc == LM_OK)
+        print_result(&r, o.show_ids);
+    else
         fprintf(stderr, "kvdrift run: %s\n", err.msg);
-    free(logits);
-    free(gen);
-    free(ids);
-    lm_sampler_free(smp);
-    lm_ctx_free(ctx);
-    lm_model_free(m);
+    free(r.ids);
+    free(r.gen);
     return lm_status_exit_code(rc);
 }

@@ -1,5 +1,6 @@
 /* cmd_synth.c — `kvdrift synth`: writes a deterministic synthetic llama model (GGUF). */
 #include "commands.h"
+#include "kvd_util.h"
 #include "cli_util.h"
 #include "synth.h"
 
@@ -41,19 +42,6 @@ static int bad(const char *msg, const char *arg)
     return hx_cli_fail("synth", "%s '%s' (try kvdrift synth --help)", msg, arg);
 }
 
-static int parse_u32(const char *s, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    if (s[0] == '-' || s[0] == '\0')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0 || v > UINT32_MAX)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static int parse_float(const char *s, float *out)
 {
     char *end;
@@ -68,7 +56,49 @@ static int parse_float(const char *s, float *out)
 enum { O_PRESET = 256, O_ARCH, O_EMBD, O_LAYER, O_HEAD, O_HEAD_KV, O_FF, O_VOCAB, O_CTX, O_THETA,
        O_EPS, O_SEED, O_TYPE };
 
-int cmd_synth(int argc, char **argv)
+typedef struct synth_opts {
+    const char *preset, *arch, *out;
+    uint64_t seed;
+    lm_tensor_type type;
+    uint32_t ov[8]; /* overrides of n_embd .. n_ctx, applied after the preset: 0 = not given */
+    float theta, eps; /* 0.0f = not given */
+} synth_opts;
+
+/* One option (name: its long name for messages); 0 to go on, else the exit code. */
+static int set_option(synth_opts *o, int c, const char *arg, const char *name)
+{
+    char what[64];
+    switch (c) {
+    case 'o': o->out = arg; return 0;
+    case O_PRESET: o->preset = arg; return 0;
+    case O_ARCH: o->arch = arg; return 0;
+    case O_EMBD: case O_LAYER: case O_HEAD: case O_HEAD_KV: case O_FF: case O_VOCAB: case O_CTX:
+        if (lm_parse_u32z(arg, 1, UINT32_MAX, &o->ov[c - O_EMBD]))
+            return 0;
+        snprintf(what, sizeof what, "--%s: expected a positive integer, got", name);
+        return bad(what, arg);
+    case O_THETA:
+        return parse_float(arg, &o->theta) == 0
+                   ? 0 : bad("--rope-theta: expected a positive number, got", arg);
+    case O_EPS:
+        return parse_float(arg, &o->eps) == 0
+                   ? 0 : bad("--rms-eps: expected a positive number, got", arg);
+    case O_SEED:
+        return lm_parse_seed(arg, &o->seed)
+                   ? 0 : bad("--seed: expected a non-negative integer (decimal or 0x hex), got",
+                             arg);
+    case O_TYPE:
+        if (strcmp(arg, "f32") == 0) o->type = LM_TYPE_F32;
+        else if (strcmp(arg, "f16") == 0) o->type = LM_TYPE_F16;
+        else if (strcmp(arg, "bf16") == 0) o->type = LM_TYPE_BF16;
+        else return bad("--type: expected f32, f16 or bf16, got", arg);
+        return 0;
+    default: return 2;
+    }
+}
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(synth_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"preset", required_argument, NULL, O_PRESET}, {"arch", required_argument, NULL, O_ARCH},
@@ -82,93 +112,72 @@ int cmd_synth(int argc, char **argv)
         {"type", required_argument, NULL, O_TYPE}, {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
-    const char *preset = NULL, *arch = NULL, *out = NULL;
-    uint64_t seed = 0;
-    lm_tensor_type type = LM_TYPE_F32;
-    /* Overrides, applied after the preset: 0 / 0.0f = not given. */
-    uint32_t ov[8] = {0};
-    float theta = 0.0f, eps = 0.0f;
-    int c, li = -1;
-    char what[64];
+    *o = (synth_opts){.type = LM_TYPE_F32};
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":o:h", opts, &li)) != -1) {
-        switch (c) {
-        case 'h':
+    for (int c, li = -1; (c = getopt_long(argc, argv, ":o:h", opts, &li)) != -1; li = -1) {
+        if (c == 'h') {
             usage(stdout);
             return 0;
-        case 'o': out = optarg; break;
-        case O_PRESET: preset = optarg; break;
-        case O_ARCH: arch = optarg; break;
-        case O_EMBD: case O_LAYER: case O_HEAD: case O_HEAD_KV: case O_FF: case O_VOCAB:
-        case O_CTX:
-            if (parse_u32(optarg, &ov[c - O_EMBD])) {
-                snprintf(what, sizeof what, "--%s: expected a positive integer, got",
-                         li >= 0 ? opts[li].name : "?");
-                return bad(what, optarg);
-            }
-            break;
-        case O_THETA:
-            if (parse_float(optarg, &theta))
-                return bad("--rope-theta: expected a positive number, got", optarg);
-            break;
-        case O_EPS:
-            if (parse_float(optarg, &eps))
-                return bad("--rms-eps: expected a positive number, got", optarg);
-            break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            seed = strtoull(optarg, &end, 0);
-            if (errno || *end || optarg[0] == '\0' || optarg[0] == '-')
-                return bad("--seed: expected a non-negative integer, got", optarg);
-            break;
         }
-        case O_TYPE:
-            if (strcmp(optarg, "f32") == 0) type = LM_TYPE_F32;
-            else if (strcmp(optarg, "f16") == 0) type = LM_TYPE_F16;
-            else if (strcmp(optarg, "bf16") == 0) type = LM_TYPE_BF16;
-            else return bad("--type: expected f32, f16 or bf16, got", optarg);
-            break;
-        case ':':
+        if (c == ':')
             return bad("missing value for option", argv[optind - 1]);
-        default:
+        if (c == '?')
             return bad("unknown option", argv[optind - 1]);
-        }
+        int code = set_option(o, c, optarg, li >= 0 ? opts[li].name : "?");
+        if (code != 0)
+            return code;
     }
     if (optind < argc)
         return bad("unexpected argument", argv[optind]);
-    if (out == NULL)
+    if (o->out == NULL)
         return hx_cli_fail("synth", "missing -o FILE.gguf (try kvdrift synth --help)");
-    if ((preset == NULL) == (arch == NULL))
+    if ((o->preset == NULL) == (o->arch == NULL))
         return hx_cli_fail("synth", "give exactly one of --preset NAME or --arch llama "
                                     "(try kvdrift synth --help)");
-    if (arch != NULL && strcmp(arch, "llama") != 0)
-        return bad("unsupported --arch (only llama)", arch);
+    if (o->arch != NULL && strcmp(o->arch, "llama") != 0)
+        return bad("unsupported --arch (only llama)", o->arch);
+    return -1;
+}
+
+/* The preset (tiny for --arch llama) with the overrides applied. */
+static int make_params(hx_synth_params *p, const synth_opts *o, lm_err *err)
+{
+    int rc = hx_synth_preset(p, o->preset ? o->preset : "tiny", err);
+    if (rc != LM_OK)
+        return rc;
+    if (o->arch != NULL)
+        snprintf(p->name, sizeof p->name, "kvdrift-synth-llama");
+    uint32_t *f[7] = {&p->n_embd, &p->n_layer, &p->n_head, &p->n_head_kv, &p->n_ff, &p->n_vocab,
+                      &p->n_ctx};
+    for (int i = 0; i < 7; ++i)
+        if (o->ov[i])
+            *f[i] = o->ov[i];
+    /* --n-head alone keeps plain multi-head attention rather than the preset's ratio. */
+    if (o->ov[O_HEAD - O_EMBD] && !o->ov[O_HEAD_KV - O_EMBD])
+        p->n_head_kv = p->n_head;
+    if (o->theta > 0.0f)
+        p->rope_theta = o->theta;
+    if (o->eps > 0.0f)
+        p->rms_eps = o->eps;
+    return LM_OK;
+}
+
+int cmd_synth(int argc, char **argv)
+{
+    synth_opts o;
+    int code = parse_options(&o, argc, argv);
+    if (code >= 0)
+        return code;
     lm_err err = {0};
     hx_synth_params p;
-    int rc = hx_synth_preset(&p, preset ? preset : "tiny", &err);
-    if (rc == LM_OK) {
-        if (arch != NULL)
-            snprintf(p.name, sizeof p.name, "kvdrift-synth-llama");
-        uint32_t *f[7] = {&p.n_embd, &p.n_layer, &p.n_head, &p.n_head_kv, &p.n_ff, &p.n_vocab,
-                          &p.n_ctx};
-        for (int i = 0; i < 7; ++i)
-            if (ov[i])
-                *f[i] = ov[i];
-        /* --n-head alone keeps plain multi-head attention rather than the preset's ratio. */
-        if (ov[O_HEAD - O_EMBD] && !ov[O_HEAD_KV - O_EMBD])
-            p.n_head_kv = p.n_head;
-        if (theta > 0.0f)
-            p.rope_theta = theta;
-        if (eps > 0.0f)
-            p.rms_eps = eps;
-        rc = hx_synth_write_params(out, &p, seed, type, &err);
-    }
+    int rc = make_params(&p, &o, &err);
+    if (rc == LM_OK)
+        rc = hx_synth_write_params(o.out, &p, o.seed, o.type, &err);
     if (rc != LM_OK)
         return hx_cli_status("synth", rc, false, &err);
     fprintf(stderr, "kvdrift synth: wrote %s (%s: n_embd %u, %u layers, %u/%u heads, n_ff %u, "
-                    "vocab %u, %s, seed 0x%" PRIx64 ")\n", out, p.name, p.n_embd, p.n_layer,
-            p.n_head, p.n_head_kv, p.n_ff, p.n_vocab, lm_tensor_type_name(type), seed);
+                    "vocab %u, %s, seed 0x%" PRIx64 ")\n", o.out, p.name, p.n_embd, p.n_layer,
+            p.n_head, p.n_head_kv, p.n_ff, p.n_vocab, lm_tensor_type_name(o.type), o.seed);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* cmd_trace.c — `kvdrift trace`: the first layer and operation where two configurations part,
  * bitwise and beyond the measured noise envelope (the work is in trace.c). */
 #include "commands.h"
+#include "kvd_util.h"
 
 #include "case.h"
 #include "cli_util.h"
@@ -39,21 +40,51 @@ static const char usage_text[] =
     "exit codes: 0 no operation beyond the envelope (or none measured), 1 some operation\n"
     "beyond it, 2 usage or input error\n";
 
-static bool parse_u64(uint64_t *out, const char *s, uint64_t max)
+enum { O_A = 256, O_B, O_TOKENS, O_ENS, O_NOENV, O_SEED, O_BRIEF, O_SPECIAL };
+
+typedef struct trace_opts {
+    const char *model, *text, *tok_s;
+    hx_trace_params tp; /* a, b, n_gen, ensemble, sr_seed */
+    bool have_a, have_b, no_env, brief, special;
+} trace_opts;
+
+/* One option; 0 to go on, else the exit code. */
+static int set_option(trace_opts *o, int opt, const char *arg)
 {
-    char *end;
-    if (*s < '0' || *s > '9')
-        return false;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v > max)
-        return false;
-    *out = v;
-    return true;
+    lm_err err = {0};
+    uint64_t v;
+    switch (opt) {
+    case 'p': o->text = arg; return 0;
+    case O_TOKENS: o->tok_s = arg; return 0;
+    case O_NOENV: o->no_env = true; return 0;
+    case O_BRIEF: o->brief = true; return 0;
+    case O_SPECIAL: o->special = true; return 0;
+    case O_A: case O_B:
+        *(opt == O_A ? &o->have_a : &o->have_b) = true;
+        return hx_config_parse(opt == O_A ? &o->tp.a : &o->tp.b, arg, &err) == LM_OK
+                   ? 0 : hx_cli_fail("trace", "%s", err.msg);
+    case 'n':
+        if (!lm_parse_u64z(arg, 0, HX_MAX_N_GEN, &v))
+            return hx_cli_fail("trace", "-n '%s': expected an integer in 0..%u", arg,
+                               HX_MAX_N_GEN);
+        o->tp.n_gen = (uint32_t)v;
+        return 0;
+    case O_ENS:
+        if (!lm_parse_u64z(arg, HX_ENVELOPE_MIN_MEMBERS, 10000, &v))
+            return hx_cli_fail("trace", "--ensemble '%s': expected an integer in %u..10000", arg,
+                               (unsigned)HX_ENVELOPE_MIN_MEMBERS);
+        o->tp.ensemble = (uint32_t)v;
+        return 0;
+    case O_SEED:
+        return lm_parse_u64z(arg, 0, UINT64_MAX, &o->tp.sr_seed)
+                   ? 0 : hx_cli_fail("trace", "--seed '%s': expected a non-negative integer", arg);
+    default: return 2;
+    }
 }
 
-int cmd_trace(int argc, char **argv)
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(trace_opts *o, int argc, char **argv)
 {
-    enum { O_A = 256, O_B, O_TOKENS, O_ENS, O_NOENV, O_SEED, O_BRIEF, O_SPECIAL };
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},        {"b", required_argument, NULL, O_B},
@@ -63,78 +94,62 @@ int cmd_trace(int argc, char **argv)
         {"special", no_argument, NULL, O_SPECIAL},
         {NULL, 0, NULL, 0},
     };
-    const char *text = NULL, *tok_s = NULL, *a_s = NULL, *b_s = NULL;
-    uint64_t n_gen = 0, ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, seed = HX_SWEEP_DEFAULT_SEED;
-    bool no_env = false, brief = false, special = false;
+    *o = (trace_opts){.tp = {.ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
+                             .sr_seed = HX_SWEEP_DEFAULT_SEED}};
     optind = 1;
     opterr = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'p': text = optarg; break;
-        case O_TOKENS: tok_s = optarg; break;
-        case O_A: a_s = optarg; break;
-        case O_B: b_s = optarg; break;
-        case O_NOENV: no_env = true; break;
-        case O_BRIEF: brief = true; break;
-        case O_SPECIAL: special = true; break;
-        case 'n':
-            if (!parse_u64(&n_gen, optarg, 100000))
-                return hx_cli_fail("trace", "-n '%s': expected an integer in 0..100000", optarg);
-            break;
-        case O_ENS:
-            if (!parse_u64(&ensemble, optarg, 10000) || ensemble < HX_ENVELOPE_MIN_MEMBERS)
-                return hx_cli_fail("trace", "--ensemble '%s': expected an integer in %u..10000", optarg,
-                           (unsigned)HX_ENVELOPE_MIN_MEMBERS);
-            break;
-        case O_SEED:
-            if (!parse_u64(&seed, optarg, UINT64_MAX))
-                return hx_cli_fail("trace", "--seed '%s': expected a non-negative integer", optarg);
-            break;
-        case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("trace", o, argv); /* ':' or unknown */
+    for (int opt; (opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1;) {
+        if (opt == 'h') {
+            fputs(usage_text, stdout);
+            return 0;
         }
+        if (opt == ':' || opt == '?')
+            return hx_cli_bad_option("trace", opt, argv);
+        int code = set_option(o, opt, optarg);
+        if (code != 0)
+            return code;
     }
     if (optind + 1 != argc)
         return hx_cli_fail("trace", "expected exactly one MODEL argument (try --help)");
-    if ((text == NULL) == (tok_s == NULL))
+    if ((o->text == NULL) == (o->tok_s == NULL))
         return hx_cli_fail("trace", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
-    if (a_s == NULL || b_s == NULL)
+    if (!o->have_a || !o->have_b)
         return hx_cli_fail("trace", "both --a CONFIG and --b CONFIG are needed (try --help)");
-    lm_err err = {0};
-    hx_trace_params tp = {.n_gen = (uint32_t)n_gen, .ensemble = no_env ? 0 : (uint32_t)ensemble,
-                          .sr_seed = seed};
-    if (hx_config_parse(&tp.a, a_s, &err) != LM_OK || hx_config_parse(&tp.b, b_s, &err) != LM_OK)
-        return hx_cli_fail("trace", "%s", err.msg);
+    if (o->no_env)
+        o->tp.ensemble = 0;
+    o->model = argv[optind];
+    return -1;
+}
 
-    const char *model_path = argv[optind];
+int cmd_trace(int argc, char **argv)
+{
+    trace_opts o;
+    int code = parse_options(&o, argc, argv);
+    if (code >= 0)
+        return code;
+    lm_err err = {0};
     lm_model *m = NULL;
     int32_t *prompt = NULL;
-    uint32_t n_prompt = 0;
     hx_trace_result *r = NULL;
-    int st;
-    if ((st = lm_model_load(&m, model_path, &err)) != LM_OK)
-        goto fail;
-    if ((st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, special, &err)) !=
-        LM_OK)
-        goto fail;
-    tp.model = m;
-    tp.prompt = prompt;
-    tp.n_prompt = n_prompt;
-    if ((st = hx_trace_run(&r, &tp, &err)) != LM_OK)
-        goto fail;
-    char an[HX_CONFIG_STR_MAX], bn[HX_CONFIG_STR_MAX];
-    hx_config_format(an, sizeof an, &tp.a);
-    hx_config_format(bn, sizeof bn, &tp.b);
-    if (!brief)
-        printf("trace %s: %u prompt tokens, %u decode steps on A's greedy path; %s\n", model_path,
-               (unsigned)n_prompt, (unsigned)tp.n_gen,
-               tp.ensemble ? "envelope from naive-sr runs" : "no envelope");
-    hx_trace_print(stdout, r, an, bn, !brief);
-fail:
+    int st = lm_model_load(&m, o.model, &err);
+    if (st == LM_OK)
+        st = hx_cli_prompt_ids(&prompt, &o.tp.n_prompt, m, o.model, o.text, o.tok_s, o.special,
+                               &err);
+    o.tp.model = m;
+    o.tp.prompt = prompt;
+    if (st == LM_OK && (st = hx_trace_run(&r, &o.tp, &err)) == LM_OK) {
+        char an[HX_CONFIG_STR_MAX], bn[HX_CONFIG_STR_MAX];
+        hx_config_format(an, sizeof an, &o.tp.a);
+        hx_config_format(bn, sizeof bn, &o.tp.b);
+        if (!o.brief)
+            printf("trace %s: %u prompt tokens, %u decode steps on A's greedy path; %s\n",
+                   o.model, (unsigned)o.tp.n_prompt, (unsigned)o.tp.n_gen,
+                   o.tp.ensemble ? "envelope from naive-sr runs" : "no envelope");
+        hx_trace_print(stdout, r, an, bn, !o.brief);
+    }
     if (st != LM_OK)
         fprintf(stderr, "kvdrift trace: %s\n", err.msg);
-    int code = st != LM_OK ? lm_status_exit_code(st) : r->first_beyond >= 0 ? 1 : 0;
+    code = st != LM_OK ? lm_status_exit_code(st) : r->first_beyond >= 0 ? 1 : 0;
     hx_trace_result_free(r);
     free(prompt);
     lm_model_free(m);

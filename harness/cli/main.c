@@ -1,5 +1,6 @@
-/* cli.c — `kvdrift` main: dispatches to the subcommand named by argv[1]. */
+/* main.c — `kvdrift` main: dispatches to the subcommand named by argv[1]. */
 #include "commands.h"
+#include "kvd_version.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -27,7 +28,8 @@ static const command commands[] = {
 static void usage(FILE *f)
 {
     fprintf(f, "kvdrift — numerical determinism and regression harness for LLM inference\n\n"
-               "usage: kvdrift COMMAND [options]   (kvdrift COMMAND --help for details)\n\n");
+               "usage: kvdrift COMMAND [options]   (kvdrift COMMAND --help for details)\n"
+               "       kvdrift --version\n\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; ++i)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nexit codes: 0 all pass, 1 regression found, 2 usage or input error\n");
@@ -41,6 +43,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("kvdrift %s (commit %s)\n", KVD_VERSION, lm_git_commit());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; ++i)

@@ -1,5 +1,6 @@
 /* sweep_block.c — the block-sampler amplification table of `kvdrift sweep` (sweep_block.h). */
 #include "sweep_block.h"
+#include "kvd_util.h"
 
 #include "cli_util.h"
 #include "config.h"
@@ -29,7 +30,7 @@ int hx_block_opts_set(hx_block_opts *o, int opt, const char *arg, lm_err *err)
     case HX_OPT_BLOCK_SIZE:
     case HX_OPT_BLOCKS:
     case HX_OPT_BLOCK_ITERS:
-        if (!hx_cli_parse_u32(&v, arg, 1, 4096))
+        if (!lm_parse_u32z(arg, 1, 4096, &v))
             return LM_FAIL(err, LM_E_INPUT, "'%s': expected an integer in 1..4096 for a block "
                            "option", arg);
         *(opt == HX_OPT_BLOCK_SIZE ? &o->p.block
@@ -54,7 +55,7 @@ int hx_block_opts_set(hx_block_opts *o, int opt, const char *arg, lm_err *err)
                            "entropy", arg);
         return LM_OK;
     case HX_OPT_MASK_TOKEN:
-        if (!hx_cli_parse_u32(&v, arg, 0, INT32_MAX))
+        if (!lm_parse_u32z(arg, 0, INT32_MAX, &v))
             return LM_FAIL(err, LM_E_INPUT, "--mask-token '%s': expected a token id", arg);
         o->p.mask_id = (int32_t)v;
         o->mask_set = true;

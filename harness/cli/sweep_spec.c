@@ -3,6 +3,7 @@
 #include "sweep_spec.h"
 
 #include "cli_util.h"
+#include "kvd_util.h"
 #include "seqcheck.h"
 #include "specrun.h"
 
@@ -45,7 +46,7 @@ int hx_spec_opts_set(hx_spec_opts *o, int opt, const char *arg, lm_err *err)
         return rc;
     }
     case HX_OPT_REPEAT_LAST_N:
-        if (!hx_cli_parse_u32(&o->pen.repeat_last_n, arg, 0, 1u << 20))
+        if (!lm_parse_u32z(arg, 0, 1u << 20, &o->pen.repeat_last_n))
             return LM_FAIL(err, LM_E_INPUT, "--repeat-last-n '%s': expected an integer in "
                            "0..1048576", arg);
         return LM_OK;
@@ -70,7 +71,7 @@ static int parse_ks(uint32_t *ks, size_t *n, const char *list, lm_err *err)
             return LM_FAIL(err, LM_E_INPUT, "--spec '%s': expected integers 0..64", list);
         memcpy(item, s, len);
         item[len] = '\0';
-        if (!hx_cli_parse_u32(&k, item, 0, 64))
+        if (!lm_parse_u32z(item, 0, 64, &k))
             return LM_FAIL(err, LM_E_INPUT, "--spec '%s': '%s' is not an integer in 0..64", list,
                            item);
         for (size_t i = 0; i < *n; ++i)

@@ -1,4 +1,4 @@
-/* classify.h — the classes of DESIGN.md's table as pure functions of already measured numbers.
+/* classify.h — the classes of docs/DESIGN.md's table as pure functions of already measured numbers.
  *
  * Rules, applied in this order to one compared tensor (one layer's K or V, or one logits row):
  *   1. NONFINITE  x has a NaN or +-Inf anywhere.

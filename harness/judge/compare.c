@@ -1,40 +1,14 @@
 /* compare.c — classify a configuration's capture against its baseline, the reference and the
  * envelope; build the envelope from an ensemble of captures. */
 #include "compare.h"
+#include "kvd_util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The reference's layout (kvd_ref.h): k, v [n_layer][n_prompt][n_kv_head][head_dim]; read
- * through the struct fields so the harness needs no reference code to compare. */
-static const double *ref_k(const ref_capture *r, uint32_t l, size_t kv)
-{
-    return r->k + (size_t)l * kv;
-}
-
-static const double *ref_v(const ref_capture *r, uint32_t l, size_t kv)
-{
-    return r->v + (size_t)l * kv;
-}
-
-static int64_t ref_row(const ref_capture *r, uint32_t pos)
-{
-    for (uint32_t i = 0; i < r->n_pos; ++i)
-        if (r->pos[i] == pos)
-            return i;
-    return -1;
-}
-
-static int64_t env_row(const hx_envelope *e, uint32_t pos)
-{
-    for (uint32_t i = 0; i < e->n_pos; ++i)
-        if (e->positions[i] == pos)
-            return i;
-    return -1;
-}
-
-static int check_shape(const hx_capture_shape *s, const ref_capture *r, const char *what,
-                       lm_err *err)
+int hx_compare_check_shape(const hx_capture_shape *s, const ref_capture *r, const char *what,
+                           lm_err *err)
 {
     if (s->n_layer != r->n_layer || s->n_kv_head != r->n_kv_head || s->head_dim != r->head_dim ||
         s->n_vocab != r->n_vocab || s->n_prompt != r->n_prompt)
@@ -85,10 +59,10 @@ int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_captur
                        const ref_capture *ref, const hx_envelope *env, lm_err *err)
 {
     const hx_capture_shape *s = &x->shape;
-    int rc = check_shape(s, ref, c->config, err);
+    int rc = hx_compare_check_shape(s, ref, c->config, err);
     if (rc != LM_OK)
         return rc;
-    if (base && (rc = check_shape(&base->shape, ref, "baseline", err)) != LM_OK)
+    if (base && (rc = hx_compare_check_shape(&base->shape, ref, "baseline", err)) != LM_OK)
         return rc;
     if (env->n_layer != s->n_layer)
         return LM_FAIL(err, LM_E_INPUT, "envelope has %u layers, capture %u",
@@ -98,12 +72,12 @@ int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_captur
     char name[32];
     for (uint32_t l = 0; x->k != NULL && l < s->n_layer; ++l) {
         snprintf(name, sizeof name, "L%u.K", (unsigned)l);
-        rc = add_row(c, name, x->k[l], base ? base->k[l] : NULL, ref_k(ref, l, kv), kv, false,
+        rc = add_row(c, name, x->k[l], base ? base->k[l] : NULL, ref_capture_k(ref, l), kv, false,
                      &env->k[l], &all_bitwise, &first_base, err);
         if (rc != LM_OK)
             return rc;
         snprintf(name, sizeof name, "L%u.V", (unsigned)l);
-        rc = add_row(c, name, x->v[l], base ? base->v[l] : NULL, ref_v(ref, l, kv), kv, false,
+        rc = add_row(c, name, x->v[l], base ? base->v[l] : NULL, ref_capture_v(ref, l), kv, false,
                      &env->v[l], &all_bitwise, &first_base, err);
         if (rc != LM_OK)
             return rc;
@@ -114,7 +88,7 @@ int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_captur
         return LM_FAIL(err, LM_E_NOMEM, "compare: out of memory");
     for (uint32_t i = 0; i < s->n_pos && rc == LM_OK; ++i) {
         uint32_t pos = x->positions[i];
-        int64_t rr = ref_row(ref, pos), er = env_row(env, pos);
+        int64_t rr = ref_capture_find_pos(ref, pos), er = lm_index_of_u32(env->positions, env->n_pos, pos);
         int64_t br = base ? hx_capture_row(base, pos) : -1;
         if (rr < 0 || er < 0) {
             rc = LM_FAIL(err, LM_E_INPUT, "%s: logits position %u is not in the %s", c->config,
@@ -151,60 +125,35 @@ int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_captur
     return rc;
 }
 
-int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *members,
-                              uint32_t n_members, const ref_capture *ref, double safety,
-                              lm_err *err)
+void hx_compare_semantic(hx_config_report *c, const ref_capture *a, const ref_capture *b)
 {
-    *out = NULL;
-    if (n_members < HX_ENVELOPE_MIN_MEMBERS)
-        return LM_FAIL(err, LM_E_INPUT, "envelope: %u ensemble members, at least %u needed",
-                       (unsigned)n_members, HX_ENVELOPE_MIN_MEMBERS);
-    for (uint32_t m = 0; m < n_members; ++m) {
-        int rc = check_shape(&members[m]->shape, ref, "ensemble member", err);
-        if (rc != LM_OK)
-            return rc;
-    }
-    hx_envelope *e;
-    int rc = hx_envelope_create(&e, ref->n_layer, ref->n_pos, ref->pos, safety, err);
-    if (rc != LM_OK)
-        return rc;
-    e->n_members = n_members;
-    const float **ptr = malloc(n_members * sizeof *ptr);
-    if (ptr == NULL) {
-        hx_envelope_free(e);
-        return LM_FAIL(err, LM_E_NOMEM, "envelope: out of memory");
-    }
-    size_t kv = (size_t)ref->n_prompt * ref->n_kv_head * ref->head_dim;
-    for (uint32_t l = 0; l < ref->n_layer && rc == LM_OK; ++l) {
-        for (uint32_t m = 0; m < n_members; ++m)
-            ptr[m] = members[m]->k[l];
-        rc = hx_env_tensor_measure(&e->k[l], ptr, n_members, ref_k(ref, l, kv), kv, false, safety,
-                                   err);
-        for (uint32_t m = 0; m < n_members && rc == LM_OK; ++m)
-            ptr[m] = members[m]->v[l];
-        if (rc == LM_OK)
-            rc = hx_env_tensor_measure(&e->v[l], ptr, n_members, ref_v(ref, l, kv), kv, false,
-                                       safety, err);
-    }
-    size_t nv = ref->n_vocab;
-    for (uint32_t i = 0; i < ref->n_pos && rc == LM_OK; ++i) {
-        for (uint32_t m = 0; m < n_members && rc == LM_OK; ++m) {
-            int64_t row = hx_capture_row(members[m], ref->pos[i]);
-            if (row < 0)
-                rc = LM_FAIL(err, LM_E_INPUT, "envelope: member %u has no logits at position %u",
-                             (unsigned)m, (unsigned)ref->pos[i]);
-            else
-                ptr[m] = members[m]->logits + (size_t)row * nv;
+    c->sem_checked = true;
+    c->sem_first = -1;
+    c->sem_max_abs = 0.0;
+    c->sem_min_margin = INFINITY;
+    size_t nv = b->n_vocab;
+    for (uint32_t i = 0; i < b->n_pos; ++i) {
+        int64_t ra = ref_capture_find_pos(a, b->pos[i]);
+        if (ra < 0)
+            continue;
+        const double *x = ref_capture_logits(a, (uint32_t)ra); /* [n_vocab] */
+        const double *y = ref_capture_logits(b, i);            /* [n_vocab] */
+        double top1 = -INFINITY, top2 = -INFINITY;
+        for (size_t v = 0; v < nv; ++v) {
+            double d = fabs(x[v] - y[v]);
+            if (d > c->sem_max_abs)
+                c->sem_max_abs = d;
+            if (y[v] > top1) {
+                top2 = top1;
+                top1 = y[v];
+            } else if (y[v] > top2) {
+                top2 = y[v];
+            }
         }
-        if (rc == LM_OK)
-            rc = hx_env_tensor_measure(&e->logits[i], ptr, n_members, ref->logits + i * nv, nv,
-                                       true, safety, err);
+        if (top1 - top2 < c->sem_min_margin)
+            c->sem_min_margin = top1 - top2;
+        /* row i is at position n_prompt-1+j: generated index j */
+        if (c->sem_first < 0 && hx_argmax_f64(x, nv) != hx_argmax_f64(y, nv))
+            c->sem_first = (int64_t)b->pos[i] - (int64_t)(b->n_prompt - 1);
     }
-    free(ptr);
-    if (rc != LM_OK) {
-        hx_envelope_free(e);
-        return rc;
-    }
-    *out = e;
-    return LM_OK;
 }

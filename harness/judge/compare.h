@@ -1,5 +1,6 @@
 /* compare.h — one configuration against its baseline and the reference: every compared tensor
- * measured, classified against the envelope, and folded into an hx_config_report.
+ * measured, classified against the envelope, and folded into an hx_config_report; and the
+ * semantic divergence of a rotating-cache schedule.
  *
  * Inputs (all already captured; nothing here runs the engine or the reference):
  *   x     the configuration's capture (x->k == NULL: an imported dump without K/V, whose
@@ -33,11 +34,16 @@
 int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_capture *base,
                        const ref_capture *ref, const hx_envelope *env, lm_err *err);
 
-/* Builds the envelope from an ensemble of n_members captures (runs that differ only in
- * rounding) and the reference: every layer's K and V and every reference logits row (each
- * member must hold that row). key is left zero for the caller (hx_envelope_key). */
-int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *members,
-                              uint32_t n_members, const ref_capture *ref, double safety,
-                              lm_err *err);
+/* LM_E_INPUT naming `what` when shape s (layers, kv heads, dims, vocabulary, prompt) is not
+ * the reference's. */
+int hx_compare_check_shape(const hx_capture_shape *s, const ref_capture *r, const char *what,
+                           lm_err *err);
+
+/* Semantic divergence of a rotating-cache configuration (sets c->sem_*): its schedule's
+ * reference `a` against the one-chunk reference `b`, row by row over the shared teacher-forced
+ * positions (both on the same token path): the largest |logit difference|, the smallest top-2
+ * margin of b, and the first generated index whose argmax differs (-1: none). The semantic
+ * change the schedule itself makes, as opposed to the numerical error of the engine. */
+void hx_compare_semantic(hx_config_report *c, const ref_capture *a, const ref_capture *b);
 
 #endif

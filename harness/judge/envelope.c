@@ -1,8 +1,10 @@
 /* envelope.c — the measured noise envelope: per-tensor statistic, cache key, file format. */
 #include "envelope.h"
+#include "kvd_util.h"
 
 #include "fs.h"
 #include "capture.h"
+#include "compare.h"
 #include "metrics.h"
 
 #include <math.h>
@@ -366,9 +368,67 @@ int hx_envelope_cache_path(char *out, size_t cap, const char *dir, const uint8_t
                            lm_err *err)
 {
     char hex[33];
-    hx_hash_hex(hex, key);
+    lm_hex_encode(hex, key, 16);
     int n = snprintf(out, cap, "%s/%s.kvdenv", dir, hex);
     if (n < 0 || (size_t)n >= cap)
         return LM_FAIL(err, LM_E_INPUT, "%s: cache folder name too long", dir);
+    return LM_OK;
+}
+
+int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *members,
+                              uint32_t n_members, const ref_capture *ref, double safety,
+                              lm_err *err)
+{
+    *out = NULL;
+    if (n_members < HX_ENVELOPE_MIN_MEMBERS)
+        return LM_FAIL(err, LM_E_INPUT, "envelope: %u ensemble members, at least %u needed",
+                       (unsigned)n_members, HX_ENVELOPE_MIN_MEMBERS);
+    for (uint32_t m = 0; m < n_members; ++m) {
+        int rc = hx_compare_check_shape(&members[m]->shape, ref, "ensemble member", err);
+        if (rc != LM_OK)
+            return rc;
+    }
+    hx_envelope *e;
+    int rc = hx_envelope_create(&e, ref->n_layer, ref->n_pos, ref->pos, safety, err);
+    if (rc != LM_OK)
+        return rc;
+    e->n_members = n_members;
+    const float **ptr = malloc(n_members * sizeof *ptr);
+    if (ptr == NULL) {
+        hx_envelope_free(e);
+        return LM_FAIL(err, LM_E_NOMEM, "envelope: out of memory");
+    }
+    size_t kv = (size_t)ref->n_prompt * ref->n_kv_head * ref->head_dim;
+    for (uint32_t l = 0; l < ref->n_layer && rc == LM_OK; ++l) {
+        for (uint32_t m = 0; m < n_members; ++m)
+            ptr[m] = members[m]->k[l];
+        rc = hx_env_tensor_measure(&e->k[l], ptr, n_members, ref_capture_k(ref, l), kv, false, safety,
+                                   err);
+        for (uint32_t m = 0; m < n_members && rc == LM_OK; ++m)
+            ptr[m] = members[m]->v[l];
+        if (rc == LM_OK)
+            rc = hx_env_tensor_measure(&e->v[l], ptr, n_members, ref_capture_v(ref, l), kv, false,
+                                       safety, err);
+    }
+    size_t nv = ref->n_vocab;
+    for (uint32_t i = 0; i < ref->n_pos && rc == LM_OK; ++i) {
+        for (uint32_t m = 0; m < n_members && rc == LM_OK; ++m) {
+            int64_t row = hx_capture_row(members[m], ref->pos[i]);
+            if (row < 0)
+                rc = LM_FAIL(err, LM_E_INPUT, "envelope: member %u has no logits at position %u",
+                             (unsigned)m, (unsigned)ref->pos[i]);
+            else
+                ptr[m] = members[m]->logits + (size_t)row * nv;
+        }
+        if (rc == LM_OK)
+            rc = hx_env_tensor_measure(&e->logits[i], ptr, n_members, ref->logits + i * nv, nv,
+                                       true, safety, err);
+    }
+    free(ptr);
+    if (rc != LM_OK) {
+        hx_envelope_free(e);
+        return rc;
+    }
+    *out = e;
     return LM_OK;
 }

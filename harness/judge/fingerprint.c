@@ -3,7 +3,7 @@
 
 #include "capture.h"
 #include "kvd_engine.h"
-#include "util.h"
+#include "kvd_util.h"
 
 #include <gnu/libc-version.h>
 #include <math.h>
@@ -118,7 +118,7 @@ void hx_text_id16(char out[17], const char *text)
     XXH128_canonical_t can;
     XXH128_canonicalFromHash(&can, XXH3_128bits(text, strlen(text)));
     char hex[33];
-    hx_hash_hex(hex, can.digest);
+    lm_hex_encode(hex, can.digest, 16);
     memcpy(out, hex, 16);
     out[16] = '\0';
 }

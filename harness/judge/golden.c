@@ -1,5 +1,6 @@
 /* golden.c — golden hash files (JSON via jansson): load, validate, look up, update, save. */
 #include "golden.h"
+#include "kvd_util.h"
 
 #include "fs.h"
 #include "capture.h"
@@ -91,7 +92,7 @@ static const char *parse_entry(const json_t *o, hx_golden_entry *e)
     lm_err ignore = {0};
     if (!json_is_string(h) || hx_hash_from_hex(bytes, json_string_value(h), &ignore) != LM_OK)
         return "xxh3_128 is not 32 hex digits";
-    hx_hash_hex(e->hash_hex, bytes);
+    lm_hex_encode(e->hash_hex, bytes, 16);
     if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > UINT32_MAX)
         return "position is not an integer >= 0";
     e->position = (uint32_t)json_integer_value(p);
@@ -361,7 +362,7 @@ void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16], const floa
     snprintf(e->model_hash, sizeof e->model_hash, "%s", in->model_hash);
     snprintf(e->tokens_hash, sizeof e->tokens_hash, "%s", in->tokens_hash);
     snprintf(e->version, sizeof e->version, "%s", in->version);
-    hx_hash_hex(e->hash_hex, hash);
+    lm_hex_encode(e->hash_hex, hash, 16);
     e->position = position;
     e->n_top = (uint32_t)hx_topk_f32(e->top_ids, logits, n_vocab, HX_TOPK);
     for (uint32_t i = 0; i < e->n_top; ++i)

@@ -34,6 +34,10 @@ typedef struct hx_diff_row {
     char why[200];         /* the regressions, "; " joined ("" when none) */
 } hx_diff_row;
 
+/* A report file larger than this is refused unread (check --json of hundreds of cases stays
+ * far below it). */
+#define HX_REPORT_DIFF_MAX_BYTES (256u << 20)
+
 /* Reads both files and fills *rows (malloc'd): every configuration of OLD in its order, then
  * the ones only NEW has. LM_E_IO / LM_E_INPUT naming the file and what is wrong. */
 int hx_report_diff(hx_diff_row **rows, size_t *n, const char *old_path, const char *new_path,

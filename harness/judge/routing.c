@@ -142,79 +142,101 @@ int hx_routing_from_ref(hx_routing *out, const ref_result *r, const lm_model *m,
     return LM_OK;
 }
 
-#define ROUTING_MEMBERS 8u
-#define ROUTING_SAFETY 2.0
-
-int hx_routing_report(FILE *out, const lm_model *m, const int32_t *prompt, uint32_t n,
-                      const hx_config *configs, size_t n_configs, uint32_t prec,
-                      uint64_t sr_seed, uint32_t *n_real, struct hx_report *rep, lm_err *err)
+void hx_routing_result_free(hx_routing_result *r)
 {
-    *n_real = 0;
-    if (m->hp.n_expert == 0)
-        return LM_OK;
-    const uint32_t nl = m->hp.n_layer;
-    ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n, .prec = prec};
-    ref_result *r = NULL;
-    hx_routing truth = {0}, other = {0};
-    hx_routing_flips *f = calloc(nl, sizeof *f);
-    int rc = f == NULL ? LM_FAIL(err, LM_E_NOMEM, "routing: out of memory") : LM_OK;
-    if (rc == LM_OK)
-        rc = ref_run(&r, m, &rq, err);
-    if (rc == LM_OK)
-        rc = hx_routing_from_ref(&truth, r, m, err);
-    /* the TIE band: margins of the stochastic-rounding ensemble against the reference */
+    if (r == NULL)
+        return;
+    free(r->flips);
+    free(r->n_flip);
+    free(r->n_tie);
+    memset(r, 0, sizeof *r);
+}
+
+/* The TIE band: HX_ROUTING_SAFETY x the largest margin deviation of the ensemble members from
+ * the reference's routing `truth`. */
+static int tie_band(float *tol, const lm_model *m, const int32_t *prompt, uint32_t n,
+                    const hx_routing *truth, uint32_t members, uint64_t sr_seed, lm_err *err)
+{
+    const size_t nl = truth->n_layer;
     double dev = 0.0;
-    for (uint32_t e = 0; rc == LM_OK && e < ROUTING_MEMBERS; ++e) {
+    int rc = LM_OK;
+    for (uint32_t e = 0; rc == LM_OK && e < members; ++e) {
+        hx_routing other = {0};
         const hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
         rc = hx_routing_capture(&other, m, &c, prompt, n, err);
-        for (size_t i = 0; rc == LM_OK && i < (size_t)nl * n; ++i) {
-            if (!truth.moe[i / n])
+        for (size_t i = 0; rc == LM_OK && i < nl * n; ++i) {
+            if (!truth->moe[i / n])
                 continue;
-            const bool same = memcmp(truth.sel + i * truth.k, other.sel + i * truth.k,
-                                     truth.k * sizeof *truth.sel) == 0;
-            /* a member that routes differently: rounding alone flipped it, so that margin is
-             * inside the band by construction */
-            const double d = same ? fabs((double)other.margin[i] - (double)truth.margin[i])
-                                  : (double)truth.margin[i] / ROUTING_SAFETY;
+            const bool same = memcmp(truth->sel + i * truth->k, other.sel + i * truth->k,
+                                     truth->k * sizeof *truth->sel) == 0;
+            const double d = same ? fabs((double)other.margin[i] - (double)truth->margin[i])
+                                  : (double)truth->margin[i] / HX_ROUTING_SAFETY;
             dev = d > dev ? d : dev;
         }
         hx_routing_free(&other);
     }
-    const float tie_tol = (float)(ROUTING_SAFETY * dev);
+    *tol = (float)(HX_ROUTING_SAFETY * dev);
+    return rc;
+}
+
+int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t *prompt,
+                       uint32_t n, const hx_config *configs, size_t n_configs, uint32_t prec,
+                       uint32_t members, uint64_t sr_seed, lm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (m->hp.n_expert == 0)
+        return LM_OK;
+    const uint32_t nl = m->hp.n_layer;
+    out->n_layer = nl;
+    out->k = m->hp.n_expert_used;
+    out->n_expert = m->hp.n_expert;
+    out->members = members;
+    out->n_configs = n_configs;
+    out->flips = calloc(n_configs * nl + 1, sizeof *out->flips);
+    out->n_flip = calloc(n_configs + 1, sizeof *out->n_flip);
+    out->n_tie = calloc(n_configs + 1, sizeof *out->n_tie);
+    if (out->flips == NULL || out->n_flip == NULL || out->n_tie == NULL) {
+        hx_routing_result_free(out);
+        return LM_FAIL(err, LM_E_NOMEM, "routing: out of memory");
+    }
+    ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n, .prec = prec};
+    ref_result *r = NULL;
+    hx_routing truth = {0}, other = {0};
+    int rc = ref_run(&r, m, &rq, err);
     if (rc == LM_OK)
-        fprintf(out, "\nMoE routing flips vs the reference's routing of the prompt (%u layers, "
-                     "top-%u of %u; TIE = reference margin <= %.3g, measured: %.0f x the largest "
-                     "margin deviation of %u naive-sr runs)\n",
-                nl, m->hp.n_expert_used, m->hp.n_expert, (double)tie_tol, ROUTING_SAFETY,
-                ROUTING_MEMBERS);
+        rc = hx_routing_from_ref(&truth, r, m, err);
+    if (rc == LM_OK)
+        rc = tie_band(&out->tie_tol, m, prompt, n, &truth, members, sr_seed, err);
     for (size_t ci = 0; rc == LM_OK && ci < n_configs; ++ci) {
-        char name[HX_CONFIG_STR_MAX];
-        hx_config_format(name, sizeof name, &configs[ci]);
+        hx_routing_flips *f = out->flips + ci * nl;
         if ((rc = hx_routing_capture(&other, m, &configs[ci], prompt, n, err)) != LM_OK ||
-            (rc = hx_routing_compare(f, &truth, &other, tie_tol, err)) != LM_OK)
+            (rc = hx_routing_compare(f, &truth, &other, out->tie_tol, err)) != LM_OK)
             break;
-        uint32_t flips = 0, ties = 0;
         for (uint32_t il = 0; il < nl; ++il) {
-            flips += f[il].n_flip;
-            ties += f[il].n_tie;
+            out->n_flip[ci] += f[il].n_flip;
+            out->n_tie[ci] += f[il].n_tie;
         }
-        *n_real += flips - ties;
-        if (rep != NULL && ci < rep->n_configs && configs[ci].rot_max == 0) {
-            hx_config_report *cr = &rep->configs[ci];
-            cr->routing_checked = true;
-            cr->routing_flips = flips;
-            cr->routing_real = flips - ties;
-        }
-        fprintf(out, "  %-38s %4u flips (%u TIE, %u real)", name, flips, ties, flips - ties);
-        for (uint32_t il = 0; il < nl && flips > 0; ++il)
-            if (f[il].n_flip > 0)
-                fprintf(out, "  L%u: %u from pos %u", il, f[il].n_flip, f[il].first_pos);
-        fputc('\n', out);
+        out->n_real += out->n_flip[ci] - out->n_tie[ci];
         hx_routing_free(&other);
     }
     hx_routing_free(&other);
     hx_routing_free(&truth);
     ref_result_free(r);
-    free(f);
+    if (rc != LM_OK)
+        hx_routing_result_free(out);
+    else
+        out->measured = true;
     return rc;
+}
+
+void hx_routing_to_report(hx_report *rep, const hx_routing_result *rr, const hx_config *configs)
+{
+    for (size_t ci = 0; rr->measured && ci < rr->n_configs && ci < rep->n_configs; ++ci) {
+        if (configs[ci].rot_max != 0)
+            continue;
+        hx_config_report *cr = &rep->configs[ci];
+        cr->routing_checked = true;
+        cr->routing_flips = rr->n_flip[ci];
+        cr->routing_real = rr->n_flip[ci] - rr->n_tie[ci];
+    }
 }

@@ -9,8 +9,6 @@
 #include "config.h"
 #include "kvd_engine.h"
 
-#include <stdio.h>
-
 struct ref_result;
 
 typedef struct hx_routing {
@@ -42,19 +40,39 @@ int hx_routing_compare(hx_routing_flips *per_layer, const hx_routing *truth,
 int hx_routing_from_ref(hx_routing *out, const struct ref_result *r, const lm_model *m,
                         lm_err *err);
 
-/* Routing-flip section of a sweep (MoE models only; prints nothing otherwise): the reference's
- * routing of the prompt (MPFR at prec bits) is the truth; the TIE band is measured, not
- * configured: 2 x the largest |margin - reference margin| over an 8-run naive-sr ensemble
- * (seeds sr_seed .. sr_seed+7), the same statistic and safety factor as the logit envelope;
- * then, per configuration (its prefill of the prompt), the flips per layer and how many were
- * TIE. Returns the number of real (non-TIE) flips through *n_real. When rep is not NULL (it
- * must then hold configs[0..n_configs) in order, as a sweep's report does), each configuration
- * with the plain cache also gets routing_checked, routing_flips and routing_real there (a
- * rotating-cache configuration's routing is not compared: its truth would be the reference
- * with its own schedule). */
+/* The routing step of a sweep (MoE models; hx_sweep_run_all runs it after the
+ * configurations): the reference's routing of the prompt (MPFR at prec bits) is the truth; the
+ * TIE band is measured, not configured: HX_ROUTING_SAFETY x the largest |margin - reference
+ * margin| over the sweep's own noise ensemble (`members` naive-sr runs, seeds sr_seed + i),
+ * the same statistic and safety factor as the logit envelope (a member that routes a position
+ * differently contributes that position's reference margin / safety: rounding alone flipped it,
+ * so it is inside the band by construction); then, per configuration (its prefill of the
+ * prompt), the flips per layer and how many were TIE. Numbers only: printing is the report's
+ * job (hx_report_print_routing). */
+#define HX_ROUTING_SAFETY 2.0
+typedef struct hx_routing_result {
+    bool measured;            /* the model routes (MoE): everything below is filled */
+    uint32_t n_layer, k, n_expert;
+    uint32_t members;         /* noise ensemble size the band was measured with */
+    float tie_tol;            /* the TIE band: reference margin <= tie_tol */
+    size_t n_configs;
+    hx_routing_flips *flips;  /* [n_configs][n_layer] */
+    uint32_t *n_flip, *n_tie; /* [n_configs] totals over layers */
+    uint32_t n_real;          /* sum over configurations of flips - ties */
+} hx_routing_result;
+
+/* Fills *out (measured false, nothing allocated, for a dense model). */
+int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t *prompt,
+                       uint32_t n, const hx_config *configs, size_t n_configs, uint32_t prec,
+                       uint32_t members, uint64_t sr_seed, lm_err *err);
+void hx_routing_result_free(hx_routing_result *r);
+
+/* Records rr in rep (rep->configs[i] <-> configs[i] <-> rr's configuration i): routing_checked,
+ * routing_flips and routing_real of each configuration with the plain cache (a rotating-cache
+ * configuration's routing is not compared: its truth would be the reference with its own
+ * schedule). Nothing for a dense model. */
 struct hx_report;
-int hx_routing_report(FILE *out, const lm_model *m, const int32_t *prompt, uint32_t n,
-                      const hx_config *configs, size_t n_configs, uint32_t prec,
-                      uint64_t sr_seed, uint32_t *n_real, struct hx_report *rep, lm_err *err);
+void hx_routing_to_report(struct hx_report *rep, const hx_routing_result *rr,
+                          const hx_config *configs);
 
 #endif

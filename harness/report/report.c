@@ -32,10 +32,29 @@ int hx_report_create(hx_report **out, const char *case_name, lm_err *err)
     return LM_OK;
 }
 
+const char *hx_phase_name(hx_phase p)
+{
+    static const char *const names[HX_N_PHASES] = {"path", "reference", "ensemble", "configs",
+                                                   "compare", "total"};
+    return (unsigned)p < HX_N_PHASES ? names[p] : "?";
+}
+
+void hx_command_line(char *buf, size_t n, int argc, char **argv)
+{
+    snprintf(buf, n, "kvdrift");
+    for (int i = 0; i < argc; ++i) {
+        const size_t k = strlen(buf);
+        const bool quote = argv[i][0] == '\0' || strpbrk(argv[i], " \t'\"\\$") != NULL;
+        if (k < n)
+            snprintf(buf + k, n - k, quote ? " '%s'" : " %s", argv[i]);
+    }
+}
+
 void hx_report_free(hx_report *r)
 {
     if (r == NULL)
         return;
+    free(r->prompt_ids);
     for (size_t i = 0; i < r->n_configs; ++i)
         free(r->configs[i].rows);
     free(r->configs);

@@ -126,6 +126,21 @@ typedef struct hx_dump_pair {
     char closer[8];            /* "a", "b" or "tie": smaller mean KL to the reference */
 } hx_dump_pair;
 
+#define HX_COMMAND_LINE_MAX 1024
+
+/* The phases of a sweep, in order, as timed in hx_report.phase_s. */
+typedef enum hx_phase {
+    HX_PHASE_PATH = 0,  /* teacher path */
+    HX_PHASE_REFERENCE, /* MPFR reference (or its cache load) */
+    HX_PHASE_ENSEMBLE,  /* noise-envelope ensemble (or its cache load) */
+    HX_PHASE_CONFIGS,   /* engine runs of the configurations and baselines */
+    HX_PHASE_COMPARE,   /* comparisons and classification */
+    HX_PHASE_TOTAL,     /* the whole sweep */
+    HX_N_PHASES
+} hx_phase;
+/* "path", "reference", "ensemble", "configs", "compare", "total". */
+const char *hx_phase_name(hx_phase p);
+
 typedef struct hx_report {
     char case_name[128];
     char model[512];
@@ -147,9 +162,16 @@ typedef struct hx_report {
     hx_dump_report *dumps;     /* [n_dumps] */
     size_t n_pairs;
     hx_dump_pair *pairs;       /* [n_pairs] */
+    /* Provenance: what produced the report and how long each phase took. */
+    char command_line[HX_COMMAND_LINE_MAX]; /* "kvdrift sweep ..." ("" when no command set it) */
+    int32_t *prompt_ids;       /* [n_prompt] the prompt's token ids (owned; NULL: unknown) */
+    double phase_s[HX_N_PHASES]; /* wall seconds per phase (hx_phase_name), 0 = not run */
 } hx_report;
 
 int hx_report_create(hx_report **out, const char *case_name, lm_err *err);
+/* The command line "kvdrift ARGV[0] ARGV[1] ..." (argv as a subcommand gets it, before
+ * getopt reorders it; arguments with spaces or quotes single-quoted) into buf[n], cut at n. */
+void hx_command_line(char *buf, size_t n, int argc, char **argv);
 void hx_report_free(hx_report *r);
 /* Appends a zeroed configuration (first_divergent -1, cls EXACT, worst_ratio 0, sig 17) and
  * returns it in *out (valid until the next add). */
@@ -207,6 +229,25 @@ void hx_report_print_github(FILE *f, const hx_report *const *rs, const hx_annot_
  * class and numbers. */
 int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
                           lm_err *err);
+/* The report file formats (writers.c), in writing order (report.json last: a folder holding
+ * it is complete). A new format is its report_<fmt>.c and one row there. */
+typedef struct hx_report_writer {
+    const char *name;  /* option name: --<name> FILE (check), also the table key */
+    const char *title; /* for "wrote" lines: "JSON" */
+    const char *file;  /* its file name in an output folder (-o DIR): "report.json" */
+    /* One report (kvdrift sweep); NULL when the format only describes several (JUnit). */
+    int (*write_one)(const hx_report *r, const char *path, lm_err *err);
+    /* Several case reports in one file (kvdrift check); strict: check's policy. */
+    int (*write_many)(const hx_report *const *rs, size_t n, bool strict, const char *path,
+                      lm_err *err);
+} hx_report_writer;
+#define HX_REPORT_MAX_WRITERS 8
+size_t hx_report_writer_count(void);
+/* NULL when i >= hx_report_writer_count(). */
+const hx_report_writer *hx_report_writer_at(size_t i);
+/* NULL when no writer has that name. */
+const hx_report_writer *hx_report_writer_find(const char *name);
+
 /* Table output formats (--format): aligned text (colour when f is a terminal and NO_COLOR is
  * unset), CSV (RFC 4180 quoting), TSV, JSON lines (one object per row, keys = column names),
  * Markdown. */
@@ -234,6 +275,11 @@ void hx_table_print(FILE *f, hx_table_fmt fmt, const char *const *heads, int n_c
 void hx_report_print_table_fmt(FILE *f, const hx_report *r, hx_table_fmt fmt, bool verbose);
 /* The narrow text table. */
 void hx_report_print_table(FILE *f, const hx_report *r);
+/* The MoE routing section (nothing when rr->measured is false): the TIE band and how it was
+ * measured, then per configuration (r->configs[i] <-> rr's i) flips, TIE, real, and the first
+ * flipped position of each layer that flips. */
+struct hx_routing_result;
+void hx_report_print_routing(FILE *f, const hx_report *r, const struct hx_routing_result *rr);
 
 /* max_abs in float32 ULPs of max_abs_ref (the spacing of floats at the tensor's largest
  * magnitude, 2^(floor(log2 max_abs_ref) - 23)); 0 when max_abs is 0, max_abs / 2^-149 when the

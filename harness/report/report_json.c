@@ -141,6 +141,17 @@ static json_t *report_obj(jb *b, const hx_report *r)
     set(b, o, "model_hash", json_string(r->model_hash));
     set(b, o, "tokens_hash", json_string(r->tokens_hash));
     set(b, o, "kvdrift_version", json_string(KVD_VERSION));
+    set(b, o, "kvdrift_commit", json_string(lm_git_commit()));
+    set(b, o, "command_line", r->command_line[0] ? json_string(r->command_line) : json_null());
+    json_t *ids = r->prompt_ids ? json_array() : json_null();
+    for (uint32_t i = 0; r->prompt_ids && i < r->n_prompt; ++i)
+        if (ids == NULL || json_array_append_new(ids, json_integer(r->prompt_ids[i])) != 0)
+            b->failed = 1;
+    set(b, o, "prompt_ids", ids);
+    json_t *ph = json_object();
+    for (int i = 0; i < HX_N_PHASES; ++i)
+        set(b, ph, hx_phase_name((hx_phase)i), num(r->phase_s[i]));
+    set(b, o, "phase_s", ph);
     json_t *p = json_object();
     set(b, p, "id", json_string(r->fingerprint_id));
     set(b, p, "text", json_string(r->fingerprint));

@@ -4,11 +4,13 @@
  * (hx_config_report_failure); every run configuration carries its class, worst err/E and golden
  * status in <system-out>. */
 #include "report.h"
+#include "kvd_version.h"
 
 #include "fs.h"
 
 #include <libxml/xmlwriter.h>
 #include <stdio.h>
+#include <string.h>
 
 #define X(s) ((const xmlChar *)(s))
 
@@ -70,10 +72,21 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
     bad |= xmlTextWriterWriteFormatAttribute(w, X("time"), "%.6f", time_s) < 0;
     bad |= attr(w, "timestamp", r->created_utc) < 0;
     bad |= xmlTextWriterStartElement(w, X("properties")) < 0;
+    char phases[256] = "";
+    for (int i = 0; i < HX_N_PHASES; ++i) {
+        const size_t k = strlen(phases);
+        snprintf(phases + k, sizeof phases - k, "%s%s=%.3f", i ? " " : "",
+                 hx_phase_name((hx_phase)i), r->phase_s[i]);
+    }
     const char *props[][2] = {{"model", r->model},
                               {"model_hash", r->model_hash},
+                              {"tokens_hash", r->tokens_hash},
                               {"platform", r->fingerprint},
-                              {"platform_id", r->fingerprint_id}};
+                              {"platform_id", r->fingerprint_id},
+                              {"kvdrift_version", KVD_VERSION},
+                              {"kvdrift_commit", lm_git_commit()},
+                              {"command_line", r->command_line},
+                              {"phase_s", phases}};
     for (size_t i = 0; i < sizeof props / sizeof props[0]; ++i) {
         bad |= xmlTextWriterStartElement(w, X("property")) < 0;
         bad |= attr(w, "name", props[i][0]) < 0;

@@ -2,6 +2,7 @@
  * terminal unless NO_COLOR is set), CSV, TSV, JSON lines, Markdown; the report's narrow and
  * full tables. */
 #include "report.h"
+#include "routing.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -210,4 +211,25 @@ void hx_report_print_table_fmt(FILE *f, const hx_report *r, hx_table_fmt fmt, bo
 void hx_report_print_table(FILE *f, const hx_report *r)
 {
     hx_report_print_table_fmt(f, r, HX_FMT_TABLE, false);
+}
+
+void hx_report_print_routing(FILE *f, const hx_report *r, const hx_routing_result *rr)
+{
+    if (!rr->measured)
+        return;
+    fprintf(f, "\nMoE routing flips vs the reference's routing of the prompt (%u layers, "
+               "top-%u of %u; TIE = reference margin <= %.3g, measured: %.0f x the largest "
+               "margin deviation of %u naive-sr runs)\n",
+            rr->n_layer, rr->k, rr->n_expert, (double)rr->tie_tol, HX_ROUTING_SAFETY,
+            rr->members);
+    for (size_t ci = 0; ci < rr->n_configs && ci < r->n_configs; ++ci) {
+        const uint32_t flips = rr->n_flip[ci], ties = rr->n_tie[ci];
+        const hx_routing_flips *fl = rr->flips + ci * rr->n_layer;
+        fprintf(f, "  %-38s %4u flips (%u TIE, %u real)", r->configs[ci].config, flips, ties,
+                flips - ties);
+        for (uint32_t il = 0; il < rr->n_layer && flips > 0; ++il)
+            if (fl[il].n_flip > 0)
+                fprintf(f, "  L%u: %u from pos %u", il, fl[il].n_flip, fl[il].first_pos);
+        fputc('\n', f);
+    }
 }

@@ -1,5 +1,6 @@
 /* capture.c — one configuration's capture: allocation, canonical serialization, XXH3-128. */
 #include "capture.h"
+#include "kvd_util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -125,37 +126,12 @@ int hx_capture_hash(uint8_t out[16], const hx_capture *c, lm_err *err)
     return rc;
 }
 
-void hx_hash_hex(char out[33], const uint8_t h[16])
-{
-    static const char hexd[] = "0123456789abcdef";
-    for (int i = 0; i < 16; ++i) {
-        out[2 * i] = hexd[h[i] >> 4];
-        out[2 * i + 1] = hexd[h[i] & 15];
-    }
-    out[32] = '\0';
-}
-
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 int hx_hash_from_hex(uint8_t out[16], const char *hex, lm_err *err)
 {
     if (hex == NULL || strlen(hex) != 32)
         return LM_FAIL(err, LM_E_INPUT, "hash '%s': expected 32 hex digits", hex ? hex : "");
-    for (int i = 0; i < 16; ++i) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return LM_FAIL(err, LM_E_INPUT, "hash '%s': not hexadecimal", hex);
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
+    if (!lm_hex_decode(out, 16, hex))
+        return LM_FAIL(err, LM_E_INPUT, "hash '%s': not hexadecimal", hex);
     return LM_OK;
 }
 
@@ -171,8 +147,5 @@ int hx_capture_write(const hx_capture *c, FILE *f, lm_err *err)
 
 int64_t hx_capture_row(const hx_capture *c, uint32_t pos)
 {
-    for (uint32_t i = 0; i < c->shape.n_pos; ++i)
-        if (c->positions[i] == pos)
-            return i;
-    return -1;
+    return lm_index_of_u32(c->positions, c->shape.n_pos, pos);
 }

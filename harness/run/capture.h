@@ -63,9 +63,7 @@ int hx_capture_serialize(const hx_capture *c, hx_sink_fn sink, void *user, lm_er
 /* XXH3-128 of the canonical bytes, streamed through an XXH3 state; out is the canonical
  * big-endian form. */
 int hx_capture_hash(uint8_t out[16], const hx_capture *c, lm_err *err);
-/* 16 bytes -> 32 lowercase hex digits + NUL. */
-void hx_hash_hex(char out[33], const uint8_t h[16]);
-/* 32 hex digits (either case) -> 16 bytes; LM_E_INPUT when malformed. */
+/* (16 bytes -> 32 lowercase hex digits: lm_hex_encode in util.h.) 32 hex digits (either case) -> 16 bytes; LM_E_INPUT when malformed. */
 int hx_hash_from_hex(uint8_t out[16], const char *hex, lm_err *err);
 
 /* Writes the canonical bytes to a stream (for `--dump` and tests). */

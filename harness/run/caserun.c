@@ -3,8 +3,6 @@
  * absent. */
 #include "caserun.h"
 
-#include "routing.h"
-
 #include "fs.h"
 #include "kvd_ref.h"
 #include "kvd_version.h"
@@ -36,36 +34,19 @@ int hx_caserun_golden_path(char *out, size_t cap, const char *golden_dir, const 
     return LM_OK;
 }
 
-/* The GGUF to load for the case: its file, or the synthetic preset written into the cache
- * (hx_synth_cache_write: fresh on every run; the tiny presets take milliseconds). */
+/* The GGUF to load for the case (hx_model_resolve: a synthetic preset is written fresh into
+ * the cache folder); a model file that does not exist skips the case. */
 static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
 {
     const hx_model_spec *s = &r->c->model;
-    if (!s->synth) {
-        struct stat st;
-        int n = snprintf(r->model_path, sizeof r->model_path, "%s", s->path);
-        if (n < 0 || (size_t)n >= sizeof r->model_path)
-            return LM_FAIL(err, LM_E_INPUT, "%s: model path is too long", r->c->file);
-        if (stat(s->path, &st) != 0) {
-            if (errno != ENOENT)
-                return LM_FAIL(err, LM_E_IO, "%s: model %s: %s", r->c->file, s->path,
-                               strerror(errno));
-            r->skipped = true;
-            snprintf(r->skip_reason, sizeof r->skip_reason,
-                     "model file %s not found (set KVDRIFT_MODELS to its folder)", s->path);
-        }
-        return LM_OK;
+    bool absent = false;
+    int rc = hx_model_resolve(r->model_path, sizeof r->model_path, &absent, s, o->cache_dir,
+                              err);
+    if (rc == LM_OK && absent) {
+        r->skipped = true;
+        snprintf(r->skip_reason, sizeof r->skip_reason,
+                 "model file %s not found (set KVDRIFT_MODELS to its folder)", s->path);
     }
-    char dir[3072];
-    int rc = lm_cache_open(dir, sizeof dir, o->cache_dir, err);
-    if (rc != LM_OK)
-        return rc;
-    uint64_t seed = s->has_seed ? s->seed : 0;
-    int n = snprintf(r->model_path, sizeof r->model_path, "%s/synth-%s-seed%" PRIu64 ".gguf", dir,
-                     s->preset, seed);
-    if (n < 0 || (size_t)n >= sizeof r->model_path)
-        return LM_FAIL(err, LM_E_INPUT, "%s: synthetic model path is too long", r->c->file);
-    rc = hx_synth_cache_write(r->model_path, s->preset, seed, err);
     return rc;
 }
 
@@ -197,6 +178,8 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
             .jobs = o->jobs,
             .strict_bits = strict,
             .quiet = o->quiet,
+            .log = o->log,
+            .log_user = o->log_user,
         };
         rc = hx_sweep_run_all(&r->sweep, &p, err);
         if (rc == LM_OK) {
@@ -205,23 +188,6 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
             hx_tokens_hash(r->input.tokens_hash, prompt, r->n_prompt);
             memcpy(r->report->tokens_hash, r->input.tokens_hash, sizeof r->input.tokens_hash);
             r->input.version = KVD_VERSION;
-        }
-        /* MoE: the routing flips go into the report (report.json/md) as in `kvdrift sweep`;
-         * the printed section is dropped here (check prints its own summary). */
-        if (rc == LM_OK && r->model->hp.n_expert > 0) {
-            char *txt = NULL;
-            size_t len = 0;
-            uint32_t n_real = 0;
-            FILE *f = open_memstream(&txt, &len);
-            if (f == NULL) {
-                rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
-            } else {
-                rc = hx_routing_report(f, r->model, prompt, r->n_prompt, cfgs, n_cfgs,
-                                       c->precision, HX_SWEEP_DEFAULT_SEED, &n_real, r->report,
-                                       err);
-                fclose(f);
-                free(txt);
-            }
         }
     }
 done:

@@ -24,6 +24,9 @@ typedef struct hx_caserun_opts {
                               default ($KVDRIFT_CACHE, else ~/.cache/kvdrift) */
     bool strict;           /* --strict (ORed with the case's strict_bits into the report) */
     bool quiet;            /* no sweep progress lines */
+    void (*log)(void *user, const char *line); /* the sweep's progress lines (sweep.h); NULL:
+                                                  none */
+    void *log_user;
     uint32_t jobs;         /* engine runs in parallel (sweep.h); 0/1 one at a time */
 } hx_caserun_opts;
 

@@ -10,6 +10,7 @@
 #include "fingerprint.h"
 #include "forced.h"
 #include "fs.h"
+#include "kvd_util.h"
 #include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "metrics.h"
@@ -193,7 +194,7 @@ static int path_hash(jstate *s, lm_err *err)
     uint8_t h[16];
     int rc = hx_run_forced(&cap, s->p->model, &c, &rq, err);
     if (rc == LM_OK && (rc = hx_capture_hash(h, cap, err)) == LM_OK)
-        hx_hash_hex(s->path_hash, h);
+        lm_hex_encode(s->path_hash, h, 16);
     hx_capture_free(cap);
     return rc;
 }
@@ -541,7 +542,7 @@ int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
     if ((rc = hx_report_create(&rep, "judge", err)) != LM_OK)
         goto done;
     snprintf(rep->model, sizeof rep->model, "%s", p->model_label ? p->model_label : "model");
-    hx_hash_hex(rep->model_hash, p->model->content_hash);
+    lm_hex_encode(rep->model_hash, p->model->content_hash, 16);
     hx_fingerprint fp;
     hx_fingerprint_detect(&fp);
     memcpy(rep->fingerprint_id, fp.id, sizeof rep->fingerprint_id);

@@ -1,16 +1,10 @@
 /* runner.c — one engine configuration -> hx_capture (prefill K/V, greedy tokens, forced logits). */
 #include "runner.h"
+#include "kvd_util.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A rotating cache evicts positions during prefill, so its slots cannot be the capture. The
  * capture instead holds, for every prompt position in logical order, the K (after RoPE) and V
@@ -102,10 +96,10 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     kv_probe kp = {.c = c, .n_prompt = rq->n_prompt};
     if (cfg->rot_max != 0)
         lm_ctx_set_probe(ctx, kv_probe_fn, &kp);
-    double t0 = now_s();
+    double t0 = lm_now_s();
     if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, c->logits, err)) != LM_OK)
         goto fail;
-    stats->prefill_s = now_s() - t0;
+    stats->prefill_s = lm_now_s() - t0;
     if (cfg->rot_max != 0) {
         lm_ctx_set_probe(ctx, NULL, NULL);
     } else {
@@ -120,7 +114,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     memcpy(cur, c->logits, nv * sizeof *cur);
     bool on_path = true;
     uint32_t fed = 0; /* tokens fed after the prompt */
-    t0 = now_s();
+    t0 = lm_now_s();
     for (uint32_t j = 0; j < rq->n_gen; ++j) {
         int32_t tok = lm_argmax(cur, hp->n_vocab);
         c->tokens[rq->n_prompt + j] = tok;
@@ -135,7 +129,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         if (on_path && j < rq->n_forced)
             memcpy(c->logits + (j + 1) * nv, cur, nv * sizeof *cur);
     }
-    stats->decode_s = now_s() - t0;
+    stats->decode_s = lm_now_s() - t0;
 
     if (on_path) {
         /* The context holds prompt + forced[0..fed): continue on the forced path. */

@@ -1,6 +1,7 @@
 /* sweep.c — hx_sweep_run_all: teacher path, reference, SR envelope, every configuration and
  * its baseline, compared and folded into one report (the contract is in sweep.h). */
 #include "sweep.h"
+#include "kvd_util.h"
 
 #include "classify.h"
 #include "compare.h"
@@ -28,23 +29,35 @@
 static const char ensemble_mode[] =
     "naive-sr:step=full:threads=1:coin=splitmix-v3:perturb=mca-rr24-v2:stat=mean-spread-v2";
 
-static double now_s(void)
+static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap) LM_PRINTF(2, 0);
+static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    p->log(p->log_user, line);
 }
 
+/* A progress line (not when quiet). */
 static void progress(const hx_sweep_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
 static void progress(const hx_sweep_params *p, const char *fmt, ...)
 {
-    if (p->quiet)
+    if (p->quiet || p->log == NULL)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("sweep: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vlog(p, fmt, ap);
+    va_end(ap);
+}
+
+/* A warning (also when quiet): the cache costs time, never correctness. */
+static void warn(const hx_sweep_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
+static void warn(const hx_sweep_params *p, const char *fmt, ...)
+{
+    if (p->log == NULL)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(p, fmt, ap);
     va_end(ap);
 }
 
@@ -71,9 +84,9 @@ typedef struct run_pool {
 
 static void run_one(run_pool *pool, run_job *j)
 {
-    double t0 = now_s();
+    double t0 = lm_now_s();
     j->rc = hx_run_capture(&j->cap, &j->stats, pool->p->model, &j->cfg, pool->rq, &j->err);
-    j->wall_s = now_s() - t0;
+    j->wall_s = lm_now_s() - t0;
 }
 
 static void report_done(run_pool *pool, const run_job *j)
@@ -255,7 +268,7 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
     r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
     if (r->path == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    double t0 = now_s();
+    double t0 = lm_now_s();
     int rc = continue_path(r, p, 0, err);
     if (rc != LM_OK)
         return rc;
@@ -265,7 +278,7 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
         r->path[hx_sweep_test_poison_path] =
             (r->path[hx_sweep_test_poison_path] + 1) % (int32_t)p->model->hp.n_vocab;
 #endif
-    r->path_s = now_s() - t0;
+    r->path_s = lm_now_s() - t0;
     progress(p, "teacher path: %u greedy tokens of naive:step=full:threads=1 (%.3f s)",
              (unsigned)p->n_gen, r->path_s);
     return LM_OK;
@@ -306,7 +319,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .progress = p->ref_progress,
                       .progress_user = p->ref_progress_user};
-    double t0 = now_s();
+    double t0 = lm_now_s();
     int rc = LM_OK;
     for (uint32_t round = 0;; ++round) {
         memcpy(all, p->prompt, p->n_prompt * sizeof *all);
@@ -328,7 +341,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
         if (j + 1 < p->n_gen && (rc = continue_path(r, p, j + 1, err)) != LM_OK)
             break;
     }
-    r->ref_s = now_s() - t0;
+    r->ref_s = lm_now_s() - t0;
     free(all);
     if (rc != LM_OK)
         return rc;
@@ -386,7 +399,7 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     int rc;
     bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
     if (!cached) /* the reference step has said so already when it is the same folder */
-        fprintf(stderr, "sweep: envelope cache unusable (%s); computing without it\n", cerr.msg);
+        warn(p, "envelope cache unusable (%s); computing without it", cerr.msg);
     /* The members: SR runs of the reference's own model (envelope_sr.h) when it implements
      * the model and the profile is f32, else the engine's naive-sr ensemble (the precision
      * profiles' site hooks live in the engine's forward pass). extra = the ensemble mode; for
@@ -401,24 +414,24 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
         r->env_ref_sr = use_sr; /* the f32 envelope's members */
     char extra[sizeof ensemble_mode + 96];
     char ph[33];
-    hx_hash_hex(ph, r->path_hash);
+    lm_hex_encode(ph, r->path_hash, 16);
     int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
                     : snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
                                profile[0] ? ";profile=sr-vprec-v1:" : "", profile);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
     if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
-    double t0 = now_s();
+    double t0 = lm_now_s();
     if (cached && file_exists(path)) {
         lm_err e2 = {0};
         if (hx_envelope_load(out, path, key, &e2) == LM_OK) {
             r->env_hit = true;
-            r->ensemble_s += now_s() - t0;
+            r->ensemble_s += lm_now_s() - t0;
             progress(p, "envelope%s%s loaded from cache (%u %s members)",
                      profile[0] ? " of profile " : "", profile, (unsigned)m, who);
             return LM_OK;
         }
-        fprintf(stderr, "sweep: envelope cache entry unusable (%s); recomputed\n", e2.msg);
+        warn(p, "envelope cache entry unusable (%s); recomputed", e2.msg);
     }
     if (use_sr) {
         progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
@@ -435,8 +448,8 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
      * reference cache */
     lm_err werr = {0};
     if (cached && hx_envelope_save(*out, path, &werr) != LM_OK)
-        fprintf(stderr, "sweep: envelope cache entry not stored (%s)\n", werr.msg);
-    double dt = now_s() - t0;
+        warn(p, "envelope cache entry not stored (%s)", werr.msg);
+    double dt = lm_now_s() - t0;
     r->ensemble_s += dt;
     progress(p, "envelope%s%s measured from %u %s runs (%.3f s), cached as %s",
              profile[0] ? " of profile " : "", profile, (unsigned)m, who, dt,
@@ -492,41 +505,6 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
 }
 
-/* Semantic divergence: the schedule's reference `a` against the one-chunk reference `b`, row
- * by row over the shared teacher-forced positions (both are on the same token path). */
-static void semantic_compare(hx_config_report *c, const ref_capture *a, const ref_capture *b)
-{
-    c->sem_checked = true;
-    c->sem_first = -1;
-    c->sem_max_abs = 0.0;
-    c->sem_min_margin = INFINITY;
-    size_t nv = b->n_vocab;
-    for (uint32_t i = 0; i < b->n_pos; ++i) {
-        int64_t ra = ref_capture_find_pos(a, b->pos[i]);
-        if (ra < 0)
-            continue;
-        const double *x = ref_capture_logits(a, (uint32_t)ra); /* [n_vocab] */
-        const double *y = ref_capture_logits(b, i);            /* [n_vocab] */
-        double top1 = -INFINITY, top2 = -INFINITY;
-        for (size_t v = 0; v < nv; ++v) {
-            double d = fabs(x[v] - y[v]);
-            if (d > c->sem_max_abs)
-                c->sem_max_abs = d;
-            if (y[v] > top1) {
-                top2 = top1;
-                top1 = y[v];
-            } else if (y[v] > top2) {
-                top2 = y[v];
-            }
-        }
-        if (top1 - top2 < c->sem_min_margin)
-            c->sem_min_margin = top1 - top2;
-        /* row i is at position n_prompt-1+j: generated index j */
-        if (c->sem_first < 0 && hx_argmax_f64(x, nv) != hx_argmax_f64(y, nv))
-            c->sem_first = (int64_t)b->pos[i] - (int64_t)(b->n_prompt - 1);
-    }
-}
-
 /* (d) Every configuration and every baseline not among them, then the comparisons. */
 static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
                           lm_err *err)
@@ -553,9 +531,9 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             base_job[i] = (int64_t)nj++;
         }
     }
-    double t0 = now_s();
+    double t0 = lm_now_s();
     int rc = pool_run(jobs, nj, p, rq, "config", err);
-    r->configs_s = now_s() - t0;
+    r->configs_s = lm_now_s() - t0;
     if (rc == LM_OK) {
         r->runs = calloc(nc, sizeof *r->runs);
         r->extra_base = calloc(nj - nc ? nj - nc : 1, sizeof *r->extra_base);
@@ -589,7 +567,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
     if (rc != LM_OK)
         return rc;
 
-    t0 = now_s();
+    t0 = lm_now_s();
     for (size_t i = 0; i < nc && rc == LM_OK; ++i) {
         hx_sweep_run *run = &r->runs[i];
         char name[HX_CONFIG_STR_MAX];
@@ -611,7 +589,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             if (rc == LM_OK)
                 rc = hx_compare_capture(c, run->cap, run->base, &rs, env_of(r, &run->cfg), err);
             if (rc == LM_OK) {
-                semantic_compare(c, &rs, &r1);
+                hx_compare_semantic(c, &rs, &r1);
                 c->sem_same_schedule = run->cfg.step == 0;
             }
             ref_capture_free(&rs);
@@ -621,7 +599,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         }
         if ((rc = hx_capture_hash(run->hash, run->cap, err)) != LM_OK)
             break;
-        hx_hash_hex(run->hash_hex, run->hash);
+        lm_hex_encode(run->hash_hex, run->hash, 16);
         memcpy(c->hash_hex, run->hash_hex, sizeof c->hash_hex);
         const hx_run_stats *st = &run->stats;
         c->prefill_tps = st->prefill_s > 0.0 ? (double)p->n_prompt / st->prefill_s : 0.0;
@@ -630,13 +608,28 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         c->peak_mem_bytes = st->ctx_bytes;
         c->wall_s = run->wall_s;
     }
-    r->compare_s = now_s() - t0;
+    r->compare_s = lm_now_s() - t0;
     return rc;
 }
 
-static void hex16(char out[33], const uint8_t h[16])
+/* (e) MoE routing flips against the reference's routing, with the sweep's own ensemble size
+ * and seeds for the TIE band (routing.h); recorded in the report. */
+static int routing(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
 {
-    hx_hash_hex(out, h);
+    if (p->model->hp.n_expert == 0)
+        return LM_OK;
+    const double t0 = lm_now_s();
+    const uint32_t members = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    const uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    int rc = hx_routing_measure(&r->routing, p->model, p->prompt, p->n_prompt, p->configs,
+                                p->n_configs, p->precision, members, seed, err);
+    if (rc != LM_OK)
+        return rc;
+    hx_routing_to_report(r->report, &r->routing, p->configs);
+    progress(p, "routing: %u real flips, TIE band %.3g from %u naive-sr runs (%.3f s)",
+             (unsigned)r->routing.n_real, (double)r->routing.tie_tol, (unsigned)members,
+             lm_now_s() - t0);
+    return LM_OK;
 }
 
 int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *err)
@@ -645,7 +638,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     int rc = check_params(p, err);
     if (rc != LM_OK)
         return rc;
-    double t0 = now_s();
+    double t0 = lm_now_s();
     hx_sweep_result *r = calloc(1, sizeof *r);
     if (r == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
@@ -654,7 +647,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
         goto fail;
     hx_report *rep = r->report;
     snprintf(rep->model, sizeof rep->model, "%s", p->model_label ? p->model_label : "model");
-    hex16(rep->model_hash, p->model->content_hash);
+    lm_hex_encode(rep->model_hash, p->model->content_hash, 16);
     hx_fingerprint fp;
     hx_fingerprint_detect(&fp);
     memcpy(rep->fingerprint_id, fp.id, sizeof rep->fingerprint_id);
@@ -670,9 +663,18 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
         goto fail;
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
                          .forced = r->path, .n_forced = p->n_gen};
-    if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK)
+    if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
+        (rc = routing(r, p, err)) != LM_OK)
         goto fail;
-    r->total_s = now_s() - t0;
+    r->total_s = lm_now_s() - t0;
+    const double ph[HX_N_PHASES] = {r->path_s, r->ref_s, r->ensemble_s, r->configs_s,
+                                    r->compare_s, r->total_s};
+    memcpy(rep->phase_s, ph, sizeof ph);
+    if ((rep->prompt_ids = malloc(p->n_prompt * sizeof *rep->prompt_ids)) == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(rep->prompt_ids, p->prompt, p->n_prompt * sizeof *rep->prompt_ids);
     *out = r;
     return LM_OK;
 fail:
@@ -695,6 +697,7 @@ void hx_sweep_result_free(hx_sweep_result *r)
     ref_capture_free(&r->ref);
     for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
         hx_envelope_free(r->env_prof[k]); /* r->env is one of them */
+    hx_routing_result_free(&r->routing);
     free(r);
 }
 

@@ -43,13 +43,16 @@
  *      changes, max |dlogit|, smallest one-chunk margin, over the teacher-forced rows). The
  *      envelope stays the plain cache's one-chunk ensemble (an approximation of the rounding
  *      noise of another schedule: same operations, different key sets).
- * Progress: one line per configuration on stderr (and one each for path, reference, envelope)
- * unless quiet.
+ *  (e) MoE models only: routing flips of every configuration against the reference's routing
+ *      of the prompt, the TIE band measured with the same `ensemble` size and seeds as (c)
+ *      (hx_routing_measure, routing.h); the numbers go to routing and into the report.
+ * Progress: one line per configuration (and one each for path, reference, envelope, routing)
+ * through the log callback unless quiet; the library itself prints nothing.
  *
- * Parallelism: jobs > 1 runs the ensemble members and the naive configurations on that many
- * threads (each run has its own context; the model is read-only); blas (and any other backend)
- * runs alone afterwards, because OpenBLAS's thread count is process-global and concurrent calls
- * were measured to change bits. Results are identical for any jobs (tested); only the measured
+ * Parallelism: jobs > 1 runs the ensemble members and the configurations of backends without
+ * LM_BE_SHARES_PROCESS_STATE on that many threads (each run has its own context; the model is
+ * read-only); the others (blas) run alone afterwards, because OpenBLAS's thread count is
+ * process-global and concurrent calls were measured to change bits. Results are identical for any jobs (tested); only the measured
  * speeds of the parallel runs are then shared-CPU numbers.
  *
  * Errors: LM_E_INPUT for bad parameters (no configurations, ensemble < 8, prompt + n_gen
@@ -65,6 +68,7 @@
 #include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "report.h"
+#include "routing.h"
 #include "runner.h"
 
 #include <stdbool.h>
@@ -91,7 +95,11 @@ typedef struct hx_sweep_params {
     int ref_threads;          /* reference threads; 0 = all online cores (never changes results) */
     uint32_t jobs;            /* engine runs in parallel; 0 or 1 = one at a time */
     bool strict_bits;         /* copied into the report (check's policy) */
-    bool quiet;               /* no progress lines */
+    bool quiet;               /* no progress lines (warnings still go to log) */
+    /* Progress and warning lines, one per call, without a newline (the library never prints);
+     * NULL: none. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
     ref_progress_fn ref_progress; /* the reference passes' progress callback (ref_request),
                                      NULL: none */
     void *ref_progress_user;
@@ -136,6 +144,7 @@ typedef struct hx_sweep_result {
     hx_envelope *env;         /* the first configuration's profile's envelope (one of below) */
     hx_envelope *env_prof[HX_SWEEP_MAX_PROFILES]; /* per lm_profile_at(i); NULL: not used */
     bool env_hit;             /* loaded from the cache */
+    hx_routing_result routing; /* (e) MoE routing flips (measured false for a dense model) */
     bool env_ref_sr;          /* members: SR runs of the reference's model (envelope_sr.h);
                                  false: the engine's naive-sr backend */
     /* Wall seconds of each phase (for the overhead benchmark). */
@@ -157,11 +166,5 @@ void hx_sweep_result_free(hx_sweep_result *r);
 int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
                    const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
                    uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
-
-/* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
- * and MAX:KEEP (or MAX/KEEP) values, no duplicates; the rot value varies slowest (the whole
- * list once per value, in list order). *v is replaced (the old array freed). LM_E_INPUT
- * naming the list and the bad or repeated item. */
-int hx_sweep_cross_rot(hx_config **v, size_t *n, const char *list, lm_err *err);
 
 #endif

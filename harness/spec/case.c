@@ -1,5 +1,6 @@
 /* case.c — INI case files (inih) to a validated struct hx_case. */
 #include "case.h"
+#include "kvd_util.h"
 
 #include "fs.h"
 #include "kvd_engine.h"
@@ -11,102 +12,6 @@
 
 /* --- comma lists --- */
 
-/* Calls item(ctx, text, len) for each comma-separated item, spaces trimmed. Empty items
- * (",," or a trailing comma) are errors. Returns 0 or the first nonzero item() result. */
-typedef int (*item_fn)(void *ctx, const char *s, size_t len, lm_err *err);
-
-static int for_each_item(const char *what, const char *list, item_fn item, void *ctx, lm_err *err)
-{
-    const char *p = list;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        const char *s = p;
-        while (len && (*s == ' ' || *s == '\t'))
-            ++s, --len;
-        while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
-            --len;
-        if (len == 0)
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': empty list item", what, list);
-        int rc = item(ctx, s, len, err);
-        if (rc != LM_OK)
-            return rc;
-        if (comma == NULL)
-            return LM_OK;
-        p = comma + 1;
-    }
-}
-
-static bool parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
-{
-    if (len == 0 || len > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; ++i) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (max - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
-typedef struct u32list {
-    uint32_t *v;
-    uint32_t n;
-    const char *what;
-    const char *list;
-    bool allow_full;
-    uint32_t max; /* largest value allowed */
-} u32list;
-
-static int push_u32(u32list *l, uint32_t x, lm_err *err)
-{
-    for (uint32_t i = 0; i < l->n; ++i)
-        if (l->v[i] == x)
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': value listed twice", l->what, l->list);
-    uint32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
-    if (nv == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    l->v = nv;
-    l->v[l->n++] = x;
-    return LM_OK;
-}
-
-static int u32_item(void *ctx, const char *s, size_t len, lm_err *err)
-{
-    u32list *l = ctx;
-    uint64_t v;
-    if (l->allow_full && len == 4 && memcmp(s, "full", 4) == 0)
-        return push_u32(l, 0, err);
-    if (!parse_u64(s, len, l->max, &v) || v == 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u%s", l->what,
-                       l->list, (int)len, s, (unsigned)l->max, l->allow_full ? " or full" : "");
-    return push_u32(l, (uint32_t)v, err);
-}
-
-static int parse_u32_list(uint32_t **out, uint32_t *n, const char *what, const char *list,
-                          bool allow_full, uint32_t max, lm_err *err)
-{
-    u32list l = {NULL, 0, what, list, allow_full, max};
-    int rc = for_each_item(what, list, u32_item, &l, err);
-    if (rc != LM_OK) {
-        free(l.v);
-        return rc;
-    }
-    *out = l.v;
-    *n = l.n;
-    return LM_OK;
-}
-
-int hx_parse_steps(uint32_t **out, uint32_t *n, const char *list, lm_err *err)
-{
-    return parse_u32_list(out, n, "steps", list, true, UINT32_MAX, err);
-}
-
 typedef struct toklist {
     int32_t *v;
     uint32_t n;
@@ -117,7 +22,7 @@ static int tok_item(void *ctx, const char *s, size_t len, lm_err *err)
 {
     toklist *l = ctx;
     uint64_t v;
-    if (!parse_u64(s, len, INT32_MAX, &v))
+    if (!lm_parse_u64(s, len, 0, INT32_MAX, &v))
         return LM_FAIL(err, LM_E_INPUT, "tokens: '%.*s' is not a token id (0..%d)", (int)len, s,
                        INT32_MAX);
     int32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
@@ -131,119 +36,13 @@ static int tok_item(void *ctx, const char *s, size_t len, lm_err *err)
 int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err)
 {
     toklist l = {NULL, 0, list};
-    int rc = for_each_item("tokens", list, tok_item, &l, err);
+    int rc = hx_list_each("tokens", list, tok_item, &l, err);
     if (rc != LM_OK) {
         free(l.v);
         return rc;
     }
     *out = l.v;
     *n = l.n;
-    return LM_OK;
-}
-
-typedef struct namelist {
-    hx_case *c;
-    const char *list;
-} namelist;
-
-static int backend_item(void *ctx, const char *s, size_t len, lm_err *err)
-{
-    namelist *l = ctx;
-    hx_case *c = l->c;
-    if (!lm_backend_known(s, len))
-        return LM_FAIL(err, LM_E_INPUT, "backends '%s': unknown backend '%.*s' (expected %s)",
-                       l->list, (int)len, s, lm_backend_expected());
-    for (uint32_t i = 0; i < c->n_backends; ++i)
-        if (strlen(c->backends[i]) == len && memcmp(c->backends[i], s, len) == 0)
-            return LM_FAIL(err, LM_E_INPUT, "backends '%s': '%.*s' listed twice", l->list, (int)len,
-                           s);
-    char(*nb)[16] = realloc(c->backends, (c->n_backends + 1) * sizeof *nb);
-    if (nb == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    c->backends = nb;
-    memset(nb[c->n_backends], 0, 16);
-    memcpy(nb[c->n_backends++], s, len);
-    return LM_OK;
-}
-
-static int attn_item(void *ctx, const char *s, size_t len, lm_err *err)
-{
-    namelist *l = ctx;
-    hx_case *c = l->c;
-    hx_attn a;
-    if (len == 7 && memcmp(s, "default", 7) == 0)
-        a = HX_ATTN_DEFAULT;
-    else if (len == 5 && memcmp(s, "dense", 5) == 0)
-        a = HX_ATTN_DENSE;
-    else if (len == 6 && memcmp(s, "stream", 6) == 0)
-        a = HX_ATTN_STREAM;
-    else
-        return LM_FAIL(err, LM_E_INPUT, "attn '%s': unknown variant '%.*s' (default, dense, stream)",
-                       l->list, (int)len, s);
-    for (uint32_t i = 0; i < c->n_attn; ++i)
-        if (c->attn[i] == a)
-            return LM_FAIL(err, LM_E_INPUT, "attn '%s': '%.*s' listed twice", l->list, (int)len, s);
-    hx_attn *na = realloc(c->attn, (c->n_attn + 1) * sizeof *na);
-    if (na == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    c->attn = na;
-    c->attn[c->n_attn++] = a;
-    return LM_OK;
-}
-
-/* --- model values --- */
-
-int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
-{
-    memset(spec, 0, sizeof *spec);
-    if (strncmp(text, "synth:", 6) == 0) {
-        const char *p = text + 6;
-        const char *colon = strchr(p, ':');
-        size_t len = colon ? (size_t)(colon - p) : strlen(p);
-        if (len == 0 || len >= sizeof spec->preset)
-            return LM_FAIL(err, LM_E_INPUT, "model '%s': missing or overlong synthetic preset", text);
-        for (size_t i = 0; i < len; ++i) {
-            char ch = p[i];
-            if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
-                return LM_FAIL(err, LM_E_INPUT, "model '%s': bad character in preset name", text);
-        }
-        memcpy(spec->preset, p, len);
-        spec->synth = true;
-        if (colon) {
-            const char *s = colon + 1;
-            if (strncmp(s, "seed=", 5) != 0 ||
-                !parse_u64(s + 5, strlen(s + 5), UINT64_MAX, &spec->seed))
-                return LM_FAIL(err, LM_E_INPUT, "model '%s': expected synth:PRESET[:seed=N]", text);
-            spec->has_seed = true;
-        }
-        return LM_OK;
-    }
-    if (*text == '\0')
-        return LM_FAIL(err, LM_E_INPUT, "model '': empty path");
-    static const char var[] = "${KVDRIFT_MODELS}";
-    const char *env = getenv("KVDRIFT_MODELS");
-    const char *dir = (env && *env) ? env : "../shared/models";
-    size_t cap = strlen(text) + 1, count = 0;
-    for (const char *q = strstr(text, var); q; q = strstr(q + 1, var))
-        ++count;
-    cap += count * strlen(dir);
-    char *out = malloc(cap), *o = out;
-    if (out == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    for (const char *p = text; *p;) {
-        if (strncmp(p, var, sizeof var - 1) == 0) {
-            o += sprintf(o, "%s", dir);
-            p += sizeof var - 1;
-        } else if (p[0] == '$' && p[1] == '{') {
-            free(out);
-            return LM_FAIL(err, LM_E_INPUT,
-                           "model '%s': only ${KVDRIFT_MODELS} may be expanded", text);
-        } else {
-            *o++ = *p++;
-        }
-    }
-    *o = '\0';
-    spec->path = out;
     return LM_OK;
 }
 
@@ -307,22 +106,19 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
     case K_STEPS:
         free(c->steps);
         c->steps = NULL;
-        return hx_parse_steps(&c->steps, &c->n_steps, value, err);
-    case K_BACKENDS: {
-        c->n_backends = 0;
-        namelist l = {c, value};
-        return for_each_item("backends", value, backend_item, &l, err);
-    }
+        return hx_axis_steps(&c->steps, &c->n_steps, "steps", value, err);
+    case K_BACKENDS:
+        free(c->backends);
+        c->backends = NULL;
+        return hx_axis_backends(&c->backends, &c->n_backends, "backends", value, err);
     case K_THREADS:
         free(c->threads);
         c->threads = NULL;
-        return parse_u32_list(&c->threads, &c->n_threads, "threads", value, false, LM_MAX_THREADS,
-                              err);
-    case K_ATTN: {
-        c->n_attn = 0;
-        namelist l = {c, value};
-        return for_each_item("attn", value, attn_item, &l, err);
-    }
+        return hx_axis_threads(&c->threads, &c->n_threads, "threads", value, err);
+    case K_ATTN:
+        free(c->attn);
+        c->attn = NULL;
+        return hx_axis_attn(&c->attn, &c->n_attn, "attn", value, err);
     case K_ROT: {
         size_t none = 0; /* validates the list only (hx_config_cross_rot with no configs) */
         hx_config *probe = NULL;
@@ -334,12 +130,13 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
         return (c->rot = strdup(value)) ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
     }
     case K_N_GEN:
-        if (!parse_u64(value, strlen(value), 1000000, &u))
-            return LM_FAIL(err, LM_E_INPUT, "n_gen '%s': not an integer in 0..1000000", value);
+        if (!lm_parse_u64(value, strlen(value), 0, HX_MAX_N_GEN, &u))
+            return LM_FAIL(err, LM_E_INPUT, "n_gen '%s': not an integer in 0..%u", value,
+                           HX_MAX_N_GEN);
         c->n_gen = (uint32_t)u;
         return LM_OK;
     case K_PRECISION:
-        if (!parse_u64(value, strlen(value), UINT32_MAX, &u) || u < HX_CASE_MIN_PRECISION ||
+        if (!lm_parse_u64(value, strlen(value), 0, UINT32_MAX, &u) || u < HX_CASE_MIN_PRECISION ||
             u > HX_CASE_MAX_PRECISION)
             return LM_FAIL(err, LM_E_INPUT, "precision '%s': not an integer in %u..%u bits", value,
                            HX_CASE_MIN_PRECISION, HX_CASE_MAX_PRECISION);
@@ -391,13 +188,12 @@ static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, l
         return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'model'", file);
     if (!ps->seen[K_PROMPT] && !ps->seen[K_TOKENS])
         return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'prompt' or 'tokens'", file);
-    if (!ps->seen[K_STEPS] && hx_parse_steps(&c->steps, &c->n_steps, HX_CASE_DEFAULT_STEPS, &e))
+    if (!ps->seen[K_STEPS] &&
+        hx_axis_steps(&c->steps, &c->n_steps, "steps", HX_CASE_DEFAULT_STEPS, &e))
         return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
-    if (!ps->seen[K_BACKENDS]) {
-        namelist l = {c, HX_CASE_DEFAULT_BACKENDS};
-        if (for_each_item("backends", l.list, backend_item, &l, &e))
-            return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
-    }
+    if (!ps->seen[K_BACKENDS] &&
+        hx_axis_backends(&c->backends, &c->n_backends, "backends", HX_CASE_DEFAULT_BACKENDS, &e))
+        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
     if (!ps->seen[K_THREADS]) {
         if ((c->threads = malloc(sizeof *c->threads)) == NULL)
             return LM_FAIL(err, LM_E_NOMEM, "out of memory");

@@ -28,6 +28,7 @@
 #include "config.h"
 #include "kvd_common.h"
 #include "kvd_ref.h"
+#include "model_spec.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,14 +42,6 @@
 #define HX_CASE_MAX_PRECISION REF_MAX_PREC
 /* A case file is a few lines of text: a larger file is refused before it is read. */
 #define HX_CASE_MAX_BYTES (1u << 20)
-
-typedef struct hx_model_spec {
-    bool synth;        /* synth:PRESET[:seed=N] */
-    char *path;        /* expanded file path (when !synth) */
-    char preset[64];   /* synthetic preset name (when synth) */
-    bool has_seed;
-    uint64_t seed;
-} hx_model_spec;
 
 typedef struct hx_case {
     char *file;           /* where it was read from (for messages) */
@@ -80,17 +73,10 @@ int hx_case_load(hx_case **out, const char *path, lm_err *err);
 int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_err *err);
 void hx_case_free(hx_case *c);
 
-/* Parses a model value (`synth:tiny:seed=3`, `${KVDRIFT_MODELS}/x.gguf`, a path) into spec
- * (free spec->path with free()). */
-int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err);
-
 /* Every configuration of the case: rot x backends x threads x attn x steps (steps vary
  * fastest, rot slowest; hx_config_cross_rot), in the order written. *out is malloc'd. */
 int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err);
 
-/* Parses a comma list of steps ("1,2,full") as the case key `steps` and the sweep option
- * --steps do; *out malloc'd. */
-int hx_parse_steps(uint32_t **out, uint32_t *n, const char *list, lm_err *err);
 /* Comma list of token ids (each 0..INT32_MAX); *out malloc'd. */
 int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err);
 

@@ -1,5 +1,6 @@
 /* config.c — CONFIG strings (`blas:step=64:attn=dense`) to and from struct hx_config. */
 #include "config.h"
+#include "kvd_util.h"
 
 #include "kvd_engine.h"
 #include "kvd_profile.h"
@@ -18,28 +19,12 @@ const char *hx_attn_name(hx_attn a)
 }
 
 /* Decimal integer in [1, UINT32_MAX], nothing else (no sign, no spaces, no hex). */
-static bool parse_pos_u32(const char *s, size_t len, uint32_t *out)
-{
-    if (len == 0 || len > 10)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; ++i) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v == 0 || v > UINT32_MAX)
-        return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
 static bool field_is(const char *f, size_t len, const char *word)
 {
     return strlen(word) == len && memcmp(f, word, len) == 0;
 }
 
-/* KEEP 0 is allowed, so it is special-cased (parse_pos_u32 wants >= 1). */
+/* KEEP 0 is allowed, so it is special-cased (the other fields want >= 1). */
 bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
 {
     if (field_is(s, len, "none")) {
@@ -55,9 +40,9 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
     uint32_t k = 0;
     if (field_is(slash + 1, klen, "0"))
         k = 0;
-    else if (!parse_pos_u32(slash + 1, klen, &k))
+    else if (!lm_parse_u32(slash + 1, klen, 1, UINT32_MAX, &k))
         return false;
-    if (!parse_pos_u32(s, mlen, max) || *max < 2 || k >= *max)
+    if (!lm_parse_u32(s, mlen, 1, UINT32_MAX, max) || *max < 2 || k >= *max)
         return false;
     *keep = k;
     return true;
@@ -107,10 +92,11 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         bool ok;
         if (field_is(f, klen, "step")) {
             seen = &seen_step;
-            ok = field_is(val, vlen, "full") ? (c.step = 0, true) : parse_pos_u32(val, vlen, &c.step);
+            ok = field_is(val, vlen, "full") ? (c.step = 0, true)
+                                             : lm_parse_u32(val, vlen, 1, UINT32_MAX, &c.step);
         } else if (field_is(f, klen, "threads")) {
             seen = &seen_threads;
-            ok = parse_pos_u32(val, vlen, &c.threads);
+            ok = lm_parse_u32(val, vlen, 1, LM_MAX_THREADS, &c.threads);
         } else if (field_is(f, klen, "attn")) {
             seen = &seen_attn;
             ok = true;
@@ -128,7 +114,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
             ok = hx_profile_parse(c.profile, val, vlen);
         } else if (field_is(f, klen, "spec")) {
             seen = &seen_spec;
-            ok = field_is(val, vlen, "0") ? (c.spec = 0, true) : parse_pos_u32(val, vlen, &c.spec);
+            ok = field_is(val, vlen, "0") ? (c.spec = 0, true) : lm_parse_u32(val, vlen, 1, 64, &c.spec);
             ok = ok && c.spec <= 64;
         } else if (field_is(f, klen, "draft")) {
             seen = &seen_draft;
@@ -290,5 +276,173 @@ int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const ch
     free(*v);
     *v = out;
     *n = k;
+    return LM_OK;
+}
+
+/* ---- axis lists ---- */
+
+int hx_list_each(const char *what, const char *list,
+                 int (*item)(void *ctx, const char *s, size_t len, lm_err *err), void *ctx,
+                 lm_err *err)
+{
+    const char *p = list;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *s = p;
+        while (len && (*s == ' ' || *s == '\t'))
+            ++s, --len;
+        while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+            --len;
+        if (len == 0)
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': empty list item", what, list);
+        int rc = item(ctx, s, len, err);
+        if (rc != LM_OK)
+            return rc;
+        if (comma == NULL)
+            return LM_OK;
+        p = comma + 1;
+    }
+}
+
+typedef struct u32list {
+    uint32_t *v;
+    uint32_t n;
+    const char *what;
+    const char *list;
+    bool allow_full;
+    uint32_t max; /* largest value allowed */
+} u32list;
+
+static int push_u32(u32list *l, uint32_t x, lm_err *err)
+{
+    for (uint32_t i = 0; i < l->n; ++i)
+        if (l->v[i] == x)
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': value listed twice", l->what, l->list);
+    uint32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
+    if (nv == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    l->v = nv;
+    l->v[l->n++] = x;
+    return LM_OK;
+}
+
+static int u32_item(void *ctx, const char *s, size_t len, lm_err *err)
+{
+    u32list *l = ctx;
+    uint64_t v;
+    if (l->allow_full && len == 4 && memcmp(s, "full", 4) == 0)
+        return push_u32(l, 0, err);
+    if (!lm_parse_u64(s, len, 1, l->max, &v))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u%s", l->what,
+                       l->list, (int)len, s, (unsigned)l->max, l->allow_full ? " or full" : "");
+    return push_u32(l, (uint32_t)v, err);
+}
+
+static int parse_u32_list(uint32_t **out, uint32_t *n, const char *what, const char *list,
+                          bool allow_full, uint32_t max, lm_err *err)
+{
+    u32list l = {NULL, 0, what, list, allow_full, max};
+    int rc = hx_list_each(what, list, u32_item, &l, err);
+    if (rc != LM_OK) {
+        free(l.v);
+        return rc;
+    }
+    *out = l.v;
+    *n = l.n;
+    return LM_OK;
+}
+
+int hx_axis_steps(uint32_t **out, uint32_t *n, const char *what, const char *list, lm_err *err)
+{
+    return parse_u32_list(out, n, what, list, true, UINT32_MAX, err);
+}
+
+int hx_axis_threads(uint32_t **out, uint32_t *n, const char *what, const char *list,
+                    lm_err *err)
+{
+    return parse_u32_list(out, n, what, list, false, LM_MAX_THREADS, err);
+}
+
+typedef struct namelist {
+    char (*v)[16];
+    uint32_t n;
+    const char *what, *list;
+} namelist;
+
+static int backend_item(void *ctx, const char *s, size_t len, lm_err *err)
+{
+    namelist *l = ctx;
+    if (!lm_backend_known(s, len))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown backend '%.*s' (expected %s)", l->what,
+                       l->list, (int)len, s, lm_backend_expected());
+    for (uint32_t i = 0; i < l->n; ++i)
+        if (strlen(l->v[i]) == len && memcmp(l->v[i], s, len) == 0)
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", l->what, l->list,
+                           (int)len, s);
+    char(*nb)[16] = realloc(l->v, (l->n + 1) * sizeof *nb);
+    if (nb == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    l->v = nb;
+    memset(nb[l->n], 0, 16);
+    memcpy(nb[l->n++], s, len);
+    return LM_OK;
+}
+
+int hx_axis_backends(char (**out)[16], uint32_t *n, const char *what, const char *list,
+                     lm_err *err)
+{
+    namelist l = {NULL, 0, what, list};
+    int rc = hx_list_each(what, list, backend_item, &l, err);
+    if (rc != LM_OK) {
+        free(l.v);
+        return rc;
+    }
+    *out = l.v;
+    *n = l.n;
+    return LM_OK;
+}
+
+typedef struct attnlist {
+    hx_attn *v;
+    uint32_t n;
+    const char *what, *list;
+} attnlist;
+
+static int attn_item(void *ctx, const char *s, size_t len, lm_err *err)
+{
+    attnlist *l = ctx;
+    hx_attn a;
+    if (field_is(s, len, "default"))
+        a = HX_ATTN_DEFAULT;
+    else if (field_is(s, len, "dense"))
+        a = HX_ATTN_DENSE;
+    else if (field_is(s, len, "stream"))
+        a = HX_ATTN_STREAM;
+    else
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown variant '%.*s' (default, dense, stream)",
+                       l->what, l->list, (int)len, s);
+    for (uint32_t i = 0; i < l->n; ++i)
+        if (l->v[i] == a)
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", l->what, l->list,
+                           (int)len, s);
+    hx_attn *na = realloc(l->v, (l->n + 1) * sizeof *na);
+    if (na == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    l->v = na;
+    l->v[l->n++] = a;
+    return LM_OK;
+}
+
+int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list, lm_err *err)
+{
+    attnlist l = {NULL, 0, what, list};
+    int rc = hx_list_each(what, list, attn_item, &l, err);
+    if (rc != LM_OK) {
+        free(l.v);
+        return rc;
+    }
+    *out = l.v;
+    *n = l.n;
     return LM_OK;
 }

@@ -14,6 +14,8 @@
 typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 2 } hx_attn;
 
 #define HX_CONFIG_STR_MAX 256 /* longest canonical string + NUL (a draft path included) */
+/* Generated tokens per configuration (n_gen, -n), the same limit for case files and options. */
+#define HX_MAX_N_GEN 100000u
 #define HX_DRAFT_MAX 128     /* longest draft= value + NUL */
 
 typedef struct hx_config {
@@ -32,11 +34,12 @@ typedef struct hx_config {
 } hx_config;
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
- * >= 1), attn (dense|stream), rot (MAX/KEEP: a rotating KV cache with max_size MAX >= 2 and
- * keep KEEP < MAX, both decimal; "none" = the plain cache; '/' because ':' separates fields),
- * profile (a precision profile name, lm_profile_find; "f32" is stored as "");
- * spec (K >= 0 drafted tokens; 0 = plain decoding), draft (self:L, a GGUF path or
- * synth:PRESET[:seed=N]: the rest of the string, so it comes last, ':' included);
+ * 1..LM_MAX_THREADS, the engine's limit), attn (dense|stream), rot (MAX/KEEP: a rotating KV
+ * cache with max_size MAX >= 2 and keep KEEP < MAX, both decimal; "none" = the plain cache;
+ * '/' because ':' separates fields); profile (a precision
+ * profile name, lm_profile_find; "f32" is stored as ""); spec (K >= 0 drafted tokens; 0 = plain decoding),
+ * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
+ * last, ':' included);
  * each key at most once, in any order. A missing step means full.
  * Unknown backend, unknown key, duplicate key or malformed value: LM_E_INPUT naming the
  * string and the reason. */
@@ -80,6 +83,27 @@ bool hx_profile_parse(char out[8], const char *s, size_t len);
  * suffice) and returned: c->backend, or NAME:seed=<c->sr_seed> for a LM_BE_SEEDED backend (the
  * one place the seed joins the name: hx_config.backend is too short to hold it). */
 const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c);
+
+/* --- axis lists: the one grammar for case files (`steps = 1,2,full`) and the sweep's options
+ * (`--steps 1,2,full`): comma-separated, spaces around items trimmed, no empty item, no item
+ * listed twice; limits from the module that owns them. `what` names the key or option in
+ * messages (LM_E_INPUT naming the list and the bad item). *out is malloc'd (free()). --- */
+
+/* Calls item(ctx, s, len) for each item of list (spaces trimmed); an empty item is an error.
+ * Returns LM_OK or the first failing item()'s code. */
+int hx_list_each(const char *what, const char *list,
+                 int (*item)(void *ctx, const char *s, size_t len, lm_err *err), void *ctx,
+                 lm_err *err);
+/* Prefill steps: integers >= 1, or "full" (0). */
+int hx_axis_steps(uint32_t **out, uint32_t *n, const char *what, const char *list, lm_err *err);
+/* Thread counts 1..LM_MAX_THREADS (the engine's limit). */
+int hx_axis_threads(uint32_t **out, uint32_t *n, const char *what, const char *list,
+                    lm_err *err);
+/* Backends a user may choose (lm_backend_known: the engine's registry). */
+int hx_axis_backends(char (**out)[16], uint32_t *n, const char *what, const char *list,
+                     lm_err *err);
+/* Attention variants: default, dense, stream. */
+int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list, lm_err *err);
 
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
