@@ -64,6 +64,10 @@ struct lm_backend {
     const lm_backend_i *vt;
     int n_threads;
     const lm_profile *prof; /* precision profile (kvd_profile.h); NULL = f32 */
+    /* The backend's own thread pool (threadpool.h) when it runs its products on one (det),
+     * else NULL; a context then runs its elementwise stages on this pool too, so that one
+     * set of threads does everything. Owned by the backend. */
+    struct lm_pool *pool;
 };
 
 /* The end of an elementwise stage at site: when the profile rounds there, the round slot (or
