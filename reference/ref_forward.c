@@ -281,9 +281,11 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
     if (hp->n_rot == 0)
         return;
     if (!f->cs_ready) {
-        ref_rope_cos_sin(f->cs + t * hp->n_rot, (uint32_t)t, hp->rope_theta, hp->n_rot);
+        ref_rope_cos_sin(f->cs + t * hp->n_rot, (uint32_t)t, hp->rope_theta, f->m->rope_freqs,
+                         hp->n_rot);
         if (f->cs_swa != NULL)
             ref_rope_cos_sin(f->cs_swa + t * hp->n_rot, (uint32_t)t, hp->rope_theta_swa,
+                             f->m->rope_freqs,
                              hp->n_rot);
     }
     /* a sliding layer turns by the sliding theta when the model has one */
@@ -487,9 +489,6 @@ int ref_model_supported(const lm_model *m, lm_err *err)
     if (!known)
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "%s: architecture '%s' is not implemented by the reference", name, hp->arch);
-    if (m->rope_freqs != NULL)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope_freqs (Llama 3.1 frequency factors) is "
-                       "not implemented by the reference", name);
     if (hp->rope_type != LM_ROPE_NORM && hp->rope_type != LM_ROPE_NEOX)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: RoPE type %d is not implemented by the reference",
                        name, (int)hp->rope_type);

@@ -213,16 +213,23 @@ void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot)
     mpfr_clears(e, th, (mpfr_ptr)0);
 }
 
-void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, uint32_t n_rot)
+void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factors,
+                      uint32_t n_rot)
 {
-    mpfr_t a;
+    mpfr_t a, fac;
     mpfr_init2(a, mpfr_get_prec(cs[0]));
+    mpfr_init2(fac, 24);
     for (uint32_t i = 0; i < n_rot / 2; ++i) {
         ref_rope_freq(a, theta, i, n_rot);
+        if (factors != NULL) { /* frequency i divided by its factor (exact float32 input) */
+            mpfr_set_flt(fac, factors[i], MPFR_RNDN);
+            mpfr_div(a, a, fac, MPFR_RNDN);
+        }
         mpfr_mul_ui(a, a, pos, MPFR_RNDN);
         mpfr_sin_cos(cs[2 * i + 1], cs[2 * i], a, MPFR_RNDN);
     }
     mpfr_clear(a);
+    mpfr_clear(fac);
 }
 
 /* (a, b) <- (a cos - b sin, a sin + b cos); each product and sum rounded. */

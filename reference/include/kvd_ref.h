@@ -284,6 +284,8 @@ void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
 void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, lm_rope_type type,
                     ref_scratch *s);
 /* cs[i][0] = cos(pos * freq_i), cs[i][1] = sin(pos * freq_i) for i < n_rot/2. */
-void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, uint32_t n_rot);
+/* factors: [n_rot/2] divisors of each pair's frequency (Llama 3.1 rope_freqs) or NULL. */
+void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factors,
+                      uint32_t n_rot);
 
 #endif
