@@ -2,9 +2,13 @@
  *
  * usage: bench_engine OUTDIR [MODEL.gguf]
  * Without MODEL, synthesizes the smollm2-135m preset in F32 (harness/spec/synth.h) into a temp
- * folder. With the blas backend at 2 threads it measures
+ * folder. With the blas and det backends at 2 threads, interleaved run by run, it measures
  *   pp512  prefill tokens/s of a 512-token prompt in one chunk
  *   tg128  decode tokens/s over 128 tokens from an empty cache
+ * and reports det / blas for both (ratios of medians from the same run); when llama.cpp's
+ * llama-bench is named by $KVDRIFT_LLAMA_BENCH or found on PATH it runs it on the same model
+ * file (-p 512 -n 128 -t 2, its own repetitions) right after, and reports the engine's fastest
+ * backend / llama.cpp (a later time slot than the engine's runs: compare on a quiet machine)
  * and, in the same run, the ceilings they are judged against:
  *   sgemm GFLOP/s at the model's own projection shapes with M = 512 (OpenBLAS, 2 threads);
  *     pp bound = that rate / FLOPs per token, FLOPs per token = 2 x (layer weights) plus the
@@ -14,8 +18,8 @@
  *     tg bound = bandwidth / bytes per token, bytes = every layer weight + the output matrix
  *     (float32), the bytes a decode step must stream from memory at least once
  * then the same pp512 / tg128 for stories260K when the shared models are present.
- * The result is checked before anything is timed (finite logits, argmax in range, blas within
- * 1e-3 relative of naive on a short prompt); each figure is the median of 5 runs after a
+ * The result is checked before anything is timed (finite logits, argmax in range, each
+ * backend within 1e-3 relative of naive on a short prompt); each figure is the median of 5 runs after a
  * warm-up, and the ceilings are measured between the engine's runs (sgemm set, pp512,
  * bandwidth, tg128, repeated) so that a shared machine's load affects both alike. Prints a
  * table and appends TSV lines to OUTDIR/engine.tsv. Never fails on speed. */
@@ -25,6 +29,7 @@
 
 #include <errno.h>
 #include <cblas.h>
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -177,14 +182,14 @@ static void check_logits(const char *what, const float *lg, uint32_t n_vocab)
     }
 }
 
-/* blas vs naive on an 8-token prompt: max |diff| <= 1e-3 * max(1, max|logit|) — the same
+/* backend vs naive on an 8-token prompt: max |diff| <= 1e-3 * max(1, max|logit|) — the same
  * float32 sums in other orders differ by ~1e-6 relative; a broken kernel by far more. */
-static void check_against_naive(const lm_model *m, const int32_t *tok)
+static void check_against_naive(const lm_model *m, const int32_t *tok, const char *backend)
 {
     lm_err err = {0};
     lm_ctx *cn = NULL, *cb = NULL;
     const lm_ctx_params pn = {.backend = "naive", .n_threads = 1, .n_ctx = 8};
-    const lm_ctx_params pb = {.backend = "blas", .n_threads = THREADS, .n_ctx = 8};
+    const lm_ctx_params pb = {.backend = backend, .n_threads = THREADS, .n_ctx = 8};
     float *ln = malloc(m->hp.n_vocab * sizeof *ln), *lb = malloc(m->hp.n_vocab * sizeof *lb);
     if (!ln || !lb || lm_ctx_create(&cn, m, &pn, &err) || lm_ctx_create(&cb, m, &pb, &err) ||
         lm_prefill(cn, tok, 8, 0, ln, &err) || lm_prefill(cb, tok, 8, 0, lb, &err))
@@ -195,7 +200,8 @@ static void check_against_naive(const lm_model *m, const int32_t *tok)
         worst = fmax(worst, fabs((double)ln[i] - (double)lb[i]));
     }
     if (!(worst <= 1e-3 * mx)) {
-        fprintf(stderr, "bench_engine: blas differs from naive by %g (max |logit| %g)\n", worst, mx);
+        fprintf(stderr, "bench_engine: %s differs from naive by %g (max |logit| %g)\n", backend,
+                worst, mx);
         exit(2);
     }
     free(ln), free(lb);
@@ -203,11 +209,47 @@ static void check_against_naive(const lm_model *m, const int32_t *tok)
     lm_ctx_free(cb);
 }
 
+#define N_BE 2
+static const char *const backends[N_BE] = {"blas", "det"};
+
 typedef struct result {
-    double pp, tg;     /* tokens/s, medians */
-    double gflops, gbs; /* ceilings measured between the engine's runs (0 when not asked) */
+    double pp[N_BE], tg[N_BE]; /* tokens/s per backend, medians */
+    double gflops, gbs;        /* ceilings measured between the engine's runs (0 when not asked) */
 } result;
 
+static double time_prefill(lm_ctx *c, const int32_t *tok, float *lg, const char *label, bool check)
+{
+    lm_err err = {0};
+    lm_ctx_reset(c);
+    const double t0 = lm_now_s();
+    if (lm_prefill(c, tok, PP, 0, lg, &err) != LM_OK)
+        bu_die(PROG, label, &err);
+    const double dt = lm_now_s() - t0;
+    if (check)
+        check_logits(label, lg, lm_ctx_model(c)->hp.n_vocab);
+    return PP / dt;
+}
+
+static double time_decode(lm_ctx *c, float *lg, const char *label, bool check)
+{
+    lm_err err = {0};
+    const uint32_t nv = lm_ctx_model(c)->hp.n_vocab;
+    lm_ctx_reset(c);
+    int32_t id = 1;
+    const double t0 = lm_now_s();
+    for (int i = 0; i < TG; ++i) {
+        if (lm_forward(c, &id, 1, LM_LOGITS_LAST, lg, &err) != LM_OK)
+            bu_die(PROG, label, &err);
+        id = lm_argmax(lg, nv);
+    }
+    const double dt = lm_now_s() - t0;
+    if (check)
+        check_logits(label, lg, nv);
+    return TG / dt;
+}
+
+/* Every backend's pp512 and tg128, the backends alternating within each repetition (and the
+ * ceilings between them) so that a shared machine's load hits all of them alike. */
 static result run_engine(const lm_model *m, const char *label, ceilings *cl)
 {
     lm_err err = {0};
@@ -224,47 +266,97 @@ static result run_engine(const lm_model *m, const char *label, ceilings *cl)
         x = x * 6364136223846793005u + 1442695040888963407u;
         tok[i] = (int32_t)(3 + (x >> 33) % (nv - 3));
     }
-    check_against_naive(m, tok);
-
-    lm_ctx *c = NULL;
-    const lm_ctx_params p = {.backend = "blas", .n_threads = THREADS, .n_ctx = PP + TG};
-    if (lm_ctx_create(&c, m, &p, &err) != LM_OK)
-        bu_die(PROG, label, &err);
-    double pp[REPS], tg[REPS], gf[REPS], bw[REPS];
+    lm_ctx *c[N_BE] = {NULL};
+    for (int b = 0; b < N_BE; ++b) {
+        check_against_naive(m, tok, backends[b]);
+        const lm_ctx_params p = {.backend = backends[b], .n_threads = THREADS, .n_ctx = PP + TG};
+        if (lm_ctx_create(&c[b], m, &p, &err) != LM_OK)
+            bu_die(PROG, label, &err);
+    }
+    double pp[N_BE][REPS], tg[N_BE][REPS], gf[REPS], bw[REPS];
     for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up and result check, not timed */
         if (cl != NULL && r >= 0)
             gf[r] = sgemm_pass(cl);
-        lm_ctx_reset(c);
-        double t0 = lm_now_s();
-        if (lm_prefill(c, tok, PP, 0, lg, &err) != LM_OK)
-            bu_die(PROG, label, &err);
-        if (r < 0)
-            check_logits(label, lg, nv);
-        else
-            pp[r] = PP / (lm_now_s() - t0);
+        for (int b = 0; b < N_BE; ++b) {
+            const double v = time_prefill(c[b], tok, lg, label, r < 0);
+            if (r >= 0)
+                pp[b][r] = v;
+        }
         if (cl != NULL && r >= 0)
             bw[r] = bandwidth_pass(cl);
-        lm_ctx_reset(c);
-        int32_t id = 1;
-        t0 = lm_now_s();
-        for (int i = 0; i < TG; ++i) {
-            if (lm_forward(c, &id, 1, LM_LOGITS_LAST, lg, &err) != LM_OK)
-                bu_die(PROG, label, &err);
-            id = lm_argmax(lg, nv);
+        for (int b = 0; b < N_BE; ++b) {
+            const double v = time_decode(c[b], lg, label, r < 0);
+            if (r >= 0)
+                tg[b][r] = v;
         }
-        if (r < 0)
-            check_logits(label, lg, nv);
-        else
-            tg[r] = TG / (lm_now_s() - t0);
     }
-    result res = {bu_median(pp, REPS), bu_median(tg, REPS), 0, 0};
+    result res = {.gflops = 0};
+    for (int b = 0; b < N_BE; ++b) {
+        res.pp[b] = bu_median(pp[b], REPS);
+        res.tg[b] = bu_median(tg[b], REPS);
+        lm_ctx_free(c[b]);
+    }
     if (cl != NULL) {
         res.gflops = bu_median(gf, REPS);
         res.gbs = bu_median(bw, REPS);
     }
-    lm_ctx_free(c);
     free(tok), free(lg);
     return res;
+}
+
+/* ---- llama.cpp's llama-bench, when there is one ---- */
+
+/* $KVDRIFT_LLAMA_BENCH, else "llama-bench" when it is on PATH, else NULL. */
+static const char *llama_bench_path(void)
+{
+    const char *e = getenv("KVDRIFT_LLAMA_BENCH");
+    if (e != NULL && *e)
+        return access(e, X_OK) == 0 ? e : NULL;
+    return system("command -v llama-bench >/dev/null 2>&1") == 0 ? "llama-bench" : NULL;
+}
+
+/* Runs llama-bench on model (pp512 and tg128, 2 threads, JSON output) and reads its mean
+ * tokens/s for each; returns false when it cannot run or its output has no such rows. */
+static bool llama_bench(const char *exe, const char *model, double *pp, double *tg)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -p %d -n %d -t %d -o json 2>/dev/null", exe, model,
+             PP, TG, THREADS);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return false;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf != NULL && (got = fread(buf + len, 1, cap - 1 - len, f)) > 0;) {
+        len += got;
+        if (len + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (nb == NULL)
+                free(buf);
+            buf = nb;
+        }
+    }
+    const int rc = pclose(f);
+    if (buf == NULL || rc != 0) {
+        free(buf);
+        return false;
+    }
+    buf[len] = '\0';
+    json_t *root = json_loads(buf, 0, NULL);
+    free(buf);
+    *pp = *tg = 0;
+    for (size_t i = 0; json_is_array(root) && i < json_array_size(root); ++i) {
+        const json_t *o = json_array_get(root, i);
+        const json_int_t np = json_integer_value(json_object_get(o, "n_prompt"));
+        const json_int_t ng = json_integer_value(json_object_get(o, "n_gen"));
+        const double ts = json_number_value(json_object_get(o, "avg_ts"));
+        if (np == PP && ng == 0)
+            *pp = ts;
+        else if (np == 0 && ng == TG)
+            *tg = ts;
+    }
+    json_decref(root);
+    return *pp > 0 && *tg > 0;
 }
 
 /* 2 x multiply-adds per token of every layer projection, plus causal attention averaged over
@@ -285,16 +377,17 @@ static double bytes_per_token(const lm_hparams *hp)
     return 4.0 * (hp->n_layer * w + (double)hp->n_vocab * d);
 }
 
-static void tsv(FILE *f, const char *model, const char *test, double value, const char *unit,
-                double bound)
+static void tsv(FILE *f, const char *model, const char *backend, const char *test, double value,
+                const char *unit, double bound)
 {
     char when[32];
     bu_when(when);
     if (bound > 0)
-        fprintf(f, "%s\t%s\tblas\t%d\t%s\t%.2f\t%s\t%.2f\t%.3f\n", when, model, THREADS, test, value,
-                unit, bound, value / bound);
+        fprintf(f, "%s\t%s\t%s\t%d\t%s\t%.2f\t%s\t%.2f\t%.3f\n", when, model, backend, THREADS,
+                test, value, unit, bound, value / bound);
     else
-        fprintf(f, "%s\t%s\tblas\t%d\t%s\t%.2f\t%s\t\t\n", when, model, THREADS, test, value, unit);
+        fprintf(f, "%s\t%s\t%s\t%d\t%s\t%.2f\t%s\t\t\n", when, model, backend, THREADS, test, value,
+                unit);
 }
 
 int main(int argc, char **argv)
@@ -331,13 +424,10 @@ int main(int argc, char **argv)
     lm_model *m = NULL;
     if (lm_model_load(&m, model_path, &err) != LM_OK)
         bu_die(PROG, model_path, &err);
-    if (tmpdir[0]) { /* the weights are in memory now; the 540 MB file can go */
-        unlink(model_path);
-        rmdir(tmpdir);
-    }
 
-    printf("measuring pp%d and tg%d, interleaved with sgemm at the model's shapes (M = %d) and "
-           "read bandwidth (1 GiB), %d threads, median of %d\n", PP, TG, PP, THREADS, REPS);
+    printf("measuring pp%d and tg%d with %s and %s alternating, interleaved with sgemm at the "
+           "model's shapes (M = %d) and read bandwidth (1 GiB), %d threads, median of %d\n", PP,
+           TG, backends[0], backends[1], PP, THREADS, REPS);
     ceilings cl;
     ceilings_init(&cl, &m->hp);
     const result r = run_engine(m, label, &cl);
@@ -346,15 +436,46 @@ int main(int argc, char **argv)
     const double fpt = flops_per_token(&m->hp), bpt = bytes_per_token(&m->hp);
     const double pp_bound = gflops * 1e9 / fpt, tg_bound = gbs * 1e9 / bpt;
 
-    printf("\n%-22s %-6s %12s %12s %9s\n", "model", "test", "tok/s", "bound tok/s", "fraction");
-    printf("%-22s %-6s %12.1f %12.1f %8.0f%%   (sgemm %.1f GFLOP/s, %.1f MFLOP/token)\n", label,
-           "pp512", r.pp, pp_bound, 100 * r.pp / pp_bound, gflops, fpt * 1e-6);
-    printf("%-22s %-6s %12.1f %12.1f %8.0f%%   (read %.1f GB/s, %.1f MB/token)\n", label, "tg128",
-           r.tg, tg_bound, 100 * r.tg / tg_bound, gbs, bpt * 1e-6);
-    tsv(out, label, "sgemm_m512", gflops, "GFLOP/s", 0);
-    tsv(out, label, "read_bw_1GiB", gbs, "GB/s", 0);
-    tsv(out, label, "pp512", r.pp, "tok/s", pp_bound);
-    tsv(out, label, "tg128", r.tg, "tok/s", tg_bound);
+    /* llama.cpp on the same file, after the engine's runs */
+    const char *lb = llama_bench_path();
+    double lpp = 0, ltg = 0;
+    const bool have_llama = lb != NULL && llama_bench(lb, model_path, &lpp, &ltg);
+    if (tmpdir[0]) { /* the weights are in memory; the 540 MB file can go */
+        unlink(model_path);
+        rmdir(tmpdir);
+    }
+
+    printf("\n%-22s %-9s %-6s %12s %12s %9s\n", "model", "backend", "test", "tok/s", "bound tok/s",
+           "fraction");
+    for (int b = 0; b < N_BE; ++b) {
+        printf("%-22s %-9s %-6s %12.1f %12.1f %8.0f%%\n", label, backends[b], "pp512", r.pp[b],
+               pp_bound, 100 * r.pp[b] / pp_bound);
+        printf("%-22s %-9s %-6s %12.1f %12.1f %8.0f%%\n", label, backends[b], "tg128", r.tg[b],
+               tg_bound, 100 * r.tg[b] / tg_bound);
+        tsv(out, label, backends[b], "pp512", r.pp[b], "tok/s", pp_bound);
+        tsv(out, label, backends[b], "tg128", r.tg[b], "tok/s", tg_bound);
+    }
+    printf("ceilings: sgemm %.1f GFLOP/s (%.1f MFLOP/token), read %.1f GB/s (%.1f MB/token)\n",
+           gflops, fpt * 1e-6, gbs, bpt * 1e-6);
+    tsv(out, label, "blas", "sgemm_m512", gflops, "GFLOP/s", 0);
+    tsv(out, label, "-", "read_bw_1GiB", gbs, "GB/s", 0);
+    printf("det / blas (same run): pp512 %.2fx, tg128 %.2fx\n", r.pp[1] / r.pp[0], r.tg[1] / r.tg[0]);
+    tsv(out, label, "det/blas", "pp512_ratio", r.pp[1] / r.pp[0], "x", 0);
+    tsv(out, label, "det/blas", "tg128_ratio", r.tg[1] / r.tg[0], "x", 0);
+    if (have_llama) {
+        const int bp = r.pp[1] > r.pp[0], bt = r.tg[1] > r.tg[0]; /* the fastest backend */
+        printf("%-22s %-9s %-6s %12.1f\n%-22s %-9s %-6s %12.1f\n", label, "llama.cpp", "pp512", lpp,
+               label, "llama.cpp", "tg128", ltg);
+        printf("fastest / llama.cpp: pp512 %.2fx (%s), tg128 %.2fx (%s)\n", r.pp[bp] / lpp,
+               backends[bp], r.tg[bt] / ltg, backends[bt]);
+        tsv(out, label, "llama.cpp", "pp512", lpp, "tok/s", pp_bound);
+        tsv(out, label, "llama.cpp", "tg128", ltg, "tok/s", tg_bound);
+        tsv(out, label, "fastest/llama.cpp", "pp512_ratio", r.pp[bp] / lpp, "x", 0);
+        tsv(out, label, "fastest/llama.cpp", "tg128_ratio", r.tg[bt] / ltg, "x", 0);
+    } else {
+        printf("llama.cpp: SKIP (%s)\n", lb == NULL ? "no llama-bench on PATH and "
+               "KVDRIFT_LLAMA_BENCH unset" : "llama-bench failed or printed no pp512/tg128 rows");
+    }
     lm_model_free(m);
 
     char sp[1024];
@@ -363,10 +484,12 @@ int main(int argc, char **argv)
         if (lm_model_load(&m, sp, &err) != LM_OK)
             bu_die(PROG, sp, &err);
         const result s = run_engine(m, "stories260K", NULL);
-        printf("%-22s %-6s %12.1f\n%-22s %-6s %12.1f\n", "stories260K", "pp512", s.pp, "stories260K",
-               "tg128", s.tg);
-        tsv(out, "stories260K", "pp512", s.pp, "tok/s", 0);
-        tsv(out, "stories260K", "tg128", s.tg, "tok/s", 0);
+        for (int b = 0; b < N_BE; ++b) {
+            printf("%-22s %-9s %-6s %12.1f\n%-22s %-9s %-6s %12.1f\n", "stories260K", backends[b],
+                   "pp512", s.pp[b], "stories260K", backends[b], "tg128", s.tg[b]);
+            tsv(out, "stories260K", backends[b], "pp512", s.pp[b], "tok/s", 0);
+            tsv(out, "stories260K", backends[b], "tg128", s.tg[b], "tok/s", 0);
+        }
         lm_model_free(m);
     } else {
         printf("stories260K: SKIP (%s not found; set KVDRIFT_MODELS)\n", sp);

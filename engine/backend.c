@@ -16,6 +16,8 @@
 int lm_backend_naive_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 int lm_backend_blas_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 void lm_backend_blas_describe(char *buf, size_t n, bool brief);
+int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+void lm_backend_det_describe(char *buf, size_t n, bool brief);
 int lm_backend_sr_create_named(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 /* backend_cuda.cu (or backend_cuda_absent.c in a build without nvcc): all four CUDA rows. */
 int lm_backend_cuda_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
@@ -38,6 +40,12 @@ static const backend_entry backends[] = {
       .flags = LM_BE_SHARES_PROCESS_STATE,
       .describe = lm_backend_blas_describe},
      lm_backend_blas_create},
+    {{.name = "det",
+      .summary = "fixed-order AVX-512/AVX2/scalar kernels: 8 FMA lanes over k, fixed lane "
+                 "tree; threads split outputs, never k; one pool",
+      .flags = LM_BE_CHUNK_INVARIANT,
+      .describe = lm_backend_det_describe},
+     lm_backend_det_create},
     {{.name = "naive-sr",
       .summary = "naive's order with seeded stochastic rounding of every operation (noise "
                  "ensemble member)",

@@ -51,6 +51,10 @@ typedef enum lm_perturb_site {
 struct lm_backend {
     const lm_backend_i *vt;
     int n_threads;
+    /* The backend's own thread pool (threadpool.h) when it runs its products on one (det),
+     * else NULL; a context then runs its elementwise stages on this pool too, so that one
+     * set of threads does everything. Owned by the backend. */
+    struct lm_pool *pool;
 };
 
 /* Calls be's perturb slot when it has one. */

@@ -516,8 +516,9 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         if (rc != LM_OK)
             goto fail;
     }
-    rc = lm_pool_create(&c->pool, c->be->n_threads, err);
-    if (rc != LM_OK)
+    if (c->be->pool != NULL) /* the backend's pool serves the elementwise stages too */
+        c->pool = c->be->pool;
+    else if ((rc = lm_pool_create(&c->pool, c->be->n_threads, err)) != LM_OK)
         goto fail;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
     rc = lm_variants_create(&c->var, m, p, n_ctx, err);
@@ -581,7 +582,8 @@ void lm_ctx_free(lm_ctx *c)
     free(c->rope_cos);
     lm_kvcache_release(&c->kv);
     lm_variants_free(c->var);
-    lm_pool_free(c->pool);
+    if (c->be == NULL || c->pool != c->be->pool)
+        lm_pool_free(c->pool);
     lm_backend_destroy(c->be);
     free(c);
 }

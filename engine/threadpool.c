@@ -1,9 +1,26 @@
-/* threadpool.c — fork-join pool: n - 1 workers plus the caller, one generation per job. */
+/* threadpool.c — fork-join pool: n - 1 workers plus the caller, one generation per job.
+ *
+ * Hand-off: a new job bumps `generation` (under the mutex, with a broadcast); a finished
+ * worker decrements `pending` (signalling under the mutex when it reaches 0). Both sides first
+ * spin on the atomic for up to SPIN_ITERS pauses (tens of microseconds) before sleeping on
+ * the condition variable, so the back-to-back jobs of a decode step (a few microseconds of
+ * elementwise work between matrix products) do not pay a sleep and a wake-up each, while an
+ * idle pool still sleeps. Waiters re-check under the mutex, so no wake-up is lost. */
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+
+#define SPIN_ITERS 4000
+
+static inline void cpu_relax(void)
+{
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#endif
+}
 
 #define MAX_THREADS 64
 
@@ -19,9 +36,9 @@ struct lm_pool {
     pthread_mutex_t mu;
     pthread_cond_t start; /* workers wait here for a new generation */
     pthread_cond_t done;  /* the caller waits here for pending == 0 */
-    uint64_t generation;
-    int pending;
-    bool quit;
+    _Atomic uint64_t generation;
+    _Atomic int pending;
+    _Atomic bool quit;
     /* the current job */
     lm_pool_fn fn;
     void *arg;
@@ -41,23 +58,33 @@ static void *worker(void *varg)
     lm_pool *p = ((worker_arg *)varg)->p;
     const int index = ((worker_arg *)varg)->index;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->generation == seen)
-            pthread_cond_wait(&p->start, &p->mu);
-        if (p->quit)
+        bool idle = true;
+        for (int i = 0; i < SPIN_ITERS && idle; ++i) {
+            idle = !atomic_load(&p->quit) &&
+                   atomic_load_explicit(&p->generation, memory_order_acquire) == seen;
+            if (idle)
+                cpu_relax();
+        }
+        if (idle) {
+            pthread_mutex_lock(&p->mu);
+            while (!atomic_load(&p->quit) && atomic_load(&p->generation) == seen)
+                pthread_cond_wait(&p->start, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->quit))
             break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        seen = atomic_load(&p->generation);
         uint32_t b, e;
         part(p, index, &b, &e);
         if (b < e)
             p->fn(p->arg, b, e);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
+        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+            pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -94,7 +121,7 @@ void lm_pool_free(lm_pool *p)
     if (p == NULL)
         return;
     pthread_mutex_lock(&p->mu);
-    p->quit = true;
+    atomic_store(&p->quit, true);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n_threads; ++i)
@@ -116,16 +143,19 @@ void lm_pool_for(lm_pool *p, uint32_t n, uint32_t min_rows, lm_pool_fn fn, void 
     p->fn = fn;
     p->arg = arg;
     p->n = n;
-    p->pending = p->n_threads - 1;
-    ++p->generation;
+    atomic_store(&p->pending, p->n_threads - 1);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release); /* publishes the job */
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     uint32_t b, e;
     part(p, 0, &b, &e);
     if (b < e)
         fn(arg, b, e);
+    for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&p->pending, memory_order_acquire) > 0;
+         ++i)
+        cpu_relax();
     pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
+    while (atomic_load(&p->pending) > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

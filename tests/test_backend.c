@@ -85,8 +85,9 @@ static void test_backend_registry(void)
             char full[320] = "", brief[96] = "";
             i->describe(full, sizeof full, false);
             i->describe(brief, sizeof brief, true);
-            CU_ASSERT(strlen(full) > 0 && strpbrk(full, "\n\r") == NULL);
-            CU_ASSERT(strchr(full, '=') != NULL); /* key=value parts */
+            /* empty: nothing on the machine decides the bits (det); else key=value parts */
+            CU_ASSERT(strpbrk(full, "\n\r") == NULL);
+            CU_ASSERT(full[0] == '\0' || strchr(full, '=') != NULL);
             CU_ASSERT(strlen(brief) > 0 && strpbrk(brief, "\n\r ;") == NULL);
         }
         lm_backend_destroy(be);

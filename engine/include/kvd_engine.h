@@ -21,8 +21,8 @@ typedef void (*lm_probe_fn)(void *user, uint32_t layer, const char *op, uint32_t
 typedef struct lm_ctx_params {
     const char *backend; /* a registered name (lm_backend_at; NULL = "blas"); a LM_BE_SEEDED
                             backend also as NAME:seed=N (lm_backend_seeded_name) */
-    int n_threads;       /* blas: OpenBLAS threads (0 = all cores; at most LM_MAX_THREADS),
-                            also the threads of the
+    int n_threads;       /* blas: OpenBLAS threads (0 = all cores; at most LM_MAX_THREADS);
+                            det: its pool's threads (the same rule); also the threads of the
                             row-parallel elementwise work; naive: ignored (always 1) */
     uint32_t n_ctx;      /* KV cache capacity in positions (0 = prompt + generation chosen by
                             the caller must fit in hp.n_ctx_train) */

@@ -39,7 +39,7 @@ static const char usage_text[] =
     "      --special           parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --steps LIST        prefill chunk sizes, integers or full (default "
     HX_CASE_DEFAULT_STEPS ")\n"
-    "      --backends LIST     naive,blas (default " HX_CASE_DEFAULT_BACKENDS ")\n"
+    "      --backends LIST     naive,blas,det (default " HX_CASE_DEFAULT_BACKENDS ")\n"
     "      --threads LIST      thread counts, e.g. 1,2 (default 1)\n"
     "      --attn LIST         attention implementations: dense,stream (default: the engine's\n"
     "                          default, dense; a config string says attn= only when given)\n"

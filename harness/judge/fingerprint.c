@@ -73,9 +73,12 @@ static void backend_parts(hx_fingerprint *fp)
         char full[sizeof fp->backends], brief[sizeof fp->backends_brief];
         b->describe(full, sizeof full, false);
         b->describe(brief, sizeof brief, true);
-        if (full[0] == '\0') /* nothing machine-specific here (no device present) */
+        /* an empty full form: nothing on this machine decides the bits (det: every path
+         * gives the same bits; cuda without a device) */
+        if (full[0] != '\0')
+            append(fp->backends, sizeof fp->backends, "; ", full);
+        if (brief[0] == '\0')
             continue;
-        append(fp->backends, sizeof fp->backends, "; ", full);
         append(fp->backends_brief, sizeof fp->backends_brief, " ", brief);
     }
 }

@@ -204,8 +204,8 @@ void hx_config_report_failure(char *buf, size_t n, const char **type, const hx_c
 
 const char *const hx_report_col_names[HX_REPORT_NCOLS] = {
     "config", "class", "div@", "max abs", "ULP@max", "NMSE", "KL mean", "KL max",
-    "top1", "min margin", "E logits", "err/E", "sig", "prefill t/s", "decode t/s", "peak MiB",
-    "semantic"};
+    "top1", "min margin", "E logits", "err/E", "sig", "prefill t/s (median)",
+    "decode t/s (median)", "peak MiB", "semantic"};
 
 static void cell_g(char *c, double v)
 {

@@ -17,8 +17,17 @@ typedef struct hx_run_request {
     uint32_t n_forced;
 } hx_run_request;
 
+/* Timing: the prefill and the decode are repeated (on the captured token path) until each has
+ * run for HX_TIME_MIN_S in total and at least HX_TIME_MIN_REPS times (at most
+ * HX_TIME_MAX_REPS); the reported time is the median, single shots being too noisy on small
+ * models. */
+#define HX_TIME_MIN_S 0.05
+#define HX_TIME_MIN_REPS 3
+#define HX_TIME_MAX_REPS 64
+
 typedef struct hx_run_stats {
-    double prefill_s, decode_s;   /* wall seconds of the prefill and the greedy decode */
+    double prefill_s, decode_s;   /* wall seconds of the prefill and of the greedy decode: the
+                                     median of repeated runs (hx_run_capture, HX_TIME_MIN_S) */
     uint32_t n_decode;            /* forward calls in the greedy decode */
     uint64_t ctx_bytes;           /* KV cache + scratch of the context: its peak footprint */
     bool reran_forced;            /* the greedy path left the teacher path, so the forced rows

@@ -27,13 +27,24 @@ static inline char *fz_cstr(const uint8_t *data, size_t size)
     return s;
 }
 
-/* Writes bytes[n] to this process's scratch file and returns its path (static buffer). */
+static char fz_scratch_path[256];
+
+static inline void fz_scratch_remove(void)
+{
+    unlink(fz_scratch_path);
+}
+
+/* Writes bytes[n] to this process's scratch file and returns its path (static buffer); the
+ * file is removed when the process exits. */
 static inline const char *fz_scratch(const void *bytes, size_t n, const char *ext)
 {
-    static char path[256];
+    char *path = fz_scratch_path;
+    const size_t cap = sizeof fz_scratch_path;
     const char *dir = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/kvdrift-fuzz-%ld%s", dir && *dir ? dir : "/tmp",
-             (long)getpid(), ext);
+    if (path[0] == '\0')
+        atexit(fz_scratch_remove);
+    snprintf(path, cap, "%s/kvdrift-fuzz-%ld%s", dir && *dir ? dir : "/tmp", (long)getpid(),
+             ext);
     FILE *f = fopen(path, "wb");
     if (f == NULL)
         abort();

@@ -1,0 +1,162 @@
+/* backend_det.c — the deterministic fast backend: the det kernels (det_kernels.h, where the
+ * summation orders are stated) on the engine's one thread pool.
+ *
+ * Threading: a product is split into contiguous ranges of output columns (gemm_nt: rows of
+ * B, the weights, so each thread streams its own part of the matrix; gemm_nn: rows of A),
+ * never along the reduction, and each output element is computed by the same kernel code
+ * whichever thread and tile it falls in. Results are therefore bitwise independent of the
+ * thread count, of the prefill chunking and of decode (one row) vs prefill (many rows).
+ * Products too small to repay a wake-up run on the calling thread (which changes no bit).
+ *
+ * The pool is the context's only pool: the forward pass runs its elementwise stages on it
+ * too (lm_backend.pool), so no other threads compete with it. */
+#include "backend.h"
+#include "det_kernels.h"
+#include "threadpool.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define DET_MIN_FLOPS 65536.0 /* below this many multiply-adds a product stays serial */
+
+typedef struct det_backend {
+    lm_backend base;
+    lm_det_isa isa;
+} det_backend;
+
+typedef struct det_job {
+    lm_det_isa isa;
+    uint32_t m, n, k;
+    float alpha;
+    const float *a, *b;
+    size_t lda, ldb, ldc;
+    float *c;
+} det_job;
+
+/* gemm_nt over output columns [begin, end) (rows of B). */
+static void nt_cols(void *arg, uint32_t begin, uint32_t end)
+{
+    const det_job *j = arg;
+    lm_det_gemm_nt(j->isa, j->m, end - begin, j->k, j->alpha, j->a, j->lda,
+                   j->b + (size_t)begin * j->ldb, j->ldb, j->c + begin, j->ldc);
+}
+
+/* gemm_nt over output rows [begin, end) (rows of A): when B has too few rows to split. */
+static void nt_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const det_job *j = arg;
+    lm_det_gemm_nt(j->isa, end - begin, j->n, j->k, j->alpha, j->a + (size_t)begin * j->lda,
+                   j->lda, j->b, j->ldb, j->c + (size_t)begin * j->ldc, j->ldc);
+}
+
+/* gemm_nn over output rows [begin, end). */
+static void nn_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const det_job *j = arg;
+    lm_det_gemm_nn(j->isa, end - begin, j->n, j->k, j->a + (size_t)begin * j->lda, j->lda, j->b,
+                   j->ldb, j->c + (size_t)begin * j->ldc, j->ldc);
+}
+
+static lm_pool *pool_for(const lm_backend *be, uint32_t m, uint32_t n, uint32_t k)
+{
+    return (double)m * n * k >= DET_MIN_FLOPS ? be->pool : NULL;
+}
+
+static void det_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                        const float *a /* [m][lda] */, size_t lda,
+                        const float *b /* [n][ldb] */, size_t ldb,
+                        float *c /* [m][ldc] */, size_t ldc)
+{
+    det_job j = {((det_backend *)be)->isa, m, n, k, alpha, a, b, lda, ldb, ldc, c};
+    lm_pool *p = pool_for(be, m, n, k);
+    if (n >= 16 * (uint32_t)be->n_threads || n >= m)
+        lm_pool_for(p, n, 8, nt_cols, &j);
+    else
+        lm_pool_for(p, m, 1, nt_rows, &j);
+}
+
+static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
+                        const float *a /* [m][lda] */, size_t lda,
+                        const float *b /* [k][ldb] */, size_t ldb,
+                        float *c /* [m][ldc] */, size_t ldc)
+{
+    det_job j = {((det_backend *)be)->isa, m, n, k, 1.0f, a, b, lda, ldb, ldc, c};
+    lm_pool_for(pool_for(be, m, n, k), m, 1, nn_rows, &j);
+}
+
+static void det_destroy(lm_backend *be)
+{
+    lm_pool_free(be->pool);
+    free(be);
+}
+
+static const lm_backend_i det_vt = {
+    .name = "det",
+    .gemm_nt = det_gemm_nt,
+    .gemm_nn = det_gemm_nn,
+    .destroy = det_destroy,
+};
+
+/* The kernel path: $KVDRIFT_DET_ISA (scalar, avx2 or avx512; a path the CPU lacks is an
+ * error) when set and not empty, else the best the CPU has. Forcing a path must not change a
+ * bit: that is how an AVX-512 machine checks the AVX2 path (and the scalar one). */
+static int det_isa(lm_det_isa *isa, lm_err *err)
+{
+    const lm_det_isa best = lm_det_isa_best();
+    const char *e = getenv("KVDRIFT_DET_ISA");
+    *isa = best;
+    if (e == NULL || *e == '\0')
+        return LM_OK;
+    const int forced = lm_det_isa_parse(e);
+    if (forced < 0)
+        return LM_FAIL(err, LM_E_INPUT, "KVDRIFT_DET_ISA=%s: expected scalar, avx2 or avx512", e);
+    if (forced > (int)best)
+        return LM_FAIL(err, LM_E_INPUT, "KVDRIFT_DET_ISA=%s: this CPU has no %s (best: %s)", e, e,
+                       lm_det_isa_name(best));
+    *isa = (lm_det_isa)forced;
+    return LM_OK;
+}
+
+/* Nothing on the machine decides det's bits (every path computes the same order with the
+ * same IEEE operations), so the full form adds nothing to the platform key; the brief form
+ * names the path this process runs. */
+void lm_backend_det_describe(char *buf, size_t n, bool brief);
+void lm_backend_det_describe(char *buf, size_t n, bool brief)
+{
+    lm_det_isa isa;
+    lm_err err = {0};
+    if (!brief)
+        snprintf(buf, n, "%s", "");
+    else if (det_isa(&isa, &err) == LM_OK)
+        snprintf(buf, n, "det=%s", lm_det_isa_name(isa));
+    else
+        snprintf(buf, n, "det=invalid-isa");
+}
+
+int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err)
+{
+    (void)spec;
+    lm_det_isa isa;
+    int rc = det_isa(&isa, err);
+    if (rc != LM_OK)
+        return rc;
+    det_backend *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "det backend: out of memory");
+    if (n_threads <= 0) { /* 0 = all online cores */
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = nc > 0 ? (int)nc : 1;
+    }
+    d->isa = isa;
+    d->base.vt = &det_vt;
+    d->base.n_threads = n_threads;
+    if ((rc = lm_pool_create(&d->base.pool, n_threads, err)) != LM_OK) {
+        free(d);
+        return rc;
+    }
+    *out = &d->base;
+    return LM_OK;
+}

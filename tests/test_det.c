@@ -1,0 +1,355 @@
+/* test_det.c — the det backend's contract: its kernels give the same bits on every
+ * instruction-set path and however a product is split (rows, columns, threads, one row at a
+ * time), and a forward pass with it is bitwise identical for every prefill step and thread
+ * count 1..4 on every synthetic preset and on stories260K, dense and streaming attention. */
+#include "../engine/backend.h"
+#include "../engine/det_kernels.h"
+#include "fixtures.h"
+#include "kvd_engine.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------- kernels ---------- */
+
+/* Random matrices with odd strides; a few exact zeros and tiny values mixed in. */
+static float *rand_mat(size_t rows, size_t ld, uint64_t *st)
+{
+    float *x = tf_rand_vec(rows * ld, 1.0f, st);
+    for (size_t i = 0; i < rows * ld; i += 37)
+        x[i] = (i / 37) % 3 == 0 ? 0.0f : x[i] * 1e-30f;
+    return x;
+}
+
+static lm_backend *det_new(int threads)
+{
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_backend_create(&be, "det", threads, &err) == LM_OK);
+    return be;
+}
+
+/* Every path the CPU has, against the scalar path (the order written out): bitwise, on
+ * shapes around the tile and lane edges. */
+static void test_det_isa_paths_bitwise(void)
+{
+    const lm_det_isa best = lm_det_isa_best();
+    fprintf(stderr, "\n  det: best path on this CPU: %s", lm_det_isa_name(best));
+    uint64_t st = tu_seed() ^ 0xde7;
+    static const uint32_t ms[] = {1, 3, 4, 5, 9}, ns[] = {1, 2, 3, 7, 8, 9, 33}, ks[] = {1, 7, 8, 9, 16, 17, 100};
+    for (size_t a_ = 0; a_ < 5; ++a_)
+        for (size_t b_ = 0; b_ < 7; ++b_)
+            for (size_t c_ = 0; c_ < 7; ++c_) {
+                const uint32_t m = ms[a_], n = ns[b_], k = ks[c_];
+                const size_t lda = k + 3, ldb = k + 5, ldbn = n + 7, ldc = n + 1;
+                float *a = rand_mat(m, lda, &st), *b = rand_mat(n, ldb, &st);
+                float *bn = rand_mat(k, ldbn, &st);
+                float *ref = calloc((size_t)m * ldc, sizeof *ref);
+                float *got = calloc((size_t)m * ldc, sizeof *got);
+                float *refn = calloc((size_t)m * ldc, sizeof *refn);
+                float *gotn = calloc((size_t)m * ldc, sizeof *gotn);
+                CU_ASSERT_FATAL(ref && got && refn && gotn);
+                lm_det_gemm_nt(LM_DET_SCALAR, m, n, k, 0.75f, a, lda, b, ldb, ref, ldc);
+                lm_det_gemm_nn(LM_DET_SCALAR, m, n, k, a, lda, bn, ldbn, refn, ldc);
+                for (int isa = LM_DET_AVX2; isa <= (int)best; ++isa) {
+                    lm_det_gemm_nt((lm_det_isa)isa, m, n, k, 0.75f, a, lda, b, ldb, got, ldc);
+                    lm_det_gemm_nn((lm_det_isa)isa, m, n, k, a, lda, bn, ldbn, gotn, ldc);
+                    const bool same = memcmp(ref, got, (size_t)m * ldc * sizeof *got) == 0;
+                    const bool samen = memcmp(refn, gotn, (size_t)m * ldc * sizeof *got) == 0;
+                    if (!same || !samen)
+                        fprintf(stderr, "\n  %s vs scalar m=%u n=%u k=%u: nt %s, nn %s",
+                                lm_det_isa_name((lm_det_isa)isa), m, n, k, same ? "same" : "DIFF",
+                                samen ? "same" : "DIFF");
+                    CU_ASSERT(same && samen);
+                }
+                free(a), free(b), free(bn), free(ref), free(got), free(refn), free(gotn);
+            }
+}
+
+/* The scalar path is the stated order; this checks it against an independent transcription
+ * on one element (so a wrong lane tree in all paths at once cannot pass). */
+static void test_det_order_as_stated(void)
+{
+    uint64_t st = tu_seed() ^ 0x0de7;
+    const uint32_t k = 41;
+    float *a = tf_rand_vec(k, 1.0f, &st), *b = tf_rand_vec(k, 1.0f, &st), c = 0;
+    float lane[8] = {0};
+    for (uint32_t l = 0; l < 48; ++l)
+        lane[l % 8] = fmaf(l < k ? a[l] : 0.0f, l < k ? b[l] : 0.0f, lane[l % 8]);
+    const float want = 2.0f * (((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+                               ((lane[1] + lane[5]) + (lane[3] + lane[7])));
+    for (int isa = LM_DET_SCALAR; isa <= (int)lm_det_isa_best(); ++isa) {
+        lm_det_gemm_nt((lm_det_isa)isa, 1, 1, k, 2.0f, a, k, b, k, &c, 1);
+        CU_ASSERT(memcmp(&c, &want, sizeof c) == 0);
+    }
+    free(a), free(b);
+}
+
+/* Property: random shapes (m, n, k in 1..1000, odd strides); det split by rows, by columns,
+ * one row at a time and at 1..4 threads gives the bits of one call at one thread; gemm_nn is
+ * unchanged by zero terms appended to its reduction (a causal block's masked keys). */
+static void test_det_split_property(void)
+{
+    uint64_t st = tu_seed() ^ 0x5b1;
+    lm_backend *be[5] = {NULL};
+    for (int t = 1; t <= 4; ++t)
+        be[t] = det_new(t);
+    for (int trial = 0; trial < 12; ++trial) {
+        uint32_t m = 1 + (uint32_t)(tu_rand_u64(&st) % 1000), n = 1 + (uint32_t)(tu_rand_u64(&st) % 1000);
+        const uint32_t k = 1 + (uint32_t)(tu_rand_u64(&st) % 1000);
+        while ((double)m * n * k > 3e7) /* bounded work per trial; shapes keep their spread */
+            m > n ? (m = m / 2 + 1) : (n = n / 2 + 1);
+        const size_t lda = k + 2 * (tu_rand_u64(&st) % 8) + 1, ldb = k + 2 * (tu_rand_u64(&st) % 8) + 1;
+        const size_t ldc = n + 2 * (tu_rand_u64(&st) % 8) + 1, ldbn = n + 2 * (tu_rand_u64(&st) % 8) + 1;
+        const uint32_t kz = k + 1 + (uint32_t)(tu_rand_u64(&st) % 40); /* zero-padded length */
+        float *a = rand_mat(m, lda + kz, &st), *b = rand_mat(n, ldb, &st);
+        float *bn = rand_mat(kz, ldbn, &st);
+        const size_t la = lda + kz; /* A's stride: room for the zero padding */
+        for (uint32_t i = 0; i < m; ++i)
+            for (uint32_t l = k; l < kz; ++l)
+                a[(size_t)i * la + l] = 0.0f;
+        float *full = malloc((size_t)m * ldc * sizeof *full), *part = malloc((size_t)m * ldc * sizeof *part);
+        float *fulln = malloc((size_t)m * ldc * sizeof *fulln);
+        CU_ASSERT_FATAL(full && part && fulln);
+        memset(full, 0, (size_t)m * ldc * sizeof *full);
+        memset(fulln, 0, (size_t)m * ldc * sizeof *fulln);
+        be[1]->vt->gemm_nt(be[1], m, n, k, 0.5f, a, la, b, ldb, full, ldc);
+        be[1]->vt->gemm_nn(be[1], m, n, k, a, la, bn, ldbn, fulln, ldc);
+        int bad = 0;
+        for (int way = 0; way < 6; ++way) {
+            memcpy(part, full, (size_t)m * ldc * sizeof *part);
+            for (uint32_t i = 0; i < m; ++i)
+                for (uint32_t j = 0; j < n; ++j)
+                    part[(size_t)i * ldc + j] = NAN;
+            lm_backend *b_ = be[1 + way % 4];
+            if (way < 4) { /* random row pieces, each split again in random column pieces */
+                for (uint32_t r = 0; r < m;) {
+                    const uint32_t rl = way == 0 ? 1 : 1 + (uint32_t)(tu_rand_u64(&st) % (m - r));
+                    for (uint32_t c0 = 0; c0 < n;) {
+                        const uint32_t cl = 1 + (uint32_t)(tu_rand_u64(&st) % (n - c0));
+                        b_->vt->gemm_nt(b_, rl, cl, k, 0.5f, a + (size_t)r * la, la,
+                                        b + (size_t)c0 * ldb, ldb, part + (size_t)r * ldc + c0, ldc);
+                        c0 += cl;
+                    }
+                    r += rl;
+                }
+            } else { /* whole call at 2..4 threads */
+                b_ = be[way - 2];
+                b_->vt->gemm_nt(b_, m, n, k, 0.5f, a, la, b, ldb, part, ldc);
+            }
+            bad += memcmp(full, part, (size_t)m * ldc * sizeof *part) != 0;
+            /* gemm_nn: row and column pieces, and k zero-padded to kz */
+            for (uint32_t i = 0; i < m; ++i)
+                for (uint32_t j = 0; j < n; ++j)
+                    part[(size_t)i * ldc + j] = NAN;
+            for (uint32_t r = 0; r < m;) {
+                const uint32_t rl = 1 + (uint32_t)(tu_rand_u64(&st) % (m - r));
+                for (uint32_t c0 = 0; c0 < n;) {
+                    const uint32_t cl = 1 + (uint32_t)(tu_rand_u64(&st) % (n - c0));
+                    b_->vt->gemm_nn(b_, rl, cl, way % 2 ? kz : k, a + (size_t)r * la, la, bn + c0,
+                                    ldbn, part + (size_t)r * ldc + c0, ldc);
+                    c0 += cl;
+                }
+                r += rl;
+            }
+            bad += memcmp(fulln, part, (size_t)m * ldc * sizeof *part) != 0;
+        }
+        if (bad)
+            fprintf(stderr, "\n  det m=%u n=%u k=%u: %d splits differ", m, n, k, bad);
+        CU_ASSERT_EQUAL(bad, 0);
+        free(a), free(b), free(bn), free(full), free(part), free(fulln);
+    }
+    for (int t = 1; t <= 4; ++t)
+        lm_backend_destroy(be[t]);
+}
+
+/* KVDRIFT_DET_ISA: a bad name or a path the CPU lacks is a one-line input error. */
+static void test_det_isa_env(void)
+{
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "sse9", 1) == 0);
+    CU_ASSERT_EQUAL(lm_backend_create(&be, "det", 1, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "sse9"));
+    CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "scalar", 1) == 0);
+    CU_ASSERT_EQUAL(lm_backend_create(&be, "det", 1, &err), LM_OK);
+    lm_backend_destroy(be);
+    if (lm_det_isa_best() < LM_DET_AVX512) {
+        CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "avx512", 1) == 0);
+        CU_ASSERT_EQUAL(lm_backend_create(&be, "det", 1, &err), LM_E_INPUT);
+    }
+    unsetenv("KVDRIFT_DET_ISA");
+}
+
+/* ---------- forward pass ---------- */
+
+#define N_TOK 150u /* more than one causal block of queries (128) in one chunk */
+
+typedef struct run_out {
+    float *logits; /* [N_TOK][n_vocab] */
+    float *kv;     /* [n_layer][2][N_TOK][kv_dim] */
+} run_out;
+
+static void run(const lm_model *m, const char *backend, int threads, const char *attn,
+                uint32_t step, const int32_t *tok, run_out *o)
+{
+    const uint32_t nv = m->hp.n_vocab, kvd = m->hp.n_head_kv * m->hp.head_dim;
+    lm_ctx *c = NULL;
+    lm_err err = {0};
+    const lm_ctx_params p = {.backend = backend, .n_threads = threads, .n_ctx = N_TOK, .attn = attn};
+    if (lm_ctx_create(&c, m, &p, &err) != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_FATAL(c != NULL);
+    for (uint32_t done = 0; done < N_TOK;) {
+        const uint32_t len = step == 0 || N_TOK - done < step ? N_TOK - done : step;
+        CU_ASSERT_FATAL(lm_forward(c, tok + done, len, LM_LOGITS_ALL,
+                                   o->logits + (size_t)done * nv, &err) == LM_OK);
+        done += len;
+    }
+    for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
+        memcpy(o->kv + (2 * il) * (size_t)N_TOK * kvd, lm_ctx_k(c, il), (size_t)N_TOK * kvd * sizeof(float));
+        memcpy(o->kv + (2 * il + 1) * (size_t)N_TOK * kvd, lm_ctx_v(c, il), (size_t)N_TOK * kvd * sizeof(float));
+    }
+    lm_ctx_free(c);
+}
+
+/* Every step x threads 1..4, dense and stream, and the forced AVX2 path: bitwise equal to
+ * one chunk at one thread. Returns the number of configurations that differ. */
+static int check_model(const lm_model *m, const char *label)
+{
+    const uint32_t nv = m->hp.n_vocab, kvd = m->hp.n_head_kv * m->hp.head_dim;
+    const size_t nl = (size_t)N_TOK * nv, nk = 2 * (size_t)m->hp.n_layer * N_TOK * kvd;
+    int32_t *tok = malloc(N_TOK * sizeof *tok);
+    run_out base = {malloc(nl * sizeof(float)), malloc(nk * sizeof(float))};
+    run_out got = {malloc(nl * sizeof(float)), malloc(nk * sizeof(float))};
+    CU_ASSERT_FATAL(tok && base.logits && base.kv && got.logits && got.kv);
+    uint64_t st = tu_seed() ^ 0x70c;
+    tok[0] = 1;
+    for (uint32_t i = 1; i < N_TOK; ++i)
+        tok[i] = (int32_t)(3 + tu_rand_u64(&st) % (nv - 3));
+    static const uint32_t steps[] = {0, 1, 2, 3, 7, 16, 64, 129};
+    static const char *const attns[] = {"dense", "stream"};
+    int bad = 0, runs = 0;
+    for (int ai = 0; ai < 2; ++ai) {
+        run(m, "det", 1, attns[ai], 0, tok, &base);
+        for (size_t si = 0; si < sizeof steps / sizeof steps[0]; ++si)
+            for (int t = 1; t <= 4; ++t) {
+                if (si == 0 && t == 1)
+                    continue;
+                run(m, "det", t, attns[ai], steps[si], tok, &got);
+                ++runs;
+                const bool same = memcmp(base.logits, got.logits, nl * sizeof(float)) == 0 &&
+                                  memcmp(base.kv, got.kv, nk * sizeof(float)) == 0;
+                if (!same)
+                    fprintf(stderr, "\n  %s det %s step %u threads %d differs from one chunk",
+                            label, attns[ai], steps[si], t);
+                bad += !same;
+            }
+        if (lm_det_isa_best() >= LM_DET_AVX2) { /* the AVX2 path: the same bits */
+            CU_ASSERT_FATAL(setenv("KVDRIFT_DET_ISA", "avx2", 1) == 0);
+            run(m, "det", 2, attns[ai], 7, tok, &got);
+            unsetenv("KVDRIFT_DET_ISA");
+            ++runs;
+            const bool same = memcmp(base.logits, got.logits, nl * sizeof(float)) == 0 &&
+                              memcmp(base.kv, got.kv, nk * sizeof(float)) == 0;
+            if (!same)
+                fprintf(stderr, "\n  %s det %s: the avx2 path differs", label, attns[ai]);
+            bad += !same;
+        }
+    }
+    fprintf(stderr, "\n  %s: %d det runs bitwise equal to one chunk at one thread", label, runs - bad);
+    free(tok), free(base.logits), free(base.kv), free(got.logits), free(got.kv);
+    return bad;
+}
+
+/* Every synth preset; the large ones (n_embd > 256: smollm2-135m) shrunk to 2 layers and
+ * 1024 vocabulary entries, their matrix and head shapes kept. */
+static void test_det_step_thread_invariant_presets(void)
+{
+    for (size_t i = 0; hx_synth_preset_name(i) != NULL; ++i) {
+        const char *name = hx_synth_preset_name(i);
+        hx_synth_params p;
+        lm_err err = {0};
+        CU_ASSERT_FATAL(hx_synth_preset(&p, name, &err) == LM_OK);
+        if (p.n_embd > 256) {
+            p.n_layer = 2;
+            p.n_vocab = p.n_vocab < 1024 ? p.n_vocab : 1024;
+        }
+        char path[1024];
+        snprintf(path, sizeof path, "%s/det-%s.gguf", tu_tmpdir(), name);
+        CU_ASSERT_FATAL(hx_synth_write_params(path, &p, 7, LM_TYPE_F32, &err) == LM_OK);
+        lm_model *m = NULL;
+        CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+        CU_ASSERT_EQUAL(check_model(m, name), 0);
+        lm_model_free(m);
+        remove(path);
+    }
+}
+
+static void test_det_step_thread_invariant_stories(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    CU_ASSERT_EQUAL(check_model(m, "stories260K"), 0);
+    lm_model_free(m);
+}
+
+/* det vs naive on stories260K (or the tiny preset): max |det - naive| <= 1e-4 *
+ * max(1, max|naive logit|), the bound the blas backend is held to (test_forward): the same
+ * float32 sums in other orders differ by a few ulps of the intermediate values (~1e-6
+ * relative); a wrong term is O(1e-2). The observed figure is printed. */
+static void test_det_close_to_naive(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    char tmp[1024];
+    lm_err err = {0};
+    if (path == NULL) {
+        snprintf(tmp, sizeof tmp, "%s/det-close.gguf", tu_tmpdir());
+        CU_ASSERT_FATAL(hx_synth_write(tmp, "tiny", 3, LM_TYPE_F32, &err) == LM_OK);
+        path = tmp;
+    }
+    lm_model *m = NULL;
+    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    const uint32_t nv = m->hp.n_vocab;
+    run_out n = {malloc((size_t)N_TOK * nv * sizeof(float)),
+                 malloc(2 * (size_t)m->hp.n_layer * N_TOK * m->hp.n_head_kv * m->hp.head_dim * sizeof(float))};
+    run_out d = {malloc((size_t)N_TOK * nv * sizeof(float)),
+                 malloc(2 * (size_t)m->hp.n_layer * N_TOK * m->hp.n_head_kv * m->hp.head_dim * sizeof(float))};
+    CU_ASSERT_FATAL(n.logits && n.kv && d.logits && d.kv);
+    int32_t tok[N_TOK];
+    uint64_t st = tu_seed() ^ 0xc105e;
+    tok[0] = 1;
+    for (uint32_t i = 1; i < N_TOK; ++i)
+        tok[i] = (int32_t)(3 + tu_rand_u64(&st) % (nv - 3));
+    run(m, "naive", 1, NULL, 0, tok, &n);
+    run(m, "det", 2, NULL, 0, tok, &d);
+    double mx = 1, worst = 0;
+    for (size_t i = 0; i < (size_t)N_TOK * nv; ++i) {
+        mx = fmax(mx, fabs((double)n.logits[i]));
+        worst = fmax(worst, fabs((double)n.logits[i] - (double)d.logits[i]));
+    }
+    fprintf(stderr, "\n  det vs naive, %u positions: max abs %.3g (max |logit| %.3g)", N_TOK, worst, mx);
+    CU_ASSERT(worst <= 1e-4 * mx);
+    free(n.logits), free(n.kv), free(d.logits), free(d.kv);
+    lm_model_free(m);
+}
+
+void test_det_register(void)
+{
+    CU_pSuite s = CU_add_suite("det", NULL, NULL);
+    CU_add_test(s, "test_det_isa_paths_bitwise", test_det_isa_paths_bitwise);
+    CU_add_test(s, "test_det_order_as_stated", test_det_order_as_stated);
+    CU_add_test(s, "test_det_split_property", test_det_split_property);
+    CU_add_test(s, "test_det_isa_env", test_det_isa_env);
+    CU_add_test(s, "test_det_step_thread_invariant_presets", test_det_step_thread_invariant_presets);
+    CU_add_test(s, "test_det_step_thread_invariant_stories", test_det_step_thread_invariant_stories);
+    CU_add_test(s, "test_det_close_to_naive", test_det_close_to_naive);
+}
