@@ -150,8 +150,11 @@ asan: deps
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build/asan/kvdrift-tests
 
 install: $(BUILD)/kvdrift
-	install -d $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/doc/kvdrift
 	install -m 755 $(BUILD)/kvdrift $(DESTDIR)$(PREFIX)/bin/kvdrift
+	install -m 644 docs/kvdrift.1 $(DESTDIR)$(PREFIX)/share/man/man1/kvdrift.1
+	install -m 644 harness/report/REPORT-SCHEMA.md $(DESTDIR)$(PREFIX)/share/doc/kvdrift/REPORT-SCHEMA.md
 
 clean:
 	rm -rf build

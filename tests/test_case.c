@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static hx_case *ok(const char *text)
 {
@@ -155,7 +156,7 @@ static void test_case_errors_name_file_and_line(void)
     } while (0)
     BAD_AT4("colour = blue", "unknown key 'colour'");
     BAD_AT4("name = y", "key 'name' given twice");
-    BAD_AT4("tokens = 1,2", "prompt or tokens, not both");
+    BAD_AT4("tokens = 1,2", "give one of prompt, prompt_file or tokens");
     BAD_AT4("steps = 1,0", "'0' is not an integer in 1..4294967295 or full");
     BAD_AT4("steps = 1,,2", "empty list item");
     BAD_AT4("steps = 1,2,", "empty list item");
@@ -194,7 +195,7 @@ static void test_case_errors_name_file_and_line(void)
     /* Missing keys: no line, but the file. */
     bad("model=m\nprompt=p\n", "t.case: missing key 'name'");
     bad("name=x\nprompt=p\n", "t.case: missing key 'model'");
-    bad("name=x\nmodel=m\n", "t.case: missing key 'prompt' or 'tokens'");
+    bad("name=x\nmodel=m\n", "t.case: missing key 'prompt', 'prompt_file' or 'tokens'");
     bad("", "missing key 'name'");
 }
 
@@ -224,6 +225,54 @@ static void test_case_load_files(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "absent.case"));
 }
 
+/* Chat prompts in case files: escapes in prompt, the same text from prompt_file (relative to
+ * the case file), special = true; a relative model path is anchored at the case file. */
+static void test_case_chat_prompts(void)
+{
+    lm_err err = {0};
+    hx_case *c = NULL;
+    static const char esc[] = "name = chat\nmodel = m.gguf\nspecial = true\n"
+                              "prompt = <|im_start|>user\\nHi \\\"you\\\"\\t\\\\<|im_end|>\\n\n";
+    const char *dir = tu_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/chatcase", dir);
+    CU_ASSERT_FATAL(mkdir(path, 0755) == 0);
+    snprintf(path, sizeof path, "%s", tu_write_file("chatcase/esc.case", esc, strlen(esc)));
+    CU_ASSERT_EQUAL_FATAL(hx_case_load(&c, path, &err), LM_OK);
+    static const char want[] = "<|im_start|>user\nHi \"you\"\t\\<|im_end|>\n";
+    CU_ASSERT_STRING_EQUAL(c->prompt, want);
+    CU_ASSERT(c->special);
+    char model[1100];
+    snprintf(model, sizeof model, "%s/chatcase/m.gguf", dir);
+    CU_ASSERT_STRING_EQUAL(c->model.path, model);
+    hx_case_free(c);
+    /* The same prompt from a file, byte for byte. */
+    tu_write_file("chatcase/chat.txt", want, strlen(want));
+    static const char pf[] = "name = chat2\nmodel = synth:tiny\nprompt_file = chat.txt\n";
+    snprintf(path, sizeof path, "%s", tu_write_file("chatcase/pf.case", pf, strlen(pf)));
+    CU_ASSERT_EQUAL_FATAL(hx_case_load(&c, path, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(c->prompt, want);
+    CU_ASSERT_FALSE(c->special);
+    CU_ASSERT_EQUAL(c->line_input, 3);
+    hx_case_free(c);
+    /* Errors: an unknown escape, two prompt sources, a missing prompt file. */
+    static const char *bad[][2] = {
+        {"name = x\nmodel = synth:tiny\nprompt = a\\qb\n", "unknown escape"},
+        {"name = x\nmodel = synth:tiny\nprompt = a\nprompt_file = chat.txt\n", "give one of"},
+        {"name = x\nmodel = synth:tiny\nprompt_file = none.txt\n", "none.txt"},
+        {"name = x\nmodel = synth:tiny\ntokens = 1\nspecial = yes\n", "special 'yes'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        snprintf(path, sizeof path, "%s", tu_write_file("chatcase/bad.case", bad[i][0],
+                                                         strlen(bad[i][0])));
+        lm_err_clear(&err);
+        CU_ASSERT_NOT_EQUAL(hx_case_load(&c, path, &err), LM_OK);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, bad[i][1]));
+        if (strstr(err.msg, bad[i][1]) == NULL)
+            fprintf(stderr, "\n  %s\n", err.msg);
+    }
+}
+
 void test_case_register(void)
 {
     CU_pSuite s = CU_add_suite("case", NULL, NULL);
@@ -231,4 +280,5 @@ void test_case_register(void)
     CU_add_test(s, "test_case_defaults_tokens_synth", test_case_defaults_tokens_synth);
     CU_add_test(s, "test_case_errors_name_file_and_line", test_case_errors_name_file_and_line);
     CU_add_test(s, "test_case_load_files", test_case_load_files);
+    CU_add_test(s, "test_case_chat_prompts", test_case_chat_prompts);
 }

@@ -1,6 +1,8 @@
 /* cli_util.c — shared pieces of the `kvdrift` subcommands (see cli_util.h). */
 #include "cli_util.h"
 
+#include "fs.h"
+
 #include "kvd_tokenizer.h"
 
 #include <errno.h>
@@ -169,4 +171,29 @@ int hx_cli_check_out_dir(const char *path, lm_err *err)
             return writable_dir(path, dir, err);
         memcpy(dir, up, strlen(up) + 1);
     }
+}
+
+static char *prompt_file_text;
+
+static void free_prompt_file(void)
+{
+    free(prompt_file_text);
+    prompt_file_text = NULL;
+}
+
+const char *hx_cli_prompt_file(const char *path, lm_err *err)
+{
+    static bool registered;
+    if (!registered)
+        registered = atexit(free_prompt_file) == 0;
+    free_prompt_file();
+    size_t n = 0;
+    if (lm_read_file(&prompt_file_text, &n, path, 1u << 24, err) != LM_OK)
+        return NULL;
+    if (n == 0 || strlen(prompt_file_text) != n) {
+        LM_FAIL(err, LM_E_INPUT, "-f %s: %s", path, n ? "contains a NUL byte" : "is empty");
+        free_prompt_file();
+        return NULL;
+    }
+    return prompt_file_text;
 }

@@ -33,6 +33,14 @@ int hx_cli_prompt_ids(int32_t **out /* [*n] */, uint32_t *n, const lm_model *m,
                       const char *model_path, const char *text, const char *tokens,
                       bool parse_special, lm_err *err);
 
+/* Greedy tokens generated when -n is not given: the same for sweep, compare and trace (and
+ * a case file's n_gen). */
+#define HX_CLI_DEFAULT_N_GEN HX_CASE_DEFAULT_N_GEN
+
+/* -f FILE: the prompt text read from FILE (its bytes as they are, at most 16 MiB, no NUL);
+ * valid until the next call. NULL with err set when it cannot be read. */
+const char *hx_cli_prompt_file(const char *path, lm_err *err);
+
 /* Loads files[n] into cases[n] (check, bless): every case file is read and validated, and no
  * two may share a name (names key the golden files), before anything runs. On failure the
  * cases loaded so far stay in cases[] for the caller to free; *case_error is true when the

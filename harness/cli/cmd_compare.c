@@ -25,18 +25,22 @@ static const char usage_text[] =
     "MPFR reference on that path, and prints for every layer's K and V (after prefill) and every\n"
     "logits position: A vs B, A vs reference and B vs reference.\n\n"
     "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
     "      --special         parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
     "      --b CONFIG        second configuration\n"
-    "  -n, --n-gen N         greedy tokens to generate (default 8)\n"
+    "  -n, --n-gen N         greedy tokens to generate (default 32, as sweep and trace)\n"
     "      --prec BITS       reference precision (default 127)\n"
     "      --no-ref          skip the reference (A vs B only)\n"
     "      --cache DIR       reference cache folder (default $KVDRIFT_CACHE or ~/.cache/kvdrift)\n"
     "  -h, --help            this text\n\n"
     "Columns: max abs = max |x - y|; ulp = max float32 ULP distance; diff = elements whose bits\n"
     "differ; sig = significant digits vs the reference, -log10(max abs / max |R|); top1 = argmax.\n"
-    "exit codes: 0 done, 2 usage or input error\n";
+    "The last line is the verdict: IDENTICAL (bitwise equal captures), SAME TOKENS (other bits,\n"
+    "same argmax at every teacher-forced position and the same greedy tokens) or PARTED (the\n"
+    "argmax differs somewhere or the greedy tokens part), with where.\n"
+    "exit codes: 0 IDENTICAL or SAME TOKENS, 1 PARTED, 2 usage or input error\n";
 
 static void ulp_text(char *buf, size_t n, uint64_t u)
 {
@@ -101,6 +105,10 @@ static int set_option(compare_opts *o, int opt, const char *arg)
     lm_err err = {0};
     switch (opt) {
     case 'p': o->text = arg; return 0;
+    case 'f': {
+        lm_err ferr = {0};
+        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? 0 : hx_cli_fail("compare", "%s", ferr.msg);
+    }
     case O_SPECIAL: o->parse_special = true; return 0;
     case O_TOKENS: o->tok_s = arg; return 0;
     case O_NOREF: o->no_ref = true; return 0;
@@ -124,18 +132,18 @@ static int set_option(compare_opts *o, int opt, const char *arg)
 static int parse_options(compare_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'}, {"tokens", required_argument, NULL, O_TOKENS},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'}, {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},      {"b", required_argument, NULL, O_B},
         {"n-gen", required_argument, NULL, 'n'},  {"prec", required_argument, NULL, O_PREC},
         {"no-ref", no_argument, NULL, O_NOREF},   {"cache", required_argument, NULL, O_CACHE},
         {"special", no_argument, NULL, O_SPECIAL},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    *o = (compare_opts){.n_gen = 8, .prec = REF_DEFAULT_PREC};
+    *o = (compare_opts){.n_gen = HX_CLI_DEFAULT_N_GEN, .prec = REF_DEFAULT_PREC};
     bool have_a = false, have_b = false;
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1;) {
+    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;
@@ -270,6 +278,42 @@ static int print_table(const compare_run *c, lm_err *err)
     return st;
 }
 
+/* The verdict line; returns the exit code (0 the same tokens, 1 parted). */
+static int print_verdict(const compare_run *c, uint32_t n_gen)
+{
+    const hx_capture *xa = c->xa, *xb = c->xb;
+    size_t nv = xa->shape.n_vocab, n_flip = 0;
+    uint32_t np = c->n_prompt;
+    int64_t first = -1;
+    int64_t g = hx_first_divergence(xa->tokens + np, n_gen, xb->tokens + np, n_gen);
+    uint8_t ha[16], hb[16];
+    lm_err err = {0};
+    if (hx_capture_hash(ha, xa, &err) == LM_OK && hx_capture_hash(hb, xb, &err) == LM_OK &&
+        memcmp(ha, hb, 16) == 0) {
+        printf("verdict: IDENTICAL: A and B are bitwise equal\n");
+        return 0;
+    }
+    for (uint32_t i = 0; i < xa->shape.n_pos; ++i)
+        if (lm_argmax(xa->logits + i * nv, (uint32_t)nv) !=
+            lm_argmax(xb->logits + i * nv, (uint32_t)nv)) {
+            n_flip++;
+            first = first < 0 ? (int64_t)xa->positions[i] : first;
+        }
+    if (n_flip == 0 && g < 0) {
+        printf("verdict: SAME TOKENS: other bits, the same argmax at all %u positions and the "
+               "same greedy tokens\n", (unsigned)xa->shape.n_pos);
+        return 0;
+    }
+    printf("verdict: PARTED: argmax differs at %zu of %u positions", n_flip,
+           (unsigned)xa->shape.n_pos);
+    if (first >= 0)
+        printf(" (first at position %lld)", (long long)first);
+    if (g >= 0)
+        printf("; greedy tokens part at generated index %lld", (long long)g);
+    printf("\n");
+    return 1;
+}
+
 int cmd_compare(int argc, char **argv)
 {
     compare_opts o;
@@ -279,10 +323,13 @@ int cmd_compare(int argc, char **argv)
     compare_run c = {0};
     lm_err err = {0};
     int st = run_compare(&c, &o, &err);
+    int verdict = 0;
     if (st == LM_OK) {
         print_summary(&c, &o);
         st = print_table(&c, &err);
     }
+    if (st == LM_OK)
+        verdict = print_verdict(&c, o.n_gen);
     if (st != LM_OK)
         fprintf(stderr, "kvdrift compare: %s\n", err.msg);
     hx_capture_free(c.xa);
@@ -292,5 +339,5 @@ int cmd_compare(int argc, char **argv)
     free(c.prompt);
     free(c.path);
     lm_model_free(c.m);
-    return lm_status_exit_code(st);
+    return st != LM_OK ? lm_status_exit_code(st) : verdict;
 }

@@ -27,6 +27,7 @@ static void usage(FILE *f)
             "cache of every layer after the prompt (K after RoPE, V) and the logits at the last\n"
             "prompt position and every teacher-forced position, rounded to float64.\n\n"
             "  -p, --prompt TEXT        prompt text (tokenized with the model's vocabulary, BOS added)\n"
+            "  -f, --file FILE          the prompt text read from FILE (its bytes as they are)\n"
             "      --tokens ID,...      prompt as token ids instead of text\n"
             "      --special            parse control tokens written in TEXT (\"<|im_start|>\")\n"
             "                           as those tokens (llama.cpp's CLI default)\n"
@@ -117,6 +118,7 @@ static int set_option(ref_opts *o, int c, const char *arg, lm_err *err)
 {
     switch (c) {
     case 'p': o->text = arg; return LM_OK;
+    case 'f': return (o->text = hx_cli_prompt_file(arg, err)) ? LM_OK : err->code;
     case 'S': o->parse_special = true; return LM_OK;
     case 't': o->tok_s = arg; return LM_OK;
     case 'g': o->gen_s = arg; return LM_OK;
@@ -146,7 +148,7 @@ static int set_option(ref_opts *o, int c, const char *arg, lm_err *err)
 static int parse_options(ref_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, 't'},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},   {"tokens", required_argument, NULL, 't'},
         {"gen-tokens", required_argument, NULL, 'g'}, {"prec", required_argument, NULL, 'P'},
         {"output", required_argument, NULL, 'o'},   {"npy", required_argument, NULL, 'N'},
         {"cache", required_argument, NULL, 'C'},    {"no-cache", no_argument, NULL, 'X'},
@@ -160,7 +162,7 @@ static int parse_options(ref_opts *o, int argc, char **argv)
     lm_err err = {0};
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    for (int c; (c = getopt_long(argc, argv, ":p:o:j:qh", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, ":p:f:o:j:qh", opts, NULL)) != -1;) {
         if (c == 'h') {
             usage(stdout);
             return 0;

@@ -35,6 +35,7 @@ static const char usage_text[] =
     "MODEL is a GGUF path or synth:PRESET[:seed=N] (a synthetic model, written into the cache\n"
     "folder on first use; presets as in `kvdrift synth --help`).\n\n"
     "  -p, --prompt TEXT       prompt text (BOS added when the vocabulary asks for it)\n"
+    "  -f, --file FILE         the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...     prompt as token ids instead of text\n"
     "      --special           parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --steps LIST        prefill chunk sizes, integers or full (default "
@@ -208,6 +209,10 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
 {
     switch (opt) {
     case 'p': o->text = arg; return 0;
+    case 'f': {
+        lm_err ferr = {0};
+        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? 0 : hx_cli_fail("sweep", "%s", ferr.msg);
+    }
     case 'v': o->verbose = true; return 0;
     case O_FORMAT:
         return hx_table_fmt_parse(&o->fmt, arg)
@@ -236,7 +241,7 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
 static int parse_options(sweep_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},    {"tokens", required_argument, NULL, O_TOKENS},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},    {"tokens", required_argument, NULL, O_TOKENS},
         {"steps", required_argument, NULL, O_STEPS}, {"backends", required_argument, NULL, O_BACKENDS},
         {"threads", required_argument, NULL, O_THREADS},
         {"attn", required_argument, NULL, O_ATTN},   {"rot", required_argument, NULL, O_ROT},
@@ -253,13 +258,13 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     };
     *o = (sweep_opts){.steps_s = HX_CASE_DEFAULT_STEPS, .backends_s = HX_CASE_DEFAULT_BACKENDS,
                       .threads_s = "1", .fmt = HX_FMT_TABLE,
-                      .sp = {.n_gen = HX_CASE_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
+                      .sp = {.n_gen = HX_CLI_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                              .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1}};
     hx_spec_opts_init(&o->so);
     hx_block_opts_init(&o->bo);
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:n:j:o:qhv", opts, NULL)) != -1;) {
+    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:j:o:qhv", opts, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             fputs(usage_options, stdout);

@@ -24,11 +24,13 @@ static const char usage_text[] =
     "rounding explains: E(op, pos) = 2 * max over M naive-sr (stochastic rounding) runs of\n"
     "max |member - naive|, all at step=full on the same tokens.\n\n"
     "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
     "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
     "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
     "      --b CONFIG        second configuration\n"
-    "  -n, --n-gen N         decode steps after the prompt, on A's greedy path (default 0)\n"
+    "  -n, --n-gen N         decode steps after the prompt, on A's greedy path (default 32,\n"
+    "                        as sweep and compare)\n"
     "      --ensemble M      naive-sr runs for the envelope (default 8, at least 8)\n"
     "      --no-envelope     bitwise comparison only\n"
     "      --seed S          first stochastic-rounding seed (default the sweep's)\n"
@@ -55,6 +57,10 @@ static int set_option(trace_opts *o, int opt, const char *arg)
     uint64_t v;
     switch (opt) {
     case 'p': o->text = arg; return 0;
+    case 'f': {
+        lm_err ferr = {0};
+        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? 0 : hx_cli_fail("trace", "%s", ferr.msg);
+    }
     case O_TOKENS: o->tok_s = arg; return 0;
     case O_NOENV: o->no_env = true; return 0;
     case O_BRIEF: o->brief = true; return 0;
@@ -86,7 +92,7 @@ static int set_option(trace_opts *o, int opt, const char *arg)
 static int parse_options(trace_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
+        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},   {"tokens", required_argument, NULL, O_TOKENS},
         {"a", required_argument, NULL, O_A},        {"b", required_argument, NULL, O_B},
         {"n-gen", required_argument, NULL, 'n'},    {"ensemble", required_argument, NULL, O_ENS},
         {"no-envelope", no_argument, NULL, O_NOENV}, {"seed", required_argument, NULL, O_SEED},
@@ -94,11 +100,11 @@ static int parse_options(trace_opts *o, int argc, char **argv)
         {"special", no_argument, NULL, O_SPECIAL},
         {NULL, 0, NULL, 0},
     };
-    *o = (trace_opts){.tp = {.ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
+    *o = (trace_opts){.tp = {.n_gen = HX_CLI_DEFAULT_N_GEN, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
                              .sr_seed = HX_SWEEP_DEFAULT_SEED}};
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1;) {
+    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;

@@ -70,7 +70,8 @@ static int prompt_tokens(int32_t **out, uint32_t *n_out, const hx_caserun *r, lm
         return LM_FAIL(err, LM_E_INPUT, "%s: model %s has no tokenizer; give tokens instead of "
                        "prompt", c->file, r->model_path);
     size_t n = 0;
-    int rc = lm_tokenize(m->vocab, c->prompt, strlen(c->prompt), true, out, &n, err);
+    int rc = lm_tokenize_ex(m->vocab, c->prompt, strlen(c->prompt), true, c->special, out, &n,
+                            err);
     if (rc != LM_OK)
         return rc;
     if (n == 0 || n > UINT32_MAX / 2) {

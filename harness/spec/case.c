@@ -49,10 +49,11 @@ int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err)
 /* --- the INI handler --- */
 
 enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_STEPS, K_BACKENDS, K_THREADS, K_ATTN, K_N_GEN,
-       K_PRECISION, K_STRICT, K_ROT, K_COUNT };
+       K_PRECISION, K_STRICT, K_ROT, K_PROMPT_FILE, K_SPECIAL, K_COUNT };
 static const char *const keys[K_COUNT] = {"name",     "model",   "prompt", "tokens",
                                           "steps",    "backends", "threads", "attn",
-                                          "n_gen",    "precision", "strict_bits", "rot"};
+                                          "n_gen",    "precision", "strict_bits", "rot",
+                                          "prompt_file", "special"};
 
 typedef struct parse_state {
     hx_case *c;
@@ -75,6 +76,51 @@ static char *dup_value(const char *v)
     return strdup(v);
 }
 
+/* The prompt value with its escapes replaced: \n newline, \t tab, \r carriage return, \\
+ * backslash, \" quote; any other backslash sequence is an error. */
+static int unescape(char *s, lm_err *err)
+{
+    char *o = s;
+    for (const char *p = s; *p; ++p) {
+        if (*p != '\\') {
+            *o++ = *p;
+            continue;
+        }
+        switch (*++p) {
+        case 'n': *o++ = '\n'; break;
+        case 't': *o++ = '\t'; break;
+        case 'r': *o++ = '\r'; break;
+        case '\\': *o++ = '\\'; break;
+        case '"': *o++ = '"'; break;
+        default:
+            return LM_FAIL(err, LM_E_INPUT, "prompt: unknown escape '\\%.1s' (\\n, \\t, \\r, "
+                           "\\\\ and \\\" are known)", p);
+        }
+    }
+    *o = '\0';
+    return LM_OK;
+}
+
+/* prompt_file: the file's bytes as they are (relative paths from the case file's folder). */
+static int read_prompt_file(hx_case *c, const char *value, lm_err *err)
+{
+    const char *slash = strrchr(c->file, '/');
+    char path[4096];
+    int n = value[0] == '/' || slash == NULL
+                ? snprintf(path, sizeof path, "%s", value)
+                : snprintf(path, sizeof path, "%.*s/%s", (int)(slash - c->file), c->file, value);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return LM_FAIL(err, LM_E_INPUT, "prompt_file '%.64s': path too long", value);
+    size_t len = 0;
+    int rc = lm_read_file(&c->prompt, &len, path, 1u << 24, err);
+    if (rc != LM_OK)
+        return rc;
+    if (strlen(c->prompt) != len || len == 0)
+        return LM_FAIL(err, LM_E_INPUT, "prompt_file %s: %s", path,
+                       len ? "contains a NUL byte" : "is empty");
+    return LM_OK;
+}
+
 static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
 {
     hx_case *c = ps->c;
@@ -94,15 +140,20 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
             return LM_FAIL(err, LM_E_NOMEM, "out of memory");
         return hx_model_spec_parse(&c->model, value, err);
     case K_PROMPT:
-        if (ps->seen[K_TOKENS])
-            return LM_FAIL(err, LM_E_INPUT, "give prompt or tokens, not both");
+    case K_PROMPT_FILE:
+    case K_TOKENS:
+        if (ps->seen[K_PROMPT] + ps->seen[K_PROMPT_FILE] + ps->seen[K_TOKENS])
+            return LM_FAIL(err, LM_E_INPUT, "give one of prompt, prompt_file or tokens");
+        if (k == K_TOKENS)
+            return hx_parse_tokens(&c->tokens, &c->n_tokens, value, err);
+        if (k == K_PROMPT_FILE)
+            return read_prompt_file(c, value, err);
         if ((c->prompt = dup_value(value)) == NULL)
             return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        if (unescape(c->prompt, err) != LM_OK)
+            return err->code;
         return *c->prompt ? LM_OK : LM_FAIL(err, LM_E_INPUT, "prompt is empty");
-    case K_TOKENS:
-        if (ps->seen[K_PROMPT])
-            return LM_FAIL(err, LM_E_INPUT, "give prompt or tokens, not both");
-        return hx_parse_tokens(&c->tokens, &c->n_tokens, value, err);
+
     case K_STEPS:
         free(c->steps);
         c->steps = NULL;
@@ -142,14 +193,17 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
                            HX_CASE_MIN_PRECISION, HX_CASE_MAX_PRECISION);
         c->precision = (uint32_t)u;
         return LM_OK;
-    case K_STRICT:
+    case K_SPECIAL:
+    case K_STRICT: {
+        bool *b = k == K_STRICT ? &c->strict_bits : &c->special;
         if (strcmp(value, "true") == 0)
-            c->strict_bits = true;
+            *b = true;
         else if (strcmp(value, "false") == 0)
-            c->strict_bits = false;
+            *b = false;
         else
-            return LM_FAIL(err, LM_E_INPUT, "strict_bits '%s': expected true or false", value);
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': expected true or false", keys[k], value);
         return LM_OK;
+    }
     default:
         return LM_FAIL(err, LM_E_INTERNAL, "case: key %d", k);
     }
@@ -186,8 +240,9 @@ static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, l
         return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'name'", file);
     if (!ps->seen[K_MODEL])
         return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'model'", file);
-    if (!ps->seen[K_PROMPT] && !ps->seen[K_TOKENS])
-        return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'prompt' or 'tokens'", file);
+    if (!ps->seen[K_PROMPT] && !ps->seen[K_TOKENS] && !ps->seen[K_PROMPT_FILE])
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'prompt', 'prompt_file' or 'tokens'",
+                       file);
     if (!ps->seen[K_STEPS] &&
         hx_axis_steps(&c->steps, &c->n_steps, "steps", HX_CASE_DEFAULT_STEPS, &e))
         return LM_FAIL(err, e.code, "%s: %s", file, e.msg);

@@ -3,7 +3,9 @@
  *   ; cases/stories-steps.case
  *   name = stories-steps
  *   model = ${KVDRIFT_MODELS}/stories260K.gguf     ; or synth:PRESET[:seed=N]
- *   prompt = Once upon a time                     ; or: tokens = 1,403,9038
+ *   prompt = Once upon a time                     ; or: tokens = 1,403,9038, or
+ *                                                 ;     prompt_file = chat.txt
+ *   special = false                               ; control-token text becomes tokens
  *   steps = 1,2,3,full                            ; default 1,2,3,5,8,16,32,64,full
  *   backends = naive,blas                         ; default naive,blas
  *   threads = 1,2                                 ; default 1
@@ -63,6 +65,8 @@ typedef struct hx_case {
     uint32_t n_gen;
     uint32_t precision;
     bool strict_bits;
+    bool special;         /* special = true: control-token text in the prompt ("<|im_start|>")
+                             becomes those tokens (lm_tokenize_ex parse_special) */
     /* 1-based lines of keys in the file (0 = absent), for annotations pointing at them. */
     uint32_t line_name, line_model, line_input /* prompt, tokens or prompt_file */, line_steps;
 } hx_case;
