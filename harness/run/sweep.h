@@ -160,11 +160,4 @@ extern int64_t hx_sweep_test_poison_path;
 #endif
 void hx_sweep_result_free(hx_sweep_result *r);
 
-/* The configurations of axes backends x threads x attn x steps (steps vary fastest), the same
- * cross product and order as hx_case_configs. n_threads / n_attn may be 0 (one default value).
- * *out malloc'd. LM_E_INPUT for an empty axis or an unknown backend. */
-int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
-                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
-                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
-
 #endif

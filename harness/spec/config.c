@@ -446,3 +446,48 @@ int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list,
     *n = l.n;
     return LM_OK;
 }
+
+int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
+                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
+                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (n_backends == 0 || n_steps == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s list is empty", n_steps ? "backend" : "step");
+    for (uint32_t b = 0; b < n_backends; ++b) {
+        if (!lm_backend_known(backends[b], strnlen(backends[b], 16)))
+            return LM_FAIL(err, LM_E_INPUT, "unknown backend '%.16s' (expected %s)", backends[b],
+                           lm_backend_expected());
+    }
+    static const uint32_t one_thread[1] = {0};
+    static const hx_attn one_attn[1] = {HX_ATTN_DEFAULT};
+    if (n_threads == 0) {
+        threads = one_thread;
+        n_threads = 1;
+    }
+    if (n_attn == 0) {
+        attn = one_attn;
+        n_attn = 1;
+    }
+    /* The same product and order as a case file's (hx_case_configs): steps vary fastest. */
+    size_t total = (size_t)n_backends * n_threads * n_attn * n_steps;
+    hx_config *v = calloc(total, sizeof *v);
+    if (v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    size_t i = 0;
+    for (uint32_t b = 0; b < n_backends; ++b)
+        for (uint32_t t = 0; t < n_threads; ++t)
+            for (uint32_t a = 0; a < n_attn; ++a)
+                for (uint32_t s = 0; s < n_steps; ++s) {
+                    memcpy(v[i].backend, backends[b], sizeof v[i].backend);
+                    v[i].backend[sizeof v[i].backend - 1] = '\0';
+                    v[i].threads = threads[t];
+                    v[i].attn = attn[a];
+                    v[i].step = steps[s];
+                    ++i;
+                }
+    *out = v;
+    *n = total;
+    return LM_OK;
+}

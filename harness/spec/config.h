@@ -105,6 +105,13 @@ int hx_axis_backends(char (**out)[16], uint32_t *n, const char *what, const char
 /* Attention variants: default, dense, stream. */
 int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list, lm_err *err);
 
+/* The configurations of axes backends x threads x attn x steps (steps vary fastest), the one
+ * cross product (hx_case_configs uses it too). n_threads / n_attn may be 0 (one default value).
+ * *out malloc'd. LM_E_INPUT for an empty axis or an unknown backend. */
+int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
+                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
+                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
+
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
 /* The backends a configuration may name: lm_backend_known (kvd_engine.h, the registry). */
