@@ -5,6 +5,7 @@
 #define KVD_BACKEND_H
 
 #include "kvd_common.h"
+#include "kvd_profile.h"
 
 typedef struct lm_backend lm_backend;
 
@@ -28,6 +29,11 @@ typedef struct lm_backend_i {
      * results stay independent of prefill step and threads. site: an lm_perturb_site. */
     void (*perturb)(lm_backend *be, float *x /* [n][stride] */, uint32_t n, uint32_t elems,
                     size_t stride, uint32_t site);
+    /* Optional: rounds rows x [n][stride] to the virtual precision spec at a profile's site
+     * (kvd_profile.h) in the backend's own way (naive-sr: stochastically, seeded like perturb).
+     * NULL: round to nearest (lm_round_rows_rn), what an engine running the profile does. */
+    void (*round)(lm_backend *be, float *x /* [n][stride] */, uint32_t n, uint32_t elems,
+                  size_t stride, uint32_t site, const lm_round_spec *spec);
     /* Optional (NULL: operands are read where they lie, as for the CPU backends). Called once
      * per context with the model's float32 weight arena: a device backend uploads it once and
      * reads every B operand that lies inside it from its own copy. */
@@ -46,23 +52,39 @@ typedef enum lm_perturb_site {
     LM_SITE_SWIGLU,       /* silu(gate) * up */
     LM_SITE_RESIDUAL,     /* x after each residual add */
     LM_SITE_OUT_NORM,     /* final RMSNorm before the output projection */
+    /* Sites that only a precision profile rounds (never perturbed without one, so the f32
+     * ensemble's bits do not depend on them): */
+    LM_SITE_V,            /* V rows after projection and bias */
+    LM_SITE_ATTN_OUT,     /* attention output, the input of Wo */
+    LM_SITE_KV,           /* K and V rows as stored in the cache */
+    LM_SITE_WEIGHT,       /* weight matrices, once per context */
 } lm_perturb_site;
 
 struct lm_backend {
     const lm_backend_i *vt;
     int n_threads;
+    const lm_profile *prof; /* precision profile (kvd_profile.h); NULL = f32 */
     /* The backend's own thread pool (threadpool.h) when it runs its products on one (det),
      * else NULL; a context then runs its elementwise stages on this pool too, so that one
      * set of threads does everything. Owned by the backend. */
     struct lm_pool *pool;
 };
 
-/* Calls be's perturb slot when it has one. */
+/* The end of an elementwise stage at site: when the profile rounds there, the round slot (or
+ * round to nearest without one) — which replaces the perturbation, the value then carrying the
+ * profile's coarser rounding; otherwise the perturb slot, for the sites before LM_SITE_V. */
 static inline void lm_backend_perturb(lm_backend *be, float *x /* [n][stride] */, uint32_t n,
                                       uint32_t elems, size_t stride, uint32_t site)
 {
-    if (be->vt->perturb != NULL)
+    const lm_round_spec *s = lm_profile_site(be->prof, site);
+    if (s->kind != LM_ROUND_NONE) {
+        if (be->vt->round != NULL)
+            be->vt->round(be, x, n, elems, stride, site, s);
+        else
+            lm_round_rows_rn(x, n, elems, stride, s);
+    } else if (be->vt->perturb != NULL && (site & 0xffu) < LM_SITE_V) {
         be->vt->perturb(be, x, n, elems, stride, site);
+    }
 }
 
 /* Creates a backend by a registered name (lm_backend_at in kvd_engine.h; NAME:seed=N for a

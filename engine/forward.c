@@ -70,6 +70,11 @@ struct lm_ctx {
     bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
     lm_probe_fn probe; /* per-operation checkpoints, NULL = none */
     void *probe_user;
+    const lm_model *m_user; /* the caller's model; m is a copy with rounded weights when the
+                               profile rounds WEIGHT (else m_user itself) */
+    lm_model *m_round;      /* that copy (NULL when none) */
+    float *w_round;         /* its weights, one block */
+    lm_layer *layers_round; /* [n_layer] its layers */
 };
 
 /* ---- elementwise kernels (fixed order, shared by every backend) ---- */
@@ -288,12 +293,16 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         add_bias(kc, L->bk, n, kv_dim, kv_dim);
     if (L->bv != NULL)
         add_bias(vc, L->bv, n, kv_dim, kv_dim);
+    lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_V); /* profiles only */
     if (L->attn_q_norm != NULL) { /* per-head RMSNorm over head_dim, before RoPE */
         head_norm_chunk(c, c->q, L->attn_q_norm, n * hp->n_head);
         head_norm_chunk(c, kc, L->attn_k_norm, n * hp->n_head_kv);
     }
     rope_chunk(c, il, c->q, n, hp->n_head, q_dim);
     rope_chunk(c, il, kc, n, hp->n_head_kv, kv_dim);
+    /* profiles only: K and V as the cache stores them (f16kv: binary16) */
+    lm_backend_perturb(be, kc, n, kv_dim, kv_dim, LM_SITE_KV);
+    lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_KV);
     probe(c, il, "q", c->q, n, q_dim);
     probe(c, il, "k", kc, n, kv_dim);
     probe(c, il, "v", vc, n, kv_dim);
@@ -321,6 +330,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         lm_attention_dense(be, &a);
         lm_variants_note_dense(c->var, n, c->n_past + n);
     }
+    lm_backend_perturb(be, c->att, n, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
     probe(c, il, "attn", c->att, n, q_dim);
 
     be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
@@ -476,6 +486,63 @@ static void fill_rope_table(const lm_ctx *c, float *cos_tab, float *sin_tab, flo
     }
 }
 
+/* Copies src [rows][cols] into *cur rounded at the WEIGHT site, advancing *cur. */
+static const float *round_copy(lm_ctx *c, float **cur, const float *src, uint32_t rows,
+                               uint32_t cols)
+{
+    float *dst = *cur;
+    memcpy(dst, src, (size_t)rows * cols * sizeof *dst);
+    lm_backend_perturb(c->be, dst, rows, cols, cols, LM_SITE_WEIGHT);
+    *cur += (size_t)rows * cols;
+    return dst;
+}
+
+/* A profile that rounds WEIGHT (bf16, tf32): the context computes with a private copy of the
+ * model whose embedding table and weight matrices are rounded once (norm weights and biases
+ * stay float32). MoE experts are not covered: LM_E_UNSUPPORTED. */
+static int round_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
+{
+    if (lm_profile_site(prof, LM_SITE_WEIGHT)->kind == LM_ROUND_NONE)
+        return LM_OK;
+    const lm_model *m = c->m_user;
+    const lm_hparams *hp = &m->hp;
+    const uint64_t d = hp->n_embd, q_dim = (uint64_t)hp->n_head * hp->head_dim,
+                   kv_dim = (uint64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
+    uint64_t total = (uint64_t)hp->n_vocab * d * (hp->tied_output ? 1 : 2);
+    for (uint32_t il = 0; il < hp->n_layer; ++il) {
+        if (m->layers[il].ffn_gate_inp != NULL)
+            return LM_FAIL(err, LM_E_UNSUPPORTED, "profile %s rounds weights, which is not "
+                           "implemented for MoE layers", prof->name);
+        total += 2 * q_dim * d + 2 * kv_dim * d + 3 * ff * d;
+    }
+    c->m_round = malloc(sizeof *c->m_round);
+    c->layers_round = malloc((hp->n_layer ? hp->n_layer : 1) * sizeof *c->layers_round);
+    c->w_round = malloc(total * sizeof(float));
+    if (c->m_round == NULL || c->layers_round == NULL || c->w_round == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "profile %s: cannot allocate %llu rounded weights",
+                       prof->name, (unsigned long long)total);
+    *c->m_round = *m;
+    float *cur = c->w_round;
+    c->m_round->tok_embd = round_copy(c, &cur, m->tok_embd, hp->n_vocab, (uint32_t)d);
+    c->m_round->output = hp->tied_output ? c->m_round->tok_embd
+                                         : round_copy(c, &cur, m->output, hp->n_vocab, (uint32_t)d);
+    for (uint32_t il = 0; il < hp->n_layer; ++il) {
+        const lm_layer *L = &m->layers[il];
+        lm_layer *R = &c->layers_round[il];
+        *R = *L;
+        R->wq = round_copy(c, &cur, L->wq, (uint32_t)q_dim, (uint32_t)d);
+        R->wk = round_copy(c, &cur, L->wk, (uint32_t)kv_dim, (uint32_t)d);
+        R->wv = round_copy(c, &cur, L->wv, (uint32_t)kv_dim, (uint32_t)d);
+        R->wo = round_copy(c, &cur, L->wo, (uint32_t)d, (uint32_t)q_dim);
+        R->w_gate = round_copy(c, &cur, L->w_gate, (uint32_t)ff, (uint32_t)d);
+        R->w_up = round_copy(c, &cur, L->w_up, (uint32_t)ff, (uint32_t)d);
+        R->w_down = round_copy(c, &cur, L->w_down, (uint32_t)d, (uint32_t)ff);
+    }
+    c->m_round->layers = c->layers_round;
+    c->m = c->m_round;
+    return LM_OK;
+}
+
 /* One scratch allocation carved into aligned pieces. */
 static float *carve(char **cursor, size_t n_floats)
 {
@@ -503,13 +570,21 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         return LM_FAIL(err, LM_E_INPUT, "%s: inconsistent heads/rotary configuration",
                        m->path ? m->path : "model");
 
+    const lm_profile *prof = lm_profile_find(p->profile);
+    if (prof == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "profile '%s': unknown (expected %s)", p->profile,
+                       lm_profile_expected());
+
     lm_ctx *c = calloc(1, sizeof *c);
     if (c == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "context: out of memory");
-    c->m = m;
+    c->m = c->m_user = m;
     c->n_ctx = n_ctx;
     int rc = lm_backend_create(&c->be, p->backend, p->n_threads, err);
     if (rc != LM_OK)
+        goto fail;
+    c->be->prof = prof;
+    if ((rc = round_weights(c, prof, err)) != LM_OK)
         goto fail;
     if (c->be->vt->bind_weights != NULL) {
         rc = c->be->vt->bind_weights(c->be, m->weights_arena, m->weights_n, err);
@@ -524,6 +599,12 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     rc = lm_variants_create(&c->var, m, p, n_ctx, err);
     if (rc != LM_OK)
         goto fail;
+    if (lm_profile_site(prof, LM_SITE_SOFTMAX)->kind != LM_ROUND_NONE &&
+        strcmp(lm_variants_attn_name(c->var), "dense") != 0) {
+        rc = LM_FAIL(err, LM_E_UNSUPPORTED, "profile %s rounds attention probabilities, which "
+                     "only attn=dense exposes", prof->name);
+        goto fail;
+    }
     rc = lm_kvcache_init(&c->kv, hp->n_layer, lm_variants_kv_slots(c->var), kv_dim, err);
     if (rc != LM_OK)
         goto fail;
@@ -585,10 +666,13 @@ void lm_ctx_free(lm_ctx *c)
     if (c->be == NULL || c->pool != c->be->pool)
         lm_pool_free(c->pool);
     lm_backend_destroy(c->be);
+    free(c->w_round);
+    free(c->layers_round);
+    free(c->m_round);
     free(c);
 }
 
-const lm_model *lm_ctx_model(const lm_ctx *c) { return c->m; }
+const lm_model *lm_ctx_model(const lm_ctx *c) { return c->m_user; }
 uint32_t lm_ctx_n_past(const lm_ctx *c) { return c->n_past; }
 uint32_t lm_ctx_n_ctx(const lm_ctx *c) { return c->n_ctx; }
 void lm_ctx_reset(lm_ctx *c)

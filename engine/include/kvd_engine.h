@@ -31,6 +31,9 @@ typedef struct lm_ctx_params {
                               tiles with an online softmax (scratch independent of context) */
     uint32_t rot_max_size; /* rotating KV cache (MLX semantics, kvcache_rotating.h): 0 = off */
     uint32_t rot_keep;     /* positions always kept at the start (< rot_max_size) */
+    const char *profile;   /* precision profile (kvd_profile.h): NULL/"f32" = none; otherwise
+                              the forward pass rounds at the profile's sites (round to nearest;
+                              the naive-sr backend rounds stochastically) */
 } lm_ctx_params;
 
 typedef enum lm_logits_mode {

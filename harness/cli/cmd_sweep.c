@@ -48,6 +48,7 @@ static const char usage_text[] =
     "                          (config strings say rot=MAX/KEEP). Its class is against the\n"
     "                          reference with its own schedule; the semantic column compares\n"
     "                          that reference with the same cache in one chunk\n"
+    "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act\n"
     "  -n, --n-gen N           greedy tokens per configuration (default 32)\n"
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
@@ -67,7 +68,7 @@ static const char usage_options[] =
     "                          honoured), csv, tsv, jsonl or md: the table alone on stdout\n"
     "  -h, --help              this text\n\n"
     "Every list option is a sweep axis: the configurations are their cross product\n"
-    "(rot x backends x threads x attn x steps, steps fastest, rot slowest).\n\n"
+    "(profile x rot x backends x threads x attn x steps, steps fastest, profile slowest).\n\n"
     "How it works: the teacher path is the reference's own greedy path (naive:step=full's greedy\n"
     "continuation, repaired wherever the reference's argmax disagrees). The reference is\n"
     "computed once on prompt + path and cached. The envelope E is\n"
@@ -152,7 +153,7 @@ static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const 
 
 typedef struct sweep_opts {
     const char *text, *tok_s, *cache, *outdir, *model;
-    const char *steps_s, *backends_s, *threads_s, *attn_s, *rot_s; /* axis lists (config.h) */
+    const char *steps_s, *backends_s, *threads_s, *attn_s, *rot_s, *prof_s; /* axis lists */
     bool parse_special, verbose;
     hx_table_fmt fmt;
     hx_spec_opts so;
@@ -161,7 +162,7 @@ typedef struct sweep_opts {
 } sweep_opts;
 
 enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE, O_ATTN,
-       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT };
+       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE };
 
 /* One option with a value to check; 0 to go on, else the exit code. */
 static int set_number(sweep_opts *o, int opt, const char *arg)
@@ -224,6 +225,7 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
     case O_THREADS: o->threads_s = arg; return 0;
     case O_ATTN: o->attn_s = arg; return 0;
     case O_ROT: o->rot_s = arg; return 0;
+    case O_PROFILE: o->prof_s = arg; return 0;
     case O_CACHE: o->cache = arg; return 0;
     case 'o': o->outdir = arg; return 0;
     case 'q': o->sp.quiet = true; return 0;
@@ -249,7 +251,7 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         {"ensemble", required_argument, NULL, O_ENS}, {"seed", required_argument, NULL, O_SEED},
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
-        {"special", no_argument, NULL, O_SPECIAL},
+        {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
         {"envelope", required_argument, NULL, O_ENVELOPE},
         {"format", required_argument, NULL, O_FORMAT}, {"verbose", no_argument, NULL, 'v'},
         HX_SPEC_LONG_OPTIONS,
@@ -301,8 +303,10 @@ static int build_configs(hx_config **configs, size_t *n, const sweep_opts *o, lm
          (st = hx_axis_attn(&attn, &n_attn, "--attn", o->attn_s, err)) == LM_OK) &&
         (st = hx_sweep_cross(configs, n, (const char(*)[16])backends, n_backends, steps, n_steps,
                              threads, n_threads, attn, n_attn, err)) == LM_OK &&
-        o->rot_s != NULL)
-        st = hx_config_cross_rot(configs, n, "--rot", o->rot_s, err);
+        (o->rot_s == NULL ||
+         (st = hx_config_cross_rot(configs, n, "--rot", o->rot_s, err)) == LM_OK) &&
+        o->prof_s != NULL)
+        st = hx_config_cross_profile(configs, n, "--profile", o->prof_s, err);
     free(steps);
     free(threads);
     free(backends);

@@ -11,6 +11,7 @@ int cmd_compare(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_bless(int argc, char **argv);
+int cmd_judge(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"synth", cmd_synth, "--preset NAME -o MODEL.gguf [--seed S]             deterministic synthetic models"},
     {"ref", cmd_ref, "MODEL -p TEXT|--tokens IDS [--prec BITS] [-o FILE]   MPFR reference capture"},
     {"sweep", cmd_sweep, "MODEL -p TEXT [--steps LIST] [--backends LIST] [-n N]   classify every configuration"},
+    {"judge", cmd_judge, "MODEL -p TEXT --dump DIR [--dump DIR] [--profile P]   judge another engine's logits"},
     {"compare", cmd_compare, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         two configurations, full diff"},
     {"trace", cmd_trace, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         first layer/op where they part"},
     {"check", cmd_check, "CASE... [--junit F] [--json F] [--strict]            CI regression mode (golden + reference)"},

@@ -70,7 +70,7 @@ int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_captur
     size_t kv = hx_capture_kv_elems(s);
     bool all_bitwise = base != NULL, first_base = true;
     char name[32];
-    for (uint32_t l = 0; l < s->n_layer; ++l) {
+    for (uint32_t l = 0; x->k != NULL && l < s->n_layer; ++l) {
         snprintf(name, sizeof name, "L%u.K", (unsigned)l);
         rc = add_row(c, name, x->k[l], base ? base->k[l] : NULL, ref_capture_k(ref, l), kv, false,
                      &env->k[l], &all_bitwise, &first_base, err);

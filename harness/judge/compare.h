@@ -3,7 +3,8 @@
  * semantic divergence of a rotating-cache schedule.
  *
  * Inputs (all already captured; nothing here runs the engine or the reference):
- *   x     the configuration's capture: tokens = prompt + its own greedy continuation; logits rows
+ *   x     the configuration's capture (x->k == NULL: an imported dump without K/V, whose
+ *         logits rows alone are compared): tokens = prompt + its own greedy continuation; logits rows
  *         teacher-forced on the reference's path, at positions the reference also stored;
  *   base  its baseline's capture (same backend/threads, one chunk), or x itself when x is the
  *         baseline, or NULL when there is none (then nothing can be EXACT);

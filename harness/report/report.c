@@ -58,6 +58,8 @@ void hx_report_free(hx_report *r)
     for (size_t i = 0; i < r->n_configs; ++i)
         free(r->configs[i].rows);
     free(r->configs);
+    free(r->dumps);
+    free(r->pairs);
     free(r);
 }
 
@@ -155,6 +157,12 @@ hx_class hx_report_worst(const hx_report *r)
 
 int hx_report_exit_code(const hx_report *r, bool strict)
 {
+    if (r->n_dumps > 0) {
+        for (size_t i = 0; i < r->n_dumps; ++i)
+            if (r->dumps[i].explained_by[0] == '\0')
+                return 1;
+        return 0;
+    }
     for (size_t i = 0; i < r->n_configs; ++i)
         if (hx_config_report_fails(&r->configs[i], strict))
             return 1;

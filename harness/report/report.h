@@ -85,6 +85,47 @@ typedef struct hx_config_report {
     hx_tensor_row *rows;       /* [n_rows] */
 } hx_config_report;
 
+/* KL(softmax(R) || softmax(x)) over a dump's logits rows, summarized as llama-perplexity's
+ * --kl-divergence does: mean, max, and percentiles of the sorted values with linear
+ * interpolation between closest ranks (value at fraction f: v[i] + (f*(n-1) - i) * (v[i+1] -
+ * v[i]), i = floor(f*(n-1))); same_top1 = rows whose argmax equals R's / rows. */
+typedef struct hx_kl_stats {
+    uint32_t n;
+    double mean, max, p999, p99, p90, median;
+    double same_top1;
+} hx_kl_stats;
+
+/* One imported dump judged under one or more precision profiles (`kvdrift judge`). Its
+ * configurations are report.configs[first_config .. first_config + n_profiles), named
+ * "<dump>@<profile>", in profile order. */
+typedef struct hx_dump_report {
+    char name[256];            /* the folder as given */
+    char engine[128], settings[256];
+    char rows[16];             /* "logits" or "logprobs" */
+    char dtype[16];            /* the rows' element type */
+    uint32_t n_pos;
+    size_t first_config, n_profiles;
+    hx_kl_stats kl;
+    char explained_by[8];      /* the profile with the smallest logits envelope under which
+                                  the dump passes; "" = none (the dump fails) */
+    bool has_generated;        /* tokens_generated compared */
+    int64_t first_divergent;   /* first generated index where the dump's greedy tokens leave
+                                  the reference's argmax; -1 = none */
+    int64_t compared_to;       /* generated indices compared (the dump's own path) */
+} hx_dump_report;
+
+/* Two dumps compared with each other over the logits positions both hold. */
+typedef struct hx_dump_pair {
+    uint32_t a, b;             /* indices into hx_report.dumps */
+    uint32_t n_shared;         /* positions both hold */
+    double max_abs;            /* max |a - b| over those rows */
+    int64_t first_apart;       /* first position where |a - b| exceeds the first profile's
+                                  logits envelope E there, or the argmaxes differ; -1 none */
+    int64_t first_argmax;      /* first position whose argmaxes differ; -1 none */
+    double kl_mean_a, kl_mean_b; /* each vs R over the shared rows */
+    char closer[8];            /* "a", "b" or "tie": smaller mean KL to the reference */
+} hx_dump_pair;
+
 #define HX_COMMAND_LINE_MAX 1024
 
 /* The phases of a sweep, in order, as timed in hx_report.phase_s. */
@@ -116,6 +157,11 @@ typedef struct hx_report {
                                   is absent); configs then lists the unrun configurations */
     size_t n_configs;
     hx_config_report *configs; /* [n_configs] */
+    size_t n_dumps;            /* judge only: > 0 makes the exit code per dump (a dump fails
+                                  when no judged profile explains it) */
+    hx_dump_report *dumps;     /* [n_dumps] */
+    size_t n_pairs;
+    hx_dump_pair *pairs;       /* [n_pairs] */
     /* Provenance: what produced the report and how long each phase took. */
     char command_line[HX_COMMAND_LINE_MAX]; /* "kvdrift sweep ..." ("" when no command set it) */
     int32_t *prompt_ids;       /* [n_prompt] the prompt's token ids (owned; NULL: unknown) */
@@ -141,8 +187,14 @@ void hx_config_report_set_divergence(hx_config_report *c, int64_t first, hx_clas
 bool hx_config_report_fails(const hx_config_report *c, bool strict);
 /* Worst class over configurations (EXACT when none). */
 hx_class hx_report_worst(const hx_report *r);
-/* 0 when no configuration fails, 1 otherwise. */
+/* 0 when no configuration fails, 1 otherwise; with dumps (judge): 1 when a dump is explained
+ * by none of its profiles. */
 int hx_report_exit_code(const hx_report *r, bool strict);
+
+/* The judge's sections (report_judge.c): JSON members "dumps" and "pairs" added to o, and the
+ * Markdown section. Nothing when n_dumps == 0. */
+int hx_report_judge_json(void *o /* json_t * */, const hx_report *r);
+void hx_report_judge_md(FILE *f, const hx_report *r);
 
 /* report.json: schema in harness/REPORT-SCHEMA.md. Atomic write. */
 int hx_report_write_json(const hx_report *r, const char *path, lm_err *err);
@@ -253,7 +305,7 @@ void hx_config_report_summary(char *buf, size_t n, const hx_config_report *c);
  * argmax agrees, "diverges@j"; "-" when the schedule does not depend on the step). "-" where
  * not measured. */
 #define HX_REPORT_NCOLS 17
-#define HX_REPORT_CELL 100 /* >= HX_CONFIG_STR_MAX */
+#define HX_REPORT_CELL 120 /* >= HX_CONFIG_STR_MAX */
 extern const char *const hx_report_col_names[HX_REPORT_NCOLS];
 void hx_report_cells(char cells[HX_REPORT_NCOLS][HX_REPORT_CELL], const hx_config_report *c);
 

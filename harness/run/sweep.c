@@ -9,6 +9,7 @@
 #include "fingerprint.h"
 #include "fs.h"
 #include "kvd_engine.h"
+#include "kvd_profile.h"
 #include "metrics.h"
 
 #include <math.h>
@@ -355,15 +356,18 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* The engine's naive-sr ensemble (m members, seeds seed + i) folded into r->env. */
-static int engine_envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
-                           uint32_t m, uint64_t seed, lm_err *err)
+/* The engine's naive-sr ensemble (m members, seeds seed + i) under a precision profile ("" =
+ * f32; the members round at the profile's sites, kvd_profile.h) folded into *out. */
+static int engine_envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params *p,
+                           const hx_run_request *rq, uint32_t m, uint64_t seed,
+                           const char *profile, lm_err *err)
 {
     run_job *jobs = calloc(m, sizeof *jobs);
     if (jobs == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < m; ++i) {
         hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
+        memcpy(c.profile, profile, sizeof c.profile);
         jobs[i].cfg = c;
     }
     int rc = pool_run(jobs, m, p, rq, "ensemble", err);
@@ -374,7 +378,7 @@ static int engine_envelope(hx_sweep_result *r, const hx_sweep_params *p, const h
         } else {
             for (uint32_t i = 0; i < m; ++i)
                 mem[i] = jobs[i].cap;
-            rc = hx_envelope_from_ensemble(&r->env, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
+            rc = hx_envelope_from_ensemble(out, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
             free(mem);
         }
     }
@@ -382,9 +386,10 @@ static int engine_envelope(hx_sweep_result *r, const hx_sweep_params *p, const h
     return rc;
 }
 
-/* (c) The SR ensemble's envelope, loaded from the cache or measured and stored. */
-static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
-                    lm_err *err)
+/* (c) The SR ensemble's envelope for one precision profile ("" = f32), loaded from the cache
+ * or measured and stored into *out. */
+static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params *p,
+                    const hx_run_request *rq, const char *profile, lm_err *err)
 {
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
@@ -396,29 +401,34 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     if (!cached) /* the reference step has said so already when it is the same folder */
         warn(p, "envelope cache unusable (%s); computing without it", cerr.msg);
     /* The members: SR runs of the reference's own model (envelope_sr.h) when it implements
-     * the model, else the engine's naive-sr ensemble. extra = the ensemble mode; for the
-     * engine's ensemble also the teacher-path capture's hash: the naive engine's bits on this
-     * input, so an engine change (elementwise code, libm) never reuses an old envelope. */
+     * the model and the profile is f32, else the engine's naive-sr ensemble (the precision
+     * profiles' site hooks live in the engine's forward pass). extra = the ensemble mode; for
+     * the engine's ensemble also the teacher-path capture's hash: the naive engine's bits on
+     * this input, so an engine change (elementwise code, libm) never reuses an old envelope;
+     * f32 keeps the key it always had, another profile adds its name. */
     lm_err e_sr = {0};
-    const bool use_sr =
-        !p->engine_envelope && hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
+    const bool use_sr = !p->engine_envelope && profile[0] == '\0' &&
+                        hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
     const char *who = use_sr ? "reference-SR" : "naive-sr";
-    r->env_ref_sr = use_sr;
-    char extra[sizeof ensemble_mode + 40];
+    if (profile[0] == '\0')
+        r->env_ref_sr = use_sr; /* the f32 envelope's members */
+    char extra[sizeof ensemble_mode + 96];
     char ph[33];
     lm_hex_encode(ph, r->path_hash, 16);
     int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
-                    : snprintf(extra, sizeof extra, "%s;path=%s", ensemble_mode, ph);
+                    : snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
+                               profile[0] ? ";profile=sr-vprec-v1:" : "", profile);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
     if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
     double t0 = lm_now_s();
     if (cached && file_exists(path)) {
         lm_err e2 = {0};
-        if (hx_envelope_load(&r->env, path, key, &e2) == LM_OK) {
+        if (hx_envelope_load(out, path, key, &e2) == LM_OK) {
             r->env_hit = true;
-            r->ensemble_s = lm_now_s() - t0;
-            progress(p, "envelope loaded from cache (%u %s members)", (unsigned)m, who);
+            r->ensemble_s += lm_now_s() - t0;
+            progress(p, "envelope%s%s loaded from cache (%u %s members)",
+                     profile[0] ? " of profile " : "", profile, (unsigned)m, who);
             return LM_OK;
         }
         warn(p, "envelope cache entry unusable (%s); recomputed", e2.msg);
@@ -426,23 +436,58 @@ static int envelope(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_r
     if (use_sr) {
         progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
                  (unsigned)m, (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
-        rc = hx_envelope_from_ref_sr(&r->env, p->model, &r->ref, m, seed, p->ref_threads,
+        rc = hx_envelope_from_ref_sr(out, p->model, &r->ref, m, seed, p->ref_threads,
                                      HX_ENVELOPE_SAFETY, err);
     } else {
-        rc = engine_envelope(r, p, rq, m, seed, err);
+        rc = engine_envelope(out, r, p, rq, m, seed, profile, err);
     }
     if (rc != LM_OK)
         return rc;
-    memcpy(r->env->key, key, sizeof key);
+    memcpy((*out)->key, key, sizeof key);
     /* the cache costs time, never correctness: a failed write is a warning, as for the
      * reference cache */
     lm_err werr = {0};
-    if (cached && hx_envelope_save(r->env, path, &werr) != LM_OK)
+    if (cached && hx_envelope_save(*out, path, &werr) != LM_OK)
         warn(p, "envelope cache entry not stored (%s)", werr.msg);
-    r->ensemble_s = lm_now_s() - t0;
-    progress(p, "envelope measured from %u %s runs (%.3f s), cached as %s", (unsigned)m, who,
-             r->ensemble_s, cached && werr.code == 0 ? path : "(not cached)");
+    double dt = lm_now_s() - t0;
+    r->ensemble_s += dt;
+    progress(p, "envelope%s%s measured from %u %s runs (%.3f s), cached as %s",
+             profile[0] ? " of profile " : "", profile, (unsigned)m, who, dt,
+             cached && werr.code == 0 ? path : "(not cached)");
     return LM_OK;
+}
+
+/* The envelope of every profile the configurations name: r->env is the first configuration's,
+ * r->env_prof[i] the one of lm_profile_at(i) (NULL when no configuration uses it). */
+static int envelopes(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_request *rq,
+                     lm_err *err)
+{
+    for (size_t i = 0; i < p->n_configs; ++i) {
+        const lm_profile *pf = lm_profile_find(p->configs[i].profile);
+        if (pf == NULL)
+            return LM_FAIL(err, LM_E_INPUT, "profile '%s': unknown (expected %s)",
+                           p->configs[i].profile, lm_profile_expected());
+        uint32_t k = 0;
+        while (lm_profile_at(k) != pf)
+            ++k;
+        if (r->env_prof[k] == NULL) {
+            int rc = envelope(&r->env_prof[k], r, p, rq, p->configs[i].profile, err);
+            if (rc != LM_OK)
+                return rc;
+        }
+        if (i == 0)
+            r->env = r->env_prof[k];
+    }
+    return LM_OK;
+}
+
+static const hx_envelope *env_of(const hx_sweep_result *r, const hx_config *c)
+{
+    const lm_profile *pf = lm_profile_find(c->profile);
+    for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
+        if (lm_profile_at(k) == pf)
+            return r->env_prof[k];
+    return r->env;
 }
 
 /* The reference of the teacher path computed with a rotating cache's schedule (max, keep,
@@ -531,7 +576,8 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
         if ((rc = hx_report_add_config(r->report, &c, name, err)) != LM_OK)
             break;
         if (run->cfg.rot_max == 0) {
-            if ((rc = hx_compare_capture(c, run->cap, run->base, &r->ref, r->env, err)) != LM_OK)
+            if ((rc = hx_compare_capture(c, run->cap, run->base, &r->ref, env_of(r, &run->cfg),
+                                         err)) != LM_OK)
                 break;
         } else {
             /* Numerical: against the reference with this configuration's schedule. Semantic:
@@ -541,7 +587,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             if (rc == LM_OK)
                 rc = schedule_ref(&r1, r, p, &run->cfg, 0, err);
             if (rc == LM_OK)
-                rc = hx_compare_capture(c, run->cap, run->base, &rs, r->env, err);
+                rc = hx_compare_capture(c, run->cap, run->base, &rs, env_of(r, &run->cfg), err);
             if (rc == LM_OK) {
                 hx_compare_semantic(c, &rs, &r1);
                 c->sem_same_schedule = run->cfg.step == 0;
@@ -617,7 +663,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
         goto fail;
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
                          .forced = r->path, .n_forced = p->n_gen};
-    if ((rc = envelope(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
+    if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
         (rc = routing(r, p, err)) != LM_OK)
         goto fail;
     r->total_s = lm_now_s() - t0;
@@ -649,52 +695,9 @@ void hx_sweep_result_free(hx_sweep_result *r)
     free(r->extra_base);
     free(r->path);
     ref_capture_free(&r->ref);
-    hx_envelope_free(r->env);
+    for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
+        hx_envelope_free(r->env_prof[k]); /* r->env is one of them */
     hx_routing_result_free(&r->routing);
     free(r);
 }
 
-int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
-                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
-                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err)
-{
-    *out = NULL;
-    *n = 0;
-    if (n_backends == 0 || n_steps == 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s list is empty", n_steps ? "backend" : "step");
-    for (uint32_t b = 0; b < n_backends; ++b) {
-        if (!lm_backend_known(backends[b], strnlen(backends[b], 16)))
-            return LM_FAIL(err, LM_E_INPUT, "unknown backend '%.16s' (expected %s)", backends[b],
-                           lm_backend_expected());
-    }
-    static const uint32_t one_thread[1] = {0};
-    static const hx_attn one_attn[1] = {HX_ATTN_DEFAULT};
-    if (n_threads == 0) {
-        threads = one_thread;
-        n_threads = 1;
-    }
-    if (n_attn == 0) {
-        attn = one_attn;
-        n_attn = 1;
-    }
-    /* The same product and order as a case file's (hx_case_configs): steps vary fastest. */
-    size_t total = (size_t)n_backends * n_threads * n_attn * n_steps;
-    hx_config *v = calloc(total, sizeof *v);
-    if (v == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    size_t i = 0;
-    for (uint32_t b = 0; b < n_backends; ++b)
-        for (uint32_t t = 0; t < n_threads; ++t)
-            for (uint32_t a = 0; a < n_attn; ++a)
-                for (uint32_t s = 0; s < n_steps; ++s) {
-                    memcpy(v[i].backend, backends[b], sizeof v[i].backend);
-                    v[i].backend[sizeof v[i].backend - 1] = '\0';
-                    v[i].threads = threads[t];
-                    v[i].attn = attn[a];
-                    v[i].step = steps[s];
-                    ++i;
-                }
-    *out = v;
-    *n = total;
-    return LM_OK;
-}

@@ -14,10 +14,13 @@
  *      either way ref_leaves_at ends at -1.
  *  (b) The reference capture of prompt + path (K/V of the prompt positions, logits at
  *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
- *  (c) The envelope: `ensemble` SR runs of the reference's own float32 model
+ *  (c) The envelope, one per precision profile among the configurations (config key
+ *      profile=, kvd_profile.h; each configuration is classified against its own profile's
+ *      envelope). For f32: `ensemble` SR runs of the reference's own float32 model
  *      (envelope_sr.h: independent of the engine, so an engine defect never widens the envelope
  *      that judges it; extra = HX_ENVELOPE_SR_MODE in the key below) when it implements the
- *      model and engine_envelope is false; otherwise `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
+ *      model and engine_envelope is false; otherwise, and for every other profile (its members
+ *      then rounding stochastically at the profile's sites, the hooks being the engine's), `ensemble` runs of the "naive-sr" backend (stochastic rounding of every
  *      matrix product's multiply-adds and random rounding of every elementwise stage, see
  *      backend_naive_sr.c; the statistic, a spread around the members' mean, in envelope.h)
  *      at step=full with seeds sr_seed + i, i = 0..ensemble-1, captured by
@@ -73,6 +76,7 @@
 
 #define HX_SWEEP_DEFAULT_ENSEMBLE 8u
 #define HX_SWEEP_DEFAULT_SEED 0x6b76647269667431ull /* "kvdrift1" */
+#define HX_SWEEP_MAX_PROFILES 8u /* >= lm_profile_count() */
 
 typedef struct hx_sweep_params {
     const lm_model *model;
@@ -137,7 +141,8 @@ typedef struct hx_sweep_result {
     ref_capture ref;          /* the reference on prompt + path */
     char ref_key[33];         /* ref_cache_key */
     bool ref_hit;             /* loaded from the cache */
-    hx_envelope *env;
+    hx_envelope *env;         /* the first configuration's profile's envelope (one of below) */
+    hx_envelope *env_prof[HX_SWEEP_MAX_PROFILES]; /* per lm_profile_at(i); NULL: not used */
     bool env_hit;             /* loaded from the cache */
     hx_routing_result routing; /* (e) MoE routing flips (measured false for a dense model) */
     bool env_ref_sr;          /* members: SR runs of the reference's model (envelope_sr.h);
@@ -154,12 +159,5 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
 extern int64_t hx_sweep_test_poison_path;
 #endif
 void hx_sweep_result_free(hx_sweep_result *r);
-
-/* The configurations of axes backends x threads x attn x steps (steps vary fastest), the same
- * cross product and order as hx_case_configs. n_threads / n_attn may be 0 (one default value).
- * *out malloc'd. LM_E_INPUT for an empty axis or an unknown backend. */
-int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
-                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
-                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
 
 #endif

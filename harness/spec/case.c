@@ -404,27 +404,15 @@ void hx_case_free(hx_case *c)
 
 int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err)
 {
-    size_t total = (size_t)c->n_backends * c->n_threads * c->n_attn * c->n_steps;
-    hx_config *v = calloc(total ? total : 1, sizeof *v);
-    if (v == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    size_t i = 0;
-    for (uint32_t b = 0; b < c->n_backends; ++b)
-        for (uint32_t t = 0; t < c->n_threads; ++t)
-            for (uint32_t a = 0; a < c->n_attn; ++a)
-                for (uint32_t s = 0; s < c->n_steps; ++s) {
-                    memcpy(v[i].backend, c->backends[b], sizeof v[i].backend);
-                    v[i].threads = c->threads[t];
-                    v[i].attn = c->attn[a];
-                    v[i].step = c->steps[s];
-                    ++i;
-                }
-    if (c->rot != NULL) {
-        int rc = hx_config_cross_rot(&v, &total, "rot", c->rot, err);
-        if (rc != LM_OK) {
-            free(v);
-            return rc;
-        }
+    hx_config *v = NULL;
+    size_t total = 0;
+    int rc = hx_sweep_cross(&v, &total, (const char(*)[16])c->backends, c->n_backends, c->steps,
+                            c->n_steps, c->threads, c->n_threads, c->attn, c->n_attn, err);
+    if (rc == LM_OK && c->rot != NULL)
+        rc = hx_config_cross_rot(&v, &total, "rot", c->rot, err);
+    if (rc != LM_OK) {
+        free(v);
+        return rc;
     }
     *out = v;
     *n = total;

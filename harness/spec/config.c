@@ -3,6 +3,7 @@
 #include "kvd_util.h"
 
 #include "kvd_engine.h"
+#include "kvd_profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,22 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
     return true;
 }
 
+bool hx_profile_parse(char out[8], const char *s, size_t len)
+{
+    char name[8];
+    if (len == 0 || len >= sizeof name)
+        return false;
+    memcpy(name, s, len);
+    name[len] = '\0';
+    const lm_profile *p = lm_profile_find(name);
+    if (p == NULL)
+        return false;
+    memset(out, 0, 8);
+    if (strcmp(p->name, "f32") != 0)
+        memcpy(out, name, len);
+    return true;
+}
+
 int hx_config_parse(hx_config *out, const char *s, lm_err *err)
 {
     hx_config c = {0};
@@ -59,7 +76,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                        (int)blen, s, lm_backend_expected());
     memcpy(c.backend, s, blen);
     bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
-    bool seen_spec = false, seen_draft = false;
+    bool seen_spec = false, seen_draft = false, seen_prof = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -92,6 +109,9 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         } else if (field_is(f, klen, "rot")) {
             seen = &seen_rot;
             ok = memchr(val, ':', vlen) == NULL && hx_rot_parse(val, vlen, &c.rot_max, &c.rot_keep);
+        } else if (field_is(f, klen, "profile")) {
+            seen = &seen_prof;
+            ok = hx_profile_parse(c.profile, val, vlen);
         } else if (field_is(f, klen, "spec")) {
             seen = &seen_spec;
             ok = field_is(val, vlen, "0") ? (c.spec = 0, true) : lm_parse_u32(val, vlen, 1, 64, &c.spec);
@@ -105,8 +125,8 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                 memcpy(c.draft, val, vlen);
         } else {
             return LM_FAIL(err, LM_E_INPUT,
-                           "config '%s': unknown key '%.*s' (step, threads, attn, rot, spec, "
-                           "draft)", s, (int)klen, f);
+                           "config '%s': unknown key '%.*s' (step, threads, attn, rot, profile, "
+                           "spec, draft)", s, (int)klen, f);
         }
         if (*seen)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
@@ -131,7 +151,7 @@ const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c)
 
 int hx_config_format(char *buf, size_t n, const hx_config *c)
 {
-    char step[16], thr[24] = "", attn[24] = "", rot[32] = "";
+    char step[16], thr[24] = "", attn[24] = "", rot[32] = "", prof[24] = "";
     if (c->step == 0)
         snprintf(step, sizeof step, "full");
     else
@@ -142,11 +162,13 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
         snprintf(attn, sizeof attn, ":attn=%s", hx_attn_name(c->attn));
     if (c->rot_max != 0)
         snprintf(rot, sizeof rot, ":rot=%u/%u", (unsigned)c->rot_max, (unsigned)c->rot_keep);
+    if (c->profile[0] != '\0')
+        snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
     char spec[24] = "";
     if (c->spec != 0)
         snprintf(spec, sizeof spec, ":spec=%u", (unsigned)c->spec);
-    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, spec,
-                    c->draft[0] ? ":draft=" : "", c->draft);
+    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, prof,
+                    spec, c->draft[0] ? ":draft=" : "", c->draft);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
@@ -160,7 +182,8 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
-           a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0;
+           a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
+           strcmp(a->profile, b->profile) == 0;
 }
 
 int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
@@ -204,6 +227,52 @@ int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *
             ++k;
         }
     free(rot);
+    free(*v);
+    *v = out;
+    *n = k;
+    return LM_OK;
+}
+
+int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const char *list,
+                            lm_err *err)
+{
+    size_t n_prof = 1;
+    for (const char *q = list; *q; ++q)
+        n_prof += *q == ',';
+    char(*prof)[8] = calloc(n_prof, sizeof *prof);
+    if (prof == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    const char *s = list;
+    for (size_t i = 0; i < n_prof; ++i) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (!hx_profile_parse(prof[i], s, len)) {
+            free(prof);
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown profile '%.*s' (expected %s)", what,
+                           list, (int)len, s, lm_profile_expected());
+        }
+        for (size_t j = 0; j < i; ++j)
+            if (strcmp(prof[j], prof[i]) == 0) {
+                free(prof);
+                return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", what, list,
+                               (int)len, s);
+            }
+        s = e ? e + 1 : s + len;
+    }
+    size_t total = n_prof * *n;
+    hx_config *out = calloc(total ? total : 1, sizeof *out);
+    if (out == NULL) {
+        free(prof);
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (size_t r = 0; r < n_prof; ++r) /* profile varies slowest */
+        for (size_t i = 0; i < *n; ++i) {
+            out[k] = (*v)[i];
+            memcpy(out[k].profile, prof[r], sizeof out[k].profile);
+            ++k;
+        }
+    free(prof);
     free(*v);
     *v = out;
     *n = k;
@@ -375,5 +444,50 @@ int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list,
     }
     *out = l.v;
     *n = l.n;
+    return LM_OK;
+}
+
+int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
+                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
+                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (n_backends == 0 || n_steps == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s list is empty", n_steps ? "backend" : "step");
+    for (uint32_t b = 0; b < n_backends; ++b) {
+        if (!lm_backend_known(backends[b], strnlen(backends[b], 16)))
+            return LM_FAIL(err, LM_E_INPUT, "unknown backend '%.16s' (expected %s)", backends[b],
+                           lm_backend_expected());
+    }
+    static const uint32_t one_thread[1] = {0};
+    static const hx_attn one_attn[1] = {HX_ATTN_DEFAULT};
+    if (n_threads == 0) {
+        threads = one_thread;
+        n_threads = 1;
+    }
+    if (n_attn == 0) {
+        attn = one_attn;
+        n_attn = 1;
+    }
+    /* The same product and order as a case file's (hx_case_configs): steps vary fastest. */
+    size_t total = (size_t)n_backends * n_threads * n_attn * n_steps;
+    hx_config *v = calloc(total, sizeof *v);
+    if (v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    size_t i = 0;
+    for (uint32_t b = 0; b < n_backends; ++b)
+        for (uint32_t t = 0; t < n_threads; ++t)
+            for (uint32_t a = 0; a < n_attn; ++a)
+                for (uint32_t s = 0; s < n_steps; ++s) {
+                    memcpy(v[i].backend, backends[b], sizeof v[i].backend);
+                    v[i].backend[sizeof v[i].backend - 1] = '\0';
+                    v[i].threads = threads[t];
+                    v[i].attn = attn[a];
+                    v[i].step = steps[s];
+                    ++i;
+                }
+    *out = v;
+    *n = total;
     return LM_OK;
 }

@@ -25,6 +25,7 @@ typedef struct hx_config {
     hx_attn attn;
     uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
     uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
+    char profile[8];   /* precision profile (kvd_profile.h, `profile=`): "" = f32 */
     uint32_t spec;     /* speculative decoding (`spec=K`): K drafted tokens per round; 0 = plain */
     char draft[HX_DRAFT_MAX]; /* `draft=`: "self:L" (the model's first L layers) or a model
                                  (path or synth:PRESET); "" = none */
@@ -35,7 +36,8 @@ typedef struct hx_config {
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
  * 1..LM_MAX_THREADS, the engine's limit), attn (dense|stream), rot (MAX/KEEP: a rotating KV
  * cache with max_size MAX >= 2 and keep KEEP < MAX, both decimal; "none" = the plain cache;
- * '/' because ':' separates fields); spec (K >= 0 drafted tokens; 0 = plain decoding),
+ * '/' because ':' separates fields); profile (a precision
+ * profile name, lm_profile_find; "f32" is stored as ""); spec (K >= 0 drafted tokens; 0 = plain decoding),
  * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
  * last, ':' included);
  * each key at most once, in any order. A missing step means full.
@@ -44,8 +46,8 @@ typedef struct hx_config {
 int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
- * when not default, then rot=MAX/KEEP when rotating, then spec=K when K > 0, then draft=D
- * when given.
+ * when not default, then rot=MAX/KEEP when rotating, then profile=P when not f32, then spec=K
+ * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
@@ -66,6 +68,16 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep);
  * unchanged. With *n == 0 it only validates the list. */
 int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
                         lm_err *err);
+
+/* Multiplies the configurations *v[*n] by a precision-profile axis: list = comma list of
+ * profile names (kvd_profile.h), no duplicates; the profile varies slowest. Errors as
+ * hx_config_cross_rot's. */
+int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const char *list,
+                            lm_err *err);
+
+/* A profile name s[0..len) (lm_profile_find) into out: "" for f32, else the name. False when
+ * unknown. */
+bool hx_profile_parse(char out[8], const char *s, size_t len);
 
 /* The name lm_ctx_params.backend takes for c, written into buf[n] (LM_BACKEND_NAME_MAX bytes
  * suffice) and returned: c->backend, or NAME:seed=<c->sr_seed> for a LM_BE_SEEDED backend (the
@@ -92,6 +104,13 @@ int hx_axis_backends(char (**out)[16], uint32_t *n, const char *what, const char
                      lm_err *err);
 /* Attention variants: default, dense, stream. */
 int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list, lm_err *err);
+
+/* The configurations of axes backends x threads x attn x steps (steps vary fastest), the one
+ * cross product (hx_case_configs uses it too). n_threads / n_attn may be 0 (one default value).
+ * *out malloc'd. LM_E_INPUT for an empty axis or an unknown backend. */
+int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
+                   const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
+                   uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
 
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);

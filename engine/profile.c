@@ -1,0 +1,159 @@
+/* profile.c — the precision profiles' table and round-to-nearest at a virtual precision. */
+#include "kvd_profile.h"
+
+#include "backend.h"
+
+#include <math.h>
+#include <string.h>
+
+#define F16 {LM_ROUND_FLOAT, 11, -14, 15}
+#define BF16 {LM_ROUND_FLOAT, 8, -126, 127}
+#define TF32 {LM_ROUND_FLOAT, 11, -126, 127}
+#define Q8 {LM_ROUND_Q8_0, 0, 0, 0}
+
+static const lm_profile profiles[] = {
+    {"f32", "float32 everywhere (no extra rounding)", {{0}}},
+    {"f16kv", "K and V rounded to binary16 when cached", {[LM_SITE_KV] = F16}},
+    {"bf16", "weights, activations and KV cache in bfloat16, float32 accumulation",
+     {[LM_SITE_WEIGHT] = BF16, [LM_SITE_NORM] = BF16, [LM_SITE_ROPE] = BF16,
+      [LM_SITE_SOFTMAX] = BF16, [LM_SITE_SWIGLU] = BF16, [LM_SITE_RESIDUAL] = BF16,
+      [LM_SITE_OUT_NORM] = BF16, [LM_SITE_V] = BF16, [LM_SITE_ATTN_OUT] = BF16,
+      [LM_SITE_KV] = BF16}},
+    {"tf32", "matrix-product inputs rounded to TF32 (10-bit mantissa)",
+     {[LM_SITE_WEIGHT] = TF32, [LM_SITE_NORM] = TF32, [LM_SITE_ROPE] = TF32,
+      [LM_SITE_V] = TF32, [LM_SITE_SOFTMAX] = TF32, [LM_SITE_ATTN_OUT] = TF32,
+      [LM_SITE_SWIGLU] = TF32, [LM_SITE_OUT_NORM] = TF32}},
+    {"q8act", "activations quantized to Q8_0 blocks before weight matrix products",
+     {[LM_SITE_NORM] = Q8, [LM_SITE_ATTN_OUT] = Q8, [LM_SITE_SWIGLU] = Q8,
+      [LM_SITE_OUT_NORM] = Q8}},
+};
+#define N_PROFILES (sizeof profiles / sizeof profiles[0])
+
+static const lm_round_spec none = {LM_ROUND_NONE, 0, 0, 0};
+
+const lm_profile *lm_profile_find(const char *s)
+{
+    if (s == NULL || *s == '\0')
+        return &profiles[0];
+    for (size_t i = 0; i < N_PROFILES; ++i)
+        if (strcmp(s, profiles[i].name) == 0)
+            return &profiles[i];
+    return NULL;
+}
+
+const lm_profile *lm_profile_at(uint32_t i)
+{
+    return i < N_PROFILES ? &profiles[i] : NULL;
+}
+
+uint32_t lm_profile_count(void)
+{
+    return (uint32_t)N_PROFILES;
+}
+
+const char *lm_profile_expected(void)
+{
+    return "f32, f16kv, bf16, tf32 or q8act";
+}
+
+const lm_round_spec *lm_profile_site(const lm_profile *p, uint32_t site)
+{
+    site &= 0xffu;
+    if (p == NULL || site >= LM_N_SITES)
+        return &none;
+    return &p->site[site];
+}
+
+bool lm_profile_rounds(const lm_profile *p)
+{
+    for (uint32_t s = 0; p != NULL && s < LM_N_SITES; ++s)
+        if (p->site[s].kind != LM_ROUND_NONE)
+            return true;
+    return false;
+}
+
+/* The spacing of the spec's numbers around x (x finite, nonzero): 2^(max(E, emin) - bits + 1)
+ * with E the exponent of |x| (2^E <= |x| < 2^(E+1)). */
+static double quantum(float x, const lm_round_spec *s)
+{
+    int e;
+    (void)frexp((double)x, &e); /* |x| = m * 2^e, m in [0.5, 1): E = e - 1 */
+    int E = e - 1 < s->emin ? s->emin : e - 1;
+    return ldexp(1.0, E - (int)s->bits + 1);
+}
+
+/* Largest finite value of the spec: (2 - 2^(1 - bits)) * 2^emax. */
+static double max_finite(const lm_round_spec *s)
+{
+    return (2.0 - ldexp(1.0, 1 - (int)s->bits)) * ldexp(1.0, s->emax);
+}
+
+static float clamp_inf(double r, const lm_round_spec *s)
+{
+    if (fabs(r) > max_finite(s))
+        return r > 0 ? INFINITY : -INFINITY;
+    return (float)r; /* exact: r has <= bits <= 24 significant bits within float's range */
+}
+
+float lm_round_float_rn(float x, const lm_round_spec *s)
+{
+    if (x == 0.0f || !isfinite(x))
+        return x;
+    double q = quantum(x, s);
+    /* x / q is exact (power-of-two scale); nearbyint rounds ties to even in the default
+     * rounding mode; the product is exact again. */
+    return clamp_inf(nearbyint((double)x / q) * q, s);
+}
+
+double lm_round_float_bracket(float x, const lm_round_spec *s, float *lo, float *hi)
+{
+    *lo = *hi = x;
+    if (x == 0.0f || !isfinite(x))
+        return 0.0;
+    double q = quantum(x, s);
+    double t = (double)x / q; /* exact */
+    double f = floor(t);
+    if (f == t)
+        return 0.0;
+    /* a neighbour may sit in the next binade (2^(E+1)): still a multiple of q, so exact */
+    *lo = clamp_inf(f * q, s);
+    *hi = clamp_inf((f + 1.0) * q, s);
+    return t - f; /* exact: t and f are within 1 of each other at the same scale */
+}
+
+/* binary16 round to nearest of a float (the scale of a Q8_0 block). */
+static float to_fp16(float d)
+{
+    static const lm_round_spec f16 = F16;
+    return lm_round_float_rn(d, &f16);
+}
+
+void lm_q8_0_scale(const float *x, uint32_t n, float *d_fp16, float *inv_d)
+{
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < n; ++i) /* left to right */
+        if (fabsf(x[i]) > amax)
+            amax = fabsf(x[i]);
+    const float d = amax / 127.0f;
+    *inv_d = d != 0.0f ? 1.0f / d : 0.0f;
+    *d_fp16 = to_fp16(d);
+}
+
+void lm_round_rows_rn(float *x, uint32_t n, uint32_t elems, size_t stride, const lm_round_spec *s)
+{
+    for (uint32_t t = 0; t < n; ++t) {
+        float *r = x + (size_t)t * stride; /* [elems] */
+        if (s->kind == LM_ROUND_FLOAT) {
+            for (uint32_t j = 0; j < elems; ++j)
+                r[j] = lm_round_float_rn(r[j], s);
+        } else if (s->kind == LM_ROUND_Q8_0) {
+            for (uint32_t b = 0; b < elems; b += 32) {
+                uint32_t nb = elems - b < 32 ? elems - b : 32;
+                float d, id;
+                lm_q8_0_scale(r + b, nb, &d, &id);
+                for (uint32_t j = b; j < b + nb; ++j)
+                    r[j] = roundf(r[j] * id) * d;
+            }
+        }
+    }
+}

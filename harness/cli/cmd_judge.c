@@ -1,0 +1,227 @@
+/* cmd_judge.c — `kvdrift judge`: another engine's dumped logits (and K/V) classified against
+ * the reference and the envelope of each precision profile (argv -> hx_judge_run_all -> print). */
+#include "cli_util.h"
+#include "commands.h"
+#include "fs.h"
+#include "kvd_util.h"
+#include "dump.h"
+#include "judge_run.h"
+#include "kvd_profile.h"
+#include "kvd_ref.h"
+#include "sweep.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char usage_text[] =
+    "usage: kvdrift judge MODEL (-p TEXT | --tokens ID,...) --dump DIR [--dump DIR ...]\n"
+    "                     [--profile NAME[,NAME...]] [-o DIR] [options]\n"
+    "Judges another engine's output (llama.cpp, MLX, vLLM, PyTorch...) on the prompt: each dump\n"
+    "folder (dump.json + logits.npy or logprobs.npy, optional kv/; docs/DUMP-FORMAT.md) is\n"
+    "classified against the MPFR reference and the measured envelope of each precision profile,\n"
+    "exactly as `kvdrift sweep` classifies a configuration, and the dumps against each other.\n\n"
+    "  -p, --prompt TEXT     prompt text (must tokenize to the dump's first n_prompt ids)\n"
+    "      --tokens ID,...   prompt as token ids instead of text\n"
+    "      --special         parse control tokens written in TEXT as tokens\n"
+    "      --dump DIR        a dump folder (repeat for several)\n"
+    "      --profile LIST    precision profiles to judge under (default: all): f32 (float32),\n"
+    "                        f16kv (K/V cached in binary16), bf16, tf32 (matmul inputs with a\n"
+    "                        10-bit mantissa), q8act (activations in Q8_0 blocks)\n"
+    "      --prec BITS       reference precision (default 127)\n"
+    "      --ensemble M      stochastic-rounding runs per profile, >= 8 (default 8)\n"
+    "      --seed S          first SR seed (member i: S+i)\n"
+    "      --cache DIR       reference/envelope cache (default as sweep)\n"
+    "  -o, --output DIR      report folder (default reports/judge-<UTC timestamp>)\n"
+    "  -q, --quiet           no progress lines on stderr\n"
+    "  -h, --help            this text\n\n"
+    "Per dump and profile: the class (EXACT NOISE TIE_FLIP DRIFT FLIP NONFINITE, as sweep), the\n"
+    "worst err/E, the greedy sequence's first departure from the reference (tokens_generated);\n"
+    "per dump: KL(reference || dump) mean, max, 99.9%/99%/90%/median (llama-perplexity's\n"
+    "conventions), same-top-1 rate, and the profile that explains it (the one with the\n"
+    "smallest envelope under which it passes).\n\n"
+    "Writes DIR/report.json and DIR/report.md.\n"
+    "exit codes: 0 every dump is explained by some profile, 1 one is not (DRIFT, FLIP or\n"
+    "NONFINITE under every profile judged), 2 usage or input error (a dump that does not match\n"
+    "the model or the prompt, a malformed file)\n";
+
+#define MAX_DUMPS 64
+
+/* "a,b,c" into names (pointers into buf, a copy of list the caller frees). */
+static int split_profiles(const char **names, uint32_t *n, char **buf, const char *list,
+                          lm_err *err)
+{
+    *n = 0;
+    if ((*buf = strdup(list)) == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    char *save = NULL;
+    for (char *s = strtok_r(*buf, ",", &save); s != NULL; s = strtok_r(NULL, ",", &save)) {
+        if (*n == HX_JUDGE_MAX_PROFILES)
+            return LM_FAIL(err, LM_E_INPUT, "--profile: at most %u profiles",
+                           HX_JUDGE_MAX_PROFILES);
+        if (lm_profile_find(s) == NULL || *s == '\0')
+            return LM_FAIL(err, LM_E_INPUT, "--profile: unknown profile '%s' (expected %s)", s,
+                           lm_profile_expected());
+        names[(*n)++] = s;
+    }
+    if (*n == 0)
+        return LM_FAIL(err, LM_E_INPUT, "--profile: empty list");
+    return LM_OK;
+}
+
+static void print_summary(const hx_report *r, const char *json, const char *md)
+{
+    printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u naive-sr "
+           "runs x safety %.0f per profile\n\n", r->model, (unsigned)(r->n_prompt + r->n_gen),
+           (unsigned)r->n_prompt, (unsigned)r->precision, (unsigned)r->envelope_members,
+           r->envelope_safety);
+    hx_report_print_table(stdout, r);
+    printf("\n%-40s %9s %9s %9s %9s %9s %7s  %s\n", "dump", "KL mean", "KL max", "KL 99.9%",
+           "KL 99%", "KL median", "top-1", "explained by");
+    for (size_t i = 0; i < r->n_dumps; ++i) {
+        const hx_dump_report *d = &r->dumps[i];
+        printf("%-40.40s %9.3g %9.3g %9.3g %9.3g %9.3g %6.2f%%  %s\n", d->name, d->kl.mean,
+               d->kl.max, d->kl.p999, d->kl.p99, d->kl.median, 100.0 * d->kl.same_top1,
+               d->explained_by[0] ? d->explained_by : "none (FAIL)");
+        if (d->has_generated)
+            printf("  greedy: %lld generated tokens compared, %s\n", (long long)d->compared_to,
+                   d->first_divergent < 0 ? "same as the reference" : "leaves the reference");
+    }
+    for (size_t i = 0; i < r->n_pairs; ++i) {
+        const hx_dump_pair *p = &r->pairs[i];
+        printf("%s vs %s: max |diff| %.3g over %u rows, apart from position %lld, argmax from "
+               "%lld; closer to the reference: %s\n", r->dumps[p->a].name, r->dumps[p->b].name,
+               p->max_abs, (unsigned)p->n_shared, (long long)p->first_apart,
+               (long long)p->first_argmax,
+               p->closer[0] == 'a' ? r->dumps[p->a].name
+               : p->closer[0] == 'b' ? r->dumps[p->b].name : "tie");
+    }
+    printf("verdict %s\nwrote %s and %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass", json,
+           md);
+}
+
+int cmd_judge(int argc, char **argv)
+{
+    enum { O_TOKENS = 256, O_DUMP, O_PROFILE, O_PREC, O_ENS, O_SEED, O_CACHE, O_SPECIAL };
+    static const struct option opts[] = {
+        {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
+        {"dump", required_argument, NULL, O_DUMP},  {"profile", required_argument, NULL, O_PROFILE},
+        {"prec", required_argument, NULL, O_PREC},  {"ensemble", required_argument, NULL, O_ENS},
+        {"seed", required_argument, NULL, O_SEED},  {"cache", required_argument, NULL, O_CACHE},
+        {"special", no_argument, NULL, O_SPECIAL},  {"output", required_argument, NULL, 'o'},
+        {"quiet", no_argument, NULL, 'q'},          {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *text = NULL, *tok_s = NULL, *outdir = NULL, *dirs[MAX_DUMPS];
+    const char *prof_s = NULL;
+    char *prof_buf = NULL;
+    size_t n_dirs = 0;
+    bool special = false;
+    hx_judge_params jp = {.precision = REF_DEFAULT_PREC, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE};
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":p:o:qh", opts, NULL)) != -1) {
+        switch (o) {
+        case 'p': text = optarg; break;
+        case O_TOKENS: tok_s = optarg; break;
+        case O_SPECIAL: special = true; break;
+        case O_DUMP:
+            if (n_dirs == MAX_DUMPS)
+                return hx_cli_fail("judge", "--dump: at most %d dumps", MAX_DUMPS);
+            dirs[n_dirs++] = optarg;
+            break;
+        case O_PROFILE: prof_s = optarg; break;
+        case O_CACHE: jp.cache_dir = optarg; break;
+        case 'o': outdir = optarg; break;
+        case 'q': jp.quiet = true; break;
+        case O_PREC:
+            if (!lm_parse_u32z(optarg, REF_MIN_PREC, REF_MAX_PREC, &jp.precision))
+                return hx_cli_fail("judge", "--prec '%s': expected bits in %u..%u", optarg,
+                                   REF_MIN_PREC, REF_MAX_PREC);
+            break;
+        case O_ENS:
+            if (!lm_parse_u32z(optarg, 8, 1024, &jp.ensemble))
+                return hx_cli_fail("judge", "--ensemble '%s': expected an integer in 8..1024",
+                                   optarg);
+            break;
+        case O_SEED:
+            if (!lm_parse_seed(optarg, &jp.sr_seed))
+                return hx_cli_fail("judge", "--seed '%s': expected a non-negative integer",
+                                   optarg);
+            jp.sr_seed_set = true;
+            break;
+        case 'h': fputs(usage_text, stdout); return 0;
+        default: return hx_cli_bad_option("judge", o, argv);
+        }
+    }
+    if (optind + 1 != argc)
+        return hx_cli_fail("judge", "expected exactly one MODEL argument (try --help)");
+    if ((text == NULL) == (tok_s == NULL))
+        return hx_cli_fail("judge", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
+    if (n_dirs == 0)
+        return hx_cli_fail("judge", "no --dump DIR given (try --help)");
+
+    lm_err err = {0};
+    int st = LM_OK;
+    lm_model *m = NULL;
+    int32_t *prompt = NULL;
+    uint32_t n_prompt = 0;
+    hx_dump *dumps[MAX_DUMPS] = {0};
+    const char *profiles[HX_JUDGE_MAX_PROFILES];
+    hx_report *rep = NULL;
+    char dir[4096], json[4200], md[4200];
+    const char *model_path = argv[optind];
+    if (prof_s != NULL &&
+        (st = split_profiles(profiles, &jp.n_profiles, &prof_buf, prof_s, &err)) != LM_OK)
+        goto done;
+    if ((st = lm_model_load(&m, model_path, &err)) != LM_OK ||
+        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, special,
+                                &err)) != LM_OK)
+        goto done;
+    for (size_t i = 0; i < n_dirs; ++i)
+        if ((st = hx_dump_load(&dumps[i], dirs[i], m, model_path, &err)) != LM_OK)
+            goto done;
+    if (outdir == NULL) {
+        char ts[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
+        snprintf(dir, sizeof dir, "reports/judge-%s", ts);
+    } else if (snprintf(dir, sizeof dir, "%s", outdir) >= (int)sizeof dir) {
+        st = LM_FAIL(&err, LM_E_INPUT, "-o: path too long");
+        goto done;
+    }
+    if ((st = hx_cli_check_out_dir(dir, &err)) != LM_OK)
+        goto done;
+    jp.model = m;
+    jp.model_label = model_path;
+    jp.prompt = prompt;
+    jp.n_prompt = n_prompt;
+    jp.dumps = dumps;
+    jp.n_dumps = n_dirs;
+    jp.profiles = profiles;
+    if ((st = hx_judge_run_all(&rep, &jp, &err)) != LM_OK)
+        goto done;
+    snprintf(json, sizeof json, "%s/report.json", dir);
+    snprintf(md, sizeof md, "%s/report.md", dir);
+    if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
+        (st = hx_report_write_json(rep, json, &err)) != LM_OK ||
+        (st = hx_report_write_md(rep, md, &err)) != LM_OK)
+        goto done;
+    print_summary(rep, json, md);
+done:
+    if (st != LM_OK)
+        fprintf(stderr, "kvdrift judge: %s\n", err.msg);
+    int code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(rep, false);
+    hx_report_free(rep);
+    for (size_t i = 0; i < n_dirs; ++i)
+        hx_dump_free(dumps[i]);
+    free(prompt);
+    free(prof_buf);
+    lm_model_free(m);
+    return code;
+}

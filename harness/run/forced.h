@@ -1,0 +1,25 @@
+/* forced.h — one engine configuration run teacher-forced over a given token list (the input an
+ * imported dump was made from): logits at chosen positions, K/V of the first n_kv positions. */
+#ifndef HX_FORCED_H
+#define HX_FORCED_H
+
+#include "capture.h"
+#include "config.h"
+#include "kvd_engine.h"
+
+typedef struct hx_forced_request {
+    const int32_t *tokens;   /* [n_tokens] */
+    uint32_t n_tokens;       /* >= 1 */
+    uint32_t n_kv;           /* K/V rows captured: positions 0..n_kv-1 (1..n_tokens) */
+    const uint32_t *pos;     /* [n_pos] logits positions, strictly increasing, < n_tokens */
+    uint32_t n_pos;
+} hx_forced_request;
+
+/* Runs cfg (backend, step = prefill chunk size, 0 = one chunk, threads, attn, profile; not a
+ * rotating cache) over every token in chunks, each chunk's logits computed for all its rows
+ * (LM_LOGITS_ALL) and the rows at rq->pos kept; then the cache's first n_kv rows of every layer.
+ * The capture's tokens are rq->tokens and n_prompt is n_kv. LM_E_INPUT for a bad request. */
+int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
+                  const hx_forced_request *rq, lm_err *err);
+
+#endif

@@ -1,0 +1,573 @@
+/* judge_run.c — hx_judge_run_all: reference, per-profile envelopes, every dump classified
+ * (the contract is in judge_run.h). */
+#include "judge_run.h"
+
+#include "capture.h"
+#include "compare.h"
+#include "dumps.h"
+#include "envelope.h"
+#include "envelope_sr.h"
+#include "fingerprint.h"
+#include "forced.h"
+#include "fs.h"
+#include "kvd_util.h"
+#include "kvd_profile.h"
+#include "kvd_ref.h"
+#include "metrics.h"
+#include "sweep.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Part of the envelope's cache key: how the members ran (see judge_run.h (c)). */
+static const char judge_mode[] =
+    "judge-forced:naive-sr:step=full:coin=splitmix-v3:perturb=mca-rr24-v2:vprec=sr-v1:"
+    "stat=mean-spread-v2";
+
+static void progress(const hx_judge_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
+static void progress(const hx_judge_params *p, const char *fmt, ...)
+{
+    if (p->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("judge: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+typedef struct jstate {
+    const hx_judge_params *p;
+    const hx_dump *d0;          /* the first dump: tokens and n_prompt of all */
+    uint32_t *pos;              /* [n_pos] union of the dumps' positions */
+    uint32_t n_pos;
+    ref_capture ref, ref_lp;    /* reference; its log-softmax rows (when a dump needs them) */
+    char ref_key[33];
+    bool need_lp;
+    const lm_profile *prof[HX_JUDGE_MAX_PROFILES];
+    uint32_t n_prof;
+    hx_envelope *env[HX_JUDGE_MAX_PROFILES], *env_lp[HX_JUDGE_MAX_PROFILES];
+    char path_hash[33];         /* the naive f32 forced run's capture hash */
+} jstate;
+
+/* (a) Same tokens everywhere, prompt first; the union of positions. */
+static int check_inputs(jstate *s, lm_err *err)
+{
+    const hx_judge_params *p = s->p;
+    if (p->n_dumps == 0)
+        return LM_FAIL(err, LM_E_INPUT, "no dump to judge");
+    const hx_dump *a = s->d0 = p->dumps[0];
+    if (a->n_prompt != p->n_prompt)
+        return LM_FAIL(err, LM_E_INPUT, "%s: n_prompt %u, but the prompt has %u tokens", a->dir,
+                       (unsigned)a->n_prompt, (unsigned)p->n_prompt);
+    for (uint32_t i = 0; i < p->n_prompt; ++i)
+        if (a->tokens[i] != p->prompt[i])
+            return LM_FAIL(err, LM_E_INPUT, "%s: token %u is %d, the prompt's is %d", a->dir,
+                           (unsigned)i, (int)a->tokens[i], (int)p->prompt[i]);
+    uint8_t *mark = calloc(a->n_tokens, 1);
+    if (mark == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (size_t k = 0; k < p->n_dumps; ++k) {
+        const hx_dump *b = p->dumps[k];
+        if (b->n_tokens != a->n_tokens || b->n_prompt != a->n_prompt ||
+            memcmp(b->tokens, a->tokens, a->n_tokens * sizeof *a->tokens) != 0) {
+            free(mark);
+            return LM_FAIL(err, LM_E_INPUT, "%s: tokens or n_prompt differ from %s's (judge dumps "
+                           "of one input together)", b->dir, a->dir);
+        }
+        if (b->logprobs)
+            s->need_lp = true;
+        for (uint32_t i = 0; i < b->n_pos; ++i)
+            mark[b->positions[i]] = 1;
+    }
+    s->pos = malloc(a->n_tokens * sizeof *s->pos);
+    if (s->pos == NULL) {
+        free(mark);
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < a->n_tokens; ++i)
+        if (mark[i])
+            s->pos[s->n_pos++] = i;
+    free(mark);
+    return LM_OK;
+}
+
+static int profiles(jstate *s, lm_err *err)
+{
+    const hx_judge_params *p = s->p;
+    uint32_t n = p->n_profiles ? p->n_profiles : lm_profile_count();
+    if (n > HX_JUDGE_MAX_PROFILES)
+        return LM_FAIL(err, LM_E_INPUT, "at most %u profiles", HX_JUDGE_MAX_PROFILES);
+    for (uint32_t i = 0; i < n; ++i) {
+        const lm_profile *pf = p->n_profiles ? lm_profile_find(p->profiles[i]) : lm_profile_at(i);
+        if (pf == NULL)
+            return LM_FAIL(err, LM_E_INPUT, "profile '%s': unknown (expected %s)",
+                           p->profiles[i], lm_profile_expected());
+        for (uint32_t j = 0; j < i; ++j)
+            if (s->prof[j] == pf)
+                return LM_FAIL(err, LM_E_INPUT, "profile %s given twice", pf->name);
+        s->prof[i] = pf;
+    }
+    s->n_prof = n;
+    return LM_OK;
+}
+
+/* Rows [n][nv] to log-softmax in place: lse around the row's max, exp terms summed in index
+ * order, in double. */
+static void log_softmax_f64(double *x, uint32_t n, uint32_t nv)
+{
+    for (uint32_t i = 0; i < n; ++i) {
+        double *r = x + (size_t)i * nv, mx = -INFINITY, sum = 0.0;
+        for (uint32_t v = 0; v < nv; ++v)
+            mx = r[v] > mx ? r[v] : mx;
+        for (uint32_t v = 0; v < nv; ++v)
+            sum += exp(r[v] - mx);
+        double lse = mx + log(sum);
+        for (uint32_t v = 0; v < nv; ++v)
+            r[v] -= lse;
+    }
+}
+
+static int log_softmax_f32(float *x, uint32_t n, uint32_t nv, lm_err *err)
+{
+    double *t = malloc((size_t)nv * sizeof *t);
+    if (t == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < n; ++i) {
+        float *r = x + (size_t)i * nv;
+        for (uint32_t v = 0; v < nv; ++v)
+            t[v] = (double)r[v];
+        log_softmax_f64(t, 1, nv);
+        for (uint32_t v = 0; v < nv; ++v)
+            r[v] = (float)t[v];
+    }
+    free(t);
+    return LM_OK;
+}
+
+/* (b) */
+static int reference(jstate *s, lm_err *err)
+{
+    const hx_judge_params *p = s->p;
+    ref_request rq = {.tokens = s->d0->tokens, .n_tokens = s->d0->n_tokens,
+                      .n_prompt = s->d0->n_prompt, .pos = s->pos, .n_pos = s->n_pos,
+                      .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
+                      .n_threads = p->ref_threads};
+    bool hit = false;
+    ref_cache_key(s->ref_key, p->model, &rq);
+    int rc = ref_cached(&s->ref, p->model, &rq, p->cache_dir, &hit, err);
+    if (rc != LM_OK)
+        return rc;
+    progress(p, "reference %s at %u bits (%u tokens, %u logits rows)",
+             hit ? "loaded from cache" : "computed", (unsigned)rq.prec,
+             (unsigned)rq.n_tokens, (unsigned)s->n_pos);
+    if (s->need_lp) {
+        s->ref_lp = s->ref;
+        size_t n = (size_t)s->ref.n_pos * s->ref.n_vocab;
+        s->ref_lp.logits = malloc(n * sizeof(double));
+        /* only the logits are owned: k, v, tokens, pos are borrowed from ref */
+        if (s->ref_lp.logits == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        memcpy(s->ref_lp.logits, s->ref.logits, n * sizeof(double));
+        log_softmax_f64(s->ref_lp.logits, s->ref.n_pos, s->ref.n_vocab);
+    }
+    return LM_OK;
+}
+
+static hx_forced_request forced_rq(const jstate *s)
+{
+    return (hx_forced_request){.tokens = s->d0->tokens, .n_tokens = s->d0->n_tokens,
+                               .n_kv = s->d0->n_prompt, .pos = s->pos, .n_pos = s->n_pos};
+}
+
+/* The naive f32 forced run's hash: the engine's bits on this input, in the envelope key. */
+static int path_hash(jstate *s, lm_err *err)
+{
+    hx_config c = {.backend = "naive", .threads = 1};
+    hx_forced_request rq = forced_rq(s);
+    hx_capture *cap = NULL;
+    uint8_t h[16];
+    int rc = hx_run_forced(&cap, s->p->model, &c, &rq, err);
+    if (rc == LM_OK && (rc = hx_capture_hash(h, cap, err)) == LM_OK)
+        lm_hex_encode(s->path_hash, h, 16);
+    hx_capture_free(cap);
+    return rc;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Whether profile k's envelope comes from SR runs of the reference's own float32 model
+ * (envelope_sr.h), as sweep's f32 envelope does: profile f32, no log-probability dump (whose
+ * envelope needs the members' rows) and a model the SR reference implements. Otherwise the
+ * engine's naive-sr members under the profile (the profiles' site hooks are the engine's). */
+static bool use_ref_sr(const jstate *s, uint32_t k)
+{
+    lm_err e = {0};
+    return strcmp(s->prof[k]->name, "f32") == 0 && !s->need_lp &&
+           hx_envelope_sr_supported(s->p->model, &s->ref, &e) == LM_OK;
+}
+
+/* Cache path and key of profile k's envelope (lp: of log-probabilities). */
+static int env_key(char *path, size_t cap, uint8_t key[16], const jstate *s, uint32_t k,
+                   bool lp, lm_err *err)
+{
+    const bool ref_sr = use_ref_sr(s, k);
+    const hx_judge_params *p = s->p;
+    char dir[4096], extra[sizeof judge_mode + 96];
+    int rc = lm_cache_open(dir, sizeof dir, p->cache_dir, err);
+    if (rc != LM_OK)
+        return rc;
+    int ne = ref_sr ? snprintf(extra, sizeof extra, "judge-forced:%s", HX_ENVELOPE_SR_MODE)
+                    : snprintf(extra, sizeof extra, "%s;profile=%s;path=%s%s", judge_mode,
+                               s->prof[k]->name, s->path_hash, lp ? ";rows=logprobs" : "");
+    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    hx_envelope_key(key, s->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
+    return hx_envelope_cache_path(path, cap, dir, key, err);
+}
+
+static int env_load(hx_envelope **out, const jstate *s, uint32_t k, bool lp)
+{
+    char path[4200];
+    uint8_t key[16];
+    lm_err e = {0};
+    if (env_key(path, sizeof path, key, s, k, lp, &e) != LM_OK || !file_exists(path))
+        return LM_E_INPUT;
+    return hx_envelope_load(out, path, key, &e);
+}
+
+/* The cache costs time, never correctness: a key or write failure is a warning. */
+static int env_store(hx_envelope *env, const jstate *s, uint32_t k, bool lp, lm_err *err)
+{
+    (void)err;
+    char path[4200];
+    lm_err e = {0};
+    if (env_key(path, sizeof path, env->key, s, k, lp, &e) != LM_OK ||
+        hx_envelope_save(env, path, &e) != LM_OK)
+        fprintf(stderr, "judge: envelope cache entry not stored (%s)\n", e.msg);
+    return LM_OK;
+}
+
+/* (c) Profile k's envelopes (logits, and log-probabilities when needed). */
+static int envelope(jstate *s, uint32_t k, lm_err *err)
+{
+    const hx_judge_params *p = s->p;
+    bool need = env_load(&s->env[k], s, k, false) != LM_OK;
+    if (s->need_lp)
+        need |= env_load(&s->env_lp[k], s, k, true) != LM_OK;
+    if (!need) {
+        progress(p, "envelope of profile %s loaded from cache", s->prof[k]->name);
+        return LM_OK;
+    }
+    hx_envelope_free(s->env[k]);
+    hx_envelope_free(s->env_lp[k]);
+    s->env[k] = s->env_lp[k] = NULL;
+    uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    hx_capture **mem = calloc(m, sizeof *mem);
+    if (mem == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    if (use_ref_sr(s, k)) {
+        free(mem);
+        int rc = hx_envelope_from_ref_sr(&s->env[k], p->model, &s->ref, m, seed, p->ref_threads,
+                                         HX_ENVELOPE_SAFETY, err);
+        if (rc == LM_OK)
+            rc = env_store(s->env[k], s, k, false, err);
+        if (rc == LM_OK)
+            progress(p, "envelope of profile f32 measured from %u SR runs of the reference's "
+                     "float32 model", (unsigned)m);
+        return rc;
+    }
+    hx_forced_request rq = forced_rq(s);
+    int rc = LM_OK;
+    for (uint32_t i = 0; i < m && rc == LM_OK; ++i) {
+        hx_config c = {.backend = "naive-sr", .sr_seed = seed + i};
+        snprintf(c.profile, sizeof c.profile, "%s",
+                 strcmp(s->prof[k]->name, "f32") ? s->prof[k]->name : "");
+        rc = hx_run_forced(&mem[i], p->model, &c, &rq, err);
+    }
+    if (rc == LM_OK)
+        rc = hx_envelope_from_ensemble(&s->env[k], (const hx_capture *const *)mem, m, &s->ref,
+                                       HX_ENVELOPE_SAFETY, err);
+    if (rc == LM_OK)
+        rc = env_store(s->env[k], s, k, false, err);
+    for (uint32_t i = 0; i < m && rc == LM_OK && s->need_lp; ++i)
+        rc = log_softmax_f32(mem[i]->logits, mem[i]->shape.n_pos, mem[i]->shape.n_vocab, err);
+    if (rc == LM_OK && s->need_lp)
+        rc = hx_envelope_from_ensemble(&s->env_lp[k], (const hx_capture *const *)mem, m,
+                                       &s->ref_lp, HX_ENVELOPE_SAFETY, err);
+    if (rc == LM_OK && s->need_lp)
+        rc = env_store(s->env_lp[k], s, k, true, err);
+    for (uint32_t i = 0; i < m; ++i)
+        hx_capture_free(mem[i]);
+    free(mem);
+    if (rc == LM_OK)
+        progress(p, "envelope of profile %s measured from %u naive-sr runs", s->prof[k]->name,
+                 (unsigned)m);
+    return rc;
+}
+
+/* A capture holding the dump's rows (and K/V when present; else k = v = NULL). */
+static int dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err)
+{
+    const lm_hparams *hp = &m->hp;
+    hx_capture_shape sh = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv,
+                           .head_dim = hp->head_dim, .n_vocab = d->n_vocab,
+                           .n_prompt = d->n_prompt, .n_tokens = d->n_tokens, .n_pos = d->n_pos};
+    int rc = hx_capture_create(out, &sh, err);
+    if (rc != LM_OK)
+        return rc;
+    hx_capture *c = *out;
+    memcpy(c->tokens, d->tokens, d->n_tokens * sizeof *d->tokens);
+    memcpy(c->positions, d->positions, d->n_pos * sizeof *d->positions);
+    memcpy(c->logits, d->rows, (size_t)d->n_pos * d->n_vocab * sizeof *d->rows);
+    size_t kv = hx_capture_kv_elems(&sh);
+    for (uint32_t l = 0; l < hp->n_layer; ++l) {
+        if (d->k != NULL) {
+            memcpy(c->k[l], d->k[l], kv * sizeof(float));
+            memcpy(c->v[l], d->v[l], kv * sizeof(float));
+        } else {
+            free(c->k[l]);
+            free(c->v[l]);
+        }
+    }
+    if (d->k == NULL) {
+        free(c->k);
+        free(c->v);
+        c->k = c->v = NULL;
+    }
+    return LM_OK;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Median of an envelope's logits E (the profile's scale for hx_explain_profile). */
+static double median_e(const hx_envelope *e)
+{
+    double *v = malloc((e->n_pos ? e->n_pos : 1) * sizeof *v);
+    if (v == NULL || e->n_pos == 0) {
+        free(v);
+        return 0.0;
+    }
+    for (uint32_t i = 0; i < e->n_pos; ++i)
+        v[i] = e->logits[i].e;
+    qsort(v, e->n_pos, sizeof *v, cmp_double);
+    double m = hx_percentile_sorted(v, e->n_pos, 0.5);
+    free(v);
+    return m;
+}
+
+/* The greedy sequence of dump d against the reference rows, into report dr and the dump's
+ * configurations. */
+static int greedy(hx_report *rep, hx_dump_report *dr, const hx_dump *d, const ref_capture *ref,
+                  lm_err *err)
+{
+    dr->first_divergent = -1;
+    dr->has_generated = d->has_generated;
+    if (!d->has_generated)
+        return LM_OK;
+    uint32_t n_path = d->n_tokens - d->n_prompt;
+    int32_t *top = malloc((n_path + 1) * sizeof *top);
+    if (top == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (uint32_t j = 0; j <= n_path; ++j) {
+        int64_t r = ref_capture_find_pos(ref, d->n_prompt - 1 + j);
+        top[j] = r < 0 ? -1 : hx_argmax_f64(ref_capture_logits(ref, (uint32_t)r), ref->n_vocab);
+    }
+    uint32_t compared = 0;
+    int64_t g = hx_greedy_departure(d->generated, d->n_generated, d->tokens + d->n_prompt,
+                                    n_path, top, &compared);
+    free(top);
+    dr->first_divergent = g;
+    dr->compared_to = compared;
+    if (g < 0)
+        return LM_OK;
+    char row[32];
+    snprintf(row, sizeof row, "logits@%u", (unsigned)(d->n_prompt - 1 + (uint32_t)g));
+    for (size_t k = 0; k < dr->n_profiles; ++k) {
+        hx_config_report *c = &rep->configs[dr->first_config + k];
+        hx_class at = HX_FLIP; /* the row that chose it is not in the dump: unexplained */
+        for (size_t i = 0; i < c->n_rows; ++i)
+            if (strcmp(c->rows[i].name, row) == 0)
+                at = c->rows[i].cls;
+        hx_config_report_set_divergence(c, g, at);
+    }
+    return LM_OK;
+}
+
+/* (d) for one dump. */
+static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
+{
+    const hx_dump *d = s->p->dumps[di];
+    hx_dump_report *dr = &rep->dumps[di];
+    snprintf(dr->name, sizeof dr->name, "%s", d->dir);
+    snprintf(dr->engine, sizeof dr->engine, "%s", d->engine);
+    snprintf(dr->settings, sizeof dr->settings, "%s", d->settings);
+    snprintf(dr->rows, sizeof dr->rows, "%s", d->logprobs ? "logprobs" : "logits");
+    snprintf(dr->dtype, sizeof dr->dtype, "%s", d->row_dtype);
+    dr->n_pos = d->n_pos;
+    dr->first_config = rep->n_configs;
+    dr->n_profiles = s->n_prof;
+    const ref_capture *ref = d->logprobs ? &s->ref_lp : &s->ref;
+    hx_capture *x = NULL;
+    int rc = dump_capture(&x, d, s->p->model, err);
+    hx_class cls[HX_JUDGE_MAX_PROFILES];
+    double scale[HX_JUDGE_MAX_PROFILES];
+    for (uint32_t k = 0; k < s->n_prof && rc == LM_OK; ++k) {
+        char name[HX_CONFIG_STR_MAX];
+        snprintf(name, sizeof name, "%.100s@%s", d->dir, s->prof[k]->name);
+        hx_config_report *c = NULL;
+        const hx_envelope *env = d->logprobs ? s->env_lp[k] : s->env[k];
+        if ((rc = hx_report_add_config(rep, &c, name, err)) == LM_OK)
+            rc = hx_compare_capture(c, x, NULL, ref, env, err);
+        scale[k] = median_e(env);
+    }
+    hx_capture_free(x);
+    if (rc == LM_OK)
+        rc = greedy(rep, dr, d, ref, err);
+    if (rc != LM_OK)
+        return rc;
+    for (uint32_t k = 0; k < s->n_prof; ++k)
+        cls[k] = rep->configs[dr->first_config + k].cls;
+    int e = hx_explain_profile(cls, scale, s->n_prof);
+    snprintf(dr->explained_by, sizeof dr->explained_by, "%s", e >= 0 ? s->prof[e]->name : "");
+    /* KL and top-1 over the logits rows (the same under every profile: take the first's) */
+    const hx_config_report *c0 = &rep->configs[dr->first_config];
+    double *kl = malloc((d->n_pos ? d->n_pos : 1) * sizeof *kl);
+    if (kl == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    uint32_t n = 0, same = 0;
+    for (size_t i = 0; i < c0->n_rows; ++i)
+        if (c0->rows[i].is_logits) {
+            kl[n++] = c0->rows[i].lg.kl;
+            same += c0->rows[i].lg.top1_agree;
+        }
+    hx_kl_stats_compute(&dr->kl, kl, n, same);
+    free(kl);
+    return LM_OK;
+}
+
+/* Every pair of dumps over their shared positions. */
+static int pairs(jstate *s, hx_report *rep, lm_err *err)
+{
+    size_t nd = s->p->n_dumps;
+    if (nd < 2)
+        return LM_OK;
+    rep->pairs = calloc(nd * (nd - 1) / 2, sizeof *rep->pairs);
+    uint32_t nv = s->ref.n_vocab;
+    float *a = malloc((size_t)s->n_pos * nv * sizeof *a), *b = malloc((size_t)s->n_pos * nv * sizeof *b);
+    double *r = malloc((size_t)s->n_pos * nv * sizeof *r), *e = malloc(s->n_pos * sizeof *e);
+    uint32_t *pos = malloc(s->n_pos * sizeof *pos);
+    int rc = rep->pairs && a && b && r && e && pos ? LM_OK
+                                                   : LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < nd && rc == LM_OK; ++i)
+        for (size_t j = i + 1; j < nd; ++j) {
+            const hx_dump *x = s->p->dumps[i], *y = s->p->dumps[j];
+            if (x->logprobs != y->logprobs)
+                continue; /* logits and log-probabilities are not comparable element-wise */
+            const ref_capture *ref = x->logprobs ? &s->ref_lp : &s->ref;
+            const hx_envelope *env = x->logprobs ? s->env_lp[0] : s->env[0];
+            uint32_t n = 0;
+            for (uint32_t u = 0, v = 0; u < x->n_pos && v < y->n_pos;) {
+                if (x->positions[u] < y->positions[v]) {
+                    ++u;
+                } else if (x->positions[u] > y->positions[v]) {
+                    ++v;
+                } else {
+                    uint32_t p = x->positions[u];
+                    int64_t rr = ref_capture_find_pos(ref, p);
+                    int64_t er = -1;
+                    for (uint32_t q = 0; q < env->n_pos; ++q)
+                        if (env->positions[q] == p)
+                            er = q;
+                    memcpy(a + (size_t)n * nv, x->rows + (size_t)u * nv, nv * sizeof *a);
+                    memcpy(b + (size_t)n * nv, y->rows + (size_t)v * nv, nv * sizeof *b);
+                    memcpy(r + (size_t)n * nv, ref_capture_logits(ref, (uint32_t)rr),
+                           nv * sizeof *r);
+                    e[n] = er >= 0 ? env->logits[er].e : 0.0;
+                    pos[n++] = p;
+                    ++u;
+                    ++v;
+                }
+            }
+            hx_dump_pair *pr = &rep->pairs[rep->n_pairs++];
+            pr->a = (uint32_t)i;
+            pr->b = (uint32_t)j;
+            hx_dump_pair_compare(pr, a, b, r, e, pos, n, nv);
+        }
+    free(a);
+    free(b);
+    free(r);
+    free(e);
+    free(pos);
+    return rc;
+}
+
+static void jstate_free(jstate *s)
+{
+    free(s->pos);
+    free(s->ref_lp.logits);
+    ref_capture_free(&s->ref);
+    for (uint32_t k = 0; k < HX_JUDGE_MAX_PROFILES; ++k) {
+        hx_envelope_free(s->env[k]);
+        hx_envelope_free(s->env_lp[k]);
+    }
+}
+
+int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
+{
+    *out = NULL;
+    jstate s = {.p = p};
+    hx_report *rep = NULL;
+    int rc;
+    if ((rc = check_inputs(&s, err)) != LM_OK || (rc = profiles(&s, err)) != LM_OK ||
+        (rc = reference(&s, err)) != LM_OK || (rc = path_hash(&s, err)) != LM_OK)
+        goto done;
+    for (uint32_t k = 0; k < s.n_prof; ++k)
+        if ((rc = envelope(&s, k, err)) != LM_OK)
+            goto done;
+    if ((rc = hx_report_create(&rep, "judge", err)) != LM_OK)
+        goto done;
+    snprintf(rep->model, sizeof rep->model, "%s", p->model_label ? p->model_label : "model");
+    lm_hex_encode(rep->model_hash, p->model->content_hash, 16);
+    hx_fingerprint fp;
+    hx_fingerprint_detect(&fp);
+    memcpy(rep->fingerprint_id, fp.id, sizeof rep->fingerprint_id);
+    snprintf(rep->fingerprint, sizeof rep->fingerprint, "%s", fp.short_text);
+    rep->n_prompt = s.d0->n_prompt;
+    rep->n_gen = s.d0->n_tokens - s.d0->n_prompt;
+    rep->precision = p->precision ? p->precision : REF_DEFAULT_PREC;
+    rep->envelope_safety = HX_ENVELOPE_SAFETY;
+    rep->envelope_members = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    rep->dumps = calloc(p->n_dumps, sizeof *rep->dumps);
+    if (rep->dumps == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        goto done;
+    }
+    rep->n_dumps = p->n_dumps;
+    for (size_t i = 0; i < p->n_dumps && rc == LM_OK; ++i)
+        rc = judge_dump(&s, rep, i, err);
+    if (rc == LM_OK)
+        rc = pairs(&s, rep, err);
+done:
+    jstate_free(&s);
+    if (rc != LM_OK) {
+        hx_report_free(rep);
+        return rc;
+    }
+    *out = rep;
+    return LM_OK;
+}

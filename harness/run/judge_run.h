@@ -1,0 +1,62 @@
+/* judge_run.h — `kvdrift judge` as a library call: imported dumps (dump.h) classified against
+ * the MPFR reference and the measured envelope of each precision profile, exactly as a sweep
+ * classifies a configuration (hx_compare_capture), folded into an hx_report.
+ *
+ * What one call does, in order:
+ *  (a) Checks that every dump holds the same token list and n_prompt, whose first n_prompt ids
+ *      are the given prompt (LM_E_INPUT naming the dump and the index otherwise).
+ *  (b) The reference on those tokens: K/V of the n_prompt positions, logits at the union of the
+ *      dumps' positions, through the reference cache (ref_cached).
+ *  (c) Per profile (lm_profile_find; default: every profile): for f32, as sweep, `ensemble`
+ *      SR runs of the reference's own float32 model (envelope_sr.h) when it implements the
+ *      model and no dump holds log-probabilities; otherwise `ensemble` runs of naive-sr,
+ *      seeds sr_seed + i, under that profile (stochastic rounding to its virtual precision at
+ *      its sites, kvd_profile.h), each teacher-forced over the tokens in one chunk
+ *      (hx_run_forced), folded by hx_envelope_from_ensemble (envelope.h's statistic, safety
+ *      HX_ENVELOPE_SAFETY) and cached beside the reference under hx_envelope_key(reference
+ *      key, ensemble, seed, safety, "judge-forced;<mode>;profile=<name>;path=<hash of the naive
+ *      f32 forced run>"). For a dump of log-probabilities, the reference rows and the members'
+ *      rows are turned into log-softmax first (in double, members rounded to float32) and the
+ *      envelope measured on those.
+ *  (d) Each dump under each profile: a capture made from the dump (K/V when kv/ is present,
+ *      otherwise logits rows only) through hx_compare_capture against the reference and that
+ *      profile's envelope, as configuration "<dump>@<profile>" (no baseline, so never EXACT);
+ *      the greedy tokens (tokens_generated) against the reference's argmax on the dump's own
+ *      path, the class there being that row's (hx_greedy_departure); KL statistics and the
+ *      same-top-1 rate over the logits rows; the explaining profile (hx_explain_profile, with
+ *      each profile's median logits E); every pair of dumps (hx_dump_pair_compare, with the
+ *      first profile's envelope).
+ * Exit code (hx_report_exit_code): 1 when some dump is explained by none of the profiles. */
+#ifndef HX_JUDGE_RUN_H
+#define HX_JUDGE_RUN_H
+
+#include "dump.h"
+#include "kvd_model.h"
+#include "report.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HX_JUDGE_MAX_PROFILES 8u
+
+typedef struct hx_judge_params {
+    const lm_model *model;
+    const char *model_label;         /* for the report; NULL: "model" */
+    const int32_t *prompt;           /* [n_prompt] */
+    uint32_t n_prompt;
+    hx_dump *const *dumps;           /* [n_dumps], validated by hx_dump_load */
+    size_t n_dumps;                  /* >= 1 */
+    const char *const *profiles;     /* [n_profiles] names; n_profiles 0 = every profile */
+    uint32_t n_profiles;
+    uint32_t precision;              /* reference bits; 0 = REF_DEFAULT_PREC */
+    uint32_t ensemble;               /* 0 = 8 */
+    uint64_t sr_seed;
+    bool sr_seed_set;
+    const char *cache_dir;
+    int ref_threads;
+    bool quiet;
+} hx_judge_params;
+
+int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err);
+
+#endif

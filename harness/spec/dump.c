@@ -1,0 +1,300 @@
+/* dump.c — loading and validating an imported dump folder (the contract is in dump.h). */
+#include "dump.h"
+
+#include "fs.h"
+#include "npy.h"
+#include "sha256.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define PATH_CAP 4200
+#define HX_DUMP_MAX_MANIFEST ((size_t)256 << 20) /* 256 MiB: tokens of any real context */
+#define HX_DUMP_MAX_FILE ((size_t)16 << 30)      /* 16 GiB per array file */
+
+void hx_dump_free(hx_dump *d)
+{
+    if (d == NULL)
+        return;
+    free(d->dir);
+    free(d->engine);
+    free(d->settings);
+    free(d->tokens);
+    free(d->positions);
+    free(d->rows);
+    free(d->generated);
+    for (uint32_t l = 0; d->k != NULL && l < d->n_layer; ++l) {
+        free(d->k[l]);
+        free(d->v[l]);
+    }
+    free(d->k);
+    free(d->v);
+    free(d);
+}
+
+static bool is_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* An array of integers in [lo, hi) into a malloc'd int32 array. */
+static int int_array(int32_t **out, uint32_t *n, json_t *a, const char *key, int64_t lo,
+                     int64_t hi, const char *dir, lm_err *err)
+{
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > (1u << 24))
+        return LM_FAIL(err, LM_E_INPUT, "%s/dump.json: '%s' must be a non-empty array of "
+                       "integers", dir, key);
+    size_t len = json_array_size(a);
+    int32_t *v = malloc(len * sizeof *v);
+    if (v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", dir);
+    for (size_t i = 0; i < len; ++i) {
+        json_t *x = json_array_get(a, i);
+        json_int_t iv = json_is_integer(x) ? json_integer_value(x) : lo - 1;
+        if (iv < lo || iv >= hi) {
+            free(v);
+            if (!json_is_integer(x))
+                return LM_FAIL(err, LM_E_INPUT, "%s/dump.json: %s[%zu] is not an integer", dir,
+                               key, i);
+            return LM_FAIL(err, LM_E_INPUT, "%s/dump.json: %s[%zu] = %lld is outside [%lld, %lld)",
+                           dir, key, i, (long long)iv, (long long)lo, (long long)hi);
+        }
+        v[i] = (int32_t)iv;
+    }
+    *out = v;
+    *n = (uint32_t)len;
+    return LM_OK;
+}
+
+static int opt_string(char **out, json_t *root, const char *key, const char *dir, lm_err *err)
+{
+    json_t *s = json_object_get(root, key);
+    if (s != NULL && !json_is_string(s))
+        return LM_FAIL(err, LM_E_INPUT, "%s/dump.json: '%s' must be a string", dir, key);
+    *out = strdup(s ? json_string_value(s) : "");
+    return *out ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", dir);
+}
+
+static int check_sha256(json_t *root, const char *model_path, const char *dir, lm_err *err)
+{
+    json_t *s = json_object_get(root, "model_sha256");
+    if (s == NULL)
+        return LM_OK;
+    const char *hex = json_is_string(s) ? json_string_value(s) : "";
+    bool ok = strlen(hex) == 64;
+    for (size_t i = 0; ok && i < 64; ++i)
+        ok = (hex[i] >= '0' && hex[i] <= '9') || (hex[i] >= 'a' && hex[i] <= 'f') ||
+             (hex[i] >= 'A' && hex[i] <= 'F');
+    if (!ok)
+        return LM_FAIL(err, LM_E_INPUT, "%s/dump.json: model_sha256 must be 64 hex digits", dir);
+    char got[65];
+    int rc = hx_sha256_file_hex(got, model_path, err);
+    if (rc != LM_OK)
+        return rc;
+    if (strcasecmp(got, hex) != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s/dump.json: model_sha256 %.12s... is not the model's "
+                       "(%.12s...): the dump was made with another model file", dir, hex, got);
+    return LM_OK;
+}
+
+static int manifest(hx_dump *d, const lm_model *m, const char *model_path, lm_err *err)
+{
+    char path[PATH_CAP];
+    snprintf(path, sizeof path, "%s/dump.json", d->dir);
+    if (!is_file(path))
+        return LM_FAIL(err, LM_E_INPUT, "%s: no dump.json (not a dump folder)", d->dir);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = lm_read_file(&text, &len, path, HX_DUMP_MAX_MANIFEST, err);
+    if (rc != LM_OK)
+        return rc;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (root == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "%s: line %d: %s", path, je.line, je.text);
+    json_t *np = json_object_get(root, "n_prompt");
+    int32_t *pos = NULL;
+    uint32_t n_pos = 0;
+    if (!json_is_object(root)) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: not a JSON object", path);
+    } else if ((rc = int_array(&d->tokens, &d->n_tokens, json_object_get(root, "tokens"),
+                               "tokens", 0, m->hp.n_vocab, d->dir, err)) != LM_OK) {
+    } else if (!json_is_integer(np) || json_integer_value(np) < 1 ||
+               json_integer_value(np) > (json_int_t)d->n_tokens) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: n_prompt must be an integer in 1..%u (len(tokens))",
+                     path, (unsigned)d->n_tokens);
+    } else if ((rc = int_array(&pos, &n_pos, json_object_get(root, "logits_positions"),
+                               "logits_positions", 0, d->n_tokens, d->dir, err)) != LM_OK) {
+    } else if ((rc = opt_string(&d->engine, root, "engine", d->dir, err)) != LM_OK ||
+               (rc = opt_string(&d->settings, root, "settings", d->dir, err)) != LM_OK ||
+               (rc = check_sha256(root, model_path, d->dir, err)) != LM_OK) {
+    } else {
+        d->n_prompt = (uint32_t)json_integer_value(np);
+        d->n_pos = n_pos;
+        d->positions = (uint32_t *)pos; /* non-negative, checked above */
+        pos = NULL;
+        for (uint32_t i = 1; i < n_pos && rc == LM_OK; ++i)
+            if (d->positions[i] <= d->positions[i - 1])
+                rc = LM_FAIL(err, LM_E_INPUT, "%s: logits_positions must increase strictly "
+                             "(%u after %u)", path, d->positions[i], d->positions[i - 1]);
+        json_t *g = json_object_get(root, "tokens_generated");
+        if (rc == LM_OK && g != NULL) {
+            rc = int_array(&d->generated, &d->n_generated, g, "tokens_generated", 0,
+                           m->hp.n_vocab, d->dir, err);
+            d->has_generated = rc == LM_OK;
+        }
+    }
+    free(pos);
+    json_decref(root);
+    return rc;
+}
+
+/* Reads one array file, checks its shape (ndim dims, want[]) and converts it to float32 into a
+ * malloc'd *out, refusing NaN and Inf. */
+static int load_array(float **out, char *dtype /* [16] or NULL */, const char *path,
+                      const char *dir, uint32_t ndim, const uint64_t *want,
+                      const char *const *dim_names, lm_err *err)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = lm_read_file(&buf, &n, path, HX_DUMP_MAX_FILE, err);
+    if (rc != LM_OK)
+        return rc;
+    hx_npy a;
+    if ((rc = hx_npy_parse(&a, buf, n, path, err)) != LM_OK)
+        goto done;
+    if (a.ndim != ndim) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: %u dimensions, expected %u", path, (unsigned)a.ndim,
+                     (unsigned)ndim);
+        goto done;
+    }
+    for (uint32_t i = 0; i < ndim; ++i)
+        if (a.shape[i] != want[i]) {
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: dimension %u is %llu, but %s is %llu", path,
+                         (unsigned)i, (unsigned long long)a.shape[i], dim_names[i],
+                         (unsigned long long)want[i]);
+            goto done;
+        }
+    float *f = malloc((a.n_elems ? a.n_elems : 1) * sizeof *f);
+    if (f == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", dir);
+        goto done;
+    }
+    for (uint64_t i = 0; i < a.n_elems; ++i) {
+        f[i] = hx_npy_get_f32(&a, i);
+        if (!isfinite(f[i])) {
+            uint64_t row = ndim > 1 ? i / (a.n_elems / a.shape[0]) : 0;
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: element %llu (row %llu) is %s%s", path,
+                         (unsigned long long)i, (unsigned long long)row,
+                         isnan(f[i]) ? "NaN" : "Inf",
+                         a.dtype == HX_NPY_F64 && !isnan(f[i]) ? " in float32" : "");
+            free(f);
+            goto done;
+        }
+    }
+    if (dtype != NULL)
+        snprintf(dtype, 16, "%s", hx_npy_dtype_name(a.dtype));
+    *out = f;
+done:
+    free(buf);
+    return rc;
+}
+
+static int rows(hx_dump *d, const lm_model *m, lm_err *err)
+{
+    char lg[PATH_CAP], lp[PATH_CAP];
+    snprintf(lg, sizeof lg, "%s/logits.npy", d->dir);
+    snprintf(lp, sizeof lp, "%s/logprobs.npy", d->dir);
+    bool has_lg = is_file(lg), has_lp = is_file(lp);
+    if (has_lg == has_lp)
+        return LM_FAIL(err, LM_E_INPUT, "%s: %s", d->dir,
+                       has_lg ? "both logits.npy and logprobs.npy (give one)"
+                              : "neither logits.npy nor logprobs.npy");
+    d->logprobs = has_lp;
+    d->n_vocab = m->hp.n_vocab;
+    const uint64_t want[2] = {d->n_pos, d->n_vocab};
+    static const char *const names[2] = {"len(logits_positions)", "the model's vocabulary"};
+    return load_array(&d->rows, d->row_dtype, has_lp ? lp : lg, d->dir, 2, want, names, err);
+}
+
+/* kv/: every layer's K and V or nothing; no other file. */
+static int kv(hx_dump *d, const lm_model *m, lm_err *err)
+{
+    char kdir[PATH_CAP];
+    snprintf(kdir, sizeof kdir, "%s/kv", d->dir);
+    DIR *dh = opendir(kdir);
+    if (dh == NULL)
+        return errno == ENOENT ? LM_OK
+                               : LM_FAIL(err, LM_E_INPUT, "%s: cannot open: %s", kdir,
+                                         strerror(errno));
+    const lm_hparams *hp = &m->hp;
+    int rc = LM_OK;
+    for (struct dirent *e; (e = readdir(dh)) != NULL && rc == LM_OK;) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        unsigned l;
+        char kind, tail[8];
+        int got = sscanf(e->d_name, "layer%2u_%c%7s", &l, &kind, tail);
+        if (got != 3 || strcmp(tail, ".npy") != 0 || (kind != 'k' && kind != 'v') ||
+            strlen(e->d_name) != 13)
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: unexpected file '%s' (expected layerNN_k.npy "
+                         "and layerNN_v.npy)", kdir, e->d_name);
+        else if (l >= hp->n_layer)
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: '%s' names layer %u, the model has %u", kdir,
+                         e->d_name, l, (unsigned)hp->n_layer);
+    }
+    closedir(dh);
+    if (rc != LM_OK)
+        return rc;
+    d->n_layer = hp->n_layer;
+    d->k = calloc(hp->n_layer, sizeof *d->k);
+    d->v = calloc(hp->n_layer, sizeof *d->v);
+    if (d->k == NULL || d->v == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", d->dir);
+    const uint64_t want[3] = {d->n_prompt, hp->n_head_kv, hp->head_dim};
+    static const char *const names[3] = {"n_prompt", "the model's KV heads",
+                                         "the model's head size"};
+    for (uint32_t l = 0; l < hp->n_layer && rc == LM_OK; ++l)
+        for (int t = 0; t < 2 && rc == LM_OK; ++t) {
+            char path[PATH_CAP + 32];
+            snprintf(path, sizeof path, "%s/layer%02u_%c.npy", kdir, (unsigned)l, t ? 'v' : 'k');
+            if (!is_file(path))
+                rc = LM_FAIL(err, LM_E_INPUT, "%s: missing (kv/ must hold every layer's K and "
+                             "V)", path);
+            else
+                rc = load_array(t ? &d->v[l] : &d->k[l], NULL, path, d->dir, 3, want, names, err);
+        }
+    return rc;
+}
+
+int hx_dump_load(hx_dump **out, const char *dir, const lm_model *m, const char *model_path,
+                 lm_err *err)
+{
+    *out = NULL;
+    hx_dump *d = calloc(1, sizeof *d);
+    if (d == NULL || (d->dir = strdup(dir)) == NULL) {
+        free(d);
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", dir);
+    }
+    struct stat sb;
+    int rc = stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)
+                 ? LM_FAIL(err, LM_E_INPUT, "%s: not a folder", dir)
+                 : LM_OK;
+    if (rc == LM_OK && (rc = manifest(d, m, model_path, err)) == LM_OK &&
+        (rc = rows(d, m, err)) == LM_OK)
+        rc = kv(d, m, err);
+    if (rc != LM_OK) {
+        hx_dump_free(d);
+        return rc;
+    }
+    *out = d;
+    return LM_OK;
+}

@@ -1,0 +1,254 @@
+/* test_profile.c — precision profiles: round to nearest at a virtual precision (binary16 with
+ * subnormals and overflow, bfloat16, TF32's range), Q8_0 blocks as ggml computes them, the
+ * stochastic neighbours and their probability, the naive-sr round slot's frequency, the engine
+ * storing K/V as binary16 under f16kv (RN and SR), and the CONFIG key profile=. */
+#include "../engine/backend.h"
+#include "config.h"
+#include "kvd_engine.h"
+#include "kvd_profile.h"
+#include "sweep.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const lm_round_spec f16 = {LM_ROUND_FLOAT, 11, -14, 15};
+static const lm_round_spec bf16 = {LM_ROUND_FLOAT, 8, -126, 127};
+static const lm_round_spec tf32 = {LM_ROUND_FLOAT, 11, -126, 127};
+
+static void test_profile_round_nearest_special_values(void)
+{
+    /* zeros, Inf, NaN unchanged */
+    CU_ASSERT_EQUAL(lm_round_float_rn(0.0f, &f16), 0.0f);
+    CU_ASSERT(signbit(lm_round_float_rn(-0.0f, &f16)));
+    CU_ASSERT(isinf(lm_round_float_rn(INFINITY, &f16)));
+    CU_ASSERT(isnan(lm_round_float_rn(NAN, &bf16)));
+    /* binary16: ties to even, overflow, subnormals */
+    CU_ASSERT_EQUAL(lm_round_float_rn(1.0f + 0x1p-11f, &f16), 1.0f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(1.0f + 3 * 0x1p-11f, &f16), 1.0f + 0x1p-9f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(-(1.0f + 0x1p-11f + 0x1p-20f), &f16), -(1.0f + 0x1p-10f));
+    CU_ASSERT_EQUAL(lm_round_float_rn(65504.0f, &f16), 65504.0f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(65519.0f, &f16), 65504.0f);
+    CU_ASSERT(isinf(lm_round_float_rn(65520.0f, &f16)));     /* the tie rounds up: overflow */
+    CU_ASSERT(isinf(lm_round_float_rn(-1e6f, &f16)) && lm_round_float_rn(-1e6f, &f16) < 0);
+    CU_ASSERT_EQUAL(lm_round_float_rn(0x1p-24f, &f16), 0x1p-24f);  /* smallest subnormal */
+    CU_ASSERT_EQUAL(lm_round_float_rn(0x1p-25f, &f16), 0.0f);      /* tie to even: 0 */
+    CU_ASSERT_EQUAL(lm_round_float_rn(0x1.8p-25f, &f16), 0x1p-24f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(0x1.ff8p-15f, &f16), 0x1.ff8p-15f); /* largest subnormal */
+    CU_ASSERT_EQUAL(lm_round_float_rn(0x1.ffcp-15f, &f16), 0x1p-14f); /* tie: to even */
+    CU_ASSERT_EQUAL(lm_round_float_rn(0x1.0003p-14f, &f16), 0x1p-14f);
+    /* bfloat16 and TF32 keep float32's exponent range */
+    CU_ASSERT_EQUAL(lm_round_float_rn(1.0f + 0x1p-8f, &bf16), 1.0f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(1.0f + 3 * 0x1p-8f, &bf16), 1.0f + 0x1p-6f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(3.14159265f, &bf16), 3.140625f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(65520.0f, &tf32), 65536.0f);
+    CU_ASSERT_EQUAL(lm_round_float_rn(0x1.0018p-100f, &tf32), 0x1p-100f); /* still normal */
+    CU_ASSERT(isinf(lm_round_float_rn(3.4e38f, &bf16))); /* above bfloat16's largest finite */
+}
+
+static void test_profile_bracket_probability(void)
+{
+    float lo, hi;
+    double p = lm_round_float_bracket(1.0f + 0x1p-12f, &f16, &lo, &hi);
+    CU_ASSERT_EQUAL(lo, 1.0f);
+    CU_ASSERT_EQUAL(hi, 1.0f + 0x1p-10f);
+    CU_ASSERT_EQUAL(p, 0.25); /* exact: (x - lo) / (hi - lo) with power-of-two spacing */
+    p = lm_round_float_bracket(-(1.0f + 0x1p-12f), &f16, &lo, &hi);
+    CU_ASSERT_EQUAL(lo, -(1.0f + 0x1p-10f));
+    CU_ASSERT_EQUAL(hi, -1.0f);
+    CU_ASSERT_EQUAL(p, 0.75);
+    p = lm_round_float_bracket(1.5f, &f16, &lo, &hi); /* representable */
+    CU_ASSERT(p == 0.0 && lo == 1.5f && hi == 1.5f);
+    p = lm_round_float_bracket(65510.0f, &f16, &lo, &hi); /* above the largest finite */
+    CU_ASSERT_EQUAL(lo, 65504.0f);
+    CU_ASSERT(isinf(hi));
+}
+
+static void test_profile_q8_0_blocks(void)
+{
+    float x[40];
+    for (int i = 0; i < 40; ++i)
+        x[i] = 0.0f;
+    x[0] = 127.0f;
+    x[1] = 1.0f;
+    x[2] = -0.5f;   /* d = 1: roundf(-0.5) = -1, half away from zero */
+    x[3] = 0.4f;
+    x[33] = 2.0f;   /* the second (short) block: amax 2, d = 2/127 */
+    x[34] = 1.0f;
+    lm_round_spec q8 = {LM_ROUND_Q8_0, 0, 0, 0};
+    lm_round_rows_rn(x, 1, 40, 40, &q8);
+    CU_ASSERT_EQUAL(x[0], 127.0f);
+    CU_ASSERT_EQUAL(x[1], 1.0f);
+    CU_ASSERT_EQUAL(x[2], -1.0f);
+    CU_ASSERT_EQUAL(x[3], 0.0f);
+    float d2 = lm_round_float_rn(2.0f / 127.0f, &f16);
+    CU_ASSERT_EQUAL(x[33], 127.0f * d2);
+    CU_ASSERT_EQUAL(x[34], roundf(1.0f * (127.0f / 2.0f)) * d2);
+    float z[4] = {0, 0, 0, 0}; /* an all-zero block: d = 0, nothing divides by it */
+    lm_round_rows_rn(z, 1, 4, 4, &q8);
+    CU_ASSERT(z[0] == 0.0f && z[3] == 0.0f);
+}
+
+/* The naive-sr round slot goes up with probability (x - lo) / (hi - lo): 4000 copies of
+ * 1 + 2^-12 under binary16 (p = 1/4) at different indices. Tolerance 0.03 = 4.4 standard
+ * deviations of the binomial frequency (sqrt(p(1-p)/4000) = 0.0068). */
+static void test_profile_sr_slot_frequency(void)
+{
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_backend_create(&be, "naive-sr:seed=7", 1, &err), LM_OK);
+    be->prof = lm_profile_find("f16kv");
+    enum { N = 4000 };
+    float *x = malloc(N * sizeof *x);
+    for (int i = 0; i < N; ++i)
+        x[i] = 1.0f + 0x1p-12f;
+    lm_backend_perturb(be, x, 1, N, N, LM_SITE_KV);
+    int up = 0;
+    for (int i = 0; i < N; ++i) {
+        CU_ASSERT(x[i] == 1.0f || x[i] == 1.0f + 0x1p-10f);
+        up += x[i] != 1.0f;
+    }
+    CU_ASSERT(fabs((double)up / N - 0.25) < 0.03);
+    /* f32: the new sites are not perturbed at all (the f32 ensemble's bits do not change) */
+    be->prof = lm_profile_find("f32");
+    for (int i = 0; i < N; ++i)
+        x[i] = 1.0f + 0x1p-12f;
+    lm_backend_perturb(be, x, 1, N, N, LM_SITE_KV);
+    lm_backend_perturb(be, x, 1, N, N, LM_SITE_V);
+    for (int i = 0; i < N; ++i)
+        CU_ASSERT_EQUAL(x[i], 1.0f + 0x1p-12f);
+    free(x);
+    lm_backend_destroy(be);
+}
+
+/* Under f16kv every cached K and V value is a binary16 number (round to nearest for naive,
+ * stochastic for naive-sr); under f32 some are not. Needs stories260K (skipped when absent). */
+static void test_profile_engine_f16kv_cache(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    const int32_t toks[8] = {1, 403, 407, 261, 378, 432, 383, 286};
+    const char *backends[3] = {"naive", "naive-sr:seed=3", "naive"};
+    const char *profiles[3] = {"f16kv", "f16kv", "f32"};
+    size_t kv = 8u * m->hp.n_head_kv * m->hp.head_dim;
+    for (int c = 0; c < 3; ++c) {
+        lm_ctx_params cp = {.backend = backends[c], .n_ctx = 8, .profile = profiles[c]};
+        lm_ctx *ctx = NULL;
+        CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&ctx, m, &cp, &err), LM_OK);
+        float *last = malloc(m->hp.n_vocab * sizeof *last);
+        CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 8, 3, last, &err), LM_OK);
+        free(last);
+        size_t not16 = 0;
+        for (uint32_t l = 0; l < m->hp.n_layer; ++l)
+            for (size_t i = 0; i < kv; ++i) {
+                float k = lm_ctx_k(ctx, l)[i], v = lm_ctx_v(ctx, l)[i];
+                not16 += lm_round_float_rn(k, &f16) != k;
+                not16 += lm_round_float_rn(v, &f16) != v;
+            }
+        if (c < 2) {
+            CU_ASSERT_EQUAL(not16, 0u);
+        } else {
+            CU_ASSERT(not16 > 0u);
+        }
+        lm_ctx_free(ctx);
+    }
+    lm_ctx_params bad = {.backend = "naive", .profile = "fp8"};
+    lm_ctx *ctx = NULL;
+    CU_ASSERT_EQUAL(lm_ctx_create(&ctx, m, &bad, &err), LM_E_INPUT);
+    lm_model_free(m);
+}
+
+static void test_profile_config_key(void)
+{
+    hx_config c;
+    lm_err err = {0};
+    char s[HX_CONFIG_STR_MAX];
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:step=2:profile=f16kv", &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(c.profile, "f16kv");
+    hx_config_format(s, sizeof s, &c);
+    CU_ASSERT_STRING_EQUAL(s, "naive:step=2:profile=f16kv");
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:profile=f32", &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(c.profile, "");
+    hx_config_format(s, sizeof s, &c);
+    CU_ASSERT_STRING_EQUAL(s, "naive:step=full");
+    CU_ASSERT_EQUAL(hx_config_parse(&c, "naive:profile=fp8", &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(hx_config_parse(&c, "naive:profile=bf16:profile=bf16", &err), LM_E_INPUT);
+    hx_config *v = calloc(1, sizeof *v);
+    size_t n = 1;
+    snprintf(v[0].backend, sizeof v[0].backend, "naive");
+    CU_ASSERT_EQUAL_FATAL(hx_config_cross_profile(&v, &n, "--profile", "f32,tf32,q8act", &err),
+                          LM_OK);
+    CU_ASSERT_EQUAL(n, 3u);
+    CU_ASSERT_STRING_EQUAL(v[1].profile, "tf32");
+    CU_ASSERT_EQUAL(hx_config_cross_profile(&v, &n, "--profile", "f32,f32", &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(hx_config_cross_profile(&v, &n, "--profile", "f32,x", &err), LM_E_INPUT);
+    free(v);
+    for (uint32_t i = 0; i < lm_profile_count(); ++i)
+        CU_ASSERT_PTR_EQUAL(lm_profile_find(lm_profile_at(i)->name), lm_profile_at(i));
+    CU_ASSERT_FALSE(lm_profile_rounds(lm_profile_find("f32")));
+    CU_ASSERT(lm_profile_rounds(lm_profile_find("q8act")));
+}
+
+/* sweep --profile: kvdrift's own naive engine run under f16kv and q8act (round to nearest at
+ * the profile's sites) is judged against that profile's envelope: no false alarm, and far
+ * beyond f32's envelope (so the profile's envelope, not f32's, is what was used). */
+static void test_profile_sweep_axis(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    hx_config *c = NULL;
+    size_t n = 0;
+    static const char be[1][16] = {"naive"};
+    static const uint32_t steps[2] = {3, 0};
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&c, &n, be, 1, steps, 2, NULL, 0, NULL, 0, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_config_cross_profile(&c, &n, "--profile", "f32,f16kv,q8act", &err),
+                          LM_OK);
+    CU_ASSERT_EQUAL_FATAL(n, 6u);
+    char cache[512];
+    snprintf(cache, sizeof cache, "%s/profile-sweep-cache", tu_tmpdir());
+    const int32_t toks[5] = {1, 403, 407, 261, 378};
+    hx_sweep_params p = {.model = m, .prompt = toks, .n_prompt = 5, .n_gen = 4, .configs = c,
+                         .n_configs = n, .cache_dir = cache, .ref_threads = 1, .quiet = true};
+    hx_sweep_result *r = NULL;
+    int rc = hx_sweep_run_all(&r, &p, &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "sweep: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    CU_ASSERT_PTR_NOT_NULL(r->env_prof[0]);
+    CU_ASSERT_PTR_NOT_NULL(r->env_prof[1]);
+    CU_ASSERT_PTR_NULL(r->env_prof[2]); /* bf16: no configuration uses it */
+    for (size_t i = 0; i < n; ++i) {
+        const hx_config_report *cr = &r->report->configs[i];
+        CU_ASSERT_FALSE(hx_class_fails(cr->cls));
+        CU_ASSERT(cr->worst_ratio <= 1.0);
+    }
+    /* the f16kv run's logits error is far beyond f32's envelope at the same row */
+    const hx_config_report *c32 = &r->report->configs[1], *c16 = &r->report->configs[3];
+    CU_ASSERT_STRING_EQUAL(c16->config, "naive:step=full:profile=f16kv");
+    CU_ASSERT(c16->vs_ref.max_abs > 10.0 * c32->e_logits_max);
+    hx_sweep_result_free(r);
+    free(c);
+    lm_model_free(m);
+}
+
+void test_profile_register(void)
+{
+    CU_pSuite s = CU_add_suite("profile", NULL, NULL);
+    CU_add_test(s, "test_profile_round_nearest_special_values",
+                test_profile_round_nearest_special_values);
+    CU_add_test(s, "test_profile_bracket_probability", test_profile_bracket_probability);
+    CU_add_test(s, "test_profile_q8_0_blocks", test_profile_q8_0_blocks);
+    CU_add_test(s, "test_profile_sr_slot_frequency", test_profile_sr_slot_frequency);
+    CU_add_test(s, "test_profile_engine_f16kv_cache", test_profile_engine_f16kv_cache);
+    CU_add_test(s, "test_profile_config_key", test_profile_config_key);
+    CU_add_test(s, "test_profile_sweep_axis", test_profile_sweep_axis);
+}
