@@ -89,29 +89,13 @@ int main(int argc, char **argv)
         return 0;
 
     lm_err err = {0};
-    char tmpdir[256] = "", model_path[512];
-    const char *label = "smollm2-135m-f32";
-    if (argc == 3) {
-        snprintf(model_path, sizeof model_path, "%s", argv[2]);
-        label = argv[2];
-    } else {
-        const char *base = getenv("TMPDIR");
-        snprintf(tmpdir, sizeof tmpdir, "%s/kvdrift-bench-XXXXXX", base && *base ? base : "/tmp");
-        if (mkdtemp(tmpdir) == NULL) {
-            fprintf(stderr, "%s: %s: %s\n", PROG, tmpdir, strerror(errno));
-            return 2;
-        }
-        snprintf(model_path, sizeof model_path, "%s/smollm2-135m-f32.gguf", tmpdir);
-        if (hx_synth_write(model_path, "smollm2-135m", 0, LM_TYPE_F32, &err) != LM_OK)
-            bu_die(PROG, "synth smollm2-135m", &err);
-    }
+    char tmpdir[512], model_path[512];
+    const char *label =
+        bu_model_or_smollm2(PROG, argc, argv, model_path, tmpdir, sizeof model_path);
     lm_model *m = NULL;
     if (lm_model_load(&m, model_path, &err) != LM_OK)
         bu_die(PROG, model_path, &err);
-    if (tmpdir[0]) {
-        unlink(model_path);
-        rmdir(tmpdir);
-    }
+    bu_model_remove(model_path, tmpdir); /* the weights are in memory now */
     int32_t *tok = malloc(PP * sizeof *tok);
     if (tok == NULL)
         bu_die(PROG, "tokens", &(lm_err){.msg = "out of memory"});

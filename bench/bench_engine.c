@@ -403,24 +403,9 @@ int main(int argc, char **argv)
                             tsv_path, sizeof tsv_path);
 
     lm_err err = {0};
-    char tmpdir[256] = "", model_path[512];
-    const char *label = "smollm2-135m-f32";
-    if (argc == 3) {
-        snprintf(model_path, sizeof model_path, "%s", argv[2]);
-        label = argv[2];
-    } else {
-        const char *base = getenv("TMPDIR");
-        snprintf(tmpdir, sizeof tmpdir, "%s/kvdrift-bench-XXXXXX", base && *base ? base : "/tmp");
-        if (mkdtemp(tmpdir) == NULL) {
-            fprintf(stderr, "bench_engine: %s: %s\n", tmpdir, strerror(errno));
-            return 2;
-        }
-        snprintf(model_path, sizeof model_path, "%s/smollm2-135m-f32.gguf", tmpdir);
-        const double t0 = lm_now_s();
-        if (hx_synth_write(model_path, "smollm2-135m", 0, LM_TYPE_F32, &err) != LM_OK)
-            bu_die(PROG, "synth smollm2-135m", &err);
-        printf("synthesized smollm2-135m (F32) in %.1f s\n", lm_now_s() - t0);
-    }
+    char tmpdir[512], model_path[512];
+    const char *label =
+        bu_model_or_smollm2(PROG, argc, argv, model_path, tmpdir, sizeof model_path);
     lm_model *m = NULL;
     if (lm_model_load(&m, model_path, &err) != LM_OK)
         bu_die(PROG, model_path, &err);
@@ -440,10 +425,7 @@ int main(int argc, char **argv)
     const char *lb = llama_bench_path();
     double lpp = 0, ltg = 0;
     const bool have_llama = lb != NULL && llama_bench(lb, model_path, &lpp, &ltg);
-    if (tmpdir[0]) { /* the weights are in memory; the 540 MB file can go */
-        unlink(model_path);
-        rmdir(tmpdir);
-    }
+    bu_model_remove(model_path, tmpdir); /* the weights are in memory now */
 
     printf("\n%-22s %-9s %-6s %12s %12s %9s\n", "model", "backend", "test", "tok/s", "bound tok/s",
            "fraction");

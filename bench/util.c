@@ -1,6 +1,9 @@
 /* util.c — helpers shared by the bench/bench_*.c programs (see util.h). */
 #include "util.h"
 
+#include "kvd_gguf.h"
+#include "synth.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -74,4 +77,35 @@ FILE *bu_tsv_open(const char *prog, const char *outdir, const char *name, const 
     if (fresh)
         fputs(header, out);
     return out;
+}
+
+const char *bu_model_or_smollm2(const char *prog, int argc, char **argv, char *path, char *dir,
+                                size_t cap)
+{
+    dir[0] = '\0';
+    if (argc == 3) {
+        snprintf(path, cap, "%s", argv[2]);
+        return argv[2];
+    }
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, cap, "%s/kvdrift-bench-XXXXXX", base && *base ? base : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "%s: %s: %s\n", prog, dir, strerror(errno));
+        exit(2);
+    }
+    snprintf(path, cap, "%s/smollm2-135m-f32.gguf", dir);
+    lm_err err = {0};
+    const double t0 = lm_now_s();
+    if (hx_synth_write(path, "smollm2-135m", 0, LM_TYPE_F32, &err) != LM_OK)
+        bu_die(prog, "synth smollm2-135m", &err);
+    printf("synthesized smollm2-135m (F32) in %.1f s\n", lm_now_s() - t0);
+    return "smollm2-135m-f32";
+}
+
+void bu_model_remove(const char *path, const char *dir)
+{
+    if (dir[0] == '\0')
+        return;
+    unlink(path);
+    rmdir(dir);
 }

@@ -40,4 +40,12 @@ void bu_make_outdir(const char *prog, const char *outdir);
 FILE *bu_tsv_open(const char *prog, const char *outdir, const char *name, const char *header,
                   char *path, size_t cap);
 
+/* The model a "PROG OUTDIR [MODEL.gguf]" benchmark runs on: MODEL when given (argc == 3), else
+ * the smollm2-135m preset in F32 synthesized into a fresh folder under $TMPDIR (dir[cap]
+ * receives it, "" when MODEL was given). path[cap] receives the file; returns the label for
+ * tables. Exits 2 on failure. bu_model_remove deletes the synthesized file and folder. */
+const char *bu_model_or_smollm2(const char *prog, int argc, char **argv, char *path, char *dir,
+                                size_t cap);
+void bu_model_remove(const char *path, const char *dir);
+
 #endif

@@ -110,8 +110,7 @@ static void fill_nan(float *c, uint32_t m, uint32_t n, size_t ldc)
 
 /* ---- the device's own kernels ---- */
 
-/* float32 -> bfloat16, round to nearest even, rows x [cols] of a [rows][ld] source into a dense
- * [rows][cols] destination. */
+/* float32 -> bfloat16, round to nearest even, n contiguous values. */
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -178,6 +177,17 @@ __global__ void det_gemm_kernel(uint32_t m, uint32_t n, uint32_t k, float alpha,
 
 /* ---- operands ---- */
 
+/* The bfloat16 copy (round to nearest even) of n device floats, in buf. */
+static const void *to_bf16(cuda_backend *cb, dev_buf *buf, const float *d, size_t n)
+{
+    __nv_bfloat16 *d16 = (__nv_bfloat16 *)dev_reserve(cb, buf, n * sizeof(__nv_bfloat16));
+    if (d16 == NULL)
+        return NULL;
+    const size_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+    to_bf16_kernel<<<(unsigned)blocks, 256, 0, cb->stream>>>(d16, d, n);
+    return cuda_failed(cb, cudaGetLastError(), "bf16 conversion") ? NULL : d16;
+}
+
 /* Device address of a B operand: the uploaded weight arena when b lies inside it, else a copy
  * of its rows x [cols] (row stride ldb, kept) in buf. */
 static const void *b_operand(cuda_backend *cb, const float *b, size_t rows, size_t cols,
@@ -193,14 +203,7 @@ static const void *b_operand(cuda_backend *cb, const float *b, size_t rows, size
                                                      cudaMemcpyHostToDevice, cb->stream),
                                  "copy B"))
         return NULL;
-    if (!want_bf16)
-        return d;
-    __nv_bfloat16 *d16 = (__nv_bfloat16 *)dev_reserve(cb, &cb->b16, n * sizeof(__nv_bfloat16));
-    if (d16 == NULL)
-        return NULL;
-    to_bf16_kernel<<<(unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0,
-                     cb->stream>>>(d16, d, n);
-    return cuda_failed(cb, cudaGetLastError(), "bf16 conversion") ? NULL : d16;
+    return want_bf16 ? to_bf16(cb, &cb->b16, d, n) : d;
 }
 
 /* A operand: rows x [cols] with row stride lda, packed densely on the device ([rows][cols]). */
@@ -213,15 +216,7 @@ static const void *a_operand(cuda_backend *cb, const float *a, size_t rows, size
                                                        rows, cudaMemcpyHostToDevice, cb->stream),
                                  "copy A"))
         return NULL;
-    if (!want_bf16)
-        return d;
-    size_t n = rows * cols;
-    __nv_bfloat16 *d16 = (__nv_bfloat16 *)dev_reserve(cb, &cb->a16, n * sizeof(__nv_bfloat16));
-    if (d16 == NULL)
-        return NULL;
-    to_bf16_kernel<<<(unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0,
-                     cb->stream>>>(d16, d, n);
-    return cuda_failed(cb, cudaGetLastError(), "bf16 conversion") ? NULL : d16;
+    return want_bf16 ? to_bf16(cb, &cb->a16, d, rows * cols) : d;
 }
 
 /* C[m][n] = alpha * A[m][k] . op(B), op(B) = B^T ([n][ldb]) when b_trans, else B ([k][ldb]).
