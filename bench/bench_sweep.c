@@ -60,42 +60,19 @@ static double bare_run(const lm_model *m, const char *backend, uint32_t threads,
     return t;
 }
 
-/* A fresh empty cache folder under base (so the sweep computes everything). */
-static void fresh_dir(char *out, size_t cap, const char *base, int rep)
-{
-    snprintf(out, cap, "%s/rep%d-XXXXXX", base, rep);
-    if (mkdtemp(out) == NULL) {
-        fprintf(stderr, "bench_sweep: mkdtemp %s: %s\n", out, strerror(errno));
-        exit(2);
-    }
-}
-
 int main(int argc, char **argv)
 {
-    const int usage_rc = bu_check_args(argc, argv, "bench_sweep OUTDIR [REPS]");
-    if (usage_rc >= 0)
-        return usage_rc;
-    const char *outdir = argv[1];
-    int reps = argc == 3 ? atoi(argv[2]) : 3;
-    if (reps < 1 || reps > 50) {
-        fprintf(stderr, "bench_sweep: REPS '%s': expected 1..50\n", argv[2]);
-        return 2;
-    }
-    bu_make_outdir(PROG, outdir);
     char mpath[1024];
-    bu_model_path(mpath, sizeof mpath, "stories260K.gguf");
-    if (access(mpath, R_OK) != 0) {
-        printf("bench_sweep: SKIP (%s not found; set KVDRIFT_MODELS)\n", mpath);
-        return 0;
-    }
-    lm_err err = {0};
     lm_model *m = NULL;
     int32_t *prompt = NULL;
     size_t np = 0;
-    if (lm_model_load(&m, mpath, &err) != LM_OK)
-        bu_die(PROG, mpath, &err);
-    if (lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true, &prompt, &np, &err) != LM_OK)
-        bu_die(PROG, "tokenize", &err);
+    int reps = 0;
+    const int start = bu_stories_start(PROG, argc, argv, "bench_sweep OUTDIR [REPS]", 50, &reps,
+                                       mpath, sizeof mpath, prompt_text, &m, &prompt, &np);
+    if (start >= 0)
+        return start;
+    const char *outdir = argv[1];
+    lm_err err = {0};
     hx_config *cfgs = NULL;
     size_t nc = 0;
     if (hx_sweep_cross(&cfgs, &nc, backends, 2, steps, 9, NULL, 0, NULL, 0, &err) != LM_OK)
@@ -114,7 +91,7 @@ int main(int argc, char **argv)
 
     /* Check first: the sweep must do its job before its speed means anything. */
     char cache[1200];
-    fresh_dir(cache, sizeof cache, base, 0);
+    bu_fresh_dir(PROG, cache, sizeof cache, base, "rep", 0);
     p.cache_dir = cache;
     hx_sweep_result *r = NULL;
     if (hx_sweep_run_all(&r, &p, &err) != LM_OK)
@@ -145,7 +122,7 @@ int main(int argc, char **argv)
         return 2;
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)np + N_GEN, .n_prompt = (uint32_t)np};
     for (int rep = 0; rep < reps; ++rep) {
-        fresh_dir(cache, sizeof cache, base, rep + 1);
+        bu_fresh_dir(PROG, cache, sizeof cache, base, "rep", rep + 1);
         p.cache_dir = cache;
         double t0 = lm_now_s();
         if (hx_sweep_run_all(&r, &p, &err) != LM_OK)

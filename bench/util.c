@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include "kvd_gguf.h"
+#include "kvd_tokenizer.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -60,6 +61,42 @@ void bu_make_outdir(const char *prog, const char *outdir)
 {
     if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "%s: %s: %s\n", prog, outdir, strerror(errno));
+        exit(2);
+    }
+}
+
+int bu_stories_start(const char *prog, int argc, char **argv, const char *usage, int max_reps,
+                     int *reps, char *path, size_t cap, const char *text, lm_model **m,
+                     int32_t **prompt, size_t *n)
+{
+    const int usage_rc = bu_check_args(argc, argv, usage);
+    if (usage_rc >= 0)
+        return usage_rc;
+    *reps = argc == 3 ? atoi(argv[2]) : 3;
+    if (*reps < 1 || *reps > max_reps) {
+        fprintf(stderr, "%s: REPS '%s': expected 1..%d\n", prog, argv[2], max_reps);
+        return 2;
+    }
+    bu_make_outdir(prog, argv[1]);
+    bu_model_path(path, cap, "stories260K.gguf");
+    if (access(path, R_OK) != 0) {
+        printf("%s: SKIP (%s not found; set KVDRIFT_MODELS)\n", prog, path);
+        return 0;
+    }
+    lm_err err = {0};
+    if (lm_model_load(m, path, &err) != LM_OK)
+        bu_die(prog, path, &err);
+    if (lm_tokenize((*m)->vocab, text, strlen(text), true, prompt, n, &err) != LM_OK)
+        bu_die(prog, "tokenize", &err);
+    return -1;
+}
+
+void bu_fresh_dir(const char *prog, char *out, size_t cap, const char *base, const char *stem,
+                  int rep)
+{
+    snprintf(out, cap, "%s/%s%d-XXXXXX", base, stem, rep);
+    if (mkdtemp(out) == NULL) {
+        fprintf(stderr, "%s: mkdtemp %s: %s\n", prog, out, strerror(errno));
         exit(2);
     }
 }

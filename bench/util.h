@@ -6,6 +6,7 @@
 #define KVD_BENCH_UTIL_H
 
 #include "kvd_common.h"
+#include "kvd_model.h"
 #include "kvd_util.h" /* lm_now_s: the monotonic clock */
 
 #include <stddef.h>
@@ -33,6 +34,20 @@ int bu_check_args(int argc, char **argv, const char *usage);
 
 /* Creates outdir (an existing one is fine); on failure prints "PROG: OUTDIR: reason", exit 2. */
 void bu_make_outdir(const char *prog, const char *outdir);
+
+/* The start of a "PROG OUTDIR [REPS]" benchmark on stories260K: checks the arguments (REPS
+ * 1..max_reps, default 3) into *reps, makes OUTDIR, loads the model (path[cap] receives its
+ * path) and tokenizes text (BOS added) into *prompt[*n]. Returns -1 to go on, else the exit
+ * code to return: the usage's, 2 on a bad REPS, 0 after printing a SKIP line when the model
+ * file is absent. Load errors exit 2. */
+int bu_stories_start(const char *prog, int argc, char **argv, const char *usage, int max_reps,
+                     int *reps, char *path, size_t cap, const char *text, lm_model **m,
+                     int32_t **prompt, size_t *n);
+
+/* A fresh empty folder base/STEMREP-XXXXXX (mkdtemp) into out[cap]; on failure prints
+ * "PROG: PATH: reason", exit 2. */
+void bu_fresh_dir(const char *prog, char *out, size_t cap, const char *base, const char *stem,
+                  int rep);
 
 /* Opens outdir/name for appending (path[cap] receives the path) and writes header (a full
  * line, tabs and newline included) when the file is new; on failure prints

@@ -123,7 +123,7 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
             be->vt->gemm_nt(be, i1 - i0, n_kb, hd, a->scale, qh + i0 * q_stride, q_stride,
                             kg, kv_stride, s + (size_t)i0 * n_kv, n_kv);
         }
-        lm_pool_for(a->pool, a->n, 8, softmax_rows, &job);
+        lm_pool_for(a->pool, a->n, LM_POOL_MIN_SOFTMAX_ROWS, softmax_rows, &job);
         for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
             const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
             /* SR ensemble only: the probabilities P . V reads (row i0..i1, keys < n_kb) */

@@ -12,6 +12,7 @@
 #include "attention_stream.h"
 
 #include "expf.h"
+#include "kvd_defects.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -121,6 +122,7 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
     float *m = acc + (size_t)LM_ATTN_STREAM_QB * hd;      /* [QB] running max */
     float *l = m + LM_ATTN_STREAM_QB;                     /* [QB] running denominator */
     float *alpha = l + LM_ATTN_STREAM_QB;                 /* [QB] rescale of this tile */
+    const bool skip_tile_key = LM_DEFECT_ON(be->vt->name, LM_DEFECT_STREAM_TILE_SKIPS_KEY);
 
     for (uint32_t h = 0; h < a->n_head; ++h) {
         const uint32_t g = h / group;
@@ -154,6 +156,8 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
                         j_lo = lo > t0 ? lo - t0 : 0;
                         j_hi = hi < t0 + tn ? (hi > t0 ? hi - t0 : 0) : tn;
                         j_lo = j_lo < j_hi ? j_lo : j_hi;
+                        if (skip_tile_key && t0 > 0 && j_lo == 0 && j_hi > 0)
+                            j_lo = 1; /* test defect: a later tile starts one key late */
                     }
                     float mt = -INFINITY;
                     uint32_t nv = 0;

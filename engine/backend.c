@@ -32,7 +32,7 @@ static const backend_entry backends[] = {
     {{.name = "naive",
       .summary = "scalar C, one thread, each dot product left to right from +0.0f (the "
                  "reference order)",
-      .flags = LM_BE_CHUNK_INVARIANT,
+      .flags = LM_BE_CHUNK_INVARIANT | LM_BE_ONE_THREAD,
       .describe = NULL},
      lm_backend_naive_create},
     {{.name = "blas",
@@ -49,7 +49,8 @@ static const backend_entry backends[] = {
     {{.name = "naive-sr",
       .summary = "naive's order with seeded stochastic rounding of every operation (noise "
                  "ensemble member)",
-      .flags = LM_BE_CHUNK_INVARIANT | LM_BE_SEEDED | LM_BE_STOCHASTIC_ROUNDING,
+      .flags = LM_BE_CHUNK_INVARIANT | LM_BE_SEEDED | LM_BE_STOCHASTIC_ROUNDING |
+               LM_BE_ONE_THREAD,
       .describe = NULL},
      lm_backend_sr_create_named},
     {{.name = "cuda",

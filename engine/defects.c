@@ -22,6 +22,8 @@ static const char *const names[LM_DEFECT_COUNT] = {
     [LM_DEFECT_HIST_DOUBLE_NEWEST] = "hist-double-newest",
     [LM_DEFECT_HIST_NO_PROMPT] = "hist-no-prompt",
     [LM_DEFECT_ROLLBACK_KEEPS_ONE] = "rollback-keeps-one",
+    [LM_DEFECT_THREAD_SPLIT_SKIPS_ROW] = "thread-split-skips-row",
+    [LM_DEFECT_STREAM_TILE_SKIPS_KEY] = "stream-tile-skips-key",
 };
 
 void lm_test_set_defect(lm_defect d)

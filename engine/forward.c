@@ -208,9 +208,8 @@ static void rope_rows(void *arg, uint32_t begin, uint32_t end)
     }
 }
 
-/* Rows per thread below which a chunk's elementwise work stays on the calling thread (a
- * decode step's single row is not worth a wake-up). */
-#define MIN_ROWS 4
+/* Rows per thread below which a chunk's elementwise work stays on the calling thread. */
+#define MIN_ROWS LM_POOL_MIN_ROWS
 
 /* Checkpoint of op's rows x [n][elems] at positions n_past.. (kvd_engine.h lm_probe_fn): one
  * predictable branch per operation and chunk when no probe is set. */

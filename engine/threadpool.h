@@ -12,6 +12,13 @@ typedef struct lm_pool lm_pool;
 /* fn processes rows [begin, end). */
 typedef void (*lm_pool_fn)(void *arg, uint32_t begin, uint32_t end);
 
+/* Rows per thread below which the forward pass's elementwise stages stay on the calling thread
+ * (a decode step's single row is not worth a wake-up): a chunk is split over threads only
+ * from 2 * LM_POOL_MIN_ROWS rows on. */
+#define LM_POOL_MIN_ROWS 4u
+/* The same for dense attention's softmax rows. */
+#define LM_POOL_MIN_SOFTMAX_ROWS 8u
+
 /* n_threads counts the caller; n_threads <= 1 gives *out = NULL (serial), which is valid. */
 int lm_pool_create(lm_pool **out, int n_threads, lm_err *err);
 void lm_pool_free(lm_pool *p);

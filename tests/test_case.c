@@ -115,9 +115,11 @@ static void test_case_defaults_tokens_synth(void)
     CU_ASSERT_EQUAL(c->steps[8], 0);
     CU_ASSERT_EQUAL(c->n_backends, 2);
     CU_ASSERT_STRING_EQUAL(c->backends[0], "naive");
-    CU_ASSERT_EQUAL(c->n_threads, 1);
+    CU_ASSERT_EQUAL(c->n_threads, 2);             /* HX_CASE_DEFAULT_THREADS: 1,all */
     CU_ASSERT_EQUAL(c->threads[0], 1);
-    CU_ASSERT_EQUAL(c->n_attn, 1);
+    CU_ASSERT_EQUAL(c->threads[1], HX_THREADS_ALL);
+    CU_ASSERT_EQUAL(c->n_attn, 2);                /* HX_CASE_DEFAULT_ATTN: default,stream */
+    CU_ASSERT_EQUAL(c->attn[1], HX_ATTN_STREAM);
     CU_ASSERT_EQUAL(c->n_gen, HX_CASE_DEFAULT_N_GEN);
     CU_ASSERT_EQUAL(c->precision, HX_CASE_DEFAULT_PRECISION);
     CU_ASSERT_FALSE(c->strict_bits);

@@ -31,6 +31,8 @@ static const char tiny_case[] = "; test case\n"
                                 "tokens = 1,72,101,108,108,111,32,119\n"
                                 "steps = 1,3,full\n"
                                 "backends = naive,blas\n"
+                                "threads = 1\n"
+                                "attn = default\n"
                                 "n_gen = 3\n";
 
 static char dir[900], gdir[1000], cdir[1000], case_path[1000], out_path[1000], err_path[1000];
@@ -472,7 +474,7 @@ static void test_check_missing_model_skips(void)
     setup_dirs();
     char text[1400], junit[1100], json[1100];
     snprintf(text, sizeof text, "name = t-absent\nmodel = %s/no-such-model.gguf\n"
-             "tokens = 1,2,3\nsteps = 2,full\nbackends = naive\n", dir);
+             "tokens = 1,2,3\nsteps = 2,full\nbackends = naive\nattn = default\n", dir);
     const char *path = tu_write_file("check/absent.case", text, strlen(text));
     char p[1100];
     snprintf(p, sizeof p, "%s", path);
@@ -588,7 +590,7 @@ static const char *variant_case(const char *file, const char *model, const char 
 {
     char text[1024];
     snprintf(text, sizeof text, "name = t-tiny\nmodel = %s\n\ntokens = %s\nsteps = 1,3,full\n"
-             "backends = naive,blas\nn_gen = 3\n", model, tokens);
+             "backends = naive,blas\nthreads = 1\nattn = default\nn_gen = 3\n", model, tokens);
     static char path[1100];
     snprintf(path, sizeof path, "%s", tu_write_file(file, text, strlen(text)));
     return path;

@@ -2,6 +2,7 @@
 #include "config.h"
 #include "test_util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void roundtrip(const char *in, const char *canonical)
@@ -68,9 +69,59 @@ static void test_config_errors(void)
     bad("blas::step=1", "not KEY=VALUE");
 }
 
+/* threads=all: parsed, formatted back, resolved to every core (at least 2); the default axes;
+ * a one-thread backend gets no `all` configurations. */
+static void test_config_threads_all_and_default_axes(void)
+{
+    hx_config c;
+    lm_err err = {0};
+    char buf[HX_CONFIG_STR_MAX];
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "blas:step=8:threads=all", &err), LM_OK);
+    CU_ASSERT_EQUAL(c.threads, HX_THREADS_ALL);
+    hx_config_format(buf, sizeof buf, &c);
+    CU_ASSERT_STRING_EQUAL(buf, "blas:step=8:threads=all");
+    CU_ASSERT(hx_config_n_threads(&c) >= 2);
+    CU_ASSERT_EQUAL((uint32_t)hx_config_n_threads(&c), hx_threads_all());
+    c.threads = 3;
+    CU_ASSERT_EQUAL(hx_config_n_threads(&c), 3);
+
+    hx_config *v = NULL;
+    size_t n = 0;
+    const hx_axes def = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_axes_configs(&v, &n, &def, &err), LM_OK);
+    /* naive: 9 steps x threads 1 x 2 attn; blas: 9 x 2 x 2 */
+    CU_ASSERT_EQUAL(n, 54u);
+    size_t n_all = 0, n_stream = 0;
+    for (size_t i = 0; i < n; ++i) {
+        n_all += v[i].threads == HX_THREADS_ALL;
+        n_stream += v[i].attn == HX_ATTN_STREAM;
+        CU_ASSERT(!(v[i].threads == HX_THREADS_ALL && strcmp(v[i].backend, "naive") == 0));
+    }
+    CU_ASSERT_EQUAL(n_all, 18u);
+    CU_ASSERT_EQUAL(n_stream, 27u);
+    free(v);
+    /* an explicit thread list is kept as given, one-thread backends included */
+    const hx_axes two = {.backends = "naive", .steps = "full", .threads = "1,2", .attn = "dense"};
+    CU_ASSERT_EQUAL_FATAL(hx_axes_configs(&v, &n, &two, &err), LM_OK);
+    CU_ASSERT_EQUAL(n, 2u);
+    free(v);
+    /* `all` alone stays, even on naive */
+    const hx_axes all = {.backends = "naive", .steps = "full", .threads = "all"};
+    CU_ASSERT_EQUAL_FATAL(hx_axes_configs(&v, &n, &all, &err), LM_OK);
+    CU_ASSERT_EQUAL(n, 2u);
+    free(v);
+    const hx_axes badt = {.threads = "1,every"};
+    CU_ASSERT_EQUAL(hx_axes_configs(&v, &n, &badt, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "--threads '1,every'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "or all"));
+    CU_ASSERT_PTR_NULL(v);
+}
+
 void test_config_register(void)
 {
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
     CU_add_test(s, "test_config_parse_and_canonical", test_config_parse_and_canonical);
     CU_add_test(s, "test_config_errors", test_config_errors);
+    CU_add_test(s, "test_config_threads_all_and_default_axes",
+                test_config_threads_all_and_default_axes);
 }

@@ -1,36 +1,42 @@
-/* test_defects.c — detection shown, not assumed: each test-only engine defect of
- * kvd_defects.h, run through a default sweep (hx_sweep_run_all) on stories260K, on the
- * synthetic "tiny" model and on llama-2-tiny-random, must come out DRIFT, FLIP or NONFINITE;
- * with the switch off, no legitimate configuration may be DRIFT or FLIP (the false-alarm count
- * is 0).
+/* test_defects.c — detection shown, not assumed: every test-only engine defect of
+ * kvd_defects.h, run through the DEFAULT sweep (hx_axes_configs of an empty hx_axes: the axes
+ * `kvdrift sweep` uses when given none) on stories260K, the synthetic "tiny" model,
+ * llama-2-tiny-random and a 270-token prompt on the synthetic "tiny-draft" model (past the
+ * streaming attention's key tile), must come out DRIFT, FLIP or NONFINITE wherever it can reach
+ * a compared tensor; with the switch off, no legitimate configuration may be DRIFT or FLIP
+ * (the false-alarm count is 0). Each defect is also swept with the OLD default axes (threads 1,
+ * attn default: naive,blas x the default steps), so that the table shows what the axes added:
+ * the thread-split and the streaming tile-boundary defects must pass the old default unseen
+ * and be caught by the new one.
  *
- * The defect reaches every run of the engine, the "naive-sr" ensemble that measures the noise
- * envelope included, exactly as in real life (nothing is spared: a defect shared by every
+ * The defect reaches every run of the engine (nothing is spared: a defect shared by every
  * configuration is still a defect). What keeps the sweep honest: the reference is MPFR code
  * that shares nothing with the engine's arithmetic, so the defect cannot reach it; and the
- * envelope is the members' spread around their own mean (envelope.h), so the bias the defect
- * gives every member alike cancels instead of widening E until it hides itself (measured with
- * the former distance-to-R statistic: 2 of 7 defects caught). The clean sweep runs first; when
- * a defective sweep's teacher path stays the clean one, the reference must come from the cache
- * (asserted: the same tokens), and the table prints how much the defect changed the envelope
- * (largest E ratio defective / clean over the compared tensors).
+ * envelope is the members' spread around their own mean (envelope.h), so a bias that every
+ * member shares cancels instead of widening E. The clean sweep runs first; when a defective
+ * sweep's teacher path stays the clean one, the reference must come from the cache (asserted:
+ * the same tokens), and the table prints how much the defect changed the envelope (largest E
+ * ratio defective / clean over the compared tensors).
  *
  * Softmax without max subtraction is the same mathematics as with it: it changes values only
- * when exp overflows, i.e. when an attention logit exceeds ~88.7. On stories260K and tiny the
- * logits are far below that, the defect only moves rounding, and a harness that called it DRIFT
- * there would be raising a false alarm; the table reports what the sweep says. To show that the
- * harness catches it where it matters, each model also gets a "hot" variant: layer 0's Wq
- * scaled by the power of two that lifts this prompt's largest layer-0 attention logit (measured
- * through the engine's probe) into [128, 256) — the regime of attention-logit growth that
- * soft-capping exists for. The hot variant's clean sweep must raise no alarm, and the defect
- * must make every configuration NONFINITE.
+ * when exp overflows, i.e. when an attention logit exceeds ~88.7. On these models the logits
+ * are far below that, the defect only moves rounding, and a harness that called it DRIFT there
+ * would be raising a false alarm; the table reports what the sweep says. To show that the
+ * harness catches it where it matters, the short-prompt models also get a "hot" variant: layer
+ * 0's Wq scaled by the power of two that lifts this prompt's largest layer-0 attention logit
+ * (measured through the engine's probe) into [128, 256). The hot variant's clean sweep must
+ * raise no alarm, and the defect must make every configuration NONFINITE. Speculative decoding's
+ * defects are outside what a sweep without --spec runs (test_spec.c catches them); they are
+ * listed, not swept. Defects this file has no expectation for (other suites' own) are swept and
+ * tabled without assertions.
  *
- * Sweep: the default steps 1,2,3,5,8,16,32,64,full (the prompt has more than 8 tokens, so chunk
- * boundaries fall inside it; 16 and up are one chunk), backends naive and blas, threads 1 and
- * 2: 36 configurations per sweep, 4 greedy tokens, 8 SR members, 127-bit reference. */
+ * Sweeps: 4 greedy tokens, 8 SR members, 127-bit reference, one timed run per configuration
+ * (time_once: speeds are not looked at). */
+#include "config.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "kvd_tokenizer.h"
+#include "kvd_util.h"
 #include "sweep.h"
 #include "synth.h"
 #include "test_util.h"
@@ -43,27 +49,51 @@
 
 static const char prompt_text[] = "Once upon a time, there was a little girl";
 #define N_GEN 4u
+#define LONG_PROMPT 270u /* tokens of the tiny-draft prompt: past the key tile with N_GEN */
 
 typedef struct defect_case {
     lm_defect d;
-    bool every; /* changes every configuration's mathematics: all must fail */
+    bool every;      /* changes every configuration's mathematics: all must fail */
     bool exact_math; /* same mathematics as the correct code unless exp overflows */
+    bool spec_only;  /* only speculative decoding runs it: not swept */
+    bool new_axes;   /* only the new default axes reach it: the old default must miss it */
 } defect_case;
 
 /* Chunk-dependent defects need only be caught somewhere: a step=1 prefill has no "next
  * token of its chunk", for example. */
-static const defect_case defects[] = {
-    {LM_DEFECT_ROPE_POS_AFTER_CHUNK, false, false}, {LM_DEFECT_MASK_NEXT_TOKEN, false, false},
-    {LM_DEFECT_KV_SLOT_AT_BOUNDARY, false, false},  {LM_DEFECT_ATTN_NO_SCALE, true, false},
-    {LM_DEFECT_RMS_EPS_10X, true, false},           {LM_DEFECT_SOFTMAX_NO_MAX, false, true},
-    {LM_DEFECT_GQA_INTERLEAVED, true, false},       {LM_DEFECT_LOGITS_UNNORMED, true, false},
+static const defect_case known[] = {
+    {LM_DEFECT_ROPE_POS_AFTER_CHUNK, false, false, false, false},
+    {LM_DEFECT_MASK_NEXT_TOKEN, false, false, false, false},
+    {LM_DEFECT_KV_SLOT_AT_BOUNDARY, false, false, false, false},
+    {LM_DEFECT_ATTN_NO_SCALE, true, false, false, false},
+    {LM_DEFECT_RMS_EPS_10X, true, false, false, false},
+    {LM_DEFECT_SOFTMAX_NO_MAX, false, true, false, false},
+    /* dense attention's kernel only (attention.c): attn=stream configurations compute right */
+    {LM_DEFECT_GQA_INTERLEAVED, false, false, false, false},
+    {LM_DEFECT_LOGITS_UNNORMED, true, false, false, false},
+    {LM_DEFECT_HIST_DOUBLE_NEWEST, false, false, true, false},
+    {LM_DEFECT_HIST_NO_PROMPT, false, false, true, false},
+    {LM_DEFECT_ROLLBACK_KEEPS_ONE, false, false, true, false},
+    {LM_DEFECT_THREAD_SPLIT_SKIPS_ROW, false, false, false, true},
+    {LM_DEFECT_STREAM_TILE_SKIPS_KEY, false, false, false, true},
 };
-#define N_DEFECTS (sizeof defects / sizeof defects[0])
+#define N_KNOWN (sizeof known / sizeof known[0])
+#define N_ROWS ((size_t)LM_DEFECT_COUNT - 1) /* every defect: row k is defect k + 1 */
+
+static const defect_case *known_case(lm_defect d)
+{
+    for (size_t i = 0; i < N_KNOWN; ++i)
+        if (known[i].d == d)
+            return &known[i];
+    return NULL;
+}
 
 typedef struct cell {
     bool ran;
+    bool refused;       /* the sweep refused to run (its error is the detection) */
     hx_class worst;     /* worst class over the configurations */
     size_t caught;      /* configurations classed DRIFT, FLIP or NONFINITE */
+    size_t old_caught;  /* the same under the old default axes */
     bool path_moved;    /* the defective teacher path left the clean one */
     double e_ratio;     /* path kept: max over tensors of E(defective) / E(clean); else NaN */
     double r_min, r_med, r_max; /* configurations' worst err/E: smallest, median, largest */
@@ -74,20 +104,22 @@ typedef struct cell {
 typedef struct model_result {
     const char *label;
     bool ran;
-    size_t n_configs;
+    size_t n_configs, n_old;
     size_t false_alarms;     /* clean sweep: configurations DRIFT, FLIP or NONFINITE */
     hx_class clean_worst;
     cell clean;              /* the clean sweep's err/E figures */
-    cell d[N_DEFECTS];
+    cell d[N_ROWS];
+    bool hot_ran;
     double max_logit;        /* largest layer-0 attention logit of the prompt (clean model) */
     float hot_scale;         /* the hot variant's Wq factor */
     size_t hot_false_alarms;
     hx_class hot_clean_worst;
+    cell hot_clean;          /* the hot variant's clean err/E figures */
     cell hot;                /* softmax-no-max on the hot variant */
     double seconds;
 } model_result;
 
-#define N_MODELS 3
+#define N_MODELS 4
 static model_result results[N_MODELS];
 
 static int sweep_once(hx_sweep_result **out, const lm_model *m, const int32_t *prompt,
@@ -97,7 +129,7 @@ static int sweep_once(hx_sweep_result **out, const lm_model *m, const int32_t *p
     /* jobs 2: the runs of a sweep are independent and their results identical for any jobs. */
     hx_sweep_params p = {.model = m, .prompt = prompt, .n_prompt = n_prompt, .n_gen = N_GEN,
                          .configs = cfgs, .n_configs = n_cfgs, .cache_dir = cache, .jobs = 2,
-                         .quiet = true};
+                         .quiet = true, .time_once = true};
     return hx_sweep_run_all(out, &p, err);
 }
 
@@ -152,9 +184,18 @@ static void fold(const hx_sweep_result *r, size_t *n_fail, hx_class *worst, cell
     free(v);
 }
 
+/* The engine's threshold of that name (kvd_engine.h); fails the test when it is missing. */
+static const lm_threshold *threshold(const char *name)
+{
+    const lm_threshold *t = lm_threshold_find(name);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    return t;
+}
+
 /* Why defect d cannot change any compared tensor (each layer's K and V, logits at chunk-final
- * rows) of a model with these hyperparameters, or NULL when it can. */
-static const char *unseen_reason(const lm_hparams *hp, lm_defect d)
+ * rows) of a model with these hyperparameters on a prompt of n_prompt tokens, or NULL when it
+ * can. */
+static const char *unseen_reason(const lm_hparams *hp, uint32_t n_prompt, lm_defect d)
 {
     if (d == LM_DEFECT_GQA_INTERLEAVED && hp->n_head == hp->n_head_kv)
         return "no GQA: h % n_kv == h / 1";
@@ -162,10 +203,23 @@ static const char *unseen_reason(const lm_hparams *hp, lm_defect d)
         /* K and V are computed before attention; the only rows whose attention changes are
          * non-final rows of a chunk, and with one layer they reach no compared output. */
         return "1 layer: no compared output";
+    if (d == LM_DEFECT_STREAM_TILE_SKIPS_KEY &&
+        n_prompt + N_GEN < threshold("stream.key_tile")->value)
+        return "prompt + generated within one key tile";
     return NULL;
 }
 
+/* Whether the report lists threshold `name` as not exercised. */
+static bool unexercised(const hx_report *r, const char *name)
+{
+    for (uint32_t i = 0; i < r->n_unexercised; ++i)
+        if (strncmp(r->unexercised[i], name, strlen(name)) == 0)
+            return true;
+    return false;
+}
+
 /* ---- the largest layer-0 attention logit, through the engine's probe ---- */
+
 
 typedef struct qk_tape {
     uint32_t n, q_dim, kv_dim;
@@ -239,34 +293,155 @@ static float make_hot(lm_model *m, double max_logit)
     return f;
 }
 
-static void run_model(model_result *res, const char *label, const char *path)
+static void configs_of(hx_config **cfgs, size_t *n, const hx_axes *a)
+{
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_axes_configs(cfgs, n, a, &err), LM_OK);
+}
+
+/* The default axes and the old default ones (before threads and attention were default axes). */
+static const hx_axes new_axes = {0};
+static const hx_axes old_axes = {.threads = "1", .attn = "default"};
+
+/* Row k's defect, swept with both axis sets; x receives the results. */
+static void run_defect(cell *x, const defect_case *dc, lm_defect d, const lm_model *m,
+                       const int32_t *prompt, uint32_t n_prompt, const hx_config *cfgs,
+                       size_t n_cfgs, const hx_config *old, size_t n_old, const char *cache,
+                       const hx_sweep_result *clean)
+{
+    lm_err e2 = {0};
+    hx_sweep_result *r = NULL;
+    x->unseen = unseen_reason(&m->hp, n_prompt, d);
+    lm_test_set_defect(d);
+    int rc = sweep_once(&r, m, prompt, n_prompt, cfgs, n_cfgs, cache, &e2);
+    lm_test_set_defect(LM_DEFECT_NONE);
+    x->ran = true;
+    if (rc != LM_OK) {
+        /* a refusal (e.g. the engine's weights disagree with the reference's reading) is a
+         * detection; a known defect must run */
+        x->refused = true;
+        CU_ASSERT(dc == NULL);
+        if (dc != NULL)
+            fprintf(stderr, "\n  %s: sweep failed: %s\n", lm_defect_name(d), e2.msg);
+        return;
+    }
+    fold(r, &x->caught, &x->worst, x);
+    x->path_moved = memcmp(r->path, clean->path, N_GEN * sizeof *r->path) != 0;
+    x->e_ratio = (double)NAN;
+    if (!x->path_moved) {
+        /* Same tokens: the MPFR reference is reused from the cache, untouched by the defect. */
+        CU_ASSERT(r->ref_hit);
+        x->e_ratio = envelope_ratio(r->env, clean->env);
+    }
+    hx_sweep_result_free(r);
+    r = NULL;
+    lm_test_set_defect(d);
+    rc = sweep_once(&r, m, prompt, n_prompt, old, n_old, cache, &e2);
+    lm_test_set_defect(LM_DEFECT_NONE);
+    CU_ASSERT(rc == LM_OK || dc == NULL);
+    if (rc == LM_OK) {
+        hx_class w;
+        fold(r, &x->old_caught, &w, NULL);
+    }
+    hx_sweep_result_free(r);
+    if (dc == NULL || dc->exact_math || x->unseen != NULL) {
+        /* no expectation here; exact mathematics is judged on the hot variant; unseen: the
+         * same compared mathematics on this model */
+    } else if (dc->every ? x->caught != n_cfgs : x->caught == 0) {
+        CU_FAIL("defect not caught as expected");
+        fprintf(stderr, "\n  %s: %zu of %zu configurations caught\n", lm_defect_name(d),
+                x->caught, n_cfgs);
+    }
+    if (dc != NULL && dc->new_axes && x->unseen == NULL)
+        CU_ASSERT_EQUAL(x->old_caught, 0); /* only the new default axes reach it */
+}
+
+/* The hot variant and softmax without max subtraction (the model's weights are changed). */
+static void run_hot(model_result *res, lm_model *m, const int32_t *prompt, uint32_t n_prompt,
+                    const hx_config *cfgs, size_t n_cfgs, const hx_config *old, size_t n_old,
+                    const char *label)
+{
+    lm_err err = {0};
+    char cache[1200];
+    hx_sweep_result *clean = NULL, *r = NULL;
+    res->max_logit = max_layer0_logit(m, prompt, n_prompt);
+    CU_ASSERT_FATAL(res->max_logit > 0.0);
+    res->hot_scale = make_hot(m, res->max_logit);
+    snprintf(cache, sizeof cache, "%s/defects-cache-%s-hot", tu_tmpdir(), label);
+    int rc = sweep_once(&clean, m, prompt, n_prompt, cfgs, n_cfgs, cache, &err);
+    CU_ASSERT_EQUAL(rc, LM_OK);
+    if (rc == LM_OK) {
+        fold(clean, &res->hot_false_alarms, &res->hot_clean_worst, &res->hot_clean);
+        CU_ASSERT_EQUAL(res->hot_false_alarms, 0);
+        lm_test_set_defect(LM_DEFECT_SOFTMAX_NO_MAX);
+        rc = sweep_once(&r, m, prompt, n_prompt, cfgs, n_cfgs, cache, &err);
+        lm_test_set_defect(LM_DEFECT_NONE);
+        CU_ASSERT_EQUAL(rc, LM_OK);
+        if (rc == LM_OK) {
+            res->hot_ran = res->hot.ran = true;
+            res->hot.e_ratio = (double)NAN; /* another model: no clean envelope to compare */
+            fold(r, &res->hot.caught, &res->hot.worst, &res->hot);
+            /* the defect sits in dense attention's softmax (attention.c): every dense
+             * configuration overflows, the streaming ones compute right */
+            size_t n_dense = 0;
+            for (size_t i = 0; i < n_cfgs; ++i)
+                n_dense += cfgs[i].attn != HX_ATTN_STREAM;
+            CU_ASSERT_EQUAL(res->hot.caught, n_dense);
+            CU_ASSERT_EQUAL(res->hot.worst, HX_NONFINITE);
+        }
+        hx_sweep_result_free(r);
+        r = NULL;
+        lm_test_set_defect(LM_DEFECT_SOFTMAX_NO_MAX);
+        rc = sweep_once(&r, m, prompt, n_prompt, old, n_old, cache, &err);
+        lm_test_set_defect(LM_DEFECT_NONE);
+        CU_ASSERT_EQUAL(rc, LM_OK);
+        if (rc == LM_OK) {
+            hx_class w;
+            fold(r, &res->hot.old_caught, &w, NULL);
+        }
+    }
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  %s hot variant: %s\n", label, err.msg);
+    hx_sweep_result_free(r);
+    hx_sweep_result_free(clean);
+}
+
+/* prompt: token ids, or NULL to tokenize prompt_text; hot: also the hot variant. */
+static void run_model(model_result *res, const char *label, const char *path,
+                      const int32_t *ids, uint32_t n_ids, bool hot)
 {
     lm_err err = {0};
     lm_model *m = NULL;
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
-    hx_config *cfgs = NULL;
-    size_t n_cfgs = 0;
-    hx_sweep_result *clean = NULL, *r = NULL;
+    hx_config *cfgs = NULL, *old = NULL;
+    size_t n_cfgs = 0, n_old = 0;
+    hx_sweep_result *clean = NULL;
     res->label = label;
     CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
-    CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true, &prompt,
-                                      &n_prompt, &err), LM_OK);
-    /* Boundaries: the prompt must be longer than the largest finite step below 16. */
+    if (ids != NULL) {
+        prompt = malloc(n_ids * sizeof *prompt);
+        CU_ASSERT_FATAL(prompt != NULL);
+        memcpy(prompt, ids, n_ids * sizeof *prompt);
+        n_prompt = n_ids;
+    } else {
+        CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true,
+                                          &prompt, &n_prompt, &err), LM_OK);
+    }
+    /* Boundaries: the prompt must be longer than the largest finite step below 16, and one
+     * chunk of it long enough for the thread split. */
     CU_ASSERT_FATAL(n_prompt > 8);
-
-    static const char backends[2][16] = {"naive", "blas"};
-    static const uint32_t steps[] = {1, 2, 3, 5, 8, 16, 32, 64, 0};
-    static const uint32_t threads[] = {1, 2};
-    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&cfgs, &n_cfgs, backends, 2, steps, 9, threads, 2, NULL,
-                                         0, &err), LM_OK);
+    CU_ASSERT_FATAL(n_prompt >= threshold("threads.row_split")->value);
+    configs_of(&cfgs, &n_cfgs, &new_axes);
+    configs_of(&old, &n_old, &old_axes);
     res->n_configs = n_cfgs;
+    res->n_old = n_old;
     char cache[1200];
     snprintf(cache, sizeof cache, "%s/defects-cache-%s", tu_tmpdir(), label);
-    double t0 = (double)clock() / CLOCKS_PER_SEC;
+    double t0 = lm_now_s();
 
     lm_test_set_defect(LM_DEFECT_NONE);
-    lm_test_spare_backend(NULL); /* nothing spared: the ensemble runs the defective engine */
+    lm_test_spare_backend(NULL); /* nothing spared: every run carries the defect */
     int rc = sweep_once(&clean, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
     CU_ASSERT_EQUAL(rc, LM_OK);
     if (rc != LM_OK) {
@@ -282,76 +457,28 @@ static void run_model(model_result *res, const char *label, const char *path)
                     hx_class_name(c->cls), c->reason);
     }
     CU_ASSERT_EQUAL(res->false_alarms, 0);
+    /* The report says which thresholds the default sweep left unreached. */
+    CU_ASSERT_EQUAL(unexercised(clean->report, "stream.key_tile"),
+                    n_prompt + N_GEN < threshold("stream.key_tile")->value);
+    CU_ASSERT(!unexercised(clean->report, "threads.row_split"));
 
-    for (size_t k = 0; k < N_DEFECTS; ++k) {
-        cell *x = &res->d[k];
-        lm_err e2 = {0};
-        lm_test_set_defect(defects[k].d);
-        rc = sweep_once(&r, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &e2);
-        lm_test_set_defect(LM_DEFECT_NONE);
-        CU_ASSERT_EQUAL(rc, LM_OK);
-        if (rc != LM_OK) {
-            fprintf(stderr, "\n  %s %s: sweep failed: %s\n", label, lm_defect_name(defects[k].d),
-                    e2.msg);
+    for (size_t k = 0; k < N_ROWS; ++k) {
+        const lm_defect d = (lm_defect)(k + 1);
+        const defect_case *dc = known_case(d);
+        if (dc != NULL && dc->spec_only)
             continue;
-        }
-        x->ran = true;
-        fold(r, &x->caught, &x->worst, x);
-        x->unseen = unseen_reason(&m->hp, defects[k].d);
-        x->path_moved = memcmp(r->path, clean->path, N_GEN * sizeof *r->path) != 0;
-        x->e_ratio = (double)NAN;
-        if (!x->path_moved) {
-            /* Same tokens: the MPFR reference is reused from the cache, untouched by the
-             * defect; the envelope was measured again by the defective ensemble. */
-            CU_ASSERT(r->ref_hit);
-            x->e_ratio = envelope_ratio(r->env, clean->env);
-        }
-        if (defects[k].exact_math) {
-            /* Judged on the hot variant below; here it may only move rounding. */
-        } else if (x->unseen != NULL) {
-            /* The same compared mathematics on this model: nothing to catch. */
-        } else if (defects[k].every) {
-            CU_ASSERT_EQUAL(x->caught, n_cfgs);
-        } else {
-            CU_ASSERT(x->caught >= 1);
-        }
-        hx_sweep_result_free(r);
-        r = NULL;
+        run_defect(&res->d[k], dc, d, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, old, n_old,
+                   cache, clean);
     }
-
-    /* The hot variant and softmax without max subtraction. */
-    res->max_logit = max_layer0_logit(m, prompt, (uint32_t)n_prompt);
-    CU_ASSERT_FATAL(res->max_logit > 0.0);
-    res->hot_scale = make_hot(m, res->max_logit);
-    snprintf(cache, sizeof cache, "%s/defects-cache-%s-hot", tu_tmpdir(), label);
-    hx_sweep_result_free(clean);
-    clean = NULL;
-    rc = sweep_once(&clean, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
-    CU_ASSERT_EQUAL(rc, LM_OK);
-    if (rc == LM_OK) {
-        fold(clean, &res->hot_false_alarms, &res->hot_clean_worst, NULL);
-        CU_ASSERT_EQUAL(res->hot_false_alarms, 0);
-        lm_test_set_defect(LM_DEFECT_SOFTMAX_NO_MAX);
-        rc = sweep_once(&r, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
-        lm_test_set_defect(LM_DEFECT_NONE);
-        CU_ASSERT_EQUAL(rc, LM_OK);
-        if (rc == LM_OK) {
-            res->hot.ran = true;
-            res->hot.e_ratio = (double)NAN; /* another model: no clean envelope to compare */
-            fold(r, &res->hot.caught, &res->hot.worst, &res->hot);
-            CU_ASSERT_EQUAL(res->hot.caught, n_cfgs);
-            CU_ASSERT_EQUAL(res->hot.worst, HX_NONFINITE);
-        }
-    }
-    if (rc != LM_OK)
-        fprintf(stderr, "\n  %s hot variant: %s\n", label, err.msg);
+    if (hot)
+        run_hot(res, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, old, n_old, label);
     res->ran = true;
 done:
     lm_test_set_defect(LM_DEFECT_NONE);
-    res->seconds = (double)clock() / CLOCKS_PER_SEC - t0;
-    hx_sweep_result_free(r);
+    res->seconds = lm_now_s() - t0;
     hx_sweep_result_free(clean);
     free(cfgs);
+    free(old);
     free(prompt);
     lm_model_free(m);
 }
@@ -361,7 +488,7 @@ static void test_defects_stories260k(void)
     const char *path = tu_model_path("stories260K.gguf");
     if (path == NULL)
         return; /* SKIP printed by tu_model_path */
-    run_model(&results[0], "stories260K", path);
+    run_model(&results[0], "stories260K", path, NULL, 0, true);
 }
 
 static void test_defects_synth_tiny(void)
@@ -370,7 +497,7 @@ static void test_defects_synth_tiny(void)
     lm_err err = {0};
     snprintf(path, sizeof path, "%s/defects-tiny.gguf", tu_tmpdir());
     CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 11, LM_TYPE_F32, &err), LM_OK);
-    run_model(&results[1], "synth:tiny", path);
+    run_model(&results[1], "synth:tiny", path, NULL, 0, true);
 }
 
 static void test_defects_llama2_tiny_random(void)
@@ -378,7 +505,24 @@ static void test_defects_llama2_tiny_random(void)
     const char *path = tu_model_path("llama-2-tiny-random.gguf");
     if (path == NULL)
         return; /* SKIP printed by tu_model_path */
-    run_model(&results[2], "llama-2-tiny-random", path);
+    run_model(&results[2], "llama-2-tiny-random", path, NULL, 0, true);
+}
+
+/* A prompt past the streaming attention's key tile (LONG_PROMPT + N_GEN > the tile), on the
+ * one-layer synthetic tiny-draft model so that the 127-bit reference of 274 positions stays
+ * cheap: fixed pseudo-random ids below the vocabulary. */
+static void test_defects_long_prompt(void)
+{
+    char path[1200];
+    lm_err err = {0};
+    snprintf(path, sizeof path, "%s/defects-tiny-draft.gguf", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny-draft", 11, LM_TYPE_F32, &err), LM_OK);
+    CU_ASSERT_FATAL(LONG_PROMPT + N_GEN >= threshold("stream.key_tile")->value);
+    int32_t ids[LONG_PROMPT];
+    ids[0] = 1;
+    for (uint32_t i = 1; i < LONG_PROMPT; ++i)
+        ids[i] = (int32_t)(3 + (i * 37u) % 250u);
+    run_model(&results[3], "tiny-draft 270 tok", path, ids, LONG_PROMPT, false);
 }
 
 /* The switch reaches exactly its defect and spares the named backend (the release library
@@ -400,87 +544,128 @@ static void test_defects_switch_scoping(void)
     CU_ASSERT_PTR_NULL(lm_defect_name(LM_DEFECT_COUNT));
 }
 
-static void print_cell(const model_result *r, const cell *x)
+static void print_cell(const model_result *r, const cell *x, lm_defect d)
 {
     char s[64] = "SKIPPED";
-    if (r->ran && x->ran && x->path_moved)
-        snprintf(s, sizeof s, "%s %zu/%zu path moved", hx_class_name(x->worst), x->caught,
-                 r->n_configs);
+    const defect_case *dc = known_case(d);
+    if (dc != NULL && dc->spec_only)
+        snprintf(s, sizeof s, "- (sweep --spec only)");
+    else if (r->ran && x->refused)
+        snprintf(s, sizeof s, "refused to run");
     else if (r->ran && x->ran && x->unseen != NULL)
         snprintf(s, sizeof s, "%s %zu/%zu (%s)", hx_class_name(x->worst), x->caught,
                  r->n_configs, x->unseen);
-    else if (r->ran && x->ran && !isnan(x->e_ratio))
-        snprintf(s, sizeof s, "%s %zu/%zu E x%.2g", hx_class_name(x->worst), x->caught,
-                 r->n_configs, x->e_ratio);
     else if (r->ran && x->ran)
-        snprintf(s, sizeof s, "%s %zu/%zu", hx_class_name(x->worst), x->caught, r->n_configs);
+        snprintf(s, sizeof s, "%s %zu/%zu, old %zu/%zu", hx_class_name(x->worst), x->caught,
+                 r->n_configs, x->old_caught, r->n_old);
     else if (r->ran)
         snprintf(s, sizeof s, "(sweep failed)");
-    fprintf(stderr, " | %-28s", s);
+    fprintf(stderr, " | %-36s", s);
 }
 
 static void print_ratios(const model_result *r, const cell *x)
 {
-    char s[64] = "SKIPPED";
-    if (r->ran && x->ran)
+    char s[64] = "-";
+    if (r->ran && x->ran && !x->refused)
         snprintf(s, sizeof s, "%.3g / %.3g / %.3g", x->r_min, x->r_med, x->r_max);
-    fprintf(stderr, " | %-28s", s);
+    fprintf(stderr, " | %-36s", s);
 }
 
-/* The table the lead quotes: defect x model -> worst class (configurations failing / total). */
+/* The table the closing note quotes: defect x model -> worst class (configurations failing /
+ * total) under the default axes and under the old ones; the catch rates; the worst legitimate
+ * err/E. */
 static void test_defects_summary(void)
 {
     bool any = false;
     for (size_t j = 0; j < N_MODELS; ++j)
         any |= results[j].ran;
-    CU_ASSERT(any); /* the synthetic model always runs */
-    fprintf(stderr, "\n\n  defect detection: worst class, configurations DRIFT/FLIP/NONFINITE of "
-                    "all (naive,blas x steps 1,2,3,5,8,16,32,64,full x threads 1,2; n_gen %u)\n",
-            N_GEN);
+    CU_ASSERT(any); /* the synthetic models always run */
+    fprintf(stderr, "\n\n  defect detection by the default sweep (naive,blas x steps %s x threads "
+                    "%s (naive: 1) x attn %s; n_gen %u) and by the old default (threads 1, attn "
+                    "default): worst class, configurations DRIFT/FLIP/NONFINITE of all\n",
+            HX_AXES_DEFAULT_STEPS, HX_AXES_DEFAULT_THREADS, HX_AXES_DEFAULT_ATTN, N_GEN);
     fprintf(stderr, "  %-24s", "defect");
     for (size_t j = 0; j < N_MODELS; ++j)
-        fprintf(stderr, " | %-28s", results[j].label ? results[j].label : "(skipped)");
+        fprintf(stderr, " | %-36s", results[j].label ? results[j].label : "(skipped)");
     fprintf(stderr, "\n");
-    for (size_t k = 0; k < N_DEFECTS; ++k) {
-        fprintf(stderr, "  %-24s", lm_defect_name(defects[k].d));
-        for (size_t j = 0; j < N_MODELS; ++j)
-            print_cell(&results[j], &results[j].d[k]);
+    size_t caught_new = 0, caught_old = 0, n_def = 0, cells = 0, cells_new = 0, cells_old = 0;
+    for (size_t k = 0; k < N_ROWS; ++k) {
+        const lm_defect d = (lm_defect)(k + 1);
+        fprintf(stderr, "  %-24s", lm_defect_name(d));
+        bool cn = false, co = false;
+        for (size_t j = 0; j < N_MODELS; ++j) {
+            const cell *x = &results[j].d[k];
+            print_cell(&results[j], x, d);
+            if (!results[j].ran || !x->ran || x->unseen != NULL)
+                continue;
+            ++cells;
+            const bool n1 = x->refused || x->caught > 0, o1 = x->refused || x->old_caught > 0;
+            cells_new += n1;
+            cells_old += o1;
+            cn |= n1;
+            co |= o1;
+        }
+        if (d == LM_DEFECT_SOFTMAX_NO_MAX)
+            for (size_t j = 0; j < N_MODELS; ++j) {
+                cn |= results[j].hot_ran && results[j].hot.caught > 0;
+                co |= results[j].hot_ran && results[j].hot.old_caught > 0;
+            }
+        ++n_def;
+        caught_new += cn;
+        caught_old += co;
         fprintf(stderr, "\n");
     }
     fprintf(stderr, "  %-24s", "softmax-no-max, hot L0");
     for (size_t j = 0; j < N_MODELS; ++j)
-        print_cell(&results[j], &results[j].hot);
+        if (results[j].hot_ran)
+            print_cell(&results[j], &results[j].hot, LM_DEFECT_SOFTMAX_NO_MAX);
+        else
+            fprintf(stderr, " | %-36s", "-");
+    double worst_legit = 0.0;
     fprintf(stderr, "\n  %-24s", "none (false alarms)");
     for (size_t j = 0; j < N_MODELS; ++j) {
         char s[64] = "SKIPPED";
-        if (results[j].ran)
+        if (results[j].ran) {
             snprintf(s, sizeof s, "%zu/%zu (worst %s)", results[j].false_alarms,
                      results[j].n_configs, hx_class_name(results[j].clean_worst));
-        fprintf(stderr, " | %-28s", s);
+            worst_legit = fmax(worst_legit, results[j].clean.r_max);
+        }
+        fprintf(stderr, " | %-36s", s);
     }
     fprintf(stderr, "\n  %-24s", "none, hot L0");
     for (size_t j = 0; j < N_MODELS; ++j) {
-        char s[64] = "SKIPPED";
-        if (results[j].ran)
+        char s[64] = "-";
+        if (results[j].hot_ran) {
             snprintf(s, sizeof s, "%zu/%zu (worst %s)", results[j].hot_false_alarms,
                      results[j].n_configs, hx_class_name(results[j].hot_clean_worst));
-        fprintf(stderr, " | %-28s", s);
+            worst_legit = fmax(worst_legit, results[j].hot_clean.r_max);
+        }
+        fprintf(stderr, " | %-36s", s);
     }
-    fprintf(stderr, "\n\n  configurations' worst err/E (min / median / max over the 36; inf: nonfinite)\n");
+    fprintf(stderr, "\n\n  configurations' worst err/E, default sweep (min / median / max; inf: "
+                    "nonfinite)\n");
     fprintf(stderr, "  %-24s", "none (legitimate)");
     for (size_t j = 0; j < N_MODELS; ++j)
         print_ratios(&results[j], &results[j].clean);
-    for (size_t k = 0; k < N_DEFECTS; ++k) {
-        fprintf(stderr, "\n  %-24s", lm_defect_name(defects[k].d));
+    for (size_t k = 0; k < N_ROWS; ++k) {
+        const defect_case *dc = known_case((lm_defect)(k + 1));
+        if (dc != NULL && dc->spec_only)
+            continue;
+        fprintf(stderr, "\n  %-24s", lm_defect_name((lm_defect)(k + 1)));
         for (size_t j = 0; j < N_MODELS; ++j)
             print_ratios(&results[j], &results[j].d[k]);
     }
+    fprintf(stderr, "\n\n  catch rate: default sweep %zu of %zu defects (%zu of %zu model cells "
+                    "where the defect reaches a compared tensor); old default %zu of %zu (%zu of "
+                    "%zu cells); worst legitimate err/E %.3g",
+            caught_new, n_def, cells_new, cells, caught_old, n_def, cells_old, cells,
+            worst_legit);
     fprintf(stderr, "\n  largest layer-0 attention logit (hot: x Wq factor):");
     for (size_t j = 0; j < N_MODELS; ++j)
-        if (results[j].ran)
+        if (results[j].hot_ran)
             fprintf(stderr, " %s %.3g (x%g)", results[j].label, results[j].max_logit,
                     (double)results[j].hot_scale);
-    fprintf(stderr, "\n  cpu seconds:");
+    fprintf(stderr, "\n  wall seconds:");
     for (size_t j = 0; j < N_MODELS; ++j)
         if (results[j].ran)
             fprintf(stderr, " %s %.1f", results[j].label, results[j].seconds);
@@ -494,5 +679,6 @@ void test_defects_register(void)
     CU_add_test(s, "test_defects_stories260k", test_defects_stories260k);
     CU_add_test(s, "test_defects_synth_tiny", test_defects_synth_tiny);
     CU_add_test(s, "test_defects_llama2_tiny_random", test_defects_llama2_tiny_random);
+    CU_add_test(s, "test_defects_long_prompt", test_defects_long_prompt);
     CU_add_test(s, "test_defects_summary", test_defects_summary);
 }

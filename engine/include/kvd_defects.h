@@ -39,6 +39,12 @@ typedef enum lm_defect {
                                        (speculative.c) */
     LM_DEFECT_ROLLBACK_KEEPS_ONE,   /* speculative decoding's rollback leaves the first rejected
                                        token in the target's KV cache (speculative.c) */
+    LM_DEFECT_THREAD_SPLIT_SKIPS_ROW, /* the thread pool's split starts every part after the
+                                         first one row late: that row is computed by no thread
+                                         (threadpool.c part; only with >= 2 threads) */
+    LM_DEFECT_STREAM_TILE_SKIPS_KEY,  /* streaming attention drops the first key of every key
+                                         tile after the first (attention_stream.c; only past
+                                         LM_ATTN_STREAM_TILE cached keys) */
     LM_DEFECT_COUNT
 } lm_defect;
 

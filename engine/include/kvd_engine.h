@@ -105,6 +105,9 @@ enum {
     /* Runs its products on an accelerator: creating it fails with LM_E_UNSUPPORTED ("no CUDA
      * device") where none is present, and tests and cases skip it visibly there. */
     LM_BE_DEVICE = 1u << 4,
+    /* Runs every stage on the calling thread whatever n_threads says: a thread-count axis
+     * computes nothing new on it. */
+    LM_BE_ONE_THREAD = 1u << 5,
 };
 
 typedef struct lm_backend_info {
@@ -145,6 +148,31 @@ void lm_backend_seeded_name(char *buf, size_t n, const char *backend, uint64_t s
 /* The same for "naive-sr", the stochastic-rounding ensemble member. */
 #define LM_SR_NAME_MAX LM_BACKEND_NAME_MAX
 void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);
+
+/* --- thresholds: the sizes at which the engine takes another code path ---
+ * A sweep whose configurations never reach one never runs the code behind it; the harness
+ * reads this table (never a copy of its numbers) to say what a sweep exercised. */
+typedef enum lm_threshold_kind {
+    LM_THR_CHUNK_ROWS = 0, /* reached by one forward call of at least `value` tokens */
+    LM_THR_KEYS = 1        /* reached by a query that attends over at least `value` cache slots */
+} lm_threshold_kind;
+
+typedef struct lm_threshold {
+    const char *name;    /* "stream.key_tile", ... */
+    lm_threshold_kind kind;
+    uint32_t value;      /* the smallest count that takes the other path */
+    const char *attn;    /* only with this attention implementation ("dense", "stream"); NULL:
+                            any */
+    const char *backend; /* only on this backend; NULL: any */
+    bool threads;        /* only with >= 2 threads on a backend without LM_BE_ONE_THREAD */
+    const char *what;    /* the other path, in words */
+} lm_threshold;
+
+size_t lm_threshold_count(void);
+/* NULL when i >= lm_threshold_count(). */
+const lm_threshold *lm_threshold_at(size_t i);
+/* The threshold of that name; NULL when none. */
+const lm_threshold *lm_threshold_find(const char *name);
 
 /* --- sampling --- */
 typedef struct lm_sampler_params {

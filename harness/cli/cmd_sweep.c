@@ -41,9 +41,11 @@ static const char usage_text[] =
     "      --steps LIST        prefill chunk sizes, integers or full (default "
     HX_CASE_DEFAULT_STEPS ")\n"
     "      --backends LIST     naive,blas,det (default " HX_CASE_DEFAULT_BACKENDS ")\n"
-    "      --threads LIST      thread counts, e.g. 1,2 (default 1)\n"
-    "      --attn LIST         attention implementations: dense,stream (default: the engine's\n"
-    "                          default, dense; a config string says attn= only when given)\n"
+    "      --threads LIST      thread counts and all (every core, at least 2), e.g. 1,2\n"
+    "                          (default " HX_AXES_DEFAULT_THREADS "; naive runs one thread and\n"
+    "                          gets no all rows)\n"
+    "      --attn LIST         attention implementations: default (= dense, not written in\n"
+    "                          config strings), dense, stream (default " HX_AXES_DEFAULT_ATTN ")\n"
     "      --rot LIST          rotating KV cache axis: none and MAX:KEEP values, e.g. none,8:2\n"
     "                          (config strings say rot=MAX/KEEP). Its class is against the\n"
     "                          reference with its own schedule; the semantic column compares\n"
@@ -153,7 +155,7 @@ static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const 
 
 typedef struct sweep_opts {
     const char *text, *tok_s, *cache, *outdir, *model;
-    const char *steps_s, *backends_s, *threads_s, *attn_s, *rot_s, *prof_s; /* axis lists */
+    hx_axes axes; /* axis lists as given (NULL: default) */
     bool parse_special, verbose;
     hx_table_fmt fmt;
     hx_spec_opts so;
@@ -220,12 +222,12 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
                    ? 0 : hx_cli_fail("sweep", "--format '%s': expected " HX_TABLE_FORMATS, arg);
     case O_SPECIAL: o->parse_special = true; return 0;
     case O_TOKENS: o->tok_s = arg; return 0;
-    case O_STEPS: o->steps_s = arg; return 0;
-    case O_BACKENDS: o->backends_s = arg; return 0;
-    case O_THREADS: o->threads_s = arg; return 0;
-    case O_ATTN: o->attn_s = arg; return 0;
-    case O_ROT: o->rot_s = arg; return 0;
-    case O_PROFILE: o->prof_s = arg; return 0;
+    case O_STEPS: o->axes.steps = arg; return 0;
+    case O_BACKENDS: o->axes.backends = arg; return 0;
+    case O_THREADS: o->axes.threads = arg; return 0;
+    case O_ATTN: o->axes.attn = arg; return 0;
+    case O_ROT: o->axes.rot = arg; return 0;
+    case O_PROFILE: o->axes.profile = arg; return 0;
     case O_CACHE: o->cache = arg; return 0;
     case 'o': o->outdir = arg; return 0;
     case 'q': o->sp.quiet = true; return 0;
@@ -258,8 +260,7 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
-    *o = (sweep_opts){.steps_s = HX_CASE_DEFAULT_STEPS, .backends_s = HX_CASE_DEFAULT_BACKENDS,
-                      .threads_s = "1", .fmt = HX_FMT_TABLE,
+    *o = (sweep_opts){.fmt = HX_FMT_TABLE,
                       .sp = {.n_gen = HX_CLI_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                              .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1}};
     hx_spec_opts_init(&o->so);
@@ -288,30 +289,10 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     return -1;
 }
 
-/* The configurations: the cross product of the axis lists (config.h's grammar), then rot. */
+/* The configurations: the cross product of the axis lists (config.h hx_axes). */
 static int build_configs(hx_config **configs, size_t *n, const sweep_opts *o, lm_err *err)
 {
-    uint32_t *steps = NULL, *threads = NULL, n_steps = 0, n_threads = 0, n_backends = 0;
-    uint32_t n_attn = 0; /* 0: the single default implementation */
-    hx_attn *attn = NULL;
-    char(*backends)[16] = NULL;
-    int st;
-    if ((st = hx_axis_steps(&steps, &n_steps, "--steps", o->steps_s, err)) == LM_OK &&
-        (st = hx_axis_backends(&backends, &n_backends, "--backends", o->backends_s, err)) == LM_OK &&
-        (st = hx_axis_threads(&threads, &n_threads, "--threads", o->threads_s, err)) == LM_OK &&
-        (o->attn_s == NULL ||
-         (st = hx_axis_attn(&attn, &n_attn, "--attn", o->attn_s, err)) == LM_OK) &&
-        (st = hx_sweep_cross(configs, n, (const char(*)[16])backends, n_backends, steps, n_steps,
-                             threads, n_threads, attn, n_attn, err)) == LM_OK &&
-        (o->rot_s == NULL ||
-         (st = hx_config_cross_rot(configs, n, "--rot", o->rot_s, err)) == LM_OK) &&
-        o->prof_s != NULL)
-        st = hx_config_cross_profile(configs, n, "--profile", o->prof_s, err);
-    free(steps);
-    free(threads);
-    free(backends);
-    free(attn);
-    return st;
+    return hx_axes_configs(configs, n, &o->axes, err);
 }
 
 /* Model, prompt and the report folder (default reports/LABEL-TIMESTAMP), before any work. */

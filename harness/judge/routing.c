@@ -43,7 +43,7 @@ int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
         out->margin[i] = INFINITY;
     char be[LM_BACKEND_NAME_MAX];
     const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, cfg),
-                              .n_threads = (int)cfg->threads, .n_ctx = n,
+                              .n_threads = hx_config_n_threads(cfg), .n_ctx = n,
                               .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense"};
     lm_ctx *c = NULL;
     int rc = lm_ctx_create(&c, m, &cp, err);

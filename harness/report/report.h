@@ -127,6 +127,7 @@ typedef struct hx_dump_pair {
 } hx_dump_pair;
 
 #define HX_COMMAND_LINE_MAX 1024
+#define HX_COVERAGE_MAX 16 /* engine thresholds listed as not exercised, at most */
 
 /* The phases of a sweep, in order, as timed in hx_report.phase_s. */
 typedef enum hx_phase {
@@ -166,6 +167,11 @@ typedef struct hx_report {
     char command_line[HX_COMMAND_LINE_MAX]; /* "kvdrift sweep ..." ("" when no command set it) */
     int32_t *prompt_ids;       /* [n_prompt] the prompt's token ids (owned; NULL: unknown) */
     double phase_s[HX_N_PHASES]; /* wall seconds per phase (hx_phase_name), 0 = not run */
+    /* Coverage (judge/coverage.h): the axis values the configurations cover, and the engine
+     * thresholds none of them reaches ("" / 0 when not measured). */
+    char covered[512];
+    uint32_t n_unexercised;
+    char unexercised[HX_COVERAGE_MAX][256];
 } hx_report;
 
 int hx_report_create(hx_report **out, const char *case_name, lm_err *err);

@@ -152,6 +152,13 @@ static json_t *report_obj(jb *b, const hx_report *r)
     for (int i = 0; i < HX_N_PHASES; ++i)
         set(b, ph, hx_phase_name((hx_phase)i), num(r->phase_s[i]));
     set(b, o, "phase_s", ph);
+    json_t *cov = json_object(), *un = json_array();
+    set(b, cov, "covered", json_string(r->covered));
+    for (uint32_t i = 0; i < r->n_unexercised; ++i)
+        if (un == NULL || json_array_append_new(un, json_string(r->unexercised[i])) != 0)
+            b->failed = 1;
+    set(b, cov, "not_exercised", un);
+    set(b, o, "coverage", cov);
     json_t *p = json_object();
     set(b, p, "id", json_string(r->fingerprint_id));
     set(b, p, "text", json_string(r->fingerprint));

@@ -38,6 +38,18 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
     fprintf(f, "- platform: %s\n- created: %s\n- worst class: **%s**; exit code %d\n\n",
             r->fingerprint, r->created_utc, hx_class_name(hx_report_worst(r)),
             hx_report_exit_code(r, r->strict_bits));
+    if (r->covered[0]) {
+        fputs("- covered: ", f);
+        md_cell(f, r->covered);
+        fputc('\n', f);
+    }
+    for (uint32_t i = 0; i < r->n_unexercised; ++i) {
+        fputs("- not exercised: ", f);
+        md_cell(f, r->unexercised[i]);
+        fputc('\n', f);
+    }
+    if (r->covered[0])
+        fputc('\n', f);
     fputc('|', f);
     for (int j = 0; j < HX_REPORT_NCOLS; ++j)
         fprintf(f, " %s |", hx_report_col_names[j]);

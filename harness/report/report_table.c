@@ -195,6 +195,10 @@ void hx_report_print_table_fmt(FILE *f, const hx_report *r, hx_table_fmt fmt, bo
                 (unsigned)r->precision);
         if (r->fingerprint[0])
             fprintf(f, "platform %s\n", r->fingerprint);
+        if (r->covered[0])
+            fprintf(f, "covered: %s\n", r->covered);
+        for (uint32_t i = 0; i < r->n_unexercised; ++i)
+            fprintf(f, "not exercised: %s\n", r->unexercised[i]);
     }
     hx_table_print(f, fmt, heads, n_cols, r->n_configs, report_cell, &ctx, 2, 1);
     if (!text)

@@ -49,7 +49,7 @@ void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
                           const hx_config *cfg, uint32_t n_ctx)
 {
     *cp = (lm_ctx_params){.backend = hx_config_backend_name(be_name, LM_BACKEND_NAME_MAX, cfg),
-                          .n_threads = (int)cfg->threads, .n_ctx = n_ctx,
+                          .n_threads = hx_config_n_threads(cfg), .n_ctx = n_ctx,
                           .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
                           .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep,
                           .profile = cfg->profile};
@@ -76,7 +76,7 @@ static int time_repeats(lm_ctx *ctx, const hx_capture *c, const hx_run_request *
     double pre[HX_TIME_MAX_REPS], dec[HX_TIME_MAX_REPS];
     double tp = pre[0] = st->prefill_s, td = dec[0] = st->decode_s;
     int n = 1;
-    while (n < HX_TIME_MAX_REPS &&
+    while (!rq->time_once && n < HX_TIME_MAX_REPS &&
            (n < HX_TIME_MIN_REPS || tp < HX_TIME_MIN_S || td < HX_TIME_MIN_S)) {
         lm_ctx_reset(ctx);
         double t0 = lm_now_s();

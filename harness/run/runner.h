@@ -15,6 +15,8 @@ typedef struct hx_run_request {
     const int32_t *forced;  /* [n_forced] the teacher path after the prompt; may be NULL when
                                n_forced == 0 */
     uint32_t n_forced;
+    bool time_once;         /* the capture's own run is the timing (no repeats, no medians):
+                               for callers that never look at speeds */
 } hx_run_request;
 
 /* Timing: the prefill and the decode are repeated (on the captured token path) until each has

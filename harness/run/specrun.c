@@ -49,7 +49,7 @@ static int decode(hx_spec_side *s, const lm_model *target, const lm_model *draft
     const uint32_t train = target->hp.n_ctx_train;
     if (train != 0 && need > train)
         need = train;
-    lm_ctx_params cp = {.backend = cfg->backend, .n_threads = (int)cfg->threads,
+    lm_ctx_params cp = {.backend = cfg->backend, .n_threads = hx_config_n_threads(cfg),
                         .n_ctx = (uint32_t)need,
                         .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
                         .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep};

@@ -5,6 +5,7 @@
 
 #include "classify.h"
 #include "compare.h"
+#include "coverage.h"
 #include "envelope_sr.h"
 #include "fingerprint.h"
 #include "fs.h"
@@ -658,11 +659,12 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     rep->envelope_safety = HX_ENVELOPE_SAFETY;
     rep->envelope_members = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     rep->strict_bits = p->strict_bits;
+    hx_coverage_fill(rep, p->configs, p->n_configs, p->n_prompt, p->n_gen);
 
     if ((rc = teacher_path(r, p, err)) != LM_OK || (rc = reference(r, p, err)) != LM_OK)
         goto fail;
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
-                         .forced = r->path, .n_forced = p->n_gen};
+                         .forced = r->path, .n_forced = p->n_gen, .time_once = p->time_once};
     if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
         (rc = routing(r, p, err)) != LM_OK)
         goto fail;

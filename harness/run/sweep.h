@@ -103,6 +103,9 @@ typedef struct hx_sweep_params {
     ref_progress_fn ref_progress; /* the reference passes' progress callback (ref_request),
                                      NULL: none */
     void *ref_progress_user;
+    bool time_once;           /* speeds from each configuration's one run, not medians of
+                                 repeats (hx_run_request.time_once): for callers that only
+                                 look at classes */
     bool engine_envelope;     /* envelope members from the engine's naive-sr backend even when
                                  the reference's SR model implements the model (envelope_sr.h) */
 } hx_sweep_params;

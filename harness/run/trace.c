@@ -108,7 +108,9 @@ static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int3
     const uint32_t total = n_prompt + n_gen;
     uint32_t step = cfg->step == 0 || cfg->step > n_prompt ? n_prompt : cfg->step;
     char be[LM_BACKEND_NAME_MAX];
-    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, cfg), .n_threads = (int)cfg->threads, .n_ctx = total};
+    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, cfg),
+                              .n_threads = hx_config_n_threads(cfg),
+                              .n_ctx = total};
     lm_ctx *c = NULL;
     float *lg = malloc((size_t)step * hp->n_vocab * sizeof *lg); /* [step][n_vocab] */
     memset(t, 0, sizeof *t);
@@ -411,8 +413,8 @@ static void why(char *buf, size_t n, const hx_trace_result *r, const hx_trace_op
                  "%s's kernel and blocking (its summation order) depend on the call's rows",
                  (long long)o->first_pos, (unsigned)ra, (unsigned)rb, a->backend);
     else if (a->threads != b->threads && !invariant)
-        snprintf(buf, n, "; why: %u vs %u threads split %s's sums differently",
-                 (unsigned)a->threads, (unsigned)b->threads, a->backend);
+        snprintf(buf, n, "; why: %d vs %d threads split %s's sums differently",
+                 hx_config_n_threads(a), hx_config_n_threads(b), a->backend);
     else if (ra != rb)
         snprintf(buf, n, "; why: at pos %lld a %u-row vs a %u-row chunk, though %s is chunk "
                  "invariant: a chunk-dependent step outside its kernels (e.g. attention over "

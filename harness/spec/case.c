@@ -249,18 +249,11 @@ static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, l
     if (!ps->seen[K_BACKENDS] &&
         hx_axis_backends(&c->backends, &c->n_backends, "backends", HX_CASE_DEFAULT_BACKENDS, &e))
         return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
-    if (!ps->seen[K_THREADS]) {
-        if ((c->threads = malloc(sizeof *c->threads)) == NULL)
-            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-        c->threads[0] = 1;
-        c->n_threads = 1;
-    }
-    if (!ps->seen[K_ATTN]) {
-        if ((c->attn = malloc(sizeof *c->attn)) == NULL)
-            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-        c->attn[0] = HX_ATTN_DEFAULT;
-        c->n_attn = 1;
-    }
+    if (!ps->seen[K_THREADS] &&
+        hx_axis_threads(&c->threads, &c->n_threads, "threads", HX_CASE_DEFAULT_THREADS, &e))
+        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
+    if (!ps->seen[K_ATTN] && hx_axis_attn(&c->attn, &c->n_attn, "attn", HX_CASE_DEFAULT_ATTN, &e))
+        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
     if (!ps->seen[K_N_GEN])
         c->n_gen = HX_CASE_DEFAULT_N_GEN;
     if (!ps->seen[K_PRECISION])

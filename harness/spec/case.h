@@ -8,8 +8,8 @@
  *   special = false                               ; control-token text becomes tokens
  *   steps = 1,2,3,full                            ; default 1,2,3,5,8,16,32,64,full
  *   backends = naive,blas                         ; default naive,blas
- *   threads = 1,2                                 ; default 1
- *   attn = default                                ; default default (later: dense,stream)
+ *   threads = 1,2                                 ; default 1,all (all: online cores, >= 2)
+ *   attn = default                                ; default default,stream (default = dense)
  *   rot = none,8:2                                ; rotating KV cache axis, default none
  *   n_gen = 32                                    ; default 32
  *   precision = 127                               ; MPFR bits, default 127
@@ -35,8 +35,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define HX_CASE_DEFAULT_STEPS "1,2,3,5,8,16,32,64,full"
-#define HX_CASE_DEFAULT_BACKENDS "naive,blas"
+#define HX_CASE_DEFAULT_STEPS HX_AXES_DEFAULT_STEPS
+#define HX_CASE_DEFAULT_BACKENDS HX_AXES_DEFAULT_BACKENDS
+#define HX_CASE_DEFAULT_THREADS HX_AXES_DEFAULT_THREADS
+#define HX_CASE_DEFAULT_ATTN HX_AXES_DEFAULT_ATTN
 #define HX_CASE_DEFAULT_N_GEN 32u
 #define HX_CASE_DEFAULT_PRECISION 127u
 /* precision: what the reference accepts (kvd_ref.h), checked when the case file is read */

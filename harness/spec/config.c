@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *hx_attn_name(hx_attn a)
 {
@@ -96,7 +97,9 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                                              : lm_parse_u32(val, vlen, 1, UINT32_MAX, &c.step);
         } else if (field_is(f, klen, "threads")) {
             seen = &seen_threads;
-            ok = lm_parse_u32(val, vlen, 1, LM_MAX_THREADS, &c.threads);
+            ok = field_is(val, vlen, "all")
+                     ? (c.threads = HX_THREADS_ALL, true)
+                     : lm_parse_u32(val, vlen, 1, LM_MAX_THREADS, &c.threads);
         } else if (field_is(f, klen, "attn")) {
             seen = &seen_attn;
             ok = true;
@@ -140,6 +143,18 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
     return LM_OK;
 }
 
+uint32_t hx_threads_all(void)
+{
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t n = nc > 2 ? (uint32_t)nc : 2;
+    return n < LM_MAX_THREADS ? n : LM_MAX_THREADS;
+}
+
+int hx_config_n_threads(const hx_config *c)
+{
+    return c->threads == HX_THREADS_ALL ? (int)hx_threads_all() : (int)c->threads;
+}
+
 const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c)
 {
     if (lm_backend_flags(c->backend) & LM_BE_SEEDED)
@@ -156,7 +171,9 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
         snprintf(step, sizeof step, "full");
     else
         snprintf(step, sizeof step, "%u", (unsigned)c->step);
-    if (c->threads)
+    if (c->threads == HX_THREADS_ALL)
+        snprintf(thr, sizeof thr, ":threads=all");
+    else if (c->threads)
         snprintf(thr, sizeof thr, ":threads=%u", (unsigned)c->threads);
     if (c->attn != HX_ATTN_DEFAULT)
         snprintf(attn, sizeof attn, ":attn=%s", hx_attn_name(c->attn));
@@ -312,6 +329,7 @@ typedef struct u32list {
     const char *list;
     bool allow_full;
     uint32_t max; /* largest value allowed */
+    bool allow_all; /* "all" = HX_THREADS_ALL */
 } u32list;
 
 static int push_u32(u32list *l, uint32_t x, lm_err *err)
@@ -333,16 +351,19 @@ static int u32_item(void *ctx, const char *s, size_t len, lm_err *err)
     uint64_t v;
     if (l->allow_full && len == 4 && memcmp(s, "full", 4) == 0)
         return push_u32(l, 0, err);
+    if (l->allow_all && len == 3 && memcmp(s, "all", 3) == 0)
+        return push_u32(l, HX_THREADS_ALL, err);
     if (!lm_parse_u64(s, len, 1, l->max, &v))
         return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u%s", l->what,
-                       l->list, (int)len, s, (unsigned)l->max, l->allow_full ? " or full" : "");
+                       l->list, (int)len, s, (unsigned)l->max,
+                       l->allow_full ? " or full" : l->allow_all ? " or all" : "");
     return push_u32(l, (uint32_t)v, err);
 }
 
 static int parse_u32_list(uint32_t **out, uint32_t *n, const char *what, const char *list,
                           bool allow_full, uint32_t max, lm_err *err)
 {
-    u32list l = {NULL, 0, what, list, allow_full, max};
+    u32list l = {NULL, 0, what, list, allow_full, max, max == LM_MAX_THREADS};
     int rc = hx_list_each(what, list, u32_item, &l, err);
     if (rc != LM_OK) {
         free(l.v);
@@ -470,14 +491,19 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
         attn = one_attn;
         n_attn = 1;
     }
-    /* The same product and order as a case file's (hx_case_configs): steps vary fastest. */
+    /* The same product and order as a case file's (hx_case_configs): steps vary fastest. A
+     * backend that runs on one thread (LM_BE_ONE_THREAD) skips `all` when the axis has another
+     * value: it would compute that value's bits again. */
     size_t total = (size_t)n_backends * n_threads * n_attn * n_steps;
     hx_config *v = calloc(total, sizeof *v);
     if (v == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     size_t i = 0;
     for (uint32_t b = 0; b < n_backends; ++b)
-        for (uint32_t t = 0; t < n_threads; ++t)
+        for (uint32_t t = 0; t < n_threads; ++t) {
+            if (threads[t] == HX_THREADS_ALL && n_threads > 1 &&
+                (lm_backend_flags(backends[b]) & LM_BE_ONE_THREAD))
+                continue;
             for (uint32_t a = 0; a < n_attn; ++a)
                 for (uint32_t s = 0; s < n_steps; ++s) {
                     memcpy(v[i].backend, backends[b], sizeof v[i].backend);
@@ -487,7 +513,45 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
                     v[i].step = steps[s];
                     ++i;
                 }
+        }
+    total = i;
     *out = v;
     *n = total;
     return LM_OK;
+}
+
+int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
+{
+    uint32_t *steps = NULL, *threads = NULL, n_steps = 0, n_threads = 0, n_backends = 0;
+    uint32_t n_attn = 0;
+    hx_attn *attn = NULL;
+    char(*backends)[16] = NULL;
+    *out = NULL;
+    *n = 0;
+    int st;
+    if ((st = hx_axis_steps(&steps, &n_steps, "--steps",
+                            a->steps ? a->steps : HX_AXES_DEFAULT_STEPS, err)) == LM_OK &&
+        (st = hx_axis_backends(&backends, &n_backends, "--backends",
+                               a->backends ? a->backends : HX_AXES_DEFAULT_BACKENDS, err)) ==
+            LM_OK &&
+        (st = hx_axis_threads(&threads, &n_threads, "--threads",
+                              a->threads ? a->threads : HX_AXES_DEFAULT_THREADS, err)) == LM_OK &&
+        (st = hx_axis_attn(&attn, &n_attn, "--attn", a->attn ? a->attn : HX_AXES_DEFAULT_ATTN,
+                           err)) == LM_OK &&
+        (st = hx_sweep_cross(out, n, (const char(*)[16])backends, n_backends, steps, n_steps,
+                             threads, n_threads, attn, n_attn, err)) == LM_OK &&
+        a->rot != NULL)
+        st = hx_config_cross_rot(out, n, "--rot", a->rot, err);
+    if (st == LM_OK && a->profile != NULL)
+        st = hx_config_cross_profile(out, n, "--profile", a->profile, err);
+    free(steps);
+    free(threads);
+    free(backends);
+    free(attn);
+    if (st != LM_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return st;
 }

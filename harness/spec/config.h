@@ -17,11 +17,14 @@ typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 
 /* Generated tokens per configuration (n_gen, -n), the same limit for case files and options. */
 #define HX_MAX_N_GEN 100000u
 #define HX_DRAFT_MAX 128     /* longest draft= value + NUL */
+/* `threads=all`: every online core, at least 2 so that a thread split happens even on one
+ * core (hx_threads_all); the same name on every machine, so goldens keep their key. */
+#define HX_THREADS_ALL UINT32_MAX
 
 typedef struct hx_config {
     char backend[16]; /* a registered backend's name (lm_backend_find), without a seed */
     uint32_t step;    /* prefill chunk size in tokens; 0 = the whole prompt in one chunk ("full") */
-    uint32_t threads; /* 0 = not specified (the engine's default) */
+    uint32_t threads; /* 0 = not specified (the engine's default); HX_THREADS_ALL = all */
     hx_attn attn;
     uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
     uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
@@ -34,9 +37,9 @@ typedef struct hx_config {
 } hx_config;
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
- * 1..LM_MAX_THREADS, the engine's limit), attn (dense|stream), rot (MAX/KEEP: a rotating KV
- * cache with max_size MAX >= 2 and keep KEEP < MAX, both decimal; "none" = the plain cache;
- * '/' because ':' separates fields); profile (a precision
+ * 1..LM_MAX_THREADS, the engine's limit, or "all": HX_THREADS_ALL), attn (dense|stream), rot
+ * (MAX/KEEP: a rotating KV cache with max_size MAX >= 2 and keep KEEP < MAX, both decimal;
+ * "none" = the plain cache; '/' because ':' separates fields); profile (a precision
  * profile name, lm_profile_find; "f32" is stored as ""); spec (K >= 0 drafted tokens; 0 = plain decoding),
  * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
  * last, ':' included);
@@ -79,6 +82,11 @@ int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const ch
  * unknown. */
 bool hx_profile_parse(char out[8], const char *s, size_t len);
 
+/* The thread count `all` stands for here: online cores, at least 2, at most LM_MAX_THREADS. */
+uint32_t hx_threads_all(void);
+/* lm_ctx_params.n_threads for c: its threads, `all` resolved by hx_threads_all. */
+int hx_config_n_threads(const hx_config *c);
+
 /* The name lm_ctx_params.backend takes for c, written into buf[n] (LM_BACKEND_NAME_MAX bytes
  * suffice) and returned: c->backend, or NAME:seed=<c->sr_seed> for a LM_BE_SEEDED backend (the
  * one place the seed joins the name: hx_config.backend is too short to hold it). */
@@ -96,7 +104,7 @@ int hx_list_each(const char *what, const char *list,
                  lm_err *err);
 /* Prefill steps: integers >= 1, or "full" (0). */
 int hx_axis_steps(uint32_t **out, uint32_t *n, const char *what, const char *list, lm_err *err);
-/* Thread counts 1..LM_MAX_THREADS (the engine's limit). */
+/* Thread counts 1..LM_MAX_THREADS (the engine's limit) and "all" (HX_THREADS_ALL). */
 int hx_axis_threads(uint32_t **out, uint32_t *n, const char *what, const char *list,
                     lm_err *err);
 /* Backends a user may choose (lm_backend_known: the engine's registry). */
@@ -105,12 +113,35 @@ int hx_axis_backends(char (**out)[16], uint32_t *n, const char *what, const char
 /* Attention variants: default, dense, stream. */
 int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list, lm_err *err);
 
+/* The default axes of `kvdrift sweep` and of case files: every code path the engine has for
+ * these backends (each thread count that changes a split, every attention implementation);
+ * the rotating cache comes from the case or option (rot). */
+#define HX_AXES_DEFAULT_STEPS "1,2,3,5,8,16,32,64,full"
+#define HX_AXES_DEFAULT_BACKENDS "naive,blas"
+#define HX_AXES_DEFAULT_THREADS "1,all"
+#define HX_AXES_DEFAULT_ATTN "default,stream"
+
 /* The configurations of axes backends x threads x attn x steps (steps vary fastest), the one
  * cross product (hx_case_configs uses it too). n_threads / n_attn may be 0 (one default value).
+ * A LM_BE_ONE_THREAD backend gets no `all` configurations when threads has another value.
  * *out malloc'd. LM_E_INPUT for an empty axis or an unknown backend. */
 int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
                    const uint32_t *steps, uint32_t n_steps, const uint32_t *threads,
                    uint32_t n_threads, const hx_attn *attn, uint32_t n_attn, lm_err *err);
+
+/* Every axis of a sweep as written (comma lists in the grammar above; NULL = the axis's
+ * default: HX_AXES_DEFAULT_* for steps, backends, threads and attn; the plain cache for rot;
+ * f32 for profile). The one description of "what to run" that `kvdrift sweep` and tests share.
+ * what[] names each axis in messages (NULL: hx_axes_configs uses the option names --steps
+ * ...). */
+typedef struct hx_axes {
+    const char *steps, *backends, *threads, *attn, *rot, *profile;
+} hx_axes;
+
+/* The configurations of a: profile x rot x backends x threads x attn x steps (steps fastest,
+ * profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile make
+ * them. *out malloc'd; LM_E_INPUT naming the option and the bad item. */
+int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err);
 
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
