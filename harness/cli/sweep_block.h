@@ -52,10 +52,12 @@ typedef struct hx_block_opts {
 void hx_block_opts_init(hx_block_opts *o);
 int hx_block_opts_set(hx_block_opts *o, int opt, const char *arg, lm_err *err);
 
-/* Runs both samplers for every configuration (report->configs[i] <-> configs[i]) and prints
- * the table and the amplification summary. */
-int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint32_t n_prompt,
-                         const hx_config *configs, size_t n_configs, const hx_report *report,
-                         const hx_block_opts *o, lm_err *err);
+/* Runs both samplers for every configuration (report->configs[i] <-> configs[i], whose
+ * prefill classes it quotes) into report->block (rows malloc'd), verdict line included. */
+int hx_block_check_run(hx_report *report, const lm_model *m, const int32_t *prompt,
+                       uint32_t n_prompt, const hx_config *configs, size_t n_configs,
+                       const hx_block_opts *o, lm_err *err);
+/* Its table, legend and verdict line. */
+void hx_block_print(FILE *f, const hx_block_report *b);
 
 #endif
