@@ -51,9 +51,11 @@ int hx_block_opts_set(hx_block_opts *o, int opt, const char *arg, lm_err *err)
             o->p.criterion = LM_BLOCK_CONFIDENCE;
         else if (strcmp(arg, "entropy") == 0)
             o->p.criterion = LM_BLOCK_ENTROPY;
+        else if (strcmp(arg, "low-confidence") == 0)
+            o->p.criterion = LM_BLOCK_LOW_CONFIDENCE;
         else
-            return LM_FAIL(err, LM_E_INPUT, "--block-criterion '%s': expected confidence or "
-                           "entropy", arg);
+            return LM_FAIL(err, LM_E_INPUT, "--block-criterion '%s': expected confidence, "
+                           "entropy or low-confidence", arg);
         return LM_OK;
     case HX_OPT_MASK_TOKEN:
         if (!lm_parse_u32z(arg, 0, INT32_MAX, &v))
@@ -278,7 +280,14 @@ int hx_block_check_run(hx_report *report, const lm_model *m, const int32_t *prom
     out->block = bp.block;
     out->n_blocks = bp.n_blocks;
     out->max_iters = bp.max_iters;
-    out->entropy = bp.criterion == LM_BLOCK_ENTROPY;
+    static const char *const crit[] = {"confidence", "entropy", "low-confidence"};
+    snprintf(out->criterion, sizeof out->criterion, "%s", crit[bp.criterion]);
+    if (bp.criterion == LM_BLOCK_LOW_CONFIDENCE)
+        snprintf(out->rule, sizeof out->rule, "the ceil(masked / iterations left) most confident "
+                 "positions per iteration");
+    else
+        snprintf(out->rule, sizeof out->rule, "%s %s %g", crit[bp.criterion],
+                 bp.criterion == LM_BLOCK_ENTROPY ? "<=" : ">=", bp.threshold);
     out->threshold = bp.threshold;
     out->mask_id = bp.mask_id;
     out->rows = calloc(n_configs + 1, sizeof *out->rows);
@@ -313,9 +322,8 @@ void hx_block_print(FILE *f, const hx_block_report *b)
 {
     const uint32_t n = b->block * b->n_blocks;
     fprintf(f, "\nblock sampler (%u block(s) of %u, mask token %d, up to %u iterations, commit "
-            "when %s %s %g) and greedy decoding of %u tokens, each against the same backend's "
-            "one-chunk run\n\n", b->n_blocks, b->block, (int)b->mask_id, b->max_iters,
-            b->entropy ? "entropy" : "confidence", b->entropy ? "<=" : ">=", b->threshold, n);
+            "%s) and greedy decoding of %u tokens, each against the same backend's one-chunk "
+            "run\n\n", b->n_blocks, b->block, (int)b->mask_id, b->max_iters, b->rule, n);
     fprintf(f, "%-32s %-9s %8s %5s %9s %9s %-9s %-14s %9s %-7s  %s\n", "config", "prefill",
             "err/E", "iters", "blk gap", "commit", "block", "first diff", "grd gap", "greedy",
             "block completion");

@@ -16,7 +16,7 @@ typedef enum hx_block_opt {
     HX_OPT_BLOCKS,          /* --blocks N */
     HX_OPT_BLOCK_ITERS,     /* --block-iters S */
     HX_OPT_BLOCK_THRESHOLD, /* --block-threshold T */
-    HX_OPT_BLOCK_CRITERION, /* --block-criterion confidence|entropy */
+    HX_OPT_BLOCK_CRITERION, /* --block-criterion confidence|entropy|low-confidence */
     HX_OPT_MASK_TOKEN       /* --mask-token ID */
 } hx_block_opt;
 
@@ -40,7 +40,9 @@ typedef enum hx_block_opt {
     "      --block-iters S     iteration cap per block (default 8)\n"                         \
     "      --block-threshold T commit a masked position when its confidence >= T (default\n" \
     "                          0.9) or, with --block-criterion entropy, its entropy <= T\n"   \
-    "      --block-criterion C confidence (default) or entropy\n"                             \
+    "      --block-criterion C confidence (default), entropy, or low-confidence: LLaDA's\n"    \
+    "                          schedule, the ceil(masked / iterations left) most confident\n" \
+    "                          positions per iteration, no threshold, no early stop\n"      \
     "      --mask-token ID     the mask token (default: the vocabulary's <mask>, else 0)\n"
 
 typedef struct hx_block_opts {

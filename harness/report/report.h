@@ -173,7 +173,9 @@ typedef struct hx_block_report_row {
 typedef struct hx_block_report {
     bool run;
     uint32_t block, n_blocks, max_iters;
-    bool entropy;              /* criterion: entropy <= threshold; else confidence >= it */
+    char criterion[16];        /* "confidence" (>= threshold), "entropy" (<= threshold) or
+                                  "low-confidence" (LLaDA's schedule: no threshold) */
+    char rule[96];             /* the commit rule in words, e.g. "confidence >= 0.9" */
     double threshold;
     int32_t mask_id;
     size_t n_compared;         /* rows that ran and are not their own baseline */

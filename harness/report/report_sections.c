@@ -114,7 +114,8 @@ static json_t *block_obj(const hx_block_report *b, int *bad)
     *bad |= put(o, "block", json_integer(b->block));
     *bad |= put(o, "blocks", json_integer(b->n_blocks));
     *bad |= put(o, "max_iterations", json_integer(b->max_iters));
-    *bad |= put(o, "criterion", json_string(b->entropy ? "entropy" : "confidence"));
+    *bad |= put(o, "criterion", json_string(b->criterion));
+    *bad |= put(o, "rule", json_string(b->rule));
     *bad |= put(o, "threshold", num(b->threshold));
     *bad |= put(o, "mask_token", json_integer(b->mask_id));
     *bad |= put(o, "compared", json_integer((json_int_t)b->n_compared));
@@ -168,13 +169,12 @@ void hx_report_sections_md(FILE *f, const hx_report *r)
     if (!b->run)
         return;
     fprintf(f, "\n## Block sampler and greedy decoding vs the one-chunk run\n\n%u block(s) of %u, "
-            "mask token %d, up to %u iterations, commit when %s %s %g.\n\n**%s**\n\n"
+            "mask token %d, up to %u iterations, commit %s.\n\n**%s**\n\n"
             "| config | prefill | err/E | iterations | block | first diff (block, iteration, "
             "position) | block gap | commit gap | greedy | greedy gap |\n"
             "|---|---|---:|---:|---|---|---:|---:|---|---:|\n",
             (unsigned)b->n_blocks, (unsigned)b->block, (int)b->mask_id, (unsigned)b->max_iters,
-            b->entropy ? "entropy" : "confidence", b->entropy ? "<=" : ">=", b->threshold,
-            b->verdict);
+            b->rule, b->verdict);
     for (size_t i = 0; i < b->n_rows; ++i) {
         const hx_block_report_row *w = &b->rows[i];
         if (w->skipped[0]) {
