@@ -234,6 +234,7 @@ static void summarize(hx_block_report *out)
 {
     out->worst_ratio = 0.0;
     out->min_blk_gap = out->min_greedy_gap = INFINITY;
+    hx_class worst = HX_EXACT;
     for (size_t i = 0; i < out->n_rows; ++i) {
         const hx_block_report_row *w = &out->rows[i];
         if (w->skipped[0])
@@ -244,27 +245,31 @@ static void summarize(hx_block_report *out)
             out->n_greedy_differ += w->greedy_first >= 0;
         }
         out->n_prefill_fail += hx_class_fails(w->prefill_cls);
+        worst = hx_class_worst(worst, w->prefill_cls);
         out->min_blk_gap = fmin(out->min_blk_gap, w->blk_gap);
         out->min_greedy_gap = fmin(out->min_greedy_gap, w->greedy_gap);
         out->worst_ratio = fmax(out->worst_ratio, w->prefill_ratio);
     }
+    char fine[96]; /* what "the engine is fine" rests on */
+    snprintf(fine, sizeof fine, "%s: every prefill passes, worst class %s, worst err/E %.3g",
+             worst <= HX_NOISE ? "NOISE" : hx_class_name(worst), hx_class_name(worst),
+             out->worst_ratio);
     if (out->n_prefill_fail > 0)
         snprintf(out->verdict, sizeof out->verdict, "the engine is NOT fine (%zu configurations "
                  "fail the prefill check); block sampler: %zu of %zu completions differ; greedy: "
                  "%zu of %zu", out->n_prefill_fail, out->n_block_differ, out->n_compared,
                  out->n_greedy_differ, out->n_compared);
     else if (out->n_block_differ > 0)
-        snprintf(out->verdict, sizeof out->verdict, "the engine is fine (NOISE: every prefill "
-                 "within the envelope, worst err/E %.3g); the sampler amplifies rounding (%zu of "
-                 "%zu completions differ); greedy decoding: %zu of %zu differ", out->worst_ratio,
-                 out->n_block_differ, out->n_compared, out->n_greedy_differ, out->n_compared);
-    else
-        snprintf(out->verdict, sizeof out->verdict, "the engine is fine (NOISE: every prefill "
-                 "within the envelope, worst err/E %.3g); the sampler did not amplify rounding "
-                 "here (0 of %zu completions differ; its closest decision was %.3g logits from "
-                 "flipping, greedy's %.3g); greedy decoding: %zu of %zu differ", out->worst_ratio,
-                 out->n_compared, out->min_blk_gap, out->min_greedy_gap, out->n_greedy_differ,
+        snprintf(out->verdict, sizeof out->verdict, "the engine is fine (%s); the sampler "
+                 "amplifies rounding (%zu of %zu completions differ); greedy decoding: %zu of %zu "
+                 "differ", fine, out->n_block_differ, out->n_compared, out->n_greedy_differ,
                  out->n_compared);
+    else
+        snprintf(out->verdict, sizeof out->verdict, "the engine is fine (%s); the sampler did "
+                 "not amplify rounding here (0 of %zu completions differ; its closest decision "
+                 "was %.3g logits from flipping, greedy's %.3g); greedy decoding: %zu of %zu "
+                 "differ", fine, out->n_compared, out->min_blk_gap, out->min_greedy_gap,
+                 out->n_greedy_differ, out->n_compared);
 }
 
 int hx_block_check_run(hx_report *report, const lm_model *m, const int32_t *prompt,
