@@ -45,6 +45,23 @@ static int feed_forced(lm_ctx *ctx, hx_capture *c, const hx_run_request *rq, uin
     return LM_OK;
 }
 
+/* The prompt as cfg schedules it: one prefill in chunks of cfg->step, or with cfg->turn the
+ * two-turn schedule of hx_turn_split (turn 1 in chunks of step, the decode steps one token per
+ * forward call, turn 2 in chunks of step). last [n_vocab] receives the last prompt position's
+ * logits. */
+static int prefill(lm_ctx *ctx, const hx_run_request *rq, const hx_config *cfg, float *last,
+                   lm_err *err)
+{
+    uint32_t n1, d, n2;
+    hx_turn_split(rq->n_prompt, cfg->turn, &n1, &d, &n2);
+    int rc = lm_prefill(ctx, rq->prompt, n1, cfg->step, last, err);
+    for (uint32_t i = 0; i < d && rc == LM_OK; ++i)
+        rc = lm_forward(ctx, rq->prompt + n1 + i, 1, LM_LOGITS_NONE, NULL, err);
+    if (rc == LM_OK && n2 > 0)
+        rc = lm_prefill(ctx, rq->prompt + n1 + d, n2, cfg->step, last, err);
+    return rc;
+}
+
 void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
                           const hx_config *cfg, uint32_t n_ctx)
 {
@@ -80,7 +97,7 @@ static int time_repeats(lm_ctx *ctx, const hx_capture *c, const hx_run_request *
            (n < HX_TIME_MIN_REPS || tp < HX_TIME_MIN_S || td < HX_TIME_MIN_S)) {
         lm_ctx_reset(ctx);
         double t0 = lm_now_s();
-        int rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, cur, err);
+        int rc = prefill(ctx, rq, cfg, cur, err);
         if (rc != LM_OK)
             return rc;
         tp += pre[n] = lm_now_s() - t0;
@@ -139,7 +156,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     if (cfg->rot_max != 0)
         lm_ctx_set_probe(ctx, kv_probe_fn, &kp);
     double t0 = lm_now_s();
-    if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, c->logits, err)) != LM_OK)
+    if ((rc = prefill(ctx, rq, cfg, c->logits, err)) != LM_OK)
         goto fail;
     stats->prefill_s = lm_now_s() - t0;
     if (cfg->rot_max != 0) {
@@ -181,11 +198,11 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         /* The greedy path split: prefill again (same schedule, same bits) and force. */
         stats->reran_forced = true;
         lm_ctx_reset(ctx);
-        if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, cur, err)) != LM_OK ||
+        if ((rc = prefill(ctx, rq, cfg, cur, err)) != LM_OK ||
             (rc = feed_forced(ctx, c, rq, 0, err)) != LM_OK)
             goto fail;
     }
-    if ((rc = time_repeats(ctx, c, rq, cfg, cur, stats, err)) != LM_OK)
+    if (!rq->time_once && (rc = time_repeats(ctx, c, rq, cfg, cur, stats, err)) != LM_OK)
         goto fail;
     stats->ctx_bytes = (uint64_t)lm_ctx_scratch_bytes(ctx) +
                        2ull * s.n_layer * need * s.n_kv_head * s.head_dim * sizeof(float);

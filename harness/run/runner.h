@@ -15,6 +15,7 @@ typedef struct hx_run_request {
     const int32_t *forced;  /* [n_forced] the teacher path after the prompt; may be NULL when
                                n_forced == 0 */
     uint32_t n_forced;
+    bool time_once;         /* the speeds are the captured run's alone (no repeats, below) */
 } hx_run_request;
 
 /* Timing: the prefill and the decode are repeated (on the captured token path) until each has

@@ -320,7 +320,18 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
                       .n_threads = p->ref_threads, .progress = p->ref_progress,
                       .progress_user = p->ref_progress_user};
     double t0 = lm_now_s();
-    int rc = LM_OK;
+    /* The reference's own reading of the file against the engine's, also when every capture
+     * comes from the cache (ref_run checks only before a pass it computes): an engine
+     * dequantization or hyperparameter defect stops the sweep, naming the tensor or key. */
+    lm_err e2 = {0};
+    int rc = ref_weights_check(p->model, &e2);
+    if (rc == LM_OK)
+        rc = ref_hparams_check(p->model, &e2);
+    if (rc != LM_OK) {
+        free(all);
+        return LM_FAIL(err, rc, "the engine's model differs from the reference's own reading of "
+                                "its file: %s", e2.msg);
+    }
     for (uint32_t round = 0;; ++round) {
         memcpy(all, p->prompt, p->n_prompt * sizeof *all);
         memcpy(all + p->n_prompt, r->path, p->n_gen * sizeof *all);
@@ -491,15 +502,18 @@ static const hx_envelope *env_of(const hx_sweep_result *r, const hx_config *c)
 }
 
 /* The reference of the teacher path computed with a rotating cache's schedule (max, keep,
- * step; step 0 = one chunk), through the same cache as the plain one. */
+ * step and turn; step 0 and turn 0 = one chunk), through the same cache as the plain one. */
 static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_sweep_params *p,
-                        const hx_config *cfg, uint32_t step, lm_err *err)
+                        const hx_config *cfg, uint32_t step, uint32_t turn, lm_err *err)
 {
+    uint32_t n1, d, n2;
+    hx_turn_split(p->n_prompt, turn, &n1, &d, &n2);
     ref_request rq = {.tokens = r->ref.tokens, .n_tokens = r->ref.n_tokens,
                       .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .rot_max_size = cfg->rot_max,
                       .rot_keep = cfg->rot_keep, .rot_step = step,
+                      .rot_turn_at = n2 > 0 ? n1 : 0, .rot_turn_d = n2 > 0 ? d : 0,
                       .progress = p->ref_progress, .progress_user = p->ref_progress_user};
     bool hit = false;
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
@@ -583,14 +597,14 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             /* Numerical: against the reference with this configuration's schedule. Semantic:
              * that reference against the same cache's one-chunk reference. */
             ref_capture rs = {0}, r1 = {0};
-            rc = schedule_ref(&rs, r, p, &run->cfg, run->cfg.step, err);
+            rc = schedule_ref(&rs, r, p, &run->cfg, run->cfg.step, run->cfg.turn, err);
             if (rc == LM_OK)
-                rc = schedule_ref(&r1, r, p, &run->cfg, 0, err);
+                rc = schedule_ref(&r1, r, p, &run->cfg, 0, 0, err);
             if (rc == LM_OK)
                 rc = hx_compare_capture(c, run->cap, run->base, &rs, env_of(r, &run->cfg), err);
             if (rc == LM_OK) {
                 hx_compare_semantic(c, &rs, &r1);
-                c->sem_same_schedule = run->cfg.step == 0;
+                c->sem_same_schedule = run->cfg.step == 0 && run->cfg.turn == 0;
             }
             ref_capture_free(&rs);
             ref_capture_free(&r1);
@@ -662,7 +676,7 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     if ((rc = teacher_path(r, p, err)) != LM_OK || (rc = reference(r, p, err)) != LM_OK)
         goto fail;
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
-                         .forced = r->path, .n_forced = p->n_gen};
+                         .forced = r->path, .n_forced = p->n_gen, .time_once = p->time_once};
     if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
         (rc = routing(r, p, err)) != LM_OK)
         goto fail;

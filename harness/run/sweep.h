@@ -43,6 +43,13 @@
  *      changes, max |dlogit|, smallest one-chunk margin, over the teacher-forced rows). The
  *      envelope stays the plain cache's one-chunk ensemble (an approximation of the rounding
  *      noise of another schedule: same operations, different key sets).
+ *      A two-turn configuration (turn=D, config.h hx_turn_split) feeds the same prompt tokens
+ *      in another schedule: with the plain cache it computes the same mathematics and is judged
+ *      against the shared reference and envelope; with a rotating cache its schedule reference
+ *      follows the two turns (ref_request.rot_turn_*).
+ *      Before (b), the engine's weights and hyperparameters are checked against the
+ *      reference's own reading of the model file (ref_weights_check, ref_hparams_check), also
+ *      when the reference comes from the cache: a difference is LM_E_INPUT naming it.
  *  (e) MoE models only: routing flips of every configuration against the reference's routing
  *      of the prompt, the TIE band measured with the same `ensemble` size and seeds as (c)
  *      (hx_routing_measure, routing.h); the numbers go to routing and into the report.
@@ -103,6 +110,8 @@ typedef struct hx_sweep_params {
     ref_progress_fn ref_progress; /* the reference passes' progress callback (ref_request),
                                      NULL: none */
     void *ref_progress_user;
+    bool time_once;           /* speeds from one run each instead of the median of repeats
+                                 (hx_run_request.time_once): for callers that read only classes */
     bool engine_envelope;     /* envelope members from the engine's naive-sr backend even when
                                  the reference's SR model implements the model (envelope_sr.h) */
 } hx_sweep_params;
