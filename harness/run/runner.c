@@ -202,7 +202,10 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
             (rc = feed_forced(ctx, c, rq, 0, err)) != LM_OK)
             goto fail;
     }
-    if (!rq->time_once && (rc = time_repeats(ctx, c, rq, cfg, cur, stats, err)) != LM_OK)
+    /* A two-turn configuration is timed once: the schedule axis is there for its numbers, and
+     * repeats would double a default sweep's engine time for speeds its sibling measures. */
+    if (!rq->time_once && cfg->turn == 0 &&
+        (rc = time_repeats(ctx, c, rq, cfg, cur, stats, err)) != LM_OK)
         goto fail;
     stats->ctx_bytes = (uint64_t)lm_ctx_scratch_bytes(ctx) +
                        2ull * s.n_layer * need * s.n_kv_head * s.head_dim * sizeof(float);

@@ -21,7 +21,7 @@ typedef struct hx_run_request {
 /* Timing: the prefill and the decode are repeated (on the captured token path) until each has
  * run for HX_TIME_MIN_S in total and at least HX_TIME_MIN_REPS times (at most
  * HX_TIME_MAX_REPS); the reported time is the median, single shots being too noisy on small
- * models. */
+ * models. Not for a two-turn configuration (turn > 0) or with time_once: one run's times. */
 #define HX_TIME_MIN_S 0.05
 #define HX_TIME_MIN_REPS 3
 #define HX_TIME_MAX_REPS 64

@@ -42,7 +42,8 @@ typedef struct hx_config {
  * n2 = max(2, (n - d) / 2); n1 = n - d - n2 >= 1. D == 0 or n < 4: no second turn (n1 = n,
  * d = n2 = 0). Teacher-forced: every token is the prompt's, so the reference and the envelope
  * of the one-chunk prompt judge it as they are (with a rotating cache, the reference follows
- * this schedule: ref_request.rot_turn_*). */
+ * this schedule: ref_request.rot_turn_*). Its speeds are one run's, not the median of repeats
+ * (runner.h). */
 #define HX_TURN_DEFAULT 4u /* the default sweep's decode steps between the two turns */
 #define HX_TURN_MAX 4096u
 void hx_turn_split(uint32_t n, uint32_t turn, uint32_t *n1, uint32_t *d, uint32_t *n2);
