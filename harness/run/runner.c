@@ -62,6 +62,26 @@ static int prefill(lm_ctx *ctx, const hx_run_request *rq, const hx_config *cfg, 
     return rc;
 }
 
+/* The logits of every prompt position under cfg's schedule (the prefill above, each forward
+ * call computing all its rows' logits) into rows [n_prompt][n_vocab]; ctx must be fresh. */
+static int prefill_rows(lm_ctx *ctx, const hx_run_request *rq, const hx_config *cfg, float *rows,
+                        size_t nv, lm_err *err)
+{
+    uint32_t n1, d, n2;
+    hx_turn_split(rq->n_prompt, cfg->turn, &n1, &d, &n2);
+    const uint32_t seg[3][2] = {{0, n1}, {n1, n1 + d}, {n1 + d, rq->n_prompt}};
+    int rc = LM_OK;
+    for (int s = 0; s < 3 && rc == LM_OK; ++s) {
+        const uint32_t step = s == 1 ? 1 : (cfg->step ? cfg->step : rq->n_prompt);
+        for (uint32_t p = seg[s][0]; p < seg[s][1] && rc == LM_OK;) {
+            const uint32_t len = seg[s][1] - p < step ? seg[s][1] - p : step;
+            rc = lm_forward(ctx, rq->prompt + p, len, LM_LOGITS_ALL, rows + (size_t)p * nv, err);
+            p += len;
+        }
+    }
+    return rc;
+}
+
 void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
                           const hx_config *cfg, uint32_t n_ctx)
 {
@@ -200,6 +220,16 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         lm_ctx_reset(ctx);
         if ((rc = prefill(ctx, rq, cfg, cur, err)) != LM_OK ||
             (rc = feed_forced(ctx, c, rq, 0, err)) != LM_OK)
+            goto fail;
+    }
+    if (rq->prompt_rows && rq->n_prompt > 1) {
+        if ((c->prompt_logits = malloc((size_t)rq->n_prompt * nv * sizeof(float))) == NULL) {
+            rc = LM_FAIL(err, LM_E_NOMEM, "run: out of memory for the prompt's logits");
+            goto fail;
+        }
+        c->n_prompt_rows = rq->n_prompt - 1;
+        lm_ctx_reset(ctx);
+        if ((rc = prefill_rows(ctx, rq, cfg, c->prompt_logits, nv, err)) != LM_OK)
             goto fail;
     }
     /* A two-turn configuration is timed once: the schedule axis is there for its numbers, and

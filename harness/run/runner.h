@@ -16,6 +16,9 @@ typedef struct hx_run_request {
                                n_forced == 0 */
     uint32_t n_forced;
     bool time_once;         /* the speeds are the captured run's alone (no repeats, below) */
+    bool prompt_rows;       /* also capture the logits at prompt positions 0..n_prompt-2
+                               (hx_capture.prompt_logits), from a second prefill of the same
+                               schedule that computes every row's logits (not timed) */
 } hx_run_request;
 
 /* Timing: the prefill and the decode are repeated (on the captured token path) until each has
