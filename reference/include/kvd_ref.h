@@ -167,13 +167,13 @@ int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model 
 int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
                 lm_err *err);
 /* Re-reads every weight of m from its file (m->path) with ref_dequant and requires the engine's
- * float32 values to be bitwise equal; LM_E_INPUT naming the tensor, element and both values
- * otherwise. A model built or edited in memory (no path, or n_weights set to 0 by whoever
+ * float32 values to be bitwise equal; LM_E_DISAGREE naming the tensor, element and both
+ * values otherwise (also for a loaded tensor the file does not hold with that size). A model built or edited in memory (no path, or n_weights set to 0 by whoever
  * changed its weights) has nothing to check: LM_OK. */
 int ref_weights_check(const lm_model *m, lm_err *err);
 /* The reference's own reading of the hyperparameters it uses (ref_hparams.c: its own defaults
  * and layer rules per architecture) from m->path; the engine's m->hp and per-layer windows must
- * agree: LM_E_INPUT naming the key and both values otherwise. LM_OK for a model built in memory
+ * agree: LM_E_DISAGREE naming the key and both values otherwise. LM_OK for a model built in memory
  * (no path or no weight list). */
 int ref_hparams_check(const lm_model *m, lm_err *err);
 
