@@ -41,7 +41,7 @@ static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
     const hx_model_spec *s = &r->c->model;
     bool absent = false;
     int rc = hx_model_resolve(r->model_path, sizeof r->model_path, &absent, s, o->cache_dir,
-                              err);
+                              o->log, o->log_user, err);
     if (rc == LM_OK && absent) {
         r->skipped = true;
         snprintf(r->skip_reason, sizeof r->skip_reason,

@@ -318,7 +318,8 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .progress = p->ref_progress,
-                      .progress_user = p->ref_progress_user};
+                      .progress_user = p->ref_progress_user, .log = p->log,
+                      .log_user = p->log_user};
     double t0 = lm_now_s();
     int rc = LM_OK;
     for (uint32_t round = 0;; ++round) {
@@ -500,7 +501,8 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .rot_max_size = cfg->rot_max,
                       .rot_keep = cfg->rot_keep, .rot_step = step,
-                      .progress = p->ref_progress, .progress_user = p->ref_progress_user};
+                      .progress = p->ref_progress, .progress_user = p->ref_progress_user,
+                      .log = p->log, .log_user = p->log_user};
     bool hit = false;
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
 }
