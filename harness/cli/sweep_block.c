@@ -188,6 +188,101 @@ static void text_of(char *buf, size_t cap, const lm_model *m, const int32_t *tok
     free(s);
 }
 
+/* What the rows add up to, for the verdict. */
+typedef struct block_tally {
+    size_t n_cmp, n_blk, n_ar, n_bad_prefill; /* compared; block / greedy differ; prefill fails */
+    double worst_ratio, blk_gap, ar_gap;
+} block_tally;
+
+/* Runs configuration i, and its one-chunk baseline when it is not one itself. */
+static int run_all(outcome *out, outcome *base, const lm_model *m, const hx_config *configs,
+                   size_t n_configs, const int32_t *prompt, uint32_t n_prompt,
+                   const lm_block_params *bp, lm_err *err)
+{
+    int rc = LM_OK;
+    for (size_t i = 0; i < n_configs && rc == LM_OK; ++i) {
+        rc = run_one(&out[i], m, &configs[i], prompt, n_prompt, bp, err);
+        const hx_config bc = hx_config_baseline(&configs[i]);
+        if (rc == LM_OK && !hx_config_equal(&bc, &configs[i]))
+            rc = run_one(&base[i], m, &bc, prompt, n_prompt, bp, err);
+    }
+    return rc;
+}
+
+static void print_head(FILE *f, const lm_block_params *bp)
+{
+    const bool ent = bp->criterion == LM_BLOCK_ENTROPY;
+    fprintf(f, "\nblock sampler (%u block(s) of %u, mask token %d, up to %u iterations, "
+            "commit when %s %s %g) and greedy decoding of %u tokens, each against the same "
+            "backend's one-chunk run\n\n", bp->n_blocks, bp->block, (int)bp->mask_id,
+            bp->max_iters, ent ? "entropy" : "confidence", ent ? "<=" : ">=", bp->threshold,
+            bp->block * bp->n_blocks);
+    fprintf(f, "%-32s %-9s %8s %5s %9s %9s %-9s %-14s %9s %-7s  %s\n", "config", "prefill",
+            "err/E", "iters", "blk gap", "commit", "block", "first diff", "grd gap", "greedy",
+            "block completion");
+}
+
+/* One configuration's row: o against its baseline b (b == o: it is its own baseline). */
+static void print_row(FILE *f, const lm_model *m, const char *name, const hx_config_report *cr,
+                      const outcome *o, const outcome *b, const lm_block_params *bp,
+                      block_tally *t)
+{
+    const uint32_t n = bp->block * bp->n_blocks;
+    const bool own = b == o;
+    char first[32] = "-", txt[64], gr[16] = "same";
+    uint32_t bi = 0, it = 0, pos = 0;
+    const bool differs = first_commit_diff(o, b, bp, &bi, &it, &pos);
+    if (differs)
+        snprintf(first, sizeof first, "b%u it%u pos%u", bi, it, pos);
+    int64_t ar_div = -1;
+    for (uint32_t k = 0; k < n && ar_div < 0; ++k)
+        if (o->ar[k] != b->ar[k])
+            ar_div = k;
+    if (ar_div >= 0)
+        snprintf(gr, sizeof gr, "at %lld", (long long)ar_div);
+    const bool tok_differ = memcmp(o->tok, b->tok, n * sizeof *b->tok) != 0;
+    text_of(txt, sizeof txt, m, o->tok, n);
+    fprintf(f, "%-32s %-9s %8.3g %5u %9.3g %9.3g %-9s %-14s %9.3g %-7s  %s\n", name,
+            hx_class_name(cr->cls), cr->worst_ratio, o->n_iters, o->blk_gap, o->commit_gap,
+            own ? "(itself)" : tok_differ ? "DIFFERS" : differs ? "order" : "same", first,
+            o->ar_gap, gr, txt);
+    if (!own) {
+        ++t->n_cmp;
+        t->n_blk += tok_differ;
+        t->n_ar += ar_div >= 0;
+    }
+    t->n_bad_prefill += hx_class_fails(cr->cls);
+    t->blk_gap = o->blk_gap < t->blk_gap ? o->blk_gap : t->blk_gap;
+    t->ar_gap = o->ar_gap < t->ar_gap ? o->ar_gap : t->ar_gap;
+    t->worst_ratio = cr->worst_ratio > t->worst_ratio ? cr->worst_ratio : t->worst_ratio;
+}
+
+static void print_verdict(FILE *f, const block_tally *t)
+{
+    fprintf(f, "\n(block: DIFFERS = other tokens than the one-chunk run, order = same tokens "
+            "committed at other iterations; first diff = block, iteration, position of the "
+            "first differing commit; greedy: first differing generated index; blk gap / grd "
+            "gap: smallest top-1 minus top-2 logit of any block-sampler / greedy decision, "
+            "commit: smallest probability margin of a commit decision (to the threshold, or "
+            "between the two best positions): rounding flips a decision only when it moves "
+            "the logits by about that much)\n");
+    if (t->n_bad_prefill == 0 && t->n_blk > 0)
+        fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
+                "worst err/E %.3g); the sampler amplifies rounding (%zu of %zu completions "
+                "differ); greedy decoding: %zu of %zu differ\n", t->worst_ratio, t->n_blk,
+                t->n_cmp, t->n_ar, t->n_cmp);
+    else if (t->n_bad_prefill == 0)
+        fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
+                "worst err/E %.3g); the sampler did not amplify rounding here (0 of %zu "
+                "completions differ; its closest decision was %.3g logits from flipping, "
+                "greedy's %.3g); greedy decoding: %zu of %zu differ\n", t->worst_ratio,
+                t->n_cmp, t->blk_gap, t->ar_gap, t->n_ar, t->n_cmp);
+    else
+        fprintf(f, "verdict: the engine is NOT fine (%zu configurations fail the prefill "
+                "check); block sampler: %zu of %zu completions differ; greedy: %zu of %zu\n",
+                t->n_bad_prefill, t->n_blk, t->n_cmp, t->n_ar, t->n_cmp);
+}
+
 int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint32_t n_prompt,
                          const hx_config *configs, size_t n_configs, const hx_report *report,
                          const hx_block_opts *o, lm_err *err)
@@ -195,97 +290,28 @@ int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint
     lm_block_params bp = o->p;
     if (!o->mask_set)
         bp.mask_id = find_mask(m);
-    const uint32_t n = bp.block * bp.n_blocks;
     outcome *out = calloc(n_configs, sizeof *out);
     outcome *base = calloc(n_configs, sizeof *base);
-    if (out == NULL || base == NULL) {
-        free(out);
-        free(base);
-        return LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
-    }
-    int rc = LM_OK;
+    int rc = out && base ? run_all(out, base, m, configs, n_configs, prompt, n_prompt, &bp, err)
+                         : LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
+    block_tally t = {.blk_gap = INFINITY, .ar_gap = INFINITY};
+    if (rc == LM_OK)
+        print_head(f, &bp);
     for (size_t i = 0; i < n_configs && rc == LM_OK; ++i) {
-        rc = run_one(&out[i], m, &configs[i], prompt, n_prompt, &bp, err);
-        const hx_config bc = hx_config_baseline(&configs[i]);
-        if (rc == LM_OK && !hx_config_equal(&bc, &configs[i]))
-            rc = run_one(&base[i], m, &bc, prompt, n_prompt, &bp, err);
-    }
-    size_t n_cmp = 0, n_blk = 0, n_ar = 0, n_bad_prefill = 0;
-    double worst_ratio = 0.0, blk_gap = INFINITY, ar_gap = INFINITY;
-    if (rc == LM_OK) {
-        fprintf(f, "\nblock sampler (%u block(s) of %u, mask token %d, up to %u iterations, "
-                "commit when %s %s %g) and greedy decoding of %u tokens, each against the same "
-                "backend's one-chunk run\n\n", bp.n_blocks, bp.block, (int)bp.mask_id,
-                bp.max_iters, bp.criterion == LM_BLOCK_ENTROPY ? "entropy" : "confidence",
-                bp.criterion == LM_BLOCK_ENTROPY ? "<=" : ">=", bp.threshold, n);
-        fprintf(f, "%-32s %-9s %8s %5s %9s %9s %-9s %-14s %9s %-7s  %s\n", "config", "prefill",
-                "err/E", "iters", "blk gap", "commit", "block", "first diff", "grd gap",
-                "greedy", "block completion");
-    }
-    for (size_t i = 0; i < n_configs && rc == LM_OK; ++i) {
-        char name[HX_CONFIG_STR_MAX], first[32] = "-", txt[64], gr[16] = "same";
+        char name[HX_CONFIG_STR_MAX];
         hx_config_format(name, sizeof name, &configs[i]);
         const hx_config_report *cr = &report->configs[i];
-        const bool own = base[i].tok == NULL && out[i].skip == NULL;
-        const outcome *b = own ? &out[i] : &base[i];
-        if (out[i].skip != NULL || b->skip != NULL) {
+        const outcome *b = base[i].tok == NULL && out[i].skip == NULL ? &out[i] : &base[i];
+        if (out[i].skip != NULL || b->skip != NULL)
             fprintf(f, "%-32s %-9s %8.3g %5s %9s %9s %-9s %-14s %9s %-7s  skipped: %s\n", name,
                     hx_class_name(cr->cls), cr->worst_ratio, "-", "-", "-", "-", "-", "-", "-",
                     out[i].skip ? out[i].skip : b->skip);
-            continue;
-        }
-        uint32_t bi = 0, it = 0, pos = 0;
-        const bool differs = first_commit_diff(&out[i], b, &bp, &bi, &it, &pos);
-        if (differs)
-            snprintf(first, sizeof first, "b%u it%u pos%u", bi, it, pos);
-        int64_t ar_div = -1;
-        for (uint32_t k = 0; k < n && ar_div < 0; ++k)
-            if (out[i].ar[k] != b->ar[k])
-                ar_div = k;
-        if (ar_div >= 0)
-            snprintf(gr, sizeof gr, "at %lld", (long long)ar_div);
-        const bool tok_differ = memcmp(out[i].tok, b->tok, n * sizeof *b->tok) != 0;
-        text_of(txt, sizeof txt, m, out[i].tok, n);
-        fprintf(f, "%-32s %-9s %8.3g %5u %9.3g %9.3g %-9s %-14s %9.3g %-7s  %s\n", name,
-                hx_class_name(cr->cls), cr->worst_ratio, out[i].n_iters, out[i].blk_gap,
-                out[i].commit_gap,
-                own ? "(itself)" : tok_differ ? "DIFFERS" : differs ? "order" : "same", first,
-                out[i].ar_gap, gr, txt);
-        if (!own) {
-            ++n_cmp;
-            n_blk += tok_differ;
-            n_ar += ar_div >= 0;
-        }
-        n_bad_prefill += hx_class_fails(cr->cls);
-        blk_gap = out[i].blk_gap < blk_gap ? out[i].blk_gap : blk_gap;
-        ar_gap = out[i].ar_gap < ar_gap ? out[i].ar_gap : ar_gap;
-        worst_ratio = cr->worst_ratio > worst_ratio ? cr->worst_ratio : worst_ratio;
-    }
-    if (rc == LM_OK) {
-        fprintf(f, "\n(block: DIFFERS = other tokens than the one-chunk run, order = same tokens "
-                "committed at other iterations; first diff = block, iteration, position of the "
-                "first differing commit; greedy: first differing generated index; blk gap / grd "
-                "gap: smallest top-1 minus top-2 logit of any block-sampler / greedy decision, "
-                "commit: smallest probability margin of a commit decision (to the threshold, or "
-                "between the two best positions): rounding flips a decision only when it moves "
-                "the logits by about that much)\n");
-        if (n_bad_prefill == 0 && n_blk > 0)
-            fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
-                    "worst err/E %.3g); the sampler amplifies rounding (%zu of %zu completions "
-                    "differ); greedy decoding: %zu of %zu differ\n", worst_ratio, n_blk, n_cmp,
-                    n_ar, n_cmp);
-        else if (n_bad_prefill == 0)
-            fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
-                    "worst err/E %.3g); the sampler did not amplify rounding here (0 of %zu "
-                    "completions differ; its closest decision was %.3g logits from flipping, "
-                    "greedy's %.3g); greedy decoding: %zu of %zu differ\n", worst_ratio, n_cmp,
-                    blk_gap, ar_gap, n_ar, n_cmp);
         else
-            fprintf(f, "verdict: the engine is NOT fine (%zu configurations fail the prefill "
-                    "check); block sampler: %zu of %zu completions differ; greedy: %zu of %zu\n",
-                    n_bad_prefill, n_blk, n_cmp, n_ar, n_cmp);
+            print_row(f, m, name, cr, &out[i], b, &bp, &t);
     }
-    for (size_t i = 0; i < n_configs; ++i) {
+    if (rc == LM_OK)
+        print_verdict(f, &t);
+    for (size_t i = 0; out && base && i < n_configs; ++i) {
         outcome_free(&out[i]);
         outcome_free(&base[i]);
     }
