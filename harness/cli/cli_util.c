@@ -216,9 +216,8 @@ int hx_cli_pair_option(hx_cli_pair_opts *o, const char *cmd, int opt, const char
     case HX_CLI_PAIR_O_A:
     case HX_CLI_PAIR_O_B:
         *(opt == HX_CLI_PAIR_O_A ? &o->have_a : &o->have_b) = true;
-        return hx_config_parse(opt == HX_CLI_PAIR_O_A ? &o->a : &o->b, arg, &err) == LM_OK
-                   ? 0
-                   : hx_cli_fail(cmd, "%s", err.msg);
+        return hx_cli_parse_plain_config(opt == HX_CLI_PAIR_O_A ? &o->a : &o->b, cmd,
+                                         opt == HX_CLI_PAIR_O_A ? "--a" : "--b", arg);
     case 'n':
         return lm_parse_u32z(arg, 0, HX_MAX_N_GEN, &o->n_gen)
                    ? 0
@@ -246,4 +245,17 @@ int hx_cli_pair_load(lm_model **m, int32_t **prompt, uint32_t *n, const hx_cli_p
     return st != LM_OK ? st
                        : hx_cli_prompt_ids(prompt, n, *m, o->model, o->text, o->tok_s,
                                            o->special, err);
+}
+
+int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,
+                              const char *arg)
+{
+    lm_err err = {0};
+    if (hx_config_parse(out, arg, &err) != LM_OK)
+        return hx_cli_fail(cmd, "%s", err.msg);
+    if (out->spec != 0 || out->draft[0] != '\0')
+        return hx_cli_fail(cmd, "%s '%s': %s runs plain decoding; speculative decoding (spec=, "
+                           "draft=) is checked by `kvdrift sweep --spec K --draft D`", opt, arg,
+                           cmd);
+    return 0;
 }
