@@ -1,13 +1,18 @@
 /* det_kernels.c — the det backend's GEMM/GEMV kernels for AVX-512, AVX2 + FMA and plain C.
  * The summation orders are stated in det_kernels.h; every path below implements them exactly,
- * whatever its tile shape: tiles only decide which outputs are computed side by side.
+ * whatever its tile shape, packing or blocking: these only decide which outputs are computed
+ * side by side and where the operands are read from, never the fmas of an output's lanes.
  *
- * gemm_nt tiles: AVX2 4 rows of A x 3 rows of B (12 accumulators of 8 lanes), 1 x 6 for one
- * row of A (decode); AVX-512 4 x 8 (16 registers of two outputs); smaller tiles at the edges.
- * Every tile runs the same per-element order, so decode and prefill agree. Rows of A are
- * visited in blocks of DET_MB so that the block stays in L2 while B's rows stream through.
- * gemm_nn: one row of C at a time, 16 (AVX-512) or 8 (AVX2) columns per register, the 8
- * lanes as 8 accumulator registers, masked at the column edge. */
+ * Many rows of A (m >= DET_PACK_MIN_M, prefill; gemm_nt and gemm_nn alike): B is copied in
+ * blocks of about DET_PACK_FLOATS floats (L2) into panels of 3 rows, block by block of the
+ * reduction ([block][row][8], +0 past k), and 4 x 3 AVX2 tiles (12 accumulators of 8 lanes)
+ * run each group of 4 rows of A (L1) against every panel of the block, over the reduction in
+ * chunks of at most DET_KC elements, the lanes saved between chunks; four outputs share one
+ * lane tree. AVX-512 machines run these AVX2 tiles too.
+ * Few rows (decode, small chunks), unpacked: AVX2 1 x 6 tiles for one row (the next 6 rows
+ * of B prefetched) and 4 x 3 otherwise; AVX-512 4 x 8 (16 registers of two outputs); gemm_nn
+ * one row of C at a time, 16 (AVX-512) or 8 (AVX2) columns per register, the 8 lanes as 8
+ * accumulator registers, masked at the column edge. Smaller tiles at every edge. */
 #include "det_kernels.h"
 
 #include <math.h>
@@ -47,8 +52,9 @@ lm_det_isa lm_det_isa_best(void)
 {
 #if DET_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
-        return LM_DET_AVX512;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma"))
+        return LM_DET_AVX512; /* its packed path (many rows) runs the AVX2 tiles */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return LM_DET_AVX2;
 #endif
@@ -644,11 +650,11 @@ void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float al
                     size_t ldb, float *c /* [m][ldc] */, size_t ldc)
 {
 #if DET_X86
-    if (isa == LM_DET_AVX512) {
+    if (isa == LM_DET_AVX512 && m < DET_PACK_MIN_M) {
         nt_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
         return;
     }
-    if (isa == LM_DET_AVX2) {
+    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) { /* many rows: the packed AVX2 tiles */
         float *bp, *sv;
         const uint32_t nc = pack_block(m, n, k, &bp, &sv);
         if (nc > 0) {
@@ -669,11 +675,11 @@ void lm_det_gemm_nn(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k,
                     size_t ldb, float *c /* [m][ldc] */, size_t ldc)
 {
 #if DET_X86
-    if (isa == LM_DET_AVX512) {
+    if (isa == LM_DET_AVX512 && m < DET_PACK_MIN_M) {
         nn_avx512(m, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
-    if (isa == LM_DET_AVX2) {
+    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) { /* many rows: the packed AVX2 tiles */
         float *bp, *sv;
         const uint32_t nc = pack_block(m, n, k, &bp, &sv);
         if (nc > 0) { /* alpha 1: 1.0f * x == x for every float the tree can produce */
