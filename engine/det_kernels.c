@@ -151,12 +151,15 @@ static void pack_cols(uint32_t cols, uint32_t k, uint32_t nrp, const float *b, s
         const uint32_t nr = cols - j0 < nrp ? cols - j0 : nrp;
         for (uint32_t blk = 0; blk < nb; ++blk) {
             float *dst = bp + (size_t)blk * nr * 8u; /* [nr][8] */
-            for (uint32_t p = 0; p < 8u; ++p) {
-                const uint32_t l = blk * 8u + p;
-                const float *src = b + (size_t)l * ldb + j0;
+            const uint32_t live = k - blk * 8u < 8u ? k - blk * 8u : 8u;
+            for (uint32_t p = 0; p < live; ++p) {
+                const float *src = b + (size_t)(blk * 8u + p) * ldb + j0;
                 for (uint32_t q = 0; q < nr; ++q)
-                    dst[q * 8u + p] = l < k ? src[q] : 0.0f;
+                    dst[q * 8u + p] = src[q];
             }
+            for (uint32_t p = live; p < 8u; ++p)
+                for (uint32_t q = 0; q < nr; ++q)
+                    dst[q * 8u + p] = 0.0f;
         }
         bp += packed_panel_floats(nr, k);
     }
