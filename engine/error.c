@@ -35,6 +35,8 @@ int lm_status_exit_code(int status)
 {
     if (status == LM_OK)
         return 0;
+    if (status == LM_E_DISAGREE) /* a regression found, as a failing configuration is */
+        return 1;
     return status == LM_E_INTERNAL ? 3 : 2;
 }
 

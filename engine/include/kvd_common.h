@@ -12,7 +12,9 @@ typedef enum lm_status {
     LM_E_UNSUPPORTED = -2, /* well-formed but outside what kvdrift implements */
     LM_E_IO = -3,          /* open/read/write/rename failed */
     LM_E_NOMEM = -4,
-    LM_E_INTERNAL = -5     /* a broken invariant: a kvdrift bug */
+    LM_E_INTERNAL = -5,    /* a broken invariant: a kvdrift bug */
+    LM_E_DISAGREE = -6     /* two independent readings of one input differ (the engine's and
+                            * the reference's): a finding about the engine, not bad input */
 } lm_status;
 
 /* One error: a one-line message naming the thing and the reason, plus the source location

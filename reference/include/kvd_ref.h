@@ -80,6 +80,11 @@ typedef struct ref_request {
     uint32_t rot_max_size;
     uint32_t rot_keep;
     uint32_t rot_step;     /* prefill chunk size the schedule follows (0 = one chunk) */
+    /* Two turns (0, 0: one prefill): prompt positions [0, rot_turn_at) in chunks of rot_step,
+     * rot_turn_d single tokens, then the rest of the prompt in chunks of rot_step. Rotating
+     * cache only (the plain cache computes the same numbers for any schedule). */
+    uint32_t rot_turn_at;
+    uint32_t rot_turn_d;
     /* false (default): every matrix-product dot product is exact and rounded once (ref_dotx.h);
      * true: MPFR multiply-adds, each rounded (ref_dot): the slower pure-MPFR pass that
      * `ref --validate-against mpfr` compares with. Part of the cache key. */
@@ -162,13 +167,13 @@ int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model 
 int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
                 lm_err *err);
 /* Re-reads every weight of m from its file (m->path) with ref_dequant and requires the engine's
- * float32 values to be bitwise equal; LM_E_INPUT naming the tensor, element and both values
- * otherwise. A model built or edited in memory (no path, or n_weights set to 0 by whoever
+ * float32 values to be bitwise equal; LM_E_DISAGREE naming the tensor, element and both
+ * values otherwise (also for a loaded tensor the file does not hold with that size). A model built or edited in memory (no path, or n_weights set to 0 by whoever
  * changed its weights) has nothing to check: LM_OK. */
 int ref_weights_check(const lm_model *m, lm_err *err);
 /* The reference's own reading of the hyperparameters it uses (ref_hparams.c: its own defaults
  * and layer rules per architecture) from m->path; the engine's m->hp and per-layer windows must
- * agree: LM_E_INPUT naming the key and both values otherwise. LM_OK for a model built in memory
+ * agree: LM_E_DISAGREE naming the key and both values otherwise. LM_OK for a model built in memory
  * (no path or no weight list). */
 int ref_hparams_check(const lm_model *m, lm_err *err);
 
