@@ -31,6 +31,23 @@ void lm_err_clear(lm_err *err)
         memset(err, 0, sizeof *err);
 }
 
+void lm_vlog(lm_log_fn log, void *user, const char *fmt, va_list ap)
+{
+    if (log == NULL)
+        return;
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    log(user, line);
+}
+
+void lm_log(lm_log_fn log, void *user, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lm_vlog(log, user, fmt, ap);
+    va_end(ap);
+}
+
 int lm_status_exit_code(int status)
 {
     if (status == LM_OK)

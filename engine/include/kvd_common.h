@@ -2,6 +2,7 @@
 #ifndef KVD_COMMON_H
 #define KVD_COMMON_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,13 @@ int lm_err_set(lm_err *err, int code, const char *src_file, int src_line, const 
     LM_PRINTF(5, 6);
 /* Clears err to "no error". */
 void lm_err_clear(lm_err *err);
+
+/* A library log callback: one warning or progress line per call, without a newline. Library
+ * code never prints; it passes its lines to the caller's callback. */
+typedef void (*lm_log_fn)(void *user, const char *line);
+/* Formats one line (at most 1023 bytes) and passes it to log; nothing when log is NULL. */
+void lm_log(lm_log_fn log, void *user, const char *fmt, ...) LM_PRINTF(3, 4);
+void lm_vlog(lm_log_fn log, void *user, const char *fmt, va_list ap);
 
 /* return LM_FAIL(err, LM_E_INPUT, "%s: truncated header", path); */
 #define LM_FAIL(err, code, ...) lm_err_set((err), (code), __FILE__, __LINE__, __VA_ARGS__)

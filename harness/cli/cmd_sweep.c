@@ -108,7 +108,7 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
     int rc = hx_model_spec_parse(&spec, text, err);
     bool absent = false;
     if (rc == LM_OK)
-        rc = hx_model_resolve(path, cap, &absent, &spec, cache, err);
+        rc = hx_model_resolve(path, cap, &absent, &spec, cache, hx_cli_log, "sweep", err);
     if (rc == LM_OK)
         hx_model_label(label, label_cap, &spec);
     free(spec.path);
