@@ -23,7 +23,21 @@ static void test_model_spec_parse(void)
     hx_model_label(label, sizeof label, &s);
     CU_ASSERT_STRING_EQUAL(label, "x");
     free(s.path);
-    static const char *const bad[] = {"synth:", "synth:tiny:sed=1", "synth:Ti ny", "", "${HOME}/x"};
+    /* ${KVDRIFT_CACHE} is the cache folder's usual default, as `make models` uses it. */
+    const char *saved = getenv("KVDRIFT_CACHE");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    setenv("KVDRIFT_CACHE", "/c", 1);
+    CU_ASSERT_EQUAL_FATAL(
+        hx_model_spec_parse(&s, "${KVDRIFT_CACHE}/models/m.gguf:${KVDRIFT_CACHE}", &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(s.path, "/c/models/m.gguf:/c");
+    free(s.path);
+    if (saved_copy)
+        setenv("KVDRIFT_CACHE", saved_copy, 1);
+    else
+        unsetenv("KVDRIFT_CACHE");
+    free(saved_copy);
+    static const char *const bad[] = {"synth:", "synth:tiny:sed=1", "synth:Ti ny", "", "${HOME}/x",
+                                      "${KVDRIFT_CACHEX}/x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         lm_err e = {0};
         CU_ASSERT_EQUAL(hx_model_spec_parse(&s, bad[i], &e), LM_E_INPUT);

@@ -39,24 +39,42 @@ int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
     }
     if (*text == '\0')
         return LM_FAIL(err, LM_E_INPUT, "model '': empty path");
-    static const char var[] = "${KVDRIFT_MODELS}";
+    /* The two folders a path may name: the models folder and the cache folder that
+     * `make models` downloads into ($KVDRIFT_CACHE/models), each with its usual default. */
     const char *env = getenv("KVDRIFT_MODELS");
-    const char *dir = (env && *env) ? env : "../shared/models";
-    size_t cap = strlen(text) + 1, count = 0;
-    for (const char *q = strstr(text, var); q; q = strstr(q + 1, var))
-        ++count;
-    cap += count * strlen(dir);
+    char cache[3072];
+    cache[0] = '\0';
+    if (strstr(text, "${KVDRIFT_CACHE}") != NULL) {
+        int rc = lm_cache_dir(cache, sizeof cache, NULL, err);
+        if (rc != LM_OK)
+            return rc;
+    }
+    const struct {
+        const char *name, *value;
+    } vars[] = {
+        {"${KVDRIFT_MODELS}", (env && *env) ? env : "../shared/models"},
+        {"${KVDRIFT_CACHE}", cache},
+    };
+    enum { n_vars = sizeof vars / sizeof vars[0] };
+    size_t cap = strlen(text) + 1;
+    for (size_t v = 0; v < n_vars; ++v)
+        for (const char *q = strstr(text, vars[v].name); q; q = strstr(q + 1, vars[v].name))
+            cap += strlen(vars[v].value);
     char *out = malloc(cap), *o = out;
     if (out == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (const char *p = text; *p;) {
-        if (strncmp(p, var, sizeof var - 1) == 0) {
-            o += sprintf(o, "%s", dir);
-            p += sizeof var - 1;
+        size_t v = 0;
+        while (v < n_vars && strncmp(p, vars[v].name, strlen(vars[v].name)) != 0)
+            ++v;
+        if (v < n_vars) {
+            o += sprintf(o, "%s", vars[v].value);
+            p += strlen(vars[v].name);
         } else if (p[0] == '$' && p[1] == '{') {
             free(out);
             return LM_FAIL(err, LM_E_INPUT,
-                           "model '%s': only ${KVDRIFT_MODELS} may be expanded", text);
+                           "model '%s': only ${KVDRIFT_MODELS} and ${KVDRIFT_CACHE} may be "
+                           "expanded", text);
         } else {
             *o++ = *p++;
         }
