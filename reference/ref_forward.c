@@ -6,8 +6,9 @@
  * row of a matrix product, a (token, head) attention pair, a token) to threads; every item is
  * computed by the same sequence of MPFR operations whichever thread runs it, so the results
  * never depend on the thread count. Shared by a group of processes (ref_group.h), each member
- * computes its range of every product's output rows and of the attention pairs, and one
- * exchange per product gives all members every value; the rest every member computes. */
+ * computes its range of every product's output rows and of the attention pairs (and of the
+ * gated FFN's activation, with its gate and up rows), and one exchange per product gives all
+ * members every value; the rest every member computes. */
 #include "kvd_engine.h"
 #include "kvd_util.h"
 #include "kvd_ref.h"
@@ -243,8 +244,10 @@ static void split_item(fwd *f, void *p, uint64_t t, int tid)
         atomic_store(&f->dx_fail, 1);
 }
 
-static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
-                  uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
+/* This process's range of out's columns (ref_group_range), computed and not yet shared. */
+static int matmul_part(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b,
+                       uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool accumulate,
+                       lm_err *err)
 {
     uint64_t lo, hi;
     ref_group_range(f->grp, f->grp ? f->grp->rank : 0, n_out, &lo, &hi);
@@ -257,14 +260,6 @@ static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *
         st = par_for(f, (hi - lo + c.chunk - 1) / c.chunk, mm_item, &c, err);
     if (st == LM_OK && atomic_load(&f->dx_fail))
         st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory in a matrix product");
-    if (f->grp != NULL) { /* every member's rows to every member, failed or not */
-        uint8_t dig[16] = {0};
-        const uint64_t n_vals = n_rows * n_in;
-        if (st == LM_OK && ref_group_digest(dig, &in, &n_vals, 1) != LM_OK)
-            st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
-        st = ref_group_share(f->grp, out, n_rows, n_out, n_out, 1, f->prec, dig, st, &f->xbuf,
-                             err);
-    }
     if (st != LM_OK)
         return st;
     f->macs_done += (double)n_rows * (double)n_in * (double)n_out;
@@ -275,6 +270,28 @@ static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *
         f->rq->progress(f->rq->progress_user, &pr);
     }
     return LM_OK;
+}
+
+/* Every member's columns of out [n_rows][n_out], computed from in [n_rows][n_in] with status
+ * st, to every member (no group: st). */
+static int share_cols(fwd *f, mpfr_t *out, mpfr_t *in, uint64_t n_rows, uint64_t n_in,
+                      uint64_t n_out, int st, lm_err *err)
+{
+    if (f->grp == NULL)
+        return st;
+    uint8_t dig[16] = {0};
+    const uint64_t n_vals = n_rows * n_in;
+    if (st == LM_OK && ref_group_digest(dig, &in, &n_vals, 1) != LM_OK)
+        st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+    return ref_group_share(f->grp, out, n_rows, n_out, n_out, 1, f->prec, dig, st, &f->xbuf,
+                           err);
+}
+
+static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
+                  uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
+{
+    int st = matmul_part(f, out, in, w, b, n_rows, n_in, n_out, accumulate, err);
+    return share_cols(f, out, in, n_rows, n_in, n_out, st, err);
 }
 
 /* --- per-token items --- */
@@ -333,12 +350,17 @@ static void qk_norm_item(fwd *f, void *p, uint64_t item, int tid)
                 hp->rms_eps, &f->scr[tid]);
 }
 
+/* The columns [lo, hi) of g and up an activation item works on. */
+typedef struct act_ctx {
+    uint64_t lo, hi;
+} act_ctx;
+
 static void geglu_item(fwd *f, void *p, uint64_t t, int tid)
 {
-    (void)p;
+    const act_ctx *c = p;
     uint64_t nff = f->ff_cur;
     ref_scratch *s = &f->scr[tid];
-    for (uint64_t i = 0; i < nff; ++i) {
+    for (uint64_t i = c->lo; i < c->hi; ++i) {
         mpfr_ptr g = f->g[t * nff + i];
         ref_gelu_tanh(g, g, s);
         mpfr_mul(g, g, f->up[t * nff + i], MPFR_RNDN);
@@ -431,6 +453,21 @@ static void route_item(fwd *f, void *p, uint64_t t, int tid)
 
 static void swiglu_item(fwd *f, void *p, uint64_t t, int tid);
 
+/* g = act(h . Wg^T) * (h . Wu^T), f->ff_cur = nff columns: each member computes its columns of
+ * both products and of the activation, then one exchange shares g. */
+static int ffn_gated(fwd *f, const float *wg, const float *wu, item_fn act, lm_err *err)
+{
+    const uint64_t n = f->n, e = f->hp->n_embd, nff = f->ff_cur;
+    act_ctx c;
+    ref_group_range(f->grp, f->grp ? f->grp->rank : 0, nff, &c.lo, &c.hi);
+    int st = matmul_part(f, f->g, f->h, wg, NULL, n, e, nff, false, err);
+    if (st == LM_OK)
+        st = matmul_part(f, f->up, f->h, wu, NULL, n, e, nff, false, err);
+    if (st == LM_OK)
+        st = par_for(f, n, act, &c, err);
+    return share_cols(f, f->g, f->h, n, e, nff, st, err);
+}
+
 /* MoE FFN of the current layer on f->h: every expert computed for every token (simple; the
  * reference is not the place for sparsity), each token keeping its selected experts' outputs,
  * then x += sum over ranks r of w_r * y_r (left to right). */
@@ -460,11 +497,8 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
             used = used || f->sel[i] == x;
         if (!used)
             continue;
-        if ((st = matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, NULL, n, e, fe,
-                         false, err))
-            || (st = matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, NULL, n, e, fe,
-                            false, err))
-            || (st = par_for(f, n, swiglu_item, NULL, err))
+        if ((st = ffn_gated(f, L->ffn_gate_exps + (uint64_t)x * fe * e,
+                            L->ffn_up_exps + (uint64_t)x * fe * e, swiglu_item, err))
             || (st = matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, NULL, n, fe,
                             e, false, err)))
             return st;
@@ -490,10 +524,10 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
 
 static void swiglu_item(fwd *f, void *p, uint64_t t, int tid)
 {
-    (void)p;
+    const act_ctx *c = p;
     uint64_t nff = f->ff_cur;
     ref_scratch *s = &f->scr[tid];
-    for (uint64_t i = 0; i < nff; ++i) {
+    for (uint64_t i = c->lo; i < c->hi; ++i) {
         mpfr_ptr g = f->g[t * nff + i];
         ref_silu(s->u, g, s);
         mpfr_mul(g, s->u, f->up[t * nff + i], MPFR_RNDN);
@@ -872,10 +906,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             continue;
         }
         if ((st = par_for(&f, n, norm_item, &fc, err)) ||
-            (st = matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, err)) ||
-            (st = matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, err)) ||
-            (st = par_for(&f, n, hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, NULL,
-                          err)) ||
+            (st = ffn_gated(&f, L->w_gate, L->w_up,
+                            hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, err)) ||
             (st = block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, err)))
             goto fail;
     }
