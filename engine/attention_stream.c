@@ -115,6 +115,7 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
     const size_t q_stride = (size_t)a->n_head * hd;     /* floats between query rows */
     const size_t kv_stride = (size_t)a->n_head_kv * hd; /* floats between cache slots */
     LM_ASSERT(a->scratch_floats >= lm_attn_stream_scratch(hd, tile));
+    LM_ASSERT(a->cache_max == 0 || a->kv_pos != NULL); /* the plain-cache ranges ignore it */
     float *sc = a->scratch;                               /* [QB][tile] scores, then P */
     float *pv = sc + (size_t)LM_ATTN_STREAM_QB * tile;    /* [QB][hd] P . V of one tile */
     float *acc = pv + (size_t)LM_ATTN_STREAM_QB * hd;     /* [QB][hd] running numerator */
@@ -163,7 +164,7 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
                         nv = j_hi - j_lo;
                     } else {
                         for (uint32_t j = 0; j < tn; ++j)
-                            if (lm_attn_visible(qp, a->kv_pos[t0 + j], a->window)) {
+                            if (lm_attn_var_visible(a, qp, t0 + j)) {
                                 mt = srow[j] > mt ? srow[j] : mt;
                                 ++nv;
                             }
@@ -189,7 +190,7 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
                             srow[j] = 0.0f;
                     } else {
                         for (uint32_t j = 0; j < tn; ++j) {
-                            if (lm_attn_visible(qp, a->kv_pos[t0 + j], a->window)) {
+                            if (lm_attn_var_visible(a, qp, t0 + j)) {
                                 srow[j] = lm_expf(srow[j] - mn);
                                 sum += srow[j];
                             } else {
@@ -229,6 +230,7 @@ void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a)
     const size_t kv_stride = (size_t)a->n_head_kv * hd;
     const uint32_t n_kv = a->n_kv;
     LM_ASSERT(a->scratch_floats >= lm_attn_masked_scratch(a->n, n_kv));
+    LM_ASSERT(a->cache_max == 0 || a->kv_pos != NULL); /* block_key_range assumes it */
     float *s = a->scratch;                     /* [n][n_kv] */
     float *mask = s + (size_t)a->n * n_kv;     /* [n_kv] one row */
     uint32_t k_lo, k_hi;
@@ -244,9 +246,7 @@ void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a)
         be->vt->gemm_nt(be, a->n, nk, hd, a->scale, qh, q_stride, kg, kv_stride, s, nk);
         for (uint32_t i = 0; i < a->n; ++i) {
             for (uint32_t j = 0; j < nk; ++j)
-                mask[j] = lm_attn_visible(a->pos0 + i, slot_pos(a->kv_pos, k_lo + j), a->window)
-                              ? 0.0f
-                              : -INFINITY;
+                mask[j] = lm_attn_var_visible(a, a->pos0 + i, k_lo + j) ? 0.0f : -INFINITY;
             lm_softmax_sink_row(s + (size_t)i * nk, mask, nk,
                                 a->sinks != NULL ? &a->sinks[h] : NULL);
         }

@@ -8,7 +8,9 @@
  *     kv_pos[j] <= q_pos                              (causal)
  * and, when window > 0,
  *     q_pos - kv_pos[j] < window                      (sliding window: keys in (q_pos - window, q_pos])
- * which is llama.cpp's LLAMA_SWA_TYPE_STANDARD rule for `%s.attention.sliding_window`.
+ * which is llama.cpp's LLAMA_SWA_TYPE_STANDARD rule for `%s.attention.sliding_window`, and,
+ * when cache_max > 0 (a rotating cache with the exact-window policy, kvcache_rotating.h),
+ *     kv_pos[j] < cache_keep  or  q_pos - kv_pos[j] < cache_max - cache_keep
  *
  * Sinks (gpt-oss style): a learned logit per query head that joins the softmax denominator
  * only: p_j = exp(s_j) / (exp(sink_h) + sum_visible exp(s_k)); the sink has no value row. The
@@ -33,6 +35,8 @@ typedef struct lm_attn_var_args {
     const int32_t *kv_pos;  /* [n_kv] position held by each slot (< 0: empty, never visible);
                                NULL: slot j holds position j */
     uint32_t window;        /* 0: no window; else keys in (q_pos - window, q_pos] */
+    uint32_t cache_max;     /* 0: none; else the rotating cache's exact window (needs kv_pos) */
+    uint32_t cache_keep;    /* < cache_max: positions always visible */
     const float *sinks;     /* [n_head] sink logits, or NULL: no sinks */
     uint32_t n_head;
     uint32_t n_head_kv;     /* divides n_head: query head h reads kv head h / (n_head / n_head_kv) */
@@ -55,6 +59,16 @@ static inline bool lm_attn_visible(uint32_t q_pos, int32_t k_pos, uint32_t windo
     if (k_pos < 0 || (uint32_t)k_pos > q_pos)
         return false;
     return window == 0 || q_pos - (uint32_t)k_pos < window;
+}
+
+/* The whole rule above for one query position and cache slot j of a. */
+static inline bool lm_attn_var_visible(const lm_attn_var_args *a, uint32_t q_pos, uint32_t j)
+{
+    const int32_t k_pos = a->kv_pos != NULL ? a->kv_pos[j] : (int32_t)j;
+    if (!lm_attn_visible(q_pos, k_pos, a->window))
+        return false;
+    return a->cache_max == 0 || (uint32_t)k_pos < a->cache_keep ||
+           q_pos - (uint32_t)k_pos < a->cache_max - a->cache_keep;
 }
 
 /* For a plain cache (slot j = position j): the visible keys of the query at q_pos are the

@@ -69,6 +69,27 @@ typedef struct blk {
     int32_t *prev;   /* [block] previous iteration's candidates (-1: none yet) */
 } blk;
 
+/* LOW_CONFIDENCE: commits the k masked positions of highest confidence (ties to the lower
+ * position) at iteration t; notes the margin to the best position left masked. */
+static uint32_t commit_top(const lm_block_params *p, int32_t *tok, uint32_t *iter, blk *w,
+                           uint32_t t, uint32_t k, lm_block_trace *tr)
+{
+    double last = INFINITY;
+    for (uint32_t n = 0; n < k; ++n) {
+        int64_t best = -1;
+        for (uint32_t i = 0; i < p->block; ++i)
+            if (iter[i] == 0 && (best < 0 || w->cands[i].conf > w->cands[best].conf))
+                best = i;
+        tok[best] = w->cands[best].tok;
+        iter[best] = t;
+        last = w->cands[best].conf;
+    }
+    for (uint32_t i = 0; i < p->block; ++i)
+        if (iter[i] == 0 && last - w->cands[i].conf < tr->min_commit_gap)
+            tr->min_commit_gap = last - w->cands[i].conf;
+    return k;
+}
+
 /* One block at tokens [0, B) of out (already the mask); cache holds the prefix at base. */
 static int run_block(lm_ctx *c, const lm_block_params *p, int32_t *tok, uint32_t *iter,
                      blk *w, lm_block_trace *tr, lm_err *err)
@@ -94,13 +115,19 @@ static int run_block(lm_ctx *c, const lm_block_params *p, int32_t *tok, uint32_t
             stable = stable && w->cands[i].tok == w->prev[i];
             w->prev[i] = w->cands[i].tok;
             note_min(&tr->min_logit_gap, w->cands[i].gap);
-            note_min(&tr->min_commit_gap, fabs(score(p, &w->cands[i]) - p->threshold));
+            if (p->criterion != LM_BLOCK_LOW_CONFIDENCE)
+                note_min(&tr->min_commit_gap, fabs(score(p, &w->cands[i]) - p->threshold));
             if (best < 0 || better(p, &w->cands[i], &w->cands[best])) {
                 runner = best;
                 best = i;
             } else if (runner < 0 || better(p, &w->cands[i], &w->cands[runner])) {
                 runner = i;
             }
+        }
+        if (p->criterion == LM_BLOCK_LOW_CONFIDENCE) {
+            const uint32_t rest = t < p->max_iters ? p->max_iters - t + 1 : 1;
+            left -= commit_top(p, tok, iter, w, t, (left + rest - 1) / rest, tr);
+            continue;
         }
         const bool all = stable || t >= p->max_iters;
         uint32_t committed = 0;

@@ -187,11 +187,18 @@ void lm_rotcache_apply(const lm_rotcache_plan *p, float *rows, uint32_t dim, flo
     memcpy(rows, tmp, (size_t)p->n_move * dim * sizeof(float));
 }
 
+bool lm_rotcache_sees(const lm_rotcache *rc, uint32_t q_pos, int32_t k_pos)
+{
+    if (k_pos < 0 || (uint32_t)k_pos > q_pos)
+        return false;
+    return !rc->window || (uint32_t)k_pos < rc->keep || q_pos - (uint32_t)k_pos < rc->max_size - rc->keep;
+}
+
 uint32_t lm_rotcache_visible(const lm_rotcache *rc, uint32_t pos0, uint32_t i, int32_t *out)
 {
     uint32_t m = 0;
     for (uint32_t s = 0; s < rc->size; ++s)
-        if (rc->pos[s] >= 0 && (uint32_t)rc->pos[s] <= pos0 + i)
+        if (lm_rotcache_sees(rc, pos0 + i, rc->pos[s]))
             out[m++] = rc->pos[s];
     for (uint32_t a = 1; a < m; ++a) { /* ascending */
         const int32_t v = out[a];

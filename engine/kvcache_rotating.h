@@ -22,6 +22,12 @@
  * - max_size >= every position reached: nothing is ever dropped, slot j holds position j, and
  *   the cache is the plain one.
  *
+ * - The exact-window policy (lm_rotcache.window, lm_ctx_params.rot_window) keeps the same
+ *   slots but makes attention chunk-invariant: the query at position q attends to the slots
+ *   whose position k satisfies k <= q and (k < keep or q - k < max_size - keep), the set a
+ *   single step sees above. A concat keeps max_size - 1 older positions, which is what its
+ *   first row needs; its later rows are masked down to their window.
+ *
  * This file keeps only positions; the caller moves its K/V rows as a plan says. */
 #ifndef KVD_KVCACHE_ROTATING_H
 #define KVD_KVCACHE_ROTATING_H
@@ -38,6 +44,7 @@ typedef struct lm_rotcache {
     uint32_t size;       /* slots in use: [0, size) */
     uint32_t idx;        /* next in-place write slot (MLX _idx) */
     uint32_t offset;     /* tokens seen: the position of the next token */
+    bool window;         /* the exact-window policy (set after init; false: MLX's) */
     uint32_t rollback_min; /* smallest position a rollback may go back to: one past the last
                               position written over an older slot (in-place wrap) */
     int32_t *pos;        /* [cap] position held by each slot; -1 = empty */
@@ -72,6 +79,9 @@ int lm_rotcache_update(lm_rotcache *rc, uint32_t n, lm_rotcache_plan *plan, lm_e
 int lm_rotcache_rollback(lm_rotcache *rc, uint32_t n_past, lm_err *err);
 /* Moves rows [cap][dim] as the plan says (tmp: [n_move][dim] scratch). */
 void lm_rotcache_apply(const lm_rotcache_plan *p, float *rows, uint32_t dim, float *tmp);
+/* Whether the query at q_pos attends to a cached key of position k_pos (< 0: empty slot)
+ * under rc's policy (causal; with rc->window also the exact window above). */
+bool lm_rotcache_sees(const lm_rotcache *rc, uint32_t q_pos, int32_t k_pos);
 /* After an update for a chunk starting at pos0: the positions token i attends to, ascending,
  * into out [n_kv]; returns their count. */
 uint32_t lm_rotcache_visible(const lm_rotcache *rc, uint32_t pos0, uint32_t i, int32_t *out);

@@ -54,10 +54,16 @@ int lm_variants_create(lm_variants **out, const lm_model *m, const lm_ctx_params
     v->stream = stream;
     int rc = LM_OK;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    if (p->rot_window && p->rot_max_size == 0) {
+        rc = LM_FAIL(err, LM_E_INPUT, "context: the exact-window policy needs a rotating cache "
+                     "(rot_max_size > 0)");
+        goto fail;
+    }
     if (p->rot_max_size != 0) {
         if ((rc = lm_rotcache_init(&v->rc, p->rot_max_size, p->rot_keep, n_ctx, err)) != LM_OK)
             goto fail;
         v->rotating = true;
+        v->rc.window = p->rot_window;
     }
     bool masked = v->rotating;
     for (uint32_t il = 0; il < hp->n_layer; ++il)
@@ -133,6 +139,10 @@ int lm_variants_begin_chunk(lm_variants *v, uint32_t n_past, uint32_t n, lm_err 
     v->plan_identity = rc == LM_OK;
     for (uint32_t s = 0; s < v->plan.n_kv && v->plan_identity; ++s)
         v->plan_identity = v->plan.kv_pos[s] == (int32_t)s;
+    /* the exact window masks a query past max_size even in the identity layout (one chunk
+     * longer than the window) */
+    if (v->rc.window && v->plan.pos0 + n > v->rc.max_size)
+        v->plan_identity = false;
     return rc;
 }
 
@@ -181,6 +191,8 @@ void lm_variants_attention(lm_variants *v, lm_backend *be, uint32_t il, const lm
         .n_kv = plain ? a->pos0 + a->n : v->plan.n_kv,
         .kv_pos = plain ? NULL : v->plan.kv_pos,
         .window = L->window,
+        .cache_max = !plain && v->rc.window ? v->rc.max_size : 0,
+        .cache_keep = !plain && v->rc.window ? v->rc.keep : 0,
         .sinks = L->sinks,
         .n_head = a->n_head,
         .n_head_kv = a->n_head_kv,

@@ -92,9 +92,50 @@ static void test_block_sampler_commits(void)
     lm_model_free(m);
 }
 
+/* LLaDA's low-confidence schedule: iteration t of S commits ceil(left / (S - t + 1))
+ * positions, so S = 4 on a block of 8 commits 2 per iteration in 4 iterations, and S = 16 one
+ * per iteration in 8; no early stop; the naive backend gives the same run at every step. */
+static void test_block_low_confidence_schedule(void)
+{
+    lm_model *m = mask_model();
+    lm_err err = {0};
+    const int32_t mask = (int32_t)m->hp.n_vocab - 1;
+    const int32_t prompt[6] = {1, 300, 310, 320, 300, 310};
+    const uint32_t caps[2] = {4, 16}, want_iters[2] = {4, 8}, per_iter[2] = {2, 1};
+    for (int r = 0; r < 2; ++r) {
+        int32_t tok[2][8];
+        uint32_t iter[2][8];
+        for (int st = 0; st < 2; ++st) {
+            lm_ctx_params cp = {.backend = "naive", .n_ctx = 32};
+            lm_ctx *c = NULL;
+            CU_ASSERT_FATAL(lm_ctx_create(&c, m, &cp, &err) == LM_OK);
+            lm_block_params p = {.block = 8, .n_blocks = 1, .max_iters = caps[r],
+                                 .criterion = LM_BLOCK_LOW_CONFIDENCE, .mask_id = mask,
+                                 .step = st ? 0 : 1};
+            lm_block_trace tr = {.tokens = tok[st], .iter = iter[st]};
+            CU_ASSERT_FATAL(lm_block_generate(c, prompt, 6, &p, &tr, &err) == LM_OK);
+            CU_ASSERT_EQUAL(tr.n_iters, want_iters[r]);
+            uint32_t count[17] = {0};
+            for (int i = 0; i < 8; ++i) {
+                CU_ASSERT_NOT_EQUAL(tok[st][i], mask);
+                CU_ASSERT_FATAL(iter[st][i] >= 1 && iter[st][i] <= want_iters[r]);
+                count[iter[st][i]]++;
+            }
+            for (uint32_t t = 1; t <= want_iters[r]; ++t)
+                CU_ASSERT_EQUAL(count[t], per_iter[r]);
+            CU_ASSERT(tr.min_commit_gap >= 0.0 && isfinite(tr.min_commit_gap));
+            lm_ctx_free(c);
+        }
+        CU_ASSERT(memcmp(tok[0], tok[1], sizeof tok[0]) == 0);
+        CU_ASSERT(memcmp(iter[0], iter[1], sizeof iter[0]) == 0);
+    }
+    lm_model_free(m);
+}
+
 void test_block_register(void)
 {
     CU_pSuite s = CU_add_suite("block", NULL, NULL);
     CU_add_test(s, "test_block_bidir_attention", test_block_bidir_attention);
     CU_add_test(s, "test_block_sampler_commits", test_block_sampler_commits);
+    CU_add_test(s, "test_block_low_confidence_schedule", test_block_low_confidence_schedule);
 }

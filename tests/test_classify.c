@@ -16,8 +16,8 @@ static hx_class cls_of(const hx_cls_input *in)
 
 static void test_classify_order_and_names(void)
 {
-    CU_ASSERT(HX_NONFINITE > HX_FLIP && HX_FLIP > HX_DRIFT && HX_DRIFT > HX_TIE_FLIP &&
-              HX_TIE_FLIP > HX_NOISE && HX_NOISE > HX_EXACT);
+    CU_ASSERT(HX_NONFINITE > HX_FLIP && HX_FLIP > HX_DRIFT && HX_DRIFT > HX_SEMANTIC &&
+              HX_SEMANTIC > HX_TIE_FLIP && HX_TIE_FLIP > HX_NOISE && HX_NOISE > HX_EXACT);
     for (int a = 0; a < HX_N_CLASSES; ++a) {
         CU_ASSERT_EQUAL(hx_class_from_name(hx_class_name((hx_class)a)), a);
         for (int b = 0; b < HX_N_CLASSES; ++b)
@@ -27,6 +27,7 @@ static void test_classify_order_and_names(void)
     CU_ASSERT_FALSE(hx_class_fails(HX_EXACT));
     CU_ASSERT_FALSE(hx_class_fails(HX_NOISE));
     CU_ASSERT_FALSE(hx_class_fails(HX_TIE_FLIP));
+    CU_ASSERT_FALSE(hx_class_fails(HX_SEMANTIC));
     CU_ASSERT(hx_class_fails(HX_DRIFT));
     CU_ASSERT(hx_class_fails(HX_FLIP));
     CU_ASSERT(hx_class_fails(HX_NONFINITE));

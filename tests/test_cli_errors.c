@@ -178,6 +178,7 @@ static void test_cli_errors_run(void)
     BAD("abc", cmd_run, "run", model, "-p", "hi", "-n", "abc");
     BAD("-1", cmd_run, "run", model, "-p", "hi", "-n", "-1");
     BAD("context", cmd_run, "run", model, "-p", "hi", "-n", "100000");
+    BAD("sweep --spec", cmd_run, "run", model, "-p", "hi", "--config", "naive:spec=4");
     BAD("nope", cmd_run, "run", model, "-p", "hi", "--backend", "nope");
     BAD("--step", cmd_run, "run", model, "-p", "hi", "--step", "0");
     BAD("--top-p", cmd_run, "run", model, "-p", "hi", "--top-p", "2");
@@ -294,6 +295,11 @@ static void pair_errors(cmd_fn cmd, const char *name)
     BAD("99999", cmd, (char *)name, model, "--tokens", "1,99999", "--a", "naive", "--b", "blas");
     BAD("context", cmd, (char *)name, model, "-p", "hi", "--a", "naive", "--b", "blas", "-n",
         "100000");
+    /* speculative decoding is the sweep's check, never silently dropped here */
+    BAD("sweep --spec", cmd, (char *)name, model, "-p", "hi", "--a", "naive:spec=2", "--b",
+        "naive");
+    BAD("sweep --spec", cmd, (char *)name, model, "-p", "hi", "--a", "naive", "--b",
+        "naive:draft=self:1");
 }
 
 static void test_cli_errors_compare(void)

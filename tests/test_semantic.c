@@ -64,9 +64,22 @@ static void test_semantic_config_rot_parse_format(void)
     CU_ASSERT_STRING_EQUAL(buf, "blas:step=full"); /* none is the default: omitted */
     CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:rot=2/0", &err), LM_OK);
     CU_ASSERT_EQUAL(c.rot_keep, 0u);
+    CU_ASSERT_FALSE(c.rot_window);
+    /* the exact-window policy: a third field, kept by format and baseline */
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:step=3:rot=8/2/window", &err), LM_OK);
+    CU_ASSERT(c.rot_max == 8u && c.rot_keep == 2u && c.rot_window);
+    hx_config_format(buf, sizeof buf, &c);
+    CU_ASSERT_STRING_EQUAL(buf, "naive:step=3:rot=8/2/window");
+    b = hx_config_baseline(&c);
+    CU_ASSERT(b.rot_window && b.step == 0u);
+    hx_config d;
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&d, "naive:step=3:rot=8/2", &err), LM_OK);
+    CU_ASSERT_FALSE(hx_config_equal(&c, &d));
     static const char *const bad[] = {"naive:rot=8:2",  "naive:rot=1/0", "naive:rot=8/8",
                                       "naive:rot=8",    "naive:rot=x/1", "naive:rot=8/-1",
-                                      "naive:rot=8/2:rot=8/2", "naive:rot="};
+                                      "naive:rot=8/2:rot=8/2", "naive:rot=",
+                                      "naive:rot=8/2/windows", "naive:rot=8/2/", "naive:rot=8/2/window/window",
+                                      "naive:rot=none/window"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
         memset(&err, 0, sizeof err); /* lm_err keeps the first error only */
         CU_ASSERT_EQUAL(hx_config_parse(&c, bad[i], &err), LM_E_INPUT);
@@ -92,6 +105,17 @@ static void test_semantic_cross_rot_axis(void)
     CU_ASSERT_EQUAL(v[3].step, 3u);
     CU_ASSERT_EQUAL(v[5].rot_max, 16u);
     CU_ASSERT_EQUAL(v[5].rot_keep, 4u);
+    hx_config *w = calloc(1, sizeof *w);
+    size_t nw = 1;
+    CU_ASSERT_FATAL(w != NULL);
+    strcpy(w[0].backend, "naive");
+    CU_ASSERT_EQUAL_FATAL(hx_config_cross_rot(&w, &nw, "--rot", "8:2,8:2:window", &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(nw, 2u);
+    CU_ASSERT(!w[0].rot_window && w[1].rot_window && w[1].rot_max == 8u && w[1].rot_keep == 2u);
+    CU_ASSERT_EQUAL(hx_config_cross_rot(&w, &nw, "--rot", "8:2:window,8/2/window", &err),
+                    LM_E_INPUT);
+    free(w);
+    memset(&err, 0, sizeof err);
     /* errors leave the list alone */
     CU_ASSERT_EQUAL(hx_config_cross_rot(&v, &n, "--rot", "8:2,8/2", &err), LM_E_INPUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "listed twice"));

@@ -13,8 +13,7 @@
 #include "commands.h"
 #include "kvd_defects.h"
 #include "kvd_spec.h"
-#include "seqcheck.h"
-#include "specrun.h"
+#include "speccheck.h"
 #include "synth.h"
 #include "test_util.h"
 
@@ -167,16 +166,23 @@ static void test_spec_rollback(void)
 /* ---- the check ---- */
 
 typedef struct spec_tally {
-    size_t runs, fails, ties, drafted, accepted;
+    size_t runs, fails, ties, semantic, drafted, accepted;
     hx_class worst;
 } spec_tally;
+
+/* The cache the check runs with: plain (max 0) or rotating with a policy. */
+typedef struct rot_cfg {
+    uint32_t max, keep;
+    bool window;
+} rot_cfg;
 
 static const lm_penalty_params pen_on = {.repeat_penalty = 1.3f, .repeat_last_n = 16,
                                          .frequency_penalty = 0.2f, .presence_penalty = 0.3f};
 
-/* Every K x step x draft on the naive backend; tally of the verdicts. */
-static spec_tally check_model(const lm_model *m, const lm_model *pair_draft, const char *label,
-                              bool verbose)
+/* Every K x step x draft on the naive backend (speccheck.h: with MLX's rotating cache a token
+ * SEQ_MISMATCH is re-judged under the exact window); tally of the verdicts. */
+static spec_tally check_model_rot(const lm_model *m, const lm_model *pair_draft,
+                                  const char *label, bool verbose, rot_cfg rot)
 {
     spec_tally t = {0};
     const uint32_t steps[] = {1, 3, 0};
@@ -192,32 +198,39 @@ static spec_tally check_model(const lm_model *m, const lm_model *pair_draft, con
             continue;
         for (size_t ki = 0; ki < 3; ++ki)
             for (size_t si = 0; si < 3; ++si) {
-                hx_config c = {.backend = "naive", .step = steps[si], .spec = ks[ki]};
+                hx_config c = {.backend = "naive", .step = steps[si], .spec = ks[ki],
+                               .rot_max = rot.max, .rot_keep = rot.keep,
+                               .rot_window = rot.window};
                 snprintf(c.draft, sizeof c.draft, "%s", di == 2 ? "synth:tiny-draft" : drafts[di]);
                 lm_err err = {0};
-                hx_spec_pair p;
-                int rc = hx_spec_run_pair(&p, m, di == 2 ? pair_draft : NULL, &c, prompt, 12,
-                                          n_gen, &pen_on, &err);
+                hx_spec_row row;
+                int rc = hx_spec_check_config(&row, m, di == 2 ? pair_draft : NULL, &c, prompt, 12,
+                                              n_gen, &pen_on, 0.0, 0.0, &err);
                 if (rc != LM_OK)
                     fprintf(stderr, "\n  %s: %s\n", label, err.msg);
                 CU_ASSERT_FATAL(rc == LM_OK);
-                hx_seq_verdict v;
-                CU_ASSERT_FATAL(hx_seq_judge(&v, &p, prompt, 12, &pen_on, 0.0, 0.0, &err) == LM_OK);
+                const hx_seq_verdict *v = &row.v;
                 t.runs++;
-                t.fails += hx_class_fails(v.cls);
-                t.ties += v.cls == HX_TIE_FLIP;
-                t.drafted += p.spec.n_drafted;
-                t.accepted += p.spec.n_accepted;
-                t.worst = hx_class_worst(t.worst, v.cls);
-                if (verbose && v.cls != HX_EXACT) {
+                t.fails += hx_class_fails(v->cls);
+                t.ties += v->cls == HX_TIE_FLIP;
+                t.semantic += v->cls == HX_SEMANTIC;
+                t.drafted += row.n_drafted;
+                t.accepted += row.n_accepted;
+                t.worst = hx_class_worst(t.worst, v->cls);
+                if (verbose && v->cls != HX_EXACT) {
                     char s[HX_CONFIG_STR_MAX];
                     hx_config_format(s, sizeof s, &c);
-                    fprintf(stderr, "\n  %s %s: %s %s", label, s, hx_class_name(v.cls), v.reason);
+                    fprintf(stderr, "\n  %s %s: %s %s", label, s, hx_class_name(v->cls), v->reason);
                 }
-                hx_spec_pair_free(&p);
             }
     }
     return t;
+}
+
+static spec_tally check_model(const lm_model *m, const lm_model *pair_draft, const char *label,
+                              bool verbose)
+{
+    return check_model_rot(m, pair_draft, label, verbose, (rot_cfg){0});
 }
 
 static void test_spec_equals_plain_on_presets(void)
@@ -270,6 +283,42 @@ static void test_spec_defects_caught(void)
     lm_model_free(m);
 }
 
+/* A rotating cache of 8 keeping 2 with a 12-token prompt and 24 generated tokens: past its
+ * window from the prefill on. The exact-window policy makes a verify chunk's rows see what
+ * single steps see, so the check passes (every row; slot orders differ from single steps', so
+ * rows may differ by rounding: NOISE). MLX's policy lets a verify chunk's later rows see
+ * older keys: speculative output differs from plain decoding (some row), and every such row is
+ * SEMANTIC, explained by the exact-window run, never SEQ_MISMATCH. The three defects still
+ * fail under MLX's policy: their window counterparts fail too. */
+static void test_spec_rotating_policies(void)
+{
+    lm_model *m = synth_model("tiny");
+    lm_model *draft = synth_model("tiny-draft");
+    const rot_cfg win = {.max = 8, .keep = 2, .window = true}, mlx = {.max = 8, .keep = 2};
+    spec_tally tw = check_model_rot(m, draft, "tiny rot=8/2/window", false, win);
+    spec_tally tm = check_model_rot(m, draft, "tiny rot=8/2", false, mlx);
+    fprintf(stderr, "\n  rot 8/2 window: %zu runs, %zu fail, %zu SEMANTIC, worst %s; MLX: %zu "
+            "runs, %zu fail, %zu SEMANTIC, worst %s\n", tw.runs, tw.fails, tw.semantic,
+            hx_class_name(tw.worst), tm.runs, tm.fails, tm.semantic, hx_class_name(tm.worst));
+    CU_ASSERT_EQUAL(tw.fails, 0u);
+    CU_ASSERT_EQUAL(tw.semantic, 0u);
+    CU_ASSERT(tw.worst <= HX_NOISE);
+    CU_ASSERT_EQUAL(tm.fails, 0u);
+    CU_ASSERT(tm.semantic > 0);
+    const lm_defect ds[] = {LM_DEFECT_HIST_DOUBLE_NEWEST, LM_DEFECT_HIST_NO_PROMPT,
+                            LM_DEFECT_ROLLBACK_KEEPS_ONE};
+    for (size_t i = 0; i < 3; ++i) {
+        lm_test_set_defect(ds[i]);
+        spec_tally t = check_model_rot(m, draft, "tiny rot=8/2", false, mlx);
+        lm_test_set_defect(LM_DEFECT_NONE);
+        fprintf(stderr, "  defect %-20s, rot 8/2: %zu of %zu SEQ_MISMATCH\n",
+                lm_defect_name(ds[i]), t.fails, t.runs);
+        CU_ASSERT(t.fails > 0);
+    }
+    lm_model_free(draft);
+    lm_model_free(m);
+}
+
 /* kvdrift sweep --spec and --sampler block end to end: exit 0, both tables written beside the
  * reports with their verdict lines. */
 static void test_spec_sweep_cli(void)
@@ -283,12 +332,17 @@ static void test_spec_sweep_cli(void)
                     "4", "--cache", cache, "-o", out, "-q", NULL};
     fflush(stdout);
     CU_ASSERT_EQUAL(cmd_sweep((int)(sizeof argv / sizeof argv[0]) - 1, argv), 0);
-    const char *want[2][2] = {{"spec.txt", "verdict pass"}, {"block.txt", "the engine is fine"}};
-    for (int i = 0; i < 2; ++i) {
+    const char *want[6][2] = {{"spec.txt", "verdict pass"},
+                              {"block.txt", "the engine is fine"},
+                              {"report.json", "\"spec\": {"},
+                              {"report.json", "\"block_sampler\": {"},
+                              {"report.json", "\"verdict\": \"the engine is fine"},
+                              {"report.md", "## Speculative decoding vs plain decoding"}};
+    for (int i = 0; i < 6; ++i) {
         snprintf(path, sizeof path, "%s/%s", out, want[i][0]);
         FILE *f = fopen(path, "r");
         CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-        char buf[8192];
+        static char buf[1 << 20];
         size_t n = fread(buf, 1, sizeof buf - 1, f);
         buf[n] = '\0';
         fclose(f);
@@ -304,5 +358,6 @@ void test_spec_register(void)
     CU_add_test(s, "test_spec_config_keys", test_spec_config_keys);
     CU_add_test(s, "test_spec_equals_plain_on_presets", test_spec_equals_plain_on_presets);
     CU_add_test(s, "test_spec_defects_caught", test_spec_defects_caught);
+    CU_add_test(s, "test_spec_rotating_policies", test_spec_rotating_policies);
     CU_add_test(s, "test_spec_sweep_cli", test_spec_sweep_cli);
 }

@@ -40,15 +40,17 @@ static void prompt(int32_t *t, uint32_t n, uint32_t n_vocab, uint64_t seed)
         t[i] = (int32_t)(3 + tu_rand_u64(&s) % (n_vocab - 3));
 }
 
-/* Last-position logits of a prefill of toks[n] in chunks of step. */
-static int run_last(float *out, const lm_model *m, const char *backend, const char *attn,
-                    uint32_t step, uint32_t rot_max, uint32_t rot_keep, const int32_t *toks,
-                    uint32_t n)
+/* Last-position logits of a prefill of toks[n] in chunks of step; rot_window: the rotating
+ * cache's exact-window policy. */
+static int run_last_policy(float *out, const lm_model *m, const char *backend, const char *attn,
+                           uint32_t step, uint32_t rot_max, uint32_t rot_keep, bool rot_window,
+                           const int32_t *toks, uint32_t n)
 {
     lm_err err = {0};
     lm_ctx *c = NULL;
     const lm_ctx_params cp = {.backend = backend, .n_threads = 1, .n_ctx = n, .attn = attn,
-                              .rot_max_size = rot_max, .rot_keep = rot_keep};
+                              .rot_max_size = rot_max, .rot_keep = rot_keep,
+                              .rot_window = rot_window};
     int rc = lm_ctx_create(&c, m, &cp, &err);
     if (rc == LM_OK)
         rc = lm_prefill(c, toks, n, step, out, &err);
@@ -56,6 +58,13 @@ static int run_last(float *out, const lm_model *m, const char *backend, const ch
         printf("\n  run: %s\n", err.msg);
     lm_ctx_free(c);
     return rc;
+}
+
+static int run_last(float *out, const lm_model *m, const char *backend, const char *attn,
+                    uint32_t step, uint32_t rot_max, uint32_t rot_keep, const int32_t *toks,
+                    uint32_t n)
+{
+    return run_last_policy(out, m, backend, attn, step, rot_max, rot_keep, false, toks, n);
 }
 
 static double max_abs_diff(const float *a, const float *b, uint32_t n)
@@ -248,6 +257,61 @@ static void test_variants_rotating_cache(void)
     lm_model_free(m);
 }
 
+/* The exact-window policy (max 8, keep 2, past the window): at every step and in both
+ * implementations the engine matches the reference's step-1 schedule, the set this policy
+ * defines for every chunking; step 1 is bitwise MLX's step 1 (a single step is never masked
+ * further); in one chunk it differs from MLX's one chunk (which sees every position). */
+static void test_variants_rotating_window_policy(void)
+{
+    lm_model *m = load_preset("moe");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    const uint32_t V = m->hp.n_vocab;
+    CU_ASSERT_FATAL(V <= 512);
+    int32_t toks[N_PROMPT];
+    prompt(toks, N_PROMPT, V, tu_seed() + 99u);
+    float *a = malloc(V * sizeof(float)), *b = malloc(V * sizeof(float));
+    double ref_lg[512];
+    ref_request rq = {.tokens = toks, .n_tokens = N_PROMPT, .n_prompt = N_PROMPT,
+                      .n_threads = 2, .rot_max_size = 8, .rot_keep = 2, .rot_step = 1};
+    ref_capture cap;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(ref_compute(&cap, m, &rq, &err) == LM_OK);
+    memcpy(ref_lg, ref_capture_logits(&cap, 0), V * sizeof(double));
+    ref_capture_free(&cap);
+    double rmax = 0.0;
+    for (uint32_t i = 0; i < V; ++i)
+        rmax = fmax(rmax, fabs(ref_lg[i]));
+    static const uint32_t steps[] = {1, 3, 7, 0};
+    for (int at = 0; at < 2; ++at)
+        for (int s = 0; s < 4; ++s) {
+            const char *attn = at ? "stream" : "dense";
+            CU_ASSERT_FATAL(run_last_policy(a, m, "naive", attn, steps[s], 8, 2, true, toks,
+                                            N_PROMPT) == LM_OK);
+            double worst = 0.0;
+            for (uint32_t i = 0; i < V; ++i)
+                worst = fmax(worst, fabs((double)a[i] - ref_lg[i]));
+            printf("\n  rotating max 8 keep 2 window, %s step %u: vs reference step-1 schedule "
+                   "max |dlogit| %.3g", attn, steps[s], worst);
+            /* same tolerance and reason as the engine-vs-reference checks above */
+            CU_ASSERT(worst <= 2e-5 * rmax);
+            if (steps[s] == 1) {
+                CU_ASSERT_FATAL(run_last(b, m, "naive", attn, 1, 8, 2, toks, N_PROMPT) == LM_OK);
+                CU_ASSERT_EQUAL(memcmp(a, b, V * sizeof(float)), 0);
+            }
+            if (steps[s] == 0) {
+                CU_ASSERT_FATAL(run_last(b, m, "naive", attn, 0, 8, 2, toks, N_PROMPT) == LM_OK);
+                CU_ASSERT(max_abs_diff(a, b, V) > 1e-3); /* MLX's one chunk: no window */
+            }
+        }
+    printf("\n");
+    lm_ctx *c = NULL;
+    const lm_ctx_params bad = {.backend = "naive", .n_ctx = 8, .rot_window = true};
+    CU_ASSERT_EQUAL(lm_ctx_create(&c, m, &bad, &err), LM_E_INPUT); /* no rotating cache */
+    free(a);
+    free(b);
+    lm_model_free(m);
+}
+
 /* The streaming implementation's peak scratch does not grow with the context; dense grows. */
 static void test_variants_stream_scratch_flat(void)
 {
@@ -290,5 +354,6 @@ void test_variants_register(void)
     CU_add_test(s, "test_variants_engine_matches_reference",
                 test_variants_engine_matches_reference);
     CU_add_test(s, "test_variants_rotating_cache", test_variants_rotating_cache);
+    CU_add_test(s, "test_variants_rotating_window_policy", test_variants_rotating_window_policy);
     CU_add_test(s, "test_variants_stream_scratch_flat", test_variants_stream_scratch_flat);
 }

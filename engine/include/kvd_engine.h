@@ -31,6 +31,14 @@ typedef struct lm_ctx_params {
                               tiles with an online softmax (scratch independent of context) */
     uint32_t rot_max_size; /* rotating KV cache (MLX semantics, kvcache_rotating.h): 0 = off */
     uint32_t rot_keep;     /* positions always kept at the start (< rot_max_size) */
+    bool rot_window;       /* rotating cache policy. false: MLX's (a chunk of n > 1 tokens
+                              keeps max_size - 1 older positions and its row i attends to them
+                              all, so a row sees up to max_size + i keys and what it sees
+                              depends on the chunking). true: an exact window, whatever the
+                              chunking: the query at position q attends to the first rot_keep
+                              positions and the positions in (q - (rot_max_size - rot_keep), q],
+                              at most rot_max_size keys, the set a single step sees under
+                              MLX's policy (the same slots are kept; rows are masked) */
     const char *profile;   /* precision profile (kvd_profile.h): NULL/"f32" = none; otherwise
                               the forward pass rounds at the profile's sites (round to nearest;
                               the naive-sr backend rounds stochastically) */

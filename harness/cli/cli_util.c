@@ -197,3 +197,16 @@ const char *hx_cli_prompt_file(const char *path, lm_err *err)
     }
     return prompt_file_text;
 }
+
+int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,
+                              const char *arg)
+{
+    lm_err err = {0};
+    if (hx_config_parse(out, arg, &err) != LM_OK)
+        return hx_cli_fail(cmd, "%s", err.msg);
+    if (out->spec != 0 || out->draft[0] != '\0')
+        return hx_cli_fail(cmd, "%s '%s': %s runs plain decoding; speculative decoding (spec=, "
+                           "draft=) is checked by `kvdrift sweep --spec K --draft D`", opt, arg,
+                           cmd);
+    return 0;
+}

@@ -15,6 +15,13 @@
  * The message names the thing and the reason; this adds the command prefix, once. */
 int hx_cli_fail(const char *cmd, const char *fmt, ...) LM_PRINTF(2, 3);
 
+/* A CONFIG given to a command that runs plain greedy decoding of one configuration (run,
+ * compare, trace): hx_config_parse, with spec= and draft= refused (speculative decoding is
+ * checked by `kvdrift sweep --spec`, token for token against plain decoding). 0, or 2 after
+ * the one-line error "kvdrift CMD: OPT 'ARG': reason". */
+int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,
+                              const char *arg);
+
 /* A library log callback (hx_sweep_params.log): prints "<user>: <line>" and a newline on
  * stderr; user is the prefix (a const char *). */
 void hx_cli_log(void *user, const char *line);

@@ -102,7 +102,6 @@ typedef struct compare_run {
 /* One option; 0 to go on, else the exit code. */
 static int set_option(compare_opts *o, int opt, const char *arg)
 {
-    lm_err err = {0};
     switch (opt) {
     case 'p': o->text = arg; return 0;
     case 'f': {
@@ -114,8 +113,8 @@ static int set_option(compare_opts *o, int opt, const char *arg)
     case O_NOREF: o->no_ref = true; return 0;
     case O_CACHE: o->cache = arg; return 0;
     case O_A: case O_B:
-        return hx_config_parse(opt == O_A ? &o->a : &o->b, arg, &err) == LM_OK
-                   ? 0 : hx_cli_fail("compare", "%s", err.msg);
+        return hx_cli_parse_plain_config(opt == O_A ? &o->a : &o->b, "compare",
+                                         opt == O_A ? "--a" : "--b", arg);
     case 'n':
         return lm_parse_u32z(arg, 0, HX_MAX_N_GEN, &o->n_gen)
                    ? 0 : hx_cli_fail("compare", "-n '%s': expected an integer in 0..%u", arg,

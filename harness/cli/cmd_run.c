@@ -5,6 +5,7 @@
 #include "config.h"
 #include "kvd_engine.h"
 #include "kvd_util.h"
+#include "runner.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -29,7 +30,8 @@ static const char usage_text[] =
     "      --threads T       the CONFIG's threads= (default: the backend's; blas: all cores)\n"
     "      --attn A          dense | stream attention (the CONFIG's attn=; default dense)\n"
     "      --rot MAX:KEEP    rotating KV cache of MAX positions keeping the first KEEP (MLX\n"
-    "                        semantics; the CONFIG's rot=MAX/KEEP; default off)\n"
+    "                        semantics; the CONFIG's rot=MAX/KEEP; default off); MAX:KEEP:window\n"
+    "                        for the exact-window policy (rot=MAX/KEEP/window)\n"
     "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
     "                        as those tokens, as llama.cpp's CLI does (default: plain text)\n"
     "      --show-ids        also print the prompt and generated token ids\n"
@@ -78,8 +80,7 @@ static int set_config_field(hx_config *cfg, const char *key, const char *arg)
     lm_err err = {0};
     if (strcmp(key, "rot") == 0) { /* MAX:KEEP on the command line, MAX/KEEP in a CONFIG */
         snprintf(rot, sizeof rot, "%s", arg);
-        char *colon = strchr(rot, ':');
-        if (colon != NULL)
+        for (char *colon = strchr(rot, ':'); colon != NULL; colon = strchr(colon, ':'))
             *colon = '/';
         arg = rot;
     }
@@ -98,14 +99,13 @@ static int set_config_field(hx_config *cfg, const char *key, const char *arg)
     else if (strcmp(key, "attn") == 0)
         cfg->attn = f.attn;
     else
-        cfg->rot_max = f.rot_max, cfg->rot_keep = f.rot_keep;
+        cfg->rot_max = f.rot_max, cfg->rot_keep = f.rot_keep, cfg->rot_window = f.rot_window;
     return 0;
 }
 
 /* One option; 0 to go on, else the exit code (2: bad value). */
 static int set_option(run_opts *o, int opt, const char *arg)
 {
-    lm_err err = {0};
     switch (opt) {
     case 'p': o->prompt = arg; return 0;
     case O_TOKENS: o->tokens = arg; return 0;
@@ -115,8 +115,7 @@ static int set_option(run_opts *o, int opt, const char *arg)
         return lm_parse_u32z(arg, 0, UINT32_MAX, &o->n_gen)
                    ? 0 : hx_cli_fail("run", "-n '%s': not a non-negative integer", arg);
     case O_CONFIG:
-        return hx_config_parse(&o->cfg, arg, &err) == LM_OK ? 0
-                                                            : hx_cli_fail("run", "%s", err.msg);
+        return hx_cli_parse_plain_config(&o->cfg, "run", "--config", arg);
     case O_STEP: return set_config_field(&o->cfg, "step", arg);
     case O_BACKEND: return set_config_field(&o->cfg, "backend", arg);
     case O_THREADS: return set_config_field(&o->cfg, "threads", arg);
@@ -239,10 +238,8 @@ static int generate(run_out *out, const run_opts *o, lm_err *err)
         rc = LM_FAIL(err, LM_E_INPUT, "%s: %u prompt tokens + %u to generate exceed the context "
                      "of %u", o->model, out->n_prompt, o->n_gen, m->hp.n_ctx_train);
     char be[LM_BACKEND_NAME_MAX];
-    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, &o->cfg),
-                              .n_threads = (int)o->cfg.threads, .n_ctx = (uint32_t)need,
-                              .attn = o->cfg.attn == HX_ATTN_STREAM ? "stream" : "dense",
-                              .rot_max_size = o->cfg.rot_max, .rot_keep = o->cfg.rot_keep};
+    lm_ctx_params cp;
+    hx_config_ctx_params(&cp, be, &o->cfg, (uint32_t)need);
     if (rc == LM_OK && (rc = lm_ctx_create(&ctx, m, &cp, err)) == LM_OK) {
         out->backend = lm_ctx_backend_name(ctx);
         if (o->prompt != NULL)

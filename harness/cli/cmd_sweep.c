@@ -45,7 +45,9 @@ static const char usage_text[] =
     "      --attn LIST         attention implementations: dense,stream (default: the engine's\n"
     "                          default, dense; a config string says attn= only when given)\n"
     "      --rot LIST          rotating KV cache axis: none and MAX:KEEP values, e.g. none,8:2\n"
-    "                          (config strings say rot=MAX/KEEP). Its class is against the\n"
+    "                          (config strings say rot=MAX/KEEP; MLX's policy, chunk-dependent),\n"
+    "                          MAX:KEEP:window the exact-window policy (chunk-invariant: every\n"
+    "                          query sees KEEP + its last MAX-KEEP positions). Its class is against the\n"
     "                          reference with its own schedule; the semantic column compares\n"
     "                          that reference with the same cache in one chunk\n"
     "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act\n"
@@ -89,7 +91,8 @@ static const char usage_options[] =
     "top-2 margin of the reference; E = largest logits envelope; err/E = worst ratio; sig =\n"
     "significant digits; prefill/decode tok/s; peak MiB = KV cache + scratch.\n\n"
     "Writes DIR/report.json (REPORT-SCHEMA.md), report.md, report.html.\n"
-    "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE), 2 usage or\n"
+    "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE, or a --spec\n"
+    "row SEQ_MISMATCH), 2 usage or\n"
     "input error\n";
 
 /* Resolves MODEL (hx_model_resolve: a synthetic preset is written fresh into the cache
@@ -134,10 +137,10 @@ static int write_reports(char *wrote, size_t cap, const char *dir, const hx_repo
     return st;
 }
 
-/* The speculative-decoding check after the sweep's table (sweep_spec.h). */
-static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
-                      uint32_t n_prompt, const hx_sweep_params *sp, const hx_sweep_result *res,
-                      const char *cache, size_t *n_fail, lm_err *err)
+/* The speculative-decoding check after the sweep (sweep_spec.h), into the report. */
+static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
+                      uint32_t n_prompt, const hx_sweep_params *sp, hx_sweep_result *res,
+                      const char *cache, lm_err *err)
 {
     char dpath[4096], dlabel[256];
     uint32_t layers;
@@ -146,9 +149,9 @@ static int sweep_spec(FILE *f, const hx_spec_opts *so, const lm_model *m, const 
                   : resolve_model(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft, cache, err);
     if (st != LM_OK)
         return st;
-    return hx_spec_check_print(f, m, self ? NULL : dpath, prompt, n_prompt,
-                               sp->n_gen ? sp->n_gen : 1, sp->configs, sp->n_configs, so, res->env,
-                               n_fail, err);
+    return hx_spec_check_run(&res->report->spec, m, self ? NULL : dpath, prompt, n_prompt,
+                             sp->n_gen ? sp->n_gen : 1, sp->configs, sp->n_configs, so, res->env,
+                             err);
 }
 
 typedef struct sweep_opts {
@@ -376,32 +379,42 @@ static void print_result(const hx_sweep_result *res, const sweep_opts *o, const 
                res->routing.n_real);
 }
 
-/* The after-table sections (speculative decoding, block sampler): printed, and written beside
- * the reports as DIR/spec.txt and DIR/block.txt. */
-static int after_sections(const sweep_opts *o, const lm_model *m, const int32_t *prompt,
-                          const hx_sweep_result *res, const char *dir, size_t *spec_fail,
-                          lm_err *err)
+/* The after-table sections (speculative decoding, block sampler), run into the report before
+ * it is written. */
+static int after_sections_run(const sweep_opts *o, const lm_model *m, const int32_t *prompt,
+                              hx_sweep_result *res, lm_err *err)
+{
+    int st = LM_OK;
+    if (o->so.spec_list != NULL)
+        st = sweep_spec(&o->so, m, prompt, o->sp.n_prompt, &o->sp, res, o->cache, err);
+    if (st == LM_OK && o->bo.on)
+        st = hx_block_check_run(res->report, m, prompt, o->sp.n_prompt, o->sp.configs,
+                                o->sp.n_configs, &o->bo, err);
+    return st;
+}
+
+/* The sections printed after the table, and written beside the reports as DIR/spec.txt and
+ * DIR/block.txt. */
+static int after_sections_print(const hx_report *r, const char *dir, lm_err *err)
 {
     int st = LM_OK;
     for (int sec = 0; sec < 2 && st == LM_OK; ++sec) {
-        if (sec == 0 ? o->so.spec_list == NULL : !o->bo.on)
+        if (sec == 0 ? !r->spec.run : !r->block.run)
             continue;
         char *txt = NULL, path[4200];
         size_t len = 0;
         FILE *mf = open_memstream(&txt, &len);
         if (mf == NULL)
             return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-        st = sec == 0 ? sweep_spec(mf, &o->so, m, prompt, o->sp.n_prompt, &o->sp, res, o->cache,
-                                   spec_fail, err)
-                      : hx_block_check_print(mf, m, prompt, o->sp.n_prompt, o->sp.configs,
-                                             o->sp.n_configs, res->report, &o->bo, err);
+        if (sec == 0)
+            hx_spec_print(mf, &r->spec);
+        else
+            hx_block_print(mf, &r->block);
         fclose(mf);
         snprintf(path, sizeof path, "%s/%s", dir, sec == 0 ? "spec.txt" : "block.txt");
-        if (st == LM_OK) {
-            fwrite(txt, 1, len, stdout);
-            if ((st = lm_write_file(path, txt, len, err)) == LM_OK)
-                printf("wrote %s\n", path);
-        }
+        fwrite(txt, 1, len, stdout);
+        if ((st = lm_write_file(path, txt, len, err)) == LM_OK)
+            printf("wrote %s\n", path);
         free(txt);
     }
     return st;
@@ -420,7 +433,6 @@ int cmd_sweep(int argc, char **argv)
     lm_model *m = NULL;
     int32_t *prompt = NULL;
     hx_sweep_result *res = NULL;
-    size_t spec_fail = 0;
     char dir[4096], wrote[4200 * 2];
     int st = build_configs(&configs, &o.sp.n_configs, &o, &err);
     if (st == LM_OK)
@@ -445,17 +457,17 @@ int cmd_sweep(int argc, char **argv)
     }
     if (st == LM_OK) {
         memcpy(res->report->command_line, cmdline, sizeof cmdline);
-        st = write_reports(wrote, sizeof wrote, dir, res->report, &err);
+        st = after_sections_run(&o, m, prompt, res, &err);
     }
+    if (st == LM_OK)
+        st = write_reports(wrote, sizeof wrote, dir, res->report, &err);
     if (st == LM_OK) {
         print_result(res, &o, wrote);
-        st = after_sections(&o, m, prompt, res, dir, &spec_fail, &err);
+        st = after_sections_print(res->report, dir, &err);
     }
     if (st != LM_OK)
         fprintf(stderr, "kvdrift sweep: %s\n", err.msg);
     code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(res->report, false);
-    if (st == LM_OK && code == 0 && spec_fail > 0)
-        code = 1;
     hx_sweep_result_free(res);
     free(configs);
     free(prompt);

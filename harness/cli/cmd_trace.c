@@ -53,7 +53,6 @@ typedef struct trace_opts {
 /* One option; 0 to go on, else the exit code. */
 static int set_option(trace_opts *o, int opt, const char *arg)
 {
-    lm_err err = {0};
     uint64_t v;
     switch (opt) {
     case 'p': o->text = arg; return 0;
@@ -67,8 +66,8 @@ static int set_option(trace_opts *o, int opt, const char *arg)
     case O_SPECIAL: o->special = true; return 0;
     case O_A: case O_B:
         *(opt == O_A ? &o->have_a : &o->have_b) = true;
-        return hx_config_parse(opt == O_A ? &o->tp.a : &o->tp.b, arg, &err) == LM_OK
-                   ? 0 : hx_cli_fail("trace", "%s", err.msg);
+        return hx_cli_parse_plain_config(opt == O_A ? &o->tp.a : &o->tp.b, "trace",
+                                         opt == O_A ? "--a" : "--b", arg);
     case 'n':
         if (!lm_parse_u64z(arg, 0, HX_MAX_N_GEN, &v))
             return hx_cli_fail("trace", "-n '%s': expected an integer in 0..%u", arg,

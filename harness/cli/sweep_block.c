@@ -5,6 +5,7 @@
 #include "cli_util.h"
 #include "config.h"
 #include "kvd_spec.h"
+#include "runner.h"
 
 #include <errno.h>
 #include <math.h>
@@ -50,9 +51,11 @@ int hx_block_opts_set(hx_block_opts *o, int opt, const char *arg, lm_err *err)
             o->p.criterion = LM_BLOCK_CONFIDENCE;
         else if (strcmp(arg, "entropy") == 0)
             o->p.criterion = LM_BLOCK_ENTROPY;
+        else if (strcmp(arg, "low-confidence") == 0)
+            o->p.criterion = LM_BLOCK_LOW_CONFIDENCE;
         else
-            return LM_FAIL(err, LM_E_INPUT, "--block-criterion '%s': expected confidence or "
-                           "entropy", arg);
+            return LM_FAIL(err, LM_E_INPUT, "--block-criterion '%s': expected confidence, "
+                           "entropy or low-confidence", arg);
         return LM_OK;
     case HX_OPT_MASK_TOKEN:
         if (!lm_parse_u32z(arg, 0, INT32_MAX, &v))
@@ -112,8 +115,9 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
     o->hist = malloc(n * sizeof *o->hist);
     if (!o->tok || !o->iter || !o->ar || !o->hist)
         return LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
-    const lm_ctx_params cp = {.backend = c->backend, .n_threads = (int)c->threads,
-                              .n_ctx = n_prompt + n};
+    char be[LM_BACKEND_NAME_MAX];
+    lm_ctx_params cp;
+    hx_config_ctx_params(&cp, be, c, n_prompt + n);
     lm_ctx *ctx = NULL;
     int rc = lm_ctx_create(&ctx, m, &cp, err);
     lm_block_params p = *bp;
@@ -188,108 +192,172 @@ static void text_of(char *buf, size_t cap, const lm_model *m, const int32_t *tok
     free(s);
 }
 
-int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint32_t n_prompt,
-                         const hx_config *configs, size_t n_configs, const hx_report *report,
-                         const hx_block_opts *o, lm_err *err)
+/* The row of configuration c (its outcome o, its baseline's b, NULL when it is its own). */
+static void fill_row(hx_block_report_row *w, const lm_model *m, const hx_config *c,
+                     const hx_config_report *cr, const outcome *o, const outcome *b,
+                     const lm_block_params *bp)
 {
+    const uint32_t n = bp->block * bp->n_blocks;
+    memset(w, 0, sizeof *w);
+    hx_config_format(w->config, sizeof w->config, c);
+    w->prefill_cls = cr->cls;
+    w->prefill_ratio = cr->worst_ratio;
+    w->first_block = w->first_iter = w->first_pos = w->greedy_first = -1;
+    if (o->skip != NULL || (b != NULL && b->skip != NULL)) {
+        snprintf(w->skipped, sizeof w->skipped, "%s", o->skip ? o->skip : b->skip);
+        return;
+    }
+    w->is_baseline = b == NULL;
+    w->n_iters = o->n_iters;
+    w->blk_gap = o->blk_gap;
+    w->commit_gap = o->commit_gap;
+    w->greedy_gap = o->ar_gap;
+    text_of(w->completion, sizeof w->completion, m, o->tok, n);
+    if (b == NULL)
+        return;
+    uint32_t bi = 0, it = 0, pos = 0;
+    w->order_differs = first_commit_diff(o, b, bp, &bi, &it, &pos);
+    if (w->order_differs) {
+        w->first_block = bi;
+        w->first_iter = it;
+        w->first_pos = pos;
+    }
+    w->tokens_differ = memcmp(o->tok, b->tok, n * sizeof *b->tok) != 0;
+    w->order_differs = w->order_differs && !w->tokens_differ;
+    for (uint32_t k = 0; k < n && w->greedy_first < 0; ++k)
+        if (o->ar[k] != b->ar[k])
+            w->greedy_first = k;
+}
+
+/* The totals and the one-line conclusion of out's rows. */
+static void summarize(hx_block_report *out)
+{
+    out->worst_ratio = 0.0;
+    out->min_blk_gap = out->min_greedy_gap = INFINITY;
+    hx_class worst = HX_EXACT;
+    for (size_t i = 0; i < out->n_rows; ++i) {
+        const hx_block_report_row *w = &out->rows[i];
+        if (w->skipped[0])
+            continue;
+        if (!w->is_baseline) {
+            ++out->n_compared;
+            out->n_block_differ += w->tokens_differ;
+            out->n_greedy_differ += w->greedy_first >= 0;
+        }
+        out->n_prefill_fail += hx_class_fails(w->prefill_cls);
+        worst = hx_class_worst(worst, w->prefill_cls);
+        out->min_blk_gap = fmin(out->min_blk_gap, w->blk_gap);
+        out->min_greedy_gap = fmin(out->min_greedy_gap, w->greedy_gap);
+        out->worst_ratio = fmax(out->worst_ratio, w->prefill_ratio);
+    }
+    char fine[96]; /* what "the engine is fine" rests on */
+    snprintf(fine, sizeof fine, "%s: every prefill passes, worst class %s, worst err/E %.3g",
+             worst <= HX_NOISE ? "NOISE" : hx_class_name(worst), hx_class_name(worst),
+             out->worst_ratio);
+    if (out->n_prefill_fail > 0)
+        snprintf(out->verdict, sizeof out->verdict, "the engine is NOT fine (%zu configurations "
+                 "fail the prefill check); block sampler: %zu of %zu completions differ; greedy: "
+                 "%zu of %zu", out->n_prefill_fail, out->n_block_differ, out->n_compared,
+                 out->n_greedy_differ, out->n_compared);
+    else if (out->n_block_differ > 0)
+        snprintf(out->verdict, sizeof out->verdict, "the engine is fine (%s); the sampler "
+                 "amplifies rounding (%zu of %zu completions differ); greedy decoding: %zu of %zu "
+                 "differ", fine, out->n_block_differ, out->n_compared, out->n_greedy_differ,
+                 out->n_compared);
+    else
+        snprintf(out->verdict, sizeof out->verdict, "the engine is fine (%s); the sampler did "
+                 "not amplify rounding here (0 of %zu completions differ; its closest decision "
+                 "was %.3g logits from flipping, greedy's %.3g); greedy decoding: %zu of %zu "
+                 "differ", fine, out->n_compared, out->min_blk_gap, out->min_greedy_gap,
+                 out->n_greedy_differ, out->n_compared);
+}
+
+int hx_block_check_run(hx_report *report, const lm_model *m, const int32_t *prompt,
+                       uint32_t n_prompt, const hx_config *configs, size_t n_configs,
+                       const hx_block_opts *o, lm_err *err)
+{
+    hx_block_report *out = &report->block;
+    memset(out, 0, sizeof *out);
     lm_block_params bp = o->p;
     if (!o->mask_set)
         bp.mask_id = find_mask(m);
-    const uint32_t n = bp.block * bp.n_blocks;
-    outcome *out = calloc(n_configs, sizeof *out);
+    out->run = true;
+    out->block = bp.block;
+    out->n_blocks = bp.n_blocks;
+    out->max_iters = bp.max_iters;
+    static const char *const crit[] = {"confidence", "entropy", "low-confidence"};
+    snprintf(out->criterion, sizeof out->criterion, "%s", crit[bp.criterion]);
+    if (bp.criterion == LM_BLOCK_LOW_CONFIDENCE)
+        snprintf(out->rule, sizeof out->rule, "the ceil(masked / iterations left) most confident "
+                 "positions per iteration");
+    else
+        snprintf(out->rule, sizeof out->rule, "%s %s %g", crit[bp.criterion],
+                 bp.criterion == LM_BLOCK_ENTROPY ? "<=" : ">=", bp.threshold);
+    out->threshold = bp.threshold;
+    out->mask_id = bp.mask_id;
+    out->rows = calloc(n_configs + 1, sizeof *out->rows);
+    outcome *res = calloc(n_configs, sizeof *res);
     outcome *base = calloc(n_configs, sizeof *base);
-    if (out == NULL || base == NULL) {
-        free(out);
-        free(base);
-        return LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
-    }
     int rc = LM_OK;
+    if (out->rows == NULL || res == NULL || base == NULL)
+        rc = LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
     for (size_t i = 0; i < n_configs && rc == LM_OK; ++i) {
-        rc = run_one(&out[i], m, &configs[i], prompt, n_prompt, &bp, err);
+        rc = run_one(&res[i], m, &configs[i], prompt, n_prompt, &bp, err);
         const hx_config bc = hx_config_baseline(&configs[i]);
         if (rc == LM_OK && !hx_config_equal(&bc, &configs[i]))
             rc = run_one(&base[i], m, &bc, prompt, n_prompt, &bp, err);
     }
-    size_t n_cmp = 0, n_blk = 0, n_ar = 0, n_bad_prefill = 0;
-    double worst_ratio = 0.0, blk_gap = INFINITY, ar_gap = INFINITY;
-    if (rc == LM_OK) {
-        fprintf(f, "\nblock sampler (%u block(s) of %u, mask token %d, up to %u iterations, "
-                "commit when %s %s %g) and greedy decoding of %u tokens, each against the same "
-                "backend's one-chunk run\n\n", bp.n_blocks, bp.block, (int)bp.mask_id,
-                bp.max_iters, bp.criterion == LM_BLOCK_ENTROPY ? "entropy" : "confidence",
-                bp.criterion == LM_BLOCK_ENTROPY ? "<=" : ">=", bp.threshold, n);
-        fprintf(f, "%-32s %-9s %8s %5s %9s %9s %-9s %-14s %9s %-7s  %s\n", "config", "prefill",
-                "err/E", "iters", "blk gap", "commit", "block", "first diff", "grd gap",
-                "greedy", "block completion");
-    }
     for (size_t i = 0; i < n_configs && rc == LM_OK; ++i) {
-        char name[HX_CONFIG_STR_MAX], first[32] = "-", txt[64], gr[16] = "same";
-        hx_config_format(name, sizeof name, &configs[i]);
-        const hx_config_report *cr = &report->configs[i];
-        const bool own = base[i].tok == NULL && out[i].skip == NULL;
-        const outcome *b = own ? &out[i] : &base[i];
-        if (out[i].skip != NULL || b->skip != NULL) {
-            fprintf(f, "%-32s %-9s %8.3g %5s %9s %9s %-9s %-14s %9s %-7s  skipped: %s\n", name,
-                    hx_class_name(cr->cls), cr->worst_ratio, "-", "-", "-", "-", "-", "-", "-",
-                    out[i].skip ? out[i].skip : b->skip);
-            continue;
-        }
-        uint32_t bi = 0, it = 0, pos = 0;
-        const bool differs = first_commit_diff(&out[i], b, &bp, &bi, &it, &pos);
-        if (differs)
-            snprintf(first, sizeof first, "b%u it%u pos%u", bi, it, pos);
-        int64_t ar_div = -1;
-        for (uint32_t k = 0; k < n && ar_div < 0; ++k)
-            if (out[i].ar[k] != b->ar[k])
-                ar_div = k;
-        if (ar_div >= 0)
-            snprintf(gr, sizeof gr, "at %lld", (long long)ar_div);
-        const bool tok_differ = memcmp(out[i].tok, b->tok, n * sizeof *b->tok) != 0;
-        text_of(txt, sizeof txt, m, out[i].tok, n);
-        fprintf(f, "%-32s %-9s %8.3g %5u %9.3g %9.3g %-9s %-14s %9.3g %-7s  %s\n", name,
-                hx_class_name(cr->cls), cr->worst_ratio, out[i].n_iters, out[i].blk_gap,
-                out[i].commit_gap,
-                own ? "(itself)" : tok_differ ? "DIFFERS" : differs ? "order" : "same", first,
-                out[i].ar_gap, gr, txt);
-        if (!own) {
-            ++n_cmp;
-            n_blk += tok_differ;
-            n_ar += ar_div >= 0;
-        }
-        n_bad_prefill += hx_class_fails(cr->cls);
-        blk_gap = out[i].blk_gap < blk_gap ? out[i].blk_gap : blk_gap;
-        ar_gap = out[i].ar_gap < ar_gap ? out[i].ar_gap : ar_gap;
-        worst_ratio = cr->worst_ratio > worst_ratio ? cr->worst_ratio : worst_ratio;
+        const bool own = base[i].tok == NULL && base[i].skip == NULL;
+        fill_row(&out->rows[out->n_rows++], m, &configs[i], &report->configs[i], &res[i],
+                 own ? NULL : &base[i], &bp);
     }
-    if (rc == LM_OK) {
-        fprintf(f, "\n(block: DIFFERS = other tokens than the one-chunk run, order = same tokens "
-                "committed at other iterations; first diff = block, iteration, position of the "
-                "first differing commit; greedy: first differing generated index; blk gap / grd "
-                "gap: smallest top-1 minus top-2 logit of any block-sampler / greedy decision, "
-                "commit: smallest probability margin of a commit decision (to the threshold, or "
-                "between the two best positions): rounding flips a decision only when it moves "
-                "the logits by about that much)\n");
-        if (n_bad_prefill == 0 && n_blk > 0)
-            fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
-                    "worst err/E %.3g); the sampler amplifies rounding (%zu of %zu completions "
-                    "differ); greedy decoding: %zu of %zu differ\n", worst_ratio, n_blk, n_cmp,
-                    n_ar, n_cmp);
-        else if (n_bad_prefill == 0)
-            fprintf(f, "verdict: the engine is fine (NOISE: every prefill within the envelope, "
-                    "worst err/E %.3g); the sampler did not amplify rounding here (0 of %zu "
-                    "completions differ; its closest decision was %.3g logits from flipping, "
-                    "greedy's %.3g); greedy decoding: %zu of %zu differ\n", worst_ratio, n_cmp,
-                    blk_gap, ar_gap, n_ar, n_cmp);
-        else
-            fprintf(f, "verdict: the engine is NOT fine (%zu configurations fail the prefill "
-                    "check); block sampler: %zu of %zu completions differ; greedy: %zu of %zu\n",
-                    n_bad_prefill, n_blk, n_cmp, n_ar, n_cmp);
-    }
-    for (size_t i = 0; i < n_configs; ++i) {
-        outcome_free(&out[i]);
+    if (rc == LM_OK)
+        summarize(out);
+    for (size_t i = 0; i < n_configs && res != NULL && base != NULL; ++i) {
+        outcome_free(&res[i]);
         outcome_free(&base[i]);
     }
-    free(out);
+    free(res);
     free(base);
     return rc;
+}
+
+void hx_block_print(FILE *f, const hx_block_report *b)
+{
+    const uint32_t n = b->block * b->n_blocks;
+    fprintf(f, "\nblock sampler (%u block(s) of %u, mask token %d, up to %u iterations, commit "
+            "%s) and greedy decoding of %u tokens, each against the same backend's one-chunk "
+            "run\n\n", b->n_blocks, b->block, (int)b->mask_id, b->max_iters, b->rule, n);
+    fprintf(f, "%-32s %-9s %8s %5s %9s %9s %-9s %-14s %9s %-7s  %s\n", "config", "prefill",
+            "err/E", "iters", "blk gap", "commit", "block", "first diff", "grd gap", "greedy",
+            "block completion");
+    for (size_t i = 0; i < b->n_rows; ++i) {
+        const hx_block_report_row *w = &b->rows[i];
+        if (w->skipped[0]) {
+            fprintf(f, "%-32s %-9s %8.3g %5s %9s %9s %-9s %-14s %9s %-7s  skipped: %s\n",
+                    w->config, hx_class_name(w->prefill_cls), w->prefill_ratio, "-", "-", "-",
+                    "-", "-", "-", "-", w->skipped);
+            continue;
+        }
+        char first[48] = "-", gr[24] = "same";
+        if (w->first_block >= 0)
+            snprintf(first, sizeof first, "b%lld it%lld pos%lld", (long long)w->first_block,
+                     (long long)w->first_iter, (long long)w->first_pos);
+        if (w->greedy_first >= 0)
+            snprintf(gr, sizeof gr, "at %lld", (long long)w->greedy_first);
+        fprintf(f, "%-32s %-9s %8.3g %5u %9.3g %9.3g %-9s %-14s %9.3g %-7s  %.60s\n", w->config,
+                hx_class_name(w->prefill_cls), w->prefill_ratio, w->n_iters, w->blk_gap,
+                w->commit_gap,
+                w->is_baseline ? "(itself)" : w->tokens_differ ? "DIFFERS"
+                                            : w->order_differs ? "order" : "same",
+                first, w->greedy_gap, w->is_baseline ? "-" : gr, w->completion);
+    }
+    fprintf(f, "\n(block: DIFFERS = other tokens than the one-chunk run, order = same tokens "
+            "committed at other iterations; first diff = block, iteration, position of the first "
+            "differing commit; greedy: first differing generated index; blk gap / grd gap: "
+            "smallest top-1 minus top-2 logit of any block-sampler / greedy decision, commit: "
+            "smallest probability margin of a commit decision (to the threshold, or between the "
+            "two best positions): rounding flips a decision only when it moves the logits by "
+            "about that much)\nverdict: %s\n", b->verdict);
 }

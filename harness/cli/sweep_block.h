@@ -16,7 +16,7 @@ typedef enum hx_block_opt {
     HX_OPT_BLOCKS,          /* --blocks N */
     HX_OPT_BLOCK_ITERS,     /* --block-iters S */
     HX_OPT_BLOCK_THRESHOLD, /* --block-threshold T */
-    HX_OPT_BLOCK_CRITERION, /* --block-criterion confidence|entropy */
+    HX_OPT_BLOCK_CRITERION, /* --block-criterion confidence|entropy|low-confidence */
     HX_OPT_MASK_TOKEN       /* --mask-token ID */
 } hx_block_opt;
 
@@ -40,7 +40,9 @@ typedef enum hx_block_opt {
     "      --block-iters S     iteration cap per block (default 8)\n"                         \
     "      --block-threshold T commit a masked position when its confidence >= T (default\n" \
     "                          0.9) or, with --block-criterion entropy, its entropy <= T\n"   \
-    "      --block-criterion C confidence (default) or entropy\n"                             \
+    "      --block-criterion C confidence (default), entropy, or low-confidence: LLaDA's\n"    \
+    "                          schedule, the ceil(masked / iterations left) most confident\n" \
+    "                          positions per iteration, no threshold, no early stop\n"      \
     "      --mask-token ID     the mask token (default: the vocabulary's <mask>, else 0)\n"
 
 typedef struct hx_block_opts {
@@ -52,10 +54,12 @@ typedef struct hx_block_opts {
 void hx_block_opts_init(hx_block_opts *o);
 int hx_block_opts_set(hx_block_opts *o, int opt, const char *arg, lm_err *err);
 
-/* Runs both samplers for every configuration (report->configs[i] <-> configs[i]) and prints
- * the table and the amplification summary. */
-int hx_block_check_print(FILE *f, const lm_model *m, const int32_t *prompt, uint32_t n_prompt,
-                         const hx_config *configs, size_t n_configs, const hx_report *report,
-                         const hx_block_opts *o, lm_err *err);
+/* Runs both samplers for every configuration (report->configs[i] <-> configs[i], whose
+ * prefill classes it quotes) into report->block (rows malloc'd), verdict line included. */
+int hx_block_check_run(hx_report *report, const lm_model *m, const int32_t *prompt,
+                       uint32_t n_prompt, const hx_config *configs, size_t n_configs,
+                       const hx_block_opts *o, lm_err *err);
+/* Its table, legend and verdict line. */
+void hx_block_print(FILE *f, const hx_block_report *b);
 
 #endif

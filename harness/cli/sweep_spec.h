@@ -6,6 +6,7 @@
 #include "config.h"
 #include "envelope.h"
 #include "kvd_spec.h"
+#include "report.h"
 
 #include <stdio.h>
 
@@ -51,12 +52,14 @@ void hx_spec_opts_init(hx_spec_opts *o);
 /* Parses one option of the group (opt an hx_spec_opt); LM_E_INPUT naming it. */
 int hx_spec_opts_set(hx_spec_opts *o, int opt, const char *arg, lm_err *err);
 
-/* Runs the check for every configuration x every K > 0 of the list and prints its table to f.
- * draft_path: the draft model's resolved file (NULL for self:L). env: the sweep's envelope
- * (its largest logits E and E_gap decide what a near tie is). *n_fail: rows SEQ_MISMATCH. */
-int hx_spec_check_print(FILE *f, const lm_model *m, const char *draft_path, const int32_t *prompt,
-                        uint32_t n_prompt, uint32_t n_gen, const hx_config *configs,
-                        size_t n_configs, const hx_spec_opts *o, const hx_envelope *env,
-                        size_t *n_fail, lm_err *err);
+/* Runs the check for every configuration x every K > 0 of the list (speccheck.h) into
+ * out (rows malloc'd). draft_path: the draft model's resolved file (NULL for self:L). env: the
+ * sweep's envelope (its largest logits E and E_gap decide what a near tie is). */
+int hx_spec_check_run(hx_spec_report *out, const lm_model *m, const char *draft_path,
+                      const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen,
+                      const hx_config *configs, size_t n_configs, const hx_spec_opts *o,
+                      const hx_envelope *env, lm_err *err);
+/* Its table and verdict line. */
+void hx_spec_print(FILE *f, const hx_spec_report *s);
 
 #endif

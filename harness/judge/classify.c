@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const names[HX_N_CLASSES] = {"EXACT", "NOISE",     "TIE_FLIP",    "DRIFT",
-                                                "FLIP",  "NONFINITE", "SEQ_MISMATCH"};
+static const char *const names[HX_N_CLASSES] = {"EXACT", "NOISE", "TIE_FLIP",  "SEMANTIC",
+                                                "DRIFT", "FLIP",  "NONFINITE", "SEQ_MISMATCH"};
 
 const char *hx_class_name(hx_class c)
 {

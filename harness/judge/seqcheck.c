@@ -77,12 +77,7 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
         snprintf(v.reason, sizeof v.reason,
                  "step %u: token %d, plain decoding %d; verify-row err %.3g %s E %.3g, gap %.3g "
                  "%s E_gap %.3g%s", s, (int)ts, (int)tp, v.err, v.err <= e ? "<=" : ">", e,
-                 v.gap, v.gap <= e_gap ? "<=" : ">", e_gap,
-                 tie                    ? " (numerical near tie)"
-                 : p->cfg.rot_max != 0 ? " (rotating cache: a verify chunk keeps max_size - 1 "
-                                         "old positions plus the chunk, a single step max_size "
-                                         "in all: the chunk's rows see older keys)"
-                                       : "");
+                 v.gap, v.gap <= e_gap ? "<=" : ">", e_gap, tie ? " (numerical near tie)" : "");
     } else {
         v.cls = bitwise ? HX_EXACT : HX_NOISE;
         snprintf(v.reason, sizeof v.reason, "%u tokens and histories equal; rows %s (max |d| "
@@ -90,4 +85,28 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
     }
     *out = v;
     return LM_OK;
+}
+
+bool hx_seq_policy_question(const hx_seq_verdict *v, const hx_config *cfg)
+{
+    return v->cls == HX_SEQ_MISMATCH && v->first_tok >= 0 &&
+           (v->first_hist < 0 || v->first_hist > v->first_tok) && cfg->rot_max != 0 &&
+           !cfg->rot_window;
+}
+
+void hx_seq_explain_policy(hx_seq_verdict *v, const hx_seq_verdict *window)
+{
+    char was[sizeof v->reason];
+    snprintf(was, sizeof was, "%s", v->reason);
+    if (hx_class_fails(window->cls)) {
+        snprintf(v->reason, sizeof v->reason, "%.200s; with the exact-window policy too (%s, "
+                 "step %lld): not the cache policy", was, hx_class_name(window->cls),
+                 (long long)window->first_tok);
+        return;
+    }
+    v->cls = HX_SEMANTIC;
+    snprintf(v->reason, sizeof v->reason, "%.170s; MLX's rotating cache: a verify chunk's rows "
+             "see older keys than a single step; the same decode with the exact window is %s: "
+             "the policy's chunk dependence, not a decoding bug", was,
+             hx_class_name(window->cls));
 }

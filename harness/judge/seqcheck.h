@@ -13,9 +13,14 @@
  *        err <= e and gap <= e_gap -> TIE_FLIP  (the verify chunk's logits differ from the
  *                                                single-step ones by rounding, and that flips
  *                                                a near tie: numerical, not a bug)
- *        otherwise                 -> SEQ_MISMATCH (with a rotating cache past its window this
- *                                     is the cache's semantics, said in the reason: a
- *                                     multi-token chunk keeps other keys than single steps)
+ *        otherwise                 -> SEQ_MISMATCH
+ *      With MLX's rotating cache (rot=MAX/KEEP) a verify chunk's row i attends to max_size - 1
+ *      older positions plus i + 1 chunk tokens, a single step to max_size keys in all, so past
+ *      the window the verify rows see older keys than plain decoding's rows by the policy's
+ *      definition. hx_seq_explain_policy re-judges such a SEQ_MISMATCH with the same decode
+ *      under the exact-window policy (rot=MAX/KEEP/window: the same slots, rollbacks and
+ *      chunks, only the later rows' masks differ): when that one passes, the difference is the
+ *      policy's chunk dependence, SEMANTIC (passes), not a decoding bug.
  *   3. no difference: EXACT when every raw row is bitwise equal, else NOISE (the rows differ
  *      by rounding, the choices did not).
  * Processed rows are recomputed here from the raw ones: the penalties of one step transform
@@ -40,5 +45,13 @@ typedef struct hx_seq_verdict {
 int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prompt,
                  uint32_t n_prompt, const lm_penalty_params *pen, double e, double e_gap,
                  lm_err *err);
+
+/* Whether v (of cfg) is a token SEQ_MISMATCH that the exact-window counterpart may explain:
+ * cfg uses MLX's rotating cache and the tokens differed before any history did. */
+bool hx_seq_policy_question(const hx_seq_verdict *v, const hx_config *cfg);
+/* v: the MLX-policy verdict (hx_seq_policy_question true); window: the verdict of the same
+ * configuration with rot_window set. A passing window verdict makes v SEMANTIC, its reason
+ * naming both; otherwise v stays SEQ_MISMATCH and its reason says the exact window fails too. */
+void hx_seq_explain_policy(hx_seq_verdict *v, const hx_seq_verdict *window);
 
 #endif

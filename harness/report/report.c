@@ -60,6 +60,8 @@ void hx_report_free(hx_report *r)
     free(r->configs);
     free(r->dumps);
     free(r->pairs);
+    free(r->spec.rows);
+    free(r->block.rows);
     free(r);
 }
 
@@ -165,6 +167,9 @@ int hx_report_exit_code(const hx_report *r, bool strict)
     }
     for (size_t i = 0; i < r->n_configs; ++i)
         if (hx_config_report_fails(&r->configs[i], strict))
+            return 1;
+    for (size_t i = 0; i < r->spec.n_rows; ++i)
+        if (hx_class_fails(r->spec.rows[i].cls))
             return 1;
     return 0;
 }

@@ -126,6 +126,67 @@ typedef struct hx_dump_pair {
     char closer[8];            /* "a", "b" or "tie": smaller mean KL to the reference */
 } hx_dump_pair;
 
+/* The speculative-decoding check (`sweep --spec`): one row per configuration x K > 0
+ * (harness/run/speccheck.h decides each; seqcheck.h states the rules). */
+typedef struct hx_spec_report_row {
+    char config[HX_CONFIG_STR_MAX]; /* the speculative configuration (spec=K, draft=D) */
+    hx_class cls;              /* EXACT, NOISE, TIE_FLIP, SEMANTIC or SEQ_MISMATCH */
+    int64_t first_tok;         /* first step whose token differs from plain decoding's; -1 */
+    int64_t first_hist;        /* first step whose processor history differs; -1 */
+    double max_abs;            /* max |verify row - single-step row| before first_tok */
+    double err, gap;           /* at first_tok (NaN when no token difference was judged) */
+    uint32_t n_rounds, n_drafted, n_accepted;
+    int window_cls;            /* the exact-window counterpart's class; -1 = not run */
+    char reason[400];
+} hx_spec_report_row;
+
+typedef struct hx_spec_report {
+    bool run;                  /* false: no --spec, no fields */
+    char draft[HX_DRAFT_MAX];
+    float repeat_penalty, frequency_penalty, presence_penalty;
+    uint32_t repeat_last_n;
+    double e, e_gap;           /* near-tie bounds used */
+    size_t n_rows;
+    hx_spec_report_row *rows;  /* [n_rows] */
+} hx_spec_report;
+
+/* The block sampler's amplification check (`sweep --sampler block`): per configuration the
+ * block sampler's and greedy decoding's completions against the same backend's one-chunk
+ * run, beside the configuration's prefill class and err/E. */
+typedef struct hx_block_report_row {
+    char config[HX_CONFIG_STR_MAX];
+    char skipped[96];          /* "" when it ran, else why not */
+    hx_class prefill_cls;      /* the sweep's class of the configuration */
+    double prefill_ratio;      /* its worst err/E */
+    bool is_baseline;          /* it is its own one-chunk run (nothing compared) */
+    bool tokens_differ;        /* other completion than the one-chunk run */
+    bool order_differs;        /* same tokens, committed at other iterations */
+    int64_t first_block, first_iter, first_pos; /* first differing commit; -1 none */
+    int64_t greedy_first;      /* first differing greedy index; -1 none */
+    uint32_t n_iters;
+    double blk_gap;            /* smallest top-1 minus top-2 logit of a block decision */
+    double commit_gap;         /* smallest probability margin of a commit decision */
+    double greedy_gap;         /* smallest top-1 minus top-2 logit of a greedy step */
+    char completion[160];      /* the block sampler's completion as text (or ids) */
+} hx_block_report_row;
+
+typedef struct hx_block_report {
+    bool run;
+    uint32_t block, n_blocks, max_iters;
+    char criterion[16];        /* "confidence" (>= threshold), "entropy" (<= threshold) or
+                                  "low-confidence" (LLaDA's schedule: no threshold) */
+    char rule[96];             /* the commit rule in words, e.g. "confidence >= 0.9" */
+    double threshold;
+    int32_t mask_id;
+    size_t n_compared;         /* rows that ran and are not their own baseline */
+    size_t n_block_differ, n_greedy_differ, n_prefill_fail;
+    double worst_ratio;        /* over the rows that ran */
+    double min_blk_gap, min_greedy_gap;
+    char verdict[400];         /* the one-line conclusion */
+    size_t n_rows;
+    hx_block_report_row *rows; /* [n_rows] */
+} hx_block_report;
+
 #define HX_COMMAND_LINE_MAX 1024
 
 /* The phases of a sweep, in order, as timed in hx_report.phase_s. */
@@ -166,6 +227,8 @@ typedef struct hx_report {
     char command_line[HX_COMMAND_LINE_MAX]; /* "kvdrift sweep ..." ("" when no command set it) */
     int32_t *prompt_ids;       /* [n_prompt] the prompt's token ids (owned; NULL: unknown) */
     double phase_s[HX_N_PHASES]; /* wall seconds per phase (hx_phase_name), 0 = not run */
+    hx_spec_report spec;       /* sweep --spec (rows owned) */
+    hx_block_report block;     /* sweep --sampler block (rows owned) */
 } hx_report;
 
 int hx_report_create(hx_report **out, const char *case_name, lm_err *err);
@@ -187,9 +250,14 @@ void hx_config_report_set_divergence(hx_config_report *c, int64_t first, hx_clas
 bool hx_config_report_fails(const hx_config_report *c, bool strict);
 /* Worst class over configurations (EXACT when none). */
 hx_class hx_report_worst(const hx_report *r);
-/* 0 when no configuration fails, 1 otherwise; with dumps (judge): 1 when a dump is explained
- * by none of its profiles. */
+/* 0 when no configuration fails and no speculative-check row is SEQ_MISMATCH, 1 otherwise;
+ * with dumps (judge): 1 when a dump is explained by none of its profiles. */
 int hx_report_exit_code(const hx_report *r, bool strict);
+
+/* The sweep's after-table sections (report_sections.c): JSON members "spec" and
+ * "block_sampler" added to o and their Markdown sections; nothing for a section not run. */
+int hx_report_sections_json(void *o /* json_t * */, const hx_report *r);
+void hx_report_sections_md(FILE *f, const hx_report *r);
 
 /* The judge's sections (report_judge.c): JSON members "dumps" and "pairs" added to o, and the
  * Markdown section. Nothing when n_dumps == 0. */

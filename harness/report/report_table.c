@@ -30,7 +30,7 @@ static const char *class_colour(const char *cls)
 {
     if (strcmp(cls, "EXACT") == 0 || strcmp(cls, "NOISE") == 0)
         return "\033[32m";
-    if (strcmp(cls, "TIE_FLIP") == 0)
+    if (strcmp(cls, "TIE_FLIP") == 0 || strcmp(cls, "SEMANTIC") == 0)
         return "\033[33m";
     if (strcmp(cls, "DRIFT") == 0 || strcmp(cls, "FLIP") == 0 || strcmp(cls, "NONFINITE") == 0 ||
         strcmp(cls, "SEQ_MISMATCH") == 0)

@@ -52,7 +52,7 @@ void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
                           .n_threads = (int)cfg->threads, .n_ctx = n_ctx,
                           .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
                           .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep,
-                          .profile = cfg->profile};
+                          .rot_window = cfg->rot_window, .profile = cfg->profile};
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -1,6 +1,8 @@
 /* specrun.c — plain and speculative decoding of one configuration, traced (specrun.h). */
 #include "specrun.h"
 
+#include "runner.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,15 +51,15 @@ static int decode(hx_spec_side *s, const lm_model *target, const lm_model *draft
     const uint32_t train = target->hp.n_ctx_train;
     if (train != 0 && need > train)
         need = train;
-    lm_ctx_params cp = {.backend = cfg->backend, .n_threads = (int)cfg->threads,
-                        .n_ctx = (uint32_t)need,
-                        .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
-                        .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep};
+    char be[LM_BACKEND_NAME_MAX];
+    lm_ctx_params cp;
+    hx_config_ctx_params(&cp, be, cfg, (uint32_t)need);
     lm_ctx *tc = NULL, *dc = NULL;
     int rc = lm_ctx_create(&tc, target, &cp, err);
     if (rc == LM_OK && k > 0) {
         lm_ctx_params dp = cp;
         dp.rot_max_size = dp.rot_keep = 0;
+        dp.rot_window = false;
         if (draft->hp.n_ctx_train != 0 && dp.n_ctx > draft->hp.n_ctx_train)
             dp.n_ctx = draft->hp.n_ctx_train;
         rc = lm_ctx_create(&dc, draft, &dp, err);

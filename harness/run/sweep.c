@@ -491,10 +491,13 @@ static const hx_envelope *env_of(const hx_sweep_result *r, const hx_config *c)
 }
 
 /* The reference of the teacher path computed with a rotating cache's schedule (max, keep,
- * step; step 0 = one chunk), through the same cache as the plain one. */
+ * step; step 0 = one chunk), through the same cache as the plain one. The exact-window policy
+ * sees, at every step, what MLX's policy sees token by token: its schedule is step 1's. */
 static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_sweep_params *p,
                         const hx_config *cfg, uint32_t step, lm_err *err)
 {
+    if (cfg->rot_window)
+        step = 1;
     ref_request rq = {.tokens = r->ref.tokens, .n_tokens = r->ref.n_tokens,
                       .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
@@ -590,7 +593,7 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
                 rc = hx_compare_capture(c, run->cap, run->base, &rs, env_of(r, &run->cfg), err);
             if (rc == LM_OK) {
                 hx_compare_semantic(c, &rs, &r1);
-                c->sem_same_schedule = run->cfg.step == 0;
+                c->sem_same_schedule = run->cfg.step == 0 || run->cfg.rot_window;
             }
             ref_capture_free(&rs);
             ref_capture_free(&r1);

@@ -40,7 +40,9 @@
  *      with its own schedule (ref_request rot_max_size/rot_keep, rot_step = its step; cached
  *      like the plain one), and that reference is compared with the same cache's one-chunk
  *      reference (rot_step 0) into the report's sem_* fields (semantic divergence: argmax
- *      changes, max |dlogit|, smallest one-chunk margin, over the teacher-forced rows). The
+ *      changes, max |dlogit|, smallest one-chunk margin, over the teacher-forced rows); with
+ *      the exact-window policy (rot=MAX/KEEP/window) both are the step-1 schedule, which is what
+ *      that policy computes at every step (sem_same_schedule). The
  *      envelope stays the plain cache's one-chunk ensemble (an approximation of the rounding
  *      noise of another schedule: same operations, different key sets).
  *  (e) MoE models only: routing flips of every configuration against the reference's routing

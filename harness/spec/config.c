@@ -25,8 +25,9 @@ static bool field_is(const char *f, size_t len, const char *word)
 }
 
 /* KEEP 0 is allowed, so it is special-cased (the other fields want >= 1). */
-bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
+bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep, bool *window)
 {
+    *window = false;
     if (field_is(s, len, "none")) {
         *max = *keep = 0;
         return true;
@@ -37,6 +38,13 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep)
     if (slash == NULL)
         return false;
     size_t mlen = (size_t)(slash - s), klen = len - mlen - 1;
+    const char *pol = memchr(slash + 1, *slash, klen); /* MAX/KEEP/window */
+    if (pol != NULL) {
+        if (!field_is(pol + 1, len - (size_t)(pol + 1 - s), "window"))
+            return false;
+        *window = true;
+        klen = (size_t)(pol - slash - 1);
+    }
     uint32_t k = 0;
     if (field_is(slash + 1, klen, "0"))
         k = 0;
@@ -108,7 +116,8 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                 ok = false;
         } else if (field_is(f, klen, "rot")) {
             seen = &seen_rot;
-            ok = memchr(val, ':', vlen) == NULL && hx_rot_parse(val, vlen, &c.rot_max, &c.rot_keep);
+            ok = memchr(val, ':', vlen) == NULL &&
+                 hx_rot_parse(val, vlen, &c.rot_max, &c.rot_keep, &c.rot_window);
         } else if (field_is(f, klen, "profile")) {
             seen = &seen_prof;
             ok = hx_profile_parse(c.profile, val, vlen);
@@ -151,7 +160,7 @@ const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c)
 
 int hx_config_format(char *buf, size_t n, const hx_config *c)
 {
-    char step[16], thr[24] = "", attn[24] = "", rot[32] = "", prof[24] = "";
+    char step[16], thr[24] = "", attn[24] = "", rot[40] = "", prof[24] = "";
     if (c->step == 0)
         snprintf(step, sizeof step, "full");
     else
@@ -161,7 +170,8 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
     if (c->attn != HX_ATTN_DEFAULT)
         snprintf(attn, sizeof attn, ":attn=%s", hx_attn_name(c->attn));
     if (c->rot_max != 0)
-        snprintf(rot, sizeof rot, ":rot=%u/%u", (unsigned)c->rot_max, (unsigned)c->rot_keep);
+        snprintf(rot, sizeof rot, ":rot=%u/%u%s", (unsigned)c->rot_max, (unsigned)c->rot_keep,
+                 c->rot_window ? "/window" : "");
     if (c->profile[0] != '\0')
         snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
     char spec[24] = "";
@@ -182,6 +192,7 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
+           a->rot_window == b->rot_window &&
            a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
            strcmp(a->profile, b->profile) == 0;
 }
@@ -192,20 +203,22 @@ int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *
     size_t n_rot = 1;
     for (const char *q = list; *q; ++q)
         n_rot += *q == ',';
-    uint32_t(*rot)[2] = calloc(n_rot, sizeof *rot);
+    uint32_t(*rot)[3] = calloc(n_rot, sizeof *rot); /* max, keep, window */
     if (rot == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     const char *s = list;
     for (size_t i = 0; i < n_rot; ++i) {
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (!hx_rot_parse(s, len, &rot[i][0], &rot[i][1])) {
+        bool window = false;
+        if (!hx_rot_parse(s, len, &rot[i][0], &rot[i][1], &window)) {
             free(rot);
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (none or MAX:KEEP with "
-                           "MAX >= 2 and KEEP < MAX)", what, list, (int)len, s);
+            return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (none or MAX:KEEP[:window] "
+                           "with MAX >= 2 and KEEP < MAX)", what, list, (int)len, s);
         }
+        rot[i][2] = window;
         for (size_t j = 0; j < i; ++j)
-            if (rot[j][0] == rot[i][0] && rot[j][1] == rot[i][1]) {
+            if (rot[j][0] == rot[i][0] && rot[j][1] == rot[i][1] && rot[j][2] == rot[i][2]) {
                 free(rot);
                 return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", what, list,
                                (int)len, s);
@@ -224,6 +237,7 @@ int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *
             out[k] = (*v)[i];
             out[k].rot_max = rot[r][0];
             out[k].rot_keep = rot[r][1];
+            out[k].rot_window = rot[r][2] != 0;
             ++k;
         }
     free(rot);

@@ -25,6 +25,8 @@ typedef struct hx_config {
     hx_attn attn;
     uint32_t rot_max;  /* rotating KV cache (`rot=MAX/KEEP`): max_size; 0 = the plain cache */
     uint32_t rot_keep; /* positions always kept (< rot_max); 0 when rot_max is 0 */
+    bool rot_window;   /* `rot=MAX/KEEP/window`: the exact-window policy (lm_ctx_params
+                          rot_window: chunk-invariant); false: MLX's policy */
     char profile[8];   /* precision profile (kvd_profile.h, `profile=`): "" = f32 */
     uint32_t spec;     /* speculative decoding (`spec=K`): K drafted tokens per round; 0 = plain */
     char draft[HX_DRAFT_MAX]; /* `draft=`: "self:L" (the model's first L layers) or a model
@@ -35,7 +37,8 @@ typedef struct hx_config {
 
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
  * 1..LM_MAX_THREADS, the engine's limit), attn (dense|stream), rot (MAX/KEEP: a rotating KV
- * cache with max_size MAX >= 2 and keep KEEP < MAX, both decimal; "none" = the plain cache;
+ * cache with max_size MAX >= 2 and keep KEEP < MAX, both decimal, MLX's policy; MAX/KEEP/window:
+ * the same cache with the exact-window policy; "none" = the plain cache;
  * '/' because ':' separates fields); profile (a precision
  * profile name, lm_profile_find; "f32" is stored as ""); spec (K >= 0 drafted tokens; 0 = plain decoding),
  * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
@@ -46,7 +49,8 @@ typedef struct hx_config {
 int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
- * when not default, then rot=MAX/KEEP when rotating, then profile=P when not f32, then spec=K
+ * when not default, then rot=MAX/KEEP[/window] when rotating, then profile=P when not f32,
+ * then spec=K
  * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
@@ -58,11 +62,12 @@ bool hx_config_equal(const hx_config *a, const hx_config *b);
 
 /* A rotating-cache value s[0..len): "none" (*max = *keep = 0) or MAX/KEEP or MAX:KEEP (the
  * sweep's --rot list and case files accept ':'; a CONFIG string needs '/'), with MAX >= 2 and
- * KEEP < MAX (the engine's limits, kvcache_rotating.h). False when malformed. */
-bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep);
+ * KEEP < MAX (the engine's limits, kvcache_rotating.h), optionally followed by the same
+ * separator and "window" (*window = true: the exact-window policy). False when malformed. */
+bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep, bool *window);
 
 /* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
- * and MAX:KEEP (or MAX/KEEP) values, no duplicates; the rot value varies slowest (the whole
+ * and MAX:KEEP[:window] (or MAX/KEEP[/window]) values, no duplicates; the rot value varies slowest (the whole
  * list once per value, in list order). *v is replaced (the old array freed). LM_E_INPUT
  * naming `what` (the option or key), the list and the bad or repeated item; then *v and *n are
  * unchanged. With *n == 0 it only validates the list. */

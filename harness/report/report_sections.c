@@ -1,0 +1,200 @@
+/* report_sections.c — the sweep's after-table sections of report.json ("spec",
+ * "block_sampler") and report.md: the speculative-decoding check and the block sampler's
+ * amplification check. */
+#include "report.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+static json_t *num(double d)
+{
+    if (isnan(d))
+        return json_string("NaN");
+    if (isinf(d))
+        return json_string(d > 0 ? "Infinity" : "-Infinity");
+    return json_real(d);
+}
+
+static int put(json_t *o, const char *k, json_t *v)
+{
+    return v == NULL || json_object_set_new(o, k, v) != 0;
+}
+
+static json_t *spec_row(const hx_spec_report_row *w, int *bad)
+{
+    json_t *o = json_object();
+    if (o == NULL) {
+        *bad = 1;
+        return NULL;
+    }
+    *bad |= put(o, "config", json_string(w->config));
+    *bad |= put(o, "class", json_string(hx_class_name(w->cls)));
+    *bad |= put(o, "fails", json_boolean(hx_class_fails(w->cls)));
+    *bad |= put(o, "first_token_differs", json_integer(w->first_tok));
+    *bad |= put(o, "first_history_differs", json_integer(w->first_hist));
+    *bad |= put(o, "max_abs", num(w->max_abs));
+    *bad |= put(o, "err", num(w->err));
+    *bad |= put(o, "gap", num(w->gap));
+    *bad |= put(o, "rounds", json_integer(w->n_rounds));
+    *bad |= put(o, "drafted", json_integer(w->n_drafted));
+    *bad |= put(o, "accepted", json_integer(w->n_accepted));
+    *bad |= put(o, "window_class", w->window_cls < 0
+                                       ? json_null()
+                                       : json_string(hx_class_name((hx_class)w->window_cls)));
+    *bad |= put(o, "reason", json_string(w->reason));
+    return o;
+}
+
+static json_t *spec_obj(const hx_spec_report *s, int *bad)
+{
+    json_t *o = json_object(), *pen = json_object(), *rows = json_array();
+    if (o == NULL || pen == NULL || rows == NULL) {
+        *bad = 1;
+        json_decref(o);
+        json_decref(pen);
+        json_decref(rows);
+        return NULL;
+    }
+    *bad |= put(o, "draft", json_string(s->draft));
+    *bad |= put(pen, "repeat_penalty", num(s->repeat_penalty));
+    *bad |= put(pen, "repeat_last_n", json_integer(s->repeat_last_n));
+    *bad |= put(pen, "frequency_penalty", num(s->frequency_penalty));
+    *bad |= put(pen, "presence_penalty", num(s->presence_penalty));
+    *bad |= put(o, "penalties", pen);
+    *bad |= put(o, "e", num(s->e));
+    *bad |= put(o, "e_gap", num(s->e_gap));
+    size_t n_fail = 0;
+    for (size_t i = 0; i < s->n_rows; ++i) {
+        n_fail += hx_class_fails(s->rows[i].cls);
+        *bad |= json_array_append_new(rows, spec_row(&s->rows[i], bad)) != 0;
+    }
+    *bad |= put(o, "failures", json_integer((json_int_t)n_fail));
+    *bad |= put(o, "rows", rows);
+    return o;
+}
+
+static json_t *block_row(const hx_block_report_row *w, int *bad)
+{
+    json_t *o = json_object();
+    if (o == NULL) {
+        *bad = 1;
+        return NULL;
+    }
+    *bad |= put(o, "config", json_string(w->config));
+    *bad |= put(o, "skipped", w->skipped[0] ? json_string(w->skipped) : json_null());
+    *bad |= put(o, "prefill_class", json_string(hx_class_name(w->prefill_cls)));
+    *bad |= put(o, "prefill_worst_ratio", num(w->prefill_ratio));
+    if (w->skipped[0])
+        return o;
+    *bad |= put(o, "is_baseline", json_boolean(w->is_baseline));
+    *bad |= put(o, "block_differs", json_boolean(w->tokens_differ));
+    *bad |= put(o, "block_order_differs", json_boolean(w->order_differs));
+    *bad |= put(o, "first_block", json_integer(w->first_block));
+    *bad |= put(o, "first_iteration", json_integer(w->first_iter));
+    *bad |= put(o, "first_position", json_integer(w->first_pos));
+    *bad |= put(o, "greedy_first_differs", json_integer(w->greedy_first));
+    *bad |= put(o, "iterations", json_integer(w->n_iters));
+    *bad |= put(o, "block_min_logit_gap", num(w->blk_gap));
+    *bad |= put(o, "block_min_commit_gap", num(w->commit_gap));
+    *bad |= put(o, "greedy_min_logit_gap", num(w->greedy_gap));
+    *bad |= put(o, "completion", json_string(w->completion));
+    return o;
+}
+
+static json_t *block_obj(const hx_block_report *b, int *bad)
+{
+    json_t *o = json_object(), *rows = json_array();
+    if (o == NULL || rows == NULL) {
+        *bad = 1;
+        json_decref(o);
+        json_decref(rows);
+        return NULL;
+    }
+    *bad |= put(o, "block", json_integer(b->block));
+    *bad |= put(o, "blocks", json_integer(b->n_blocks));
+    *bad |= put(o, "max_iterations", json_integer(b->max_iters));
+    *bad |= put(o, "criterion", json_string(b->criterion));
+    *bad |= put(o, "rule", json_string(b->rule));
+    *bad |= put(o, "threshold", num(b->threshold));
+    *bad |= put(o, "mask_token", json_integer(b->mask_id));
+    *bad |= put(o, "compared", json_integer((json_int_t)b->n_compared));
+    *bad |= put(o, "block_differ", json_integer((json_int_t)b->n_block_differ));
+    *bad |= put(o, "greedy_differ", json_integer((json_int_t)b->n_greedy_differ));
+    *bad |= put(o, "prefill_failures", json_integer((json_int_t)b->n_prefill_fail));
+    *bad |= put(o, "worst_ratio", num(b->worst_ratio));
+    *bad |= put(o, "block_min_logit_gap", num(b->min_blk_gap));
+    *bad |= put(o, "greedy_min_logit_gap", num(b->min_greedy_gap));
+    *bad |= put(o, "verdict", json_string(b->verdict));
+    for (size_t i = 0; i < b->n_rows; ++i)
+        *bad |= json_array_append_new(rows, block_row(&b->rows[i], bad)) != 0;
+    *bad |= put(o, "rows", rows);
+    return o;
+}
+
+int hx_report_sections_json(void *obj, const hx_report *r)
+{
+    json_t *o = obj;
+    int bad = 0;
+    if (r->spec.run)
+        bad |= put(o, "spec", spec_obj(&r->spec, &bad));
+    if (r->block.run)
+        bad |= put(o, "block_sampler", block_obj(&r->block, &bad));
+    return bad;
+}
+
+void hx_report_sections_md(FILE *f, const hx_report *r)
+{
+    const hx_spec_report *s = &r->spec;
+    if (s->run) {
+        size_t n_fail = 0;
+        for (size_t i = 0; i < s->n_rows; ++i)
+            n_fail += hx_class_fails(s->rows[i].cls);
+        fprintf(f, "\n## Speculative decoding vs plain decoding\n\nDraft `%s`; processors: "
+                "repeat-penalty %g, repeat-last-n %u, frequency-penalty %g, presence-penalty %g; "
+                "near tie: verify row within E %.3g and gap within E_gap %.3g. **%s**: %zu of %zu "
+                "rows SEQ_MISMATCH.\n\n| config | class | first token diff | first history diff "
+                "| max abs | accepted | why |\n|---|---|---:|---:|---:|---:|---|\n",
+                s->draft, (double)s->repeat_penalty, (unsigned)s->repeat_last_n,
+                (double)s->frequency_penalty, (double)s->presence_penalty, s->e, s->e_gap,
+                n_fail ? "FAIL" : "pass", n_fail, s->n_rows);
+        for (size_t i = 0; i < s->n_rows; ++i) {
+            const hx_spec_report_row *w = &s->rows[i];
+            fprintf(f, "| `%s` | %s | %lld | %lld | %.3g | %u/%u | %s |\n", w->config,
+                    hx_class_name(w->cls), (long long)w->first_tok, (long long)w->first_hist,
+                    w->max_abs, (unsigned)w->n_accepted, (unsigned)w->n_drafted, w->reason);
+        }
+    }
+    const hx_block_report *b = &r->block;
+    if (!b->run)
+        return;
+    fprintf(f, "\n## Block sampler and greedy decoding vs the one-chunk run\n\n%u block(s) of %u, "
+            "mask token %d, up to %u iterations, commit %s.\n\n**%s**\n\n"
+            "| config | prefill | err/E | iterations | block | first diff (block, iteration, "
+            "position) | block gap | commit gap | greedy | greedy gap |\n"
+            "|---|---|---:|---:|---|---|---:|---:|---|---:|\n",
+            (unsigned)b->n_blocks, (unsigned)b->block, (int)b->mask_id, (unsigned)b->max_iters,
+            b->rule, b->verdict);
+    for (size_t i = 0; i < b->n_rows; ++i) {
+        const hx_block_report_row *w = &b->rows[i];
+        if (w->skipped[0]) {
+            fprintf(f, "| `%s` | %s | %.3g | skipped: %s | | | | | | |\n", w->config,
+                    hx_class_name(w->prefill_cls), w->prefill_ratio, w->skipped);
+            continue;
+        }
+        char first[72] = "-", greedy[40] = "same";
+        if (w->first_block >= 0)
+            snprintf(first, sizeof first, "%lld, %lld, %lld", (long long)w->first_block,
+                     (long long)w->first_iter, (long long)w->first_pos);
+        if (w->greedy_first >= 0)
+            snprintf(greedy, sizeof greedy, "differs at %lld", (long long)w->greedy_first);
+        fprintf(f, "| `%s` | %s | %.3g | %u | %s | %s | %.3g | %.3g | %s | %.3g |\n", w->config,
+                hx_class_name(w->prefill_cls), w->prefill_ratio, (unsigned)w->n_iters,
+                w->is_baseline      ? "(itself)"
+                : w->tokens_differ  ? "**DIFFERS**"
+                : w->order_differs ? "order"
+                                    : "same",
+                first, w->blk_gap, w->commit_gap, w->is_baseline ? "(itself)" : greedy,
+                w->greedy_gap);
+    }
+}
