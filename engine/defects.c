@@ -22,6 +22,9 @@ static const char *const names[LM_DEFECT_COUNT] = {
     [LM_DEFECT_HIST_DOUBLE_NEWEST] = "hist-double-newest",
     [LM_DEFECT_HIST_NO_PROMPT] = "hist-no-prompt",
     [LM_DEFECT_ROLLBACK_KEEPS_ONE] = "rollback-keeps-one",
+    [LM_DEFECT_ROT_CONCAT_SLOT_ORDER] = "rot-concat-slot-order",
+    [LM_DEFECT_KV_F16] = "kv-f16",
+    [LM_DEFECT_F16_SUBNORMAL] = "f16-subnormal",
 };
 
 void lm_test_set_defect(lm_defect d)

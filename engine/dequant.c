@@ -22,6 +22,7 @@
  * Each product and sum is done in float32, in the order of ggml's reference dequantizers
  * (ggml-quants.c dequantize_row_*): f16 widened exactly, then float multiplies and adds (no
  * fused multiply-add: the build uses -ffp-contract=off), so the values are bitwise ggml's. */
+#include "kvd_defects.h"
 #include "kvd_gguf.h"
 
 #include <inttypes.h>
@@ -54,6 +55,8 @@ float lm_f16_to_f32(uint16_t h)
             return bits_f32(sign); /* ±0 */
         /* subnormal: value = man * 2^-24; normalise */
         int e = -1;
+        if (LM_DEFECT_ON(NULL, LM_DEFECT_F16_SUBNORMAL))
+            e = 0; /* test defect: one shift too many counted, the value halved */
         do {
             man <<= 1;
             ++e;

@@ -35,6 +35,7 @@
 #include "kvd_spec.h"
 
 #include "kvd_defects.h"
+#include "kvd_gguf.h"
 #include "attention.h"
 #include "backend.h"
 #include "expf.h"
@@ -303,6 +304,11 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     /* profiles only: K and V as the cache stores them (f16kv: binary16) */
     lm_backend_perturb(be, kc, n, kv_dim, kv_dim, LM_SITE_KV);
     lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_KV);
+    if (LM_DEFECT_ON(be->vt->name, LM_DEFECT_KV_F16))
+        for (size_t i = 0; i < (size_t)n * kv_dim; ++i) { /* test defect: a float16 KV cache */
+            kc[i] = lm_f16_to_f32(lm_f32_to_f16(kc[i]));
+            vc[i] = lm_f16_to_f32(lm_f32_to_f16(vc[i]));
+        }
     probe(c, il, "q", c->q, n, q_dim);
     probe(c, il, "k", kc, n, kv_dim);
     probe(c, il, "v", vc, n, kv_dim);

@@ -1,6 +1,7 @@
 /* kvcache_rotating.c — slot bookkeeping of the rotating KV cache (semantics in
  * kvcache_rotating.h). */
 #include "kvcache_rotating.h"
+#include "kvd_defects.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,13 @@ void lm_rotcache_reset(lm_rotcache *rc)
  * layout ever be otherwise (it is then still correct, only slower). */
 static void temporal_order(lm_rotcache *rc)
 {
+    if (LM_DEFECT_ON(NULL, LM_DEFECT_ROT_CONCAT_SLOT_ORDER)) {
+        /* test defect: the slot order taken for the temporal order (true until the in-place
+         * ring wraps) */
+        for (uint32_t s = 0; s < rc->size; ++s)
+            rc->gather[s] = s;
+        return;
+    }
     const uint32_t keep = rc->keep < rc->size ? rc->keep : rc->size;
     uint32_t start = keep;
     for (uint32_t s = keep + 1; s < rc->size; ++s)

@@ -53,11 +53,32 @@ static void reduce(uint32_t *set, uint32_t *count, uint32_t limit, uint32_t keep
 int ref_rot_schedule_make(ref_rot_schedule *out, uint32_t max_size, uint32_t keep, uint32_t step,
                           uint32_t n_prompt, uint32_t n_tokens, lm_err *err)
 {
+    return ref_rot_schedule_make_turns(out, max_size, keep, step, n_prompt, 0, n_prompt,
+                                       n_tokens, err);
+}
+
+/* Size of the chunk that starts at prompt position p: chunks of `step` inside the segment
+ * [0, turn_at), single tokens inside [turn_at, turn_at + turn_d), chunks of `step` inside
+ * [turn_at + turn_d, n_prompt). */
+static uint32_t prompt_chunk(uint32_t p, uint32_t step, uint32_t turn_at, uint32_t turn_d,
+                             uint32_t n_prompt)
+{
+    if (p >= turn_at && p < turn_at + turn_d)
+        return 1;
+    const uint32_t end = p < turn_at ? turn_at : n_prompt;
+    return end - p < step ? end - p : step;
+}
+
+int ref_rot_schedule_make_turns(ref_rot_schedule *out, uint32_t max_size, uint32_t keep,
+                                uint32_t step, uint32_t turn_at, uint32_t turn_d,
+                                uint32_t n_prompt, uint32_t n_tokens, lm_err *err)
+{
     memset(out, 0, sizeof *out);
-    if (max_size < 2 || keep >= max_size || n_prompt == 0 || n_prompt > n_tokens)
+    if (max_size < 2 || keep >= max_size || n_prompt == 0 || n_prompt > n_tokens ||
+        turn_at == 0 || (uint64_t)turn_at + turn_d > n_prompt)
         return LM_FAIL(err, LM_E_INPUT,
-                       "reference: rotating cache max_size %u keep %u prompt %u/%u is invalid",
-                       max_size, keep, n_prompt, n_tokens);
+                       "reference: rotating cache max_size %u keep %u prompt %u/%u turn %u+%u is "
+                       "invalid", max_size, keep, n_prompt, n_tokens, turn_at, turn_d);
     if (step == 0 || step > n_prompt)
         step = n_prompt;
     const uint64_t per = (uint64_t)max_size + step; /* bound of one token's list */
@@ -73,7 +94,7 @@ int ref_rot_schedule_make(ref_rot_schedule *out, uint32_t max_size, uint32_t kee
     uint32_t count = 0;
     uint64_t at = 0;
     for (uint32_t p = 0; p < n_tokens;) {
-        const uint32_t n = p < n_prompt ? (n_prompt - p < step ? n_prompt - p : step) : 1;
+        const uint32_t n = p < n_prompt ? prompt_chunk(p, step, turn_at, turn_d, n_prompt) : 1;
         if (n > 1) {
             reduce(set, &count, max_size - 1, keep);
             for (uint32_t i = 0; i < n; ++i) {

@@ -44,6 +44,11 @@ void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq)
         add_u32(st, rq->rot_max_size);
         add_u32(st, rq->rot_keep);
         add_u32(st, rq->rot_step);
+        if (rq->rot_turn_at != 0) { /* two turns (absent: keys as before) */
+            XXH3_128bits_update(st, "turn", 4);
+            add_u32(st, rq->rot_turn_at);
+            add_u32(st, rq->rot_turn_d);
+        }
     }
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));

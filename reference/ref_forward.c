@@ -780,8 +780,11 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         max_in = ffw;
     f.ff_cur = hp->n_ff;
     if (rq->rot_max_size != 0
-        && (st = ref_rot_schedule_make(&f.rot, rq->rot_max_size, rq->rot_keep, rq->rot_step,
-                                       rq->n_prompt, rq->n_tokens, err)) != LM_OK) {
+        && (st = ref_rot_schedule_make_turns(&f.rot, rq->rot_max_size, rq->rot_keep,
+                                             rq->rot_step,
+                                             rq->rot_turn_at ? rq->rot_turn_at : rq->n_prompt,
+                                             rq->rot_turn_d, rq->n_prompt, rq->n_tokens,
+                                             err)) != LM_OK) {
         mpfr_clear(f.scale);
         ref_result_free(r);
         return ref_group_agree(grp, st, err);

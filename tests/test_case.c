@@ -67,8 +67,10 @@ static void test_case_full_and_configs(void)
                     "attn = default,dense\n"
                     "n_gen = 0\n"
                     "precision = 256\n"
-                    "strict_bits = true\n");
+                    "strict_bits = true\n"
+                    "turn = 0\n");
     CU_ASSERT_STRING_EQUAL(c->name, "stories-steps");
+    CU_ASSERT_EQUAL(c->turn, 0); /* no two-turn siblings below */
     CU_ASSERT_STRING_EQUAL(c->model.path, "/models/stories260K.gguf");
     CU_ASSERT_FALSE(c->model.synth);
     CU_ASSERT_STRING_EQUAL(c->prompt, "Once upon a time; there was"); /* ';' is text */
@@ -119,6 +121,7 @@ static void test_case_defaults_tokens_synth(void)
     CU_ASSERT_EQUAL(c->threads[0], 1);
     CU_ASSERT_EQUAL(c->n_attn, 1);
     CU_ASSERT_EQUAL(c->n_gen, HX_CASE_DEFAULT_N_GEN);
+    CU_ASSERT_EQUAL(c->turn, HX_TURN_DEFAULT); /* the schedule axis is on by default */
     CU_ASSERT_EQUAL(c->precision, HX_CASE_DEFAULT_PRECISION);
     CU_ASSERT_FALSE(c->strict_bits);
     hx_case_free(c);

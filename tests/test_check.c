@@ -23,8 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* 3 steps x 2 backends = 6 configurations. Token ids are below the tiny preset's 512. */
-#define N_CFG 6
+/* 3 steps x 2 backends, each configuration with multi-token chunks (steps 3 and full)
+ * followed by its two-turn sibling (the case default turn) = 10 configurations. Token ids are
+ * below the tiny preset's 512. */
+#define N_CFG 10
 static const char tiny_case[] = "; test case\n"
                                 "name = t-tiny\n"
                                 "model = synth:tiny:seed=7\n"
@@ -408,7 +410,9 @@ static void test_check_keys_per_configuration(void)
                         "--junit", junit, "--json", json, "-q", (char *)NULL), 0);
     const char *text = read_text(out_path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "no golden for 3 configuration(s)"));
+    char no_golden[64];
+    snprintf(no_golden, sizeof no_golden, "no golden for %d configuration(s)", N_CFG / 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, no_golden));
     cfg_result r[16];
     size_t n = json_results(r, 16, json);
     CU_ASSERT_EQUAL(n, N_CFG);
@@ -495,8 +499,8 @@ static void test_check_missing_model_skips(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "no-such-model.gguf"));
     junit_counts k = parse_junit(junit);
     CU_ASSERT_EQUAL(k.structure_errors, 0);
-    CU_ASSERT_EQUAL(k.cases, 2);
-    CU_ASSERT_EQUAL(k.skipped, 2);
+    CU_ASSERT_EQUAL(k.cases, 4); /* steps 2 and full, each with its two-turn sibling */
+    CU_ASSERT_EQUAL(k.skipped, 4);
     CU_ASSERT_EQUAL(k.failures, 0);
     /* bless has nothing to bless: an input error, and no golden file appears. */
     CU_ASSERT_EQUAL(run(cmd_bless, "bless", p, "--golden-dir", gdir, "--cache", cdir, "-q",

@@ -212,6 +212,100 @@ static void test_compare_every_class(void)
     free_world(&w);
 }
 
+/* Prompt rows 0 .. NP-2 of c: (float)(rows + amp * pattern), rows [NP-1][NV] in double. */
+static void add_prompt_rows(hx_capture *c, const double *rows, double amp, int seed)
+{
+    c->prompt_logits = malloc((NP - 1) * NV * sizeof *c->prompt_logits);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c->prompt_logits);
+    c->n_prompt_rows = NP - 1;
+    for (int i = 0; i < (NP - 1) * NV; ++i)
+        c->prompt_logits[i] = (float)(rows[i] + amp * (double)((seed + i) % 3 - 1));
+}
+
+/* Logits at every prompt position: the rows before the last prompt position are classified
+ * like the others when capture, reference and envelope hold them: a near tie inside the
+ * prompt that flips is a TIE_FLIP, a flip against a wide margin a FLIP; a capture without them
+ * has only its usual rows compared. */
+static void test_compare_prompt_rows(void)
+{
+    enum { NR = NP - 1 + NPOS }; /* reference rows at positions 0 .. NR-1 */
+    fixture f;
+    make_ref(&f);
+    double logits[NR * NV];
+    uint32_t pos[NR];
+    uint64_t st = tu_seed() ^ 0x707274;
+    for (int i = 0; i < (NP - 1) * NV; ++i)
+        logits[i] = (double)tu_rand_f32(&st);
+    /* position 0: id 2 leads id 4 by 1e-6 (a near tie); position 1: id 3 leads by far */
+    logits[0 * NV + 2] = 5.0;
+    logits[0 * NV + 4] = 5.0 - 1e-6;
+    logits[1 * NV + 3] = 5.0;
+    memcpy(logits + (NP - 1) * NV, f.logits, sizeof f.logits);
+    for (uint32_t i = 0; i < NR; ++i)
+        pos[i] = i;
+    ref_capture ref = f.ref;
+    ref.n_pos = NR;
+    ref.pos = pos;
+    ref.logits = logits;
+    hx_capture *members[NM];
+    for (int m = 0; m < NM; ++m) {
+        members[m] = cap_from_ref(&f, 1e-6, m);
+        add_prompt_rows(members[m], logits, 1e-6, m);
+    }
+    hx_envelope *env = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(hx_envelope_from_ensemble(&env, (const hx_capture *const *)members, NM, &ref,
+                                              HX_ENVELOPE_SAFETY, &err) == LM_OK);
+    for (int m = 0; m < NM; ++m)
+        hx_capture_free(members[m]);
+    CU_ASSERT_EQUAL(env->n_pos, NR);
+    hx_capture *base = cap_from_ref(&f, 0.0, 0);
+    add_prompt_rows(base, logits, 0.0, 0);
+    hx_report *r;
+    CU_ASSERT_FATAL(hx_report_create(&r, "unit", &err) == LM_OK);
+    hx_config_report *c;
+
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "base", &err) == LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_compare_capture(c, base, base, &ref, env, &err), LM_OK);
+    CU_ASSERT_EQUAL(c->cls, HX_EXACT);
+    CU_ASSERT_EQUAL(c->n_rows, 2 * NL + NR);
+    CU_ASSERT_STRING_EQUAL(c->rows[2 * NL].name, "logits@0");
+    CU_ASSERT_STRING_EQUAL(c->rows[2 * NL + NP - 1].name, "logits@2");
+
+    /* the near tie at prompt position 0 flips (id 4 one float32 ulp above 5): TIE_FLIP */
+    hx_capture *x = cap_from_ref(&f, 0.0, 0);
+    add_prompt_rows(x, logits, 0.0, 0);
+    x->prompt_logits[0 * NV + 4] = nextafterf(5.0f, 6.0f);
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "tie", &err) == LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_compare_capture(c, x, base, &ref, env, &err), LM_OK);
+    CU_ASSERT_EQUAL(c->cls, HX_TIE_FLIP);
+    CU_ASSERT_EQUAL(c->rows[2 * NL].cls, HX_TIE_FLIP);
+    CU_ASSERT_EQUAL(c->first_divergent, -1); /* the generated tokens are the reference's */
+    hx_capture_free(x);
+
+    /* prompt position 1 flips against a margin of ~4: FLIP */
+    x = cap_from_ref(&f, 0.0, 0);
+    add_prompt_rows(x, logits, 0.0, 0);
+    x->prompt_logits[1 * NV + 5] = 6.0f;
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "flip", &err) == LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_compare_capture(c, x, base, &ref, env, &err), LM_OK);
+    CU_ASSERT_EQUAL(c->cls, HX_FLIP);
+    CU_ASSERT_PTR_NOT_NULL(strstr(c->reason, "logits@1"));
+    hx_capture_free(x);
+
+    /* no prompt rows in the capture: the usual rows only, and not bitwise its baseline's */
+    x = cap_from_ref(&f, 0.0, 0);
+    CU_ASSERT_FATAL(hx_report_add_config(r, &c, "last only", &err) == LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_compare_capture(c, x, base, &ref, env, &err), LM_OK);
+    CU_ASSERT_EQUAL(c->n_rows, 2 * NL + NPOS);
+    CU_ASSERT_EQUAL(c->cls, HX_EXACT);
+    hx_capture_free(x);
+
+    hx_report_free(r);
+    hx_capture_free(base);
+    hx_envelope_free(env);
+}
+
 static void test_compare_shape_errors(void)
 {
     world w;
@@ -253,5 +347,6 @@ void test_compare_register(void)
     CU_pSuite s = CU_add_suite("compare", NULL, NULL);
     CU_add_test(s, "test_compare_envelope_from_ensemble", test_compare_envelope_from_ensemble);
     CU_add_test(s, "test_compare_every_class", test_compare_every_class);
+    CU_add_test(s, "test_compare_prompt_rows", test_compare_prompt_rows);
     CU_add_test(s, "test_compare_shape_errors", test_compare_shape_errors);
 }

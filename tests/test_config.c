@@ -2,6 +2,7 @@
 #include "config.h"
 #include "test_util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void roundtrip(const char *in, const char *canonical)
@@ -40,6 +41,42 @@ static void test_config_parse_and_canonical(void)
     CU_ASSERT_FALSE(hx_config_equal(&b, &c));
 }
 
+/* The two-turn schedule: its key, its baseline, its split and the axis that adds it. */
+static void test_config_turn(void)
+{
+    roundtrip("naive:turn=4:step=3", "naive:step=3:turn=4");
+    roundtrip("naive:step=3:rot=8/2:turn=1", "naive:step=3:rot=8/2:turn=1");
+    roundtrip("naive:step=3:turn=0", "naive:step=3");
+    hx_config c;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(hx_config_parse(&c, "blas:step=2:turn=4", &err), LM_OK);
+    hx_config b = hx_config_baseline(&c);
+    CU_ASSERT_EQUAL(b.step, 0);
+    CU_ASSERT_EQUAL(b.turn, 0);
+    CU_ASSERT_EQUAL(hx_config_parse(&c, "blas:turn=4097", &err), LM_E_INPUT);
+    uint32_t n1, d, n2;
+    hx_turn_split(20, 4, &n1, &d, &n2); /* 8 + 4 + 8 */
+    CU_ASSERT(n1 == 8 && d == 4 && n2 == 8);
+    hx_turn_split(6, 4, &n1, &d, &n2); /* d shrinks to n - 3: 1 + 3 + 2 */
+    CU_ASSERT(n1 == 1 && d == 3 && n2 == 2);
+    hx_turn_split(3, 4, &n1, &d, &n2); /* too short: one prefill */
+    CU_ASSERT(n1 == 3 && d == 0 && n2 == 0);
+    hx_turn_split(9, 0, &n1, &d, &n2);
+    CU_ASSERT(n1 == 9 && d == 0 && n2 == 0);
+    static const char be[1][16] = {"naive"};
+    static const uint32_t steps[] = {1, 2, 0};
+    hx_config *v = NULL;
+    size_t n = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&v, &n, be, 1, steps, 3, NULL, 0, NULL, 0, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_config_add_turns(&v, &n, 4, &err), LM_OK);
+    /* step 1 has no multi-token chunk: no sibling; the others are followed by theirs */
+    CU_ASSERT_EQUAL_FATAL(n, 5);
+    CU_ASSERT(v[0].step == 1 && v[0].turn == 0);
+    CU_ASSERT(v[1].step == 2 && v[1].turn == 0 && v[2].step == 2 && v[2].turn == 4);
+    CU_ASSERT(v[3].step == 0 && v[3].turn == 0 && v[4].step == 0 && v[4].turn == 4);
+    free(v);
+}
+
 static void bad(const char *in, const char *needle)
 {
     hx_config c;
@@ -73,4 +110,5 @@ void test_config_register(void)
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
     CU_add_test(s, "test_config_parse_and_canonical", test_config_parse_and_canonical);
     CU_add_test(s, "test_config_errors", test_config_errors);
+    CU_add_test(s, "test_config_turn", test_config_turn);
 }

@@ -28,6 +28,7 @@
  * Sweep: the default steps 1,2,3,5,8,16,32,64,full (the prompt has more than 8 tokens, so chunk
  * boundaries fall inside it; 16 and up are one chunk), backends naive and blas, threads 1 and
  * 2: 36 configurations per sweep, 4 greedy tokens, 8 SR members, 127-bit reference. */
+#include "case.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "kvd_tokenizer.h"
@@ -487,6 +488,286 @@ static void test_defects_summary(void)
     fprintf(stderr, "\n  ");
 }
 
+/* ---- defects that need the two-turn schedule, a reference-side envelope, or the reference's
+ * own dequantization ---- */
+
+/* One sweep of cfgs with defect d (LM_DEFECT_NONE: clean); *caught = configurations failing,
+ * *r_min / *r_max = the smallest / largest worst err/E among them (NaN when none). Returns the
+ * sweep's status; err receives its error. */
+static int sweep_defect(lm_defect d, const lm_model *m, const int32_t *prompt, uint32_t n_prompt,
+                        uint32_t n_gen, const hx_config *cfgs, size_t n_cfgs, const char *cache,
+                        bool engine_envelope, hx_sweep_result **keep, size_t *caught,
+                        double *r_min, double *r_max, lm_err *err)
+{
+    hx_sweep_params p = {.model = m, .prompt = prompt, .n_prompt = n_prompt, .n_gen = n_gen,
+                         .configs = cfgs, .n_configs = n_cfgs, .cache_dir = cache, .jobs = 2,
+                         .quiet = true, .engine_envelope = engine_envelope,
+                         .time_once = true};
+    hx_sweep_result *r = NULL;
+    lm_test_spare_backend(NULL);
+    lm_test_set_defect(d);
+    int rc = hx_sweep_run_all(&r, &p, err);
+    lm_test_set_defect(LM_DEFECT_NONE);
+    *caught = 0;
+    *r_min = *r_max = (double)NAN;
+    for (size_t i = 0; rc == LM_OK && i < n_cfgs; ++i) {
+        const hx_config_report *c = &r->report->configs[i];
+        if (!hx_class_fails(c->cls))
+            continue;
+        double x = isnan(c->worst_ratio) ? (double)INFINITY : c->worst_ratio;
+        *r_min = *caught == 0 ? x : fmin(*r_min, x);
+        *r_max = *caught == 0 ? x : fmax(*r_max, x);
+        ++*caught;
+        if (d == LM_DEFECT_NONE)
+            fprintf(stderr, "\n  FALSE ALARM %s: %s %s", c->config, hx_class_name(c->cls),
+                    c->reason);
+    }
+    if (keep != NULL)
+        *keep = r;
+    else
+        hx_sweep_result_free(r);
+    return rc;
+}
+
+/* Rows of the summary printed by test_defects_sched_summary. */
+typedef struct sched_row {
+    const char *what, *model;
+    bool ran;
+    size_t n_old, caught_old, n_new, caught_new;
+    double r_min, r_max; /* err/E over the configurations caught by the new default */
+    double e_ratio;      /* precision defect: E(engine envelope, defect) / E(clean); else NaN */
+    char note[400];
+} sched_row;
+#define N_SCHED_ROWS 4
+static sched_row sched_rows[N_SCHED_ROWS];
+
+/* The rotating case's configurations without and with the schedule axis (the case file's
+ * default turn). */
+static void rot_case_configs(hx_case **cs, hx_config **old_cfgs, size_t *n_old,
+                             hx_config **new_cfgs, size_t *n_new)
+{
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_case_load(cs, "cases/rotating.case", &err), LM_OK);
+    CU_ASSERT_FATAL((*cs)->turn == HX_TURN_DEFAULT); /* the key is absent: the default applies */
+    CU_ASSERT_EQUAL_FATAL(hx_case_configs(new_cfgs, n_new, *cs, &err), LM_OK);
+    const uint32_t turn = (*cs)->turn;
+    (*cs)->turn = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_case_configs(old_cfgs, n_old, *cs, &err), LM_OK);
+    (*cs)->turn = turn;
+}
+
+/* A rotating-cache bug that only a multi-token chunk after a wrapped ring shows: the shipped
+ * rotating case (max_size 8, keep 2, 20-token prompt), swept with the configurations the case
+ * gave before the schedule axis existed and with its default now (each configuration with
+ * multi-token chunks followed by its two-turn sibling). The old default never puts a chunk
+ * after single-token steps, so it cannot see the defect; the new one must, and neither may
+ * raise a false alarm. */
+static void test_defects_rot_multiturn(void)
+{
+    sched_row *row = &sched_rows[0];
+    row->what = "rot-concat-slot-order";
+    row->model = "rotating.case";
+    row->e_ratio = (double)NAN;
+    hx_case *cs = NULL;
+    hx_config *oldc = NULL, *newc = NULL;
+    size_t n_old = 0, n_new = 0;
+    rot_case_configs(&cs, &oldc, &n_old, &newc, &n_new);
+    CU_ASSERT_FATAL(n_new > n_old);
+    char path[1200], cache[1200];
+    lm_err err = {0};
+    snprintf(path, sizeof path, "%s/rot-case.gguf", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/defects-cache-rot-case", tu_tmpdir());
+    CU_ASSERT_FATAL(cs->model.synth);
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, cs->model.preset, cs->model.seed, LM_TYPE_F32,
+                                         &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    size_t fa = 0, fa_old = 0;
+    double a, b;
+    CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_NONE, m, cs->tokens, cs->n_tokens, cs->n_gen, newc,
+                                 n_new, cache, false, NULL, &fa, &a, &b, &err), LM_OK);
+    CU_ASSERT_EQUAL(fa, 0);
+    CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_ROT_CONCAT_SLOT_ORDER, m, cs->tokens, cs->n_tokens,
+                                 cs->n_gen, oldc, n_old, cache, false, NULL, &row->caught_old, &a,
+                                 &b, &err), LM_OK);
+    CU_ASSERT_EQUAL(row->caught_old, 0); /* the old default never sees it */
+    hx_sweep_result *r = NULL;
+    CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_ROT_CONCAT_SLOT_ORDER, m, cs->tokens, cs->n_tokens,
+                                 cs->n_gen, newc, n_new, cache, false, &r, &row->caught_new,
+                                 &row->r_min, &row->r_max, &err), LM_OK);
+    CU_ASSERT(row->caught_new >= 1);
+    size_t k = 0;
+    for (size_t i = 0; r != NULL && i < n_new; ++i) {
+        const hx_config_report *c = &r->report->configs[i];
+        /* only two-turn rotating configurations can carry it */
+        if (hx_class_fails(c->cls)) {
+            CU_ASSERT(newc[i].turn != 0 && newc[i].rot_max != 0);
+            if (k == 0)
+                snprintf(row->note, sizeof row->note, "e.g. %s %s", c->config,
+                         hx_class_name(c->cls));
+            ++k;
+        }
+    }
+    row->n_old = n_old;
+    row->n_new = n_new;
+    row->ran = true;
+    (void)fa_old;
+    hx_sweep_result_free(r);
+    lm_model_free(m);
+    free(oldc);
+    free(newc);
+    hx_case_free(cs);
+}
+
+/* A float16 KV cache: a precision defect in code every engine run shares. With the envelope
+ * measured by the reference's own float32 SR model it is caught by every configuration with
+ * err/E >> 1; the table also shows how much it widens an envelope measured by the engine's
+ * naive-sr runs (which would carry it). Default steps and backends, the schedule axis on. */
+static void test_defects_kv_f16(void)
+{
+    sched_row *row = &sched_rows[1];
+    row->what = "kv-f16";
+    row->model = "synth:tiny";
+    char path[1200], cache[1200];
+    lm_err err = {0};
+    snprintf(path, sizeof path, "%s/kvf16-tiny.gguf", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/defects-cache-kvf16", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 11, LM_TYPE_F32, &err), LM_OK);
+    lm_model *m = NULL;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true, &prompt,
+                                      &n_prompt, &err), LM_OK);
+    static const char backends[2][16] = {"naive", "blas"};
+    static const uint32_t steps[] = {1, 2, 3, 5, 8, 16, 32, 64, 0};
+    hx_config *cfgs = NULL;
+    size_t n = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&cfgs, &n, backends, 2, steps, 9, NULL, 0, NULL, 0,
+                                         &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_config_add_turns(&cfgs, &n, HX_TURN_DEFAULT, &err), LM_OK);
+    size_t fa = 0;
+    double a, b;
+    hx_sweep_result *clean = NULL, *eng_clean = NULL, *eng_def = NULL;
+    CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_NONE, m, prompt, (uint32_t)n_prompt, N_GEN, cfgs, n,
+                                 cache, false, &clean, &fa, &a, &b, &err), LM_OK);
+    CU_ASSERT_EQUAL(fa, 0);
+    CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_KV_F16, m, prompt, (uint32_t)n_prompt, N_GEN, cfgs, n,
+                                 cache, false, NULL, &row->caught_new, &row->r_min, &row->r_max,
+                                 &err), LM_OK);
+    CU_ASSERT_EQUAL(row->caught_new, n);
+    /* A wide margin: float16 storage moves K and V by ~2^-11 relative, the SR envelope of
+     * float32 arithmetic is a few 2^-24; 10 is far below the expected ratio and far above 1. */
+    CU_ASSERT(row->r_min > 10.0);
+    /* The same defect seen by an envelope of engine runs: how much wider it gets. */
+    size_t c_eng = 0;
+    CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_NONE, m, prompt, (uint32_t)n_prompt, N_GEN, cfgs, n,
+                                 cache, true, &eng_clean, &fa, &a, &b, &err), LM_OK);
+    CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_KV_F16, m, prompt, (uint32_t)n_prompt, N_GEN, cfgs, n,
+                                 cache, true, &eng_def, &c_eng, &a, &b, &err), LM_OK);
+    row->e_ratio = eng_clean && eng_def ? envelope_ratio(eng_def->env, eng_clean->env) : (double)NAN;
+    CU_ASSERT(row->e_ratio > 10.0); /* the engine's own runs carry the defect into E */
+    snprintf(row->note, sizeof row->note, "engine-run envelope: %zu/%zu caught, min err/E %.3g",
+             c_eng, n, a);
+    row->n_old = n;
+    row->caught_old = row->caught_new;
+    row->n_new = n;
+    row->ran = true;
+    hx_sweep_result_free(clean);
+    hx_sweep_result_free(eng_clean);
+    hx_sweep_result_free(eng_def);
+    free(cfgs);
+    free(prompt);
+    lm_model_free(m);
+}
+
+/* float16 subnormals decoded at half their value by the engine's loader: a defect that the
+ * engine, an engine-run envelope and a reference sharing the engine's loader would all carry.
+ * The reference dequantizes the file itself, so the sweep stops with an error naming the
+ * tensor, the element and both values: before the reference is computed, and again when the
+ * reference comes from the cache (the clean sweep stored it). The model: the synthetic tiny
+ * preset stored as F16 (its small weights include float16 subnormals; asserted). */
+static void test_defects_f16_subnormal(void)
+{
+    sched_row *row = &sched_rows[2];
+    row->what = "f16-subnormal";
+    row->model = "synth:tiny F16";
+    row->e_ratio = (double)NAN;
+    row->r_min = row->r_max = (double)NAN;
+    char path[1200], cache[1200];
+    lm_err err = {0};
+    snprintf(path, sizeof path, "%s/f16sub-tiny.gguf", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/defects-cache-f16sub", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 11, LM_TYPE_F16, &err), LM_OK);
+    lm_model *m = NULL, *bad = NULL;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true, &prompt,
+                                      &n_prompt, &err), LM_OK);
+    lm_test_set_defect(LM_DEFECT_F16_SUBNORMAL);
+    int rc = lm_model_load(&bad, path, &err);
+    lm_test_set_defect(LM_DEFECT_NONE);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    /* The defect changed some weights: the file has float16 subnormals. */
+    size_t n_diff = 0;
+    for (uint32_t i = 0; i < m->n_weights; ++i)
+        for (uint64_t j = 0; j < m->weights[i].n_elem; ++j)
+            n_diff += m->weights[i].data[j] != bad->weights[i].data[j];
+    CU_ASSERT_FATAL(n_diff > 0);
+    static const char backends[2][16] = {"naive", "blas"};
+    static const uint32_t steps[] = {1, 8, 0};
+    hx_config *cfgs = NULL;
+    size_t n = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&cfgs, &n, backends, 2, steps, 3, NULL, 0, NULL, 0,
+                                         &err), LM_OK);
+    size_t fa = 0;
+    double a, b;
+    lm_err e2 = {0};
+    /* no cache entry yet, then with the clean sweep's entry in the cache */
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) {
+            CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_NONE, m, prompt, (uint32_t)n_prompt, N_GEN,
+                                         cfgs, n, cache, false, NULL, &fa, &a, &b, &err), LM_OK);
+            CU_ASSERT_EQUAL(fa, 0);
+        }
+        memset(&e2, 0, sizeof e2);
+        rc = sweep_defect(LM_DEFECT_NONE, bad, prompt, (uint32_t)n_prompt, N_GEN, cfgs, n,
+                          pass == 0 ? cache : cache, false, NULL, &fa, &a, &b, &e2);
+        CU_ASSERT_EQUAL(rc, LM_E_INPUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, "the reference's dequantization gives"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, "F16"));
+    }
+    snprintf(row->note, sizeof row->note, "%zu weights differ; sweep error: %.120s", n_diff,
+             e2.msg);
+    row->n_old = row->n_new = n;
+    row->caught_old = row->caught_new = rc == LM_E_INPUT ? n : 0;
+    row->ran = true;
+    free(cfgs);
+    free(prompt);
+    lm_model_free(bad);
+    lm_model_free(m);
+}
+
+static void test_defects_sched_summary(void)
+{
+    fprintf(stderr, "\n\n  defect | model | old default: caught/configs | new default: caught/"
+                    "configs | err/E min..max | E widening (engine envelope) | note\n");
+    for (size_t i = 0; i < N_SCHED_ROWS; ++i) {
+        const sched_row *r = &sched_rows[i];
+        if (r->what == NULL)
+            continue;
+        if (!r->ran) {
+            fprintf(stderr, "  %s | %s | (did not run)\n", r->what, r->model);
+            continue;
+        }
+        fprintf(stderr, "  %s | %s | %zu/%zu | %zu/%zu | %.3g..%.3g | %.3g | %s\n", r->what,
+                r->model, r->caught_old, r->n_old, r->caught_new, r->n_new, r->r_min, r->r_max,
+                r->e_ratio, r->note);
+    }
+    fprintf(stderr, "  ");
+}
+
 void test_defects_register(void)
 {
     CU_pSuite s = CU_add_suite("defects", NULL, NULL);
@@ -495,4 +776,8 @@ void test_defects_register(void)
     CU_add_test(s, "test_defects_synth_tiny", test_defects_synth_tiny);
     CU_add_test(s, "test_defects_llama2_tiny_random", test_defects_llama2_tiny_random);
     CU_add_test(s, "test_defects_summary", test_defects_summary);
+    CU_add_test(s, "test_defects_rot_multiturn", test_defects_rot_multiturn);
+    CU_add_test(s, "test_defects_kv_f16", test_defects_kv_f16);
+    CU_add_test(s, "test_defects_f16_subnormal", test_defects_f16_subnormal);
+    CU_add_test(s, "test_defects_sched_summary", test_defects_sched_summary);
 }

@@ -127,7 +127,7 @@ static void test_semantic_cross_rot_axis(void)
 
     hx_case *c = NULL;
     const char *text = "name = r\nmodel = synth:tiny\ntokens = 1,2\nsteps = 1,full\n"
-                       "backends = naive\nrot = none,8:2\n";
+                       "backends = naive\nrot = none,8:2\nturn = 0\n"; /* no two-turn siblings */
     CU_ASSERT_EQUAL_FATAL(hx_case_parse_string(&c, text, "r.case", &err), LM_OK);
     hx_config *cfg = NULL;
     CU_ASSERT_EQUAL_FATAL(hx_case_configs(&cfg, &n, c, &err), LM_OK);

@@ -39,6 +39,15 @@ typedef enum lm_defect {
                                        (speculative.c) */
     LM_DEFECT_ROLLBACK_KEEPS_ONE,   /* speculative decoding's rollback leaves the first rejected
                                        token in the target's KV cache (speculative.c) */
+    LM_DEFECT_ROT_CONCAT_SLOT_ORDER, /* rotating cache: a chunk of n > 1 tokens trims the cache
+                                        in slot order instead of position order, so once the
+                                        in-place ring has wrapped it evicts recent positions and
+                                        keeps older ones (kvcache_rotating.c temporal_order) */
+    LM_DEFECT_KV_F16,               /* K and V rounded to float16 as they enter the KV cache, in
+                                       every configuration (forward.c attn_block) */
+    LM_DEFECT_F16_SUBNORMAL,        /* float16 subnormals decoded at half their value: the
+                                       normalising exponent is off by one (dequant.c
+                                       lm_f16_to_f32, the engine's weight loading) */
     LM_DEFECT_COUNT
 } lm_defect;
 

@@ -51,6 +51,10 @@ static const char usage_text[] =
     "                          reference with its own schedule; the semantic column compares\n"
     "                          that reference with the same cache in one chunk\n"
     "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act\n"
+    "      --turn D            schedule axis: beside each configuration with multi-token chunks,\n"
+    "                          the same one fed as two turns (part of the prompt, D decode steps,\n"
+    "                          the rest as a second multi-token chunk; config key turn=D);\n"
+    "                          0 = none (default %u)\n"
     "  -n, --n-gen N           greedy tokens per configuration (default 32)\n"
     "      --prec BITS         reference precision (default 127)\n"
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
@@ -157,6 +161,7 @@ static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *
 typedef struct sweep_opts {
     const char *text, *tok_s, *cache, *outdir, *model;
     const char *steps_s, *backends_s, *threads_s, *attn_s, *rot_s, *prof_s; /* axis lists */
+    uint32_t turn; /* the schedule axis: decode steps of the two-turn sibling, 0 = none */
     bool parse_special, verbose;
     hx_table_fmt fmt;
     hx_spec_opts so;
@@ -165,7 +170,7 @@ typedef struct sweep_opts {
 } sweep_opts;
 
 enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE, O_ATTN,
-       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE };
+       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE, O_TURN };
 
 /* One option with a value to check; 0 to go on, else the exit code. */
 static int set_number(sweep_opts *o, int opt, const char *arg)
@@ -193,6 +198,10 @@ static int set_number(sweep_opts *o, int opt, const char *arg)
         return lm_parse_seed(arg, &sp->sr_seed)
                    ? 0 : hx_cli_fail("sweep", "--seed '%s': expected a non-negative integer "
                                               "(decimal or 0x hex)", arg);
+    case O_TURN:
+        return lm_parse_u32z(arg, 0, HX_TURN_MAX, &o->turn)
+                   ? 0 : hx_cli_fail("sweep", "--turn '%s': expected an integer in 0..%u", arg,
+                                     HX_TURN_MAX);
     case O_ENVELOPE:
         if (strcmp(arg, "engine") != 0 && strcmp(arg, "reference") != 0)
             return hx_cli_fail("sweep", "--envelope '%s': expected reference or engine", arg);
@@ -232,7 +241,7 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
     case O_CACHE: o->cache = arg; return 0;
     case 'o': o->outdir = arg; return 0;
     case 'q': o->sp.quiet = true; return 0;
-    case 'n': case 'j': case O_PREC: case O_ENS: case O_SEED: case O_ENVELOPE:
+    case 'n': case 'j': case O_PREC: case O_ENS: case O_SEED: case O_ENVELOPE: case O_TURN:
     case HX_OPT_SAMPLER: case HX_OPT_BLOCK_SIZE: case HX_OPT_BLOCKS: case HX_OPT_BLOCK_ITERS:
     case HX_OPT_BLOCK_THRESHOLD: case HX_OPT_BLOCK_CRITERION: case HX_OPT_MASK_TOKEN:
     case HX_OPT_SPEC: case HX_OPT_DRAFT: case HX_OPT_REPEAT_PENALTY:
@@ -255,14 +264,14 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         {"cache", required_argument, NULL, O_CACHE}, {"jobs", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
-        {"envelope", required_argument, NULL, O_ENVELOPE},
+        {"envelope", required_argument, NULL, O_ENVELOPE}, {"turn", required_argument, NULL, O_TURN},
         {"format", required_argument, NULL, O_FORMAT}, {"verbose", no_argument, NULL, 'v'},
         HX_SPEC_LONG_OPTIONS,
         HX_BLOCK_LONG_OPTIONS,
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (sweep_opts){.steps_s = HX_CASE_DEFAULT_STEPS, .backends_s = HX_CASE_DEFAULT_BACKENDS,
-                      .threads_s = "1", .fmt = HX_FMT_TABLE,
+                      .threads_s = "1", .fmt = HX_FMT_TABLE, .turn = HX_TURN_DEFAULT,
                       .sp = {.n_gen = HX_CLI_DEFAULT_N_GEN, .precision = REF_DEFAULT_PREC,
                              .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE, .jobs = 1}};
     hx_spec_opts_init(&o->so);
@@ -271,7 +280,7 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     opterr = 0;
     for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:j:o:qhv", opts, NULL)) != -1;) {
         if (opt == 'h') {
-            fputs(usage_text, stdout);
+            printf(usage_text, HX_TURN_DEFAULT);
             fputs(usage_options, stdout);
             fputs(HX_SPEC_USAGE, stdout);
             fputs(HX_BLOCK_USAGE, stdout);
@@ -291,7 +300,8 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     return -1;
 }
 
-/* The configurations: the cross product of the axis lists (config.h's grammar), then rot. */
+/* The configurations: the cross product of the axis lists (config.h's grammar), then rot,
+ * profile, and the two-turn sibling of each (hx_config_add_turns). */
 static int build_configs(hx_config **configs, size_t *n, const sweep_opts *o, lm_err *err)
 {
     uint32_t *steps = NULL, *threads = NULL, n_steps = 0, n_threads = 0, n_backends = 0;
@@ -308,8 +318,9 @@ static int build_configs(hx_config **configs, size_t *n, const sweep_opts *o, lm
                              threads, n_threads, attn, n_attn, err)) == LM_OK &&
         (o->rot_s == NULL ||
          (st = hx_config_cross_rot(configs, n, "--rot", o->rot_s, err)) == LM_OK) &&
-        o->prof_s != NULL)
-        st = hx_config_cross_profile(configs, n, "--profile", o->prof_s, err);
+        (o->prof_s == NULL ||
+         (st = hx_config_cross_profile(configs, n, "--profile", o->prof_s, err)) == LM_OK))
+        st = hx_config_add_turns(configs, n, o->turn, err);
     free(steps);
     free(threads);
     free(backends);

@@ -83,6 +83,24 @@ int hx_compare_capture(hx_config_report *c, const hx_capture *x, const hx_captur
             return rc;
     }
     size_t nv = s->n_vocab;
+    /* The prompt's rows before its last position, where x, the reference and the envelope all
+     * hold them (the sweep asks for them when their cost allows): classified like every logits
+     * row, so a near tie inside the prompt is a TIE_FLIP and a real one a FLIP. */
+    for (uint32_t pos = 0; pos < x->n_prompt_rows && rc == LM_OK; ++pos) {
+        int64_t rr = ref_capture_find_pos(ref, pos);
+        int64_t er = lm_index_of_u32(env->positions, env->n_pos, pos);
+        if (rr < 0 || er < 0)
+            continue;
+        const float *br = base ? hx_capture_logits_at(base, pos) : NULL;
+        if (base && br == NULL)
+            all_bitwise = false;
+        snprintf(name, sizeof name, "logits@%u", (unsigned)pos);
+        rc = add_row(c, name, x->prompt_logits + (size_t)pos * nv, br,
+                     ref->logits + (size_t)rr * nv, nv, true, &env->logits[er], &all_bitwise,
+                     &first_base, err);
+    }
+    if (rc != LM_OK)
+        return rc;
     hx_class *row_cls = calloc(s->n_pos ? s->n_pos : 1, sizeof *row_cls);
     if (row_cls == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "compare: out of memory");
@@ -152,8 +170,10 @@ void hx_compare_semantic(hx_config_report *c, const ref_capture *a, const ref_ca
         }
         if (top1 - top2 < c->sem_min_margin)
             c->sem_min_margin = top1 - top2;
-        /* row i is at position n_prompt-1+j: generated index j */
-        if (c->sem_first < 0 && hx_argmax_f64(x, nv) != hx_argmax_f64(y, nv))
+        /* row i is at position n_prompt-1+j: generated index j (prompt rows before it count in
+         * the largest difference and the margin only) */
+        if (c->sem_first < 0 && b->pos[i] + 1 >= b->n_prompt &&
+            hx_argmax_f64(x, nv) != hx_argmax_f64(y, nv))
             c->sem_first = (int64_t)b->pos[i] - (int64_t)(b->n_prompt - 1);
     }
 }

@@ -15,8 +15,9 @@
  *         prompt position in logical order, evicted positions included (capture.h), which is
  *         what that reference's K/V mean; so K/V rows compare position by position as usual;
  *   env   the envelope measured for this computation (one entry per layer and logits row).
- * Rows, in order: L<l>.K then L<l>.V for every layer, then logits@<position> for every logits row
- * of x. The greedy sequence: the first generated index g where x's tokens leave the reference
+ * Rows, in order: L<l>.K then L<l>.V for every layer, then logits@<position> for every prompt
+ * row of x (hx_capture.prompt_logits) that the reference and the envelope hold, then for every
+ * logits row of x. The greedy sequence: the first generated index g where x's tokens leave the reference
  * path; its class is the class of the row logits@(n_prompt - 1 + g) (the row that chose token g,
  * identical on both paths up to g); when that row was not captured the divergence counts as FLIP
  * ("unexplained"). */

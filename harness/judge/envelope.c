@@ -413,12 +413,12 @@ int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *member
     size_t nv = ref->n_vocab;
     for (uint32_t i = 0; i < ref->n_pos && rc == LM_OK; ++i) {
         for (uint32_t m = 0; m < n_members && rc == LM_OK; ++m) {
-            int64_t row = hx_capture_row(members[m], ref->pos[i]);
-            if (row < 0)
+            const float *row = hx_capture_logits_at(members[m], ref->pos[i]);
+            if (row == NULL)
                 rc = LM_FAIL(err, LM_E_INPUT, "envelope: member %u has no logits at position %u",
                              (unsigned)m, (unsigned)ref->pos[i]);
             else
-                ptr[m] = members[m]->logits + (size_t)row * nv;
+                ptr[m] = row;
         }
         if (rc == LM_OK)
             rc = hx_env_tensor_measure(&e->logits[i], ptr, n_members, ref->logits + i * nv, nv,

@@ -24,6 +24,7 @@ int hx_report_create(hx_report **out, const char *case_name, lm_err *err)
     if (r == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "report: out of memory");
     snprintf(r->case_name, sizeof r->case_name, "%s", case_name);
+    r->min_margin = (double)NAN; /* unknown until a sweep sets it */
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);

@@ -211,6 +211,14 @@ typedef struct hx_report {
     char fingerprint[480];     /* hx_fingerprint.short_text */
     char created_utc[32];      /* "2026-11-22T02:20:00Z" */
     uint32_t n_prompt, n_gen, precision;
+    /* Prompt positions whose logits were classified: n_prompt (every one) or 1 (the last only;
+     * prompt_rows_why says why), 0 when unknown (a judged dump). */
+    uint32_t prompt_rows;
+    char prompt_rows_why[160];
+    /* The reference's smallest top-1 minus top-2 margin over every classified logits row and
+     * its position (NaN / 0 when unknown). */
+    double min_margin;
+    uint32_t min_margin_pos;
     double envelope_safety;
     uint32_t envelope_members;
     bool strict_bits;

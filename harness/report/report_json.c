@@ -160,6 +160,12 @@ static json_t *report_obj(jb *b, const hx_report *r)
     set(b, o, "n_prompt", json_integer(r->n_prompt));
     set(b, o, "n_gen", json_integer(r->n_gen));
     set(b, o, "precision_bits", json_integer(r->precision));
+    json_t *pr = json_object();
+    set(b, pr, "classified", json_integer(r->prompt_rows));
+    set(b, pr, "why_not_all", r->prompt_rows_why[0] ? json_string(r->prompt_rows_why) : json_null());
+    set(b, pr, "min_ref_margin", num(r->min_margin));
+    set(b, pr, "min_ref_margin_pos", json_integer(r->min_margin_pos));
+    set(b, o, "prompt_positions", pr);
     json_t *e = json_object();
     set(b, e, "safety", num(r->envelope_safety));
     set(b, e, "members", json_integer(r->envelope_members));

@@ -33,6 +33,11 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
     fprintf(f, "\n\n- model: `%s` (XXH3-128 `%s`)\n", r->model, r->model_hash);
     fprintf(f, "- prompt: %u tokens; generated: %u; reference precision: %u bits\n",
             (unsigned)r->n_prompt, (unsigned)r->n_gen, (unsigned)r->precision);
+    if (r->prompt_rows > 0)
+        fprintf(f, "- logits classified at %u of %u prompt positions%s%s; smallest reference "
+                   "top-2 margin %.3g at position %u\n", (unsigned)r->prompt_rows,
+                (unsigned)r->n_prompt, r->prompt_rows_why[0] ? ": " : "", r->prompt_rows_why,
+                r->min_margin, (unsigned)r->min_margin_pos);
     fprintf(f, "- envelope: %u ensemble members, safety factor %g\n",
             (unsigned)r->envelope_members, r->envelope_safety);
     fprintf(f, "- platform: %s\n- created: %s\n- worst class: **%s**; exit code %d\n\n",

@@ -195,6 +195,11 @@ void hx_report_print_table_fmt(FILE *f, const hx_report *r, hx_table_fmt fmt, bo
                 (unsigned)r->precision);
         if (r->fingerprint[0])
             fprintf(f, "platform %s\n", r->fingerprint);
+        if (r->prompt_rows > 0)
+            fprintf(f, "logits classified at %u of %u prompt positions%s%s%s; smallest "
+                       "reference top-2 margin %.3g (position %u)\n", (unsigned)r->prompt_rows,
+                    (unsigned)r->n_prompt, r->prompt_rows_why[0] ? " (" : "", r->prompt_rows_why,
+                    r->prompt_rows_why[0] ? ")" : "", r->min_margin, (unsigned)r->min_margin_pos);
     }
     hx_table_print(f, fmt, heads, n_cols, r->n_configs, report_cell, &ctx, 2, 1);
     if (!text)

@@ -64,6 +64,7 @@ void hx_capture_free(hx_capture *c)
     free(c->tokens);
     free(c->positions);
     free(c->logits);
+    free(c->prompt_logits);
     free(c);
 }
 
@@ -148,4 +149,14 @@ int hx_capture_write(const hx_capture *c, FILE *f, lm_err *err)
 int64_t hx_capture_row(const hx_capture *c, uint32_t pos)
 {
     return lm_index_of_u32(c->positions, c->shape.n_pos, pos);
+}
+
+const float *hx_capture_logits_at(const hx_capture *c, uint32_t pos)
+{
+    int64_t row = hx_capture_row(c, pos);
+    if (row >= 0)
+        return c->logits + (size_t)row * c->shape.n_vocab;
+    if (c->prompt_logits != NULL && pos < c->n_prompt_rows)
+        return c->prompt_logits + (size_t)pos * c->shape.n_vocab;
+    return NULL;
 }

@@ -44,6 +44,11 @@ typedef struct hx_capture {
     float **v;          /* [n_layer] -> [n_prompt][n_kv_head][head_dim] */
     uint32_t *positions; /* [n_pos] absolute position of each logits row */
     float *logits;      /* [n_pos][n_vocab] */
+    /* Logits at the prompt positions before the last (0 .. n_prompt_rows-1), when the run was
+     * asked for them (hx_run_request.prompt_rows): [n_prompt_rows][n_vocab], malloc'd, freed
+     * by hx_capture_free; NULL / 0 otherwise. Not part of the canonical bytes or the hash. */
+    uint32_t n_prompt_rows;
+    float *prompt_logits;
 } hx_capture;
 
 /* Allocates every array zero-filled (one block per tensor); the caller fills them.
@@ -71,5 +76,8 @@ int hx_capture_write(const hx_capture *c, FILE *f, lm_err *err);
 
 /* Index of the logits row for absolute position pos, or -1. */
 int64_t hx_capture_row(const hx_capture *c, uint32_t pos);
+/* The logits row [n_vocab] at absolute position pos: a logits row, else a prompt row; NULL
+ * when the capture holds neither. */
+const float *hx_capture_logits_at(const hx_capture *c, uint32_t pos);
 
 #endif

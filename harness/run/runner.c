@@ -45,6 +45,43 @@ static int feed_forced(lm_ctx *ctx, hx_capture *c, const hx_run_request *rq, uin
     return LM_OK;
 }
 
+/* The prompt as cfg schedules it: one prefill in chunks of cfg->step, or with cfg->turn the
+ * two-turn schedule of hx_turn_split (turn 1 in chunks of step, the decode steps one token per
+ * forward call, turn 2 in chunks of step). last [n_vocab] receives the last prompt position's
+ * logits. */
+static int prefill(lm_ctx *ctx, const hx_run_request *rq, const hx_config *cfg, float *last,
+                   lm_err *err)
+{
+    uint32_t n1, d, n2;
+    hx_turn_split(rq->n_prompt, cfg->turn, &n1, &d, &n2);
+    int rc = lm_prefill(ctx, rq->prompt, n1, cfg->step, last, err);
+    for (uint32_t i = 0; i < d && rc == LM_OK; ++i)
+        rc = lm_forward(ctx, rq->prompt + n1 + i, 1, LM_LOGITS_NONE, NULL, err);
+    if (rc == LM_OK && n2 > 0)
+        rc = lm_prefill(ctx, rq->prompt + n1 + d, n2, cfg->step, last, err);
+    return rc;
+}
+
+/* The logits of every prompt position under cfg's schedule (the prefill above, each forward
+ * call computing all its rows' logits) into rows [n_prompt][n_vocab]; ctx must be fresh. */
+static int prefill_rows(lm_ctx *ctx, const hx_run_request *rq, const hx_config *cfg, float *rows,
+                        size_t nv, lm_err *err)
+{
+    uint32_t n1, d, n2;
+    hx_turn_split(rq->n_prompt, cfg->turn, &n1, &d, &n2);
+    const uint32_t seg[3][2] = {{0, n1}, {n1, n1 + d}, {n1 + d, rq->n_prompt}};
+    int rc = LM_OK;
+    for (int s = 0; s < 3 && rc == LM_OK; ++s) {
+        const uint32_t step = s == 1 ? 1 : (cfg->step ? cfg->step : rq->n_prompt);
+        for (uint32_t p = seg[s][0]; p < seg[s][1] && rc == LM_OK;) {
+            const uint32_t len = seg[s][1] - p < step ? seg[s][1] - p : step;
+            rc = lm_forward(ctx, rq->prompt + p, len, LM_LOGITS_ALL, rows + (size_t)p * nv, err);
+            p += len;
+        }
+    }
+    return rc;
+}
+
 void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
                           const hx_config *cfg, uint32_t n_ctx)
 {
@@ -80,7 +117,7 @@ static int time_repeats(lm_ctx *ctx, const hx_capture *c, const hx_run_request *
            (n < HX_TIME_MIN_REPS || tp < HX_TIME_MIN_S || td < HX_TIME_MIN_S)) {
         lm_ctx_reset(ctx);
         double t0 = lm_now_s();
-        int rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, cur, err);
+        int rc = prefill(ctx, rq, cfg, cur, err);
         if (rc != LM_OK)
             return rc;
         tp += pre[n] = lm_now_s() - t0;
@@ -139,7 +176,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     if (cfg->rot_max != 0)
         lm_ctx_set_probe(ctx, kv_probe_fn, &kp);
     double t0 = lm_now_s();
-    if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, c->logits, err)) != LM_OK)
+    if ((rc = prefill(ctx, rq, cfg, c->logits, err)) != LM_OK)
         goto fail;
     stats->prefill_s = lm_now_s() - t0;
     if (cfg->rot_max != 0) {
@@ -181,11 +218,24 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         /* The greedy path split: prefill again (same schedule, same bits) and force. */
         stats->reran_forced = true;
         lm_ctx_reset(ctx);
-        if ((rc = lm_prefill(ctx, rq->prompt, rq->n_prompt, cfg->step, cur, err)) != LM_OK ||
+        if ((rc = prefill(ctx, rq, cfg, cur, err)) != LM_OK ||
             (rc = feed_forced(ctx, c, rq, 0, err)) != LM_OK)
             goto fail;
     }
-    if ((rc = time_repeats(ctx, c, rq, cfg, cur, stats, err)) != LM_OK)
+    if (rq->prompt_rows && rq->n_prompt > 1) {
+        if ((c->prompt_logits = malloc((size_t)rq->n_prompt * nv * sizeof(float))) == NULL) {
+            rc = LM_FAIL(err, LM_E_NOMEM, "run: out of memory for the prompt's logits");
+            goto fail;
+        }
+        c->n_prompt_rows = rq->n_prompt - 1;
+        lm_ctx_reset(ctx);
+        if ((rc = prefill_rows(ctx, rq, cfg, c->prompt_logits, nv, err)) != LM_OK)
+            goto fail;
+    }
+    /* A two-turn configuration is timed once: the schedule axis is there for its numbers, and
+     * repeats would double a default sweep's engine time for speeds its sibling measures. */
+    if (!rq->time_once && cfg->turn == 0 &&
+        (rc = time_repeats(ctx, c, rq, cfg, cur, stats, err)) != LM_OK)
         goto fail;
     stats->ctx_bytes = (uint64_t)lm_ctx_scratch_bytes(ctx) +
                        2ull * s.n_layer * need * s.n_kv_head * s.head_dim * sizeof(float);

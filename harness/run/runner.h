@@ -15,12 +15,16 @@ typedef struct hx_run_request {
     const int32_t *forced;  /* [n_forced] the teacher path after the prompt; may be NULL when
                                n_forced == 0 */
     uint32_t n_forced;
+    bool time_once;         /* the speeds are the captured run's alone (no repeats, below) */
+    bool prompt_rows;       /* also capture the logits at prompt positions 0..n_prompt-2
+                               (hx_capture.prompt_logits), from a second prefill of the same
+                               schedule that computes every row's logits (not timed) */
 } hx_run_request;
 
 /* Timing: the prefill and the decode are repeated (on the captured token path) until each has
  * run for HX_TIME_MIN_S in total and at least HX_TIME_MIN_REPS times (at most
  * HX_TIME_MAX_REPS); the reported time is the median, single shots being too noisy on small
- * models. */
+ * models. Not for a two-turn configuration (turn > 0) or with time_once: one run's times. */
 #define HX_TIME_MIN_S 0.05
 #define HX_TIME_MIN_REPS 3
 #define HX_TIME_MAX_REPS 64

@@ -305,6 +305,57 @@ static int ref_departure(int64_t *at, int32_t *top, const hx_sweep_result *r,
     return LM_OK;
 }
 
+/* Whether the logits of every prompt position are classified: when the reference's output
+ * projections of the extra n_prompt - 1 rows add at most HX_PROMPT_ROWS_MAX_COST to its pass
+ * (ref_macs; the SR envelope and the engine's extra prefill scale alike) and one
+ * configuration's prompt rows fit in HX_PROMPT_ROWS_MAX_BYTES. Otherwise why into why[n]. */
+static bool prompt_rows_allowed(const hx_sweep_params *p, const ref_request *rq, char *why,
+                                size_t n)
+{
+    ref_request all = *rq;
+    all.pos = NULL;
+    all.n_pos = 0;
+    const double base = ref_macs(p->model, &all);
+    all.n_prompt = 1; /* the default positions from 0: every row */
+    const double more = ref_macs(p->model, &all) - base;
+    const double bytes = (double)p->n_prompt * p->model->hp.n_vocab * sizeof(float);
+    why[0] = '\0';
+    if (p->n_prompt < 2)
+        return false;
+    if (base > 0.0 && more / base > HX_PROMPT_ROWS_MAX_COST) {
+        snprintf(why, n, "the last only: the others would add %.0f%% to the reference pass",
+                 100.0 * more / base);
+        return false;
+    }
+    if (bytes > HX_PROMPT_ROWS_MAX_BYTES) {
+        snprintf(why, n, "the last only: the others' logits take %.0f MiB per configuration",
+                 bytes / 1048576.0);
+        return false;
+    }
+    return true;
+}
+
+/* The reference's smallest top-2 margin over its logits rows, into the report. */
+static void min_margin(hx_report *rep, const ref_capture *ref)
+{
+    rep->min_margin = (double)NAN;
+    for (uint32_t i = 0; i < ref->n_pos; ++i) {
+        const double *x = ref_capture_logits(ref, i);
+        double t1 = -INFINITY, t2 = -INFINITY;
+        for (uint32_t v = 0; v < ref->n_vocab; ++v)
+            if (x[v] > t1) {
+                t2 = t1;
+                t1 = x[v];
+            } else if (x[v] > t2) {
+                t2 = x[v];
+            }
+        if (isnan(rep->min_margin) || t1 - t2 < rep->min_margin) {
+            rep->min_margin = t1 - t2;
+            rep->min_margin_pos = ref->pos[i];
+        }
+    }
+}
+
 /* (b) The reference on prompt + path, and the path made the reference's own greedy path:
  * wherever the reference's argmax leaves the path, the path takes the reference's token and
  * naive's greedy continuation after it, and the reference is computed again. Each round fixes
@@ -313,14 +364,38 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
 {
     size_t n = (size_t)p->n_prompt + p->n_gen;
     int32_t *all = malloc(n * sizeof *all);
-    if (all == NULL)
+    r->pos = malloc(n * sizeof *r->pos);
+    if (all == NULL || r->pos == NULL) {
+        free(all);
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    }
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .progress = p->ref_progress,
                       .progress_user = p->ref_progress_user};
+    hx_report *rep = r->report;
+    r->prompt_rows = prompt_rows_allowed(p, &rq, rep->prompt_rows_why,
+                                         sizeof rep->prompt_rows_why);
+    rep->prompt_rows = r->prompt_rows ? p->n_prompt : 1;
+    if (r->prompt_rows) { /* every position: the prompt's rows, then the default ones */
+        for (uint32_t i = 0; i < n; ++i)
+            r->pos[i] = i;
+        rq.pos = r->pos;
+        rq.n_pos = (uint32_t)n;
+    }
     double t0 = lm_now_s();
-    int rc = LM_OK;
+    /* The reference's own reading of the file against the engine's, also when every capture
+     * comes from the cache (ref_run checks only before a pass it computes): an engine
+     * dequantization or hyperparameter defect stops the sweep, naming the tensor or key. */
+    lm_err e2 = {0};
+    int rc = ref_weights_check(p->model, &e2);
+    if (rc == LM_OK)
+        rc = ref_hparams_check(p->model, &e2);
+    if (rc != LM_OK) {
+        free(all);
+        return LM_FAIL(err, rc, "the engine's model differs from the reference's own reading of "
+                                "its file: %s", e2.msg);
+    }
     for (uint32_t round = 0;; ++round) {
         memcpy(all, p->prompt, p->n_prompt * sizeof *all);
         memcpy(all + p->n_prompt, r->path, p->n_gen * sizeof *all);
@@ -345,6 +420,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     free(all);
     if (rc != LM_OK)
         return rc;
+    min_margin(rep, &r->ref);
     progress(p, "reference %s at %u bits (%.3f s)", r->ref_hit ? "loaded from cache" : "computed",
              (unsigned)rq.prec, r->ref_s);
     return LM_OK;
@@ -491,18 +567,26 @@ static const hx_envelope *env_of(const hx_sweep_result *r, const hx_config *c)
 }
 
 /* The reference of the teacher path computed with a rotating cache's schedule (max, keep,
- * step; step 0 = one chunk), through the same cache as the plain one. The exact-window policy
- * sees, at every step, what MLX's policy sees token by token: its schedule is step 1's. */
+ * step and turn; step 0 and turn 0 = one chunk), through the same cache as the plain one. The
+ * exact-window policy sees, at every step, what MLX's policy sees token by token: its schedule
+ * is step 1's (and has no second turn). */
 static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_sweep_params *p,
-                        const hx_config *cfg, uint32_t step, lm_err *err)
+                        const hx_config *cfg, uint32_t step, uint32_t turn, lm_err *err)
 {
-    if (cfg->rot_window)
+    if (cfg->rot_window) {
         step = 1;
+        turn = 0;
+    }
+    uint32_t n1, d, n2;
+    hx_turn_split(p->n_prompt, turn, &n1, &d, &n2);
     ref_request rq = {.tokens = r->ref.tokens, .n_tokens = r->ref.n_tokens,
                       .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .rot_max_size = cfg->rot_max,
                       .rot_keep = cfg->rot_keep, .rot_step = step,
+                      .rot_turn_at = n2 > 0 ? n1 : 0, .rot_turn_d = n2 > 0 ? d : 0,
+                      .pos = r->prompt_rows ? r->pos : NULL,
+                      .n_pos = r->prompt_rows ? r->ref.n_tokens : 0,
                       .progress = p->ref_progress, .progress_user = p->ref_progress_user};
     bool hit = false;
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
@@ -586,14 +670,15 @@ static int configurations(hx_sweep_result *r, const hx_sweep_params *p, const hx
             /* Numerical: against the reference with this configuration's schedule. Semantic:
              * that reference against the same cache's one-chunk reference. */
             ref_capture rs = {0}, r1 = {0};
-            rc = schedule_ref(&rs, r, p, &run->cfg, run->cfg.step, err);
+            rc = schedule_ref(&rs, r, p, &run->cfg, run->cfg.step, run->cfg.turn, err);
             if (rc == LM_OK)
-                rc = schedule_ref(&r1, r, p, &run->cfg, 0, err);
+                rc = schedule_ref(&r1, r, p, &run->cfg, 0, 0, err);
             if (rc == LM_OK)
                 rc = hx_compare_capture(c, run->cap, run->base, &rs, env_of(r, &run->cfg), err);
             if (rc == LM_OK) {
                 hx_compare_semantic(c, &rs, &r1);
-                c->sem_same_schedule = run->cfg.step == 0 || run->cfg.rot_window;
+                c->sem_same_schedule =
+                    (run->cfg.step == 0 && run->cfg.turn == 0) || run->cfg.rot_window;
             }
             ref_capture_free(&rs);
             ref_capture_free(&r1);
@@ -665,7 +750,8 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     if ((rc = teacher_path(r, p, err)) != LM_OK || (rc = reference(r, p, err)) != LM_OK)
         goto fail;
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
-                         .forced = r->path, .n_forced = p->n_gen};
+                         .forced = r->path, .n_forced = p->n_gen, .time_once = p->time_once,
+                         .prompt_rows = r->prompt_rows};
     if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
         (rc = routing(r, p, err)) != LM_OK)
         goto fail;
@@ -697,6 +783,7 @@ void hx_sweep_result_free(hx_sweep_result *r)
         hx_capture_free(r->extra_base[i]);
     free(r->extra_base);
     free(r->path);
+    free(r->pos);
     ref_capture_free(&r->ref);
     for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
         hx_envelope_free(r->env_prof[k]); /* r->env is one of them */

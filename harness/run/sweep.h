@@ -13,7 +13,11 @@
  *      (HX_PATH_REFERENCE) or naive's path already was the reference's (HX_PATH_NAIVE_FULL);
  *      either way ref_leaves_at ends at -1.
  *  (b) The reference capture of prompt + path (K/V of the prompt positions, logits at
- *      n_prompt-1 .. n_prompt-1+n_gen) via ref_cached in cache_dir: computed once, then loaded.
+ *      n_prompt-1 .. n_prompt-1+n_gen, and at every prompt position before them when the
+ *      cost allows: HX_PROMPT_ROWS_MAX_COST, HX_PROMPT_ROWS_MAX_BYTES; the report says which,
+ *      and the reference's smallest top-2 margin over every row) via ref_cached in cache_dir:
+ *      computed once, then loaded. The configurations and the engine's ensemble then capture
+ *      the prompt rows too (hx_run_request.prompt_rows), and every one is classified.
  *  (c) The envelope, one per precision profile among the configurations (config key
  *      profile=, kvd_profile.h; each configuration is classified against its own profile's
  *      envelope). For f32: `ensemble` SR runs of the reference's own float32 model
@@ -45,6 +49,13 @@
  *      that policy computes at every step (sem_same_schedule). The
  *      envelope stays the plain cache's one-chunk ensemble (an approximation of the rounding
  *      noise of another schedule: same operations, different key sets).
+ *      A two-turn configuration (turn=D, config.h hx_turn_split) feeds the same prompt tokens
+ *      in another schedule: with the plain cache it computes the same mathematics and is judged
+ *      against the shared reference and envelope; with a rotating cache its schedule reference
+ *      follows the two turns (ref_request.rot_turn_*).
+ *      Before (b), the engine's weights and hyperparameters are checked against the
+ *      reference's own reading of the model file (ref_weights_check, ref_hparams_check), also
+ *      when the reference comes from the cache: a difference is LM_E_INPUT naming it.
  *  (e) MoE models only: routing flips of every configuration against the reference's routing
  *      of the prompt, the TIE band measured with the same `ensemble` size and seeds as (c)
  *      (hx_routing_measure, routing.h); the numbers go to routing and into the report.
@@ -79,6 +90,10 @@
 #define HX_SWEEP_DEFAULT_ENSEMBLE 8u
 #define HX_SWEEP_DEFAULT_SEED 0x6b76647269667431ull /* "kvdrift1" */
 #define HX_SWEEP_MAX_PROFILES 8u /* >= lm_profile_count() */
+/* Every prompt position's logits are classified when that adds at most this fraction to the
+ * reference pass and one configuration's prompt logits fit in HX_PROMPT_ROWS_MAX_BYTES. */
+#define HX_PROMPT_ROWS_MAX_COST 0.5
+#define HX_PROMPT_ROWS_MAX_BYTES (256.0 * 1048576.0)
 
 typedef struct hx_sweep_params {
     const lm_model *model;
@@ -105,6 +120,8 @@ typedef struct hx_sweep_params {
     ref_progress_fn ref_progress; /* the reference passes' progress callback (ref_request),
                                      NULL: none */
     void *ref_progress_user;
+    bool time_once;           /* speeds from one run each instead of the median of repeats
+                                 (hx_run_request.time_once): for callers that read only classes */
     bool engine_envelope;     /* envelope members from the engine's naive-sr backend even when
                                  the reference's SR model implements the model (envelope_sr.h) */
 } hx_sweep_params;
@@ -141,6 +158,10 @@ typedef struct hx_sweep_result {
     int64_t ref_leaves_at;    /* -1 once (b) is done: R's argmax equals the path everywhere */
     int32_t ref_token_at;     /* R's argmax there (valid when ref_leaves_at >= 0) */
     ref_capture ref;          /* the reference on prompt + path */
+    bool prompt_rows;         /* logits classified at every prompt position (prompt_rows_allowed
+                                 in sweep.c); false: at the last one only */
+    uint32_t *pos;            /* [n_prompt + n_gen] 0, 1, ...: the reference's positions when
+                                 prompt_rows */
     char ref_key[33];         /* ref_cache_key */
     bool ref_hit;             /* loaded from the cache */
     hx_envelope *env;         /* the first configuration's profile's envelope (one of below) */

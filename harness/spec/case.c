@@ -49,11 +49,11 @@ int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err)
 /* --- the INI handler --- */
 
 enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_STEPS, K_BACKENDS, K_THREADS, K_ATTN, K_N_GEN,
-       K_PRECISION, K_STRICT, K_ROT, K_PROMPT_FILE, K_SPECIAL, K_COUNT };
+       K_PRECISION, K_STRICT, K_ROT, K_PROMPT_FILE, K_SPECIAL, K_TURN, K_COUNT };
 static const char *const keys[K_COUNT] = {"name",     "model",   "prompt", "tokens",
                                           "steps",    "backends", "threads", "attn",
                                           "n_gen",    "precision", "strict_bits", "rot",
-                                          "prompt_file", "special"};
+                                          "prompt_file", "special", "turn"};
 
 typedef struct parse_state {
     hx_case *c;
@@ -180,6 +180,12 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
         free(c->rot);
         return (c->rot = strdup(value)) ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
     }
+    case K_TURN:
+        if (!lm_parse_u64(value, strlen(value), 0, HX_TURN_MAX, &u))
+            return LM_FAIL(err, LM_E_INPUT, "turn '%s': not an integer in 0..%u", value,
+                           HX_TURN_MAX);
+        c->turn = (uint32_t)u;
+        return LM_OK;
     case K_N_GEN:
         if (!lm_parse_u64(value, strlen(value), 0, HX_MAX_N_GEN, &u))
             return LM_FAIL(err, LM_E_INPUT, "n_gen '%s': not an integer in 0..%u", value,
@@ -265,6 +271,8 @@ static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, l
         c->n_gen = HX_CASE_DEFAULT_N_GEN;
     if (!ps->seen[K_PRECISION])
         c->precision = HX_CASE_DEFAULT_PRECISION;
+    if (!ps->seen[K_TURN])
+        c->turn = HX_TURN_DEFAULT;
     return LM_OK;
 }
 
@@ -410,6 +418,8 @@ int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err)
                             c->n_steps, c->threads, c->n_threads, c->attn, c->n_attn, err);
     if (rc == LM_OK && c->rot != NULL)
         rc = hx_config_cross_rot(&v, &total, "rot", c->rot, err);
+    if (rc == LM_OK)
+        rc = hx_config_add_turns(&v, &total, c->turn, err);
     if (rc != LM_OK) {
         free(v);
         return rc;

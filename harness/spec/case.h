@@ -11,6 +11,8 @@
  *   threads = 1,2                                 ; default 1
  *   attn = default                                ; default default (later: dense,stream)
  *   rot = none,8:2                                ; rotating KV cache axis, default none
+ *   turn = 4                                      ; two-turn sibling of each configuration
+ *                                                 ; (D decode steps; 0 = none), default 4
  *   n_gen = 32                                    ; default 32
  *   precision = 127                               ; MPFR bits, default 127
  *   strict_bits = false                           ; default false
@@ -62,6 +64,8 @@ typedef struct hx_case {
     hx_attn *attn;        /* [n_attn] */
     uint32_t n_attn;
     char *rot;            /* rotating-cache axis as written ("none,8:2"), NULL = plain only */
+    uint32_t turn;        /* schedule axis: each configuration's two-turn sibling with this
+                             many decode steps (config.h hx_config_add_turns); 0 = none */
     uint32_t n_gen;
     uint32_t precision;
     bool strict_bits;
@@ -78,7 +82,8 @@ int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_e
 void hx_case_free(hx_case *c);
 
 /* Every configuration of the case: rot x backends x threads x attn x steps (steps vary
- * fastest, rot slowest; hx_config_cross_rot), in the order written. *out is malloc'd. */
+ * fastest, rot slowest; hx_config_cross_rot), in the order written, each followed by its
+ * two-turn sibling (hx_config_add_turns). *out is malloc'd. */
 int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err);
 
 /* Comma list of token ids (each 0..INT32_MAX); *out malloc'd. */

@@ -84,7 +84,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                        (int)blen, s, lm_backend_expected());
     memcpy(c.backend, s, blen);
     bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
-    bool seen_spec = false, seen_draft = false, seen_prof = false;
+    bool seen_spec = false, seen_draft = false, seen_prof = false, seen_turn = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -118,6 +118,10 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
             seen = &seen_rot;
             ok = memchr(val, ':', vlen) == NULL &&
                  hx_rot_parse(val, vlen, &c.rot_max, &c.rot_keep, &c.rot_window);
+        } else if (field_is(f, klen, "turn")) {
+            seen = &seen_turn;
+            ok = field_is(val, vlen, "0") ? (c.turn = 0, true)
+                                          : lm_parse_u32(val, vlen, 1, HX_TURN_MAX, &c.turn);
         } else if (field_is(f, klen, "profile")) {
             seen = &seen_prof;
             ok = hx_profile_parse(c.profile, val, vlen);
@@ -134,8 +138,8 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                 memcpy(c.draft, val, vlen);
         } else {
             return LM_FAIL(err, LM_E_INPUT,
-                           "config '%s': unknown key '%.*s' (step, threads, attn, rot, profile, "
-                           "spec, draft)", s, (int)klen, f);
+                           "config '%s': unknown key '%.*s' (step, threads, attn, rot, turn, "
+                           "profile, spec, draft)", s, (int)klen, f);
         }
         if (*seen)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
@@ -174,25 +178,61 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
                  c->rot_window ? "/window" : "");
     if (c->profile[0] != '\0')
         snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
-    char spec[24] = "";
+    char spec[24] = "", turn[24] = "";
     if (c->spec != 0)
         snprintf(spec, sizeof spec, ":spec=%u", (unsigned)c->spec);
-    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, prof,
-                    spec, c->draft[0] ? ":draft=" : "", c->draft);
+    if (c->turn != 0)
+        snprintf(turn, sizeof turn, ":turn=%u", (unsigned)c->turn);
+    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, turn,
+                    prof, spec, c->draft[0] ? ":draft=" : "", c->draft);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
 {
     hx_config b = *c;
     b.step = 0;
+    b.turn = 0;
     return b;
+}
+
+void hx_turn_split(uint32_t n, uint32_t turn, uint32_t *n1, uint32_t *d, uint32_t *n2)
+{
+    if (turn == 0 || n < 4) {
+        *n1 = n;
+        *d = *n2 = 0;
+        return;
+    }
+    *d = turn < n - 3 ? turn : n - 3;
+    *n2 = (n - *d) / 2 > 2 ? (n - *d) / 2 : 2;
+    *n1 = n - *d - *n2;
+}
+
+int hx_config_add_turns(hx_config **v, size_t *n, uint32_t turn, lm_err *err)
+{
+    if (turn == 0)
+        return LM_OK;
+    hx_config *out = calloc(2 * *n + 1, sizeof *out);
+    if (out == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < *n; ++i) {
+        out[k++] = (*v)[i];
+        if ((*v)[i].step != 1 && (*v)[i].spec == 0 && (*v)[i].turn == 0 && !(*v)[i].rot_window) {
+            out[k] = (*v)[i];
+            out[k++].turn = turn;
+        }
+    }
+    free(*v);
+    *v = out;
+    *n = k;
+    return LM_OK;
 }
 
 bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
-           a->rot_window == b->rot_window &&
+           a->rot_window == b->rot_window && a->turn == b->turn &&
            a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
            strcmp(a->profile, b->profile) == 0;
 }

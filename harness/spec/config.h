@@ -31,12 +31,34 @@ typedef struct hx_config {
     uint32_t spec;     /* speculative decoding (`spec=K`): K drafted tokens per round; 0 = plain */
     char draft[HX_DRAFT_MAX]; /* `draft=`: "self:L" (the model's first L layers) or a model
                                  (path or synth:PRESET); "" = none */
+    uint32_t turn;    /* `turn=D`: the prompt fed as two turns (hx_turn_split): its first part
+                         in chunks of step, D single-token forward calls, then the rest as a
+                         second multi-token chunk in chunks of step; 0 = one prefill */
     uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
                          or formatted): their seed; 0 elsewhere */
 } hx_config;
 
+/* The two-turn schedule of config key turn=D (multi-turn chat, continued prefill): a prompt
+ * of n tokens is fed as n1 tokens (turn 1), d single tokens (decode steps), then n2 tokens
+ * (turn 2, a multi-token chunk after the decode steps), n1 + d + n2 = n. d = min(D, n - 3);
+ * n2 = max(2, (n - d) / 2); n1 = n - d - n2 >= 1. D == 0 or n < 4: no second turn (n1 = n,
+ * d = n2 = 0). Teacher-forced: every token is the prompt's, so the reference and the envelope
+ * of the one-chunk prompt judge it as they are (with a rotating cache, the reference follows
+ * this schedule: ref_request.rot_turn_*). Its speeds are one run's, not the median of repeats
+ * (runner.h). */
+#define HX_TURN_DEFAULT 4u /* the default sweep's decode steps between the two turns */
+#define HX_TURN_MAX 4096u
+void hx_turn_split(uint32_t n, uint32_t turn, uint32_t *n1, uint32_t *d, uint32_t *n2);
+
+/* Appends, right after each configuration that has a multi-token chunk (step != 1), plain
+ * decoding (spec 0) and a schedule that depends on chunks (not rot_window), the same
+ * configuration with turn=D (D == 0: nothing added). *v is
+ * replaced (the old array freed). LM_E_NOMEM only. */
+int hx_config_add_turns(hx_config **v, size_t *n, uint32_t turn, lm_err *err);
+
 /* Grammar: BACKEND[:KEY=VALUE]... with keys step (integer >= 1 or "full"), threads (integer
- * 1..LM_MAX_THREADS, the engine's limit), attn (dense|stream), rot (MAX/KEEP: a rotating KV
+ * 1..LM_MAX_THREADS, the engine's limit), attn (dense|stream), turn (decode steps 0..HX_TURN_MAX
+ * of the two-turn schedule, 0 = none), rot (MAX/KEEP: a rotating KV
  * cache with max_size MAX >= 2 and keep KEEP < MAX, both decimal, MLX's policy; MAX/KEEP/window:
  * the same cache with the exact-window policy; "none" = the plain cache;
  * '/' because ':' separates fields); profile (a precision
@@ -49,14 +71,15 @@ typedef struct hx_config {
 int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
- * when not default, then rot=MAX/KEEP[/window] when rotating, then profile=P when not f32,
- * then spec=K
+ * when not default, then rot=MAX/KEEP[/window] when rotating, then turn=D when D > 0, then
+ * profile=P when not f32, then spec=K
  * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
 
-/* The configuration's baseline: same backend, threads, attn and rot, one chunk (step = full). */
+/* The configuration's baseline: same backend, threads, attn and rot, one chunk (step = full,
+ * turn 0). */
 hx_config hx_config_baseline(const hx_config *c);
 bool hx_config_equal(const hx_config *a, const hx_config *b);
 

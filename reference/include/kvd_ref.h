@@ -103,6 +103,11 @@ typedef struct ref_request {
     uint32_t rot_max_size;
     uint32_t rot_keep;
     uint32_t rot_step;     /* prefill chunk size the schedule follows (0 = one chunk) */
+    /* Two turns (0, 0: one prefill): prompt positions [0, rot_turn_at) in chunks of rot_step,
+     * rot_turn_d single tokens, then the rest of the prompt in chunks of rot_step. Rotating
+     * cache only (the plain cache computes the same numbers for any schedule). */
+    uint32_t rot_turn_at;
+    uint32_t rot_turn_d;
     /* false (default): every matrix-product dot product is exact and rounded once (ref_dotx.h);
      * true: MPFR multiply-adds, each rounded (ref_dot): the slower pure-MPFR pass that
      * `ref --validate-against mpfr` compares with. Part of the cache key. */

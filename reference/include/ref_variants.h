@@ -10,7 +10,8 @@
  *   (the first `keep` and the most recent ones stay), then appends the chunk; token i of the
  *   chunk sees the set plus the chunk's tokens 0..i. A single token first reduces the set to
  *   at most max_size in the same way, then, if the set is full (max_size), replaces the oldest
- *   position after the first `keep`; it sees the whole set.
+ *   position after the first `keep`; it sees the whole set. The prompt's chunks follow the
+ *   step, or two turns (ref_rot_schedule_make_turns): decode steps between two chunked parts.
  * - MoE top-k: the k largest logits, equal logits -> lower expert id first, rank order.
  *   margin = k-th selected logit - largest unselected logit (+inf when k = n_expert).
  *   gating 0: softmax over the selected logits; 1: softmax over all, selected renormalised
@@ -38,6 +39,12 @@ typedef struct ref_rot_schedule {
 
 int ref_rot_schedule_make(ref_rot_schedule *out, uint32_t max_size, uint32_t keep, uint32_t step,
                           uint32_t n_prompt, uint32_t n_tokens, lm_err *err);
+/* The same for a prompt fed in two turns: positions [0, turn_at) in chunks of `step`, then
+ * turn_d single tokens, then [turn_at + turn_d, n_prompt) in chunks of `step` (turn_at =
+ * n_prompt, turn_d = 0: the plain prefill above). LM_E_INPUT when the turns do not fit. */
+int ref_rot_schedule_make_turns(ref_rot_schedule *out, uint32_t max_size, uint32_t keep,
+                                uint32_t step, uint32_t turn_at, uint32_t turn_d,
+                                uint32_t n_prompt, uint32_t n_tokens, lm_err *err);
 void ref_rot_schedule_free(ref_rot_schedule *s);
 
 /* MoE routing on MPFR logits (see above); k <= n_expert. */
