@@ -45,7 +45,8 @@ typedef struct hdr {
     uint8_t hash[16];        /* the model's content hash */
     uint32_t n_tokens, n_prompt, n_pos, prec; /* n_pos 0: the default positions */
     int32_t n_threads;
-    uint32_t rot_max_size, rot_keep, rot_step, mpfr_dot, path_len;
+    uint32_t rot_max_size, rot_keep, rot_step, rot_turn_at, rot_turn_d, mpfr_dot, path_len;
+    char key[33];            /* ref_cache_key of the request: every field that changes numbers */
 } hdr;
 
 static struct {
@@ -123,9 +124,11 @@ static int mpi_begin(const ref_group *g, const lm_model *m, const ref_request *r
     hdr h = {.op = OP_PASS, .ref_version = REF_VERSION, .n_tokens = rq->n_tokens,
              .n_prompt = rq->n_prompt, .n_pos = rq->pos ? rq->n_pos : 0, .prec = rq->prec,
              .n_threads = rq->n_threads, .rot_max_size = rq->rot_max_size,
-             .rot_keep = rq->rot_keep, .rot_step = rq->rot_step, .mpfr_dot = rq->mpfr_dot,
+             .rot_keep = rq->rot_keep, .rot_step = rq->rot_step, .rot_turn_at = rq->rot_turn_at,
+             .rot_turn_d = rq->rot_turn_d, .mpfr_dot = rq->mpfr_dot,
              .path_len = (uint32_t)strlen(m->path)};
     build_id(h.build);
+    ref_cache_key(h.key, m, rq);
     memcpy(h.hash, m->content_hash, 16);
     const uint64_t n = 4 * ((uint64_t)h.n_tokens + h.n_pos) + h.path_len + 1;
     char *p = malloc(n);
@@ -190,7 +193,16 @@ static int serve_pass(lm_model **m, const hdr *h, lm_err *err)
                       .pos = h->n_pos ? (const uint32_t *)(p + 4 * (uint64_t)h->n_tokens) : NULL,
                       .n_pos = h->n_pos, .prec = h->prec, .n_threads = h->n_threads,
                       .rot_max_size = h->rot_max_size, .rot_keep = h->rot_keep,
-                      .rot_step = h->rot_step, .mpfr_dot = h->mpfr_dot != 0, .group = &S.g};
+                      .rot_step = h->rot_step, .rot_turn_at = h->rot_turn_at,
+                      .rot_turn_d = h->rot_turn_d, .mpfr_dot = h->mpfr_dot != 0, .group = &S.g};
+    char key[33];
+    ref_cache_key(key, *m, &rq);
+    if (memcmp(key, h->key, sizeof key) != 0) { /* a field rank 0's request has and hdr lacks */
+        free(p);
+        return ref_group_agree(&S.g, LM_FAIL(err, LM_E_INTERNAL, "the request did not reach "
+                                             "this rank whole (cache key %s, rank 0's %.32s)",
+                                             key, h->key), err);
+    }
     ref_result *res = NULL;
     st = ref_run(&res, *m, &rq, err);
     ref_result_free(res);
