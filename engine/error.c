@@ -31,10 +31,29 @@ void lm_err_clear(lm_err *err)
         memset(err, 0, sizeof *err);
 }
 
+void lm_vlog(lm_log_fn log, void *user, const char *fmt, va_list ap)
+{
+    if (log == NULL)
+        return;
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    log(user, line);
+}
+
+void lm_log(lm_log_fn log, void *user, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lm_vlog(log, user, fmt, ap);
+    va_end(ap);
+}
+
 int lm_status_exit_code(int status)
 {
     if (status == LM_OK)
         return 0;
+    if (status == LM_E_DISAGREE) /* a regression found, as a failing configuration is */
+        return 1;
     return status == LM_E_INTERNAL ? 3 : 2;
 }
 

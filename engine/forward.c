@@ -473,18 +473,15 @@ int lm_prefill(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t step, floa
     return LM_OK;
 }
 
-/* cos/sin of pos * theta^(-2i/n_rot) for every position and pair: computed once in double
- * (pow, multiply, cos, sin) and rounded to float, so the table is within half an ulp of the
- * exact value in practice; forward passes only read it. */
-static void fill_rope_table(const lm_ctx *c, float *cos_tab, float *sin_tab, float theta)
+void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_tab,
+                   float *sin_tab)
 {
-    const lm_hparams *hp = &c->m->hp;
-    const uint32_t half = hp->n_rot / 2;
+    const uint32_t half = m->hp.n_rot / 2;
     for (uint32_t i = 0; i < half; ++i) {
-        double freq = pow((double)theta, -2.0 * (double)i / (double)hp->n_rot);
-        if (c->m->rope_freqs != NULL) /* Llama 3.1: pair i's frequency divided by its factor */
-            freq /= (double)c->m->rope_freqs[i];
-        for (uint32_t pos = 0; pos < c->n_ctx; ++pos) {
+        double freq = pow((double)theta, -2.0 * (double)i / (double)m->hp.n_rot);
+        if (m->rope_freqs != NULL) /* Llama 3.1: pair i's frequency divided by its factor */
+            freq /= (double)m->rope_freqs[i];
+        for (uint32_t pos = 0; pos < n_pos; ++pos) {
             const double ang = (double)pos * freq;
             cos_tab[(size_t)pos * half + i] = (float)cos(ang);
             sin_tab[(size_t)pos * half + i] = (float)sin(ang);
@@ -647,11 +644,11 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->scores = carve(&cur, sizes[8]);
     float *cos_swa = carve(&cur, sizes[9]), *sin_swa = carve(&cur, sizes[10]);
     c->scratch_bytes = total;
-    fill_rope_table(c, c->rope_cos, c->rope_sin, hp->rope_theta);
+    lm_rope_table(c->m, hp->rope_theta, n_ctx, c->rope_cos, c->rope_sin);
     c->rope_cos_swa = c->rope_cos;
     c->rope_sin_swa = c->rope_sin;
     if (own_swa) {
-        fill_rope_table(c, cos_swa, sin_swa, hp->rope_theta_swa);
+        lm_rope_table(c->m, hp->rope_theta_swa, n_ctx, cos_swa, sin_swa);
         c->rope_cos_swa = cos_swa;
         c->rope_sin_swa = sin_swa;
     }

@@ -91,8 +91,8 @@ int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const
     lm_err derr = {0};
     if (lm_cache_open(dir, sizeof dir, cache_dir, &derr) != LM_OK) {
         /* a cache that cannot be used costs time, not correctness: say so and compute */
-        fprintf(stderr, "kvdrift: reference cache unusable (%s); computing without it\n",
-                derr.msg);
+        lm_log(rq->log, rq->log_user, "reference cache unusable (%s); computing without it",
+               derr.msg);
         return ref_compute(out, m, rq, err);
     }
     ref_cache_key(key, m, rq);
@@ -107,17 +107,17 @@ int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const
                 return LM_OK;
             }
             ref_capture_free(out);
-            fprintf(stderr, "kvdrift: reference cache entry %s holds another request; "
-                            "recomputed\n", path);
+            lm_log(rq->log, rq->log_user, "reference cache entry %s holds another request; "
+                   "recomputed", path);
         } else {
-            fprintf(stderr, "kvdrift: reference cache entry is corrupt (%s); recomputed\n",
-                    rerr.msg);
+            lm_log(rq->log, rq->log_user, "reference cache entry is corrupt (%s); recomputed",
+                   rerr.msg);
         }
     }
     if ((st = ref_compute(out, m, rq, err)))
         return st;
     lm_err werr = {0};
     if (ref_capture_write(out, path, &werr) != LM_OK)
-        fprintf(stderr, "kvdrift: reference cache entry not stored (%s)\n", werr.msg);
+        lm_log(rq->log, rq->log_user, "reference cache entry not stored (%s)", werr.msg);
     return LM_OK;
 }

@@ -66,14 +66,14 @@ static float get_f32(rd *r, const char *suffix, float def)
 #define SAME_U(what, mine, theirs)                                                             \
     do {                                                                                       \
         if ((uint64_t)(mine) != (uint64_t)(theirs))                                            \
-            return LM_FAIL(err, LM_E_INPUT, "%s: reference reads %s = %" PRIu64 ", the engine "  \
+            return LM_FAIL(err, LM_E_DISAGREE, "%s: reference reads %s = %" PRIu64 ", the engine "  \
                            "loaded %" PRIu64, m->path, what, (uint64_t)(mine),                 \
                            (uint64_t)(theirs));                                                \
     } while (0)
 #define SAME_F(what, mine, theirs)                                                             \
     do {                                                                                       \
         if ((mine) != (theirs))                                                                \
-            return LM_FAIL(err, LM_E_INPUT, "%s: reference reads %s = %.9g, the engine loaded "  \
+            return LM_FAIL(err, LM_E_DISAGREE, "%s: reference reads %s = %.9g, the engine loaded "  \
                            "%.9g", m->path, what, (double)(mine), (double)(theirs));           \
     } while (0)
 
@@ -117,7 +117,7 @@ static int check(const lm_model *m, const lm_gguf *g, lm_err *err)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: architecture '%.64s' is not implemented by "
                        "the reference", m->path, arch ? arch : "(none)");
     if (strcmp(arch, hp->arch) != 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s: reference reads architecture '%.64s', the engine "
+        return LM_FAIL(err, LM_E_DISAGREE, "%s: reference reads architecture '%.64s', the engine "
                        "loaded '%s'", m->path, arch, hp->arch);
     rd r = {g, arch, err, LM_OK};
     const uint32_t n_embd = get_u32(&r, "embedding_length", 0);

@@ -22,7 +22,7 @@ int ref_weights_check(const lm_model *m, lm_err *err)
         const lm_weight *w = &m->weights[i];
         const lm_gguf_tensor *t = lm_gguf_tensor_find(g, w->name);
         if (t == NULL || t->n_elem != w->n_elem) {
-            rc = LM_FAIL(err, LM_E_INPUT, "%s: reference: tensor '%s' is not in the file as "
+            rc = LM_FAIL(err, LM_E_DISAGREE, "%s: reference: tensor '%s' is not in the file as "
                          "loaded", m->path, w->name);
             break;
         }
@@ -40,7 +40,7 @@ int ref_weights_check(const lm_model *m, lm_err *err)
         for (uint64_t j = 0; j < t->n_elem; ++j) {
             /* bitwise: NaN payloads and signed zeros must agree too */
             if (memcmp(&buf[j], &w->data[j], sizeof(float)) != 0) {
-                rc = LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' (%s) element %" PRIu64 ": the "
+                rc = LM_FAIL(err, LM_E_DISAGREE, "%s: tensor '%s' (%s) element %" PRIu64 ": the "
                              "engine loaded %.9g, the reference's dequantization gives %.9g",
                              m->path, w->name, lm_tensor_type_name(t->type), j,
                              (double)w->data[j], (double)buf[j]);

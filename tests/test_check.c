@@ -230,6 +230,24 @@ static junit_counts parse_junit(const char *path)
     return k;
 }
 
+/* The golden keys' libm probe of the case's model (synth:tiny:seed=7) over the positions its
+ * runs read: 8 prompt tokens + n_gen 3. */
+static const char *case_rope(void)
+{
+    static char probe[17];
+    if (probe[0])
+        return probe;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/rope-probe-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 7, LM_TYPE_F32, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_golden_rope_probe(probe, m, 8 + 3, &err), LM_OK);
+    lm_model_free(m);
+    return probe;
+}
+
 static void golden_file(char *out, size_t cap)
 {
     snprintf(out, cap, "%s/t-tiny.json", gdir);
@@ -294,7 +312,7 @@ static void test_check_mismatch_strict(void)
     hx_fingerprint_detect(&fp);
     const char *victim = "blas:step=3:threads=1";
     hx_golden_key vkey;
-    hx_golden_key_of(&vkey, &fp, "blas");
+    hx_golden_key_of(&vkey, &fp, "blas", case_rope());
     hx_golden_entry e;
     bool found = false;
     CU_ASSERT_EQUAL_FATAL(hx_golden_find(g, "t-tiny", victim, vkey.id, &e, &found, &err), LM_OK);
@@ -363,14 +381,18 @@ static void test_check_keys_per_configuration(void)
     CU_ASSERT_EQUAL_FATAL(hx_golden_create(&o, &err), LM_OK);
     hx_fingerprint self, other;
     hx_fingerprint_detect(&self);
-    other = self; /* another CPU model and ISA too: naive keys must not see them */
+    other = self; /* another CPU model, ISA and C library: naive keys must not see them */
     snprintf(other.cpu, sizeof other.cpu, "Elsewhere CPU");
     snprintf(other.isa, sizeof other.isa, "sse2");
+    snprintf(other.libc, sizeof other.libc, "glibc 2.39");
+    snprintf(other.libm, sizeof other.libm, "expf=fma probe=0badf00d");
+    hx_fingerprint_finish(&other);
     hx_golden_key naive_self, naive_other, blas_self, blas_other;
-    hx_golden_key_of(&naive_self, &self, "naive");
-    hx_golden_key_make(&naive_other, &other, "naive", NULL);
-    hx_golden_key_of(&blas_self, &self, "blas");
-    hx_golden_key_make(&blas_other, &other, "blas", "blas=OpenBLAS; blas_core=Haswell-elsewhere");
+    hx_golden_key_of(&naive_self, &self, "naive", case_rope());
+    hx_golden_key_make(&naive_other, &other, "naive", NULL, case_rope());
+    hx_golden_key_of(&blas_self, &self, "blas", case_rope());
+    hx_golden_key_make(&blas_other, &other, "blas", "blas=OpenBLAS; blas_core=Haswell-elsewhere",
+                       case_rope());
     CU_ASSERT_STRING_EQUAL(naive_self.id, naive_other.id);
     CU_ASSERT_STRING_NOT_EQUAL(blas_self.id, blas_other.id);
     hx_case *c = NULL;

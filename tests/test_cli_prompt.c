@@ -3,12 +3,15 @@
  * and compare's verdict line and exit code. */
 #include "cli_util.h"
 #include "commands.h"
+#include "kvd_engine.h"
+#include "kvd_gguf.h"
 #include "synth.h"
 #include "test_util.h"
 
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -101,6 +104,96 @@ static void test_cli_compare_verdict(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: SAME TOKENS: other bits"));
 }
 
+/* The greedy token of A (naive, f32) after the prompt. */
+static int32_t naive_next(const char *model, const int32_t *tok, uint32_t n)
+{
+    lm_err err = {0};
+    lm_model *m = NULL;
+    lm_ctx *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, model, &err), LM_OK);
+    lm_ctx_params p = {.backend = "naive", .n_ctx = n};
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&c, m, &p, &err), LM_OK);
+    float *lg = malloc(m->hp.n_vocab * sizeof *lg);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lg);
+    CU_ASSERT_EQUAL_FATAL(lm_prefill(c, tok, n, 0, lg, &err), LM_OK);
+    int32_t t = lm_argmax(lg, m->hp.n_vocab);
+    free(lg);
+    lm_ctx_free(c);
+    lm_model_free(m);
+    return t;
+}
+
+/* A near tie built into the tied output matrix of a synthetic model (token_embd, F32,
+ * [n_vocab][n_embd]): A's greedy token t1 after the prompt gets a row of bfloat16 values, and
+ * token t2 < t1 gets t1's row times (1 - 2^-12). In float32 t1's logit exceeds t2's by 2^-12
+ * of itself (about 2.4e-4 relative, far above the float32 rounding of a 64-term dot product,
+ * ~64 * 2^-24 relative to the sum of |terms|), so naive picks t1; under the bf16 profile both
+ * rows round to the same bfloat16 values (w (1 - 2^-12) is within half a bfloat16 ulp of a
+ * bfloat16 w, which has 8 significant bits), their logits are bitwise equal, and the tie goes
+ * to the lower id, t2. Neither token is in the prompt, so the hidden state is unchanged. */
+static void build_near_tie(const char *path, int32_t t1, int32_t t2)
+{
+    lm_err err = {0};
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
+    const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "token_embd.weight");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_EQUAL_FATAL(t->type, LM_TYPE_F32);
+    CU_ASSERT_PTR_NULL_FATAL(lm_gguf_tensor_find(g, "output.weight")); /* tied */
+    const size_t n_embd = (size_t)t->ne[0];
+    const long off = (long)((const char *)t->data - (const char *)lm_gguf_bytes(g));
+    float *row = malloc(n_embd * sizeof *row), *tie = malloc(n_embd * sizeof *tie);
+    CU_ASSERT_FATAL(row != NULL && tie != NULL);
+    memcpy(row, (const float *)t->data + (size_t)t1 * n_embd, n_embd * sizeof *row);
+    lm_gguf_close(g);
+    for (size_t i = 0; i < n_embd; ++i) {
+        row[i] = lm_bf16_to_f32(lm_f32_to_bf16(row[i]));
+        tie[i] = row[i] * (1.0f - 0x1p-12f);
+        CU_ASSERT_EQUAL_FATAL(lm_f32_to_bf16(tie[i]), lm_f32_to_bf16(row[i]));
+    }
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_FATAL(fseek(f, off + (long)((size_t)t1 * n_embd * sizeof(float)), SEEK_SET) == 0);
+    CU_ASSERT_FATAL(fwrite(row, sizeof *row, n_embd, f) == n_embd);
+    CU_ASSERT_FATAL(fseek(f, off + (long)((size_t)t2 * n_embd * sizeof(float)), SEEK_SET) == 0);
+    CU_ASSERT_FATAL(fwrite(tie, sizeof *tie, n_embd, f) == n_embd);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    free(row);
+    free(tie);
+}
+
+/* Two legitimate configurations part at a near tie: compare says PARTED, where, and exits 1. */
+static void test_cli_compare_parted(void)
+{
+    char model[1024], out[1 << 16], want[160];
+    snprintf(model, sizeof model, "%s/cmp-tie.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 3, LM_TYPE_F32, &err), LM_OK);
+    static const int32_t prompt[] = {1, 72, 101, 108, 108, 111};
+    const uint32_t n = sizeof prompt / sizeof prompt[0];
+    const int32_t t1 = naive_next(model, prompt, n);
+    int32_t t2 = 3; /* the lowest id above the control tokens that is not in the prompt */
+    while (t2 == 72 || t2 == 101 || t2 == 108 || t2 == 111)
+        t2++;
+    CU_ASSERT_FATAL(t2 < t1);
+    build_near_tie(model, t1, t2);
+    CU_ASSERT_EQUAL(naive_next(model, prompt, n), t1); /* A still picks t1 */
+    char *tie[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
+                   "--b", "naive:profile=bf16", "-n", "4", "--no-ref", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 11, tie, out, sizeof out), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: PARTED: argmax differs at "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "(first at position 5)")); /* the last prompt token */
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "; greedy tokens part at generated index 0\n"));
+    snprintf(want, sizeof want, "greedy: A and B part at generated index 0 (A id %d, B id %d)",
+             (int)t1, (int)t2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    /* The same near tie in float32 on both sides: no part. */
+    char *f32[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
+                   "--b", "naive:step=1", "-n", "4", "--no-ref", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 11, f32, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: IDENTICAL"));
+}
+
 /* trace says why A and B part when the configurations tell: another row count per call for
  * blas (its kernel depends on the call's shape), or another backend. */
 static void test_cli_trace_why(void)
@@ -125,5 +218,6 @@ void test_cli_prompt_register(void)
     CU_pSuite s = CU_add_suite("cli_prompt", NULL, NULL);
     CU_add_test(s, "test_cli_prompt_file_and_n_default", test_cli_prompt_file_and_n_default);
     CU_add_test(s, "test_cli_compare_verdict", test_cli_compare_verdict);
+    CU_add_test(s, "test_cli_compare_parted", test_cli_compare_parted);
     CU_add_test(s, "test_cli_trace_why", test_cli_trace_why);
 }

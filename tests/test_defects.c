@@ -684,7 +684,7 @@ static void test_defects_kv_f16(void)
 /* float16 subnormals decoded at half their value by the engine's loader: a defect that the
  * engine, an engine-run envelope and a reference sharing the engine's loader would all carry.
  * The reference dequantizes the file itself, so the sweep stops with an error naming the
- * tensor, the element and both values: before the reference is computed, and again when the
+ * tensor, the element and both values (LM_E_DISAGREE: exit 1, a finding, not bad input): before the reference is computed, and again when the
  * reference comes from the cache (the clean sweep stored it). The model: the synthetic tiny
  * preset stored as F16 (its small weights include float16 subnormals; asserted). */
 static void test_defects_f16_subnormal(void)
@@ -734,14 +734,15 @@ static void test_defects_f16_subnormal(void)
         memset(&e2, 0, sizeof e2);
         rc = sweep_defect(LM_DEFECT_NONE, bad, prompt, (uint32_t)n_prompt, N_GEN, cfgs, n,
                           pass == 0 ? cache : cache, false, NULL, &fa, &a, &b, &e2);
-        CU_ASSERT_EQUAL(rc, LM_E_INPUT);
+        CU_ASSERT_EQUAL(rc, LM_E_DISAGREE);
+        CU_ASSERT_EQUAL(lm_status_exit_code(rc), 1); /* a finding, not bad input (2) */
         CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, "the reference's dequantization gives"));
         CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, "F16"));
     }
     snprintf(row->note, sizeof row->note, "%zu weights differ; sweep error: %.120s", n_diff,
              e2.msg);
     row->n_old = row->n_new = n;
-    row->caught_old = row->caught_new = rc == LM_E_INPUT ? n : 0;
+    row->caught_old = row->caught_new = rc == LM_E_DISAGREE ? n : 0;
     row->ran = true;
     free(cfgs);
     free(prompt);

@@ -14,6 +14,7 @@ static void test_error_first_wins_and_one_line(void)
     CU_ASSERT_STRING_EQUAL(err.msg, "f.gguf: bad thing");
     CU_ASSERT_EQUAL(lm_status_exit_code(LM_E_INPUT), 2);
     CU_ASSERT_EQUAL(lm_status_exit_code(LM_OK), 0);
+    CU_ASSERT_EQUAL(lm_status_exit_code(LM_E_DISAGREE), 1); /* a finding about the engine */
 }
 
 static void test_error_checked_arithmetic(void)

@@ -5,6 +5,7 @@
 #include "golden.h"
 #include "golden_key.h"
 #include "kvd_engine.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -287,10 +288,12 @@ static void test_golden_input_pinning(void)
 }
 
 /* A configuration's key holds only what can change its bits: the CPU model, its ISA, the
- * other backends' parts and the float libm probe of the platform fingerprint never enter it;
- * the backend's own describe text, the compiler and the build flags do. */
+ * other backends' parts, the C library and the platform's float libm probe never enter it;
+ * the backend's own describe text, the compiler, the build flags and the model's RoPE probe
+ * do. */
 static void test_golden_key_parts(void)
 {
+    const char *rope = "0123456789abcdef";
     hx_fingerprint a;
     hx_fingerprint_detect(&a);
     hx_fingerprint b = a;
@@ -301,31 +304,112 @@ static void test_golden_key_parts(void)
     hx_fingerprint_finish(&b);
     CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id); /* the platforms differ ... */
     hx_golden_key ka, kb;
-    hx_golden_key_make(&ka, &a, "naive", NULL);
-    hx_golden_key_make(&kb, &b, "naive", "");
+    hx_golden_key_make(&ka, &a, "naive", NULL, rope);
+    hx_golden_key_make(&kb, &b, "naive", "", rope);
     CU_ASSERT_STRING_EQUAL(ka.id, kb.id); /* ... naive's key does not */
     CU_ASSERT_PTR_NULL(strstr(ka.text, "cpu="));
     CU_ASSERT_PTR_NULL(strstr(ka.text, "blas"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(ka.text, "rope="));
-    hx_golden_key_make(&ka, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX");
-    hx_golden_key_make(&kb, &b, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX");
+    CU_ASSERT_PTR_NOT_NULL(strstr(ka.text, "rope=0123456789abcdef"));
+    hx_golden_key_make(&kb, &a, "naive", NULL, "fedcba9876543210");
+    CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* other libm results, another key */
+    hx_golden_key_make(&ka, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX", rope);
+    hx_golden_key_make(&kb, &b, "blas", "blas=OpenBLAS 0.3.21; blas_core=SkylakeX", rope);
     CU_ASSERT_STRING_EQUAL(ka.id, kb.id); /* blas: same core, same key */
-    hx_golden_key_make(&kb, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=Haswell");
+    hx_golden_key_make(&kb, &a, "blas", "blas=OpenBLAS 0.3.21; blas_core=Haswell", rope);
     CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* another core, another key */
-    hx_golden_key_make(&kb, &a, "naive", NULL);
+    hx_golden_key_make(&kb, &a, "naive", NULL, rope);
     CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* backends never share a key */
     b = a;
     snprintf(b.compiler, sizeof b.compiler, "gcc 99");
-    hx_golden_key_make(&ka, &a, "naive", NULL);
-    hx_golden_key_make(&kb, &b, "naive", NULL);
+    hx_golden_key_make(&ka, &a, "naive", NULL, rope);
+    hx_golden_key_make(&kb, &b, "naive", NULL, rope);
     CU_ASSERT_STRING_NOT_EQUAL(ka.id, kb.id); /* another compiler, another key */
     /* The registry's hooks: naive reports nothing, blas its core (OPENBLAS_CORETYPE). */
-    hx_golden_key_of(&ka, &a, "naive");
-    hx_golden_key_make(&kb, &a, "naive", NULL);
+    hx_golden_key_of(&ka, &a, "naive", rope);
+    hx_golden_key_make(&kb, &a, "naive", NULL, rope);
     CU_ASSERT_STRING_EQUAL(ka.id, kb.id);
-    hx_golden_key_of(&ka, &a, "blas");
+    hx_golden_key_of(&ka, &a, "blas", rope);
     CU_ASSERT_PTR_NOT_NULL(strstr(ka.text, "blas_core="));
-    CU_ASSERT_EQUAL(strlen(hx_golden_rope_probe()), 8);
+}
+
+/* The C library's name and version change no bit of naive or det (their only libm use is
+ * RoPE's pow/cos/sin, which the rope probe covers): a machine with another glibc and the same
+ * probe shares their goldens. Fails as soon as any platform-only part (libc, the platform's
+ * libm variant and probe, CPU, ISA, other backends' words) enters the key of a backend that
+ * reports nothing. */
+static void test_golden_key_no_libc(void)
+{
+    const char *rope = "0123456789abcdef";
+    hx_fingerprint a;
+    hx_fingerprint_detect(&a);
+    static const char *const bare[] = {"naive", "det"};
+    for (size_t i = 0; i < sizeof bare / sizeof bare[0]; ++i) {
+        hx_golden_key ka, kb;
+        hx_golden_key_of(&ka, &a, bare[i], rope);
+        CU_ASSERT_PTR_NULL(strstr(ka.text, "libc"));
+        CU_ASSERT_PTR_NULL(strstr(ka.text, a.libc)); /* "glibc 2.36": no version either */
+        CU_ASSERT_PTR_NULL(strstr(ka.text, "libm"));
+        for (int part = 0; part < 6; ++part) {
+            hx_fingerprint b = a;
+            char *f = part == 0   ? b.libc
+                      : part == 1 ? b.libm
+                      : part == 2 ? b.cpu
+                      : part == 3 ? b.isa
+                      : part == 4 ? b.backends
+                                  : b.backends_brief;
+            snprintf(f, 32, "%s", "changed-elsewhere 9.99");
+            hx_fingerprint_finish(&b);
+            CU_ASSERT_STRING_NOT_EQUAL(a.short_text, b.short_text); /* another platform */
+            hx_golden_key_of(&kb, &b, bare[i], rope);
+            CU_ASSERT_STRING_EQUAL(ka.text, kb.text);
+            CU_ASSERT_STRING_EQUAL(ka.id, kb.id);
+        }
+    }
+}
+
+/* The rope probe is the engine's own RoPE tables for the model: deterministic, and it moves
+ * with every input of those tables (theta, the sliding layers' theta, frequency factors, the
+ * positions covered). */
+static void test_golden_rope_probe(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/golden-rope.gguf", tu_tmpdir());
+    lm_err err = {0};
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 3, LM_TYPE_F32, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    char p0[17], p1[17], q[17];
+    CU_ASSERT_EQUAL_FATAL(hx_golden_rope_probe(p0, m, 24, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_golden_rope_probe(p1, m, 24, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(p0, p1);
+    CU_ASSERT_EQUAL(strlen(p0), 16);
+    CU_ASSERT_EQUAL(strspn(p0, "0123456789abcdef"), 16);
+    CU_ASSERT_EQUAL(hx_golden_rope_probe(q, m, 25, &err), LM_OK);
+    CU_ASSERT_STRING_NOT_EQUAL(q, p0);
+    const float theta = m->hp.rope_theta;
+    m->hp.rope_theta = theta * 2.0f;
+    CU_ASSERT_EQUAL(hx_golden_rope_probe(q, m, 24, &err), LM_OK);
+    CU_ASSERT_STRING_NOT_EQUAL(q, p0);
+    m->hp.rope_theta = theta;
+    m->hp.rope_theta_swa = theta * 100.0f;
+    CU_ASSERT_EQUAL(hx_golden_rope_probe(q, m, 24, &err), LM_OK);
+    CU_ASSERT_STRING_NOT_EQUAL(q, p0);
+    m->hp.rope_theta_swa = theta; /* equal to theta: one table, as the engine computes */
+    CU_ASSERT_EQUAL(hx_golden_rope_probe(q, m, 24, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(q, p0);
+    m->hp.rope_theta_swa = 0.0f;
+    const uint32_t half = m->hp.n_rot / 2;
+    float *fac = malloc(half * sizeof *fac);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fac);
+    for (uint32_t i = 0; i < half; ++i)
+        fac[i] = i < half / 2 ? 1.0f : 4.0f;
+    m->rope_freqs = fac; /* test-only: as if the file carried rope_freqs.weight */
+    CU_ASSERT_EQUAL(hx_golden_rope_probe(q, m, 24, &err), LM_OK);
+    CU_ASSERT_STRING_NOT_EQUAL(q, p0);
+    m->rope_freqs = NULL;
+    free(fac);
+    CU_ASSERT_EQUAL(hx_golden_rope_probe(q, m, 0, &err), LM_E_INTERNAL);
+    lm_model_free(m);
 }
 
 void test_golden_register(void)
@@ -336,4 +420,6 @@ void test_golden_register(void)
     CU_add_test(s, "test_golden_malformed_files", test_golden_malformed_files);
     CU_add_test(s, "test_golden_input_pinning", test_golden_input_pinning);
     CU_add_test(s, "test_golden_key_parts", test_golden_key_parts);
+    CU_add_test(s, "test_golden_key_no_libc", test_golden_key_no_libc);
+    CU_add_test(s, "test_golden_rope_probe", test_golden_rope_probe);
 }

@@ -100,6 +100,13 @@ uint64_t tu_rand_u64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
+void tu_log_keep(void *user, const char *line)
+{
+    tu_log *l = user;
+    l->n++;
+    snprintf(l->last, sizeof l->last, "%s", line);
+}
+
 float tu_rand_f32(uint64_t *state)
 {
     /* 24 random bits -> exact float in [-1, 1) */

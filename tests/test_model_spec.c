@@ -60,8 +60,8 @@ static void test_model_spec_resolve_regenerates(void)
     fclose(f);
     char got[1024];
     bool absent = true;
-    CU_ASSERT_EQUAL_FATAL(hx_model_resolve(got, sizeof got, &absent, &s, tu_tmpdir(), &err),
-                          LM_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        hx_model_resolve(got, sizeof got, &absent, &s, tu_tmpdir(), NULL, NULL, &err), LM_OK);
     CU_ASSERT_STRING_EQUAL(got, path);
     CU_ASSERT_FALSE(absent);
     lm_model *m = NULL;
@@ -70,7 +70,8 @@ static void test_model_spec_resolve_regenerates(void)
     hx_model_spec file;
     snprintf(path, sizeof path, "%s/no-such-model.gguf", tu_tmpdir());
     CU_ASSERT_EQUAL_FATAL(hx_model_spec_parse(&file, path, &err), LM_OK);
-    CU_ASSERT_EQUAL(hx_model_resolve(got, sizeof got, &absent, &file, NULL, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_model_resolve(got, sizeof got, &absent, &file, NULL, NULL, NULL, &err),
+                    LM_OK);
     CU_ASSERT(absent);
     free(file.path);
 }

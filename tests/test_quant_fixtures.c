@@ -166,7 +166,7 @@ static void test_quant_reference_weights_check(void)
     float *w = (float *)m->layers[0].wq; /* test-only: corrupt one loaded weight */
     float keep = w[3];
     w[3] = keep + keep * 0x1p-20f + 0x1p-30f;
-    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_E_DISAGREE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "blk.0.attn_q.weight"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "element 3"));
     w[3] = keep;
@@ -186,12 +186,12 @@ static void test_quant_reference_hparams_check(void)
     CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_OK);
     float keep = m->hp.rope_theta;
     m->hp.rope_theta = 500000.0f; /* test-only: as if the engine had misread the key */
-    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_DISAGREE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "rope.freq_base = 10000"));
     m->hp.rope_theta = keep;
     lm_err_clear(&err);
     m->layers[2].window = 8;
-    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_DISAGREE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "layer 2 window"));
     m->layers[2].window = 0;
     CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_OK);

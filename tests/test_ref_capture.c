@@ -195,7 +195,9 @@ static void test_ref_capture_cache(void)
     lm_hparams hp = trm_hparams(LM_ROPE_NEOX);
     trm_build(&t, &hp, true, 31);
     const int32_t tok[4] = {7, 8, 9, 10};
-    ref_request rq = {.tokens = tok, .n_tokens = 4, .n_prompt = 4, .n_threads = 1};
+    tu_log log = {0};
+    ref_request rq = {.tokens = tok, .n_tokens = 4, .n_prompt = 4, .n_threads = 1,
+                      .log = tu_log_keep, .log_user = &log};
     char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%s/cache/sub", tu_tmpdir()); /* created on demand, nested */
     ref_capture a, b;
@@ -206,6 +208,7 @@ static void test_ref_capture_cache(void)
     CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(hit);
     CU_ASSERT(captures_equal(&a, &b));
+    CU_ASSERT_EQUAL(log.n, 0); /* a miss stored, then a hit: nothing to warn about */
     ref_capture_free(&b);
     /* the key depends on precision, tokens, positions and the model */
     char k1[33], k2[33];
@@ -237,9 +240,11 @@ static void test_ref_capture_cache(void)
     FILE *f = fopen(path, "wb");
     fwrite(raw, 1, n, f);
     fclose(f);
-    fprintf(stderr, "\n  (a 'corrupt ... recomputed' line is expected next)\n");
     CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
+    CU_ASSERT_EQUAL(log.n, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "reference cache entry is corrupt ("));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "); recomputed"));
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);
     CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
@@ -249,9 +254,10 @@ static void test_ref_capture_cache(void)
     f = fopen(path, "wb");
     fwrite(raw, 1, n / 3, f);
     fclose(f);
-    fprintf(stderr, "  (a 'corrupt ... recomputed' line is expected next)\n");
     CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
+    CU_ASSERT_EQUAL(log.n, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "reference cache entry is corrupt ("));
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);
     /* a valid capture of another request under this key: not trusted either */
@@ -260,9 +266,10 @@ static void test_ref_capture_cache(void)
     r3.n_prompt = 2;
     CU_ASSERT_FATAL(ref_compute(&other, &t.m, &r3, &err) == LM_OK);
     CU_ASSERT_FATAL(ref_capture_write(&other, path, &err) == LM_OK);
-    fprintf(stderr, "  (a 'holds another request ... recomputed' line is expected next)\n");
     CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
+    CU_ASSERT_EQUAL(log.n, 3);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, " holds another request; recomputed"));
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);
     ref_capture_free(&other);
@@ -272,9 +279,16 @@ static void test_ref_capture_cache(void)
     FILE *bf = fopen(blocked, "w");
     fclose(bf);
     snprintf(path, sizeof path, "%s/sub", blocked);
-    fprintf(stderr, "  (a 'cache unusable ... computing without it' line is expected next)\n");
     CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, path, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
+    CU_ASSERT_EQUAL(log.n, 4);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "reference cache unusable ("));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "); computing without it"));
+    CU_ASSERT(captures_equal(&a, &b));
+    ref_capture_free(&b);
+    rq.log = NULL; /* no callback: the library says nothing */
+    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, path, &hit, &err) == LM_OK);
+    CU_ASSERT_EQUAL(log.n, 4);
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);
     /* no temp files left behind */

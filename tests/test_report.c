@@ -416,6 +416,11 @@ static void test_report_html_wellformed(void)
     CU_ASSERT_PTR_NULL(strstr(text, "src="));
     CU_ASSERT_PTR_NULL(strstr(text, "href"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "stories &lt;&amp;&gt; &quot;case&quot;"));
+    /* Speed and memory plots mark the steps themselves (1, 2 and full), not log2 values. */
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "text-anchor=\"middle\">1</text>"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "text-anchor=\"middle\">2</text>"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "text-anchor=\"middle\">full</text>"));
+    CU_ASSERT_PTR_NULL(strstr(text, "log2"));
     free(text);
     hx_report_free(r);
 }

@@ -303,15 +303,22 @@ static void test_synth_cache_entry_repaired(void)
     char path[1024];
     snprintf(path, sizeof path, "%s/synth-cache-tiny.gguf", tu_tmpdir());
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, &err), LM_OK);
+    tu_log log = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, tu_log_keep, &log, &err), LM_OK);
+    CU_ASSERT_EQUAL(log.n, 0); /* nothing was there: nothing to say */
     char *fresh, *now;
     size_t n_fresh, n_now;
     CU_ASSERT_EQUAL_FATAL(lm_read_file(&fresh, &n_fresh, path, SIZE_MAX, &err), LM_OK);
     fresh[n_fresh / 2] ^= 0x04;
     CU_ASSERT_EQUAL_FATAL(lm_write_file(path, fresh, n_fresh, &err), LM_OK);
     fresh[n_fresh / 2] ^= 0x04;
-    fprintf(stderr, "\n  (a 'cached synthetic model ... rewritten' line is expected next)\n");
-    CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, tu_log_keep, &log, &err), LM_OK);
+    CU_ASSERT_EQUAL(log.n, 1); /* one warning line, through the callback */
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "cached synthetic model "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "; rewritten"));
+    CU_ASSERT_PTR_NULL(strchr(log.last, '\n'));
+    CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, tu_log_keep, &log, &err), LM_OK);
+    CU_ASSERT_EQUAL(log.n, 1); /* the same bytes again: silent */
     CU_ASSERT_EQUAL_FATAL(lm_read_file(&now, &n_now, path, SIZE_MAX, &err), LM_OK);
     CU_ASSERT(n_now == n_fresh && memcmp(now, fresh, n_now) == 0);
     free(fresh);

@@ -24,6 +24,12 @@ uint64_t tu_seed(void);
 const char *tu_tmpdir(void);
 /* Writes bytes[n] to tu_tmpdir()/name and returns the full path (static buffer). */
 const char *tu_write_file(const char *name, const void *bytes, size_t n);
+/* A library log callback (lm_log_fn) that keeps the lines it is given: user is a tu_log. */
+typedef struct tu_log {
+    int n;           /* lines received */
+    char last[1024]; /* the last one */
+} tu_log;
+void tu_log_keep(void *user, const char *line);
 /* splitmix64: the documented PRNG tests use. */
 uint64_t tu_rand_u64(uint64_t *state);
 /* Uniform in [-1, 1). */

@@ -2,6 +2,7 @@
 #ifndef KVD_COMMON_H
 #define KVD_COMMON_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,7 +13,9 @@ typedef enum lm_status {
     LM_E_UNSUPPORTED = -2, /* well-formed but outside what kvdrift implements */
     LM_E_IO = -3,          /* open/read/write/rename failed */
     LM_E_NOMEM = -4,
-    LM_E_INTERNAL = -5     /* a broken invariant: a kvdrift bug */
+    LM_E_INTERNAL = -5,    /* a broken invariant: a kvdrift bug */
+    LM_E_DISAGREE = -6     /* two independent readings of one input differ (the engine's and
+                            * the reference's): a finding about the engine, not bad input */
 } lm_status;
 
 /* One error: a one-line message naming the thing and the reason, plus the source location
@@ -35,6 +38,13 @@ int lm_err_set(lm_err *err, int code, const char *src_file, int src_line, const 
     LM_PRINTF(5, 6);
 /* Clears err to "no error". */
 void lm_err_clear(lm_err *err);
+
+/* A library log callback: one warning or progress line per call, without a newline. Library
+ * code never prints; it passes its lines to the caller's callback. */
+typedef void (*lm_log_fn)(void *user, const char *line);
+/* Formats one line (at most 1023 bytes) and passes it to log; nothing when log is NULL. */
+void lm_log(lm_log_fn log, void *user, const char *fmt, ...) LM_PRINTF(3, 4);
+void lm_vlog(lm_log_fn log, void *user, const char *fmt, va_list ap);
 
 /* return LM_FAIL(err, LM_E_INPUT, "%s: truncated header", path); */
 #define LM_FAIL(err, code, ...) lm_err_set((err), (code), __FILE__, __LINE__, __VA_ARGS__)

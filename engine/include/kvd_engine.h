@@ -56,6 +56,16 @@ typedef struct lm_ctx lm_ctx;
 int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_err *err);
 void lm_ctx_free(lm_ctx *c);
 
+/* The RoPE tables every context of m reads: for pair i < n_rot/2 and position pos < n_pos,
+ * cos_tab/sin_tab [n_pos][n_rot/2] = float(cos/sin(pos * freq_i)), freq_i = pow(theta,
+ * -2i/n_rot) (divided by rope_freqs[i] when the model has them), in double. These pow/cos/sin
+ * calls are the only C-library maths a forward pass depends on (expf is the engine's own,
+ * sqrtf and fmaf are correctly rounded), so two machines whose tables agree for a model agree
+ * on everything libm contributes to its bits. Called with hp.rope_theta, and with
+ * hp.rope_theta_swa for the sliding layers when that differs. */
+void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_tab,
+                   float *sin_tab);
+
 /* Processes tokens[n] at positions [n_past, n_past + n): appends their K (after RoPE) and V
  * to the cache, attends causally over the whole cache, and writes logits per `mode`.
  * n must be >= 1 and n_past + n <= n_ctx; ids must be < n_vocab. */

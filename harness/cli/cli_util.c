@@ -2,6 +2,7 @@
 #include "cli_util.h"
 
 #include "fs.h"
+#include "kvd_util.h"
 
 #include "kvd_tokenizer.h"
 
@@ -196,6 +197,54 @@ const char *hx_cli_prompt_file(const char *path, lm_err *err)
         return NULL;
     }
     return prompt_file_text;
+}
+
+void hx_cli_pair_init(hx_cli_pair_opts *o)
+{
+    *o = (hx_cli_pair_opts){.n_gen = HX_CLI_DEFAULT_N_GEN};
+}
+
+int hx_cli_pair_option(hx_cli_pair_opts *o, const char *cmd, int opt, const char *arg)
+{
+    lm_err err = {0};
+    switch (opt) {
+    case 'p': o->text = arg; return 0;
+    case 'f':
+        return (o->text = hx_cli_prompt_file(arg, &err)) ? 0 : hx_cli_fail(cmd, "%s", err.msg);
+    case HX_CLI_PAIR_O_TOKENS: o->tok_s = arg; return 0;
+    case HX_CLI_PAIR_O_SPECIAL: o->special = true; return 0;
+    case HX_CLI_PAIR_O_A:
+    case HX_CLI_PAIR_O_B:
+        *(opt == HX_CLI_PAIR_O_A ? &o->have_a : &o->have_b) = true;
+        return hx_cli_parse_plain_config(opt == HX_CLI_PAIR_O_A ? &o->a : &o->b, cmd,
+                                         opt == HX_CLI_PAIR_O_A ? "--a" : "--b", arg);
+    case 'n':
+        return lm_parse_u32z(arg, 0, HX_MAX_N_GEN, &o->n_gen)
+                   ? 0
+                   : hx_cli_fail(cmd, "-n '%s': expected an integer in 0..%u", arg, HX_MAX_N_GEN);
+    default: return 1;
+    }
+}
+
+int hx_cli_pair_finish(hx_cli_pair_opts *o, const char *cmd, int argc, char **argv)
+{
+    if (optind + 1 != argc)
+        return hx_cli_fail(cmd, "expected exactly one MODEL argument (try --help)");
+    if ((o->text == NULL) == (o->tok_s == NULL))
+        return hx_cli_fail(cmd, "give exactly one of -p TEXT or --tokens ID,... (try --help)");
+    if (!o->have_a || !o->have_b)
+        return hx_cli_fail(cmd, "both --a CONFIG and --b CONFIG are needed (try --help)");
+    o->model = argv[optind];
+    return -1;
+}
+
+int hx_cli_pair_load(lm_model **m, int32_t **prompt, uint32_t *n, const hx_cli_pair_opts *o,
+                     lm_err *err)
+{
+    int st = lm_model_load(m, o->model, err);
+    return st != LM_OK ? st
+                       : hx_cli_prompt_ids(prompt, n, *m, o->model, o->text, o->tok_s,
+                                           o->special, err);
 }
 
 int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,

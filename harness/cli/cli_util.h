@@ -5,6 +5,7 @@
 #define KVD_CLI_UTIL_H
 
 #include "case.h"
+#include "config.h"
 #include "kvd_model.h"
 
 #include <stdbool.h>
@@ -47,6 +48,51 @@ int hx_cli_prompt_ids(int32_t **out /* [*n] */, uint32_t *n, const lm_model *m,
 /* -f FILE: the prompt text read from FILE (its bytes as they are, at most 16 MiB, no NUL);
  * valid until the next call. NULL with err set when it cannot be read. */
 const char *hx_cli_prompt_file(const char *path, lm_err *err);
+
+/* The options of the commands that run two configurations A and B on one prompt (compare,
+ * trace): MODEL, -p TEXT | -f FILE | --tokens ID,..., --special, --a CONFIG, --b CONFIG and
+ * -n N. Each command adds its own options beside them (getopt values below 1200 or above
+ * HX_CLI_PAIR_O_LAST). */
+typedef struct hx_cli_pair_opts {
+    const char *model, *text, *tok_s;
+    hx_config a, b;
+    uint32_t n_gen;
+    bool have_a, have_b, special;
+} hx_cli_pair_opts;
+
+enum { HX_CLI_PAIR_O_A = 1200, HX_CLI_PAIR_O_B, HX_CLI_PAIR_O_TOKENS, HX_CLI_PAIR_O_SPECIAL,
+       HX_CLI_PAIR_O_LAST = HX_CLI_PAIR_O_SPECIAL };
+
+/* Their getopt_long entries (short options: "p:f:n:"). */
+#define HX_CLI_PAIR_LONG_OPTIONS                                                                \
+    {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},           \
+        {"tokens", required_argument, NULL, HX_CLI_PAIR_O_TOKENS},                              \
+        {"special", no_argument, NULL, HX_CLI_PAIR_O_SPECIAL},                                  \
+        {"a", required_argument, NULL, HX_CLI_PAIR_O_A},                                        \
+        {"b", required_argument, NULL, HX_CLI_PAIR_O_B},                                        \
+        {"n-gen", required_argument, NULL, 'n'}
+
+/* Their usage lines, -n excepted (each command says what its N counts). */
+#define HX_CLI_PAIR_USAGE                                                                       \
+    "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"          \
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"          \
+    "      --tokens ID,...   prompt as token ids instead of text\n"                             \
+    "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n" \
+    "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"         \
+    "      --b CONFIG        second configuration\n"
+
+/* Defaults (n_gen HX_CLI_DEFAULT_N_GEN, nothing given). */
+void hx_cli_pair_init(hx_cli_pair_opts *o);
+/* One getopt value: 1 when opt is not one of the shared options, 0 when taken, else the exit
+ * code of its error (2, after printing "kvdrift CMD: ..."). */
+int hx_cli_pair_option(hx_cli_pair_opts *o, const char *cmd, int opt, const char *arg);
+/* After getopt: exactly one MODEL argument left (argv[optind]), exactly one of -p/-f and
+ * --tokens, both --a and --b. -1 when complete, else 2 after printing the error. */
+int hx_cli_pair_finish(hx_cli_pair_opts *o, const char *cmd, int argc, char **argv);
+/* Loads MODEL into *m and the prompt into *prompt [*n] (hx_cli_prompt_ids); on failure *m and
+ * *prompt are what was made so far, for the caller to free. */
+int hx_cli_pair_load(lm_model **m, int32_t **prompt, uint32_t *n, const hx_cli_pair_opts *o,
+                     lm_err *err);
 
 /* Loads files[n] into cases[n] (check, bless): every case file is read and validated, and no
  * two may share a name (names key the golden files), before anything runs. On failure the

@@ -54,7 +54,7 @@ static const char usage_text[] =
     "  -q, --quiet           no progress lines\n"
     "  -h, --help            this text\n\n"
     "exit codes: 0 every configuration passes, 1 a configuration fails (regression or stale\n"
-    "golden), 2 usage or input error (a bad case file: FILE:LINE: reason), 3 nothing ran (every\n"
+    "golden) or the engine's model differs from the reference's own reading of its file, 2 usage or input error (a bad case file: FILE:LINE: reason), 3 nothing ran (every\n"
     "case skipped; --allow-skip makes it 0)\n";
 
 #define CHECK_EXIT_NOTHING_RAN 3

@@ -24,12 +24,7 @@ static const char usage_text[] =
     "greedy tokens with each, evaluates both teacher-forced on A's greedy path, computes the\n"
     "MPFR reference on that path, and prints for every layer's K and V (after prefill) and every\n"
     "logits position: A vs B, A vs reference and B vs reference.\n\n"
-    "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
-    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
-    "      --tokens ID,...   prompt as token ids instead of text\n"
-    "      --special         parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
-    "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
-    "      --b CONFIG        second configuration\n"
+    HX_CLI_PAIR_USAGE
     "  -n, --n-gen N         greedy tokens to generate (default 32, as sweep and trace)\n"
     "      --prec BITS       reference precision (default 127)\n"
     "      --no-ref          skip the reference (A vs B only)\n"
@@ -79,13 +74,13 @@ static void print_row(const char *name, const float *a, const float *b, const do
     putchar('\n');
 }
 
-enum { O_A = 256, O_B, O_TOKENS, O_PREC, O_NOREF, O_CACHE, O_SPECIAL };
+enum { O_PREC = 256, O_NOREF, O_CACHE };
 
 typedef struct compare_opts {
-    const char *model, *text, *tok_s, *cache;
-    hx_config a, b;
-    uint32_t n_gen, prec;
-    bool no_ref, parse_special;
+    hx_cli_pair_opts ab; /* MODEL, prompt, --a, --b, -n */
+    const char *cache;
+    uint32_t prec;
+    bool no_ref;
 } compare_opts;
 
 /* Everything one comparison computed (freed by compare_free). */
@@ -102,23 +97,12 @@ typedef struct compare_run {
 /* One option; 0 to go on, else the exit code. */
 static int set_option(compare_opts *o, int opt, const char *arg)
 {
+    int code = hx_cli_pair_option(&o->ab, "compare", opt, arg);
+    if (code != 1)
+        return code;
     switch (opt) {
-    case 'p': o->text = arg; return 0;
-    case 'f': {
-        lm_err ferr = {0};
-        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? 0 : hx_cli_fail("compare", "%s", ferr.msg);
-    }
-    case O_SPECIAL: o->parse_special = true; return 0;
-    case O_TOKENS: o->tok_s = arg; return 0;
     case O_NOREF: o->no_ref = true; return 0;
     case O_CACHE: o->cache = arg; return 0;
-    case O_A: case O_B:
-        return hx_cli_parse_plain_config(opt == O_A ? &o->a : &o->b, "compare",
-                                         opt == O_A ? "--a" : "--b", arg);
-    case 'n':
-        return lm_parse_u32z(arg, 0, HX_MAX_N_GEN, &o->n_gen)
-                   ? 0 : hx_cli_fail("compare", "-n '%s': expected an integer in 0..%u", arg,
-                                     HX_MAX_N_GEN);
     case O_PREC:
         return lm_parse_u32z(arg, REF_MIN_PREC, REF_MAX_PREC, &o->prec)
                    ? 0 : hx_cli_fail("compare", "--prec '%s': expected bits in %u..%u", arg,
@@ -131,15 +115,13 @@ static int set_option(compare_opts *o, int opt, const char *arg)
 static int parse_options(compare_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'}, {"tokens", required_argument, NULL, O_TOKENS},
-        {"a", required_argument, NULL, O_A},      {"b", required_argument, NULL, O_B},
-        {"n-gen", required_argument, NULL, 'n'},  {"prec", required_argument, NULL, O_PREC},
-        {"no-ref", no_argument, NULL, O_NOREF},   {"cache", required_argument, NULL, O_CACHE},
-        {"special", no_argument, NULL, O_SPECIAL},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        HX_CLI_PAIR_LONG_OPTIONS,
+        {"prec", required_argument, NULL, O_PREC}, {"no-ref", no_argument, NULL, O_NOREF},
+        {"cache", required_argument, NULL, O_CACHE}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    *o = (compare_opts){.n_gen = HX_CLI_DEFAULT_N_GEN, .prec = REF_DEFAULT_PREC};
-    bool have_a = false, have_b = false;
+    *o = (compare_opts){.prec = REF_DEFAULT_PREC};
+    hx_cli_pair_init(&o->ab);
     optind = 1;
     opterr = 0;
     for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
@@ -149,33 +131,24 @@ static int parse_options(compare_opts *o, int argc, char **argv)
         }
         if (opt == ':' || opt == '?')
             return hx_cli_bad_option("compare", opt, argv);
-        have_a |= opt == O_A;
-        have_b |= opt == O_B;
         int code = set_option(o, opt, optarg);
         if (code != 0)
             return code;
     }
-    if (optind + 1 != argc)
-        return hx_cli_fail("compare", "expected exactly one MODEL argument (try --help)");
-    if ((o->text == NULL) == (o->tok_s == NULL))
-        return hx_cli_fail("compare",
-                           "give exactly one of -p TEXT or --tokens ID,... (try --help)");
-    if (!have_a || !have_b)
-        return hx_cli_fail("compare", "both --a CONFIG and --b CONFIG are needed (try --help)");
-    o->model = argv[optind];
-    return -1;
+    return hx_cli_pair_finish(&o->ab, "compare", argc, argv);
 }
 
 /* R on prompt + path (cached). */
 static int reference_of_path(compare_run *c, const compare_opts *o, lm_err *err)
 {
-    const uint32_t n = c->n_prompt + o->n_gen;
+    const uint32_t n = c->n_prompt + o->ab.n_gen;
     int32_t *all = malloc((size_t)n * sizeof *all);
     if (all == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     memcpy(all, c->prompt, c->n_prompt * sizeof *all);
-    memcpy(all + c->n_prompt, c->path, o->n_gen * sizeof *all);
-    ref_request rr = {.tokens = all, .n_tokens = n, .n_prompt = c->n_prompt, .prec = o->prec};
+    memcpy(all + c->n_prompt, c->path, o->ab.n_gen * sizeof *all);
+    ref_request rr = {.tokens = all, .n_tokens = n, .n_prompt = c->n_prompt, .prec = o->prec,
+                      .log = hx_cli_log, .log_user = "kvdrift compare"};
     bool hit = false;
     int st = ref_cached(&c->ref, c->m, &rr, o->cache, &hit, err);
     c->have_ref = st == LM_OK;
@@ -186,25 +159,23 @@ static int reference_of_path(compare_run *c, const compare_opts *o, lm_err *err)
 /* A free-running: its greedy continuation is the teacher path; then A and B on it, and R. */
 static int run_compare(compare_run *c, const compare_opts *o, lm_err *err)
 {
-    int st = lm_model_load(&c->m, o->model, err);
+    const uint32_t n_gen = o->ab.n_gen;
+    int st = hx_cli_pair_load(&c->m, &c->prompt, &c->n_prompt, &o->ab, err);
+    hx_run_request rq = {.prompt = c->prompt, .n_prompt = c->n_prompt, .n_gen = n_gen};
     if (st == LM_OK)
-        st = hx_cli_prompt_ids(&c->prompt, &c->n_prompt, c->m, o->model, o->text, o->tok_s,
-                               o->parse_special, err);
-    hx_run_request rq = {.prompt = c->prompt, .n_prompt = c->n_prompt, .n_gen = o->n_gen};
-    if (st == LM_OK)
-        st = hx_run_capture(&c->xa, &c->sa, c->m, &o->a, &rq, err);
-    if (st == LM_OK && (c->path = malloc((o->n_gen ? o->n_gen : 1) * sizeof *c->path)) == NULL)
+        st = hx_run_capture(&c->xa, &c->sa, c->m, &o->ab.a, &rq, err);
+    if (st == LM_OK && (c->path = malloc((n_gen ? n_gen : 1) * sizeof *c->path)) == NULL)
         st = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     if (st != LM_OK)
         return st;
-    memcpy(c->path, c->xa->tokens + c->n_prompt, o->n_gen * sizeof *c->path);
+    memcpy(c->path, c->xa->tokens + c->n_prompt, n_gen * sizeof *c->path);
     hx_capture_free(c->xa);
     c->xa = NULL;
     rq.forced = c->path;
-    rq.n_forced = o->n_gen;
-    st = hx_run_capture(&c->xa, &c->sa, c->m, &o->a, &rq, err);
+    rq.n_forced = n_gen;
+    st = hx_run_capture(&c->xa, &c->sa, c->m, &o->ab.a, &rq, err);
     if (st == LM_OK)
-        st = hx_run_capture(&c->xb, &c->sb, c->m, &o->b, &rq, err);
+        st = hx_run_capture(&c->xb, &c->sb, c->m, &o->ab.b, &rq, err);
     if (st == LM_OK && !o->no_ref)
         st = reference_of_path(c, o, err);
     return st;
@@ -213,12 +184,12 @@ static int run_compare(compare_run *c, const compare_opts *o, lm_err *err)
 /* The header lines: configurations, speeds, where the greedy paths part. */
 static void print_summary(const compare_run *c, const compare_opts *o)
 {
-    const uint32_t n_prompt = c->n_prompt, n_gen = o->n_gen;
+    const uint32_t n_prompt = c->n_prompt, n_gen = o->ab.n_gen;
     char sa_s[HX_CONFIG_STR_MAX], sb_s[HX_CONFIG_STR_MAX];
-    hx_config_format(sa_s, sizeof sa_s, &o->a);
-    hx_config_format(sb_s, sizeof sb_s, &o->b);
+    hx_config_format(sa_s, sizeof sa_s, &o->ab.a);
+    hx_config_format(sb_s, sizeof sb_s, &o->ab.b);
     printf("compare %s: %u prompt tokens, %u generated; A = %s, B = %s; teacher path = A's "
-           "greedy tokens%s\n", o->model, (unsigned)n_prompt, (unsigned)n_gen, sa_s, sb_s,
+           "greedy tokens%s\n", o->ab.model, (unsigned)n_prompt, (unsigned)n_gen, sa_s, sb_s,
            c->have_ref ? "" : "; no reference");
     printf("prefill tok/s: A %.0f, B %.0f\n", (double)n_prompt / c->sa.prefill_s,
            (double)n_prompt / c->sb.prefill_s);
@@ -328,7 +299,7 @@ int cmd_compare(int argc, char **argv)
         st = print_table(&c, &err);
     }
     if (st == LM_OK)
-        verdict = print_verdict(&c, o.n_gen);
+        verdict = print_verdict(&c, o.ab.n_gen);
     if (st != LM_OK)
         fprintf(stderr, "kvdrift compare: %s\n", err.msg);
     hx_capture_free(c.xa);

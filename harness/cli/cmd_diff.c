@@ -104,7 +104,14 @@ static const char *diff_cell(void *ctx, size_t row, int col)
     return dc->c[col];
 }
 
-int cmd_diff(int argc, char **argv)
+typedef struct diff_opts {
+    const char *out, *old_path, *new_path;
+    hx_table_fmt fmt;
+    double slow;
+} diff_opts;
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(diff_opts *o, int argc, char **argv)
 {
     enum { O_FORMAT = 256, O_SLOWER };
     static const struct option opts[] = {
@@ -112,66 +119,87 @@ int cmd_diff(int argc, char **argv)
         {"slower", required_argument, NULL, O_SLOWER}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *out = NULL;
-    bool md = true;
-    hx_table_fmt fmt = HX_FMT_TABLE;
-    double slow = 0.0;
+    *o = (diff_opts){.fmt = HX_FMT_MD};
     optind = 1;
     opterr = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
-        switch (o) {
+    for (int c; (c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1;) {
+        char *end;
+        switch (c) {
         case O_FORMAT:
-            if (!hx_table_fmt_parse(&fmt, optarg))
+            if (!hx_table_fmt_parse(&o->fmt, optarg))
                 return hx_cli_fail("diff", "--format '%s': expected " HX_TABLE_FORMATS, optarg);
-            md = fmt == HX_FMT_MD;
             break;
-        case O_SLOWER: {
-            char *end;
-            slow = strtod(optarg, &end);
-            if (*end || !(slow > 0.0 && slow < 100.0))
+        case O_SLOWER:
+            o->slow = strtod(optarg, &end);
+            if (*end || !(o->slow > 0.0 && o->slow < 100.0))
                 return hx_cli_fail("diff", "--slower '%s': expected a percentage in (0, 100)",
                                    optarg);
             break;
-        }
-        case 'o': out = optarg; break;
+        case 'o': o->out = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("diff", o, argv);
+        default: return hx_cli_bad_option("diff", c, argv);
         }
     }
     if (argc - optind != 2)
         return hx_cli_fail("diff", "expected OLD and NEW report.json files (try --help)");
-    hx_diff_row *rows = NULL;
-    size_t n = 0;
-    lm_err err = {0};
-    if (hx_report_diff(&rows, &n, argv[optind], argv[optind + 1], slow, &err) != LM_OK)
-        return hx_cli_fail("diff", "%s", err.msg);
-    size_t n_reg = 0;
-    for (size_t i = 0; i < n; ++i)
-        n_reg += rows[i].regression;
-    /* -o: the text in memory, then written as every output is (fs.h: atomically) */
+    o->old_path = argv[optind];
+    o->new_path = argv[optind + 1];
+    return -1;
+}
+
+/* The rows in o->fmt on f. */
+static void print_rows(FILE *f, const diff_opts *o, const hx_diff_row *rows, size_t n,
+                       size_t n_reg)
+{
+    if (o->fmt == HX_FMT_MD) {
+        print_md(f, rows, n, o->old_path, o->new_path, n_reg);
+        return;
+    }
+    diff_cells dc = {.rows = rows, .cached = SIZE_MAX};
+    hx_table_print(f, o->fmt, heads, 7, n, diff_cell, &dc, 3, -1);
+    if (o->fmt == HX_FMT_TABLE)
+        fprintf(f, "%zu configuration(s), %zu regression(s)\n", n, n_reg);
+}
+
+/* The rows on stdout, or (-o) built in memory and written as every output is (fs.h:
+ * atomically, its folder created when missing). */
+static int write_rows(const diff_opts *o, const hx_diff_row *rows, size_t n, size_t n_reg,
+                      lm_err *err)
+{
+    if (o->out == NULL) {
+        print_rows(stdout, o, rows, n, n_reg);
+        return LM_OK;
+    }
     char *text = NULL;
     size_t len = 0;
-    FILE *f = out ? open_memstream(&text, &len) : stdout;
-    if (f == NULL) {
-        free(rows);
-        return hx_cli_fail("diff", "-o %s: out of memory", out);
-    }
-    if (md)
-        print_md(f, rows, n, argv[optind], argv[optind + 1], n_reg);
-    else {
-        diff_cells dc = {.rows = rows, .cached = SIZE_MAX};
-        hx_table_print(f, fmt, heads, 7, n, diff_cell, &dc, 3, -1);
-        if (fmt == HX_FMT_TABLE)
-            fprintf(f, "%zu configuration(s), %zu regression(s)\n", n, n_reg);
-    }
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "-o %s: out of memory", o->out);
+    print_rows(f, o, rows, n, n_reg);
+    int rc = fclose(f) != 0 ? LM_FAIL(err, LM_E_NOMEM, "-o %s: out of memory", o->out)
+                            : lm_mkdir_parent(o->out, err);
+    if (rc == LM_OK) /* missing folders are created, as for check's --junit/--json */
+        rc = lm_write_file(o->out, text, len, err);
+    free(text);
+    return rc;
+}
+
+int cmd_diff(int argc, char **argv)
+{
+    diff_opts o;
+    int code = parse_options(&o, argc, argv);
+    if (code >= 0)
+        return code;
+    hx_diff_row *rows = NULL;
+    size_t n = 0, n_reg = 0;
+    lm_err err = {0};
+    if (hx_report_diff(&rows, &n, o.old_path, o.new_path, o.slow, &err) != LM_OK)
+        return hx_cli_fail("diff", "%s", err.msg);
+    for (size_t i = 0; i < n; ++i)
+        n_reg += rows[i].regression;
+    int rc = write_rows(&o, rows, n, n_reg, &err);
     free(rows);
-    if (out) {
-        int rc = fclose(f) != 0 ? LM_FAIL(&err, LM_E_NOMEM, "-o %s: out of memory", out)
-                                : lm_write_file(out, text, len, &err);
-        free(text);
-        if (rc != LM_OK)
-            return hx_cli_fail("diff", "%s", err.msg);
-    }
+    if (rc != LM_OK)
+        return hx_cli_fail("diff", "%s", err.msg);
     return n_reg ? 1 : 0;
 }

@@ -119,7 +119,8 @@ int cmd_judge(int argc, char **argv)
     char *prof_buf = NULL;
     size_t n_dirs = 0;
     bool special = false;
-    hx_judge_params jp = {.precision = REF_DEFAULT_PREC, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE};
+    hx_judge_params jp = {.precision = REF_DEFAULT_PREC, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
+                          .log = hx_cli_log, .log_user = "judge"};
     optind = 1;
     opterr = 0;
     int o;

@@ -305,7 +305,8 @@ int cmd_ref(int argc, char **argv)
     if (st == LM_OK)
         st = request_tokens(&all, &n_prompt, &n_all, m, &o, &err);
     ref_request rq = {.tokens = all, .n_tokens = n_all, .n_prompt = n_prompt,
-                      .prec = (uint32_t)o.prec, .n_threads = (int)o.threads};
+                      .prec = (uint32_t)o.prec, .n_threads = (int)o.threads,
+                      .log = hx_cli_log, .log_user = "kvdrift ref"};
     if (st == LM_OK && (st = ref_request_check(m, &rq, &err)) == LM_OK &&
         (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, m, &rq, &o, &err)) == LM_OK)
         st = write_outputs(&cap, o.out_path, o.npy_dir, &err);

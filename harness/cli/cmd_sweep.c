@@ -96,8 +96,8 @@ static const char usage_options[] =
     "significant digits; prefill/decode tok/s; peak MiB = KV cache + scratch.\n\n"
     "Writes DIR/report.json (REPORT-SCHEMA.md), report.md, report.html.\n"
     "exit codes: 0 no configuration fails, 1 one fails (DRIFT, FLIP or NONFINITE, or a --spec\n"
-    "row SEQ_MISMATCH), 2 usage or\n"
-    "input error\n";
+    "row SEQ_MISMATCH), or the engine's weights or hyperparameters differ from the reference's\n"
+    "own reading of the file (the sweep stops, naming the tensor or key), 2 usage or input error\n";
 
 /* Resolves MODEL (hx_model_resolve: a synthetic preset is written fresh into the cache
  * folder) and its report label. */
@@ -108,7 +108,7 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
     int rc = hx_model_spec_parse(&spec, text, err);
     bool absent = false;
     if (rc == LM_OK)
-        rc = hx_model_resolve(path, cap, &absent, &spec, cache, err);
+        rc = hx_model_resolve(path, cap, &absent, &spec, cache, hx_cli_log, "sweep", err);
     if (rc == LM_OK)
         hx_model_label(label, label_cap, &spec);
     free(spec.path);

@@ -23,12 +23,7 @@ static const char usage_text[] =
     "in forward order, where their bits part, and the first where they part by more than\n"
     "rounding explains: E(op, pos) = 2 * max over M naive-sr (stochastic rounding) runs of\n"
     "max |member - naive|, all at step=full on the same tokens.\n\n"
-    "  -p, --prompt TEXT     prompt text (BOS added when the vocabulary asks for it)\n"
-    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
-    "      --tokens ID,...   prompt as token ids instead of text\n"
-    "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
-    "      --a CONFIG        first configuration (BACKEND[:step=N|full][:threads=T])\n"
-    "      --b CONFIG        second configuration\n"
+    HX_CLI_PAIR_USAGE
     "  -n, --n-gen N         decode steps after the prompt, on A's greedy path (default 32,\n"
     "                        as sweep and compare)\n"
     "      --ensemble M      naive-sr runs for the envelope (default 8, at least 8)\n"
@@ -42,38 +37,24 @@ static const char usage_text[] =
     "exit codes: 0 no operation beyond the envelope (or none measured), 1 some operation\n"
     "beyond it, 2 usage or input error\n";
 
-enum { O_A = 256, O_B, O_TOKENS, O_ENS, O_NOENV, O_SEED, O_BRIEF, O_SPECIAL };
+enum { O_ENS = 256, O_NOENV, O_SEED, O_BRIEF };
 
 typedef struct trace_opts {
-    const char *model, *text, *tok_s;
-    hx_trace_params tp; /* a, b, n_gen, ensemble, sr_seed */
-    bool have_a, have_b, no_env, brief, special;
+    hx_cli_pair_opts ab;   /* MODEL, prompt, --a, --b, -n */
+    hx_trace_params tp;    /* ensemble, sr_seed (the rest from ab) */
+    bool no_env, brief;
 } trace_opts;
 
 /* One option; 0 to go on, else the exit code. */
 static int set_option(trace_opts *o, int opt, const char *arg)
 {
+    int code = hx_cli_pair_option(&o->ab, "trace", opt, arg);
+    if (code != 1)
+        return code;
     uint64_t v;
     switch (opt) {
-    case 'p': o->text = arg; return 0;
-    case 'f': {
-        lm_err ferr = {0};
-        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? 0 : hx_cli_fail("trace", "%s", ferr.msg);
-    }
-    case O_TOKENS: o->tok_s = arg; return 0;
     case O_NOENV: o->no_env = true; return 0;
     case O_BRIEF: o->brief = true; return 0;
-    case O_SPECIAL: o->special = true; return 0;
-    case O_A: case O_B:
-        *(opt == O_A ? &o->have_a : &o->have_b) = true;
-        return hx_cli_parse_plain_config(opt == O_A ? &o->tp.a : &o->tp.b, "trace",
-                                         opt == O_A ? "--a" : "--b", arg);
-    case 'n':
-        if (!lm_parse_u64z(arg, 0, HX_MAX_N_GEN, &v))
-            return hx_cli_fail("trace", "-n '%s': expected an integer in 0..%u", arg,
-                               HX_MAX_N_GEN);
-        o->tp.n_gen = (uint32_t)v;
-        return 0;
     case O_ENS:
         if (!lm_parse_u64z(arg, HX_ENVELOPE_MIN_MEMBERS, 10000, &v))
             return hx_cli_fail("trace", "--ensemble '%s': expected an integer in %u..10000", arg,
@@ -91,16 +72,14 @@ static int set_option(trace_opts *o, int opt, const char *arg)
 static int parse_options(trace_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},   {"tokens", required_argument, NULL, O_TOKENS},
-        {"a", required_argument, NULL, O_A},        {"b", required_argument, NULL, O_B},
-        {"n-gen", required_argument, NULL, 'n'},    {"ensemble", required_argument, NULL, O_ENS},
-        {"no-envelope", no_argument, NULL, O_NOENV}, {"seed", required_argument, NULL, O_SEED},
-        {"brief", no_argument, NULL, O_BRIEF},      {"help", no_argument, NULL, 'h'},
-        {"special", no_argument, NULL, O_SPECIAL},
-        {NULL, 0, NULL, 0},
+        HX_CLI_PAIR_LONG_OPTIONS,
+        {"ensemble", required_argument, NULL, O_ENS}, {"no-envelope", no_argument, NULL, O_NOENV},
+        {"seed", required_argument, NULL, O_SEED},    {"brief", no_argument, NULL, O_BRIEF},
+        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
     };
-    *o = (trace_opts){.tp = {.n_gen = HX_CLI_DEFAULT_N_GEN, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
+    *o = (trace_opts){.tp = {.ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
                              .sr_seed = HX_SWEEP_DEFAULT_SEED}};
+    hx_cli_pair_init(&o->ab);
     optind = 1;
     opterr = 0;
     for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
@@ -114,16 +93,13 @@ static int parse_options(trace_opts *o, int argc, char **argv)
         if (code != 0)
             return code;
     }
-    if (optind + 1 != argc)
-        return hx_cli_fail("trace", "expected exactly one MODEL argument (try --help)");
-    if ((o->text == NULL) == (o->tok_s == NULL))
-        return hx_cli_fail("trace", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
-    if (!o->have_a || !o->have_b)
-        return hx_cli_fail("trace", "both --a CONFIG and --b CONFIG are needed (try --help)");
+    int code = hx_cli_pair_finish(&o->ab, "trace", argc, argv);
     if (o->no_env)
         o->tp.ensemble = 0;
-    o->model = argv[optind];
-    return -1;
+    o->tp.a = o->ab.a;
+    o->tp.b = o->ab.b;
+    o->tp.n_gen = o->ab.n_gen;
+    return code;
 }
 
 int cmd_trace(int argc, char **argv)
@@ -136,10 +112,7 @@ int cmd_trace(int argc, char **argv)
     lm_model *m = NULL;
     int32_t *prompt = NULL;
     hx_trace_result *r = NULL;
-    int st = lm_model_load(&m, o.model, &err);
-    if (st == LM_OK)
-        st = hx_cli_prompt_ids(&prompt, &o.tp.n_prompt, m, o.model, o.text, o.tok_s, o.special,
-                               &err);
+    int st = hx_cli_pair_load(&m, &prompt, &o.tp.n_prompt, &o.ab, &err);
     o.tp.model = m;
     o.tp.prompt = prompt;
     if (st == LM_OK && (st = hx_trace_run(&r, &o.tp, &err)) == LM_OK) {
@@ -148,7 +121,7 @@ int cmd_trace(int argc, char **argv)
         hx_config_format(bn, sizeof bn, &o.tp.b);
         if (!o.brief)
             printf("trace %s: %u prompt tokens, %u decode steps on A's greedy path; %s\n",
-                   o.model, (unsigned)o.tp.n_prompt, (unsigned)o.tp.n_gen,
+                   o.ab.model, (unsigned)o.tp.n_prompt, (unsigned)o.tp.n_gen,
                    o.tp.ensemble ? "envelope from naive-sr runs" : "no envelope");
         hx_trace_print(stdout, r, an, bn, !o.brief);
     }

@@ -1,5 +1,6 @@
-/* fingerprint.h — the platform fingerprint golden hashes are keyed by: everything that
- * legitimately changes float32 bits between machines and builds of the same source.
+/* fingerprint.h — the platform fingerprint reports carry: everything that can change float32
+ * bits between machines and builds of the same source (a golden is keyed by the subset that
+ * can change its own configuration's bits: golden_key.h).
  *
  * Parts: CPU architecture and model; ISA features that select different kernels (AVX2,
  * AVX512F, FMA, FMA4); what each registered backend's describe hook reports (blas: the

@@ -3,67 +3,63 @@
 
 #include "kvd_engine.h"
 
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-static char rope_hex[9];
-static pthread_once_t rope_once = PTHREAD_ONCE_INIT;
-
-/* The engine's RoPE table formula (forward.c fill_rope_table): float(cos(pos * theta^(-2i/n)))
- * and the same for sin, for the thetas and rotary sizes of common models, positions 0..8191. */
-static void rope_probe(void)
+/* Hashes the cos then the sin table of one theta, [n_pos][n_rot/2] each. */
+static int hash_tables(XXH3_state_t *st, const lm_model *m, float theta, uint32_t n_pos,
+                       lm_err *err)
 {
-    static const double thetas[] = {10000.0, 500000.0, 1000000.0};
-    static const unsigned rots[] = {64, 128};
-    enum { N_POS = 8192 };
-    static float row[2 * N_POS];
-    XXH3_state_t *st = XXH3_createState();
-    if (st == NULL || XXH3_64bits_reset(st) != XXH_OK) {
-        snprintf(rope_hex, sizeof rope_hex, "unknown");
-        XXH3_freeState(st);
-        return;
-    }
-    for (size_t t = 0; t < sizeof thetas / sizeof thetas[0]; ++t)
-        for (size_t r = 0; r < sizeof rots / sizeof rots[0]; ++r)
-            for (unsigned i = 0; i < rots[r] / 2; ++i) {
-                volatile double theta = thetas[t]; /* volatile: no constant folding */
-                const double freq = pow(theta, -2.0 * (double)i / (double)rots[r]);
-                for (unsigned pos = 0; pos < N_POS; ++pos) {
-                    const double ang = (double)pos * freq;
-                    row[2 * pos] = (float)cos(ang);
-                    row[2 * pos + 1] = (float)sin(ang);
-                }
-                XXH3_64bits_update(st, row, sizeof row);
-            }
-    snprintf(rope_hex, sizeof rope_hex, "%08x", (unsigned)XXH3_64bits_digest(st));
-    XXH3_freeState(st);
+    const size_t n = (size_t)n_pos * (m->hp.n_rot / 2);
+    float *tab = malloc((2 * n + 1) * sizeof *tab);
+    if (tab == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "golden key: no memory for %u RoPE positions",
+                       (unsigned)n_pos);
+    lm_rope_table(m, theta, n_pos, tab, tab + n);
+    int rc = XXH3_64bits_update(st, tab, 2 * n * sizeof *tab) == XXH_OK
+                 ? LM_OK
+                 : LM_FAIL(err, LM_E_INTERNAL, "golden key: XXH3 update failed");
+    free(tab);
+    return rc;
 }
 
-const char *hx_golden_rope_probe(void)
+int hx_golden_rope_probe(char out[17], const lm_model *m, uint32_t n_pos, lm_err *err)
 {
-    pthread_once(&rope_once, rope_probe);
-    return rope_hex;
+    if (n_pos == 0)
+        return LM_FAIL(err, LM_E_INTERNAL, "golden key: RoPE probe of 0 positions");
+    XXH3_state_t *st = XXH3_createState();
+    if (st == NULL || XXH3_64bits_reset(st) != XXH_OK) {
+        XXH3_freeState(st);
+        return LM_FAIL(err, LM_E_NOMEM, "golden key: cannot create an XXH3 state");
+    }
+    const lm_hparams *hp = &m->hp;
+    int rc = hash_tables(st, m, hp->rope_theta, n_pos, err);
+    if (rc == LM_OK && hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta)
+        rc = hash_tables(st, m, hp->rope_theta_swa, n_pos, err);
+    if (rc == LM_OK)
+        snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
+    XXH3_freeState(st);
+    return rc;
 }
 
 void hx_golden_key_make(hx_golden_key *k, const hx_fingerprint *fp, const char *backend,
-                        const char *describe)
+                        const char *describe, const char *rope)
 {
     bool has = describe && *describe;
-    snprintf(k->text, sizeof k->text,
-             "arch=%s; compiler=%s; flags=%s; libc=%s; rope=%s; backend=%s%s%s", fp->arch,
-             fp->compiler, fp->flags, fp->libc, hx_golden_rope_probe(), backend, has ? "; " : "",
+    snprintf(k->text, sizeof k->text, "arch=%s; compiler=%s; flags=%s; rope=%s; backend=%s%s%s",
+             fp->arch, fp->compiler, fp->flags, rope, backend, has ? "; " : "",
              has ? describe : "");
     hx_text_id16(k->id, k->text);
 }
 
-void hx_golden_key_of(hx_golden_key *k, const hx_fingerprint *fp, const char *backend)
+void hx_golden_key_of(hx_golden_key *k, const hx_fingerprint *fp, const char *backend,
+                      const char *rope)
 {
     const lm_backend_info *b = lm_backend_find(backend, strlen(backend));
     char desc[512] = "";
     if (b && b->describe)
         b->describe(desc, sizeof desc, false);
-    hx_golden_key_make(k, fp, backend, desc);
+    hx_golden_key_make(k, fp, backend, desc, rope);
 }

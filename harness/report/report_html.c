@@ -202,8 +202,9 @@ static double py(const plot *p, double y)
     return PT + (1.0 - t) * PH;
 }
 
+/* The frame, axis labels, the y range's ends and (x_ends) the x range's ends. */
 static void frame(FILE *f, const plot *p, const char *cls, const char *xlabel,
-                  const char *ylabel)
+                  const char *ylabel, bool x_ends)
 {
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"%s\" width=\"%d\" "
                "height=\"%d\">\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
@@ -216,9 +217,19 @@ static void frame(FILE *f, const plot *p, const char *cls, const char *xlabel,
             PL - 4, PT + 10, p->y1);
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\" text-anchor=\"end\">%.3g</text>\n",
             PL - 4, PT + PH, p->y0);
+    if (!x_ends) /* the caller marks its own x ticks */
+        return;
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\">%.6g</text>\n", PL, PT + PH + 16, p->x0);
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\" text-anchor=\"end\">%.6g</text>\n",
             PL + PW, PT + PH + 16, p->x1);
+}
+
+/* A tick on the x axis at x, labelled text. */
+static void x_tick(FILE *f, const plot *p, double x, const char *text)
+{
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#555\"/>"
+               "<text x=\"%.1f\" y=\"%d\" class=\"lbl\" text-anchor=\"middle\">%s</text>\n",
+            px(p, x), PT + PH, px(p, x), PT + PH + 4, px(p, x), PT + PH + 16, text);
 }
 
 static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -258,7 +269,7 @@ static void error_vs_envelope(FILE *f, const hx_report *r, const dims *d)
     }
     p.y0 = p.y0 / 2.0;
     p.y1 = p.y1 * 2.0;
-    frame(f, &p, "err-env", "position", "max |x - R| (log)");
+    frame(f, &p, "err-env", "position", "max |x - R| (log)", true);
     for (size_t i = 0, k = 0; i < r->n_configs && k < N_PALETTE; ++i) {
         const hx_config_report *c = &r->configs[i];
         if (c->n_rows == 0)
@@ -313,7 +324,7 @@ static void margins(FILE *f, const hx_report *r, const dims *d, size_t *n_marked
         p.y0 = 1e-3, p.y1 = 1.0;
     p.y0 /= 2.0;
     p.y1 *= 2.0;
-    frame(f, &p, "margins", "position", "reference top-2 margin (log)");
+    frame(f, &p, "margins", "position", "reference top-2 margin (log)", true);
     double bw = (double)PW / (d->pos_max - d->pos_min + 1) * 0.8;
     for (unsigned pos = d->pos_min; pos <= d->pos_max; ++pos) {
         const hx_tensor_row *first = NULL;
@@ -357,6 +368,28 @@ static void series_key(char out[HX_CONFIG_STR_MAX], const char *cfg)
         memmove(st, rest ? rest : "", rest ? strlen(rest) + 1 : 1);
 }
 
+/* One labelled tick per step the configurations use, and "full" at the right. */
+static void step_ticks(FILE *f, const hx_report *r, const plot *p)
+{
+    bool full = false;
+    for (size_t i = 0; i < r->n_configs; ++i) {
+        double s = config_step(r->configs[i].config);
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; ++j)
+            seen = config_step(r->configs[j].config) == s;
+        if (seen)
+            continue;
+        if (s > 0.0) {
+            char t[32];
+            snprintf(t, sizeof t, "%.0f", s);
+            x_tick(f, p, log2(s), t);
+        }
+        full |= s == 0.0;
+    }
+    if (full)
+        x_tick(f, p, p->x1, "full");
+}
+
 /* Speed (prefill and decode tok/s) and memory vs step, one polyline per backend/threads
  * series (the configuration string without its step); full is drawn at twice the largest
  * step. log2 x. */
@@ -379,8 +412,9 @@ static void speed(FILE *f, const hx_report *r, bool memory)
     }
     p.x1 = log2(2.0 * smax);
     p.y1 *= 1.1;
-    frame(f, &p, memory ? "memory" : "speed", "prefill step (log2; full at the right)",
-          memory ? "peak MiB" : "tok/s");
+    frame(f, &p, memory ? "memory" : "speed", "prefill step (log scale; full = one chunk)",
+          memory ? "peak MiB" : "tok/s", false);
+    step_ticks(f, r, &p);
     size_t k = 0;
     for (size_t i = 0; i < r->n_configs && k < N_PALETTE / 2; ++i) {
         char key[HX_CONFIG_STR_MAX], other[HX_CONFIG_STR_MAX];
@@ -434,8 +468,9 @@ static void summary_table(FILE *f, const hx_report *r)
             esc(f, cells[cols[k]]);
             fputs("</td>", f);
         }
-        fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-                hx_golden_status_name(c->golden), cells[13], cells[14], cells[15]);
+        fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%.3g</td></tr>\n",
+                hx_golden_status_name(c->golden), cells[13], cells[14],
+                (double)c->peak_mem_bytes / 1048576.0); /* as the memory plot */
     }
     fputs("</table>\n", f);
 }

@@ -41,7 +41,7 @@ static int resolve_model(hx_caserun *r, const hx_caserun_opts *o, lm_err *err)
     const hx_model_spec *s = &r->c->model;
     bool absent = false;
     int rc = hx_model_resolve(r->model_path, sizeof r->model_path, &absent, s, o->cache_dir,
-                              err);
+                              o->log, o->log_user, err);
     if (rc == LM_OK && absent) {
         r->skipped = true;
         snprintf(r->skip_reason, sizeof r->skip_reason,
@@ -189,6 +189,8 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
             hx_tokens_hash(r->input.tokens_hash, prompt, r->n_prompt);
             memcpy(r->report->tokens_hash, r->input.tokens_hash, sizeof r->input.tokens_hash);
             r->input.version = KVD_VERSION;
+            /* every run's context holds the prompt and the greedy tokens */
+            rc = hx_golden_rope_probe(r->rope_probe, r->model, r->n_prompt + c->n_gen, err);
         }
     }
 done:
@@ -231,5 +233,5 @@ int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *
 
 void hx_caserun_key(hx_golden_key *k, const hx_caserun *r, size_t i, const hx_fingerprint *fp)
 {
-    hx_golden_key_of(k, fp, r->sweep->runs[i].cfg.backend);
+    hx_golden_key_of(k, fp, r->sweep->runs[i].cfg.backend, r->rope_probe);
 }

@@ -37,6 +37,8 @@ typedef struct hx_caserun {
     char skip_reason[256];
     lm_model *model;            /* NULL when skipped */
     uint32_t n_prompt;
+    char rope_probe[17];        /* the golden keys' libm probe of the model over the positions
+                                   its runs read, 0..n_prompt+n_gen-1 (golden_key.h) */
     hx_sweep_result *sweep;     /* NULL when skipped */
     hx_golden_input input;      /* what its golden entries are pinned to (model, tokens,
                                    version; set when it ran) */

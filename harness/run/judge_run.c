@@ -35,9 +35,7 @@ static void progress(const hx_judge_params *p, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("judge: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    lm_vlog(p->log, p->log_user, fmt, ap);
     va_end(ap);
 }
 
@@ -157,7 +155,7 @@ static int reference(jstate *s, lm_err *err)
     ref_request rq = {.tokens = s->d0->tokens, .n_tokens = s->d0->n_tokens,
                       .n_prompt = s->d0->n_prompt, .pos = s->pos, .n_pos = s->n_pos,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
-                      .n_threads = p->ref_threads};
+                      .n_threads = p->ref_threads, .log = p->log, .log_user = p->log_user};
     bool hit = false;
     ref_cache_key(s->ref_key, p->model, &rq);
     int rc = ref_cached(&s->ref, p->model, &rq, p->cache_dir, &hit, err);
@@ -253,7 +251,7 @@ static int env_store(hx_envelope *env, const jstate *s, uint32_t k, bool lp, lm_
     lm_err e = {0};
     if (env_key(path, sizeof path, env->key, s, k, lp, &e) != LM_OK ||
         hx_envelope_save(env, path, &e) != LM_OK)
-        fprintf(stderr, "judge: envelope cache entry not stored (%s)\n", e.msg);
+        lm_log(s->p->log, s->p->log_user, "envelope cache entry not stored (%s)", e.msg);
     return LM_OK;
 }
 

@@ -54,7 +54,11 @@ typedef struct hx_judge_params {
     bool sr_seed_set;
     const char *cache_dir;
     int ref_threads;
-    bool quiet;
+    bool quiet;                      /* no progress lines (warnings still go to log) */
+    /* Progress and warning lines, one per call, without a newline (the library never
+     * prints); NULL: none. */
+    lm_log_fn log;
+    void *log_user;
 } hx_judge_params;
 
 int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err);

@@ -372,7 +372,8 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)n, .n_prompt = p->n_prompt,
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .progress = p->ref_progress,
-                      .progress_user = p->ref_progress_user};
+                      .progress_user = p->ref_progress_user, .log = p->log,
+                      .log_user = p->log_user};
     hx_report *rep = r->report;
     r->prompt_rows = prompt_rows_allowed(p, &rq, rep->prompt_rows_why,
                                          sizeof rep->prompt_rows_why);
@@ -587,7 +588,8 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
                       .rot_turn_at = n2 > 0 ? n1 : 0, .rot_turn_d = n2 > 0 ? d : 0,
                       .pos = r->prompt_rows ? r->pos : NULL,
                       .n_pos = r->prompt_rows ? r->ref.n_tokens : 0,
-                      .progress = p->ref_progress, .progress_user = p->ref_progress_user};
+                      .progress = p->ref_progress, .progress_user = p->ref_progress_user,
+                      .log = p->log, .log_user = p->log_user};
     bool hit = false;
     return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
 }

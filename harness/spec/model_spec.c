@@ -85,7 +85,7 @@ int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
 }
 
 int hx_model_resolve(char *path, size_t cap, bool *absent, const hx_model_spec *spec,
-                     const char *cache_dir, lm_err *err)
+                     const char *cache_dir, lm_log_fn log, void *log_user, lm_err *err)
 {
     *absent = false;
     if (!spec->synth) {
@@ -108,7 +108,7 @@ int hx_model_resolve(char *path, size_t cap, bool *absent, const hx_model_spec *
     int n = snprintf(path, cap, "%s/synth-%s-seed%" PRIu64 ".gguf", dir, spec->preset, seed);
     if (n < 0 || (size_t)n >= cap)
         return LM_FAIL(err, LM_E_INPUT, "%s: synthetic model path is too long", dir);
-    return hx_synth_cache_write(path, spec->preset, seed, err);
+    return hx_synth_cache_write(path, spec->preset, seed, log, log_user, err);
 }
 
 void hx_model_label(char *label, size_t cap, const hx_model_spec *spec)

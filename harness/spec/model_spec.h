@@ -27,9 +27,9 @@ int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err);
  * folder (lm_cache_open(cache_dir): NULL means $KVDRIFT_CACHE or the default) as
  * synth-PRESET-seedN.gguf (seed 0 when none is given) by hx_synth_cache_write on every call:
  * its bytes depend only on preset, seed and synth.c, so a copy left by an older synth.c is
- * never used, and the presets take milliseconds. */
+ * never used, and the presets take milliseconds (a replaced copy is reported through log). */
 int hx_model_resolve(char *path, size_t cap, bool *absent, const hx_model_spec *spec,
-                     const char *cache_dir, lm_err *err);
+                     const char *cache_dir, lm_log_fn log, void *log_user, lm_err *err);
 
 /* A short report label: the file name without ".gguf", or synth-PRESET-seedN. */
 void hx_model_label(char *label, size_t cap, const hx_model_spec *spec);

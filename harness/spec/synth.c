@@ -556,13 +556,14 @@ static bool file_hash(XXH128_hash_t *out, const char *path)
     return true;
 }
 
-int hx_synth_cache_write(const char *path, const char *preset_name, uint64_t seed, lm_err *err)
+int hx_synth_cache_write(const char *path, const char *preset_name, uint64_t seed, lm_log_fn log,
+                         void *log_user, lm_err *err)
 {
     XXH128_hash_t before, after;
     bool had = file_hash(&before, path);
     int rc = hx_synth_write(path, preset_name, seed, LM_TYPE_F32, err);
     if (rc == LM_OK && had && file_hash(&after, path) && !XXH128_isEqual(before, after))
-        fprintf(stderr, "kvdrift: cached synthetic model %s differed from the one synth writes "
-                        "(corrupt, or from another kvdrift); rewritten\n", path);
+        lm_log(log, log_user, "cached synthetic model %s differed from the one synth writes "
+               "(corrupt, or from another kvdrift); rewritten", path);
     return rc;
 }

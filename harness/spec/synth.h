@@ -59,7 +59,8 @@ int hx_synth_write(const char *path, const char *preset, uint64_t seed, lm_tenso
 /* The F32 preset model as a cache entry at path: written fresh on every call (its bytes depend
  * only on preset, seed and this file, so a copy left by an older kvdrift or damaged on disk is
  * never used), and when the copy that was there differs from the fresh one (XXH3-128 of both),
- * one warning on stderr says so. */
-int hx_synth_cache_write(const char *path, const char *preset, uint64_t seed, lm_err *err);
+ * one warning line through log says so (log NULL: none). */
+int hx_synth_cache_write(const char *path, const char *preset, uint64_t seed, lm_log_fn log,
+                         void *log_user, lm_err *err);
 
 #endif

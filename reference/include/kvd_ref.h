@@ -119,6 +119,10 @@ typedef struct ref_request {
     /* The processes computing this pass together; NULL: the process's group (ref_group_set),
      * if any, else this process alone. Never changes the numbers; not part of the cache key. */
     const ref_group *group;
+    /* Warnings of the disk cache (ref_cached: an unusable cache folder, an entry recomputed
+     * or not stored), one line per call (NULL: dropped); not part of the cache key. */
+    lm_log_fn log;
+    void *log_user;
 } ref_request;
 
 /* A capture: what the reference computed, rounded to float64. ref_capture_free releases it. */
@@ -213,13 +217,13 @@ void ref_mpi_stop(void);
 int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
                 lm_err *err);
 /* Re-reads every weight of m from its file (m->path) with ref_dequant and requires the engine's
- * float32 values to be bitwise equal; LM_E_INPUT naming the tensor, element and both values
- * otherwise. A model built or edited in memory (no path, or n_weights set to 0 by whoever
+ * float32 values to be bitwise equal; LM_E_DISAGREE naming the tensor, element and both
+ * values otherwise (also for a loaded tensor the file does not hold with that size). A model built or edited in memory (no path, or n_weights set to 0 by whoever
  * changed its weights) has nothing to check: LM_OK. */
 int ref_weights_check(const lm_model *m, lm_err *err);
 /* The reference's own reading of the hyperparameters it uses (ref_hparams.c: its own defaults
  * and layer rules per architecture) from m->path; the engine's m->hp and per-layer windows must
- * agree: LM_E_INPUT naming the key and both values otherwise. LM_OK for a model built in memory
+ * agree: LM_E_DISAGREE naming the key and both values otherwise. LM_OK for a model built in memory
  * (no path or no weight list). */
 int ref_hparams_check(const lm_model *m, lm_err *err);
 
@@ -249,9 +253,9 @@ int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uin
  * (after defaulting), precision), as 32 lowercase hex digits + NUL. */
 void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq);
 /* Loads the capture for (m, rq) from the cache, or computes and stores it. A corrupt or
- * mismatching entry (bad hash, truncated, another request's data) is reported on stderr as
- * recomputed and replaced, never trusted. A cache folder that cannot be created or written
- * is reported on stderr and the capture computed anyway (the cache costs time, never
+ * mismatching entry (bad hash, truncated, another request's data) is reported through rq->log
+ * as recomputed and replaced, never trusted. A cache folder that cannot be created or written
+ * is reported through rq->log and the capture computed anyway (the cache costs time, never
  * correctness). *hit (may be NULL) tells whether it was loaded. */
 int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const char *cache_dir,
                bool *hit, lm_err *err);
