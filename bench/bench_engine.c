@@ -1,28 +1,30 @@
-/* bench_engine.c — engine throughput against this machine's own limits.
+/* bench_engine.c — engine throughput against llama.cpp and this machine's own limits.
  *
  * usage: bench_engine OUTDIR [MODEL.gguf]
  * Without MODEL, synthesizes the smollm2-135m preset in F32 (harness/spec/synth.h) into a temp
- * folder. With the blas and det backends at 2 threads, interleaved run by run, it measures
+ * folder. At 2 threads it measures
  *   pp512  prefill tokens/s of a 512-token prompt in one chunk
  *   tg128  decode tokens/s over 128 tokens from an empty cache
- * and reports det / blas for both (ratios of medians from the same run); when llama.cpp's
- * llama-bench is named by $KVDRIFT_LLAMA_BENCH or found on PATH it runs it on the same model
- * file (-p 512 -n 128 -t 2, its own repetitions) right after, and reports the engine's fastest
- * backend / llama.cpp (a later time slot than the engine's runs: compare on a quiet machine)
- * and, in the same run, the ceilings they are judged against:
+ * for the blas and det backends and, when llama.cpp's llama-bench is named by
+ * $KVDRIFT_LLAMA_BENCH or found on PATH, for llama.cpp on the same model file (its defaults,
+ * -t 2, one repetition per call, after its own warm-up), with the ceilings they are judged
+ * against:
  *   sgemm GFLOP/s at the model's own projection shapes with M = 512 (OpenBLAS, 2 threads);
  *     pp bound = that rate / FLOPs per token, FLOPs per token = 2 x (layer weights) plus the
  *     causal attention products averaged over the 512 positions (4 n_head head_dim (513/2)
  *     per layer); the output projection is excluded (computed for the last position only)
  *   read bandwidth over a 1 GiB buffer (2 threads);
  *     tg bound = bandwidth / bytes per token, bytes = every layer weight + the output matrix
- *     (float32), the bytes a decode step must stream from memory at least once
- * then the same pp512 / tg128 for stories260K when the shared models are present.
+ *     (float32), the bytes a decode step must stream from memory at least once.
+ * Everything is interleaved within each of 5 repetitions (sgemm, pp512 of each backend,
+ * llama.cpp's pp512, bandwidth, tg128 of each backend, llama.cpp's tg128), so that a shared
+ * machine's load hits all of them alike; each figure is the median of the 5, and every ratio
+ * printed (det / blas, fastest engine backend / llama.cpp, fraction of the ceiling) is a ratio
+ * of medians from this one run. The load average before and after is printed with them. Then
+ * the same pp512 / tg128 for stories260K (engine only) when the shared models are present.
  * The result is checked before anything is timed (finite logits, argmax in range, each
- * backend within 1e-3 relative of naive on a short prompt); each figure is the median of 5 runs after a
- * warm-up, and the ceilings are measured between the engine's runs (sgemm set, pp512,
- * bandwidth, tg128, repeated) so that a shared machine's load affects both alike. Prints a
- * table and appends TSV lines to OUTDIR/engine.tsv. Never fails on speed. */
+ * backend within 1e-3 relative of naive on a short prompt). Prints one table and appends TSV
+ * lines to OUTDIR/engine.tsv. Never fails on speed: the targets line says met or missed. */
 #include "kvd_engine.h"
 #include "synth.h"
 #include "util.h"
@@ -209,13 +211,73 @@ static void check_against_naive(const lm_model *m, const int32_t *tok, const cha
     lm_ctx_free(cb);
 }
 
+/* ---- llama.cpp's llama-bench, when there is one ---- */
+
+/* $KVDRIFT_LLAMA_BENCH, else "llama-bench" when it is on PATH, else NULL. */
+static const char *llama_bench_path(void)
+{
+    const char *e = getenv("KVDRIFT_LLAMA_BENCH");
+    if (e != NULL && *e)
+        return access(e, X_OK) == 0 ? e : NULL;
+    return system("command -v llama-bench >/dev/null 2>&1") == 0 ? "llama-bench" : NULL;
+}
+
+/* Runs llama-bench on model for one test (pp: -p PP -n 0; else -p 0 -n TG), 2 threads, one
+ * repetition after its warm-up, JSON output, and reads its tokens/s; 0 when it cannot run or
+ * its output has no such row. */
+static double llama_bench(const char *exe, const char *model, bool pp)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -p %d -n %d -t %d -r 1 -o json 2>/dev/null", exe,
+             model, pp ? PP : 0, pp ? 0 : TG, THREADS);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return 0;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf != NULL && (got = fread(buf + len, 1, cap - 1 - len, f)) > 0;) {
+        len += got;
+        if (len + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (nb == NULL)
+                free(buf);
+            buf = nb;
+        }
+    }
+    const int rc = pclose(f);
+    if (buf == NULL || rc != 0) {
+        free(buf);
+        return 0;
+    }
+    buf[len] = '\0';
+    json_t *root = json_loads(buf, 0, NULL);
+    free(buf);
+    double ts = 0;
+    for (size_t i = 0; json_is_array(root) && i < json_array_size(root); ++i) {
+        const json_t *o = json_array_get(root, i);
+        const json_int_t np = json_integer_value(json_object_get(o, "n_prompt"));
+        const json_int_t ng = json_integer_value(json_object_get(o, "n_gen"));
+        if ((pp && np == PP && ng == 0) || (!pp && np == 0 && ng == TG))
+            ts = json_number_value(json_object_get(o, "avg_ts"));
+    }
+    json_decref(root);
+    return ts;
+}
+
 #define N_BE 2
 static const char *const backends[N_BE] = {"blas", "det"};
 
 typedef struct result {
     double pp[N_BE], tg[N_BE]; /* tokens/s per backend, medians */
+    double lpp, ltg;           /* llama.cpp's, medians (0 when not run or it failed) */
     double gflops, gbs;        /* ceilings measured between the engine's runs (0 when not asked) */
 } result;
+
+/* What run_engine measures besides the engine: the ceilings and llama.cpp (NULLs: neither). */
+typedef struct beside {
+    ceilings *cl;
+    const char *llama, *model; /* llama-bench and the model file, or NULL */
+} beside;
 
 static double time_prefill(lm_ctx *c, const int32_t *tok, float *lg, const char *label, bool check)
 {
@@ -248,9 +310,9 @@ static double time_decode(lm_ctx *c, float *lg, const char *label, bool check)
     return TG / dt;
 }
 
-/* Every backend's pp512 and tg128, the backends alternating within each repetition (and the
- * ceilings between them) so that a shared machine's load hits all of them alike. */
-static result run_engine(const lm_model *m, const char *label, ceilings *cl)
+/* Every backend's pp512 and tg128, the backends alternating within each repetition with the
+ * ceilings and llama.cpp between them, so that a shared machine's load hits all alike. */
+static result run_engine(const lm_model *m, const char *label, const beside *bs)
 {
     lm_err err = {0};
     const uint32_t nv = m->hp.n_vocab;
@@ -273,22 +335,28 @@ static result run_engine(const lm_model *m, const char *label, ceilings *cl)
         if (lm_ctx_create(&c[b], m, &p, &err) != LM_OK)
             bu_die(PROG, label, &err);
     }
-    double pp[N_BE][REPS], tg[N_BE][REPS], gf[REPS], bw[REPS];
+    double pp[N_BE][REPS], tg[N_BE][REPS], gf[REPS], bw[REPS], lpp[REPS], ltg[REPS];
+    int n_lpp = 0, n_ltg = 0;
     for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up and result check, not timed */
-        if (cl != NULL && r >= 0)
-            gf[r] = sgemm_pass(cl);
+        if (bs->cl != NULL && r >= 0)
+            gf[r] = sgemm_pass(bs->cl);
         for (int b = 0; b < N_BE; ++b) {
             const double v = time_prefill(c[b], tok, lg, label, r < 0);
             if (r >= 0)
                 pp[b][r] = v;
         }
-        if (cl != NULL && r >= 0)
-            bw[r] = bandwidth_pass(cl);
+        double v;
+        if (bs->llama != NULL && r >= 0 && (v = llama_bench(bs->llama, bs->model, true)) > 0)
+            lpp[n_lpp++] = v;
+        if (bs->cl != NULL && r >= 0)
+            bw[r] = bandwidth_pass(bs->cl);
         for (int b = 0; b < N_BE; ++b) {
-            const double v = time_decode(c[b], lg, label, r < 0);
+            v = time_decode(c[b], lg, label, r < 0);
             if (r >= 0)
                 tg[b][r] = v;
         }
+        if (bs->llama != NULL && r >= 0 && (v = llama_bench(bs->llama, bs->model, false)) > 0)
+            ltg[n_ltg++] = v;
     }
     result res = {.gflops = 0};
     for (int b = 0; b < N_BE; ++b) {
@@ -296,67 +364,14 @@ static result run_engine(const lm_model *m, const char *label, ceilings *cl)
         res.tg[b] = bu_median(tg[b], REPS);
         lm_ctx_free(c[b]);
     }
-    if (cl != NULL) {
+    if (bs->cl != NULL) {
         res.gflops = bu_median(gf, REPS);
         res.gbs = bu_median(bw, REPS);
     }
+    res.lpp = n_lpp > 0 ? bu_median(lpp, n_lpp) : 0;
+    res.ltg = n_ltg > 0 ? bu_median(ltg, n_ltg) : 0;
     free(tok), free(lg);
     return res;
-}
-
-/* ---- llama.cpp's llama-bench, when there is one ---- */
-
-/* $KVDRIFT_LLAMA_BENCH, else "llama-bench" when it is on PATH, else NULL. */
-static const char *llama_bench_path(void)
-{
-    const char *e = getenv("KVDRIFT_LLAMA_BENCH");
-    if (e != NULL && *e)
-        return access(e, X_OK) == 0 ? e : NULL;
-    return system("command -v llama-bench >/dev/null 2>&1") == 0 ? "llama-bench" : NULL;
-}
-
-/* Runs llama-bench on model (pp512 and tg128, 2 threads, JSON output) and reads its mean
- * tokens/s for each; returns false when it cannot run or its output has no such rows. */
-static bool llama_bench(const char *exe, const char *model, double *pp, double *tg)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -p %d -n %d -t %d -o json 2>/dev/null", exe, model,
-             PP, TG, THREADS);
-    FILE *f = popen(cmd, "r");
-    if (f == NULL)
-        return false;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf != NULL && (got = fread(buf + len, 1, cap - 1 - len, f)) > 0;) {
-        len += got;
-        if (len + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (nb == NULL)
-                free(buf);
-            buf = nb;
-        }
-    }
-    const int rc = pclose(f);
-    if (buf == NULL || rc != 0) {
-        free(buf);
-        return false;
-    }
-    buf[len] = '\0';
-    json_t *root = json_loads(buf, 0, NULL);
-    free(buf);
-    *pp = *tg = 0;
-    for (size_t i = 0; json_is_array(root) && i < json_array_size(root); ++i) {
-        const json_t *o = json_array_get(root, i);
-        const json_int_t np = json_integer_value(json_object_get(o, "n_prompt"));
-        const json_int_t ng = json_integer_value(json_object_get(o, "n_gen"));
-        const double ts = json_number_value(json_object_get(o, "avg_ts"));
-        if (np == PP && ng == 0)
-            *pp = ts;
-        else if (np == 0 && ng == TG)
-            *tg = ts;
-    }
-    json_decref(root);
-    return *pp > 0 && *tg > 0;
 }
 
 /* 2 x multiply-adds per token of every layer projection, plus causal attention averaged over
@@ -375,6 +390,39 @@ static double bytes_per_token(const lm_hparams *hp)
     const double d = hp->n_embd, ff = hp->n_ff;
     const double w = d * q + 2 * d * kv + q * d + 3 * d * ff;
     return 4.0 * (hp->n_layer * w + (double)hp->n_vocab * d);
+}
+
+/* The 1-minute load average from /proc/loadavg, or -1 where there is none. */
+static double load_avg(void)
+{
+    double v = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%lf", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* One row of the table: tok/s, then value / blas, value / llama.cpp (when measured) and the
+ * fraction of the ceiling (when given). */
+static void row(const char *model, const char *who, const char *test, double v, double blas,
+                double llama, double bound)
+{
+    char vl[16] = "-", vb[16] = "-";
+    if (llama > 0)
+        snprintf(vl, sizeof vl, "%.2fx", v / llama);
+    if (bound > 0)
+        snprintf(vb, sizeof vb, "%.0f%%", 100 * v / bound);
+    printf("%-18s %-10s %-6s %9.1f %8.2fx %9s %10.1f %8s\n", model, who, test, v, v / blas, vl,
+           bound, vb);
+}
+
+/* "met" or "MISSED" for value >= target. */
+static const char *verdict(double value, double target)
+{
+    return value >= target ? "met" : "MISSED";
 }
 
 static void tsv(FILE *f, const char *model, const char *backend, const char *test, double value,
@@ -410,54 +458,66 @@ int main(int argc, char **argv)
     if (lm_model_load(&m, model_path, &err) != LM_OK)
         bu_die(PROG, model_path, &err);
 
-    printf("measuring pp%d and tg%d with %s and %s alternating, interleaved with sgemm at the "
-           "model's shapes (M = %d) and read bandwidth (1 GiB), %d threads, median of %d\n", PP,
-           TG, backends[0], backends[1], PP, THREADS, REPS);
+    const char *lb = llama_bench_path();
+    printf("measuring pp%d and tg%d with %s, %s%s, interleaved with sgemm at the model's shapes "
+           "(M = %d) and read bandwidth (1 GiB), %d threads, median of %d\n", PP, TG, backends[0],
+           backends[1], lb != NULL ? " and llama.cpp" : "", PP, THREADS, REPS);
     ceilings cl;
     ceilings_init(&cl, &m->hp);
-    const result r = run_engine(m, label, &cl);
+    const double load0 = load_avg();
+    const beside bs = {&cl, lb, model_path};
+    const result r = run_engine(m, label, &bs);
+    const double load1 = load_avg();
     ceilings_free(&cl);
+    bu_model_remove(model_path, tmpdir);
     const double gflops = r.gflops, gbs = r.gbs;
     const double fpt = flops_per_token(&m->hp), bpt = bytes_per_token(&m->hp);
     const double pp_bound = gflops * 1e9 / fpt, tg_bound = gbs * 1e9 / bpt;
+    const bool have_llama = r.lpp > 0 && r.ltg > 0;
+    const int bp = r.pp[1] > r.pp[0], bt = r.tg[1] > r.tg[0]; /* the fastest backend */
 
-    /* llama.cpp on the same file, after the engine's runs */
-    const char *lb = llama_bench_path();
-    double lpp = 0, ltg = 0;
-    const bool have_llama = lb != NULL && llama_bench(lb, model_path, &lpp, &ltg);
-    bu_model_remove(model_path, tmpdir); /* the weights are in memory now */
-
-    printf("\n%-22s %-9s %-6s %12s %12s %9s\n", "model", "backend", "test", "tok/s", "bound tok/s",
-           "fraction");
-    for (int b = 0; b < N_BE; ++b) {
-        printf("%-22s %-9s %-6s %12.1f %12.1f %8.0f%%\n", label, backends[b], "pp512", r.pp[b],
-               pp_bound, 100 * r.pp[b] / pp_bound);
-        printf("%-22s %-9s %-6s %12.1f %12.1f %8.0f%%\n", label, backends[b], "tg128", r.tg[b],
-               tg_bound, 100 * r.tg[b] / tg_bound);
-        tsv(out, label, backends[b], "pp512", r.pp[b], "tok/s", pp_bound);
-        tsv(out, label, backends[b], "tg128", r.tg[b], "tok/s", tg_bound);
+    printf("\n%-18s %-10s %-6s %9s %9s %9s %10s %8s\n", "model", "who", "test", "tok/s", "vs blas",
+           "vs llama", "bound", "of bound");
+    for (int t = 0; t < 2; ++t) {
+        const char *test = t == 0 ? "pp512" : "tg128";
+        const double *v = t == 0 ? r.pp : r.tg, bound = t == 0 ? pp_bound : tg_bound;
+        const double lv = have_llama ? (t == 0 ? r.lpp : r.ltg) : 0;
+        for (int b = 0; b < N_BE; ++b) {
+            row(label, backends[b], test, v[b], v[0], lv, bound);
+            tsv(out, label, backends[b], test, v[b], "tok/s", bound);
+        }
+        if (have_llama) {
+            row(label, "llama.cpp", test, lv, v[0], lv, bound);
+            tsv(out, label, "llama.cpp", test, lv, "tok/s", bound);
+        }
     }
     printf("ceilings: sgemm %.1f GFLOP/s (%.1f MFLOP/token), read %.1f GB/s (%.1f MB/token)\n",
            gflops, fpt * 1e-6, gbs, bpt * 1e-6);
+    printf("load average (1 min): %.2f before, %.2f after, on %ld CPUs\n", load0, load1,
+           sysconf(_SC_NPROCESSORS_ONLN));
     tsv(out, label, "blas", "sgemm_m512", gflops, "GFLOP/s", 0);
     tsv(out, label, "-", "read_bw_1GiB", gbs, "GB/s", 0);
-    printf("det / blas (same run): pp512 %.2fx, tg128 %.2fx\n", r.pp[1] / r.pp[0], r.tg[1] / r.tg[0]);
-    tsv(out, label, "det/blas", "pp512_ratio", r.pp[1] / r.pp[0], "x", 0);
-    tsv(out, label, "det/blas", "tg128_ratio", r.tg[1] / r.tg[0], "x", 0);
+    tsv(out, label, "-", "loadavg_before", load0, "", 0);
+    tsv(out, label, "-", "loadavg_after", load1, "", 0);
+    const double dpp = r.pp[1] / r.pp[0], dtg = r.tg[1] / r.tg[0];
+    tsv(out, label, "det/blas", "pp512_ratio", dpp, "x", 0);
+    tsv(out, label, "det/blas", "tg128_ratio", dtg, "x", 0);
+    printf("targets (ratios of medians, this run):\n");
+    printf("  det / blas          pp512 %5.2fx (>= 0.90: %s)   tg128 %5.2fx (>= 1.00: %s)\n", dpp,
+           verdict(dpp, 0.90), dtg, verdict(dtg, 1.0));
     if (have_llama) {
-        const int bp = r.pp[1] > r.pp[0], bt = r.tg[1] > r.tg[0]; /* the fastest backend */
-        printf("%-22s %-9s %-6s %12.1f\n%-22s %-9s %-6s %12.1f\n", label, "llama.cpp", "pp512", lpp,
-               label, "llama.cpp", "tg128", ltg);
-        printf("fastest / llama.cpp: pp512 %.2fx (%s), tg128 %.2fx (%s)\n", r.pp[bp] / lpp,
-               backends[bp], r.tg[bt] / ltg, backends[bt]);
-        tsv(out, label, "llama.cpp", "pp512", lpp, "tok/s", pp_bound);
-        tsv(out, label, "llama.cpp", "tg128", ltg, "tok/s", tg_bound);
-        tsv(out, label, "fastest/llama.cpp", "pp512_ratio", r.pp[bp] / lpp, "x", 0);
-        tsv(out, label, "fastest/llama.cpp", "tg128_ratio", r.tg[bt] / ltg, "x", 0);
+        const double fpp = r.pp[bp] / r.lpp, ftg = r.tg[bt] / r.ltg;
+        printf("  fastest / llama.cpp pp512 %5.2fx (>= 1.50: %s, %s)   tg128 %5.2fx (>= 1.20: %s, "
+               "%s)\n", fpp, verdict(fpp, 1.5), backends[bp], ftg, verdict(ftg, 1.2), backends[bt]);
+        tsv(out, label, "fastest/llama.cpp", "pp512_ratio", fpp, "x", 0);
+        tsv(out, label, "fastest/llama.cpp", "tg128_ratio", ftg, "x", 0);
     } else {
-        printf("llama.cpp: SKIP (%s)\n", lb == NULL ? "no llama-bench on PATH and "
+        printf("  fastest / llama.cpp SKIP (%s)\n", lb == NULL ? "no llama-bench on PATH and "
                "KVDRIFT_LLAMA_BENCH unset" : "llama-bench failed or printed no pp512/tg128 rows");
     }
+    const double fpb = r.pp[bp] / pp_bound, ftb = r.tg[bt] / tg_bound;
+    printf("  fastest / ceiling   pp512 %4.0f%%  (>= 80%%: %s, %s)   tg128 %4.0f%%  (>= 80%%: %s, %s)\n",
+           100 * fpb, verdict(fpb, 0.8), backends[bp], 100 * ftb, verdict(ftb, 0.8), backends[bt]);
     lm_model_free(m);
 
     char sp[1024];
@@ -465,7 +525,8 @@ int main(int argc, char **argv)
     if (access(sp, R_OK) == 0) {
         if (lm_model_load(&m, sp, &err) != LM_OK)
             bu_die(PROG, sp, &err);
-        const result s = run_engine(m, "stories260K", NULL);
+        const beside none = {NULL, NULL, NULL};
+        const result s = run_engine(m, "stories260K", &none);
         for (int b = 0; b < N_BE; ++b) {
             printf("%-22s %-9s %-6s %12.1f\n%-22s %-9s %-6s %12.1f\n", "stories260K", backends[b],
                    "pp512", s.pp[b], "stories260K", backends[b], "tg128", s.tg[b]);

@@ -1,10 +1,12 @@
 /* backend_det.c — the deterministic fast backend: the det kernels (det_kernels.h, where the
  * summation orders are stated) on the engine's one thread pool.
  *
- * Threading: a product is split into contiguous ranges of output columns (gemm_nt: rows of
- * B, the weights, so each thread streams its own part of the matrix; gemm_nn: rows of A),
- * never along the reduction, and each output element is computed by the same kernel code
- * whichever thread and tile it falls in. Results are therefore bitwise independent of the
+ * Threading: a product is split into parts of output columns (gemm_nt: rows of B, the
+ * weights, so each thread streams its own rows of the matrix; gemm_nn: columns of B, so each
+ * thread packs only its own), which the pool's threads claim one after another, or, when
+ * there are too few columns, into contiguous ranges of output rows; never along the
+ * reduction, and each output element is computed by the same kernel code whichever thread
+ * and tile it falls in. Results are therefore bitwise independent of the
  * thread count, of the prefill chunking and of decode (one row) vs prefill (many rows).
  * Products too small to repay a wake-up run on the calling thread (which changes no bit).
  *
@@ -14,6 +16,7 @@
 #include "det_kernels.h"
 #include "threadpool.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +36,44 @@ typedef struct det_job {
     const float *a, *b;
     size_t lda, ldb, ldc;
     float *c;
+    uint32_t part;     /* output columns per claimed part */
+    atomic_uint next;  /* the first output column no thread has claimed */
 } det_job;
 
-/* gemm_nt over output columns [begin, end) (rows of B). */
+/* Output columns [c0, c1) of gemm_nt (rows of B) or gemm_nn (columns of B). */
+static void job_cols(const det_job *j, bool nn, uint32_t c0, uint32_t c1)
+{
+    if (nn)
+        lm_det_gemm_nn(j->isa, j->m, c1 - c0, j->k, j->a, j->lda, j->b + c0, j->ldb, j->c + c0,
+                       j->ldc);
+    else
+        lm_det_gemm_nt(j->isa, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda,
+                       j->b + (size_t)c0 * j->ldb, j->ldb, j->c + c0, j->ldc);
+}
+
+/* Each pool thread claims parts of j->part output columns from j->next until none is left,
+ * so a thread that the OS runs less (a loaded machine) takes fewer parts instead of holding
+ * up the others; which thread computes a column changes none of its bits. */
+static void claim_cols(det_job *j, bool nn)
+{
+    for (;;) {
+        const uint32_t c0 = atomic_fetch_add(&j->next, j->part);
+        if (c0 >= j->n)
+            return;
+        job_cols(j, nn, c0, j->n - c0 < j->part ? j->n : c0 + j->part);
+    }
+}
+
 static void nt_cols(void *arg, uint32_t begin, uint32_t end)
 {
-    const det_job *j = arg;
-    lm_det_gemm_nt(j->isa, j->m, end - begin, j->k, j->alpha, j->a, j->lda,
-                   j->b + (size_t)begin * j->ldb, j->ldb, j->c + begin, j->ldc);
+    (void)begin, (void)end;
+    claim_cols(arg, false);
+}
+
+static void nn_cols(void *arg, uint32_t begin, uint32_t end)
+{
+    (void)begin, (void)end;
+    claim_cols(arg, true);
 }
 
 /* gemm_nt over output rows [begin, end) (rows of A): when B has too few rows to split. */
@@ -64,17 +97,36 @@ static lm_pool *pool_for(const lm_backend *be, uint32_t m, uint32_t n, uint32_t 
     return (double)m * n * k >= DET_MIN_FLOPS ? be->pool : NULL;
 }
 
+/* Columns per claimed part: about 4 parts per thread, a multiple of 24 (whole tiles of 3 and
+ * 8 rows of B), at least 48 when A has many rows (each part reads all of A once more). */
+static uint32_t part_cols(const lm_backend *be, uint32_t m, uint32_t n)
+{
+    const uint32_t parts = 4u * (uint32_t)be->n_threads;
+    uint32_t part = (n + parts - 1) / parts;
+    part = (part + 23) / 24 * 24;
+    return m >= 8 && part < 48 ? 48 : part;
+}
+
+/* Split by output columns (claimed in parts) when there are enough of them, else by rows. */
+static void det_split(lm_backend *be, det_job *j, lm_pool_fn cols, lm_pool_fn rows)
+{
+    lm_pool *p = pool_for(be, j->m, j->n, j->k);
+    if (j->n >= 16 * (uint32_t)be->n_threads || j->n >= j->m) {
+        j->part = part_cols(be, j->m, j->n);
+        atomic_init(&j->next, 0);
+        lm_pool_for(p, (uint32_t)be->n_threads, 1, cols, j);
+    } else {
+        lm_pool_for(p, j->m, 1, rows, j);
+    }
+}
+
 static void det_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
                         const float *a /* [m][lda] */, size_t lda,
                         const float *b /* [n][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    det_job j = {((det_backend *)be)->isa, m, n, k, alpha, a, b, lda, ldb, ldc, c};
-    lm_pool *p = pool_for(be, m, n, k);
-    if (n >= 16 * (uint32_t)be->n_threads || n >= m)
-        lm_pool_for(p, n, 8, nt_cols, &j);
-    else
-        lm_pool_for(p, m, 1, nt_rows, &j);
+    det_job j = {((det_backend *)be)->isa, m, n, k, alpha, a, b, lda, ldb, ldc, c, 0, 0};
+    det_split(be, &j, nt_cols, nt_rows);
 }
 
 static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
@@ -82,8 +134,8 @@ static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                         const float *b /* [k][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    det_job j = {((det_backend *)be)->isa, m, n, k, 1.0f, a, b, lda, ldb, ldc, c};
-    lm_pool_for(pool_for(be, m, n, k), m, 1, nn_rows, &j);
+    det_job j = {((det_backend *)be)->isa, m, n, k, 1.0f, a, b, lda, ldb, ldc, c, 0, 0};
+    det_split(be, &j, nn_cols, nn_rows);
 }
 
 static void det_destroy(lm_backend *be)

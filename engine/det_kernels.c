@@ -1,16 +1,22 @@
 /* det_kernels.c — the det backend's GEMM/GEMV kernels for AVX-512, AVX2 + FMA and plain C.
  * The summation orders are stated in det_kernels.h; every path below implements them exactly,
- * whatever its tile shape: tiles only decide which outputs are computed side by side.
+ * whatever its tile shape, packing or blocking: these only decide which outputs are computed
+ * side by side and where the operands are read from, never the fmas of an output's lanes.
  *
- * gemm_nt tiles: AVX2 4 rows of A x 3 rows of B (12 accumulators of 8 lanes), 1 x 6 for one
- * row of A (decode); AVX-512 4 x 8 (16 registers of two outputs); smaller tiles at the edges.
- * Every tile runs the same per-element order, so decode and prefill agree. Rows of A are
- * visited in blocks of DET_MB so that the block stays in L2 while B's rows stream through.
- * gemm_nn: one row of C at a time, 16 (AVX-512) or 8 (AVX2) columns per register, the 8
- * lanes as 8 accumulator registers, masked at the column edge. */
+ * Many rows of A (m >= DET_PACK_MIN_M, prefill; gemm_nt and gemm_nn alike): B is copied in
+ * blocks of about DET_PACK_FLOATS floats (L2) into panels of 3 rows, block by block of the
+ * reduction ([block][row][8], +0 past k), and 4 x 3 AVX2 tiles (12 accumulators of 8 lanes)
+ * run each group of 4 rows of A (L1) against every panel of the block, over the reduction in
+ * chunks of at most DET_KC elements, the lanes saved between chunks; four outputs share one
+ * lane tree. AVX-512 machines run these AVX2 tiles too.
+ * Few rows (decode, small chunks), unpacked: AVX2 1 x 6 tiles for one row (the next 6 rows
+ * of B prefetched) and 4 x 3 otherwise; AVX-512 4 x 8 (16 registers of two outputs); gemm_nn
+ * one row of C at a time, 16 (AVX-512) or 8 (AVX2) columns per register, the 8 lanes as 8
+ * accumulator registers, masked at the column edge. Smaller tiles at every edge. */
 #include "det_kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -21,6 +27,9 @@
 #endif
 
 #define DET_MB 64u /* rows of A per cache block in gemm_nt */
+#define DET_KC 768u /* reduction elements per chunk of the packed path (a multiple of 8) */
+#define DET_PACK_MIN_M 8u /* rows of A from which B is packed */
+#define DET_PACK_FLOATS (48u * 1024u) /* floats of packed B per block (192 KiB: L2) */
 
 const char *lm_det_isa_name(lm_det_isa isa)
 {
@@ -43,8 +52,9 @@ lm_det_isa lm_det_isa_best(void)
 {
 #if DET_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
-        return LM_DET_AVX512;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma"))
+        return LM_DET_AVX512; /* its packed path (many rows) runs the AVX2 tiles */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return LM_DET_AVX2;
 #endif
@@ -97,6 +107,64 @@ static void nn_scalar(uint32_t m, uint32_t n, uint32_t k, const float *a, size_t
         }
 }
 
+/* ---- packed B (prefill): values copied into the order the tiles read them ---- */
+
+/* Packed operand: `rows` rows of a [rows][k] matrix in panels of `nrp` rows (the last panel
+ * has rows % nrp rows when that is not 0). A panel of nr rows stores, for each 8-element block
+ * of the reduction in order, its rows' 8 floats one after the other: [ceil(k / 8)][nr][8];
+ * elements past k are +0. Packing copies values and computes nothing, so a tile that reads a
+ * packed panel runs exactly the order it runs on the unpacked rows. */
+static size_t packed_panel_floats(uint32_t nr, uint32_t k)
+{
+    return (size_t)((k + 7u) / 8u) * nr * 8u;
+}
+
+/* Rows of gemm_nt's B: b[j][l] at b + j * ldb + l. */
+static void pack_rows(uint32_t rows, uint32_t k, uint32_t nrp, const float *b, size_t ldb,
+                      float *bp)
+{
+    const uint32_t kf = k & ~7u; /* elements in whole blocks */
+    for (uint32_t j0 = 0; j0 < rows; j0 += nrp) {
+        const uint32_t nr = rows - j0 < nrp ? rows - j0 : nrp;
+        for (uint32_t q = 0; q < nr; ++q) {
+            const float *src = b + (size_t)(j0 + q) * ldb;
+            float *dst = bp + (size_t)q * 8u;
+            uint32_t l = 0;
+            for (; l < kf; l += 8u, dst += (size_t)nr * 8u)
+                memcpy(dst, src + l, 8 * sizeof *dst);
+            if (l < k) {
+                memcpy(dst, src + l, (k - l) * sizeof *dst);
+                memset(dst + (k - l), 0, (8u - (k - l)) * sizeof *dst);
+            }
+        }
+        bp += packed_panel_floats(nr, k);
+    }
+}
+
+/* Columns of gemm_nn's B (its rows as the reduction): element (j, l) is b[l][j] at
+ * b + l * ldb + j. */
+static void pack_cols(uint32_t cols, uint32_t k, uint32_t nrp, const float *b, size_t ldb,
+                      float *bp)
+{
+    const uint32_t nb = (k + 7u) / 8u;
+    for (uint32_t j0 = 0; j0 < cols; j0 += nrp) {
+        const uint32_t nr = cols - j0 < nrp ? cols - j0 : nrp;
+        for (uint32_t blk = 0; blk < nb; ++blk) {
+            float *dst = bp + (size_t)blk * nr * 8u; /* [nr][8] */
+            const uint32_t live = k - blk * 8u < 8u ? k - blk * 8u : 8u;
+            for (uint32_t p = 0; p < live; ++p) {
+                const float *src = b + (size_t)(blk * 8u + p) * ldb + j0;
+                for (uint32_t q = 0; q < nr; ++q)
+                    dst[q * 8u + p] = src[q];
+            }
+            for (uint32_t p = live; p < 8u; ++p)
+                for (uint32_t q = 0; q < nr; ++q)
+                    dst[q * 8u + p] = 0.0f;
+        }
+        bp += packed_panel_floats(nr, k);
+    }
+}
+
 #if DET_X86
 
 #define T2 __attribute__((target("avx2,fma")))
@@ -109,6 +177,22 @@ T2 INL float reduce8_avx2(__m256 v8)
     const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
     const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
     return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
+}
+
+/* The lane tree of four outputs at once: [tree(x0), tree(x1), tree(x2), tree(x3)], each the
+ * same three steps as reduce8_avx2 with the same operands in the same order
+ * (p + (p + 4), then p + (p + 2), then 0 + 1). */
+T2 INL __m128 reduce8x4_avx2(__m256 x0, __m256 x1, __m256 x2, __m256 x3)
+{
+    const __m256 u = _mm256_add_ps(_mm256_permute2f128_ps(x0, x1, 0x20),
+                                   _mm256_permute2f128_ps(x0, x1, 0x31)); /* v4(x0) | v4(x1) */
+    const __m256 w = _mm256_add_ps(_mm256_permute2f128_ps(x2, x3, 0x20),
+                                   _mm256_permute2f128_ps(x2, x3, 0x31)); /* v4(x2) | v4(x3) */
+    /* [v2(x0), v2(x2) | v2(x1), v2(x3)]: v4[p] + v4[p + 2] */
+    const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(u, w, 0x44), _mm256_shuffle_ps(u, w, 0xee));
+    /* [x0, x2, x0, x2 | x1, x3, x1, x3]: v2[0] + v2[1] */
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(s, s, 0x88), _mm256_shuffle_ps(s, s, 0xdd));
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
 }
 
 /* ---- AVX2: the 8 lanes in one register ---- */
@@ -167,6 +251,43 @@ T2 INL void nt_tile_avx2(const int MR, const int NR, uint32_t k, float alpha, co
             c[(size_t)r * ldc + q] = alpha * reduce8_avx2(acc[r][q]);
 }
 
+/* One row of A x 6 rows of B (decode, bound by reading B from memory): nt_tile_avx2(1, 6)'s
+ * accumulators and fma sequence, with the same columns of the next 6 rows of B prefetched
+ * into L2 as this tile reads its own (one cache line per row every 16 elements). */
+T2 static void gemv6_avx2(uint32_t k, float alpha, const float *a, const float *b, size_t ldb,
+                          float *c)
+{
+    __m256 acc[6];
+#pragma GCC unroll 6
+    for (int q = 0; q < 6; ++q)
+        acc[q] = _mm256_setzero_ps();
+    const float *bn = b + 6 * ldb; /* the next tile's rows (past the matrix: prefetch only) */
+    uint32_t l = 0;
+    for (; l + 16 <= k; l += 16) {
+#pragma GCC unroll 6
+        for (int q = 0; q < 6; ++q)
+            _mm_prefetch((const char *)(bn + (size_t)q * ldb + l), _MM_HINT_T1);
+#pragma GCC unroll 2
+        for (uint32_t h = 0; h < 16; h += 8) {
+            const __m256 av = _mm256_loadu_ps(a + l + h);
+#pragma GCC unroll 6
+            for (int q = 0; q < 6; ++q)
+                acc[q] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + (size_t)q * ldb + l + h), acc[q]);
+        }
+    }
+    for (; l < k; l += 8) { /* lanes past k read as +0 */
+        const uint32_t live = k - l < 8 ? k - l : 8;
+        const __m256 av = load8_avx2(a + l, live);
+#pragma GCC unroll 6
+        for (int q = 0; q < 6; ++q)
+            acc[q] = _mm256_fmadd_ps(av, load8_avx2(b + (size_t)q * ldb + l, live), acc[q]);
+    }
+    const __m128 al = _mm_set1_ps(alpha);
+    _mm_storeu_ps(c, _mm_mul_ps(al, reduce8x4_avx2(acc[0], acc[1], acc[2], acc[3])));
+    c[4] = alpha * reduce8_avx2(acc[4]);
+    c[5] = alpha * reduce8_avx2(acc[5]);
+}
+
 /* One row of A (decode): 1 x 6 tiles; several rows: 4 x 3 tiles, 1 x 3 for the last rows. */
 T2 static void nt_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const float *a,
                        size_t lda, const float *b, size_t ldb, float *c, size_t ldc)
@@ -174,7 +295,7 @@ T2 static void nt_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const fl
     if (m == 1) {
         uint32_t j = 0;
         for (; j + 6 <= n; j += 6)
-            nt_tile_avx2(1, 6, k, alpha, a, lda, b + (size_t)j * ldb, ldb, c + j, ldc);
+            gemv6_avx2(k, alpha, a, b + (size_t)j * ldb, ldb, c + j);
         for (; j < n; ++j)
             nt_tile_avx2(1, 1, k, alpha, a, lda, b + (size_t)j * ldb, ldb, c + j, ldc);
         return;
@@ -200,6 +321,122 @@ T2 static void nt_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const fl
             for (; i < i1; ++i)
                 nt_tile_avx2(1, 1, k, alpha, a + (size_t)i * lda, lda, b + (size_t)j * ldb, ldb,
                              c + (size_t)i * ldc + j, ldc);
+        }
+    }
+}
+
+/* MR rows of A x a packed panel of NR rows of B (pack_rows/pack_cols, nrp = 3), over the
+ * reduction elements [l0, l1) (l0 a multiple of 8; l1 = k or a multiple of 8): the same
+ * MR * NR accumulators and fma sequence as nt_tile_avx2, B read as one contiguous stream from
+ * block l0 / 8 at bp. The accumulators start at +0 when l0 = 0, else from their lanes saved
+ * in sv ([MR * NR][8]); when l1 < k they are saved there (a later call continues the same
+ * sequence), else combined by the lane tree, multiplied by alpha and stored to c. */
+T2 INL void nt_ptile_avx2(const int MR, const int NR, uint32_t l0, uint32_t l1, uint32_t k,
+                          float alpha, const float *a, size_t lda, const float *bp, float *sv,
+                          float *c, size_t ldc)
+{
+    __m256 acc[4][3];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 3
+        for (int q = 0; q < NR; ++q)
+            acc[r][q] = l0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(sv + (r * NR + q) * 8);
+    const float *ap = a + l0, *const aend = a + (l1 & ~7u);
+    for (; ap < aend; ap += 8, bp += NR * 8) {
+        __m256 bv[3];
+#pragma GCC unroll 3
+        for (int q = 0; q < NR; ++q)
+            bv[q] = _mm256_load_ps(bp + q * 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+            const __m256 av = _mm256_loadu_ps(ap + (size_t)r * lda);
+#pragma GCC unroll 3
+            for (int q = 0; q < NR; ++q)
+                acc[r][q] = _mm256_fmadd_ps(av, bv[q], acc[r][q]);
+        }
+    }
+    const uint32_t l = (uint32_t)(ap - a);
+    if (l < l1) { /* the last block of k: packed B is +0 past k, A is read masked as +0 */
+        __m256 bv[3];
+#pragma GCC unroll 3
+        for (int q = 0; q < NR; ++q)
+            bv[q] = _mm256_load_ps(bp + q * 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+            const __m256 av = load8_avx2(a + (size_t)r * lda + l, k - l);
+#pragma GCC unroll 3
+            for (int q = 0; q < NR; ++q)
+                acc[r][q] = _mm256_fmadd_ps(av, bv[q], acc[r][q]);
+        }
+    }
+    if (l1 < k) {
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 3
+            for (int q = 0; q < NR; ++q)
+                _mm256_store_ps(sv + (r * NR + q) * 8, acc[r][q]);
+        return;
+    }
+    const __m128 al = _mm_set1_ps(alpha);
+#pragma GCC unroll 3
+    for (int q = 0; q < NR; ++q) { /* column q of the tile: its MR rows in one tree */
+        const __m256 z = _mm256_setzero_ps();
+        float t[4];
+        _mm_storeu_ps(t, _mm_mul_ps(al, reduce8x4_avx2(acc[0][q], MR > 1 ? acc[1][q] : z,
+                                                       MR > 2 ? acc[2][q] : z,
+                                                       MR > 3 ? acc[3][q] : z)));
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r)
+            c[(size_t)r * ldc + q] = t[r];
+    }
+}
+
+typedef void (*ptile_fn)(uint32_t l0, uint32_t l1, uint32_t k, float alpha, const float *a,
+                         size_t lda, const float *bp, float *sv, float *c, size_t ldc);
+#define PT2(MR, NR)                                                                           \
+    T2 static void pt2_##MR##_##NR(uint32_t l0, uint32_t l1, uint32_t k, float alpha,         \
+                                   const float *a, size_t lda, const float *bp, float *sv,    \
+                                   float *c, size_t ldc)                                      \
+    {                                                                                         \
+        nt_ptile_avx2(MR, NR, l0, l1, k, alpha, a, lda, bp, sv, c, ldc);                      \
+    }
+PT2(1, 1) PT2(1, 2) PT2(1, 3) PT2(2, 1) PT2(2, 2) PT2(2, 3)
+PT2(3, 1) PT2(3, 2) PT2(3, 3) PT2(4, 1) PT2(4, 2) PT2(4, 3)
+static const ptile_fn ptile_avx2[4][3] = {{pt2_1_1, pt2_1_2, pt2_1_3}, {pt2_2_1, pt2_2_2, pt2_2_3},
+                                          {pt2_3_1, pt2_3_2, pt2_3_3}, {pt2_4_1, pt2_4_2, pt2_4_3}};
+
+/* Many rows of A: B (gemm_nt's rows, or gemm_nn's columns when cols_of_b) in blocks of nc rows
+ * packed into bp; for each block, rows of A four at a time against every panel of the block
+ * (the block stays in L2), the reduction in chunks of at most DET_KC elements so that the four
+ * rows' chunk stays in L1 (sv holds each tile's lanes between chunks: the sequence of fmas per
+ * lane is unchanged). */
+T2 static void packed_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const float *a,
+                           size_t lda, const float *b, size_t ldb, int cols_of_b, float *c,
+                           size_t ldc, float *bp, uint32_t nc, float *sv)
+{
+    const uint32_t nb = (k + 7) / 8, nch = (8 * nb + DET_KC - 1) / DET_KC;
+    const uint32_t cb = (nb + nch - 1) / nch; /* blocks per chunk */
+    for (uint32_t jc = 0; jc < n; jc += nc) {
+        const uint32_t rows = n - jc < nc ? n - jc : nc;
+        if (cols_of_b)
+            pack_cols(rows, k, 3, b + jc, ldb, bp);
+        else
+            pack_rows(rows, k, 3, b + (size_t)jc * ldb, ldb, bp);
+        for (uint32_t i = 0; i < m; i += 4) {
+            const uint32_t mr = m - i < 4 ? m - i : 4;
+            for (uint32_t b0 = 0; b0 < nb; b0 += cb) {
+                const uint32_t b1 = nb - b0 < cb ? nb : b0 + cb;
+                const uint32_t l0 = 8 * b0, l1 = b1 == nb ? k : 8 * b1;
+                const float *pp = bp;
+                float *s = sv;
+                for (uint32_t j = 0; j < rows; j += 3, s += 4 * 3 * 8) {
+                    const uint32_t nr = rows - j < 3 ? rows - j : 3;
+                    ptile_avx2[mr - 1][nr - 1](l0, l1, k, alpha, a + (size_t)i * lda, lda,
+                                               pp + (size_t)b0 * nr * 8, s,
+                                               c + (size_t)i * ldc + jc + j, ldc);
+                    pp += packed_panel_floats(nr, k);
+                }
+            }
         }
     }
 }
@@ -387,17 +624,48 @@ T5 static void nn_avx512(uint32_t m, uint32_t n, uint32_t k, const float *a, siz
 
 #endif /* DET_X86 */
 
+/* The packed path's block: rows of B per packed block (a multiple of the panel, about
+ * DET_PACK_FLOATS floats, at most n), with *bp allocated for it followed by *sv, room for
+ * the saved lanes of one row of tiles (4 x 3 outputs x 8 lanes per panel); 0 (and *bp NULL)
+ * when the product has too few rows of A to repay packing, or no memory: the unpacked tiles
+ * then compute the same bits. */
+static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float **sv)
+{
+    *bp = *sv = NULL;
+    if (m < DET_PACK_MIN_M || k == 0)
+        return 0;
+    const size_t per_row = packed_panel_floats(1, k);
+    uint32_t nc = (uint32_t)(DET_PACK_FLOATS / per_row);
+    nc = nc < 3 ? 3 : nc - nc % 3;
+    if (nc > n)
+        nc = n;
+    const size_t bfl = ((size_t)nc * per_row + 15) & ~(size_t)15;
+    const size_t svfl = (size_t)(nc / 3 + 1) * 4 * 3 * 8;
+    *bp = aligned_alloc(64, (bfl + svfl) * sizeof **bp);
+    if (*bp == NULL)
+        return 0;
+    *sv = *bp + bfl;
+    return nc;
+}
+
 void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float alpha,
                     const float *a /* [m][lda] */, size_t lda, const float *b /* [n][ldb] */,
                     size_t ldb, float *c /* [m][ldc] */, size_t ldc)
 {
 #if DET_X86
-    if (isa == LM_DET_AVX512) {
+    if (isa == LM_DET_AVX512 && m < DET_PACK_MIN_M) {
         nt_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
         return;
     }
-    if (isa == LM_DET_AVX2) {
-        nt_avx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) { /* many rows: the packed AVX2 tiles */
+        float *bp, *sv;
+        const uint32_t nc = pack_block(m, n, k, &bp, &sv);
+        if (nc > 0) {
+            packed_avx2(m, n, k, alpha, a, lda, b, ldb, 0, c, ldc, bp, nc, sv);
+            free(bp);
+        } else {
+            nt_avx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+        }
         return;
     }
 #endif
@@ -410,12 +678,19 @@ void lm_det_gemm_nn(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k,
                     size_t ldb, float *c /* [m][ldc] */, size_t ldc)
 {
 #if DET_X86
-    if (isa == LM_DET_AVX512) {
+    if (isa == LM_DET_AVX512 && m < DET_PACK_MIN_M) {
         nn_avx512(m, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
-    if (isa == LM_DET_AVX2) {
-        nn_avx2(m, n, k, a, lda, b, ldb, c, ldc);
+    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) { /* many rows: the packed AVX2 tiles */
+        float *bp, *sv;
+        const uint32_t nc = pack_block(m, n, k, &bp, &sv);
+        if (nc > 0) { /* alpha 1: 1.0f * x == x for every float the tree can produce */
+            packed_avx2(m, n, k, 1.0f, a, lda, b, ldb, 1, c, ldc, bp, nc, sv);
+            free(bp);
+        } else {
+            nn_avx2(m, n, k, a, lda, b, ldb, c, ldc);
+        }
         return;
     }
 #endif

@@ -89,6 +89,76 @@ static void test_det_order_as_stated(void)
     free(a), free(b);
 }
 
+/* The stated order (det_kernels.h) for one output, written out from the header alone:
+ * dot(x[l * sx], y[l * sy]) over l < k, lane p accumulating fmaf over blocks in order with
+ * elements past k as +0, then the lane tree and alpha. */
+static float order_model(const float *x, size_t sx, const float *y, size_t sy, uint32_t k,
+                         float alpha)
+{
+    float lane[8] = {0};
+    for (uint32_t l0 = 0; l0 < k; l0 += 8)
+        for (uint32_t p = 0; p < 8; ++p) {
+            const uint32_t l = l0 + p;
+            lane[p] = fmaf(l < k ? x[l * sx] : 0.0f, l < k ? y[l * sy] : 0.0f, lane[p]);
+        }
+    float v4[4], v2[2];
+    for (int p = 0; p < 4; ++p)
+        v4[p] = lane[p] + lane[p + 4];
+    for (int p = 0; p < 2; ++p)
+        v2[p] = v4[p] + v4[p + 2];
+    return alpha * (v2[0] + v2[1]);
+}
+
+/* Every kernel path (scalar, AVX2, AVX-512 where the CPU has it) against order_model, bitwise,
+ * for gemm_nt and gemm_nn: shapes at the edges of the tiles (rows of A mod 4, rows of B mod 3
+ * and mod the packed block), of the 8-element blocks, of the reduction chunks of the packed
+ * path (k around 768 and 1536), one row (decode) and few rows (unpacked), plus random shapes
+ * with odd strides. */
+static void test_det_kernels_equal_order_model(void)
+{
+    uint64_t st = tu_seed() ^ 0x0de1;
+    static const uint32_t edge[][3] = {
+        {1, 1, 1},    {1, 100, 1000}, {1, 13, 576},  {2, 7, 9},     {5, 40, 800},
+        {7, 6, 17},   {8, 3, 1},      {8, 4, 8},     {9, 85, 769},  {11, 2, 7},
+        {12, 1, 2500}, {13, 200, 576}, {16, 64, 64}, {10, 31, 1536}, {9, 7, 1543},
+        {21, 130, 767}, {17, 86, 768},
+    };
+    const size_t n_edge = sizeof edge / sizeof edge[0];
+    for (size_t t = 0; t < n_edge + 20; ++t) {
+        uint32_t m, n, k;
+        if (t < n_edge) {
+            m = edge[t][0], n = edge[t][1], k = edge[t][2];
+        } else {
+            m = 1 + (uint32_t)(tu_rand_u64(&st) % 40);
+            n = 1 + (uint32_t)(tu_rand_u64(&st) % 130);
+            k = 1 + (uint32_t)(tu_rand_u64(&st) % 1800);
+        }
+        const size_t lda = k + 1 + tu_rand_u64(&st) % 9, ldb = k + 1 + tu_rand_u64(&st) % 9;
+        const size_t ldbn = n + 1 + tu_rand_u64(&st) % 9, ldc = n + 1 + tu_rand_u64(&st) % 5;
+        float *a = rand_mat(m, lda, &st), *b = rand_mat(n, ldb, &st), *bn = rand_mat(k, ldbn, &st);
+        float *want = calloc((size_t)m * ldc, sizeof *want), *wantn = calloc((size_t)m * ldc, sizeof *wantn);
+        float *got = calloc((size_t)m * ldc, sizeof *got), *gotn = calloc((size_t)m * ldc, sizeof *gotn);
+        CU_ASSERT_FATAL(want && wantn && got && gotn);
+        for (uint32_t i = 0; i < m; ++i)
+            for (uint32_t j = 0; j < n; ++j) {
+                want[i * ldc + j] = order_model(a + i * lda, 1, b + j * ldb, 1, k, -1.25f);
+                wantn[i * ldc + j] = order_model(a + i * lda, 1, bn + j, ldbn, k, 1.0f);
+            }
+        for (int isa = LM_DET_SCALAR; isa <= (int)lm_det_isa_best(); ++isa) {
+            lm_det_gemm_nt((lm_det_isa)isa, m, n, k, -1.25f, a, lda, b, ldb, got, ldc);
+            lm_det_gemm_nn((lm_det_isa)isa, m, n, k, a, lda, bn, ldbn, gotn, ldc);
+            const bool same = memcmp(want, got, (size_t)m * ldc * sizeof *got) == 0;
+            const bool samen = memcmp(wantn, gotn, (size_t)m * ldc * sizeof *gotn) == 0;
+            if (!same || !samen)
+                fprintf(stderr, "\n  %s vs the order model, m=%u n=%u k=%u: nt %s, nn %s",
+                        lm_det_isa_name((lm_det_isa)isa), m, n, k, same ? "same" : "DIFF",
+                        samen ? "same" : "DIFF");
+            CU_ASSERT(same && samen);
+        }
+        free(a), free(b), free(bn), free(want), free(wantn), free(got), free(gotn);
+    }
+}
+
 /* Property: random shapes (m, n, k in 1..1000, odd strides); det split by rows, by columns,
  * one row at a time and at 1..4 threads gives the bits of one call at one thread; gemm_nn is
  * unchanged by zero terms appended to its reduction (a causal block's masked keys). */
@@ -347,6 +417,7 @@ void test_det_register(void)
     CU_pSuite s = CU_add_suite("det", NULL, NULL);
     CU_add_test(s, "test_det_isa_paths_bitwise", test_det_isa_paths_bitwise);
     CU_add_test(s, "test_det_order_as_stated", test_det_order_as_stated);
+    CU_add_test(s, "test_det_kernels_equal_order_model", test_det_kernels_equal_order_model);
     CU_add_test(s, "test_det_split_property", test_det_split_property);
     CU_add_test(s, "test_det_isa_env", test_det_isa_env);
     CU_add_test(s, "test_det_step_thread_invariant_presets", test_det_step_thread_invariant_presets);

@@ -178,7 +178,8 @@ void hx_spec_print(FILE *f, const hx_spec_report *s)
             "differs, -1 none)\n", n_fail ? "FAIL (SEQ_MISMATCH)" : "pass");
     if (count[HX_SEMANTIC])
         fprintf(f, "SEMANTIC: MLX's rotating cache past its window makes a verify chunk's rows "
-                "see older keys than single steps, so speculative output differs from plain "
-                "decoding by the policy's definition; the exact-window policy "
-                "(rot=MAX/KEEP/window) agreed with plain decoding in each of these rows\n");
+                "see older keys than single steps, so speculative output (tokens, or logits "
+                "beyond E) differs from plain decoding by the policy's definition; the "
+                "exact-window policy (rot=MAX/KEEP/window) agreed with plain decoding in each of "
+                "these rows\n");
 }

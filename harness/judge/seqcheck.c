@@ -87,11 +87,14 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
     return LM_OK;
 }
 
-bool hx_seq_policy_question(const hx_seq_verdict *v, const hx_config *cfg)
+bool hx_seq_policy_question(const hx_seq_verdict *v, const hx_config *cfg, double e)
 {
+    if (cfg->rot_max == 0 || cfg->rot_window)
+        return false;
+    if (v->cls == HX_NOISE)
+        return v->max_abs > e;
     return v->cls == HX_SEQ_MISMATCH && v->first_tok >= 0 &&
-           (v->first_hist < 0 || v->first_hist > v->first_tok) && cfg->rot_max != 0 &&
-           !cfg->rot_window;
+           (v->first_hist < 0 || v->first_hist > v->first_tok);
 }
 
 void hx_seq_explain_policy(hx_seq_verdict *v, const hx_seq_verdict *window)
@@ -99,14 +102,14 @@ void hx_seq_explain_policy(hx_seq_verdict *v, const hx_seq_verdict *window)
     char was[sizeof v->reason];
     snprintf(was, sizeof was, "%s", v->reason);
     if (hx_class_fails(window->cls)) {
-        snprintf(v->reason, sizeof v->reason, "%.200s; with the exact-window policy too (%s, "
+        snprintf(v->reason, sizeof v->reason, "%.200s; the exact-window policy fails too (%s, "
                  "step %lld): not the cache policy", was, hx_class_name(window->cls),
                  (long long)window->first_tok);
         return;
     }
-    v->cls = HX_SEMANTIC;
     snprintf(v->reason, sizeof v->reason, "%.170s; MLX's rotating cache: a verify chunk's rows "
              "see older keys than a single step; the same decode with the exact window is %s: "
-             "the policy's chunk dependence, not a decoding bug", was,
-             hx_class_name(window->cls));
+             "the policy's chunk dependence, not %s", was, hx_class_name(window->cls),
+             v->cls == HX_NOISE ? "rounding" : "a decoding bug");
+    v->cls = HX_SEMANTIC;
 }

@@ -20,7 +20,9 @@
  *      definition. hx_seq_explain_policy re-judges such a SEQ_MISMATCH with the same decode
  *      under the exact-window policy (rot=MAX/KEEP/window: the same slots, rollbacks and
  *      chunks, only the later rows' masks differ): when that one passes, the difference is the
- *      policy's chunk dependence, SEMANTIC (passes), not a decoding bug.
+ *      policy's chunk dependence, SEMANTIC (passes), not a decoding bug. The same re-judging
+ *      applies when the tokens agree but the rows differ by more than E (rule 3's NOISE, though
+ *      beyond rounding).
  *   3. no difference: EXACT when every raw row is bitwise equal, else NOISE (the rows differ
  *      by rounding, the choices did not).
  * Processed rows are recomputed here from the raw ones: the penalties of one step transform
@@ -46,12 +48,14 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
                  uint32_t n_prompt, const lm_penalty_params *pen, double e, double e_gap,
                  lm_err *err);
 
-/* Whether v (of cfg) is a token SEQ_MISMATCH that the exact-window counterpart may explain:
- * cfg uses MLX's rotating cache and the tokens differed before any history did. */
-bool hx_seq_policy_question(const hx_seq_verdict *v, const hx_config *cfg);
+/* Whether v (of cfg, judged with envelope e) is a difference that the exact-window
+ * counterpart may explain: cfg uses MLX's rotating cache, and either the tokens differed
+ * before any history did (SEQ_MISMATCH) or the tokens agree but the rows differ by more than
+ * e (NOISE by rule 3, though beyond rounding). */
+bool hx_seq_policy_question(const hx_seq_verdict *v, const hx_config *cfg, double e);
 /* v: the MLX-policy verdict (hx_seq_policy_question true); window: the verdict of the same
  * configuration with rot_window set. A passing window verdict makes v SEMANTIC, its reason
- * naming both; otherwise v stays SEQ_MISMATCH and its reason says the exact window fails too. */
+ * naming both; otherwise v keeps its class and its reason says the exact window fails too. */
 void hx_seq_explain_policy(hx_seq_verdict *v, const hx_seq_verdict *window);
 
 #endif

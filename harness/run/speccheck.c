@@ -33,7 +33,7 @@ int hx_spec_check_config(hx_spec_row *out, const lm_model *target, const lm_mode
     out->cfg = *cfg;
     int rc = run_judge(&out->v, out, target, draft_model, cfg, prompt, n_prompt, n_gen, pen, e,
                        e_gap, err);
-    if (rc != LM_OK || !hx_seq_policy_question(&out->v, cfg))
+    if (rc != LM_OK || !hx_seq_policy_question(&out->v, cfg, e))
         return rc;
     hx_config w = *cfg;
     w.rot_window = true;
