@@ -62,6 +62,16 @@ CUDA_SRC   := $(wildcard engine/*.cu)
 LIB_OBJ    += $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 TLIB_OBJ   += $(CUDA_SRC:%.cu=$(BUILD)/tobj/%.o)
 endif
+# MPI (reference/ref_mpi.c: `mpirun -np N kvdrift ...` shares every reference pass among the
+# ranks) when Open MPI's mpicc is found; MPI=0 builds without it, and then the binary behaves as
+# a single process under mpirun too. Only ref_mpi.c sees mpi.h.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+MPI   ?= $(if $(MPICC),1,0)
+ifeq ($(MPI),1)
+MPI_OBJ := $(BUILD)/obj/reference/ref_mpi.o $(BUILD)/tobj/reference/ref_mpi.o
+$(MPI_OBJ): CFLAGS += -DKVD_HAVE_MPI $(shell $(MPICC) --showme:compile)
+LDLIBS  += $(shell $(MPICC) --showme:link)
+endif
 # tests/fixtures.c: helpers several suites share (not a suite, so not in TEST_SRC).
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
@@ -130,6 +140,7 @@ unit: deps
 test: unit
 	@$(MAKE) --no-print-directory check
 	@bash scripts/crash.sh $(BUILD)
+	@bash scripts/mpi.sh $(BUILD)
 	@$(MAKE) --no-print-directory fuzz-smoke
 
 check: $(BUILD)/kvdrift

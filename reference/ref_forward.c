@@ -5,11 +5,15 @@
  * per layer and reused for every token. Parallel loops hand out independent items (an output
  * row of a matrix product, a (token, head) attention pair, a token) to threads; every item is
  * computed by the same sequence of MPFR operations whichever thread runs it, so the results
- * never depend on the thread count. */
+ * never depend on the thread count. Shared by a group of processes (ref_group.h), each member
+ * computes its range of every product's output rows and of the attention pairs (and of the
+ * gated FFN's activation, with its gate and up rows), and one exchange per product gives all
+ * members every value; the rest every member computes. */
 #include "kvd_engine.h"
 #include "kvd_util.h"
 #include "kvd_ref.h"
 #include "ref_dotx.h"
+#include "ref_group.h"
 #include "ref_variants.h"
 
 #include <pthread.h>
@@ -69,6 +73,8 @@ struct fwd {
     ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
     atomic_int dx_fail;  /* a split ran out of memory */
     const ref_request *rq; /* for the progress callback */
+    const ref_group *grp;  /* the members sharing the pass, or NULL (this process alone) */
+    ref_group_buf xbuf;    /* their exchange buffer */
     double macs_done, macs_total, t0;
 };
 
@@ -152,6 +158,7 @@ typedef struct mm_ctx {
     const float *b;   /* [n_out] or NULL */
     mpfr_t *out;      /* [n_rows][n_out] */
     uint64_t n_rows, n_in, n_out;
+    uint64_t r_lo, r_hi; /* the output rows this process computes */
     bool accumulate;  /* out += product (residual) instead of out = product */
 } mm_ctx;
 
@@ -222,8 +229,9 @@ static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
 static void mm_item(fwd *f, void *p, uint64_t item, int tid)
 {
     mm_ctx *c = p;
-    uint64_t r1 = (item + 1) * c->chunk < c->n_out ? (item + 1) * c->chunk : c->n_out;
-    for (uint64_t r = item * c->chunk; r < r1; r += REF_DX_ROWS)
+    const uint64_t r0 = c->r_lo + item * c->chunk;
+    const uint64_t r1 = r0 + c->chunk < c->r_hi ? r0 + c->chunk : c->r_hi;
+    for (uint64_t r = r0; r < r1; r += REF_DX_ROWS)
         mm_rows(f, c, r, (uint32_t)(r1 - r < REF_DX_ROWS ? r1 - r : REF_DX_ROWS), tid);
 }
 
@@ -236,17 +244,24 @@ static void split_item(fwd *f, void *p, uint64_t t, int tid)
         atomic_store(&f->dx_fail, 1);
 }
 
-static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
-                  uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
+/* This process's range of out's columns (ref_group_range), computed and not yet shared. */
+static int matmul_part(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b,
+                       uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool accumulate,
+                       lm_err *err)
 {
-    mm_ctx c = {rows_per_item(f, n_out), in, w, b, out, n_rows, n_in, n_out, accumulate};
-    int st;
-    if (!f->mpfr_dot && (st = par_for(f, n_rows, split_item, &c, err)) != LM_OK)
+    uint64_t lo, hi;
+    ref_group_range(f->grp, f->grp ? f->grp->rank : 0, n_out, &lo, &hi);
+    mm_ctx c = {rows_per_item(f, hi - lo), in, w, b, out, n_rows, n_in, n_out, lo, hi,
+                accumulate};
+    int st = LM_OK;
+    if (!f->mpfr_dot && hi > lo)
+        st = par_for(f, n_rows, split_item, &c, err);
+    if (st == LM_OK && hi > lo)
+        st = par_for(f, (hi - lo + c.chunk - 1) / c.chunk, mm_item, &c, err);
+    if (st == LM_OK && atomic_load(&f->dx_fail))
+        st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory in a matrix product");
+    if (st != LM_OK)
         return st;
-    if ((st = par_for(f, (n_out + c.chunk - 1) / c.chunk, mm_item, &c, err)) != LM_OK)
-        return st;
-    if (atomic_load(&f->dx_fail))
-        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory in a matrix product");
     f->macs_done += (double)n_rows * (double)n_in * (double)n_out;
     if (f->rq->progress) {
         ref_progress pr = {.layer = f->layer, .n_layer = f->hp->n_layer, .done = f->macs_done,
@@ -255,6 +270,28 @@ static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *
         f->rq->progress(f->rq->progress_user, &pr);
     }
     return LM_OK;
+}
+
+/* Every member's columns of out [n_rows][n_out], computed from in [n_rows][n_in] with status
+ * st, to every member (no group: st). */
+static int share_cols(fwd *f, mpfr_t *out, mpfr_t *in, uint64_t n_rows, uint64_t n_in,
+                      uint64_t n_out, int st, lm_err *err)
+{
+    if (f->grp == NULL)
+        return st;
+    uint8_t dig[16] = {0};
+    const uint64_t n_vals = n_rows * n_in;
+    if (st == LM_OK && ref_group_digest(dig, &in, &n_vals, 1) != LM_OK)
+        st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+    return ref_group_share(f->grp, out, n_rows, n_out, n_out, 1, f->prec, dig, st, &f->xbuf,
+                           err);
+}
+
+static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *b, uint64_t n_rows,
+                  uint64_t n_in, uint64_t n_out, bool accumulate, lm_err *err)
+{
+    int st = matmul_part(f, out, in, w, b, n_rows, n_in, n_out, accumulate, err);
+    return share_cols(f, out, in, n_rows, n_in, n_out, st, err);
 }
 
 /* --- per-token items --- */
@@ -313,12 +350,17 @@ static void qk_norm_item(fwd *f, void *p, uint64_t item, int tid)
                 hp->rms_eps, &f->scr[tid]);
 }
 
+/* The columns [lo, hi) of g and up an activation item works on. */
+typedef struct act_ctx {
+    uint64_t lo, hi;
+} act_ctx;
+
 static void geglu_item(fwd *f, void *p, uint64_t t, int tid)
 {
-    (void)p;
+    const act_ctx *c = p;
     uint64_t nff = f->ff_cur;
     ref_scratch *s = &f->scr[tid];
-    for (uint64_t i = 0; i < nff; ++i) {
+    for (uint64_t i = c->lo; i < c->hi; ++i) {
         mpfr_ptr g = f->g[t * nff + i];
         ref_gelu_tanh(g, g, s);
         mpfr_mul(g, g, f->up[t * nff + i], MPFR_RNDN);
@@ -341,7 +383,7 @@ static uint64_t cand_pos(const fwd *f, uint64_t t, uint64_t a)
  * joins the softmax denominator. */
 static void attn_item(fwd *f, void *p, uint64_t item, int tid)
 {
-    (void)p;
+    item += *(const uint64_t *)p; /* the first pair this process computes */
     const lm_hparams *hp = f->hp;
     const lm_layer *L = &f->m->layers[f->layer];
     ref_scratch *s = &f->scr[tid];
@@ -377,6 +419,26 @@ static void attn_item(fwd *f, void *p, uint64_t item, int tid)
     }
 }
 
+/* Every (token, head) pair: this process's range of them, then every member's to all. */
+static int attention(fwd *f, lm_err *err)
+{
+    const uint64_t n_items = (uint64_t)f->n * f->hp->n_head;
+    uint64_t lo, hi;
+    ref_group_range(f->grp, f->grp ? f->grp->rank : 0, n_items, &lo, &hi);
+    int st = par_for(f, hi - lo, attn_item, &lo, err);
+    if (f->grp != NULL) { /* the pairs read q and k after RoPE, and v */
+        uint8_t dig[16] = {0};
+        mpfr_t *const in[3] = {f->q, f->k, f->v};
+        const uint64_t n_in[3] = {(uint64_t)f->n * f->q_dim, (uint64_t)f->n * f->kv_dim,
+                                  (uint64_t)f->n * f->kv_dim};
+        if (st == LM_OK && ref_group_digest(dig, in, n_in, 3) != LM_OK)
+            st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+        st = ref_group_share(f->grp, f->att, 1, 0, n_items * f->hp->head_dim, f->hp->head_dim,
+                             f->prec, dig, st, &f->xbuf, err);
+    }
+    return st;
+}
+
 /* Routing of token t: top-k of the router logits and the gate weights. */
 static void route_item(fwd *f, void *p, uint64_t t, int tid)
 {
@@ -390,6 +452,21 @@ static void route_item(fwd *f, void *p, uint64_t t, int tid)
 }
 
 static void swiglu_item(fwd *f, void *p, uint64_t t, int tid);
+
+/* g = act(h . Wg^T) * (h . Wu^T), f->ff_cur = nff columns: each member computes its columns of
+ * both products and of the activation, then one exchange shares g. */
+static int ffn_gated(fwd *f, const float *wg, const float *wu, item_fn act, lm_err *err)
+{
+    const uint64_t n = f->n, e = f->hp->n_embd, nff = f->ff_cur;
+    act_ctx c;
+    ref_group_range(f->grp, f->grp ? f->grp->rank : 0, nff, &c.lo, &c.hi);
+    int st = matmul_part(f, f->g, f->h, wg, NULL, n, e, nff, false, err);
+    if (st == LM_OK)
+        st = matmul_part(f, f->up, f->h, wu, NULL, n, e, nff, false, err);
+    if (st == LM_OK)
+        st = par_for(f, n, act, &c, err);
+    return share_cols(f, f->g, f->h, n, e, nff, st, err);
+}
 
 /* MoE FFN of the current layer on f->h: every expert computed for every token (simple; the
  * reference is not the place for sparsity), each token keeping its selected experts' outputs,
@@ -420,11 +497,8 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
             used = used || f->sel[i] == x;
         if (!used)
             continue;
-        if ((st = matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, NULL, n, e, fe,
-                         false, err))
-            || (st = matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, NULL, n, e, fe,
-                            false, err))
-            || (st = par_for(f, n, swiglu_item, NULL, err))
+        if ((st = ffn_gated(f, L->ffn_gate_exps + (uint64_t)x * fe * e,
+                            L->ffn_up_exps + (uint64_t)x * fe * e, swiglu_item, err))
             || (st = matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, NULL, n, fe,
                             e, false, err)))
             return st;
@@ -450,10 +524,10 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
 
 static void swiglu_item(fwd *f, void *p, uint64_t t, int tid)
 {
-    (void)p;
+    const act_ctx *c = p;
     uint64_t nff = f->ff_cur;
     ref_scratch *s = &f->scr[tid];
-    for (uint64_t i = 0; i < nff; ++i) {
+    for (uint64_t i = c->lo; i < c->hi; ++i) {
         mpfr_ptr g = f->g[t * nff + i];
         ref_silu(s->u, g, s);
         mpfr_mul(g, s->u, f->up[t * nff + i], MPFR_RNDN);
@@ -630,6 +704,7 @@ static void fwd_free(fwd *f)
     ref_vec_free(f->dxo, (uint64_t)f->nt * REF_DX_ROWS);
     free(f->scr);
     free(f->scores);
+    ref_group_buf_free(&f->xbuf);
     mpfr_clear(f->scale);
 }
 
@@ -642,19 +717,28 @@ static int default_threads(void)
 int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err)
 {
     *out = NULL;
-    int st = ref_request_check(m, rq, err);
+    const ref_group *grp = rq->group ? rq->group : ref_group_get();
+    if (grp != NULL && grp->size <= 1)
+        grp = NULL;
+    int st = LM_OK;
+    /* rank 0 tells the others first; from here every member reaches the same agreements */
+    if (grp != NULL && grp->rank == 0 && grp->begin != NULL &&
+        (st = grp->begin(grp, m, rq, err)) != LM_OK)
+        return st;
+    st = ref_request_check(m, rq, err);
     if (st == LM_OK)
         st = ref_weights_check(m, err);
     if (st == LM_OK)
         st = ref_hparams_check(m, err);
-    if (st)
+    if ((st = ref_group_agree(grp, st, err)) != LM_OK)
         return st;
     const lm_hparams *hp = &m->hp;
     fwd f = {.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot, .rq = rq,
-             .macs_total = ref_macs(m, rq), .t0 = lm_now_s()};
+             .macs_total = ref_macs(m, rq), .t0 = lm_now_s(), .grp = grp};
     atomic_init(&f.dx_fail, 0);
     f.prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
-    f.nt = rq->n_threads ? rq->n_threads : default_threads();
+    f.nt = rq->n_threads ? rq->n_threads
+                         : (grp != NULL && grp->threads > 0 ? grp->threads : default_threads());
     if (f.nt > MAX_THREADS)
         f.nt = MAX_THREADS;
     f.q_dim = hp->n_head * hp->head_dim;
@@ -666,8 +750,9 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     ref_result *r = calloc(1, sizeof *r);
     if (r == NULL) {
         mpfr_clear(f.scale);
-        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+        return ref_group_agree(grp, LM_FAIL(err, LM_E_NOMEM, "reference: out of memory"), err);
     }
+    bool agreed = false; /* the members agreed that every one is set up */
     r->prec = (uint32_t)f.prec;
     r->n_layer = hp->n_layer;
     r->n_prompt = rq->n_prompt;
@@ -702,7 +787,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
                                              err)) != LM_OK) {
         mpfr_clear(f.scale);
         ref_result_free(r);
-        return st;
+        return ref_group_agree(grp, st, err);
     }
     if (hp->n_expert > 0) {
         f.router = ref_vec_new(n * hp->n_expert, f.prec);
@@ -768,6 +853,17 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         }
         f.n_ready = t + 1;
     }
+    /* the largest exchange: one product's outputs, the attention pairs or the logits */
+    uint64_t x_vals = e > f.q_dim ? e : f.q_dim;
+    x_vals = ffw > x_vals ? ffw : x_vals;
+    x_vals = hp->n_expert > x_vals ? hp->n_expert : x_vals;
+    x_vals = n * x_vals > (uint64_t)r->n_pos * hp->n_vocab ? n * x_vals
+                                                            : (uint64_t)r->n_pos * hp->n_vocab;
+    if ((st = ref_group_buf_init(&f.xbuf, grp, x_vals, f.prec, err)) != LM_OK)
+        goto fail;
+    agreed = true;
+    if ((st = ref_group_agree(grp, LM_OK, err)) != LM_OK)
+        goto fail;
 
     if (rq->progress) {
         ref_progress pr = {.n_layer = hp->n_layer, .total = f.macs_total, .m = m, .rq = rq};
@@ -803,7 +899,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             mpfr_set(r->k[l * kvl + i], f.k[i], MPFR_RNDN);
             mpfr_set(r->v[l * kvl + i], f.v[i], MPFR_RNDN);
         }
-        if ((st = par_for(&f, n * hp->n_head, attn_item, NULL, err)) ||
+        if ((st = attention(&f, err)) ||
             (st = block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, err)))
             goto fail;
         norm_ctx fc = {f.x, f.h, L->ffn_norm, NULL};
@@ -813,10 +909,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             continue;
         }
         if ((st = par_for(&f, n, norm_item, &fc, err)) ||
-            (st = matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, err)) ||
-            (st = matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, err)) ||
-            (st = par_for(&f, n, hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, NULL,
-                          err)) ||
+            (st = ffn_gated(&f, L->w_gate, L->w_up,
+                            hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, err)) ||
             (st = block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, err)))
             goto fail;
     }
@@ -827,10 +921,18 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         (st = matmul(&f, r->logits, f.hsel, m->output, NULL, r->n_pos, e, hp->n_vocab, false,
                      err)))
         goto fail;
+    /* every member ends with the same numbers, or none keeps them */
+    mpfr_t *const res[3] = {r->k, r->v, r->logits};
+    const uint64_t res_n[3] = {hp->n_layer * kvl, hp->n_layer * kvl,
+                               (uint64_t)r->n_pos * hp->n_vocab};
+    if ((st = ref_group_same(grp, res, res_n, 3, err)) != LM_OK)
+        goto fail;
     fwd_free(&f);
     *out = r;
     return LM_OK;
 fail:
+    if (!agreed) /* a failure while setting up: the others learn it at the same point */
+        st = ref_group_agree(grp, st, err);
     fwd_free(&f);
     ref_result_free(r);
     return st;

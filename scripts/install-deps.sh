@@ -3,8 +3,10 @@
 # Checks with dpkg first so that a machine that already has everything never needs root.
 set -eu
 # clang + libclang-rt-14-dev: libFuzzer for make fuzz / the fuzz smoke run in make test (~40 MB)
+# libopenmpi-dev + openmpi-bin: `mpirun -np N kvdrift ref` and its test (~12 MB download)
 pkgs=(build-essential pkg-config libopenblas-dev libmpfr-dev libgmp-dev libcunit1-dev
-      libxxhash-dev libjansson-dev libinih-dev libxml2-dev clang libclang-rt-14-dev)
+      libxxhash-dev libjansson-dev libinih-dev libxml2-dev clang libclang-rt-14-dev
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -263,6 +263,54 @@ static void test_ref_dotx_vs_mpfr_dot(void)
     case_free(&c);
 }
 
+/* The vector row split (AVX2) and the scalar one give the same digit planes and exceptions,
+ * on rows mixing every binade, subnormals, zeros of both signs, NaN, Inf and elements too far
+ * below their row's largest to fit the grid; n not a multiple of 4. */
+static void test_ref_dotx_row_split_kernels_agree(void)
+{
+    if (strcmp(ref_dx_kernel(), "scalar") == 0) {
+        printf("\n    SKIP: no vector kernel on this CPU\n");
+        return;
+    }
+    uint64_t seed = tu_seed() ^ 0x5eedu;
+    float w[NMAX];
+    ref_dx_row a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    lm_err err = {0};
+    for (int round = 0; round < 200; ++round) {
+        const uint64_t n = 1 + tu_rand_u64(&seed) % 1000;
+        const int spread = 1 + (int)(tu_rand_u64(&seed) % 120); /* binades in the row */
+        for (uint64_t i = 0; i < n; ++i) {
+            const uint64_t k = tu_rand_u64(&seed) % 64;
+            if (k == 0)
+                w[i] = round % 2 ? 0.0f : -0.0f;
+            else if (k == 1 && round % 4 == 0)
+                w[i] = round % 8 ? NAN : -INFINITY;
+            else if (k == 2)
+                w[i] = 0x1p-140f * tu_rand_f32(&seed); /* subnormal */
+            else
+                w[i] = ldexpf(tu_rand_f32(&seed),
+                              -(int)(tu_rand_u64(&seed) % (uint64_t)spread));
+        }
+        ref_dx_test_force_kernel = 0;
+        CU_ASSERT_FATAL(ref_dx_row_set(&a, w, n, &err) == LM_OK);
+        ref_dx_test_force_kernel = -1;
+        CU_ASSERT_FATAL(ref_dx_row_set(&b, w, n, &err) == LM_OK);
+        CU_ASSERT_EQUAL(a.j, b.j);
+        CU_ASSERT_EQUAL(a.top, b.top);
+        CU_ASSERT_EQUAL(a.n_exc, b.n_exc);
+        CU_ASSERT(memcmp(a.exc, b.exc, a.n_exc * sizeof *a.exc) == 0);
+        /* planes compared as values: a zero digit may carry either sign */
+        bool same = true;
+        for (uint64_t i = 0; i < REF_DX_JMAX * a.n_pad; ++i)
+            same = same && a.p[i] == b.p[i];
+        CU_ASSERT(same);
+    }
+    ref_dx_row_free(&a);
+    ref_dx_row_free(&b);
+}
+
 void test_ref_dotx_register(void)
 {
     CU_pSuite s = CU_add_suite("ref_dotx", NULL, NULL);
@@ -271,4 +319,5 @@ void test_ref_dotx_register(void)
     CU_add_test(s, "test_ref_dotx_dynamic_range", test_ref_dotx_dynamic_range);
     CU_add_test(s, "test_ref_dotx_special", test_ref_dotx_special);
     CU_add_test(s, "test_ref_dotx_vs_mpfr_dot", test_ref_dotx_vs_mpfr_dot);
+    CU_add_test(s, "test_ref_dotx_row_split_kernels_agree", test_ref_dotx_row_split_kernels_agree);
 }

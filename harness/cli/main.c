@@ -1,5 +1,6 @@
 /* main.c — `kvdrift` main: dispatches to the subcommand named by argv[1]. */
 #include "commands.h"
+#include "kvd_ref.h"
 #include "kvd_version.h"
 
 #include <stdio.h>
@@ -35,7 +36,7 @@ static void usage(FILE *f)
     fprintf(f, "\nexit codes: 0 all pass, 1 regression found, 2 usage or input error\n");
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -54,4 +55,15 @@ int main(int argc, char **argv)
             return commands[i].main(argc - 1, argv + 1);
     fprintf(stderr, "kvdrift: unknown command '%s' (try kvdrift --help)\n", argv[1]);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = 0;
+    /* under mpirun: every rank but 0 serves rank 0's reference passes and ends here */
+    if (ref_mpi_start(&argc, &argv, &rc))
+        return rc;
+    rc = dispatch(argc, argv);
+    ref_mpi_stop();
+    return rc;
 }

@@ -64,6 +64,29 @@ typedef struct ref_progress {
 } ref_progress;
 typedef void (*ref_progress_fn)(void *user, const ref_progress *p);
 
+/* Processes that compute one pass together (ref_mpi.c runs one over MPI). The output rows of
+ * every matrix product, and the (token, head) pairs of attention, are split into contiguous
+ * ranges, one per member; each member computes its range and one allgather per product gives
+ * every member all of them. Everything else is computed by every member. Every value is
+ * computed by the same operations whichever member computes it, so the results are bitwise
+ * the same for any number of members. */
+struct ref_request;
+typedef struct ref_group {
+    int rank, size;   /* this member, 0..size-1, of size */
+    int threads;      /* default threads per member (0: every online core) */
+    /* Collective: member r's part is bytes [displ[r], displ[r] + count[r]) of buf, each member
+     * writing its own part before the call; afterwards every member's buf holds every part.
+     * LM_OK, or an error (no member may use buf then). */
+    int (*allgather)(const struct ref_group *g, void *buf, const uint64_t *count,
+                     const uint64_t *displ, lm_err *err);
+    /* Rank 0 only, before a pass: tells the other members what to compute (ref_mpi.c sends
+     * the request and the model's path and hash); NULL when every member calls ref_run
+     * itself. */
+    int (*begin)(const struct ref_group *g, const lm_model *m,
+                 const struct ref_request *rq, lm_err *err);
+    void *user;
+} ref_group;
+
 /* What to compute. */
 typedef struct ref_request {
     const int32_t *tokens; /* [n_tokens]: prompt, then teacher-forced continuation */
@@ -93,6 +116,9 @@ typedef struct ref_request {
      * the numbers and is not part of the cache key. */
     ref_progress_fn progress;
     void *progress_user;
+    /* The processes computing this pass together; NULL: the process's group (ref_group_set),
+     * if any, else this process alone. Never changes the numbers; not part of the cache key. */
+    const ref_group *group;
     /* Warnings of the disk cache (ref_cached: an unusable cache folder, an entry recomputed
      * or not stored), one line per call (NULL: dropped); not part of the cache key. */
     lm_log_fn log;
@@ -163,6 +189,26 @@ void ref_result_free(ref_result *r);
 /* Rounds a result to float64 into a capture (tokens and model hash copied from rq, m). */
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
                           const ref_request *rq, lm_err *err);
+
+/* --- several processes (ref_forward.c, ref_mpi.c) --- */
+
+/* The group every ref_run of this process joins when its request names none (NULL: none). */
+void ref_group_set(const ref_group *g);
+const ref_group *ref_group_get(void);
+/* Collective: every member's status st (with its message in *err when st != LM_OK). LM_OK
+ * when all are LM_OK; else the failure of the lowest failing rank, its message prefixed
+ * with "rank R: " on the other members. Every member of a pass calls it at the same points. */
+int ref_group_agree(const ref_group *g, int st, lm_err *err);
+
+/* Under mpirun with 2 or more ranks (a build with MPI): every rank but 0 serves rank 0's
+ * reference passes (the model's path, hash and the request come from rank 0; each rank loads
+ * the file at that path and refuses one whose hash differs) until rank 0 exits, then returns
+ * true with its exit code in *rc; rank 0 returns false after setting the process's group, and
+ * every ref_run it makes is computed by all ranks. Without MPI, outside mpirun or with one
+ * rank: false, and nothing changes. Call it first thing in main. */
+bool ref_mpi_start(int *argc, char ***argv, int *rc);
+/* Rank 0: releases the other ranks and finalizes MPI (also run at exit; idempotent). */
+void ref_mpi_stop(void);
 
 /* --- the reference's own dequantization (ref_dequant.c, ref_weights.c) --- */
 
