@@ -1,24 +1,14 @@
 /* report_json.c — report.json writer (jansson); the schema is harness/REPORT-SCHEMA.md. */
 #include "report.h"
 
+#include "json_num.h"
+
 #include "fs.h"
 #include "kvd_version.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* JSON has no NaN or Inf: such values are written as the strings "NaN", "Infinity",
- * "-Infinity" (REPORT-SCHEMA.md, "numbers"). */
-static json_t *num(double d)
-{
-    if (isnan(d))
-        return json_string("NaN");
-    if (isinf(d))
-        return json_string(d > 0 ? "Infinity" : "-Infinity");
-    return json_real(d);
-}
 
 /* Sets key to a new value; a NULL value (allocation failure) makes the whole build fail later,
  * because json_object_set_new rejects it and we count the failure. */
@@ -28,8 +18,7 @@ typedef struct jb {
 
 static void set(jb *b, json_t *o, const char *k, json_t *v)
 {
-    if (o == NULL || v == NULL || json_object_set_new(o, k, v) != 0)
-        b->failed = 1;
+    b->failed |= hx_json_put(o, k, v);
 }
 
 static json_t *metrics_obj(jb *b, const hx_metrics *m)
@@ -38,13 +27,13 @@ static json_t *metrics_obj(jb *b, const hx_metrics *m)
     set(b, o, "n", json_integer((json_int_t)m->n));
     set(b, o, "n_nonfinite", json_integer((json_int_t)m->n_nonfinite));
     set(b, o, "n_diff_bits", json_integer((json_int_t)m->n_diff_bits));
-    set(b, o, "max_abs", num(m->max_abs));
+    set(b, o, "max_abs", hx_json_num(m->max_abs));
     set(b, o, "argmax_abs", json_integer((json_int_t)m->argmax_abs));
-    set(b, o, "max_rel", num(m->max_rel));
+    set(b, o, "max_rel", hx_json_num(m->max_rel));
     set(b, o, "max_ulp", m->max_ulp == HX_ULP_NAN ? json_null() : json_integer((json_int_t)m->max_ulp));
-    set(b, o, "nmse", num(m->nmse));
-    set(b, o, "ref_absmax", num(m->r_absmax));
-    set(b, o, "sig_digits", num(m->sig_digits));
+    set(b, o, "nmse", hx_json_num(m->nmse));
+    set(b, o, "ref_absmax", hx_json_num(m->r_absmax));
+    set(b, o, "sig_digits", hx_json_num(m->sig_digits));
     return o;
 }
 
@@ -56,16 +45,16 @@ static json_t *row_obj(jb *b, const hx_tensor_row *t)
     set(b, o, "class", json_string(hx_class_name(t->cls)));
     set(b, o, "reason", json_string(t->reason));
     set(b, o, "vs_ref", metrics_obj(b, &t->vs_ref));
-    set(b, o, "envelope", num(t->e));
+    set(b, o, "envelope", hx_json_num(t->e));
     if (t->is_logits) {
-        set(b, o, "envelope_gap", num(t->e_gap));
+        set(b, o, "envelope_gap", hx_json_num(t->e_gap));
         json_t *l = json_object();
         set(b, l, "top1", json_integer(t->lg.top1_x));
         set(b, l, "top1_ref", json_integer(t->lg.top1_r));
         set(b, l, "top5_overlap", json_integer(t->lg.top5_overlap));
-        set(b, l, "ref_margin", num(t->lg.r_margin));
-        set(b, l, "ref_gap", num(t->lg.r_gap));
-        set(b, l, "kl", num(t->lg.kl));
+        set(b, l, "ref_margin", hx_json_num(t->lg.r_margin));
+        set(b, l, "ref_gap", hx_json_num(t->lg.r_gap));
+        set(b, l, "kl", hx_json_num(t->lg.kl));
         set(b, o, "logits", l);
     }
     return o;
@@ -87,31 +76,31 @@ static json_t *config_obj(jb *b, const hx_config_report *c, bool strict)
     json_t *l = json_object();
     set(b, l, "positions", json_integer(c->logits.n_pos));
     set(b, l, "top1_agree", json_integer(c->logits.n_top1_agree));
-    set(b, l, "top1_rate", num(hx_logit_agg_top1_rate(&c->logits)));
-    set(b, l, "top5_overlap_mean", num(hx_logit_agg_top5_mean(&c->logits)));
-    set(b, l, "kl_mean", num(hx_logit_agg_kl_mean(&c->logits)));
-    set(b, l, "kl_max", num(c->logits.kl_max));
-    set(b, l, "min_ref_margin", num(c->logits.min_r_margin));
+    set(b, l, "top1_rate", hx_json_num(hx_logit_agg_top1_rate(&c->logits)));
+    set(b, l, "top5_overlap_mean", hx_json_num(hx_logit_agg_top5_mean(&c->logits)));
+    set(b, l, "kl_mean", hx_json_num(hx_logit_agg_kl_mean(&c->logits)));
+    set(b, l, "kl_max", hx_json_num(c->logits.kl_max));
+    set(b, l, "min_ref_margin", hx_json_num(c->logits.min_r_margin));
     set(b, o, "logits", l);
-    set(b, o, "envelope_logits_max", num(c->e_logits_max));
-    set(b, o, "worst_err_over_envelope", num(c->worst_ratio));
-    set(b, o, "sig_digits", num(c->sig_digits));
-    set(b, o, "ulp_rel", num(c->ulp_rel));
+    set(b, o, "envelope_logits_max", hx_json_num(c->e_logits_max));
+    set(b, o, "worst_err_over_envelope", hx_json_num(c->worst_ratio));
+    set(b, o, "sig_digits", hx_json_num(c->sig_digits));
+    set(b, o, "ulp_rel", hx_json_num(c->ulp_rel));
     set(b, o, "xxh3_128", json_string(c->hash_hex));
     set(b, o, "golden", json_string(hx_golden_status_name(c->golden)));
     set(b, o, "golden_key", json_string(c->golden_key));
     set(b, o, "golden_note", json_string(c->golden_note));
-    set(b, o, "wall_s", num(c->wall_s));
+    set(b, o, "wall_s", hx_json_num(c->wall_s));
     set(b, o, "skipped", json_boolean(c->skipped));
-    set(b, o, "prefill_tok_s", num(c->prefill_tps));
-    set(b, o, "decode_tok_s", num(c->decode_tps));
+    set(b, o, "prefill_tok_s", hx_json_num(c->prefill_tps));
+    set(b, o, "decode_tok_s", hx_json_num(c->decode_tps));
     set(b, o, "peak_mem_bytes", json_integer((json_int_t)c->peak_mem_bytes));
     if (c->sem_checked) {
         json_t *sm = json_object();
         set(b, sm, "same_schedule", json_boolean(c->sem_same_schedule));
         set(b, sm, "first_divergent", json_integer((json_int_t)c->sem_first));
-        set(b, sm, "max_abs_logits", num(c->sem_max_abs));
-        set(b, sm, "min_margin", num(c->sem_min_margin));
+        set(b, sm, "max_abs_logits", hx_json_num(c->sem_max_abs));
+        set(b, sm, "min_margin", hx_json_num(c->sem_min_margin));
         set(b, o, "semantic", sm);
     } else {
         set(b, o, "semantic", json_null());
@@ -150,7 +139,7 @@ static json_t *report_obj(jb *b, const hx_report *r)
     set(b, o, "prompt_ids", ids);
     json_t *ph = json_object();
     for (int i = 0; i < HX_N_PHASES; ++i)
-        set(b, ph, hx_phase_name((hx_phase)i), num(r->phase_s[i]));
+        set(b, ph, hx_phase_name((hx_phase)i), hx_json_num(r->phase_s[i]));
     set(b, o, "phase_s", ph);
     json_t *cov = json_object(), *un = json_array();
     set(b, cov, "covered", json_string(r->covered));
@@ -170,11 +159,11 @@ static json_t *report_obj(jb *b, const hx_report *r)
     json_t *pr = json_object();
     set(b, pr, "classified", json_integer(r->prompt_rows));
     set(b, pr, "why_not_all", r->prompt_rows_why[0] ? json_string(r->prompt_rows_why) : json_null());
-    set(b, pr, "min_ref_margin", num(r->min_margin));
+    set(b, pr, "min_ref_margin", hx_json_num(r->min_margin));
     set(b, pr, "min_ref_margin_pos", json_integer(r->min_margin_pos));
     set(b, o, "prompt_positions", pr);
     json_t *e = json_object();
-    set(b, e, "safety", num(r->envelope_safety));
+    set(b, e, "safety", hx_json_num(r->envelope_safety));
     set(b, e, "members", json_integer(r->envelope_members));
     set(b, o, "envelope", e);
     set(b, o, "strict_bits", json_boolean(r->strict_bits));

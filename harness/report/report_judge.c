@@ -1,23 +1,11 @@
 /* report_judge.c — the judge's sections of report.json ("dumps", "pairs") and report.md. */
 #include "report.h"
 
+#include "json_num.h"
+
 #include <jansson.h>
-#include <math.h>
 #include <string.h>
 
-static json_t *num(double d)
-{
-    if (isnan(d))
-        return json_string("NaN");
-    if (isinf(d))
-        return json_string(d > 0 ? "Infinity" : "-Infinity");
-    return json_real(d);
-}
-
-static int put(json_t *o, const char *k, json_t *v)
-{
-    return v == NULL || json_object_set_new(o, k, v) != 0;
-}
 
 static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
 {
@@ -29,21 +17,21 @@ static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
         json_decref(pr);
         return NULL;
     }
-    *bad |= put(o, "dump", json_string(d->name));
-    *bad |= put(o, "engine", json_string(d->engine));
-    *bad |= put(o, "settings", json_string(d->settings));
-    *bad |= put(o, "rows", json_string(d->rows));
-    *bad |= put(o, "dtype", json_string(d->dtype));
-    *bad |= put(o, "n_positions", json_integer(d->n_pos));
-    *bad |= put(kl, "n", json_integer(d->kl.n));
-    *bad |= put(kl, "mean", num(d->kl.mean));
-    *bad |= put(kl, "max", num(d->kl.max));
-    *bad |= put(kl, "p99_9", num(d->kl.p999));
-    *bad |= put(kl, "p99", num(d->kl.p99));
-    *bad |= put(kl, "p90", num(d->kl.p90));
-    *bad |= put(kl, "median", num(d->kl.median));
-    *bad |= put(o, "kl", kl);
-    *bad |= put(o, "same_top1", num(d->kl.same_top1));
+    *bad |= hx_json_put(o, "dump", json_string(d->name));
+    *bad |= hx_json_put(o, "engine", json_string(d->engine));
+    *bad |= hx_json_put(o, "settings", json_string(d->settings));
+    *bad |= hx_json_put(o, "rows", json_string(d->rows));
+    *bad |= hx_json_put(o, "dtype", json_string(d->dtype));
+    *bad |= hx_json_put(o, "n_positions", json_integer(d->n_pos));
+    *bad |= hx_json_put(kl, "n", json_integer(d->kl.n));
+    *bad |= hx_json_put(kl, "mean", hx_json_num(d->kl.mean));
+    *bad |= hx_json_put(kl, "max", hx_json_num(d->kl.max));
+    *bad |= hx_json_put(kl, "p99_9", hx_json_num(d->kl.p999));
+    *bad |= hx_json_put(kl, "p99", hx_json_num(d->kl.p99));
+    *bad |= hx_json_put(kl, "p90", hx_json_num(d->kl.p90));
+    *bad |= hx_json_put(kl, "median", hx_json_num(d->kl.median));
+    *bad |= hx_json_put(o, "kl", kl);
+    *bad |= hx_json_put(o, "same_top1", hx_json_num(d->kl.same_top1));
     for (size_t i = 0; i < d->n_profiles; ++i) {
         const hx_config_report *c = &r->configs[d->first_config + i];
         const char *at = strrchr(c->config, '@');
@@ -51,17 +39,17 @@ static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
         *bad |= p == NULL;
         if (p == NULL)
             continue;
-        *bad |= put(p, "class", json_string(hx_class_name(c->cls)));
-        *bad |= put(p, "worst_ratio", num(c->worst_ratio));
-        *bad |= put(p, "first_divergent", json_integer(c->first_divergent));
-        *bad |= put(p, "reason", json_string(c->reason));
-        *bad |= put(pr, at ? at + 1 : c->config, p);
+        *bad |= hx_json_put(p, "class", json_string(hx_class_name(c->cls)));
+        *bad |= hx_json_put(p, "worst_ratio", hx_json_num(c->worst_ratio));
+        *bad |= hx_json_put(p, "first_divergent", json_integer(c->first_divergent));
+        *bad |= hx_json_put(p, "reason", json_string(c->reason));
+        *bad |= hx_json_put(pr, at ? at + 1 : c->config, p);
     }
-    *bad |= put(o, "profiles", pr);
-    *bad |= put(o, "explained_by", d->explained_by[0] ? json_string(d->explained_by) : json_null());
-    *bad |= put(o, "greedy_compared", json_boolean(d->has_generated));
-    *bad |= put(o, "greedy_first_divergent", json_integer(d->first_divergent));
-    *bad |= put(o, "greedy_positions_compared", json_integer(d->compared_to));
+    *bad |= hx_json_put(o, "profiles", pr);
+    *bad |= hx_json_put(o, "explained_by", d->explained_by[0] ? json_string(d->explained_by) : json_null());
+    *bad |= hx_json_put(o, "greedy_compared", json_boolean(d->has_generated));
+    *bad |= hx_json_put(o, "greedy_first_divergent", json_integer(d->first_divergent));
+    *bad |= hx_json_put(o, "greedy_positions_compared", json_integer(d->compared_to));
     return o;
 }
 
@@ -79,15 +67,15 @@ int hx_report_judge_json(void *obj, const hx_report *r)
         bad |= q == NULL;
         if (q == NULL)
             break;
-        bad |= put(q, "a", json_string(r->dumps[p->a].name));
-        bad |= put(q, "b", json_string(r->dumps[p->b].name));
-        bad |= put(q, "shared_positions", json_integer(p->n_shared));
-        bad |= put(q, "max_abs", num(p->max_abs));
-        bad |= put(q, "first_apart", json_integer(p->first_apart));
-        bad |= put(q, "first_argmax_differs", json_integer(p->first_argmax));
-        bad |= put(q, "kl_mean_a", num(p->kl_mean_a));
-        bad |= put(q, "kl_mean_b", num(p->kl_mean_b));
-        bad |= put(q, "closer_to_reference", json_string(p->closer));
+        bad |= hx_json_put(q, "a", json_string(r->dumps[p->a].name));
+        bad |= hx_json_put(q, "b", json_string(r->dumps[p->b].name));
+        bad |= hx_json_put(q, "shared_positions", json_integer(p->n_shared));
+        bad |= hx_json_put(q, "max_abs", hx_json_num(p->max_abs));
+        bad |= hx_json_put(q, "first_apart", json_integer(p->first_apart));
+        bad |= hx_json_put(q, "first_argmax_differs", json_integer(p->first_argmax));
+        bad |= hx_json_put(q, "kl_mean_a", hx_json_num(p->kl_mean_a));
+        bad |= hx_json_put(q, "kl_mean_b", hx_json_num(p->kl_mean_b));
+        bad |= hx_json_put(q, "closer_to_reference", json_string(p->closer));
         bad |= json_array_append_new(ps, q) != 0;
     }
     if (bad) {
@@ -95,7 +83,7 @@ int hx_report_judge_json(void *obj, const hx_report *r)
         json_decref(ps);
         return 1;
     }
-    return put(o, "dumps", ds) | put(o, "pairs", ps);
+    return hx_json_put(o, "dumps", ds) | hx_json_put(o, "pairs", ps);
 }
 
 void hx_report_judge_md(FILE *f, const hx_report *r)

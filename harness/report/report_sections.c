@@ -3,23 +3,11 @@
  * amplification check. */
 #include "report.h"
 
+#include "json_num.h"
+
 #include <jansson.h>
-#include <math.h>
 #include <string.h>
 
-static json_t *num(double d)
-{
-    if (isnan(d))
-        return json_string("NaN");
-    if (isinf(d))
-        return json_string(d > 0 ? "Infinity" : "-Infinity");
-    return json_real(d);
-}
-
-static int put(json_t *o, const char *k, json_t *v)
-{
-    return v == NULL || json_object_set_new(o, k, v) != 0;
-}
 
 static json_t *spec_row(const hx_spec_report_row *w, int *bad)
 {
@@ -28,21 +16,21 @@ static json_t *spec_row(const hx_spec_report_row *w, int *bad)
         *bad = 1;
         return NULL;
     }
-    *bad |= put(o, "config", json_string(w->config));
-    *bad |= put(o, "class", json_string(hx_class_name(w->cls)));
-    *bad |= put(o, "fails", json_boolean(hx_class_fails(w->cls)));
-    *bad |= put(o, "first_token_differs", json_integer(w->first_tok));
-    *bad |= put(o, "first_history_differs", json_integer(w->first_hist));
-    *bad |= put(o, "max_abs", num(w->max_abs));
-    *bad |= put(o, "err", num(w->err));
-    *bad |= put(o, "gap", num(w->gap));
-    *bad |= put(o, "rounds", json_integer(w->n_rounds));
-    *bad |= put(o, "drafted", json_integer(w->n_drafted));
-    *bad |= put(o, "accepted", json_integer(w->n_accepted));
-    *bad |= put(o, "window_class", w->window_cls < 0
+    *bad |= hx_json_put(o, "config", json_string(w->config));
+    *bad |= hx_json_put(o, "class", json_string(hx_class_name(w->cls)));
+    *bad |= hx_json_put(o, "fails", json_boolean(hx_class_fails(w->cls)));
+    *bad |= hx_json_put(o, "first_token_differs", json_integer(w->first_tok));
+    *bad |= hx_json_put(o, "first_history_differs", json_integer(w->first_hist));
+    *bad |= hx_json_put(o, "max_abs", hx_json_num(w->max_abs));
+    *bad |= hx_json_put(o, "err", hx_json_num(w->err));
+    *bad |= hx_json_put(o, "gap", hx_json_num(w->gap));
+    *bad |= hx_json_put(o, "rounds", json_integer(w->n_rounds));
+    *bad |= hx_json_put(o, "drafted", json_integer(w->n_drafted));
+    *bad |= hx_json_put(o, "accepted", json_integer(w->n_accepted));
+    *bad |= hx_json_put(o, "window_class", w->window_cls < 0
                                        ? json_null()
                                        : json_string(hx_class_name((hx_class)w->window_cls)));
-    *bad |= put(o, "reason", json_string(w->reason));
+    *bad |= hx_json_put(o, "reason", json_string(w->reason));
     return o;
 }
 
@@ -56,21 +44,21 @@ static json_t *spec_obj(const hx_spec_report *s, int *bad)
         json_decref(rows);
         return NULL;
     }
-    *bad |= put(o, "draft", json_string(s->draft));
-    *bad |= put(pen, "repeat_penalty", num(s->repeat_penalty));
-    *bad |= put(pen, "repeat_last_n", json_integer(s->repeat_last_n));
-    *bad |= put(pen, "frequency_penalty", num(s->frequency_penalty));
-    *bad |= put(pen, "presence_penalty", num(s->presence_penalty));
-    *bad |= put(o, "penalties", pen);
-    *bad |= put(o, "e", num(s->e));
-    *bad |= put(o, "e_gap", num(s->e_gap));
+    *bad |= hx_json_put(o, "draft", json_string(s->draft));
+    *bad |= hx_json_put(pen, "repeat_penalty", hx_json_num(s->repeat_penalty));
+    *bad |= hx_json_put(pen, "repeat_last_n", json_integer(s->repeat_last_n));
+    *bad |= hx_json_put(pen, "frequency_penalty", hx_json_num(s->frequency_penalty));
+    *bad |= hx_json_put(pen, "presence_penalty", hx_json_num(s->presence_penalty));
+    *bad |= hx_json_put(o, "penalties", pen);
+    *bad |= hx_json_put(o, "e", hx_json_num(s->e));
+    *bad |= hx_json_put(o, "e_gap", hx_json_num(s->e_gap));
     size_t n_fail = 0;
     for (size_t i = 0; i < s->n_rows; ++i) {
         n_fail += hx_class_fails(s->rows[i].cls);
         *bad |= json_array_append_new(rows, spec_row(&s->rows[i], bad)) != 0;
     }
-    *bad |= put(o, "failures", json_integer((json_int_t)n_fail));
-    *bad |= put(o, "rows", rows);
+    *bad |= hx_json_put(o, "failures", json_integer((json_int_t)n_fail));
+    *bad |= hx_json_put(o, "rows", rows);
     return o;
 }
 
@@ -81,24 +69,24 @@ static json_t *block_row(const hx_block_report_row *w, int *bad)
         *bad = 1;
         return NULL;
     }
-    *bad |= put(o, "config", json_string(w->config));
-    *bad |= put(o, "skipped", w->skipped[0] ? json_string(w->skipped) : json_null());
-    *bad |= put(o, "prefill_class", json_string(hx_class_name(w->prefill_cls)));
-    *bad |= put(o, "prefill_worst_ratio", num(w->prefill_ratio));
+    *bad |= hx_json_put(o, "config", json_string(w->config));
+    *bad |= hx_json_put(o, "skipped", w->skipped[0] ? json_string(w->skipped) : json_null());
+    *bad |= hx_json_put(o, "prefill_class", json_string(hx_class_name(w->prefill_cls)));
+    *bad |= hx_json_put(o, "prefill_worst_ratio", hx_json_num(w->prefill_ratio));
     if (w->skipped[0])
         return o;
-    *bad |= put(o, "is_baseline", json_boolean(w->is_baseline));
-    *bad |= put(o, "block_differs", json_boolean(w->tokens_differ));
-    *bad |= put(o, "block_order_differs", json_boolean(w->order_differs));
-    *bad |= put(o, "first_block", json_integer(w->first_block));
-    *bad |= put(o, "first_iteration", json_integer(w->first_iter));
-    *bad |= put(o, "first_position", json_integer(w->first_pos));
-    *bad |= put(o, "greedy_first_differs", json_integer(w->greedy_first));
-    *bad |= put(o, "iterations", json_integer(w->n_iters));
-    *bad |= put(o, "block_min_logit_gap", num(w->blk_gap));
-    *bad |= put(o, "block_min_commit_gap", num(w->commit_gap));
-    *bad |= put(o, "greedy_min_logit_gap", num(w->greedy_gap));
-    *bad |= put(o, "completion", json_string(w->completion));
+    *bad |= hx_json_put(o, "is_baseline", json_boolean(w->is_baseline));
+    *bad |= hx_json_put(o, "block_differs", json_boolean(w->tokens_differ));
+    *bad |= hx_json_put(o, "block_order_differs", json_boolean(w->order_differs));
+    *bad |= hx_json_put(o, "first_block", json_integer(w->first_block));
+    *bad |= hx_json_put(o, "first_iteration", json_integer(w->first_iter));
+    *bad |= hx_json_put(o, "first_position", json_integer(w->first_pos));
+    *bad |= hx_json_put(o, "greedy_first_differs", json_integer(w->greedy_first));
+    *bad |= hx_json_put(o, "iterations", json_integer(w->n_iters));
+    *bad |= hx_json_put(o, "block_min_logit_gap", hx_json_num(w->blk_gap));
+    *bad |= hx_json_put(o, "block_min_commit_gap", hx_json_num(w->commit_gap));
+    *bad |= hx_json_put(o, "greedy_min_logit_gap", hx_json_num(w->greedy_gap));
+    *bad |= hx_json_put(o, "completion", json_string(w->completion));
     return o;
 }
 
@@ -111,24 +99,24 @@ static json_t *block_obj(const hx_block_report *b, int *bad)
         json_decref(rows);
         return NULL;
     }
-    *bad |= put(o, "block", json_integer(b->block));
-    *bad |= put(o, "blocks", json_integer(b->n_blocks));
-    *bad |= put(o, "max_iterations", json_integer(b->max_iters));
-    *bad |= put(o, "criterion", json_string(b->criterion));
-    *bad |= put(o, "rule", json_string(b->rule));
-    *bad |= put(o, "threshold", num(b->threshold));
-    *bad |= put(o, "mask_token", json_integer(b->mask_id));
-    *bad |= put(o, "compared", json_integer((json_int_t)b->n_compared));
-    *bad |= put(o, "block_differ", json_integer((json_int_t)b->n_block_differ));
-    *bad |= put(o, "greedy_differ", json_integer((json_int_t)b->n_greedy_differ));
-    *bad |= put(o, "prefill_failures", json_integer((json_int_t)b->n_prefill_fail));
-    *bad |= put(o, "worst_ratio", num(b->worst_ratio));
-    *bad |= put(o, "block_min_logit_gap", num(b->min_blk_gap));
-    *bad |= put(o, "greedy_min_logit_gap", num(b->min_greedy_gap));
-    *bad |= put(o, "verdict", json_string(b->verdict));
+    *bad |= hx_json_put(o, "block", json_integer(b->block));
+    *bad |= hx_json_put(o, "blocks", json_integer(b->n_blocks));
+    *bad |= hx_json_put(o, "max_iterations", json_integer(b->max_iters));
+    *bad |= hx_json_put(o, "criterion", json_string(b->criterion));
+    *bad |= hx_json_put(o, "rule", json_string(b->rule));
+    *bad |= hx_json_put(o, "threshold", hx_json_num(b->threshold));
+    *bad |= hx_json_put(o, "mask_token", json_integer(b->mask_id));
+    *bad |= hx_json_put(o, "compared", json_integer((json_int_t)b->n_compared));
+    *bad |= hx_json_put(o, "block_differ", json_integer((json_int_t)b->n_block_differ));
+    *bad |= hx_json_put(o, "greedy_differ", json_integer((json_int_t)b->n_greedy_differ));
+    *bad |= hx_json_put(o, "prefill_failures", json_integer((json_int_t)b->n_prefill_fail));
+    *bad |= hx_json_put(o, "worst_ratio", hx_json_num(b->worst_ratio));
+    *bad |= hx_json_put(o, "block_min_logit_gap", hx_json_num(b->min_blk_gap));
+    *bad |= hx_json_put(o, "greedy_min_logit_gap", hx_json_num(b->min_greedy_gap));
+    *bad |= hx_json_put(o, "verdict", json_string(b->verdict));
     for (size_t i = 0; i < b->n_rows; ++i)
         *bad |= json_array_append_new(rows, block_row(&b->rows[i], bad)) != 0;
-    *bad |= put(o, "rows", rows);
+    *bad |= hx_json_put(o, "rows", rows);
     return o;
 }
 
@@ -137,9 +125,9 @@ int hx_report_sections_json(void *obj, const hx_report *r)
     json_t *o = obj;
     int bad = 0;
     if (r->spec.run)
-        bad |= put(o, "spec", spec_obj(&r->spec, &bad));
+        bad |= hx_json_put(o, "spec", spec_obj(&r->spec, &bad));
     if (r->block.run)
-        bad |= put(o, "block_sampler", block_obj(&r->block, &bad));
+        bad |= hx_json_put(o, "block_sampler", block_obj(&r->block, &bad));
     return bad;
 }
 
