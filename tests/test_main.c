@@ -30,6 +30,19 @@ const char *tu_model_path(const char *relative)
     return NULL;
 }
 
+lm_model *tu_load_model(const char *relative)
+{
+    const char *path = tu_model_path(relative);
+    if (path == NULL)
+        return NULL;
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(lm_model_load(&m, path, &err), LM_OK);
+    if (m == NULL)
+        fprintf(stderr, "\n  %s: %s\n", path, err.msg);
+    return m;
+}
+
 const char *tu_cached_model_path(const char *name)
 {
     snprintf(path_buf, sizeof path_buf, "%s/%s", tu_models_dir(), name);

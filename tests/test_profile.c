@@ -126,12 +126,10 @@ static void test_profile_sr_slot_frequency(void)
  * stochastic for naive-sr); under f32 some are not. Needs stories260K (skipped when absent). */
 static void test_profile_engine_f16kv_cache(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    lm_model *m = tu_load_model("stories260K.gguf");
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     const int32_t toks[8] = {1, 403, 407, 261, 378, 432, 383, 286};
     const char *backends[3] = {"naive", "naive-sr:seed=3", "naive"};
     const char *profiles[3] = {"f16kv", "f16kv", "f32"};
@@ -199,12 +197,10 @@ static void test_profile_config_key(void)
  * beyond f32's envelope (so the profile's envelope, not f32's, is what was used). */
 static void test_profile_sweep_axis(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    lm_model *m = tu_load_model("stories260K.gguf");
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     hx_config *c = NULL;
     size_t n = 0;
     static const char be[1][16] = {"naive"};

@@ -156,12 +156,10 @@ static void test_quant_memory_check(void)
  * is named. */
 static void test_quant_reference_weights_check(void)
 {
-    const char *path = tu_model_path("llama-2-tiny-random.gguf");
-    if (path == NULL)
+    lm_model *m = tu_load_model("llama-2-tiny-random.gguf");
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_OK);
     float *w = (float *)m->layers[0].wq; /* test-only: corrupt one loaded weight */
     float keep = w[3];
@@ -177,12 +175,10 @@ static void test_quant_reference_weights_check(void)
  * engine's configuration is named. */
 static void test_quant_reference_hparams_check(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    lm_model *m = tu_load_model("stories260K.gguf");
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_OK);
     float keep = m->hp.rope_theta;
     m->hp.rope_theta = 500000.0f; /* test-only: as if the engine had misread the key */

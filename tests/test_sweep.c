@@ -149,12 +149,10 @@ static void test_sweep_synth_tiny_no_false_alarm(void)
 
 static void test_sweep_stories260k_no_false_alarm(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    lm_model *m = tu_load_model("stories260K.gguf");
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     int32_t *prompt = NULL;
     size_t n = 0;
     const char *text = "Once upon a time, there was a little girl";

@@ -4,6 +4,8 @@
 
 #include "test_registry.h"
 
+#include "kvd_model.h"
+
 #include <CUnit/CUnit.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,6 +15,9 @@ const char *tu_models_dir(void);
 /* Full path of a file under the models folder, or NULL (and a visible "SKIP" line printed
  * once per file) when it is absent. The returned string lives until the next call. */
 const char *tu_model_path(const char *relative);
+/* The model at tu_model_path(relative), loaded: NULL when the file is absent (the SKIP line
+ * printed) or when it does not load (a test failure, with the reason printed). */
+lm_model *tu_load_model(const char *relative);
 /* Full path of a model `make models` downloads (name inside the models folder), looked for in
  * $KVDRIFT_MODELS, then in the cache's models folder ($KVDRIFT_CACHE/models, else
  * $XDG_CACHE_HOME/kvdrift/models, else ~/.cache/kvdrift/models); NULL with a visible SKIP line
