@@ -87,7 +87,10 @@ enum { S_NORM, S_Q, S_K, S_V, S_ROPE, S_ATT, S_O, S_FFN_NORM, S_GATE, S_UP, S_SW
 /* Sites of the architecture variants' operations (scaled embeddings, Q/K norms, sandwich
  * norms), numbered apart from the sites above (vsite) so that a llama-shaped model's keys do
  * not depend on them. */
-enum { V_EMBD, V_QK_NORM, V_ATT_POST, V_ATT_ADD, V_FFN_POST, V_FFN_ADD, V_N_SITES };
+enum { V_EMBD, V_QK_NORM, V_ATT_POST, V_ATT_ADD, V_FFN_POST, V_FFN_ADD, V_ROUTER, V_GATE_W,
+       V_MOE_ADD, V_N_SITES };
+/* Expert x's gate, up and down products of a layer: esite, numbered apart from both. */
+enum { E_GATE, E_UP, E_ACT, E_DOWN, E_N_SITES };
 
 typedef struct srf {
     const lm_model *m;
@@ -97,6 +100,12 @@ typedef struct srf {
     float *x, *h, *q, *k, *v, *att, *g, *up, *cs, *sc, *tmp;
     float *cs_swa;   /* [n][n_rot] cos/sin at the sliding layers' own theta, or NULL (= cs) */
     float *y;        /* [n][n_embd] a block's output before its post-norm (sandwich models) */
+    uint32_t ff_cur; /* columns of g and up: n_ff, or n_ff_exp inside an MoE layer */
+    float *router;   /* [n][n_expert] router logits (MoE) */
+    float *gw;       /* [n][k] gate weights of the selected experts */
+    float *ye;       /* [n][n_embd] one expert's output for every token */
+    float *yk;       /* [n][k][n_embd] output of each selected expert */
+    uint32_t *sel;   /* [n][k] selected experts, rank order */
     float *xt;       /* [max_in][npad] transposed input of a matrix product */
     double *wd;      /* [4][max_in] the weight rows of a matrix product as doubles */
     uint64_t npad;   /* n rounded up to LANES */
@@ -110,6 +119,11 @@ static uint32_t site(const srf *f, uint32_t s)
 static uint32_t vsite(const srf *f, uint32_t s)
 {
     return (1u << 19) + f->layer * V_N_SITES + s;
+}
+
+static uint32_t esite(const srf *f, uint32_t x, uint32_t s)
+{
+    return (1u << 18) + (f->layer * f->hp->n_expert + x) * E_N_SITES + s;
 }
 
 /* 8 outputs (tokens) of one weight row: acc_l = SR(acc_l + w[i] * xt[i][l]), i left to right;
@@ -475,13 +489,12 @@ static void attention(srf *f, uint64_t t, uint32_t h, float scale)
     }
 }
 
-/* g = act(g) * up: the activation (SiLU, or GELU with the tanh approximation) in double, SR
- * to float, then the product SR. */
-static void gated_act(srf *f, uint64_t t)
+/* g = act(g) * up over f->ff_cur columns: the activation (SiLU, or GELU with the tanh
+ * approximation) in double, SR to float, then the product SR. */
+static void gated_act(srf *f, uint64_t t, uint32_t st, bool gelu)
 {
-    const uint64_t nff = f->hp->n_ff;
-    const bool gelu = f->hp->act == LM_ACT_GEGLU_TANH;
-    uint32_t key = key_of(f->skey, site(f, S_SWIGLU), t, 0);
+    const uint64_t nff = f->ff_cur;
+    uint32_t key = key_of(f->skey, st, t, 0);
     for (uint64_t i = 0; i < nff; ++i) {
         double g = f->g[t * nff + i], a;
         if (gelu)
@@ -527,6 +540,112 @@ static void qk_norm(srf *f, const lm_layer *L, uint64_t t)
     }
 }
 
+/* a ranks before b among router logits l: larger first, NaN last, equal -> lower id */
+static bool ranks_before(const float *l, uint32_t a, uint32_t b)
+{
+    const bool na = isnan(l[a]), nb = isnan(l[b]);
+    if (na != nb)
+        return !na;
+    if (!na && l[a] != l[b])
+        return l[a] > l[b];
+    return a < b;
+}
+
+/* Routing of token t (the reference's rules, ref_variants.h): top-k of its router logits, then
+ * the gate weights of the hparams' gating (0: softmax over the selected; 1: softmax over all,
+ * the selected renormalised; 2: softmax over all, the selected as they are), every subtraction,
+ * exp, sum and division SR, sums left to right. */
+static void route(srf *f, uint64_t t)
+{
+    const lm_hparams *hp = f->hp;
+    const uint32_t ne = hp->n_expert, k = hp->n_expert_used;
+    const float *l = f->router + t * ne;
+    uint32_t *sel = f->sel + t * k;
+    for (uint32_t r = 0; r < k; ++r) { /* k passes of "best not yet chosen" */
+        uint32_t best = UINT32_MAX;
+        for (uint32_t x = 0; x < ne; ++x) {
+            bool taken = false;
+            for (uint32_t q = 0; q < r; ++q)
+                taken = taken || sel[q] == x;
+            if (!taken && (best == UINT32_MAX || ranks_before(l, x, best)))
+                best = x;
+        }
+        sel[r] = best;
+    }
+    const uint32_t key = key_of(f->skey, vsite(f, V_GATE_W), t, 0);
+    uint64_t c = 0;
+    const double u = l[sel[0]];
+    double acc = 0.0;
+    float *w = f->gw + t * k;
+    if (hp->moe_gating != 0)
+        for (uint32_t x = 0; x < ne; ++x, c += 3) {
+            double ex = sr24(exp(sr_add(l[x], -u, coin(key, c))), coin(key, c + 1));
+            acc = sr_add(acc, ex, coin(key, c + 2));
+        }
+    for (uint32_t r = 0; r < k; ++r) {
+        double ex = sr24(exp(sr_add(l[sel[r]], -u, coin(key, c))), coin(key, c + 1));
+        c += 2;
+        if (hp->moe_gating == 0)
+            acc = sr_add(acc, ex, coin(key, c++));
+        else
+            ex = sr24(ex / acc, coin(key, c++));
+        w[r] = (float)ex;
+    }
+    if (hp->moe_gating == 1) {
+        acc = 0.0;
+        for (uint32_t r = 0; r < k; ++r)
+            acc = sr_add(acc, w[r], coin(key, c++));
+    }
+    if (hp->moe_gating != 2)
+        for (uint32_t r = 0; r < k; ++r)
+            w[r] = (float)sr24((double)w[r] / acc, coin(key, c++));
+}
+
+/* MoE FFN of the current layer on f->h (the reference's moe_ffn): router logits, routing,
+ * every expert some token selected computed for every token, each token keeping its selected
+ * experts' outputs, then x += sum over ranks r of w_r y_r (each multiply-add one SR rounding,
+ * r left to right), the sum added to x with one SR rounding. */
+static void moe_ffn(srf *f, const lm_layer *L)
+{
+    const lm_hparams *hp = f->hp;
+    const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
+    matmul(f, f->router, f->h, L->ffn_gate_inp, NULL, n, e, hp->n_expert, false,
+           vsite(f, V_ROUTER));
+    for (uint64_t t = 0; t < n; ++t)
+        route(f, t);
+    f->ff_cur = (uint32_t)fe;
+    for (uint32_t x = 0; x < hp->n_expert; ++x) {
+        bool used = false;
+        for (uint64_t i = 0; i < n * k; ++i)
+            used = used || f->sel[i] == x;
+        if (!used)
+            continue;
+        matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, NULL, n, e, fe, false,
+               esite(f, x, E_GATE));
+        matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, NULL, n, e, fe, false,
+               esite(f, x, E_UP));
+        for (uint64_t t = 0; t < n; ++t)
+            gated_act(f, t, esite(f, x, E_ACT), false);
+        matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, NULL, n, fe, e, false,
+               esite(f, x, E_DOWN));
+        for (uint64_t t = 0; t < n; ++t)
+            for (uint64_t r = 0; r < k; ++r)
+                if (f->sel[t * k + r] == x)
+                    memcpy(f->yk + (t * k + r) * e, f->ye + t * e, e * sizeof(float));
+    }
+    f->ff_cur = hp->n_ff;
+    for (uint64_t t = 0; t < n; ++t) {
+        const uint32_t key = key_of(f->skey, vsite(f, V_MOE_ADD), t, 0);
+        for (uint64_t i = 0; i < e; ++i) {
+            double acc = 0.0;
+            for (uint64_t r = 0; r < k; ++r)
+                acc = sr24(acc + (double)f->gw[t * k + r] * (double)f->yk[(t * k + r) * e + i],
+                           coin(key, i * (k + 1) + r));
+            f->x[t * e + i] = (float)sr_add((double)f->x[t * e + i], acc, coin(key, i * (k + 1) + k));
+        }
+    }
+}
+
 void ref_sr_out_free(ref_sr_out *o)
 {
     if (o == NULL)
@@ -543,8 +662,6 @@ int ref_sr_supported(const lm_model *m, const ref_request *rq, lm_err *err)
     int st = ref_request_check(m, rq, err);
     if (st)
         return st;
-    if (m->hp.n_expert > 0)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "SR reference: MoE layers are not implemented");
     if (rq->rot_max_size != 0)
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "SR reference: rotating-cache schedules are not implemented");
@@ -553,10 +670,11 @@ int ref_sr_supported(const lm_model *m, const ref_request *rq, lm_err *err)
 
 static void srf_free(srf *f)
 {
-    float *all[] = {f->x,  f->h,  f->q,   f->k,  f->v,      f->att, f->g,
-                    f->up, f->cs, f->sc, f->tmp, f->xt, f->cs_swa, f->y};
+    float *all[] = {f->x,  f->h,      f->q,   f->k,  f->v,  f->att, f->g,      f->up, f->cs,
+                    f->sc, f->tmp,    f->xt,  f->cs_swa, f->y, f->router, f->gw, f->ye, f->yk};
     for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
         free(all[i]);
+    free(f->sel);
     free(f->wd);
 }
 
@@ -574,8 +692,9 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
     const uint64_t n = f.n, e = hp->n_embd;
     f.npad = (n + LANES - 1) / LANES * LANES;
     uint64_t max_in = e > f.q_dim ? e : f.q_dim;
-    if (hp->n_ff > max_in)
-        max_in = hp->n_ff;
+    const uint64_t ffw = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    if (ffw > max_in)
+        max_in = ffw;
     out->n_layer = hp->n_layer;
     out->n_prompt = rq->n_prompt;
     out->kv_dim = f.kv_dim;
@@ -594,8 +713,17 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
     f.k = malloc(n * f.kv_dim * sizeof(float));
     f.v = malloc(n * f.kv_dim * sizeof(float));
     f.att = malloc(n * f.q_dim * sizeof(float));
-    f.g = malloc(n * hp->n_ff * sizeof(float));
-    f.up = malloc(n * hp->n_ff * sizeof(float));
+    f.g = malloc(n * ffw * sizeof(float));
+    f.up = malloc(n * ffw * sizeof(float));
+    f.ff_cur = hp->n_ff;
+    const uint64_t k = hp->n_expert_used;
+    if (hp->n_expert > 0) {
+        f.router = malloc(n * hp->n_expert * sizeof(float));
+        f.gw = malloc(n * k * sizeof(float));
+        f.ye = malloc(n * e * sizeof(float));
+        f.yk = malloc(n * k * e * sizeof(float));
+        f.sel = malloc(n * k * sizeof *f.sel);
+    }
     f.cs = malloc(n * (hp->n_rot ? hp->n_rot : 1) * sizeof(float));
     f.sc = malloc(n * sizeof(float));
     f.tmp = malloc((uint64_t)out->n_pos * e * sizeof(float));
@@ -611,7 +739,8 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
         f.y = malloc(n * e * sizeof(float));
     if (!out->pos || !out->k || !out->v || !out->logits || !f.x || !f.h || !f.q || !f.k || !f.v ||
         !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt || !f.wd ||
-        (own_swa && !f.cs_swa) || (sandwich && !f.y)) {
+        (own_swa && !f.cs_swa) || (sandwich && !f.y) ||
+        (hp->n_expert > 0 && (!f.router || !f.gw || !f.ye || !f.yk || !f.sel))) {
         srf_free(&f);
         ref_sr_out_free(out);
         return LM_FAIL(err, LM_E_NOMEM, "SR reference: out of memory");
@@ -649,10 +778,14 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
                   V_ATT_POST);
         for (uint64_t t = 0; t < n; ++t)
             rmsnorm(&f, f.h + t * e, f.x + t * e, L->ffn_norm, e, t, site(&f, S_FFN_NORM));
+        if (L->ffn_gate_inp != NULL) {
+            moe_ffn(&f, L);
+            continue;
+        }
         matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, site(&f, S_GATE));
         matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, site(&f, S_UP));
         for (uint64_t t = 0; t < n; ++t)
-            gated_act(&f, t);
+            gated_act(&f, t, site(&f, S_SWIGLU), hp->act == LM_ACT_GEGLU_TANH);
         block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, site(&f, S_DOWN),
                   V_FFN_POST);
     }

@@ -130,13 +130,15 @@ static double worst_vs_ref(const ref_sr_out *o, const ref_capture *c)
 
 /* The SR model is the reference's model on every variant it implements: scaled embeddings,
  * per-head Q/K norms, sandwich norms and GeGLU (gemma3), Q/K norms (qwen3), a sliding theta and
- * windows (swa-5to1, gemma3), sinks (sinks-alt). A member must stay within 1e-3 relative of
+ * windows (swa-5to1, gemma3), sinks (sinks-alt), MoE routing and gating (moe: top-2 of 8;
+ * moe-32x4: top-4 of 32 with windows and sinks). A member must stay within 1e-3 relative of
  * the MPFR reference on a 20-token request: float32 roundings through at most 6 layers of
  * order-1 activations measure 5e-8..4e-5 here; a variant the SR model leaves out moves
  * logits by 1..14 (measured with gemma3 and qwen3 computed as plain llama). */
 static void test_ref_sr_variants_match_reference(void)
 {
-    static const char *const presets[] = {"gemma3", "qwen3", "swa-5to1", "sinks-alt", "tiny"};
+    static const char *const presets[] = {"gemma3",    "qwen3", "swa-5to1", "sinks-alt",
+                                          "moe",       "moe-32x4", "tiny"};
     for (size_t p = 0; p < sizeof presets / sizeof *presets; ++p) {
         char path[1024];
         snprintf(path, sizeof path, "%s/sr-%s.gguf", tu_tmpdir(), presets[p]);

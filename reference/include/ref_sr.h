@@ -24,8 +24,10 @@
  *
  * Implemented: everything ref_forward.c implements (scaled embeddings, per-head Q/K norms,
  * sandwich norms, GeGLU, rope_freqs factors, a sliding layers' own theta, windows, sinks,
- * biases) except MoE layers and rotating-cache schedules (ref_sr_supported says
- * LM_E_UNSUPPORTED; callers fall back to another envelope). */
+ * biases, MoE layers: router, top-k and gating by the reference's rules on the member's own
+ * float32 router logits, so a member may route a near-tie differently, as a float32 engine
+ * would) except rotating-cache schedules (ref_sr_supported says LM_E_UNSUPPORTED; callers fall
+ * back to another envelope). */
 #ifndef REF_SR_H
 #define REF_SR_H
 
