@@ -106,6 +106,7 @@ typedef struct srf {
     float *ye;       /* [n][n_embd] one expert's output for every token */
     float *yk;       /* [n][k][n_embd] output of each selected expert */
     uint32_t *sel;   /* [n][k] selected experts, rank order */
+    ref_sr_out *out; /* the member's output: routing recorded there (moe_sel, moe_margin) */
     float *xt;       /* [max_in][npad] transposed input of a matrix product */
     double *wd;      /* [4][max_in] the weight rows of a matrix product as doubles */
     uint64_t npad;   /* n rounded up to LANES */
@@ -601,6 +602,24 @@ static void route(srf *f, uint64_t t)
             w[r] = (float)sr24((double)w[r] / acc, coin(key, c++));
 }
 
+/* Router margin of token t: its k-th selected logit minus the largest unselected one (NaN
+ * logits skipped), +inf when every expert is selected or none is left. */
+static float margin(const srf *f, uint64_t t)
+{
+    const uint32_t ne = f->hp->n_expert, k = f->hp->n_expert_used;
+    const float *l = f->router + t * ne;
+    const uint32_t *sel = f->sel + t * k;
+    int64_t best = -1;
+    for (uint32_t x = 0; x < ne && k < ne; ++x) {
+        bool taken = false;
+        for (uint32_t q = 0; q < k; ++q)
+            taken = taken || sel[q] == x;
+        if (!taken && !isnan(l[x]) && (best < 0 || l[x] > l[best]))
+            best = x;
+    }
+    return best < 0 ? INFINITY : (float)((double)l[sel[k - 1]] - (double)l[best]);
+}
+
 /* MoE FFN of the current layer on f->h (the reference's moe_ffn): router logits, routing,
  * every expert some token selected computed for every token, each token keeping its selected
  * experts' outputs, then x += sum over ranks r of w_r y_r (each multiply-add one SR rounding,
@@ -613,6 +632,9 @@ static void moe_ffn(srf *f, const lm_layer *L)
            vsite(f, V_ROUTER));
     for (uint64_t t = 0; t < n; ++t)
         route(f, t);
+    memcpy(f->out->moe_sel + (uint64_t)f->layer * n * k, f->sel, n * k * sizeof *f->sel);
+    for (uint64_t t = 0; t < n; ++t)
+        f->out->moe_margin[(uint64_t)f->layer * n + t] = margin(f, t);
     f->ff_cur = (uint32_t)fe;
     for (uint32_t x = 0; x < hp->n_expert; ++x) {
         bool used = false;
@@ -654,6 +676,8 @@ void ref_sr_out_free(ref_sr_out *o)
     free(o->k);
     free(o->v);
     free(o->logits);
+    free(o->moe_sel);
+    free(o->moe_margin);
     memset(o, 0, sizeof *o);
 }
 
@@ -723,7 +747,13 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
         f.ye = malloc(n * e * sizeof(float));
         f.yk = malloc(n * k * e * sizeof(float));
         f.sel = malloc(n * k * sizeof *f.sel);
+        out->moe_k = (uint32_t)k;
+        out->moe_sel = calloc(hp->n_layer * n * k, sizeof *out->moe_sel);
+        out->moe_margin = malloc(hp->n_layer * n * sizeof *out->moe_margin);
+        for (uint64_t i = 0; out->moe_margin && i < hp->n_layer * n; ++i)
+            out->moe_margin[i] = INFINITY;
     }
+    f.out = out;
     f.cs = malloc(n * (hp->n_rot ? hp->n_rot : 1) * sizeof(float));
     f.sc = malloc(n * sizeof(float));
     f.tmp = malloc((uint64_t)out->n_pos * e * sizeof(float));
@@ -740,7 +770,8 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
     if (!out->pos || !out->k || !out->v || !out->logits || !f.x || !f.h || !f.q || !f.k || !f.v ||
         !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt || !f.wd ||
         (own_swa && !f.cs_swa) || (sandwich && !f.y) ||
-        (hp->n_expert > 0 && (!f.router || !f.gw || !f.ye || !f.yk || !f.sel))) {
+        (hp->n_expert > 0 &&
+         (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !out->moe_sel || !out->moe_margin))) {
         srf_free(&f);
         ref_sr_out_free(out);
         return LM_FAIL(err, LM_E_NOMEM, "SR reference: out of memory");

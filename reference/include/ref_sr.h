@@ -40,6 +40,12 @@ typedef struct ref_sr_out {
     float *k;       /* [n_layer][n_prompt][kv_dim] after RoPE */
     float *v;       /* [n_layer][n_prompt][kv_dim] */
     float *logits;  /* [n_pos][n_vocab] */
+    /* MoE models (else NULL, 0): every layer's routing of every token, the reference's rules on
+     * this member's float32 router logits; dense layers: ids 0, margin +inf */
+    uint32_t moe_k;
+    uint32_t *moe_sel;  /* [n_layer][n_tokens][moe_k] expert ids, rank order */
+    float *moe_margin;  /* [n_layer][n_tokens] k-th selected minus the largest unselected router
+                           logit (in double, then float); +inf when moe_k = n_expert */
 } ref_sr_out;
 
 void ref_sr_out_free(ref_sr_out *o);
