@@ -330,8 +330,6 @@ int main(int argc, char **argv)
     lm_model *m;
     if (lm_model_load(&m, path, &err))
         bu_die(PROG, path, &err);
-    unlink(path);
-    rmdir(dir);
     int32_t tok[LONG_PROMPT];
     for (int i = 0; i < LONG_PROMPT; ++i)
         tok[i] = (int32_t)((1 + 7919u * (unsigned)i) % m->hp.n_vocab);
@@ -343,6 +341,8 @@ int main(int argc, char **argv)
     envelope_cost(m, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
     rows[nrows++] = measure("smollm2 long", m, tok, LONG_PROMPT, LONG_PROMPT, threads, 1);
     lm_model_free(m);
+    unlink(path); /* kept until here: the reference reads the file itself */
+    rmdir(dir);
 
     char when[32];
     bu_when(when);
