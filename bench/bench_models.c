@@ -53,10 +53,10 @@ static void measure(const char *name, const char *path, const char *outdir)
     lm_model *m = NULL;
     long hwm = 0;
     for (int i = 0; i < LOADS; ++i) {
-        double t0 = bu_now_s();
+        double t0 = lm_now_s();
         if (lm_model_load(&m, path, &err) != LM_OK)
             bu_die(prog, path, &err);
-        t[i] = bu_now_s() - t0;
+        t[i] = lm_now_s() - t0;
         if (i == 0)
             hwm = vm_hwm_kib();
         if (i + 1 < LOADS)
@@ -76,17 +76,17 @@ static void measure(const char *name, const char *path, const char *outdir)
     if (lm_ctx_create(&c, m, &p, &err) != LM_OK)
         bu_die(prog, "context", &err);
     float *lg = malloc(m->hp.n_vocab * sizeof *lg);
-    double t0 = bu_now_s();
+    double t0 = lm_now_s();
     if (lm_prefill(c, ids, (uint32_t)n_ids, 0, lg, &err) != LM_OK)
         bu_die(prog, "prefill", &err);
-    double prefill_s = bu_now_s() - t0;
-    t0 = bu_now_s();
+    double prefill_s = lm_now_s() - t0;
+    t0 = lm_now_s();
     for (int i = 0; i < 16; ++i) {
         int32_t tok = lm_argmax(lg, m->hp.n_vocab);
         if (lm_forward(c, &tok, 1, LM_LOGITS_LAST, lg, &err) != LM_OK)
             bu_die(prog, "decode", &err);
     }
-    double decode_s = bu_now_s() - t0;
+    double decode_s = lm_now_s() - t0;
     long hwm_all = vm_hwm_kib();
     printf("%-34s load %7.3f s  peak RSS after load %7.1f MiB (after 16 decode steps %7.1f MiB)"
            "  float32 weights %7.1f MiB  prefill %zu tok %6.1f tok/s  decode %6.1f tok/s\n",

@@ -18,11 +18,21 @@
  *    up, down), the causal attention products (q.k and p.v: 2 n_head head_dim (t+1) per token
  *    t and layer), and the output projection for the logit positions; RMSNorm, RoPE, softmax
  *    and SiLU (exp, rec_sqrt, sin/cos) are not multiply-adds and count against the ratio.
+ * 3. In the same run, the elementwise and attention units against their MPFR counterparts:
+ *    ref_exp / ref_tanh against mpfr_exp / mpfr_tanh (ns per call, 127 bits, CPU time of this
+ *    thread), and ref_dx_dot_vv against ref_dot on 64-element MPFR vectors (attention's q.k at
+ *    head_dim 64: ns per multiply-add, each vector split once as the pass does).
+ * 4. The real models when $KVDRIFT_CACHE/models holds them (`make models`), wall and CPU
+ *    seconds (bu_cpu_s) of one pass each: SmolLM2-135M-Instruct Q4_1 with a
+ *    30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2 idle cores), Gemma-3-270M
+ *    Q4_K_M with the first 600 tokens of tests/data/gemma3/long_prompt.txt (goal <= 60 s).
  * Each result is checked before it is timed (stories260K: argmax 432 after "Once upon a time";
  * smollm2: every logit finite). Prints a table, appends TSV to OUTDIR/ref.tsv; never fails on
  * speed. */
 #include "kvd_ref.h"
+#include "fs.h"
 #include "ref_dotx.h"
+#include "ref_exp.h"
 #include "ref_sr.h"
 #include "runner.h"
 #include "synth.h"
@@ -33,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PROG "bench_ref"
@@ -138,6 +149,160 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
     free(w);
     ref_scratch_clear(&s);
     return bu_median(t, REPS);
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU ns per call of f (ref_exp, ref_tanh) or g (mpfr_exp, mpfr_tanh) at 127 bits over 4096
+ * arguments in (-12, 12) of full significands, median of 5 after a warm-up. */
+static double ns_per_elem_fn(void (*f)(mpfr_ptr, mpfr_srcptr),
+                             int (*g)(mpfr_ptr, mpfr_srcptr, mpfr_rnd_t))
+{
+    enum { N = 4096, REPS = 5 };
+    mpfr_t *x = ref_vec_new(N, 127), r;
+    mpfr_init2(r, 127);
+    uint64_t z = 0x2545f4914f6cdd1du;
+    for (int i = 0; i < N; ++i) {
+        z = z * 6364136223846793005u + 1442695040888963407u;
+        mpfr_set_si(x[i], (long)(z >> 40) - (1l << 23), MPFR_RNDN);
+        mpfr_div_ui(x[i], x[i], 3u << 20, MPFR_RNDN); /* |x| < 8/3 ... full significand */
+        mpfr_mul_ui(x[i], x[i], 1 + (unsigned)(z % 4), MPFR_RNDN);
+    }
+    double t[REPS], check = 0;
+    for (int rep = -1; rep < REPS; ++rep) {
+        double t0 = thread_cpu_s();
+        for (int i = 0; i < N; ++i) {
+            if (f)
+                f(r, x[i]);
+            else
+                g(r, x[i], MPFR_RNDN);
+            check += mpfr_get_d(r, MPFR_RNDN);
+        }
+        if (rep >= 0)
+            t[rep] = (thread_cpu_s() - t0) * 1e9 / N;
+    }
+    if (!isfinite(check)) {
+        fprintf(stderr, "bench_ref: elementwise check failed\n");
+        exit(2);
+    }
+    mpfr_clear(r);
+    ref_vec_free(x, N);
+    return bu_median(t, REPS);
+}
+
+/* CPU ns per multiply-add of 64-element MPFR . MPFR dot products (16 x 64 pairs): exact split
+ * (ref_dx_dot_vv, every vector split once per timing) or ref_dot; median of 5. */
+static double ns_per_mac_vv(bool exact)
+{
+    enum { N = 64, T = 16, R = 64, REPS = 5 };
+    lm_err err = {0};
+    mpfr_t *x = ref_vec_new((uint64_t)N * (T + R), 127), r;
+    mpfr_init2(r, 127);
+    uint64_t z = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < N * (T + R); ++i) {
+        z = z * 6364136223846793005u + 1442695040888963407u;
+        mpfr_set_si(x[i], (long)(z >> 44) - (1 << 19), MPFR_RNDN);
+        mpfr_div_ui(x[i], x[i], 3u << 19, MPFR_RNDN);
+    }
+    ref_scratch s;
+    ref_dx_scratch dxs;
+    ref_dx_vec v[T + R];
+    memset(v, 0, sizeof v);
+    if (ref_scratch_init(&s, 127, N, &err) || ref_dx_scratch_init(&dxs, 127, N, &err))
+        bu_die(PROG, "scratch", &err);
+    double t[REPS], check = 0;
+    for (int rep = -1; rep < REPS; ++rep) {
+        double t0 = thread_cpu_s();
+        for (int k = 0; exact && k < T + R; ++k)
+            if (ref_dx_vec_set(&v[k], x + k * N, N, dxs.k_cap, &err))
+                bu_die(PROG, "split", &err);
+        for (int a = 0; a < T; ++a)
+            for (int b = 0; b < R; ++b) {
+                if (exact)
+                    ref_dx_dot_vv(r, &v[a], &v[T + b], &dxs);
+                else
+                    ref_dot(r, x + a * N, x + (T + b) * N, N, &s);
+                check += mpfr_get_d(r, MPFR_RNDN);
+            }
+        if (rep >= 0)
+            t[rep] = (thread_cpu_s() - t0) * 1e9 / ((double)N * T * R);
+    }
+    if (!isfinite(check)) {
+        fprintf(stderr, "bench_ref: vv check failed\n");
+        exit(2);
+    }
+    for (int k = 0; k < T + R; ++k)
+        ref_dx_vec_free(&v[k]);
+    ref_dx_scratch_clear(&dxs);
+    ref_scratch_clear(&s);
+    mpfr_clear(r);
+    ref_vec_free(x, (uint64_t)N * (T + R));
+    return bu_median(t, REPS);
+}
+
+/* One pass of a real model from $KVDRIFT_CACHE/models (absent: a SKIP line, false): wall and
+ * CPU seconds (this process's user + sys) into *wall, *cpu. */
+static bool real_pass(const char *file, const char *label, const int32_t *fixed, uint32_t n,
+                      uint32_t n_prompt, const char *text_file, int threads, double *wall,
+                      double *cpu, FILE *out)
+{
+    char dir[1024], path[1200];
+    lm_err err = {0};
+    if (lm_cache_dir(dir, sizeof dir, NULL, &err) != LM_OK)
+        bu_die(PROG, "cache folder", &err);
+    snprintf(path, sizeof path, "%s/models/%s", dir, file);
+    if (access(path, R_OK) != 0) {
+        printf("SKIP %s: %s not found (make models)\n", label, path);
+        return false;
+    }
+    lm_model *m;
+    if (lm_model_load(&m, path, &err))
+        bu_die(PROG, path, &err);
+    int32_t *ids = NULL;
+    size_t nt = 0;
+    if (text_file != NULL) { /* the first n tokens of a text file, BOS added */
+        FILE *fp = fopen(text_file, "rb");
+        static char buf[1 << 16];
+        size_t len = fp ? fread(buf, 1, sizeof buf, fp) : 0;
+        if (fp)
+            fclose(fp);
+        if (len == 0 || lm_tokenize(m->vocab, buf, len, true, &ids, &nt, &err) || nt < n) {
+            printf("SKIP %s: %s gives fewer than %u tokens\n", label, text_file, n);
+            free(ids);
+            lm_model_free(m);
+            return false;
+        }
+        fixed = ids;
+    }
+    double w0 = lm_now_s(), c0 = bu_cpu_s();
+    ref_request rq = {.tokens = fixed, .n_tokens = n, .n_prompt = n_prompt, .n_threads = threads};
+    ref_capture c;
+    if (ref_compute(&c, m, &rq, &err))
+        bu_die(PROG, label, &err);
+    *wall = lm_now_s() - w0;
+    *cpu = bu_cpu_s() - c0;
+    for (uint64_t i = 0; i < (uint64_t)c.n_pos * c.n_vocab; ++i)
+        if (!isfinite(c.logits[i])) {
+            fprintf(stderr, "bench_ref: %s: non-finite logit\n", label);
+            exit(2);
+        }
+    ref_capture_free(&c);
+    double la[3] = {0};
+    getloadavg(la, 3);
+    char when[32];
+    bu_when(when);
+    printf("%-28s %5u tokens %2d threads: %8.2f s wall %8.2f s CPU (load average %.2f)\n", label,
+           n, threads, *wall, *cpu, la[0]);
+    fprintf(out, "%s\t%s\t%d\t%u\t%u\t%.0f\t%.4f\t0\t0\t0\t0\t0\n", when, label, threads,
+            REF_DEFAULT_PREC, n, ref_macs(m, &rq), *wall);
+    free(ids);
+    lm_model_free(m);
+    return true;
 }
 
 static double mac_count(const lm_hparams *hp, uint64_t n, uint64_t n_pos)
@@ -275,6 +440,25 @@ int main(int argc, char **argv)
            "over ref_dot at 254 bits: %.1fx\n"
            "default precision %u bits\n", c127, c128, dot127, dot128, dot254, ref_dx_kernel(),
            x127, x254, hot127, c127 / x127, dot254 / x254, REF_DEFAULT_PREC);
+    const double e_ref = ns_per_elem_fn(ref_exp, NULL), e_mpfr = ns_per_elem_fn(NULL, mpfr_exp),
+                 th_ref = ns_per_elem_fn(ref_tanh, NULL),
+                 th_mpfr = ns_per_elem_fn(NULL, mpfr_tanh);
+    const double vv_x = ns_per_mac_vv(true), vv_m = ns_per_mac_vv(false);
+    printf("elementwise, CPU ns per call at 127 bits: exp %.0f (mpfr_exp %.0f, %.1fx), tanh %.0f "
+           "(mpfr_tanh %.0f, %.1fx)\n"
+           "attention q.k, 64 elements, CPU ns per multiply-add: ref_dx_dot_vv %.2f, ref_dot "
+           "%.1f (%.1fx)\n", e_ref, e_mpfr, e_mpfr / e_ref, th_ref, th_mpfr, th_mpfr / th_ref,
+           vv_x, vv_m, vv_m / vv_x);
+    {
+        char w0[32];
+        bu_when(w0);
+        fprintf(out, "%s\texp-vs-mpfr_exp\t1\t127\t0\t0\t0\t%.1f\t0\t%.3f\t%.1f\t0\n", w0,
+                e_ref, e_mpfr / e_ref, e_mpfr);
+        fprintf(out, "%s\ttanh-vs-mpfr_tanh\t1\t127\t0\t0\t0\t%.1f\t0\t%.3f\t%.1f\t0\n", w0,
+                th_ref, th_mpfr / th_ref, th_mpfr);
+        fprintf(out, "%s\tdot_vv-vs-ref_dot\t1\t127\t64\t0\t0\t%.2f\t0\t%.3f\t%.1f\t0\n", w0,
+                vv_x, vv_m / vv_x, vv_m);
+    }
     fflush(stdout);
 
     row rows[3];
@@ -343,6 +527,16 @@ int main(int argc, char **argv)
     lm_model_free(m);
     unlink(path); /* kept until here: the reference reads the file itself */
     rmdir(dir);
+
+    /* the real models of the goals */
+    double wall, cpu;
+    int32_t chat[46];
+    for (int i = 0; i < 46; ++i) /* 30 prompt + 16 forced ids, fixed */
+        chat[i] = (int32_t)(1 + (7919u * (unsigned)i) % 49151u);
+    real_pass("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-q4_1 30+16", chat, 46, 30, NULL,
+              threads, &wall, &cpu, out);
+    real_pass("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m 600-token prompt", NULL, 600, 600,
+              "tests/data/gemma3/long_prompt.txt", threads, &wall, &cpu, out);
 
     char when[32];
     bu_when(when);

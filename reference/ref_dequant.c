@@ -36,6 +36,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 static float float_of(double x)
@@ -64,9 +65,8 @@ static double pow2i(int e)
 }
 
 /* f16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits. */
-static double half_at(const uint8_t *b, unsigned i)
+static double half_value(unsigned h)
 {
-    unsigned h = u16le(b, i);
     unsigned ex = (h >> 10) & 31u, man = h & 1023u;
     double s = (h & 0x8000u) ? -1.0 : 1.0;
     if (ex == 31)
@@ -74,6 +74,21 @@ static double half_at(const uint8_t *b, unsigned i)
     if (ex == 0)
         return s * ((double)man * pow2i(-24));
     return s * ((double)(man + 1024u) * pow2i((int)ex - 25));
+}
+
+/* Every f16 value decoded once by half_value (the blocks of a file repeat few scales). */
+static double half_tab[65536];
+static pthread_once_t half_once = PTHREAD_ONCE_INIT;
+
+static void half_tab_init(void)
+{
+    for (unsigned h = 0; h < 65536; ++h)
+        half_tab[h] = half_value(h);
+}
+
+static double half_at(const uint8_t *b, unsigned i)
+{
+    return half_tab[u16le(b, i)];
 }
 
 /* bf16: 1 sign bit, 8 exponent bits (bias 127), 7 mantissa bits. */
@@ -276,6 +291,7 @@ int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, ui
     if (n_elem % qt->elems != 0 || n_elem / qt->elems * qt->bytes != nbytes)
         return LM_FAIL(err, LM_E_INPUT, "reference: %" PRIu64 " %s elements do not fill %" PRIu64
                        " bytes", n_elem, qt->name, nbytes);
+    pthread_once(&half_once, half_tab_init);
     const uint8_t *p = data;
     for (uint64_t i = 0; i < n_elem; ++i)
         out[i] = qt->elem(p + i / qt->elems * qt->bytes, (unsigned)(i % qt->elems));

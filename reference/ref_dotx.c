@@ -32,22 +32,23 @@ static uint64_t pad16(uint64_t n)
 }
 
 /* --- kernels: for each of R rows r, A[r][k + j] += sum_i d[k][i] * p[r][j][i] over i < np,
- * in blocks of REF_DX_BLOCK elements. Every product is an integer below 2^40 and every partial
+ * in blocks of REF_DX_BLOCK elements (d's planes np doubles apart, p's ps >= np apart). Every product is an integer below 2^40 and every partial
  * sum of one block and one bucket an integer below 2^50 (ref_dotx.h), so all kernels compute
  * the same exact integers. R rows share each load of the vector's digits. --- */
 
 typedef void (*dx_kernel)(int64_t *const *A, const double *d, uint32_t K,
-                          const double *const *p, uint32_t J, uint32_t R, uint64_t np);
+                          const double *const *p, uint32_t J, uint32_t R, uint64_t np,
+                          uint64_t ps);
 
 static void kern_scalar(int64_t *const *A, const double *d, uint32_t K, const double *const *p,
-                        uint32_t J, uint32_t R, uint64_t np)
+                        uint32_t J, uint32_t R, uint64_t np, uint64_t ps)
 {
     for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
         for (uint32_t r = 0; r < R; ++r)
             for (uint32_t k = 0; k < K; ++k)
                 for (uint32_t j = 0; j < J; ++j) {
-                    const double *x = d + k * np, *w = p[r] + j * np;
+                    const double *x = d + k * np, *w = p[r] + j * ps;
                     double acc = 0.0;
                     for (uint64_t i = i0; i < i1; ++i)
                         acc += x[i] * w[i];
@@ -79,7 +80,8 @@ __attribute__((target("avx2,fma"), always_inline)) static inline double hsum4(__
  * min(KB, J) <= 4 per element: block sums below 256 * 4 * 2^40 = 2^50, exact). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p, uint64_t np,
-            uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R, const uint32_t KB)
+            uint64_t ps, uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R,
+            const uint32_t KB)
 {
     __m256d a[4][REF_DX_JMAX + 3];
     DX_UNROLL
@@ -96,7 +98,7 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
         for (uint32_t r = 0; r < R; ++r)
             DX_UNROLL
             for (uint32_t j = 0; j < J; ++j) {
-                const __m256d wv = _mm256_loadu_pd(p[r] + j * np + i);
+                const __m256d wv = _mm256_loadu_pd(p[r] + j * ps + i);
                 DX_UNROLL
                 for (uint32_t kb = 0; kb < KB; ++kb)
                     a[r][j + kb] = _mm256_fmadd_pd(xv[kb], wv, a[r][j + kb]);
@@ -119,23 +121,30 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
         default: FN(__VA_ARGS__, 4); break;                                                       \
         }                                                                                         \
     } while (0)
-#define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, np, i0, i1, JJ, 4, KB)
-#define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, np, i0, i1, JJ, 1, KB)
+#define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, np, ps, i0, i1, JJ, 4, KB)
+#define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, np, ps, i0, i1, JJ, 1, KB)
 
 __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, const double *d,
                                                           uint32_t K, const double *const *p,
-                                                          uint32_t J, uint32_t R, uint64_t np)
+                                                          uint32_t J, uint32_t R, uint64_t np,
+                                                          uint64_t ps)
 {
     for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
         for (uint32_t k = 0; k < K;) {
-            /* two planes at once where the accumulators fit 16 registers (4 rows, J <= 2) */
-            const uint32_t kb = (R == 4 && J <= 2 && K - k >= 2) ? 2 : 1;
+            /* several planes at once where the accumulators fit 16 registers: two for 4 rows
+             * and J <= 2, four for one row (J + 3 accumulators, 4 digit vectors) */
+            const uint32_t kb = (R == 4 && J <= 2 && K - k >= 2) ? 2
+                                : (R == 1 && K - k >= 4)          ? 4
+                                                                  : 1;
             if (R == 4 && kb == 2)
                 DX_BY_J(AVX2_R4, J, 2);
             else if (R == 4)
                 DX_BY_J(AVX2_R4, J, 1);
-            else
+            else if (kb == 4) {
+                const uint32_t r = 0;
+                DX_BY_J(AVX2_R1, J, 4);
+            } else
                 for (uint32_t r = 0; r < R; ++r)
                     DX_BY_J(AVX2_R1, J, 1);
             k += kb;
@@ -145,8 +154,8 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p,
-              uint64_t np, uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R,
-              const uint32_t KB)
+              uint64_t np, uint64_t ps, uint64_t i0, uint64_t i1, const uint32_t J,
+              const uint32_t R, const uint32_t KB)
 {
     __m512d a[4][REF_DX_JMAX + 3];
     DX_UNROLL
@@ -163,7 +172,7 @@ avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *cons
         for (uint32_t r = 0; r < R; ++r)
             DX_UNROLL
             for (uint32_t j = 0; j < J; ++j) {
-                const __m512d wv = _mm512_loadu_pd(p[r] + j * np + i);
+                const __m512d wv = _mm512_loadu_pd(p[r] + j * ps + i);
                 DX_UNROLL
                 for (uint32_t kb = 0; kb < KB; ++kb)
                     a[r][j + kb] = _mm512_fmadd_pd(xv[kb], wv, a[r][j + kb]);
@@ -176,12 +185,13 @@ avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *cons
             A[r][k + b] += (int64_t)_mm512_reduce_add_pd(a[r][b]);
 }
 
-#define AVX512_R4(KB, JJ) avx512_planes(A, k, d, p, np, i0, i1, JJ, 4, KB)
-#define AVX512_R1(KB, JJ) avx512_planes(A + r, k, d, p + r, np, i0, i1, JJ, 1, KB)
+#define AVX512_R4(KB, JJ) avx512_planes(A, k, d, p, np, ps, i0, i1, JJ, 4, KB)
+#define AVX512_R1(KB, JJ) avx512_planes(A + r, k, d, p + r, np, ps, i0, i1, JJ, 1, KB)
 
 __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, const double *d,
                                                            uint32_t K, const double *const *p,
-                                                           uint32_t J, uint32_t R, uint64_t np)
+                                                           uint32_t J, uint32_t R, uint64_t np,
+                                                           uint64_t ps)
 {
     for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
@@ -198,7 +208,11 @@ __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, co
                 DX_BY_J(AVX512_R4, J, 2);
             else if (R == 4)
                 DX_BY_J(AVX512_R4, J, 1);
-            else
+            else if (R == 1 && K - k >= 4) {
+                const uint32_t r = 0;
+                DX_BY_J(AVX512_R1, J, 4);
+                kb = 4;
+            } else
                 for (uint32_t r = 0; r < R; ++r)
                     DX_BY_J(AVX512_R1, J, 1);
             k += kb;
@@ -254,15 +268,17 @@ int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_
     s->prec = prec;
     s->n_cap = n_cap;
     s->k_cap = ref_dx_k_cap(prec);
-    uint32_t nb = s->k_cap + REF_DX_JMAX;
-    /* T < 2^(20 nb + 64): the digits and the final carry */
-    s->n_limbs = (REF_DX_BITS * nb + 64) / 64 + 2;
+    uint32_t nb = s->k_cap + REF_DX_JMAX, nb_vv = 2 * s->k_cap;
+    /* T < 2^(20 nb + 64): the digits and the final carry (nb_vv > nb: two vectors) */
+    s->n_limbs = (REF_DX_BITS * nb_vv + 64) / 64 + 2;
     s->bucket = calloc((size_t)REF_DX_ROWS * nb, sizeof *s->bucket);
+    s->bucket_vv = calloc(nb_vv, sizeof *s->bucket_vv);
     s->limbs = calloc(s->n_limbs, sizeof *s->limbs);
     s->prod = malloc((n_cap ? n_cap : 1) * sizeof *s->prod);
     s->terms = malloc((n_cap + 1) * sizeof *s->terms);
-    if (!s->bucket || !s->limbs || !s->prod || !s->terms) {
+    if (!s->bucket || !s->bucket_vv || !s->limbs || !s->prod || !s->terms) {
         free(s->bucket);
+        free(s->bucket_vv);
         free(s->limbs);
         free(s->prod);
         free(s->terms);
@@ -283,6 +299,7 @@ void ref_dx_scratch_clear(ref_dx_scratch *s)
         mpfr_clear(s->prod[i]);
     mpfr_clear(s->t);
     free(s->bucket);
+    free(s->bucket_vv);
     free(s->limbs);
     free(s->prod);
     free(s->terms);
@@ -349,20 +366,28 @@ static uint32_t field20(const mp_limb_t *m, size_t nl, long lo)
 
 int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err *err)
 {
+    return ref_dx_vec_set_stride(v, x, n, 1, k_cap, err);
+}
+
+int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride,
+                          uint32_t k_cap, lm_err *err)
+{
     if (n > REF_DX_MAX_N)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "reference: dot products longer than %u elements "
                        "are not supported", (unsigned)REF_DX_MAX_N);
     v->n = n;
     v->n_pad = pad16(n);
-    v->src = x;
+    v->src = src;
+    v->stride = stride;
     v->n_exc = 0;
     v->k = 0;
+#define x(i) src[(i) * stride]
     long top = 0, low = 0;
     bool any = false;
     for (uint64_t i = 0; i < n; ++i) {
-        if (!mpfr_regular_p(x[i]))
+        if (!mpfr_regular_p(x(i)))
             continue;
-        long e = (long)mpfr_get_exp(x[i]), lo = low_exp(x[i]);
+        long e = (long)mpfr_get_exp(x(i)), lo = low_exp(x(i));
         if (!any || e > top)
             top = e;
         if (!any || lo < low)
@@ -382,22 +407,23 @@ int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err 
     memset(v->d, 0, k * v->n_pad * sizeof *v->d);
     const long bottom = top - (long)(REF_DX_BITS * k);
     for (uint64_t i = 0; i < n; ++i) {
-        if (mpfr_zero_p(x[i]))
+        if (mpfr_zero_p(x(i)))
             continue;
-        if (!mpfr_regular_p(x[i]) || low_exp(x[i]) < bottom) {
+        if (!mpfr_regular_p(x(i)) || low_exp(x(i)) < bottom) {
             v->exc[v->n_exc++] = (uint32_t)i; /* NaN, Inf, or bits below the grid */
             continue;
         }
-        const mp_limb_t *m = limbs_of(x[i]);
-        size_t nl = n_limbs_of(x[i]);
+        const mp_limb_t *m = limbs_of(x(i));
+        size_t nl = n_limbs_of(x(i));
         /* digit kk holds the bits of exponents [top - 20(kk+1), top - 20 kk): in m those are
          * the bits from lo = 64 nl - e + top - 20(kk+1) */
-        long base = (long)(64 * nl) - (long)mpfr_get_exp(x[i]) + top;
-        double sg = mpfr_signbit(x[i]) ? -1.0 : 1.0;
+        long base = (long)(64 * nl) - (long)mpfr_get_exp(x(i)) + top;
+        double sg = mpfr_signbit(x(i)) ? -1.0 : 1.0;
         for (uint64_t kk = 0; kk < k; ++kk)
             v->d[kk * v->n_pad + i] =
                 sg * (double)field20(m, nl, base - (long)(REF_DX_BITS * (kk + 1)));
     }
+#undef x
     return LM_OK;
 }
 
@@ -599,50 +625,83 @@ static int carry_out(ref_dx_scratch *s, int64_t *A, uint32_t nb, size_t *nl)
     return n == 0 ? 0 : sign;
 }
 
-/* Row w's result from its buckets A[0 .. K+J-1) (J: the planes the kernel ran, >= w->j). */
-static void finish(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, uint32_t J, int64_t *A,
-                   ref_dx_scratch *s)
+/* The exact product of element i of two operands (exact: out's precision is grown to the
+ * sum of theirs), or NaN/Inf. */
+typedef void (*exc_prod)(mpfr_ptr out, uint32_t i, const void *a, const void *b);
+
+static void prod_vec_row(mpfr_ptr p, uint32_t i, const void *a, const void *b)
+{
+    const ref_dx_vec *x = a;
+    const ref_dx_row *w = b;
+    mpfr_srcptr xi = x->src[i * x->stride];
+    if (mpfr_get_prec(p) < mpfr_get_prec(xi) + 24)
+        mpfr_set_prec(p, mpfr_get_prec(xi) + 24);
+    mpfr_mul_d(p, xi, (double)w->src[i], MPFR_RNDN);
+}
+
+static void prod_vec_vec(mpfr_ptr p, uint32_t i, const void *a, const void *b)
+{
+    const ref_dx_vec *x = a, *y = b;
+    mpfr_srcptr xi = x->src[i * x->stride], yi = y->src[i * y->stride];
+    if (mpfr_get_prec(p) < mpfr_get_prec(xi) + mpfr_get_prec(yi))
+        mpfr_set_prec(p, mpfr_get_prec(xi) + mpfr_get_prec(yi));
+    mpfr_mul(p, xi, yi, MPFR_RNDN);
+}
+
+/* out = T 2^base (T from the buckets A[0 .. nb), nb = 0: T = 0) plus the exact products of the
+ * elements i < n in either exception list (an element in both taken once), rounded once. */
+static void finish(mpfr_t out, ref_dx_scratch *s, int64_t *A, uint32_t nb, long base,
+                   const uint32_t *xe, uint32_t nxe, const uint32_t *ye, uint32_t nye,
+                   uint64_t n, exc_prod prod, const void *a, const void *b)
 {
     mpz_t z;
     int sign = 0;
     size_t nl = 0;
-    const uint32_t K = x->k;
-    long base = 0;
-    if (K > 0 && J > 0) {
-        sign = carry_out(s, A, K + J - 1, &nl);
-        base = x->top + w->top - (long)(REF_DX_BITS * (K + J));
-    }
+    if (nb > 0)
+        sign = carry_out(s, A, nb, &nl);
     mpz_roinit_n(z, s->limbs, sign < 0 ? -(mp_size_t)nl : (mp_size_t)nl);
-    if (x->n_exc == 0 && w->n_exc == 0) {
+    while (nxe > 0 && xe[nxe - 1] >= n)
+        --nxe;
+    while (nye > 0 && ye[nye - 1] >= n)
+        --nye;
+    if (nxe == 0 && nye == 0) {
         mpfr_set_z_2exp(out, z, (mpfr_exp_t)base, MPFR_RNDN); /* the one rounding; 0 -> +0 */
         return;
     }
     /* Elements off either grid: T exactly, plus their exact products, summed with one
-     * rounding. An element off both grids is taken once. */
+     * rounding. */
     uint64_t nt = 0;
     mpfr_set_z_2exp(s->t, z, (mpfr_exp_t)base, MPFR_RNDN); /* exact: 64 n_limbs bits */
     s->terms[nt++] = s->t;
-    uint32_t a = 0, b = 0;
-    while (a < x->n_exc || b < w->n_exc) {
+    uint32_t ia = 0, ib = 0;
+    while (ia < nxe || ib < nye) {
         uint32_t i;
-        if (b >= w->n_exc || (a < x->n_exc && x->exc[a] < w->exc[b]))
-            i = x->exc[a++];
-        else if (a >= x->n_exc || w->exc[b] < x->exc[a])
-            i = w->exc[b++];
+        if (ib >= nye || (ia < nxe && xe[ia] < ye[ib]))
+            i = xe[ia++];
+        else if (ia >= nxe || ye[ib] < xe[ia])
+            i = ye[ib++];
         else {
-            i = x->exc[a++];
-            ++b;
+            i = xe[ia++];
+            ++ib;
         }
-        mpfr_ptr p = s->prod[nt - 1];
-        mpfr_prec_t need = mpfr_get_prec(x->src[i]) + 24;
-        if (mpfr_get_prec(p) < need)
-            mpfr_set_prec(p, need);
-        mpfr_mul_d(p, x->src[i], (double)w->src[i], MPFR_RNDN); /* exact, or NaN/Inf */
-        s->terms[nt++] = p;
+        prod(s->prod[nt - 1], i, a, b);
+        s->terms[nt] = s->prod[nt - 1];
+        ++nt;
     }
     mpfr_sum(out, s->terms, nt, MPFR_RNDN);
     if (mpfr_zero_p(out))
         mpfr_set_zero(out, 1);
+}
+
+/* Row w's result from its buckets A[0 .. K+J-1) (J: the planes the kernel ran, >= w->j). */
+static void finish_row(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, uint32_t J,
+                       int64_t *A, ref_dx_scratch *s)
+{
+    const uint32_t K = x->k;
+    const bool grid = K > 0 && J > 0;
+    finish(out, s, A, grid ? K + J - 1 : 0,
+           grid ? x->top + w->top - (long)(REF_DX_BITS * (K + J)) : 0, x->exc, x->n_exc, w->exc,
+           w->n_exc, x->n, prod_vec_row, x, w);
 }
 
 void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const *w, uint32_t R,
@@ -659,9 +718,35 @@ void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const
         memset(A[r], 0, nb * sizeof *A[r]);
     }
     if (x->k > 0 && J > 0)
-        pick_kernel()(A, x->d, x->k, p, J, R, x->n_pad);
+        pick_kernel()(A, x->d, x->k, p, J, R, x->n_pad, x->n_pad);
     for (uint32_t r = 0; r < R; ++r)
-        finish(out[r], x, w[r], J, A[r], s);
+        finish_row(out[r], x, w[r], J, A[r], s);
+}
+
+bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec)
+{
+    return n * ref_dx_k_cap(prec) <= REF_DX_VV_MAX;
+}
+
+void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s)
+{
+    const uint32_t K = x->k, L = y->k, nb = K + L > 0 ? K + L - 1 : 0;
+    int64_t *A = s->bucket_vv;
+    memset(A, 0, (nb + 1) * sizeof *A);
+    if (K > 0 && L > 0) {
+        const dx_kernel kern = pick_kernel();
+        /* y's planes four at a time (the kernels' row of at most REF_DX_JMAX planes): planes
+         * c .. c+3 of y feed buckets from c on */
+        for (uint32_t c = 0; c < L; c += REF_DX_JMAX) {
+            int64_t *Ac = A + c;
+            const double *pc = y->d + (uint64_t)c * y->n_pad;
+            kern(&Ac, x->d, K, &pc, L - c < REF_DX_JMAX ? L - c : REF_DX_JMAX, 1, x->n_pad,
+                 y->n_pad);
+        }
+    }
+    const bool grid = K > 0 && L > 0;
+    finish(out, s, A, grid ? nb : 0, grid ? x->top + y->top - (long)(REF_DX_BITS * (K + L)) : 0,
+           x->exc, x->n_exc, y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
 }
 
 void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s)

@@ -71,6 +71,13 @@ struct fwd {
     ref_dx_row *dxr;     /* [nt][REF_DX_ROWS] the weight rows a thread is on, split */
     mpfr_t *dxo;         /* [nt][REF_DX_ROWS] their dot products */
     ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
+    /* attention's dot products (ref_dx_dot_vv) unless dx_attn is false (mpfr_dot, or vectors
+     * too long for ref_dx_dot_vv): */
+    bool dx_attn;
+    ref_dx_vec *kx;      /* [n][n_head_kv] this layer's key of each position and head, split */
+    ref_dx_vec *vx;      /* [kv_dim] this layer's value columns over the n positions, split */
+    ref_dx_vec *qx, *px; /* [nt] a thread's query, and its probabilities by position, split */
+    mpfr_t **pf;         /* [nt][n] a thread's probabilities at their positions, 0 elsewhere */
     atomic_int dx_fail;  /* a split ran out of memory */
     const ref_request *rq; /* for the progress callback */
     const ref_group *grp;  /* the members sharing the pass, or NULL (this process alone) */
@@ -378,6 +385,73 @@ static uint64_t cand_pos(const fwd *f, uint64_t t, uint64_t a)
     return f->rot.start ? f->rot.vis[f->rot.start[t] + a] : a;
 }
 
+/* attn_item by exact dot products: scores RN(q . k_j) (then times the scale, rounded), and
+ * outputs o[d] = RN(sum_j p_j v_j[d]) over the positions t sees, each rounded once
+ * (ref_dx_dot_vv); the probabilities sit at their positions in a vector that is zero at the
+ * positions t does not see, so one split of it serves every column of v. */
+static void attn_item_dx(fwd *f, uint64_t t, uint64_t h, int tid)
+{
+    const lm_hparams *hp = f->hp;
+    const lm_layer *L = &f->m->layers[f->layer];
+    ref_scratch *s = &f->scr[tid];
+    ref_dx_scratch *dxs = &f->dxs[tid];
+    const uint64_t hd = hp->head_dim, nkv = hp->n_head_kv;
+    const uint64_t kvh = h / (hp->n_head / nkv);
+    mpfr_t *sc = f->scores[tid], *pf = f->pf[tid];
+    ref_dx_vec *qx = &f->qx[tid], *px = &f->px[tid];
+    lm_err e = {0};
+    if (ref_dx_vec_set(qx, f->q + t * f->q_dim + h * hd, hd, dxs->k_cap, &e) != LM_OK) {
+        atomic_store(&f->dx_fail, 1);
+        return;
+    }
+    const uint64_t nc = cand_count(f, t);
+    uint64_t m = 0, end = 0;
+    for (uint64_t a = 0; a < nc; ++a) {
+        const uint64_t j = cand_pos(f, t, a);
+        if (!ref_window_visible((uint32_t)t, (uint32_t)j, L->window))
+            continue;
+        ref_dx_dot_vv(sc[m], qx, &f->kx[j * nkv + kvh], dxs);
+        mpfr_mul(sc[m], sc[m], f->scale, MPFR_RNDN);
+        ++m;
+        end = j + 1 > end ? j + 1 : end;
+    }
+    ref_softmax_sink(sc, m, L->sinks ? &L->sinks[h] : NULL, s);
+    for (uint64_t j = 0; j < end; ++j)
+        mpfr_set_zero(pf[j], 1);
+    for (uint64_t a = 0, i = 0; a < nc; ++a) {
+        const uint64_t j = cand_pos(f, t, a);
+        if (ref_window_visible((uint32_t)t, (uint32_t)j, L->window))
+            mpfr_set(pf[j], sc[i++], MPFR_RNDN);
+    }
+    if (ref_dx_vec_set(px, pf, end, dxs->k_cap, &e) != LM_OK) {
+        atomic_store(&f->dx_fail, 1);
+        return;
+    }
+    mpfr_t *o = f->att + t * f->q_dim + h * hd;
+    for (uint64_t d = 0; d < hd; ++d)
+        ref_dx_dot_vv(o[d], px, &f->vx[kvh * hd + d], dxs);
+}
+
+/* Splits this layer's keys (item < n: position item, every kv head) and value columns (item
+ * n + c: column c of v over all positions) for attn_item_dx. */
+static void kv_split_item(fwd *f, void *p, uint64_t item, int tid)
+{
+    (void)p;
+    const uint64_t hd = f->hp->head_dim, nkv = f->hp->n_head_kv;
+    const uint32_t kc = f->dxs[tid].k_cap;
+    lm_err e = {0};
+    int st = LM_OK;
+    if (item < f->n)
+        for (uint64_t g = 0; g < nkv && st == LM_OK; ++g)
+            st = ref_dx_vec_set(&f->kx[item * nkv + g], f->k + item * f->kv_dim + g * hd, hd,
+                                kc, &e);
+    else
+        st = ref_dx_vec_set_stride(&f->vx[item - f->n], f->v + (item - f->n), f->n, f->kv_dim,
+                                   kc, &e);
+    if (st != LM_OK)
+        atomic_store(&f->dx_fail, 1);
+}
+
 /* One (token t, head h) pair: attention over the positions t sees (causal, the layer's window,
  * the rotating schedule), visited in increasing position; the layer's sink logit, if any,
  * joins the softmax denominator. */
@@ -393,6 +467,10 @@ static void attn_item(fwd *f, void *p, uint64_t item, int tid)
     mpfr_t *q = f->q + t * f->q_dim + h * hd;
     mpfr_t *sc = f->scores[tid];
     const uint64_t nc = cand_count(f, t);
+    if (f->dx_attn) {
+        attn_item_dx(f, t, h, tid);
+        return;
+    }
     uint64_t m = 0;
     for (uint64_t a = 0; a < nc; ++a) {
         const uint64_t j = cand_pos(f, t, a);
@@ -425,7 +503,13 @@ static int attention(fwd *f, lm_err *err)
     const uint64_t n_items = (uint64_t)f->n * f->hp->n_head;
     uint64_t lo, hi;
     ref_group_range(f->grp, f->grp ? f->grp->rank : 0, n_items, &lo, &hi);
-    int st = par_for(f, hi - lo, attn_item, &lo, err);
+    int st = LM_OK;
+    if (f->dx_attn && hi > lo)
+        st = par_for(f, (uint64_t)f->n + f->kv_dim, kv_split_item, NULL, err);
+    if (st == LM_OK)
+        st = par_for(f, hi - lo, attn_item, &lo, err);
+    if (st == LM_OK && atomic_load(&f->dx_fail))
+        st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory in attention");
     if (f->grp != NULL) { /* the pairs read q and k after RoPE, and v */
         uint8_t dig[16] = {0};
         mpfr_t *const in[3] = {f->q, f->k, f->v};
@@ -698,6 +782,23 @@ static void fwd_free(fwd *f)
     }
     for (uint64_t t = 0; f->dxv && t < n; ++t)
         ref_dx_vec_free(&f->dxv[t]);
+    for (uint64_t i = 0; f->kx && i < n * hp->n_head_kv; ++i)
+        ref_dx_vec_free(&f->kx[i]);
+    for (uint64_t i = 0; f->vx && i < f->kv_dim; ++i)
+        ref_dx_vec_free(&f->vx[i]);
+    for (int t = 0; t < f->nt; ++t) {
+        if (f->qx)
+            ref_dx_vec_free(&f->qx[t]);
+        if (f->px)
+            ref_dx_vec_free(&f->px[t]);
+        if (f->pf)
+            ref_vec_free(f->pf[t], n);
+    }
+    free(f->kx);
+    free(f->vx);
+    free(f->qx);
+    free(f->px);
+    free(f->pf);
     free(f->dxs);
     free(f->dxr);
     free(f->dxv);
@@ -827,7 +928,19 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.dxr = calloc((size_t)f.nt * REF_DX_ROWS, sizeof *f.dxr);
     f.dxo = ref_vec_new((uint64_t)f.nt * REF_DX_ROWS, f.prec);
     f.dxv = calloc(n, sizeof *f.dxv);
-    if (!f.dxs || !f.dxr || !f.dxv || !f.dxo ||
+    f.dx_attn = !f.mpfr_dot && ref_dx_vv_fits(n, f.prec) && ref_dx_vv_fits(hp->head_dim, f.prec);
+    if (f.dx_attn) {
+        f.kx = calloc(n * hp->n_head_kv, sizeof *f.kx);
+        f.vx = calloc(f.kv_dim, sizeof *f.vx);
+        f.qx = calloc((size_t)f.nt, sizeof *f.qx);
+        f.px = calloc((size_t)f.nt, sizeof *f.px);
+        f.pf = calloc((size_t)f.nt, sizeof *f.pf);
+        for (int t = 0; f.pf && t < f.nt; ++t)
+            if ((f.pf[t] = ref_vec_new(n, f.prec)) == NULL)
+                f.dx_fail = 1;
+    }
+    if (!f.dxs || !f.dxr || !f.dxv || !f.dxo || atomic_load(&f.dx_fail) ||
+        (f.dx_attn && (!f.kx || !f.vx || !f.qx || !f.px || !f.pf)) ||
         !r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
         (own_swa && !f.cs_swa) || !f.y ||
         !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores ||

@@ -3,7 +3,8 @@
  * every input here), so |result - exact| <= 2^-P |exact| <= 2^-P sum |x_i w_i| holds with no
  * tolerance; adversarial inputs (cancellation, 800 binades of range, subnormal weights, zeros,
  * NaN/Inf), every kernel the CPU has, 1 and 4 rows at once, 127 and 254 bits, and the MPFR
- * multiply-add dot product (ref_dot) within its own bound (n+1) 2^-P sum |x_i w_i|. */
+ * multiply-add dot product (ref_dot) within its own bound (n+1) 2^-P sum |x_i w_i|; and the
+ * product of two MPFR vectors (ref_dx_dot_vv) against the same kind of oracle. */
 #include "kvd_ref.h"
 #include "ref_dotx.h"
 #include "test_util.h"
@@ -311,6 +312,95 @@ static void test_ref_dotx_row_split_kernels_agree(void)
     ref_dx_row_free(&b);
 }
 
+/* ref_dx_dot_vv: two MPFR vectors (y read with a stride, y longer than x), against the exact
+ * sum of x_i y_i (i < n) at ORACLE_PREC rounded once: equal, for every kernel, with spreads
+ * from 0 to 400 binades (beyond the grid: elements off it), cancellation, zeros, NaN and Inf. */
+static int check_vv(mpfr_prec_t prec, uint64_t n, uint64_t ny, int spread, int special,
+                    uint64_t *st)
+{
+    enum { STRIDE = 3 };
+    lm_err err = {0};
+    mpfr_t *x = ref_vec_new(n, prec), *y = ref_vec_new(ny * STRIDE, prec);
+    for (uint64_t i = 0; i < n + ny; ++i) {
+        mpfr_ptr v = i < n ? x[i] : y[(i - n) * STRIDE];
+        mpfr_set_ui(v, (unsigned long)(tu_rand_u64(st) >> 1), MPFR_RNDN);
+        mpfr_div_ui(v, v, 3 + (unsigned long)(tu_rand_u64(st) % 1000), MPFR_RNDN);
+        mpfr_mul_2si(v, v, -63 + (long)(spread * tu_rand_f32(st)), MPFR_RNDN);
+        if (tu_rand_u64(st) & 1)
+            mpfr_neg(v, v, MPFR_RNDN);
+        if (tu_rand_u64(st) % 9 == 0)
+            mpfr_set_zero(v, 1);
+    }
+    if (special == 1 && n >= 3) { /* cancellation: x0 y0 = -(x1 y1), x2 y2 tiny */
+        mpfr_set(x[1], x[0], MPFR_RNDN);
+        mpfr_neg(y[STRIDE], y[0], MPFR_RNDN);
+        mpfr_mul_2si(x[2], x[0], -300, MPFR_RNDN);
+    }
+    if (special == 2 && n >= 2) { /* NaN in x, or Inf in y */
+        if (tu_rand_u64(st) & 1)
+            mpfr_set_nan(x[n / 2]);
+        else
+            mpfr_set_inf(y[(n / 2) * STRIDE], 1);
+    }
+    mpfr_t acc, p, ex, out;
+    mpfr_inits2(ORACLE_PREC, acc, p, (mpfr_ptr)0);
+    mpfr_inits2(prec, ex, out, (mpfr_ptr)0);
+    mpfr_set_zero(acc, 1);
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_mul(p, x[i], y[i * STRIDE], MPFR_RNDN);
+        mpfr_add(acc, acc, p, MPFR_RNDN);
+    }
+    mpfr_set(ex, acc, MPFR_RNDN);
+    if (mpfr_zero_p(ex))
+        mpfr_set_zero(ex, 1);
+    ref_dx_scratch s;
+    ref_dx_vec vx, vy;
+    memset(&vx, 0, sizeof vx);
+    memset(&vy, 0, sizeof vy);
+    CU_ASSERT_FATAL(ref_dx_scratch_init(&s, prec, n, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_dx_vv_fits(ny, prec));
+    CU_ASSERT_FATAL(ref_dx_vec_set(&vx, x, n, s.k_cap, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_dx_vec_set_stride(&vy, y, ny, STRIDE, s.k_cap, &err) == LM_OK);
+    int bad = 0;
+    for (int kern = 0; kern <= 2; ++kern) {
+#ifdef LM_TEST_HOOKS
+        ref_dx_test_force_kernel = kern;
+#endif
+        ref_dx_dot_vv(out, &vx, &vy, &s);
+#ifdef LM_TEST_HOOKS
+        ref_dx_test_force_kernel = -1;
+#endif
+        bool same = mpfr_nan_p(ex) ? mpfr_nan_p(out)
+                                   : mpfr_equal_p(out, ex) && mpfr_signbit(out) == mpfr_signbit(ex);
+        bad += !same;
+    }
+    mpfr_clears(acc, p, ex, out, (mpfr_ptr)0);
+    ref_dx_vec_free(&vx);
+    ref_dx_vec_free(&vy);
+    ref_dx_scratch_clear(&s);
+    ref_vec_free(x, n);
+    ref_vec_free(y, ny * STRIDE);
+    return bad;
+}
+
+static void test_ref_dotx_vv(void)
+{
+    uint64_t st = 0x5eed0000000000a1u;
+    const uint64_t ns[] = {1, 3, 17, 64, 256, 700};
+    const int spreads[] = {0, 30, 120, 400};
+    int bad = 0;
+    for (int pi = 0; pi < 2; ++pi)
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; ++a)
+            for (size_t b = 0; b < sizeof spreads / sizeof spreads[0]; ++b)
+                for (int special = 0; special < 3; ++special)
+                    bad += check_vv(pi ? 254 : 127, ns[a], ns[a] + (special ? 5 : 0),
+                                    spreads[b], special, &st);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* the length limit: n k_cap <= REF_DX_VV_MAX */
+    CU_ASSERT(ref_dx_vv_fits(REF_DX_VV_MAX / ref_dx_k_cap(127), 127));
+    CU_ASSERT(!ref_dx_vv_fits(REF_DX_VV_MAX / ref_dx_k_cap(127) + 1, 127));
+}
+
 void test_ref_dotx_register(void)
 {
     CU_pSuite s = CU_add_suite("ref_dotx", NULL, NULL);
@@ -320,4 +410,5 @@ void test_ref_dotx_register(void)
     CU_add_test(s, "test_ref_dotx_special", test_ref_dotx_special);
     CU_add_test(s, "test_ref_dotx_vs_mpfr_dot", test_ref_dotx_vs_mpfr_dot);
     CU_add_test(s, "test_ref_dotx_row_split_kernels_agree", test_ref_dotx_row_split_kernels_agree);
+    CU_add_test(s, "test_ref_dotx_vv", test_ref_dotx_vv);
 }

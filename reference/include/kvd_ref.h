@@ -46,8 +46,9 @@
 #define REF_MAGIC "KVDREF01"
 #define REF_FORMAT_VERSION 1u
 /* Bumped whenever the computed numbers could change (it is part of the cache key).
- * 2: matrix products by the exact split dot product (ref_dotx.h), rounded once. */
-#define REF_VERSION 2u
+ * 2: matrix products by the exact split dot product (ref_dotx.h), rounded once.
+ * 3: attention's q.k and p.v products by the exact split dot product too (ref_dx_dot_vv). */
+#define REF_VERSION 3u
 /* 127 bits: MPFR's two-limb fast path (measured faster than 128 here; see bench_ref). */
 #define REF_DEFAULT_PREC 127u
 #define REF_MIN_PREC 53u

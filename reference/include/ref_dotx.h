@@ -32,6 +32,7 @@
 #include "kvd_common.h"
 
 #include <mpfr.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define REF_DX_BITS 20u  /* bits per digit */
@@ -49,7 +50,8 @@ typedef struct ref_dx_vec {
     uint64_t cap;        /* doubles allocated in d */
     uint32_t n_exc;      /* elements off the grid, increasing */
     uint32_t *exc;       /* [n] */
-    mpfr_t *src;         /* [n] the vector itself (read for the elements off the grid) */
+    mpfr_t *src;         /* element i at src[i * stride] (read for the elements off the grid) */
+    uint64_t stride;
 } ref_dx_vec;
 
 /* A float32 weight row split into digits. */
@@ -69,6 +71,7 @@ typedef struct ref_dx_scratch {
     uint64_t n_cap;      /* longest vector */
     uint32_t k_cap;      /* digits per activation at most (from the precision) */
     int64_t *bucket;     /* [REF_DX_ROWS][k_cap + REF_DX_JMAX] */
+    int64_t *bucket_vv;  /* [2 k_cap] (ref_dx_dot_vv) */
     mp_limb_t *limbs;    /* T's magnitude */
     size_t n_limbs;
     mpfr_t t;            /* T exactly */
@@ -87,6 +90,9 @@ void ref_dx_scratch_clear(ref_dx_scratch *s);
 /* Splits x[n] (every element at most prec bits, prec as given to the scratch) into v; v's
  * storage grows as needed (zero-initialize v before the first call). x is kept by pointer. */
 int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err *err);
+/* The same for the elements x[i * stride], i < n (a column of a row-major matrix). */
+int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint64_t stride,
+                          uint32_t k_cap, lm_err *err);
 void ref_dx_vec_free(ref_dx_vec *v);
 int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err);
 void ref_dx_row_free(ref_dx_row *r);
@@ -98,6 +104,20 @@ void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scr
  * of x's digits). */
 void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const *w, uint32_t R,
                      ref_dx_scratch *s);
+
+/* out = sum_{i < x->n} x_i y_i rounded once to out's precision (round to nearest), for two
+ * split MPFR vectors with x->n <= y->n (y's elements from x->n on are not part of the sum; their
+ * digits meet x's zero padding or nothing). Same bound as ref_dx_dot: the exact sum rounded
+ * once, |error| <= 2^-P |sum|. Both grids: K and L digits of 20 bits, every digit product below
+ * 2^40; y's planes enter the kernel four at a time, so a bucket of one block gets at most 4
+ * products per element per kernel call (block sums below 2^50, exact), and the int64 buckets
+ * sum the calls exactly: a bucket gets at most min(K, L) products below 2^40 per element, so
+ * |bucket| < n min(K, L) 2^40 <= 2^62 when n k_cap <= REF_DX_VV_MAX (the caller checks with
+ * ref_dx_vv_fits before it splits). */
+#define REF_DX_VV_MAX (1u << 22)
+void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s);
+/* ref_dx_dot_vv serves vectors of n elements at this precision. */
+bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec);
 
 /* Which kernel ref_dx_dot uses: "avx512", "avx2" or "scalar" (chosen once from the CPU). */
 const char *ref_dx_kernel(void);
