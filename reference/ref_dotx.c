@@ -308,7 +308,10 @@ void ref_dx_scratch_clear(ref_dx_scratch *s)
 
 /* --- splitting --- */
 
-static int grow(double **buf, uint64_t *cap, uint64_t need, uint32_t **exc, uint64_t n)
+/* Storage for need doubles in *buf (64-byte aligned) and n exception indices in *exc, each
+ * grown independently when too small (kept otherwise). */
+static int grow(double **buf, uint64_t *cap, uint64_t need, uint32_t **exc, uint64_t *exc_cap,
+                uint64_t n)
 {
     if (need > *cap) {
         double *nb = aligned_alloc(64, ((need * sizeof(double)) + 63) & ~(size_t)63);
@@ -317,14 +320,14 @@ static int grow(double **buf, uint64_t *cap, uint64_t need, uint32_t **exc, uint
         free(*buf);
         *buf = nb;
         *cap = need;
+    }
+    if (*exc == NULL || n > *exc_cap) {
+        uint32_t *ne = malloc((n ? n : 1) * sizeof *ne);
+        if (ne == NULL)
+            return -1;
         free(*exc);
-        *exc = malloc((n ? n : 1) * sizeof **exc);
-        if (*exc == NULL)
-            return -1;
-    } else if (*exc == NULL) {
-        *exc = malloc((n ? n : 1) * sizeof **exc);
-        if (*exc == NULL)
-            return -1;
+        *exc = ne;
+        *exc_cap = n ? n : 1;
     }
     return 0;
 }
@@ -400,7 +403,7 @@ int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t strid
         if (k > k_cap)
             k = k_cap;
     }
-    if (grow(&v->d, &v->cap, (k ? k : 1) * v->n_pad, &v->exc, n) != 0)
+    if (grow(&v->d, &v->cap, (k ? k : 1) * v->n_pad, &v->exc, &v->exc_cap, n) != 0)
         return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory for a split vector");
     v->k = (uint32_t)k;
     v->top = top;
@@ -559,7 +562,7 @@ int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err)
         if (J > REF_DX_JMAX)
             J = REF_DX_JMAX;
     }
-    if (grow(&r->p, &r->cap, REF_DX_JMAX * r->n_pad, &r->exc, n) != 0)
+    if (grow(&r->p, &r->cap, REF_DX_JMAX * r->n_pad, &r->exc, &r->exc_cap, n) != 0)
         return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory for a split weight row");
     r->j = (uint32_t)J;
     r->top = top;

@@ -959,7 +959,10 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             ref_vec_free(f.scores[t], n);
             goto fail;
         }
-        if ((st = ref_dx_scratch_init(&f.dxs[t], f.prec, max_in, err)) != LM_OK) {
+        /* vectors up to max_in long, and attention's probabilities over n positions (the
+         * products of elements off the grid need one slot each) */
+        if ((st = ref_dx_scratch_init(&f.dxs[t], f.prec, max_in > n ? max_in : n, err)) !=
+            LM_OK) {
             ref_scratch_clear(&f.scr[t]);
             ref_vec_free(f.scores[t], n);
             goto fail;

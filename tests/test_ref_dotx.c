@@ -396,6 +396,22 @@ static void test_ref_dotx_vv(void)
                     bad += check_vv(pi ? 254 : 127, ns[a], ns[a] + (special ? 5 : 0),
                                     spreads[b], special, &st);
     CU_ASSERT_EQUAL(bad, 0);
+    /* a vector's storage reused for a longer one with fewer digits: the exception list grows
+     * with n even when the digit planes fit (every element NaN: all n are exceptions) */
+    lm_err err = {0};
+    mpfr_t *z = ref_vec_new(300, 127);
+    ref_dx_vec v;
+    memset(&v, 0, sizeof v);
+    for (int i = 0; i < 16; ++i)
+        mpfr_set_si_2exp(z[i], 1 + i, -12 * i, MPFR_RNDN); /* a wide grid: many planes */
+    CU_ASSERT_FATAL(ref_dx_vec_set(&v, z, 16, ref_dx_k_cap(127), &err) == LM_OK);
+    for (int i = 0; i < 300; ++i)
+        mpfr_set_nan(z[i]);
+    CU_ASSERT_FATAL(ref_dx_vec_set(&v, z, 300, ref_dx_k_cap(127), &err) == LM_OK);
+    CU_ASSERT_EQUAL(v.n_exc, 300);
+    CU_ASSERT(v.exc_cap >= 300);
+    ref_dx_vec_free(&v);
+    ref_vec_free(z, 300);
     /* the length limit: n k_cap <= REF_DX_VV_MAX */
     CU_ASSERT(ref_dx_vv_fits(REF_DX_VV_MAX / ref_dx_k_cap(127), 127));
     CU_ASSERT(!ref_dx_vv_fits(REF_DX_VV_MAX / ref_dx_k_cap(127) + 1, 127));

@@ -49,7 +49,8 @@ typedef struct ref_dx_vec {
     double *d;           /* [k][n_pad] digit k of element i at d[k * n_pad + i] */
     uint64_t cap;        /* doubles allocated in d */
     uint32_t n_exc;      /* elements off the grid, increasing */
-    uint32_t *exc;       /* [n] */
+    uint32_t *exc;       /* [exc_cap >= n] */
+    uint64_t exc_cap;
     mpfr_t *src;         /* element i at src[i * stride] (read for the elements off the grid) */
     uint64_t stride;
 } ref_dx_vec;
@@ -62,7 +63,8 @@ typedef struct ref_dx_row {
     double *p;           /* [REF_DX_JMAX][n_pad] */
     uint64_t cap;        /* elements allocated per digit plane */
     uint32_t n_exc;
-    uint32_t *exc;       /* [n] */
+    uint32_t *exc;       /* [exc_cap >= n] */
+    uint64_t exc_cap;
     const float *src;    /* [n] */
 } ref_dx_row;
 
@@ -106,7 +108,7 @@ void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const
                      ref_dx_scratch *s);
 
 /* out = sum_{i < x->n} x_i y_i rounded once to out's precision (round to nearest), for two
- * split MPFR vectors with x->n <= y->n (y's elements from x->n on are not part of the sum; their
+ * split MPFR vectors with x->n <= y->n and x->n <= s->n_cap (y's elements from x->n on are not part of the sum; their
  * digits meet x's zero padding or nothing). Same bound as ref_dx_dot: the exact sum rounded
  * once, |error| <= 2^-P |sum|. Both grids: K and L digits of 20 bits, every digit product below
  * 2^40; y's planes enter the kernel four at a time, so a bucket of one block gets at most 4
