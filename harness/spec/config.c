@@ -508,11 +508,6 @@ const char **hx_axes_list(hx_axes *a, hx_axis axis)
     return (const char **)((char *)a + axis_defs[axis].field);
 }
 
-const char *hx_axis_option(hx_axis axis)
-{
-    return axis_defs[axis].option;
-}
-
 /* The elements of one axis of a (its default when not given); *out malloc'd, *n = 0 for an
  * axis that is off. */
 static int axis_values(void **out, uint32_t *n, const hx_axes *a, hx_axis axis,

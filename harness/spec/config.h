@@ -189,8 +189,6 @@ typedef enum hx_axis {
 /* The axis whose case-file key is key ("steps", "backends", "threads", "attn", "rot",
  * "profile"); -1 when key names no axis. */
 int hx_axis_find(const char *key);
-/* The sweep option of an axis ("--steps", ...). */
-const char *hx_axis_option(hx_axis axis);
 /* The field of a that holds the list of an axis. */
 const char **hx_axes_list(hx_axes *a, hx_axis axis);
 /* Checks list as a value of axis (the parser and limits hx_axes_configs uses); LM_E_INPUT
@@ -199,7 +197,7 @@ int hx_axis_check(hx_axis axis, const char *what, const char *list, lm_err *err)
 
 /* The configurations of a: profile x rot x backends x threads x attn x steps (steps fastest,
  * profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile make
- * them. *out malloc'd; LM_E_INPUT naming the option (hx_axis_option) and the bad item. */
+ * them. *out malloc'd; LM_E_INPUT naming the option (--steps ... --profile) and the bad item. */
 int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err);
 
 /* "dense", "stream" or "default". */
