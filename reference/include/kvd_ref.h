@@ -295,6 +295,7 @@ void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b
 typedef struct ref_scratch {
     _Alignas(64) mpfr_t t, u, acc, acc_neg; /* 64-byte aligned and padded: scratches of
                                                different threads never share a cache line */
+    mpfr_t gelu_c, gelu_k; /* RN(0.044715), RN(sqrt(RN(2 / RN(pi)))) at prec (ref_gelu_tanh) */
     mpfr_prec_t prec;
     mpfr_t *row;           /* [row_cap]: filled only by ref_row_set_flt */
     mp_limb_t *row_limbs;  /* [row_cap][limbs of prec], row's significands */
@@ -329,7 +330,7 @@ void ref_rmsnorm(mpfr_t *out, mpfr_t *x, const float *w, uint64_t n, float eps,
 void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s);
 /* out = z / (1 + exp(-z)). */
 void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s);
-/* out = gelu_tanh(z) = z / 2 * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))); uses t, u, acc_neg. */
+/* out = gelu_tanh(z) = z / 2 * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))); uses t. */
 void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s);
 /* Rotation angle frequency theta^(-2i/n_rot), into out (at out's precision). */
 void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
