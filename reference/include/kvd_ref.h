@@ -54,10 +54,13 @@
 #define REF_MAX_PREC 4096u
 
 /* Progress of a running pass (ref_request.progress): reported once before it starts (done 0)
- * and after every matrix product. */
+ * and after every matrix product; for an SR envelope (ref_sr_ensemble, n_member > 0) after
+ * every layer of any member, counted over all members. */
 typedef struct ref_progress {
     uint32_t layer, n_layer; /* the layer being computed (n_layer: the output projection) */
-    double done, total;      /* multiply-adds done and in all (ref_macs) */
+    uint32_t n_member;       /* 0: one reference pass; else the envelope's member count */
+    uint32_t members_done;   /* the envelope's members finished */
+    double done, total;      /* multiply-adds done and in all (ref_macs, times n_member) */
     double elapsed_s;        /* since the pass started */
     const struct lm_model *m;         /* the pass's model and request */
     const struct ref_request *rq;
