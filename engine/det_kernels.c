@@ -16,6 +16,8 @@
 #include "det_kernels.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -624,11 +626,61 @@ T5 static void nn_avx512(uint32_t m, uint32_t n, uint32_t k, const float *a, siz
 
 #endif /* DET_X86 */
 
+typedef struct pack_buf {
+    float *p;      /* 64-byte aligned */
+    size_t floats; /* capacity */
+} pack_buf;
+
+static pthread_key_t pack_key;
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+static bool pack_key_ok;
+
+static void pack_buf_free(void *v)
+{
+    pack_buf *b = v;
+    free(b->p);
+    free(b);
+}
+
+static void pack_key_create(void)
+{
+    pack_key_ok = pthread_key_create(&pack_key, pack_buf_free) == 0;
+}
+
+/* This thread's packing buffer of at least `floats` floats: allocated on the thread's first
+ * packed product, grown when a product needs more, reused by every later one (no allocation
+ * and no fresh pages per product) and freed when the thread exits. NULL when out of memory. */
+static float *thread_pack_buf(size_t floats)
+{
+    pthread_once(&pack_once, pack_key_create);
+    if (!pack_key_ok)
+        return NULL;
+    pack_buf *b = pthread_getspecific(pack_key);
+    if (b == NULL) {
+        if ((b = calloc(1, sizeof *b)) == NULL)
+            return NULL;
+        if (pthread_setspecific(pack_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->floats < floats) {
+        const size_t bytes = (floats * sizeof *b->p + 63) & ~(size_t)63;
+        float *np = aligned_alloc(64, bytes);
+        if (np == NULL)
+            return NULL;
+        free(b->p);
+        b->p = np;
+        b->floats = floats;
+    }
+    return b->p;
+}
+
 /* The packed path's block: rows of B per packed block (a multiple of the panel, about
- * DET_PACK_FLOATS floats, at most n), with *bp allocated for it followed by *sv, room for
- * the saved lanes of one row of tiles (4 x 3 outputs x 8 lanes per panel); 0 (and *bp NULL)
- * when the product has too few rows of A to repay packing, or no memory: the unpacked tiles
- * then compute the same bits. */
+ * DET_PACK_FLOATS floats, at most n), with *bp this thread's pack buffer followed by *sv,
+ * room for the saved lanes of one row of tiles (4 x 3 outputs x 8 lanes per panel); 0 (and
+ * *bp NULL) when the product has too few rows of A to repay packing, or no memory: the
+ * unpacked tiles then compute the same bits. */
 static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float **sv)
 {
     *bp = *sv = NULL;
@@ -641,8 +693,7 @@ static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float
         nc = n;
     const size_t bfl = ((size_t)nc * per_row + 15) & ~(size_t)15;
     const size_t svfl = (size_t)(nc / 3 + 1) * 4 * 3 * 8;
-    *bp = aligned_alloc(64, (bfl + svfl) * sizeof **bp);
-    if (*bp == NULL)
+    if ((*bp = thread_pack_buf(bfl + svfl)) == NULL)
         return 0;
     *sv = *bp + bfl;
     return nc;
@@ -662,7 +713,6 @@ void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float al
         const uint32_t nc = pack_block(m, n, k, &bp, &sv);
         if (nc > 0) {
             packed_avx2(m, n, k, alpha, a, lda, b, ldb, 0, c, ldc, bp, nc, sv);
-            free(bp);
         } else {
             nt_avx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
         }
@@ -687,7 +737,6 @@ void lm_det_gemm_nn(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k,
         const uint32_t nc = pack_block(m, n, k, &bp, &sv);
         if (nc > 0) { /* alpha 1: 1.0f * x == x for every float the tree can produce */
             packed_avx2(m, n, k, 1.0f, a, lda, b, ldb, 1, c, ldc, bp, nc, sv);
-            free(bp);
         } else {
             nn_avx2(m, n, k, a, lda, b, ldb, c, ldc);
         }
