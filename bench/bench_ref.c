@@ -10,7 +10,8 @@
  *      the smollm2-135m synthetic preset (F32, harness/spec/synth.h) with a 30-token prompt and
  *      16 teacher-forced positions (one run, ~6e9 multiply-adds; goal <= 5 s on 2 idle cores),
  *      the envelope on the same tokens: 8 SR members of the reference's float32 model against
- *      that pass (goal <= 2x) and against one blas run (goal <= 10x), and
+ *      that pass (goal <= 2x) and against one blas run (goal <= 10x), wall and CPU seconds
+ *      (all threads) of each, and
  *      smollm2-135m with a LONG_PROMPT-token prompt (the long-prompt figure),
  *    and compares each with the target  multiply-adds x (single-core ns per multiply-add) /
  *    threads. Multiply-adds counted: every projection row of every token (q, k, v, o, gate,
@@ -162,22 +163,25 @@ static uint32_t argmax(const double *v, uint32_t n)
 typedef struct row {
     const char *model;
     uint32_t n_tokens;
-    double macs, secs, target;
+    double macs, secs, cpu, target;
 } row;
 
+/* Median wall seconds of reps passes; *cpu: the median CPU seconds (all threads). */
 static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
-                       int threads, int reps)
+                       int threads, int reps, double *cpu)
 {
     ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt, .n_threads = threads};
-    double t[5];
+    double t[5], c_s[5];
     lm_err err = {0};
     for (int rep = reps > 1 ? -1 : 0; rep < reps; ++rep) {
         ref_capture c;
-        double t0 = lm_now_s();
+        double t0 = lm_now_s(), c0 = bu_cpu_s();
         if (ref_compute(&c, m, &rq, &err))
             bu_die(PROG, "ref_compute", &err);
-        if (rep >= 0)
+        if (rep >= 0) {
             t[rep] = lm_now_s() - t0;
+            c_s[rep] = bu_cpu_s() - c0;
+        }
         for (uint64_t i = 0; i < (uint64_t)c.n_pos * c.n_vocab; ++i)
             if (!isfinite(c.logits[i])) {
                 fprintf(stderr, "bench_ref: non-finite logit\n");
@@ -185,6 +189,7 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32
             }
         ref_capture_free(&c);
     }
+    *cpu = bu_median(c_s, reps);
     return bu_median(t, reps);
 }
 
@@ -193,24 +198,25 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32
 static row measure(const char *model, const lm_model *m, const int32_t *tok, uint32_t n,
                    uint32_t n_prompt, int threads, int reps)
 {
-    return (row){.model = model, .n_tokens = n,
-                 .macs = mac_count(&m->hp, n, n - n_prompt + 1),
-                 .secs = time_ref(m, tok, n, n_prompt, threads, reps)};
+    row r = {.model = model, .n_tokens = n, .macs = mac_count(&m->hp, n, n - n_prompt + 1)};
+    r.secs = time_ref(m, tok, n, n_prompt, threads, reps, &r.cpu);
+    return r;
 }
 
-/* The envelope's cost against the reference pass and one blas run of the same tokens: 8 SR
- * members of the reference's float32 model (all members in parallel on `threads` threads),
- * one blas run (step=full, `threads` threads) teacher-forced on the same tokens. */
+/* The envelope's cost against the reference pass (ref: its row) and one blas run of the same
+ * tokens: 8 SR members of the reference's float32 model (members in parallel on `threads`
+ * threads), one blas run (step=full, `threads` threads) teacher-forced on the same tokens; wall
+ * and CPU seconds (all threads) of each, the ratios in this run. */
 static void envelope_cost(const lm_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
-                          int threads, double ref_s, FILE *out, const char *when)
+                          int threads, const row *ref, FILE *out, const char *when)
 {
     lm_err err = {0};
     ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt};
     ref_sr_out mem[8];
-    double t0 = bu_now_s();
+    double t0 = lm_now_s(), c0 = bu_cpu_s();
     if (ref_sr_ensemble(mem, 8, m, &rq, 1, threads, &err))
         bu_die(PROG, "SR ensemble", &err);
-    double env_s = bu_now_s() - t0;
+    double env_s = lm_now_s() - t0, env_c = bu_cpu_s() - c0;
     for (int i = 0; i < 8; ++i)
         ref_sr_out_free(&mem[i]);
     hx_config cfg = {.backend = "blas", .step = 0, .threads = (uint32_t)threads};
@@ -218,16 +224,26 @@ static void envelope_cost(const lm_model *m, const int32_t *tok, uint32_t n, uin
                          .n_forced = n - n_prompt, .n_gen = n - n_prompt};
     hx_capture *cap = NULL;
     hx_run_stats st;
-    t0 = bu_now_s();
+    t0 = lm_now_s();
+    c0 = bu_cpu_s();
     if (hx_run_capture(&cap, &st, m, &cfg, &rr, &err))
         bu_die(PROG, "blas run", &err);
-    double blas_s = bu_now_s() - t0;
+    double blas_s = lm_now_s() - t0, blas_c = bu_cpu_s() - c0;
     hx_capture_free(cap);
-    printf("\nenvelope (8 SR members of the reference's float32 model, %d threads): %.3f s = "
-           "%.2f x the reference pass (goal <= 2), %.1f x one blas run of %.3f s (goal <= 10)\n",
-           threads, env_s, env_s / ref_s, env_s / blas_s, blas_s);
+    printf("\nenvelope (8 SR members of the reference's float32 model, %d threads) vs the "
+           "reference pass vs one blas run, same tokens, this run:\n"
+           "         envelope  reference  blas     env/ref (goal <= 2)  env/blas (goal <= 10)\n"
+           "  wall s %8.3f  %9.3f  %7.3f  %8.2f             %8.1f\n"
+           "  CPU s  %8.3f  %9.3f  %7.3f  %8.2f             %8.1f\n",
+           threads, env_s, ref->secs, blas_s, env_s / ref->secs, env_s / blas_s, env_c, ref->cpu,
+           blas_c, env_c / ref->cpu, env_c / blas_c);
+    /* TSV, the ref.tsv columns: seconds = the envelope's, target_seconds = the reference
+     * pass's, ratio = envelope / reference, ratio_hot = envelope / blas; wall, then CPU */
     fprintf(out, "%s\tenvelope-8-sr\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t%.3f\n", when,
-            threads, REF_DEFAULT_PREC, n, env_s, ref_s, env_s / ref_s, env_s / blas_s);
+            threads, REF_DEFAULT_PREC, n, env_s, ref->secs, env_s / ref->secs, env_s / blas_s);
+    fprintf(out, "%s\tenvelope-8-sr-cpu\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t%.3f\n",
+            when, threads, REF_DEFAULT_PREC, n, env_c, ref->cpu, env_c / ref->cpu,
+            env_c / blas_c);
 }
 
 int main(int argc, char **argv)
@@ -314,8 +330,6 @@ int main(int argc, char **argv)
     lm_model *m;
     if (lm_model_load(&m, path, &err))
         bu_die(PROG, path, &err);
-    unlink(path);
-    rmdir(dir);
     int32_t tok[LONG_PROMPT];
     for (int i = 0; i < LONG_PROMPT; ++i)
         tok[i] = (int32_t)((1 + 7919u * (unsigned)i) % m->hp.n_vocab);
@@ -324,9 +338,11 @@ int main(int argc, char **argv)
     rows[nrows++] = measure("smollm2 30+16", m, tok, 46, 30, threads, 1);
     char when0[32];
     bu_when(when0);
-    envelope_cost(m, tok, 46, 30, threads, rows[nrows - 1].secs, out, when0);
+    envelope_cost(m, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
     rows[nrows++] = measure("smollm2 long", m, tok, LONG_PROMPT, LONG_PROMPT, threads, 1);
     lm_model_free(m);
+    unlink(path); /* kept until here: the reference reads the file itself */
+    rmdir(dir);
 
     char when[32];
     bu_when(when);

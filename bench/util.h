@@ -15,6 +15,9 @@
 /* Median of v[n] (n >= 1); sorts v in place. Even n: the mean of the two middle values. */
 double bu_median(double *v /* [n] */, int n);
 
+/* CPU seconds this process has used, all its threads (CLOCK_PROCESS_CPUTIME_ID). */
+double bu_cpu_s(void);
+
 /* "YYYY-MM-DDTHH:MM:SSZ" (UTC, now) into when[32]. */
 void bu_when(char when[32]);
 

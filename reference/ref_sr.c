@@ -59,36 +59,38 @@ static inline double bitsd(uint64_t u)
     return d;
 }
 
-/* SR of s + e to 24 significant bits, returned in a double (see ref_sr.h). */
-static inline double sr24(double s, double e, uint32_t r)
+/* SR of v to 24 significant bits, returned in a double (see ref_sr.h): the top 29 bits of r are
+ * added to the 29 bits below v's 24-bit significand (a carry is a round-up, into the exponent
+ * when the significand overflows) and those 29 bits are cleared. The sign bit is never reached
+ * (|v| + 2^29 ulp53 < 2^1024 for finite v); +-Inf has zero low bits and stays; a NaN stays a NaN
+ * (its quiet bit 51 is above the cleared bits). */
+static inline double sr24(double v, uint32_t r)
 {
-    const uint64_t sb = dbits(s);
-    const uint64_t sign = sb & 0x8000000000000000ull;
-    const double a = bitsd(sb & 0x7fffffffffffffffull);
-    const double b = sign ? -e : e;
-    const double ulp = bitsd(sb & 0x7ff0000000000000ull) * 0x1p-23;
-    const double u = (double)(r >> 3) * 0x1p-29;
-    const double v = a + (b + u * ulp);
-    const double rz = bitsd((dbits(v) & ~((1ull << 29) - 1)) | sign);
-    return (sb & 0x7ff0000000000000ull) == 0x7ff0000000000000ull ? s : rz;
+    return bitsd((dbits(v) + (r >> 3)) & ~((1ull << 29) - 1));
 }
 
-float ref_sr_round(double s, double e, uint32_t r)
+float ref_sr_round(double v, uint32_t r)
 {
-    return (float)sr24(s, e, r);
+    return (float)sr24(v, r);
 }
 
-/* x + y (floats as doubles) with one SR rounding. */
+/* x + y (floats as doubles) with one SR rounding of the sum rounded to double. */
 static inline double sr_add(double x, double y, uint32_t r)
 {
-    double s = x + y, bv = s - x, av = s - bv;
-    return sr24(s, (x - av) + (y - bv), r);
+    return sr24(x + y, r);
 }
 
 /* --- one member --- */
 
 enum { S_NORM, S_Q, S_K, S_V, S_ROPE, S_ATT, S_O, S_FFN_NORM, S_GATE, S_UP, S_SWIGLU, S_DOWN,
        S_RES, S_N_SITES };
+/* Sites of the architecture variants' operations (scaled embeddings, Q/K norms, sandwich
+ * norms), numbered apart from the sites above (vsite) so that a llama-shaped model's keys do
+ * not depend on them. */
+enum { V_EMBD, V_QK_NORM, V_ATT_POST, V_ATT_ADD, V_FFN_POST, V_FFN_ADD, V_ROUTER, V_GATE_W,
+       V_MOE_ADD, V_N_SITES };
+/* Expert x's gate, up and down products of a layer: esite, numbered apart from both. */
+enum { E_GATE, E_UP, E_ACT, E_DOWN, E_N_SITES };
 
 typedef struct srf {
     const lm_model *m;
@@ -96,7 +98,17 @@ typedef struct srf {
     uint64_t skey;
     uint32_t n, layer, q_dim, kv_dim;
     float *x, *h, *q, *k, *v, *att, *g, *up, *cs, *sc, *tmp;
+    float *cs_swa;   /* [n][n_rot] cos/sin at the sliding layers' own theta, or NULL (= cs) */
+    float *y;        /* [n][n_embd] a block's output before its post-norm (sandwich models) */
+    uint32_t ff_cur; /* columns of g and up: n_ff, or n_ff_exp inside an MoE layer */
+    float *router;   /* [n][n_expert] router logits (MoE) */
+    float *gw;       /* [n][k] gate weights of the selected experts */
+    float *ye;       /* [n][n_embd] one expert's output for every token */
+    float *yk;       /* [n][k][n_embd] output of each selected expert */
+    uint32_t *sel;   /* [n][k] selected experts, rank order */
+    ref_sr_out *out; /* the member's output: routing recorded there (moe_sel, moe_margin) */
     float *xt;       /* [max_in][npad] transposed input of a matrix product */
+    double *wd;      /* [4][max_in] the weight rows of a matrix product as doubles */
     uint64_t npad;   /* n rounded up to LANES */
 } srf;
 
@@ -105,25 +117,32 @@ static uint32_t site(const srf *f, uint32_t s)
     return f->layer * S_N_SITES + s;
 }
 
-/* 8 outputs (tokens) of one weight row: acc_l = SR(acc_l + w[i] * xt[i][l]), i left to right.
- * The vector versions run the lanes of sr_dot8_scalar with the same IEEE double and integer
- * operations in the same order (no FMA), so all three give the same bits. */
-static void sr_dot8_scalar(float *out, const float *w, const float *xt, uint64_t ld, uint64_t n,
+static uint32_t vsite(const srf *f, uint32_t s)
+{
+    return (1u << 19) + f->layer * V_N_SITES + s;
+}
+
+static uint32_t esite(const srf *f, uint32_t x, uint32_t s)
+{
+    return (1u << 18) + (f->layer * f->hp->n_expert + x) * E_N_SITES + s;
+}
+
+/* 8 outputs (tokens) of one weight row: acc_l = SR(acc_l + w[i] * xt[i][l]), i left to right;
+ * the product is exact in double, the sum is rounded to double, then sr24. The vector versions
+ * run the lanes of sr_dot8_scalar with the same IEEE double and integer operations in the same
+ * order (no FMA), so all three give the same bits. */
+static void sr_dot8_scalar(float *out, const double *w, const float *xt, uint64_t ld, uint64_t n,
                            const uint32_t *key)
 {
     double acc[LANES];
     for (unsigned l = 0; l < LANES; ++l)
         acc[l] = 0.0;
     for (uint64_t i = 0; i < n; ++i) {
-        const double wi = (double)w[i];
+        const double wi = w[i];
         const uint32_t inc = (uint32_t)i * 0x9e3779b9u;
         const float *xr = xt + i * ld;
-        for (unsigned l = 0; l < LANES; ++l) {
-            double p = wi * (double)xr[l]; /* exact */
-            double s = acc[l] + p, bv = s - acc[l], av = s - bv;
-            double e = (acc[l] - av) + (p - bv);
-            acc[l] = sr24(s, e, lowbias32(key[l] + inc));
-        }
+        for (unsigned l = 0; l < LANES; ++l)
+            acc[l] = sr24(acc[l] + wi * (double)xr[l], lowbias32(key[l] + inc));
     }
     for (unsigned l = 0; l < LANES; ++l)
         out[l] = (float)acc[l];
@@ -132,91 +151,107 @@ static void sr_dot8_scalar(float *out, const float *w, const float *xt, uint64_t
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
-__attribute__((target("avx2"), always_inline)) static inline __m256i lowbias8(__m256i x)
+/* lowbias32 of 8 words, then >> 3: the 29 random bits sr24 adds. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i coins29_8(__m256i x)
 {
     x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
     x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
     x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
     x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x846ca68bu));
-    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    return _mm256_srli_epi32(x, 3);
 }
 
-/* sr24 on 4 lanes; r: 4 random words. */
-__attribute__((target("avx2"), always_inline)) static inline __m256d sr24_4(__m256d s, __m256d e,
-                                                                         __m128i r)
-{
-    const __m256i sb = _mm256_castpd_si256(s);
-    const __m256i sign = _mm256_and_si256(sb, _mm256_set1_epi64x((long long)0x8000000000000000ull));
-    const __m256i expo = _mm256_and_si256(sb, _mm256_set1_epi64x(0x7ff0000000000000ll));
-    const __m256d a = _mm256_castsi256_pd(_mm256_xor_si256(sb, sign));
-    const __m256d b = _mm256_castsi256_pd(_mm256_xor_si256(_mm256_castpd_si256(e), sign));
-    const __m256d ulp = _mm256_mul_pd(_mm256_castsi256_pd(expo), _mm256_set1_pd(0x1p-23));
-    const __m256d u = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_srli_epi32(r, 3)),
-                                    _mm256_set1_pd(0x1p-29));
-    const __m256d v = _mm256_add_pd(a, _mm256_add_pd(b, _mm256_mul_pd(u, ulp)));
-    const __m256i rz = _mm256_or_si256(
-        _mm256_and_si256(_mm256_castpd_si256(v), _mm256_set1_epi64x(~((1ll << 29) - 1))), sign);
-    const __m256i inf = _mm256_cmpeq_epi64(expo, _mm256_set1_epi64x(0x7ff0000000000000ll));
-    return _mm256_blendv_pd(_mm256_castsi256_pd(rz), s, _mm256_castsi256_pd(inf));
-}
-
+/* sr24 of acc + p on 4 lanes; r29: 4 words of coins29_8 zero-extended to 64 bits. */
 __attribute__((target("avx2"), always_inline)) static inline __m256d madd4(__m256d acc, __m256d p,
-                                                                        __m128i r)
+                                                                        __m256i r29)
 {
-    __m256d s = _mm256_add_pd(acc, p), bv = _mm256_sub_pd(s, acc), av = _mm256_sub_pd(s, bv);
-    __m256d e = _mm256_add_pd(_mm256_sub_pd(acc, av), _mm256_sub_pd(p, bv));
-    return sr24_4(s, e, r);
+    const __m256i s = _mm256_castpd_si256(_mm256_add_pd(acc, p));
+    const __m256i t = _mm256_add_epi64(s, r29);
+    return _mm256_castsi256_pd(_mm256_and_si256(t, _mm256_set1_epi64x(~((1ll << 29) - 1))));
 }
 
-/* R rows (R <= 4) at once: R independent chains hide the latency of one SR step. */
-__attribute__((target("avx2"), always_inline)) static inline void
-sr_dot8_avx2_rows(float *out, const float *const *w, const float *xt, uint64_t ld, uint64_t n,
-                  const uint32_t *key, const unsigned R)
+/* The keys of 8 lanes in the order (0, 1, 4, 5, 2, 3, 6, 7): unpacking the coins of that
+ * order against zero gives lanes 0-3 (unpacklo) and 4-7 (unpackhi) as 64-bit words, in place. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i keys_for_unpack(const uint32_t *key)
 {
-    __m256d lo[4], hi[4];
-    __m256i k[4];
-    for (unsigned r = 0; r < R; ++r) {
-        lo[r] = hi[r] = _mm256_setzero_pd();
-        k[r] = _mm256_loadu_si256((const __m256i *)(key + LANES * r));
-    }
+    return _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)key),
+                                       _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+}
+
+/* One multiply-add step of a row's 8 lanes (lo, hi: lanes 0-3, 4-7) with weight *wp; kr from
+ * keys_for_unpack. */
+#define SR_STEP8(lo, hi, kr, wp)                                                                 \
+    do {                                                                                         \
+        const __m256d wi_ = _mm256_broadcast_sd(wp);                                             \
+        const __m256i rb_ = coins29_8(_mm256_add_epi32((kr), inc));                              \
+        lo = madd4(lo, _mm256_mul_pd(wi_, xl), _mm256_unpacklo_epi32(rb_, zero));                \
+        hi = madd4(hi, _mm256_mul_pd(wi_, xh), _mm256_unpackhi_epi32(rb_, zero));                \
+    } while (0)
+
+/* The lanes of 8 tokens of xt row i as doubles (xl: 0-3, xh: 4-7), and the coins' counter. */
+#define SR_LOAD8(i)                                                                              \
+    const __m256 x_ = _mm256_loadu_ps(xt + (i) * ld);                                            \
+    const __m256d xl = _mm256_cvtps_pd(_mm256_castps256_ps128(x_));                              \
+    const __m256d xh = _mm256_cvtps_pd(_mm256_extractf128_ps(x_, 1));                            \
+    const __m256i inc = _mm256_set1_epi32((int)((uint32_t)(i) * 0x9e3779b9u))
+
+/* 4 rows at once, in named registers: 8 independent chains hide the latency of one SR step. */
+__attribute__((target("avx2"))) static void sr_dot8_avx2_4(float *out, const double *const *w,
+                                                           const float *xt, uint64_t ld,
+                                                           uint64_t n, const uint32_t *key)
+{
+    __m256d lo0 = _mm256_setzero_pd(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0,
+            lo3 = lo0, hi3 = lo0;
+    const __m256i zero = _mm256_setzero_si256(), k0 = keys_for_unpack(key),
+                  k1 = keys_for_unpack(key + LANES), k2 = keys_for_unpack(key + 2 * LANES),
+                  k3 = keys_for_unpack(key + 3 * LANES);
+    const double *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
     for (uint64_t i = 0; i < n; ++i) {
-        const __m256 x = _mm256_loadu_ps(xt + i * ld);
-        const __m256d xl = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-        const __m256d xh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-        const __m256i inc = _mm256_set1_epi32((int)((uint32_t)i * 0x9e3779b9u));
-        for (unsigned r = 0; r < R; ++r) {
-            const __m256d wi = _mm256_set1_pd((double)w[r][i]);
-            const __m256i rb = lowbias8(_mm256_add_epi32(k[r], inc));
-            lo[r] = madd4(lo[r], _mm256_mul_pd(wi, xl), _mm256_castsi256_si128(rb));
-            hi[r] = madd4(hi[r], _mm256_mul_pd(wi, xh), _mm256_extracti128_si256(rb, 1));
-        }
+        SR_LOAD8(i);
+        SR_STEP8(lo0, hi0, k0, w0 + i);
+        SR_STEP8(lo1, hi1, k1, w1 + i);
+        SR_STEP8(lo2, hi2, k2, w2 + i);
+        SR_STEP8(lo3, hi3, k3, w3 + i);
     }
-    for (unsigned r = 0; r < R; ++r) {
-        _mm_storeu_ps(out + LANES * r, _mm256_cvtpd_ps(lo[r]));
-        _mm_storeu_ps(out + LANES * r + 4, _mm256_cvtpd_ps(hi[r]));
-    }
+    const __m256d acc[8] = {lo0, hi0, lo1, hi1, lo2, hi2, lo3, hi3};
+    for (unsigned j = 0; j < 8; ++j)
+        _mm_storeu_ps(out + 4 * j, _mm256_cvtpd_ps(acc[j]));
 }
 
-__attribute__((target("avx2"))) static void sr_dot8_avx2(float *out, const float *const *w,
+__attribute__((target("avx2"))) static void sr_dot8_avx2_1(float *out, const double *w,
+                                                           const float *xt, uint64_t ld,
+                                                           uint64_t n, const uint32_t *key)
+{
+    __m256d lo = _mm256_setzero_pd(), hi = lo;
+    const __m256i zero = _mm256_setzero_si256(), k = keys_for_unpack(key);
+    for (uint64_t i = 0; i < n; ++i) {
+        SR_LOAD8(i);
+        SR_STEP8(lo, hi, k, w + i);
+    }
+    _mm_storeu_ps(out, _mm256_cvtpd_ps(lo));
+    _mm_storeu_ps(out + 4, _mm256_cvtpd_ps(hi));
+}
+
+__attribute__((target("avx2"))) static void sr_dot8_avx2(float *out, const double *const *w,
                                                          const float *xt, uint64_t ld,
                                                          uint64_t n, const uint32_t *key,
                                                          unsigned R)
 {
     if (R == 4)
-        sr_dot8_avx2_rows(out, w, xt, ld, n, key, 4);
+        sr_dot8_avx2_4(out, w, xt, ld, n, key);
     else
         for (unsigned r = 0; r < R; ++r)
-            sr_dot8_avx2_rows(out + LANES * r, w + r, xt, ld, n, key + LANES * r, 1);
+            sr_dot8_avx2_1(out + LANES * r, w[r], xt, ld, n, key + LANES * r);
 }
 
-__attribute__((target("avx512f"), always_inline)) static inline void
-sr_dot8_avx512_rows(float *out, const float *const *w, const float *xt, uint64_t ld, uint64_t n,
+__attribute__((target("avx512f,avx2"), always_inline)) static inline void
+sr_dot8_avx512_rows(float *out, const double *const *w, const float *xt, uint64_t ld, uint64_t n,
                     const uint32_t *key, const unsigned R)
 {
     __m512d acc[4];
     __m256i k[4];
-    const __m512i smask = _mm512_set1_epi64((long long)0x8000000000000000ull);
-    const __m512i emask = _mm512_set1_epi64(0x7ff0000000000000ll);
+    const __m512i keep = _mm512_set1_epi64(~((1ll << 29) - 1));
     for (unsigned r = 0; r < R; ++r) {
         acc[r] = _mm512_setzero_pd();
         k[r] = _mm256_loadu_si256((const __m256i *)(key + LANES * r));
@@ -225,35 +260,22 @@ sr_dot8_avx512_rows(float *out, const float *const *w, const float *xt, uint64_t
         const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(xt + i * ld));
         const __m256i inc = _mm256_set1_epi32((int)((uint32_t)i * 0x9e3779b9u));
         for (unsigned r = 0; r < R; ++r) {
-            const __m512d p = _mm512_mul_pd(_mm512_set1_pd((double)w[r][i]), x);
-            const __m256i rb = lowbias8(_mm256_add_epi32(k[r], inc));
-            __m512d s = _mm512_add_pd(acc[r], p), bv = _mm512_sub_pd(s, acc[r]),
-                    av = _mm512_sub_pd(s, bv);
-            __m512d e = _mm512_add_pd(_mm512_sub_pd(acc[r], av), _mm512_sub_pd(p, bv));
-            const __m512i sb = _mm512_castpd_si512(s);
-            const __m512i sign = _mm512_and_si512(sb, smask);
-            const __m512i expo = _mm512_and_si512(sb, emask);
-            const __m512d a = _mm512_castsi512_pd(_mm512_xor_si512(sb, sign));
-            const __m512d b = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(e), sign));
-            const __m512d ulp = _mm512_mul_pd(_mm512_castsi512_pd(expo), _mm512_set1_pd(0x1p-23));
-            const __m512d u = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_srli_epi32(rb, 3)),
-                                            _mm512_set1_pd(0x1p-29));
-            const __m512d v = _mm512_add_pd(a, _mm512_add_pd(b, _mm512_mul_pd(u, ulp)));
-            const __m512i rz = _mm512_or_si512(
-                _mm512_and_si512(_mm512_castpd_si512(v), _mm512_set1_epi64(~((1ll << 29) - 1))),
-                sign);
-            const __mmask8 inf = _mm512_cmpeq_epi64_mask(expo, emask);
-            acc[r] = _mm512_mask_blend_pd(inf, _mm512_castsi512_pd(rz), s);
+            const __m512d p = _mm512_mul_pd(_mm512_set1_pd(w[r][i]), x);
+            const __m256i rb = coins29_8(_mm256_add_epi32(k[r], inc));
+            const __m512i s = _mm512_castpd_si512(_mm512_add_pd(acc[r], p));
+            acc[r] = _mm512_castsi512_pd(
+                _mm512_and_si512(_mm512_add_epi64(s, _mm512_cvtepu32_epi64(rb)), keep));
         }
     }
     for (unsigned r = 0; r < R; ++r)
         _mm256_storeu_ps(out + LANES * r, _mm512_cvtpd_ps(acc[r]));
 }
 
-__attribute__((target("avx512f"))) static void sr_dot8_avx512(float *out, const float *const *w,
-                                                             const float *xt, uint64_t ld,
-                                                             uint64_t n, const uint32_t *key,
-                                                             unsigned R)
+__attribute__((target("avx512f,avx2"))) static void sr_dot8_avx512(float *out,
+                                                                  const double *const *w,
+                                                                  const float *xt, uint64_t ld,
+                                                                  uint64_t n, const uint32_t *key,
+                                                                  unsigned R)
 {
     if (R == 4)
         sr_dot8_avx512_rows(out, w, xt, ld, n, key, 4);
@@ -282,7 +304,7 @@ static int sr_kernel(void)
 }
 
 /* Rows w[0..R) (R <= 4) against 8 tokens: out[r][l], key[r][l]. */
-static void sr_dot8(float *out, const float *const *w, const float *xt, uint64_t ld, uint64_t n,
+static void sr_dot8(float *out, const double *const *w, const float *xt, uint64_t ld, uint64_t n,
                     const uint32_t *key, unsigned R, int kern)
 {
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -312,9 +334,14 @@ static void matmul(srf *f, float *out, const float *in, const float *W, const fl
             f->xt[i * np + t] = in[t * n_in + i];
     for (uint64_t r0 = 0; r0 < n_out; r0 += 4) {
         const unsigned R = n_out - r0 < 4 ? (unsigned)(n_out - r0) : 4;
-        const float *wr[4];
-        for (unsigned g = 0; g < R; ++g)
-            wr[g] = W + (r0 + g) * n_in;
+        const double *wr[4];
+        for (unsigned g = 0; g < R; ++g) {
+            double *d = f->wd + g * n_in;
+            const float *src = W + (r0 + g) * n_in;
+            for (uint64_t i = 0; i < n_in; ++i)
+                d[i] = (double)src[i];
+            wr[g] = d;
+        }
         for (uint64_t t0 = 0; t0 < np; t0 += LANES) {
             uint32_t key[4 * LANES];
             float o[4 * LANES];
@@ -336,49 +363,65 @@ static void matmul(srf *f, float *out, const float *in, const float *W, const fl
     }
 }
 
-/* out[e] = x[e] / sqrt(mean(x^2) + eps) * w[e], every step SR (sum of squares left to right). */
-static void rmsnorm(srf *f, float *out, const float *x, const float *w, uint64_t row, uint32_t st)
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] over e values, every step SR (sum of squares
+ * left to right); out may be x. */
+static void rmsnorm(srf *f, float *out, const float *x, const float *w, uint64_t e, uint64_t row,
+                    uint32_t st)
 {
-    const uint64_t e = f->hp->n_embd;
     uint32_t key = key_of(f->skey, st, row, 0);
     double ss = 0.0;
     for (uint64_t i = 0; i < e; ++i) {
         double p = (double)x[i] * (double)x[i];
         ss = sr_add(ss, p, coin(key, i));
     }
-    double mean = sr24(ss / (double)e, 0.0, coin(key, e));
+    double mean = sr24(ss / (double)e, coin(key, e));
     double t = sr_add(mean, (double)f->hp->rms_eps, coin(key, e + 1));
-    double inv = sr24(1.0 / sqrt(t), 0.0, coin(key, e + 2));
+    double inv = sr24(1.0 / sqrt(t), coin(key, e + 2));
     for (uint64_t i = 0; i < e; ++i) {
-        double y = sr24((double)x[i] * inv, 0.0, coin(key, e + 3 + 2 * i));
-        out[i] = (float)sr24(y * (double)w[i], 0.0, coin(key, e + 4 + 2 * i));
+        double y = sr24((double)x[i] * inv, coin(key, e + 3 + 2 * i));
+        out[i] = (float)sr24(y * (double)w[i], coin(key, e + 4 + 2 * i));
     }
 }
 
 /* (a, b) <- (a c - b s, a s + b c), each product and sum SR. */
 static void rotate(float *a, float *b, double c, double s, uint32_t key, uint64_t i)
 {
-    double ac = sr24((double)*a * c, 0.0, coin(key, 6 * i)),
-           bs = sr24((double)*b * s, 0.0, coin(key, 6 * i + 1)),
-           as = sr24((double)*a * s, 0.0, coin(key, 6 * i + 2)),
-           bc = sr24((double)*b * c, 0.0, coin(key, 6 * i + 3));
+    double ac = sr24((double)*a * c, coin(key, 6 * i)),
+           bs = sr24((double)*b * s, coin(key, 6 * i + 1)),
+           as = sr24((double)*a * s, coin(key, 6 * i + 2)),
+           bc = sr24((double)*b * c, coin(key, 6 * i + 3));
     *a = (float)sr_add(ac, -bs, coin(key, 6 * i + 4));
     *b = (float)sr_add(as, bc, coin(key, 6 * i + 5));
+}
+
+/* cos/sin of position t at theta (frequency i divided by factors[i] when the model has them),
+ * in double, SR to float: cs[2i] = cos, cs[2i + 1] = sin. */
+static void rope_table(srf *f, float *cs, uint64_t t, float theta, uint32_t st)
+{
+    const lm_hparams *hp = f->hp;
+    const float *fac = f->m->rope_freqs;
+    uint32_t key = key_of(f->skey, st, t, 0);
+    for (uint32_t i = 0; i < hp->n_rot / 2; ++i) {
+        double fr = pow((double)theta, -2.0 * i / hp->n_rot);
+        double ang = (double)t * (fac ? fr / (double)fac[i] : fr);
+        cs[2 * i] = (float)sr24(cos(ang), coin(key, 2 * i));
+        cs[2 * i + 1] = (float)sr24(sin(ang), coin(key, 2 * i + 1));
+    }
 }
 
 static void rope(srf *f, uint64_t t)
 {
     const lm_hparams *hp = f->hp;
     const uint32_t half = hp->n_rot / 2;
-    float *cs = f->cs + t * hp->n_rot;
-    if (f->layer == 0) { /* cos/sin in double, SR to float once per position */
-        uint32_t key = key_of(f->skey, S_N_SITES * 1000u, t, 0);
-        for (uint32_t i = 0; i < half; ++i) {
-            double ang = (double)t * pow((double)hp->rope_theta, -2.0 * i / hp->n_rot);
-            cs[2 * i] = (float)sr24(cos(ang), 0.0, coin(key, 2 * i));
-            cs[2 * i + 1] = (float)sr24(sin(ang), 0.0, coin(key, 2 * i + 1));
-        }
+    if (f->layer == 0) { /* the tables once per position */
+        rope_table(f, f->cs + t * hp->n_rot, t, hp->rope_theta, S_N_SITES * 1000u);
+        if (f->cs_swa != NULL)
+            rope_table(f, f->cs_swa + t * hp->n_rot, t, hp->rope_theta_swa,
+                       S_N_SITES * 1000u + 1);
     }
+    /* a sliding layer turns by the sliding theta when the model has one */
+    const bool swa = f->cs_swa != NULL && f->m->layers[f->layer].window != 0;
+    const float *cs = (swa ? f->cs_swa : f->cs) + t * hp->n_rot;
     const uint32_t nh[2] = {hp->n_head, hp->n_head_kv};
     float *base[2] = {f->q + t * f->q_dim, f->k + t * f->kv_dim};
     for (int w = 0; w < 2; ++w)
@@ -412,7 +455,7 @@ static void attention(srf *f, uint64_t t, uint32_t h, float scale)
         double acc = 0.0;
         for (uint64_t d = 0; d < hd; ++d)
             acc = sr_add(acc, (double)q[d] * (double)k[d], coin(kk, d));
-        double s = sr24(acc * (double)scale, 0.0, coin(kk, hd));
+        double s = sr24(acc * (double)scale, coin(kk, hd));
         f->sc[m++] = (float)s;
         if (s > mx)
             mx = s;
@@ -423,16 +466,16 @@ static void attention(srf *f, uint64_t t, uint32_t h, float scale)
     double sum = 0.0;
     for (uint64_t i = 0; i < m; ++i) {
         double d = sr_add((double)f->sc[i], -mx, coin(key, c++));
-        f->sc[i] = (float)sr24(exp(d), 0.0, coin(key, c++));
+        f->sc[i] = (float)sr24(exp(d), coin(key, c++));
         sum = sr_add(sum, (double)f->sc[i], coin(key, c++));
     }
     if (L->sinks) {
         double d = sr_add(sink, -mx, coin(key, c++));
-        double es = sr24(exp(d), 0.0, coin(key, c++));
+        double es = sr24(exp(d), coin(key, c++));
         sum = sr_add(sum, es, coin(key, c++));
     }
     for (uint64_t i = 0; i < m; ++i)
-        f->sc[i] = (float)sr24((double)f->sc[i] / sum, 0.0, coin(key, c++));
+        f->sc[i] = (float)sr24((double)f->sc[i] / sum, coin(key, c++));
     float *o = f->att + t * f->q_dim + h * hd;
     for (uint64_t d = 0; d < hd; ++d) {
         double acc = 0.0;
@@ -447,14 +490,181 @@ static void attention(srf *f, uint64_t t, uint32_t h, float scale)
     }
 }
 
-static void swiglu(srf *f, uint64_t t)
+/* g = act(g) * up over f->ff_cur columns: the activation (SiLU, or GELU with the tanh
+ * approximation) in double, SR to float, then the product SR. */
+static void gated_act(srf *f, uint64_t t, uint32_t st, bool gelu)
 {
-    const uint64_t nff = f->hp->n_ff;
-    uint32_t key = key_of(f->skey, site(f, S_SWIGLU), t, 0);
+    const uint64_t nff = f->ff_cur;
+    uint32_t key = key_of(f->skey, st, t, 0);
     for (uint64_t i = 0; i < nff; ++i) {
-        double g = f->g[t * nff + i];
-        double s = sr24(g / (1.0 + exp(-g)), 0.0, coin(key, 2 * i));
-        f->g[t * nff + i] = (float)sr24(s * (double)f->up[t * nff + i], 0.0, coin(key, 2 * i + 1));
+        double g = f->g[t * nff + i], a;
+        if (gelu)
+            a = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+        else
+            a = g / (1.0 + exp(-g));
+        double s = sr24(a, coin(key, 2 * i));
+        f->g[t * nff + i] = (float)sr24(s * (double)f->up[t * nff + i], coin(key, 2 * i + 1));
+    }
+}
+
+/* x += in . W^T (+ b); with a post-norm (sandwich): x += rmsnorm(in . W^T (+ b)) * post, the
+ * sum SR per element. sv: V_ATT_POST or V_FFN_POST (its add site follows it). */
+static void block_out(srf *f, const float *in, const float *W, const float *b, uint64_t n_in,
+                      const float *post, uint32_t st, uint32_t sv)
+{
+    const uint64_t n = f->n, e = f->hp->n_embd;
+    if (post == NULL) {
+        matmul(f, f->x, in, W, b, n, n_in, e, true, st);
+        return;
+    }
+    matmul(f, f->y, in, W, b, n, n_in, e, false, st);
+    for (uint64_t t = 0; t < n; ++t) {
+        rmsnorm(f, f->y + t * e, f->y + t * e, post, e, t, vsite(f, sv));
+        uint32_t key = key_of(f->skey, vsite(f, sv + 1), t, 0);
+        for (uint64_t i = 0; i < e; ++i)
+            f->x[t * e + i] =
+                (float)sr_add((double)f->x[t * e + i], (double)f->y[t * e + i], coin(key, i));
+    }
+}
+
+/* Per-head RMSNorm of Q and K over head_dim before RoPE (eps = rms_eps): the n_head query
+ * heads, then the n_head_kv key heads, of token t. */
+static void qk_norm(srf *f, const lm_layer *L, uint64_t t)
+{
+    const lm_hparams *hp = f->hp;
+    const uint64_t per = hp->n_head + hp->n_head_kv;
+    for (uint64_t h = 0; h < per; ++h) {
+        float *x = h < hp->n_head ? f->q + t * f->q_dim + h * hp->head_dim
+                                  : f->k + t * f->kv_dim + (h - hp->n_head) * hp->head_dim;
+        rmsnorm(f, x, x, h < hp->n_head ? L->attn_q_norm : L->attn_k_norm, hp->head_dim,
+                t * per + h, vsite(f, V_QK_NORM));
+    }
+}
+
+/* a ranks before b among router logits l: larger first, NaN last, equal -> lower id */
+static bool ranks_before(const float *l, uint32_t a, uint32_t b)
+{
+    const bool na = isnan(l[a]), nb = isnan(l[b]);
+    if (na != nb)
+        return !na;
+    if (!na && l[a] != l[b])
+        return l[a] > l[b];
+    return a < b;
+}
+
+/* Routing of token t (the reference's rules, ref_variants.h): top-k of its router logits, then
+ * the gate weights of the hparams' gating (0: softmax over the selected; 1: softmax over all,
+ * the selected renormalised; 2: softmax over all, the selected as they are), every subtraction,
+ * exp, sum and division SR, sums left to right. */
+static void route(srf *f, uint64_t t)
+{
+    const lm_hparams *hp = f->hp;
+    const uint32_t ne = hp->n_expert, k = hp->n_expert_used;
+    const float *l = f->router + t * ne;
+    uint32_t *sel = f->sel + t * k;
+    for (uint32_t r = 0; r < k; ++r) { /* k passes of "best not yet chosen" */
+        uint32_t best = UINT32_MAX;
+        for (uint32_t x = 0; x < ne; ++x) {
+            bool taken = false;
+            for (uint32_t q = 0; q < r; ++q)
+                taken = taken || sel[q] == x;
+            if (!taken && (best == UINT32_MAX || ranks_before(l, x, best)))
+                best = x;
+        }
+        sel[r] = best;
+    }
+    const uint32_t key = key_of(f->skey, vsite(f, V_GATE_W), t, 0);
+    uint64_t c = 0;
+    const double u = l[sel[0]];
+    double acc = 0.0;
+    float *w = f->gw + t * k;
+    if (hp->moe_gating != 0)
+        for (uint32_t x = 0; x < ne; ++x, c += 3) {
+            double ex = sr24(exp(sr_add(l[x], -u, coin(key, c))), coin(key, c + 1));
+            acc = sr_add(acc, ex, coin(key, c + 2));
+        }
+    for (uint32_t r = 0; r < k; ++r) {
+        double ex = sr24(exp(sr_add(l[sel[r]], -u, coin(key, c))), coin(key, c + 1));
+        c += 2;
+        if (hp->moe_gating == 0)
+            acc = sr_add(acc, ex, coin(key, c++));
+        else
+            ex = sr24(ex / acc, coin(key, c++));
+        w[r] = (float)ex;
+    }
+    if (hp->moe_gating == 1) {
+        acc = 0.0;
+        for (uint32_t r = 0; r < k; ++r)
+            acc = sr_add(acc, w[r], coin(key, c++));
+    }
+    if (hp->moe_gating != 2)
+        for (uint32_t r = 0; r < k; ++r)
+            w[r] = (float)sr24((double)w[r] / acc, coin(key, c++));
+}
+
+/* Router margin of token t: its k-th selected logit minus the largest unselected one (NaN
+ * logits skipped), +inf when every expert is selected or none is left. */
+static float margin(const srf *f, uint64_t t)
+{
+    const uint32_t ne = f->hp->n_expert, k = f->hp->n_expert_used;
+    const float *l = f->router + t * ne;
+    const uint32_t *sel = f->sel + t * k;
+    int64_t best = -1;
+    for (uint32_t x = 0; x < ne && k < ne; ++x) {
+        bool taken = false;
+        for (uint32_t q = 0; q < k; ++q)
+            taken = taken || sel[q] == x;
+        if (!taken && !isnan(l[x]) && (best < 0 || l[x] > l[best]))
+            best = x;
+    }
+    return best < 0 ? INFINITY : (float)((double)l[sel[k - 1]] - (double)l[best]);
+}
+
+/* MoE FFN of the current layer on f->h (the reference's moe_ffn): router logits, routing,
+ * every expert some token selected computed for every token, each token keeping its selected
+ * experts' outputs, then x += sum over ranks r of w_r y_r (each multiply-add one SR rounding,
+ * r left to right), the sum added to x with one SR rounding. */
+static void moe_ffn(srf *f, const lm_layer *L)
+{
+    const lm_hparams *hp = f->hp;
+    const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
+    matmul(f, f->router, f->h, L->ffn_gate_inp, NULL, n, e, hp->n_expert, false,
+           vsite(f, V_ROUTER));
+    for (uint64_t t = 0; t < n; ++t)
+        route(f, t);
+    memcpy(f->out->moe_sel + (uint64_t)f->layer * n * k, f->sel, n * k * sizeof *f->sel);
+    for (uint64_t t = 0; t < n; ++t)
+        f->out->moe_margin[(uint64_t)f->layer * n + t] = margin(f, t);
+    f->ff_cur = (uint32_t)fe;
+    for (uint32_t x = 0; x < hp->n_expert; ++x) {
+        bool used = false;
+        for (uint64_t i = 0; i < n * k; ++i)
+            used = used || f->sel[i] == x;
+        if (!used)
+            continue;
+        matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, NULL, n, e, fe, false,
+               esite(f, x, E_GATE));
+        matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, NULL, n, e, fe, false,
+               esite(f, x, E_UP));
+        for (uint64_t t = 0; t < n; ++t)
+            gated_act(f, t, esite(f, x, E_ACT), false);
+        matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, NULL, n, fe, e, false,
+               esite(f, x, E_DOWN));
+        for (uint64_t t = 0; t < n; ++t)
+            for (uint64_t r = 0; r < k; ++r)
+                if (f->sel[t * k + r] == x)
+                    memcpy(f->yk + (t * k + r) * e, f->ye + t * e, e * sizeof(float));
+    }
+    f->ff_cur = hp->n_ff;
+    for (uint64_t t = 0; t < n; ++t) {
+        const uint32_t key = key_of(f->skey, vsite(f, V_MOE_ADD), t, 0);
+        for (uint64_t i = 0; i < e; ++i) {
+            double acc = 0.0;
+            for (uint64_t r = 0; r < k; ++r)
+                acc = sr24(acc + (double)f->gw[t * k + r] * (double)f->yk[(t * k + r) * e + i],
+                           coin(key, i * (k + 1) + r));
+            f->x[t * e + i] = (float)sr_add((double)f->x[t * e + i], acc, coin(key, i * (k + 1) + k));
+        }
     }
 }
 
@@ -466,6 +676,8 @@ void ref_sr_out_free(ref_sr_out *o)
     free(o->k);
     free(o->v);
     free(o->logits);
+    free(o->moe_sel);
+    free(o->moe_margin);
     memset(o, 0, sizeof *o);
 }
 
@@ -474,8 +686,6 @@ int ref_sr_supported(const lm_model *m, const ref_request *rq, lm_err *err)
     int st = ref_request_check(m, rq, err);
     if (st)
         return st;
-    if (m->hp.n_expert > 0)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "SR reference: MoE layers are not implemented");
     if (rq->rot_max_size != 0)
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "SR reference: rotating-cache schedules are not implemented");
@@ -484,9 +694,12 @@ int ref_sr_supported(const lm_model *m, const ref_request *rq, lm_err *err)
 
 static void srf_free(srf *f)
 {
-    float *all[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->g, f->up, f->cs, f->sc, f->tmp, f->xt};
+    float *all[] = {f->x,  f->h,      f->q,   f->k,  f->v,  f->att, f->g,      f->up, f->cs,
+                    f->sc, f->tmp,    f->xt,  f->cs_swa, f->y, f->router, f->gw, f->ye, f->yk};
     for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
         free(all[i]);
+    free(f->sel);
+    free(f->wd);
 }
 
 int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
@@ -503,8 +716,9 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
     const uint64_t n = f.n, e = hp->n_embd;
     f.npad = (n + LANES - 1) / LANES * LANES;
     uint64_t max_in = e > f.q_dim ? e : f.q_dim;
-    if (hp->n_ff > max_in)
-        max_in = hp->n_ff;
+    const uint64_t ffw = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    if (ffw > max_in)
+        max_in = ffw;
     out->n_layer = hp->n_layer;
     out->n_prompt = rq->n_prompt;
     out->kv_dim = f.kv_dim;
@@ -523,29 +737,67 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
     f.k = malloc(n * f.kv_dim * sizeof(float));
     f.v = malloc(n * f.kv_dim * sizeof(float));
     f.att = malloc(n * f.q_dim * sizeof(float));
-    f.g = malloc(n * hp->n_ff * sizeof(float));
-    f.up = malloc(n * hp->n_ff * sizeof(float));
+    f.g = malloc(n * ffw * sizeof(float));
+    f.up = malloc(n * ffw * sizeof(float));
+    f.ff_cur = hp->n_ff;
+    const uint64_t k = hp->n_expert_used;
+    if (hp->n_expert > 0) {
+        f.router = malloc(n * hp->n_expert * sizeof(float));
+        f.gw = malloc(n * k * sizeof(float));
+        f.ye = malloc(n * e * sizeof(float));
+        f.yk = malloc(n * k * e * sizeof(float));
+        f.sel = malloc(n * k * sizeof *f.sel);
+        out->moe_k = (uint32_t)k;
+        out->moe_sel = calloc(hp->n_layer * n * k, sizeof *out->moe_sel);
+        out->moe_margin = malloc(hp->n_layer * n * sizeof *out->moe_margin);
+        for (uint64_t i = 0; out->moe_margin && i < hp->n_layer * n; ++i)
+            out->moe_margin[i] = INFINITY;
+    }
+    f.out = out;
     f.cs = malloc(n * (hp->n_rot ? hp->n_rot : 1) * sizeof(float));
     f.sc = malloc(n * sizeof(float));
     f.tmp = malloc((uint64_t)out->n_pos * e * sizeof(float));
     f.xt = malloc(max_in * f.npad * sizeof(float));
+    f.wd = malloc(4 * max_in * sizeof(double));
+    const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
+    bool sandwich = false;
+    for (uint32_t l = 0; l < hp->n_layer; ++l)
+        sandwich |= m->layers[l].attn_post_norm != NULL || m->layers[l].ffn_post_norm != NULL;
+    if (own_swa)
+        f.cs_swa = malloc(n * (hp->n_rot ? hp->n_rot : 1) * sizeof(float));
+    if (sandwich)
+        f.y = malloc(n * e * sizeof(float));
     if (!out->pos || !out->k || !out->v || !out->logits || !f.x || !f.h || !f.q || !f.k || !f.v ||
-        !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt) {
+        !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt || !f.wd ||
+        (own_swa && !f.cs_swa) || (sandwich && !f.y) ||
+        (hp->n_expert > 0 &&
+         (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !out->moe_sel || !out->moe_margin))) {
         srf_free(&f);
         ref_sr_out_free(out);
         return LM_FAIL(err, LM_E_NOMEM, "SR reference: out of memory");
     }
     for (uint64_t t = 0; t < n; ++t)
         memcpy(f.x + t * e, m->tok_embd + (uint64_t)rq->tokens[t] * e, e * sizeof(float));
+    if (hp->embd_scale != 0.0f) { /* x *= sqrt(n_embd), the factor SR to float once */
+        const uint32_t key = key_of(f.skey, vsite(&f, V_EMBD), n, 0);
+        const double c = sr24(sqrt((double)e), coin(key, 0));
+        for (uint64_t t = 0; t < n; ++t) {
+            const uint32_t kt = key_of(f.skey, vsite(&f, V_EMBD), t, 0);
+            for (uint64_t i = 0; i < e; ++i)
+                f.x[t * e + i] = (float)sr24((double)f.x[t * e + i] * c, coin(kt, i));
+        }
+    }
     const float scale = (float)(1.0 / sqrt((double)hp->head_dim));
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const lm_layer *L = &m->layers[l];
         f.layer = l;
         for (uint64_t t = 0; t < n; ++t)
-            rmsnorm(&f, f.h + t * e, f.x + t * e, L->attn_norm, t, site(&f, S_NORM));
+            rmsnorm(&f, f.h + t * e, f.x + t * e, L->attn_norm, e, t, site(&f, S_NORM));
         matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, site(&f, S_Q));
         matmul(&f, f.k, f.h, L->wk, L->bk, n, e, f.kv_dim, false, site(&f, S_K));
         matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, site(&f, S_V));
+        for (uint64_t t = 0; L->attn_q_norm != NULL && t < n; ++t)
+            qk_norm(&f, L, t);
         for (uint64_t t = 0; hp->n_rot && t < n; ++t)
             rope(&f, t);
         memcpy(out->k + l * kvl, f.k, kvl * sizeof(float));
@@ -553,18 +805,24 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
         for (uint64_t t = 0; t < n; ++t)
             for (uint32_t h = 0; h < hp->n_head; ++h)
                 attention(&f, t, h, scale);
-        matmul(&f, f.x, f.att, L->wo, L->bo, n, f.q_dim, e, true, site(&f, S_O));
+        block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, site(&f, S_O),
+                  V_ATT_POST);
         for (uint64_t t = 0; t < n; ++t)
-            rmsnorm(&f, f.h + t * e, f.x + t * e, L->ffn_norm, t, site(&f, S_FFN_NORM));
+            rmsnorm(&f, f.h + t * e, f.x + t * e, L->ffn_norm, e, t, site(&f, S_FFN_NORM));
+        if (L->ffn_gate_inp != NULL) {
+            moe_ffn(&f, L);
+            continue;
+        }
         matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, site(&f, S_GATE));
         matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, site(&f, S_UP));
         for (uint64_t t = 0; t < n; ++t)
-            swiglu(&f, t);
-        matmul(&f, f.x, f.g, L->w_down, NULL, n, hp->n_ff, e, true, site(&f, S_DOWN));
+            gated_act(&f, t, site(&f, S_SWIGLU), hp->act == LM_ACT_GEGLU_TANH);
+        block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, site(&f, S_DOWN),
+                  V_FFN_POST);
     }
     f.layer = hp->n_layer;
     for (uint32_t i = 0; i < out->n_pos; ++i)
-        rmsnorm(&f, f.tmp + (uint64_t)i * e, f.x + (uint64_t)out->pos[i] * e, m->output_norm,
+        rmsnorm(&f, f.tmp + (uint64_t)i * e, f.x + (uint64_t)out->pos[i] * e, m->output_norm, e,
                 out->pos[i], site(&f, S_NORM));
     matmul(&f, out->logits, f.tmp, m->output, NULL, out->n_pos, e, hp->n_vocab, false,
            site(&f, S_Q));

@@ -119,6 +119,7 @@ static void test_routing_report_against_reference(void)
     CU_ASSERT_EQUAL_FATAL(hx_routing_measure(&rr, m, t, N_TOK, cfg, 2, 127, 8, 1, &err), LM_OK);
     CU_ASSERT(rr.measured);
     CU_ASSERT_EQUAL(rr.members, 8u);
+    CU_ASSERT(rr.members_sr); /* the reference's own float32 SR model implements MoE */
     CU_ASSERT(rr.tie_tol > 0.0f); /* the members' margins moved: a measured band */
     CU_ASSERT_EQUAL(rr.n_real, 0);
     hx_routing_to_report(rep, &rr, cfg);
@@ -136,6 +137,7 @@ static void test_routing_report_against_reference(void)
     buf[got] = '\0';
     fclose(f);
     CU_ASSERT(strstr(buf, "MoE routing flips vs the reference") != NULL);
+    CU_ASSERT(strstr(buf, "8 reference float32 SR runs") != NULL);
     CU_ASSERT(strstr(buf, "naive:step=full") != NULL && strstr(buf, "blas:step=3") != NULL);
     lm_model_free(m);
 }

@@ -69,8 +69,23 @@ static void test_runner_forced_rows_and_rerun(void)
     lm_model_free(m);
 }
 
+/* The timing rule: short runs repeat to a minimum count and time, long runs count once. */
+static void test_runner_time_repeat_rule(void)
+{
+    CU_ASSERT_TRUE(hx_time_repeat_due(1, 0.01, 0.01));   /* short: repeat */
+    CU_ASSERT_TRUE(hx_time_repeat_due(2, 0.2, 0.2));     /* too few repeats yet */
+    CU_ASSERT_FALSE(hx_time_repeat_due(3, 0.2, 0.2));    /* enough of both */
+    CU_ASSERT_TRUE(hx_time_repeat_due(5, 0.2, 0.01));    /* decode below its minimum time */
+    CU_ASSERT_FALSE(hx_time_repeat_due(HX_TIME_MAX_REPS, 0.001, 0.001)); /* cap on count */
+    /* A run whose first shot already took HX_TIME_ENOUGH_S is measured by that shot, even
+     * with a decode below its minimum (a long prompt and few generated tokens). */
+    CU_ASSERT_FALSE(hx_time_repeat_due(1, HX_TIME_ENOUGH_S, 0.0));
+    CU_ASSERT_FALSE(hx_time_repeat_due(1, 120.0, 0.5));
+}
+
 void test_runner_register(void)
 {
     CU_pSuite s = CU_add_suite("runner", NULL, NULL);
     CU_add_test(s, "test_runner_forced_rows_and_rerun", test_runner_forced_rows_and_rerun);
+    CU_add_test(s, "test_runner_time_repeat_rule", test_runner_time_repeat_rule);
 }

@@ -4,6 +4,7 @@
 #include "report.h"
 
 #include "kvd_ref.h"
+#include "ref_sr.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -152,27 +153,52 @@ void hx_routing_result_free(hx_routing_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* The largest margin deviation of one member's routing (sel [n_layer][n][k], margin
+ * [n_layer][n]) from the truth's, over the routed layers: |margin - truth margin| where the
+ * expert lists agree, the truth's margin / HX_ROUTING_SAFETY where they do not. */
+static double member_dev(const hx_routing *truth, const uint32_t *sel, const float *margin)
+{
+    const size_t n = truth->n_pos, nl = truth->n_layer;
+    double dev = 0.0;
+    for (size_t i = 0; i < nl * n; ++i) {
+        if (!truth->moe[i / n])
+            continue;
+        const bool same = memcmp(truth->sel + i * truth->k, sel + i * truth->k,
+                                 truth->k * sizeof *truth->sel) == 0;
+        const double d = same ? fabs((double)margin[i] - (double)truth->margin[i])
+                              : (double)truth->margin[i] / HX_ROUTING_SAFETY;
+        dev = d > dev ? d : dev;
+    }
+    return dev;
+}
+
 /* The TIE band: HX_ROUTING_SAFETY x the largest margin deviation of the ensemble members from
- * the reference's routing `truth`. */
-static int tie_band(float *tol, const lm_model *m, const int32_t *prompt, uint32_t n,
+ * the reference's routing `truth`. The members: SR runs of the reference's own float32 model
+ * (ref_sr.h, *sr = true) when it implements the model, else the engine's naive-sr runs. */
+static int tie_band(float *tol, bool *sr, const lm_model *m, const int32_t *prompt, uint32_t n,
                     const hx_routing *truth, uint32_t members, uint64_t sr_seed, lm_err *err)
 {
-    const size_t nl = truth->n_layer;
     double dev = 0.0;
     int rc = LM_OK;
-    for (uint32_t e = 0; rc == LM_OK && e < members; ++e) {
+    const ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n};
+    lm_err e_sr = {0};
+    *sr = ref_sr_supported(m, &rq, &e_sr) == LM_OK;
+    if (*sr) {
+        ref_sr_out *mem = calloc(members ? members : 1, sizeof *mem);
+        rc = mem == NULL ? LM_FAIL(err, LM_E_NOMEM, "routing: out of memory")
+                         : ref_sr_ensemble(mem, members, m, &rq, sr_seed, 0, err);
+        for (uint32_t e = 0; rc == LM_OK && e < members; ++e)
+            dev = fmax(dev, member_dev(truth, mem[e].moe_sel, mem[e].moe_margin));
+        for (uint32_t e = 0; mem && e < members; ++e)
+            ref_sr_out_free(&mem[e]);
+        free(mem);
+    }
+    for (uint32_t e = 0; !*sr && rc == LM_OK && e < members; ++e) {
         hx_routing other = {0};
         const hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
         rc = hx_routing_capture(&other, m, &c, prompt, n, err);
-        for (size_t i = 0; rc == LM_OK && i < nl * n; ++i) {
-            if (!truth->moe[i / n])
-                continue;
-            const bool same = memcmp(truth->sel + i * truth->k, other.sel + i * truth->k,
-                                     truth->k * sizeof *truth->sel) == 0;
-            const double d = same ? fabs((double)other.margin[i] - (double)truth->margin[i])
-                                  : (double)truth->margin[i] / HX_ROUTING_SAFETY;
-            dev = d > dev ? d : dev;
-        }
+        if (rc == LM_OK)
+            dev = fmax(dev, member_dev(truth, other.sel, other.margin));
         hx_routing_free(&other);
     }
     *tol = (float)(HX_ROUTING_SAFETY * dev);
@@ -206,7 +232,8 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t 
     if (rc == LM_OK)
         rc = hx_routing_from_ref(&truth, r, m, err);
     if (rc == LM_OK)
-        rc = tie_band(&out->tie_tol, m, prompt, n, &truth, members, sr_seed, err);
+        rc = tie_band(&out->tie_tol, &out->members_sr, m, prompt, n, &truth, members, sr_seed,
+                      err);
     for (size_t ci = 0; rc == LM_OK && ci < n_configs; ++ci) {
         hx_routing_flips *f = out->flips + ci * nl;
         if ((rc = hx_routing_capture(&other, m, &configs[ci], prompt, n, err)) != LM_OK ||

@@ -43,7 +43,9 @@ int hx_routing_from_ref(hx_routing *out, const struct ref_result *r, const lm_mo
 /* The routing step of a sweep (MoE models; hx_sweep_run_all runs it after the
  * configurations): the reference's routing of the prompt (MPFR at prec bits) is the truth; the
  * TIE band is measured, not configured: HX_ROUTING_SAFETY x the largest |margin - reference
- * margin| over the sweep's own noise ensemble (`members` naive-sr runs, seeds sr_seed + i),
+ * margin| over the sweep's own noise ensemble (`members` SR runs of the reference's own
+ * float32 model, ref_sr.h, seeds sr_seed + i; the engine's naive-sr runs when that model does
+ * not implement the model),
  * the same statistic and safety factor as the logit envelope (a member that routes a position
  * differently contributes that position's reference margin / safety: rounding alone flipped it,
  * so it is inside the band by construction); then, per configuration (its prefill of the
@@ -54,6 +56,7 @@ typedef struct hx_routing_result {
     bool measured;            /* the model routes (MoE): everything below is filled */
     uint32_t n_layer, k, n_expert;
     uint32_t members;         /* noise ensemble size the band was measured with */
+    bool members_sr;          /* its members: SR runs of the reference's model (else naive-sr) */
     float tie_tol;            /* the TIE band: reference margin <= tie_tol */
     size_t n_configs;
     hx_routing_flips *flips;  /* [n_configs][n_layer] */

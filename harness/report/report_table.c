@@ -228,9 +228,9 @@ void hx_report_print_routing(FILE *f, const hx_report *r, const hx_routing_resul
         return;
     fprintf(f, "\nMoE routing flips vs the reference's routing of the prompt (%u layers, "
                "top-%u of %u; TIE = reference margin <= %.3g, measured: %.0f x the largest "
-               "margin deviation of %u naive-sr runs)\n",
+               "margin deviation of %u %s runs)\n",
             rr->n_layer, rr->k, rr->n_expert, (double)rr->tie_tol, HX_ROUTING_SAFETY,
-            rr->members);
+            rr->members, rr->members_sr ? "reference float32 SR" : "naive-sr");
     for (size_t ci = 0; ci < rr->n_configs && ci < r->n_configs; ++ci) {
         const uint32_t flips = rr->n_flip[ci], ties = rr->n_tie[ci];
         const hx_routing_flips *fl = rr->flips + ci * rr->n_layer;

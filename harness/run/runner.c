@@ -104,17 +104,22 @@ static double median(double *v /* [n] */, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+bool hx_time_repeat_due(int n, double prefill_s, double decode_s)
+{
+    return n < HX_TIME_MAX_REPS && prefill_s + decode_s < HX_TIME_ENOUGH_S &&
+           (n < HX_TIME_MIN_REPS || prefill_s < HX_TIME_MIN_S || decode_s < HX_TIME_MIN_S);
+}
+
 /* Repeats the prefill and the decode of the captured tokens on ctx (the captured run counts
- * as the first repetition) until HX_TIME_MIN_S / HX_TIME_MIN_REPS are met; st gets the
- * medians. The results are not looked at: the capture is already complete. */
+ * as the first repetition) until HX_TIME_MIN_S / HX_TIME_MIN_REPS are met or HX_TIME_ENOUGH_S
+ * has run; st gets the medians. The results are not looked at: the capture is already complete. */
 static int time_repeats(lm_ctx *ctx, const hx_capture *c, const hx_run_request *rq,
                         const hx_config *cfg, float *cur, hx_run_stats *st, lm_err *err)
 {
     double pre[HX_TIME_MAX_REPS], dec[HX_TIME_MAX_REPS];
     double tp = pre[0] = st->prefill_s, td = dec[0] = st->decode_s;
     int n = 1;
-    while (!rq->time_once && n < HX_TIME_MAX_REPS &&
-           (n < HX_TIME_MIN_REPS || tp < HX_TIME_MIN_S || td < HX_TIME_MIN_S)) {
+    while (!rq->time_once && hx_time_repeat_due(n, tp, td)) {
         lm_ctx_reset(ctx);
         double t0 = lm_now_s();
         int rc = prefill(ctx, rq, cfg, cur, err);

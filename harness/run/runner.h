@@ -21,13 +21,20 @@ typedef struct hx_run_request {
                                schedule that computes every row's logits (not timed) */
 } hx_run_request;
 
-/* Timing: the prefill and the decode are repeated (on the captured token path) until each has
- * run for HX_TIME_MIN_S in total and at least HX_TIME_MIN_REPS times (at most
+/* Timing: a short run's prefill and decode are repeated (on the captured token path) until each
+ * has run for HX_TIME_MIN_S in total and at least HX_TIME_MIN_REPS times (at most
  * HX_TIME_MAX_REPS); the reported time is the median, single shots being too noisy on small
- * models. Not for a two-turn configuration (turn > 0) or with time_once: one run's times. */
+ * models. Repeats stop once prefill and decode together have run HX_TIME_ENOUGH_S: a run that
+ * long is measured by its own shot, and repeating it would multiply a big model's sweep time.
+ * Not for a two-turn configuration (turn > 0) or with time_once: one run's times. */
 #define HX_TIME_MIN_S 0.05
+#define HX_TIME_ENOUGH_S 1.0
 #define HX_TIME_MIN_REPS 3
 #define HX_TIME_MAX_REPS 64
+
+/* Whether a timing repeat is due after n runs whose prefills and decodes took prefill_s and
+ * decode_s in total (the rule above). */
+bool hx_time_repeat_due(int n, double prefill_s, double decode_s);
 
 typedef struct hx_run_stats {
     double prefill_s, decode_s;   /* wall seconds of the prefill and of the greedy decode: the

@@ -243,7 +243,9 @@ static int continue_path(hx_sweep_result *r, const hx_sweep_params *p, uint32_t 
     memcpy(pre, p->prompt, p->n_prompt * sizeof *pre);
     memcpy(pre + p->n_prompt, r->path, from * sizeof *pre);
     hx_config pc = {.backend = "naive", .step = 0, .threads = 1};
-    hx_run_request rq = {.prompt = pre, .n_prompt = (uint32_t)n_pre, .n_gen = p->n_gen - from};
+    /* Timed once: the path's speed is not a configuration's. */
+    hx_run_request rq = {.prompt = pre, .n_prompt = (uint32_t)n_pre, .n_gen = p->n_gen - from,
+                         .time_once = true};
     hx_capture *c = NULL;
     hx_run_stats st;
     int rc = hx_run_capture(&c, &st, p->model, &pc, &rq, err);
@@ -269,6 +271,8 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
     r->path = calloc(p->n_gen ? p->n_gen : 1, sizeof *r->path);
     if (r->path == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    progress(p, "teacher path: naive:step=full:threads=1 on %u prompt tokens, %u greedy ...",
+             (unsigned)p->n_prompt, (unsigned)p->n_gen);
     double t0 = lm_now_s();
     int rc = continue_path(r, p, 0, err);
     if (rc != LM_OK)

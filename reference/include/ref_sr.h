@@ -6,13 +6,15 @@
  * Same computation as ref_forward.c (same order of every reduction, layer by layer over all
  * tokens), every operation a float32 operation rounded up or down at random:
  *   - a + b, a * b, and each multiply-add acc + a*b of a dot product (one rounding: the product
- *     is exact in double, TwoSum makes the sum exact as s + e): the exact value t rounds to
- *     the float below or above with probability proportional to its distance (unbiased);
+ *     is exact in double, the sum is rounded to double): the value t rounds to the float below
+ *     or above with probability proportional to its distance (unbiased);
  *   - exp, 1/sqrt, division, SiLU, RoPE's cos/sin: computed in double, then SR to float32.
- * Method: t (as s + e) -> RZ(|t| + u ulp(|t|)) with the sign of t, u = r 2^-29 uniform on
- * [0, 1) from 29 random bits, RZ the truncation to 24 significant bits; the rounding of
- * |t| + u ulp in double biases the probability by at most ~2^-29 ulp. Values below 2^-126 keep
- * 24 bits inside a dot product (no gradual underflow); NaN and Inf pass through.
+ * Method: t in double -> RZ(|t| + u ulp(|t|)) with the sign of t, u = r 2^-29 uniform on
+ * [0, 1) from 29 random bits, RZ the truncation to 24 significant bits, done as one integer
+ * add of r to t's bit pattern and one mask (exact; a carry out of the significand is the
+ * round-up into the next binade). The probability is resolved to 2^-29 ulp, and rounding a
+ * sum to double first moves it by at most 2^-30 ulp. Values below 2^-126 keep 24 bits inside
+ * a dot product (no gradual underflow); NaN and Inf pass through.
  * Random bits: counter-based and stateless, r = lowbias32(key + i * 0x9e3779b9) with key a
  * SplitMix64 hash of (seed, operation site, output element) and i the term index inside a
  * reduction: the bits depend on (seed, site, element, term) only, never on threads, lanes or
@@ -20,8 +22,12 @@
  * chains side by side (AVX-512, AVX2 or scalar, picked from the CPU; every lane runs the same
  * IEEE double and integer operations, so the bits never depend on the kernel).
  *
- * Implemented: everything ref_forward.c implements except MoE layers and rotating-cache
- * schedules (ref_sr_supported says LM_E_UNSUPPORTED; callers fall back to another envelope). */
+ * Implemented: everything ref_forward.c implements (scaled embeddings, per-head Q/K norms,
+ * sandwich norms, GeGLU, rope_freqs factors, a sliding layers' own theta, windows, sinks,
+ * biases, MoE layers: router, top-k and gating by the reference's rules on the member's own
+ * float32 router logits, so a member may route a near-tie differently, as a float32 engine
+ * would) except rotating-cache schedules (ref_sr_supported says LM_E_UNSUPPORTED; callers fall
+ * back to another envelope). */
 #ifndef REF_SR_H
 #define REF_SR_H
 
@@ -34,6 +40,12 @@ typedef struct ref_sr_out {
     float *k;       /* [n_layer][n_prompt][kv_dim] after RoPE */
     float *v;       /* [n_layer][n_prompt][kv_dim] */
     float *logits;  /* [n_pos][n_vocab] */
+    /* MoE models (else NULL, 0): every layer's routing of every token, the reference's rules on
+     * this member's float32 router logits; dense layers: ids 0, margin +inf */
+    uint32_t moe_k;
+    uint32_t *moe_sel;  /* [n_layer][n_tokens][moe_k] expert ids, rank order */
+    float *moe_margin;  /* [n_layer][n_tokens] k-th selected minus the largest unselected router
+                           logit (in double, then float); +inf when moe_k = n_expert */
 } ref_sr_out;
 
 void ref_sr_out_free(ref_sr_out *o);
@@ -46,8 +58,8 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
 int ref_sr_ensemble(ref_sr_out *out, uint32_t n, const lm_model *m, const ref_request *rq,
                     uint64_t seed, int n_threads, lm_err *err);
 
-/* SR of the exact value s + e to float32 with random bits r (exported for tests). */
-float ref_sr_round(double s, double e, uint32_t r);
+/* SR of v to float32 with random bits r (exported for tests). */
+float ref_sr_round(double v, uint32_t r);
 #ifdef LM_TEST_HOOKS
 extern int ref_sr_test_force_kernel; /* tests: 0 scalar, 1 avx2, 2 avx512; -1 the CPU's */
 #endif
