@@ -1,6 +1,7 @@
 /* ref_attn_variants.c — MPFR window/sink softmax, rotating-cache schedules and MoE routing
  * and gating for the reference (rules in ref_variants.h). */
 #include "ref_variants.h"
+#include "ref_exp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +21,13 @@ void ref_softmax_sink(mpfr_t *x, uint64_t n, const float *sink, ref_scratch *s)
     mpfr_set_zero(s->acc, 1);
     for (uint64_t i = 0; i < n; ++i) {
         mpfr_sub(x[i], x[i], s->u, MPFR_RNDN);
-        mpfr_exp(x[i], x[i], MPFR_RNDN);
+        ref_exp(x[i], x[i]);
         mpfr_add(s->acc, s->acc, x[i], MPFR_RNDN);
     }
     if (sink != NULL) {
         mpfr_set_flt(s->t, *sink, MPFR_RNDN);
         mpfr_sub(s->t, s->t, s->u, MPFR_RNDN);
-        mpfr_exp(s->t, s->t, MPFR_RNDN);
+        ref_exp(s->t, s->t);
         mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
     }
     for (uint64_t i = 0; i < n; ++i)
@@ -188,18 +189,18 @@ void ref_moe_gate(mpfr_t *w, mpfr_t *logits, uint32_t n_expert, const uint32_t *
     if (gating == 0) {
         for (uint32_t r = 0; r < k; ++r) {
             mpfr_sub(w[r], logits[sel[r]], s->u, MPFR_RNDN);
-            mpfr_exp(w[r], w[r], MPFR_RNDN);
+            ref_exp(w[r], w[r]);
             mpfr_add(s->acc, s->acc, w[r], MPFR_RNDN);
         }
     } else {
         for (uint32_t e = 0; e < n_expert; ++e) {
             mpfr_sub(s->t, logits[e], s->u, MPFR_RNDN);
-            mpfr_exp(s->t, s->t, MPFR_RNDN);
+            ref_exp(s->t, s->t);
             mpfr_add(s->acc, s->acc, s->t, MPFR_RNDN);
         }
         for (uint32_t r = 0; r < k; ++r) {
             mpfr_sub(w[r], logits[sel[r]], s->u, MPFR_RNDN);
-            mpfr_exp(w[r], w[r], MPFR_RNDN);
+            ref_exp(w[r], w[r]);
             mpfr_div(w[r], w[r], s->acc, MPFR_RNDN);
         }
         if (gating != 1)

@@ -2,8 +2,9 @@
  * element by element straight from the bit layout, independent of the engine's dequant.c.
  *
  * Each element e of a block is located by index arithmetic (which byte, which bits) and its
- * value is evaluated in double: f16 and bf16 fields are decoded with ldexp from their sign,
- * exponent and mantissa fields; every operation ggml's definition performs in float32 is done
+ * value is evaluated in double: f16 and bf16 fields are decoded from their sign, exponent and
+ * mantissa fields as (integer mantissa) x 2^e, the power of two built from its bits (pow2i:
+ * every e used is a normal double exponent, so the product is exact); every operation ggml's definition performs in float32 is done
  * in double on float32 operands and then rounded to float32 (float_of). A double product or
  * sum of two float32 values rounded once more to float32 equals the float32 operation (double
  * has 53 >= 2 * 24 + 2 bits, so the double rounding is innocuous), hence the values are those
@@ -52,6 +53,16 @@ static unsigned u16le(const uint8_t *b, unsigned i)
     return b[i] + 256u * b[i + 1];
 }
 
+/* 2^e for -1022 <= e <= 1023, from its bits: a multiplication instead of a library call, for
+ * a check that decodes every element of the file. */
+static double pow2i(int e)
+{
+    const uint64_t b = (uint64_t)(e + 1023) << 52;
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
 /* f16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits. */
 static double half_at(const uint8_t *b, unsigned i)
 {
@@ -61,8 +72,8 @@ static double half_at(const uint8_t *b, unsigned i)
     if (ex == 31)
         return man ? (double)NAN : s * (double)INFINITY;
     if (ex == 0)
-        return s * ldexp((double)man, -24);
-    return s * ldexp((double)(man + 1024u), (int)ex - 25);
+        return s * ((double)man * pow2i(-24));
+    return s * ((double)(man + 1024u) * pow2i((int)ex - 25));
 }
 
 /* bf16: 1 sign bit, 8 exponent bits (bias 127), 7 mantissa bits. */
@@ -74,8 +85,8 @@ static double bhalf_at(const uint8_t *b, unsigned i)
     if (ex == 255)
         return man ? (double)NAN : s * (double)INFINITY;
     if (ex == 0)
-        return s * ldexp((double)man, -133);
-    return s * ldexp((double)(man + 128u), (int)ex - 134);
+        return s * ((double)man * pow2i(-133));
+    return s * ((double)(man + 128u) * pow2i((int)ex - 134));
 }
 
 static int nibble(const uint8_t *b, unsigned byte, unsigned which)

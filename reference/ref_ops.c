@@ -1,7 +1,8 @@
 /* ref_ops.c — MPFR primitives of the reference: dot, sum, RMSNorm, softmax, SiLU, RoPE.
- * Every operation rounds to nearest at the destination's precision; reductions run left to
- * right. Nothing here knows about models or threads. */
+ * Every operation rounds to nearest at the destination's precision (exp and tanh through
+ * ref_exp.h: the same bits as mpfr_exp and mpfr_tanh); reductions run left to right. Nothing here knows about models or threads. */
 #include "kvd_ref.h"
+#include "ref_exp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,8 @@ int ref_scratch_init(ref_scratch *s, mpfr_prec_t prec, uint64_t row_cap, lm_err 
     s->prec = prec;
     s->row_cap = row_cap;
     s->row = ref_vec_new(row_cap, prec);
-    s->tmp = ref_vec_new(4 * 8, prec); /* t, u, acc, acc_neg, each on its own cache line(s) */
+    s->tmp = ref_vec_new(6 * 8, prec); /* t, u, acc, acc_neg, gelu_c, gelu_k, each on its own
+                                          cache line(s) */
     if (s->row == NULL || s->tmp == NULL) {
         free(s->row);
         free(s->tmp);
@@ -62,6 +64,12 @@ int ref_scratch_init(ref_scratch *s, mpfr_prec_t prec, uint64_t row_cap, lm_err 
     memcpy(s->u, s->tmp[8], sizeof(mpfr_t));
     memcpy(s->acc, s->tmp[16], sizeof(mpfr_t));
     memcpy(s->acc_neg, s->tmp[24], sizeof(mpfr_t));
+    memcpy(s->gelu_c, s->tmp[32], sizeof(mpfr_t));
+    memcpy(s->gelu_k, s->tmp[40], sizeof(mpfr_t));
+    mpfr_set_str(s->gelu_c, "0.044715", 10, MPFR_RNDN);
+    mpfr_const_pi(s->gelu_k, MPFR_RNDN);
+    mpfr_ui_div(s->gelu_k, 2, s->gelu_k, MPFR_RNDN);
+    mpfr_sqrt(s->gelu_k, s->gelu_k, MPFR_RNDN);
     return LM_OK;
 }
 
@@ -168,7 +176,7 @@ void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s)
     mpfr_set_zero(s->acc, 1);
     for (uint64_t i = 0; i < n; ++i) {
         mpfr_sub(x[i], x[i], s->u, MPFR_RNDN);
-        mpfr_exp(x[i], x[i], MPFR_RNDN);
+        ref_exp(x[i], x[i]);
         mpfr_add(s->acc, s->acc, x[i], MPFR_RNDN);
     }
     for (uint64_t i = 0; i < n; ++i)
@@ -178,24 +186,21 @@ void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s)
 void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s)
 {
     mpfr_neg(s->t, z, MPFR_RNDN);
-    mpfr_exp(s->t, s->t, MPFR_RNDN);
+    ref_exp(s->t, s->t);
     mpfr_add_ui(s->t, s->t, 1, MPFR_RNDN);
     mpfr_div(out, z, s->t, MPFR_RNDN);
 }
 
 void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s)
 {
-    /* 0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3))), each constant at full precision */
-    mpfr_set_str(s->acc_neg, "0.044715", 10, MPFR_RNDN);
+    /* 0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3))), each constant at full precision
+     * (computed once per scratch: gelu_c = RN(0.044715), gelu_k = RN(sqrt(RN(2 / RN(pi))))) */
     mpfr_sqr(s->t, z, MPFR_RNDN);
     mpfr_mul(s->t, s->t, z, MPFR_RNDN);
-    mpfr_mul(s->t, s->t, s->acc_neg, MPFR_RNDN);
+    mpfr_mul(s->t, s->t, s->gelu_c, MPFR_RNDN);
     mpfr_add(s->t, s->t, z, MPFR_RNDN);
-    mpfr_const_pi(s->u, MPFR_RNDN);
-    mpfr_ui_div(s->u, 2, s->u, MPFR_RNDN);
-    mpfr_sqrt(s->u, s->u, MPFR_RNDN);
-    mpfr_mul(s->t, s->t, s->u, MPFR_RNDN);
-    mpfr_tanh(s->t, s->t, MPFR_RNDN);
+    mpfr_mul(s->t, s->t, s->gelu_k, MPFR_RNDN);
+    ref_tanh(s->t, s->t);
     mpfr_add_ui(s->t, s->t, 1, MPFR_RNDN);
     mpfr_mul(s->t, s->t, z, MPFR_RNDN);
     mpfr_div_2ui(out, s->t, 1, MPFR_RNDN);

@@ -2,6 +2,7 @@
  * (method, randomness and scope in ref_sr.h). */
 #include "ref_sr.h"
 #include "ref_variants.h"
+#include "kvd_util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -110,6 +111,8 @@ typedef struct srf {
     float *xt;       /* [max_in][npad] transposed input of a matrix product */
     double *wd;      /* [4][max_in] the weight rows of a matrix product as doubles */
     uint64_t npad;   /* n rounded up to LANES */
+    void (*on_layer)(void *user); /* called after every layer and the output, or NULL */
+    void *on_layer_user;
 } srf;
 
 static uint32_t site(const srf *f, uint32_t s)
@@ -702,15 +705,16 @@ static void srf_free(srf *f)
     free(f->wd);
 }
 
-int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
-               lm_err *err)
+static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
+                  void (*on_layer)(void *), void *on_layer_user, lm_err *err)
 {
     memset(out, 0, sizeof *out);
     int st = ref_sr_supported(m, rq, err);
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;
-    srf f = {.m = m, .hp = hp, .skey = mix64(seed ^ 0x5352726566ull), .n = rq->n_tokens};
+    srf f = {.m = m, .hp = hp, .skey = mix64(seed ^ 0x5352726566ull), .n = rq->n_tokens,
+             .on_layer = on_layer, .on_layer_user = on_layer_user};
     f.q_dim = hp->n_head * hp->head_dim;
     f.kv_dim = hp->n_head_kv * hp->head_dim;
     const uint64_t n = f.n, e = hp->n_embd;
@@ -811,14 +815,16 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
             rmsnorm(&f, f.h + t * e, f.x + t * e, L->ffn_norm, e, t, site(&f, S_FFN_NORM));
         if (L->ffn_gate_inp != NULL) {
             moe_ffn(&f, L);
-            continue;
+        } else {
+            matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, site(&f, S_GATE));
+            matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, site(&f, S_UP));
+            for (uint64_t t = 0; t < n; ++t)
+                gated_act(&f, t, site(&f, S_SWIGLU), hp->act == LM_ACT_GEGLU_TANH);
+            block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, site(&f, S_DOWN),
+                      V_FFN_POST);
         }
-        matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, site(&f, S_GATE));
-        matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, site(&f, S_UP));
-        for (uint64_t t = 0; t < n; ++t)
-            gated_act(&f, t, site(&f, S_SWIGLU), hp->act == LM_ACT_GEGLU_TANH);
-        block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, site(&f, S_DOWN),
-                  V_FFN_POST);
+        if (f.on_layer)
+            f.on_layer(f.on_layer_user);
     }
     f.layer = hp->n_layer;
     for (uint32_t i = 0; i < out->n_pos; ++i)
@@ -826,8 +832,54 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
                 out->pos[i], site(&f, S_NORM));
     matmul(&f, out->logits, f.tmp, m->output, NULL, out->n_pos, e, hp->n_vocab, false,
            site(&f, S_Q));
+    if (f.on_layer)
+        f.on_layer(f.on_layer_user);
     srf_free(&f);
     return LM_OK;
+}
+
+int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
+               lm_err *err)
+{
+    return sr_run(out, m, rq, seed, NULL, NULL, err);
+}
+
+double ref_sr_calibrate_s_per_mac(uint64_t n_in)
+{
+    enum { R = 4, T = LANES };
+    if (n_in == 0 || n_in > 65536)
+        n_in = 1024;
+    double *w = malloc(R * n_in * sizeof *w);
+    float *xt = malloc(n_in * T * sizeof *xt);
+    if (w == NULL || xt == NULL) {
+        free(w);
+        free(xt);
+        return 0.0;
+    }
+    uint64_t z = 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < R * n_in; ++i) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (double)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-30;
+    }
+    for (uint64_t i = 0; i < n_in * T; ++i) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        xt[i] = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-23f;
+    }
+    const double *wr[R] = {w, w + n_in, w + 2 * n_in, w + 3 * n_in};
+    uint32_t key[R * T];
+    for (unsigned i = 0; i < R * T; ++i)
+        key[i] = lowbias32(i + 1);
+    float o[R * T];
+    const int kern = sr_kernel();
+    double macs = 0.0, t0 = lm_now_s(), dt = 0.0;
+    do { /* at least ~20 ms of the kernel every matrix product runs */
+        sr_dot8(o, wr, xt, T, n_in, key, R, kern);
+        macs += (double)R * T * n_in;
+        dt = lm_now_s() - t0;
+    } while (dt < 0.02);
+    free(w);
+    free(xt);
+    return dt / macs;
 }
 
 /* --- members in parallel --- */
@@ -842,7 +894,26 @@ typedef struct ens_job {
     atomic_int failed;
     lm_err err;
     pthread_mutex_t mu;
+    /* progress (rq->progress): layers finished over all members, members finished */
+    atomic_uint layers_done, members_done;
+    double t0, macs; /* start time; multiply-adds of all members */
 } ens_job;
+
+/* Progress after a member's layer: one report at a time (a busy lock skips this one). */
+static void ens_layer_done(void *p)
+{
+    ens_job *j = p;
+    const unsigned per = j->m->hp.n_layer + 1u; /* layers and the output */
+    const unsigned done = atomic_fetch_add(&j->layers_done, 1) + 1;
+    if (j->rq->progress == NULL || pthread_mutex_trylock(&j->mu) != 0)
+        return;
+    ref_progress pr = {.layer = (done / j->n) % per, .n_layer = j->m->hp.n_layer,
+                       .n_member = j->n, .members_done = atomic_load(&j->members_done),
+                       .done = j->macs * done / ((double)per * j->n), .total = j->macs,
+                       .elapsed_s = lm_now_s() - j->t0, .m = j->m, .rq = j->rq};
+    j->rq->progress(j->rq->progress_user, &pr);
+    pthread_mutex_unlock(&j->mu);
+}
 
 static void *ens_worker(void *p)
 {
@@ -852,7 +923,9 @@ static void *ens_worker(void *p)
         if (i >= j->n || atomic_load(&j->failed))
             break;
         lm_err e = {0};
-        if (ref_sr_run(&j->out[i], j->m, j->rq, j->seed + i, &e) != LM_OK) {
+        if (sr_run(&j->out[i], j->m, j->rq, j->seed + i, ens_layer_done, j, &e) == LM_OK) {
+            atomic_fetch_add(&j->members_done, 1);
+        } else {
             pthread_mutex_lock(&j->mu);
             if (!atomic_load(&j->failed))
                 j->err = e;
@@ -876,9 +949,19 @@ int ref_sr_ensemble(ref_sr_out *out, uint32_t n, const lm_model *m, const ref_re
         nt = (int)n;
     if (nt > 64)
         nt = 64;
-    ens_job j = {.out = out, .n = n, .m = m, .rq = rq, .seed = seed};
+    ens_job j = {.out = out, .n = n, .m = m, .rq = rq, .seed = seed, .t0 = lm_now_s(),
+                 .macs = n * ref_macs(m, rq)};
     atomic_init(&j.next, 0);
     atomic_init(&j.failed, 0);
+    atomic_init(&j.layers_done, 0);
+    atomic_init(&j.members_done, 0);
+    if (rq->progress) {
+        ref_request with_threads = *rq; /* the cost line divides over the member threads */
+        with_threads.n_threads = nt;
+        ref_progress pr = {.n_layer = m->hp.n_layer, .n_member = n, .total = j.macs, .m = m,
+                           .rq = &with_threads};
+        rq->progress(rq->progress_user, &pr);
+    }
     pthread_mutex_init(&j.mu, NULL);
     pthread_t th[64];
     int started = 0;

@@ -117,6 +117,57 @@ static void test_ref_sr_kernels_threads_seeds(void)
     trm_free(&t);
 }
 
+/* What an envelope's progress callback heard. */
+typedef struct heard {
+    int calls, starts;
+    uint32_t n_member;
+    double total, last_done;
+    int backwards; /* reports whose done went down */
+} heard;
+
+static void hear(void *user, const ref_progress *pr)
+{
+    heard *h = user;
+    h->calls++;
+    h->starts += pr->done <= 0.0;
+    h->n_member = pr->n_member;
+    h->total = pr->total;
+    h->backwards += pr->done < h->last_done;
+    h->last_done = pr->done;
+}
+
+/* The ensemble reports its start and every member's layers (2 threads, so reports may come
+ * from either), counted over all members; listening changes no bit. */
+static void test_ref_sr_ensemble_progress(void)
+{
+    trm t;
+    lm_hparams hp = trm_hparams(LM_ROPE_NEOX);
+    trm_build(&t, &hp, true, 11);
+    int32_t tok[6] = {1, 5, 9, 2, 7, 3};
+    ref_request rq = {.tokens = tok, .n_tokens = 6, .n_prompt = 5};
+    lm_err err = {0};
+    ref_sr_out quiet[4], told[4];
+    CU_ASSERT_FATAL(ref_sr_ensemble(quiet, 4, &t.m, &rq, 7, 2, &err) == LM_OK);
+    heard h = {0};
+    ref_request rq2 = rq;
+    rq2.progress = hear;
+    rq2.progress_user = &h;
+    CU_ASSERT_FATAL(ref_sr_ensemble(told, 4, &t.m, &rq2, 7, 2, &err) == LM_OK);
+    CU_ASSERT_EQUAL(h.starts, 1);
+    CU_ASSERT(h.calls >= 2);                      /* the start and at least one layer */
+    CU_ASSERT(h.calls <= 1 + 4 * ((int)hp.n_layer + 1)); /* one per member layer at most */
+    CU_ASSERT_EQUAL(h.n_member, 4);
+    CU_ASSERT_EQUAL(h.backwards, 0);
+    CU_ASSERT_DOUBLE_EQUAL(h.total, 4.0 * ref_macs(&t.m, &rq), 0.5); /* counts: exact */
+    CU_ASSERT(h.last_done <= h.total);
+    for (int i = 0; i < 4; ++i) {
+        CU_ASSERT(same_out(&quiet[i], &told[i]));
+        ref_sr_out_free(&quiet[i]);
+        ref_sr_out_free(&told[i]);
+    }
+    trm_free(&t);
+}
+
 /* largest |x - R| / (1 + |R|) over a member's logits and K against the MPFR capture */
 static double worst_vs_ref(const ref_sr_out *o, const ref_capture *c)
 {
@@ -171,4 +222,5 @@ void test_ref_sr_register(void)
     CU_add_test(s, "test_ref_sr_round_unbiased", test_ref_sr_round_unbiased);
     CU_add_test(s, "test_ref_sr_kernels_threads_seeds", test_ref_sr_kernels_threads_seeds);
     CU_add_test(s, "test_ref_sr_variants_match_reference", test_ref_sr_variants_match_reference);
+    CU_add_test(s, "test_ref_sr_ensemble_progress", test_ref_sr_ensemble_progress);
 }

@@ -234,7 +234,7 @@ static int compute(ref_capture *cap, ref_agreement **ag, uint32_t *n_ag, char *h
                    lm_err *err)
 {
     hx_progress prog;
-    hx_progress_init(&prog, "reference", o->quiet);
+    hx_progress_init(&prog, "", o->quiet);
     rq->progress = hx_progress_cb;
     rq->progress_user = &prog;
     char cdir[4096];

@@ -441,7 +441,7 @@ int cmd_sweep(int argc, char **argv)
     hx_progress prog; /* the reference's progress lines (cli_progress.h) */
     char cdir[4096];
     lm_err cerr = {0};
-    hx_progress_init(&prog, "sweep: reference", o.sp.quiet);
+    hx_progress_init(&prog, "sweep: ", o.sp.quiet);
     prog.cache_dir = lm_cache_dir(cdir, sizeof cdir, o.cache, &cerr) == LM_OK ? cdir : NULL;
     o.sp.ref_progress = hx_progress_cb;
     o.sp.ref_progress_user = &prog;

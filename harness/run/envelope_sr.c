@@ -45,10 +45,12 @@ static int as_capture(hx_capture *c, float **kv, const ref_sr_out *o, const ref_
 
 int hx_envelope_from_ref_sr(hx_envelope **out, const lm_model *m, const ref_capture *ref,
                             uint32_t n_members, uint64_t seed, int n_threads, double safety,
-                            lm_err *err)
+                            ref_progress_fn progress, void *progress_user, lm_err *err)
 {
     *out = NULL;
     ref_request rq = request_of(ref);
+    rq.progress = progress;
+    rq.progress_user = progress_user;
     ref_sr_out *mem = calloc(n_members ? n_members : 1, sizeof *mem);
     hx_capture *caps = calloc(n_members ? n_members : 1, sizeof *caps);
     const hx_capture **ptr = calloc(n_members ? n_members : 1, sizeof *ptr);

@@ -16,8 +16,9 @@
 #define HX_ENVELOPE_SR_MODE "ref-sr:f32:coin=lowbias32-v1:sr=intadd29-v2:stat=mean-spread-v2"
 
 int hx_envelope_sr_supported(const lm_model *m, const ref_capture *ref, lm_err *err);
+/* progress (may be NULL) hears the members' progress (ref_sr_ensemble). */
 int hx_envelope_from_ref_sr(hx_envelope **out, const lm_model *m, const ref_capture *ref,
                             uint32_t n_members, uint64_t seed, int n_threads, double safety,
-                            lm_err *err);
+                            ref_progress_fn progress, void *progress_user, lm_err *err);
 
 #endif

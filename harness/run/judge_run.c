@@ -277,7 +277,7 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     if (use_ref_sr(s, k)) {
         free(mem);
         int rc = hx_envelope_from_ref_sr(&s->env[k], p->model, &s->ref, m, seed, p->ref_threads,
-                                         HX_ENVELOPE_SAFETY, err);
+                                         HX_ENVELOPE_SAFETY, NULL, NULL, err);
         if (rc == LM_OK)
             rc = env_store(s->env[k], s, k, false, err);
         if (rc == LM_OK)

@@ -519,7 +519,8 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
         progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
                  (unsigned)m, (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
         rc = hx_envelope_from_ref_sr(out, p->model, &r->ref, m, seed, p->ref_threads,
-                                     HX_ENVELOPE_SAFETY, err);
+                                     HX_ENVELOPE_SAFETY, p->ref_progress, p->ref_progress_user,
+                                     err);
     } else {
         rc = engine_envelope(out, r, p, rq, m, seed, profile, err);
     }

@@ -54,10 +54,13 @@
 #define REF_MAX_PREC 4096u
 
 /* Progress of a running pass (ref_request.progress): reported once before it starts (done 0)
- * and after every matrix product. */
+ * and after every matrix product; for an SR envelope (ref_sr_ensemble, n_member > 0) after
+ * every layer of any member, counted over all members. */
 typedef struct ref_progress {
     uint32_t layer, n_layer; /* the layer being computed (n_layer: the output projection) */
-    double done, total;      /* multiply-adds done and in all (ref_macs) */
+    uint32_t n_member;       /* 0: one reference pass; else the envelope's member count */
+    uint32_t members_done;   /* the envelope's members finished */
+    double done, total;      /* multiply-adds done and in all (ref_macs, times n_member) */
     double elapsed_s;        /* since the pass started */
     const struct lm_model *m;         /* the pass's model and request */
     const struct ref_request *rq;
@@ -295,6 +298,7 @@ void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b
 typedef struct ref_scratch {
     _Alignas(64) mpfr_t t, u, acc, acc_neg; /* 64-byte aligned and padded: scratches of
                                                different threads never share a cache line */
+    mpfr_t gelu_c, gelu_k; /* RN(0.044715), RN(sqrt(RN(2 / RN(pi)))) at prec (ref_gelu_tanh) */
     mpfr_prec_t prec;
     mpfr_t *row;           /* [row_cap]: filled only by ref_row_set_flt */
     mp_limb_t *row_limbs;  /* [row_cap][limbs of prec], row's significands */
@@ -329,7 +333,7 @@ void ref_rmsnorm(mpfr_t *out, mpfr_t *x, const float *w, uint64_t n, float eps,
 void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s);
 /* out = z / (1 + exp(-z)). */
 void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s);
-/* out = gelu_tanh(z) = z / 2 * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))); uses t, u, acc_neg. */
+/* out = gelu_tanh(z) = z / 2 * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))); uses t. */
 void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s);
 /* Rotation angle frequency theta^(-2i/n_rot), into out (at out's precision). */
 void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);

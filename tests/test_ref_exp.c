@@ -1,0 +1,139 @@
+/* test_ref_exp.c — the correctly rounded exp and tanh (ref_exp.c): every result must be the
+ * same bits as mpfr_exp / mpfr_tanh with MPFR_RNDN (no tolerance: both are the exact value
+ * rounded to nearest), on special values, on random arguments over 220 binades of both signs
+ * and at precisions on both sides of REF_EXP_MAX_PREC; and the fixed-point approximations must
+ * keep their stated error bounds against a 400-bit evaluation:
+ *   |A - exp(x)| <= 2^(EXP(A) - 186),   |Q - tanh(x)| <= 2^-185. */
+#include "ref_exp.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static uint64_t rng = 0x243f6a8885a308d3u;
+
+static uint64_t next(void)
+{
+    rng = rng * 6364136223846793005u + 1442695040888963407u;
+    return rng;
+}
+
+/* A random x with a full prec-bit significand, exponent in [lo, hi], either sign. */
+static void random_arg(mpfr_t x, long lo, long hi)
+{
+    mpfr_prec_t p = mpfr_get_prec(x);
+    mpfr_set_ui(x, 0, MPFR_RNDN);
+    mpfr_t t;
+    mpfr_init2(t, p);
+    for (mpfr_prec_t have = 0; have < p + 64; have += 60) { /* p + 64 random bits */
+        mpfr_set_ui_2exp(t, (unsigned long)(next() >> 4), -(mpfr_exp_t)(have + 60), MPFR_RNDN);
+        mpfr_add(x, x, t, MPFR_RNDN);
+    }
+    mpfr_clear(t);
+    if (mpfr_zero_p(x))
+        mpfr_set_ui(x, 1, MPFR_RNDN);
+    mpfr_set_exp(x, (mpfr_exp_t)(lo + (long)(next() % (uint64_t)(hi - lo + 1))));
+    if (next() & 1)
+        mpfr_neg(x, x, MPFR_RNDN);
+}
+
+static bool same(mpfr_t a, mpfr_t b)
+{
+    if (mpfr_nan_p(a) || mpfr_nan_p(b))
+        return mpfr_nan_p(a) && mpfr_nan_p(b);
+    return mpfr_equal_p(a, b) && mpfr_signbit(a) == mpfr_signbit(b);
+}
+
+static void test_ref_exp_special(void)
+{
+    mpfr_t x, r, m;
+    mpfr_inits2(127, x, r, m, (mpfr_ptr)0);
+    const double vals[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 511.9, -511.9, 512.0, -512.0,
+                           1e6, -1e6, 0x1p-300, -0x1p-300, 0.6931471805599453, 1.0, -1.0};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; ++i) {
+        mpfr_set_d(x, vals[i], MPFR_RNDN);
+        ref_exp(r, x);
+        mpfr_exp(m, x, MPFR_RNDN);
+        CU_ASSERT(same(r, m));
+        ref_tanh(r, x);
+        mpfr_tanh(m, x, MPFR_RNDN);
+        CU_ASSERT(same(r, m));
+    }
+    /* in place, as the reference calls it */
+    mpfr_set_d(x, -3.25, MPFR_RNDN);
+    mpfr_exp(m, x, MPFR_RNDN);
+    ref_exp(x, x);
+    CU_ASSERT(same(x, m));
+    mpfr_clears(x, r, m, (mpfr_ptr)0);
+}
+
+/* Bitwise against MPFR at several precisions, arguments of every exponent in [-200, 9]. */
+static void test_ref_exp_matches_mpfr(void)
+{
+    const mpfr_prec_t precs[] = {53, 64, 113, 127, 128, 160, REF_EXP_MAX_PREC, 200};
+    long bad_exp = 0, bad_tanh = 0;
+    for (size_t pi = 0; pi < sizeof precs / sizeof precs[0]; ++pi) {
+        mpfr_t x, r, m;
+        mpfr_inits2(precs[pi], x, r, m, (mpfr_ptr)0);
+        for (int i = 0; i < 4000; ++i) {
+            random_arg(x, -200, 9);
+            ref_exp(r, x);
+            mpfr_exp(m, x, MPFR_RNDN);
+            bad_exp += !same(r, m);
+            ref_tanh(r, x);
+            mpfr_tanh(m, x, MPFR_RNDN);
+            bad_tanh += !same(r, m);
+        }
+        mpfr_clears(x, r, m, (mpfr_ptr)0);
+    }
+    CU_ASSERT_EQUAL(bad_exp, 0);
+    CU_ASSERT_EQUAL(bad_tanh, 0);
+}
+
+/* The approximations keep their bounds, measured against 400-bit values (whose own error,
+ * 2^-400 relative, is far below the bounds). */
+static void test_ref_exp_error_bounds(void)
+{
+    mpfr_t x, a, q, e, d;
+    mpfr_init2(x, 127);
+    mpfr_init2(a, 192);
+    mpfr_init2(q, 200);
+    mpfr_inits2(400, e, d, (mpfr_ptr)0);
+    double worst_exp = -1000, worst_tanh = -1000; /* log2 of the largest error seen */
+    for (int i = 0; i < 20000; ++i) {
+        random_arg(x, -60, 8);
+        CU_ASSERT_FATAL(ref_exp_approx(a, x));
+        mpfr_exp(e, x, MPFR_RNDN);
+        mpfr_sub(d, a, e, MPFR_RNDN);
+        if (!mpfr_zero_p(d)) {
+            double l = (double)mpfr_get_exp(d) - (double)mpfr_get_exp(a); /* >= log2 |d| / 2^EXP(A) */
+            worst_exp = l > worst_exp ? l : worst_exp;
+        }
+        CU_ASSERT(mpfr_zero_p(d) || mpfr_get_exp(d) <= mpfr_get_exp(a) - 186);
+        CU_ASSERT_FATAL(ref_tanh_approx(q, x));
+        mpfr_tanh(e, x, MPFR_RNDN);
+        mpfr_sub(d, q, e, MPFR_RNDN);
+        if (!mpfr_zero_p(d))
+            worst_tanh = (double)mpfr_get_exp(d) > worst_tanh ? (double)mpfr_get_exp(d)
+                                                              : worst_tanh;
+        CU_ASSERT(mpfr_zero_p(d) || mpfr_get_exp(d) <= -185);
+    }
+    /* out of the fixed-point range: not served */
+    mpfr_set_ui(x, 512, MPFR_RNDN);
+    CU_ASSERT(!ref_exp_approx(a, x));
+    mpfr_set_ui(x, 256, MPFR_RNDN);
+    CU_ASSERT(!ref_tanh_approx(q, x));
+    mpfr_set_zero(x, 1);
+    CU_ASSERT(!ref_exp_approx(a, x));
+    printf("\n    exp: largest error 2^%.0f of 2^EXP(A) (bound 2^-186); tanh: 2^%.0f "
+           "(bound 2^-185) ", worst_exp, worst_tanh);
+    mpfr_clears(x, a, q, e, d, (mpfr_ptr)0);
+}
+
+void test_ref_exp_register(void)
+{
+    CU_pSuite s = CU_add_suite("ref_exp", NULL, NULL);
+    CU_add_test(s, "test_ref_exp_special", test_ref_exp_special);
+    CU_add_test(s, "test_ref_exp_matches_mpfr", test_ref_exp_matches_mpfr);
+    CU_add_test(s, "test_ref_exp_error_bounds", test_ref_exp_error_bounds);
+}
