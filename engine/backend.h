@@ -1,13 +1,16 @@
 /* backend.h — the compute backend vtable. The forward pass (forward.c, attention.c) calls only
- * these slots for its matrix products; everything elementwise is shared, fixed-order C.
+ * these slots for its matrix products; its elementwise ops are shared, fixed-order C
+ * (backend_ops.c) unless a backend fills their optional slots.
  * A backend documents its summation order and threading next to its implementation. */
 #ifndef KVD_BACKEND_H
 #define KVD_BACKEND_H
 
 #include "kvd_common.h"
+#include "kvd_model.h"
 #include "kvd_profile.h"
 
 typedef struct lm_backend lm_backend;
+struct lm_rope_args;
 
 typedef struct lm_backend_i {
     const char *name;
@@ -41,7 +44,43 @@ typedef struct lm_backend_i {
     /* Optional (NULL: the products cannot fail). The first failure of the products since the
      * backend was created (a device error), checked by the forward pass after every chunk. */
     int (*check)(lm_backend *be, lm_err *err);
+    /* Optional elementwise ops (NULL: the shared fixed-order C of backend_ops.c, which every
+     * CPU backend runs). A backend that fills one (a device backend keeping activations on
+     * the device) computes the same function over all n rows of a chunk in one call, states
+     * its order next to its implementation, and is held to the bounds of tests/test_backend.c
+     * (which iterates the registry) against a double-precision reference. The forward pass
+     * reaches them only through lm_op_rmsnorm, lm_op_glu and lm_op_rope below. */
+    /* y[n][dim] = x[n][dim] / sqrt(mean(x^2) + eps) * w[dim], row by row (y may be x). */
+    void (*rmsnorm)(lm_backend *be, float *y, const float *x, const float *w, uint32_t n,
+                    uint32_t dim, float eps);
+    /* g[n][dim] = act(g) * u: silu (LM_ACT_SWIGLU) or gelu_tanh (LM_ACT_GEGLU_TANH). */
+    void (*glu)(lm_backend *be, float *g, const float *u, uint32_t n, uint32_t dim,
+                lm_ffn_act act);
+    /* RoPE of rows[n][stride] (heads at the start of each row) at positions a->pos0... */
+    void (*rope)(lm_backend *be, float *rows, uint32_t n, const struct lm_rope_args *a);
 } lm_backend_i;
+
+/* The rotation of lm_op_rope: pair i < n_rot/2 of each head turns by the angle whose cosine
+ * and sine are cos_tab/sin_tab[pos][i] (pos = pos0 + row); NORM pairs (2i, 2i+1), neox pairs
+ * (i, i + n_rot/2); dimensions >= n_rot pass through. */
+typedef struct lm_rope_args {
+    const float *cos_tab; /* [n_pos][n_rot / 2] */
+    const float *sin_tab; /* [n_pos][n_rot / 2] */
+    size_t stride;        /* floats between rows */
+    uint32_t pos0, n_heads, head_dim, n_rot;
+    bool neox;
+} lm_rope_args;
+
+struct lm_pool;
+/* The forward pass's elementwise ops: the backend's slot when it has one, else the shared C
+ * split over pool by rows (NULL: the calling thread). */
+void lm_op_rmsnorm(lm_backend *be, struct lm_pool *pool, float *y /* [n][dim] */,
+                   const float *x /* [n][dim] */, const float *w /* [dim] */, uint32_t n,
+                   uint32_t dim, float eps);
+void lm_op_glu(lm_backend *be, struct lm_pool *pool, float *g /* [n][dim] */,
+               const float *u /* [n][dim] */, uint32_t n, uint32_t dim, lm_ffn_act act);
+void lm_op_rope(lm_backend *be, struct lm_pool *pool, float *rows /* [n][a->stride] */,
+                uint32_t n, const lm_rope_args *a);
 
 /* Where the forward pass calls lm_backend_i.perturb (kept distinct so that the stages draw
  * independent coins). */

@@ -10,10 +10,12 @@
  *               xn = rmsnorm(x) * ffn_norm
  *               x = x + (silu(xn.Wg^T) * (xn.Wu^T)).Wd^T
  *   logits, only for the rows asked for: rmsnorm(x_row) * output_norm, then . output^T
- * Every matrix product goes through the backend; everything elementwise is here, in plain C
- * with the order stated at each function, exp by lm_expf (expf.h, not libm). Elementwise
- * work is split over the backend's thread count by rows (threadpool.h); a row's bits never
- * depend on the split, and the naive backend runs everything on one thread.
+ * Every matrix product goes through the backend; RMSNorm, the gated activation and RoPE go
+ * through lm_op_* (backend_ops.c: a backend's optional slot, else shared C), everything else
+ * elementwise is here, in plain C with the order stated at each function, exp by lm_expf
+ * (expf.h, not libm). Elementwise work is split over the backend's thread count by rows
+ * (threadpool.h); a row's bits never depend on the split, and the naive backend runs
+ * everything on one thread.
  * All scratch is allocated by lm_ctx_create; nothing is allocated per token.
  * Checkpoints: with a probe set (lm_ctx_set_probe), each named operation's rows are handed
  * to it as they are computed (kvdrift trace). Test builds (LM_TEST_HOOKS) also carry the
@@ -78,21 +80,7 @@ struct lm_ctx {
     lm_layer *layers_round; /* [n_layer] its layers */
 };
 
-/* ---- elementwise kernels (fixed order, shared by every backend) ---- */
-
-/* y[i] = (x[i] * r) * w[i], r = 1 / sqrtf(ss / n + eps), ss = sum of x[i]*x[i] for i = 0..n-1
- * accumulated left to right in float from +0.0f; ss / n, + eps, sqrtf and 1/ are each one
- * float operation. */
-static void rmsnorm_row(float *y /* [n] */, const float *x /* [n] */, const float *w /* [n] */,
-                        uint32_t n, float eps)
-{
-    float ss = 0.0f;
-    for (uint32_t i = 0; i < n; ++i)
-        ss += x[i] * x[i];
-    const float r = 1.0f / sqrtf(ss / (float)n + eps);
-    for (uint32_t i = 0; i < n; ++i)
-        y[i] = (x[i] * r) * w[i];
-}
+/* ---- elementwise stages (the ops themselves: backend_ops.c) ---- */
 
 /* rows[n][dim] += b[dim] */
 static void add_bias(float *rows, const float *b, uint32_t n, uint32_t dim, size_t stride)
@@ -106,21 +94,6 @@ static void add_bias(float *rows, const float *b, uint32_t n, uint32_t dim, size
 
 /* Row-parallel jobs: each processes rows [begin, end) of a chunk; a row's result does not
  * depend on which thread computes it or on the other rows. */
-
-typedef struct norm_job {
-    float *y;        /* [n][dim] */
-    const float *x;  /* [n][dim] */
-    const float *w;  /* [dim] */
-    uint32_t dim;
-    float eps;
-} norm_job;
-
-static void norm_rows(void *arg, uint32_t begin, uint32_t end)
-{
-    const norm_job *j = arg;
-    for (uint32_t t = begin; t < end; ++t)
-        rmsnorm_row(j->y + (size_t)t * j->dim, j->x + (size_t)t * j->dim, j->w, j->dim, j->eps);
-}
 
 /* x[t] = x[t] + (y[t] (+ b)): the block output, bias first, then the residual add. */
 typedef struct residual_job {
@@ -143,72 +116,6 @@ static void residual_rows(void *arg, uint32_t begin, uint32_t end)
     }
 }
 
-/* g = (g / (1 + lm_expf(-g))) * u: SiLU of the gate times the up projection, per element. */
-typedef struct swiglu_job {
-    float *g;        /* [n][dim] */
-    const float *u;  /* [n][dim] */
-    uint32_t dim;
-} swiglu_job;
-
-LM_VECTOR_CLONES static void swiglu_rows(void *arg, uint32_t begin, uint32_t end)
-{
-    const swiglu_job *j = arg;
-    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
-        const float s = j->g[i] / (1.0f + lm_expf(-j->g[i]));
-        j->g[i] = s * j->u[i];
-    }
-}
-
-/* g = (g / (1 + lm_expf(-2u))) * u_up with u = 0.7978845608f * (g + (0.044715f * g) * g * g):
- * gelu_tanh of the gate times the up projection, per element, using
- * 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)); every step one float operation, left to right. */
-LM_VECTOR_CLONES static void geglu_rows(void *arg, uint32_t begin, uint32_t end)
-{
-    const swiglu_job *j = arg;
-    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
-        const float x = j->g[i];
-        const float u = 0.7978845608f * (x + 0.044715f * x * x * x);
-        j->g[i] = (x / (1.0f + lm_expf(-2.0f * u))) * j->u[i];
-    }
-}
-
-/* RoPE on rows[n][n_heads][head_dim] at positions pos0..pos0+n-1. Pair i (i < n_rot/2) turns
- * by angle pos * theta^(-2i/n_rot): NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2).
- * Dimensions >= n_rot pass through. a' = a*c - b*s, b' = a*s + b*c, each product rounded to
- * float (no FMA), c and s from the context's table. */
-typedef struct rope_job {
-    const lm_ctx *c;
-    const float *cos_tab; /* [n_ctx][n_rot / 2]: the layer's table */
-    const float *sin_tab;
-    float *rows;     /* [n][stride], heads at the start of each row */
-    uint32_t pos0;
-    uint32_t n_heads;
-    size_t stride;
-} rope_job;
-
-static void rope_rows(void *arg, uint32_t begin, uint32_t end)
-{
-    const rope_job *j = arg;
-    const lm_hparams *hp = &j->c->m->hp;
-    const uint32_t half = hp->n_rot / 2;
-    const uint32_t hd = hp->head_dim;
-    const bool neox = hp->rope_type == LM_ROPE_NEOX;
-    for (uint32_t t = begin; t < end; ++t) {
-        const float *cs = j->cos_tab + (size_t)(j->pos0 + t) * half; /* [half] */
-        const float *sn = j->sin_tab + (size_t)(j->pos0 + t) * half; /* [half] */
-        for (uint32_t h = 0; h < j->n_heads; ++h) {
-            float *v = j->rows + (size_t)t * j->stride + (size_t)h * hd; /* [head_dim] */
-            for (uint32_t i = 0; i < half; ++i) {
-                const uint32_t ia = neox ? i : 2 * i;
-                const uint32_t ib = neox ? i + half : 2 * i + 1;
-                const float a = v[ia], b = v[ib];
-                v[ia] = a * cs[i] - b * sn[i];
-                v[ib] = a * sn[i] + b * cs[i];
-            }
-        }
-    }
-}
-
 /* Rows per thread below which a chunk's elementwise work stays on the calling thread. */
 #define MIN_ROWS LM_POOL_MIN_ROWS
 
@@ -226,16 +133,15 @@ static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, u
     float eps = c->m->hp.rms_eps;
     if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_RMS_EPS_10X))
         eps *= 10.0f; /* test defect: epsilon read with the wrong exponent */
-    norm_job j = {y, x, w, c->m->hp.n_embd, eps};
-    lm_pool_for(c->pool, n, MIN_ROWS, norm_rows, &j);
-    lm_backend_perturb(c->be, y, n, j.dim, j.dim, LM_SITE_NORM); /* SR ensemble only */
+    const uint32_t d = c->m->hp.n_embd;
+    lm_op_rmsnorm(c->be, c->pool, y, x, w, n, d, eps);
+    lm_backend_perturb(c->be, y, n, d, d, LM_SITE_NORM); /* SR ensemble only */
 }
 
 /* Per-head RMSNorm: rows [n_rows][head_dim] (contiguous heads of q or k), eps = rms_eps. */
 static void head_norm_chunk(lm_ctx *c, float *rows, const float *w, uint32_t n_rows)
 {
-    norm_job j = {rows, rows, w, c->m->hp.head_dim, c->m->hp.rms_eps};
-    lm_pool_for(c->pool, n_rows, MIN_ROWS, norm_rows, &j);
+    lm_op_rmsnorm(c->be, c->pool, rows, rows, w, n_rows, c->m->hp.head_dim, c->m->hp.rms_eps);
 }
 
 static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32_t n)
@@ -250,13 +156,16 @@ static void rope_chunk(lm_ctx *c, uint32_t il, float *rows, uint32_t n, uint32_t
                        size_t stride)
 {
     const bool swa = c->m->layers[il].window != 0;
-    rope_job j = {c, swa ? c->rope_cos_swa : c->rope_cos, swa ? c->rope_sin_swa : c->rope_sin,
-                  rows, c->n_past, n_heads, stride};
+    const lm_hparams *hp = &c->m->hp;
+    lm_rope_args j = {.cos_tab = swa ? c->rope_cos_swa : c->rope_cos,
+                      .sin_tab = swa ? c->rope_sin_swa : c->rope_sin, .stride = stride,
+                      .pos0 = c->n_past, .n_heads = n_heads, .head_dim = hp->head_dim,
+                      .n_rot = hp->n_rot, .neox = hp->rope_type == LM_ROPE_NEOX};
     if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_ROPE_POS_AFTER_CHUNK) && c->n_past > 0)
         /* test defect: a later chunk's first position counted one too far (kept inside the
          * table so that the defect computes wrong angles, never reads out of bounds) */
         j.pos0 = c->n_past + 1 <= c->n_ctx - n ? c->n_past + 1 : c->n_ctx - n;
-    lm_pool_for(c->pool, n, MIN_ROWS, rope_rows, &j);
+    lm_op_rope(c->be, c->pool, rows, n, &j);
     lm_backend_perturb(c->be, rows, n, n_heads * c->m->hp.head_dim, stride,
                        LM_SITE_ROPE); /* SR ensemble only */
 }
@@ -368,9 +277,7 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
     }
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_gate, d, c->ff_gate, ff);
     be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
-    swiglu_job sj = {c->ff_gate, c->ff_up, ff};
-    lm_pool_for(c->pool, n, MIN_ROWS, hp->act == LM_ACT_GEGLU_TANH ? geglu_rows : swiglu_rows,
-                &sj);
+    lm_op_glu(be, c->pool, c->ff_gate, c->ff_up, n, ff, hp->act);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, n, ff);
     be->vt->gemm_nt(be, n, d, ff, 1.0f, c->ff_gate, ff, L->w_down, ff, c->xn, d);
@@ -389,7 +296,7 @@ static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
     const lm_hparams *hp = &c->m->hp;
     const uint32_t d = hp->n_embd;
     float *xr = c->xn + (size_t)t * d; /* [n_embd], free after the last layer */
-    rmsnorm_row(xr, c->x + (size_t)t * d, c->m->output_norm, d, hp->rms_eps);
+    lm_op_rmsnorm(c->be, NULL, xr, c->x + (size_t)t * d, c->m->output_norm, 1, d, hp->rms_eps);
     if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_LOGITS_UNNORMED))
         for (uint32_t i = 0; i < d; ++i) /* test defect: the norm's 1/rms factor left out */
             xr[i] = c->x[(size_t)t * d + i] * c->m->output_norm[i];

@@ -3,6 +3,7 @@
  * gemm_nn against a double-precision reference at a stated bound, special shapes, split
  * invariance (bitwise) for LM_BE_CHUNK_INVARIANT backends, and the registry itself. */
 #include "../engine/backend.h"
+#include "../engine/threadpool.h"
 #include "kvd_engine.h"
 #include "fixtures.h"
 #include "test_util.h"
@@ -276,6 +277,156 @@ static void test_backend_split_invariant(void)
     CU_ASSERT(n_inv >= 1); /* the reference order exists */
 }
 
+/* ---- elementwise ops (lm_op_*: the backend's slot, or the shared C when it has none) ----
+ * Each against a double-precision reference at a first-order bound in u (2^-24; 2^-23 for a
+ * LM_BE_STOCHASTIC_ROUNDING backend, one ulp per operation), with one u of slack for the
+ * second-order terms (at most n u^2, below 2^-37 here). The shared C also runs on a 2-thread
+ * pool, which must give the same bits as one thread. */
+
+static double op_u(size_t b)
+{
+    return ldexp(1.0, (FLAGS(b) & LM_BE_STOCHASTIC_ROUNDING) ? -23 : -24);
+}
+
+/* rmsnorm: ss = sum of n rounded squares, |err| <= gamma_n ss; / n, + eps (eps > 0) one u
+ * each: gamma_{n+2}; sqrt halves a relative error and adds u; the reciprocal, x * r and * w one
+ * u each: |y - exact| <= (gamma_{n+2} / 2 + 4u + u) |exact|. */
+static int check_rmsnorm(lm_backend *be, lm_pool *pool, double u, uint64_t *st)
+{
+    const uint32_t n = 5, dim = 67;
+    const float eps = 1e-5f;
+    float *x = tf_rand_vec((size_t)n * dim, 2.0f, st), *w = tf_rand_vec(dim, 1.5f, st);
+    float *y = malloc((size_t)n * dim * sizeof *y);
+    CU_ASSERT_FATAL(y != NULL);
+    lm_op_rmsnorm(be, pool, y, x, w, n, dim, eps);
+    const double g = (dim + 2) * u / (1.0 - (dim + 2) * u);
+    int bad = 0;
+    for (uint32_t t = 0; t < n; ++t) {
+        double ss = 0;
+        for (uint32_t i = 0; i < dim; ++i)
+            ss += (double)x[t * dim + i] * (double)x[t * dim + i];
+        const double r = 1.0 / sqrt(ss / dim + (double)eps);
+        for (uint32_t i = 0; i < dim; ++i) {
+            const double want = (double)x[t * dim + i] * r * (double)w[i];
+            bad += !(fabs((double)y[t * dim + i] - want) <= (g / 2 + 5 * u) * fabs(want));
+        }
+    }
+    free(x);
+    free(w);
+    free(y);
+    return bad;
+}
+
+/* glu: act(g) * up with act(g) = g / (1 + e), e = exp(-g) (silu) or exp(-2v), v = k (g +
+ * c g^3) (gelu_tanh; k = 0.7978845608f and c = 0.044715f as float constants, the function the
+ * engine defines). lm_expf is within 2 ulp (4u); v carries 5 roundings of same-sign terms, so
+ * exp's argument errs by 2|v| 5u absolute, e by that relative; 1 + e passes e's relative error
+ * scaled by e / (1 + e), plus u; the division and * up one u each: |err| <= (e / (1 + e)
+ * (arg + 4u) + 3u + u) |exact|. Gates in [-8, 8). */
+static int check_glu(lm_backend *be, lm_pool *pool, lm_ffn_act act, double u, uint64_t *st)
+{
+    const uint32_t n = 9, dim = 41;
+    float *g = tf_rand_vec((size_t)n * dim, 8.0f, st), *up = tf_rand_vec((size_t)n * dim, 2.0f, st);
+    float *g0 = malloc((size_t)n * dim * sizeof *g0);
+    CU_ASSERT_FATAL(g0 != NULL);
+    memcpy(g0, g, (size_t)n * dim * sizeof *g);
+    lm_op_glu(be, pool, g, up, n, dim, act);
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)n * dim; ++i) {
+        const double x = g0[i];
+        const double v = (double)0.7978845608f * (x + (double)0.044715f * x * x * x);
+        const double arg = act == LM_ACT_GEGLU_TANH ? -2.0 * v : -x;
+        const double e = exp(arg);
+        const double want = x / (1.0 + e) * (double)up[i];
+        const double arg_err = act == LM_ACT_GEGLU_TANH ? fabs(arg) * 5 * u : 0.0;
+        const double rel = e / (1.0 + e) * (arg_err + 4 * u) + 4 * u;
+        bad += !(fabs((double)g[i] - want) <= rel * fabs(want));
+    }
+    free(g);
+    free(g0);
+    free(up);
+    return bad;
+}
+
+/* rope: a c - b s and a s + b c, two rounded products and a rounded sum each:
+ * |err| <= gamma_2 (|a c| + |b s|); dimensions >= n_rot and the row padding are untouched. */
+static int check_rope(lm_backend *be, lm_pool *pool, bool neox, double u, uint64_t *st)
+{
+    const uint32_t n = 7, n_heads = 3, hd = 16, n_rot = 12, half = n_rot / 2, pos0 = 3;
+    const size_t stride = n_heads * hd + 5;
+    float *rows = tf_rand_vec(n * stride, 3.0f, st);
+    float *cs = malloc((size_t)(pos0 + n) * half * sizeof *cs);
+    float *sn = malloc((size_t)(pos0 + n) * half * sizeof *sn);
+    float *r0 = malloc(n * stride * sizeof *r0);
+    CU_ASSERT_FATAL(cs && sn && r0);
+    for (uint32_t p = 0; p < pos0 + n; ++p)
+        for (uint32_t i = 0; i < half; ++i) {
+            const double ang = p * pow(10000.0, -2.0 * i / n_rot);
+            cs[p * half + i] = (float)cos(ang);
+            sn[p * half + i] = (float)sin(ang);
+        }
+    memcpy(r0, rows, n * stride * sizeof *rows);
+    const lm_rope_args a = {.cos_tab = cs, .sin_tab = sn, .stride = stride, .pos0 = pos0,
+                            .n_heads = n_heads, .head_dim = hd, .n_rot = n_rot, .neox = neox};
+    lm_op_rope(be, pool, rows, n, &a);
+    const double g2 = 2 * u / (1 - 2 * u);
+    int bad = 0;
+    for (uint32_t t = 0; t < n; ++t) {
+        for (size_t k = n_heads * hd; k < stride; ++k) /* padding */
+            bad += memcmp(&rows[t * stride + k], &r0[t * stride + k], sizeof(float)) != 0;
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            const float *v0 = r0 + t * stride + h * hd, *v = rows + t * stride + h * hd;
+            for (uint32_t i = n_rot; i < hd; ++i) /* passed through */
+                bad += memcmp(&v[i], &v0[i], sizeof(float)) != 0;
+            for (uint32_t i = 0; i < half; ++i) {
+                const uint32_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+                const double c = cs[(pos0 + t) * half + i], s_ = sn[(pos0 + t) * half + i];
+                const double x0 = v0[ia], x1 = v0[ib];
+                const double wa = x0 * c - x1 * s_, wb = x0 * s_ + x1 * c;
+                const double ma = fabs(x0 * c) + fabs(x1 * s_), mb = fabs(x0 * s_) + fabs(x1 * c);
+                bad += !(fabs((double)v[ia] - wa) <= g2 * ma);
+                bad += !(fabs((double)v[ib] - wb) <= g2 * mb);
+            }
+        }
+    }
+    free(rows);
+    free(cs);
+    free(sn);
+    free(r0);
+    return bad;
+}
+
+static void test_backend_elementwise_ops(void)
+{
+    lm_pool *pool2 = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_pool_create(&pool2, 2, &err), LM_OK);
+    for (size_t b = 0; b < N_BACKENDS; ++b) {
+        lm_backend *be = make(NAME(b), 1);
+        if (be == NULL)
+            continue;
+        const double u = op_u(b);
+        for (int p = 0; p < 2; ++p) {
+            lm_pool *pool = p ? pool2 : NULL;
+            uint64_t st = tu_seed() ^ 0x0e1e;
+            const int bad[5] = {check_rmsnorm(be, pool, u, &st),
+                                check_glu(be, pool, LM_ACT_SWIGLU, u, &st),
+                                check_glu(be, pool, LM_ACT_GEGLU_TANH, u, &st),
+                                check_rope(be, pool, false, u, &st),
+                                check_rope(be, pool, true, u, &st)};
+            static const char *const ops[5] = {"rmsnorm", "swiglu", "geglu", "rope", "rope neox"};
+            for (int k = 0; k < 5; ++k) {
+                if (bad[k])
+                    fprintf(stderr, "\n  %s %s (%s pool): %d elements outside the bound\n",
+                            NAME(b), ops[k], p ? "2-thread" : "no", bad[k]);
+                CU_ASSERT_EQUAL(bad[k], 0);
+            }
+        }
+        lm_backend_destroy(be);
+    }
+    lm_pool_free(pool2);
+}
+
 void test_backend_register(void)
 {
     CU_pSuite s = CU_add_suite("backend", NULL, NULL);
@@ -284,4 +435,5 @@ void test_backend_register(void)
     CU_add_test(s, "test_backend_matches_double_reference", test_backend_matches_double_reference);
     CU_add_test(s, "test_backend_registry", test_backend_registry);
     CU_add_test(s, "test_backend_split_invariant", test_backend_split_invariant);
+    CU_add_test(s, "test_backend_elementwise_ops", test_backend_elementwise_ops);
 }

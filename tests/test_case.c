@@ -75,12 +75,13 @@ static void test_case_full_and_configs(void)
     CU_ASSERT_FALSE(c->model.synth);
     CU_ASSERT_STRING_EQUAL(c->prompt, "Once upon a time; there was"); /* ';' is text */
     CU_ASSERT_PTR_NULL(c->tokens);
-    CU_ASSERT_EQUAL(c->n_steps, 3);
-    CU_ASSERT_EQUAL(c->steps[2], 0);
-    CU_ASSERT_EQUAL(c->n_backends, 2);
-    CU_ASSERT_STRING_EQUAL(c->backends[0], "blas");
-    CU_ASSERT_EQUAL(c->n_threads, 2);
-    CU_ASSERT_EQUAL(c->n_attn, 2);
+    /* the axes as written, for the sweep's parser (hx_axes_configs) */
+    CU_ASSERT_STRING_EQUAL(c->axes.steps, "1, 2,full");
+    CU_ASSERT_STRING_EQUAL(c->axes.backends, "blas,naive");
+    CU_ASSERT_STRING_EQUAL(c->axes.threads, "1,2");
+    CU_ASSERT_STRING_EQUAL(c->axes.attn, "default,dense");
+    CU_ASSERT_PTR_NULL(c->axes.rot);
+    CU_ASSERT_PTR_NULL(c->axes.profile);
     CU_ASSERT_EQUAL(c->n_gen, 0);
     CU_ASSERT_EQUAL(c->precision, 256);
     CU_ASSERT(c->strict_bits);
@@ -113,15 +114,25 @@ static void test_case_defaults_tokens_synth(void)
     CU_ASSERT_EQUAL(c->n_tokens, 3);
     CU_ASSERT_EQUAL(c->tokens[1], 2);
     CU_ASSERT_PTR_NULL(c->prompt);
-    CU_ASSERT_EQUAL(c->n_steps, 9);               /* HX_CASE_DEFAULT_STEPS */
-    CU_ASSERT_EQUAL(c->steps[8], 0);
-    CU_ASSERT_EQUAL(c->n_backends, 2);
-    CU_ASSERT_STRING_EQUAL(c->backends[0], "naive");
-    CU_ASSERT_EQUAL(c->n_threads, 2);             /* HX_CASE_DEFAULT_THREADS: 1,all */
-    CU_ASSERT_EQUAL(c->threads[0], 1);
-    CU_ASSERT_EQUAL(c->threads[1], HX_THREADS_ALL);
-    CU_ASSERT_EQUAL(c->n_attn, 2);                /* HX_CASE_DEFAULT_ATTN: default,stream */
-    CU_ASSERT_EQUAL(c->attn[1], HX_ATTN_STREAM);
+    for (int a = 0; a < HX_AXIS_COUNT; ++a) /* every axis at the sweep's default */
+        CU_ASSERT_PTR_NULL(*hx_axes_list(&c->axes, (hx_axis)a));
+    /* so the case runs the configurations of `kvdrift sweep` without axis options, each with
+     * its two-turn sibling */
+    hx_config *cv = NULL, *sv = NULL;
+    size_t n_case = 0, n_sweep = 0;
+    lm_err err = {0};
+    const hx_axes none = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_case_configs(&cv, &n_case, c, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_axes_configs(&sv, &n_sweep, &none, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_config_add_turns(&sv, &n_sweep, HX_TURN_DEFAULT, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(n_case, n_sweep);
+    for (size_t i = 0; i < n_case; ++i)
+        CU_ASSERT(hx_config_equal(&cv[i], &sv[i]));
+    char s0[HX_CONFIG_STR_MAX];
+    hx_config_format(s0, sizeof s0, &cv[0]);
+    CU_ASSERT_STRING_EQUAL(s0, "naive:step=1:threads=1");
+    free(cv);
+    free(sv);
     CU_ASSERT_EQUAL(c->n_gen, HX_CASE_DEFAULT_N_GEN);
     CU_ASSERT_EQUAL(c->turn, HX_TURN_DEFAULT); /* the schedule axis is on by default */
     CU_ASSERT_EQUAL(c->precision, HX_CASE_DEFAULT_PRECISION);

@@ -8,6 +8,7 @@
 #include "envelope.h"
 #include "golden.h"
 #include "golden_key.h"
+#include "kvd_version.h"
 #include "synth.h"
 #include "test_util.h"
 
@@ -298,6 +299,69 @@ static void test_check_bless_then_match(void)
     CU_ASSERT_EQUAL(k.sum_tests_attr, N_CFG);
     CU_ASSERT_EQUAL(k.failures, 0);
     CU_ASSERT_EQUAL(k.skipped, 0);
+}
+
+/* Rewrites the golden file at path with root (sorted keys, as bless writes it). */
+static void write_json(const char *path, json_t *root)
+{
+    CU_ASSERT_EQUAL_FATAL(json_dump_file(root, path, JSON_SORT_KEYS | JSON_INDENT(2)), 0);
+}
+
+/* Bless records its provenance in the golden file's metadata block (version, commit, command
+ * line, token ids, phase timings); check never compares it: every configuration still
+ * matches with the metadata changed, and with it removed (a golden written before the block
+ * existed). JUnit carries the token ids as a property. */
+static void test_check_golden_metadata_ignored(void)
+{
+    setup_dirs();
+    CU_ASSERT_EQUAL_FATAL(run(cmd_bless, "bless", case_path, "--golden-dir", gdir, "--cache", cdir,
+                              "-q", (char *)NULL), 0);
+    char gpath[1100], junit[1100], json[1100];
+    golden_file(gpath, sizeof gpath);
+    snprintf(junit, sizeof junit, "%s/meta.xml", dir);
+    snprintf(json, sizeof json, "%s/meta.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(gpath, 0, &je);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    json_t *m = json_object_get(json_object_get(root, "metadata"), "t-tiny");
+    CU_ASSERT_FATAL(json_is_object(m));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(m, "kvdrift_version")), KVD_VERSION);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(m, "kvdrift_commit")),
+                           lm_git_commit());
+    const char *cl = json_string_value(json_object_get(m, "command_line"));
+    CU_ASSERT_FATAL(cl != NULL);
+    CU_ASSERT_EQUAL(strncmp(cl, "kvdrift bless ", 14), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(cl, case_path));
+    static const int ids[8] = {1, 72, 101, 108, 108, 111, 32, 119}; /* tiny_case's tokens */
+    const json_t *pi = json_object_get(m, "prompt_ids");
+    CU_ASSERT_FATAL(json_is_array(pi) && json_array_size(pi) == 8);
+    for (size_t i = 0; i < 8; ++i)
+        CU_ASSERT_EQUAL(json_integer_value(json_array_get(pi, i)), ids[i]);
+    const json_t *total = json_object_get(json_object_get(m, "phase_s"), "total");
+    CU_ASSERT(json_is_real(total) && json_real_value(total) > 0.0);
+    CU_ASSERT(json_is_real(json_object_get(json_object_get(m, "phase_s"), "reference")));
+    /* changed metadata: still every configuration a match, strict included */
+    json_object_set_new(m, "command_line", json_string("kvdrift bless elsewhere"));
+    json_object_set_new(json_object_get(m, "phase_s"), "total", json_real(1e9));
+    json_object_set_new(m, "prompt_ids", json_array());
+    write_json(gpath, root);
+    cfg_result r[16];
+    CU_ASSERT_EQUAL(check(junit, json, true), 0);
+    size_t n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    for (size_t i = 0; i < n; ++i)
+        CU_ASSERT_STRING_EQUAL(r[i].golden, "match");
+    const char *x = read_text(junit);
+    CU_ASSERT_PTR_NOT_NULL(x && strstr(x, "name=\"prompt_ids\" value=\"1,72,101,108,108,111,32,119\""));
+    /* no metadata at all (a golden from before the block): the same */
+    json_object_del(root, "metadata");
+    write_json(gpath, root);
+    json_decref(root);
+    CU_ASSERT_EQUAL(check(junit, json, true), 0);
+    n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    for (size_t i = 0; i < n; ++i)
+        CU_ASSERT_STRING_EQUAL(r[i].golden, "match");
 }
 
 /* One corrupted golden hash: MISMATCH, judged by the reference classification (passes), but
@@ -724,6 +788,7 @@ void test_check_register(void)
     CU_pSuite s = CU_add_suite("check", NULL, NULL);
     /* Order matters: the later tests use the goldens the first one blesses. */
     CU_add_test(s, "test_check_bless_then_match", test_check_bless_then_match);
+    CU_add_test(s, "test_check_golden_metadata_ignored", test_check_golden_metadata_ignored);
     CU_add_test(s, "test_check_mismatch_strict", test_check_mismatch_strict);
     CU_add_test(s, "test_check_keys_per_configuration", test_check_keys_per_configuration);
     CU_add_test(s, "test_check_bad_case_file", test_check_bad_case_file);

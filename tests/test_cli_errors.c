@@ -377,6 +377,53 @@ static void test_cli_errors_check(void)
     case_errors(cmd_check, "check");
 }
 
+/* A case file's out-of-range value is refused when the file is read (check exits 2 before any
+ * model is opened, naming FILE:LINE), with the message `kvdrift sweep` gives for the same value
+ * of the matching option: one parser and one set of limits for both. Compared: the text after
+ * the key (case) and after the option (sweep). */
+static void test_cli_errors_case_limits_as_options(void)
+{
+    setup();
+    static const struct { const char *key, *option, *value; } v[] = {
+        {"precision", "--prec", "30"},      /* below the reference's REF_MIN_PREC */
+        {"precision", "--prec", "4097"},    /* above REF_MAX_PREC */
+        {"n_gen", "-n", "100001"},          /* above HX_MAX_N_GEN */
+        {"turn", "--turn", "4097"},         /* above HX_TURN_MAX */
+        {"threads", "--threads", "257"},    /* above the engine's LM_MAX_THREADS */
+        {"steps", "--steps", "1,0"},
+        {"backends", "--backends", "naive,gpu"},
+        {"attn", "--attn", "sparse"},
+        {"rot", "--rot", "8:9"},            /* KEEP >= MAX */
+        {"profile", "--profile", "fp8"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; ++i) {
+        char text[1200], path[1100], cname[64];
+        snprintf(text, sizeof text, "name = lim\nmodel = %s\ntokens = 1,2,3\n%s = %s\n", model,
+                 v[i].key, v[i].value);
+        snprintf(cname, sizeof cname, "cli/limit%zu.case", i);
+        snprintf(path, sizeof path, "%s", tu_write_file(cname, text, strlen(text)));
+        cli_result c = cli(cmd_check, "check", path, "--golden-dir", p("golden"), "--cache",
+                           cache, "-q", (char *)NULL);
+        expect_bad_at(&c, ":4: ", true, v[i].key, __LINE__);
+        cli_result o = cli(cmd_sweep, "sweep", model, "--tokens", "1,2,3", v[i].option,
+                           v[i].value, "--cache", cache, "-o", p("limits"), "-q", (char *)NULL);
+        expect_bad_at(&o, "kvdrift sweep: ", true, v[i].option, __LINE__);
+        char kq[64], oq[64];
+        snprintf(kq, sizeof kq, ":4: %s ", v[i].key);
+        snprintf(oq, sizeof oq, "sweep: %s ", v[i].option);
+        const char *ct = strstr(c.err, kq), *ot = strstr(o.err, oq);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(ct);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(ot);
+        ct += strlen(kq);
+        ot += strlen(oq);
+        if (strcmp(ct, ot) != 0)
+            fprintf(stderr, "\n  %s vs %s: '%s' vs '%s'", v[i].key, v[i].option, ct, ot);
+        CU_ASSERT_STRING_EQUAL(ct, ot);
+    }
+    CU_ASSERT_FALSE(exists(p("golden")));
+    CU_ASSERT_FALSE(exists(p("limits")));
+}
+
 static void test_cli_errors_bless(void)
 {
     setup();
@@ -571,6 +618,8 @@ void test_cli_errors_register(void)
     CU_add_test(s, "test_cli_errors_compare", test_cli_errors_compare);
     CU_add_test(s, "test_cli_errors_trace", test_cli_errors_trace);
     CU_add_test(s, "test_cli_errors_check", test_cli_errors_check);
+    CU_add_test(s, "test_cli_errors_case_limits_as_options",
+                test_cli_errors_case_limits_as_options);
     CU_add_test(s, "test_cli_errors_bless", test_cli_errors_bless);
     CU_add_test(s, "test_cli_errors_bless_all_or_nothing", test_cli_errors_bless_all_or_nothing);
     CU_add_test(s, "test_cli_errors_not_regular_inputs", test_cli_errors_not_regular_inputs);

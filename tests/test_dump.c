@@ -89,12 +89,11 @@ static int load(hx_dump **d, const lm_model *m, const char *path, const char *wa
 
 static void test_dump_valid_reads_back(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     fresh("ok", ok_json, 2, 512);
     hx_dump *d = NULL;
     CU_ASSERT_EQUAL_FATAL(load(&d, m, path, NULL), LM_OK);
@@ -154,12 +153,10 @@ static void test_dump_valid_reads_back(void)
 
 static void test_dump_mismatches_exit_2(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
-    lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     hx_dump *d = NULL;
     static const struct {
         const char *json, *msg;

@@ -204,6 +204,8 @@ static void test_golden_malformed_files(void)
              "\"position\":1,\"top5\":[{\"id\":\"x\",\"logit\":1}]}}}}}",
              "top5 item");
     bad_file("{\"format\":\"kvdrift-golden\",\"format\":\"kvdrift-golden\"}", "duplicate");
+    bad_file("{\"format\":\"kvdrift-golden\",\"version\":2,\"platforms\":{},\"cases\":{},"
+             "\"metadata\":[]}", "'metadata' must be an object");
     hx_golden *g;
     lm_err err = {0};
     char absent[1024];

@@ -70,12 +70,11 @@ static double ratio(const hx_report *r, size_t i, size_t k)
 
 static void test_judge_llamacpp_f32kv_noise_default_f16kv(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     static const char *const names[6] = {"llama.cpp-f32kv-ub1",   "llama.cpp-f32kv-ub7",
                                          "llama.cpp-f32kv-ub512", "llama.cpp-default-ub1",
                                          "llama.cpp-default-ub7", "llama.cpp-default-ub512"};
@@ -170,12 +169,10 @@ static void truncate_dump(hx_dump *d, uint32_t n)
 
 static void test_judge_injected_bugs_fail_every_profile(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
         return;
-    lm_model *m = NULL;
-    lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     const uint32_t n = 16, np = lm_profile_count(), bad_pos = 9;
     /* llama.cpp's F32-KV dump with its K/V cache (kv/), cut to its first 16 tokens */
     hx_dump *d = load(m, path, "llama.cpp-f32kv-ub512");

@@ -30,17 +30,24 @@ const char *tu_model_path(const char *relative)
     return NULL;
 }
 
-lm_model *tu_load_model(const char *relative)
+lm_model *tu_load_model_at(const char *relative, const char **path)
 {
-    const char *path = tu_model_path(relative);
-    if (path == NULL)
+    const char *full = tu_model_path(relative);
+    if (full == NULL)
         return NULL;
     lm_model *m = NULL;
     lm_err err = {0};
-    CU_ASSERT_EQUAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL(lm_model_load(&m, full, &err), LM_OK);
     if (m == NULL)
-        fprintf(stderr, "\n  %s: %s\n", path, err.msg);
+        fprintf(stderr, "\n  %s: %s\n", full, err.msg);
+    if (path != NULL)
+        *path = full;
     return m;
+}
+
+lm_model *tu_load_model(const char *relative)
+{
+    return tu_load_model_at(relative, NULL);
 }
 
 const char *tu_cached_model_path(const char *name)

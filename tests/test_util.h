@@ -18,6 +18,8 @@ const char *tu_model_path(const char *relative);
 /* The model at tu_model_path(relative), loaded: NULL when the file is absent (the SKIP line
  * printed) or when it does not load (a test failure, with the reason printed). */
 lm_model *tu_load_model(const char *relative);
+/* The same, with *path set to the model's full path (tu_model_path's string) when it loads. */
+lm_model *tu_load_model_at(const char *relative, const char **path);
 /* Full path of a model `make models` downloads (name inside the models folder), looked for in
  * $KVDRIFT_MODELS, then in the cache's models folder ($KVDRIFT_CACHE/models, else
  * $XDG_CACHE_HOME/kvdrift/models, else ~/.cache/kvdrift/models); NULL with a visible SKIP line

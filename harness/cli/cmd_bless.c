@@ -8,6 +8,7 @@
 #include "classify.h"
 #include "fs.h"
 #include "golden.h"
+#include "report.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ typedef struct bless_plan {
 
 /* Sets the entries of one run case into its golden file, loaded into plan (nothing written). */
 static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_dir,
-                     const hx_fingerprint *fp, bool force, lm_err *err)
+                     const hx_fingerprint *fp, bool force, const char *cmdline, lm_err *err)
 {
     int rc = hx_caserun_golden_path(plan->gpath, sizeof plan->gpath, golden_dir, cr->c, err);
     if (rc != LM_OK || (rc = hx_golden_load(&plan->g, plan->gpath, true, err)) != LM_OK)
@@ -76,6 +77,16 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
                    key.id, hx_class_fails(c->cls) ? "  (forced)" : "");
         }
     }
+    const char *phases[HX_N_PHASES];
+    for (int i = 0; i < HX_N_PHASES; ++i)
+        phases[i] = hx_phase_name((hx_phase)i);
+    const hx_golden_meta meta = {.command_line = cmdline, .blessed_utc = r->created_utc,
+                                 .prompt_ids = r->prompt_ids,
+                                 .n_prompt = r->prompt_ids ? r->n_prompt : 0,
+                                 .phase_names = phases, .phase_s = r->phase_s,
+                                 .n_phases = HX_N_PHASES};
+    if (rc == LM_OK && plan->n_set > 0)
+        rc = hx_golden_set_meta(plan->g, r->case_name, &meta, err);
     return rc;
 }
 
@@ -107,6 +118,7 @@ static int write_goldens(const bless_plan *plans, size_t n, lm_err *err)
 
 typedef struct bless_opts {
     const char *golden_dir;
+    const char *cmdline; /* the command as typed (golden metadata) */
     bool force;
     hx_caserun_opts ro;
 } bless_opts;
@@ -168,7 +180,7 @@ static int plan_all(bless_plan *plans, hx_case **cases, size_t n, const bless_op
         } else {
             printf("case %s (%s): %zu configurations\n", cr->c->name, cr->c->file,
                    cr->report->n_configs);
-            st = plan_case(&plans[i], cr, o->golden_dir, &fp, o->force, err);
+            st = plan_case(&plans[i], cr, o->golden_dir, &fp, o->force, o->cmdline, err);
             *n_refused += plans[i].n_refused;
         }
         hx_caserun_free(cr);
@@ -179,10 +191,13 @@ static int plan_all(bless_plan *plans, hx_case **cases, size_t n, const bless_op
 
 int cmd_bless(int argc, char **argv)
 {
+    char cmdline[HX_COMMAND_LINE_MAX];
+    hx_command_line(cmdline, sizeof cmdline, argc, argv); /* before getopt reorders argv */
     bless_opts o;
     int code = parse_options(&o, argc, argv);
     if (code >= 0)
         return code;
+    o.cmdline = cmdline;
     lm_err err = {0};
     size_t n_cases = (size_t)(argc - optind), n_refused = 0, n_skipped = 0;
     hx_case **cases = calloc(n_cases, sizeof *cases);

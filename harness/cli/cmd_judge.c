@@ -102,9 +102,53 @@ static void print_summary(const hx_report *r, const char *json, const char *md)
            md);
 }
 
-int cmd_judge(int argc, char **argv)
+enum { O_TOKENS = 256, O_DUMP, O_PROFILE, O_PREC, O_ENS, O_SEED, O_CACHE, O_SPECIAL };
+
+/* The options of judge. */
+typedef struct judge_opts {
+    const char *model, *text, *tok_s, *outdir, *prof_s, *dirs[MAX_DUMPS];
+    size_t n_dirs;
+    bool special;
+    hx_judge_params jp;
+} judge_opts;
+
+/* One option; -1 to go on, else the exit code (2 after the one-line error). */
+static int set_option(judge_opts *o, int c, const char *arg)
 {
-    enum { O_TOKENS = 256, O_DUMP, O_PROFILE, O_PREC, O_ENS, O_SEED, O_CACHE, O_SPECIAL };
+    switch (c) {
+    case 'p': o->text = arg; return -1;
+    case O_TOKENS: o->tok_s = arg; return -1;
+    case O_SPECIAL: o->special = true; return -1;
+    case O_DUMP:
+        if (o->n_dirs == MAX_DUMPS)
+            return hx_cli_fail("judge", "--dump: at most %d dumps", MAX_DUMPS);
+        o->dirs[o->n_dirs++] = arg;
+        return -1;
+    case O_PROFILE: o->prof_s = arg; return -1;
+    case O_CACHE: o->jp.cache_dir = arg; return -1;
+    case 'o': o->outdir = arg; return -1;
+    case 'q': o->jp.quiet = true; return -1;
+    case O_PREC:
+        return lm_parse_u32z(arg, REF_MIN_PREC, REF_MAX_PREC, &o->jp.precision)
+                   ? -1
+                   : hx_cli_fail("judge", "--prec '%s': expected bits in %u..%u", arg,
+                                 REF_MIN_PREC, REF_MAX_PREC);
+    case O_ENS:
+        return lm_parse_u32z(arg, 8, 1024, &o->jp.ensemble)
+                   ? -1
+                   : hx_cli_fail("judge", "--ensemble '%s': expected an integer in 8..1024", arg);
+    case O_SEED:
+        if (!lm_parse_seed(arg, &o->jp.sr_seed))
+            return hx_cli_fail("judge", "--seed '%s': expected a non-negative integer", arg);
+        o->jp.sr_seed_set = true;
+        return -1;
+    default: return hx_cli_fail("judge", "option %d", c);
+    }
+}
+
+/* Options into *o; -1 to go on, else the exit code (0 after --help). */
+static int parse_options(judge_opts *o, int argc, char **argv)
+{
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
         {"dump", required_argument, NULL, O_DUMP},  {"profile", required_argument, NULL, O_PROFILE},
@@ -114,115 +158,123 @@ int cmd_judge(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},          {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *text = NULL, *tok_s = NULL, *outdir = NULL, *dirs[MAX_DUMPS];
-    const char *prof_s = NULL;
-    char *prof_buf = NULL;
-    size_t n_dirs = 0;
-    bool special = false;
-    hx_judge_params jp = {.precision = REF_DEFAULT_PREC, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
-                          .log = hx_cli_log, .log_user = "judge"};
+    *o = (judge_opts){.jp = {.precision = REF_DEFAULT_PREC, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
+                             .log = hx_cli_log, .log_user = "judge"}};
     optind = 1;
     opterr = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":p:o:qh", opts, NULL)) != -1) {
-        switch (o) {
-        case 'p': text = optarg; break;
-        case O_TOKENS: tok_s = optarg; break;
-        case O_SPECIAL: special = true; break;
-        case O_DUMP:
-            if (n_dirs == MAX_DUMPS)
-                return hx_cli_fail("judge", "--dump: at most %d dumps", MAX_DUMPS);
-            dirs[n_dirs++] = optarg;
-            break;
-        case O_PROFILE: prof_s = optarg; break;
-        case O_CACHE: jp.cache_dir = optarg; break;
-        case 'o': outdir = optarg; break;
-        case 'q': jp.quiet = true; break;
-        case O_PREC:
-            if (!lm_parse_u32z(optarg, REF_MIN_PREC, REF_MAX_PREC, &jp.precision))
-                return hx_cli_fail("judge", "--prec '%s': expected bits in %u..%u", optarg,
-                                   REF_MIN_PREC, REF_MAX_PREC);
-            break;
-        case O_ENS:
-            if (!lm_parse_u32z(optarg, 8, 1024, &jp.ensemble))
-                return hx_cli_fail("judge", "--ensemble '%s': expected an integer in 8..1024",
-                                   optarg);
-            break;
-        case O_SEED:
-            if (!lm_parse_seed(optarg, &jp.sr_seed))
-                return hx_cli_fail("judge", "--seed '%s': expected a non-negative integer",
-                                   optarg);
-            jp.sr_seed_set = true;
-            break;
-        case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("judge", o, argv);
+    for (int c, rc; (c = getopt_long(argc, argv, ":p:o:qh", opts, NULL)) != -1;) {
+        if (c == 'h') {
+            fputs(usage_text, stdout);
+            return 0;
         }
+        if (c == ':' || c == '?')
+            return hx_cli_bad_option("judge", c, argv);
+        if ((rc = set_option(o, c, optarg)) >= 0)
+            return rc;
     }
     if (optind + 1 != argc)
         return hx_cli_fail("judge", "expected exactly one MODEL argument (try --help)");
-    if ((text == NULL) == (tok_s == NULL))
+    if ((o->text == NULL) == (o->tok_s == NULL))
         return hx_cli_fail("judge", "give exactly one of -p TEXT or --tokens ID,... (try --help)");
-    if (n_dirs == 0)
+    if (o->n_dirs == 0)
         return hx_cli_fail("judge", "no --dump DIR given (try --help)");
+    o->model = argv[optind];
+    return -1;
+}
 
-    lm_err err = {0};
-    int st = LM_OK;
-    lm_model *m = NULL;
-    int32_t *prompt = NULL;
-    uint32_t n_prompt = 0;
-    hx_dump *dumps[MAX_DUMPS] = {0};
+/* What judge reads before running: the profiles (names point into *prof_buf), the model, the
+ * prompt and every dump (each checked against the model and the prompt). */
+typedef struct judge_inputs {
+    lm_model *m;
+    int32_t *prompt; /* [n_prompt] */
+    uint32_t n_prompt;
+    hx_dump *dumps[MAX_DUMPS];
     const char *profiles[HX_JUDGE_MAX_PROFILES];
-    hx_report *rep = NULL;
-    char dir[4096], json[4200], md[4200];
-    const char *model_path = argv[optind];
-    if (prof_s != NULL &&
-        (st = split_profiles(profiles, &jp.n_profiles, &prof_buf, prof_s, &err)) != LM_OK)
-        goto done;
-    if ((st = lm_model_load(&m, model_path, &err)) != LM_OK ||
-        (st = hx_cli_prompt_ids(&prompt, &n_prompt, m, model_path, text, tok_s, special,
-                                &err)) != LM_OK)
-        goto done;
-    for (size_t i = 0; i < n_dirs; ++i)
-        if ((st = hx_dump_load(&dumps[i], dirs[i], m, model_path, &err)) != LM_OK)
-            goto done;
+    char *prof_buf;
+} judge_inputs;
+
+static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
+{
+    int st = LM_OK;
+    if (o->prof_s != NULL &&
+        (st = split_profiles(in->profiles, &o->jp.n_profiles, &in->prof_buf, o->prof_s, err)) !=
+            LM_OK)
+        return st;
+    if ((st = lm_model_load(&in->m, o->model, err)) != LM_OK ||
+        (st = hx_cli_prompt_ids(&in->prompt, &in->n_prompt, in->m, o->model, o->text, o->tok_s,
+                                o->special, err)) != LM_OK)
+        return st;
+    for (size_t i = 0; i < o->n_dirs; ++i)
+        if ((st = hx_dump_load(&in->dumps[i], o->dirs[i], in->m, o->model, err)) != LM_OK)
+            return st;
+    return LM_OK;
+}
+
+/* The report folder: -o DIR, or reports/judge-<UTC timestamp>; checked writable. */
+static int report_dir(char *dir, size_t n, const char *outdir, lm_err *err)
+{
     if (outdir == NULL) {
         char ts[32];
         time_t now = time(NULL);
         struct tm tm;
         gmtime_r(&now, &tm);
         strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
-        snprintf(dir, sizeof dir, "reports/judge-%s", ts);
-    } else if (snprintf(dir, sizeof dir, "%s", outdir) >= (int)sizeof dir) {
-        st = LM_FAIL(&err, LM_E_INPUT, "-o: path too long");
-        goto done;
+        snprintf(dir, n, "reports/judge-%s", ts);
+    } else if (snprintf(dir, n, "%s", outdir) >= (int)n) {
+        return LM_FAIL(err, LM_E_INPUT, "-o: path too long");
     }
-    if ((st = hx_cli_check_out_dir(dir, &err)) != LM_OK)
-        goto done;
-    jp.model = m;
-    jp.model_label = model_path;
-    jp.prompt = prompt;
-    jp.n_prompt = n_prompt;
-    jp.dumps = dumps;
-    jp.n_dumps = n_dirs;
-    jp.profiles = profiles;
-    if ((st = hx_judge_run_all(&rep, &jp, &err)) != LM_OK)
-        goto done;
+    return hx_cli_check_out_dir(dir, err);
+}
+
+/* Runs the judgement of the loaded inputs, writes DIR/report.json and DIR/report.md and prints
+ * the summary; *rep is the report (NULL when the run failed). */
+static int judge_and_write(hx_report **rep, judge_opts *o, const judge_inputs *in,
+                           const char *dir, lm_err *err)
+{
+    char json[4200], md[4200];
+    o->jp.model = in->m;
+    o->jp.model_label = o->model;
+    o->jp.prompt = in->prompt;
+    o->jp.n_prompt = in->n_prompt;
+    o->jp.dumps = in->dumps;
+    o->jp.n_dumps = o->n_dirs;
+    o->jp.profiles = in->profiles;
+    int st = hx_judge_run_all(rep, &o->jp, err);
+    if (st != LM_OK)
+        return st;
     snprintf(json, sizeof json, "%s/report.json", dir);
     snprintf(md, sizeof md, "%s/report.md", dir);
-    if ((st = lm_mkdir_p(dir, &err)) != LM_OK ||
-        (st = hx_report_write_json(rep, json, &err)) != LM_OK ||
-        (st = hx_report_write_md(rep, md, &err)) != LM_OK)
-        goto done;
-    print_summary(rep, json, md);
-done:
+    if ((st = lm_mkdir_p(dir, err)) != LM_OK ||
+        (st = hx_report_write_json(*rep, json, err)) != LM_OK ||
+        (st = hx_report_write_md(*rep, md, err)) != LM_OK)
+        return st;
+    print_summary(*rep, json, md);
+    return LM_OK;
+}
+
+int cmd_judge(int argc, char **argv)
+{
+    judge_opts o;
+    int rc = parse_options(&o, argc, argv);
+    if (rc >= 0)
+        return rc;
+    lm_err err = {0};
+    judge_inputs in = {0};
+    hx_report *rep = NULL;
+    char dir[4096];
+    int st = load_inputs(&in, &o, &err);
+    if (st == LM_OK)
+        st = report_dir(dir, sizeof dir, o.outdir, &err);
+    if (st == LM_OK)
+        st = judge_and_write(&rep, &o, &in, dir, &err);
     if (st != LM_OK)
         fprintf(stderr, "kvdrift judge: %s\n", err.msg);
     int code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(rep, false);
     hx_report_free(rep);
-    for (size_t i = 0; i < n_dirs; ++i)
-        hx_dump_free(dumps[i]);
-    free(prompt);
-    free(prof_buf);
-    lm_model_free(m);
+    for (size_t i = 0; i < o.n_dirs; ++i)
+        hx_dump_free(in.dumps[i]);
+    free(in.prompt);
+    free(in.prof_buf);
+    lm_model_free(in.m);
     return code;
 }

@@ -39,8 +39,8 @@ static const char usage_text[] =
     "      --tokens ID,...     prompt as token ids instead of text\n"
     "      --special           parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --steps LIST        prefill chunk sizes, integers or full (default "
-    HX_CASE_DEFAULT_STEPS ")\n"
-    "      --backends LIST     naive,blas,det (default " HX_CASE_DEFAULT_BACKENDS ")\n"
+    HX_AXES_DEFAULT_STEPS ")\n"
+    "      --backends LIST     naive,blas,det (default " HX_AXES_DEFAULT_BACKENDS ")\n"
     "      --threads LIST      thread counts and all (every core, at least 2), e.g. 1,2\n"
     "                          (default " HX_AXES_DEFAULT_THREADS "; naive runs one thread and\n"
     "                          gets no all rows)\n"
@@ -174,23 +174,24 @@ typedef struct sweep_opts {
 enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE, O_ATTN,
        O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE, O_TURN };
 
+/* A number shared with case files (hx_setting_parse); 0 to go on, else the exit code. */
+static int setting(uint32_t *out, hx_setting which, const char *opt, const char *arg)
+{
+    lm_err e = {0};
+    return hx_setting_parse(out, which, opt, arg, &e) == LM_OK ? 0 : hx_cli_fail("sweep", "%s", e.msg);
+}
+
 /* One option with a value to check; 0 to go on, else the exit code. */
 static int set_number(sweep_opts *o, int opt, const char *arg)
 {
     hx_sweep_params *sp = &o->sp;
     lm_err e = {0};
     switch (opt) {
-    case 'n':
-        return lm_parse_u32z(arg, 0, HX_MAX_N_GEN, &sp->n_gen)
-                   ? 0 : hx_cli_fail("sweep", "-n '%s': expected an integer in 0..%u", arg,
-                                     HX_MAX_N_GEN);
+    case 'n': return setting(&sp->n_gen, HX_SET_N_GEN, "-n", arg);
     case 'j':
         return lm_parse_u32z(arg, 1, 64, &sp->jobs)
                    ? 0 : hx_cli_fail("sweep", "-j '%s': expected an integer in 1..64", arg);
-    case O_PREC:
-        return lm_parse_u32z(arg, REF_MIN_PREC, REF_MAX_PREC, &sp->precision)
-                   ? 0 : hx_cli_fail("sweep", "--prec '%s': expected bits in %u..%u", arg,
-                                     REF_MIN_PREC, REF_MAX_PREC);
+    case O_PREC: return setting(&sp->precision, HX_SET_PRECISION, "--prec", arg);
     case O_ENS:
         return lm_parse_u32z(arg, HX_ENVELOPE_MIN_MEMBERS, 1024, &sp->ensemble)
                    ? 0 : hx_cli_fail("sweep", "--ensemble '%s': expected an integer in %u..1024",
@@ -200,10 +201,7 @@ static int set_number(sweep_opts *o, int opt, const char *arg)
         return lm_parse_seed(arg, &sp->sr_seed)
                    ? 0 : hx_cli_fail("sweep", "--seed '%s': expected a non-negative integer "
                                               "(decimal or 0x hex)", arg);
-    case O_TURN:
-        return lm_parse_u32z(arg, 0, HX_TURN_MAX, &o->turn)
-                   ? 0 : hx_cli_fail("sweep", "--turn '%s': expected an integer in 0..%u", arg,
-                                     HX_TURN_MAX);
+    case O_TURN: return setting(&o->turn, HX_SET_TURN, "--turn", arg);
     case O_ENVELOPE:
         if (strcmp(arg, "engine") != 0 && strcmp(arg, "reference") != 0)
             return hx_cli_fail("sweep", "--envelope '%s': expected reference or engine", arg);

@@ -4,6 +4,7 @@
 
 #include "fs.h"
 #include "capture.h"
+#include "kvd_version.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -124,6 +125,9 @@ static int validate(const json_t *root, const char *path, lm_err *err)
     const json_t *plats = json_object_get(root, "platforms"), *cases = json_object_get(root, "cases");
     if (!json_is_object(plats) || !json_is_object(cases))
         return LM_FAIL(err, LM_E_INPUT, "%s: 'platforms' and 'cases' must be objects", path);
+    const json_t *meta = json_object_get(root, "metadata");
+    if (meta != NULL && !json_is_object(meta))
+        return LM_FAIL(err, LM_E_INPUT, "%s: 'metadata' must be an object", path);
     const char *k;
     const json_t *val;
     json_object_foreach((json_t *)plats, k, val)
@@ -230,6 +234,32 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config, const
         json_object_set_new(plats, key_id, json_string(key_text)))
         return LM_FAIL(err, LM_E_INPUT, "golden: cannot add %s/%s (out of memory, or a "
                                         "non-finite logit in the summary)", case_name, config);
+    return LM_OK;
+}
+
+int hx_golden_set_meta(hx_golden *g, const char *case_name, const hx_golden_meta *m,
+                       lm_err *err)
+{
+    json_t *ids = json_array(), *ph = json_object();
+    for (uint32_t i = 0; ids && i < m->n_prompt; ++i)
+        if (json_array_append_new(ids, json_integer(m->prompt_ids[i])) != 0) {
+            json_decref(ids);
+            ids = NULL;
+        }
+    for (size_t i = 0; ph && i < m->n_phases; ++i)
+        if (json_object_set_new(ph, m->phase_names[i], json_real(m->phase_s[i])) != 0) {
+            json_decref(ph);
+            ph = NULL;
+        }
+    json_t *o = ids && ph ? json_pack("{s:s,s:s,s:s,s:s,s:o,s:o}", "kvdrift_version",
+                                      KVD_VERSION, "kvdrift_commit", lm_git_commit(),
+                                      "command_line", m->command_line ? m->command_line : "",
+                                      "blessed_utc", m->blessed_utc ? m->blessed_utc : "",
+                                      "prompt_ids", ids, "phase_s", ph)
+                          : (json_decref(ids), json_decref(ph), NULL);
+    json_t *meta = child(g->root, "metadata");
+    if (o == NULL || meta == NULL || json_object_set_new(meta, case_name, o) != 0)
+        return LM_FAIL(err, LM_E_NOMEM, "golden: out of memory");
     return LM_OK;
 }
 

@@ -12,7 +12,12 @@
  *         "model_xxh3_128": "32 hex digits",   (the model file the entry was blessed on)
  *         "tokens_xxh3_64": "16 hex digits",   (its prompt token ids: hx_tokens_hash)
  *         "kvdrift_version": "0.1.0"           (KVD_VERSION of the blessing binary)
- *     } } } }
+ *     } } } },
+ *     "metadata": { CASE: {                    (optional; the last bless that wrote the case)
+ *         "kvdrift_version": "0.1.0", "kvdrift_commit": "git describe of the build",
+ *         "command_line": "kvdrift bless ...", "blessed_utc": "2026-11-24T04:00:00Z",
+ *         "prompt_ids": [ids...], "phase_s": { PHASE: wall seconds, ... }
+ *     } }
  *   }
  * CONFIG is the canonical config string (hx_config_format), KEY_ID the configuration's golden
  * key (golden_key.h: only what can change that configuration's bits; "platforms" maps each id
@@ -22,7 +27,12 @@
  * An entry is pinned to its input: an entry whose model hash, token-id hash or version differs
  * from the run's was blessed for something else and is "stale" (hx_golden_input_differs), which
  * fails check ("re-bless") instead of silently comparing other bits. Version-1 files (no input
- * fields) are still read; each of their entries is stale. */
+ * fields) are still read; each of their entries is stale.
+ *
+ * "metadata" is provenance for people: which build and command blessed a case, on which token
+ * ids, and how long each phase took. Nothing compares it (hx_golden_find reads "cases" only), so
+ * timings that vary from run to run never fail a check; a file without it (written before it
+ * existed) loads and compares the same. */
 #ifndef HX_GOLDEN_H
 #define HX_GOLDEN_H
 
@@ -95,6 +105,22 @@ int hx_golden_save(const hx_golden *g, const char *path, lm_err *err);
 /* hx_golden_save up to the rename: the text is in a temp file beside path, and *out is the
  * pending write for lm_wfile_commit/lm_wfile_commit_all (fs.h). */
 int hx_golden_stage(lm_wfile **out, const hx_golden *g, const char *path, lm_err *err);
+
+/* The provenance of one bless of a case (the "metadata" block). */
+typedef struct hx_golden_meta {
+    const char *command_line;        /* the bless command as typed */
+    const char *blessed_utc;         /* "2026-11-24T04:00:00Z" */
+    const int32_t *prompt_ids;       /* [n_prompt] */
+    uint32_t n_prompt;
+    const char *const *phase_names;  /* [n_phases] */
+    const double *phase_s;           /* [n_phases] wall seconds */
+    size_t n_phases;
+} hx_golden_meta;
+
+/* Replaces case_name's metadata block with m, the kvdrift version and the build's git commit
+ * (kvd_version.h). Never read back by comparison. LM_E_NOMEM only. */
+int hx_golden_set_meta(hx_golden *g, const char *case_name, const hx_golden_meta *m,
+                       lm_err *err);
 
 /* Fills an entry: hash, the top-5 of logits [n_vocab] at absolute position, and the input it
  * is pinned to. */

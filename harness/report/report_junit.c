@@ -10,6 +10,7 @@
 
 #include <libxml/xmlwriter.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define X(s) ((const xmlChar *)(s))
@@ -53,6 +54,26 @@ static int attr(xmlTextWriterPtr w, const char *name, const char *value)
     return xmlTextWriterWriteAttribute(w, X(name), clean(value));
 }
 
+/* <property name="prompt_ids" value="1,403,..."/>: every prompt token id (digits and commas
+ * need no cleaning, and the list may be longer than clean()'s buffer). */
+static int ids_property(xmlTextWriterPtr w, const hx_report *r)
+{
+    const uint32_t n = r->prompt_ids ? r->n_prompt : 0;
+    char *ids = malloc((size_t)n * 12 + 1);
+    if (ids == NULL)
+        return -1;
+    size_t k = 0;
+    ids[0] = '\0';
+    for (uint32_t i = 0; i < n; ++i)
+        k += (size_t)snprintf(ids + k, 13, "%s%d", i ? "," : "", (int)r->prompt_ids[i]);
+    int bad = xmlTextWriterStartElement(w, X("property")) < 0;
+    bad |= xmlTextWriterWriteAttribute(w, X("name"), X("prompt_ids")) < 0;
+    bad |= xmlTextWriterWriteAttribute(w, X("value"), X(ids)) < 0;
+    bad |= xmlTextWriterEndElement(w) < 0;
+    free(ids);
+    return bad ? -1 : 0;
+}
+
 static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
 {
     strict = strict || r->strict_bits; /* a case's own strict_bits policy holds too */
@@ -93,6 +114,7 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
         bad |= attr(w, "value", props[i][1]) < 0;
         bad |= xmlTextWriterEndElement(w) < 0;
     }
+    bad |= ids_property(w, r) < 0;
     bad |= xmlTextWriterEndElement(w) < 0;
     char classname[160], summary[1024], out[1400];
     snprintf(classname, sizeof classname, "kvdrift.%s", r->case_name);

@@ -10,54 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --- comma lists --- */
-
-typedef struct toklist {
-    int32_t *v;
-    uint32_t n;
-    const char *list;
-} toklist;
-
-static int tok_item(void *ctx, const char *s, size_t len, lm_err *err)
-{
-    toklist *l = ctx;
-    uint64_t v;
-    if (!lm_parse_u64(s, len, 0, INT32_MAX, &v))
-        return LM_FAIL(err, LM_E_INPUT, "tokens: '%.*s' is not a token id (0..%d)", (int)len, s,
-                       INT32_MAX);
-    int32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
-    if (nv == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    l->v = nv;
-    l->v[l->n++] = (int32_t)v;
-    return LM_OK;
-}
-
-int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err)
-{
-    toklist l = {NULL, 0, list};
-    int rc = hx_list_each("tokens", list, tok_item, &l, err);
-    if (rc != LM_OK) {
-        free(l.v);
-        return rc;
-    }
-    *out = l.v;
-    *n = l.n;
-    return LM_OK;
-}
-
 /* --- the INI handler --- */
 
-enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_STEPS, K_BACKENDS, K_THREADS, K_ATTN, K_N_GEN,
-       K_PRECISION, K_STRICT, K_ROT, K_PROMPT_FILE, K_SPECIAL, K_TURN, K_COUNT };
-static const char *const keys[K_COUNT] = {"name",     "model",   "prompt", "tokens",
-                                          "steps",    "backends", "threads", "attn",
-                                          "n_gen",    "precision", "strict_bits", "rot",
-                                          "prompt_file", "special", "turn"};
+/* The keys besides the axes (hx_axis_find: steps, backends, threads, attn, rot, profile). */
+enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_N_GEN, K_PRECISION, K_STRICT, K_PROMPT_FILE,
+       K_SPECIAL, K_TURN, K_COUNT };
+static const char *const keys[K_COUNT] = {"name",        "model",       "prompt",  "tokens",
+                                          "n_gen",       "precision",   "strict_bits",
+                                          "prompt_file", "special",     "turn"};
 
 typedef struct parse_state {
     hx_case *c;
-    bool seen[K_COUNT];
+    bool seen[K_COUNT], seen_axis[HX_AXIS_COUNT];
     bool failed;
     lm_err key_err; /* the first error, without its line (inih gives the line afterwards) */
 } parse_state;
@@ -124,7 +88,6 @@ static int read_prompt_file(hx_case *c, const char *value, lm_err *err)
 static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
 {
     hx_case *c = ps->c;
-    uint64_t u;
     switch (k) {
     case K_NAME:
         for (const char *p = value; *p; ++p)
@@ -154,51 +117,10 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
             return err->code;
         return *c->prompt ? LM_OK : LM_FAIL(err, LM_E_INPUT, "prompt is empty");
 
-    case K_STEPS:
-        free(c->steps);
-        c->steps = NULL;
-        return hx_axis_steps(&c->steps, &c->n_steps, "steps", value, err);
-    case K_BACKENDS:
-        free(c->backends);
-        c->backends = NULL;
-        return hx_axis_backends(&c->backends, &c->n_backends, "backends", value, err);
-    case K_THREADS:
-        free(c->threads);
-        c->threads = NULL;
-        return hx_axis_threads(&c->threads, &c->n_threads, "threads", value, err);
-    case K_ATTN:
-        free(c->attn);
-        c->attn = NULL;
-        return hx_axis_attn(&c->attn, &c->n_attn, "attn", value, err);
-    case K_ROT: {
-        size_t none = 0; /* validates the list only (hx_config_cross_rot with no configs) */
-        hx_config *probe = NULL;
-        int rc = hx_config_cross_rot(&probe, &none, "rot", value, err);
-        free(probe);
-        if (rc != LM_OK)
-            return rc;
-        free(c->rot);
-        return (c->rot = strdup(value)) ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    }
-    case K_TURN:
-        if (!lm_parse_u64(value, strlen(value), 0, HX_TURN_MAX, &u))
-            return LM_FAIL(err, LM_E_INPUT, "turn '%s': not an integer in 0..%u", value,
-                           HX_TURN_MAX);
-        c->turn = (uint32_t)u;
-        return LM_OK;
-    case K_N_GEN:
-        if (!lm_parse_u64(value, strlen(value), 0, HX_MAX_N_GEN, &u))
-            return LM_FAIL(err, LM_E_INPUT, "n_gen '%s': not an integer in 0..%u", value,
-                           HX_MAX_N_GEN);
-        c->n_gen = (uint32_t)u;
-        return LM_OK;
+    case K_TURN: return hx_setting_parse(&c->turn, HX_SET_TURN, "turn", value, err);
+    case K_N_GEN: return hx_setting_parse(&c->n_gen, HX_SET_N_GEN, "n_gen", value, err);
     case K_PRECISION:
-        if (!lm_parse_u64(value, strlen(value), 0, UINT32_MAX, &u) || u < HX_CASE_MIN_PRECISION ||
-            u > HX_CASE_MAX_PRECISION)
-            return LM_FAIL(err, LM_E_INPUT, "precision '%s': not an integer in %u..%u bits", value,
-                           HX_CASE_MIN_PRECISION, HX_CASE_MAX_PRECISION);
-        c->precision = (uint32_t)u;
-        return LM_OK;
+        return hx_setting_parse(&c->precision, HX_SET_PRECISION, "precision", value, err);
     case K_SPECIAL:
     case K_STRICT: {
         bool *b = k == K_STRICT ? &c->strict_bits : &c->special;
@@ -215,6 +137,20 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
     }
 }
 
+/* An axis key: its list checked by the sweep's parser (hx_axis_check) and kept as written. */
+static int set_axis(hx_case *c, hx_axis axis, const char *key, const char *value, lm_err *err)
+{
+    int rc = hx_axis_check(axis, key, value, err);
+    if (rc != LM_OK)
+        return rc;
+    const char **slot = hx_axes_list(&c->axes, axis);
+    char *copy = strdup(value);
+    if (copy == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    *slot = copy;
+    return LM_OK;
+}
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parse_state *ps = user;
@@ -224,6 +160,11 @@ static int handler(void *user, const char *section, const char *name, const char
     if (*section != '\0' && strcmp(section, "case") != 0) {
         LM_FAIL(&ps->key_err, LM_E_INPUT, "unknown section [%s] (keys go before any section or "
                                           "in [case])", section);
+    } else if ((k = hx_axis_find(name)) >= 0) {
+        if (ps->seen_axis[k])
+            LM_FAIL(&ps->key_err, LM_E_INPUT, "key '%s' given twice", name);
+        else if (set_axis(ps->c, (hx_axis)k, name, value, &ps->key_err) == LM_OK)
+            ps->seen_axis[k] = true;
     } else {
         for (int i = 0; i < K_COUNT; ++i)
             if (strcmp(name, keys[i]) == 0)
@@ -239,9 +180,10 @@ static int handler(void *user, const char *section, const char *name, const char
     return !ps->failed;
 }
 
+/* Required keys present; the numbers not given take their defaults (the axes not given stay
+ * NULL: hx_axes_configs' defaults). */
 static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, lm_err *err)
 {
-    lm_err e = {0};
     if (!ps->seen[K_NAME])
         return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'name'", file);
     if (!ps->seen[K_MODEL])
@@ -249,17 +191,6 @@ static int apply_defaults(hx_case *c, const parse_state *ps, const char *file, l
     if (!ps->seen[K_PROMPT] && !ps->seen[K_TOKENS] && !ps->seen[K_PROMPT_FILE])
         return LM_FAIL(err, LM_E_INPUT, "%s: missing key 'prompt', 'prompt_file' or 'tokens'",
                        file);
-    if (!ps->seen[K_STEPS] &&
-        hx_axis_steps(&c->steps, &c->n_steps, "steps", HX_CASE_DEFAULT_STEPS, &e))
-        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
-    if (!ps->seen[K_BACKENDS] &&
-        hx_axis_backends(&c->backends, &c->n_backends, "backends", HX_CASE_DEFAULT_BACKENDS, &e))
-        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
-    if (!ps->seen[K_THREADS] &&
-        hx_axis_threads(&c->threads, &c->n_threads, "threads", HX_CASE_DEFAULT_THREADS, &e))
-        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
-    if (!ps->seen[K_ATTN] && hx_axis_attn(&c->attn, &c->n_attn, "attn", HX_CASE_DEFAULT_ATTN, &e))
-        return LM_FAIL(err, e.code, "%s: %s", file, e.msg);
     if (!ps->seen[K_N_GEN])
         c->n_gen = HX_CASE_DEFAULT_N_GEN;
     if (!ps->seen[K_PRECISION])
@@ -395,29 +326,18 @@ void hx_case_free(hx_case *c)
     free(c->model.path);
     free(c->prompt);
     free(c->tokens);
-    free(c->steps);
-    free(c->backends);
-    free(c->threads);
-    free(c->attn);
-    free(c->rot);
+    for (int i = 0; i < HX_AXIS_COUNT; ++i)
+        free((void *)*hx_axes_list(&c->axes, (hx_axis)i));
     free(c);
 }
 
 int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err)
 {
-    hx_config *v = NULL;
-    size_t total = 0;
-    int rc = hx_sweep_cross(&v, &total, (const char(*)[16])c->backends, c->n_backends, c->steps,
-                            c->n_steps, c->threads, c->n_threads, c->attn, c->n_attn, err);
-    if (rc == LM_OK && c->rot != NULL)
-        rc = hx_config_cross_rot(&v, &total, "rot", c->rot, err);
-    if (rc == LM_OK)
-        rc = hx_config_add_turns(&v, &total, c->turn, err);
-    if (rc != LM_OK) {
-        free(v);
-        return rc;
+    int rc = hx_axes_configs(out, n, &c->axes, err);
+    if (rc == LM_OK && (rc = hx_config_add_turns(out, n, c->turn, err)) != LM_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
     }
-    *out = v;
-    *n = total;
-    return LM_OK;
+    return rc;
 }

@@ -11,12 +11,16 @@
  *   threads = 1,2                                 ; default 1,all (all: online cores, >= 2)
  *   attn = default                                ; default default,stream (default = dense)
  *   rot = none,8:2                                ; rotating KV cache axis, default none
+ *   profile = f32,f16kv                           ; precision-profile axis, default f32
  *   turn = 4                                      ; two-turn sibling of each configuration
  *                                                 ; (D decode steps; 0 = none), default 4
  *   n_gen = 32                                    ; default 32
  *   precision = 127                               ; MPFR bits, default 127
  *   strict_bits = false                           ; default false
  *
+ * The axis keys (steps ... profile) take the lists of the sweep's options (--steps ...), parsed
+ * by the same parser with the same limits (config.h hx_axes); n_gen, precision and turn take
+ * the numbers of -n, --prec and --turn (hx_setting_parse), with the same messages.
  * Keys may sit before any section or in a [case] section; other sections are errors. Every key
  * at most once. name, model and exactly one of prompt/tokens are required. Whole-line comments
  * start with ';' or '#'; there are no inline comments (a ';' inside a prompt is text). A value
@@ -37,15 +41,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define HX_CASE_DEFAULT_STEPS HX_AXES_DEFAULT_STEPS
-#define HX_CASE_DEFAULT_BACKENDS HX_AXES_DEFAULT_BACKENDS
-#define HX_CASE_DEFAULT_THREADS HX_AXES_DEFAULT_THREADS
-#define HX_CASE_DEFAULT_ATTN HX_AXES_DEFAULT_ATTN
 #define HX_CASE_DEFAULT_N_GEN 32u
 #define HX_CASE_DEFAULT_PRECISION 127u
-/* precision: what the reference accepts (kvd_ref.h), checked when the case file is read */
-#define HX_CASE_MIN_PRECISION REF_MIN_PREC
-#define HX_CASE_MAX_PRECISION REF_MAX_PREC
 /* A case file is a few lines of text: a larger file is refused before it is read. */
 #define HX_CASE_MAX_BYTES (1u << 20)
 
@@ -57,15 +54,8 @@ typedef struct hx_case {
     char *prompt;         /* NULL when tokens are given */
     int32_t *tokens;      /* [n_tokens]; NULL when prompt is given */
     uint32_t n_tokens;
-    uint32_t *steps;      /* [n_steps], 0 = full, in the order written, no duplicates */
-    uint32_t n_steps;
-    char (*backends)[16]; /* [n_backends] */
-    uint32_t n_backends;
-    uint32_t *threads;    /* [n_threads] */
-    uint32_t n_threads;
-    hx_attn *attn;        /* [n_attn] */
-    uint32_t n_attn;
-    char *rot;            /* rotating-cache axis as written ("none,8:2"), NULL = plain only */
+    hx_axes axes;         /* the axis keys as written (malloc'd copies, each checked by
+                             hx_axis_check when read); NULL = the sweep's default */
     uint32_t turn;        /* schedule axis: each configuration's two-turn sibling with this
                              many decode steps (config.h hx_config_add_turns); 0 = none */
     uint32_t n_gen;
@@ -83,12 +73,9 @@ int hx_case_load(hx_case **out, const char *path, lm_err *err);
 int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_err *err);
 void hx_case_free(hx_case *c);
 
-/* Every configuration of the case: rot x backends x threads x attn x steps (steps vary
- * fastest, rot slowest; hx_config_cross_rot), in the order written, each followed by its
- * two-turn sibling (hx_config_add_turns). *out is malloc'd. */
+/* Every configuration of the case: hx_axes_configs of its axes (profile x rot x backends x
+ * threads x attn x steps, steps fastest), in the order written, each followed by its two-turn
+ * sibling (hx_config_add_turns). *out is malloc'd. */
 int hx_case_configs(hx_config **out, size_t *n, const hx_case *c, lm_err *err);
-
-/* Comma list of token ids (each 0..INT32_MAX); *out malloc'd. */
-int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err);
 
 #endif

@@ -4,7 +4,9 @@
 
 #include "kvd_engine.h"
 #include "kvd_profile.h"
+#include "kvd_ref.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,272 +256,281 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
            strcmp(a->profile, b->profile) == 0;
 }
 
-int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
-                        lm_err *err)
+/* *v[*n] times the elements of an axis (size bytes each, count m): apply(cfg, elem) sets the
+ * axis's field; the axis varies slowest (one block of the old list per element). */
+static int cross_by(hx_config **v, size_t *n, const void *elems, size_t size, uint32_t m,
+                    void (*apply)(hx_config *c, const void *elem), lm_err *err)
 {
-    size_t n_rot = 1;
-    for (const char *q = list; *q; ++q)
-        n_rot += *q == ',';
-    uint32_t(*rot)[3] = calloc(n_rot, sizeof *rot); /* max, keep, window */
-    if (rot == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    const char *s = list;
-    for (size_t i = 0; i < n_rot; ++i) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        bool window = false;
-        if (!hx_rot_parse(s, len, &rot[i][0], &rot[i][1], &window)) {
-            free(rot);
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (none or MAX:KEEP[:window] "
-                           "with MAX >= 2 and KEEP < MAX)", what, list, (int)len, s);
-        }
-        rot[i][2] = window;
-        for (size_t j = 0; j < i; ++j)
-            if (rot[j][0] == rot[i][0] && rot[j][1] == rot[i][1] && rot[j][2] == rot[i][2]) {
-                free(rot);
-                return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", what, list,
-                               (int)len, s);
-            }
-        s = e ? e + 1 : s + len;
-    }
-    size_t total = n_rot * *n;
+    size_t total = (size_t)m * *n;
     hx_config *out = calloc(total ? total : 1, sizeof *out);
-    if (out == NULL) {
-        free(rot);
+    if (out == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    }
     size_t k = 0;
-    for (size_t r = 0; r < n_rot; ++r) /* rot varies slowest: one block of the list per value */
+    for (uint32_t r = 0; r < m; ++r)
         for (size_t i = 0; i < *n; ++i) {
             out[k] = (*v)[i];
-            out[k].rot_max = rot[r][0];
-            out[k].rot_keep = rot[r][1];
-            out[k].rot_window = rot[r][2] != 0;
-            ++k;
+            apply(&out[k++], (const char *)elems + r * size);
         }
-    free(rot);
     free(*v);
     *v = out;
     *n = k;
     return LM_OK;
+}
+
+static void apply_rot(hx_config *c, const void *elem)
+{
+    const uint32_t *r = elem; /* max, keep, window */
+    c->rot_max = r[0];
+    c->rot_keep = r[1];
+    c->rot_window = r[2] != 0;
+}
+
+static void apply_profile(hx_config *c, const void *elem)
+{
+    memcpy(c->profile, elem, sizeof c->profile);
+}
+
+static int rot_item(void *elem, const char *s, size_t len, const char *what, const char *list,
+                    lm_err *err);
+static int profile_item(void *elem, const char *s, size_t len, const char *what,
+                        const char *list, lm_err *err);
+
+/* The list of one axis, crossed with *v (hx_config_cross_rot, hx_config_cross_profile). */
+static int cross_list(hx_config **v, size_t *n, const char *what, const char *list, size_t size,
+                      hx_item_decode decode, void (*apply)(hx_config *c, const void *elem),
+                      lm_err *err)
+{
+    void *elems = NULL;
+    uint32_t m = 0;
+    int rc = hx_list_parse(&elems, &m, size, false, decode, what, list, err);
+    if (rc == LM_OK)
+        rc = cross_by(v, n, elems, size, m, apply, err);
+    free(elems);
+    return rc;
+}
+
+int hx_config_cross_rot(hx_config **v, size_t *n, const char *what, const char *list,
+                        lm_err *err)
+{
+    return cross_list(v, n, what, list, 3 * sizeof(uint32_t), rot_item, apply_rot, err);
 }
 
 int hx_config_cross_profile(hx_config **v, size_t *n, const char *what, const char *list,
                             lm_err *err)
 {
-    size_t n_prof = 1;
-    for (const char *q = list; *q; ++q)
-        n_prof += *q == ',';
-    char(*prof)[8] = calloc(n_prof, sizeof *prof);
-    if (prof == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    const char *s = list;
-    for (size_t i = 0; i < n_prof; ++i) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (!hx_profile_parse(prof[i], s, len)) {
-            free(prof);
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown profile '%.*s' (expected %s)", what,
-                           list, (int)len, s, lm_profile_expected());
-        }
-        for (size_t j = 0; j < i; ++j)
-            if (strcmp(prof[j], prof[i]) == 0) {
-                free(prof);
-                return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", what, list,
-                               (int)len, s);
-            }
-        s = e ? e + 1 : s + len;
-    }
-    size_t total = n_prof * *n;
-    hx_config *out = calloc(total ? total : 1, sizeof *out);
-    if (out == NULL) {
-        free(prof);
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    }
-    size_t k = 0;
-    for (size_t r = 0; r < n_prof; ++r) /* profile varies slowest */
-        for (size_t i = 0; i < *n; ++i) {
-            out[k] = (*v)[i];
-            memcpy(out[k].profile, prof[r], sizeof out[k].profile);
-            ++k;
-        }
-    free(prof);
-    free(*v);
-    *v = out;
-    *n = k;
-    return LM_OK;
+    return cross_list(v, n, what, list, sizeof((hx_config *)0)->profile, profile_item,
+                      apply_profile, err);
 }
 
 /* ---- axis lists ---- */
 
-int hx_list_each(const char *what, const char *list,
-                 int (*item)(void *ctx, const char *s, size_t len, lm_err *err), void *ctx,
-                 lm_err *err)
+/* The next item of a list at *p, spaces around it trimmed, into s[0..*len); *p moves past its
+ * comma (NULL after the last item). */
+static const char *next_item(const char **p, size_t *len)
 {
-    const char *p = list;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        const char *s = p;
-        while (len && (*s == ' ' || *s == '\t'))
-            ++s, --len;
-        while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
-            --len;
+    const char *s = *p, *comma = strchr(s, ',');
+    *len = comma ? (size_t)(comma - s) : strlen(s);
+    *p = comma ? comma + 1 : NULL;
+    while (*len && (*s == ' ' || *s == '\t'))
+        ++s, --*len;
+    while (*len && (s[*len - 1] == ' ' || s[*len - 1] == '\t'))
+        --*len;
+    return s;
+}
+
+int hx_list_parse(void **out, uint32_t *n, size_t size, bool dups_ok, hx_item_decode decode,
+                  const char *what, const char *list, lm_err *err)
+{
+    char *v = NULL;
+    uint32_t m = 0;
+    int rc = LM_OK;
+    for (const char *p = list; rc == LM_OK && p != NULL; ++m) {
+        size_t len;
+        const char *s = next_item(&p, &len);
+        char *nv = realloc(v, (m + 1) * size);
+        if (nv == NULL) {
+            rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+            break;
+        }
+        v = nv;
+        memset(v + m * size, 0, size);
         if (len == 0)
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': empty list item", what, list);
-        int rc = item(ctx, s, len, err);
-        if (rc != LM_OK)
-            return rc;
-        if (comma == NULL)
-            return LM_OK;
-        p = comma + 1;
+            rc = LM_FAIL(err, LM_E_INPUT, "%s '%s': empty list item", what, list);
+        else
+            rc = decode(v + m * size, s, len, what, list, err);
+        for (uint32_t i = 0; rc == LM_OK && !dups_ok && i < m; ++i)
+            if (memcmp(v + i * size, v + m * size, size) == 0)
+                rc = LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", what, list,
+                             (int)len, s);
     }
+    *out = rc == LM_OK ? v : (free(v), NULL);
+    *n = rc == LM_OK ? m : 0;
+    return rc;
 }
 
-typedef struct u32list {
-    uint32_t *v;
-    uint32_t n;
-    const char *what;
-    const char *list;
-    bool allow_full;
-    uint32_t max; /* largest value allowed */
-    bool allow_all; /* "all" = HX_THREADS_ALL */
-} u32list;
-
-static int push_u32(u32list *l, uint32_t x, lm_err *err)
-{
-    for (uint32_t i = 0; i < l->n; ++i)
-        if (l->v[i] == x)
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': value listed twice", l->what, l->list);
-    uint32_t *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
-    if (nv == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    l->v = nv;
-    l->v[l->n++] = x;
-    return LM_OK;
-}
-
-static int u32_item(void *ctx, const char *s, size_t len, lm_err *err)
-{
-    u32list *l = ctx;
-    uint64_t v;
-    if (l->allow_full && len == 4 && memcmp(s, "full", 4) == 0)
-        return push_u32(l, 0, err);
-    if (l->allow_all && len == 3 && memcmp(s, "all", 3) == 0)
-        return push_u32(l, HX_THREADS_ALL, err);
-    if (!lm_parse_u64(s, len, 1, l->max, &v))
-        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u%s", l->what,
-                       l->list, (int)len, s, (unsigned)l->max,
-                       l->allow_full ? " or full" : l->allow_all ? " or all" : "");
-    return push_u32(l, (uint32_t)v, err);
-}
-
-static int parse_u32_list(uint32_t **out, uint32_t *n, const char *what, const char *list,
-                          bool allow_full, uint32_t max, lm_err *err)
-{
-    u32list l = {NULL, 0, what, list, allow_full, max, max == LM_MAX_THREADS};
-    int rc = hx_list_each(what, list, u32_item, &l, err);
-    if (rc != LM_OK) {
-        free(l.v);
-        return rc;
-    }
-    *out = l.v;
-    *n = l.n;
-    return LM_OK;
-}
-
-int hx_axis_steps(uint32_t **out, uint32_t *n, const char *what, const char *list, lm_err *err)
-{
-    return parse_u32_list(out, n, what, list, true, UINT32_MAX, err);
-}
-
-int hx_axis_threads(uint32_t **out, uint32_t *n, const char *what, const char *list,
-                    lm_err *err)
-{
-    return parse_u32_list(out, n, what, list, false, LM_MAX_THREADS, err);
-}
-
-typedef struct namelist {
-    char (*v)[16];
-    uint32_t n;
-    const char *what, *list;
-} namelist;
-
-static int backend_item(void *ctx, const char *s, size_t len, lm_err *err)
-{
-    namelist *l = ctx;
-    if (!lm_backend_known(s, len))
-        return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown backend '%.*s' (expected %s)", l->what,
-                       l->list, (int)len, s, lm_backend_expected());
-    for (uint32_t i = 0; i < l->n; ++i)
-        if (strlen(l->v[i]) == len && memcmp(l->v[i], s, len) == 0)
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", l->what, l->list,
-                           (int)len, s);
-    char(*nb)[16] = realloc(l->v, (l->n + 1) * sizeof *nb);
-    if (nb == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    l->v = nb;
-    memset(nb[l->n], 0, 16);
-    memcpy(nb[l->n++], s, len);
-    return LM_OK;
-}
-
-int hx_axis_backends(char (**out)[16], uint32_t *n, const char *what, const char *list,
+/* One item of each axis (hx_item_decode). */
+static int step_item(void *elem, const char *s, size_t len, const char *what, const char *list,
                      lm_err *err)
 {
-    namelist l = {NULL, 0, what, list};
-    int rc = hx_list_each(what, list, backend_item, &l, err);
-    if (rc != LM_OK) {
-        free(l.v);
-        return rc;
+    if (field_is(s, len, "full") || lm_parse_u32(s, len, 1, UINT32_MAX, elem))
+        return LM_OK; /* full: 0 (the zeroed element) */
+    return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u or full", what,
+                   list, (int)len, s, UINT32_MAX);
+}
+
+static int thread_item(void *elem, const char *s, size_t len, const char *what,
+                       const char *list, lm_err *err)
+{
+    if (field_is(s, len, "all")) {
+        *(uint32_t *)elem = HX_THREADS_ALL;
+        return LM_OK;
     }
-    *out = l.v;
-    *n = l.n;
+    if (lm_parse_u32(s, len, 1, LM_MAX_THREADS, elem))
+        return LM_OK;
+    return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u or all", what,
+                   list, (int)len, s, (unsigned)LM_MAX_THREADS);
+}
+
+static int backend_item(void *elem, const char *s, size_t len, const char *what,
+                        const char *list, lm_err *err)
+{
+    if (len >= sizeof((hx_config *)0)->backend || !lm_backend_known(s, len))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown backend '%.*s' (expected %s)", what,
+                       list, (int)len, s, lm_backend_expected());
+    memcpy(elem, s, len);
     return LM_OK;
 }
 
-typedef struct attnlist {
-    hx_attn *v;
-    uint32_t n;
-    const char *what, *list;
-} attnlist;
-
-static int attn_item(void *ctx, const char *s, size_t len, lm_err *err)
+static int attn_item(void *elem, const char *s, size_t len, const char *what, const char *list,
+                     lm_err *err)
 {
-    attnlist *l = ctx;
-    hx_attn a;
+    hx_attn *a = elem;
     if (field_is(s, len, "default"))
-        a = HX_ATTN_DEFAULT;
+        *a = HX_ATTN_DEFAULT;
     else if (field_is(s, len, "dense"))
-        a = HX_ATTN_DENSE;
+        *a = HX_ATTN_DENSE;
     else if (field_is(s, len, "stream"))
-        a = HX_ATTN_STREAM;
+        *a = HX_ATTN_STREAM;
     else
         return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown variant '%.*s' (default, dense, stream)",
-                       l->what, l->list, (int)len, s);
-    for (uint32_t i = 0; i < l->n; ++i)
-        if (l->v[i] == a)
-            return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' listed twice", l->what, l->list,
-                           (int)len, s);
-    hx_attn *na = realloc(l->v, (l->n + 1) * sizeof *na);
-    if (na == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    l->v = na;
-    l->v[l->n++] = a;
+                       what, list, (int)len, s);
     return LM_OK;
 }
 
-int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list, lm_err *err)
+static int rot_item(void *elem, const char *s, size_t len, const char *what, const char *list,
+                    lm_err *err)
 {
-    attnlist l = {NULL, 0, what, list};
-    int rc = hx_list_each(what, list, attn_item, &l, err);
-    if (rc != LM_OK) {
-        free(l.v);
-        return rc;
-    }
-    *out = l.v;
-    *n = l.n;
+    uint32_t *r = elem; /* max, keep, window */
+    bool window = false;
+    if (!hx_rot_parse(s, len, &r[0], &r[1], &window))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (none or MAX:KEEP[:window] "
+                       "with MAX >= 2 and KEEP < MAX)", what, list, (int)len, s);
+    r[2] = window;
     return LM_OK;
+}
+
+static int profile_item(void *elem, const char *s, size_t len, const char *what,
+                        const char *list, lm_err *err)
+{
+    if (!hx_profile_parse(elem, s, len))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown profile '%.*s' (expected %s)", what,
+                       list, (int)len, s, lm_profile_expected());
+    return LM_OK;
+}
+
+static int token_item(void *elem, const char *s, size_t len, const char *what, const char *list,
+                      lm_err *err)
+{
+    uint64_t v;
+    if (!lm_parse_u64(s, len, 0, INT32_MAX, &v))
+        return LM_FAIL(err, LM_E_INPUT, "%s: '%.*s' is not a token id (0..%d)", what, (int)len, s,
+                       INT32_MAX);
+    (void)list;
+    *(int32_t *)elem = (int32_t)v;
+    return LM_OK;
+}
+
+int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err)
+{
+    void *v = NULL;
+    int rc = hx_list_parse(&v, n, sizeof **out, true, token_item, "tokens", list, err);
+    *out = v;
+    return rc;
+}
+
+int hx_setting_parse(uint32_t *out, hx_setting which, const char *what, const char *s,
+                     lm_err *err)
+{
+    static const uint32_t lim[HX_SET_COUNT][2] = {
+        [HX_SET_N_GEN] = {0, HX_MAX_N_GEN},
+        [HX_SET_PRECISION] = {REF_MIN_PREC, REF_MAX_PREC},
+        [HX_SET_TURN] = {0, HX_TURN_MAX},
+    };
+    if (lm_parse_u32(s, strlen(s), lim[which][0], lim[which][1], out))
+        return LM_OK;
+    return LM_FAIL(err, LM_E_INPUT, "%s '%s': expected an integer in %u..%u", what, s,
+                   (unsigned)lim[which][0], (unsigned)lim[which][1]);
+}
+
+/* The axes of hx_axes in their cross-product order (profile slowest, steps fastest): the
+ * case-file key, the sweep's option, the default list (NULL: the axis is off), the element. */
+static const struct axis_def {
+    const char *key, *option, *def;
+    size_t size;
+    hx_item_decode decode;
+    size_t field; /* offsetof(hx_axes, ...) */
+} axis_defs[HX_AXIS_COUNT] = {
+    [HX_AXIS_PROFILE] = {"profile", "--profile", NULL, sizeof((hx_config *)0)->profile,
+                         profile_item, offsetof(hx_axes, profile)},
+    [HX_AXIS_ROT] = {"rot", "--rot", NULL, 3 * sizeof(uint32_t), rot_item,
+                     offsetof(hx_axes, rot)},
+    [HX_AXIS_BACKENDS] = {"backends", "--backends", HX_AXES_DEFAULT_BACKENDS,
+                          sizeof((hx_config *)0)->backend, backend_item,
+                          offsetof(hx_axes, backends)},
+    [HX_AXIS_THREADS] = {"threads", "--threads", HX_AXES_DEFAULT_THREADS, sizeof(uint32_t),
+                         thread_item, offsetof(hx_axes, threads)},
+    [HX_AXIS_ATTN] = {"attn", "--attn", HX_AXES_DEFAULT_ATTN, sizeof(hx_attn), attn_item,
+                      offsetof(hx_axes, attn)},
+    [HX_AXIS_STEPS] = {"steps", "--steps", HX_AXES_DEFAULT_STEPS, sizeof(uint32_t), step_item,
+                       offsetof(hx_axes, steps)},
+};
+
+int hx_axis_find(const char *key)
+{
+    for (int i = 0; i < HX_AXIS_COUNT; ++i)
+        if (strcmp(key, axis_defs[i].key) == 0)
+            return i;
+    return -1;
+}
+
+const char **hx_axes_list(hx_axes *a, hx_axis axis)
+{
+    return (const char **)((char *)a + axis_defs[axis].field);
+}
+
+/* The elements of one axis of a (its default when not given); *out malloc'd, *n = 0 for an
+ * axis that is off. */
+static int axis_values(void **out, uint32_t *n, const hx_axes *a, hx_axis axis,
+                       const char *what, lm_err *err)
+{
+    const char *list = *hx_axes_list((hx_axes *)a, axis);
+    *out = NULL;
+    *n = 0;
+    if (list == NULL && (list = axis_defs[axis].def) == NULL)
+        return LM_OK;
+    return hx_list_parse(out, n, axis_defs[axis].size, false, axis_defs[axis].decode,
+                         what ? what : axis_defs[axis].option, list, err);
+}
+
+int hx_axis_check(hx_axis axis, const char *what, const char *list, lm_err *err)
+{
+    hx_axes a = {0};
+    *hx_axes_list(&a, axis) = list;
+    void *v = NULL;
+    uint32_t n = 0;
+    int rc = axis_values(&v, &n, &a, axis, what, err);
+    free(v);
+    return rc;
 }
 
 int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint32_t n_backends,
@@ -576,32 +587,30 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
 
 int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
 {
-    uint32_t *steps = NULL, *threads = NULL, n_steps = 0, n_threads = 0, n_backends = 0;
-    uint32_t n_attn = 0;
-    hx_attn *attn = NULL;
-    char(*backends)[16] = NULL;
+    void *v[HX_AXIS_COUNT] = {0};
+    uint32_t m[HX_AXIS_COUNT] = {0};
     *out = NULL;
     *n = 0;
-    int st;
-    if ((st = hx_axis_steps(&steps, &n_steps, "--steps",
-                            a->steps ? a->steps : HX_AXES_DEFAULT_STEPS, err)) == LM_OK &&
-        (st = hx_axis_backends(&backends, &n_backends, "--backends",
-                               a->backends ? a->backends : HX_AXES_DEFAULT_BACKENDS, err)) ==
-            LM_OK &&
-        (st = hx_axis_threads(&threads, &n_threads, "--threads",
-                              a->threads ? a->threads : HX_AXES_DEFAULT_THREADS, err)) == LM_OK &&
-        (st = hx_axis_attn(&attn, &n_attn, "--attn", a->attn ? a->attn : HX_AXES_DEFAULT_ATTN,
-                           err)) == LM_OK &&
-        (st = hx_sweep_cross(out, n, (const char(*)[16])backends, n_backends, steps, n_steps,
-                             threads, n_threads, attn, n_attn, err)) == LM_OK &&
-        a->rot != NULL)
-        st = hx_config_cross_rot(out, n, "--rot", a->rot, err);
-    if (st == LM_OK && a->profile != NULL)
-        st = hx_config_cross_profile(out, n, "--profile", a->profile, err);
-    free(steps);
-    free(threads);
-    free(backends);
-    free(attn);
+    int st = LM_OK;
+    /* Checked in the order the options are documented: steps, backends, threads, attn, rot,
+     * profile. */
+    static const hx_axis order[HX_AXIS_COUNT] = {HX_AXIS_STEPS, HX_AXIS_BACKENDS,
+                                                 HX_AXIS_THREADS, HX_AXIS_ATTN, HX_AXIS_ROT,
+                                                 HX_AXIS_PROFILE};
+    for (int i = 0; i < HX_AXIS_COUNT && st == LM_OK; ++i)
+        st = axis_values(&v[order[i]], &m[order[i]], a, order[i], NULL, err);
+    if (st == LM_OK)
+        st = hx_sweep_cross(out, n, v[HX_AXIS_BACKENDS], m[HX_AXIS_BACKENDS], v[HX_AXIS_STEPS],
+                            m[HX_AXIS_STEPS], v[HX_AXIS_THREADS], m[HX_AXIS_THREADS],
+                            v[HX_AXIS_ATTN], m[HX_AXIS_ATTN], err);
+    if (st == LM_OK && m[HX_AXIS_ROT] > 0)
+        st = cross_by(out, n, v[HX_AXIS_ROT], axis_defs[HX_AXIS_ROT].size, m[HX_AXIS_ROT],
+                      apply_rot, err);
+    if (st == LM_OK && m[HX_AXIS_PROFILE] > 0)
+        st = cross_by(out, n, v[HX_AXIS_PROFILE], axis_defs[HX_AXIS_PROFILE].size,
+                      m[HX_AXIS_PROFILE], apply_profile, err);
+    for (int i = 0; i < HX_AXIS_COUNT; ++i)
+        free(v[i]);
     if (st != LM_OK) {
         free(*out);
         *out = NULL;

@@ -120,26 +120,31 @@ int hx_config_n_threads(const hx_config *c);
  * one place the seed joins the name: hx_config.backend is too short to hold it). */
 const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c);
 
-/* --- axis lists: the one grammar for case files (`steps = 1,2,full`) and the sweep's options
- * (`--steps 1,2,full`): comma-separated, spaces around items trimmed, no empty item, no item
- * listed twice; limits from the module that owns them. `what` names the key or option in
- * messages (LM_E_INPUT naming the list and the bad item). *out is malloc'd (free()). --- */
+/* --- lists: the one grammar for case files (`steps = 1,2,full`), the sweep's options
+ * (`--steps 1,2,full`) and token ids: comma-separated, spaces around items trimmed, no empty
+ * item; `what` names the key or option in messages. --- */
 
-/* Calls item(ctx, s, len) for each item of list (spaces trimmed); an empty item is an error.
- * Returns LM_OK or the first failing item()'s code. */
-int hx_list_each(const char *what, const char *list,
-                 int (*item)(void *ctx, const char *s, size_t len, lm_err *err), void *ctx,
-                 lm_err *err);
-/* Prefill steps: integers >= 1, or "full" (0). */
-int hx_axis_steps(uint32_t **out, uint32_t *n, const char *what, const char *list, lm_err *err);
-/* Thread counts 1..LM_MAX_THREADS (the engine's limit) and "all" (HX_THREADS_ALL). */
-int hx_axis_threads(uint32_t **out, uint32_t *n, const char *what, const char *list,
-                    lm_err *err);
-/* Backends a user may choose (lm_backend_known: the engine's registry). */
-int hx_axis_backends(char (**out)[16], uint32_t *n, const char *what, const char *list,
+/* One item of a list: decodes s[0..len) (spaces trimmed, never empty) into *elem, which is
+ * zeroed beforehand; LM_E_INPUT naming what, the list and the item when it is not one. */
+typedef int (*hx_item_decode)(void *elem, const char *s, size_t len, const char *what,
+                              const char *list, lm_err *err);
+/* The one comma-list parser: every item of list decoded into *out [*n] elements of `size` bytes
+ * (malloc'd; NULL and 0 on failure). An empty item is an error; so is an element equal
+ * (bytewise) to an earlier one, unless dups_ok. */
+int hx_list_parse(void **out, uint32_t *n, size_t size, bool dups_ok, hx_item_decode decode,
+                  const char *what, const char *list, lm_err *err);
+
+/* Comma list of token ids (each 0..INT32_MAX, repeats allowed); *out malloc'd. */
+int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err);
+
+/* The numbers of a run that case files (key) and options (option) share, each with the limits
+ * of the module that owns it: n_gen / -n 0..HX_MAX_N_GEN; precision / --prec
+ * REF_MIN_PREC..REF_MAX_PREC (the reference, kvd_ref.h); turn / --turn 0..HX_TURN_MAX. */
+typedef enum hx_setting { HX_SET_N_GEN, HX_SET_PRECISION, HX_SET_TURN, HX_SET_COUNT } hx_setting;
+/* s as setting `which`: a decimal integer within its limits into *out; else LM_E_INPUT
+ * "WHAT 'S': expected an integer in LO..HI" (what: the key or option). */
+int hx_setting_parse(uint32_t *out, hx_setting which, const char *what, const char *s,
                      lm_err *err);
-/* Attention variants: default, dense, stream. */
-int hx_axis_attn(hx_attn **out, uint32_t *n, const char *what, const char *list, lm_err *err);
 
 /* The default axes of `kvdrift sweep` and of case files: every code path the engine has for
  * these backends (each thread count that changes a split, every attention implementation);
@@ -159,20 +164,43 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
 
 /* Every axis of a sweep as written (comma lists in the grammar above; NULL = the axis's
  * default: HX_AXES_DEFAULT_* for steps, backends, threads and attn; the plain cache for rot;
- * f32 for profile). The one description of "what to run" that `kvdrift sweep` and tests share.
- * what[] names each axis in messages (NULL: hx_axes_configs uses the option names --steps
- * ...). */
+ * f32 for profile). The one description of "what to run" that `kvdrift sweep` (its options)
+ * and case files (their keys, hx_case.axes) fill; each axis is parsed by the one parser of
+ * hx_axis_check with the limits of the module that owns it: steps 1..UINT32_MAX or full;
+ * threads 1..LM_MAX_THREADS (the engine) or all; backends the engine's registry
+ * (lm_backend_known); attn default, dense, stream; rot none or MAX:KEEP[:window] with the
+ * rotating cache's limits (hx_rot_parse); profile the precision profiles (lm_profile_find). */
 typedef struct hx_axes {
     const char *steps, *backends, *threads, *attn, *rot, *profile;
 } hx_axes;
 
+/* The axes of hx_axes (HX_AXIS_PROFILE varies slowest in hx_axes_configs, HX_AXIS_STEPS
+ * fastest). */
+typedef enum hx_axis {
+    HX_AXIS_PROFILE,
+    HX_AXIS_ROT,
+    HX_AXIS_BACKENDS,
+    HX_AXIS_THREADS,
+    HX_AXIS_ATTN,
+    HX_AXIS_STEPS,
+    HX_AXIS_COUNT
+} hx_axis;
+
+/* The axis whose case-file key is key ("steps", "backends", "threads", "attn", "rot",
+ * "profile"); -1 when key names no axis. */
+int hx_axis_find(const char *key);
+/* The field of a that holds the list of an axis. */
+const char **hx_axes_list(hx_axes *a, hx_axis axis);
+/* Checks list as a value of axis (the parser and limits hx_axes_configs uses); LM_E_INPUT
+ * naming what (the key or option), the list and the bad item. */
+int hx_axis_check(hx_axis axis, const char *what, const char *list, lm_err *err);
+
 /* The configurations of a: profile x rot x backends x threads x attn x steps (steps fastest,
  * profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile make
- * them. *out malloc'd; LM_E_INPUT naming the option and the bad item. */
+ * them. *out malloc'd; LM_E_INPUT naming the option (--steps ... --profile) and the bad item. */
 int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err);
 
 /* "dense", "stream" or "default". */
 const char *hx_attn_name(hx_attn a);
-/* The backends a configuration may name: lm_backend_known (kvd_engine.h, the registry). */
 
 #endif

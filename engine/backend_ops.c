@@ -1,0 +1,141 @@
+/* backend_ops.c — the elementwise ops of the forward pass (RMSNorm, the gated activation,
+ * RoPE): a backend's optional slot (lm_backend_i.rmsnorm, .glu, .rope) when it fills one, else
+ * the shared fixed-order C below, which every CPU backend runs. The C versions split rows over
+ * the pool (threadpool.h); a row's bits never depend on the split. */
+
+/* The loops are independent per element (no reduction is reordered), so vectorizing them
+ * changes no bit; -O2 alone does not vectorize loops in GCC 12, and the selects in lm_expf are
+ * only if-converted when comparisons may be assumed not to trap (no-trapping-math concerns
+ * floating-point exception flags, never values). Before the includes so that lm_expf, inlined
+ * into the loops, gets the same options. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-loop-vectorize", "no-trapping-math")
+#endif
+
+#include "backend.h"
+#include "expf.h"
+#include "threadpool.h"
+
+#include <math.h>
+
+/* y[i] = (x[i] * r) * w[i], r = 1 / sqrtf(ss / n + eps), ss = sum of x[i]*x[i] for i = 0..n-1
+ * accumulated left to right in float from +0.0f; ss / n, + eps, sqrtf and 1/ are each one
+ * float operation. */
+static void rmsnorm_row(float *y /* [n] */, const float *x /* [n] */, const float *w /* [n] */,
+                        uint32_t n, float eps)
+{
+    float ss = 0.0f;
+    for (uint32_t i = 0; i < n; ++i)
+        ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = 0; i < n; ++i)
+        y[i] = (x[i] * r) * w[i];
+}
+
+typedef struct norm_job {
+    float *y;        /* [n][dim] */
+    const float *x;  /* [n][dim] */
+    const float *w;  /* [dim] */
+    uint32_t dim;
+    float eps;
+} norm_job;
+
+static void norm_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const norm_job *j = arg;
+    for (uint32_t t = begin; t < end; ++t)
+        rmsnorm_row(j->y + (size_t)t * j->dim, j->x + (size_t)t * j->dim, j->w, j->dim, j->eps);
+}
+
+/* g = (g / (1 + lm_expf(-g))) * u: SiLU of the gate times the up projection, per element. */
+typedef struct swiglu_job {
+    float *g;        /* [n][dim] */
+    const float *u;  /* [n][dim] */
+    uint32_t dim;
+} swiglu_job;
+
+LM_VECTOR_CLONES static void swiglu_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const swiglu_job *j = arg;
+    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
+        const float s = j->g[i] / (1.0f + lm_expf(-j->g[i]));
+        j->g[i] = s * j->u[i];
+    }
+}
+
+/* g = (g / (1 + lm_expf(-2u))) * u_up with u = 0.7978845608f * (g + (0.044715f * g) * g * g):
+ * gelu_tanh of the gate times the up projection, per element, using
+ * 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)); every step one float operation, left to right. */
+LM_VECTOR_CLONES static void geglu_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const swiglu_job *j = arg;
+    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
+        const float x = j->g[i];
+        const float u = 0.7978845608f * (x + 0.044715f * x * x * x);
+        j->g[i] = (x / (1.0f + lm_expf(-2.0f * u))) * j->u[i];
+    }
+}
+
+/* RoPE on rows[n][n_heads][head_dim] at positions pos0..pos0+n-1. Pair i (i < n_rot/2) turns
+ * by angle pos * theta^(-2i/n_rot): NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2).
+ * Dimensions >= n_rot pass through. a' = a*c - b*s, b' = a*s + b*c, each product rounded to
+ * float (no FMA), c and s from the tables. */
+typedef struct rope_job {
+    const lm_rope_args *a;
+    float *rows; /* [n][stride], heads at the start of each row */
+} rope_job;
+
+static void rope_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const rope_job *j = arg;
+    const lm_rope_args *a = j->a;
+    const uint32_t half = a->n_rot / 2;
+    const uint32_t hd = a->head_dim;
+    for (uint32_t t = begin; t < end; ++t) {
+        const float *cs = a->cos_tab + (size_t)(a->pos0 + t) * half; /* [half] */
+        const float *sn = a->sin_tab + (size_t)(a->pos0 + t) * half; /* [half] */
+        for (uint32_t h = 0; h < a->n_heads; ++h) {
+            float *v = j->rows + (size_t)t * a->stride + (size_t)h * hd; /* [head_dim] */
+            for (uint32_t i = 0; i < half; ++i) {
+                const uint32_t ia = a->neox ? i : 2 * i;
+                const uint32_t ib = a->neox ? i + half : 2 * i + 1;
+                const float x0 = v[ia], x1 = v[ib];
+                v[ia] = x0 * cs[i] - x1 * sn[i];
+                v[ib] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+    }
+}
+
+void lm_op_rmsnorm(lm_backend *be, lm_pool *pool, float *y, const float *x, const float *w,
+                   uint32_t n, uint32_t dim, float eps)
+{
+    if (be->vt->rmsnorm != NULL) {
+        be->vt->rmsnorm(be, y, x, w, n, dim, eps);
+        return;
+    }
+    norm_job j = {y, x, w, dim, eps};
+    lm_pool_for(pool, n, LM_POOL_MIN_ROWS, norm_rows, &j);
+}
+
+void lm_op_glu(lm_backend *be, lm_pool *pool, float *g, const float *u, uint32_t n, uint32_t dim,
+               lm_ffn_act act)
+{
+    if (be->vt->glu != NULL) {
+        be->vt->glu(be, g, u, n, dim, act);
+        return;
+    }
+    swiglu_job j = {g, u, dim};
+    lm_pool_for(pool, n, LM_POOL_MIN_ROWS, act == LM_ACT_GEGLU_TANH ? geglu_rows : swiglu_rows,
+                &j);
+}
+
+void lm_op_rope(lm_backend *be, lm_pool *pool, float *rows, uint32_t n, const lm_rope_args *a)
+{
+    if (be->vt->rope != NULL) {
+        be->vt->rope(be, rows, n, a);
+        return;
+    }
+    rope_job j = {a, rows};
+    lm_pool_for(pool, n, LM_POOL_MIN_ROWS, rope_rows, &j);
+}
