@@ -7,8 +7,9 @@
  * blocks of about DET_PACK_FLOATS floats (L2) into panels of 3 rows, block by block of the
  * reduction ([block][row][8], +0 past k), and 4 x 3 AVX2 tiles (12 accumulators of 8 lanes)
  * run each group of 4 rows of A (L1) against every panel of the block, over the reduction in
- * chunks of at most DET_KC elements, the lanes saved between chunks; four outputs share one
- * lane tree. AVX-512 machines run these AVX2 tiles too.
+ * chunks of at most DET_KC elements, the lanes saved between chunks; a full tile combines
+ * its lanes in two vector trees (eight outputs: columns 0-1, stored as pairs of each row;
+ * four: column 2), the others four outputs per tree. AVX-512 machines run these AVX2 tiles too.
  * Few rows (decode, small chunks), unpacked: AVX2 1 x 6 tiles for one row (the next 6 rows
  * of B prefetched) and 4 x 3 otherwise; AVX-512 4 x 8 (16 registers of two outputs); gemm_nn
  * one row of C at a time, 16 (AVX-512) or 8 (AVX2) columns per register, the 8 lanes as 8
@@ -16,6 +17,8 @@
 #include "det_kernels.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,6 +196,21 @@ T2 INL __m128 reduce8x4_avx2(__m256 x0, __m256 x1, __m256 x2, __m256 x3)
     /* [x0, x2, x0, x2 | x1, x3, x1, x3]: v2[0] + v2[1] */
     const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(s, s, 0x88), _mm256_shuffle_ps(s, s, 0xdd));
     return _mm_unpacklo_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+}
+
+/* The lane tree of eight outputs at once: [tree(x0), ..., tree(x7)], the same three steps
+ * with the same operands in the same order as reduce8_avx2: p + (p + 4) for x0 | x4, x1 | x5,
+ * x2 | x6, x3 | x7 (128-bit halves), then p + (p + 2), then 0 + 1. */
+T2 INL __m256 reduce8x8_avx2(__m256 x0, __m256 x1, __m256 x2, __m256 x3, __m256 x4, __m256 x5,
+                             __m256 x6, __m256 x7)
+{
+#define V4(a, b) _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31))
+    const __m256 u0 = V4(x0, x4), u1 = V4(x1, x5), u2 = V4(x2, x6), u3 = V4(x3, x7);
+#undef V4
+    /* [v2(x0), v2(x1) | v2(x4), v2(x5)] and [v2(x2), v2(x3) | v2(x6), v2(x7)] */
+    const __m256 s0 = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, 0x44), _mm256_shuffle_ps(u0, u1, 0xee));
+    const __m256 s1 = _mm256_add_ps(_mm256_shuffle_ps(u2, u3, 0x44), _mm256_shuffle_ps(u2, u3, 0xee));
+    return _mm256_add_ps(_mm256_shuffle_ps(s0, s1, 0x88), _mm256_shuffle_ps(s0, s1, 0xdd));
 }
 
 /* ---- AVX2: the 8 lanes in one register ---- */
@@ -378,8 +396,21 @@ T2 INL void nt_ptile_avx2(const int MR, const int NR, uint32_t l0, uint32_t l1, 
         return;
     }
     const __m128 al = _mm_set1_ps(alpha);
+    int q0 = 0;
+    if (MR == 4 && NR == 3) { /* columns 0 and 1: one tree of 8, rows' pairs stored as such */
+        const __m256 t01 = _mm256_mul_ps(_mm256_set1_ps(alpha),
+                                         reduce8x8_avx2(acc[0][0], acc[0][1], acc[1][0],
+                                                        acc[1][1], acc[2][0], acc[2][1],
+                                                        acc[3][0], acc[3][1]));
+        const __m128 lo = _mm256_castps256_ps128(t01), hi = _mm256_extractf128_ps(t01, 1);
+        _mm_storel_pi((__m64 *)c, lo);
+        _mm_storeh_pi((__m64 *)(c + ldc), lo);
+        _mm_storel_pi((__m64 *)(c + 2 * ldc), hi);
+        _mm_storeh_pi((__m64 *)(c + 3 * ldc), hi);
+        q0 = 2;
+    }
 #pragma GCC unroll 3
-    for (int q = 0; q < NR; ++q) { /* column q of the tile: its MR rows in one tree */
+    for (int q = q0; q < NR; ++q) { /* column q of the tile: its MR rows in one tree */
         const __m256 z = _mm256_setzero_ps();
         float t[4];
         _mm_storeu_ps(t, _mm_mul_ps(al, reduce8x4_avx2(acc[0][q], MR > 1 ? acc[1][q] : z,
@@ -624,11 +655,61 @@ T5 static void nn_avx512(uint32_t m, uint32_t n, uint32_t k, const float *a, siz
 
 #endif /* DET_X86 */
 
+typedef struct pack_buf {
+    float *p;      /* 64-byte aligned */
+    size_t floats; /* capacity */
+} pack_buf;
+
+static pthread_key_t pack_key;
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+static bool pack_key_ok;
+
+static void pack_buf_free(void *v)
+{
+    pack_buf *b = v;
+    free(b->p);
+    free(b);
+}
+
+static void pack_key_create(void)
+{
+    pack_key_ok = pthread_key_create(&pack_key, pack_buf_free) == 0;
+}
+
+/* This thread's packing buffer of at least `floats` floats: allocated on the thread's first
+ * packed product, grown when a product needs more, reused by every later one (no allocation
+ * and no fresh pages per product) and freed when the thread exits. NULL when out of memory. */
+static float *thread_pack_buf(size_t floats)
+{
+    pthread_once(&pack_once, pack_key_create);
+    if (!pack_key_ok)
+        return NULL;
+    pack_buf *b = pthread_getspecific(pack_key);
+    if (b == NULL) {
+        if ((b = calloc(1, sizeof *b)) == NULL)
+            return NULL;
+        if (pthread_setspecific(pack_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->floats < floats) {
+        const size_t bytes = (floats * sizeof *b->p + 63) & ~(size_t)63;
+        float *np = aligned_alloc(64, bytes);
+        if (np == NULL)
+            return NULL;
+        free(b->p);
+        b->p = np;
+        b->floats = floats;
+    }
+    return b->p;
+}
+
 /* The packed path's block: rows of B per packed block (a multiple of the panel, about
- * DET_PACK_FLOATS floats, at most n), with *bp allocated for it followed by *sv, room for
- * the saved lanes of one row of tiles (4 x 3 outputs x 8 lanes per panel); 0 (and *bp NULL)
- * when the product has too few rows of A to repay packing, or no memory: the unpacked tiles
- * then compute the same bits. */
+ * DET_PACK_FLOATS floats, at most n), with *bp this thread's pack buffer followed by *sv,
+ * room for the saved lanes of one row of tiles (4 x 3 outputs x 8 lanes per panel); 0 (and
+ * *bp NULL) when the product has too few rows of A to repay packing, or no memory: the
+ * unpacked tiles then compute the same bits. */
 static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float **sv)
 {
     *bp = *sv = NULL;
@@ -641,8 +722,7 @@ static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float
         nc = n;
     const size_t bfl = ((size_t)nc * per_row + 15) & ~(size_t)15;
     const size_t svfl = (size_t)(nc / 3 + 1) * 4 * 3 * 8;
-    *bp = aligned_alloc(64, (bfl + svfl) * sizeof **bp);
-    if (*bp == NULL)
+    if ((*bp = thread_pack_buf(bfl + svfl)) == NULL)
         return 0;
     *sv = *bp + bfl;
     return nc;
@@ -662,7 +742,6 @@ void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float al
         const uint32_t nc = pack_block(m, n, k, &bp, &sv);
         if (nc > 0) {
             packed_avx2(m, n, k, alpha, a, lda, b, ldb, 0, c, ldc, bp, nc, sv);
-            free(bp);
         } else {
             nt_avx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
         }
@@ -687,7 +766,6 @@ void lm_det_gemm_nn(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k,
         const uint32_t nc = pack_block(m, n, k, &bp, &sv);
         if (nc > 0) { /* alpha 1: 1.0f * x == x for every float the tree can produce */
             packed_avx2(m, n, k, 1.0f, a, lda, b, ldb, 1, c, ldc, bp, nc, sv);
-            free(bp);
         } else {
             nn_avx2(m, n, k, a, lda, b, ldb, c, ldc);
         }

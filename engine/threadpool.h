@@ -22,8 +22,9 @@ typedef void (*lm_pool_fn)(void *arg, uint32_t begin, uint32_t end);
 /* n_threads counts the caller; n_threads <= 1 gives *out = NULL (serial), which is valid. */
 int lm_pool_create(lm_pool **out, int n_threads, lm_err *err);
 void lm_pool_free(lm_pool *p);
-/* Runs fn over [0, n) split in contiguous parts, one per thread, and waits for all of them.
- * Runs serially when p is NULL or n < 2 * min_rows (too little work to be worth a wake-up). */
+/* Runs fn over [0, n) split in one contiguous part per thread, which the running threads
+ * (the caller included) claim, and returns when every part is done. Runs serially when p is
+ * NULL or n < 2 * min_rows (too little work to be worth a wake-up). */
 void lm_pool_for(lm_pool *p, uint32_t n, uint32_t min_rows, lm_pool_fn fn, void *arg);
 
 #endif

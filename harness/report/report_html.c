@@ -452,7 +452,8 @@ static void speed(FILE *f, const hx_report *r, bool memory)
 static void summary_table(FILE *f, const hx_report *r)
 {
     fputs("<table><tr><th>config</th><th>class</th><th>err/E</th><th>top1</th><th>div@</th>"
-          "<th>golden</th><th>prefill tok/s</th><th>decode tok/s</th><th>peak MiB</th></tr>\n",
+          "<th>golden</th><th>prefill tok/s (median)</th><th>decode tok/s (median)</th>"
+          "<th>peak MiB</th></tr>\n",
           f);
     char cells[HX_REPORT_NCOLS][HX_REPORT_CELL];
     for (size_t i = 0; i < r->n_configs; ++i) {
