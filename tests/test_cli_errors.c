@@ -424,6 +424,33 @@ static void test_cli_errors_case_limits_as_options(void)
     CU_ASSERT_FALSE(exists(p("limits")));
 }
 
+/* --prec has one grammar and one message in every command that takes it (the sweep's). */
+static void test_cli_errors_prec_same_everywhere(void)
+{
+    setup();
+    cli_result sw = cli(cmd_sweep, "sweep", model, "--tokens", "1,2,3", "--prec", "30", "--cache",
+                        cache, "-o", p("prec"), "-q", (char *)NULL);
+    expect_bad_at(&sw, "kvdrift sweep: --prec '30': ", true, "sweep", __LINE__);
+    const char *want = strstr(sw.err, "--prec ");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+    static const char *const names[] = {"judge", "compare", "ref"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        cli_result r = i == 0   ? cli(cmd_judge, "judge", model, "--tokens", "1,2,3", "--dump",
+                                      p("nodump"), "--prec", "30", (char *)NULL)
+                       : i == 1 ? cli(cmd_compare, "compare", model, "--tokens", "1,2,3", "--a",
+                                      "naive", "--b", "blas", "--prec", "30", (char *)NULL)
+                                : cli(cmd_ref, "ref", model, "--tokens", "1,2,3", "--prec", "30",
+                                      (char *)NULL);
+        expect_bad_at(&r, "--prec '30': ", false, names[i], __LINE__);
+        const char *got = strstr(r.err, "--prec ");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+        if (strcmp(got, want) != 0)
+            fprintf(stderr, "\n  %s: '%s' vs sweep's '%s'", names[i], got, want);
+        CU_ASSERT_STRING_EQUAL(got, want);
+    }
+    CU_ASSERT_FALSE(exists(p("prec")));
+}
+
 static void test_cli_errors_bless(void)
 {
     setup();
@@ -620,6 +647,7 @@ void test_cli_errors_register(void)
     CU_add_test(s, "test_cli_errors_check", test_cli_errors_check);
     CU_add_test(s, "test_cli_errors_case_limits_as_options",
                 test_cli_errors_case_limits_as_options);
+    CU_add_test(s, "test_cli_errors_prec_same_everywhere", test_cli_errors_prec_same_everywhere);
     CU_add_test(s, "test_cli_errors_bless", test_cli_errors_bless);
     CU_add_test(s, "test_cli_errors_bless_all_or_nothing", test_cli_errors_bless_all_or_nothing);
     CU_add_test(s, "test_cli_errors_not_regular_inputs", test_cli_errors_not_regular_inputs);

@@ -27,6 +27,13 @@ int hx_cli_fail(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+int hx_cli_setting(const char *cmd, uint32_t *out, hx_setting which, const char *opt,
+                   const char *arg)
+{
+    lm_err e = {0};
+    return hx_setting_parse(out, which, opt, arg, &e) == LM_OK ? 0 : hx_cli_fail(cmd, "%s", e.msg);
+}
+
 void hx_cli_log(void *user, const char *line)
 {
     fprintf(stderr, "%s: %s\n", (const char *)user, line);
@@ -218,10 +225,7 @@ int hx_cli_pair_option(hx_cli_pair_opts *o, const char *cmd, int opt, const char
         *(opt == HX_CLI_PAIR_O_A ? &o->have_a : &o->have_b) = true;
         return hx_cli_parse_plain_config(opt == HX_CLI_PAIR_O_A ? &o->a : &o->b, cmd,
                                          opt == HX_CLI_PAIR_O_A ? "--a" : "--b", arg);
-    case 'n':
-        return lm_parse_u32z(arg, 0, HX_MAX_N_GEN, &o->n_gen)
-                   ? 0
-                   : hx_cli_fail(cmd, "-n '%s': expected an integer in 0..%u", arg, HX_MAX_N_GEN);
+    case 'n': return hx_cli_setting(cmd, &o->n_gen, HX_SET_N_GEN, "-n", arg);
     default: return 1;
     }
 }

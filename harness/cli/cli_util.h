@@ -15,6 +15,10 @@
 /* Prints "kvdrift CMD: <message>" and a newline on stderr; returns 2 (usage or input error).
  * The message names the thing and the reason; this adds the command prefix, once. */
 int hx_cli_fail(const char *cmd, const char *fmt, ...) LM_PRINTF(2, 3);
+/* Option opt's value arg as setting `which` (hx_setting_parse: the limits and message case
+ * files share); 0, or 2 after the one-line error "kvdrift CMD: ...". */
+int hx_cli_setting(const char *cmd, uint32_t *out, hx_setting which, const char *opt,
+                   const char *arg);
 
 /* A CONFIG given to a command that runs plain greedy decoding of one configuration (run,
  * compare, trace): hx_config_parse, with spec= and draft= refused (speculative decoding is

@@ -104,9 +104,7 @@ static int set_option(compare_opts *o, int opt, const char *arg)
     case O_NOREF: o->no_ref = true; return 0;
     case O_CACHE: o->cache = arg; return 0;
     case O_PREC:
-        return lm_parse_u32z(arg, REF_MIN_PREC, REF_MAX_PREC, &o->prec)
-                   ? 0 : hx_cli_fail("compare", "--prec '%s': expected bits in %u..%u", arg,
-                                     REF_MIN_PREC, REF_MAX_PREC);
+        return hx_cli_setting("compare", &o->prec, HX_SET_PRECISION, "--prec", arg);
     default: return 2;
     }
 }

@@ -129,10 +129,9 @@ static int set_option(judge_opts *o, int c, const char *arg)
     case 'o': o->outdir = arg; return -1;
     case 'q': o->jp.quiet = true; return -1;
     case O_PREC:
-        return lm_parse_u32z(arg, REF_MIN_PREC, REF_MAX_PREC, &o->jp.precision)
+        return hx_cli_setting("judge", &o->jp.precision, HX_SET_PRECISION, "--prec", arg) == 0
                    ? -1
-                   : hx_cli_fail("judge", "--prec '%s': expected bits in %u..%u", arg,
-                                 REF_MIN_PREC, REF_MAX_PREC);
+                   : 2;
     case O_ENS:
         return lm_parse_u32z(arg, 8, 1024, &o->jp.ensemble)
                    ? -1

@@ -122,7 +122,12 @@ static int set_option(ref_opts *o, int c, const char *arg, lm_err *err)
     case 'S': o->parse_special = true; return LM_OK;
     case 't': o->tok_s = arg; return LM_OK;
     case 'g': o->gen_s = arg; return LM_OK;
-    case 'P': return parse_uint(&o->prec, arg, "--prec", REF_MIN_PREC, REF_MAX_PREC, err);
+    case 'P': {
+        uint32_t bits = 0;
+        int rc = hx_setting_parse(&bits, HX_SET_PRECISION, "--prec", arg, err);
+        o->prec = bits;
+        return rc;
+    }
     case 'o': o->out_path = arg; return LM_OK;
     case 'N': o->npy_dir = arg; return LM_OK;
     case 'C': o->cache_dir = arg; return LM_OK;

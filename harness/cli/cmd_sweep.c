@@ -177,8 +177,7 @@ enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_
 /* A number shared with case files (hx_setting_parse); 0 to go on, else the exit code. */
 static int setting(uint32_t *out, hx_setting which, const char *opt, const char *arg)
 {
-    lm_err e = {0};
-    return hx_setting_parse(out, which, opt, arg, &e) == LM_OK ? 0 : hx_cli_fail("sweep", "%s", e.msg);
+    return hx_cli_setting("sweep", out, which, opt, arg);
 }
 
 /* One option with a value to check; 0 to go on, else the exit code. */
