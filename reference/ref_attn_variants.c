@@ -212,3 +212,11 @@ void ref_moe_gate(mpfr_t *w, mpfr_t *logits, uint32_t n_expert, const uint32_t *
     for (uint32_t r = 0; r < k; ++r)
         mpfr_div(w[r], w[r], s->acc, MPFR_RNDN);
 }
+
+bool ref_moe_expert_used(const uint32_t *sel, uint64_t n_sel, uint32_t x)
+{
+    for (uint64_t i = 0; i < n_sel; ++i)
+        if (sel[i] == x)
+            return true;
+    return false;
+}

@@ -2,6 +2,7 @@
  * 20-bit integer digits on fixed grids (method, error bound and cost in ref_dotx.h). */
 #include "ref_dotx.h"
 #include "kvd_ref.h"
+#include "kvd_util.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -760,15 +761,6 @@ void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scr
 
 /* --- cost calibration --- */
 
-#include <time.h>
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
 {
     enum { T = 4 };
@@ -812,9 +804,9 @@ double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
     for (unsigned t = 0; ok && t < T; ++t)
         ok = ref_dx_vec_set(&v[t], x + (size_t)t * n_in, n_in, s.k_cap, &err) == LM_OK;
     double t0 = 0.0;
-    for (int round = 0; ok && (round < 2 || (sec = mono_s() - t0) < 0.02); ++round) {
+    for (int round = 0; ok && (round < 2 || (sec = lm_now_s() - t0) < 0.02); ++round) {
         if (round == 1)
-            t0 = mono_s(); /* round 0 (page faults, cold caches) is not counted */
+            t0 = lm_now_s(); /* round 0 (page faults, cold caches) is not counted */
         if (round >= 1)
             macs += (double)T * REF_DX_ROWS * (double)n_in;
         for (unsigned g = 0; ok && g < REF_DX_ROWS; ++g)

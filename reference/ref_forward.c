@@ -576,10 +576,7 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
     }
     f->ff_cur = (uint32_t)fe;
     for (uint32_t x = 0; x < hp->n_expert; ++x) {
-        bool used = false;
-        for (uint64_t i = 0; i < n * k; ++i)
-            used = used || f->sel[i] == x;
-        if (!used)
+        if (!ref_moe_expert_used(f->sel, n * k, x))
             continue;
         if ((st = ffn_gated(f, L->ffn_gate_exps + (uint64_t)x * fe * e,
                             L->ffn_up_exps + (uint64_t)x * fe * e, swiglu_item, err))

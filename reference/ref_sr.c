@@ -640,10 +640,7 @@ static void moe_ffn(srf *f, const lm_layer *L)
         f->out->moe_margin[(uint64_t)f->layer * n + t] = margin(f, t);
     f->ff_cur = (uint32_t)fe;
     for (uint32_t x = 0; x < hp->n_expert; ++x) {
-        bool used = false;
-        for (uint64_t i = 0; i < n * k; ++i)
-            used = used || f->sel[i] == x;
-        if (!used)
+        if (!ref_moe_expert_used(f->sel, n * k, x))
             continue;
         matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, NULL, n, e, fe, false,
                esite(f, x, E_GATE));
@@ -907,7 +904,7 @@ static void ens_layer_done(void *p)
     const unsigned done = atomic_fetch_add(&j->layers_done, 1) + 1;
     if (j->rq->progress == NULL || pthread_mutex_trylock(&j->mu) != 0)
         return;
-    ref_progress pr = {.layer = (done / j->n) % per, .n_layer = j->m->hp.n_layer,
+    ref_progress pr = {.n_layer = j->m->hp.n_layer,
                        .n_member = j->n, .members_done = atomic_load(&j->members_done),
                        .done = j->macs * done / ((double)per * j->n), .total = j->macs,
                        .elapsed_s = lm_now_s() - j->t0, .m = j->m, .rq = j->rq};

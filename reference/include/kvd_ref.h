@@ -58,7 +58,8 @@
  * and after every matrix product; for an SR envelope (ref_sr_ensemble, n_member > 0) after
  * every layer of any member, counted over all members. */
 typedef struct ref_progress {
-    uint32_t layer, n_layer; /* the layer being computed (n_layer: the output projection) */
+    uint32_t layer, n_layer; /* the layer being computed (n_layer: the output projection); an
+                                envelope's members are at different layers: 0 there */
     uint32_t n_member;       /* 0: one reference pass; else the envelope's member count */
     uint32_t members_done;   /* the envelope's members finished */
     double done, total;      /* multiply-adds done and in all (ref_macs, times n_member) */

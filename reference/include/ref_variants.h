@@ -48,6 +48,8 @@ int ref_rot_schedule_make_turns(ref_rot_schedule *out, uint32_t max_size, uint32
 void ref_rot_schedule_free(ref_rot_schedule *s);
 
 /* MoE routing on MPFR logits (see above); k <= n_expert. */
+/* Whether expert x is among the n*k selections sel (an MoE layer computes only those). */
+bool ref_moe_expert_used(const uint32_t *sel, uint64_t n_sel, uint32_t x);
 void ref_moe_topk(uint32_t *sel /* [k] */, mpfr_t *logits /* [n_expert] */, uint32_t n_expert,
                   uint32_t k);
 /* margin into out (at out's precision); +inf when k == n_expert */
