@@ -601,26 +601,35 @@ static void put_bits(mp_limb_t *l, uint64_t v, uint64_t off)
 }
 
 /* Carries the buckets A[0..nb) (A[s] in units of 2^(20(nb-1-s)) of the last) into |T|'s limbs;
- * returns the sign of T (-1, 0, 1) and the limb count in *nl. */
-static int carry_out(ref_dx_scratch *s, int64_t *A, uint32_t nb, size_t *nl)
+ * returns the sign of T (-1, 0, 1) and the limb count in *nl. One pass writes T in two's
+ * complement (the digits, then the final carry sign-extended over the remaining limbs); a
+ * negative T is then negated in place. */
+static int carry_out(ref_dx_scratch *s, const int64_t *A, uint32_t nb, size_t *nl)
 {
-    int sign = 1;
-    for (int pass = 0; pass < 2; ++pass) {
-        int64_t carry = 0;
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
-        for (uint32_t i = nb; i-- > 0;) {
-            int64_t v = A[i] + carry;
-            int64_t dig = (int64_t)((uint64_t)v & DIGIT_MASK);
-            carry = (v - dig) / (1 << REF_DX_BITS); /* exact: floor division */
-            put_bits(s->limbs, (uint64_t)dig, (uint64_t)REF_DX_BITS * (nb - 1 - i));
+    int64_t carry = 0;
+    memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+    for (uint32_t i = nb; i-- > 0;) {
+        int64_t v = A[i] + carry;
+        int64_t dig = (int64_t)((uint64_t)v & DIGIT_MASK);
+        carry = (v - dig) / (1 << REF_DX_BITS); /* exact: floor division */
+        put_bits(s->limbs, (uint64_t)dig, (uint64_t)REF_DX_BITS * (nb - 1 - i));
+    }
+    /* T = carry 2^(20 nb) + digits: the carry's 64 bits at 20 nb, its sign above them */
+    const uint64_t off = (uint64_t)REF_DX_BITS * nb;
+    put_bits(s->limbs, (uint64_t)carry, off);
+    const int sign = carry < 0 ? -1 : 1;
+    if (sign < 0) {
+        size_t k = off / 64 + 1;
+        if (off % 64 != 0) /* the limb holding the carry's top bits: ones above them */
+            s->limbs[k++] |= ~(uint64_t)0 << (off % 64);
+        for (; k < s->n_limbs; ++k)
+            s->limbs[k] = ~(uint64_t)0;
+        u128 c = 1; /* |T| = ~T + 1 */
+        for (k = 0; k < s->n_limbs; ++k) {
+            c += (u128)(uint64_t)~s->limbs[k];
+            s->limbs[k] = (uint64_t)c;
+            c >>= 64;
         }
-        if (carry >= 0) { /* T = carry 2^(20 nb) + digits >= 0 */
-            put_bits(s->limbs, (uint64_t)carry, (uint64_t)REF_DX_BITS * nb);
-            break;
-        }
-        for (uint32_t i = 0; i < nb; ++i) /* T < 0: carry -T instead (|A| < 2^62) */
-            A[i] = -A[i];
-        sign = -1;
     }
     size_t n = s->n_limbs;
     while (n > 0 && s->limbs[n - 1] == 0)
