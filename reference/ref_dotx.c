@@ -122,6 +122,16 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
         default: FN(__VA_ARGS__, 4); break;                                                       \
         }                                                                                         \
     } while (0)
+/* KB (1..4) and J (1..4) made constants for the compiler. */
+#define DX_BY_KB(FN, KB, J)                                                                       \
+    do {                                                                                          \
+        switch (KB) {                                                                             \
+        case 1: DX_BY_J(FN, J, 1); break;                                                         \
+        case 2: DX_BY_J(FN, J, 2); break;                                                         \
+        case 3: DX_BY_J(FN, J, 3); break;                                                         \
+        default: DX_BY_J(FN, J, 4); break;                                                        \
+        }                                                                                         \
+    } while (0)
 #define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, np, ps, i0, i1, JJ, 4, KB)
 #define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, np, ps, i0, i1, JJ, 1, KB)
 
@@ -134,20 +144,15 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
         for (uint32_t k = 0; k < K;) {
             /* several planes at once where the accumulators fit 16 registers: two for 4 rows
-             * and J <= 2, four for one row (J + 3 accumulators, 4 digit vectors) */
-            const uint32_t kb = (R == 4 && J <= 2 && K - k >= 2) ? 2
-                                : (R == 1 && K - k >= 4)          ? 4
-                                                                  : 1;
+             * and J <= 2, up to four for a row alone (J + 3 accumulators, 4 digit vectors) */
+            const uint32_t kb = R == 4 ? (J <= 2 && K - k >= 2 ? 2 : 1) : (K - k < 4 ? K - k : 4);
             if (R == 4 && kb == 2)
                 DX_BY_J(AVX2_R4, J, 2);
             else if (R == 4)
                 DX_BY_J(AVX2_R4, J, 1);
-            else if (kb == 4) {
-                const uint32_t r = 0;
-                DX_BY_J(AVX2_R1, J, 4);
-            } else
+            else
                 for (uint32_t r = 0; r < R; ++r)
-                    DX_BY_J(AVX2_R1, J, 1);
+                    DX_BY_KB(AVX2_R1, kb, J);
             k += kb;
         }
     }
@@ -197,25 +202,20 @@ __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, co
     for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
         for (uint32_t k = 0; k < K;) {
-            /* 32 registers: four planes at once for J <= 3, two for J = 4 */
-            uint32_t kb = 1;
-            if (R == 4 && J <= 3 && K - k >= 4)
-                kb = 4;
-            else if (R == 4 && K - k >= 2)
-                kb = 2;
+            /* 32 registers: four planes at once for 4 rows and J <= 3, two for J = 4, up to
+             * four for a row alone */
+            uint32_t kb = K - k < 4 ? K - k : 4;
+            if (R == 4 && (J == 4 || kb < 4))
+                kb = kb >= 2 ? 2 : 1;
             if (R == 4 && kb == 4)
                 DX_BY_J(AVX512_R4, J, 4);
             else if (R == 4 && kb == 2)
                 DX_BY_J(AVX512_R4, J, 2);
             else if (R == 4)
                 DX_BY_J(AVX512_R4, J, 1);
-            else if (R == 1 && K - k >= 4) {
-                const uint32_t r = 0;
-                DX_BY_J(AVX512_R1, J, 4);
-                kb = 4;
-            } else
+            else
                 for (uint32_t r = 0; r < R; ++r)
-                    DX_BY_J(AVX512_R1, J, 1);
+                    DX_BY_KB(AVX512_R1, kb, J);
             k += kb;
         }
     }
