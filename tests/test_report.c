@@ -220,6 +220,34 @@ static void test_report_junit_wellformed_and_escaped(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
     CU_ASSERT_EQUAL(count_elems(xmlDocGetRootElement(doc), "failure"), 2);
     xmlFreeDoc(doc);
+    /* A case that did not run: its suite counts it skipped, its testcase holds <skipped> with
+     * the reason and no <system-out>; each suite has its 10 properties (prompt_ids last). */
+    hx_report *sk;
+    hx_config_report *c;
+    CU_ASSERT_FATAL(hx_report_create(&sk, "absent", &err) == LM_OK);
+    CU_ASSERT_FATAL(hx_report_add_config(sk, &c, "naive:step=full", &err) == LM_OK);
+    c->skipped = true;
+    snprintf(sk->skipped, sizeof sk->skipped, "model file absent");
+    const hx_report *two[2] = {r, sk};
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_junit(two, 2, false, path, &err), LM_OK);
+    doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    root = xmlDocGetRootElement(doc);
+    CU_ASSERT_EQUAL(count_elems(root, "testsuite"), 2);
+    CU_ASSERT_EQUAL(count_elems(root, "testcase"), 4);
+    CU_ASSERT_EQUAL(count_elems(root, "skipped"), 1);
+    CU_ASSERT_EQUAL(count_elems(root, "system-out"), 3);
+    CU_ASSERT_EQUAL(count_elems(root, "property"), 20);
+    xmlNode *sk_el = find_elem(root, "skipped");
+    xmlChar *why = xmlGetProp(sk_el, (const xmlChar *)"message");
+    CU_ASSERT_STRING_EQUAL((const char *)why, "model file absent");
+    CU_ASSERT_STRING_EQUAL((const char *)sk_el->parent->name, "testcase");
+    xmlChar *n_sk = xmlGetProp(sk_el->parent->parent, (const xmlChar *)"skipped");
+    CU_ASSERT_STRING_EQUAL((const char *)n_sk, "1");
+    xmlFree(why);
+    xmlFree(n_sk);
+    xmlFreeDoc(doc);
+    hx_report_free(sk);
     /* Invalid UTF-8 in a string still yields a well-formed file. */
     snprintf(r->model, sizeof r->model, "bad\xff\xfe utf8 \xc3");
     CU_ASSERT_EQUAL(hx_report_write_junit(rs, 1, false, path, &err), LM_OK);
