@@ -329,6 +329,12 @@ size_t hx_report_writer_count(void);
 const hx_report_writer *hx_report_writer_at(size_t i);
 /* NULL when no writer has that name. */
 const hx_report_writer *hx_report_writer_find(const char *name);
+/* Every writer that takes one report and is named in only[] (NULL-terminated; NULL: every
+ * one) into dir/<its file>, in the table's order; the last one's older file is removed first,
+ * so a killed run never leaves it beside newer files. The files, last first, as "a, b and c"
+ * into wrote[cap]. */
+int hx_report_write_dir(char *wrote, size_t cap, const char *dir, const hx_report *r,
+                        const char *const *only, lm_err *err);
 
 /* Table output formats (--format): aligned text (colour when f is a terminal and NO_COLOR is
  * unset), CSV (RFC 4180 quoting), TSV, JSON lines (one object per row, keys = column names),
