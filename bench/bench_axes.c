@@ -17,11 +17,9 @@
 #include "sweep.h"
 #include "util.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define N_GEN 32u
 #define PROG "bench_axes"
@@ -48,18 +46,10 @@ static double timed_sweep(hx_sweep_params *p, const hx_config *cfgs, size_t n, c
     return t;
 }
 
-int main(int argc, char **argv)
+static int bench(bu_stories *s)
 {
-    char mpath[1024];
-    lm_model *m = NULL;
-    int32_t *prompt = NULL;
-    size_t np = 0;
-    int reps = 0;
-    const int start = bu_stories_start(PROG, argc, argv, "bench_axes OUTDIR [REPS]", 20, &reps,
-                                       mpath, sizeof mpath, prompt_text, &m, &prompt, &np);
-    if (start >= 0)
-        return start;
-    const char *outdir = argv[1];
+    const int reps = s->reps;
+    const size_t np = s->n_prompt;
     lm_err err = {0};
     const hx_axes old_axes = {.threads = "1", .attn = "default"}, new_axes = {0};
     hx_config *oc = NULL, *nc = NULL;
@@ -67,12 +57,7 @@ int main(int argc, char **argv)
     if (hx_axes_configs(&oc, &n_old, &old_axes, &err) != LM_OK ||
         hx_axes_configs(&nc, &n_new, &new_axes, &err) != LM_OK)
         bu_die(PROG, "configs", &err);
-    char base[] = "/tmp/kvdrift-bench-axes-XXXXXX";
-    if (mkdtemp(base) == NULL) {
-        fprintf(stderr, "bench_axes: mkdtemp: %s\n", strerror(errno));
-        return 2;
-    }
-    hx_sweep_params p = {.model = m, .model_label = mpath, .prompt = prompt,
+    hx_sweep_params p = {.model = s->m, .model_label = s->path, .prompt = s->prompt,
                          .n_prompt = (uint32_t)np, .n_gen = N_GEN, .quiet = true, .jobs = 1};
     double *v = calloc(6 * (size_t)reps, sizeof *v);
     if (v == NULL)
@@ -81,8 +66,8 @@ int main(int argc, char **argv)
            *warm_new = v + 3 * reps, *r_cold = v + 4 * reps, *r_warm = v + 5 * reps;
     for (int rep = 0; rep < reps; ++rep) {
         char d_old[1200], d_new[1200];
-        bu_fresh_dir(PROG, d_old, sizeof d_old, base, "old", rep);
-        bu_fresh_dir(PROG, d_new, sizeof d_new, base, "new", rep);
+        bu_fresh_dir(PROG, d_old, sizeof d_old, s->scratch, "old", rep);
+        bu_fresh_dir(PROG, d_new, sizeof d_new, s->scratch, "new", rep);
         cold_old[rep] = timed_sweep(&p, oc, n_old, d_old);
         cold_new[rep] = timed_sweep(&p, nc, n_new, d_new);
         warm_old[rep] = timed_sweep(&p, oc, n_old, d_old);
@@ -101,7 +86,7 @@ int main(int argc, char **argv)
     printf("%-38s %8s %12.2f %12.2f   (median of per-repeat ratios)\n", "ratio new / old", "",
            rc, rw);
     char tsv_path[1024];
-    FILE *out = bu_tsv_open(PROG, outdir, "axes.tsv",
+    FILE *out = bu_tsv_open(PROG, s->outdir, "axes.tsv",
                             "when\tmodel\tconfigs_old\tconfigs_new\tn_gen\treps\tcold_old_s\t"
                             "cold_new_s\twarm_old_s\twarm_new_s\tratio_cold\tratio_warm\n",
                             tsv_path, sizeof tsv_path);
@@ -111,14 +96,13 @@ int main(int argc, char **argv)
             n_old, n_new, N_GEN, reps, co, cn, wo, wn, rc, rw);
     fclose(out);
     printf("appended to %s\n", tsv_path);
-    char cmd[1300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-    if (system(cmd) != 0)
-        fprintf(stderr, "bench_axes: could not remove %s\n", base);
     free(v);
     free(oc);
     free(nc);
-    free(prompt);
-    lm_model_free(m);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    return bu_stories_main(PROG, argc, argv, "bench_axes OUTDIR [REPS]", 20, prompt_text, bench);
 }

@@ -19,11 +19,9 @@
 #include "sweep.h"
 #include "util.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define N_GEN 32u
 static const char prompt_text[] = "Once upon a time, there was a little girl named Lily.";
@@ -60,18 +58,12 @@ static double bare_run(const lm_model *m, const char *backend, uint32_t threads,
     return t;
 }
 
-int main(int argc, char **argv)
+static int bench(bu_stories *s)
 {
-    char mpath[1024];
-    lm_model *m = NULL;
-    int32_t *prompt = NULL;
-    size_t np = 0;
-    int reps = 0;
-    const int start = bu_stories_start(PROG, argc, argv, "bench_sweep OUTDIR [REPS]", 50, &reps,
-                                       mpath, sizeof mpath, prompt_text, &m, &prompt, &np);
-    if (start >= 0)
-        return start;
-    const char *outdir = argv[1];
+    const lm_model *m = s->m;
+    const int32_t *prompt = s->prompt;
+    const int reps = s->reps;
+    const size_t np = s->n_prompt;
     lm_err err = {0};
     hx_config *cfgs = NULL;
     size_t nc = 0;
@@ -79,19 +71,14 @@ int main(int argc, char **argv)
         bu_die(PROG, "configs", &err);
     for (size_t i = 0; i < nc; ++i)
         cfgs[i].threads = 1;
-    char base[] = "/tmp/kvdrift-bench-sweep-XXXXXX";
-    if (mkdtemp(base) == NULL) {
-        fprintf(stderr, "bench_sweep: mkdtemp: %s\n", strerror(errno));
-        return 2;
-    }
-    hx_sweep_params p = {.model = m, .model_label = mpath, .prompt = prompt,
+    hx_sweep_params p = {.model = m, .model_label = s->path, .prompt = prompt,
                          .n_prompt = (uint32_t)np, .n_gen = N_GEN, .configs = cfgs,
                          .n_configs = nc, .quiet = true};
     const uint32_t n_ens = HX_SWEEP_DEFAULT_ENSEMBLE;
 
     /* Check first: the sweep must do its job before its speed means anything. */
     char cache[1200];
-    bu_fresh_dir(PROG, cache, sizeof cache, base, "rep", 0);
+    bu_fresh_dir(PROG, cache, sizeof cache, s->scratch, "rep", 0);
     p.cache_dir = cache;
     hx_sweep_result *r = NULL;
     if (hx_sweep_run_all(&r, &p, &err) != LM_OK)
@@ -122,7 +109,7 @@ int main(int argc, char **argv)
         return 2;
     ref_request rq = {.tokens = all, .n_tokens = (uint32_t)np + N_GEN, .n_prompt = (uint32_t)np};
     for (int rep = 0; rep < reps; ++rep) {
-        bu_fresh_dir(PROG, cache, sizeof cache, base, "rep", rep + 1);
+        bu_fresh_dir(PROG, cache, sizeof cache, s->scratch, "rep", rep + 1);
         p.cache_dir = cache;
         double t0 = lm_now_s();
         if (hx_sweep_run_all(&r, &p, &err) != LM_OK)
@@ -164,7 +151,7 @@ int main(int argc, char **argv)
     printf("%-44s %10.3f   (target <= 1.10)\n", "ratio sweep / sum (median of ratios)", mq);
 
     char tsv_path[1024];
-    FILE *out = bu_tsv_open(PROG, outdir, "sweep.tsv",
+    FILE *out = bu_tsv_open(PROG, s->outdir, "sweep.tsv",
                             "when\tmodel\tconfigs\tn_gen\treps\tsweep_s\tengine_s\tensemble_s\t"
                             "ref_s\tbare_sum_s\tratio\ttarget\n",
                             tsv_path, sizeof tsv_path);
@@ -174,11 +161,6 @@ int main(int argc, char **argv)
             nc, N_GEN, reps, ms, me, mn, mr, mb, mq);
     fclose(out);
     printf("appended to %s\n", tsv_path);
-    /* The empty-cache folders are scratch: remove them (a failed check above keeps them). */
-    char cmd[1300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-    if (system(cmd) != 0)
-        fprintf(stderr, "bench_sweep: could not remove %s\n", base);
     free(t_sweep);
     free(t_eng);
     free(t_ref);
@@ -187,7 +169,11 @@ int main(int argc, char **argv)
     free(ratio);
     free(all);
     free(cfgs);
-    free(prompt);
-    lm_model_free(m);
     return 0;
+}
+
+/* The empty-cache folders are in the scratch folder (removed after a passing check). */
+int main(int argc, char **argv)
+{
+    return bu_stories_main(PROG, argc, argv, "bench_sweep OUTDIR [REPS]", 50, prompt_text, bench);
 }

@@ -72,30 +72,53 @@ void bu_make_outdir(const char *prog, const char *outdir)
     }
 }
 
-int bu_stories_start(const char *prog, int argc, char **argv, const char *usage, int max_reps,
-                     int *reps, char *path, size_t cap, const char *text, lm_model **m,
-                     int32_t **prompt, size_t *n)
+/* bu_stories_main's start: -1 to go on, else the exit code. */
+static int stories_start(bu_stories *s, int argc, char **argv, const char *usage, int max_reps,
+                         const char *text)
 {
     const int usage_rc = bu_check_args(argc, argv, usage);
     if (usage_rc >= 0)
         return usage_rc;
-    *reps = argc == 3 ? atoi(argv[2]) : 3;
-    if (*reps < 1 || *reps > max_reps) {
-        fprintf(stderr, "%s: REPS '%s': expected 1..%d\n", prog, argv[2], max_reps);
+    s->reps = argc == 3 ? atoi(argv[2]) : 3;
+    if (s->reps < 1 || s->reps > max_reps) {
+        fprintf(stderr, "%s: REPS '%s': expected 1..%d\n", s->prog, argv[2], max_reps);
         return 2;
     }
-    bu_make_outdir(prog, argv[1]);
-    bu_model_path(path, cap, "stories260K.gguf");
-    if (access(path, R_OK) != 0) {
-        printf("%s: SKIP (%s not found; set KVDRIFT_MODELS)\n", prog, path);
+    s->outdir = argv[1];
+    bu_make_outdir(s->prog, s->outdir);
+    bu_model_path(s->path, sizeof s->path, "stories260K.gguf");
+    if (access(s->path, R_OK) != 0) {
+        printf("%s: SKIP (%s not found; set KVDRIFT_MODELS)\n", s->prog, s->path);
         return 0;
     }
     lm_err err = {0};
-    if (lm_model_load(m, path, &err) != LM_OK)
-        bu_die(prog, path, &err);
-    if (lm_tokenize((*m)->vocab, text, strlen(text), true, prompt, n, &err) != LM_OK)
-        bu_die(prog, "tokenize", &err);
+    if (lm_model_load(&s->m, s->path, &err) != LM_OK)
+        bu_die(s->prog, s->path, &err);
+    if (lm_tokenize(s->m->vocab, text, strlen(text), true, &s->prompt, &s->n_prompt, &err) !=
+        LM_OK)
+        bu_die(s->prog, "tokenize", &err);
+    snprintf(s->scratch, sizeof s->scratch, "/tmp/kvdrift-%s-XXXXXX", s->prog);
+    if (mkdtemp(s->scratch) == NULL) {
+        fprintf(stderr, "%s: mkdtemp: %s\n", s->prog, strerror(errno));
+        return 2;
+    }
     return -1;
+}
+
+int bu_stories_main(const char *prog, int argc, char **argv, const char *usage, int max_reps,
+                    const char *text, int (*body)(bu_stories *s))
+{
+    bu_stories s = {.prog = prog};
+    int rc = stories_start(&s, argc, argv, usage, max_reps, text);
+    if (rc < 0 && (rc = body(&s)) == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", s.scratch);
+        if (system(cmd) != 0)
+            fprintf(stderr, "%s: could not remove %s\n", prog, s.scratch);
+    }
+    free(s.prompt);
+    lm_model_free(s.m);
+    return rc;
 }
 
 void bu_fresh_dir(const char *prog, char *out, size_t cap, const char *base, const char *stem,

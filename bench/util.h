@@ -38,14 +38,24 @@ int bu_check_args(int argc, char **argv, const char *usage);
 /* Creates outdir (an existing one is fine); on failure prints "PROG: OUTDIR: reason", exit 2. */
 void bu_make_outdir(const char *prog, const char *outdir);
 
-/* The start of a "PROG OUTDIR [REPS]" benchmark on stories260K: checks the arguments (REPS
- * 1..max_reps, default 3) into *reps, makes OUTDIR, loads the model (path[cap] receives its
- * path) and tokenizes text (BOS added) into *prompt[*n]. Returns -1 to go on, else the exit
- * code to return: the usage's, 2 on a bad REPS, 0 after printing a SKIP line when the model
- * file is absent. Load errors exit 2. */
-int bu_stories_start(const char *prog, int argc, char **argv, const char *usage, int max_reps,
-                     int *reps, char *path, size_t cap, const char *text, lm_model **m,
-                     int32_t **prompt, size_t *n);
+/* A "PROG OUTDIR [REPS]" benchmark on stories260K, as its body (bu_stories_main) gets it. */
+typedef struct bu_stories {
+    const char *prog, *outdir;
+    int reps;               /* REPS: 1..max_reps, default 3 */
+    char path[1024];        /* the model's path */
+    lm_model *m;
+    int32_t *prompt;        /* [n_prompt]: text tokenized, BOS added */
+    size_t n_prompt;
+    char scratch[64];       /* a fresh empty folder /tmp/kvdrift-<prog>-XXXXXX */
+} bu_stories;
+
+/* The main of such a benchmark: checks the arguments (the usage's exit code, 2 on a bad
+ * REPS), makes OUTDIR, loads the model and tokenizes text (0 after a SKIP line when the model
+ * file is absent; load errors exit 2), makes the scratch folder, runs body; then removes the
+ * scratch folder when body returned 0 (a failed check keeps it) and frees the model and the
+ * prompt. Returns body's exit code. */
+int bu_stories_main(const char *prog, int argc, char **argv, const char *usage, int max_reps,
+                    const char *text, int (*body)(bu_stories *s));
 
 /* A fresh empty folder base/STEMREP-XXXXXX (mkdtemp) into out[cap]; on failure prints
  * "PROG: PATH: reason", exit 2. */

@@ -1,6 +1,7 @@
 /* ref_dotx.c — exact inner product of an MPFR vector with a float32 row by splitting both into
  * 20-bit integer digits on fixed grids (method, error bound and cost in ref_dotx.h). */
 #include "ref_dotx.h"
+#include "ref_calib.h"
 #include "kvd_ref.h"
 #include "kvd_util.h"
 
@@ -761,6 +762,31 @@ void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scr
 
 /* --- cost calibration --- */
 
+/* One calibration round: the rows set from their float32 weights, then every vector's dot
+ * products with them. */
+typedef struct dx_calib {
+    ref_dx_row *rows;         /* [REF_DX_ROWS] */
+    const float *w;           /* [REF_DX_ROWS][n_in] */
+    const ref_dx_vec *v;      /* [T] */
+    unsigned n_vec;           /* T */
+    uint64_t n_in;
+    mpfr_ptr *op;             /* [REF_DX_ROWS] */
+    const ref_dx_row *const *wr; /* [REF_DX_ROWS] */
+    ref_dx_scratch *s;
+    lm_err *err;
+} dx_calib;
+
+static bool dx_calib_round(void *p)
+{
+    dx_calib *c = p;
+    for (unsigned g = 0; g < REF_DX_ROWS; ++g)
+        if (ref_dx_row_set(&c->rows[g], c->w + g * c->n_in, c->n_in, c->err) != LM_OK)
+            return false;
+    for (unsigned t = 0; t < c->n_vec; ++t)
+        ref_dx_dot_rows(c->op, &c->v[t], c->wr, REF_DX_ROWS, c->s);
+    return true;
+}
+
 double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
 {
     enum { T = 4 };
@@ -775,24 +801,21 @@ double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
     mpfr_t *x = malloc((size_t)T * n_in * sizeof *x);
     float *w = malloc(REF_DX_ROWS * n_in * sizeof *w);
     mpfr_t o[REF_DX_ROWS];
-    double sec = 0.0, macs = 0.0;
+    double sec = 0.0;
     if (x == NULL || w == NULL || ref_dx_scratch_init(&s, prec, n_in, &err) != LM_OK) {
         free(x);
         free(w);
         return 0.0;
     }
-    uint64_t z = 0x9e3779b97f4a7c15ull;
+    uint64_t z = REF_CALIB_SEED;
     for (uint64_t i = 0; i < (uint64_t)T * n_in; ++i) { /* activations of order 1, P bits */
-        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        ref_calib_next(&z);
         mpfr_init2(x[i], prec);
         mpfr_set_ui(x[i], (unsigned long)(z >> 11), MPFR_RNDN);
         mpfr_div_ui(x[i], x[i], 3u + (unsigned)(z % 1000u), MPFR_RNDN);
         mpfr_mul_2si(x[i], x[i], -53, MPFR_RNDN);
     }
-    for (uint64_t i = 0; i < REF_DX_ROWS * n_in; ++i) {
-        z = z * 6364136223846793005ull + 1442695040888963407ull;
-        w[i] = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-30f;
-    }
+    ref_calib_fill_f32(w, REF_DX_ROWS * n_in, 0x1p-30f, &z);
     mpfr_ptr op[REF_DX_ROWS];
     const ref_dx_row *wr[REF_DX_ROWS];
     for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
@@ -803,17 +826,10 @@ double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
     int ok = 1;
     for (unsigned t = 0; ok && t < T; ++t)
         ok = ref_dx_vec_set(&v[t], x + (size_t)t * n_in, n_in, s.k_cap, &err) == LM_OK;
-    double t0 = 0.0;
-    for (int round = 0; ok && (round < 2 || (sec = lm_now_s() - t0) < 0.02); ++round) {
-        if (round == 1)
-            t0 = lm_now_s(); /* round 0 (page faults, cold caches) is not counted */
-        if (round >= 1)
-            macs += (double)T * REF_DX_ROWS * (double)n_in;
-        for (unsigned g = 0; ok && g < REF_DX_ROWS; ++g)
-            ok = ref_dx_row_set(&rows[g], w + g * n_in, n_in, &err) == LM_OK;
-        for (unsigned t = 0; ok && t < T; ++t)
-            ref_dx_dot_rows(op, &v[t], wr, REF_DX_ROWS, &s);
-    }
+    dx_calib c = {.rows = rows, .w = w, .v = v, .n_vec = T, .n_in = n_in, .op = op, .wr = wr,
+                  .s = &s, .err = &err};
+    if (ok)
+        sec = ref_calib_time(dx_calib_round, &c, (double)T * REF_DX_ROWS * (double)n_in);
     for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
         mpfr_clear(o[g]);
         ref_dx_row_free(&rows[g]);
@@ -825,5 +841,5 @@ double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
     free(x);
     free(w);
     ref_dx_scratch_clear(&s);
-    return ok && macs > 0 ? sec / macs : 0.0;
+    return sec;
 }

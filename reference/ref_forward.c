@@ -637,16 +637,20 @@ int ref_model_supported(const lm_model *m, lm_err *err)
 {
     const lm_hparams *hp = &m->hp;
     const char *name = m->path ? m->path : "model";
-    static const char *const archs[] = {"llama", "gemma3", "qwen2", "qwen3"};
-    bool known = false;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; ++i)
-        known = known || strcmp(hp->arch, archs[i]) == 0;
-    if (!known)
+    /* the architectures are the engine's table (engine/arch.c); a feature value of a row that
+     * the reference does not compute is refused below */
+    if (lm_arch_find(hp->arch) == NULL)
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "%s: architecture '%s' is not implemented by the reference", name, hp->arch);
     if (hp->rope_type != LM_ROPE_NORM && hp->rope_type != LM_ROPE_NEOX)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: RoPE type %d is not implemented by the reference",
                        name, (int)hp->rope_type);
+    if (hp->norm_place != LM_NORM_PRE && hp->norm_place != LM_NORM_SANDWICH)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: norm placement %d is not implemented by the "
+                       "reference", name, (int)hp->norm_place);
+    if (hp->act != LM_ACT_SWIGLU && hp->act != LM_ACT_GEGLU_TANH)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: FFN activation %d is not implemented by the "
+                       "reference", name, (int)hp->act);
     if (hp->n_layer == 0 || hp->n_embd == 0 || hp->n_head == 0 || hp->n_head_kv == 0 ||
         hp->head_dim == 0 || hp->n_ff == 0 || hp->n_vocab == 0 || hp->n_head % hp->n_head_kv ||
         hp->n_rot > hp->head_dim || hp->n_rot % 2)

@@ -1,6 +1,7 @@
 /* ref_sr.c — the reference's model in float32 with stochastic rounding: the envelope's members
  * (method, randomness and scope in ref_sr.h). */
 #include "ref_sr.h"
+#include "ref_calib.h"
 #include "ref_variants.h"
 #include "kvd_util.h"
 
@@ -841,6 +842,25 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
     return sr_run(out, m, rq, seed, NULL, NULL, err);
 }
 
+/* One calibration round: R rows of n_in weights against T = LANES columns, the kernel every
+ * matrix product runs. */
+typedef struct sr_calib {
+    float *o;                /* [R * LANES] */
+    const double *const *wr; /* [R] rows of n_in */
+    const float *xt;         /* [n_in][LANES] */
+    uint64_t n_in;
+    const uint32_t *key;     /* [R * LANES] */
+    unsigned R;
+    int kern;
+} sr_calib;
+
+static bool sr_calib_round(void *p)
+{
+    const sr_calib *c = p;
+    sr_dot8(c->o, c->wr, c->xt, LANES, c->n_in, c->key, c->R, c->kern);
+    return true;
+}
+
 double ref_sr_calibrate_s_per_mac(uint64_t n_in)
 {
     enum { R = 4, T = LANES };
@@ -853,30 +873,20 @@ double ref_sr_calibrate_s_per_mac(uint64_t n_in)
         free(xt);
         return 0.0;
     }
-    uint64_t z = 0x9e3779b97f4a7c15ull;
-    for (uint64_t i = 0; i < R * n_in; ++i) {
-        z = z * 6364136223846793005ull + 1442695040888963407ull;
-        w[i] = (double)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-30;
-    }
-    for (uint64_t i = 0; i < n_in * T; ++i) {
-        z = z * 6364136223846793005ull + 1442695040888963407ull;
-        xt[i] = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-23f;
-    }
+    uint64_t z = REF_CALIB_SEED;
+    ref_calib_fill_f64(w, R * n_in, 0x1p-30, &z);
+    ref_calib_fill_f32(xt, n_in * T, 0x1p-23f, &z);
     const double *wr[R] = {w, w + n_in, w + 2 * n_in, w + 3 * n_in};
     uint32_t key[R * T];
     for (unsigned i = 0; i < R * T; ++i)
         key[i] = lowbias32(i + 1);
     float o[R * T];
-    const int kern = sr_kernel();
-    double macs = 0.0, t0 = lm_now_s(), dt = 0.0;
-    do { /* at least ~20 ms of the kernel every matrix product runs */
-        sr_dot8(o, wr, xt, T, n_in, key, R, kern);
-        macs += (double)R * T * n_in;
-        dt = lm_now_s() - t0;
-    } while (dt < 0.02);
+    sr_calib c = {.o = o, .wr = wr, .xt = xt, .n_in = n_in, .key = key, .R = R,
+                  .kern = sr_kernel()};
+    const double s = ref_calib_time(sr_calib_round, &c, (double)R * T * n_in);
     free(w);
     free(xt);
-    return dt / macs;
+    return s;
 }
 
 /* --- members in parallel --- */

@@ -7,6 +7,7 @@
  * while the same dump without the bug passes. */
 #include "commands.h"
 #include "dump.h"
+#include "fs.h"
 #include "judge_run.h"
 #include "kvd_profile.h"
 #include "test_util.h"
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DUMPS "tests/data/dumps/"
 static const int32_t ids[56] = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315,
@@ -248,6 +250,24 @@ static int run_cmd(const char *const *args, int n)
     return cmd_judge(n, argv);
 }
 
+/* Whether out/report.json and out/report.md were written, report.md with its Dumps section and
+ * explained_by as expected, and no other writer's file (report.html) beside them. */
+static bool wrote_md_json(const char *out, bool explained)
+{
+    char p[600], *md = NULL;
+    size_t n = 0;
+    lm_err err = {0};
+    snprintf(p, sizeof p, "%s/report.html", out);
+    bool ok = access(p, F_OK) != 0;
+    snprintf(p, sizeof p, "%s/report.json", out);
+    ok = ok && access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s/report.md", out);
+    ok = ok && lm_read_file(&md, &n, p, 1u << 24, &err) == LM_OK &&
+         strstr(md, "\n## Dumps\n") != NULL && (strstr(md, "**none**") == NULL) == explained;
+    free(md);
+    return ok;
+}
+
 static void test_judge_cmd_exit_codes(void)
 {
     const char *path = tu_model_path("stories260K.gguf");
@@ -262,9 +282,11 @@ static void test_judge_cmd_exit_codes(void)
     const char *pass[] = {"judge", model, "--tokens", toks, "--dump", DUMPS "llama.cpp-greedy-f32kv",
                           "--profile", "f32", "--cache", cache_dir(), "-o", out, "-q"};
     CU_ASSERT_EQUAL(run_cmd(pass, 13), 0);
+    CU_ASSERT(wrote_md_json(out, true));
     const char *fail[] = {"judge", model, "--tokens", toks, "--dump", DUMPS "llama.cpp-greedy-default",
                           "--profile", "f32", "--cache", cache_dir(), "-o", out, "-q"};
     CU_ASSERT_EQUAL(run_cmd(fail, 13), 1);
+    CU_ASSERT(wrote_md_json(out, false));
     const char *explained[] = {"judge", model, "--tokens", toks, "--dump",
                                DUMPS "llama.cpp-greedy-default", "--profile", "f32,f16kv",
                                "--cache", cache_dir(), "-o", out, "-q"};

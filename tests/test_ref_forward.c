@@ -57,6 +57,28 @@ static void test_ref_forward_bad_input(void)
     strcpy(t.m.hp.arch, "llama");
     t.m.hp.rope_type = (lm_rope_type)7;
     CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_UNSUPPORTED);
+    t.m.hp.rope_type = LM_ROPE_NORM;
+    /* a norm placement or activation the reference does not compute */
+    t.m.hp.norm_place = (lm_norm_place)7;
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT(strstr(err.msg, "norm placement 7") != NULL);
+    t.m.hp.norm_place = LM_NORM_PRE;
+    t.m.hp.act = (lm_ffn_act)7;
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT(strstr(err.msg, "activation 7") != NULL);
+    t.m.hp.act = LM_ACT_SWIGLU;
+    /* every architecture of the engine's table, with its own feature values */
+    for (size_t i = 0; i < lm_arch_count(); ++i) {
+        const lm_arch *a = lm_arch_at(i);
+        snprintf(t.m.hp.arch, sizeof t.m.hp.arch, "%s", a->name);
+        t.m.hp.rope_type = a->rope_type;
+        t.m.hp.norm_place = a->norm_place;
+        t.m.hp.act = a->act;
+        lm_err_clear(&err);
+        CU_ASSERT_EQUAL(ref_model_supported(&t.m, &err), LM_OK);
+    }
     trm_free(&t);
 }
 

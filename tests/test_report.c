@@ -1,7 +1,9 @@
 /* test_report.c — the in-memory report and its writers: JSON read back with jansson, JUnit XML
  * parsed back with libxml2 (special characters escaped), Markdown and the terminal table. */
 #include "fs.h"
+#include "kvd_util.h"
 #include "report.h"
+#include "sweep_block.h"
 #include "test_util.h"
 
 #include <jansson.h>
@@ -219,6 +221,34 @@ static void test_report_junit_wellformed_and_escaped(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
     CU_ASSERT_EQUAL(count_elems(xmlDocGetRootElement(doc), "failure"), 2);
     xmlFreeDoc(doc);
+    /* A case that did not run: its suite counts it skipped, its testcase holds <skipped> with
+     * the reason and no <system-out>; each suite has its 10 properties (prompt_ids last). */
+    hx_report *sk;
+    hx_config_report *c;
+    CU_ASSERT_FATAL(hx_report_create(&sk, "absent", &err) == LM_OK);
+    CU_ASSERT_FATAL(hx_report_add_config(sk, &c, "naive:step=full", &err) == LM_OK);
+    c->skipped = true;
+    snprintf(sk->skipped, sizeof sk->skipped, "model file absent");
+    const hx_report *two[2] = {r, sk};
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_junit(two, 2, false, path, &err), LM_OK);
+    doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    root = xmlDocGetRootElement(doc);
+    CU_ASSERT_EQUAL(count_elems(root, "testsuite"), 2);
+    CU_ASSERT_EQUAL(count_elems(root, "testcase"), 4);
+    CU_ASSERT_EQUAL(count_elems(root, "skipped"), 1);
+    CU_ASSERT_EQUAL(count_elems(root, "system-out"), 3);
+    CU_ASSERT_EQUAL(count_elems(root, "property"), 20);
+    xmlNode *sk_el = find_elem(root, "skipped");
+    xmlChar *why = xmlGetProp(sk_el, (const xmlChar *)"message");
+    CU_ASSERT_STRING_EQUAL((const char *)why, "model file absent");
+    CU_ASSERT_STRING_EQUAL((const char *)sk_el->parent->name, "testcase");
+    xmlChar *n_sk = xmlGetProp(sk_el->parent->parent, (const xmlChar *)"skipped");
+    CU_ASSERT_STRING_EQUAL((const char *)n_sk, "1");
+    xmlFree(why);
+    xmlFree(n_sk);
+    xmlFreeDoc(doc);
+    hx_report_free(sk);
     /* Invalid UTF-8 in a string still yields a well-formed file. */
     snprintf(r->model, sizeof r->model, "bad\xff\xfe utf8 \xc3");
     CU_ASSERT_EQUAL(hx_report_write_junit(rs, 1, false, path, &err), LM_OK);
@@ -284,6 +314,142 @@ static void test_report_writers_table(void)
     CU_ASSERT_STRING_EQUAL(cmd, "kvdrift sweep m.gguf -p 'two words'");
     hx_command_line(cmd, 12, 4, argv); /* cut at the buffer, NUL-terminated */
     CU_ASSERT_STRING_EQUAL(cmd, "kvdrift swe");
+}
+
+/* A block-sampler section of four rows: skipped, its own baseline, other tokens (first
+ * differing commit and greedy index set), same tokens in another order. */
+static void block_rows(hx_block_report *b, hx_block_report_row rows[4])
+{
+    memset(rows, 0, 4 * sizeof rows[0]);
+    *b = (hx_block_report){.run = true, .block = 4, .n_blocks = 2, .max_iters = 8,
+                           .mask_id = 300, .n_rows = 4, .rows = rows};
+    snprintf(b->rule, sizeof b->rule, "confidence >= 0.9");
+    snprintf(b->verdict, sizeof b->verdict, "the engine is fine");
+    static const char *const names[4] = {"cuda:step=full", "naive:step=full", "blas:step=2",
+                                         "naive:step=1:threads=2"};
+    for (int i = 0; i < 4; ++i) {
+        hx_block_report_row *w = &rows[i];
+        snprintf(w->config, sizeof w->config, "%s", names[i]);
+        w->prefill_cls = i == 2 ? HX_DRIFT : HX_NOISE;
+        w->prefill_ratio = 0.25 * (i + 1);
+        w->first_block = w->first_iter = w->first_pos = w->greedy_first = -1;
+        w->n_iters = 3u + (uint32_t)i;
+        w->blk_gap = 1.5;
+        w->commit_gap = 0.125;
+        w->greedy_gap = 2.5;
+        snprintf(w->completion, sizeof w->completion, "once upon %d", i);
+    }
+    snprintf(rows[0].skipped, sizeof rows[0].skipped, "no GPU");
+    rows[1].is_baseline = true;
+    rows[2].tokens_differ = true;
+    rows[2].first_block = 1;
+    rows[2].first_iter = 2;
+    rows[2].first_pos = 7;
+    rows[2].greedy_first = 5;
+    rows[3].order_differs = true;
+}
+
+/* The block-sampler table, in report.md and on the terminal (hx_block_print): every kind of
+ * row, byte for byte. */
+static void test_report_block_tables(void)
+{
+    hx_block_report_row rows[4];
+    hx_report *r = make();
+    block_rows(&r->block, rows);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    hx_report_sections_md(f, r);
+    fclose(f);
+    static const char md[] =
+        "| config | prefill | err/E | iterations | block | first diff (block, iteration, "
+        "position) | block gap | commit gap | greedy | greedy gap |\n"
+        "|---|---|---:|---:|---|---|---:|---:|---|---:|\n"
+        "| `cuda:step=full` | NOISE | 0.25 | skipped: no GPU | | | | | | |\n"
+        "| `naive:step=full` | NOISE | 0.5 | 4 | (itself) | - | 1.5 | 0.125 | (itself) | 2.5 |\n"
+        "| `blas:step=2` | DRIFT | 0.75 | 5 | **DIFFERS** | 1, 2, 7 | 1.5 | 0.125 | differs at 5 "
+        "| 2.5 |\n"
+        "| `naive:step=1:threads=2` | NOISE | 1 | 6 | order | - | 1.5 | 0.125 | same | 2.5 |\n";
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, md));
+    free(buf);
+    f = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    hx_block_print(f, &r->block);
+    fclose(f);
+    static const char text[] =
+        "config                           prefill      err/E iters   blk gap    commit block     "
+        "first diff       grd gap greedy   block completion\n"
+        "cuda:step=full                   NOISE         0.25     -         -         - -         "
+        "-                      - -        skipped: no GPU\n"
+        "naive:step=full                  NOISE          0.5     4       1.5     0.125 (itself)  "
+        "-                    2.5 -        once upon 1\n"
+        "blas:step=2                      DRIFT         0.75     5       1.5     0.125 DIFFERS   "
+        "b1 it2 pos7          2.5 at 5     once upon 2\n"
+        "naive:step=1:threads=2           NOISE            1     6       1.5     0.125 order     "
+        "-                    2.5 same     once upon 3\n";
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, text));
+    free(buf);
+    r->block.rows = NULL;
+    r->block.n_rows = 0;
+    hx_report_free(r);
+}
+
+/* Whether file a holds the same bytes as file b. */
+static bool same_bytes(const char *a, const char *b)
+{
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    lm_err err = {0};
+    bool same = lm_read_file(&x, &nx, a, 1u << 24, &err) == LM_OK &&
+                lm_read_file(&y, &ny, b, 1u << 24, &err) == LM_OK && nx == ny &&
+                memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* hx_report_write_dir: the chosen writers' files (the others absent), each byte for byte what
+ * the writer itself writes, an older report.json replaced, the "wrote" list last file first;
+ * only = NULL writes every writer that takes one report. */
+static void test_report_write_dir(void)
+{
+    hx_report *r = make();
+    lm_err err = {0};
+    char dir[512], p[600], q[600], wrote[4096], want[2048];
+    snprintf(dir, sizeof dir, "%s/write-dir", tu_tmpdir());
+    CU_ASSERT_FATAL(lm_mkdir_p(dir, &err) == LM_OK);
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    CU_ASSERT_FATAL(lm_write_file(p, "stale", 5, &err) == LM_OK);
+    static const char *const md_json[] = {"md", "json", NULL};
+    CU_ASSERT_FATAL(hx_report_write_dir(wrote, sizeof wrote, dir, r, md_json, &err) == LM_OK);
+    snprintf(want, sizeof want, "%s/report.json and %s/report.md", dir, dir);
+    CU_ASSERT_STRING_EQUAL(wrote, want);
+    snprintf(p, sizeof p, "%s/report.html", dir);
+    CU_ASSERT_NOT_EQUAL(access(p, F_OK), 0);
+    static const char *const fmt[] = {"md", "json"};
+    for (size_t i = 0; i < 2; ++i) {
+        const hx_report_writer *w = hx_report_writer_find(fmt[i]);
+        snprintf(p, sizeof p, "%s/%s", dir, w->file);
+        snprintf(q, sizeof q, "%s/direct-%s", tu_tmpdir(), w->file);
+        CU_ASSERT_FATAL(w->write_one(r, q, &err) == LM_OK);
+        CU_ASSERT(same_bytes(p, q));
+    }
+    CU_ASSERT_FATAL(hx_report_write_dir(wrote, sizeof wrote, dir, r, NULL, &err) == LM_OK);
+    want[0] = '\0';
+    size_t n = 0, k = 0;
+    for (size_t i = 0; i < hx_report_writer_count(); ++i)
+        n += hx_report_writer_at(i)->write_one != NULL;
+    for (size_t i = hx_report_writer_count(); i-- > 0;) {
+        const hx_report_writer *w = hx_report_writer_at(i);
+        if (w->write_one == NULL)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, w->file);
+        CU_ASSERT_EQUAL(access(p, F_OK), 0);
+        lm_words_append(want, sizeof want, k++, n, p, " and ");
+    }
+    CU_ASSERT_STRING_EQUAL(wrote, want);
+    hx_report_free(r);
 }
 
 /* The default table is narrow (every line fits 100 columns with a 28-character config) and
@@ -475,4 +641,6 @@ void test_report_register(void)
     CU_add_test(s, "test_report_junit_wellformed_and_escaped",
                 test_report_junit_wellformed_and_escaped);
     CU_add_test(s, "test_report_md_and_table", test_report_md_and_table);
+    CU_add_test(s, "test_report_write_dir", test_report_write_dir);
+    CU_add_test(s, "test_report_block_tables", test_report_block_tables);
 }

@@ -2,7 +2,6 @@
  * the reference and the envelope of each precision profile (argv -> hx_judge_run_all -> print). */
 #include "cli_util.h"
 #include "commands.h"
-#include "fs.h"
 #include "kvd_util.h"
 #include "dump.h"
 #include "judge_run.h"
@@ -71,7 +70,7 @@ static int split_profiles(const char **names, uint32_t *n, char **buf, const cha
     return LM_OK;
 }
 
-static void print_summary(const hx_report *r, const char *json, const char *md)
+static void print_summary(const hx_report *r, const char *wrote)
 {
     printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u naive-sr "
            "runs x safety %.0f per profile\n\n", r->model, (unsigned)(r->n_prompt + r->n_gen),
@@ -98,8 +97,7 @@ static void print_summary(const hx_report *r, const char *json, const char *md)
                p->closer[0] == 'a' ? r->dumps[p->a].name
                : p->closer[0] == 'b' ? r->dumps[p->b].name : "tie");
     }
-    printf("verdict %s\nwrote %s and %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass", json,
-           md);
+    printf("verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass", wrote);
 }
 
 enum { O_TOKENS = 256, O_DUMP, O_PROFILE, O_PREC, O_ENS, O_SEED, O_CACHE, O_SPECIAL };
@@ -225,12 +223,14 @@ static int report_dir(char *dir, size_t n, const char *outdir, lm_err *err)
     return hx_cli_check_out_dir(dir, err);
 }
 
-/* Runs the judgement of the loaded inputs, writes DIR/report.json and DIR/report.md and prints
- * the summary; *rep is the report (NULL when the run failed). */
+/* Runs the judgement of the loaded inputs, writes DIR/report.md and DIR/report.json (the
+ * report writers "md" and "json") and prints the summary; *rep is the report (NULL when the
+ * run failed). */
 static int judge_and_write(hx_report **rep, judge_opts *o, const judge_inputs *in,
                            const char *dir, lm_err *err)
 {
-    char json[4200], md[4200];
+    static const char *const formats[] = {"md", "json", NULL};
+    char wrote[4200 * 2];
     o->jp.model = in->m;
     o->jp.model_label = o->model;
     o->jp.prompt = in->prompt;
@@ -241,13 +241,9 @@ static int judge_and_write(hx_report **rep, judge_opts *o, const judge_inputs *i
     int st = hx_judge_run_all(rep, &o->jp, err);
     if (st != LM_OK)
         return st;
-    snprintf(json, sizeof json, "%s/report.json", dir);
-    snprintf(md, sizeof md, "%s/report.md", dir);
-    if ((st = lm_mkdir_p(dir, err)) != LM_OK ||
-        (st = hx_report_write_json(*rep, json, err)) != LM_OK ||
-        (st = hx_report_write_md(*rep, md, err)) != LM_OK)
+    if ((st = hx_report_write_dir(wrote, sizeof wrote, dir, *rep, formats, err)) != LM_OK)
         return st;
-    print_summary(*rep, json, md);
+    print_summary(*rep, wrote);
     return LM_OK;
 }
 

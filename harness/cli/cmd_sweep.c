@@ -18,14 +18,12 @@
 #include "sweep_block.h"
 #include "sweep_spec.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 static const char usage_text[] =
     "usage: kvdrift sweep MODEL (-p TEXT | --tokens ID,...) [options]\n"
@@ -115,32 +113,6 @@ static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, 
         hx_model_label(label, label_cap, &spec);
     free(spec.path);
     return rc;
-}
-
-/* Every report writer that takes one report (report.h's table, in its order: report.json
- * last, so a folder holding it is complete; the last one's older file is removed first, so a
- * killed run never leaves it beside newer files) into dir; the files, last first, as "a and
- * b" into wrote[cap]. */
-static int write_reports(char *wrote, size_t cap, const char *dir, const hx_report *r,
-                         lm_err *err)
-{
-    char path[HX_REPORT_MAX_WRITERS][4200];
-    size_t n = 0;
-    for (size_t i = 0; i < hx_report_writer_count() && n < HX_REPORT_MAX_WRITERS; ++i)
-        if (hx_report_writer_at(i)->write_one != NULL)
-            snprintf(path[n++], sizeof path[0], "%s/%s", dir, hx_report_writer_at(i)->file);
-    int st = lm_mkdir_p(dir, err);
-    if (st == LM_OK && n > 0 && unlink(path[n - 1]) != 0 && errno != ENOENT)
-        st = LM_FAIL(err, LM_E_IO, "%s: cannot remove: %s", path[n - 1], strerror(errno));
-    wrote[0] = '\0';
-    for (size_t i = 0, k = 0; st == LM_OK && i < hx_report_writer_count(); ++i) {
-        const hx_report_writer *w = hx_report_writer_at(i);
-        if (w->write_one != NULL)
-            st = w->write_one(r, path[k++], err);
-    }
-    for (size_t i = 0; st == LM_OK && i < n; ++i)
-        lm_words_append(wrote, cap, i, n, path[n - 1 - i], " and ");
-    return st;
 }
 
 /* The speculative-decoding check after the sweep (sweep_spec.h), into the report. */
@@ -451,7 +423,7 @@ int cmd_sweep(int argc, char **argv)
         st = after_sections_run(&o, m, prompt, res, &err);
     }
     if (st == LM_OK)
-        st = write_reports(wrote, sizeof wrote, dir, res->report, &err);
+        st = hx_report_write_dir(wrote, sizeof wrote, dir, res->report, NULL, &err);
     if (st == LM_OK) {
         print_result(res, &o, wrote);
         st = after_sections_print(res->report, dir, &err);

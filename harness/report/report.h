@@ -273,6 +273,17 @@ int hx_report_exit_code(const hx_report *r, bool strict);
 int hx_report_sections_json(void *o /* json_t * */, const hx_report *r);
 void hx_report_sections_md(FILE *f, const hx_report *r);
 
+/* The cells of block-sampler row w that its terminal table (md false, hx_block_print) and
+ * its Markdown table (md true, report.md) derive alike: block "(itself)", "DIFFERS" (bold in
+ * Markdown), "order" or "same"; first: the first differing commit's block, iteration and
+ * position, "-" when none; greedy: "same" or the first differing generated index, for the
+ * baseline "-" (terminal) or "(itself)" (Markdown). */
+typedef struct hx_block_cells {
+    const char *block;
+    char first[72], greedy[40];
+} hx_block_cells;
+void hx_block_row_cells(hx_block_cells *c, const hx_block_report_row *w, bool md);
+
 /* The judge's sections (report_judge.c): JSON members "dumps" and "pairs" added to o, and the
  * Markdown section. Nothing when n_dumps == 0. */
 int hx_report_judge_json(void *o /* json_t * */, const hx_report *r);
@@ -329,6 +340,12 @@ size_t hx_report_writer_count(void);
 const hx_report_writer *hx_report_writer_at(size_t i);
 /* NULL when no writer has that name. */
 const hx_report_writer *hx_report_writer_find(const char *name);
+/* Every writer that takes one report and is named in only[] (NULL-terminated; NULL: every
+ * one) into dir/<its file>, in the table's order; the last one's older file is removed first,
+ * so a killed run never leaves it beside newer files. The files, last first, as "a, b and c"
+ * into wrote[cap]. */
+int hx_report_write_dir(char *wrote, size_t cap, const char *dir, const hx_report *r,
+                        const char *const *only, lm_err *err);
 
 /* Table output formats (--format): aligned text (colour when f is a terminal and NO_COLOR is
  * unset), CSV (RFC 4180 quoting), TSV, JSON lines (one object per row, keys = column names),

@@ -74,9 +74,9 @@ static int ids_property(xmlTextWriterPtr w, const hx_report *r)
     return bad ? -1 : 0;
 }
 
-static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
+/* <testsuite name tests failures errors skipped time timestamp>, left open. */
+static int suite_start(xmlTextWriterPtr w, const hx_report *r, bool strict)
 {
-    strict = strict || r->strict_bits; /* a case's own strict_bits policy holds too */
     int fails = 0, skips = 0;
     double time_s = 0.0;
     for (size_t i = 0; i < r->n_configs; ++i) {
@@ -92,7 +92,14 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
     bad |= xmlTextWriterWriteFormatAttribute(w, X("skipped"), "%d", skips) < 0;
     bad |= xmlTextWriterWriteFormatAttribute(w, X("time"), "%.6f", time_s) < 0;
     bad |= attr(w, "timestamp", r->created_utc) < 0;
-    bad |= xmlTextWriterStartElement(w, X("properties")) < 0;
+    return bad;
+}
+
+/* <properties>: the report's provenance (model, hashes, platform, version, command line,
+ * phase seconds), then prompt_ids. */
+static int properties(xmlTextWriterPtr w, const hx_report *r)
+{
+    int bad = xmlTextWriterStartElement(w, X("properties")) < 0;
     char phases[256] = "";
     for (int i = 0; i < HX_N_PHASES; ++i) {
         const size_t k = strlen(phases);
@@ -116,39 +123,55 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
     }
     bad |= ids_property(w, r) < 0;
     bad |= xmlTextWriterEndElement(w) < 0;
-    char classname[160], summary[1024], out[1400];
-    snprintf(classname, sizeof classname, "kvdrift.%s", r->case_name);
-    for (size_t i = 0; i < r->n_configs && !bad; ++i) {
-        const hx_config_report *c = &r->configs[i];
-        hx_config_report_summary(summary, sizeof summary, c);
-        bad |= xmlTextWriterStartElement(w, X("testcase")) < 0;
-        bad |= attr(w, "classname", classname) < 0;
-        bad |= attr(w, "name", c->config) < 0;
-        bad |= xmlTextWriterWriteFormatAttribute(w, X("time"), "%.6f", c->wall_s) < 0;
-        if (c->skipped) {
-            /* A case that could not run (model file absent): CI shows it as skipped. */
-            bad |= xmlTextWriterStartElement(w, X("skipped")) < 0;
-            bad |= attr(w, "message", r->skipped) < 0;
-            bad |= xmlTextWriterEndElement(w) < 0;
-            bad |= xmlTextWriterEndElement(w) < 0;
-            continue;
-        }
-        if (hx_config_report_fails(c, strict)) {
-            const char *type;
-            char msg[1100];
-            hx_config_report_failure(msg, sizeof msg, &type, c, strict);
-            bad |= xmlTextWriterStartElement(w, X("failure")) < 0;
-            bad |= xmlTextWriterWriteAttribute(w, X("type"), X(type)) < 0;
-            bad |= attr(w, "message", msg) < 0;
-            bad |= xmlTextWriterWriteString(w, clean(msg)) < 0;
-            bad |= xmlTextWriterEndElement(w) < 0;
-        }
-        snprintf(out, sizeof out, "class %s; worst err/E %.3g; golden %s%s%s\n%s\n",
-                 hx_class_name(c->cls), c->worst_ratio, hx_golden_status_name(c->golden),
-                 c->golden_note[0] ? ": " : "", c->golden_note, summary);
-        bad |= xmlTextWriterWriteElement(w, X("system-out"), clean(out)) < 0;
+    return bad;
+}
+
+/* The <testcase> of configuration c: <skipped> when it did not run, else a <failure> when it
+ * fails and its <system-out>. */
+static int testcase(xmlTextWriterPtr w, const hx_report *r, const hx_config_report *c,
+                    const char *classname, bool strict)
+{
+    int bad = xmlTextWriterStartElement(w, X("testcase")) < 0;
+    bad |= attr(w, "classname", classname) < 0;
+    bad |= attr(w, "name", c->config) < 0;
+    bad |= xmlTextWriterWriteFormatAttribute(w, X("time"), "%.6f", c->wall_s) < 0;
+    if (c->skipped) {
+        /* A case that could not run (model file absent): CI shows it as skipped. */
+        bad |= xmlTextWriterStartElement(w, X("skipped")) < 0;
+        bad |= attr(w, "message", r->skipped) < 0;
+        bad |= xmlTextWriterEndElement(w) < 0;
+        bad |= xmlTextWriterEndElement(w) < 0;
+        return bad;
+    }
+    if (hx_config_report_fails(c, strict)) {
+        const char *type;
+        char msg[1100];
+        hx_config_report_failure(msg, sizeof msg, &type, c, strict);
+        bad |= xmlTextWriterStartElement(w, X("failure")) < 0;
+        bad |= xmlTextWriterWriteAttribute(w, X("type"), X(type)) < 0;
+        bad |= attr(w, "message", msg) < 0;
+        bad |= xmlTextWriterWriteString(w, clean(msg)) < 0;
         bad |= xmlTextWriterEndElement(w) < 0;
     }
+    char summary[1024], out[1400];
+    hx_config_report_summary(summary, sizeof summary, c);
+    snprintf(out, sizeof out, "class %s; worst err/E %.3g; golden %s%s%s\n%s\n",
+             hx_class_name(c->cls), c->worst_ratio, hx_golden_status_name(c->golden),
+             c->golden_note[0] ? ": " : "", c->golden_note, summary);
+    bad |= xmlTextWriterWriteElement(w, X("system-out"), clean(out)) < 0;
+    bad |= xmlTextWriterEndElement(w) < 0;
+    return bad;
+}
+
+static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
+{
+    strict = strict || r->strict_bits; /* a case's own strict_bits policy holds too */
+    int bad = suite_start(w, r, strict);
+    bad |= properties(w, r);
+    char classname[160];
+    snprintf(classname, sizeof classname, "kvdrift.%s", r->case_name);
+    for (size_t i = 0; i < r->n_configs && !bad; ++i)
+        bad |= testcase(w, r, &r->configs[i], classname, strict);
     bad |= xmlTextWriterEndElement(w) < 0;
     return bad;
 }

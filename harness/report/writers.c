@@ -1,8 +1,15 @@
 /* writers.c — the report writers table: each file format once, with the file name it takes in
- * an output folder, for `kvdrift sweep` (one report) and `kvdrift check` (several). */
+ * an output folder, for `kvdrift sweep` and `kvdrift judge` (one report) and `kvdrift check`
+ * (several). */
 #include "report.h"
 
+#include "fs.h"
+#include "kvd_util.h"
+
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int json_many(const hx_report *const *rs, size_t n, bool strict, const char *path,
                      lm_err *err)
@@ -53,4 +60,37 @@ const hx_report_writer *hx_report_writer_find(const char *name)
         if (strcmp(writers[i].name, name) == 0)
             return &writers[i];
     return NULL;
+}
+
+/* Whether writer w is one of only[] (NULL-terminated; NULL: every one). */
+static bool chosen(const hx_report_writer *w, const char *const *only)
+{
+    if (only == NULL)
+        return true;
+    for (; *only != NULL; ++only)
+        if (strcmp(*only, w->name) == 0)
+            return true;
+    return false;
+}
+
+int hx_report_write_dir(char *wrote, size_t cap, const char *dir, const hx_report *r,
+                        const char *const *only, lm_err *err)
+{
+    char path[HX_REPORT_MAX_WRITERS][4200];
+    const hx_report_writer *w[HX_REPORT_MAX_WRITERS];
+    size_t n = 0;
+    for (size_t i = 0; i < hx_report_writer_count() && n < HX_REPORT_MAX_WRITERS; ++i)
+        if (writers[i].write_one != NULL && chosen(&writers[i], only)) {
+            w[n] = &writers[i];
+            snprintf(path[n++], sizeof path[0], "%s/%s", dir, writers[i].file);
+        }
+    int st = lm_mkdir_p(dir, err);
+    if (st == LM_OK && n > 0 && unlink(path[n - 1]) != 0 && errno != ENOENT)
+        st = LM_FAIL(err, LM_E_IO, "%s: cannot remove: %s", path[n - 1], strerror(errno));
+    for (size_t i = 0; st == LM_OK && i < n; ++i)
+        st = w[i]->write_one(r, path[i], err);
+    wrote[0] = '\0';
+    for (size_t i = 0; st == LM_OK && i < n; ++i)
+        lm_words_append(wrote, cap, i, n, path[n - 1 - i], " and ");
+    return st;
 }

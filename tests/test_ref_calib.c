@@ -1,0 +1,103 @@
+/* test_ref_calib.c — the reference's cost calibrations (ref_calib.c): the operands' sequence
+ * pinned to its first values, the fills exact and equal in float32 and float64, the clock
+ * leaving out its first (cold) call, and both calibrations (exact dot product, SR kernel)
+ * giving a positive, finite figure through it. */
+#include "kvd_ref.h"
+#include "ref_calib.h"
+#include "ref_sr.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <time.h>
+
+/* The first values from REF_CALIB_SEED (computed apart with Python integers mod 2^64), and
+ * their top 24 bits less 2^23. */
+static void test_ref_calib_sequence_and_fills(void)
+{
+    static const uint64_t want[3] = {0x2ceaee21bf46bc00ull, 0xaa80754d1a1a8d4full,
+                                     0xb3c4904a6d278932ull};
+    static const int32_t k[3] = {-5444882, 2785397, 3392656};
+    uint64_t z = REF_CALIB_SEED;
+    for (int i = 0; i < 3; ++i)
+        CU_ASSERT_EQUAL(ref_calib_next(&z), want[i]);
+    float f[3];
+    double d[3];
+    z = REF_CALIB_SEED;
+    ref_calib_fill_f32(f, 3, 0x1p-23f, &z);
+    CU_ASSERT_EQUAL(z, want[2]);
+    z = REF_CALIB_SEED;
+    ref_calib_fill_f64(d, 3, 0x1p-30, &z);
+    /* exact: |k| < 2^23 and a power-of-two scale, so == with no tolerance */
+    for (int i = 0; i < 3; ++i) {
+        CU_ASSERT_EQUAL(f[i], (float)k[i] * 0x1p-23f);
+        CU_ASSERT_EQUAL(d[i], ldexp((double)k[i], -30));
+    }
+    /* every value in [-2^23, 2^23) over a long run */
+    enum { N = 100000 };
+    static float v[N];
+    z = REF_CALIB_SEED;
+    ref_calib_fill_f32(v, N, 1.0f, &z);
+    bool in = true;
+    for (int i = 0; i < N; ++i)
+        in = in && v[i] >= -0x1p23f && v[i] < 0x1p23f && v[i] == floorf(v[i]);
+    CU_ASSERT(in);
+}
+
+typedef struct rounds {
+    int calls, fail_at; /* fail_at: the call that returns false (-1: none) */
+    long cold_ms;       /* the first call's sleep */
+} rounds;
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* The first call sleeps cold_ms (a cold round), every later one 1 ms. */
+static bool cold_then_warm(void *p)
+{
+    rounds *r = p;
+    sleep_ms(r->calls == 0 ? r->cold_ms : 1);
+    return r->calls++ != r->fail_at;
+}
+
+/* One multiply-add a call, so the figure s times the calls timed is the time they took. Were
+ * the 500 ms first call timed, s * calls >= 0.5 s; left out, s * calls <= 2 * the warm calls'
+ * time (calls >= 2), about 20 ms, and under 0.5 s unless a 1 ms sleep stalls past 230 ms.
+ * Each warm call sleeps at least 1 ms (nanosleep's guarantee), so s >= 1e-3. */
+static void test_ref_calib_time_skips_cold_round(void)
+{
+    rounds r = {0, -1, 500};
+    const double s = ref_calib_time(cold_then_warm, &r, 1.0);
+    printf(" %.4f s per call over %d calls;", s, r.calls);
+    CU_ASSERT(s >= 1e-3 && s * r.calls < 0.5);
+    CU_ASSERT(r.calls >= 2);
+    r = (rounds){0, 0, 0};
+    CU_ASSERT_EQUAL(ref_calib_time(cold_then_warm, &r, 1.0), 0.0);
+    CU_ASSERT_EQUAL(r.calls, 1);
+    r = (rounds){0, 2, 0};
+    CU_ASSERT_EQUAL(ref_calib_time(cold_then_warm, &r, 1.0), 0.0);
+    CU_ASSERT_EQUAL(r.calls, 3);
+    r = (rounds){0, -1, 0};
+    CU_ASSERT_EQUAL(ref_calib_time(cold_then_warm, &r, 0.0), 0.0);
+}
+
+/* Both calibrations run their kernel through the clock: a positive, finite figure below
+ * 1 ms per multiply-add (a 127-bit exact product costs well under a microsecond). */
+static void test_ref_calib_both_calibrations(void)
+{
+    const double dx = ref_calibrate_s_per_mac(127, 256), sr = ref_sr_calibrate_s_per_mac(256);
+    printf(" exact %.3g s/mac, SR %.3g s/mac;", dx, sr);
+    CU_ASSERT(isfinite(dx) && dx > 0.0 && dx < 1e-3);
+    CU_ASSERT(isfinite(sr) && sr > 0.0 && sr < 1e-3);
+}
+
+void test_ref_calib_register(void)
+{
+    CU_pSuite s = CU_add_suite("ref_calib", NULL, NULL);
+    CU_add_test(s, "test_ref_calib_sequence_and_fills", test_ref_calib_sequence_and_fills);
+    CU_add_test(s, "test_ref_calib_time_skips_cold_round", test_ref_calib_time_skips_cold_round);
+    CU_add_test(s, "test_ref_calib_both_calibrations", test_ref_calib_both_calibrations);
+}
