@@ -105,7 +105,8 @@ $(BUILD)/kvdrift: $(BUILD)/obj/harness/cli/main.o $(BUILD)/libkvdrift.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/kvdrift-tests: $(TEST_OBJ) $(BUILD)/libkvdrift-test.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/bench_%: $(BUILD)/obj/bench/bench_%.o $(BUILD)/obj/bench/util.o $(BUILD)/libkvdrift.a
+BENCH_SHARED := $(BUILD)/obj/bench/util.o $(BUILD)/obj/bench/ceiling.o
+$(BUILD)/bench_%: $(BUILD)/obj/bench/bench_%.o $(BENCH_SHARED) $(BUILD)/libkvdrift.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The git commit baked into the binary (kvdrift --version, reports, goldens): regenerated on
@@ -200,6 +201,6 @@ fuzz-smoke:
 	@MAKE="$(MAKE)" bash scripts/fuzz.sh --smoke $(BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZ)
 
 # Bench objects are kept (not intermediate) and track their headers like every other object.
-.SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/bench/util.o
+.SECONDARY: $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(BENCH_SHARED)
 -include $(LIB_OBJ:.o=.d) $(TLIB_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/harness/cli/main.d \
-         $(BENCH_SRC:%.c=$(BUILD)/obj/%.d) $(BUILD)/obj/bench/util.d
+         $(BENCH_SRC:%.c=$(BUILD)/obj/%.d) $(BENCH_SHARED:.o=.d)

@@ -8,32 +8,37 @@
  * for the blas and det backends and, when llama.cpp's llama-bench is named by
  * $KVDRIFT_LLAMA_BENCH or found on PATH, for llama.cpp on the same model file (its defaults,
  * -t 2, one repetition per call, after its own warm-up), with the ceilings they are judged
- * against:
- *   sgemm GFLOP/s at the model's own projection shapes with M = 512 (OpenBLAS, 2 threads);
- *     pp bound = that rate / FLOPs per token, FLOPs per token = 2 x (layer weights) plus the
- *     causal attention products averaged over the 512 positions (4 n_head head_dim (513/2)
- *     per layer); the output projection is excluded (computed for the last position only)
- *   read bandwidth over a 1 GiB buffer (2 threads);
- *     tg bound = bandwidth / bytes per token, bytes = every layer weight + the output matrix
- *     (float32), the bytes a decode step must stream from memory at least once.
+ * against (ceiling.h), each turned into a bound in tokens/s:
+ *   sgemm GFLOP/s at the model's own projection shapes with M = 512 (OpenBLAS, 2 threads) and
+ *     the FMA peak of 2 threads (registers only); pp bound = rate / FLOPs per token, FLOPs per
+ *     token = 2 x (layer weights) plus the causal attention products averaged over the 512
+ *     positions (4 n_head head_dim (513/2) per layer); the output projection is excluded
+ *     (computed for the last position only). The FMA-peak bound is physical: no prefill of
+ *     this model runs faster here.
+ *   read bandwidth of 2 threads, each streaming its own half of a 512 MiB buffer in 1, 2 or 4
+ *     sequential streams of 32-byte loads, on 4 KiB pages and on transparent huge pages (the
+ *     fastest of the six is the ceiling); tg bound = bandwidth / bytes per token, bytes =
+ *     every layer weight + the output matrix (float32), the bytes a decode step must stream
+ *     from memory at least once.
  * Everything is interleaved within each of 5 repetitions (sgemm, pp512 of each backend,
- * llama.cpp's pp512, bandwidth, tg128 of each backend, llama.cpp's tg128), so that a shared
- * machine's load hits all of them alike; each figure is the median of the 5, and every ratio
- * printed (det / blas, fastest engine backend / llama.cpp, fraction of the ceiling) is a ratio
- * of medians from this one run. The load average before and after is printed with them. Then
- * the same pp512 / tg128 for stories260K (engine only) when the shared models are present.
- * The result is checked before anything is timed (finite logits, argmax in range, each
- * backend within 1e-3 relative of naive on a short prompt). Prints one table and appends TSV
- * lines to OUTDIR/engine.tsv. Never fails on speed: the targets line says met or missed. */
+ * llama.cpp's pp512, FMA peak, the reads, tg128 of each backend, llama.cpp's tg128), so that a
+ * shared machine's load hits all of them alike; each figure is the median of the 5, and every
+ * ratio printed (det / blas, fastest engine backend / llama.cpp, fraction of the ceiling) is a
+ * ratio of medians from this one run; for each llama.cpp target it also says whether the
+ * speed it asks for is over a physical bound. The load average before and after is printed
+ * with them. Then the same pp512 / tg128 for stories260K (engine only) when the shared models
+ * are present. The result is checked before anything is timed (finite logits, argmax in
+ * range, each backend within 1e-3 relative of naive on a short prompt). Prints one table and
+ * appends TSV lines to OUTDIR/engine.tsv. Never fails on speed: the targets line says met or
+ * missed. */
+#include "ceiling.h"
 #include "kvd_engine.h"
 #include "synth.h"
 #include "util.h"
 
-#include <errno.h>
 #include <cblas.h>
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +53,10 @@
 
 /* ---- ceilings ---- */
 
+#define BW_BYTES ((size_t)512 << 20) /* each read buffer: 16x a 32 MiB L3 */
+#define N_STREAMS 3                  /* read loops of 1, 2 and 4 streams per thread */
+static const int streams_of[N_STREAMS] = {1, 2, 4};
+
 /* The ceilings, measured with buffers allocated once so that each measurement can be
  * interleaved with the engine's runs (on a shared machine, contention then hits both alike). */
 typedef struct ceilings {
@@ -55,8 +64,7 @@ typedef struct ceilings {
     float *a;         /* [PP][max K] */
     float *w;         /* [max N * K] */
     float *c;         /* [PP][max N] */
-    uint64_t *buf;    /* [1 GiB / 8] */
-    size_t words;
+    bc_buf bw[2];     /* read buffers: [0] 4 KiB pages, [1] transparent huge pages asked for */
 } ceilings;
 
 static void ceilings_init(ceilings *cl, const lm_hparams *hp)
@@ -75,9 +83,7 @@ static void ceilings_init(ceilings *cl, const lm_hparams *hp)
     cl->a = malloc(PP * max_k * sizeof *cl->a);
     cl->w = malloc(max_w * sizeof *cl->w);
     cl->c = malloc(PP * max_n * sizeof *cl->c);
-    cl->words = ((size_t)1 << 30) / 8;
-    cl->buf = malloc(cl->words * sizeof *cl->buf);
-    if (!cl->a || !cl->w || !cl->c || !cl->buf) {
+    if (!cl->a || !cl->w || !cl->c) {
         fprintf(stderr, "bench_engine: out of memory for the ceiling measurements\n");
         exit(2);
     }
@@ -85,13 +91,15 @@ static void ceilings_init(ceilings *cl, const lm_hparams *hp)
         cl->a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < max_w; ++i)
         cl->w[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < cl->words; ++i)
-        cl->buf[i] = i * 0x9e3779b97f4a7c15u;
+    bc_buf_init(PROG, &cl->bw[0], BW_BYTES, false);
+    bc_buf_init(PROG, &cl->bw[1], BW_BYTES, true);
 }
 
 static void ceilings_free(ceilings *cl)
 {
-    free(cl->a), free(cl->w), free(cl->c), free(cl->buf);
+    free(cl->a), free(cl->w), free(cl->c);
+    bc_buf_free(&cl->bw[0]);
+    bc_buf_free(&cl->bw[1]);
 }
 
 /* One pass of sgemm C[PP][N] = A[PP][K] . W[N][K]^T over a layer's projection shapes:
@@ -114,58 +122,6 @@ static double sgemm_pass(ceilings *cl)
         flops += 2.0 * PP * n * k;
     }
     return flops / secs * 1e-9;
-}
-
-typedef struct bw_job {
-    const uint64_t *p;
-    size_t n;
-    uint64_t out;
-} bw_job;
-
-/* XOR of every word: an integer reduction, which the compiler may reorder and vectorize (asked
- * for explicitly: -O2 alone does not vectorize loops in GCC 12), so the loop runs at memory
- * speed rather than at one load per cycle. */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("tree-loop-vectorize")))
-#endif
-static uint64_t xor_words(const uint64_t *p /* [n] */, size_t n)
-{
-    uint64_t acc = 0;
-    for (size_t i = 0; i < n; ++i)
-        acc ^= p[i];
-    return acc;
-}
-
-static void *bw_read(void *arg)
-{
-    bw_job *j = arg;
-    j->out = xor_words(j->p, j->n);
-    return NULL;
-}
-
-/* One read of the 1 GiB buffer split over THREADS threads: GB/s. */
-static double bandwidth_pass(ceilings *cl)
-{
-    pthread_t th[THREADS];
-    bw_job jobs[THREADS];
-    const size_t part = cl->words / THREADS;
-    const double t0 = lm_now_s();
-    for (int i = 0; i < THREADS; ++i) {
-        jobs[i] = (bw_job){cl->buf + (size_t)i * part, part, 0};
-        if (pthread_create(&th[i], NULL, bw_read, &jobs[i]) != 0) {
-            fprintf(stderr, "bench_engine: cannot start a thread\n");
-            exit(2);
-        }
-    }
-    uint64_t sink = 0;
-    for (int i = 0; i < THREADS; ++i) {
-        pthread_join(th[i], NULL);
-        sink ^= jobs[i].out;
-    }
-    const double secs = lm_now_s() - t0;
-    if (sink == 42) /* keeps the reads observable */
-        fputc(' ', stderr);
-    return (double)(part * THREADS * 8) / secs * 1e-9;
 }
 
 /* ---- the engine ---- */
@@ -270,7 +226,10 @@ static const char *const backends[N_BE] = {"blas", "det"};
 typedef struct result {
     double pp[N_BE], tg[N_BE]; /* tokens/s per backend, medians */
     double lpp, ltg;           /* llama.cpp's, medians (0 when not run or it failed) */
-    double gflops, gbs;        /* ceilings measured between the engine's runs (0 when not asked) */
+    /* ceilings measured between the engine's runs, medians (0 when not asked) */
+    double gflops;             /* sgemm at the model's shapes */
+    double fma;                /* FMA peak, GFLOP/s */
+    double read[2][N_STREAMS]; /* GB/s: [4 KiB pages, huge pages asked for][streams_of] */
 } result;
 
 /* What run_engine measures besides the engine: the ceilings and llama.cpp (NULLs: neither). */
@@ -335,7 +294,8 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
         if (lm_ctx_create(&c[b], m, &p, &err) != LM_OK)
             bu_die(PROG, label, &err);
     }
-    double pp[N_BE][REPS], tg[N_BE][REPS], gf[REPS], bw[REPS], lpp[REPS], ltg[REPS];
+    double pp[N_BE][REPS], tg[N_BE][REPS], gf[REPS], fm[REPS], lpp[REPS], ltg[REPS];
+    double rd[2][N_STREAMS][REPS];
     int n_lpp = 0, n_ltg = 0;
     for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up and result check, not timed */
         if (bs->cl != NULL && r >= 0)
@@ -348,8 +308,12 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
         double v;
         if (bs->llama != NULL && r >= 0 && (v = llama_bench(bs->llama, bs->model, true)) > 0)
             lpp[n_lpp++] = v;
-        if (bs->cl != NULL && r >= 0)
-            bw[r] = bandwidth_pass(bs->cl);
+        if (bs->cl != NULL && r >= 0) {
+            fm[r] = bc_fma_pass(THREADS);
+            for (int h = 0; h < 2; ++h)
+                for (int s = 0; s < N_STREAMS; ++s)
+                    rd[h][s][r] = bc_read_pass(&bs->cl->bw[h], THREADS, streams_of[s]);
+        }
         for (int b = 0; b < N_BE; ++b) {
             v = time_decode(c[b], lg, label, r < 0);
             if (r >= 0)
@@ -366,7 +330,10 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
     }
     if (bs->cl != NULL) {
         res.gflops = bu_median(gf, REPS);
-        res.gbs = bu_median(bw, REPS);
+        res.fma = bu_median(fm, REPS);
+        for (int h = 0; h < 2; ++h)
+            for (int s = 0; s < N_STREAMS; ++s)
+                res.read[h][s] = bu_median(rd[h][s], REPS);
     }
     res.lpp = n_lpp > 0 ? bu_median(lpp, n_lpp) : 0;
     res.ltg = n_ltg > 0 ? bu_median(ltg, n_ltg) : 0;
@@ -425,6 +392,14 @@ static const char *verdict(double value, double target)
     return value >= target ? "met" : "MISSED";
 }
 
+/* Whether a speed of `need` tok/s is excluded by a physical upper bound of `bound` tok/s
+ * (a bound only excludes: a speed under it may still be out of reach). */
+static const char *reach(double need, double bound)
+{
+    return need <= bound ? "under the bound (not excluded)"
+                         : "over the bound (physically impossible here)";
+}
+
 static void tsv(FILE *f, const char *model, const char *backend, const char *test, double value,
                 const char *unit, double bound)
 {
@@ -460,19 +435,30 @@ int main(int argc, char **argv)
 
     const char *lb = llama_bench_path();
     printf("measuring pp%d and tg%d with %s, %s%s, interleaved with sgemm at the model's shapes "
-           "(M = %d) and read bandwidth (1 GiB), %d threads, median of %d\n", PP, TG, backends[0],
-           backends[1], lb != NULL ? " and llama.cpp" : "", PP, THREADS, REPS);
+           "(M = %d), the FMA peak and read bandwidth (%zu MiB, 4 KiB and huge pages), %d "
+           "threads, median of %d\n", PP, TG, backends[0], backends[1],
+           lb != NULL ? " and llama.cpp" : "", PP, BW_BYTES >> 20, THREADS, REPS);
     ceilings cl;
     ceilings_init(&cl, &m->hp);
     const double load0 = load_avg();
     const beside bs = {&cl, lb, model_path};
     const result r = run_engine(m, label, &bs);
     const double load1 = load_avg();
+    const double cl_huge = cl.bw[1].huge_bytes;
     ceilings_free(&cl);
     bu_model_remove(model_path, tmpdir);
-    const double gflops = r.gflops, gbs = r.gbs;
     const double fpt = flops_per_token(&m->hp), bpt = bytes_per_token(&m->hp);
-    const double pp_bound = gflops * 1e9 / fpt, tg_bound = gbs * 1e9 / bpt;
+    int rh = 0, rs = 0, r4 = 0; /* the fastest read loop: pages, streams; of 4 KiB pages */
+    for (int h = 0; h < 2; ++h)
+        for (int s = 0; s < N_STREAMS; ++s) {
+            if (r.read[h][s] > r.read[rh][rs])
+                rh = h, rs = s;
+            if (h == 0 && r.read[0][s] > r.read[0][r4])
+                r4 = s;
+        }
+    const double gbs = r.read[rh][rs];
+    const double pp_bound = r.gflops * 1e9 / fpt, fma_bound = r.fma * 1e9 / fpt;
+    const double tg_bound = gbs * 1e9 / bpt;
     const bool have_llama = r.lpp > 0 && r.ltg > 0;
     const int bp = r.pp[1] > r.pp[0], bt = r.tg[1] > r.tg[0]; /* the fastest backend */
 
@@ -491,12 +477,37 @@ int main(int argc, char **argv)
             tsv(out, label, "llama.cpp", test, lv, "tok/s", bound);
         }
     }
-    printf("ceilings: sgemm %.1f GFLOP/s (%.1f MFLOP/token), read %.1f GB/s (%.1f MB/token)\n",
-           gflops, fpt * 1e-6, gbs, bpt * 1e-6);
+    char huge[64] = "huge pages asked for";
+    if (cl_huge >= 0)
+        snprintf(huge, sizeof huge, "huge pages (%.0f of %.0f MiB)", cl_huge / 1048576.0,
+                 (double)BW_BYTES / 1048576.0);
+    printf("\n%-44s %13s %-11s %13s %11s\n", "ceiling (2 threads, median of 5)", "figure", "",
+           "per token", "bound tok/s");
+    printf("%-44s %13.1f %-11s %7.1f MFLOP %11.1f\n", "sgemm, model shapes, M = 512 (OpenBLAS)",
+           r.gflops, "GFLOP/s", fpt * 1e-6, pp_bound);
+    char what[64];
+    snprintf(what, sizeof what, "FMA peak, registers only (%s)", bc_isa());
+    printf("%-44s %13.1f %-11s %7.1f MFLOP %11.1f\n", what, r.fma, "GFLOP/s", fpt * 1e-6,
+           fma_bound);
+    for (int h = 0; h < 2; ++h) {
+        const int s = h == 0 ? r4 : rh == 1 ? rs : 0;
+        snprintf(what, sizeof what, "read, %s", h == 0 ? "4 KiB pages" : huge);
+        printf("%-44s %13.1f GB/s (%d st) %7.1f MB    %11.1f\n", what, r.read[h][s],
+               streams_of[s], bpt * 1e-6, r.read[h][s] * 1e9 / bpt);
+    }
+    printf("read loops (GB/s, 1 / 2 / 4 streams per thread): 4 KiB pages %.1f / %.1f / %.1f, huge "
+           "%.1f / %.1f / %.1f\n", r.read[0][0], r.read[0][1], r.read[0][2], r.read[1][0],
+           r.read[1][1], r.read[1][2]);
     printf("load average (1 min): %.2f before, %.2f after, on %ld CPUs\n", load0, load1,
            sysconf(_SC_NPROCESSORS_ONLN));
-    tsv(out, label, "blas", "sgemm_m512", gflops, "GFLOP/s", 0);
-    tsv(out, label, "-", "read_bw_1GiB", gbs, "GB/s", 0);
+    tsv(out, label, "blas", "sgemm_m512", r.gflops, "GFLOP/s", 0);
+    tsv(out, label, "-", "fma_peak", r.fma, "GFLOP/s", 0);
+    tsv(out, label, "-", "read_bw_4k", r.read[0][r4], "GB/s", 0);
+    tsv(out, label, "-", "read_bw_huge", r.read[1][rh == 1 ? rs : 0], "GB/s", 0);
+    tsv(out, label, "-", "read_bw", gbs, "GB/s", 0);
+    tsv(out, label, "-", "pp512_bound_sgemm", pp_bound, "tok/s", 0);
+    tsv(out, label, "-", "pp512_bound_fma", fma_bound, "tok/s", 0);
+    tsv(out, label, "-", "tg128_bound_read", tg_bound, "tok/s", 0);
     tsv(out, label, "-", "loadavg_before", load0, "", 0);
     tsv(out, label, "-", "loadavg_after", load1, "", 0);
     const double dpp = r.pp[1] / r.pp[0], dtg = r.tg[1] / r.tg[0];
@@ -509,6 +520,10 @@ int main(int argc, char **argv)
         const double fpp = r.pp[bp] / r.lpp, ftg = r.tg[bt] / r.ltg;
         printf("  fastest / llama.cpp pp512 %5.2fx (>= 1.50: %s, %s)   tg128 %5.2fx (>= 1.20: %s, "
                "%s)\n", fpp, verdict(fpp, 1.5), backends[bp], ftg, verdict(ftg, 1.2), backends[bt]);
+        printf("    1.50x llama.cpp's pp512 is %.1f tok/s, the FMA-peak bound %.1f: %s\n",
+               1.5 * r.lpp, fma_bound, reach(1.5 * r.lpp, fma_bound));
+        printf("    1.20x llama.cpp's tg128 is %.1f tok/s, the read bound %.1f: %s\n", 1.2 * r.ltg,
+               tg_bound, reach(1.2 * r.ltg, tg_bound));
         tsv(out, label, "fastest/llama.cpp", "pp512_ratio", fpp, "x", 0);
         tsv(out, label, "fastest/llama.cpp", "tg128_ratio", ftg, "x", 0);
     } else {
@@ -518,6 +533,8 @@ int main(int argc, char **argv)
     const double fpb = r.pp[bp] / pp_bound, ftb = r.tg[bt] / tg_bound;
     printf("  fastest / ceiling   pp512 %4.0f%%  (>= 80%%: %s, %s)   tg128 %4.0f%%  (>= 80%%: %s, %s)\n",
            100 * fpb, verdict(fpb, 0.8), backends[bp], 100 * ftb, verdict(ftb, 0.8), backends[bt]);
+    printf("    80%% of the sgemm bound is %.1f tok/s, the FMA-peak bound %.1f: %s\n",
+           0.8 * pp_bound, fma_bound, reach(0.8 * pp_bound, fma_bound));
     lm_model_free(m);
 
     char sp[1024];

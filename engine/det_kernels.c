@@ -10,10 +10,12 @@
  * chunks of at most DET_KC elements, the lanes saved between chunks; a full tile combines
  * its lanes in two vector trees (eight outputs: columns 0-1, stored as pairs of each row;
  * four: column 2), the others four outputs per tree. AVX-512 machines run these AVX2 tiles too.
- * Few rows (decode, small chunks), unpacked: AVX2 1 x 6 tiles for one row (the next 6 rows
- * of B prefetched) and 4 x 3 otherwise; AVX-512 4 x 8 (16 registers of two outputs); gemm_nn
- * one row of C at a time, 16 (AVX-512) or 8 (AVX2) columns per register, the 8 lanes as 8
- * accumulator registers, masked at the column edge. Smaller tiles at every edge. */
+ * Few rows (decode, small chunks), unpacked: for one row (AVX2), B's rows in DET_STREAMS
+ * contiguous ranges read side by side, one row of each range per 1 x DET_STREAMS tile, so that
+ * B streams from memory as DET_STREAMS long sequential reads; 4 x 3 tiles otherwise;
+ * AVX-512 4 x 8 (16 registers of two outputs); gemm_nn one row of C at a time, 16 (AVX-512)
+ * or 8 (AVX2) columns per register, the 8 lanes as 8 accumulator registers, masked at the
+ * column edge. Smaller tiles at every edge. */
 #include "det_kernels.h"
 
 #include <math.h>
@@ -33,6 +35,7 @@
 #define DET_KC 768u /* reduction elements per chunk of the packed path (a multiple of 8) */
 #define DET_PACK_MIN_M 8u /* rows of A from which B is packed */
 #define DET_PACK_FLOATS (48u * 1024u) /* floats of packed B per block (192 KiB: L2) */
+#define DET_STREAMS 6u /* sequential streams over B's rows in a one-row product */
 
 const char *lm_det_isa_name(lm_det_isa isa)
 {
@@ -269,53 +272,54 @@ T2 INL void nt_tile_avx2(const int MR, const int NR, uint32_t k, float alpha, co
             c[(size_t)r * ldc + q] = alpha * reduce8_avx2(acc[r][q]);
 }
 
-/* One row of A x 6 rows of B (decode, bound by reading B from memory): nt_tile_avx2(1, 6)'s
- * accumulators and fma sequence, with the same columns of the next 6 rows of B prefetched
- * into L2 as this tile reads its own (one cache line per row every 16 elements). */
-T2 static void gemv6_avx2(uint32_t k, float alpha, const float *a, const float *b, size_t ldb,
-                          float *c)
+/* One row of A x DET_STREAMS rows of B, row q at b + q * sb (decode): nt_tile_avx2(1, 1)'s
+ * accumulator and fma sequence for each, output q at c[q * sc]. */
+T2 INL void gemv_tile_avx2(const int S, uint32_t k, float alpha, const float *a, const float *b,
+                           size_t sb, float *c, size_t sc)
 {
-    __m256 acc[6];
-#pragma GCC unroll 6
-    for (int q = 0; q < 6; ++q)
+    __m256 acc[DET_STREAMS];
+#pragma GCC unroll 8
+    for (int q = 0; q < S; ++q)
         acc[q] = _mm256_setzero_ps();
-    const float *bn = b + 6 * ldb; /* the next tile's rows (past the matrix: prefetch only) */
     uint32_t l = 0;
-    for (; l + 16 <= k; l += 16) {
-#pragma GCC unroll 6
-        for (int q = 0; q < 6; ++q)
-            _mm_prefetch((const char *)(bn + (size_t)q * ldb + l), _MM_HINT_T1);
-#pragma GCC unroll 2
-        for (uint32_t h = 0; h < 16; h += 8) {
-            const __m256 av = _mm256_loadu_ps(a + l + h);
-#pragma GCC unroll 6
-            for (int q = 0; q < 6; ++q)
-                acc[q] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + (size_t)q * ldb + l + h), acc[q]);
-        }
+    for (; l + 8 <= k; l += 8) {
+        const __m256 av = _mm256_loadu_ps(a + l);
+#pragma GCC unroll 8
+        for (int q = 0; q < S; ++q)
+            acc[q] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + (size_t)q * sb + l), acc[q]);
     }
-    for (; l < k; l += 8) { /* lanes past k read as +0 */
-        const uint32_t live = k - l < 8 ? k - l : 8;
-        const __m256 av = load8_avx2(a + l, live);
-#pragma GCC unroll 6
-        for (int q = 0; q < 6; ++q)
-            acc[q] = _mm256_fmadd_ps(av, load8_avx2(b + (size_t)q * ldb + l, live), acc[q]);
+    if (l < k) { /* lanes past k read as +0 */
+        const __m256 av = load8_avx2(a + l, k - l);
+#pragma GCC unroll 8
+        for (int q = 0; q < S; ++q)
+            acc[q] = _mm256_fmadd_ps(av, load8_avx2(b + (size_t)q * sb + l, k - l), acc[q]);
     }
-    const __m128 al = _mm_set1_ps(alpha);
-    _mm_storeu_ps(c, _mm_mul_ps(al, reduce8x4_avx2(acc[0], acc[1], acc[2], acc[3])));
-    c[4] = alpha * reduce8_avx2(acc[4]);
-    c[5] = alpha * reduce8_avx2(acc[5]);
+#pragma GCC unroll 8
+    for (int q = 0; q < S; ++q)
+        c[(size_t)q * sc] = alpha * reduce8_avx2(acc[q]);
 }
 
-/* One row of A (decode): 1 x 6 tiles; several rows: 4 x 3 tiles, 1 x 3 for the last rows. */
+/* One row of A (decode, bound by reading B from memory): B's rows in DET_STREAMS contiguous
+ * ranges of h = n / DET_STREAMS rows, and each tile takes the next row of every range (rows
+ * i, h + i, 2h + i, ...), so that the matrix is read as DET_STREAMS long sequential streams;
+ * the n % DET_STREAMS rows after the ranges get 1 x 1 tiles. */
+T2 static void gemv_avx2(uint32_t n, uint32_t k, float alpha, const float *a, const float *b,
+                         size_t ldb, float *c)
+{
+    const uint32_t h = n / DET_STREAMS;
+    for (uint32_t i = 0; i < h; ++i)
+        gemv_tile_avx2((int)DET_STREAMS, k, alpha, a, b + (size_t)i * ldb, (size_t)h * ldb, c + i,
+                       h);
+    for (uint32_t j = h * DET_STREAMS; j < n; ++j)
+        gemv_tile_avx2(1, k, alpha, a, b + (size_t)j * ldb, 0, c + j, 0);
+}
+
+/* One row of A (decode): gemv_avx2; several rows: 4 x 3 tiles, 1 x 3 for the last rows. */
 T2 static void nt_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const float *a,
                        size_t lda, const float *b, size_t ldb, float *c, size_t ldc)
 {
     if (m == 1) {
-        uint32_t j = 0;
-        for (; j + 6 <= n; j += 6)
-            gemv6_avx2(k, alpha, a, b + (size_t)j * ldb, ldb, c + j);
-        for (; j < n; ++j)
-            nt_tile_avx2(1, 1, k, alpha, a, lda, b + (size_t)j * ldb, ldb, c + j, ldc);
+        gemv_avx2(n, k, alpha, a, b, ldb, c);
         return;
     }
     for (uint32_t i0 = 0; i0 < m; i0 += DET_MB) {

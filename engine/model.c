@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -376,6 +377,26 @@ static int check_supported(const lm_gguf *g, lm_err *err)
     return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: unsupported: %s", lm_gguf_path(g), msg);
 }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The float32 arena of `bytes` bytes, or NULL. From one huge page's size on, it is 2 MiB
+ * aligned and transparent huge pages are asked for (madvise, before the first touch) where the
+ * kernel offers them: a decode step streams every weight once, and with 4 KiB pages that
+ * stream needs a new TLB entry every 64 cache lines (bench_engine measures the read rate with
+ * both page sizes). Values are untouched either way. */
+static float *arena_alloc(size_t bytes)
+{
+    if (bytes < HUGE_PAGE)
+        return malloc(bytes ? bytes : 1);
+    const size_t rounded = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    float *a = aligned_alloc(HUGE_PAGE, rounded);
+#ifdef MADV_HUGEPAGE
+    if (a != NULL)
+        (void)madvise(a, rounded, MADV_HUGEPAGE); /* advice: refused, 4 KiB pages remain */
+#endif
+    return a;
+}
+
 static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
 {
     plan p = {0};
@@ -393,7 +414,7 @@ static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
     if ((rc = lm_mem_check(lm_gguf_path(g), total * sizeof(float), lm_mem_available(), err)))
         goto done;
     m->weights = calloc(p.n ? p.n : 1, sizeof *m->weights);
-    float *arena = m->weights ? malloc(total ? (size_t)total * sizeof(float) : 1) : NULL;
+    float *arena = m->weights ? arena_alloc((size_t)total * sizeof(float)) : NULL;
     if (arena == NULL) {
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory for %" PRIu64 " float32 weights",
                      lm_gguf_path(g), total);

@@ -3,6 +3,7 @@
 #include "fs.h"
 #include "kvd_util.h"
 #include "report.h"
+#include "sweep_block.h"
 #include "test_util.h"
 
 #include <jansson.h>
@@ -315,6 +316,85 @@ static void test_report_writers_table(void)
     CU_ASSERT_STRING_EQUAL(cmd, "kvdrift swe");
 }
 
+/* A block-sampler section of four rows: skipped, its own baseline, other tokens (first
+ * differing commit and greedy index set), same tokens in another order. */
+static void block_rows(hx_block_report *b, hx_block_report_row rows[4])
+{
+    memset(rows, 0, 4 * sizeof rows[0]);
+    *b = (hx_block_report){.run = true, .block = 4, .n_blocks = 2, .max_iters = 8,
+                           .mask_id = 300, .n_rows = 4, .rows = rows};
+    snprintf(b->rule, sizeof b->rule, "confidence >= 0.9");
+    snprintf(b->verdict, sizeof b->verdict, "the engine is fine");
+    static const char *const names[4] = {"cuda:step=full", "naive:step=full", "blas:step=2",
+                                         "naive:step=1:threads=2"};
+    for (int i = 0; i < 4; ++i) {
+        hx_block_report_row *w = &rows[i];
+        snprintf(w->config, sizeof w->config, "%s", names[i]);
+        w->prefill_cls = i == 2 ? HX_DRIFT : HX_NOISE;
+        w->prefill_ratio = 0.25 * (i + 1);
+        w->first_block = w->first_iter = w->first_pos = w->greedy_first = -1;
+        w->n_iters = 3u + (uint32_t)i;
+        w->blk_gap = 1.5;
+        w->commit_gap = 0.125;
+        w->greedy_gap = 2.5;
+        snprintf(w->completion, sizeof w->completion, "once upon %d", i);
+    }
+    snprintf(rows[0].skipped, sizeof rows[0].skipped, "no GPU");
+    rows[1].is_baseline = true;
+    rows[2].tokens_differ = true;
+    rows[2].first_block = 1;
+    rows[2].first_iter = 2;
+    rows[2].first_pos = 7;
+    rows[2].greedy_first = 5;
+    rows[3].order_differs = true;
+}
+
+/* The block-sampler table, in report.md and on the terminal (hx_block_print): every kind of
+ * row, byte for byte. */
+static void test_report_block_tables(void)
+{
+    hx_block_report_row rows[4];
+    hx_report *r = make();
+    block_rows(&r->block, rows);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    hx_report_sections_md(f, r);
+    fclose(f);
+    static const char md[] =
+        "| config | prefill | err/E | iterations | block | first diff (block, iteration, "
+        "position) | block gap | commit gap | greedy | greedy gap |\n"
+        "|---|---|---:|---:|---|---|---:|---:|---|---:|\n"
+        "| `cuda:step=full` | NOISE | 0.25 | skipped: no GPU | | | | | | |\n"
+        "| `naive:step=full` | NOISE | 0.5 | 4 | (itself) | - | 1.5 | 0.125 | (itself) | 2.5 |\n"
+        "| `blas:step=2` | DRIFT | 0.75 | 5 | **DIFFERS** | 1, 2, 7 | 1.5 | 0.125 | differs at 5 "
+        "| 2.5 |\n"
+        "| `naive:step=1:threads=2` | NOISE | 1 | 6 | order | - | 1.5 | 0.125 | same | 2.5 |\n";
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, md));
+    free(buf);
+    f = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    hx_block_print(f, &r->block);
+    fclose(f);
+    static const char text[] =
+        "config                           prefill      err/E iters   blk gap    commit block     "
+        "first diff       grd gap greedy   block completion\n"
+        "cuda:step=full                   NOISE         0.25     -         -         - -         "
+        "-                      - -        skipped: no GPU\n"
+        "naive:step=full                  NOISE          0.5     4       1.5     0.125 (itself)  "
+        "-                    2.5 -        once upon 1\n"
+        "blas:step=2                      DRIFT         0.75     5       1.5     0.125 DIFFERS   "
+        "b1 it2 pos7          2.5 at 5     once upon 2\n"
+        "naive:step=1:threads=2           NOISE            1     6       1.5     0.125 order     "
+        "-                    2.5 same     once upon 3\n";
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, text));
+    free(buf);
+    r->block.rows = NULL;
+    r->block.n_rows = 0;
+    hx_report_free(r);
+}
+
 /* Whether file a holds the same bytes as file b. */
 static bool same_bytes(const char *a, const char *b)
 {
@@ -562,4 +642,5 @@ void test_report_register(void)
                 test_report_junit_wellformed_and_escaped);
     CU_add_test(s, "test_report_md_and_table", test_report_md_and_table);
     CU_add_test(s, "test_report_write_dir", test_report_write_dir);
+    CU_add_test(s, "test_report_block_tables", test_report_block_tables);
 }

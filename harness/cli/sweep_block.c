@@ -340,18 +340,11 @@ void hx_block_print(FILE *f, const hx_block_report *b)
                     "-", "-", "-", "-", w->skipped);
             continue;
         }
-        char first[48] = "-", gr[24] = "same";
-        if (w->first_block >= 0)
-            snprintf(first, sizeof first, "b%lld it%lld pos%lld", (long long)w->first_block,
-                     (long long)w->first_iter, (long long)w->first_pos);
-        if (w->greedy_first >= 0)
-            snprintf(gr, sizeof gr, "at %lld", (long long)w->greedy_first);
+        hx_block_cells c;
+        hx_block_row_cells(&c, w, false);
         fprintf(f, "%-32s %-9s %8.3g %5u %9.3g %9.3g %-9s %-14s %9.3g %-7s  %.60s\n", w->config,
                 hx_class_name(w->prefill_cls), w->prefill_ratio, w->n_iters, w->blk_gap,
-                w->commit_gap,
-                w->is_baseline ? "(itself)" : w->tokens_differ ? "DIFFERS"
-                                            : w->order_differs ? "order" : "same",
-                first, w->greedy_gap, w->is_baseline ? "-" : gr, w->completion);
+                w->commit_gap, c.block, c.first, w->greedy_gap, c.greedy, w->completion);
     }
     fprintf(f, "\n(block: DIFFERS = other tokens than the one-chunk run, order = same tokens "
             "committed at other iterations; first diff = block, iteration, position of the first "

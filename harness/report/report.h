@@ -273,6 +273,17 @@ int hx_report_exit_code(const hx_report *r, bool strict);
 int hx_report_sections_json(void *o /* json_t * */, const hx_report *r);
 void hx_report_sections_md(FILE *f, const hx_report *r);
 
+/* The cells of block-sampler row w that its terminal table (md false, hx_block_print) and
+ * its Markdown table (md true, report.md) derive alike: block "(itself)", "DIFFERS" (bold in
+ * Markdown), "order" or "same"; first: the first differing commit's block, iteration and
+ * position, "-" when none; greedy: "same" or the first differing generated index, for the
+ * baseline "-" (terminal) or "(itself)" (Markdown). */
+typedef struct hx_block_cells {
+    const char *block;
+    char first[72], greedy[40];
+} hx_block_cells;
+void hx_block_row_cells(hx_block_cells *c, const hx_block_report_row *w, bool md);
+
 /* The judge's sections (report_judge.c): JSON members "dumps" and "pairs" added to o, and the
  * Markdown section. Nothing when n_dumps == 0. */
 int hx_report_judge_json(void *o /* json_t * */, const hx_report *r);

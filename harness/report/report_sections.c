@@ -131,6 +131,23 @@ int hx_report_sections_json(void *obj, const hx_report *r)
     return bad;
 }
 
+void hx_block_row_cells(hx_block_cells *c, const hx_block_report_row *w, bool md)
+{
+    c->block = w->is_baseline     ? "(itself)"
+               : w->tokens_differ ? (md ? "**DIFFERS**" : "DIFFERS")
+               : w->order_differs ? "order"
+                                  : "same";
+    snprintf(c->first, sizeof c->first, "-");
+    if (w->first_block >= 0)
+        snprintf(c->first, sizeof c->first, md ? "%lld, %lld, %lld" : "b%lld it%lld pos%lld",
+                 (long long)w->first_block, (long long)w->first_iter, (long long)w->first_pos);
+    snprintf(c->greedy, sizeof c->greedy, "%s",
+             w->is_baseline ? (md ? "(itself)" : "-") : "same");
+    if (!w->is_baseline && w->greedy_first >= 0)
+        snprintf(c->greedy, sizeof c->greedy, md ? "differs at %lld" : "at %lld",
+                 (long long)w->greedy_first);
+}
+
 void hx_report_sections_md(FILE *f, const hx_report *r)
 {
     const hx_spec_report *s = &r->spec;
@@ -170,19 +187,10 @@ void hx_report_sections_md(FILE *f, const hx_report *r)
                     hx_class_name(w->prefill_cls), w->prefill_ratio, w->skipped);
             continue;
         }
-        char first[72] = "-", greedy[40] = "same";
-        if (w->first_block >= 0)
-            snprintf(first, sizeof first, "%lld, %lld, %lld", (long long)w->first_block,
-                     (long long)w->first_iter, (long long)w->first_pos);
-        if (w->greedy_first >= 0)
-            snprintf(greedy, sizeof greedy, "differs at %lld", (long long)w->greedy_first);
+        hx_block_cells c;
+        hx_block_row_cells(&c, w, true);
         fprintf(f, "| `%s` | %s | %.3g | %u | %s | %s | %.3g | %.3g | %s | %.3g |\n", w->config,
-                hx_class_name(w->prefill_cls), w->prefill_ratio, (unsigned)w->n_iters,
-                w->is_baseline      ? "(itself)"
-                : w->tokens_differ  ? "**DIFFERS**"
-                : w->order_differs ? "order"
-                                    : "same",
-                first, w->blk_gap, w->commit_gap, w->is_baseline ? "(itself)" : greedy,
-                w->greedy_gap);
+                hx_class_name(w->prefill_cls), w->prefill_ratio, (unsigned)w->n_iters, c.block,
+                c.first, w->blk_gap, w->commit_gap, c.greedy, w->greedy_gap);
     }
 }
