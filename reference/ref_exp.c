@@ -9,6 +9,10 @@
 
 __extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets */
 
+/* Small limb helpers inlined into their callers: out of line, their fx results pass through
+ * memory and cost store-forwarding stalls. */
+#define FX_INLINE __attribute__((always_inline)) static inline
+
 #define FX_F 190 /* fraction bits of a fixed-point value: N 2^-190, N < 2^192 */
 #define N_TERMS 7 /* s^n / n! for n <= 7: the rest is < 2^-207 for s < 2^-24 */
 
@@ -65,7 +69,7 @@ static void build_tables(void)
 
 /* Adds the 128-bit product a b to a column: its low half to lo, its high half to hi (the
  * next column's share). */
-static inline void col_add(u128 *lo, u128 *hi, uint64_t a, uint64_t b)
+FX_INLINE void col_add(u128 *lo, u128 *hi, uint64_t a, uint64_t b)
 {
     const u128 t = (u128)a * b;
     *lo += (uint64_t)t;
@@ -74,7 +78,7 @@ static inline void col_add(u128 *lo, u128 *hi, uint64_t a, uint64_t b)
 
 /* floor(a b 2^-190): exact product, truncated (error < u). a b < 4. Written out column by
  * column (GCC keeps the rolled loops' partial products in memory). */
-static fx fx_mul(const fx *a, const fx *b)
+FX_INLINE fx fx_mul(const fx *a, const fx *b)
 {
     const uint64_t a0 = a->l[0], a1 = a->l[1], a2 = a->l[2];
     const uint64_t b0 = b->l[0], b1 = b->l[1], b2 = b->l[2];
@@ -102,7 +106,7 @@ static fx fx_mul(const fx *a, const fx *b)
     return r;
 }
 
-static fx fx_add(fx a, const fx *b)
+FX_INLINE fx fx_add(fx a, const fx *b)
 {
     u128 c = 0;
     for (int k = 0; k < 3; ++k) {
@@ -114,7 +118,7 @@ static fx fx_add(fx a, const fx *b)
 }
 
 /* Bits [lo, lo + 64) of the integer m[0..nl) (lo may be negative: zeros below bit 0). */
-static uint64_t bits64(const mp_limb_t *m, size_t nl, long lo)
+FX_INLINE uint64_t bits64(const mp_limb_t *m, size_t nl, long lo)
 {
     if (lo >= (long)(64 * nl) || lo <= -64)
         return 0;
@@ -128,7 +132,7 @@ static uint64_t bits64(const mp_limb_t *m, size_t nl, long lo)
 }
 
 /* 5-limb two's complement arithmetic (320 bits, values at 2^-256). */
-static void w_sub(uint64_t *a, const uint64_t *b)
+FX_INLINE void w_sub(uint64_t *a, const uint64_t *b)
 {
     uint64_t borrow = 0;
     for (int k = 0; k < 5; ++k) {
@@ -139,7 +143,7 @@ static void w_sub(uint64_t *a, const uint64_t *b)
     }
 }
 
-static void w_add4(uint64_t *a, const uint64_t *b4)
+FX_INLINE void w_add4(uint64_t *a, const uint64_t *b4)
 {
     u128 c = 0;
     for (int k = 0; k < 5; ++k) {
@@ -149,7 +153,7 @@ static void w_add4(uint64_t *a, const uint64_t *b4)
     }
 }
 
-static void w_neg(uint64_t *a)
+FX_INLINE void w_neg(uint64_t *a)
 {
     u128 c = 1;
     for (int k = 0; k < 5; ++k) {
@@ -160,7 +164,7 @@ static void w_neg(uint64_t *a)
 }
 
 /* a -= b (4 limbs, a >= b). */
-static void w_sub4(uint64_t *a, const uint64_t *b)
+FX_INLINE void w_sub4(uint64_t *a, const uint64_t *b)
 {
     uint64_t borrow = 0;
     for (int k = 0; k < 4; ++k) {
@@ -172,7 +176,7 @@ static void w_sub4(uint64_t *a, const uint64_t *b)
 }
 
 /* floor(a b 2^-240) for a b < 2^432 (the full 6-limb product, then its bits 240..431). */
-static fx mul_shr240(const fx *a, const fx *b)
+FX_INLINE fx mul_shr240(const fx *a, const fx *b)
 {
     uint64_t p[6] = {0};
     for (int i = 0; i < 3; ++i) {
