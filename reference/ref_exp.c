@@ -20,7 +20,9 @@ typedef struct fx {
     uint64_t l[3]; /* little-endian limbs */
 } fx;
 
-static fx T1[256], T2[256], T3[256], C[N_TERMS + 1];
+#define N_WIDE 3 /* terms N_TERMS .. N_WIDE of the Horner scheme in two limbs at 2^-128 */
+static fx T1[256], T2[256], T3[256], C[N_WIDE]; /* C[n] = 1/n! at 2^-190 (0, 1, 2: exact) */
+static u128 D[N_TERMS + 1];                      /* D[n] = 1/n! rounded at 2^-128, n >= N_WIDE */
 static uint64_t LN2[4]; /* ln 2 rounded to 2^-256 */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -59,7 +61,13 @@ static void build_tables(void)
     for (unsigned n = 0; n <= N_TERMS; ++n) {
         if (n > 0)
             mpfr_div_ui(v, v, n, MPFR_RNDN);
-        limbs_of(C[n].l, 3, v, FX_F);
+        if (n < N_WIDE) {
+            limbs_of(C[n].l, 3, v, FX_F);
+        } else {
+            uint64_t d[2];
+            limbs_of(d, 2, v, 128);
+            D[n] = ((u128)d[1] << 64) | d[0];
+        }
     }
     mpfr_const_log2(v, MPFR_RNDN);
     limbs_of(LN2, 4, v, 256);
@@ -163,6 +171,17 @@ FX_INLINE void w_neg(uint64_t *a)
     }
 }
 
+/* floor(a b 2^-128), exact (four 64-bit products). */
+FX_INLINE u128 mul_hi128(u128 a, u128 b)
+{
+    const uint64_t a0 = (uint64_t)a, a1 = (uint64_t)(a >> 64), b0 = (uint64_t)b,
+                   b1 = (uint64_t)(b >> 64);
+    const u128 p00 = (u128)a0 * b0, p01 = (u128)a0 * b1, p10 = (u128)a1 * b0,
+               p11 = (u128)a1 * b1;
+    const u128 mid = (p00 >> 64) + (uint64_t)p01 + (uint64_t)p10; /* < 2^66 */
+    return p11 + (p01 >> 64) + (p10 >> 64) + (mid >> 64);
+}
+
 /* a -= b (4 limbs, a >= b). */
 FX_INLINE void w_sub4(uint64_t *a, const uint64_t *b)
 {
@@ -173,23 +192,6 @@ FX_INLINE void w_sub4(uint64_t *a, const uint64_t *b)
         a[k] -= bk;
         borrow = nb;
     }
-}
-
-/* floor(a b 2^-240) for a b < 2^432 (the full 6-limb product, then its bits 240..431). */
-FX_INLINE fx mul_shr240(const fx *a, const fx *b)
-{
-    uint64_t p[6] = {0};
-    for (int i = 0; i < 3; ++i) {
-        u128 c = 0;
-        for (int j = 0; j < 3; ++j) {
-            c += (u128)a->l[i] * b->l[j] + p[i + j];
-            p[i + j] = (uint64_t)c;
-            c >>= 64;
-        }
-        p[i + 3] = (uint64_t)c;
-    }
-    const fx r = {{(p[3] >> 48) | (p[4] << 16), (p[4] >> 48) | (p[5] << 16), p[5] >> 48}};
-    return r;
 }
 
 /* E with |E 2^-190 - exp(v) 2^-k| <= 14.6 u and *k (0 <= r < 1 in the reduction, so
@@ -237,8 +239,15 @@ static fx exp_fixed(const mp_limb_t *m, size_t nl, long ex, bool neg, long *k_ou
                    j3 = (unsigned)(R.l[2] >> 38) & 255u;
     fx s = R;
     s.l[2] &= ((uint64_t)1 << 38) - 1; /* s < 2^-24 */
-    fx p = C[N_TERMS];
-    for (int n = N_TERMS - 1; n >= 0; --n) {
+    /* Horner: h_n = 1/n! + s h_(n+1). An error in h_n reaches exp(s) times s^n < 2^-24n, so
+     * h_7 .. h_3 are kept at 2^-128 (g: two limbs, s truncated to s2 at 2^-152) and only
+     * h_2 .. h_0 at 2^-190 (error analysis in ref_exp.h) */
+    const u128 s2 = ((u128)((s.l[1] >> 38) | (s.l[2] << 26)) << 64) | ((s.l[0] >> 38) | (s.l[1] << 26));
+    u128 g = D[N_TERMS];
+    for (int n = N_TERMS - 1; n >= N_WIDE; --n)
+        g = D[n] + (mul_hi128(g, s2) >> 24);
+    fx p = {{(uint64_t)g << 62, (uint64_t)(g >> 2), (uint64_t)(g >> 66)}}; /* g 2^62 */
+    for (int n = N_WIDE - 1; n >= 0; --n) {
         p = fx_mul(&p, &s);
         p = fx_add(p, &C[n]);
     }
@@ -394,10 +403,29 @@ static void tanh_fixed(const mp_limb_t *m, size_t nl, long ex, uint64_t *q, long
         memcpy(ep, two254, sizeof ep);
         w_sub4(ep, p);
     }
-    /* S = eps + eps^2 + eps^3 at 2^-240, each term truncated */
+    /* S = eps + eps^2 + eps^3 at 2^-240, truncated: eps from ep, eps^2 from eps's leading
+     * bits at 2^-176 (e2), eps^3 from eps at 2^-112 times eps^2 at 2^-160; S is low by less
+     * than 2^-206 */
     const fx es = {{(ep[0] >> 14) | (ep[1] << 50), (ep[1] >> 14) | (ep[2] << 50),
                     (ep[2] >> 14) | (ep[3] << 50)}};
-    const fx sq = mul_shr240(&es, &es), cube = mul_shr240(&sq, &es);
+    const uint64_t e64 = (ep[2] >> 14) | (ep[3] << 50); /* eps 2^112 < 2^64 */
+    const u128 e2 = ((u128)e64 << 64) | ((ep[1] >> 14) | (ep[2] << 50)); /* eps 2^176 */
+    fx sq; /* e2^2 2^-112 < 2^143 */
+    {
+        const uint64_t a0 = (uint64_t)e2, a1 = (uint64_t)(e2 >> 64);
+        const u128 p00 = (u128)a0 * a0, p01 = (u128)a0 * a1, p11 = (u128)a1 * a1;
+        /* e2^2 = p11 2^128 + 2 p01 2^64 + p00, as four limbs q[] */
+        const u128 m1 = (p00 >> 64) + (u128)(uint64_t)p01 * 2;
+        const u128 m2 = (m1 >> 64) + (uint64_t)p11 + (p01 >> 64) * 2;
+        const uint64_t q1 = (uint64_t)m1, q2 = (uint64_t)m2,
+                       q3 = (uint64_t)((m2 >> 64) + (uint64_t)(p11 >> 64));
+        sq.l[0] = (q1 >> 48) | (q2 << 16);
+        sq.l[1] = (q2 >> 48) | (q3 << 16);
+        sq.l[2] = q3 >> 48;
+    }
+    const uint64_t sq64 = (sq.l[1] >> 16) | (sq.l[2] << 48); /* eps^2 2^160 < 2^63 */
+    const u128 cu = ((u128)e64 * sq64) >> 32;               /* eps^3 2^240 < 2^94 */
+    const fx cube = {{(uint64_t)cu, (uint64_t)(cu >> 64), 0}};
     fx sum = fx_add(es, &sq);
     sum = fx_add(sum, &cube);
     /* Vi = v0 2^128 (1 + S) at 2^-192, truncated: 1/M - 1.13 2^-192 <= Vi 2^-192 <= 1/M */

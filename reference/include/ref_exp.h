@@ -12,8 +12,12 @@
  * exp(x), 0 < |x| < 512:  x = k ln2 + r with 0 <= r < 1 (k an integer; the reduction in 320-bit
  *   fixed point at 2^-256 with ln2 rounded at 2^-256), r = j1 2^-8 + j2 2^-16 + j3 2^-24 + s
  *   (0 <= s < 2^-24), exp(r) = T1[j1] T2[j2] T3[j3] (sum_{n <= 7} s^n / n!), Ti[j] =
- *   exp(j 2^-8i) and 1/n! rounded to 2^-190. With u = 2^-190, every multiplication truncating
- *   by < u: series (truncation < u/1000, coefficients <= u/2, products <= u) <= 2u; T1 T2 <=
+ *   exp(j 2^-8i) rounded to 2^-190. With u = 2^-190, w = 2^-128: the series by Horner, h_n =
+ *   1/n! + s h_(n+1), an error in h_n reaching the sum times s^n < 2^-24n: h_7 .. h_3 at w (1/n!
+ *   rounded, <= w/2; s truncated at 2^-152, < 2^-152; products truncated, < w: each level
+ *   <= w/2 + w + 2^-24 |err h_(n+1)| + 2^-152 <= 1.51w), h_2 .. h_0 at u (1/2, 1, 1 exact;
+ *   products with s truncated, < u): <= u + s (u + s (u + s 1.51w)) + truncation after s^7
+ *   (< u/1000) <= 1.01u, under the 2u used next (every table product truncating by < u); T1 T2 <=
  *   u + 2.72 * 0.51u + 1.004 * 0.51u <= 2.9u; (T1 T2) T3 <= u + 1.00002 * 2.9u + 2.72 * 0.51u
  *   <= 5.3u; the product with the series <= u + 2.74 * 2u + 1.0001 * 5.3u <= 11.8u; the
  *   reduced argument r is off by <= 1.01u, so exp(r) by <= 2.75u. In all, with A = E 2^(k-190),
@@ -29,9 +33,11 @@
  *     truncated to 64 bits (M - M' < 2^-62), has 1 - 1.19 2^-49 <= M v0 2^-64 < 1 (three
  *     roundings of 2^-53 and the 2^-64 truncation against the 2^-49 pull-down); eps =
  *     1 - M v0 2^-64 is exact at 2^-254, 0 < eps <= 1.19 2^-49, and 1/M = v0 2^-64 (1 + eps +
- *     eps^2 + eps^3 + eps^4/(1 - eps)); V = v0 2^-64 (1 + S) with S the three terms at 2^-240
- *     (each truncated: S low by < 2^-237) and the product truncated to v: 1/M - 1.13v <= V <=
- *     1/M (eps^4/(1 - eps) < 0.125v, truncations < v);
+ *     eps^2 + eps^3 + eps^4/(1 - eps)); V = v0 2^-64 (1 + S) with S the three terms at 2^-240,
+ *     low by < 2^-206 (eps truncated at 2^-240; eps^2 from eps truncated at 2^-176, < 2 eps
+ *     2^-176 + 2^-240; eps^3 from eps at 2^-112 and eps^2 at 2^-160, < 2^-207), and the
+ *     product truncated to v: 1/M - 1.13v <= V <= 1/M (eps^4/(1 - eps) < 0.125v, the rest
+ *     < v + 2^-14 v);
  *   - Q = 1 - 2 V exactly (k = 0), 1 - (V 2^(1-k) truncated to v) (k >= 1, < v more).
  *   In all |Q - tanh|y|| <= 29.3v + 2.26v (k = 0), <= 58.4v + 1.13v + v = 60.6v (k >= 1):
  *   < 61v < 2^-186; rounded with b = 61 units of v. Where 2V >= 1 (k = 0, tanh|y| <= 31.6v)
