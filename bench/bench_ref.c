@@ -24,8 +24,9 @@
  *    head_dim 64: ns per multiply-add, each vector split once as the pass does).
  * 4. The real models when $KVDRIFT_CACHE/models holds them (`make models`), wall and CPU
  *    seconds (bu_cpu_s) of one pass each: SmolLM2-135M-Instruct Q4_1 with a
- *    30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2 idle cores), Gemma-3-270M
- *    Q4_K_M with the first 600 tokens of tests/data/gemma3/long_prompt.txt (goal <= 60 s).
+ *    30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2 idle cores) and the
+ *    envelope's cost on the same tokens (as for the synthetic preset), Gemma-3-270M Q4_K_M with
+ *    the first 600 tokens of tests/data/gemma3/long_prompt.txt (goal <= 60 s).
  * Each result is checked before it is timed (stories260K: argmax 432 after "Once upon a time";
  * smollm2: every logit finite). Prints a table, appends TSV to OUTDIR/ref.tsv; never fails on
  * speed. */
@@ -245,11 +246,62 @@ static double ns_per_mac_vv(bool exact)
     return bu_median(t, REPS);
 }
 
+typedef struct row {
+    const char *model;
+    uint32_t n_tokens;
+    double macs, secs, cpu, target;
+} row;
+
+/* The envelope's cost against the reference pass (ref: its row) and one blas run of the same
+ * tokens: 8 SR members of the reference's float32 model (members in parallel on `threads`
+ * threads), one blas run (step=full, `threads` threads) teacher-forced on the same tokens; wall
+ * and CPU seconds (all threads) of each, the ratios in this run. */
+static void envelope_cost(const char *label, const lm_model *m, const int32_t *tok, uint32_t n,
+                          uint32_t n_prompt, int threads, const row *ref, FILE *out,
+                          const char *when)
+{
+    lm_err err = {0};
+    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt};
+    ref_sr_out mem[8];
+    double t0 = lm_now_s(), c0 = bu_cpu_s();
+    if (ref_sr_ensemble(mem, 8, m, &rq, 1, threads, &err))
+        bu_die(PROG, "SR ensemble", &err);
+    double env_s = lm_now_s() - t0, env_c = bu_cpu_s() - c0;
+    for (int i = 0; i < 8; ++i)
+        ref_sr_out_free(&mem[i]);
+    hx_config cfg = {.backend = "blas", .step = 0, .threads = (uint32_t)threads};
+    hx_run_request rr = {.prompt = tok, .n_prompt = n_prompt, .forced = tok + n_prompt,
+                         .n_forced = n - n_prompt, .n_gen = n - n_prompt};
+    hx_capture *cap = NULL;
+    hx_run_stats st;
+    t0 = lm_now_s();
+    c0 = bu_cpu_s();
+    if (hx_run_capture(&cap, &st, m, &cfg, &rr, &err))
+        bu_die(PROG, "blas run", &err);
+    double blas_s = lm_now_s() - t0, blas_c = bu_cpu_s() - c0;
+    hx_capture_free(cap);
+    printf("\n%s: envelope (8 SR members of the reference's float32 model, %d threads) vs the "
+           "reference pass vs one blas run, same tokens, this run:\n"
+           "         envelope  reference  blas     env/ref (goal <= 2)  env/blas (goal <= 10)\n"
+           "  wall s %8.3f  %9.3f  %7.3f  %8.2f             %8.1f\n"
+           "  CPU s  %8.3f  %9.3f  %7.3f  %8.2f             %8.1f\n",
+           label, threads, env_s, ref->secs, blas_s, env_s / ref->secs, env_s / blas_s, env_c, ref->cpu,
+           blas_c, env_c / ref->cpu, env_c / blas_c);
+    /* TSV, the ref.tsv columns: seconds = the envelope's, target_seconds = the reference
+     * pass's, ratio = envelope / reference, ratio_hot = envelope / blas; wall, then CPU */
+    fprintf(out, "%s\t%s envelope-8-sr\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t%.3f\n",
+            when, label, threads, REF_DEFAULT_PREC, n, env_s, ref->secs, env_s / ref->secs,
+            env_s / blas_s);
+    fprintf(out, "%s\t%s envelope-8-sr-cpu\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t%.3f\n",
+            when, label, threads, REF_DEFAULT_PREC, n, env_c, ref->cpu, env_c / ref->cpu,
+            env_c / blas_c);
+}
+
 /* One pass of a real model from $KVDRIFT_CACHE/models (absent: a SKIP line, false): wall and
  * CPU seconds (this process's user + sys) into *wall, *cpu. */
 static bool real_pass(const char *file, const char *label, const int32_t *fixed, uint32_t n,
-                      uint32_t n_prompt, const char *text_file, int threads, double *wall,
-                      double *cpu, FILE *out)
+                      uint32_t n_prompt, const char *text_file, bool envelope, int threads,
+                      double *wall, double *cpu, FILE *out)
 {
     char dir[1024], path[1200];
     lm_err err = {0};
@@ -300,6 +352,10 @@ static bool real_pass(const char *file, const char *label, const int32_t *fixed,
            n, threads, *wall, *cpu, la[0]);
     fprintf(out, "%s\t%s\t%d\t%u\t%u\t%.0f\t%.4f\t0\t0\t0\t0\t0\n", when, label, threads,
             REF_DEFAULT_PREC, n, ref_macs(m, &rq), *wall);
+    if (envelope) {
+        const row ref = {.model = label, .n_tokens = n, .secs = *wall, .cpu = *cpu};
+        envelope_cost(label, m, fixed, n, n_prompt, threads, &ref, out, when);
+    }
     free(ids);
     lm_model_free(m);
     return true;
@@ -324,12 +380,6 @@ static uint32_t argmax(const double *v, uint32_t n)
             b = i;
     return b;
 }
-
-typedef struct row {
-    const char *model;
-    uint32_t n_tokens;
-    double macs, secs, cpu, target;
-} row;
 
 /* Median wall seconds of reps passes; *cpu: the median CPU seconds (all threads). */
 static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
@@ -366,49 +416,6 @@ static row measure(const char *model, const lm_model *m, const int32_t *tok, uin
     row r = {.model = model, .n_tokens = n, .macs = mac_count(&m->hp, n, n - n_prompt + 1)};
     r.secs = time_ref(m, tok, n, n_prompt, threads, reps, &r.cpu);
     return r;
-}
-
-/* The envelope's cost against the reference pass (ref: its row) and one blas run of the same
- * tokens: 8 SR members of the reference's float32 model (members in parallel on `threads`
- * threads), one blas run (step=full, `threads` threads) teacher-forced on the same tokens; wall
- * and CPU seconds (all threads) of each, the ratios in this run. */
-static void envelope_cost(const lm_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
-                          int threads, const row *ref, FILE *out, const char *when)
-{
-    lm_err err = {0};
-    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt};
-    ref_sr_out mem[8];
-    double t0 = lm_now_s(), c0 = bu_cpu_s();
-    if (ref_sr_ensemble(mem, 8, m, &rq, 1, threads, &err))
-        bu_die(PROG, "SR ensemble", &err);
-    double env_s = lm_now_s() - t0, env_c = bu_cpu_s() - c0;
-    for (int i = 0; i < 8; ++i)
-        ref_sr_out_free(&mem[i]);
-    hx_config cfg = {.backend = "blas", .step = 0, .threads = (uint32_t)threads};
-    hx_run_request rr = {.prompt = tok, .n_prompt = n_prompt, .forced = tok + n_prompt,
-                         .n_forced = n - n_prompt, .n_gen = n - n_prompt};
-    hx_capture *cap = NULL;
-    hx_run_stats st;
-    t0 = lm_now_s();
-    c0 = bu_cpu_s();
-    if (hx_run_capture(&cap, &st, m, &cfg, &rr, &err))
-        bu_die(PROG, "blas run", &err);
-    double blas_s = lm_now_s() - t0, blas_c = bu_cpu_s() - c0;
-    hx_capture_free(cap);
-    printf("\nenvelope (8 SR members of the reference's float32 model, %d threads) vs the "
-           "reference pass vs one blas run, same tokens, this run:\n"
-           "         envelope  reference  blas     env/ref (goal <= 2)  env/blas (goal <= 10)\n"
-           "  wall s %8.3f  %9.3f  %7.3f  %8.2f             %8.1f\n"
-           "  CPU s  %8.3f  %9.3f  %7.3f  %8.2f             %8.1f\n",
-           threads, env_s, ref->secs, blas_s, env_s / ref->secs, env_s / blas_s, env_c, ref->cpu,
-           blas_c, env_c / ref->cpu, env_c / blas_c);
-    /* TSV, the ref.tsv columns: seconds = the envelope's, target_seconds = the reference
-     * pass's, ratio = envelope / reference, ratio_hot = envelope / blas; wall, then CPU */
-    fprintf(out, "%s\tenvelope-8-sr\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t%.3f\n", when,
-            threads, REF_DEFAULT_PREC, n, env_s, ref->secs, env_s / ref->secs, env_s / blas_s);
-    fprintf(out, "%s\tenvelope-8-sr-cpu\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t%.3f\n",
-            when, threads, REF_DEFAULT_PREC, n, env_c, ref->cpu, env_c / ref->cpu,
-            env_c / blas_c);
 }
 
 int main(int argc, char **argv)
@@ -522,7 +529,7 @@ int main(int argc, char **argv)
     rows[nrows++] = measure("smollm2 30+16", m, tok, 46, 30, threads, 1);
     char when0[32];
     bu_when(when0);
-    envelope_cost(m, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
+    envelope_cost("smollm2 30+16", m, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
     rows[nrows++] = measure("smollm2 long", m, tok, LONG_PROMPT, LONG_PROMPT, threads, 1);
     lm_model_free(m);
     unlink(path); /* kept until here: the reference reads the file itself */
@@ -534,9 +541,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < 46; ++i) /* 30 prompt + 16 forced ids, fixed */
         chat[i] = (int32_t)(1 + (7919u * (unsigned)i) % 49151u);
     real_pass("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-q4_1 30+16", chat, 46, 30, NULL,
-              threads, &wall, &cpu, out);
+              true, threads, &wall, &cpu, out);
     real_pass("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m 600-token prompt", NULL, 600, 600,
-              "tests/data/gemma3/long_prompt.txt", threads, &wall, &cpu, out);
+              "tests/data/gemma3/long_prompt.txt", false, threads, &wall, &cpu, out);
 
     char when[32];
     bu_when(when);

@@ -123,6 +123,16 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
         default: FN(__VA_ARGS__, 4); break;                                                       \
         }                                                                                         \
     } while (0)
+/* KB (1..4) and J (1..4) made constants for the compiler. */
+#define DX_BY_KB(FN, KB, J)                                                                       \
+    do {                                                                                          \
+        switch (KB) {                                                                             \
+        case 1: DX_BY_J(FN, J, 1); break;                                                         \
+        case 2: DX_BY_J(FN, J, 2); break;                                                         \
+        case 3: DX_BY_J(FN, J, 3); break;                                                         \
+        default: DX_BY_J(FN, J, 4); break;                                                        \
+        }                                                                                         \
+    } while (0)
 #define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, np, ps, i0, i1, JJ, 4, KB)
 #define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, np, ps, i0, i1, JJ, 1, KB)
 
@@ -135,20 +145,15 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
         for (uint32_t k = 0; k < K;) {
             /* several planes at once where the accumulators fit 16 registers: two for 4 rows
-             * and J <= 2, four for one row (J + 3 accumulators, 4 digit vectors) */
-            const uint32_t kb = (R == 4 && J <= 2 && K - k >= 2) ? 2
-                                : (R == 1 && K - k >= 4)          ? 4
-                                                                  : 1;
+             * and J <= 2, up to four for a row alone (J + 3 accumulators, 4 digit vectors) */
+            const uint32_t kb = R == 4 ? (J <= 2 && K - k >= 2 ? 2 : 1) : (K - k < 4 ? K - k : 4);
             if (R == 4 && kb == 2)
                 DX_BY_J(AVX2_R4, J, 2);
             else if (R == 4)
                 DX_BY_J(AVX2_R4, J, 1);
-            else if (kb == 4) {
-                const uint32_t r = 0;
-                DX_BY_J(AVX2_R1, J, 4);
-            } else
+            else
                 for (uint32_t r = 0; r < R; ++r)
-                    DX_BY_J(AVX2_R1, J, 1);
+                    DX_BY_KB(AVX2_R1, kb, J);
             k += kb;
         }
     }
@@ -198,25 +203,20 @@ __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, co
     for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
         for (uint32_t k = 0; k < K;) {
-            /* 32 registers: four planes at once for J <= 3, two for J = 4 */
-            uint32_t kb = 1;
-            if (R == 4 && J <= 3 && K - k >= 4)
-                kb = 4;
-            else if (R == 4 && K - k >= 2)
-                kb = 2;
+            /* 32 registers: four planes at once for 4 rows and J <= 3, two for J = 4, up to
+             * four for a row alone */
+            uint32_t kb = K - k < 4 ? K - k : 4;
+            if (R == 4 && (J == 4 || kb < 4))
+                kb = kb >= 2 ? 2 : 1;
             if (R == 4 && kb == 4)
                 DX_BY_J(AVX512_R4, J, 4);
             else if (R == 4 && kb == 2)
                 DX_BY_J(AVX512_R4, J, 2);
             else if (R == 4)
                 DX_BY_J(AVX512_R4, J, 1);
-            else if (R == 1 && K - k >= 4) {
-                const uint32_t r = 0;
-                DX_BY_J(AVX512_R1, J, 4);
-                kb = 4;
-            } else
+            else
                 for (uint32_t r = 0; r < R; ++r)
-                    DX_BY_J(AVX512_R1, J, 1);
+                    DX_BY_KB(AVX512_R1, kb, J);
             k += kb;
         }
     }
@@ -602,26 +602,35 @@ static void put_bits(mp_limb_t *l, uint64_t v, uint64_t off)
 }
 
 /* Carries the buckets A[0..nb) (A[s] in units of 2^(20(nb-1-s)) of the last) into |T|'s limbs;
- * returns the sign of T (-1, 0, 1) and the limb count in *nl. */
-static int carry_out(ref_dx_scratch *s, int64_t *A, uint32_t nb, size_t *nl)
+ * returns the sign of T (-1, 0, 1) and the limb count in *nl. One pass writes T in two's
+ * complement (the digits, then the final carry sign-extended over the remaining limbs); a
+ * negative T is then negated in place. */
+static int carry_out(ref_dx_scratch *s, const int64_t *A, uint32_t nb, size_t *nl)
 {
-    int sign = 1;
-    for (int pass = 0; pass < 2; ++pass) {
-        int64_t carry = 0;
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
-        for (uint32_t i = nb; i-- > 0;) {
-            int64_t v = A[i] + carry;
-            int64_t dig = (int64_t)((uint64_t)v & DIGIT_MASK);
-            carry = (v - dig) / (1 << REF_DX_BITS); /* exact: floor division */
-            put_bits(s->limbs, (uint64_t)dig, (uint64_t)REF_DX_BITS * (nb - 1 - i));
+    int64_t carry = 0;
+    memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+    for (uint32_t i = nb; i-- > 0;) {
+        int64_t v = A[i] + carry;
+        int64_t dig = (int64_t)((uint64_t)v & DIGIT_MASK);
+        carry = (v - dig) / (1 << REF_DX_BITS); /* exact: floor division */
+        put_bits(s->limbs, (uint64_t)dig, (uint64_t)REF_DX_BITS * (nb - 1 - i));
+    }
+    /* T = carry 2^(20 nb) + digits: the carry's 64 bits at 20 nb, its sign above them */
+    const uint64_t off = (uint64_t)REF_DX_BITS * nb;
+    put_bits(s->limbs, (uint64_t)carry, off);
+    const int sign = carry < 0 ? -1 : 1;
+    if (sign < 0) {
+        size_t k = off / 64 + 1;
+        if (off % 64 != 0) /* the limb holding the carry's top bits: ones above them */
+            s->limbs[k++] |= ~(uint64_t)0 << (off % 64);
+        for (; k < s->n_limbs; ++k)
+            s->limbs[k] = ~(uint64_t)0;
+        u128 c = 1; /* |T| = ~T + 1 */
+        for (k = 0; k < s->n_limbs; ++k) {
+            c += (u128)(uint64_t)~s->limbs[k];
+            s->limbs[k] = (uint64_t)c;
+            c >>= 64;
         }
-        if (carry >= 0) { /* T = carry 2^(20 nb) + digits >= 0 */
-            put_bits(s->limbs, (uint64_t)carry, (uint64_t)REF_DX_BITS * nb);
-            break;
-        }
-        for (uint32_t i = 0; i < nb; ++i) /* T < 0: carry -T instead (|A| < 2^62) */
-            A[i] = -A[i];
-        sign = -1;
     }
     size_t n = s->n_limbs;
     while (n > 0 && s->limbs[n - 1] == 0)

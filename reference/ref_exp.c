@@ -10,13 +10,13 @@
 __extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets */
 
 #define FX_F 190 /* fraction bits of a fixed-point value: N 2^-190, N < 2^192 */
-#define N_TERMS 11 /* s^n / n! for n <= 11: the rest is < 2^-201 for s < 2^-16 */
+#define N_TERMS 7 /* s^n / n! for n <= 7: the rest is < 2^-207 for s < 2^-24 */
 
 typedef struct fx {
     uint64_t l[3]; /* little-endian limbs */
 } fx;
 
-static fx T1[256], T2[256], C[N_TERMS + 1];
+static fx T1[256], T2[256], T3[256], C[N_TERMS + 1];
 static uint64_t LN2[4]; /* ln 2 rounded to 2^-256 */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -47,6 +47,9 @@ static void build_tables(void)
         mpfr_set_ui_2exp(v, j, -16, MPFR_RNDN);
         mpfr_exp(v, v, MPFR_RNDN);
         limbs_of(T2[j].l, 3, v, FX_F);
+        mpfr_set_ui_2exp(v, j, -24, MPFR_RNDN);
+        mpfr_exp(v, v, MPFR_RNDN);
+        limbs_of(T3[j].l, 3, v, FX_F);
     }
     mpfr_set_ui(v, 1, MPFR_RNDN);
     for (unsigned n = 0; n <= N_TERMS; ++n) {
@@ -196,15 +199,16 @@ static fx exp_fixed(mpfr_srcptr x, long *k_out)
     fx R;
     for (int i = 0; i < 3; ++i)
         R.l[i] = (r[i + 1] >> 2) | (r[i + 2] << 62);
-    const unsigned j1 = (unsigned)(R.l[2] >> 54), j2 = (unsigned)(R.l[2] >> 46) & 255u;
+    const unsigned j1 = (unsigned)(R.l[2] >> 54), j2 = (unsigned)(R.l[2] >> 46) & 255u,
+                   j3 = (unsigned)(R.l[2] >> 38) & 255u;
     fx s = R;
-    s.l[2] &= ((uint64_t)1 << 46) - 1; /* s < 2^-16 */
+    s.l[2] &= ((uint64_t)1 << 38) - 1; /* s < 2^-24 */
     fx p = C[N_TERMS];
     for (int n = N_TERMS - 1; n >= 0; --n) {
         p = fx_mul(&p, &s);
         p = fx_add(p, &C[n]);
     }
-    const fx t = fx_mul(&T1[j1], &T2[j2]);
+    const fx t12 = fx_mul(&T1[j1], &T2[j2]), t = fx_mul(&t12, &T3[j3]);
     *k_out = k;
     return fx_mul(&t, &p);
 }

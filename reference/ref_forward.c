@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #define MAX_THREADS ((int)LM_MAX_THREADS)
+#define REF_MM_CHUNK 32u /* weight rows a matrix-product work item splits at once */
 
 typedef struct fwd fwd;
 typedef void (*item_fn)(fwd *f, void *ctx, uint64_t item, int tid);
@@ -68,7 +69,7 @@ struct fwd {
     /* matrix products (ref_dotx.h) unless mpfr_dot: */
     bool mpfr_dot;       /* every dot product by MPFR multiply-adds (ref_dot) instead */
     ref_dx_scratch *dxs; /* [nt] */
-    ref_dx_row *dxr;     /* [nt][REF_DX_ROWS] the weight rows a thread is on, split */
+    ref_dx_row *dxr;     /* [nt][REF_MM_CHUNK] the weight rows a thread is on, split */
     mpfr_t *dxo;         /* [nt][REF_DX_ROWS] their dot products */
     ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
     /* attention's dot products (ref_dx_dot_vv) unless dx_attn is false (mpfr_dot, or vectors
@@ -169,13 +170,15 @@ typedef struct mm_ctx {
     bool accumulate;  /* out += product (residual) instead of out = product */
 } mm_ctx;
 
-/* Output rows per work item: neighbouring outputs share cache lines, so a thread takes a block
- * of up to 16 rows (fewer lines written by two threads), but small matrices keep at least ~4
- * items per thread so that every thread has work. The numbers do not depend on it. */
+/* Output rows per work item: a thread splits a block of up to REF_MM_CHUNK weight rows once
+ * and then takes each input row's digits against all of them, so an input row is read from
+ * memory once per block rather than once per REF_DX_ROWS rows (the input digits of all tokens
+ * exceed the caches; a block of split rows stays in L2); small matrices keep at least ~4 items
+ * per thread so that every thread has work. The numbers do not depend on it. */
 static uint64_t rows_per_item(const fwd *f, uint64_t n_out)
 {
     uint64_t c = n_out / (4 * (uint64_t)f->nt);
-    return c < 1 ? 1 : (c > 16 ? 16 : c);
+    return c < 1 ? 1 : (c > REF_MM_CHUNK ? REF_MM_CHUNK : c);
 }
 
 /* Output o = the dot product u, plus b[r] (rounded), added to o (rounded) when accumulating. */
@@ -193,11 +196,11 @@ static void mm_store(fwd *f, mm_ctx *c, mpfr_ptr u, uint64_t t, uint64_t r, int 
         mpfr_set(o, u, MPFR_RNDN);
 }
 
-/* Rows [r0, r0 + R) with MPFR multiply-adds (ref_dot), one row at a time. */
-static void mm_rows_mpfr(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
+/* Rows [r0, r1) with MPFR multiply-adds (ref_dot), one row at a time. */
+static void mm_rows_mpfr(fwd *f, mm_ctx *c, uint64_t r0, uint64_t r1, int tid)
 {
     ref_scratch *s = &f->scr[tid];
-    for (uint64_t r = r0; r < r0 + R; ++r) {
+    for (uint64_t r = r0; r < r1; ++r) {
         ref_row_set_flt(s, c->w + r * c->n_in, c->n_in); /* exact */
         for (uint64_t t = 0; t < c->n_rows; ++t) {
             ref_dot(s->u, c->in + t * c->n_in, s->row, c->n_in, s);
@@ -206,31 +209,30 @@ static void mm_rows_mpfr(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
     }
 }
 
-/* Rows [r0, r0 + R), R <= REF_DX_ROWS, by the exact split dot product: the rows are split
- * once, then each input row against all of them. */
-static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint32_t R, int tid)
+/* Rows [r0, r1), r1 - r0 <= REF_MM_CHUNK, by the exact split dot product: the rows are split
+ * once, then each input row against all of them, REF_DX_ROWS rows a kernel call. */
+static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint64_t r1, int tid)
 {
-    if (f->mpfr_dot) {
-        mm_rows_mpfr(f, c, r0, R, tid);
-        return;
-    }
-    const ref_dx_row *w[REF_DX_ROWS];
+    const ref_dx_row *w[REF_MM_CHUNK];
+    ref_dx_row *rows = f->dxr + (size_t)tid * REF_MM_CHUNK;
     mpfr_ptr o[REF_DX_ROWS];
-    ref_dx_row *rows = f->dxr + (size_t)tid * REF_DX_ROWS;
-    for (uint32_t g = 0; g < R; ++g) {
+    for (uint32_t g = 0; g < REF_DX_ROWS; ++g)
+        o[g] = f->dxo[(size_t)tid * REF_DX_ROWS + g];
+    for (uint64_t r = r0; r < r1; ++r) {
         lm_err e = {0};
-        if (ref_dx_row_set(&rows[g], c->w + (r0 + g) * c->n_in, c->n_in, &e) != LM_OK) {
+        if (ref_dx_row_set(&rows[r - r0], c->w + r * c->n_in, c->n_in, &e) != LM_OK) {
             atomic_store(&f->dx_fail, 1);
             return;
         }
-        w[g] = &rows[g];
-        o[g] = f->dxo[(size_t)tid * REF_DX_ROWS + g];
+        w[r - r0] = &rows[r - r0];
     }
-    for (uint64_t t = 0; t < c->n_rows; ++t) {
-        ref_dx_dot_rows(o, &f->dxv[t], w, R, &f->dxs[tid]);
-        for (uint32_t g = 0; g < R; ++g)
-            mm_store(f, c, o[g], t, r0 + g, tid);
-    }
+    for (uint64_t t = 0; t < c->n_rows; ++t)
+        for (uint64_t r = r0; r < r1; r += REF_DX_ROWS) {
+            const uint32_t R = (uint32_t)(r1 - r < REF_DX_ROWS ? r1 - r : REF_DX_ROWS);
+            ref_dx_dot_rows(o, &f->dxv[t], w + (r - r0), R, &f->dxs[tid]);
+            for (uint32_t g = 0; g < R; ++g)
+                mm_store(f, c, o[g], t, r + g, tid);
+        }
 }
 
 static void mm_item(fwd *f, void *p, uint64_t item, int tid)
@@ -238,8 +240,10 @@ static void mm_item(fwd *f, void *p, uint64_t item, int tid)
     mm_ctx *c = p;
     const uint64_t r0 = c->r_lo + item * c->chunk;
     const uint64_t r1 = r0 + c->chunk < c->r_hi ? r0 + c->chunk : c->r_hi;
-    for (uint64_t r = r0; r < r1; r += REF_DX_ROWS)
-        mm_rows(f, c, r, (uint32_t)(r1 - r < REF_DX_ROWS ? r1 - r : REF_DX_ROWS), tid);
+    if (f->mpfr_dot)
+        mm_rows_mpfr(f, c, r0, r1, tid);
+    else
+        mm_rows(f, c, r0, r1, tid);
 }
 
 /* Input row t split into digits once for every output row. */
@@ -778,8 +782,8 @@ static void fwd_free(fwd *f)
         ref_vec_free(f->scores[t], n);
         if (f->dxs)
             ref_dx_scratch_clear(&f->dxs[t]);
-        for (uint32_t g = 0; f->dxr && g < REF_DX_ROWS; ++g)
-            ref_dx_row_free(&f->dxr[(size_t)t * REF_DX_ROWS + g]);
+        for (uint32_t g = 0; f->dxr && g < REF_MM_CHUNK; ++g)
+            ref_dx_row_free(&f->dxr[(size_t)t * REF_MM_CHUNK + g]);
     }
     for (uint64_t t = 0; f->dxv && t < n; ++t)
         ref_dx_vec_free(&f->dxv[t]);
@@ -926,7 +930,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
         memset(f.scr, 0, (size_t)f.nt * sizeof *f.scr);
     f.scores = calloc((size_t)f.nt, sizeof *f.scores);
     f.dxs = calloc((size_t)f.nt, sizeof *f.dxs);
-    f.dxr = calloc((size_t)f.nt * REF_DX_ROWS, sizeof *f.dxr);
+    f.dxr = calloc((size_t)f.nt * REF_MM_CHUNK, sizeof *f.dxr);
     f.dxo = ref_vec_new((uint64_t)f.nt * REF_DX_ROWS, f.prec);
     f.dxv = calloc(n, sizeof *f.dxv);
     f.dx_attn = !f.mpfr_dot && ref_dx_vv_fits(n, f.prec) && ref_dx_vv_fits(hp->head_dim, f.prec);

@@ -162,6 +162,30 @@ static void test_ref_dotx_random(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* Sums of one sign, negative and positive, for every digit count of the vector (spread 0 to
+ * 130 binades: K = 7 .. 13) and of the rows (row r spans ~20 r + 10 bits: J = 1 .. 4), so that
+ * the carried integer ends at every bit offset within a limb, the last limb included. */
+static void test_ref_dotx_one_sign_every_width(void)
+{
+    uint64_t st = tu_seed() ^ 0x519u;
+    int bad = 0;
+    for (int spread = 0; spread <= 130; spread += 10)
+        for (int neg = 0; neg <= 1; ++neg) {
+            dx_case c;
+            case_init(&c, 127, 300);
+            fill_random(&c, &st, spread);
+            for (uint64_t i = 0; i < c.n; ++i) {
+                mpfr_setsign(c.x[i], c.x[i], neg, MPFR_RNDN);
+                for (int r = 0; r < 4; ++r)
+                    c.w[r][i] = ldexpf((float)(1 + tu_rand_u64(&st) % 1024),
+                                       -(int)((i % (uint64_t)(r + 1)) * 20));
+            }
+            bad += check_all(&c);
+            case_free(&c);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 /* sum = tiny: pairs x, -x against the same weight cancel exactly; one small term survives. */
 static void test_ref_dotx_cancellation(void)
 {
@@ -421,6 +445,7 @@ void test_ref_dotx_register(void)
 {
     CU_pSuite s = CU_add_suite("ref_dotx", NULL, NULL);
     CU_add_test(s, "test_ref_dotx_random", test_ref_dotx_random);
+    CU_add_test(s, "test_ref_dotx_one_sign_every_width", test_ref_dotx_one_sign_every_width);
     CU_add_test(s, "test_ref_dotx_cancellation", test_ref_dotx_cancellation);
     CU_add_test(s, "test_ref_dotx_dynamic_range", test_ref_dotx_dynamic_range);
     CU_add_test(s, "test_ref_dotx_special", test_ref_dotx_special);

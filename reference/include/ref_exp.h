@@ -9,13 +9,14 @@
  * mpfr_tanh by these changes no bit.
  *
  * exp(x), 0 < |x| < 512:  x = k ln2 + r with 0 <= r < 1 (k an integer; the reduction in 320-bit
- *   fixed point at 2^-256 with ln2 rounded at 2^-256), r = j1 2^-8 + j2 2^-16 + s (0 <= s <
- *   2^-16), exp(r) = T1[j1] T2[j2] (sum_{n <= 11} s^n / n!), T1[j] = exp(j 2^-8), T2[j] =
- *   exp(j 2^-16) and 1/n! rounded to 2^-190. With u = 2^-190, every multiplication truncating
+ *   fixed point at 2^-256 with ln2 rounded at 2^-256), r = j1 2^-8 + j2 2^-16 + j3 2^-24 + s
+ *   (0 <= s < 2^-24), exp(r) = T1[j1] T2[j2] T3[j3] (sum_{n <= 7} s^n / n!), Ti[j] =
+ *   exp(j 2^-8i) and 1/n! rounded to 2^-190. With u = 2^-190, every multiplication truncating
  *   by < u: series (truncation < u/1000, coefficients <= u/2, products <= u) <= 2u; T1 T2 <=
- *   2.9u; the product with the series <= u + 2.74 * 2u + 1.0001 * 2.9u <= 9.4u; the reduced
- *   argument r is off by <= 1.01u, so exp(r) by <= 2.75u. In all |A - exp(x)| <= 12.2u 2^k
- *   < 2^(k - 186) <= 2^(EXP(A) - 186)   (A >= 2^(k-1), so MPFR's exponent EXP(A) >= k).
+ *   u + 2.72 * 0.51u + 1.004 * 0.51u <= 2.9u; (T1 T2) T3 <= u + 1.00002 * 2.9u + 2.72 * 0.51u
+ *   <= 5.3u; the product with the series <= u + 2.74 * 2u + 1.0001 * 5.3u <= 11.8u; the
+ *   reduced argument r is off by <= 1.01u, so exp(r) by <= 2.75u. In all |A - exp(x)| <= 14.6u
+ *   2^k < 2^(k - 186) <= 2^(EXP(A) - 186)   (A >= 2^(k-1), so MPFR's exponent EXP(A) >= k).
  * tanh(y), 0 < |y| < 256: a = exp(2|y|) as above (relative error theta <= 2^-186), then
  *   (a - 1) / (a + 1) with the subtraction and addition exact at 200 bits and the quotient
  *   rounded at 200 bits: |q - tanh|y|| <= 2|a - e| / ((a + 1)(e + 1)) + 2^-201 <= |theta| +
