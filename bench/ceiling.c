@@ -163,35 +163,35 @@ static uint64_t read_words(const unsigned char *p, size_t n, int S)
 }
 
 #if BC_X86
-/* read_words with 32-byte loads: 4 per stream per step, each into its own accumulator. */
+/* read_words with 32-byte loads: 4 per stream per step, folded into one accumulator per
+ * stream (XOR: one cycle, far faster than memory). */
 AVX2 INL uint64_t read_avx2(const unsigned char *p, size_t n, const int S)
 {
-    __m256i acc[BC_MAX_STREAMS][4];
-#pragma GCC unroll 4
+    __m256i acc[BC_MAX_STREAMS];
+#pragma GCC unroll 8
     for (int s = 0; s < S; ++s)
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u)
-            acc[s][u] = _mm256_setzero_si256();
+        acc[s] = _mm256_setzero_si256();
     const size_t part = n / (size_t)S;
     for (size_t i = 0; i < part; i += STEP)
-#pragma GCC unroll 4
-        for (int s = 0; s < S; ++s)
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; ++u)
-                acc[s][u] = _mm256_xor_si256(
-                    acc[s][u], _mm256_load_si256((const __m256i *)(p + (size_t)s * part + i +
-                                                                   32u * (unsigned)u)));
+#pragma GCC unroll 8
+        for (int s = 0; s < S; ++s) {
+            const __m256i *q = (const __m256i *)(p + (size_t)s * part + i);
+            acc[s] = _mm256_xor_si256(acc[s],
+                                      _mm256_xor_si256(_mm256_xor_si256(_mm256_load_si256(q),
+                                                                        _mm256_load_si256(q + 1)),
+                                                       _mm256_xor_si256(_mm256_load_si256(q + 2),
+                                                                        _mm256_load_si256(q + 3))));
+        }
     __m256i r = _mm256_setzero_si256();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int s = 0; s < S; ++s)
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u)
-            r = _mm256_xor_si256(r, acc[s][u]);
+        r = _mm256_xor_si256(r, acc[s]);
     return (uint64_t)_mm256_extract_epi64(r, 0) ^ (uint64_t)_mm256_extract_epi64(r, 3);
 }
 AVX2 static uint64_t read_avx2_1(const unsigned char *p, size_t n) { return read_avx2(p, n, 1); }
 AVX2 static uint64_t read_avx2_2(const unsigned char *p, size_t n) { return read_avx2(p, n, 2); }
 AVX2 static uint64_t read_avx2_4(const unsigned char *p, size_t n) { return read_avx2(p, n, 4); }
+AVX2 static uint64_t read_avx2_8(const unsigned char *p, size_t n) { return read_avx2(p, n, 8); }
 #endif
 
 static void read_job(job *j)
@@ -200,7 +200,8 @@ static void read_job(job *j)
     if (j->avx2) {
         j->sink = j->streams == 1   ? read_avx2_1(j->p, j->n)
                   : j->streams == 2 ? read_avx2_2(j->p, j->n)
-                                    : read_avx2_4(j->p, j->n);
+                  : j->streams == 4 ? read_avx2_4(j->p, j->n)
+                                    : read_avx2_8(j->p, j->n);
         return;
     }
 #endif
@@ -210,7 +211,7 @@ static void read_job(job *j)
 double bc_read_pass(const bc_buf *b, int n_threads, int streams)
 {
     n_threads = clamp_threads(n_threads);
-    streams = streams <= 1 ? 1 : streams <= 2 ? 2 : BC_MAX_STREAMS;
+    streams = streams <= 1 ? 1 : streams <= 2 ? 2 : streams <= 4 ? 4 : BC_MAX_STREAMS;
     const size_t unit = (size_t)streams * STEP;
     const size_t part = b->bytes / (size_t)n_threads / unit * unit;
     job j[MAX_THREADS];

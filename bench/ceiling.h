@@ -25,11 +25,11 @@ typedef struct bc_buf {
 void bc_buf_init(const char *prog, bc_buf *b, size_t bytes, bool huge);
 void bc_buf_free(bc_buf *b);
 
-/* The read loops bc_read_pass offers: 1, 2 or 4 sequential streams per thread. */
-#define BC_MAX_STREAMS 4
+/* The read loops bc_read_pass offers: 1, 2, 4 or 8 sequential streams per thread. */
+#define BC_MAX_STREAMS 8
 
 /* One read of all of b by n_threads threads started together, thread t streaming its own
- * contiguous part [t * bytes / n, (t + 1) * bytes / n) in `streams` (1, 2 or 4) independent
+ * contiguous part [t * bytes / n, (t + 1) * bytes / n) in `streams` (1, 2, 4 or 8) independent
  * sequential streams over consecutive sub-parts, 32-byte vector loads (AVX2; 8-byte loads
  * without it), two cache lines per stream per step. Returns GB/s: bytes over the time from
  * the first thread's start to the last one's end. */
