@@ -25,7 +25,8 @@
  * shared machine's load hits all of them alike; each figure is the median of the 5, and every
  * ratio printed (det / blas, fastest engine backend / llama.cpp, fraction of the ceiling) is a
  * ratio of medians from this one run; for each llama.cpp target it also says whether the
- * speed it asks for is over a physical bound. The load average before and after is printed
+ * speed it asks for is over a physical bound, taken from the best of the 5 FMA and read
+ * passes (a shared machine's load only lowers them). The load average before and after is printed
  * with them. Then the same pp512 / tg128 for stories260K (engine only) when the shared models
  * are present. The result is checked before anything is timed (finite logits, argmax in
  * range, each backend within 1e-3 relative of naive on a short prompt). Prints one table and
@@ -230,6 +231,7 @@ typedef struct result {
     double gflops;             /* sgemm at the model's shapes */
     double fma;                /* FMA peak, GFLOP/s */
     double read[2][N_STREAMS]; /* GB/s: [4 KiB pages, huge pages asked for][streams_of] */
+    double fma_best, read_best; /* the highest of the repetitions (and of the read loops) */
 } result;
 
 /* What run_engine measures besides the engine: the ceilings and llama.cpp (NULLs: neither). */
@@ -331,9 +333,12 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
     if (bs->cl != NULL) {
         res.gflops = bu_median(gf, REPS);
         res.fma = bu_median(fm, REPS);
+        res.fma_best = fm[REPS - 1]; /* bu_median sorted fm */
         for (int h = 0; h < 2; ++h)
-            for (int s = 0; s < N_STREAMS; ++s)
+            for (int s = 0; s < N_STREAMS; ++s) {
                 res.read[h][s] = bu_median(rd[h][s], REPS);
+                res.read_best = fmax(res.read_best, rd[h][s][REPS - 1]);
+            }
     }
     res.lpp = n_lpp > 0 ? bu_median(lpp, n_lpp) : 0;
     res.ltg = n_ltg > 0 ? bu_median(ltg, n_ltg) : 0;
@@ -457,6 +462,8 @@ int main(int argc, char **argv)
     const double gbs = r.read[rh][rs];
     const double pp_bound = r.gflops * 1e9 / fpt, fma_bound = r.fma * 1e9 / fpt;
     const double tg_bound = gbs * 1e9 / bpt;
+    /* the physical bounds: the least disturbed repetition (load only ever lowers them) */
+    const double fma_phys = r.fma_best * 1e9 / fpt, read_phys = r.read_best * 1e9 / bpt;
     const bool have_llama = r.lpp > 0 && r.ltg > 0;
     const int bp = r.pp[1] > r.pp[0], bt = r.tg[1] > r.tg[0]; /* the fastest backend */
 
@@ -496,6 +503,8 @@ int main(int argc, char **argv)
     printf("read loops (GB/s, 1 / 2 / 4 / 8 streams per thread): 4 KiB pages %.1f / %.1f / %.1f / "
            "%.1f, huge %.1f / %.1f / %.1f / %.1f\n", r.read[0][0], r.read[0][1], r.read[0][2],
            r.read[0][3], r.read[1][0], r.read[1][1], r.read[1][2], r.read[1][3]);
+    printf("best of the %d repetitions (physical bounds): FMA peak %.1f GFLOP/s (%.1f tok/s), "
+           "read %.1f GB/s (%.1f tok/s)\n", REPS, r.fma_best, fma_phys, r.read_best, read_phys);
     printf("load average (1 min): %.2f before, %.2f after, on %ld CPUs\n", load0, load1,
            sysconf(_SC_NPROCESSORS_ONLN));
     tsv(out, label, "blas", "sgemm_m512", r.gflops, "GFLOP/s", 0);
@@ -506,6 +515,10 @@ int main(int argc, char **argv)
     tsv(out, label, "-", "pp512_bound_sgemm", pp_bound, "tok/s", 0);
     tsv(out, label, "-", "pp512_bound_fma", fma_bound, "tok/s", 0);
     tsv(out, label, "-", "tg128_bound_read", tg_bound, "tok/s", 0);
+    tsv(out, label, "-", "fma_peak_best", r.fma_best, "GFLOP/s", 0);
+    tsv(out, label, "-", "read_bw_best", r.read_best, "GB/s", 0);
+    tsv(out, label, "-", "pp512_bound_fma_best", fma_phys, "tok/s", 0);
+    tsv(out, label, "-", "tg128_bound_read_best", read_phys, "tok/s", 0);
     tsv(out, label, "-", "loadavg_before", load0, "", 0);
     tsv(out, label, "-", "loadavg_after", load1, "", 0);
     const double dpp = r.pp[1] / r.pp[0], dtg = r.tg[1] / r.tg[0];
@@ -519,9 +532,9 @@ int main(int argc, char **argv)
         printf("  fastest / llama.cpp pp512 %5.2fx (>= 1.50: %s, %s)   tg128 %5.2fx (>= 1.20: %s, "
                "%s)\n", fpp, verdict(fpp, 1.5), backends[bp], ftg, verdict(ftg, 1.2), backends[bt]);
         printf("    1.50x llama.cpp's pp512 is %.1f tok/s, the FMA-peak bound %.1f: %s\n",
-               1.5 * r.lpp, fma_bound, reach(1.5 * r.lpp, fma_bound));
+               1.5 * r.lpp, fma_phys, reach(1.5 * r.lpp, fma_phys));
         printf("    1.20x llama.cpp's tg128 is %.1f tok/s, the read bound %.1f: %s\n", 1.2 * r.ltg,
-               tg_bound, reach(1.2 * r.ltg, tg_bound));
+               read_phys, reach(1.2 * r.ltg, read_phys));
         tsv(out, label, "fastest/llama.cpp", "pp512_ratio", fpp, "x", 0);
         tsv(out, label, "fastest/llama.cpp", "tg128_ratio", ftg, "x", 0);
     } else {
@@ -532,7 +545,7 @@ int main(int argc, char **argv)
     printf("  fastest / ceiling   pp512 %4.0f%%  (>= 80%%: %s, %s)   tg128 %4.0f%%  (>= 80%%: %s, %s)\n",
            100 * fpb, verdict(fpb, 0.8), backends[bp], 100 * ftb, verdict(ftb, 0.8), backends[bt]);
     printf("    80%% of the sgemm bound is %.1f tok/s, the FMA-peak bound %.1f: %s\n",
-           0.8 * pp_bound, fma_bound, reach(0.8 * pp_bound, fma_bound));
+           0.8 * pp_bound, fma_phys, reach(0.8 * pp_bound, fma_phys));
     lm_model_free(m);
 
     char sp[1024];

@@ -281,6 +281,12 @@ static const ref_qtype *qtype_of(uint32_t type)
     return NULL;
 }
 
+uint32_t ref_dequant_block_elems(uint32_t type)
+{
+    const ref_qtype *qt = qtype_of(type);
+    return qt ? qt->elems : 0;
+}
+
 int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
                 lm_err *err)
 {

@@ -33,24 +33,24 @@ static uint64_t pad16(uint64_t n)
     return (n + 15) & ~(uint64_t)15;
 }
 
-/* --- kernels: for each of R rows r, A[r][k + j] += sum_i d[k][i] * p[r][j][i] over i < np,
- * in blocks of REF_DX_BLOCK elements (d's planes np doubles apart, p's ps >= np apart). Every product is an integer below 2^40 and every partial
+/* --- kernels: for each of R rows r, A[r][k + j] += sum_i d[k][i] * p[r][j][i] over i < n (a
+ * multiple of 8), in blocks of REF_DX_BLOCK elements (d's planes ds doubles apart, p's ps). Every product is an integer below 2^40 and every partial
  * sum of one block and one bucket an integer below 2^50 (ref_dotx.h), so all kernels compute
  * the same exact integers. R rows share each load of the vector's digits. --- */
 
 typedef void (*dx_kernel)(int64_t *const *A, const double *d, uint32_t K,
-                          const double *const *p, uint32_t J, uint32_t R, uint64_t np,
-                          uint64_t ps);
+                          const double *const *p, uint32_t J, uint32_t R, uint64_t n,
+                          uint64_t ds, uint64_t ps);
 
 static void kern_scalar(int64_t *const *A, const double *d, uint32_t K, const double *const *p,
-                        uint32_t J, uint32_t R, uint64_t np, uint64_t ps)
+                        uint32_t J, uint32_t R, uint64_t n, uint64_t ds, uint64_t ps)
 {
-    for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
-        uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
+    for (uint64_t i0 = 0; i0 < n; i0 += REF_DX_BLOCK) {
+        uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t r = 0; r < R; ++r)
             for (uint32_t k = 0; k < K; ++k)
                 for (uint32_t j = 0; j < J; ++j) {
-                    const double *x = d + k * np, *w = p[r] + j * ps;
+                    const double *x = d + k * ds, *w = p[r] + j * ps;
                     double acc = 0.0;
                     for (uint64_t i = i0; i < i1; ++i)
                         acc += x[i] * w[i];
@@ -70,6 +70,14 @@ static void kern_scalar(int64_t *const *A, const double *d, uint32_t K, const do
 #define DX_UNROLL
 #endif
 
+/* One load of a weight vector for its KB products: without this GCC folds the load into each
+ * FMA as a memory operand, which doubles the loads of a step (the kernel is load-bound then). */
+#if defined(__GNUC__)
+#define DX_KEEP_IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define DX_KEEP_IN_REGISTER(v) ((void)0)
+#endif
+
 __attribute__((target("avx2,fma"), always_inline)) static inline double hsum4(__m256d s)
 {
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
@@ -81,7 +89,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline double hsum4(__
  * products; bucket k + s of row r collects the products with kb + j = s (at most
  * min(KB, J) <= 4 per element: block sums below 256 * 4 * 2^40 = 2^50, exact). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p, uint64_t np,
+avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p, uint64_t ds,
             uint64_t ps, uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R,
             const uint32_t KB)
 {
@@ -95,12 +103,13 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
         __m256d xv[4];
         DX_UNROLL
         for (uint32_t kb = 0; kb < KB; ++kb)
-            xv[kb] = _mm256_loadu_pd(d + (k + kb) * np + i);
+            xv[kb] = _mm256_loadu_pd(d + (k + kb) * ds + i);
         DX_UNROLL
         for (uint32_t r = 0; r < R; ++r)
             DX_UNROLL
             for (uint32_t j = 0; j < J; ++j) {
-                const __m256d wv = _mm256_loadu_pd(p[r] + j * ps + i);
+                __m256d wv = _mm256_loadu_pd(p[r] + j * ps + i);
+                DX_KEEP_IN_REGISTER(wv);
                 DX_UNROLL
                 for (uint32_t kb = 0; kb < KB; ++kb)
                     a[r][j + kb] = _mm256_fmadd_pd(xv[kb], wv, a[r][j + kb]);
@@ -133,16 +142,16 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
         default: DX_BY_J(FN, J, 4); break;                                                        \
         }                                                                                         \
     } while (0)
-#define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, np, ps, i0, i1, JJ, 4, KB)
-#define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, np, ps, i0, i1, JJ, 1, KB)
+#define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, ds, ps, i0, i1, JJ, 4, KB)
+#define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, ds, ps, i0, i1, JJ, 1, KB)
 
 __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, const double *d,
                                                           uint32_t K, const double *const *p,
-                                                          uint32_t J, uint32_t R, uint64_t np,
-                                                          uint64_t ps)
+                                                          uint32_t J, uint32_t R, uint64_t n,
+                                                          uint64_t ds, uint64_t ps)
 {
-    for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
-        uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
+    for (uint64_t i0 = 0; i0 < n; i0 += REF_DX_BLOCK) {
+        uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t k = 0; k < K;) {
             /* several planes at once where the accumulators fit 16 registers: two for 4 rows
              * and J <= 2, up to four for a row alone (J + 3 accumulators, 4 digit vectors) */
@@ -161,7 +170,7 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p,
-              uint64_t np, uint64_t ps, uint64_t i0, uint64_t i1, const uint32_t J,
+              uint64_t ds, uint64_t ps, uint64_t i0, uint64_t i1, const uint32_t J,
               const uint32_t R, const uint32_t KB)
 {
     __m512d a[4][REF_DX_JMAX + 3];
@@ -174,12 +183,13 @@ avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *cons
         __m512d xv[4];
         DX_UNROLL
         for (uint32_t kb = 0; kb < KB; ++kb)
-            xv[kb] = _mm512_loadu_pd(d + (k + kb) * np + i);
+            xv[kb] = _mm512_loadu_pd(d + (k + kb) * ds + i);
         DX_UNROLL
         for (uint32_t r = 0; r < R; ++r)
             DX_UNROLL
             for (uint32_t j = 0; j < J; ++j) {
-                const __m512d wv = _mm512_loadu_pd(p[r] + j * ps + i);
+                __m512d wv = _mm512_loadu_pd(p[r] + j * ps + i);
+                DX_KEEP_IN_REGISTER(wv);
                 DX_UNROLL
                 for (uint32_t kb = 0; kb < KB; ++kb)
                     a[r][j + kb] = _mm512_fmadd_pd(xv[kb], wv, a[r][j + kb]);
@@ -192,16 +202,16 @@ avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *cons
             A[r][k + b] += (int64_t)_mm512_reduce_add_pd(a[r][b]);
 }
 
-#define AVX512_R4(KB, JJ) avx512_planes(A, k, d, p, np, ps, i0, i1, JJ, 4, KB)
-#define AVX512_R1(KB, JJ) avx512_planes(A + r, k, d, p + r, np, ps, i0, i1, JJ, 1, KB)
+#define AVX512_R4(KB, JJ) avx512_planes(A, k, d, p, ds, ps, i0, i1, JJ, 4, KB)
+#define AVX512_R1(KB, JJ) avx512_planes(A + r, k, d, p + r, ds, ps, i0, i1, JJ, 1, KB)
 
 __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, const double *d,
                                                            uint32_t K, const double *const *p,
-                                                           uint32_t J, uint32_t R, uint64_t np,
-                                                           uint64_t ps)
+                                                           uint32_t J, uint32_t R, uint64_t n,
+                                                           uint64_t ds, uint64_t ps)
 {
-    for (uint64_t i0 = 0; i0 < np; i0 += REF_DX_BLOCK) {
-        uint64_t i1 = i0 + REF_DX_BLOCK < np ? i0 + REF_DX_BLOCK : np;
+    for (uint64_t i0 = 0; i0 < n; i0 += REF_DX_BLOCK) {
+        uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t k = 0; k < K;) {
             /* 32 registers: four planes at once for 4 rows and J <= 3, two for J = 4, up to
              * four for a row alone */
@@ -273,7 +283,7 @@ int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_
     uint32_t nb = s->k_cap + REF_DX_JMAX, nb_vv = 2 * s->k_cap;
     /* T < 2^(20 nb + 64): the digits and the final carry (nb_vv > nb: two vectors) */
     s->n_limbs = (REF_DX_BITS * nb_vv + 64) / 64 + 2;
-    s->bucket = calloc((size_t)REF_DX_ROWS * nb, sizeof *s->bucket);
+    s->bucket = calloc((size_t)REF_DX_ROWS_MAX * nb, sizeof *s->bucket);
     s->bucket_vv = calloc(nb_vv, sizeof *s->bucket_vv);
     s->limbs = calloc(s->n_limbs, sizeof *s->limbs);
     s->prod = malloc((n_cap ? n_cap : 1) * sizeof *s->prod);
@@ -722,19 +732,32 @@ void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const
                      ref_dx_scratch *s)
 {
     const uint32_t nb = s->k_cap + REF_DX_JMAX;
-    int64_t *A[REF_DX_ROWS];
-    const double *p[REF_DX_ROWS];
-    uint32_t J = 0;
+    int64_t *A[REF_DX_ROWS_MAX];
+    uint32_t J[REF_DX_ROWS_MAX / REF_DX_ROWS]; /* the planes each kernel group runs */
     for (uint32_t r = 0; r < R; ++r) {
         A[r] = s->bucket + (size_t)r * nb;
-        p[r] = w[r]->p;
-        J = w[r]->j > J ? w[r]->j : J;
         memset(A[r], 0, nb * sizeof *A[r]);
+        if (r % REF_DX_ROWS == 0)
+            J[r / REF_DX_ROWS] = 0;
+        if (w[r]->j > J[r / REF_DX_ROWS])
+            J[r / REF_DX_ROWS] = w[r]->j;
     }
-    if (x->k > 0 && J > 0)
-        pick_kernel()(A, x->d, x->k, p, J, R, x->n_pad, x->n_pad);
+    /* a block of the vector's digits serves every group of rows while it is in L1 */
+    const dx_kernel kern = pick_kernel();
+    for (uint64_t i0 = 0; x->k > 0 && i0 < x->n_pad; i0 += REF_DX_BLOCK) {
+        const uint64_t len = x->n_pad - i0 < REF_DX_BLOCK ? x->n_pad - i0 : REF_DX_BLOCK;
+        for (uint32_t g = 0; g < R; g += REF_DX_ROWS) {
+            const uint32_t G = R - g < REF_DX_ROWS ? R - g : REF_DX_ROWS;
+            const double *p[REF_DX_ROWS];
+            for (uint32_t r = 0; r < G; ++r)
+                p[r] = w[g + r]->p + i0;
+            if (J[g / REF_DX_ROWS] > 0)
+                kern(A + g, x->d + i0, x->k, p, J[g / REF_DX_ROWS], G, len, x->n_pad,
+                     w[g]->n_pad);
+        }
+    }
     for (uint32_t r = 0; r < R; ++r)
-        finish_row(out[r], x, w[r], J, A[r], s);
+        finish_row(out[r], x, w[r], J[r / REF_DX_ROWS], A[r], s);
 }
 
 bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec)
@@ -755,7 +778,7 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
             int64_t *Ac = A + c;
             const double *pc = y->d + (uint64_t)c * y->n_pad;
             kern(&Ac, x->d, K, &pc, L - c < REF_DX_JMAX ? L - c : REF_DX_JMAX, 1, x->n_pad,
-                 y->n_pad);
+                 x->n_pad, y->n_pad);
         }
     }
     const bool grid = K > 0 && L > 0;

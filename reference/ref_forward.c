@@ -25,6 +25,7 @@
 
 #define MAX_THREADS ((int)LM_MAX_THREADS)
 #define REF_MM_CHUNK 32u /* weight rows a matrix-product work item splits at once */
+_Static_assert(REF_MM_CHUNK <= REF_DX_ROWS_MAX, "a work item's rows go to one ref_dx_dot_rows");
 
 typedef struct fwd fwd;
 typedef void (*item_fn)(fwd *f, void *ctx, uint64_t item, int tid);
@@ -70,7 +71,7 @@ struct fwd {
     bool mpfr_dot;       /* every dot product by MPFR multiply-adds (ref_dot) instead */
     ref_dx_scratch *dxs; /* [nt] */
     ref_dx_row *dxr;     /* [nt][REF_MM_CHUNK] the weight rows a thread is on, split */
-    mpfr_t *dxo;         /* [nt][REF_DX_ROWS] their dot products */
+    mpfr_t *dxo;         /* [nt][REF_MM_CHUNK] their dot products */
     ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
     /* attention's dot products (ref_dx_dot_vv) unless dx_attn is false (mpfr_dot, or vectors
      * too long for ref_dx_dot_vv): */
@@ -172,7 +173,7 @@ typedef struct mm_ctx {
 
 /* Output rows per work item: a thread splits a block of up to REF_MM_CHUNK weight rows once
  * and then takes each input row's digits against all of them, so an input row is read from
- * memory once per block rather than once per REF_DX_ROWS rows (the input digits of all tokens
+ * memory once per block rather than once per kernel call (the input digits of all tokens
  * exceed the caches; a block of split rows stays in L2); small matrices keep at least ~4 items
  * per thread so that every thread has work. The numbers do not depend on it. */
 static uint64_t rows_per_item(const fwd *f, uint64_t n_out)
@@ -210,14 +211,12 @@ static void mm_rows_mpfr(fwd *f, mm_ctx *c, uint64_t r0, uint64_t r1, int tid)
 }
 
 /* Rows [r0, r1), r1 - r0 <= REF_MM_CHUNK, by the exact split dot product: the rows are split
- * once, then each input row against all of them, REF_DX_ROWS rows a kernel call. */
+ * once, then each input row against all of them. */
 static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint64_t r1, int tid)
 {
     const ref_dx_row *w[REF_MM_CHUNK];
     ref_dx_row *rows = f->dxr + (size_t)tid * REF_MM_CHUNK;
-    mpfr_ptr o[REF_DX_ROWS];
-    for (uint32_t g = 0; g < REF_DX_ROWS; ++g)
-        o[g] = f->dxo[(size_t)tid * REF_DX_ROWS + g];
+    mpfr_ptr o[REF_MM_CHUNK];
     for (uint64_t r = r0; r < r1; ++r) {
         lm_err e = {0};
         if (ref_dx_row_set(&rows[r - r0], c->w + r * c->n_in, c->n_in, &e) != LM_OK) {
@@ -225,14 +224,13 @@ static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint64_t r1, int tid)
             return;
         }
         w[r - r0] = &rows[r - r0];
+        o[r - r0] = f->dxo[(size_t)tid * REF_MM_CHUNK + (r - r0)];
     }
-    for (uint64_t t = 0; t < c->n_rows; ++t)
-        for (uint64_t r = r0; r < r1; r += REF_DX_ROWS) {
-            const uint32_t R = (uint32_t)(r1 - r < REF_DX_ROWS ? r1 - r : REF_DX_ROWS);
-            ref_dx_dot_rows(o, &f->dxv[t], w + (r - r0), R, &f->dxs[tid]);
-            for (uint32_t g = 0; g < R; ++g)
-                mm_store(f, c, o[g], t, r + g, tid);
-        }
+    for (uint64_t t = 0; t < c->n_rows; ++t) {
+        ref_dx_dot_rows(o, &f->dxv[t], w, (uint32_t)(r1 - r0), &f->dxs[tid]);
+        for (uint64_t r = r0; r < r1; ++r)
+            mm_store(f, c, o[r - r0], t, r, tid);
+    }
 }
 
 static void mm_item(fwd *f, void *p, uint64_t item, int tid)
@@ -807,7 +805,7 @@ static void fwd_free(fwd *f)
     free(f->dxs);
     free(f->dxr);
     free(f->dxv);
-    ref_vec_free(f->dxo, (uint64_t)f->nt * REF_DX_ROWS);
+    ref_vec_free(f->dxo, (uint64_t)f->nt * REF_MM_CHUNK);
     free(f->scr);
     free(f->scores);
     ref_group_buf_free(&f->xbuf);
@@ -931,7 +929,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.scores = calloc((size_t)f.nt, sizeof *f.scores);
     f.dxs = calloc((size_t)f.nt, sizeof *f.dxs);
     f.dxr = calloc((size_t)f.nt * REF_MM_CHUNK, sizeof *f.dxr);
-    f.dxo = ref_vec_new((uint64_t)f.nt * REF_DX_ROWS, f.prec);
+    f.dxo = ref_vec_new((uint64_t)f.nt * REF_MM_CHUNK, f.prec);
     f.dxv = calloc(n, sizeof *f.dxv);
     f.dx_attn = !f.mpfr_dot && ref_dx_vv_fits(n, f.prec) && ref_dx_vv_fits(hp->head_dim, f.prec);
     if (f.dx_attn) {

@@ -61,9 +61,10 @@ grep -q 'rank 1: model tiny.gguf .* differs between the ranks' out ||
 [[ ! -e mm.kvdref && -z $(ls m 2>/dev/null) ]] || fail "mismatched model: something was written"
 echo "mpi: ok: a model that differs on rank 1 is refused (exit 2, nothing written)"
 
-# 200 tokens: a pass of seconds, long enough to be killed in the middle
+# 200 tokens at 512 bits: a pass of several seconds, long enough to be killed in the middle
 long=$(seq -s, 1 200)
-"${mpi[@]}" -np 2 "$k" ref tiny.gguf --tokens "$long" -j1 --cache d -o dd.kvdref >out 2>&1 &
+"${mpi[@]}" -np 2 "$k" ref tiny.gguf --tokens "$long" --prec 512 -j1 --cache d -o dd.kvdref \
+  >out 2>&1 &
 job=$!
 for _ in $(seq 200); do
   grep -q 'multiply-adds' out && break

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <inttypes.h>
 #include <string.h>
 
 static const struct { const char *name; lm_tensor_type type; } fixture_types[] = {
@@ -168,6 +169,24 @@ static void test_quant_reference_weights_check(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "blk.0.attn_q.weight"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "element 3"));
     w[3] = keep;
+    /* the largest tensor is checked a chunk at a time: an element near its end is named */
+    uint32_t big = 0;
+    for (uint32_t i = 1; i < m->n_weights; ++i)
+        if (m->weights[i].n_elem > m->weights[big].n_elem)
+            big = i;
+    CU_ASSERT_FATAL(m->weights[big].n_elem > 2 * REF_WEIGHTS_CHUNK); /* three chunks or more */
+    float *wb = (float *)m->weights[big].data, *e = wb + m->weights[big].n_elem - 5;
+    keep = *e;
+    *e = keep + keep * 0x1p-20f + 0x1p-30f;
+    memset(&err, 0, sizeof err);
+    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_E_DISAGREE);
+    char want[96];
+    snprintf(want, sizeof want, "'%s' (", m->weights[big].name);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+    snprintf(want, sizeof want, "element %" PRIu64 ":", m->weights[big].n_elem - 5);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+    *e = keep;
+    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_OK);
     lm_model_free(m);
 }
 

@@ -2,7 +2,7 @@
  * sum rounded once to nearest (oracle: products and a left-to-right sum at 40000 bits, exact for
  * every input here), so |result - exact| <= 2^-P |exact| <= 2^-P sum |x_i w_i| holds with no
  * tolerance; adversarial inputs (cancellation, 800 binades of range, subnormal weights, zeros,
- * NaN/Inf), every kernel the CPU has, 1 and 4 rows at once, 127 and 254 bits, and the MPFR
+ * NaN/Inf), every kernel the CPU has, 1, 4 and up to 32 rows at once, 127 and 254 bits, and the MPFR
  * multiply-add dot product (ref_dot) within its own bound (n+1) 2^-P sum |x_i w_i|; and the
  * product of two MPFR vectors (ref_dx_dot_vv) against the same kind of oracle. */
 #include "kvd_ref.h"
@@ -184,6 +184,75 @@ static void test_ref_dotx_one_sign_every_width(void)
             case_free(&c);
         }
     CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* Up to REF_DX_ROWS_MAX rows at once, groups of rows with different digit counts (row r spans
+ * ~20 (r % 4) + 10 bits: J = 1 .. 4 inside one kernel group, and groups whose largest J
+ * differ), vectors of several blocks: every result equals the row's ref_dx_dot, bit for bit,
+ * with every kernel the CPU has. */
+static void test_ref_dotx_many_rows(void)
+{
+    uint64_t st = tu_seed() ^ 0x3a2u;
+    enum { N = 700 };
+    lm_err err = {0};
+    ref_dx_scratch s;
+    ref_dx_vec v;
+    memset(&v, 0, sizeof v);
+    mpfr_t *x = ref_vec_new(N, 127);
+    float *w = malloc((size_t)REF_DX_ROWS_MAX * N * sizeof *w);
+    ref_dx_row *rows = calloc(REF_DX_ROWS_MAX, sizeof *rows);
+    CU_ASSERT_FATAL(w != NULL && rows != NULL);
+    CU_ASSERT_FATAL(ref_dx_scratch_init(&s, 127, N, &err) == LM_OK);
+    for (uint64_t i = 0; i < N; ++i) {
+        mpfr_set_ui(x[i], (unsigned long)(tu_rand_u64(&st) >> 1), MPFR_RNDN);
+        mpfr_div_ui(x[i], x[i], 3 + (unsigned long)(tu_rand_u64(&st) % 1000), MPFR_RNDN);
+        mpfr_mul_2si(x[i], x[i], -63 + (long)(tu_rand_u64(&st) % 30), MPFR_RNDN);
+        if (tu_rand_u64(&st) & 1)
+            mpfr_neg(x[i], x[i], MPFR_RNDN);
+    }
+    CU_ASSERT_FATAL(ref_dx_vec_set(&v, x, N, s.k_cap, &err) == LM_OK);
+    mpfr_t out[REF_DX_ROWS_MAX], one;
+    mpfr_ptr o[REF_DX_ROWS_MAX];
+    const ref_dx_row *wr[REF_DX_ROWS_MAX];
+    mpfr_init2(one, 127);
+    for (uint32_t r = 0; r < REF_DX_ROWS_MAX; ++r) {
+        /* row 5 alone keeps J = 1 in its group of four: groups differ in their largest J */
+        const uint32_t span = r / 4 == 1 ? 0 : r % 4;
+        for (uint64_t i = 0; i < N; ++i)
+            w[r * N + i] = ldexpf((float)((int)(tu_rand_u64(&st) % 2001) - 1000),
+                                  -(int)((i % (span + 1)) * 20));
+        CU_ASSERT_FATAL(ref_dx_row_set(&rows[r], w + r * N, N, &err) == LM_OK);
+        wr[r] = &rows[r];
+        mpfr_init2(out[r], 127);
+        o[r] = out[r];
+    }
+    int bad = 0;
+    const uint32_t counts[] = {REF_DX_ROWS_MAX, 13, 6};
+    for (int kern = 0; kern <= 2; ++kern)
+        for (size_t c = 0; c < sizeof counts / sizeof *counts; ++c) {
+#ifdef LM_TEST_HOOKS
+            ref_dx_test_force_kernel = kern;
+#endif
+            ref_dx_dot_rows(o, &v, wr, counts[c], &s);
+            for (uint32_t r = 0; r < counts[c]; ++r) {
+                ref_dx_dot(one, &v, &rows[r], &s);
+                bad += !mpfr_equal_p(one, out[r]) || mpfr_signbit(one) != mpfr_signbit(out[r]);
+            }
+#ifdef LM_TEST_HOOKS
+            ref_dx_test_force_kernel = -1;
+#endif
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    for (uint32_t r = 0; r < REF_DX_ROWS_MAX; ++r) {
+        mpfr_clear(out[r]);
+        ref_dx_row_free(&rows[r]);
+    }
+    mpfr_clear(one);
+    ref_dx_vec_free(&v);
+    ref_dx_scratch_clear(&s);
+    ref_vec_free(x, N);
+    free(w);
+    free(rows);
 }
 
 /* sum = tiny: pairs x, -x against the same weight cancel exactly; one small term survives. */
@@ -446,6 +515,7 @@ void test_ref_dotx_register(void)
     CU_pSuite s = CU_add_suite("ref_dotx", NULL, NULL);
     CU_add_test(s, "test_ref_dotx_random", test_ref_dotx_random);
     CU_add_test(s, "test_ref_dotx_one_sign_every_width", test_ref_dotx_one_sign_every_width);
+    CU_add_test(s, "test_ref_dotx_many_rows", test_ref_dotx_many_rows);
     CU_add_test(s, "test_ref_dotx_cancellation", test_ref_dotx_cancellation);
     CU_add_test(s, "test_ref_dotx_dynamic_range", test_ref_dotx_dynamic_range);
     CU_add_test(s, "test_ref_dotx_special", test_ref_dotx_special);

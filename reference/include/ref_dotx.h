@@ -38,7 +38,8 @@
 #define REF_DX_BITS 20u  /* bits per digit */
 #define REF_DX_JMAX 4u   /* digits per weight at most */
 #define REF_DX_BLOCK 256u /* elements per exact double block */
-#define REF_DX_ROWS 4u    /* rows ref_dx_dot_rows takes at once */
+#define REF_DX_ROWS 4u    /* rows a kernel call takes at once */
+#define REF_DX_ROWS_MAX 32u /* rows ref_dx_dot_rows takes at once */
 #define REF_DX_MAX_N (1u << 20) /* longest vector: int64 bucket sums stay below 2^62 */
 
 /* An activation vector split into digits. */
@@ -72,7 +73,7 @@ typedef struct ref_dx_row {
 typedef struct ref_dx_scratch {
     uint64_t n_cap;      /* longest vector */
     uint32_t k_cap;      /* digits per activation at most (from the precision) */
-    int64_t *bucket;     /* [REF_DX_ROWS][k_cap + REF_DX_JMAX] */
+    int64_t *bucket;     /* [REF_DX_ROWS_MAX][k_cap + REF_DX_JMAX] */
     int64_t *bucket_vv;  /* [2 k_cap] (ref_dx_dot_vv) */
     mp_limb_t *limbs;    /* T's magnitude */
     size_t n_limbs;
@@ -102,8 +103,9 @@ void ref_dx_row_free(ref_dx_row *r);
 /* out = sum_i x_i w_i rounded once to out's precision (round to nearest); x->n == w->n. */
 void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s);
 
-/* out[r] = x . w[r] for r < R <= REF_DX_ROWS (each as ref_dx_dot; the rows share the loads
- * of x's digits). */
+/* out[r] = x . w[r] for r < R <= REF_DX_ROWS_MAX (each as ref_dx_dot; the rows share the
+ * loads of x's digits: REF_DX_ROWS rows a kernel call, every group of rows on a block of x's
+ * digits before the next block). */
 void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const *w, uint32_t R,
                      ref_dx_scratch *s);
 
