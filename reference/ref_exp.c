@@ -303,17 +303,18 @@ static bool low_gt(const uint64_t *n, unsigned rb, uint64_t b)
     return (rb >= 64 ? n[0] : n[0] & (((uint64_t)1 << rb) - 1)) > b;
 }
 
-/* rop = (neg ? -1 : 1) X rounded to nearest at rop's precision P <= 192, from N (three limbs)
- * with |N 2^scale - X| < b 2^scale, 0 < b < 2^6; false (rop untouched) where that does not
+/* X rounded to nearest at P = prec <= 192 bits into sig[(P + 63) / 64] and *e_out (MPFR's
+ * layout: 0.sig 2^e), from N (three limbs) with |N 2^scale - X| < b 2^scale, 0 < b < 2^6;
+ * false (sig untouched) where that does not
  * decide the rounding. With N's leading bit at L and the round bit at rb = L - P, the
  * truncation T of N at bit rb + 1, and t = N mod 2^rb: if b < t < 2^rb - b, every number
  * within b of N lies strictly between T + 2^rb k and T + 2^rb (k + 1) for the bit k at rb,
  * strictly on one side of the midpoint T + 2^rb and inside N's binade, so all of them round to
  * T + 2^(rb + 1) k: the decision needs no exact ties (X is never one: tanh and exp of a
  * nonzero rational are irrational). */
-static bool round_fixed(mpfr_ptr rop, const uint64_t *n, uint64_t b, long scale, bool neg)
+static bool round_sig(mp_limb_t *sig, long *e_out, const uint64_t *n, uint64_t b, long scale,
+                      mpfr_prec_t prec)
 {
-    const mpfr_prec_t prec = mpfr_get_prec(rop);
     int top = 2;
     while (top >= 0 && n[top] == 0)
         --top;
@@ -327,10 +328,8 @@ static bool round_fixed(mpfr_ptr rop, const uint64_t *n, uint64_t b, long scale,
     if (!low_gt(n, rb, b) || !low_gt(nn, rb, b - 1))
         return false;
     /* the significand at rop's layout: nl limbs, the leading bit at the top of sig[nl - 1] */
-    enum { MAXL = 3 };
     const unsigned nl = (unsigned)((prec + 63) / 64), pad = 64 * nl - (unsigned)prec;
     const long d = L + 1 - 64 * (long)nl; /* sig = N >> d */
-    mp_limb_t sig[MAXL];
     for (unsigned i = 0; i < nl; ++i)
         sig[i] = bits64((const mp_limb_t *)n, 3, d + 64 * (long)i);
     sig[0] &= ~(((uint64_t)1 << pad) - 1);
@@ -347,9 +346,26 @@ static bool round_fixed(mpfr_ptr rop, const uint64_t *n, uint64_t b, long scale,
             ++e;
         }
     }
+    *e_out = e;
+    return true;
+}
+
+/* rop = (neg ? -1 : 1) 0.sig 2^e (sig at rop's precision: a copy). */
+static void set_sig(mpfr_ptr rop, mp_limb_t *sig, long e, bool neg)
+{
     mpfr_t t;
-    mpfr_custom_init_set(t, (neg ? -1 : 1) * MPFR_REGULAR_KIND, (mpfr_exp_t)e, prec, sig);
-    mpfr_set(rop, t, MPFR_RNDN); /* a copy: same precision */
+    mpfr_custom_init_set(t, (neg ? -1 : 1) * MPFR_REGULAR_KIND, (mpfr_exp_t)e, mpfr_get_prec(rop),
+                         sig);
+    mpfr_set(rop, t, MPFR_RNDN);
+}
+
+static bool round_fixed(mpfr_ptr rop, const uint64_t *n, uint64_t b, long scale, bool neg)
+{
+    mp_limb_t sig[3];
+    long e;
+    if (!round_sig(sig, &e, n, b, scale, mpfr_get_prec(rop)))
+        return false;
+    set_sig(rop, sig, e, neg);
     return true;
 }
 
@@ -480,26 +496,42 @@ bool ref_tanh_approx(mpfr_ptr q, mpfr_srcptr x)
     return true;
 }
 
+bool ref_tanh_sig(mp_limb_t *sig, long *e_out, const mp_limb_t *m, size_t nl, long ex, bool neg,
+                  mpfr_prec_t prec)
+{
+    (void)neg; /* tanh(-y) = -tanh(y), and rounding to nearest is symmetric */
+    const unsigned rl = (unsigned)((prec + 63) / 64);
+    if (ex >= 7) { /* |x| >= 64: 2|x| >= 128 > (P + 2) ln 2, rounds to +-1 (ref_exp.h) */
+        memset(sig, 0, rl * sizeof *sig);
+        sig[rl - 1] = (mp_limb_t)1 << 63;
+        *e_out = 1;
+        return true;
+    }
+    uint64_t qi[3];
+    long k;
+    tanh_fixed(m, nl, ex, qi, &k);
+    if (k >= prec + 3) { /* 2|x| > (P + 2) ln 2: rounds to +-1 */
+        memset(sig, 0, rl * sizeof *sig);
+        sig[rl - 1] = (mp_limb_t)1 << 63;
+        *e_out = 1;
+        return true;
+    }
+    return round_sig(sig, e_out, qi, 61, -192, prec);
+}
+
 void ref_tanh(mpfr_ptr rop, mpfr_srcptr x)
 {
     const mpfr_prec_t prec = mpfr_get_prec(rop);
     if (prec <= REF_EXP_MAX_PREC && mpfr_regular_p(x)) {
         const bool neg = mpfr_signbit(x) != 0;
-        const long ex = (long)mpfr_get_exp(x);
-        if (ex >= 7) { /* |x| >= 64: 2|x| >= 128 > (P + 2) ln 2, rounds to +-1 (ref_exp.h) */
-            mpfr_set_si(rop, neg ? -1 : 1, MPFR_RNDN);
+        mp_limb_t sig[3];
+        long e;
+        if (ref_tanh_sig(sig, &e, (const mp_limb_t *)mpfr_custom_get_significand(x),
+                         (size_t)((mpfr_get_prec(x) + 63) / 64), (long)mpfr_get_exp(x), neg,
+                         prec)) {
+            set_sig(rop, sig, e, neg);
             return;
         }
-        uint64_t qi[3];
-        long k;
-        tanh_fixed((const mp_limb_t *)mpfr_custom_get_significand(x),
-                   (size_t)((mpfr_get_prec(x) + 63) / 64), ex, qi, &k);
-        if (k >= prec + 3) { /* 2|x| > (P + 2) ln 2: rounds to +-1 */
-            mpfr_set_si(rop, neg ? -1 : 1, MPFR_RNDN);
-            return;
-        }
-        if (round_fixed(rop, qi, 61, -192, neg))
-            return;
     }
     mpfr_tanh(rop, x, MPFR_RNDN);
 }

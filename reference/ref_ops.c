@@ -3,6 +3,7 @@
  * ref_exp.h: the same bits as mpfr_exp and mpfr_tanh); reductions run left to right. Nothing here knows about models or threads. */
 #include "kvd_ref.h"
 #include "ref_exp.h"
+#include "ref_gelu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +195,11 @@ void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s)
 void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s)
 {
     /* 0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3))), each constant at full precision
-     * (computed once per scratch: gelu_c = RN(0.044715), gelu_k = RN(sqrt(RN(2 / RN(pi))))) */
+     * (computed once per scratch: gelu_c = RN(0.044715), gelu_k = RN(sqrt(RN(2 / RN(pi))))).
+     * The sequence below defines the result; up to 128 bits ref_gelu_tanh_f2 computes the same
+     * roundings without MPFR calls. */
+    if (ref_gelu_tanh_f2(out, z, s->gelu_c, s->gelu_k))
+        return;
     mpfr_sqr(s->t, z, MPFR_RNDN);
     mpfr_mul(s->t, s->t, z, MPFR_RNDN);
     mpfr_mul(s->t, s->t, s->gelu_c, MPFR_RNDN);

@@ -65,6 +65,14 @@ void ref_exp(mpfr_ptr rop, mpfr_srcptr x);
 /* rop = tanh(x), rounded to nearest at rop's precision (= mpfr_tanh(rop, x, MPFR_RNDN)). */
 void ref_tanh(mpfr_ptr rop, mpfr_srcptr x);
 
+/* tanh(x) rounded to nearest at prec <= REF_EXP_MAX_PREC bits, for x = (neg ? -1 : 1) 0.m 2^ex
+ * (m[nl]: a significand in MPFR's layout, most significant bit at the top of m[nl - 1]): |tanh x|
+ * into sig[(prec + 63) / 64] and *e_out (MPFR's layout: 0.sig 2^e; the sign is neg's). false
+ * where the fixed-point path cannot decide (then mpfr_tanh must). ref_tanh is this on x's own
+ * significand. */
+bool ref_tanh_sig(mp_limb_t *sig, long *e_out, const mp_limb_t *m, size_t nl, long ex, bool neg,
+                  mpfr_prec_t prec);
+
 /* The approximations the two use, for the tests of their error bounds (a and q: at least 192
  * bits, set exactly): A with |A - exp(x)| <= 2^(EXP(A) - 186) for 0 < |x| < 512, and Q with
  * |Q - tanh(x)| <= 61 2^-192 for 0 < |x| < 64. false where the fixed-point path does not apply
