@@ -7,8 +7,10 @@
  * 256-bit window plus a sticky bit for what falls below it, and each result is rounded to
  * nearest, ties to even, at P bits (MPFR_RNDN): the same value MPFR returns. tanh goes through
  * ref_tanh_sig. Anything outside the ordinary case (a non-regular input, exponents beyond
- * +-2^20, a tanh the fixed point cannot decide, 1 + tanh with tanh = -1 or tanh below 2^-127 in
- * magnitude) returns false before anything is written, and the caller runs the MPFR sequence. */
+ * +-2^20, a tanh the fixed point cannot decide, 1 + tanh with tanh = -1 or -2^-128 < tanh < 0)
+ * returns false before anything is written, and the caller runs the MPFR sequence.
+ * A sum's sticky bit (what falls below the window) can decide a rounding only at P = 128 with
+ * the addends' exponents exactly 128 apart; it is kept for that case. */
 #include "ref_gelu.h"
 #include "ref_exp.h"
 
