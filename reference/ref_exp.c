@@ -9,6 +9,10 @@
 
 __extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets */
 
+/* Small limb helpers inlined into their callers: out of line, their fx results pass through
+ * memory and cost store-forwarding stalls. */
+#define FX_INLINE __attribute__((always_inline)) static inline
+
 #define FX_F 190 /* fraction bits of a fixed-point value: N 2^-190, N < 2^192 */
 #define N_TERMS 7 /* s^n / n! for n <= 7: the rest is < 2^-207 for s < 2^-24 */
 
@@ -16,7 +20,9 @@ typedef struct fx {
     uint64_t l[3]; /* little-endian limbs */
 } fx;
 
-static fx T1[256], T2[256], T3[256], C[N_TERMS + 1];
+#define N_WIDE 3 /* terms N_TERMS .. N_WIDE of the Horner scheme in two limbs at 2^-128 */
+static fx T1[256], T2[256], T3[256], C[N_WIDE]; /* C[n] = 1/n! at 2^-190 (0, 1, 2: exact) */
+static u128 D[N_TERMS + 1];                      /* D[n] = 1/n! rounded at 2^-128, n >= N_WIDE */
 static uint64_t LN2[4]; /* ln 2 rounded to 2^-256 */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -55,7 +61,13 @@ static void build_tables(void)
     for (unsigned n = 0; n <= N_TERMS; ++n) {
         if (n > 0)
             mpfr_div_ui(v, v, n, MPFR_RNDN);
-        limbs_of(C[n].l, 3, v, FX_F);
+        if (n < N_WIDE) {
+            limbs_of(C[n].l, 3, v, FX_F);
+        } else {
+            uint64_t d[2];
+            limbs_of(d, 2, v, 128);
+            D[n] = ((u128)d[1] << 64) | d[0];
+        }
     }
     mpfr_const_log2(v, MPFR_RNDN);
     limbs_of(LN2, 4, v, 256);
@@ -65,7 +77,7 @@ static void build_tables(void)
 
 /* Adds the 128-bit product a b to a column: its low half to lo, its high half to hi (the
  * next column's share). */
-static inline void col_add(u128 *lo, u128 *hi, uint64_t a, uint64_t b)
+FX_INLINE void col_add(u128 *lo, u128 *hi, uint64_t a, uint64_t b)
 {
     const u128 t = (u128)a * b;
     *lo += (uint64_t)t;
@@ -74,7 +86,7 @@ static inline void col_add(u128 *lo, u128 *hi, uint64_t a, uint64_t b)
 
 /* floor(a b 2^-190): exact product, truncated (error < u). a b < 4. Written out column by
  * column (GCC keeps the rolled loops' partial products in memory). */
-static fx fx_mul(const fx *a, const fx *b)
+FX_INLINE fx fx_mul(const fx *a, const fx *b)
 {
     const uint64_t a0 = a->l[0], a1 = a->l[1], a2 = a->l[2];
     const uint64_t b0 = b->l[0], b1 = b->l[1], b2 = b->l[2];
@@ -102,7 +114,7 @@ static fx fx_mul(const fx *a, const fx *b)
     return r;
 }
 
-static fx fx_add(fx a, const fx *b)
+FX_INLINE fx fx_add(fx a, const fx *b)
 {
     u128 c = 0;
     for (int k = 0; k < 3; ++k) {
@@ -114,7 +126,7 @@ static fx fx_add(fx a, const fx *b)
 }
 
 /* Bits [lo, lo + 64) of the integer m[0..nl) (lo may be negative: zeros below bit 0). */
-static uint64_t bits64(const mp_limb_t *m, size_t nl, long lo)
+FX_INLINE uint64_t bits64(const mp_limb_t *m, size_t nl, long lo)
 {
     if (lo >= (long)(64 * nl) || lo <= -64)
         return 0;
@@ -128,7 +140,7 @@ static uint64_t bits64(const mp_limb_t *m, size_t nl, long lo)
 }
 
 /* 5-limb two's complement arithmetic (320 bits, values at 2^-256). */
-static void w_sub(uint64_t *a, const uint64_t *b)
+FX_INLINE void w_sub(uint64_t *a, const uint64_t *b)
 {
     uint64_t borrow = 0;
     for (int k = 0; k < 5; ++k) {
@@ -139,7 +151,7 @@ static void w_sub(uint64_t *a, const uint64_t *b)
     }
 }
 
-static void w_add4(uint64_t *a, const uint64_t *b4)
+FX_INLINE void w_add4(uint64_t *a, const uint64_t *b4)
 {
     u128 c = 0;
     for (int k = 0; k < 5; ++k) {
@@ -149,7 +161,7 @@ static void w_add4(uint64_t *a, const uint64_t *b4)
     }
 }
 
-static void w_neg(uint64_t *a)
+FX_INLINE void w_neg(uint64_t *a)
 {
     u128 c = 1;
     for (int k = 0; k < 5; ++k) {
@@ -159,21 +171,45 @@ static void w_neg(uint64_t *a)
     }
 }
 
-/* E with |E 2^-190 - exp(x) 2^-k| <= 12.2 u and *k, for regular x with |x| < 512. */
-static fx exp_fixed(mpfr_srcptr x, long *k_out)
+/* floor(a b 2^-128), exact (four 64-bit products). */
+FX_INLINE u128 mul_hi128(u128 a, u128 b)
+{
+    const uint64_t a0 = (uint64_t)a, a1 = (uint64_t)(a >> 64), b0 = (uint64_t)b,
+                   b1 = (uint64_t)(b >> 64);
+    const u128 p00 = (u128)a0 * b0, p01 = (u128)a0 * b1, p10 = (u128)a1 * b0,
+               p11 = (u128)a1 * b1;
+    const u128 mid = (p00 >> 64) + (uint64_t)p01 + (uint64_t)p10; /* < 2^66 */
+    return p11 + (p01 >> 64) + (p10 >> 64) + (mid >> 64);
+}
+
+/* a -= b (4 limbs, a >= b). */
+FX_INLINE void w_sub4(uint64_t *a, const uint64_t *b)
+{
+    uint64_t borrow = 0;
+    for (int k = 0; k < 4; ++k) {
+        const uint64_t bk = b[k] + borrow;
+        const uint64_t nb = (bk < borrow) || (a[k] < bk);
+        a[k] -= bk;
+        borrow = nb;
+    }
+}
+
+/* E with |E 2^-190 - exp(v) 2^-k| <= 14.6 u and *k (0 <= r < 1 in the reduction, so
+ * 2^k (1 - 2^-249) <= exp(v) < e 2^k), for v = (neg ? -1 : 1) 0.m 2^ex with 0 < |v| < 512: m[nl]
+ * the significand of an MPFR number (most significant bit first in m[nl - 1]). */
+static fx exp_fixed(const mp_limb_t *m, size_t nl, long ex, bool neg, long *k_out)
 {
     pthread_once(&tables_once, build_tables);
-    /* X = x 2^256 (truncated toward zero; |x| < 2^9 fits 5 limbs with the sign) */
-    const mp_limb_t *m = (const mp_limb_t *)mpfr_custom_get_significand(x);
-    const size_t nl = (size_t)((mpfr_get_prec(x) + 63) / 64);
-    const long sh = (long)mpfr_get_exp(x) - (long)(64 * nl) + 256; /* |x| 2^256 = m 2^sh */
+    /* X = |v| 2^256 (truncated; |v| < 2^9 fits 5 limbs with the sign) */
+    const long sh = ex - (long)(64 * nl) + 256; /* |v| 2^256 = m 2^sh */
     uint64_t r[5];
     for (int i = 0; i < 5; ++i)
         r[i] = bits64(m, nl, 64 * i - sh);
-    if (mpfr_signbit(x))
+    /* k = floor(v / ln 2) from a double of |v| (corrected below), r = X - k LN2 */
+    const double av = (double)r[4] + (double)(r[3] >> 11) * 0x1p-53;
+    long k = (long)floor((neg ? -av : av) * 1.4426950408889634);
+    if (neg)
         w_neg(r);
-    /* k = floor(x / ln 2) from double (corrected below), r = X - k LN2 */
-    long k = (long)floor(mpfr_get_d(x, MPFR_RNDN) * 1.4426950408889634);
     uint64_t kl[5] = {0};
     const uint64_t ak = (uint64_t)(k < 0 ? -k : k);
     u128 c = 0;
@@ -203,8 +239,15 @@ static fx exp_fixed(mpfr_srcptr x, long *k_out)
                    j3 = (unsigned)(R.l[2] >> 38) & 255u;
     fx s = R;
     s.l[2] &= ((uint64_t)1 << 38) - 1; /* s < 2^-24 */
-    fx p = C[N_TERMS];
-    for (int n = N_TERMS - 1; n >= 0; --n) {
+    /* Horner: h_n = 1/n! + s h_(n+1). An error in h_n reaches exp(s) times s^n < 2^-24n, so
+     * h_7 .. h_3 are kept at 2^-128 (g: two limbs, s truncated to s2 at 2^-152) and only
+     * h_2 .. h_0 at 2^-190 (error analysis in ref_exp.h) */
+    const u128 s2 = ((u128)((s.l[1] >> 38) | (s.l[2] << 26)) << 64) | ((s.l[0] >> 38) | (s.l[1] << 26));
+    u128 g = D[N_TERMS];
+    for (int n = N_TERMS - 1; n >= N_WIDE; --n)
+        g = D[n] + (mul_hi128(g, s2) >> 24);
+    fx p = {{(uint64_t)g << 62, (uint64_t)(g >> 2), (uint64_t)(g >> 66)}}; /* g 2^62 */
+    for (int n = N_WIDE - 1; n >= 0; --n) {
         p = fx_mul(&p, &s);
         p = fx_add(p, &C[n]);
     }
@@ -213,21 +256,28 @@ static fx exp_fixed(mpfr_srcptr x, long *k_out)
     return fx_mul(&t, &p);
 }
 
+static fx exp_fixed_of(mpfr_srcptr x, long *k_out)
+{
+    return exp_fixed((const mp_limb_t *)mpfr_custom_get_significand(x),
+                     (size_t)((mpfr_get_prec(x) + 63) / 64), (long)mpfr_get_exp(x),
+                     mpfr_signbit(x) != 0, k_out);
+}
+
 /* The fixed-point path applies: x regular and |x| < 2^lim_exp. */
 static bool in_range(mpfr_srcptr x, long lim_exp)
 {
     return mpfr_regular_p(x) && mpfr_get_exp(x) <= lim_exp;
 }
 
-/* a = E 2^(k - 190) exactly (a: at least 192 bits). */
-static void set_fixed(mpfr_ptr a, const fx *e, long k)
+/* a = N 2^scale exactly (N three limbs; a: at least 192 bits). */
+static void set_fixed(mpfr_ptr a, const uint64_t *n, long scale)
 {
     mpz_t z;
-    int n = 3;
-    while (n > 0 && e->l[n - 1] == 0)
-        --n;
-    mpz_roinit_n(z, (const mp_limb_t *)e->l, n);
-    mpfr_set_z_2exp(a, z, (mpfr_exp_t)(k - FX_F), MPFR_RNDN);
+    int len = 3;
+    while (len > 0 && n[len - 1] == 0)
+        --len;
+    mpz_roinit_n(z, (const mp_limb_t *)n, len);
+    mpfr_set_z_2exp(a, z, (mpfr_exp_t)scale, MPFR_RNDN);
 }
 
 bool ref_exp_approx(mpfr_ptr a, mpfr_srcptr x)
@@ -235,53 +285,196 @@ bool ref_exp_approx(mpfr_ptr a, mpfr_srcptr x)
     if (!in_range(x, 9)) /* |x| < 2^9 */
         return false;
     long k;
-    const fx e = exp_fixed(x, &k);
-    set_fixed(a, &e, k);
+    const fx e = exp_fixed_of(x, &k);
+    set_fixed(a, e.l, k - FX_F);
     return true;
 }
 
-/* MPFR's documented test for a correctly rounded result to nearest from an approximation with
- * error <= 2^(EXP(a) - err). */
-static bool can_round(mpfr_srcptr a, long err, mpfr_prec_t prec)
+/* (n mod 2^rb) > b, for 0 < rb <= 192. */
+static bool low_gt(const uint64_t *n, unsigned rb, uint64_t b)
 {
-    return err > 0 && mpfr_can_round(a, (mpfr_exp_t)err, MPFR_RNDN, MPFR_RNDZ, prec + 1);
+    for (unsigned i = 2; i >= 1; --i) {
+        if (64 * i >= rb)
+            continue;
+        const unsigned top = rb - 64 * i;
+        if ((top >= 64 ? n[i] : n[i] & (((uint64_t)1 << top) - 1)) != 0)
+            return true;
+    }
+    return (rb >= 64 ? n[0] : n[0] & (((uint64_t)1 << rb) - 1)) > b;
+}
+
+/* rop = (neg ? -1 : 1) X rounded to nearest at rop's precision P <= 192, from N (three limbs)
+ * with |N 2^scale - X| < b 2^scale, 0 < b < 2^6; false (rop untouched) where that does not
+ * decide the rounding. With N's leading bit at L and the round bit at rb = L - P, the
+ * truncation T of N at bit rb + 1, and t = N mod 2^rb: if b < t < 2^rb - b, every number
+ * within b of N lies strictly between T + 2^rb k and T + 2^rb (k + 1) for the bit k at rb,
+ * strictly on one side of the midpoint T + 2^rb and inside N's binade, so all of them round to
+ * T + 2^(rb + 1) k: the decision needs no exact ties (X is never one: tanh and exp of a
+ * nonzero rational are irrational). */
+static bool round_fixed(mpfr_ptr rop, const uint64_t *n, uint64_t b, long scale, bool neg)
+{
+    const mpfr_prec_t prec = mpfr_get_prec(rop);
+    int top = 2;
+    while (top >= 0 && n[top] == 0)
+        --top;
+    if (top < 0)
+        return false;
+    const long L = 64 * top + 63 - __builtin_clzll(n[top]);
+    if (L < prec + 8) /* fewer than 8 bits below the round bit: leave it to MPFR */
+        return false;
+    const unsigned rb = (unsigned)(L - prec);
+    const uint64_t nn[3] = {~n[0], ~n[1], ~n[2]}; /* 2^rb - 1 - t = ~N mod 2^rb */
+    if (!low_gt(n, rb, b) || !low_gt(nn, rb, b - 1))
+        return false;
+    /* the significand at rop's layout: nl limbs, the leading bit at the top of sig[nl - 1] */
+    enum { MAXL = 3 };
+    const unsigned nl = (unsigned)((prec + 63) / 64), pad = 64 * nl - (unsigned)prec;
+    const long d = L + 1 - 64 * (long)nl; /* sig = N >> d */
+    mp_limb_t sig[MAXL];
+    for (unsigned i = 0; i < nl; ++i)
+        sig[i] = bits64((const mp_limb_t *)n, 3, d + 64 * (long)i);
+    sig[0] &= ~(((uint64_t)1 << pad) - 1);
+    long e = L + 1 + scale; /* X in [2^(e-1), 2^e) before rounding */
+    if ((n[rb / 64] >> (rb % 64)) & 1) { /* round up */
+        u128 c = (u128)1 << pad;
+        for (unsigned i = 0; i < nl; ++i) {
+            c += sig[i];
+            sig[i] = (uint64_t)c;
+            c >>= 64;
+        }
+        if (c != 0) { /* 2^e */
+            sig[nl - 1] = (uint64_t)1 << 63;
+            ++e;
+        }
+    }
+    mpfr_t t;
+    mpfr_custom_init_set(t, (neg ? -1 : 1) * MPFR_REGULAR_KIND, (mpfr_exp_t)e, prec, sig);
+    mpfr_set(rop, t, MPFR_RNDN); /* a copy: same precision */
+    return true;
 }
 
 void ref_exp(mpfr_ptr rop, mpfr_srcptr x)
 {
-    const mpfr_prec_t prec = mpfr_get_prec(rop);
-    if (prec <= REF_EXP_MAX_PREC) {
-        mpfr_t a;
-        mp_limb_t al[3];
-        mpfr_custom_init(al, 192);
-        mpfr_custom_init_set(a, MPFR_ZERO_KIND, 0, 192, al);
-        if (ref_exp_approx(a, x) && can_round(a, 186, prec)) {
-            mpfr_set(rop, a, MPFR_RNDN);
+    if (mpfr_get_prec(rop) <= REF_EXP_MAX_PREC && in_range(x, 9)) {
+        long k;
+        const fx e = exp_fixed_of(x, &k);
+        /* |E 2^(k-190) - exp(x)| <= 14.6 2^(k-190) */
+        if (round_fixed(rop, e.l, 15, k - FX_F, false))
             return;
-        }
     }
     mpfr_exp(rop, x, MPFR_RNDN);
 }
 
+/* Q with |Q 2^-192 - tanh|y|| <= 60.6 2^-192 (proof in ref_exp.h) and *k, for y = 0.m 2^ex,
+ * 0 < |y| < 64: a = exp(2|y|) = E 2^(k-190), then Q = 2^192 - 2^(193-k) V with V ~ 1/M,
+ * M = (a + 1) 2^-k. */
+static void tanh_fixed(const mp_limb_t *m, size_t nl, long ex, uint64_t *q, long *k_out)
+{
+    long k;
+    const fx e = exp_fixed(m, nl, ex + 1, false, &k); /* 2|y| < 128: 0 <= k <= 184 */
+    *k_out = k;
+    /* Mi = E + 2^(190-k) = M 2^190, 1 - 2^-185 < M < 4 */
+    uint64_t mi[3] = {e.l[0], e.l[1], e.l[2]};
+    {
+        const unsigned b = (unsigned)(190 - k);
+        u128 c = (u128)mi[b / 64] + ((uint64_t)1 << (b % 64));
+        mi[b / 64] = (uint64_t)c;
+        for (unsigned i = b / 64 + 1; i < 3; ++i) {
+            c = (u128)mi[i] + (uint64_t)(c >> 64);
+            mi[i] = (uint64_t)c;
+        }
+    }
+    /* v0 2^-64 <= 1/M: 1 - 1.19 2^-49 <= M v0 2^-64 < 1 */
+    const double md = (double)mi[2] * 0x1p-62;
+    const double w = (1.0 / md) * (1.0 - 0x1p-49);
+    const uint64_t v0 = (uint64_t)(w * 0x1p64);
+    /* eps 2^254 = 2^254 - Mi v0 (exact), 0 < eps <= 1.19 2^-49 */
+    uint64_t ep[4];
+    {
+        u128 c = 0;
+        uint64_t p[4];
+        for (int i = 0; i < 3; ++i) {
+            c += (u128)mi[i] * v0;
+            p[i] = (uint64_t)c;
+            c >>= 64;
+        }
+        p[3] = (uint64_t)c;
+        const uint64_t two254[4] = {0, 0, 0, (uint64_t)1 << 62};
+        memcpy(ep, two254, sizeof ep);
+        w_sub4(ep, p);
+    }
+    /* S = eps + eps^2 + eps^3 at 2^-240, truncated: eps from ep, eps^2 from eps's leading
+     * bits at 2^-176 (e2), eps^3 from eps at 2^-112 times eps^2 at 2^-160; S is low by less
+     * than 2^-206 */
+    const fx es = {{(ep[0] >> 14) | (ep[1] << 50), (ep[1] >> 14) | (ep[2] << 50),
+                    (ep[2] >> 14) | (ep[3] << 50)}};
+    const uint64_t e64 = (ep[2] >> 14) | (ep[3] << 50); /* eps 2^112 < 2^64 */
+    const u128 e2 = ((u128)e64 << 64) | ((ep[1] >> 14) | (ep[2] << 50)); /* eps 2^176 */
+    fx sq; /* e2^2 2^-112 < 2^143 */
+    {
+        const uint64_t a0 = (uint64_t)e2, a1 = (uint64_t)(e2 >> 64);
+        const u128 p00 = (u128)a0 * a0, p01 = (u128)a0 * a1, p11 = (u128)a1 * a1;
+        /* e2^2 = p11 2^128 + 2 p01 2^64 + p00, as four limbs q[] */
+        const u128 m1 = (p00 >> 64) + (u128)(uint64_t)p01 * 2;
+        const u128 m2 = (m1 >> 64) + (uint64_t)p11 + (p01 >> 64) * 2;
+        const uint64_t q1 = (uint64_t)m1, q2 = (uint64_t)m2,
+                       q3 = (uint64_t)((m2 >> 64) + (uint64_t)(p11 >> 64));
+        sq.l[0] = (q1 >> 48) | (q2 << 16);
+        sq.l[1] = (q2 >> 48) | (q3 << 16);
+        sq.l[2] = q3 >> 48;
+    }
+    const uint64_t sq64 = (sq.l[1] >> 16) | (sq.l[2] << 48); /* eps^2 2^160 < 2^63 */
+    const u128 cu = ((u128)e64 * sq64) >> 32;               /* eps^3 2^240 < 2^94 */
+    const fx cube = {{(uint64_t)cu, (uint64_t)(cu >> 64), 0}};
+    fx sum = fx_add(es, &sq);
+    sum = fx_add(sum, &cube);
+    /* Vi = v0 2^128 (1 + S) at 2^-192, truncated: 1/M - 1.13 2^-192 <= Vi 2^-192 <= 1/M */
+    uint64_t vi[3];
+    {
+        uint64_t t[4];
+        u128 c = 0;
+        for (int i = 0; i < 3; ++i) {
+            c += (u128)sum.l[i] * v0;
+            t[i] = (uint64_t)c;
+            c >>= 64;
+        }
+        t[3] = (uint64_t)c; /* v0 S 2^304 < 2^256; >> 112 below 2^144 */
+        vi[0] = (t[1] >> 48) | (t[2] << 16);
+        vi[1] = (t[2] >> 48) | (t[3] << 16);
+        vi[2] = v0 + (t[3] >> 48);
+    }
+    /* Q = 2^192 - (Vi << 1) for k = 0, 2^192 - (Vi >> (k - 1)) otherwise */
+    uint64_t d[3];
+    if (k == 0) {
+        if (vi[2] >> 63) { /* 1/M >= 1/2: tanh|y| <= 60.6 2^-192, Q = 0 keeps the bound */
+            q[0] = q[1] = q[2] = 0;
+            return;
+        }
+        d[2] = (vi[2] << 1) | (vi[1] >> 63);
+        d[1] = (vi[1] << 1) | (vi[0] >> 63);
+        d[0] = vi[0] << 1;
+    } else {
+        for (int i = 0; i < 3; ++i)
+            d[i] = bits64((const mp_limb_t *)vi, 3, 64 * i + k - 1);
+    }
+    /* 0 < d < 2^192: q = 2^192 - d */
+    u128 c = 1;
+    for (int i = 0; i < 3; ++i) {
+        c += (u128)(uint64_t)~d[i];
+        q[i] = (uint64_t)c;
+        c >>= 64;
+    }
+}
+
 bool ref_tanh_approx(mpfr_ptr q, mpfr_srcptr x)
 {
-    if (!in_range(x, 8) || mpfr_get_prec(x) > 192) /* |x| < 2^8: 2|x| < 2^9 */
+    if (!in_range(x, 6)) /* |x| < 2^6 */
         return false;
-    mpfr_t y, num, den;
-    mp_limb_t yl[3], nlimbs[4], dl[4];
-    mpfr_custom_init_set(y, MPFR_ZERO_KIND, 0, 192, yl);
-    mpfr_custom_init_set(num, MPFR_ZERO_KIND, 0, 200, nlimbs);
-    mpfr_custom_init_set(den, MPFR_ZERO_KIND, 0, 200, dl);
-    mpfr_mul_2ui(y, x, 1, MPFR_RNDN); /* exact: 2x has x's significand (prec(x) <= 192) */
-    mpfr_abs(y, y, MPFR_RNDN);
+    uint64_t qi[3];
     long k;
-    const fx e = exp_fixed(y, &k); /* k >= 0: y > 0 */
-    set_fixed(num, &e, k);
-    /* a = E 2^(k-190), a multiple of 2^(k-190) below 2^(k+2): a - 1 and a + 1 are multiples of
-     * it below 2^(k+3), at most 193 significant bits: exact at 200 */
-    mpfr_add_ui(den, num, 1, MPFR_RNDN);
-    mpfr_sub_ui(num, num, 1, MPFR_RNDN);
-    mpfr_div(q, num, den, MPFR_RNDN);
+    tanh_fixed((const mp_limb_t *)mpfr_custom_get_significand(x),
+               (size_t)((mpfr_get_prec(x) + 63) / 64), (long)mpfr_get_exp(x), qi, &k);
+    set_fixed(q, qi, -192);
     if (mpfr_signbit(x))
         mpfr_neg(q, q, MPFR_RNDN);
     return true;
@@ -290,15 +483,23 @@ bool ref_tanh_approx(mpfr_ptr q, mpfr_srcptr x)
 void ref_tanh(mpfr_ptr rop, mpfr_srcptr x)
 {
     const mpfr_prec_t prec = mpfr_get_prec(rop);
-    if (prec <= REF_EXP_MAX_PREC) {
-        mpfr_t q;
-        mp_limb_t ql[4];
-        mpfr_custom_init_set(q, MPFR_ZERO_KIND, 0, 200, ql);
-        if (ref_tanh_approx(q, x) && !mpfr_zero_p(q) &&
-            can_round(q, (long)mpfr_get_exp(q) + 185, prec)) {
-            mpfr_set(rop, q, MPFR_RNDN);
+    if (prec <= REF_EXP_MAX_PREC && mpfr_regular_p(x)) {
+        const bool neg = mpfr_signbit(x) != 0;
+        const long ex = (long)mpfr_get_exp(x);
+        if (ex >= 7) { /* |x| >= 64: 2|x| >= 128 > (P + 2) ln 2, rounds to +-1 (ref_exp.h) */
+            mpfr_set_si(rop, neg ? -1 : 1, MPFR_RNDN);
             return;
         }
+        uint64_t qi[3];
+        long k;
+        tanh_fixed((const mp_limb_t *)mpfr_custom_get_significand(x),
+                   (size_t)((mpfr_get_prec(x) + 63) / 64), ex, qi, &k);
+        if (k >= prec + 3) { /* 2|x| > (P + 2) ln 2: rounds to +-1 */
+            mpfr_set_si(rop, neg ? -1 : 1, MPFR_RNDN);
+            return;
+        }
+        if (round_fixed(rop, qi, 61, -192, neg))
+            return;
     }
     mpfr_tanh(rop, x, MPFR_RNDN);
 }
