@@ -73,6 +73,8 @@ struct lm_ctx {
     bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
     lm_probe_fn probe; /* per-operation checkpoints, NULL = none */
     void *probe_user;
+    lm_layer_fn on_layer; /* after each layer of a chunk (progress), NULL = none */
+    void *on_layer_user;
     const lm_model *m_user; /* the caller's model; m is a copy with rounded weights when the
                                profile rounds WEIGHT (else m_user itself) */
     lm_model *m_round;      /* that copy (NULL when none) */
@@ -342,6 +344,8 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
     for (uint32_t il = 0; il < hp->n_layer; ++il) {
         attn_block(c, il, n);
         ffn_block(c, il, n);
+        if (c->on_layer != NULL)
+            c->on_layer(c->on_layer_user, il + 1, hp->n_layer, n);
     }
     if (mode == LM_LOGITS_LAST)
         logits_row(c, n - 1, logits);
@@ -608,6 +612,12 @@ void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn fn, void *user)
 {
     c->probe = fn;
     c->probe_user = user;
+}
+
+void lm_ctx_set_layer_fn(lm_ctx *c, lm_layer_fn fn, void *user)
+{
+    c->on_layer = fn;
+    c->on_layer_user = user;
 }
 const char *lm_ctx_backend_name(const lm_ctx *c) { return c->be->vt->name; }
 const char *lm_ctx_attn_name(const lm_ctx *c) { return lm_variants_attn_name(c->var); }

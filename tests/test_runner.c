@@ -83,9 +83,59 @@ static void test_runner_time_repeat_rule(void)
     CU_ASSERT_FALSE(hx_time_repeat_due(1, 120.0, 0.5));
 }
 
+/* The layer callback of a run request: after each layer of each prefill chunk, in order, with
+ * the chunk's length; never during the decode steps. */
+typedef struct layer_log {
+    uint32_t calls, bad;
+    uint32_t next;     /* the layer expected next (1..n_layer) */
+    uint32_t lens[8];  /* the chunk length of each completed pass over the layers */
+    uint32_t n_chunks;
+} layer_log;
+
+static void count_layer(void *user, uint32_t layer, uint32_t n_layer, uint32_t n)
+{
+    layer_log *l = user;
+    ++l->calls;
+    l->bad += layer != l->next;
+    l->next = layer == n_layer ? 1 : layer + 1;
+    if (layer == n_layer && l->n_chunks < 8)
+        l->lens[l->n_chunks++] = n;
+}
+
+static void test_runner_layer_fn_prefill_only(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    lm_model *m;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    const int32_t p5[5] = {1, 40, 90, 29, 72};
+    const char *cfgs[2] = {"naive:step=full", "naive:step=2"};
+    const uint32_t want_chunks[2] = {1, 3}, want_len[2][3] = {{5, 0, 0}, {2, 2, 1}};
+    for (int k = 0; k < 2; ++k) {
+        hx_config cfg;
+        CU_ASSERT_FATAL(hx_config_parse(&cfg, cfgs[k], &err) == LM_OK);
+        layer_log l = {.next = 1};
+        hx_run_request rq = {.prompt = p5, .n_prompt = 5, .n_gen = 4, .time_once = true,
+                             .on_layer = count_layer, .on_layer_user = &l};
+        hx_capture *c;
+        hx_run_stats st;
+        CU_ASSERT_FATAL(hx_run_capture(&c, &st, m, &cfg, &rq, &err) == LM_OK);
+        CU_ASSERT_EQUAL(l.calls, want_chunks[k] * m->hp.n_layer);
+        CU_ASSERT_EQUAL(l.bad, 0);
+        CU_ASSERT_EQUAL(l.n_chunks, want_chunks[k]);
+        for (uint32_t i = 0; i < want_chunks[k] && i < l.n_chunks; ++i)
+            CU_ASSERT_EQUAL(l.lens[i], want_len[k][i]);
+        hx_capture_free(c);
+    }
+    lm_model_free(m);
+}
+
 void test_runner_register(void)
 {
     CU_pSuite s = CU_add_suite("runner", NULL, NULL);
     CU_add_test(s, "test_runner_forced_rows_and_rerun", test_runner_forced_rows_and_rerun);
     CU_add_test(s, "test_runner_time_repeat_rule", test_runner_time_repeat_rule);
+    CU_add_test(s, "test_runner_layer_fn_prefill_only", test_runner_layer_fn_prefill_only);
 }

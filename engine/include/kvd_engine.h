@@ -88,6 +88,11 @@ const float *lm_ctx_v(const lm_ctx *c, uint32_t layer);
 /* Installs (or, with NULL, removes) the per-operation checkpoint callback; a context without
  * one pays one untaken branch per operation and chunk. */
 void lm_ctx_set_probe(lm_ctx *c, lm_probe_fn probe, void *user);
+/* Layer callback (optional): called on the calling thread after layer `layer` (1..n_layer) of
+ * every chunk lm_forward processes, n the chunk's positions; for progress lines. */
+typedef void (*lm_layer_fn)(void *user, uint32_t layer, uint32_t n_layer, uint32_t n);
+/* Installs (or, with NULL, removes) the layer callback. */
+void lm_ctx_set_layer_fn(lm_ctx *c, lm_layer_fn fn, void *user);
 /* Bytes of scratch (excluding weights and KV cache) this context allocated. */
 size_t lm_ctx_scratch_bytes(const lm_ctx *c);
 const char *lm_ctx_backend_name(const lm_ctx *c);

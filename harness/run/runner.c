@@ -181,9 +181,11 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     if (cfg->rot_max != 0)
         lm_ctx_set_probe(ctx, kv_probe_fn, &kp);
     double t0 = lm_now_s();
+    lm_ctx_set_layer_fn(ctx, rq->on_layer, rq->on_layer_user);
     if ((rc = prefill(ctx, rq, cfg, c->logits, err)) != LM_OK)
         goto fail;
     stats->prefill_s = lm_now_s() - t0;
+    lm_ctx_set_layer_fn(ctx, NULL, NULL);
     if (cfg->rot_max != 0) {
         lm_ctx_set_probe(ctx, NULL, NULL);
     } else {

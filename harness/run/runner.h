@@ -19,6 +19,9 @@ typedef struct hx_run_request {
     bool prompt_rows;       /* also capture the logits at prompt positions 0..n_prompt-2
                                (hx_capture.prompt_logits), from a second prefill of the same
                                schedule that computes every row's logits (not timed) */
+    lm_layer_fn on_layer;   /* called after each layer of the captured run's prefill (progress
+                               lines; lm_ctx_set_layer_fn), or NULL */
+    void *on_layer_user;
 } hx_run_request;
 
 /* Timing: a short run's prefill and decode are repeated (on the captured token path) until each
