@@ -120,6 +120,25 @@ uint64_t tu_rand_u64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
+void tu_rand_mpfr(mpfr_t x, uint64_t *state, long lo, long hi)
+{
+    const mpfr_prec_t p = mpfr_get_prec(x);
+    mpfr_t t;
+    mpfr_init2(t, 64);
+    mpfr_set_ui(x, 0, MPFR_RNDN);
+    for (mpfr_prec_t have = 0; have < p + 64; have += 60) { /* p + 64 random bits */
+        mpfr_set_ui_2exp(t, (unsigned long)(tu_rand_u64(state) >> 4),
+                         -(mpfr_exp_t)(have + 60), MPFR_RNDN);
+        mpfr_add(x, x, t, MPFR_RNDN);
+    }
+    mpfr_clear(t);
+    if (mpfr_zero_p(x))
+        mpfr_set_ui(x, 1, MPFR_RNDN);
+    mpfr_set_exp(x, (mpfr_exp_t)(lo + (long)(tu_rand_u64(state) % (uint64_t)(hi - lo + 1))));
+    if (tu_rand_u64(state) & 1)
+        mpfr_neg(x, x, MPFR_RNDN);
+}
+
 void tu_log_keep(void *user, const char *line)
 {
     tu_log *l = user;

@@ -11,32 +11,9 @@
 #include <math.h>
 #include <stdint.h>
 
-static uint64_t rng = 0x243f6a8885a308d3u;
+static uint64_t rng = 0x243f6a8885a308d3u; /* tu_rand_u64 state (fixed: reproducible) */
 
-static uint64_t next(void)
-{
-    rng = rng * 6364136223846793005u + 1442695040888963407u;
-    return rng;
-}
 
-/* A random x with a full prec-bit significand, exponent in [lo, hi], either sign. */
-static void random_arg(mpfr_t x, long lo, long hi)
-{
-    mpfr_prec_t p = mpfr_get_prec(x);
-    mpfr_set_ui(x, 0, MPFR_RNDN);
-    mpfr_t t;
-    mpfr_init2(t, p);
-    for (mpfr_prec_t have = 0; have < p + 64; have += 60) { /* p + 64 random bits */
-        mpfr_set_ui_2exp(t, (unsigned long)(next() >> 4), -(mpfr_exp_t)(have + 60), MPFR_RNDN);
-        mpfr_add(x, x, t, MPFR_RNDN);
-    }
-    mpfr_clear(t);
-    if (mpfr_zero_p(x))
-        mpfr_set_ui(x, 1, MPFR_RNDN);
-    mpfr_set_exp(x, (mpfr_exp_t)(lo + (long)(next() % (uint64_t)(hi - lo + 1))));
-    if (next() & 1)
-        mpfr_neg(x, x, MPFR_RNDN);
-}
 
 static bool same(mpfr_t a, mpfr_t b)
 {
@@ -77,7 +54,7 @@ static void test_ref_exp_matches_mpfr(void)
         mpfr_t x, r, m;
         mpfr_inits2(precs[pi], x, r, m, (mpfr_ptr)0);
         for (int i = 0; i < 4000; ++i) {
-            random_arg(x, -200, 9);
+            tu_rand_mpfr(x, &rng, -200, 9);
             ref_exp(r, x);
             mpfr_exp(m, x, MPFR_RNDN);
             bad_exp += !same(r, m);
@@ -108,11 +85,11 @@ static void test_ref_tanh_thresholds(void)
         for (size_t c = 0; c < sizeof centres / sizeof centres[0]; ++c) {
             for (int i = 0; i < 600; ++i) {
                 /* centre * (1 + d), |d| < 2^-4 for the first two, < 2^-20 for ln 2 / 2 */
-                random_arg(x, c == 2 ? -20 : -4, c == 2 ? -20 : -4);
+                tu_rand_mpfr(x, &rng, c == 2 ? -20 : -4, c == 2 ? -20 : -4);
                 mpfr_add_ui(x, x, 1, MPFR_RNDN);
                 mpfr_set_d(lo, centres[c], MPFR_RNDN);
                 mpfr_mul(x, x, lo, MPFR_RNDN);
-                if (next() & 1)
+                if (tu_rand_u64(&rng) & 1)
                     mpfr_neg(x, x, MPFR_RNDN);
                 ref_tanh(r, x);
                 mpfr_tanh(m, x, MPFR_RNDN);
@@ -138,7 +115,7 @@ static void test_ref_exp_mixed_precisions(void)
         mpfr_init2(x, xprec[i]);
         mpfr_inits2(127, r, m, (mpfr_ptr)0);
         for (int j = 0; j < 3000; ++j) {
-            random_arg(x, -70, 7);
+            tu_rand_mpfr(x, &rng, -70, 7);
             ref_exp(r, x);
             mpfr_exp(m, x, MPFR_RNDN);
             bad += !same(r, m);
@@ -166,7 +143,7 @@ static void test_ref_exp_error_bounds(void)
         mpfr_t x;
         mpfr_init2(x, xprec[pi]);
         for (int i = 0; i < (pi == 0 ? 20000 : 4000); ++i) {
-            random_arg(x, -60, 8);
+            tu_rand_mpfr(x, &rng, -60, 8);
             CU_ASSERT_FATAL(ref_exp_approx(a, x));
             mpfr_exp(e, x, MPFR_RNDN);
             mpfr_sub(d, a, e, MPFR_RNDN);

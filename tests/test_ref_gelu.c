@@ -10,13 +10,8 @@
 #include <math.h>
 #include <stdint.h>
 
-static uint64_t rng = 0x9e3779b97f4a7c15u;
+static uint64_t rng = 0x9e3779b97f4a7c15u; /* tu_rand_u64 state (fixed: reproducible) */
 
-static uint64_t next(void)
-{
-    rng = rng * 6364136223846793005u + 1442695040888963407u;
-    return rng;
-}
 
 /* The definition: the MPFR sequence with mpfr_tanh, all at out's precision. */
 static void gelu_mpfr(mpfr_t out, const mpfr_t z, const mpfr_t c, const mpfr_t k)
@@ -42,24 +37,6 @@ static bool same(mpfr_t a, mpfr_t b)
     return mpfr_equal_p(a, b) && mpfr_signbit(a) == mpfr_signbit(b);
 }
 
-/* A random P-bit z: full significand, exponent in [lo, hi], either sign. */
-static void random_z(mpfr_t z, long lo, long hi)
-{
-    const mpfr_prec_t p = mpfr_get_prec(z);
-    mpfr_set_ui(z, 0, MPFR_RNDN);
-    for (mpfr_prec_t have = 0; have < p + 64; have += 60) {
-        mpfr_t t;
-        mpfr_init2(t, 64);
-        mpfr_set_ui_2exp(t, (unsigned long)(next() >> 4), -(mpfr_exp_t)(have + 60), MPFR_RNDN);
-        mpfr_add(z, z, t, MPFR_RNDN);
-        mpfr_clear(t);
-    }
-    if (mpfr_zero_p(z))
-        mpfr_set_ui(z, 1, MPFR_RNDN);
-    mpfr_set_exp(z, (mpfr_exp_t)(lo + (long)(next() % (uint64_t)(hi - lo + 1))));
-    if (next() & 1)
-        mpfr_neg(z, z, MPFR_RNDN);
-}
 
 /* One argument: the fast path (when it serves) and ref_gelu_tanh against the definition. */
 static void check_one(mpfr_t z, ref_scratch *s, long *bad, long *served)
@@ -90,9 +67,9 @@ static void test_ref_gelu_matches_mpfr(void)
         for (int i = 0; i < 3000; ++i, ++n) {
             /* most in the activations' range, some far out (tanh = +-1, tiny arguments) */
             if (i % 4 == 3)
-                random_z(z, -80, 12);
+                tu_rand_mpfr(z, &rng, -80, 12);
             else
-                random_z(z, -6, 4);
+                tu_rand_mpfr(z, &rng, -6, 4);
             check_one(z, &s, &bad, &served);
         }
         /* z = +-(1 + 2^-(p/2)) 2^j: z^2 = (1 + 2^(1 - p/2) + 2^-p) 2^2j is an exact tie at p */

@@ -7,6 +7,7 @@
 #include "kvd_model.h"
 
 #include <CUnit/CUnit.h>
+#include <mpfr.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -41,5 +42,7 @@ void tu_log_keep(void *user, const char *line);
 uint64_t tu_rand_u64(uint64_t *state);
 /* Uniform in [-1, 1). */
 float tu_rand_f32(uint64_t *state);
+/* x: a random full significand at x's precision, exponent in [lo, hi], either sign. */
+void tu_rand_mpfr(mpfr_t x, uint64_t *state, long lo, long hi);
 
 #endif
