@@ -281,14 +281,14 @@ static const ref_qtype *qtype_of(uint32_t type)
     return NULL;
 }
 
-uint32_t ref_dequant_block_elems(uint32_t type)
-{
-    const ref_qtype *qt = qtype_of(type);
-    return qt ? qt->elems : 0;
-}
-
 int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
                 lm_err *err)
+{
+    return ref_dequant_range(out, type, data, nbytes, n_elem, 0, n_elem, err);
+}
+
+int ref_dequant_range(float *out, uint32_t type, const void *data, uint64_t nbytes,
+                      uint64_t n_elem, uint64_t first, uint64_t count, lm_err *err)
 {
     const ref_qtype *qt = qtype_of(type);
     if (qt == NULL)
@@ -297,9 +297,12 @@ int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, ui
     if (n_elem % qt->elems != 0 || n_elem / qt->elems * qt->bytes != nbytes)
         return LM_FAIL(err, LM_E_INPUT, "reference: %" PRIu64 " %s elements do not fill %" PRIu64
                        " bytes", n_elem, qt->name, nbytes);
+    if (first > n_elem || count > n_elem - first)
+        return LM_FAIL(err, LM_E_INPUT, "reference: elements [%" PRIu64 ", %" PRIu64 ") of a "
+                       "%" PRIu64 "-element tensor", first, first + count, n_elem);
     pthread_once(&half_once, half_tab_init);
     const uint8_t *p = data;
-    for (uint64_t i = 0; i < n_elem; ++i)
-        out[i] = qt->elem(p + i / qt->elems * qt->bytes, (unsigned)(i % qt->elems));
+    for (uint64_t i = first; i < first + count; ++i)
+        out[i - first] = qt->elem(p + i / qt->elems * qt->bytes, (unsigned)(i % qt->elems));
     return LM_OK;
 }

@@ -6,6 +6,7 @@
 #include "kvd_util.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,7 +234,7 @@ __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, co
 }
 #endif
 
-static int cpu_kernel(void)
+static int cpu_kernel_detect(void)
 {
 #ifdef DX_X86
     __builtin_cpu_init();
@@ -243,6 +244,18 @@ static int cpu_kernel(void)
         return 1;
 #endif
     return 0;
+}
+
+/* The CPU's kernel, detected once (every dot product asks). */
+static int cpu_kernel(void)
+{
+    static atomic_int id = -1;
+    int k = atomic_load_explicit(&id, memory_order_relaxed);
+    if (k < 0) {
+        k = cpu_kernel_detect();
+        atomic_store_explicit(&id, k, memory_order_relaxed);
+    }
+    return k;
 }
 
 static int kernel_id(void)

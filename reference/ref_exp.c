@@ -139,11 +139,11 @@ FX_INLINE uint64_t bits64(const mp_limb_t *m, size_t nl, long lo)
     return r;
 }
 
-/* 5-limb two's complement arithmetic (320 bits, values at 2^-256). */
-FX_INLINE void w_sub(uint64_t *a, const uint64_t *b)
+/* a -= b over n limbs (two's complement: a borrow out of the top limb wraps). */
+FX_INLINE void w_sub_n(uint64_t *a, const uint64_t *b, int n)
 {
     uint64_t borrow = 0;
-    for (int k = 0; k < 5; ++k) {
+    for (int k = 0; k < n; ++k) {
         const uint64_t bk = b[k] + borrow;
         const uint64_t nb = (bk < borrow) || (a[k] < bk);
         a[k] -= bk;
@@ -151,6 +151,7 @@ FX_INLINE void w_sub(uint64_t *a, const uint64_t *b)
     }
 }
 
+/* 5-limb two's complement arithmetic (320 bits, values at 2^-256). */
 FX_INLINE void w_add4(uint64_t *a, const uint64_t *b4)
 {
     u128 c = 0;
@@ -182,17 +183,6 @@ FX_INLINE u128 mul_hi128(u128 a, u128 b)
     return p11 + (p01 >> 64) + (p10 >> 64) + (mid >> 64);
 }
 
-/* a -= b (4 limbs, a >= b). */
-FX_INLINE void w_sub4(uint64_t *a, const uint64_t *b)
-{
-    uint64_t borrow = 0;
-    for (int k = 0; k < 4; ++k) {
-        const uint64_t bk = b[k] + borrow;
-        const uint64_t nb = (bk < borrow) || (a[k] < bk);
-        a[k] -= bk;
-        borrow = nb;
-    }
-}
 
 /* E with |E 2^-190 - exp(v) 2^-k| <= 14.6 u and *k (0 <= r < 1 in the reduction, so
  * 2^k (1 - 2^-249) <= exp(v) < e 2^k), for v = (neg ? -1 : 1) 0.m 2^ex with 0 < |v| < 512: m[nl]
@@ -221,14 +211,14 @@ static fx exp_fixed(const mp_limb_t *m, size_t nl, long ex, bool neg, long *k_ou
     kl[4] = (uint64_t)c;
     if (k < 0)
         w_neg(kl);
-    w_sub(r, kl);
+    w_sub_n(r, kl, 5);
     while (r[4] >> 63) { /* r < 0 */
         w_add4(r, LN2);
         --k;
     }
     while (r[4] != 0) { /* r >= 1 */
         const uint64_t l5[5] = {LN2[0], LN2[1], LN2[2], LN2[3], 0};
-        w_sub(r, l5);
+        w_sub_n(r, l5, 5);
         ++k;
     }
     /* R = r at 2^-190 (truncated), 0 <= R < 2^190 */
@@ -417,7 +407,7 @@ static void tanh_fixed(const mp_limb_t *m, size_t nl, long ex, uint64_t *q, long
         p[3] = (uint64_t)c;
         const uint64_t two254[4] = {0, 0, 0, (uint64_t)1 << 62};
         memcpy(ep, two254, sizeof ep);
-        w_sub4(ep, p);
+        w_sub_n(ep, p, 4); /* ep >= p */
     }
     /* S = eps + eps^2 + eps^3 at 2^-240, truncated: eps from ep, eps^2 from eps's leading
      * bits at 2^-176 (e2), eps^3 from eps at 2^-112 times eps^2 at 2^-160; S is low by less

@@ -91,6 +91,14 @@ static void test_quant_fixtures_engine_and_reference(void)
         if (bad >= 0)
             fprintf(stderr, "\n  reference %s element %d: %.9g, expected %.9g\n", name, bad,
                     (double)got[bad], (double)want[bad]);
+        /* a range that starts and ends inside blocks: the same values; past the end: refused */
+        const uint64_t first = n / 3 + 1, count = n / 2;
+        memset(got, 0, n * sizeof *got);
+        CU_ASSERT_EQUAL(ref_dequant_range(got, (uint32_t)fixture_types[k].type, raw, nraw, n,
+                                          first, count, &err), LM_OK);
+        CU_ASSERT_EQUAL(first_mismatch(got, want + first, count), -1);
+        CU_ASSERT_EQUAL(ref_dequant_range(got, (uint32_t)fixture_types[k].type, raw, nraw, n,
+                                          n - 1, 2, &err), LM_E_INPUT);
         free(got);
         free(raw);
         free(want);

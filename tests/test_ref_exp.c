@@ -45,25 +45,34 @@ static void test_ref_exp_special(void)
     mpfr_clears(x, r, m, (mpfr_ptr)0);
 }
 
+/* n random arguments of x_prec bits (exponents in [lo, hi]) into results of r_prec bits:
+ * ref_exp and ref_tanh against mpfr_exp and mpfr_tanh, mismatches added to *bad_exp and
+ * *bad_tanh. */
+static void count_mismatches(mpfr_prec_t x_prec, mpfr_prec_t r_prec, int n, long lo, long hi,
+                             long *bad_exp, long *bad_tanh)
+{
+    mpfr_t x, r, m;
+    mpfr_init2(x, x_prec);
+    mpfr_inits2(r_prec, r, m, (mpfr_ptr)0);
+    for (int i = 0; i < n; ++i) {
+        tu_rand_mpfr(x, &rng, lo, hi);
+        ref_exp(r, x);
+        mpfr_exp(m, x, MPFR_RNDN);
+        *bad_exp += !same(r, m);
+        ref_tanh(r, x);
+        mpfr_tanh(m, x, MPFR_RNDN);
+        *bad_tanh += !same(r, m);
+    }
+    mpfr_clears(x, r, m, (mpfr_ptr)0);
+}
+
 /* Bitwise against MPFR at several precisions, arguments of every exponent in [-200, 9]. */
 static void test_ref_exp_matches_mpfr(void)
 {
     const mpfr_prec_t precs[] = {53, 64, 113, 127, 128, 160, REF_EXP_MAX_PREC, 200};
     long bad_exp = 0, bad_tanh = 0;
-    for (size_t pi = 0; pi < sizeof precs / sizeof precs[0]; ++pi) {
-        mpfr_t x, r, m;
-        mpfr_inits2(precs[pi], x, r, m, (mpfr_ptr)0);
-        for (int i = 0; i < 4000; ++i) {
-            tu_rand_mpfr(x, &rng, -200, 9);
-            ref_exp(r, x);
-            mpfr_exp(m, x, MPFR_RNDN);
-            bad_exp += !same(r, m);
-            ref_tanh(r, x);
-            mpfr_tanh(m, x, MPFR_RNDN);
-            bad_tanh += !same(r, m);
-        }
-        mpfr_clears(x, r, m, (mpfr_ptr)0);
-    }
+    for (size_t pi = 0; pi < sizeof precs / sizeof precs[0]; ++pi)
+        count_mismatches(precs[pi], precs[pi], 4000, -200, 9, &bad_exp, &bad_tanh);
     CU_ASSERT_EQUAL(bad_exp, 0);
     CU_ASSERT_EQUAL(bad_tanh, 0);
 }
@@ -110,21 +119,8 @@ static void test_ref_exp_mixed_precisions(void)
 {
     const mpfr_prec_t xprec[] = {24, 53, 300};
     long bad = 0;
-    for (size_t i = 0; i < sizeof xprec / sizeof xprec[0]; ++i) {
-        mpfr_t x, r, m;
-        mpfr_init2(x, xprec[i]);
-        mpfr_inits2(127, r, m, (mpfr_ptr)0);
-        for (int j = 0; j < 3000; ++j) {
-            tu_rand_mpfr(x, &rng, -70, 7);
-            ref_exp(r, x);
-            mpfr_exp(m, x, MPFR_RNDN);
-            bad += !same(r, m);
-            ref_tanh(r, x);
-            mpfr_tanh(m, x, MPFR_RNDN);
-            bad += !same(r, m);
-        }
-        mpfr_clears(x, r, m, (mpfr_ptr)0);
-    }
+    for (size_t i = 0; i < sizeof xprec / sizeof xprec[0]; ++i)
+        count_mismatches(xprec[i], 127, 3000, -70, 7, &bad, &bad);
     CU_ASSERT_EQUAL(bad, 0);
 }
 

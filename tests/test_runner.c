@@ -1,5 +1,6 @@
 /* test_runner.c — capturing one configuration from the engine: greedy tokens, K/V after
- * prefill, teacher-forced rows on and off the greedy path. Needs stories260K (SKIP otherwise). */
+ * prefill, teacher-forced rows on and off the greedy path, the layer callback of the prefill.
+ * Needs stories260K (SKIP otherwise). */
 #include "runner.h"
 #include "test_util.h"
 
@@ -8,12 +9,10 @@
 
 static void test_runner_forced_rows_and_rerun(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    lm_model *m = tu_load_model("stories260K.gguf");
+    if (m == NULL)
         return;
-    lm_model *m;
     lm_err err = {0};
-    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
     const int32_t prompt[6] = {1, 403, 9038, 2982, 29892, 727}; /* ids < 512 are checked below */
     int32_t p6[6];
     for (int i = 0; i < 6; ++i)
@@ -104,12 +103,10 @@ static void count_layer(void *user, uint32_t layer, uint32_t n_layer, uint32_t n
 
 static void test_runner_layer_fn_prefill_only(void)
 {
-    const char *path = tu_model_path("stories260K.gguf");
-    if (path == NULL)
+    lm_model *m = tu_load_model("stories260K.gguf");
+    if (m == NULL)
         return;
-    lm_model *m;
     lm_err err = {0};
-    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
     const int32_t p5[5] = {1, 40, 90, 29, 72};
     const char *cfgs[2] = {"naive:step=full", "naive:step=2"};
     const uint32_t want_chunks[2] = {1, 3}, want_len[2][3] = {{5, 0, 0}, {2, 2, 1}};

@@ -221,11 +221,13 @@ void ref_mpi_stop(void);
  * bit layout, independently of the engine. LM_E_UNSUPPORTED for a type it does not implement. */
 int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, uint64_t n_elem,
                 lm_err *err);
-/* Elements per block of ggml type `type` in ref_dequant's own table (0: not implemented). */
-uint32_t ref_dequant_block_elems(uint32_t type);
+/* The same for the elements [first, first + count) of that tensor only, into out: [count]
+ * (the whole tensor's type and size are checked as ref_dequant does). */
+int ref_dequant_range(float *out, uint32_t type, const void *data, uint64_t nbytes,
+                      uint64_t n_elem, uint64_t first, uint64_t count, lm_err *err);
 #define REF_WEIGHTS_CHUNK (1u << 16) /* elements ref_weights_check dequantizes at once */
-/* Re-reads every weight of m from its file (m->path) with ref_dequant, REF_WEIGHTS_CHUNK
- * elements (whole blocks) at a time, and requires the engine's float32 values to be bitwise equal; LM_E_DISAGREE naming the tensor, element and both
+/* Re-reads every weight of m from its file (m->path) with ref_dequant_range, REF_WEIGHTS_CHUNK
+ * elements at a time, and requires the engine's float32 values to be bitwise equal; LM_E_DISAGREE naming the tensor, element and both
  * values otherwise (also for a loaded tensor the file does not hold with that size). A model built or edited in memory (no path, or n_weights set to 0 by whoever
  * changed its weights) has nothing to check: LM_OK. */
 int ref_weights_check(const lm_model *m, lm_err *err);
