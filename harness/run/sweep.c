@@ -231,41 +231,7 @@ static int check_params(const hx_sweep_params *p, lm_err *err)
     return LM_OK;
 }
 
-/* Greedy continuation of naive:step=full:threads=1 after prompt + path[0..from): fills
- * path[from..n_gen). With from == 0 it also records the run's hash (the naive engine's bits on
- * this input, part of the envelope's cache key). */
-static int continue_path(hx_sweep_result *r, const hx_sweep_params *p, uint32_t from,
-                         lm_layer_fn on_layer, void *on_layer_user, lm_err *err)
-{
-    size_t n_pre = (size_t)p->n_prompt + from;
-    int32_t *pre = malloc(n_pre * sizeof *pre);
-    if (pre == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    memcpy(pre, p->prompt, p->n_prompt * sizeof *pre);
-    memcpy(pre + p->n_prompt, r->path, from * sizeof *pre);
-    hx_config pc = {.backend = "naive", .step = 0, .threads = 1};
-    /* Timed once: the path's speed is not a configuration's. */
-    hx_run_request rq = {.prompt = pre, .n_prompt = (uint32_t)n_pre, .n_gen = p->n_gen - from,
-                         .time_once = true, .on_layer = on_layer,
-                         .on_layer_user = on_layer_user};
-    hx_capture *c = NULL;
-    hx_run_stats st;
-    int rc = hx_run_capture(&c, &st, p->model, &pc, &rq, err);
-    if (rc == LM_OK) {
-        memcpy(r->path + from, c->tokens + n_pre, (p->n_gen - from) * sizeof *r->path);
-        if (from == 0)
-            rc = hx_capture_hash(r->path_hash, c, err);
-    }
-    hx_capture_free(c);
-    free(pre);
-    return rc;
-}
-
-#ifdef LM_TEST_HOOKS
-int64_t hx_sweep_test_poison_path = -1;
-#endif
-
-/* The teacher path's progress: a line every HX_PATH_PROGRESS_S seconds of its prefill (one
+/* A teacher path's progress: a line every HX_PATH_PROGRESS_S seconds of its prefill (one
  * chunk: the share of layers done is the share of the work), with an ETA. */
 #define HX_PATH_PROGRESS_S 5.0
 typedef struct path_progress {
@@ -286,6 +252,40 @@ static void path_layer(void *user, uint32_t layer, uint32_t n_layer, uint32_t n)
              el * (1.0 - done) / done);
 }
 
+/* Greedy continuation of naive:step=full:threads=1 after prompt + path[0..from): fills
+ * path[from..n_gen), with progress lines during its prefill. With from == 0 it also records the run's hash (the naive engine's bits on
+ * this input, part of the envelope's cache key). */
+static int continue_path(hx_sweep_result *r, const hx_sweep_params *p, uint32_t from, lm_err *err)
+{
+    size_t n_pre = (size_t)p->n_prompt + from;
+    int32_t *pre = malloc(n_pre * sizeof *pre);
+    if (pre == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    memcpy(pre, p->prompt, p->n_prompt * sizeof *pre);
+    memcpy(pre + p->n_prompt, r->path, from * sizeof *pre);
+    hx_config pc = {.backend = "naive", .step = 0, .threads = 1};
+    /* Timed once: the path's speed is not a configuration's. */
+    hx_run_request rq = {.prompt = pre, .n_prompt = (uint32_t)n_pre, .n_gen = p->n_gen - from,
+                         .time_once = true, .on_layer = p->quiet ? NULL : path_layer};
+    path_progress pp = {.p = p, .t0 = lm_now_s()};
+    rq.on_layer_user = &pp;
+    hx_capture *c = NULL;
+    hx_run_stats st;
+    int rc = hx_run_capture(&c, &st, p->model, &pc, &rq, err);
+    if (rc == LM_OK) {
+        memcpy(r->path + from, c->tokens + n_pre, (p->n_gen - from) * sizeof *r->path);
+        if (from == 0)
+            rc = hx_capture_hash(r->path_hash, c, err);
+    }
+    hx_capture_free(c);
+    free(pre);
+    return rc;
+}
+
+#ifdef LM_TEST_HOOKS
+int64_t hx_sweep_test_poison_path = -1;
+#endif
+
 /* (a) The first teacher path: naive, one chunk, one thread, greedy (see sweep.h). */
 static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
 {
@@ -297,8 +297,7 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
     progress(p, "teacher path: naive:step=full:threads=1 on %u prompt tokens, %u greedy ...",
              (unsigned)p->n_prompt, (unsigned)p->n_gen);
     double t0 = lm_now_s();
-    path_progress pp = {.p = p, .t0 = t0};
-    int rc = continue_path(r, p, 0, p->quiet ? NULL : path_layer, &pp, err);
+    int rc = continue_path(r, p, 0, err);
     if (rc != LM_OK)
         return rc;
 #ifdef LM_TEST_HOOKS
@@ -443,7 +442,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
                  (int)r->path[r->ref_leaves_at]);
         uint32_t j = (uint32_t)r->ref_leaves_at;
         r->path[j] = r->ref_token_at;
-        if (j + 1 < p->n_gen && (rc = continue_path(r, p, j + 1, NULL, NULL, err)) != LM_OK)
+        if (j + 1 < p->n_gen && (rc = continue_path(r, p, j + 1, err)) != LM_OK)
             break;
     }
     r->ref_s = lm_now_s() - t0;
