@@ -145,6 +145,27 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
     } while (0)
 #define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, ds, ps, i0, i1, JJ, 4, KB)
 #define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, ds, ps, i0, i1, JJ, 1, KB)
+/* RR (2 or 3) rows of one plane each, KB planes of the vector at once */
+#define AVX2_RN(KB, RR) avx2_planes(A, k, d, p, ds, ps, i0, i1, 1, RR, KB)
+/* KB (1..3) made a constant for the compiler. */
+#define DX_BY_KB3(FN, KB, ...)                                                                    \
+    do {                                                                                          \
+        switch (KB) {                                                                             \
+        case 1: FN(1, __VA_ARGS__); break;                                                        \
+        case 2: FN(2, __VA_ARGS__); break;                                                        \
+        default: FN(3, __VA_ARGS__); break;                                                       \
+        }                                                                                         \
+    } while (0)
+/* KB (1..4) made a constant for the compiler. */
+#define DX_BY_KB4(FN, KB, ...)                                                                    \
+    do {                                                                                          \
+        switch (KB) {                                                                             \
+        case 1: FN(1, __VA_ARGS__); break;                                                        \
+        case 2: FN(2, __VA_ARGS__); break;                                                        \
+        case 3: FN(3, __VA_ARGS__); break;                                                        \
+        default: FN(4, __VA_ARGS__); break;                                                       \
+        }                                                                                         \
+    } while (0)
 
 __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, const double *d,
                                                           uint32_t K, const double *const *p,
@@ -155,12 +176,19 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
         uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t k = 0; k < K;) {
             /* several planes at once where the accumulators fit 16 registers: two for 4 rows
-             * and J <= 2, up to four for a row alone (J + 3 accumulators, 4 digit vectors) */
-            const uint32_t kb = R == 4 ? (J <= 2 && K - k >= 2 ? 2 : 1) : (K - k < 4 ? K - k : 4);
+             * and J <= 2, three for 3 rows of one plane, four for 2 rows of one plane, up to
+             * four for a row alone (J + 3 accumulators, 4 digit vectors) */
+            uint32_t kb = R == 4 ? (J <= 2 && K - k >= 2 ? 2 : 1)
+                          : R == 3 && J == 1 ? 3 : 4;
+            kb = K - k < kb ? K - k : kb;
             if (R == 4 && kb == 2)
                 DX_BY_J(AVX2_R4, J, 2);
             else if (R == 4)
                 DX_BY_J(AVX2_R4, J, 1);
+            else if (R == 3 && J == 1)
+                DX_BY_KB3(AVX2_RN, kb, 3);
+            else if (R == 2 && J == 1)
+                DX_BY_KB4(AVX2_RN, kb, 2);
             else
                 for (uint32_t r = 0; r < R; ++r)
                     DX_BY_KB(AVX2_R1, kb, J);
@@ -785,13 +813,17 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
     memset(A, 0, (nb + 1) * sizeof *A);
     if (K > 0 && L > 0) {
         const dx_kernel kern = pick_kernel();
-        /* y's planes four at a time (the kernels' row of at most REF_DX_JMAX planes): planes
-         * c .. c+3 of y feed buckets from c on */
-        for (uint32_t c = 0; c < L; c += REF_DX_JMAX) {
-            int64_t *Ac = A + c;
-            const double *pc = y->d + (uint64_t)c * y->n_pad;
-            kern(&Ac, x->d, K, &pc, L - c < REF_DX_JMAX ? L - c : REF_DX_JMAX, 1, x->n_pad,
-                 x->n_pad, y->n_pad);
+        /* y's planes as rows of one plane each, REF_DX_ROWS at a time: plane l feeds the
+         * buckets from l on (every accumulator of a kernel takes one product per element) */
+        for (uint32_t c = 0; c < L; c += REF_DX_ROWS) {
+            const uint32_t G = L - c < REF_DX_ROWS ? L - c : REF_DX_ROWS;
+            int64_t *Ac[REF_DX_ROWS];
+            const double *pc[REF_DX_ROWS];
+            for (uint32_t r = 0; r < G; ++r) {
+                Ac[r] = A + c + r;
+                pc[r] = y->d + (uint64_t)(c + r) * y->n_pad;
+            }
+            kern(Ac, x->d, K, pc, 1, G, x->n_pad, x->n_pad, y->n_pad);
         }
     }
     const bool grid = K > 0 && L > 0;
