@@ -21,6 +21,15 @@ typedef struct lm_backend_i {
     /* C[m][n] = A[m][k] . B[k][n]  (row strides lda, ldb, ldc). Used for P . V. */
     void (*gemm_nn)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                     const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc);
+    /* Optional (NULL: absent): gemm_nt and gemm_nn computed entirely on the calling thread,
+     * the same bits as the two slots above, callable from several threads at once. A backend
+     * that fills both lets dense attention run its (head, query block) tasks side by side on
+     * the context's pool instead of splitting each small product over it (attention.c). */
+    void (*gemm_nt_local)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                          const float *a, size_t lda, const float *b, size_t ldb, float *c,
+                          size_t ldc);
+    void (*gemm_nn_local)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, const float *a,
+                          size_t lda, const float *b, size_t ldb, float *c, size_t ldc);
     void (*destroy)(lm_backend *be);
     /* Optional (NULL for naive and blas: the forward pass then does nothing, one predictable
      * branch per stage and chunk). Called by the forward pass on the float32 results of each

@@ -138,6 +138,23 @@ static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
     det_split(be, &j, nn_cols, nn_rows);
 }
 
+/* The same products on the calling thread only (lm_backend_i.gemm_nt_local, gemm_nn_local). */
+static void det_gemm_nt_local(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                              const float *a /* [m][lda] */, size_t lda,
+                              const float *b /* [n][ldb] */, size_t ldb,
+                              float *c /* [m][ldc] */, size_t ldc)
+{
+    lm_det_gemm_nt(((det_backend *)be)->isa, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+}
+
+static void det_gemm_nn_local(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
+                              const float *a /* [m][lda] */, size_t lda,
+                              const float *b /* [k][ldb] */, size_t ldb,
+                              float *c /* [m][ldc] */, size_t ldc)
+{
+    lm_det_gemm_nn(((det_backend *)be)->isa, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
 static void det_destroy(lm_backend *be)
 {
     lm_pool_free(be->pool);
@@ -148,6 +165,8 @@ static const lm_backend_i det_vt = {
     .name = "det",
     .gemm_nt = det_gemm_nt,
     .gemm_nn = det_gemm_nn,
+    .gemm_nt_local = det_gemm_nt_local,
+    .gemm_nn_local = det_gemm_nn_local,
     .destroy = det_destroy,
 };
 

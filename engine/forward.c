@@ -67,7 +67,7 @@ struct lm_ctx {
     float *att;       /* [n_ctx][n_head * head_dim] */
     float *ff_gate;   /* [n_ctx][n_ff] */
     float *ff_up;     /* [n_ctx][n_ff] */
-    float *scores;    /* [lm_attention_dense_scratch(n_ctx, n_ctx)] (dense mode; 1 in stream) */
+    float *scores;    /* [lm_attention_dense_scratch(be, n_ctx, n_ctx)] (dense mode; 1 in stream) */
     lm_variants *var; /* attention implementation, windows, sinks, rotating cache, MoE */
     size_t scratch_bytes;
     bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
@@ -244,7 +244,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         lm_variants_attention(c->var, be, il, &a);
     } else {
         lm_attention_dense(be, &a);
-        lm_variants_note_dense(c->var, n, c->n_past + n);
+        lm_variants_note_dense(c->var, be, n, c->n_past + n);
     }
     lm_backend_perturb(be, c->att, n, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
     probe(c, il, "attn", c->att, n, q_dim);
@@ -530,7 +530,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         (size_t)n_ctx * hp->n_embd, (size_t)n_ctx * hp->n_embd,       /* x, xn */
         (size_t)n_ctx * q_dim, (size_t)n_ctx * q_dim,                 /* q, att */
         (size_t)n_ctx * hp->n_ff, (size_t)n_ctx * hp->n_ff,           /* ff_gate, ff_up */
-        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(n_ctx, n_ctx) : 1,
+        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(c->be, n_ctx, n_ctx) : 1,
                                                                       /* scores */
         own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
     };
