@@ -195,9 +195,9 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
 
     rmsnorm_chunk(c, c->xn, c->x, L->attn_norm, n);
     probe(c, il, "attn_norm", c->xn, n, d);
-    be->vt->gemm_nt(be, n, q_dim, d, 1.0f, c->xn, d, L->wq, d, c->q, q_dim);
-    be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wk, d, kc, kv_dim);
-    be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wv, d, vc, kv_dim);
+    const lm_nt_part qkv[3] = {{q_dim, L->wq, d, c->q, q_dim}, {kv_dim, L->wk, d, kc, kv_dim},
+                               {kv_dim, L->wv, d, vc, kv_dim}};
+    lm_gemm_nt_batch(be, n, d, 1.0f, c->xn, d, qkv, 3);
     if (L->bq != NULL)
         add_bias(c->q, L->bq, n, q_dim, q_dim);
     if (L->bk != NULL)
@@ -277,8 +277,9 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
         probe(c, il, "residual", c->x, n, d);
         return;
     }
-    be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_gate, d, c->ff_gate, ff);
-    be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
+    const lm_nt_part gate_up[2] = {{ff, L->w_gate, d, c->ff_gate, ff},
+                                   {ff, L->w_up, d, c->ff_up, ff}};
+    lm_gemm_nt_batch(be, n, d, 1.0f, c->xn, d, gate_up, 2);
     lm_op_glu(be, c->pool, c->ff_gate, c->ff_up, n, ff, hp->act);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, n, ff);
