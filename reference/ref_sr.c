@@ -61,14 +61,20 @@ static inline double bitsd(uint64_t u)
     return d;
 }
 
-/* SR of v to 24 significant bits, returned in a double (see ref_sr.h): the top 29 bits of r are
+/* SR of v to 24 significant bits, returned in a double (see ref_sr.h): the coin word c < 2^29 is
  * added to the 29 bits below v's 24-bit significand (a carry is a round-up, into the exponent
  * when the significand overflows) and those 29 bits are cleared. The sign bit is never reached
  * (|v| + 2^29 ulp53 < 2^1024 for finite v); +-Inf has zero low bits and stays; a NaN stays a NaN
  * (its quiet bit 51 is above the cleared bits). */
+static inline double sr29(double v, uint64_t c)
+{
+    return bitsd((dbits(v) + c) & ~((1ull << 29) - 1));
+}
+
+/* sr29 with the top 29 bits of r. */
 static inline double sr24(double v, uint32_t r)
 {
-    return bitsd((dbits(v) + (r >> 3)) & ~((1ull << 29) - 1));
+    return sr29(v, r >> 3);
 }
 
 float ref_sr_round(double v, uint32_t r)
@@ -111,10 +117,18 @@ typedef struct srf {
     ref_sr_out *out; /* the member's output: routing recorded there (moe_sel, moe_margin) */
     float *xt;       /* [max_in][npad] transposed input of a matrix product */
     double *wd;      /* [4][max_in] the weight rows of a matrix product as doubles */
+    uint64_t *at;    /* [max_in + 2][npad] a matrix product's token coin words (A) */
+    uint64_t *bt;    /* [4][max_in + 2] the row coin words (B) of a block of 4 rows */
     uint64_t npad;   /* n rounded up to LANES */
     void (*on_layer)(void *user); /* called after every layer and the output, or NULL */
     void *on_layer_user;
 } srf;
+
+/* The seed key of a member (srf.skey). */
+static uint64_t seed_key(uint64_t seed)
+{
+    return mix64(seed ^ 0x5352726566ull);
+}
 
 static uint32_t site(const srf *f, uint32_t s)
 {
@@ -131,22 +145,70 @@ static uint32_t esite(const srf *f, uint32_t x, uint32_t s)
     return (1u << 18) + (f->layer * f->hp->n_expert + x) * E_N_SITES + s;
 }
 
-/* 8 outputs (tokens) of one weight row: acc_l = SR(acc_l + w[i] * xt[i][l]), i left to right;
- * the product is exact in double, the sum is rounded to double, then sr24. The vector versions
- * run the lanes of sr_dot8_scalar with the same IEEE double and integer operations in the same
- * order (no FMA), so all three give the same bits. */
-static void sr_dot8_scalar(float *out, const double *w, const float *xt, uint64_t ld, uint64_t n,
-                           const uint32_t *key)
+/* --- matrix products --- */
+
+/* The coins of a matrix product at site st come from two tables instead of one hash per
+ * multiply-add: the coin (the 29 bits sr29 adds) of term i of output (t, r) is
+ *   c(t, r, i) = A_t(i) ^ B_r(i),
+ *   A_t(i) = lowbias32(ka_t + i * INC_A) >> 3,  ka_t = key_of(seed key, st, t, ~0)  (token t)
+ *   B_r(i) = lowbias32(kb_r + i * INC_B) >> 3,  kb_r = key_of(seed key, st, ~0, r)  (row r)
+ * for i < n_in (the multiply-adds), i = n_in (the bias add) and i = n_in + 1 (the add into the
+ * destination). A holds npad x (n_in + 2) words per product, B 4 x (n_in + 2) per block of 4
+ * rows: the kernel's coin is one XOR. With the hash words taken as independent and uniform,
+ * every coin is uniform on [0, 2^29) (a uniform word XOR an independent one), and coins are
+ * independent unless their (token, row) pairs, all at one term i, close a cycle: the coins of
+ * one output's reduction, of one token's outputs at one term and of one row's outputs at one
+ * term are each mutually independent, while e.g. c(t, r, i) ^ c(t, r', i) ^ c(t', r, i) ^
+ * c(t', r', i) = 0. Pairwise independence is what the rounding errors' means, variances and
+ * covariances depend on, so each rounding stays unbiased and errors of different operations
+ * stay uncorrelated. The increments differ so that a token key equal to a row key does not make
+ * A_t = B_r (coins 0: truncation for a whole output). The words depend on (seed, site, t, r,
+ * i) only, never on lanes, token groups, padding, kernels or threads. */
+#define INC_A 0x9e3779b9u
+#define INC_B 0x85ebca77u
+
+static uint32_t key_a(const srf *f, uint32_t st, uint64_t t)
+{
+    return key_of(f->skey, st, t, UINT64_MAX);
+}
+
+static uint32_t key_b(const srf *f, uint32_t st, uint64_t r)
+{
+    return key_of(f->skey, st, UINT64_MAX, r);
+}
+
+/* dst[i] = lowbias32(key + i * inc) >> 3 for i < n. */
+static void fill_row_scalar(uint64_t *dst, uint32_t key, uint32_t inc, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; ++i)
+        dst[i] = lowbias32(key + (uint32_t)i * inc) >> 3;
+}
+
+/* dst[i * ld + l] = lowbias32(key[l] + i * inc) >> 3 for i < n, l < LANES. */
+static void fill_cols_scalar(uint64_t *dst, uint64_t ld, const uint32_t *key, uint32_t inc,
+                             uint64_t n)
+{
+    for (uint64_t i = 0; i < n; ++i)
+        for (unsigned l = 0; l < LANES; ++l)
+            dst[i * ld + l] = lowbias32(key[l] + (uint32_t)i * inc) >> 3;
+}
+
+/* 8 outputs (tokens) of one weight row: acc_l = sr29(acc_l + w[i] * xt[i][l], a[i][l] ^ b[i]),
+ * i left to right; the product is exact in double, the sum is rounded to double. The vector
+ * versions run the lanes of sr_dot8_scalar with the same IEEE double and integer operations in
+ * the same order (no FMA), so all three give the same bits. xt and a: row stride ld. */
+static void sr_dot8_scalar(float *out, const double *w, const uint64_t *b, const float *xt,
+                           const uint64_t *a, uint64_t ld, uint64_t n)
 {
     double acc[LANES];
     for (unsigned l = 0; l < LANES; ++l)
         acc[l] = 0.0;
     for (uint64_t i = 0; i < n; ++i) {
         const double wi = w[i];
-        const uint32_t inc = (uint32_t)i * 0x9e3779b9u;
         const float *xr = xt + i * ld;
+        const uint64_t *ar = a + i * ld;
         for (unsigned l = 0; l < LANES; ++l)
-            acc[l] = sr24(acc[l] + wi * (double)xr[l], lowbias32(key[l] + inc));
+            acc[l] = sr29(acc[l] + wi * (double)xr[l], ar[l] ^ b[i]);
     }
     for (unsigned l = 0; l < LANES; ++l)
         out[l] = (float)acc[l];
@@ -155,7 +217,7 @@ static void sr_dot8_scalar(float *out, const double *w, const float *xt, uint64_
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
-/* lowbias32 of 8 words, then >> 3: the 29 random bits sr24 adds. */
+/* lowbias32 of 8 words, then >> 3: 29-bit coin words. */
 __attribute__((target("avx2"), always_inline)) static inline __m256i coins29_8(__m256i x)
 {
     x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
@@ -166,57 +228,81 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i coins29_8(_
     return _mm256_srli_epi32(x, 3);
 }
 
-/* sr24 of acc + p on 4 lanes; r29: 4 words of coins29_8 zero-extended to 64 bits. */
+/* The 8 words of v zero-extended into dst[0..8). */
+__attribute__((target("avx2"), always_inline)) static inline void store_u64x8(uint64_t *dst,
+                                                                           __m256i v)
+{
+    _mm256_storeu_si256((__m256i *)dst, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(v)));
+    _mm256_storeu_si256((__m256i *)(dst + 4),
+                        _mm256_cvtepu32_epi64(_mm256_extracti128_si256(v, 1)));
+}
+
+__attribute__((target("avx2"))) static void fill_row_avx2(uint64_t *dst, uint32_t key,
+                                                          uint32_t inc, uint64_t n)
+{
+    const __m256i step = _mm256_set1_epi32((int)(8u * inc));
+    __m256i x = _mm256_add_epi32(_mm256_set1_epi32((int)key),
+                                 _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                    _mm256_set1_epi32((int)inc)));
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8, x = _mm256_add_epi32(x, step))
+        store_u64x8(dst + i, coins29_8(x));
+    fill_row_scalar(dst + i, key + (uint32_t)i * inc, inc, n - i);
+}
+
+__attribute__((target("avx2"))) static void fill_cols_avx2(uint64_t *dst, uint64_t ld,
+                                                           const uint32_t *key, uint32_t inc,
+                                                           uint64_t n)
+{
+    const __m256i step = _mm256_set1_epi32((int)inc);
+    __m256i x = _mm256_loadu_si256((const __m256i *)key);
+    for (uint64_t i = 0; i < n; ++i, x = _mm256_add_epi32(x, step))
+        store_u64x8(dst + i * ld, coins29_8(x));
+}
+
+/* sr29 of acc + p on 4 lanes with coin words c. */
 __attribute__((target("avx2"), always_inline)) static inline __m256d madd4(__m256d acc, __m256d p,
-                                                                        __m256i r29)
+                                                                        __m256i c)
 {
     const __m256i s = _mm256_castpd_si256(_mm256_add_pd(acc, p));
-    const __m256i t = _mm256_add_epi64(s, r29);
+    const __m256i t = _mm256_add_epi64(s, c);
     return _mm256_castsi256_pd(_mm256_and_si256(t, _mm256_set1_epi64x(~((1ll << 29) - 1))));
 }
 
-/* The keys of 8 lanes in the order (0, 1, 4, 5, 2, 3, 6, 7): unpacking the coins of that
- * order against zero gives lanes 0-3 (unpacklo) and 4-7 (unpackhi) as 64-bit words, in place. */
-__attribute__((target("avx2"), always_inline)) static inline __m256i keys_for_unpack(const uint32_t *key)
-{
-    return _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)key),
-                                       _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-}
-
-/* One multiply-add step of a row's 8 lanes (lo, hi: lanes 0-3, 4-7) with weight *wp; kr from
- * keys_for_unpack. */
-#define SR_STEP8(lo, hi, kr, wp)                                                                 \
+/* One multiply-add step of a row's 8 lanes (lo, hi: lanes 0-3, 4-7) with weight *wp and row
+ * coin word *bp. */
+#define SR_STEP8(lo, hi, wp, bp)                                                                 \
     do {                                                                                         \
         const __m256d wi_ = _mm256_broadcast_sd(wp);                                             \
-        const __m256i rb_ = coins29_8(_mm256_add_epi32((kr), inc));                              \
-        lo = madd4(lo, _mm256_mul_pd(wi_, xl), _mm256_unpacklo_epi32(rb_, zero));                \
-        hi = madd4(hi, _mm256_mul_pd(wi_, xh), _mm256_unpackhi_epi32(rb_, zero));                \
+        const __m256i bi_ = _mm256_set1_epi64x((long long)*(bp));                                \
+        lo = madd4(lo, _mm256_mul_pd(wi_, xl), _mm256_xor_si256(al, bi_));                       \
+        hi = madd4(hi, _mm256_mul_pd(wi_, xh), _mm256_xor_si256(ah, bi_));                       \
     } while (0)
 
-/* The lanes of 8 tokens of xt row i as doubles (xl: 0-3, xh: 4-7), and the coins' counter. */
+/* The lanes of 8 tokens of xt row i as doubles (xl: 0-3, xh: 4-7), and their coin words. */
 #define SR_LOAD8(i)                                                                              \
     const __m256 x_ = _mm256_loadu_ps(xt + (i) * ld);                                            \
     const __m256d xl = _mm256_cvtps_pd(_mm256_castps256_ps128(x_));                              \
     const __m256d xh = _mm256_cvtps_pd(_mm256_extractf128_ps(x_, 1));                            \
-    const __m256i inc = _mm256_set1_epi32((int)((uint32_t)(i) * 0x9e3779b9u))
+    const __m256i al = _mm256_loadu_si256((const __m256i *)(a + (i) * ld));                      \
+    const __m256i ah = _mm256_loadu_si256((const __m256i *)(a + (i) * ld + 4))
 
 /* 4 rows at once, in named registers: 8 independent chains hide the latency of one SR step. */
 __attribute__((target("avx2"))) static void sr_dot8_avx2_4(float *out, const double *const *w,
-                                                           const float *xt, uint64_t ld,
-                                                           uint64_t n, const uint32_t *key)
+                                                           const uint64_t *const *b,
+                                                           const float *xt, const uint64_t *a,
+                                                           uint64_t ld, uint64_t n)
 {
     __m256d lo0 = _mm256_setzero_pd(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0,
             lo3 = lo0, hi3 = lo0;
-    const __m256i zero = _mm256_setzero_si256(), k0 = keys_for_unpack(key),
-                  k1 = keys_for_unpack(key + LANES), k2 = keys_for_unpack(key + 2 * LANES),
-                  k3 = keys_for_unpack(key + 3 * LANES);
     const double *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    const uint64_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
     for (uint64_t i = 0; i < n; ++i) {
         SR_LOAD8(i);
-        SR_STEP8(lo0, hi0, k0, w0 + i);
-        SR_STEP8(lo1, hi1, k1, w1 + i);
-        SR_STEP8(lo2, hi2, k2, w2 + i);
-        SR_STEP8(lo3, hi3, k3, w3 + i);
+        SR_STEP8(lo0, hi0, w0 + i, b0 + i);
+        SR_STEP8(lo1, hi1, w1 + i, b1 + i);
+        SR_STEP8(lo2, hi2, w2 + i, b2 + i);
+        SR_STEP8(lo3, hi3, w3 + i, b3 + i);
     }
     const __m256d acc[8] = {lo0, hi0, lo1, hi1, lo2, hi2, lo3, hi3};
     for (unsigned j = 0; j < 8; ++j)
@@ -224,51 +310,47 @@ __attribute__((target("avx2"))) static void sr_dot8_avx2_4(float *out, const dou
 }
 
 __attribute__((target("avx2"))) static void sr_dot8_avx2_1(float *out, const double *w,
-                                                           const float *xt, uint64_t ld,
-                                                           uint64_t n, const uint32_t *key)
+                                                           const uint64_t *b, const float *xt,
+                                                           const uint64_t *a, uint64_t ld,
+                                                           uint64_t n)
 {
     __m256d lo = _mm256_setzero_pd(), hi = lo;
-    const __m256i zero = _mm256_setzero_si256(), k = keys_for_unpack(key);
     for (uint64_t i = 0; i < n; ++i) {
         SR_LOAD8(i);
-        SR_STEP8(lo, hi, k, w + i);
+        SR_STEP8(lo, hi, w + i, b + i);
     }
     _mm_storeu_ps(out, _mm256_cvtpd_ps(lo));
     _mm_storeu_ps(out + 4, _mm256_cvtpd_ps(hi));
 }
 
 __attribute__((target("avx2"))) static void sr_dot8_avx2(float *out, const double *const *w,
-                                                         const float *xt, uint64_t ld,
-                                                         uint64_t n, const uint32_t *key,
-                                                         unsigned R)
+                                                         const uint64_t *const *b,
+                                                         const float *xt, const uint64_t *a,
+                                                         uint64_t ld, uint64_t n, unsigned R)
 {
     if (R == 4)
-        sr_dot8_avx2_4(out, w, xt, ld, n, key);
+        sr_dot8_avx2_4(out, w, b, xt, a, ld, n);
     else
         for (unsigned r = 0; r < R; ++r)
-            sr_dot8_avx2_1(out + LANES * r, w[r], xt, ld, n, key + LANES * r);
+            sr_dot8_avx2_1(out + LANES * r, w[r], b[r], xt, a, ld, n);
 }
 
 __attribute__((target("avx512f,avx2"), always_inline)) static inline void
-sr_dot8_avx512_rows(float *out, const double *const *w, const float *xt, uint64_t ld, uint64_t n,
-                    const uint32_t *key, const unsigned R)
+sr_dot8_avx512_rows(float *out, const double *const *w, const uint64_t *const *b,
+                    const float *xt, const uint64_t *a, uint64_t ld, uint64_t n, const unsigned R)
 {
     __m512d acc[4];
-    __m256i k[4];
     const __m512i keep = _mm512_set1_epi64(~((1ll << 29) - 1));
-    for (unsigned r = 0; r < R; ++r) {
+    for (unsigned r = 0; r < R; ++r)
         acc[r] = _mm512_setzero_pd();
-        k[r] = _mm256_loadu_si256((const __m256i *)(key + LANES * r));
-    }
     for (uint64_t i = 0; i < n; ++i) {
         const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(xt + i * ld));
-        const __m256i inc = _mm256_set1_epi32((int)((uint32_t)i * 0x9e3779b9u));
+        const __m512i ai = _mm512_loadu_si512(a + i * ld);
         for (unsigned r = 0; r < R; ++r) {
             const __m512d p = _mm512_mul_pd(_mm512_set1_pd(w[r][i]), x);
-            const __m256i rb = coins29_8(_mm256_add_epi32(k[r], inc));
+            const __m512i c = _mm512_xor_si512(ai, _mm512_set1_epi64((long long)b[r][i]));
             const __m512i s = _mm512_castpd_si512(_mm512_add_pd(acc[r], p));
-            acc[r] = _mm512_castsi512_pd(
-                _mm512_and_si512(_mm512_add_epi64(s, _mm512_cvtepu32_epi64(rb)), keep));
+            acc[r] = _mm512_castsi512_pd(_mm512_and_si512(_mm512_add_epi64(s, c), keep));
         }
     }
     for (unsigned r = 0; r < R; ++r)
@@ -277,15 +359,16 @@ sr_dot8_avx512_rows(float *out, const double *const *w, const float *xt, uint64_
 
 __attribute__((target("avx512f,avx2"))) static void sr_dot8_avx512(float *out,
                                                                   const double *const *w,
-                                                                  const float *xt, uint64_t ld,
-                                                                  uint64_t n, const uint32_t *key,
-                                                                  unsigned R)
+                                                                  const uint64_t *const *b,
+                                                                  const float *xt,
+                                                                  const uint64_t *a, uint64_t ld,
+                                                                  uint64_t n, unsigned R)
 {
     if (R == 4)
-        sr_dot8_avx512_rows(out, w, xt, ld, n, key, 4);
+        sr_dot8_avx512_rows(out, w, b, xt, a, ld, n, 4);
     else
         for (unsigned r = 0; r < R; ++r)
-            sr_dot8_avx512_rows(out + LANES * r, w + r, xt, ld, n, key + LANES * r, 1);
+            sr_dot8_avx512_rows(out + LANES * r, w + r, b + r, xt, a, ld, n, 1);
 }
 #endif
 
@@ -307,61 +390,105 @@ static int sr_kernel(void)
     return best;
 }
 
-/* Rows w[0..R) (R <= 4) against 8 tokens: out[r][l], key[r][l]. */
-static void sr_dot8(float *out, const double *const *w, const float *xt, uint64_t ld, uint64_t n,
-                    const uint32_t *key, unsigned R, int kern)
+static void fill_row(uint64_t *dst, uint32_t key, uint32_t inc, uint64_t n, int kern)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (kern > 0) {
+        fill_row_avx2(dst, key, inc, n);
+        return;
+    }
+#endif
+    (void)kern;
+    fill_row_scalar(dst, key, inc, n);
+}
+
+static void fill_cols(uint64_t *dst, uint64_t ld, const uint32_t *key, uint32_t inc, uint64_t n,
+                      int kern)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (kern > 0) {
+        fill_cols_avx2(dst, ld, key, inc, n);
+        return;
+    }
+#endif
+    (void)kern;
+    fill_cols_scalar(dst, ld, key, inc, n);
+}
+
+/* Rows w[0..R) (R <= 4) with row coin words b[0..R) against 8 tokens (xt and their coin words
+ * a, row stride ld): out[r][l]. */
+static void sr_dot8(float *out, const double *const *w, const uint64_t *const *b,
+                    const float *xt, const uint64_t *a, uint64_t ld, uint64_t n, unsigned R,
+                    int kern)
 {
 #if defined(__GNUC__) && defined(__x86_64__)
     if (kern == 2) {
-        sr_dot8_avx512(out, w, xt, ld, n, key, R);
+        sr_dot8_avx512(out, w, b, xt, a, ld, n, R);
         return;
     }
     if (kern == 1) {
-        sr_dot8_avx2(out, w, xt, ld, n, key, R);
+        sr_dot8_avx2(out, w, b, xt, a, ld, n, R);
         return;
     }
 #endif
     (void)kern;
     for (unsigned r = 0; r < R; ++r)
-        sr_dot8_scalar(out + LANES * r, w[r], xt, ld, n, key + LANES * r);
+        sr_dot8_scalar(out + LANES * r, w[r], b[r], xt, a, ld, n);
 }
 
-/* out[t][r] (+)= in[t] . W[r] (+ b[r]) for t < f->n, with SR; in [n][n_in], W [n_out][n_in]. */
+/* The token coin words A of a product at site st for tokens t0 + u, u < np (a multiple of
+ * LANES), in groups of LANES: at[i * np + u] = A_{t0 + u}(i), i < nc. */
+static void fill_token_coins(const srf *f, uint64_t *at, uint64_t t0, uint64_t np, uint64_t nc,
+                             uint32_t st, int kern)
+{
+    for (uint64_t g = 0; g < np; g += LANES) {
+        uint32_t ka[LANES];
+        for (unsigned l = 0; l < LANES; ++l)
+            ka[l] = key_a(f, st, t0 + g + l);
+        fill_cols(at + g, np, ka, INC_A, nc, kern);
+    }
+}
+
+/* out[t][r] (+)= in[t] . W[r] (+ b[r]) for t < n_rows, with SR; in [n_rows][n_in],
+ * W [n_out][n_in]. */
 static void matmul(srf *f, float *out, const float *in, const float *W, const float *b,
                    uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool acc, uint32_t st)
 {
-    const uint64_t np = (n_rows + LANES - 1) / LANES * LANES;
+    const uint64_t np = (n_rows + LANES - 1) / LANES * LANES, nc = n_in + 2;
     const int kern = sr_kernel();
     memset(f->xt, 0, n_in * np * sizeof *f->xt);
     for (uint64_t t = 0; t < n_rows; ++t)
         for (uint64_t i = 0; i < n_in; ++i)
             f->xt[i * np + t] = in[t * n_in + i];
+    uint64_t *const at = f->at;
+    fill_token_coins(f, at, 0, np, nc, st, kern);
     for (uint64_t r0 = 0; r0 < n_out; r0 += 4) {
         const unsigned R = n_out - r0 < 4 ? (unsigned)(n_out - r0) : 4;
         const double *wr[4];
+        const uint64_t *br[4];
         for (unsigned g = 0; g < R; ++g) {
             double *d = f->wd + g * n_in;
             const float *src = W + (r0 + g) * n_in;
             for (uint64_t i = 0; i < n_in; ++i)
                 d[i] = (double)src[i];
             wr[g] = d;
+            uint64_t *bg = f->bt + g * nc;
+            fill_row(bg, key_b(f, st, r0 + g), INC_B, nc, kern);
+            br[g] = bg;
         }
         for (uint64_t t0 = 0; t0 < np; t0 += LANES) {
-            uint32_t key[4 * LANES];
             float o[4 * LANES];
-            for (unsigned g = 0; g < R; ++g)
-                for (unsigned l = 0; l < LANES; ++l)
-                    key[g * LANES + l] = key_of(f->skey, st, t0 + l, r0 + g);
-            sr_dot8(o, wr, f->xt + t0, np, n_in, key, R, kern);
+            sr_dot8(o, wr, br, f->xt + t0, at + t0, np, n_in, R, kern);
             for (unsigned g = 0; g < R; ++g)
                 for (unsigned l = 0; l < LANES && t0 + l < n_rows; ++l) {
                     const uint64_t t = t0 + l, r = r0 + g;
                     double y = o[g * LANES + l];
-                    uint32_t k2 = key_of(f->skey, st + (1u << 20), t, r);
                     if (b)
-                        y = sr_add(y, (double)b[r], coin(k2, 0));
+                        y = sr29(y + (double)b[r], at[n_in * np + t] ^ br[g][n_in]);
                     float *d = &out[t * n_out + r];
-                    *d = acc ? (float)sr_add((double)*d, y, coin(k2, 1)) : (float)y;
+                    *d = acc ? (float)sr29((double)*d + y, at[(n_in + 1) * np + t] ^
+                                                               br[g][n_in + 1])
+                             : (float)y;
                 }
         }
     }
@@ -701,6 +828,8 @@ static void srf_free(srf *f)
         free(all[i]);
     free(f->sel);
     free(f->wd);
+    free(f->at);
+    free(f->bt);
 }
 
 static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
@@ -711,7 +840,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;
-    srf f = {.m = m, .hp = hp, .skey = mix64(seed ^ 0x5352726566ull), .n = rq->n_tokens,
+    srf f = {.m = m, .hp = hp, .skey = seed_key(seed), .n = rq->n_tokens,
              .on_layer = on_layer, .on_layer_user = on_layer_user};
     f.q_dim = hp->n_head * hp->head_dim;
     f.kv_dim = hp->n_head_kv * hp->head_dim;
@@ -761,6 +890,8 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
     f.tmp = malloc((uint64_t)out->n_pos * e * sizeof(float));
     f.xt = malloc(max_in * f.npad * sizeof(float));
     f.wd = malloc(4 * max_in * sizeof(double));
+    f.at = malloc((max_in + 2) * f.npad * sizeof *f.at);
+    f.bt = malloc(4 * (max_in + 2) * sizeof *f.bt);
     const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
     bool sandwich = false;
     for (uint32_t l = 0; l < hp->n_layer; ++l)
@@ -771,6 +902,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
         f.y = malloc(n * e * sizeof(float));
     if (!out->pos || !out->k || !out->v || !out->logits || !f.x || !f.h || !f.q || !f.k || !f.v ||
         !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt || !f.wd ||
+        !f.at || !f.bt ||
         (own_swa && !f.cs_swa) || (sandwich && !f.y) ||
         (hp->n_expert > 0 &&
          (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !out->moe_sel || !out->moe_margin))) {
@@ -842,14 +974,57 @@ int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64
     return sr_run(out, m, rq, seed, NULL, NULL, err);
 }
 
+#ifdef LM_TEST_HOOKS
+int ref_sr_test_mm_coins(uint64_t *dst, uint64_t seed, uint32_t st, uint64_t t0, uint64_t n_t,
+                         uint64_t n_r, uint64_t n_i)
+{
+    const srf f = {.skey = seed_key(seed)};
+    const int kern = sr_kernel();
+    const uint64_t nt = (n_t + LANES - 1) / LANES * LANES;
+    uint64_t *at = malloc(n_i * nt * sizeof *at), *bt = malloc(n_i * sizeof *bt);
+    if (at == NULL || bt == NULL) {
+        free(at);
+        free(bt);
+        return LM_E_NOMEM;
+    }
+    fill_token_coins(&f, at, t0, nt, n_i, st, kern);
+    for (uint64_t r = 0; r < n_r; ++r) {
+        fill_row(bt, key_b(&f, st, r), INC_B, n_i, kern);
+        for (uint64_t t = 0; t < n_t; ++t)
+            for (uint64_t i = 0; i < n_i; ++i)
+                dst[(t * n_r + r) * n_i + i] = at[i * nt + t] ^ bt[i];
+    }
+    free(at);
+    free(bt);
+    return LM_OK;
+}
+
+int ref_sr_test_matmul(float *out, const float *in, const float *W, const float *b,
+                       uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool acc, uint64_t seed)
+{
+    const uint64_t np = (n_rows + LANES - 1) / LANES * LANES;
+    srf f = {.skey = seed_key(seed), .n = (uint32_t)n_rows, .npad = np};
+    f.xt = malloc(n_in * np * sizeof *f.xt);
+    f.wd = malloc(4 * n_in * sizeof *f.wd);
+    f.at = malloc((n_in + 2) * np * sizeof *f.at);
+    f.bt = malloc(4 * (n_in + 2) * sizeof *f.bt);
+    const int rc = f.xt && f.wd && f.at && f.bt ? LM_OK : LM_E_NOMEM;
+    if (rc == LM_OK)
+        matmul(&f, out, in, W, b, n_rows, n_in, n_out, acc, 0);
+    srf_free(&f);
+    return rc;
+}
+#endif
+
 /* One calibration round: R rows of n_in weights against T = LANES columns, the kernel every
  * matrix product runs. */
 typedef struct sr_calib {
-    float *o;                /* [R * LANES] */
-    const double *const *wr; /* [R] rows of n_in */
-    const float *xt;         /* [n_in][LANES] */
+    float *o;                  /* [R * LANES] */
+    const double *const *wr;   /* [R] rows of n_in */
+    const uint64_t *const *br; /* [R] row coin words of n_in */
+    const float *xt;           /* [n_in][LANES] */
+    const uint64_t *at;        /* [n_in][LANES] token coin words */
     uint64_t n_in;
-    const uint32_t *key;     /* [R * LANES] */
     unsigned R;
     int kern;
 } sr_calib;
@@ -857,7 +1032,7 @@ typedef struct sr_calib {
 static bool sr_calib_round(void *p)
 {
     const sr_calib *c = p;
-    sr_dot8(c->o, c->wr, c->xt, LANES, c->n_in, c->key, c->R, c->kern);
+    sr_dot8(c->o, c->wr, c->br, c->xt, c->at, LANES, c->n_in, c->R, c->kern);
     return true;
 }
 
@@ -868,24 +1043,30 @@ double ref_sr_calibrate_s_per_mac(uint64_t n_in)
         n_in = 1024;
     double *w = malloc(R * n_in * sizeof *w);
     float *xt = malloc(n_in * T * sizeof *xt);
-    if (w == NULL || xt == NULL) {
-        free(w);
-        free(xt);
-        return 0.0;
+    uint64_t *at = malloc(n_in * T * sizeof *at), *bt = malloc(R * n_in * sizeof *bt);
+    double s = 0.0;
+    if (w != NULL && xt != NULL && at != NULL && bt != NULL) {
+        const int kern = sr_kernel();
+        uint64_t z = REF_CALIB_SEED;
+        ref_calib_fill_f64(w, R * n_in, 0x1p-30, &z);
+        ref_calib_fill_f32(xt, n_in * T, 0x1p-23f, &z);
+        uint32_t ka[T];
+        for (unsigned l = 0; l < T; ++l)
+            ka[l] = lowbias32(l + 1);
+        fill_cols(at, T, ka, INC_A, n_in, kern);
+        for (unsigned r = 0; r < R; ++r)
+            fill_row(bt + r * n_in, lowbias32(T + r + 1), INC_B, n_in, kern);
+        const double *wr[R] = {w, w + n_in, w + 2 * n_in, w + 3 * n_in};
+        const uint64_t *br[R] = {bt, bt + n_in, bt + 2 * n_in, bt + 3 * n_in};
+        float o[R * T];
+        sr_calib c = {.o = o, .wr = wr, .br = br, .xt = xt, .at = at, .n_in = n_in, .R = R,
+                      .kern = kern};
+        s = ref_calib_time(sr_calib_round, &c, (double)R * T * n_in);
     }
-    uint64_t z = REF_CALIB_SEED;
-    ref_calib_fill_f64(w, R * n_in, 0x1p-30, &z);
-    ref_calib_fill_f32(xt, n_in * T, 0x1p-23f, &z);
-    const double *wr[R] = {w, w + n_in, w + 2 * n_in, w + 3 * n_in};
-    uint32_t key[R * T];
-    for (unsigned i = 0; i < R * T; ++i)
-        key[i] = lowbias32(i + 1);
-    float o[R * T];
-    sr_calib c = {.o = o, .wr = wr, .xt = xt, .n_in = n_in, .key = key, .R = R,
-                  .kern = sr_kernel()};
-    const double s = ref_calib_time(sr_calib_round, &c, (double)R * T * n_in);
     free(w);
     free(xt);
+    free(at);
+    free(bt);
     return s;
 }
 

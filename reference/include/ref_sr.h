@@ -17,10 +17,14 @@
  * a dot product (no gradual underflow); NaN and Inf pass through.
  * Random bits: counter-based and stateless, r = lowbias32(key + i * 0x9e3779b9) with key a
  * SplitMix64 hash of (seed, operation site, output element) and i the term index inside a
- * reduction: the bits depend on (seed, site, element, term) only, never on threads, lanes or
- * chunking. A dot product is vectorized across 8 outputs (tokens) that run their left-to-right
- * chains side by side (AVX-512, AVX2 or scalar, picked from the CPU; every lane runs the same
- * IEEE double and integer operations, so the bits never depend on the kernel).
+ * reduction. A matrix product (the bulk of the work) takes the coin of term i of output
+ * (token t, row r) as A_t(i) ^ B_r(i), two such streams keyed by (seed, site, t) and (seed,
+ * site, r): one XOR per multiply-add instead of one hash; each coin is uniform and the coins are
+ * pairwise independent (ref_sr.c states exactly which sets are independent). The bits depend
+ * on (seed, site, element, term) only, never on threads, lanes or chunking. A matrix product
+ * is vectorized across 8 outputs (tokens) that run their left-to-right chains side by side
+ * (AVX-512, AVX2 or scalar, picked from the CPU; every lane runs the same IEEE double and
+ * integer operations, so the bits never depend on the kernel).
  *
  * Implemented: everything ref_forward.c implements (scaled embeddings, per-head Q/K norms,
  * sandwich norms, GeGLU, rope_freqs factors, a sliding layers' own theta, windows, sinks,
@@ -67,6 +71,15 @@ double ref_sr_calibrate_s_per_mac(uint64_t n_in);
 float ref_sr_round(double v, uint32_t r);
 #ifdef LM_TEST_HOOKS
 extern int ref_sr_test_force_kernel; /* tests: 0 scalar, 1 avx2, 2 avx512; -1 the CPU's */
+/* The coin words (29 bits) of a matrix product at site st of the member with seed `seed`,
+ * through the table fills the product uses, token groups starting at token t0:
+ * dst[(u * n_r + r) * n_i + i] = coin of term i of output (token t0 + u, row r), u < n_t. */
+int ref_sr_test_mm_coins(uint64_t *dst, uint64_t seed, uint32_t st, uint64_t t0, uint64_t n_t,
+                         uint64_t n_r, uint64_t n_i);
+/* One SR matrix product of that member at site 0: out[t][r] (+)= in[t] . W[r] (+ b[r]),
+ * in [n_rows][n_in], W [n_out][n_in], out [n_rows][n_out] (acc: added into out). */
+int ref_sr_test_matmul(float *out, const float *in, const float *W, const float *b,
+                       uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool acc, uint64_t seed);
 #endif
 
 #endif
