@@ -57,6 +57,21 @@ static void oracle(mpfr_t out, mpfr_t sabs, mpfr_t *x, const float *w, uint64_t 
     mpfr_clears(acc, p, ab, (mpfr_ptr)0);
 }
 
+/* ref_dx_dot_vv with kernel kern (0 scalar, 1 avx2, 2 avx512, where the CPU has it). */
+static void vv_kernel(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s,
+                      int kern)
+{
+#ifdef LM_TEST_HOOKS
+    ref_dx_test_force_kernel = kern;
+#else
+    (void)kern;
+#endif
+    ref_dx_dot_vv(out, x, y, s);
+#ifdef LM_TEST_HOOKS
+    ref_dx_test_force_kernel = -1;
+#endif
+}
+
 /* Runs rows r < R of c through ref_dx_dot_rows (and row 0 through ref_dx_dot) with kernel kern,
  * the vector split into digits of a bits and the rows of b bits; each must equal the oracle
  * exactly (NaN: both NaN). Returns the number of mismatches. */
@@ -325,13 +340,7 @@ static void test_ref_dotx_widest_digits(void)
                                          ref_dx_k_cap_bits(127, REF_DX_VV_BITS_MAX),
                                          &err) == LM_OK);
         for (int kern = 0; kern <= 2; ++kern) {
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = kern;
-#endif
-            ref_dx_dot_vv(out, &vx, &vx, &s);
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = -1;
-#endif
+            vv_kernel(out, &vx, &vx, &s, kern);
             bad += !mpfr_equal_p(out, ex);
         }
         mpfr_clears(ex, out, (mpfr_ptr)0);
@@ -594,13 +603,7 @@ static int check_vv(mpfr_prec_t prec, uint64_t n, uint64_t ny, int spread, int s
         CU_ASSERT_FATAL(ref_dx_vec_split(&vx, x, n, 1, a, kc, &err) == LM_OK);
         CU_ASSERT_FATAL(ref_dx_vec_split(&vy, y, ny, STRIDE, a, kc, &err) == LM_OK);
         for (int kern = 0; kern <= 2; ++kern) {
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = kern;
-#endif
-            ref_dx_dot_vv(out, &vx, &vy, &s);
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = -1;
-#endif
+            vv_kernel(out, &vx, &vy, &s, kern);
             bool same = mpfr_nan_p(ex) ? mpfr_nan_p(out)
                                        : mpfr_equal_p(out, ex) &&
                                              mpfr_signbit(out) == mpfr_signbit(ex);
@@ -701,13 +704,7 @@ static void test_ref_dotx_vv_cut_boundary(void)
             CU_ASSERT_FATAL(vx.n_exc == 0 && vy.n_exc == 0 && vx.k + vy.k - 2 > 7);
             for (int kern = 0; kern <= 2; ++kern) {
                 const unsigned long cut0 = ref_dx_test_vv_cut, rest0 = ref_dx_test_vv_rest;
-#ifdef LM_TEST_HOOKS
-                ref_dx_test_force_kernel = kern;
-#endif
-                ref_dx_dot_vv(out, &vx, &vy, &s);
-#ifdef LM_TEST_HOOKS
-                ref_dx_test_force_kernel = -1;
-#endif
+                vv_kernel(out, &vx, &vy, &s, kern);
                 bad += !mpfr_equal_p(out, ex);
                 /* on the midpoint the remaining pairs were needed; 2^-140 off it they were not */
                 bad += off ? ref_dx_test_vv_cut != cut0 + 1 : ref_dx_test_vv_rest != rest0 + 1;
