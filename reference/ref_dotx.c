@@ -17,6 +17,7 @@
 #endif
 
 #define DIGIT_MASK ((1u << REF_DX_BITS) - 1u)
+#define MASK_BITS(b) ((uint32_t)((1ull << (b)) - 1u)) /* b <= 32 */
 
 __extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets */
 
@@ -29,39 +30,112 @@ uint32_t ref_dx_k_cap(mpfr_prec_t prec)
     return (uint32_t)((prec + 128 + REF_DX_BITS - 1) / REF_DX_BITS);
 }
 
+uint32_t ref_dx_k_cap_bits(mpfr_prec_t prec, uint32_t bits)
+{
+    return (uint32_t)((prec + 128 + bits - 1) / bits);
+}
+
+uint32_t ref_dx_sum_bits(uint64_t n)
+{
+    uint32_t lg = 0; /* ceil(log2(n)) of the padded length */
+    while ((1ull << lg) < n)
+        ++lg;
+    return lg <= 17 ? 45u : 62u - lg;
+}
+
+/* Exponents of a finite nonzero float32's top (one above its highest set bit) and lowest set
+ * bit; false for 0, NaN and Inf. */
+static bool flt_range(float w, long *top, long *low)
+{
+    uint32_t bits;
+    memcpy(&bits, &w, 4);
+    bits &= 0x7fffffffu;
+    if (bits == 0 || bits >= 0x7f800000u)
+        return false;
+    const uint32_t ef = bits >> 23, M = ef ? (bits & 0x7fffffu) | 0x800000u : bits;
+    const long q = ef ? (long)ef - 150 : -149;
+    *top = q + 32 - __builtin_clz(M);
+    *low = q + __builtin_ctz(M);
+    return true;
+}
+
+uint32_t ref_dx_row_span(const float *w, uint64_t n)
+{
+    long top = 0, low = 0, t, l;
+    bool any = false;
+    for (uint64_t i = 0; i < n; ++i)
+        if (flt_range(w[i], &t, &l)) {
+            top = !any || t > top ? t : top;
+            low = !any || l < low ? l : low;
+            any = true;
+        }
+    return any ? (uint32_t)(top - low) : 0;
+}
+
+/* One row's cost in digit planes at width b: J = ceil(span / b), a row beyond REF_DX_JMAX
+ * digits counted twice the cap. */
+static uint64_t row_planes(uint32_t span, uint32_t b)
+{
+    const uint32_t j = (span + b - 1) / b;
+    return j <= REF_DX_JMAX ? j : 2 * REF_DX_JMAX;
+}
+
+uint32_t ref_dx_pick_bits(const uint64_t *row_hist, const uint64_t *vspan, uint64_t n_vec,
+                          mpfr_prec_t prec, uint64_t n)
+{
+    const uint32_t sum = ref_dx_sum_bits(n);
+    uint32_t best = REF_DX_BITS;
+    double best_cost = -1.0;
+    for (uint32_t a = REF_DX_BITS; a <= REF_DX_BITS_MAX && a < sum; ++a) {
+        const uint32_t b = sum - a, kc = ref_dx_k_cap_bits(prec, a);
+        double ks = 0.0, js = 0.0;
+        for (uint64_t t = 0; t < n_vec; ++t) {
+            const uint64_t k = (vspan[t] + a - 1) / a;
+            ks += (double)(k < kc ? k : kc);
+        }
+        for (uint32_t sp = 1; sp < REF_DX_SPAN_BINS; ++sp)
+            js += (double)row_hist[sp] * (double)row_planes(sp, b);
+        if (best_cost < 0.0 || ks * js < best_cost) {
+            best_cost = ks * js;
+            best = a;
+        }
+    }
+    return best;
+}
+
 static uint64_t pad16(uint64_t n)
 {
     return (n + 15) & ~(uint64_t)15;
 }
 
-/* --- kernels: for each of R rows r, A[r][k + j] += sum_i d[k][i] * p[r][j][i] over i < n (a
- * multiple of 8), in blocks of REF_DX_BLOCK elements (d's planes ds doubles apart, p's ps). Every product is an integer below 2^40 and every partial
- * sum of one block and one bucket an integer below 2^50 (ref_dotx.h), so all kernels compute
- * the same exact integers. R rows share each load of the vector's digits. --- */
+/* --- kernels: for each of R rows r of one digit plane each, A[r][k] += sum_i d[k][i] p[r][i]
+ * over i < n (a multiple of 8) and k < K, in blocks of REF_DX_BLOCK elements (d's planes ds
+ * doubles apart). Every accumulator takes one product per element, an integer below
+ * 2^(a+b) <= 2^45, so every partial sum of one block is an integer below 2^53
+ * (ref_dotx.h) and all kernels compute the same exact integers. R rows share each load of the
+ * vector's digits. --- */
 
 typedef void (*dx_kernel)(int64_t *const *A, const double *d, uint32_t K,
-                          const double *const *p, uint32_t J, uint32_t R, uint64_t n,
-                          uint64_t ds, uint64_t ps);
+                          const double *const *p, uint32_t R, uint64_t n, uint64_t ds);
 
 static void kern_scalar(int64_t *const *A, const double *d, uint32_t K, const double *const *p,
-                        uint32_t J, uint32_t R, uint64_t n, uint64_t ds, uint64_t ps)
+                        uint32_t R, uint64_t n, uint64_t ds)
 {
     for (uint64_t i0 = 0; i0 < n; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t r = 0; r < R; ++r)
-            for (uint32_t k = 0; k < K; ++k)
-                for (uint32_t j = 0; j < J; ++j) {
-                    const double *x = d + k * ds, *w = p[r] + j * ps;
-                    double acc = 0.0;
-                    for (uint64_t i = i0; i < i1; ++i)
-                        acc += x[i] * w[i];
-                    A[r][k + j] += (int64_t)acc;
-                }
+            for (uint32_t k = 0; k < K; ++k) {
+                const double *x = d + k * ds, *w = p[r];
+                double acc = 0.0;
+                for (uint64_t i = i0; i < i1; ++i)
+                    acc += x[i] * w[i];
+                A[r][k] += (int64_t)acc;
+            }
     }
 }
 
 #ifdef DX_X86
-/* The loops over rows, planes and digits of a kernel step are unrolled completely, so that the
+/* The loops over rows and planes of a kernel step are unrolled completely, so that the
  * accumulators live in registers (GCC at -O2 keeps them in memory otherwise: measured 7x
  * slower). Clang unrolls them by itself; its fuzzing build (ASan) does not finish in minutes
  * with the pragma. */
@@ -85,20 +159,18 @@ __attribute__((target("avx2,fma"), always_inline)) static inline double hsum4(__
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
 
-/* KB digit planes k .. k+KB-1 of the vector against R rows of J planes each over [i0, i1), 4
- * elements a step: each loaded weight vector serves KB planes, each loaded digit vector R J
- * products; bucket k + s of row r collects the products with kb + j = s (at most
- * min(KB, J) <= 4 per element: block sums below 256 * 4 * 2^40 = 2^50, exact). */
+/* KB digit planes k .. k+KB-1 of the vector against R rows over [i0, i1), 4 elements a step:
+ * each loaded row vector serves KB planes, each loaded digit vector R rows; R KB independent
+ * accumulators (no FMA waits for another of the same step). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p, uint64_t ds,
-            uint64_t ps, uint64_t i0, uint64_t i1, const uint32_t J, const uint32_t R,
-            const uint32_t KB)
+            uint64_t i0, uint64_t i1, const uint32_t R, const uint32_t KB)
 {
-    __m256d a[4][REF_DX_JMAX + 3];
+    __m256d a[4][4];
     DX_UNROLL
     for (uint32_t r = 0; r < R; ++r)
         DX_UNROLL
-        for (uint32_t b = 0; b < J + KB - 1; ++b)
+        for (uint32_t b = 0; b < KB; ++b)
             a[r][b] = _mm256_setzero_pd();
     for (uint64_t i = i0; i < i1; i += 4) {
         __m256d xv[4];
@@ -106,64 +178,49 @@ avx2_planes(int64_t *const *A, uint32_t k, const double *d, const double *const 
         for (uint32_t kb = 0; kb < KB; ++kb)
             xv[kb] = _mm256_loadu_pd(d + (k + kb) * ds + i);
         DX_UNROLL
-        for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t r = 0; r < R; ++r) {
+            __m256d wv = _mm256_loadu_pd(p[r] + i);
+            DX_KEEP_IN_REGISTER(wv);
             DX_UNROLL
-            for (uint32_t j = 0; j < J; ++j) {
-                __m256d wv = _mm256_loadu_pd(p[r] + j * ps + i);
-                DX_KEEP_IN_REGISTER(wv);
-                DX_UNROLL
-                for (uint32_t kb = 0; kb < KB; ++kb)
-                    a[r][j + kb] = _mm256_fmadd_pd(xv[kb], wv, a[r][j + kb]);
-            }
+            for (uint32_t kb = 0; kb < KB; ++kb)
+                a[r][kb] = _mm256_fmadd_pd(xv[kb], wv, a[r][kb]);
+        }
     }
     DX_UNROLL
     for (uint32_t r = 0; r < R; ++r)
         DX_UNROLL
-        for (uint32_t b = 0; b < J + KB - 1; ++b)
+        for (uint32_t b = 0; b < KB; ++b)
             A[r][k + b] += (int64_t)hsum4(a[r][b]);
 }
 
-/* J (1..4) made a constant for the compiler. */
-#define DX_BY_J(FN, J, ...)                                                                       \
-    do {                                                                                          \
-        switch (J) {                                                                              \
-        case 1: FN(__VA_ARGS__, 1); break;                                                        \
-        case 2: FN(__VA_ARGS__, 2); break;                                                        \
-        case 3: FN(__VA_ARGS__, 3); break;                                                        \
-        default: FN(__VA_ARGS__, 4); break;                                                       \
-        }                                                                                         \
-    } while (0)
-/* KB (1..4) and J (1..4) made constants for the compiler. */
-#define DX_BY_KB(FN, KB, J)                                                                       \
+/* KB (1..4) made a constant for the compiler; FN(KB, ...). */
+#define DX_BY_KB(FN, KB, ...)                                                                     \
     do {                                                                                          \
         switch (KB) {                                                                             \
-        case 1: DX_BY_J(FN, J, 1); break;                                                         \
-        case 2: DX_BY_J(FN, J, 2); break;                                                         \
-        case 3: DX_BY_J(FN, J, 3); break;                                                         \
-        default: DX_BY_J(FN, J, 4); break;                                                        \
+        case 1: FN(1, __VA_ARGS__); break;                                                        \
+        case 2: FN(2, __VA_ARGS__); break;                                                        \
+        case 3: FN(3, __VA_ARGS__); break;                                                        \
+        default: FN(4, __VA_ARGS__); break;                                                       \
         }                                                                                         \
     } while (0)
-#define AVX2_R4(KB, JJ) avx2_planes(A, k, d, p, ds, ps, i0, i1, JJ, 4, KB)
-#define AVX2_R1(KB, JJ) avx2_planes(A + r, k, d, p + r, ds, ps, i0, i1, JJ, 1, KB)
+#define AVX2_STEP(KB, RR) avx2_planes(A, k, d, p, ds, i0, i1, RR, KB)
 
 __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, const double *d,
                                                           uint32_t K, const double *const *p,
-                                                          uint32_t J, uint32_t R, uint64_t n,
-                                                          uint64_t ds, uint64_t ps)
+                                                          uint32_t R, uint64_t n, uint64_t ds)
 {
     for (uint64_t i0 = 0; i0 < n; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t k = 0; k < K;) {
-            /* several planes at once where the accumulators fit 16 registers: two for 4 rows
-             * and J <= 2, up to four for a row alone (J + 3 accumulators, 4 digit vectors) */
-            const uint32_t kb = R == 4 ? (J <= 2 && K - k >= 2 ? 2 : 1) : (K - k < 4 ? K - k : 4);
-            if (R == 4 && kb == 2)
-                DX_BY_J(AVX2_R4, J, 2);
-            else if (R == 4)
-                DX_BY_J(AVX2_R4, J, 1);
-            else
-                for (uint32_t r = 0; r < R; ++r)
-                    DX_BY_KB(AVX2_R1, kb, J);
+            /* planes at once where R KB accumulators and KB digit vectors fit 16 registers */
+            uint32_t kb = R == 4 ? 2 : R == 3 ? 3 : 4;
+            kb = K - k < kb ? K - k : kb;
+            switch (R) {
+            case 4: DX_BY_KB(AVX2_STEP, kb, 4); break;
+            case 3: DX_BY_KB(AVX2_STEP, kb, 3); break;
+            case 2: DX_BY_KB(AVX2_STEP, kb, 2); break;
+            default: DX_BY_KB(AVX2_STEP, kb, 1); break;
+            }
             k += kb;
         }
     }
@@ -171,14 +228,13 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *const *p,
-              uint64_t ds, uint64_t ps, uint64_t i0, uint64_t i1, const uint32_t J,
-              const uint32_t R, const uint32_t KB)
+              uint64_t ds, uint64_t i0, uint64_t i1, const uint32_t R, const uint32_t KB)
 {
-    __m512d a[4][REF_DX_JMAX + 3];
+    __m512d a[4][4];
     DX_UNROLL
     for (uint32_t r = 0; r < R; ++r)
         DX_UNROLL
-        for (uint32_t b = 0; b < J + KB - 1; ++b)
+        for (uint32_t b = 0; b < KB; ++b)
             a[r][b] = _mm512_setzero_pd();
     for (uint64_t i = i0; i < i1; i += 8) {
         __m512d xv[4];
@@ -186,48 +242,38 @@ avx512_planes(int64_t *const *A, uint32_t k, const double *d, const double *cons
         for (uint32_t kb = 0; kb < KB; ++kb)
             xv[kb] = _mm512_loadu_pd(d + (k + kb) * ds + i);
         DX_UNROLL
-        for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t r = 0; r < R; ++r) {
+            __m512d wv = _mm512_loadu_pd(p[r] + i);
+            DX_KEEP_IN_REGISTER(wv);
             DX_UNROLL
-            for (uint32_t j = 0; j < J; ++j) {
-                __m512d wv = _mm512_loadu_pd(p[r] + j * ps + i);
-                DX_KEEP_IN_REGISTER(wv);
-                DX_UNROLL
-                for (uint32_t kb = 0; kb < KB; ++kb)
-                    a[r][j + kb] = _mm512_fmadd_pd(xv[kb], wv, a[r][j + kb]);
-            }
+            for (uint32_t kb = 0; kb < KB; ++kb)
+                a[r][kb] = _mm512_fmadd_pd(xv[kb], wv, a[r][kb]);
+        }
     }
     DX_UNROLL
     for (uint32_t r = 0; r < R; ++r)
         DX_UNROLL
-        for (uint32_t b = 0; b < J + KB - 1; ++b)
+        for (uint32_t b = 0; b < KB; ++b)
             A[r][k + b] += (int64_t)_mm512_reduce_add_pd(a[r][b]);
 }
 
-#define AVX512_R4(KB, JJ) avx512_planes(A, k, d, p, ds, ps, i0, i1, JJ, 4, KB)
-#define AVX512_R1(KB, JJ) avx512_planes(A + r, k, d, p + r, ds, ps, i0, i1, JJ, 1, KB)
+#define AVX512_STEP(KB, RR) avx512_planes(A, k, d, p, ds, i0, i1, RR, KB)
 
 __attribute__((target("avx512f"))) static void kern_avx512(int64_t *const *A, const double *d,
                                                            uint32_t K, const double *const *p,
-                                                           uint32_t J, uint32_t R, uint64_t n,
-                                                           uint64_t ds, uint64_t ps)
+                                                           uint32_t R, uint64_t n, uint64_t ds)
 {
     for (uint64_t i0 = 0; i0 < n; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t k = 0; k < K;) {
-            /* 32 registers: four planes at once for 4 rows and J <= 3, two for J = 4, up to
-             * four for a row alone */
-            uint32_t kb = K - k < 4 ? K - k : 4;
-            if (R == 4 && (J == 4 || kb < 4))
-                kb = kb >= 2 ? 2 : 1;
-            if (R == 4 && kb == 4)
-                DX_BY_J(AVX512_R4, J, 4);
-            else if (R == 4 && kb == 2)
-                DX_BY_J(AVX512_R4, J, 2);
-            else if (R == 4)
-                DX_BY_J(AVX512_R4, J, 1);
-            else
-                for (uint32_t r = 0; r < R; ++r)
-                    DX_BY_KB(AVX512_R1, kb, J);
+            /* 32 registers: four planes at once for up to 4 rows (16 accumulators) */
+            const uint32_t kb = K - k < 4 ? K - k : 4;
+            switch (R) {
+            case 4: DX_BY_KB(AVX512_STEP, kb, 4); break;
+            case 3: DX_BY_KB(AVX512_STEP, kb, 3); break;
+            case 2: DX_BY_KB(AVX512_STEP, kb, 2); break;
+            default: DX_BY_KB(AVX512_STEP, kb, 1); break;
+            }
             k += kb;
         }
     }
@@ -293,18 +339,24 @@ int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_
     s->prec = prec;
     s->n_cap = n_cap;
     s->k_cap = ref_dx_k_cap(prec);
-    uint32_t nb = s->k_cap + REF_DX_JMAX, nb_vv = 2 * s->k_cap;
-    /* T < 2^(20 nb + 64): the digits and the final carry (nb_vv > nb: two vectors) */
-    s->n_limbs = (REF_DX_BITS * nb_vv + 64) / 64 + 2;
-    s->bucket = calloc((size_t)REF_DX_ROWS_MAX * nb, sizeof *s->bucket);
+    const uint32_t nb_vv = 2 * s->k_cap;
+    /* T < 2^(bits + 64): the digits and the final carry of a vector-vector product (20 nb_vv
+     * bits), or of a row product (a K <= prec + 128 + a - 1 bits of the vector's digits, b J
+     * <= 4 * 32 of the row's) */
+    const uint64_t vv_bits = (uint64_t)REF_DX_BITS * nb_vv,
+                   row_bits = (uint64_t)prec + 128 + REF_DX_BITS_MAX + 32 * REF_DX_JMAX;
+    s->n_limbs = ((vv_bits > row_bits ? vv_bits : row_bits) + 64) / 64 + 2;
+    s->bucket = calloc((size_t)REF_DX_ROWS_MAX * REF_DX_JMAX * s->k_cap, sizeof *s->bucket);
     s->bucket_vv = calloc(nb_vv, sizeof *s->bucket_vv);
     s->limbs = calloc(s->n_limbs, sizeof *s->limbs);
+    s->part = calloc(s->n_limbs, sizeof *s->part);
     s->prod = malloc((n_cap ? n_cap : 1) * sizeof *s->prod);
     s->terms = malloc((n_cap + 1) * sizeof *s->terms);
-    if (!s->bucket || !s->bucket_vv || !s->limbs || !s->prod || !s->terms) {
+    if (!s->bucket || !s->bucket_vv || !s->limbs || !s->part || !s->prod || !s->terms) {
         free(s->bucket);
         free(s->bucket_vv);
         free(s->limbs);
+        free(s->part);
         free(s->prod);
         free(s->terms);
         memset(s, 0, sizeof *s);
@@ -326,6 +378,7 @@ void ref_dx_scratch_clear(ref_dx_scratch *s)
     free(s->bucket);
     free(s->bucket_vv);
     free(s->limbs);
+    free(s->part);
     free(s->prod);
     free(s->terms);
     memset(s, 0, sizeof *s);
@@ -378,27 +431,49 @@ static long low_exp(mpfr_srcptr x)
     return (long)mpfr_get_exp(x) - (long)(64 * nl) + (long)(64 * j) + __builtin_ctzll(m[j]);
 }
 
-/* Bits [lo, lo + 20) of the integer m[0..nl) (lo may be negative: zeros below bit 0). */
-static uint32_t field20(const mp_limb_t *m, size_t nl, long lo)
+/* Bits [lo, lo + b) of the integer m[0..nl) (lo may be negative: zeros below bit 0), b <= 32. */
+static uint32_t field(const mp_limb_t *m, size_t nl, long lo, uint32_t b)
 {
-    if (lo >= (long)(64 * nl) || lo + (long)REF_DX_BITS <= 0)
+    if (lo >= (long)(64 * nl) || lo + (long)b <= 0)
         return 0;
     if (lo < 0)
-        return (uint32_t)((m[0] << (-lo)) & DIGIT_MASK);
+        return (uint32_t)((m[0] << (-lo)) & MASK_BITS(b));
     size_t li = (size_t)lo / 64, bi = (size_t)lo % 64;
     uint64_t r = m[li] >> bi;
-    if (bi > 64 - REF_DX_BITS && li + 1 < nl)
+    if (bi > 64 - b && li + 1 < nl)
         r |= m[li + 1] << (64 - bi);
-    return (uint32_t)(r & DIGIT_MASK);
+    return (uint32_t)(r & MASK_BITS(b));
 }
 
 int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err *err)
 {
-    return ref_dx_vec_set_stride(v, x, n, 1, k_cap, err);
+    return ref_dx_vec_split(v, x, n, 1, REF_DX_BITS, k_cap, err);
 }
 
 int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride,
                           uint32_t k_cap, lm_err *err)
+{
+    return ref_dx_vec_split(v, src, n, stride, REF_DX_BITS, k_cap, err);
+}
+
+uint64_t ref_dx_vec_span(mpfr_t *x, uint64_t n, uint64_t stride)
+{
+    long top = 0, low = 0;
+    bool any = false;
+    for (uint64_t i = 0; i < n; ++i) {
+        mpfr_srcptr e = x[i * stride];
+        if (!mpfr_regular_p(e))
+            continue;
+        const long t = (long)mpfr_get_exp(e), l = low_exp(e);
+        top = !any || t > top ? t : top;
+        low = !any || l < low ? l : low;
+        any = true;
+    }
+    return any ? (uint64_t)(top - low) : 0;
+}
+
+int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride, uint32_t bits,
+                     uint32_t k_cap, lm_err *err)
 {
     if (n > REF_DX_MAX_N)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "reference: dot products longer than %u elements "
@@ -409,6 +484,7 @@ int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t strid
     v->stride = stride;
     v->n_exc = 0;
     v->k = 0;
+    v->bits = bits;
 #define x(i) src[(i) * stride]
     long top = 0, low = 0;
     bool any = false;
@@ -424,7 +500,7 @@ int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t strid
     }
     uint64_t k = 0;
     if (any) {
-        k = (uint64_t)(top - low + REF_DX_BITS - 1) / REF_DX_BITS;
+        k = (uint64_t)(top - low + bits - 1) / bits;
         if (k > k_cap)
             k = k_cap;
     }
@@ -433,7 +509,7 @@ int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t strid
     v->k = (uint32_t)k;
     v->top = top;
     memset(v->d, 0, k * v->n_pad * sizeof *v->d);
-    const long bottom = top - (long)(REF_DX_BITS * k);
+    const long bottom = top - (long)(bits * k);
     for (uint64_t i = 0; i < n; ++i) {
         if (mpfr_zero_p(x(i)))
             continue;
@@ -443,13 +519,13 @@ int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t strid
         }
         const mp_limb_t *m = limbs_of(x(i));
         size_t nl = n_limbs_of(x(i));
-        /* digit kk holds the bits of exponents [top - 20(kk+1), top - 20 kk): in m those are
-         * the bits from lo = 64 nl - e + top - 20(kk+1) */
+        /* digit kk holds the bits of exponents [top - a(kk+1), top - a kk): in m those are
+         * the bits from lo = 64 nl - e + top - a(kk+1) */
         long base = (long)(64 * nl) - (long)mpfr_get_exp(x(i)) + top;
         double sg = mpfr_signbit(x(i)) ? -1.0 : 1.0;
         for (uint64_t kk = 0; kk < k; ++kk)
             v->d[kk * v->n_pad + i] =
-                sg * (double)field20(m, nl, base - (long)(REF_DX_BITS * (kk + 1)));
+                sg * (double)field(m, nl, base - (long)(bits * (kk + 1)), bits);
     }
 #undef x
     return LM_OK;
@@ -478,11 +554,11 @@ static bool flt_parts(float w, uint32_t *M, long *q, bool *neg)
     return true;
 }
 
-/* Digits of w[i], i in [i0, i1), on the grid of 2^bottom with J planes (planes < J of these
- * elements are written, zeros included); elements with bits below the grid, NaN and Inf are
- * appended to the row's exceptions. */
+/* Digits of w[i], i in [i0, i1), on the grid of 2^bottom with J planes of b bits (planes < J
+ * of these elements are written, zeros included); elements with bits below the grid, NaN and
+ * Inf are appended to the row's exceptions. */
 static void row_digits_scalar(ref_dx_row *r, const float *w, uint64_t i0, uint64_t i1,
-                              long bottom, uint32_t J)
+                              long bottom, uint32_t J, uint32_t b)
 {
     for (uint64_t i = i0; i < i1; ++i) {
         uint32_t M;
@@ -498,36 +574,35 @@ static void row_digits_scalar(ref_dx_row *r, const float *w, uint64_t i0, uint64
             continue;
         }
         int tz = __builtin_ctz(M);
-        long sh = q + tz - bottom; /* w = (M >> tz) 2^(bottom + sh); digits span 20 J bits */
+        long sh = q + tz - bottom; /* w = (M >> tz) 2^(bottom + sh); digits span b J bits */
         if (sh < 0) {
             r->exc[r->n_exc++] = (uint32_t)i;
             continue;
         }
-        const u128 V = (u128)(M >> tz) << sh; /* < 2^(20 J) <= 2^80 */
+        const u128 V = (u128)(M >> tz) << sh; /* < 2^(b J) <= 2^128 */
         const double sg = neg ? -1.0 : 1.0;
         for (uint32_t j = 0; j < J; ++j)
-            r->p[j * r->n_pad + i] =
-                sg * (double)(uint32_t)((V >> (REF_DX_BITS * (J - 1 - j))) & DIGIT_MASK);
+            r->p[j * r->n_pad + i] = sg * (double)(uint32_t)((V >> (b * (J - 1 - j))) & MASK_BITS(b));
     }
 }
 
 #ifdef DX_X86
 /* The same digits four elements a step, in double: V = |w| 2^-bottom is an integer below
- * 2^(20 J) exactly when w is on the grid (the scaling is exact), and digit j =
- * t - 2^20 floor(t 2^-20) with t = floor(V 2^-20(J-1-j)); every step is exact, since each
+ * 2^(b J) exactly when w is on the grid (the scaling is exact), and digit j =
+ * t - 2^b floor(t 2^-b) with t = floor(V 2^-b(J-1-j)); every step is exact, since each
  * value has at most 24 significant bits. A step with an element off the grid, NaN or Inf
  * (V not an integer below 2^(20 J)) is done by row_digits_scalar. Returns the elements done. */
 __attribute__((target("avx2"))) static uint64_t row_digits_avx2(ref_dx_row *r, const float *w,
                                                                 uint64_t n, long bottom,
-                                                                uint32_t J)
+                                                                uint32_t J, uint32_t b)
 {
     const __m256d scale = _mm256_set1_pd(ldexp(1.0, (int)-bottom)),
-                  lim = _mm256_set1_pd(ldexp(1.0, (int)(REF_DX_BITS * J))),
-                  sgn = _mm256_set1_pd(-0.0), base = _mm256_set1_pd(0x1p20),
-                  inv_base = _mm256_set1_pd(0x1p-20);
+                  lim = _mm256_set1_pd(ldexp(1.0, (int)(b * J))),
+                  sgn = _mm256_set1_pd(-0.0), base = _mm256_set1_pd(ldexp(1.0, (int)b)),
+                  inv_base = _mm256_set1_pd(ldexp(1.0, -(int)b));
     __m256d down[REF_DX_JMAX];
     for (uint32_t j = 0; j < J; ++j)
-        down[j] = _mm256_set1_pd(ldexp(1.0, -(int)(REF_DX_BITS * (J - 1 - j))));
+        down[j] = _mm256_set1_pd(ldexp(1.0, -(int)(b * (J - 1 - j))));
     uint64_t i = 0;
     for (; i + 4 <= n; i += 4) {
         const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(w + i)); /* exact */
@@ -538,7 +613,7 @@ __attribute__((target("avx2"))) static uint64_t row_digits_avx2(ref_dx_row *r, c
                           _CMP_EQ_OQ),
             _mm256_cmp_pd(a, lim, _CMP_LT_OQ));
         if (_mm256_movemask_pd(ok) != 0xf) {
-            row_digits_scalar(r, w, i, i + 4, bottom, J);
+            row_digits_scalar(r, w, i, i + 4, bottom, J, b);
             continue;
         }
         for (uint32_t j = 0; j < J; ++j) {
@@ -556,7 +631,13 @@ __attribute__((target("avx2"))) static uint64_t row_digits_avx2(ref_dx_row *r, c
 
 int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err)
 {
+    return ref_dx_row_split(r, w, n, REF_DX_BITS, err);
+}
+
+int ref_dx_row_split(ref_dx_row *r, const float *w, uint64_t n, uint32_t bits, lm_err *err)
+{
     r->n = n;
+    r->bits = bits;
     r->n_pad = pad16(n);
     r->src = w;
     r->n_exc = 0;
@@ -567,13 +648,13 @@ int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err)
     long low = 0;
     bool any = false;
     for (uint64_t i = 0; i < n; ++i) {
-        uint32_t bits;
-        memcpy(&bits, &w[i], 4);
-        bits &= 0x7fffffffu;
-        if (bits == 0 || bits >= 0x7f800000u)
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        u &= 0x7fffffffu;
+        if (u == 0 || u >= 0x7f800000u)
             continue;
-        big = bits > big ? bits : big;
-        const uint32_t ef = bits >> 23, M = ef ? (bits & 0x7fffffu) | 0x800000u : bits;
+        big = u > big ? u : big;
+        const uint32_t ef = u >> 23, M = ef ? (u & 0x7fffffu) | 0x800000u : u;
         const long lo = (ef ? (long)ef - 150 : -149) + __builtin_ctz(M);
         low = !any || lo < low ? lo : low;
         any = true;
@@ -583,7 +664,7 @@ int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err)
     if (any) {
         const uint32_t ef = big >> 23, M = ef ? (big & 0x7fffffu) | 0x800000u : big;
         top = (ef ? (long)ef - 150 : -149) + 32 - __builtin_clz(M);
-        J = (uint64_t)(top - low + REF_DX_BITS - 1) / REF_DX_BITS;
+        J = (uint64_t)(top - low + bits - 1) / bits;
         if (J > REF_DX_JMAX)
             J = REF_DX_JMAX;
     }
@@ -595,13 +676,13 @@ int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err)
     memset(r->p + J * r->n_pad, 0, (REF_DX_JMAX - J) * r->n_pad * sizeof *r->p);
     for (uint64_t j = 0; j < J; ++j)
         memset(r->p + j * r->n_pad + n, 0, (r->n_pad - n) * sizeof *r->p);
-    const long bottom = top - (long)(REF_DX_BITS * J);
+    const long bottom = top - (long)(bits * J);
     uint64_t done = 0;
 #ifdef DX_X86
     if (J > 0 && kernel_id() >= 1)
-        done = row_digits_avx2(r, w, n, bottom, (uint32_t)J);
+        done = row_digits_avx2(r, w, n, bottom, (uint32_t)J, bits);
 #endif
-    row_digits_scalar(r, w, done, n, bottom, (uint32_t)J);
+    row_digits_scalar(r, w, done, n, bottom, (uint32_t)J, bits);
     return LM_OK;
 }
 
@@ -624,32 +705,56 @@ static void put_bits(mp_limb_t *l, uint64_t v, uint64_t off)
         l[li + 1] |= v >> (64 - bi);
 }
 
-/* Carries the buckets A[0..nb) (A[s] in units of 2^(20(nb-1-s)) of the last) into |T|'s limbs;
- * returns the sign of T (-1, 0, 1) and the limb count in *nl. One pass writes T in two's
- * complement (the digits, then the final carry sign-extended over the remaining limbs); a
- * negative T is then negated in place. */
-static int carry_out(ref_dx_scratch *s, const int64_t *A, uint32_t nb, size_t *nl)
+/* l[0 .. n) = sum_{i < nb} A[i] 2^(b (nb-1-i)) in two's complement, sign-extended over every
+ * limb: one pass carries each bucket's bits above its b digits into the next one up, then
+ * the final carry goes in at b nb with its sign above it (|A[i]| < 2^62: no sum overflows). */
+static void chain(mp_limb_t *l, size_t n, const int64_t *A, uint32_t nb, uint32_t b)
 {
     int64_t carry = 0;
-    memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+    memset(l, 0, n * sizeof *l);
+    const uint64_t mask = (1ull << b) - 1u;
     for (uint32_t i = nb; i-- > 0;) {
-        int64_t v = A[i] + carry;
-        int64_t dig = (int64_t)((uint64_t)v & DIGIT_MASK);
-        carry = (v - dig) / (1 << REF_DX_BITS); /* exact: floor division */
-        put_bits(s->limbs, (uint64_t)dig, (uint64_t)REF_DX_BITS * (nb - 1 - i));
+        const int64_t v = A[i] + carry;
+        const int64_t dig = (int64_t)((uint64_t)v & mask);
+        carry = (v - dig) / ((int64_t)1 << b); /* exact: floor division */
+        put_bits(l, (uint64_t)dig, (uint64_t)b * (nb - 1 - i));
     }
-    /* T = carry 2^(20 nb) + digits: the carry's 64 bits at 20 nb, its sign above them */
-    const uint64_t off = (uint64_t)REF_DX_BITS * nb;
-    put_bits(s->limbs, (uint64_t)carry, off);
-    const int sign = carry < 0 ? -1 : 1;
-    if (sign < 0) {
+    const uint64_t off = (uint64_t)b * nb;
+    put_bits(l, (uint64_t)carry, off);
+    if (carry < 0) {
         size_t k = off / 64 + 1;
         if (off % 64 != 0) /* the limb holding the carry's top bits: ones above them */
-            s->limbs[k++] |= ~(uint64_t)0 << (off % 64);
-        for (; k < s->n_limbs; ++k)
-            s->limbs[k] = ~(uint64_t)0;
+            l[k++] |= ~(uint64_t)0 << (off % 64);
+        for (; k < n; ++k)
+            l[k] = ~(uint64_t)0;
+    }
+}
+
+/* l += p 2^sh, both two's complement over n limbs (the sum fits them). */
+static void add_shifted(mp_limb_t *l, const mp_limb_t *p, size_t n, uint64_t sh)
+{
+    const size_t li = sh / 64;
+    const unsigned bi = (unsigned)(sh % 64);
+    u128 c = 0;
+    for (size_t k = li; k < n; ++k) {
+        const size_t q = k - li;
+        uint64_t v = p[q] << bi;
+        if (bi != 0 && q > 0)
+            v |= p[q - 1] >> (64 - bi);
+        c += (u128)l[k] + v;
+        l[k] = (uint64_t)c;
+        c >>= 64;
+    }
+}
+
+/* |T| in place of its two's complement in s->limbs: returns the sign of T (-1, 0, 1) and the
+ * limb count of |T| in *nl. */
+static int magnitude(ref_dx_scratch *s, size_t *nl)
+{
+    const int sign = (int64_t)s->limbs[s->n_limbs - 1] < 0 ? -1 : 1;
+    if (sign < 0) {
         u128 c = 1; /* |T| = ~T + 1 */
-        for (k = 0; k < s->n_limbs; ++k) {
+        for (size_t k = 0; k < s->n_limbs; ++k) {
             c += (u128)(uint64_t)~s->limbs[k];
             s->limbs[k] = (uint64_t)c;
             c >>= 64;
@@ -685,17 +790,15 @@ static void prod_vec_vec(mpfr_ptr p, uint32_t i, const void *a, const void *b)
     mpfr_mul(p, xi, yi, MPFR_RNDN);
 }
 
-/* out = T 2^base (T from the buckets A[0 .. nb), nb = 0: T = 0) plus the exact products of the
- * elements i < n in either exception list (an element in both taken once), rounded once. */
-static void finish(mpfr_t out, ref_dx_scratch *s, int64_t *A, uint32_t nb, long base,
-                   const uint32_t *xe, uint32_t nxe, const uint32_t *ye, uint32_t nye,
-                   uint64_t n, exc_prod prod, const void *a, const void *b)
+/* out = T 2^base (T in s->limbs, two's complement) plus the exact products of the elements
+ * i < n in either exception list (an element in both taken once), rounded once. */
+static void finish(mpfr_t out, ref_dx_scratch *s, long base, const uint32_t *xe, uint32_t nxe,
+                   const uint32_t *ye, uint32_t nye, uint64_t n, exc_prod prod, const void *a,
+                   const void *b)
 {
     mpz_t z;
-    int sign = 0;
     size_t nl = 0;
-    if (nb > 0)
-        sign = carry_out(s, A, nb, &nl);
+    const int sign = magnitude(s, &nl);
     mpz_roinit_n(z, s->limbs, sign < 0 ? -(mp_size_t)nl : (mp_size_t)nl);
     while (nxe > 0 && xe[nxe - 1] >= n)
         --nxe;
@@ -730,47 +833,59 @@ static void finish(mpfr_t out, ref_dx_scratch *s, int64_t *A, uint32_t nb, long 
         mpfr_set_zero(out, 1);
 }
 
-/* Row w's result from its buckets A[0 .. K+J-1) (J: the planes the kernel ran, >= w->j). */
-static void finish_row(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, uint32_t J,
-                       int64_t *A, ref_dx_scratch *s)
+/* Row w's result from its buckets A[j k_cap + k] (j < J, k < K): T = sum over the digit
+ * pairs of A 2^(a(K-1-k) + b(J-1-j)), one chain per weight digit j (the vector's digits are
+ * a bits apart, the row's b), in units of 2^(tx + tw - aK - bJ). */
+static void finish_row(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, const int64_t *A,
+                       ref_dx_scratch *s)
 {
-    const uint32_t K = x->k;
+    const uint32_t K = x->k, J = w->j;
     const bool grid = K > 0 && J > 0;
-    finish(out, s, A, grid ? K + J - 1 : 0,
-           grid ? x->top + w->top - (long)(REF_DX_BITS * (K + J)) : 0, x->exc, x->n_exc, w->exc,
-           w->n_exc, x->n, prod_vec_row, x, w);
+    if (!grid)
+        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+    else if (J == 1)
+        chain(s->limbs, s->n_limbs, A, K, x->bits);
+    else {
+        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+        for (uint32_t j = 0; j < J; ++j) {
+            chain(s->part, s->n_limbs, A + (size_t)j * s->k_cap, K, x->bits);
+            add_shifted(s->limbs, s->part, s->n_limbs, (uint64_t)w->bits * (J - 1 - j));
+        }
+    }
+    finish(out, s, grid ? x->top + w->top - (long)(x->bits * K + w->bits * J) : 0, x->exc,
+           x->n_exc, w->exc, w->n_exc, x->n, prod_vec_row, x, w);
 }
 
 void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const *w, uint32_t R,
                      ref_dx_scratch *s)
 {
-    const uint32_t nb = s->k_cap + REF_DX_JMAX;
-    int64_t *A[REF_DX_ROWS_MAX];
-    uint32_t J[REF_DX_ROWS_MAX / REF_DX_ROWS]; /* the planes each kernel group runs */
+    const uint32_t K = x->k, kc = s->k_cap;
+    /* every digit plane j of every row is a row of one plane with its own K buckets */
+    int64_t *A[REF_DX_ROWS_MAX * REF_DX_JMAX];
+    const double *pl[REF_DX_ROWS_MAX * REF_DX_JMAX];
+    uint32_t nv = 0;
     for (uint32_t r = 0; r < R; ++r) {
-        A[r] = s->bucket + (size_t)r * nb;
-        memset(A[r], 0, nb * sizeof *A[r]);
-        if (r % REF_DX_ROWS == 0)
-            J[r / REF_DX_ROWS] = 0;
-        if (w[r]->j > J[r / REF_DX_ROWS])
-            J[r / REF_DX_ROWS] = w[r]->j;
+        int64_t *Ar = s->bucket + (size_t)r * REF_DX_JMAX * kc;
+        memset(Ar, 0, (size_t)w[r]->j * kc * sizeof *Ar);
+        for (uint32_t j = 0; j < w[r]->j; ++j, ++nv) {
+            A[nv] = Ar + (size_t)j * kc;
+            pl[nv] = w[r]->p + (uint64_t)j * w[r]->n_pad;
+        }
     }
-    /* a block of the vector's digits serves every group of rows while it is in L1 */
+    /* a block of the vector's digits serves every group of planes while it is in L1 */
     const dx_kernel kern = pick_kernel();
-    for (uint64_t i0 = 0; x->k > 0 && i0 < x->n_pad; i0 += REF_DX_BLOCK) {
+    for (uint64_t i0 = 0; K > 0 && i0 < x->n_pad; i0 += REF_DX_BLOCK) {
         const uint64_t len = x->n_pad - i0 < REF_DX_BLOCK ? x->n_pad - i0 : REF_DX_BLOCK;
-        for (uint32_t g = 0; g < R; g += REF_DX_ROWS) {
-            const uint32_t G = R - g < REF_DX_ROWS ? R - g : REF_DX_ROWS;
+        for (uint32_t g = 0; g < nv; g += REF_DX_ROWS) {
+            const uint32_t G = nv - g < REF_DX_ROWS ? nv - g : REF_DX_ROWS;
             const double *p[REF_DX_ROWS];
             for (uint32_t r = 0; r < G; ++r)
-                p[r] = w[g + r]->p + i0;
-            if (J[g / REF_DX_ROWS] > 0)
-                kern(A + g, x->d + i0, x->k, p, J[g / REF_DX_ROWS], G, len, x->n_pad,
-                     w[g]->n_pad);
+                p[r] = pl[g + r] + i0;
+            kern(A + g, x->d + i0, K, p, G, len, x->n_pad);
         }
     }
     for (uint32_t r = 0; r < R; ++r)
-        finish_row(out[r], x, w[r], J[r / REF_DX_ROWS], A[r], s);
+        finish_row(out[r], x, w[r], s->bucket + (size_t)r * REF_DX_JMAX * kc, s);
 }
 
 bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec)
@@ -783,20 +898,26 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
     const uint32_t K = x->k, L = y->k, nb = K + L > 0 ? K + L - 1 : 0;
     int64_t *A = s->bucket_vv;
     memset(A, 0, (nb + 1) * sizeof *A);
-    if (K > 0 && L > 0) {
-        const dx_kernel kern = pick_kernel();
-        /* y's planes four at a time (the kernels' row of at most REF_DX_JMAX planes): planes
-         * c .. c+3 of y feed buckets from c on */
-        for (uint32_t c = 0; c < L; c += REF_DX_JMAX) {
-            int64_t *Ac = A + c;
-            const double *pc = y->d + (uint64_t)c * y->n_pad;
-            kern(&Ac, x->d, K, &pc, L - c < REF_DX_JMAX ? L - c : REF_DX_JMAX, 1, x->n_pad,
-                 x->n_pad, y->n_pad);
-        }
-    }
     const bool grid = K > 0 && L > 0;
-    finish(out, s, A, grid ? nb : 0, grid ? x->top + y->top - (long)(REF_DX_BITS * (K + L)) : 0,
-           x->exc, x->n_exc, y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
+    if (grid) {
+        const dx_kernel kern = pick_kernel();
+        /* y's planes as rows of one plane each, REF_DX_ROWS at a time: plane l feeds the
+         * buckets from l on (every accumulator of a kernel takes one product per element) */
+        for (uint32_t c = 0; c < L; c += REF_DX_ROWS) {
+            const uint32_t G = L - c < REF_DX_ROWS ? L - c : REF_DX_ROWS;
+            int64_t *Ac[REF_DX_ROWS];
+            const double *pc[REF_DX_ROWS];
+            for (uint32_t r = 0; r < G; ++r) {
+                Ac[r] = A + c + r;
+                pc[r] = y->d + (uint64_t)(c + r) * y->n_pad;
+            }
+            kern(Ac, x->d, K, pc, G, x->n_pad, x->n_pad);
+        }
+        chain(s->limbs, s->n_limbs, A, nb, REF_DX_BITS);
+    } else
+        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+    finish(out, s, grid ? x->top + y->top - (long)(REF_DX_BITS * (K + L)) : 0, x->exc, x->n_exc,
+           y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
 }
 
 void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s)

@@ -73,6 +73,7 @@ struct fwd {
     ref_dx_row *dxr;     /* [nt][REF_MM_CHUNK] the weight rows a thread is on, split */
     mpfr_t *dxo;         /* [nt][REF_MM_CHUNK] their dot products */
     ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
+    uint64_t *vspan;     /* [n] the bits they span (ref_dx_vec_span) */
     /* attention's dot products (ref_dx_dot_vv) unless dx_attn is false (mpfr_dot, or vectors
      * too long for ref_dx_dot_vv): */
     bool dx_attn;
@@ -162,6 +163,7 @@ static int par_for(fwd *f, uint64_t n_items, item_fn fn, void *ctx, lm_err *err)
 
 typedef struct mm_ctx {
     uint64_t chunk;   /* output rows per work item */
+    uint32_t bits, wbits; /* digit widths of the input rows and of the weight rows */
     mpfr_t *in;       /* [n_rows][n_in] */
     const float *w;   /* [n_out][n_in] */
     const float *b;   /* [n_out] or NULL */
@@ -219,7 +221,8 @@ static void mm_rows(fwd *f, mm_ctx *c, uint64_t r0, uint64_t r1, int tid)
     mpfr_ptr o[REF_MM_CHUNK];
     for (uint64_t r = r0; r < r1; ++r) {
         lm_err e = {0};
-        if (ref_dx_row_set(&rows[r - r0], c->w + r * c->n_in, c->n_in, &e) != LM_OK) {
+        if (ref_dx_row_split(&rows[r - r0], c->w + r * c->n_in, c->n_in, c->wbits, &e) !=
+            LM_OK) {
             atomic_store(&f->dx_fail, 1);
             return;
         }
@@ -247,10 +250,63 @@ static void mm_item(fwd *f, void *p, uint64_t item, int tid)
 /* Input row t split into digits once for every output row. */
 static void split_item(fwd *f, void *p, uint64_t t, int tid)
 {
+    (void)tid;
     mm_ctx *c = p;
     lm_err e = {0};
-    if (ref_dx_vec_set(&f->dxv[t], c->in + t * c->n_in, c->n_in, f->dxs[tid].k_cap, &e) != LM_OK)
+    if (ref_dx_vec_split(&f->dxv[t], c->in + t * c->n_in, c->n_in, 1, c->bits,
+                         ref_dx_k_cap_bits(f->prec, c->bits), &e) != LM_OK)
         atomic_store(&f->dx_fail, 1);
+}
+
+#define SPAN_ROWS 64u /* weight rows per item of span_item */
+
+/* The spans of a product's input rows (items < n_rows) and of its weight rows [r_lo, r_hi)
+ * (the other items, SPAN_ROWS rows each, counted into hist: integer sums, in any order). */
+typedef struct span_ctx {
+    const mm_ctx *mm;
+    uint64_t *vspan;                              /* [n_rows] */
+    atomic_uint_fast64_t hist[REF_DX_SPAN_BINS]; /* weight rows by span */
+} span_ctx;
+
+static void span_item(fwd *f, void *p, uint64_t item, int tid)
+{
+    (void)f;
+    (void)tid;
+    span_ctx *sc = p;
+    const mm_ctx *c = sc->mm;
+    if (item < c->n_rows) {
+        sc->vspan[item] = ref_dx_vec_span(c->in + item * c->n_in, c->n_in, 1);
+        return;
+    }
+    const uint64_t r0 = c->r_lo + (item - c->n_rows) * SPAN_ROWS;
+    const uint64_t r1 = r0 + SPAN_ROWS < c->r_hi ? r0 + SPAN_ROWS : c->r_hi;
+    uint64_t h[REF_DX_SPAN_BINS] = {0};
+    for (uint64_t r = r0; r < r1; ++r) {
+        const uint32_t sp = ref_dx_row_span(c->w + r * c->n_in, c->n_in);
+        ++h[sp < REF_DX_SPAN_BINS ? sp : REF_DX_SPAN_BINS - 1];
+    }
+    for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
+        if (h[b])
+            atomic_fetch_add(&sc->hist[b], h[b]);
+}
+
+/* c's digit widths: the vector width with the fewest digit products for these input rows and
+ * weight rows (ref_dx_pick_bits); the numbers do not depend on it. */
+static int pick_widths(fwd *f, mm_ctx *c, lm_err *err)
+{
+    span_ctx sc = {.mm = c, .vspan = f->vspan};
+    for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
+        atomic_init(&sc.hist[b], 0);
+    const uint64_t items = c->n_rows + (c->r_hi - c->r_lo + SPAN_ROWS - 1) / SPAN_ROWS;
+    int st = par_for(f, items, span_item, &sc, err);
+    if (st != LM_OK)
+        return st;
+    uint64_t h[REF_DX_SPAN_BINS];
+    for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
+        h[b] = atomic_load(&sc.hist[b]);
+    c->bits = ref_dx_pick_bits(h, f->vspan, c->n_rows, f->prec, c->n_in);
+    c->wbits = ref_dx_sum_bits(c->n_in) - c->bits;
+    return LM_OK;
 }
 
 /* This process's range of out's columns (ref_group_range), computed and not yet shared. */
@@ -260,10 +316,12 @@ static int matmul_part(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const fl
 {
     uint64_t lo, hi;
     ref_group_range(f->grp, f->grp ? f->grp->rank : 0, n_out, &lo, &hi);
-    mm_ctx c = {rows_per_item(f, hi - lo), in, w, b, out, n_rows, n_in, n_out, lo, hi,
-                accumulate};
+    mm_ctx c = {rows_per_item(f, hi - lo), REF_DX_BITS, REF_DX_BITS, in, w, b, out, n_rows,
+                n_in, n_out, lo, hi, accumulate};
     int st = LM_OK;
     if (!f->mpfr_dot && hi > lo)
+        st = pick_widths(f, &c, err);
+    if (st == LM_OK && !f->mpfr_dot && hi > lo)
         st = par_for(f, n_rows, split_item, &c, err);
     if (st == LM_OK && hi > lo)
         st = par_for(f, (hi - lo + c.chunk - 1) / c.chunk, mm_item, &c, err);
@@ -805,6 +863,7 @@ static void fwd_free(fwd *f)
     free(f->dxs);
     free(f->dxr);
     free(f->dxv);
+    free(f->vspan);
     ref_vec_free(f->dxo, (uint64_t)f->nt * REF_MM_CHUNK);
     free(f->scr);
     free(f->scores);
@@ -931,6 +990,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.dxr = calloc((size_t)f.nt * REF_MM_CHUNK, sizeof *f.dxr);
     f.dxo = ref_vec_new((uint64_t)f.nt * REF_MM_CHUNK, f.prec);
     f.dxv = calloc(n, sizeof *f.dxv);
+    f.vspan = calloc(n, sizeof *f.vspan);
     f.dx_attn = !f.mpfr_dot && ref_dx_vv_fits(n, f.prec) && ref_dx_vv_fits(hp->head_dim, f.prec);
     if (f.dx_attn) {
         f.kx = calloc(n * hp->n_head_kv, sizeof *f.kx);
@@ -942,7 +1002,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             if ((f.pf[t] = ref_vec_new(n, f.prec)) == NULL)
                 f.dx_fail = 1;
     }
-    if (!f.dxs || !f.dxr || !f.dxv || !f.dxo || atomic_load(&f.dx_fail) ||
+    if (!f.dxs || !f.dxr || !f.dxv || !f.vspan || !f.dxo || atomic_load(&f.dx_fail) ||
         (f.dx_attn && (!f.kx || !f.vx || !f.qx || !f.px || !f.pf)) ||
         !r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
         (own_swa && !f.cs_swa) || !f.y ||

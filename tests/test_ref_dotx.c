@@ -57,9 +57,10 @@ static void oracle(mpfr_t out, mpfr_t sabs, mpfr_t *x, const float *w, uint64_t 
     mpfr_clears(acc, p, ab, (mpfr_ptr)0);
 }
 
-/* Runs rows r < R of c through ref_dx_dot_rows (and row 0 through ref_dx_dot) with kernel kern;
- * each must equal the oracle exactly (NaN: both NaN). Returns the number of mismatches. */
-static int check_case(dx_case *c, uint32_t R, int kern)
+/* Runs rows r < R of c through ref_dx_dot_rows (and row 0 through ref_dx_dot) with kernel kern,
+ * the vector split into digits of a bits and the rows of b bits; each must equal the oracle
+ * exactly (NaN: both NaN). Returns the number of mismatches. */
+static int check_case_ab(dx_case *c, uint32_t R, int kern, uint32_t a, uint32_t b)
 {
     lm_err err = {0};
     ref_dx_scratch s;
@@ -68,14 +69,15 @@ static int check_case(dx_case *c, uint32_t R, int kern)
     memset(&v, 0, sizeof v);
     memset(rows, 0, sizeof rows);
     CU_ASSERT_FATAL(ref_dx_scratch_init(&s, c->prec, NMAX, &err) == LM_OK);
-    CU_ASSERT_FATAL(ref_dx_vec_set(&v, c->x, c->n, s.k_cap, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_dx_vec_split(&v, c->x, c->n, 1, a, ref_dx_k_cap_bits(c->prec, a), &err) ==
+                    LM_OK);
     mpfr_t out[4], one, ex, sabs, d;
     mpfr_ptr o[4];
     const ref_dx_row *w[4];
     for (uint32_t r = 0; r < 4; ++r) {
         mpfr_init2(out[r], c->prec);
         o[r] = out[r];
-        CU_ASSERT_FATAL(ref_dx_row_set(&rows[r], c->w[r], c->n, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_dx_row_split(&rows[r], c->w[r], c->n, b, &err) == LM_OK);
         w[r] = &rows[r];
     }
     mpfr_inits2(c->prec, one, ex, (mpfr_ptr)0);
@@ -120,14 +122,26 @@ static int check_case(dx_case *c, uint32_t R, int kern)
     return bad;
 }
 
-/* Every kernel the CPU has (avx512 and avx2 only where supported), 1 and 4 rows. */
+static int check_case(dx_case *c, uint32_t R, int kern)
+{
+    return check_case_ab(c, R, kern, REF_DX_BITS, REF_DX_BITS);
+}
+
+/* Digit widths (a, b): the narrowest and widest vector digits, and pairs at the largest sum
+ * a + b = 45 that the products of real rows take (ref_dx_pick_bits). */
+static const uint32_t widths[][2] = {{20, 20}, {20, 25}, {23, 22}, {30, 15}, {32, 13}};
+#define N_WIDTHS (sizeof widths / sizeof *widths)
+
+/* Every kernel the CPU has (avx512 and avx2 only where supported), 1 and 4 rows, every pair
+ * of digit widths. */
 static int check_all(dx_case *c)
 {
     int bad = 0;
-    for (int kern = 0; kern <= 2; ++kern) {
-        bad += check_case(c, 4, kern);
-        bad += check_case(c, 1, kern);
-    }
+    for (size_t wi = 0; wi < N_WIDTHS; ++wi)
+        for (int kern = 0; kern <= 2; ++kern) {
+            bad += check_case_ab(c, 4, kern, widths[wi][0], widths[wi][1]);
+            bad += check_case_ab(c, 1, kern, widths[wi][0], widths[wi][1]);
+        }
     return bad;
 }
 
@@ -253,6 +267,90 @@ static void test_ref_dotx_many_rows(void)
     ref_vec_free(x, N);
     free(w);
     free(rows);
+}
+
+/* The largest products the widths allow, all of one sign: every vector digit 2^a - 1 and every
+ * weight digit 2^b - 1 with a + b = 45, so each block of 256 sums products just below 2^45 to
+ * just below 2^53 (exact only if every partial sum is; a width sum of 46 would round), over
+ * several blocks; rows of 1 and 2 weight digits (the second digit's chain shifted by b). */
+static void test_ref_dotx_widest_digits(void)
+{
+    int bad = 0;
+    const uint64_t ns[] = {256, 700};
+    for (size_t wi = 1; wi < N_WIDTHS; ++wi)
+        for (size_t ni = 0; ni < 2; ++ni)
+            for (int neg = 0; neg <= 1; ++neg) {
+                const uint32_t a = widths[wi][0], b = widths[wi][1];
+                dx_case c;
+                case_init(&c, 127, ns[ni]);
+                /* x = 1 - 2^-127, 127 ones: every digit 2^a - 1 but the last */
+                for (uint64_t i = 0; i < c.n; ++i) {
+                    mpfr_set_ui(c.x[i], 1, MPFR_RNDN);
+                    mpfr_nextbelow(c.x[i]);
+                    if (neg)
+                        mpfr_neg(c.x[i], c.x[i], MPFR_RNDN);
+                    /* rows 0, 1: b ones (one digit); rows 2, 3: 24 ones spread over 2 digits */
+                    const float ones_b = ldexpf(ldexpf(1.0f, (int)b) - 1.0f, -(int)b);
+                    c.w[0][i] = ones_b;
+                    c.w[1][i] = (i % 2) ? ones_b : -ones_b;
+                    c.w[2][i] = 1.0f - 0x1p-24f;
+                    c.w[3][i] = (i % 3) ? 1.0f - 0x1p-24f : ldexpf(1.0f, -(int)b - 4);
+                }
+                for (int kern = 0; kern <= 2; ++kern) {
+                    bad += check_case_ab(&c, 4, kern, a, b);
+                    bad += check_case_ab(&c, 1, kern, a, b);
+                }
+                case_free(&c);
+            }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* the widths' limit: 45 bits up to 2^17 elements, then one bit less per doubling */
+    CU_ASSERT_EQUAL(ref_dx_sum_bits(1), 45);
+    CU_ASSERT_EQUAL(ref_dx_sum_bits(1u << 17), 45);
+    CU_ASSERT_EQUAL(ref_dx_sum_bits((1u << 17) + 1), 44);
+    CU_ASSERT_EQUAL(ref_dx_sum_bits(REF_DX_MAX_N), 42);
+}
+
+/* The vector width with the fewest digit products: rows of 13 bits and vectors of 140 take
+ * a = 28 (b = 17: J = 1, K = 5; a = 20..27 needs K >= 6); rows of 21 bits take a = 24 (b =
+ * 21: J = 1, K = 6, where a = 20 gives J = 1 but K = 7, and a = 25 gives J = 2); rows of 45
+ * bits against a = 20's b = 25 (J = 2) or a = 32's b = 13 (J = 4): the spans decide; no
+ * rows or no vectors: REF_DX_BITS; the span and its limits. */
+static void test_ref_dotx_pick_bits(void)
+{
+    uint64_t hist[REF_DX_SPAN_BINS];
+    uint64_t vs[3] = {140, 140, 0};
+    memset(hist, 0, sizeof hist);
+    hist[13] = 100;
+    CU_ASSERT_EQUAL(ref_dx_pick_bits(hist, vs, 3, 127, 640), 28);
+    memset(hist, 0, sizeof hist);
+    hist[21] = 100;
+    CU_ASSERT_EQUAL(ref_dx_pick_bits(hist, vs, 3, 127, 640), 24);
+    /* 1000 more rows of one bit (J = 1 at every b): a = 28 (K 5, the 21-bit rows at J 2:
+     * 10 * 1200) now beats a = 24 (K 6: 12 * 1100) */
+    hist[1] = 1000;
+    CU_ASSERT_EQUAL(ref_dx_pick_bits(hist, vs, 3, 127, 640), 28);
+    memset(hist, 0, sizeof hist);
+    hist[45] = 10;
+    /* a = 20: K 7, J 2 (14); a = 22: b 23, K 7, J 2 (14); a = 23: b 22, K 7, J 3; ... a = 28:
+     * b 17, K 5, J 3 (15); a = 20 first at 14 */
+    CU_ASSERT_EQUAL(ref_dx_pick_bits(hist, vs, 3, 127, 640), 20);
+    memset(hist, 0, sizeof hist);
+    CU_ASSERT_EQUAL(ref_dx_pick_bits(hist, vs, 3, 127, 640), REF_DX_BITS);
+    hist[13] = 5;
+    CU_ASSERT_EQUAL(ref_dx_pick_bits(hist, vs, 0, 127, 640), REF_DX_BITS);
+    /* a product of 2^20 elements has a + b = 42: a = 28 gives b = 14 (J = 1) */
+    CU_ASSERT_EQUAL(ref_dx_pick_bits(hist, vs, 3, 127, REF_DX_MAX_N), 28);
+    const float w[5] = {0.0f, 0x1p-20f, -3.0f, NAN, 0x1.8p-30f};
+    CU_ASSERT_EQUAL(ref_dx_row_span(w, 5), 2 + 31); /* 3 = 0b11: top 2; low bit 2^-31 */
+    CU_ASSERT_EQUAL(ref_dx_row_span(w, 1), 0);
+    mpfr_t *x = ref_vec_new(3, 127);
+    mpfr_set_ui(x[0], 0, MPFR_RNDN);
+    mpfr_set_ui_2exp(x[1], 5, 10, MPFR_RNDN); /* 5 2^10: top 13, low 10 */
+    mpfr_set_ui_2exp(x[2], 1, -7, MPFR_RNDN);  /* low -7 */
+    CU_ASSERT_EQUAL(ref_dx_vec_span(x, 3, 1), 20);
+    CU_ASSERT_EQUAL(ref_dx_vec_span(x, 2, 1), 3);
+    CU_ASSERT_EQUAL(ref_dx_vec_span(x, 1, 1), 0);
+    ref_vec_free(x, 3);
 }
 
 /* sum = tiny: pairs x, -x against the same weight cancel exactly; one small term survives. */
@@ -387,10 +485,11 @@ static void test_ref_dotx_row_split_kernels_agree(void)
                 w[i] = ldexpf(tu_rand_f32(&seed),
                               -(int)(tu_rand_u64(&seed) % (uint64_t)spread));
         }
+        const uint32_t bits = 13 + (uint32_t)(round % 20); /* 13 .. 32 */
         ref_dx_test_force_kernel = 0;
-        CU_ASSERT_FATAL(ref_dx_row_set(&a, w, n, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_dx_row_split(&a, w, n, bits, &err) == LM_OK);
         ref_dx_test_force_kernel = -1;
-        CU_ASSERT_FATAL(ref_dx_row_set(&b, w, n, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_dx_row_split(&b, w, n, bits, &err) == LM_OK);
         CU_ASSERT_EQUAL(a.j, b.j);
         CU_ASSERT_EQUAL(a.top, b.top);
         CU_ASSERT_EQUAL(a.n_exc, b.n_exc);
@@ -516,6 +615,8 @@ void test_ref_dotx_register(void)
     CU_add_test(s, "test_ref_dotx_random", test_ref_dotx_random);
     CU_add_test(s, "test_ref_dotx_one_sign_every_width", test_ref_dotx_one_sign_every_width);
     CU_add_test(s, "test_ref_dotx_many_rows", test_ref_dotx_many_rows);
+    CU_add_test(s, "test_ref_dotx_widest_digits", test_ref_dotx_widest_digits);
+    CU_add_test(s, "test_ref_dotx_pick_bits", test_ref_dotx_pick_bits);
     CU_add_test(s, "test_ref_dotx_cancellation", test_ref_dotx_cancellation);
     CU_add_test(s, "test_ref_dotx_dynamic_range", test_ref_dotx_dynamic_range);
     CU_add_test(s, "test_ref_dotx_special", test_ref_dotx_special);

@@ -1,31 +1,36 @@
 /* ref_dotx.h — the reference's exact inner product of an MPFR activation vector with a float32
  * weight row, by error-free splitting (Ozaki-style slices on a fixed-point grid):
  *
- *   x_i = sum_k  d_ik 2^(tx - 20(k+1))   d_ik integers, |d_ik| < 2^20  (k < K, per vector)
- *   w_i = sum_j  c_ij 2^(tw - 20(j+1))   c_ij integers, |c_ij| < 2^20  (j < J <= 4, per row)
+ *   x_i = sum_k  d_ik 2^(tx - a(k+1))   d_ik integers, |d_ik| < 2^a  (k < K, per vector)
+ *   w_i = sum_j  c_ij 2^(tw - b(j+1))   c_ij integers, |c_ij| < 2^b  (j < J <= 4, per row)
  *
- * with tx (tw) the largest exponent of the vector (row): every element whose significant bits
- * lie inside the K (J) digits is split exactly. Each product d_ik c_ij is an integer below 2^40,
- * exact in double; products of the same grid position s = k + j are summed in double over
- * blocks of 256 elements (a kernel feeds a bucket at most 4 products per element, so every
- * partial sum of one bucket and block is an integer below 256 * 4 * 2^40 = 2^50 < 2^53 and
- * every addition is exact, in any order, with or without FMA, in any SIMD width), then in
- * int64 across blocks. The buckets are carried into
- * one integer T and the result is T 2^(tx + tw - 20(K + J)) rounded ONCE to the output's
- * precision (mpfr_set_z_2exp, round to nearest).
- * Elements that do not fit the grid (a vector spread over more than K_cap digits, a weight more
- * than 4 digits below its row's largest, NaN, Inf) are left out of the grid and their exact
- * products x_i w_i (precision prec(x_i) + 24) are added with T by mpfr_sum, which is correctly
- * rounded too.
+ * with tx (tw) the largest exponent of the vector (row) and a (b) its digit width: every
+ * element whose significant bits lie inside the K (J) digits is split exactly. The widths are
+ * free within a + b <= ref_dx_sum_bits(n) (45 for n <= 2^17): a vector is split once for
+ * every row of a matrix, so a matrix whose rows span few bits (quantized weights: 12-15) takes
+ * wide activation digits and fewer of them (ref_dx_pick_bits). Each product d_ik c_ij is an
+ * integer below 2^(a+b), exact in double; the products of one (k, j) pair are summed in
+ * double over blocks of 256 elements (one product per element and accumulator: every partial
+ * sum of one block is an integer below 256 * 2^(a+b) <= 2^53, so every addition is exact, in
+ * any order, with or without FMA, in any SIMD width), then in int64 across blocks (below
+ * n 2^(a+b) <= 2^62). The sums of the K J pairs are carried into one integer T and the result
+ * is T 2^(tx + tw - aK - bJ) rounded ONCE to the output's precision (mpfr_set_z_2exp, round to
+ * nearest).
+ * Elements that do not fit the grid (a vector spread over more than its digit cap, a weight
+ * more than 4 digits below its row's largest, NaN, Inf) are left out of the grid and their
+ * exact products x_i w_i (precision prec(x_i) + 24) are added with T by mpfr_sum, which is
+ * correctly rounded too.
  *
  * Error bound: the result is the exact sum rounded to nearest at the output's precision P:
  *   |result - sum_i x_i w_i| <= 2^-P |sum_i x_i w_i| <= 2^-P sum_i |x_i w_i|
  * (half an ulp; cancellation costs nothing). The result therefore does not depend on the
- * kernel (AVX-512, AVX2, scalar), on the order of the elements inside a block, or on threads.
- * An exact zero sum gives +0. NaN in, or Inf - Inf, or Inf * 0 gives NaN; Inf gives Inf.
+ * digit widths, on the kernel (AVX-512, AVX2, scalar), on the order of the elements inside a
+ * block, or on threads. An exact zero sum gives +0. NaN in, or Inf - Inf, or Inf * 0 gives NaN;
+ * Inf gives Inf.
  *
- * Cost: K * J multiply-adds in double per element (K ~ (P + exponent spread of x) / 20, J = 1..2
- * for real weights): ~K*J/8 vector FMAs per element with AVX-512, twice that with AVX2. */
+ * Cost: K * J multiply-adds in double per element (K ~ (P + exponent spread of x) / a, J = 1
+ * for most real weight rows at a fitting b): ~K*J/8 vector FMAs per element with AVX-512,
+ * twice that with AVX2. */
 #ifndef REF_DOTX_H
 #define REF_DOTX_H
 
@@ -35,7 +40,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define REF_DX_BITS 20u  /* bits per digit */
+#define REF_DX_BITS 20u  /* bits per digit of ref_dx_dot_vv, and the narrowest vector digit */
+#define REF_DX_BITS_MAX 32u /* the widest vector digit */
 #define REF_DX_JMAX 4u   /* digits per weight at most */
 #define REF_DX_BLOCK 256u /* elements per exact double block */
 #define REF_DX_ROWS 4u    /* rows a kernel call takes at once */
@@ -46,6 +52,7 @@
 typedef struct ref_dx_vec {
     uint64_t n, n_pad;   /* elements; n rounded up to 16 (zero digits beyond n) */
     uint32_t k;          /* digits per element (0: no element on the grid) */
+    uint32_t bits;       /* digit width a, REF_DX_BITS .. REF_DX_BITS_MAX */
     long top;            /* tx */
     double *d;           /* [k][n_pad] digit k of element i at d[k * n_pad + i] */
     uint64_t cap;        /* doubles allocated in d */
@@ -60,6 +67,7 @@ typedef struct ref_dx_vec {
 typedef struct ref_dx_row {
     uint64_t n, n_pad;
     uint32_t j;          /* digits per weight, 0..REF_DX_JMAX */
+    uint32_t bits;       /* digit width b */
     long top;            /* tw */
     double *p;           /* [REF_DX_JMAX][n_pad] */
     uint64_t cap;        /* elements allocated per digit plane */
@@ -72,10 +80,11 @@ typedef struct ref_dx_row {
 /* Per-thread scratch of ref_dx_dot. */
 typedef struct ref_dx_scratch {
     uint64_t n_cap;      /* longest vector */
-    uint32_t k_cap;      /* digits per activation at most (from the precision) */
-    int64_t *bucket;     /* [REF_DX_ROWS_MAX][k_cap + REF_DX_JMAX] */
+    uint32_t k_cap;      /* digits per activation at most (from the precision, at REF_DX_BITS) */
+    int64_t *bucket;     /* [REF_DX_ROWS_MAX][REF_DX_JMAX][k_cap]: one per (row, digit j, k) */
     int64_t *bucket_vv;  /* [2 k_cap] (ref_dx_dot_vv) */
     mp_limb_t *limbs;    /* T's magnitude */
+    mp_limb_t *part;     /* [n_limbs] one weight digit's part of T */
     size_t n_limbs;
     mpfr_t t;            /* T exactly */
     mpfr_t *prod;        /* [n_cap] exact products of the elements off the grid */
@@ -86,21 +95,46 @@ typedef struct ref_dx_scratch {
 /* Digits per activation at most for precision prec (~ (prec + 128) / 20): vectors whose
  * significant bits span more are split with their smallest elements off the grid. */
 uint32_t ref_dx_k_cap(mpfr_prec_t prec);
+/* The same at digit width bits: ceil((prec + 128) / bits), at most ref_dx_k_cap(prec). */
+uint32_t ref_dx_k_cap_bits(mpfr_prec_t prec, uint32_t bits);
+/* The largest a + b for vectors of n elements: 45 (256-element blocks below 2^53), less where
+ * n 2^(a+b) would pass 2^62 (the int64 sums across blocks). */
+uint32_t ref_dx_sum_bits(uint64_t n);
+/* Bits spanned by the significant bits of a float32 row (largest exponent minus lowest set
+ * bit; 0 without a finite nonzero element), and of an MPFR vector (elements x[i * stride]). */
+uint32_t ref_dx_row_span(const float *w, uint64_t n);
+uint64_t ref_dx_vec_span(mpfr_t *x, uint64_t n, uint64_t stride);
+#define REF_DX_SPAN_BINS 128u /* row spans of 127 bits and more share the last bin */
+/* The vector digit width a for a product of n_vec vectors of n elements (spans vspan[n_vec])
+ * with the rows whose spans are counted in row_hist[REF_DX_SPAN_BINS] (the rows then take
+ * b = ref_dx_sum_bits(n) - a): the a in REF_DX_BITS .. REF_DX_BITS_MAX with the fewest digit
+ * products, sum_t K_t(a) * sum_rows J_row(b) (a row beyond REF_DX_JMAX digits counts
+ * 2 REF_DX_JMAX: its small elements would leave the grid), the smallest a on ties. */
+uint32_t ref_dx_pick_bits(const uint64_t *row_hist, const uint64_t *vspan, uint64_t n_vec,
+                          mpfr_prec_t prec, uint64_t n);
 
 int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_err *err);
 void ref_dx_scratch_clear(ref_dx_scratch *s);
 
-/* Splits x[n] (every element at most prec bits, prec as given to the scratch) into v; v's
- * storage grows as needed (zero-initialize v before the first call). x is kept by pointer. */
+/* Splits x[n] (every element at most prec bits, prec as given to the scratch) into v with
+ * REF_DX_BITS-bit digits, at most k_cap of them; v's storage grows as needed (zero-initialize
+ * v before the first call). x is kept by pointer. */
 int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err *err);
 /* The same for the elements x[i * stride], i < n (a column of a row-major matrix). */
 int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint64_t stride,
                           uint32_t k_cap, lm_err *err);
+/* The same with digits of bits bits (REF_DX_BITS .. REF_DX_BITS_MAX), at most k_cap of them
+ * (k_cap <= ref_dx_k_cap_bits(prec, bits) for the scratch's precision). */
+int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint64_t stride, uint32_t bits,
+                     uint32_t k_cap, lm_err *err);
 void ref_dx_vec_free(ref_dx_vec *v);
+/* Splits w[n] into digits of REF_DX_BITS bits (ref_dx_row_split: of bits bits, 1 .. 32). */
 int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err);
+int ref_dx_row_split(ref_dx_row *r, const float *w, uint64_t n, uint32_t bits, lm_err *err);
 void ref_dx_row_free(ref_dx_row *r);
 
-/* out = sum_i x_i w_i rounded once to out's precision (round to nearest); x->n == w->n. */
+/* out = sum_i x_i w_i rounded once to out's precision (round to nearest); x->n == w->n and
+ * x->bits + w->bits <= ref_dx_sum_bits(x->n). */
 void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s);
 
 /* out[r] = x . w[r] for r < R <= REF_DX_ROWS_MAX (each as ref_dx_dot; the rows share the
@@ -110,11 +144,11 @@ void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const
                      ref_dx_scratch *s);
 
 /* out = sum_{i < x->n} x_i y_i rounded once to out's precision (round to nearest), for two
- * split MPFR vectors with x->n <= y->n and x->n <= s->n_cap (y's elements from x->n on are not part of the sum; their
+ * MPFR vectors split with REF_DX_BITS-bit digits, with x->n <= y->n and x->n <= s->n_cap (y's elements from x->n on are not part of the sum; their
  * digits meet x's zero padding or nothing). Same bound as ref_dx_dot: the exact sum rounded
  * once, |error| <= 2^-P |sum|. Both grids: K and L digits of 20 bits, every digit product below
- * 2^40; y's planes enter the kernel four at a time, so a bucket of one block gets at most 4
- * products per element per kernel call (block sums below 2^50, exact), and the int64 buckets
+ * 2^40; y's planes enter the kernel as rows of one plane, so an accumulator of one block gets one
+ * product per element (block sums below 2^48, exact), and the int64 buckets
  * sum the calls exactly: a bucket gets at most min(K, L) products below 2^40 per element, so
  * |bucket| < n min(K, L) 2^40 <= 2^62 when n k_cap <= REF_DX_VV_MAX (the caller checks with
  * ref_dx_vv_fits before it splits). */
