@@ -27,10 +27,7 @@
 #include "expf.h"
 #include "kvd_defects.h"
 
-size_t lm_attention_dense_scratch(uint32_t n, uint32_t n_kv)
-{
-    return (size_t)n * n_kv;
-}
+#include <stdatomic.h>
 
 /* s[j] = lm_expf(s[j] - mx): a loop of its own so that it is vectorized. */
 LM_VECTOR_CLONES static void exp_shifted(float *s /* [n] */, size_t n, float mx)
@@ -70,8 +67,9 @@ static void softmax_row(float *s /* [n_total] */, uint32_t n_valid, uint32_t n_t
 }
 
 typedef struct softmax_job {
-    float *scores;  /* [n][ld] */
+    float *scores;  /* [rows][ld]: row r holds chunk row row0 + r */
     size_t ld;
+    uint32_t row0;
     uint32_t pos0;
     uint32_t n;
     bool mask_next; /* test defect LM_DEFECT_MASK_NEXT_TOKEN; false in release builds */
@@ -91,8 +89,98 @@ static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
             n_kb = n_valid;
         if (j->mask_next && n_valid < n_kb)
             n_valid += 1; /* test defect: the mask admits the next key of the chunk */
-        softmax_row(j->scores + (size_t)i * j->ld, n_valid, n_kb, j->no_max);
+        softmax_row(j->scores + (size_t)(i - j->row0) * j->ld, n_valid, n_kb, j->no_max);
     }
+}
+
+/* Backends with products on the calling thread (lm_backend_i.gemm_nt_local, gemm_nn_local)
+ * run dense attention as n_head x n_blocks independent tasks, (query head h, causal block b):
+ * S_b = scale * Q_h[b] . K_g^T, softmax of its rows, O_h[b] = P_b . V_g, all on one thread
+ * into that thread's slot of the scratch ([min(n, LM_ATTN_Q_BLOCK)][n_kv] floats each). The
+ * pool's threads claim tasks one after another, the blocks with most keys first; every task
+ * computes exactly what the head-by-head path computes for its rows (the same products with
+ * the same bits, the same softmax_row), so the split changes nothing. */
+static bool has_local(const lm_backend *be)
+{
+    return be->vt->gemm_nt_local != NULL && be->vt->gemm_nn_local != NULL;
+}
+
+static uint32_t dense_slots(const lm_backend *be)
+{
+    return has_local(be) && be->n_threads > 1 ? (uint32_t)be->n_threads : 1u;
+}
+
+size_t lm_attention_dense_scratch(const lm_backend *be, uint32_t n, uint32_t n_kv)
+{
+    const uint32_t rows = n < LM_ATTN_Q_BLOCK ? n : LM_ATTN_Q_BLOCK;
+    const size_t slots_rows = (size_t)dense_slots(be) * rows;
+    return (slots_rows > n ? slots_rows : n) * n_kv;
+}
+
+typedef struct attn_tasks {
+    lm_backend *be;
+    const lm_attn_args *a;
+    softmax_job sm;     /* the chunk's softmax parameters (scores, row0: per task) */
+    uint32_t n_blocks;
+    uint32_t n_tasks;   /* n_head * n_blocks */
+    bool gqa_interleaved;
+    atomic_uint next;   /* the first task no thread has claimed */
+} attn_tasks;
+
+static void run_task(attn_tasks *t, uint32_t task, float *s /* [LM_ATTN_Q_BLOCK][n_kv] */)
+{
+    const lm_attn_args *a = t->a;
+    lm_backend *be = t->be;
+    const uint32_t n_kv = a->pos0 + a->n, hd = a->head_dim;
+    const uint32_t h = task % a->n_head, b = t->n_blocks - 1 - task / a->n_head;
+    const uint32_t g = t->gqa_interleaved ? h % a->n_head_kv : h / (a->n_head / a->n_head_kv);
+    const size_t q_stride = (size_t)a->n_head * hd, kv_stride = (size_t)a->n_head_kv * hd;
+    const uint32_t i0 = b * LM_ATTN_Q_BLOCK;
+    const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
+    const uint32_t n_kb = a->bidir ? n_kv : a->pos0 + i1;
+    be->vt->gemm_nt_local(be, i1 - i0, n_kb, hd, a->scale, a->q + (size_t)h * hd + i0 * q_stride,
+                          q_stride, a->k + (size_t)g * hd, kv_stride, s, n_kv);
+    softmax_job sm = t->sm;
+    sm.scores = s;
+    sm.row0 = i0;
+    softmax_rows(&sm, i0, i1);
+    lm_backend_perturb(be, s, i1 - i0, n_kb, n_kv, LM_SITE_SOFTMAX | h << 8);
+    be->vt->gemm_nn_local(be, i1 - i0, hd, n_kb, s, n_kv, a->v + (size_t)g * hd, kv_stride,
+                          a->out + (size_t)h * hd + i0 * q_stride, q_stride);
+}
+
+/* Part `begin` of the pool job: claims tasks until none is left, into scratch slot `begin`
+ * (parts are disjoint, so no two running parts share a slot). */
+static void task_part(void *arg, uint32_t begin, uint32_t end)
+{
+    (void)end;
+    attn_tasks *t = arg;
+    const uint32_t rows = t->a->n < LM_ATTN_Q_BLOCK ? t->a->n : LM_ATTN_Q_BLOCK;
+    float *s = t->a->scores + (size_t)begin * rows * (t->a->pos0 + t->a->n);
+    for (;;) {
+        const uint32_t task = atomic_fetch_add(&t->next, 1);
+        if (task >= t->n_tasks)
+            return;
+        run_task(t, task, s);
+    }
+}
+
+/* Multiply-adds below which the tasks stay on the calling thread (a short decode step). */
+#define ATTN_MIN_POOL_MACS 1048576.0
+
+static void dense_tasks(lm_backend *be, const lm_attn_args *a, const softmax_job *sm)
+{
+    attn_tasks t = {.be = be, .a = a, .sm = *sm,
+                    .n_blocks = (a->n + LM_ATTN_Q_BLOCK - 1) / LM_ATTN_Q_BLOCK,
+                    .gqa_interleaved = LM_DEFECT_ON(be->vt->name, LM_DEFECT_GQA_INTERLEAVED)};
+    t.n_tasks = a->n_head * t.n_blocks;
+    atomic_init(&t.next, 0);
+    const double macs = 2.0 * a->n_head * a->n * (a->pos0 + a->n) * a->head_dim;
+    const uint32_t slots = dense_slots(be);
+    if (a->pool == NULL || slots < 2 || t.n_tasks < 2 || macs < ATTN_MIN_POOL_MACS)
+        task_part(&t, 0, 1);
+    else
+        lm_pool_for(a->pool, slots, 1, task_part, &t);
 }
 
 void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
@@ -106,6 +194,10 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
                        .mask_next = LM_DEFECT_ON(be->vt->name, LM_DEFECT_MASK_NEXT_TOKEN),
                        .no_max = LM_DEFECT_ON(be->vt->name, LM_DEFECT_SOFTMAX_NO_MAX),
                        .bidir = a->bidir};
+    if (has_local(be)) {
+        dense_tasks(be, a, &job);
+        return;
+    }
     const bool gqa_interleaved = LM_DEFECT_ON(be->vt->name, LM_DEFECT_GQA_INTERLEAVED);
 
     for (uint32_t h = 0; h < a->n_head; ++h) {

@@ -26,14 +26,15 @@ typedef struct lm_attn_args {
     const float *k;     /* [pos0 + n][n_head_kv][head_dim] cache, K after RoPE */
     const float *v;     /* [pos0 + n][n_head_kv][head_dim] cache */
     float *out;         /* [n][n_head][head_dim] */
-    float *scores;      /* scratch [n][pos0 + n] (one head at a time) */
-    lm_pool *pool;      /* row-parallel softmax; NULL = serial */
+    float *scores;      /* scratch of lm_attention_dense_scratch(be, n, pos0 + n) floats */
+    lm_pool *pool;      /* row-parallel softmax, or the (head, block) tasks; NULL = serial */
     bool bidir;         /* every query of the chunk sees every key of the chunk (and the cache
                            before it): one block of keys [0, pos0 + n), no causal mask inside */
 } lm_attn_args;
 
-/* Scratch floats lm_attention_dense needs for a chunk of n queries ending at n_kv keys. */
-size_t lm_attention_dense_scratch(uint32_t n, uint32_t n_kv);
+/* Scratch floats lm_attention_dense needs on backend be for a chunk of n queries ending at
+ * n_kv keys. */
+size_t lm_attention_dense_scratch(const lm_backend *be, uint32_t n, uint32_t n_kv);
 
 /* Dense attention: materialises one head's [n][pos0 + n] score matrix at a time. */
 void lm_attention_dense(lm_backend *be, const lm_attn_args *a);

@@ -12,6 +12,17 @@
 typedef struct lm_backend lm_backend;
 struct lm_rope_args;
 
+/* One product of a batch that shares its A operand (lm_gemm_nt_batch):
+ * C[m][n] = alpha * A[m][k] . B[n][k]^T. */
+typedef struct lm_nt_part {
+    uint32_t n;
+    const float *b; /* [n][ldb] */
+    size_t ldb;
+    float *c;       /* [m][ldc] */
+    size_t ldc;
+} lm_nt_part;
+#define LM_NT_BATCH_MAX 4u /* products in one batch */
+
 typedef struct lm_backend_i {
     const char *name;
     /* C[m][n] = alpha * A[m][k] . B[n][k]^T  (row strides lda, ldb, ldc, in floats).
@@ -21,6 +32,20 @@ typedef struct lm_backend_i {
     /* C[m][n] = A[m][k] . B[k][n]  (row strides lda, ldb, ldc). Used for P . V. */
     void (*gemm_nn)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                     const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc);
+    /* Optional (NULL: absent): gemm_nt and gemm_nn computed entirely on the calling thread,
+     * the same bits as the two slots above, callable from several threads at once. A backend
+     * that fills both lets dense attention run its (head, query block) tasks side by side on
+     * the context's pool instead of splitting each small product over it (attention.c). */
+    void (*gemm_nt_local)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                          const float *a, size_t lda, const float *b, size_t ldb, float *c,
+                          size_t ldc);
+    void (*gemm_nn_local)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, const float *a,
+                          size_t lda, const float *b, size_t ldb, float *c, size_t ldc);
+    /* Optional (NULL: gemm_nt once per product): count <= LM_NT_BATCH_MAX products sharing A,
+     * each with the bits gemm_nt gives it alone, dispatched as one unit of work (det: one
+     * pool job, so no thread waits between them). Reached through lm_gemm_nt_batch. */
+    void (*gemm_nt_batch)(lm_backend *be, uint32_t m, uint32_t k, float alpha, const float *a,
+                          size_t lda, const lm_nt_part *p, uint32_t count);
     void (*destroy)(lm_backend *be);
     /* Optional (NULL for naive and blas: the forward pass then does nothing, one predictable
      * branch per stage and chunk). Called by the forward pass on the float32 results of each
@@ -70,6 +95,11 @@ typedef struct lm_rope_args {
     uint32_t pos0, n_heads, head_dim, n_rot;
     bool neox;
 } lm_rope_args;
+
+/* p[0..count) with A [m][lda] shared: the backend's gemm_nt_batch slot, else gemm_nt for each
+ * product in order. */
+void lm_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alpha, const float *a,
+                      size_t lda, const lm_nt_part *p, uint32_t count);
 
 struct lm_pool;
 /* The forward pass's elementwise ops: the backend's slot when it has one, else the shared C

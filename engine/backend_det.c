@@ -138,6 +138,86 @@ static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
     det_split(be, &j, nn_cols, nn_rows);
 }
 
+/* A batch of gemm_nt products sharing A (lm_backend_i.gemm_nt_batch) as one job: each
+ * product is cut into parts of columns as det_split cuts it alone, and the pool's threads
+ * claim the parts of all the products from one counter, so a thread that finishes one
+ * product's parts goes on with the next product's instead of waiting. Each part is the
+ * kernel call det_split would make for it: the same bits. */
+typedef struct det_batch {
+    lm_det_isa isa;
+    uint32_t m, k;
+    float alpha;
+    const float *a;
+    size_t lda;
+    const lm_nt_part *p;
+    uint32_t count;
+    uint32_t first[LM_NT_BATCH_MAX + 1]; /* product i's parts are [first[i], first[i + 1]) */
+    uint32_t part[LM_NT_BATCH_MAX];      /* output columns per part of product i */
+    atomic_uint next;                    /* the first part no thread has claimed */
+} det_batch;
+
+static void batch_parts(void *arg, uint32_t begin, uint32_t end)
+{
+    (void)begin, (void)end;
+    det_batch *j = arg;
+    for (;;) {
+        const uint32_t g = atomic_fetch_add(&j->next, 1);
+        if (g >= j->first[j->count])
+            return;
+        uint32_t i = 0;
+        while (g >= j->first[i + 1])
+            ++i;
+        const lm_nt_part *p = &j->p[i];
+        const uint32_t c0 = (g - j->first[i]) * j->part[i];
+        const uint32_t c1 = p->n - c0 < j->part[i] ? p->n : c0 + j->part[i];
+        lm_det_gemm_nt(j->isa, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda,
+                       p->b + (size_t)c0 * p->ldb, p->ldb, p->c + c0, p->ldc);
+    }
+}
+
+static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alpha,
+                              const float *a /* [m][lda] */, size_t lda, const lm_nt_part *p,
+                              uint32_t count)
+{
+    det_batch j = {.isa = ((det_backend *)be)->isa, .m = m, .k = k, .alpha = alpha, .a = a,
+                   .lda = lda, .p = p, .count = count};
+    double macs = 0.0;
+    bool cols = count <= LM_NT_BATCH_MAX;
+    for (uint32_t i = 0; i < count && cols; ++i) {
+        cols = p[i].n > 0 && (p[i].n >= 16 * (uint32_t)be->n_threads || p[i].n >= m);
+        macs += (double)m * p[i].n * k;
+    }
+    if (!cols || m == 0) { /* a product split by rows: one job each, as alone */
+        for (uint32_t i = 0; i < count; ++i)
+            det_gemm_nt(be, m, p[i].n, k, alpha, a, lda, p[i].b, p[i].ldb, p[i].c, p[i].ldc);
+        return;
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+        j.part[i] = part_cols(be, m, p[i].n);
+        j.first[i + 1] = j.first[i] + (p[i].n + j.part[i] - 1) / j.part[i];
+    }
+    atomic_init(&j.next, 0);
+    lm_pool_for(macs >= DET_MIN_FLOPS ? be->pool : NULL, (uint32_t)be->n_threads, 1,
+                batch_parts, &j);
+}
+
+/* The same products on the calling thread only (lm_backend_i.gemm_nt_local, gemm_nn_local). */
+static void det_gemm_nt_local(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                              const float *a /* [m][lda] */, size_t lda,
+                              const float *b /* [n][ldb] */, size_t ldb,
+                              float *c /* [m][ldc] */, size_t ldc)
+{
+    lm_det_gemm_nt(((det_backend *)be)->isa, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+}
+
+static void det_gemm_nn_local(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
+                              const float *a /* [m][lda] */, size_t lda,
+                              const float *b /* [k][ldb] */, size_t ldb,
+                              float *c /* [m][ldc] */, size_t ldc)
+{
+    lm_det_gemm_nn(((det_backend *)be)->isa, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
 static void det_destroy(lm_backend *be)
 {
     lm_pool_free(be->pool);
@@ -148,6 +228,9 @@ static const lm_backend_i det_vt = {
     .name = "det",
     .gemm_nt = det_gemm_nt,
     .gemm_nn = det_gemm_nn,
+    .gemm_nt_local = det_gemm_nt_local,
+    .gemm_nn_local = det_gemm_nn_local,
+    .gemm_nt_batch = det_gemm_nt_batch,
     .destroy = det_destroy,
 };
 

@@ -1,6 +1,7 @@
 /* backend_ops.c — the elementwise ops of the forward pass (RMSNorm, the gated activation,
  * RoPE): a backend's optional slot (lm_backend_i.rmsnorm, .glu, .rope) when it fills one, else
- * the shared fixed-order C below, which every CPU backend runs. The C versions split rows over
+ * the shared fixed-order C below, which every CPU backend runs; and batches of products
+ * sharing A (the slot gemm_nt_batch, else gemm_nt one product at a time). The C versions split rows over
  * the pool (threadpool.h); a row's bits never depend on the split. */
 
 /* The loops are independent per element (no reduction is reordered), so vectorizing them
@@ -105,6 +106,17 @@ static void rope_rows(void *arg, uint32_t begin, uint32_t end)
             }
         }
     }
+}
+
+void lm_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alpha, const float *a,
+                      size_t lda, const lm_nt_part *p, uint32_t count)
+{
+    if (be->vt->gemm_nt_batch != NULL && count > 1) {
+        be->vt->gemm_nt_batch(be, m, k, alpha, a, lda, p, count);
+        return;
+    }
+    for (uint32_t i = 0; i < count; ++i)
+        be->vt->gemm_nt(be, m, p[i].n, k, alpha, a, lda, p[i].b, p[i].ldb, p[i].c, p[i].ldc);
 }
 
 void lm_op_rmsnorm(lm_backend *be, lm_pool *pool, float *y, const float *x, const float *w,

@@ -67,7 +67,7 @@ struct lm_ctx {
     float *att;       /* [n_ctx][n_head * head_dim] */
     float *ff_gate;   /* [n_ctx][n_ff] */
     float *ff_up;     /* [n_ctx][n_ff] */
-    float *scores;    /* [lm_attention_dense_scratch(n_ctx, n_ctx)] (dense mode; 1 in stream) */
+    float *scores;    /* [lm_attention_dense_scratch(be, n_ctx, n_ctx)] (dense mode; 1 in stream) */
     lm_variants *var; /* attention implementation, windows, sinks, rotating cache, MoE */
     size_t scratch_bytes;
     bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
@@ -195,9 +195,9 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
 
     rmsnorm_chunk(c, c->xn, c->x, L->attn_norm, n);
     probe(c, il, "attn_norm", c->xn, n, d);
-    be->vt->gemm_nt(be, n, q_dim, d, 1.0f, c->xn, d, L->wq, d, c->q, q_dim);
-    be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wk, d, kc, kv_dim);
-    be->vt->gemm_nt(be, n, kv_dim, d, 1.0f, c->xn, d, L->wv, d, vc, kv_dim);
+    const lm_nt_part qkv[3] = {{q_dim, L->wq, d, c->q, q_dim}, {kv_dim, L->wk, d, kc, kv_dim},
+                               {kv_dim, L->wv, d, vc, kv_dim}};
+    lm_gemm_nt_batch(be, n, d, 1.0f, c->xn, d, qkv, 3);
     if (L->bq != NULL)
         add_bias(c->q, L->bq, n, q_dim, q_dim);
     if (L->bk != NULL)
@@ -244,7 +244,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         lm_variants_attention(c->var, be, il, &a);
     } else {
         lm_attention_dense(be, &a);
-        lm_variants_note_dense(c->var, n, c->n_past + n);
+        lm_variants_note_dense(c->var, be, n, c->n_past + n);
     }
     lm_backend_perturb(be, c->att, n, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
     probe(c, il, "attn", c->att, n, q_dim);
@@ -277,8 +277,9 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
         probe(c, il, "residual", c->x, n, d);
         return;
     }
-    be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_gate, d, c->ff_gate, ff);
-    be->vt->gemm_nt(be, n, ff, d, 1.0f, c->xn, d, L->w_up, d, c->ff_up, ff);
+    const lm_nt_part gate_up[2] = {{ff, L->w_gate, d, c->ff_gate, ff},
+                                   {ff, L->w_up, d, c->ff_up, ff}};
+    lm_gemm_nt_batch(be, n, d, 1.0f, c->xn, d, gate_up, 2);
     lm_op_glu(be, c->pool, c->ff_gate, c->ff_up, n, ff, hp->act);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, n, ff);
@@ -530,7 +531,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         (size_t)n_ctx * hp->n_embd, (size_t)n_ctx * hp->n_embd,       /* x, xn */
         (size_t)n_ctx * q_dim, (size_t)n_ctx * q_dim,                 /* q, att */
         (size_t)n_ctx * hp->n_ff, (size_t)n_ctx * hp->n_ff,           /* ff_gate, ff_up */
-        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(n_ctx, n_ctx) : 1,
+        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(c->be, n_ctx, n_ctx) : 1,
                                                                       /* scores */
         own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
     };

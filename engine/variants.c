@@ -181,7 +181,7 @@ void lm_variants_attention(lm_variants *v, lm_backend *be, uint32_t il, const lm
      * it, so the two are bit-identical (not only equal in exact arithmetic) */
     if (v->rotating && v->plan_identity && !v->stream && !layer_masked(v->m, il)) {
         lm_attention_dense(be, a);
-        note(v, lm_attention_dense_scratch(a->n, a->pos0 + a->n));
+        note(v, lm_attention_dense_scratch(be, a->n, a->pos0 + a->n));
         return;
     }
     const bool plain = !v->rotating || v->plan_identity;
@@ -214,9 +214,9 @@ void lm_variants_attention(lm_variants *v, lm_backend *be, uint32_t il, const lm
     }
 }
 
-void lm_variants_note_dense(lm_variants *v, uint32_t n, uint32_t n_kv)
+void lm_variants_note_dense(lm_variants *v, const lm_backend *be, uint32_t n, uint32_t n_kv)
 {
-    note(v, lm_attention_dense_scratch(n, n_kv));
+    note(v, lm_attention_dense_scratch(be, n, n_kv));
 }
 
 bool lm_variants_moe_layer(const lm_variants *v, uint32_t il)

@@ -43,8 +43,8 @@ bool lm_variants_attn_layer(const lm_variants *v, uint32_t il);
 /* Attention of layer il for a chunk: a carries n, pos0, heads, scale, q, the layer's k and v
  * slot arrays and out (a->scores is not used). */
 void lm_variants_attention(lm_variants *v, lm_backend *be, uint32_t il, const lm_attn_args *a);
-/* Peak accounting of the plain dense path: n queries over n_kv keys. */
-void lm_variants_note_dense(lm_variants *v, uint32_t n, uint32_t n_kv);
+/* Peak accounting of the plain dense path: n queries over n_kv keys on backend be. */
+void lm_variants_note_dense(lm_variants *v, const lm_backend *be, uint32_t n, uint32_t n_kv);
 
 /* Whether layer il's FFN is a mixture of experts. */
 bool lm_variants_moe_layer(const lm_variants *v, uint32_t il);

@@ -244,6 +244,56 @@ static void test_det_split_property(void)
         lm_backend_destroy(be[t]);
 }
 
+/* lm_gemm_nt_batch on det: random batches of 1..LM_NT_BATCH_MAX products sharing A (m from 1
+ * up, some with few columns, which det splits by rows) at 1..4 threads give each product the
+ * bits of gemm_nt alone at one thread, and write nothing outside their outputs. */
+static void test_det_batch_equals_alone(void)
+{
+    uint64_t st = tu_seed() ^ 0xba7c;
+    lm_backend *be[5] = {NULL};
+    for (int t = 1; t <= 4; ++t)
+        be[t] = det_new(t);
+    for (int trial = 0; trial < 16; ++trial) {
+        const uint32_t m = trial % 4 == 0 ? 1 : 1 + (uint32_t)(tu_rand_u64(&st) % 300);
+        const uint32_t k = 1 + (uint32_t)(tu_rand_u64(&st) % 700);
+        const uint32_t count = 1 + (uint32_t)(tu_rand_u64(&st) % LM_NT_BATCH_MAX);
+        const size_t lda = k + 2 * (tu_rand_u64(&st) % 8) + 1;
+        float *a = rand_mat(m, lda, &st);
+        float *b[LM_NT_BATCH_MAX], *want[LM_NT_BATCH_MAX], *got[LM_NT_BATCH_MAX];
+        lm_nt_part p[LM_NT_BATCH_MAX];
+        for (uint32_t i = 0; i < count; ++i) {
+            const uint32_t n = tu_rand_u64(&st) % 3 == 0 ? 1 + (uint32_t)(tu_rand_u64(&st) % 12)
+                                                         : 1 + (uint32_t)(tu_rand_u64(&st) % 900);
+            const size_t ldb = k + 2 * (tu_rand_u64(&st) % 8) + 1, ldc = n + 3;
+            b[i] = rand_mat(n, ldb, &st);
+            want[i] = malloc((size_t)m * ldc * sizeof(float));
+            got[i] = malloc((size_t)m * ldc * sizeof(float));
+            CU_ASSERT_FATAL(want[i] != NULL && got[i] != NULL);
+            for (size_t e = 0; e < (size_t)m * ldc; ++e)
+                want[i][e] = -7.0f; /* the padding columns must stay as they are */
+            be[1]->vt->gemm_nt(be[1], m, n, k, 0.75f, a, lda, b[i], ldb, want[i], ldc);
+            p[i] = (lm_nt_part){n, b[i], ldb, got[i], ldc};
+        }
+        int bad = 0;
+        for (int t = 1; t <= 4; ++t) {
+            for (uint32_t i = 0; i < count; ++i)
+                for (size_t e = 0; e < (size_t)m * p[i].ldc; ++e)
+                    got[i][e] = -7.0f;
+            lm_gemm_nt_batch(be[t], m, k, 0.75f, a, lda, p, count);
+            for (uint32_t i = 0; i < count; ++i)
+                bad += memcmp(want[i], got[i], (size_t)m * p[i].ldc * sizeof(float)) != 0;
+        }
+        if (bad)
+            fprintf(stderr, "\n  det batch m=%u k=%u count=%u: %d products differ", m, k, count, bad);
+        CU_ASSERT_EQUAL(bad, 0);
+        for (uint32_t i = 0; i < count; ++i)
+            free(b[i]), free(want[i]), free(got[i]);
+        free(a);
+    }
+    for (int t = 1; t <= 4; ++t)
+        lm_backend_destroy(be[t]);
+}
+
 /* KVDRIFT_DET_ISA: a bad name or a path the CPU lacks is a one-line input error. */
 static void test_det_isa_env(void)
 {
@@ -426,6 +476,7 @@ void test_det_register(void)
     CU_add_test(s, "test_det_order_as_stated", test_det_order_as_stated);
     CU_add_test(s, "test_det_kernels_equal_order_model", test_det_kernels_equal_order_model);
     CU_add_test(s, "test_det_split_property", test_det_split_property);
+    CU_add_test(s, "test_det_batch_equals_alone", test_det_batch_equals_alone);
     CU_add_test(s, "test_det_isa_env", test_det_isa_env);
     CU_add_test(s, "test_det_step_thread_invariant_presets", test_det_step_thread_invariant_presets);
     CU_add_test(s, "test_det_step_thread_invariant_stories", test_det_step_thread_invariant_stories);
