@@ -339,12 +339,15 @@ int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_
     s->prec = prec;
     s->n_cap = n_cap;
     s->k_cap = ref_dx_k_cap(prec);
-    const uint32_t nb_vv = 2 * s->k_cap;
-    /* T < 2^(bits + 64): the digits and the final carry of a vector-vector product (20 nb_vv
-     * bits), or of a row product (a K <= prec + 128 + a - 1 bits of the vector's digits, b J
-     * <= 4 * 32 of the row's) */
-    const uint64_t vv_bits = (uint64_t)REF_DX_BITS * nb_vv,
-                   row_bits = (uint64_t)prec + 128 + REF_DX_BITS_MAX + 32 * REF_DX_JMAX;
+    const uint32_t nb_vv = 2 * s->k_cap; /* K + L at the narrowest digits */
+    /* T < 2^(bits + 64): the digits and the final carry of a vector-vector product (a (K + L)
+     * bits at most, a <= REF_DX_VV_BITS_MAX), or of a row product (a K <= prec + 128 + a - 1
+     * bits of the vector's digits, b J <= 4 * 32 of the row's) */
+    uint64_t vv_bits = 0;
+    for (uint32_t a = REF_DX_BITS; a <= REF_DX_VV_BITS_MAX; ++a)
+        if (2ull * a * ref_dx_k_cap_bits(prec, a) > vv_bits)
+            vv_bits = 2ull * a * ref_dx_k_cap_bits(prec, a);
+    const uint64_t row_bits = (uint64_t)prec + 128 + REF_DX_BITS_MAX + 32 * REF_DX_JMAX;
     s->n_limbs = ((vv_bits > row_bits ? vv_bits : row_bits) + 64) / 64 + 2;
     s->bucket = calloc((size_t)REF_DX_ROWS_MAX * REF_DX_JMAX * s->k_cap, sizeof *s->bucket);
     s->bucket_vv = calloc(nb_vv, sizeof *s->bucket_vv);
@@ -582,7 +585,8 @@ static void row_digits_scalar(ref_dx_row *r, const float *w, uint64_t i0, uint64
         const u128 V = (u128)(M >> tz) << sh; /* < 2^(b J) <= 2^128 */
         const double sg = neg ? -1.0 : 1.0;
         for (uint32_t j = 0; j < J; ++j)
-            r->p[j * r->n_pad + i] = sg * (double)(uint32_t)((V >> (b * (J - 1 - j))) & MASK_BITS(b));
+            r->p[j * r->n_pad + i] =
+                sg * (double)(uint32_t)((V >> (b * (J - 1 - j))) & MASK_BITS(b));
     }
 }
 
@@ -716,7 +720,8 @@ static void chain(mp_limb_t *l, size_t n, const int64_t *A, uint32_t nb, uint32_
     for (uint32_t i = nb; i-- > 0;) {
         const int64_t v = A[i] + carry;
         const int64_t dig = (int64_t)((uint64_t)v & mask);
-        carry = (v - dig) / ((int64_t)1 << b); /* exact: floor division */
+        /* floor(v 2^-b) (= (v - dig) 2^-b exactly) by shifts of non-negative values */
+        carry = v < 0 ? -(int64_t)(~(uint64_t)v >> b) - 1 : (int64_t)((uint64_t)v >> b);
         put_bits(l, (uint64_t)dig, (uint64_t)b * (nb - 1 - i));
     }
     const uint64_t off = (uint64_t)b * nb;
@@ -888,9 +893,17 @@ void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const
         finish_row(out[r], x, w[r], s->bucket + (size_t)r * REF_DX_JMAX * kc, s);
 }
 
+uint32_t ref_dx_vv_bits(uint64_t n, mpfr_prec_t prec)
+{
+    for (uint32_t a = REF_DX_VV_BITS_MAX; a >= REF_DX_BITS; --a)
+        if (n * ref_dx_k_cap_bits(prec, a) <= (1ull << (62 - 2 * a)))
+            return a;
+    return 0;
+}
+
 bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec)
 {
-    return n * ref_dx_k_cap(prec) <= REF_DX_VV_MAX;
+    return ref_dx_vv_bits(n, prec) != 0;
 }
 
 void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s)
@@ -913,10 +926,10 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
             }
             kern(Ac, x->d, K, pc, G, x->n_pad, x->n_pad);
         }
-        chain(s->limbs, s->n_limbs, A, nb, REF_DX_BITS);
+        chain(s->limbs, s->n_limbs, A, nb, x->bits);
     } else
         memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
-    finish(out, s, grid ? x->top + y->top - (long)(REF_DX_BITS * (K + L)) : 0, x->exc, x->n_exc,
+    finish(out, s, grid ? x->top + y->top - (long)(x->bits * (K + L)) : 0, x->exc, x->n_exc,
            y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
 }
 

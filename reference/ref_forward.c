@@ -77,6 +77,7 @@ struct fwd {
     /* attention's dot products (ref_dx_dot_vv) unless dx_attn is false (mpfr_dot, or vectors
      * too long for ref_dx_dot_vv): */
     bool dx_attn;
+    uint32_t vvb;        /* their digit width (ref_dx_vv_bits) */
     ref_dx_vec *kx;      /* [n][n_head_kv] this layer's key of each position and head, split */
     ref_dx_vec *vx;      /* [kv_dim] this layer's value columns over the n positions, split */
     ref_dx_vec *qx, *px; /* [nt] a thread's query, and its probabilities by position, split */
@@ -258,12 +259,16 @@ static void split_item(fwd *f, void *p, uint64_t t, int tid)
         atomic_store(&f->dx_fail, 1);
 }
 
-#define SPAN_ROWS 64u /* weight rows per item of span_item */
+#define SPAN_ROWS 64u      /* weight rows per item of span_item */
+#define SPAN_SAMPLE 4096u  /* weight rows counted at most (evenly spaced) */
 
-/* The spans of a product's input rows (items < n_rows) and of its weight rows [r_lo, r_hi)
- * (the other items, SPAN_ROWS rows each, counted into hist: integer sums, in any order). */
+/* The spans of a product's input rows (items < n_rows) and of its weight rows r_lo + i step,
+ * i < n_w (the other items, SPAN_ROWS rows each, counted into hist: integer sums, in any
+ * order); a matrix of more than SPAN_SAMPLE rows is sampled (the widths only need the shape
+ * of the histogram). */
 typedef struct span_ctx {
     const mm_ctx *mm;
+    uint64_t step, n_w;
     uint64_t *vspan;                              /* [n_rows] */
     atomic_uint_fast64_t hist[REF_DX_SPAN_BINS]; /* weight rows by span */
 } span_ctx;
@@ -278,10 +283,11 @@ static void span_item(fwd *f, void *p, uint64_t item, int tid)
         sc->vspan[item] = ref_dx_vec_span(c->in + item * c->n_in, c->n_in, 1);
         return;
     }
-    const uint64_t r0 = c->r_lo + (item - c->n_rows) * SPAN_ROWS;
-    const uint64_t r1 = r0 + SPAN_ROWS < c->r_hi ? r0 + SPAN_ROWS : c->r_hi;
+    const uint64_t i0 = (item - c->n_rows) * SPAN_ROWS;
+    const uint64_t i1 = i0 + SPAN_ROWS < sc->n_w ? i0 + SPAN_ROWS : sc->n_w;
     uint64_t h[REF_DX_SPAN_BINS] = {0};
-    for (uint64_t r = r0; r < r1; ++r) {
+    for (uint64_t i = i0; i < i1; ++i) {
+        const uint64_t r = c->r_lo + i * sc->step;
         const uint32_t sp = ref_dx_row_span(c->w + r * c->n_in, c->n_in);
         ++h[sp < REF_DX_SPAN_BINS ? sp : REF_DX_SPAN_BINS - 1];
     }
@@ -294,10 +300,11 @@ static void span_item(fwd *f, void *p, uint64_t item, int tid)
  * weight rows (ref_dx_pick_bits); the numbers do not depend on it. */
 static int pick_widths(fwd *f, mm_ctx *c, lm_err *err)
 {
-    span_ctx sc = {.mm = c, .vspan = f->vspan};
+    const uint64_t rows = c->r_hi - c->r_lo, step = (rows + SPAN_SAMPLE - 1) / SPAN_SAMPLE;
+    span_ctx sc = {.mm = c, .step = step, .n_w = (rows + step - 1) / step, .vspan = f->vspan};
     for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
         atomic_init(&sc.hist[b], 0);
-    const uint64_t items = c->n_rows + (c->r_hi - c->r_lo + SPAN_ROWS - 1) / SPAN_ROWS;
+    const uint64_t items = c->n_rows + (sc.n_w + SPAN_ROWS - 1) / SPAN_ROWS;
     int st = par_for(f, items, span_item, &sc, err);
     if (st != LM_OK)
         return st;
@@ -460,7 +467,8 @@ static void attn_item_dx(fwd *f, uint64_t t, uint64_t h, int tid)
     mpfr_t *sc = f->scores[tid], *pf = f->pf[tid];
     ref_dx_vec *qx = &f->qx[tid], *px = &f->px[tid];
     lm_err e = {0};
-    if (ref_dx_vec_set(qx, f->q + t * f->q_dim + h * hd, hd, dxs->k_cap, &e) != LM_OK) {
+    if (ref_dx_vec_split(qx, f->q + t * f->q_dim + h * hd, hd, 1, f->vvb,
+                         ref_dx_k_cap_bits(f->prec, f->vvb), &e) != LM_OK) {
         atomic_store(&f->dx_fail, 1);
         return;
     }
@@ -483,7 +491,8 @@ static void attn_item_dx(fwd *f, uint64_t t, uint64_t h, int tid)
         if (ref_window_visible((uint32_t)t, (uint32_t)j, L->window))
             mpfr_set(pf[j], sc[i++], MPFR_RNDN);
     }
-    if (ref_dx_vec_set(px, pf, end, dxs->k_cap, &e) != LM_OK) {
+    if (ref_dx_vec_split(px, pf, end, 1, f->vvb, ref_dx_k_cap_bits(f->prec, f->vvb), &e) !=
+        LM_OK) {
         atomic_store(&f->dx_fail, 1);
         return;
     }
@@ -497,17 +506,18 @@ static void attn_item_dx(fwd *f, uint64_t t, uint64_t h, int tid)
 static void kv_split_item(fwd *f, void *p, uint64_t item, int tid)
 {
     (void)p;
+    (void)tid;
     const uint64_t hd = f->hp->head_dim, nkv = f->hp->n_head_kv;
-    const uint32_t kc = f->dxs[tid].k_cap;
+    const uint32_t kc = ref_dx_k_cap_bits(f->prec, f->vvb);
     lm_err e = {0};
     int st = LM_OK;
     if (item < f->n)
         for (uint64_t g = 0; g < nkv && st == LM_OK; ++g)
-            st = ref_dx_vec_set(&f->kx[item * nkv + g], f->k + item * f->kv_dim + g * hd, hd,
-                                kc, &e);
+            st = ref_dx_vec_split(&f->kx[item * nkv + g], f->k + item * f->kv_dim + g * hd, hd,
+                                  1, f->vvb, kc, &e);
     else
-        st = ref_dx_vec_set_stride(&f->vx[item - f->n], f->v + (item - f->n), f->n, f->kv_dim,
-                                   kc, &e);
+        st = ref_dx_vec_split(&f->vx[item - f->n], f->v + (item - f->n), f->n, f->kv_dim,
+                              f->vvb, kc, &e);
     if (st != LM_OK)
         atomic_store(&f->dx_fail, 1);
 }
@@ -991,7 +1001,8 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.dxo = ref_vec_new((uint64_t)f.nt * REF_MM_CHUNK, f.prec);
     f.dxv = calloc(n, sizeof *f.dxv);
     f.vspan = calloc(n, sizeof *f.vspan);
-    f.dx_attn = !f.mpfr_dot && ref_dx_vv_fits(n, f.prec) && ref_dx_vv_fits(hp->head_dim, f.prec);
+    f.vvb = ref_dx_vv_bits(n > hp->head_dim ? n : hp->head_dim, f.prec);
+    f.dx_attn = !f.mpfr_dot && f.vvb != 0;
     if (f.dx_attn) {
         f.kx = calloc(n * hp->n_head_kv, sizeof *f.kx);
         f.vx = calloc(f.kv_dim, sizeof *f.vx);

@@ -105,7 +105,8 @@ typedef struct srf {
     const lm_hparams *hp;
     uint64_t skey;
     uint32_t n, layer, q_dim, kv_dim;
-    float *x, *h, *q, *k, *v, *att, *g, *up, *cs, *sc, *tmp;
+    float *x, *h, *q, *k, *v, *att, *g, *up, *cs, *tmp;
+    float *sc;       /* [4][n] scores, then probabilities, of up to 4 heads */
     float *cs_swa;   /* [n][n_rot] cos/sin at the sliding layers' own theta, or NULL (= cs) */
     float *y;        /* [n][n_embd] a block's output before its post-norm (sandwich models) */
     uint32_t ff_cur; /* columns of g and up: n_ff, or n_ff_exp inside an MoE layer */
@@ -119,6 +120,15 @@ typedef struct srf {
     double *wd;      /* [4][max_in] the weight rows of a matrix product as doubles */
     uint64_t *at;    /* [max_in + 2][npad] a matrix product's token coin words (A) */
     uint64_t *bt;    /* [4][max_in + 2] the row coin words (B) of a block of 4 rows */
+    /* attention (attention_layer; hdp: head_dim rounded up to LANES, kvp = n_head_kv hdp) */
+    float *kt;       /* [n_head_kv][head_dim][npad] K transposed per KV head */
+    float *vp;       /* [n][kvp] V, each head padded to hdp */
+    uint64_t *akt;   /* [n_head_kv][head_dim + 1][npad] token coin words of q . k */
+    uint64_t *avp;   /* [n][kvp] token coin words of p . V */
+    double *qw;      /* [4][head_dim] query rows as doubles */
+    uint64_t *bq;    /* [4][head_dim + 1] row coin words of q . k */
+    double *pw;      /* [4][n] probability rows as doubles */
+    uint64_t *bv;    /* [4][n] row coin words of p . V */
     uint64_t npad;   /* n rounded up to LANES */
     void (*on_layer)(void *user); /* called after every layer and the output, or NULL */
     void *on_layer_user;
@@ -258,6 +268,15 @@ __attribute__((target("avx2"))) static void fill_cols_avx2(uint64_t *dst, uint64
     __m256i x = _mm256_loadu_si256((const __m256i *)key);
     for (uint64_t i = 0; i < n; ++i, x = _mm256_add_epi32(x, step))
         store_u64x8(dst + i * ld, coins29_8(x));
+}
+
+/* d[i] = s[i] for i below the largest multiple of 4 <= n; returns that count. */
+__attribute__((target("avx2"))) static uint64_t to_f64_avx2(double *d, const float *s, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        _mm256_storeu_pd(d + i, _mm256_cvtps_pd(_mm_loadu_ps(s + i)));
+    return i;
 }
 
 /* sr29 of acc + p on 4 lanes with coin words c. */
@@ -436,17 +455,30 @@ static void sr_dot8(float *out, const double *const *w, const uint64_t *const *b
         sr_dot8_scalar(out + LANES * r, w[r], b[r], xt, a, ld, n);
 }
 
-/* The token coin words A of a product at site st for tokens t0 + u, u < np (a multiple of
- * LANES), in groups of LANES: at[i * np + u] = A_{t0 + u}(i), i < nc. */
-static void fill_token_coins(const srf *f, uint64_t *at, uint64_t t0, uint64_t np, uint64_t nc,
-                             uint32_t st, int kern)
+/* The token coin words A at site st of tokens t0 + u, u < nt (a multiple of LANES), in groups
+ * of LANES: at[i * ld + u] = A_{t0 + u}(i), i < nc. */
+static void fill_token_coins(const srf *f, uint64_t *at, uint64_t ld, uint64_t t0, uint64_t nt,
+                             uint64_t nc, uint32_t st, int kern)
 {
-    for (uint64_t g = 0; g < np; g += LANES) {
+    for (uint64_t g = 0; g < nt; g += LANES) {
         uint32_t ka[LANES];
         for (unsigned l = 0; l < LANES; ++l)
             ka[l] = key_a(f, st, t0 + g + l);
-        fill_cols(at + g, np, ka, INC_A, nc, kern);
+        fill_cols(at + g, ld, ka, INC_A, nc, kern);
     }
+}
+
+/* d[i] = s[i], i < n (exact). */
+static void to_f64(double *d, const float *s, uint64_t n, int kern)
+{
+    uint64_t i = 0;
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (kern > 0)
+        i = to_f64_avx2(d, s, n);
+#endif
+    (void)kern;
+    for (; i < n; ++i)
+        d[i] = (double)s[i];
 }
 
 /* out[t][r] (+)= in[t] . W[r] (+ b[r]) for t < n_rows, with SR; in [n_rows][n_in],
@@ -461,16 +493,14 @@ static void matmul(srf *f, float *out, const float *in, const float *W, const fl
         for (uint64_t i = 0; i < n_in; ++i)
             f->xt[i * np + t] = in[t * n_in + i];
     uint64_t *const at = f->at;
-    fill_token_coins(f, at, 0, np, nc, st, kern);
+    fill_token_coins(f, at, np, 0, np, nc, st, kern);
     for (uint64_t r0 = 0; r0 < n_out; r0 += 4) {
         const unsigned R = n_out - r0 < 4 ? (unsigned)(n_out - r0) : 4;
         const double *wr[4];
         const uint64_t *br[4];
         for (unsigned g = 0; g < R; ++g) {
             double *d = f->wd + g * n_in;
-            const float *src = W + (r0 + g) * n_in;
-            for (uint64_t i = 0; i < n_in; ++i)
-                d[i] = (double)src[i];
+            to_f64(d, W + (r0 + g) * n_in, n_in, kern);
             wr[g] = d;
             uint64_t *bg = f->bt + g * nc;
             fill_row(bg, key_b(f, st, r0 + g), INC_B, nc, kern);
@@ -568,56 +598,106 @@ static void rope(srf *f, uint64_t t)
         }
 }
 
-/* One (token, head): scores over visible keys, softmax with the sink, then p . V. */
-static void attention(srf *f, uint64_t t, uint32_t h, float scale)
+/* Attention of the current layer, every token t and head h: the scores over the visible keys
+ * j_lo..t (the window's keys are contiguous), softmax with the sink, then p . V. Both products
+ * run on the matrix-product kernel, with the coins of the matrix products (two streams, see
+ * there):
+ *   q . k: for token t and KV head g, the rows are the query heads of g (up to 4 at a time),
+ *          the lanes key positions j (K transposed per KV head, f->kt), the terms d <
+ *          head_dim, then SR of acc * scale (term head_dim); coins A_{g,j}(d) ^ B_{t,h}(d) at
+ *          site S_ATT + 2^21 (A keyed by g 2^32 + j, B by t n_head + h);
+ *   p . V: the rows are those heads' probabilities over j_lo..t, the lanes 8 dimensions of head
+ *          g (V with each head padded to a multiple of 8, f->vp), the terms j; coins
+ *          A_{g,d}(j) ^ B_{t,h}(j) at site S_ATT + 2^22 (A keyed by g 2^32 + d).
+ * Softmax of (t, h): each subtraction, exp, sum and division SR with coin(key_of(seed key,
+ * S_ATT, t, h), c), c counting up in that order. */
+static void attention_layer(srf *f, float scale, int kern)
 {
     const lm_hparams *hp = f->hp;
     const lm_layer *L = &f->m->layers[f->layer];
-    const uint64_t hd = hp->head_dim, kvh = h / (hp->n_head / hp->n_head_kv);
-    const float *q = f->q + t * f->q_dim + h * hd;
-    uint32_t key = key_of(f->skey, site(f, S_ATT), t, h);
-    uint64_t m = 0, c = 0;
-    double mx = -(double)INFINITY;
-    for (uint64_t j = 0; j <= t; ++j) {
-        if (!ref_window_visible((uint32_t)t, (uint32_t)j, L->window))
-            continue;
-        const float *k = f->k + j * f->kv_dim + kvh * hd;
-        uint32_t kk = key_of(f->skey, site(f, S_ATT) + (1u << 21), t * hp->n_head + h, j);
-        double acc = 0.0;
-        for (uint64_t d = 0; d < hd; ++d)
-            acc = sr_add(acc, (double)q[d] * (double)k[d], coin(kk, d));
-        double s = sr24(acc * (double)scale, coin(kk, hd));
-        f->sc[m++] = (float)s;
-        if (s > mx)
-            mx = s;
+    const uint64_t n = f->n, np = f->npad, hd = hp->head_dim, hdp = (hd + LANES - 1) / LANES * LANES,
+                   nkv = hp->n_head_kv, kvp = nkv * hdp, rep = hp->n_head / hp->n_head_kv;
+    const uint32_t st_qk = site(f, S_ATT) + (1u << 21), st_pv = site(f, S_ATT) + (1u << 22);
+    float *kt = f->kt, *vp = f->vp;
+    memset(kt, 0, nkv * hd * np * sizeof *kt);
+    memset(vp, 0, n * kvp * sizeof *vp);
+    for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t g = 0; g < nkv; ++g)
+            for (uint64_t d = 0; d < hd; ++d) {
+                kt[(g * hd + d) * np + j] = f->k[j * f->kv_dim + g * hd + d];
+                vp[j * kvp + g * hdp + d] = f->v[j * f->kv_dim + g * hd + d];
+            }
+    for (uint64_t g = 0; g < nkv; ++g) {
+        fill_token_coins(f, f->akt + g * (hd + 1) * np, np, g << 32, np, hd + 1, st_qk, kern);
+        fill_token_coins(f, f->avp + g * hdp, kvp, g << 32, hdp, n, st_pv, kern);
     }
-    double sink = L->sinks ? (double)L->sinks[h] : -(double)INFINITY;
-    if (sink > mx)
-        mx = sink;
-    double sum = 0.0;
-    for (uint64_t i = 0; i < m; ++i) {
-        double d = sr_add((double)f->sc[i], -mx, coin(key, c++));
-        f->sc[i] = (float)sr24(exp(d), coin(key, c++));
-        sum = sr_add(sum, (double)f->sc[i], coin(key, c++));
-    }
-    if (L->sinks) {
-        double d = sr_add(sink, -mx, coin(key, c++));
-        double es = sr24(exp(d), coin(key, c++));
-        sum = sr_add(sum, es, coin(key, c++));
-    }
-    for (uint64_t i = 0; i < m; ++i)
-        f->sc[i] = (float)sr24((double)f->sc[i] / sum, coin(key, c++));
-    float *o = f->att + t * f->q_dim + h * hd;
-    for (uint64_t d = 0; d < hd; ++d) {
-        double acc = 0.0;
-        uint64_t i = 0;
-        for (uint64_t j = 0; j <= t; ++j) {
-            if (!ref_window_visible((uint32_t)t, (uint32_t)j, L->window))
-                continue;
-            double p = (double)f->sc[i++] * (double)f->v[j * f->kv_dim + kvh * hd + d];
-            acc = sr_add(acc, p, coin(key, c++));
-        }
-        o[d] = (float)acc;
+    for (uint64_t t = 0; t < n; ++t) {
+        uint64_t j_lo = 0;
+        while (j_lo < t && !ref_window_visible((uint32_t)t, (uint32_t)j_lo, L->window))
+            ++j_lo;
+        const uint64_t m = t + 1 - j_lo;
+        for (uint64_t g = 0; g < nkv; ++g)
+            for (uint64_t h0 = g * rep; h0 < (g + 1) * rep; h0 += 4) {
+                const unsigned R = (g + 1) * rep - h0 < 4 ? (unsigned)((g + 1) * rep - h0) : 4;
+                const double *wr[4];
+                const uint64_t *br[4];
+                float o[4 * LANES];
+                /* scores */
+                const uint64_t *akt = f->akt + g * (hd + 1) * np;
+                for (unsigned u = 0; u < R; ++u) {
+                    to_f64(f->qw + u * hd, f->q + t * f->q_dim + (h0 + u) * hd, hd, kern);
+                    fill_row(f->bq + u * (hd + 1), key_b(f, st_qk, t * hp->n_head + h0 + u),
+                             INC_B, hd + 1, kern);
+                    wr[u] = f->qw + u * hd;
+                    br[u] = f->bq + u * (hd + 1);
+                }
+                for (uint64_t j0 = j_lo / LANES * LANES; j0 <= t; j0 += LANES) {
+                    sr_dot8(o, wr, br, kt + g * hd * np + j0, akt + j0, np, hd, R, kern);
+                    for (unsigned u = 0; u < R; ++u)
+                        for (uint64_t j = j0 < j_lo ? j_lo : j0; j < j0 + LANES && j <= t; ++j)
+                            f->sc[u * n + j - j_lo] = (float)sr29(
+                                (double)o[u * LANES + j - j0] * (double)scale,
+                                akt[hd * np + j] ^ br[u][hd]);
+                }
+                /* softmax */
+                for (unsigned u = 0; u < R; ++u) {
+                    const uint64_t h = h0 + u;
+                    float *sc = f->sc + u * n;
+                    const uint32_t key = key_of(f->skey, site(f, S_ATT), t, h);
+                    uint64_t c = 0;
+                    double mx = -(double)INFINITY;
+                    for (uint64_t i = 0; i < m; ++i)
+                        mx = (double)sc[i] > mx ? (double)sc[i] : mx;
+                    const double sink = L->sinks ? (double)L->sinks[h] : -(double)INFINITY;
+                    mx = sink > mx ? sink : mx;
+                    double sum = 0.0;
+                    for (uint64_t i = 0; i < m; ++i) {
+                        double d = sr_add((double)sc[i], -mx, coin(key, c++));
+                        sc[i] = (float)sr24(exp(d), coin(key, c++));
+                        sum = sr_add(sum, (double)sc[i], coin(key, c++));
+                    }
+                    if (L->sinks) {
+                        double d = sr_add(sink, -mx, coin(key, c++));
+                        double es = sr24(exp(d), coin(key, c++));
+                        sum = sr_add(sum, es, coin(key, c++));
+                    }
+                    double *pw = f->pw + u * n;
+                    for (uint64_t i = 0; i < m; ++i)
+                        pw[i] = (double)(float)sr24((double)sc[i] / sum, coin(key, c++));
+                    uint64_t *bv = f->bv + u * n;
+                    fill_row(bv, key_b(f, st_pv, t * hp->n_head + h), INC_B, t + 1, kern);
+                    wr[u] = pw;
+                    br[u] = bv + j_lo;
+                }
+                /* p . V */
+                for (uint64_t d0 = 0; d0 < hd; d0 += LANES) {
+                    const uint64_t off = j_lo * kvp + g * hdp + d0;
+                    sr_dot8(o, wr, br, vp + off, f->avp + off, kvp, m, R, kern);
+                    for (unsigned u = 0; u < R; ++u)
+                        for (uint64_t d = d0; d < d0 + LANES && d < hd; ++d)
+                            f->att[t * f->q_dim + (h0 + u) * hd + d] = o[u * LANES + d - d0];
+                }
+            }
     }
 }
 
@@ -830,6 +910,14 @@ static void srf_free(srf *f)
     free(f->wd);
     free(f->at);
     free(f->bt);
+    free(f->kt);
+    free(f->vp);
+    free(f->akt);
+    free(f->avp);
+    free(f->qw);
+    free(f->bq);
+    free(f->pw);
+    free(f->bv);
 }
 
 static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
@@ -886,12 +974,21 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
     }
     f.out = out;
     f.cs = malloc(n * (hp->n_rot ? hp->n_rot : 1) * sizeof(float));
-    f.sc = malloc(n * sizeof(float));
+    f.sc = malloc(4 * n * sizeof(float));
     f.tmp = malloc((uint64_t)out->n_pos * e * sizeof(float));
     f.xt = malloc(max_in * f.npad * sizeof(float));
     f.wd = malloc(4 * max_in * sizeof(double));
     f.at = malloc((max_in + 2) * f.npad * sizeof *f.at);
     f.bt = malloc(4 * (max_in + 2) * sizeof *f.bt);
+    const uint64_t hd = hp->head_dim, kvp = hp->n_head_kv * ((hd + LANES - 1) / LANES * LANES);
+    f.kt = malloc(f.kv_dim * f.npad * sizeof *f.kt);
+    f.vp = malloc(n * kvp * sizeof *f.vp);
+    f.akt = malloc(hp->n_head_kv * (hd + 1) * f.npad * sizeof *f.akt);
+    f.avp = malloc(n * kvp * sizeof *f.avp);
+    f.qw = malloc(4 * hd * sizeof *f.qw);
+    f.bq = malloc(4 * (hd + 1) * sizeof *f.bq);
+    f.pw = malloc(4 * n * sizeof *f.pw);
+    f.bv = malloc(4 * n * sizeof *f.bv);
     const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
     bool sandwich = false;
     for (uint32_t l = 0; l < hp->n_layer; ++l)
@@ -902,7 +999,8 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
         f.y = malloc(n * e * sizeof(float));
     if (!out->pos || !out->k || !out->v || !out->logits || !f.x || !f.h || !f.q || !f.k || !f.v ||
         !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt || !f.wd ||
-        !f.at || !f.bt ||
+        !f.at || !f.bt || !f.kt || !f.vp || !f.akt || !f.avp || !f.qw || !f.bq || !f.pw ||
+        !f.bv ||
         (own_swa && !f.cs_swa) || (sandwich && !f.y) ||
         (hp->n_expert > 0 &&
          (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !out->moe_sel || !out->moe_margin))) {
@@ -922,6 +1020,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
         }
     }
     const float scale = (float)(1.0 / sqrt((double)hp->head_dim));
+    const int kern = sr_kernel();
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const lm_layer *L = &m->layers[l];
         f.layer = l;
@@ -936,9 +1035,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
             rope(&f, t);
         memcpy(out->k + l * kvl, f.k, kvl * sizeof(float));
         memcpy(out->v + l * kvl, f.v, kvl * sizeof(float));
-        for (uint64_t t = 0; t < n; ++t)
-            for (uint32_t h = 0; h < hp->n_head; ++h)
-                attention(&f, t, h, scale);
+        attention_layer(&f, scale, kern);
         block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, site(&f, S_O),
                   V_ATT_POST);
         for (uint64_t t = 0; t < n; ++t)
@@ -987,7 +1084,7 @@ int ref_sr_test_mm_coins(uint64_t *dst, uint64_t seed, uint32_t st, uint64_t t0,
         free(bt);
         return LM_E_NOMEM;
     }
-    fill_token_coins(&f, at, t0, nt, n_i, st, kern);
+    fill_token_coins(&f, at, nt, t0, nt, n_i, st, kern);
     for (uint64_t r = 0; r < n_r; ++r) {
         fill_row(bt, key_b(&f, st, r), INC_B, n_i, kern);
         for (uint64_t t = 0; t < n_t; ++t)

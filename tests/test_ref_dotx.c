@@ -302,6 +302,43 @@ static void test_ref_dotx_widest_digits(void)
                 }
                 case_free(&c);
             }
+    /* vector-vector products at the widest digits, 22 bits: x = y = 1 - 2^-127, every digit
+     * product just below 2^44 and every block sum just below 2^52, one sign, two blocks */
+    {
+        enum { NV = 512 };
+        lm_err err = {0};
+        mpfr_t *x = ref_vec_new(NV, 127), ex, out;
+        mpfr_init2(ex, ORACLE_PREC);
+        mpfr_init2(out, 127);
+        ref_dx_scratch s;
+        ref_dx_vec vx;
+        memset(&vx, 0, sizeof vx);
+        CU_ASSERT_FATAL(ref_dx_scratch_init(&s, 127, NV, &err) == LM_OK);
+        for (uint64_t i = 0; i < NV; ++i) {
+            mpfr_set_si(x[i], -1, MPFR_RNDN);
+            mpfr_nextabove(x[i]);
+        }
+        mpfr_sqr(ex, x[0], MPFR_RNDN); /* exact at ORACLE_PREC */
+        mpfr_mul_ui(ex, ex, NV, MPFR_RNDN);
+        mpfr_prec_round(ex, 127, MPFR_RNDN);
+        CU_ASSERT_FATAL(ref_dx_vec_split(&vx, x, NV, 1, REF_DX_VV_BITS_MAX,
+                                         ref_dx_k_cap_bits(127, REF_DX_VV_BITS_MAX),
+                                         &err) == LM_OK);
+        for (int kern = 0; kern <= 2; ++kern) {
+#ifdef LM_TEST_HOOKS
+            ref_dx_test_force_kernel = kern;
+#endif
+            ref_dx_dot_vv(out, &vx, &vx, &s);
+#ifdef LM_TEST_HOOKS
+            ref_dx_test_force_kernel = -1;
+#endif
+            bad += !mpfr_equal_p(out, ex);
+        }
+        mpfr_clears(ex, out, (mpfr_ptr)0);
+        ref_dx_vec_free(&vx);
+        ref_dx_scratch_clear(&s);
+        ref_vec_free(x, NV);
+    }
     CU_ASSERT_EQUAL(bad, 0);
     /* the widths' limit: 45 bits up to 2^17 elements, then one bit less per doubling */
     CU_ASSERT_EQUAL(ref_dx_sum_bits(1), 45);
@@ -550,21 +587,25 @@ static int check_vv(mpfr_prec_t prec, uint64_t n, uint64_t ny, int spread, int s
     memset(&vx, 0, sizeof vx);
     memset(&vy, 0, sizeof vy);
     CU_ASSERT_FATAL(ref_dx_scratch_init(&s, prec, n, &err) == LM_OK);
-    CU_ASSERT_FATAL(ref_dx_vv_fits(ny, prec));
-    CU_ASSERT_FATAL(ref_dx_vec_set(&vx, x, n, s.k_cap, &err) == LM_OK);
-    CU_ASSERT_FATAL(ref_dx_vec_set_stride(&vy, y, ny, STRIDE, s.k_cap, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_dx_vv_bits(ny, prec) == REF_DX_VV_BITS_MAX);
     int bad = 0;
-    for (int kern = 0; kern <= 2; ++kern) {
+    for (uint32_t a = REF_DX_BITS; a <= REF_DX_VV_BITS_MAX; ++a) {
+        const uint32_t kc = ref_dx_k_cap_bits(prec, a);
+        CU_ASSERT_FATAL(ref_dx_vec_split(&vx, x, n, 1, a, kc, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_dx_vec_split(&vy, y, ny, STRIDE, a, kc, &err) == LM_OK);
+        for (int kern = 0; kern <= 2; ++kern) {
 #ifdef LM_TEST_HOOKS
-        ref_dx_test_force_kernel = kern;
+            ref_dx_test_force_kernel = kern;
 #endif
-        ref_dx_dot_vv(out, &vx, &vy, &s);
+            ref_dx_dot_vv(out, &vx, &vy, &s);
 #ifdef LM_TEST_HOOKS
-        ref_dx_test_force_kernel = -1;
+            ref_dx_test_force_kernel = -1;
 #endif
-        bool same = mpfr_nan_p(ex) ? mpfr_nan_p(out)
-                                   : mpfr_equal_p(out, ex) && mpfr_signbit(out) == mpfr_signbit(ex);
-        bad += !same;
+            bool same = mpfr_nan_p(ex) ? mpfr_nan_p(out)
+                                       : mpfr_equal_p(out, ex) &&
+                                             mpfr_signbit(out) == mpfr_signbit(ex);
+            bad += !same;
+        }
     }
     mpfr_clears(acc, p, ex, out, (mpfr_ptr)0);
     ref_dx_vec_free(&vx);
@@ -604,9 +645,15 @@ static void test_ref_dotx_vv(void)
     CU_ASSERT(v.exc_cap >= 300);
     ref_dx_vec_free(&v);
     ref_vec_free(z, 300);
-    /* the length limit: n k_cap <= REF_DX_VV_MAX */
+    /* the length limit: n k_cap <= REF_DX_VV_MAX at 20-bit digits; 22-bit digits while
+     * n k_cap(22) <= 2^18, 21-bit ones while n k_cap(21) <= 2^20 */
     CU_ASSERT(ref_dx_vv_fits(REF_DX_VV_MAX / ref_dx_k_cap(127), 127));
     CU_ASSERT(!ref_dx_vv_fits(REF_DX_VV_MAX / ref_dx_k_cap(127) + 1, 127));
+    CU_ASSERT_EQUAL(ref_dx_vv_bits(REF_DX_VV_MAX / ref_dx_k_cap(127), 127), REF_DX_BITS);
+    const uint64_t n22 = (1u << 18) / ref_dx_k_cap_bits(127, 22);
+    CU_ASSERT_EQUAL(ref_dx_vv_bits(n22, 127), 22);
+    CU_ASSERT_EQUAL(ref_dx_vv_bits(n22 + 1, 127), 21);
+    CU_ASSERT_EQUAL(ref_dx_vv_bits((1u << 20) / ref_dx_k_cap_bits(127, 21) + 1, 127), 20);
 }
 
 void test_ref_dotx_register(void)

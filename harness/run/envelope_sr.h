@@ -13,7 +13,7 @@
 
 /* Identifies this ensemble in the envelope's cache key (change it whenever ref_sr.c's numbers
  * could change). */
-#define HX_ENVELOPE_SR_MODE "ref-sr:f32:coin=lowbias32-mm-xor-v2:sr=intadd29-v2:stat=mean-spread-v2"
+#define HX_ENVELOPE_SR_MODE "ref-sr:f32:coin=lowbias32-xor-mm-att-v3:sr=intadd29-v2:stat=mean-spread-v2"
 
 int hx_envelope_sr_supported(const lm_model *m, const ref_capture *ref, lm_err *err);
 /* progress (may be NULL) hears the members' progress (ref_sr_ensemble). */

@@ -144,17 +144,23 @@ void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const
                      ref_dx_scratch *s);
 
 /* out = sum_{i < x->n} x_i y_i rounded once to out's precision (round to nearest), for two
- * MPFR vectors split with REF_DX_BITS-bit digits, with x->n <= y->n and x->n <= s->n_cap (y's elements from x->n on are not part of the sum; their
- * digits meet x's zero padding or nothing). Same bound as ref_dx_dot: the exact sum rounded
- * once, |error| <= 2^-P |sum|. Both grids: K and L digits of 20 bits, every digit product below
- * 2^40; y's planes enter the kernel as rows of one plane, so an accumulator of one block gets one
- * product per element (block sums below 2^48, exact), and the int64 buckets
- * sum the calls exactly: a bucket gets at most min(K, L) products below 2^40 per element, so
- * |bucket| < n min(K, L) 2^40 <= 2^62 when n k_cap <= REF_DX_VV_MAX (the caller checks with
- * ref_dx_vv_fits before it splits). */
-#define REF_DX_VV_MAX (1u << 22)
+ * MPFR vectors split with digits of the same width a (ref_dx_vv_bits), with x->n <= y->n and
+ * x->n <= s->n_cap (y's elements from x->n on are not part of the sum; their digits meet x's
+ * zero padding or nothing). Same bound as ref_dx_dot: the exact sum rounded once,
+ * |error| <= 2^-P |sum|. Both grids: K and L digits of a bits, every digit product below
+ * 2^(2a); y's planes enter the kernel as rows of one plane, so an accumulator of one block
+ * gets one product per element (block sums below 256 2^(2a) <= 2^52 for a <= 22, exact), and
+ * the int64 buckets, one per digit position k + l (the same exponent for every pair: equal
+ * widths), sum the calls exactly: a bucket gets at most min(K, L) products per element, so
+ * |bucket| < n min(K, L) 2^(2a) <= 2^62 when n k_cap(a) <= 2^(62 - 2a) (ref_dx_vv_bits). */
+#define REF_DX_VV_BITS_MAX 22u
+#define REF_DX_VV_MAX (1u << 22) /* n k_cap at REF_DX_BITS: the longest vectors served */
 void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s);
-/* ref_dx_dot_vv serves vectors of n elements at this precision. */
+/* The digit width for ref_dx_dot_vv on vectors of n elements at this precision: the widest a
+ * <= REF_DX_VV_BITS_MAX with n ref_dx_k_cap_bits(prec, a) <= 2^(62 - 2a); 0 when even
+ * REF_DX_BITS is too wide (n ref_dx_k_cap(prec) > REF_DX_VV_MAX). */
+uint32_t ref_dx_vv_bits(uint64_t n, mpfr_prec_t prec);
+/* ref_dx_dot_vv serves vectors of n elements at this precision (ref_dx_vv_bits != 0). */
 bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec);
 
 /* Which kernel ref_dx_dot uses: "avx512", "avx2" or "scalar" (chosen once from the CPU). */
