@@ -28,8 +28,9 @@
  * speed it asks for is over a physical bound, taken from the best of the 5 FMA and read
  * passes (a shared machine's load only lowers them). The load average before and after is printed
  * with them, and a caution beside the llama.cpp ratios when the load before the run is at
- * least half the CPUs (llama.cpp's busy-waiting threads lose more to other work). Then the same pp512 / tg128 for stories260K (engine only) when the shared models
- * are present. The result is checked before anything is timed (finite logits, argmax in
+ * least half the CPUs (llama.cpp's busy-waiting threads lose more to other work). Then the
+ * same pp512 / tg128 for stories260K (engine only) when the shared models are present. The
+ * result is checked before anything is timed (finite logits, argmax in
  * range, each backend within 1e-3 relative of naive on a short prompt). Prints one table and
  * appends TSV lines to OUTDIR/engine.tsv. Never fails on speed: the targets line says met or
  * missed. */

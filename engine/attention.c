@@ -9,10 +9,10 @@
  *   O_h[i0:i1] = P[i0:i1][0:n_kb] . V_g       backend gemm_nn, [i1 - i0][head_dim]
  * The score matrix S [n][pos0 + n] of the whole chunk is materialised (dense) one head at a
  * time, or, on a backend with calling-thread products, one block per thread at a time (the
- * task path, dense_tasks); blocks only skip the products above the diagonal. With the naive backend every element of S and O is
- * a left-to-right dot product (O sums over the block's n_kb keys, the masked ones adding
- * exact zeros), so a query's result does not depend on how many other queries share its
- * chunk or its block. */
+ * task path, dense_tasks); blocks only skip the products above the diagonal. With the naive
+ * backend every element of S and O is a left-to-right dot product (O sums over the block's
+ * n_kb keys, the masked ones adding exact zeros), so a query's result does not depend on how
+ * many other queries share its chunk or its block. */
 
 /* The elementwise loops here are independent per element (no reduction is reordered), so
  * vectorizing them changes no bit; -O2 alone does not vectorize loops in GCC 12, and the
