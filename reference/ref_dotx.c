@@ -754,20 +754,28 @@ static void add_shifted(mp_limb_t *l, const mp_limb_t *p, size_t n, uint64_t sh)
     }
 }
 
-/* |T| in place of its two's complement in s->limbs: returns the sign of T (-1, 0, 1) and the
- * limb count of |T| in *nl. */
+/* Limbs that hold a T of at most bits + 64 bits (digits over bits bits, a final carry of 64)
+ * in two's complement, with room for the sign and for the sums of shifted parts. */
+static size_t use_limbs(const ref_dx_scratch *s, uint64_t bits)
+{
+    const size_t n = (size_t)((bits + 66) / 64) + 2;
+    return n < s->n_limbs ? n : s->n_limbs;
+}
+
+/* |T| in place of its two's complement in s->limbs[0 .. s->n_use): returns the sign of T (-1,
+ * 0, 1) and the limb count of |T| in *nl. */
 static int magnitude(ref_dx_scratch *s, size_t *nl)
 {
-    const int sign = (int64_t)s->limbs[s->n_limbs - 1] < 0 ? -1 : 1;
+    const int sign = (int64_t)s->limbs[s->n_use - 1] < 0 ? -1 : 1;
     if (sign < 0) {
         u128 c = 1; /* |T| = ~T + 1 */
-        for (size_t k = 0; k < s->n_limbs; ++k) {
+        for (size_t k = 0; k < s->n_use; ++k) {
             c += (u128)(uint64_t)~s->limbs[k];
             s->limbs[k] = (uint64_t)c;
             c >>= 64;
         }
     }
-    size_t n = s->n_limbs;
+    size_t n = s->n_use;
     while (n > 0 && s->limbs[n - 1] == 0)
         --n;
     *nl = n;
@@ -848,15 +856,16 @@ static void finish_row(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, con
 {
     const uint32_t K = x->k, J = w->j;
     const bool grid = K > 0 && J > 0;
+    s->n_use = use_limbs(s, grid ? (uint64_t)x->bits * K + (uint64_t)w->bits * J : 0);
     if (!grid)
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+        memset(s->limbs, 0, s->n_use * sizeof *s->limbs);
     else if (J == 1)
-        chain(s->limbs, s->n_limbs, A, K, x->bits);
+        chain(s->limbs, s->n_use, A, K, x->bits);
     else {
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+        memset(s->limbs, 0, s->n_use * sizeof *s->limbs);
         for (uint32_t j = 0; j < J; ++j) {
-            chain(s->part, s->n_limbs, A + (size_t)j * s->k_cap, K, x->bits);
-            add_shifted(s->limbs, s->part, s->n_limbs, (uint64_t)w->bits * (J - 1 - j));
+            chain(s->part, s->n_use, A + (size_t)j * s->k_cap, K, x->bits);
+            add_shifted(s->limbs, s->part, s->n_use, (uint64_t)w->bits * (J - 1 - j));
         }
     }
     finish(out, s, grid ? x->top + w->top - (long)(x->bits * K + w->bits * J) : 0, x->exc,
@@ -970,8 +979,9 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
     memset(A, 0, (nb + 1) * sizeof *A);
     const bool grid = K > 0 && L > 0;
     const long base = grid ? x->top + y->top - (long)(a * (K + L)) : 0;
+    s->n_use = use_limbs(s, (uint64_t)a * nb);
     if (!grid) {
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+        memset(s->limbs, 0, s->n_use * sizeof *s->limbs);
         finish(out, s, base, x->exc, x->n_exc, y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
         return;
     }
@@ -994,7 +1004,7 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
         if (k1 > 0)
             vv_pairs(kern, A, x, y, c, G, 0, k1);
     }
-    chain(s->limbs, s->n_limbs, A, nb, a);
+    chain(s->limbs, s->n_use, A, nb, a);
     if (cut) {
         size_t nl = 0;
         const int sign = magnitude(s, &nl);
@@ -1015,7 +1025,7 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
             if (vv_first(K, S, c, true) < K)
                 vv_pairs(kern, A, x, y, c, L - c < REF_DX_VV_ROWS ? L - c : REF_DX_VV_ROWS,
                          vv_first(K, S, c, true), K);
-        chain(s->limbs, s->n_limbs, A, nb, a);
+        chain(s->limbs, s->n_use, A, nb, a);
     }
     finish(out, s, base, x->exc, x->n_exc, y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
 }

@@ -84,6 +84,7 @@ typedef struct ref_dx_scratch {
     int64_t *bucket;     /* [REF_DX_ROWS_MAX][REF_DX_JMAX][k_cap]: one per (row, digit j, k) */
     int64_t *bucket_vv;  /* [2 k_cap] (ref_dx_dot_vv) */
     mp_limb_t *limbs;    /* T's magnitude */
+    size_t n_use;        /* the limbs of T in the current product (at most n_limbs) */
     mp_limb_t *part;     /* [n_limbs] one weight digit's part of T */
     size_t n_limbs;
     mpfr_t t;            /* T exactly */
