@@ -27,8 +27,10 @@
  * ratio of medians from this one run; for each llama.cpp target it also says whether the
  * speed it asks for is over a physical bound, taken from the best of the 5 FMA and read
  * passes (a shared machine's load only lowers them). The load average before and after is printed
- * with them. Then the same pp512 / tg128 for stories260K (engine only) when the shared models
- * are present. The result is checked before anything is timed (finite logits, argmax in
+ * with them, and a caution beside the llama.cpp ratios when the load before the run is at
+ * least half the CPUs (llama.cpp's busy-waiting threads lose more to other work). Then the
+ * same pp512 / tg128 for stories260K (engine only) when the shared models are present. The
+ * result is checked before anything is timed (finite logits, argmax in
  * range, each backend within 1e-3 relative of naive on a short prompt). Prints one table and
  * appends TSV lines to OUTDIR/engine.tsv. Never fails on speed: the targets line says met or
  * missed. */
@@ -535,6 +537,12 @@ int main(int argc, char **argv)
                1.5 * r.lpp, fma_phys, reach(1.5 * r.lpp, fma_phys));
         printf("    1.20x llama.cpp's tg128 is %.1f tok/s, the read bound %.1f: %s\n", 1.2 * r.ltg,
                read_phys, reach(1.2 * r.ltg, read_phys));
+        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        if (load0 >= 0.5 * (double)(ncpu > 0 ? ncpu : 1))
+            printf("    CAUTION: load %.2f on %ld CPUs before the run: other processes shared the "
+                   "cores, and llama.cpp's threads, which busy-wait at its barriers, lose more to "
+                   "that than the engine's, so these two ratios overstate the engine's lead; "
+                   "judge them on a run that starts idle\n", load0, ncpu);
         tsv(out, label, "fastest/llama.cpp", "pp512_ratio", fpp, "x", 0);
         tsv(out, label, "fastest/llama.cpp", "tg128_ratio", ftg, "x", 0);
     } else {

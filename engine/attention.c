@@ -5,13 +5,14 @@
  *   S[i0:i1][0:n_kb] = scale * Q_h . K_g^T   backend gemm_nt on strided views of the cache
  *   causal mask: query i sees keys j <= pos0 + i; masked entries of P are +0.0f
  *   (bidirectional chunk, a->bidir: one block, every query sees keys [0, pos0 + n))
- *   P = softmax(S) row by row                 fixed order, see softmax_row
+ *   P = softmax(S) row by row                 fixed order, see softmax_group
  *   O_h[i0:i1] = P[i0:i1][0:n_kb] . V_g       backend gemm_nn, [i1 - i0][head_dim]
- * The score matrix S [n][pos0 + n] of the whole chunk is materialised (dense); blocks only
- * skip the products above the diagonal. With the naive backend every element of S and O is
- * a left-to-right dot product (O sums over the block's n_kb keys, the masked ones adding
- * exact zeros), so a query's result does not depend on how many other queries share its
- * chunk or its block. */
+ * The score matrix S [n][pos0 + n] of the whole chunk is materialised (dense) one head at a
+ * time, or, on a backend with calling-thread products, one block per thread at a time (the
+ * task path, dense_tasks); blocks only skip the products above the diagonal. With the naive
+ * backend every element of S and O is a left-to-right dot product (O sums over the block's
+ * n_kb keys, the masked ones adding exact zeros), so a query's result does not depend on how
+ * many other queries share its chunk or its block. */
 
 /* The elementwise loops here are independent per element (no reduction is reordered), so
  * vectorizing them changes no bit; -O2 alone does not vectorize loops in GCC 12, and the
@@ -39,8 +40,13 @@ LM_VECTOR_CLONES static void exp_shifted(float *s /* [n] */, size_t n, float mx)
 /* Softmax of s[0..n_valid) in place, zeroes s[n_valid..n_total). Order: max over the valid
  * entries (exact, so its order is irrelevant: eight interleaved partial maxima), then
  * e_j = lm_expf(s_j - max), sum of e_j left to right in float from +0.0f, then p_j = e_j / sum
- * (a division, not a multiply by 1/sum). */
-static void softmax_row(float *s /* [n_total] */, uint32_t n_valid, uint32_t n_total, bool no_max)
+ * (a division, not a multiply by 1/sum). softmax_group runs up to SOFTMAX_GROUP rows at once:
+ * their sums advance side by side, each still its own left-to-right chain (independent
+ * chains, so no bit depends on the grouping; the sums no longer wait on one another's
+ * latency). */
+#define SOFTMAX_GROUP 4u
+
+static void max_exp(float *s /* [n_valid] */, uint32_t n_valid, bool no_max)
 {
     float m8[8];
     for (int l = 0; l < 8; ++l)
@@ -57,13 +63,34 @@ static void softmax_row(float *s /* [n_total] */, uint32_t n_valid, uint32_t n_t
     if (no_max)
         mx = 0.0f; /* test defect: exponentials of the raw scores (overflow past ~88.7) */
     exp_shifted(s, n_valid, mx);
-    float sum = 0.0f;
-    for (size_t j = 0; j < n_valid; ++j)
-        sum += s[j];
-    for (size_t j = 0; j < n_valid; ++j)
-        s[j] = s[j] / sum;
-    for (size_t j = n_valid; j < n_total; ++j)
-        s[j] = 0.0f;
+}
+
+/* Rows s[r] [n_total[r]], r < g <= SOFTMAX_GROUP, each valid up to n_valid[r]. */
+static void softmax_group(float *const *s, const uint32_t *n_valid, const uint32_t *n_total,
+                          uint32_t g, bool no_max)
+{
+    float sum[SOFTMAX_GROUP] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint32_t common = g == SOFTMAX_GROUP ? n_valid[0] : 0; /* entries every row sums */
+    for (uint32_t r = 0; r < g; ++r) {
+        max_exp(s[r], n_valid[r], no_max);
+        common = n_valid[r] < common ? n_valid[r] : common;
+    }
+    for (size_t j = 0; j < common; ++j) {
+        sum[0] += s[0][j];
+        sum[1] += s[1][j];
+        sum[2] += s[2][j];
+        sum[3] += s[3][j];
+    }
+    for (uint32_t r = 0; r < g; ++r) {
+        float *x = s[r];
+        float t = sum[r];
+        for (size_t j = common; j < n_valid[r]; ++j)
+            t += x[j];
+        for (size_t j = 0; j < n_valid[r]; ++j)
+            x[j] = x[j] / t;
+        for (size_t j = n_valid[r]; j < n_total[r]; ++j)
+            x[j] = 0.0f;
+    }
 }
 
 typedef struct softmax_job {
@@ -81,15 +108,22 @@ typedef struct softmax_job {
 static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
 {
     const softmax_job *j = arg;
-    for (uint32_t i = begin; i < end; ++i) {
-        const uint32_t i1 = (i / LM_ATTN_Q_BLOCK + 1) * LM_ATTN_Q_BLOCK;
-        uint32_t n_kb = j->pos0 + (i1 < j->n ? i1 : j->n);
-        uint32_t n_valid = j->bidir ? j->pos0 + j->n : j->pos0 + i + 1;
-        if (j->bidir)
-            n_kb = n_valid;
-        if (j->mask_next && n_valid < n_kb)
-            n_valid += 1; /* test defect: the mask admits the next key of the chunk */
-        softmax_row(j->scores + (size_t)(i - j->row0) * j->ld, n_valid, n_kb, j->no_max);
+    for (uint32_t i0 = begin; i0 < end; i0 += SOFTMAX_GROUP) {
+        const uint32_t g = end - i0 < SOFTMAX_GROUP ? end - i0 : SOFTMAX_GROUP;
+        float *rows[SOFTMAX_GROUP];
+        uint32_t n_valid[SOFTMAX_GROUP], n_kb[SOFTMAX_GROUP];
+        for (uint32_t r = 0; r < g; ++r) {
+            const uint32_t i = i0 + r;
+            const uint32_t i1 = (i / LM_ATTN_Q_BLOCK + 1) * LM_ATTN_Q_BLOCK;
+            n_kb[r] = j->pos0 + (i1 < j->n ? i1 : j->n);
+            n_valid[r] = j->bidir ? j->pos0 + j->n : j->pos0 + i + 1;
+            if (j->bidir)
+                n_kb[r] = n_valid[r];
+            if (j->mask_next && n_valid[r] < n_kb[r])
+                n_valid[r] += 1; /* test defect: the mask admits the next key of the chunk */
+            rows[r] = j->scores + (size_t)(i - j->row0) * j->ld;
+        }
+        softmax_group(rows, n_valid, n_kb, g, j->no_max);
     }
 }
 
@@ -99,7 +133,7 @@ static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
  * into that thread's slot of the scratch ([min(n, LM_ATTN_Q_BLOCK)][n_kv] floats each). The
  * pool's threads claim tasks one after another, the blocks with most keys first; every task
  * computes exactly what the head-by-head path computes for its rows (the same products with
- * the same bits, the same softmax_row), so the split changes nothing. */
+ * the same bits, the same softmax_group), so the split changes nothing. */
 static bool has_local(const lm_backend *be)
 {
     return be->vt->gemm_nt_local != NULL && be->vt->gemm_nn_local != NULL;

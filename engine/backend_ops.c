@@ -1,8 +1,8 @@
 /* backend_ops.c — the elementwise ops of the forward pass (RMSNorm, the gated activation,
  * RoPE): a backend's optional slot (lm_backend_i.rmsnorm, .glu, .rope) when it fills one, else
  * the shared fixed-order C below, which every CPU backend runs; and batches of products
- * sharing A (the slot gemm_nt_batch, else gemm_nt one product at a time). The C versions split rows over
- * the pool (threadpool.h); a row's bits never depend on the split. */
+ * sharing A (the slot gemm_nt_batch, else gemm_nt one product at a time). The C versions split
+ * rows over the pool (threadpool.h); a row's bits never depend on the split. */
 
 /* The loops are independent per element (no reduction is reordered), so vectorizing them
  * changes no bit; -O2 alone does not vectorize loops in GCC 12, and the selects in lm_expf are

@@ -531,7 +531,8 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         (size_t)n_ctx * hp->n_embd, (size_t)n_ctx * hp->n_embd,       /* x, xn */
         (size_t)n_ctx * q_dim, (size_t)n_ctx * q_dim,                 /* q, att */
         (size_t)n_ctx * hp->n_ff, (size_t)n_ctx * hp->n_ff,           /* ff_gate, ff_up */
-        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(c->be, n_ctx, n_ctx) : 1,
+        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(c->be, n_ctx, n_ctx)
+                                               : 1,
                                                                       /* scores */
         own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
     };

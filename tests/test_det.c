@@ -284,7 +284,8 @@ static void test_det_batch_equals_alone(void)
                 bad += memcmp(want[i], got[i], (size_t)m * p[i].ldc * sizeof(float)) != 0;
         }
         if (bad)
-            fprintf(stderr, "\n  det batch m=%u k=%u count=%u: %d products differ", m, k, count, bad);
+            fprintf(stderr, "\n  det batch m=%u k=%u count=%u: %d products differ", m, k, count,
+                    bad);
         CU_ASSERT_EQUAL(bad, 0);
         for (uint32_t i = 0; i < count; ++i)
             free(b[i]), free(want[i]), free(got[i]);
