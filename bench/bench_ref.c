@@ -59,7 +59,8 @@
  *   DOT    the same FRESH pairs through ref_dot (the MPFR inner product, --mpfr-dot);
  *   DOTX   the same FRESH pairs through ref_dx_dot (the exact split inner product the
  *          reference uses), each activation vector split once and each weight row once per
- *          timing, as the reference's matrix products do (split costs included). */
+ *          timing, at the digit widths the reference's matrix products would choose for them
+ *          (ref_dx_pick_bits), as those products do (split costs included). */
 enum mac_mode { HOT, FRESH, DOT, DOTX };
 
 static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
@@ -92,17 +93,28 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
         mpfr_init2(dxo[g], prec);
     if (ref_dx_scratch_init(&dxs, prec, N, &err))
         bu_die(PROG, "scratch", &err);
+    /* the digit widths the reference's matrix products choose for these vectors and rows */
+    uint64_t hist[REF_DX_SPAN_BINS] = {0}, vspan[T];
+    for (int row = 0; row < R; ++row) {
+        const uint32_t sp = ref_dx_row_span(w + row * N, N);
+        ++hist[sp < REF_DX_SPAN_BINS ? sp : REF_DX_SPAN_BINS - 1];
+    }
+    for (int k = 0; k < T; ++k)
+        vspan[k] = ref_dx_vec_span(x + k * N, N, 1);
+    const uint32_t bx = ref_dx_pick_bits(hist, vspan, T, prec, N),
+                   bw = ref_dx_sum_bits(N) - bx;
     double t[REPS], check = 0;
     for (int rep = -1; rep < REPS; ++rep) {
         double t0 = lm_now_s();
         for (int k = 0; mode == DOTX && k < T; ++k)
-            if (ref_dx_vec_set(&dxv[k], x + k * N, N, dxs.k_cap, &err))
+            if (ref_dx_vec_split(&dxv[k], x + k * N, N, 1, bx, ref_dx_k_cap_bits(prec, bx),
+                                 &err))
                 bu_die(PROG, "split", &err);
         for (int row = 0; mode == DOTX && row < R; row += REF_DX_ROWS) {
             const ref_dx_row *wr[REF_DX_ROWS];
             mpfr_ptr o[REF_DX_ROWS];
             for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
-                if (ref_dx_row_set(&dxr[g], w + (row + (int)g) * N, N, &err))
+                if (ref_dx_row_split(&dxr[g], w + (row + (int)g) * N, N, bw, &err))
                     bu_die(PROG, "split", &err);
                 wr[g] = &dxr[g];
                 o[g] = dxo[g];
