@@ -23,6 +23,7 @@ __extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets
 
 #ifdef LM_TEST_HOOKS
 int ref_dx_test_force_kernel = -1;
+_Thread_local unsigned long ref_dx_test_vv_cut, ref_dx_test_vv_rest;
 #endif
 
 uint32_t ref_dx_k_cap(mpfr_prec_t prec)
@@ -212,8 +213,9 @@ __attribute__((target("avx2,fma"))) static void kern_avx2(int64_t *const *A, con
     for (uint64_t i0 = 0; i0 < n; i0 += REF_DX_BLOCK) {
         uint64_t i1 = i0 + REF_DX_BLOCK < n ? i0 + REF_DX_BLOCK : n;
         for (uint32_t k = 0; k < K;) {
-            /* planes at once where R KB accumulators and KB digit vectors fit 16 registers */
-            uint32_t kb = R == 4 ? 2 : R == 3 ? 3 : 4;
+            /* planes at once where R KB accumulators, KB digit vectors and a row vector fit 16
+             * registers */
+            uint32_t kb = R == 4 ? 3 : R == 3 ? 3 : 4;
             kb = K - k < kb ? K - k : kb;
             switch (R) {
             case 4: DX_BY_KB(AVX2_STEP, kb, 4); break;
@@ -752,20 +754,28 @@ static void add_shifted(mp_limb_t *l, const mp_limb_t *p, size_t n, uint64_t sh)
     }
 }
 
-/* |T| in place of its two's complement in s->limbs: returns the sign of T (-1, 0, 1) and the
- * limb count of |T| in *nl. */
+/* Limbs that hold a T of at most bits + 64 bits (digits over bits bits, a final carry of 64)
+ * in two's complement, with room for the sign and for the sums of shifted parts. */
+static size_t use_limbs(const ref_dx_scratch *s, uint64_t bits)
+{
+    const size_t n = (size_t)((bits + 66) / 64) + 2;
+    return n < s->n_limbs ? n : s->n_limbs;
+}
+
+/* |T| in place of its two's complement in s->limbs[0 .. s->n_use): returns the sign of T (-1,
+ * 0, 1) and the limb count of |T| in *nl. */
 static int magnitude(ref_dx_scratch *s, size_t *nl)
 {
-    const int sign = (int64_t)s->limbs[s->n_limbs - 1] < 0 ? -1 : 1;
+    const int sign = (int64_t)s->limbs[s->n_use - 1] < 0 ? -1 : 1;
     if (sign < 0) {
         u128 c = 1; /* |T| = ~T + 1 */
-        for (size_t k = 0; k < s->n_limbs; ++k) {
+        for (size_t k = 0; k < s->n_use; ++k) {
             c += (u128)(uint64_t)~s->limbs[k];
             s->limbs[k] = (uint64_t)c;
             c >>= 64;
         }
     }
-    size_t n = s->n_limbs;
+    size_t n = s->n_use;
     while (n > 0 && s->limbs[n - 1] == 0)
         --n;
     *nl = n;
@@ -846,15 +856,16 @@ static void finish_row(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, con
 {
     const uint32_t K = x->k, J = w->j;
     const bool grid = K > 0 && J > 0;
+    s->n_use = use_limbs(s, grid ? (uint64_t)x->bits * K + (uint64_t)w->bits * J : 0);
     if (!grid)
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+        memset(s->limbs, 0, s->n_use * sizeof *s->limbs);
     else if (J == 1)
-        chain(s->limbs, s->n_limbs, A, K, x->bits);
+        chain(s->limbs, s->n_use, A, K, x->bits);
     else {
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
+        memset(s->limbs, 0, s->n_use * sizeof *s->limbs);
         for (uint32_t j = 0; j < J; ++j) {
-            chain(s->part, s->n_limbs, A + (size_t)j * s->k_cap, K, x->bits);
-            add_shifted(s->limbs, s->part, s->n_limbs, (uint64_t)w->bits * (J - 1 - j));
+            chain(s->part, s->n_use, A + (size_t)j * s->k_cap, K, x->bits);
+            add_shifted(s->limbs, s->part, s->n_use, (uint64_t)w->bits * (J - 1 - j));
         }
     }
     finish(out, s, grid ? x->top + w->top - (long)(x->bits * K + w->bits * J) : 0, x->exc,
@@ -906,31 +917,117 @@ bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec)
     return ref_dx_vv_bits(n, prec) != 0;
 }
 
+/* ceil(log2(v)), v >= 1 */
+static uint32_t ceil_log2(uint64_t v)
+{
+    uint32_t lg = 0;
+    while ((1ull << lg) < v)
+        ++lg;
+    return lg;
+}
+
+/* Digit pairs of y's planes c .. c+G-1 (kernel rows of one plane) with x's planes k0 .. k1-1
+ * into the buckets A[k + l]. */
+static void vv_pairs(dx_kernel kern, int64_t *A, const ref_dx_vec *x, const ref_dx_vec *y,
+                     uint32_t c, uint32_t G, uint32_t k0, uint32_t k1)
+{
+    int64_t *Ac[REF_DX_VV_ROWS];
+    const double *pc[REF_DX_VV_ROWS];
+    for (uint32_t r = 0; r < G; ++r) {
+        Ac[r] = A + c + r + k0;
+        pc[r] = y->d + (uint64_t)(c + r) * y->n_pad;
+    }
+    kern(Ac, x->d + (uint64_t)k0 * x->n_pad, k1 - k0, pc, G, x->n_pad, x->n_pad);
+}
+
+/* The x planes that y's planes from c on take first: every k with k + c <= S (all K without a
+ * cut). */
+static uint32_t vv_first(uint32_t K, uint64_t S, uint32_t c, bool cut)
+{
+    if (!cut)
+        return K;
+    return S + 1 <= c ? 0 : (S + 1 - c < K ? (uint32_t)(S + 1 - c) : K);
+}
+
+/* Whether |T| (limbs[0 .. nl), nl > 0) and every integer within E < 2^eb of it round to the
+ * same P-bit number (to nearest): with q = bitlength - P dropped bits, the bits [eb + 1, q - 1)
+ * of |T| neither all 0 nor all 1 put |T| - E and |T| + E strictly inside one half-ulp interval
+ * (h 2^(q-1), (h+1) 2^(q-1)), h = |T| >> (q-1), all of whose points round alike. */
+static bool vv_rounds(const mp_limb_t *l, size_t nl, uint64_t eb, uint64_t P)
+{
+    const uint64_t len = 64 * (uint64_t)nl - (uint64_t)__builtin_clzll(l[nl - 1]);
+    if (len < P + eb + 3)
+        return false;
+    const uint64_t lo = eb + 1, hi = len - P - 1; /* bits [lo, hi), hi > lo */
+    bool zero = true, one = true;
+    for (uint64_t i = lo / 64; i <= (hi - 1) / 64; ++i) {
+        uint64_t m = ~(uint64_t)0;
+        if (i == lo / 64)
+            m &= ~(uint64_t)0 << (lo % 64);
+        if (i == (hi - 1) / 64 && hi % 64 != 0)
+            m &= ~(~(uint64_t)0 << (hi % 64));
+        zero = zero && (l[i] & m) == 0;
+        one = one && (l[i] & m) == m;
+    }
+    return !zero && !one;
+}
+
 void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s)
 {
-    const uint32_t K = x->k, L = y->k, nb = K + L > 0 ? K + L - 1 : 0;
+    const uint32_t K = x->k, L = y->k, a = x->bits, nb = K + L > 0 ? K + L - 1 : 0;
     int64_t *A = s->bucket_vv;
     memset(A, 0, (nb + 1) * sizeof *A);
     const bool grid = K > 0 && L > 0;
-    if (grid) {
-        const dx_kernel kern = pick_kernel();
-        /* y's planes as rows of one plane each, REF_DX_ROWS at a time: plane l feeds the
-         * buckets from l on (every accumulator of a kernel takes one product per element) */
-        for (uint32_t c = 0; c < L; c += REF_DX_ROWS) {
-            const uint32_t G = L - c < REF_DX_ROWS ? L - c : REF_DX_ROWS;
-            int64_t *Ac[REF_DX_ROWS];
-            const double *pc[REF_DX_ROWS];
-            for (uint32_t r = 0; r < G; ++r) {
-                Ac[r] = A + c + r;
-                pc[r] = y->d + (uint64_t)(c + r) * y->n_pad;
-            }
-            kern(Ac, x->d, K, pc, G, x->n_pad, x->n_pad);
+    const long base = grid ? x->top + y->top - (long)(a * (K + L)) : 0;
+    s->n_use = use_limbs(s, (uint64_t)a * nb);
+    if (!grid) {
+        memset(s->limbs, 0, s->n_use * sizeof *s->limbs);
+        finish(out, s, base, x->exc, x->n_exc, y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
+        return;
+    }
+    const dx_kernel kern = pick_kernel();
+    /* First the digit pairs k + l <= S, S the least with a (S + 1) >= P + REF_DX_VV_GUARD +
+     * log2(n min(K, L)) + 2 (y's planes REF_DX_VV_ROWS at a time, each group with the x planes
+     * its first plane needs: a few pairs beyond S too). The pairs left out, k + l > S, sum to
+     * less than E = n min(K, L) sum_{s > S} 2^(2a) 2^(a(K+L-2-s)) < 2^eb units of 2^base,
+     * eb = log2(n min(K, L)) + a(K + L - S - 1) + 1 (every digit below 2^a in magnitude, at
+     * most min(K, L) pairs per position s). When every value within E of the partial sum
+     * rounds alike (vv_rounds), that is the correctly rounded sum; otherwise (and with
+     * elements off either grid) the remaining pairs follow and the exact sum is rounded. */
+    const uint64_t P = (uint64_t)mpfr_get_prec(out), nm = x->n * (K < L ? K : L);
+    const uint64_t need = P + REF_DX_VV_GUARD + ceil_log2(nm ? nm : 1) + 2;
+    const uint64_t S = (need + a - 1) / a - 1;
+    const bool cut = S < (uint64_t)K + L - 2 && x->n_exc == 0 && y->n_exc == 0;
+    for (uint32_t c = 0; c < L; c += REF_DX_VV_ROWS) {
+        const uint32_t G = L - c < REF_DX_VV_ROWS ? L - c : REF_DX_VV_ROWS;
+        const uint32_t k1 = vv_first(K, S, c, cut);
+        if (k1 > 0)
+            vv_pairs(kern, A, x, y, c, G, 0, k1);
+    }
+    chain(s->limbs, s->n_use, A, nb, a);
+    if (cut) {
+        size_t nl = 0;
+        const int sign = magnitude(s, &nl);
+        const uint64_t eb = ceil_log2(nm) + (uint64_t)a * (K + L - S - 1) + 1;
+        if (sign != 0 && vv_rounds(s->limbs, nl, eb, P)) {
+            mpz_t z;
+            mpz_roinit_n(z, s->limbs, sign < 0 ? -(mp_size_t)nl : (mp_size_t)nl);
+            mpfr_set_z_2exp(out, z, (mpfr_exp_t)base, MPFR_RNDN);
+#ifdef LM_TEST_HOOKS
+            ++ref_dx_test_vv_cut;
+#endif
+            return;
         }
-        chain(s->limbs, s->n_limbs, A, nb, x->bits);
-    } else
-        memset(s->limbs, 0, s->n_limbs * sizeof *s->limbs);
-    finish(out, s, grid ? x->top + y->top - (long)(x->bits * (K + L)) : 0, x->exc, x->n_exc,
-           y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
+#ifdef LM_TEST_HOOKS
+        ++ref_dx_test_vv_rest;
+#endif
+        for (uint32_t c = 0; c < L; c += REF_DX_VV_ROWS)
+            if (vv_first(K, S, c, true) < K)
+                vv_pairs(kern, A, x, y, c, L - c < REF_DX_VV_ROWS ? L - c : REF_DX_VV_ROWS,
+                         vv_first(K, S, c, true), K);
+        chain(s->limbs, s->n_use, A, nb, a);
+    }
+    finish(out, s, base, x->exc, x->n_exc, y->exc, y->n_exc, x->n, prod_vec_vec, x, y);
 }
 
 void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s)

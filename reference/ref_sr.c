@@ -206,7 +206,8 @@ static void fill_cols_scalar(uint64_t *dst, uint64_t ld, const uint32_t *key, ui
 /* 8 outputs (tokens) of one weight row: acc_l = sr29(acc_l + w[i] * xt[i][l], a[i][l] ^ b[i]),
  * i left to right; the product is exact in double, the sum is rounded to double. The vector
  * versions run the lanes of sr_dot8_scalar with the same IEEE double and integer operations in
- * the same order (no FMA), so all three give the same bits. xt and a: row stride ld. */
+ * the same order (the multiply and add fused, which rounds the same exact sum once: see
+ * madd4), so all three give the same bits. xt and a: row stride ld. */
 static void sr_dot8_scalar(float *out, const double *w, const uint64_t *b, const float *xt,
                            const uint64_t *a, uint64_t ld, uint64_t n)
 {
@@ -279,11 +280,13 @@ __attribute__((target("avx2"))) static uint64_t to_f64_avx2(double *d, const flo
     return i;
 }
 
-/* sr29 of acc + p on 4 lanes with coin words c. */
-__attribute__((target("avx2"), always_inline)) static inline __m256d madd4(__m256d acc, __m256d p,
-                                                                        __m256i c)
+/* sr29 of acc + w x on 4 lanes with coin words c. w and x hold floats, so w x is exact in
+ * double (two 24-bit significands, far from the double range's ends) and the FMA rounds the
+ * same exact sum once as sr_dot8_scalar's multiply, then add: the same bits. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256d
+madd4(__m256d acc, __m256d w, __m256d x, __m256i c)
 {
-    const __m256i s = _mm256_castpd_si256(_mm256_add_pd(acc, p));
+    const __m256i s = _mm256_castpd_si256(_mm256_fmadd_pd(w, x, acc));
     const __m256i t = _mm256_add_epi64(s, c);
     return _mm256_castsi256_pd(_mm256_and_si256(t, _mm256_set1_epi64x(~((1ll << 29) - 1))));
 }
@@ -294,8 +297,8 @@ __attribute__((target("avx2"), always_inline)) static inline __m256d madd4(__m25
     do {                                                                                         \
         const __m256d wi_ = _mm256_broadcast_sd(wp);                                             \
         const __m256i bi_ = _mm256_set1_epi64x((long long)*(bp));                                \
-        lo = madd4(lo, _mm256_mul_pd(wi_, xl), _mm256_xor_si256(al, bi_));                       \
-        hi = madd4(hi, _mm256_mul_pd(wi_, xh), _mm256_xor_si256(ah, bi_));                       \
+        lo = madd4(lo, wi_, xl, _mm256_xor_si256(al, bi_));                                      \
+        hi = madd4(hi, wi_, xh, _mm256_xor_si256(ah, bi_));                                      \
     } while (0)
 
 /* The lanes of 8 tokens of xt row i as doubles (xl: 0-3, xh: 4-7), and their coin words. */
@@ -307,10 +310,9 @@ __attribute__((target("avx2"), always_inline)) static inline __m256d madd4(__m25
     const __m256i ah = _mm256_loadu_si256((const __m256i *)(a + (i) * ld + 4))
 
 /* 4 rows at once, in named registers: 8 independent chains hide the latency of one SR step. */
-__attribute__((target("avx2"))) static void sr_dot8_avx2_4(float *out, const double *const *w,
-                                                           const uint64_t *const *b,
-                                                           const float *xt, const uint64_t *a,
-                                                           uint64_t ld, uint64_t n)
+__attribute__((target("avx2,fma"))) static void
+sr_dot8_avx2_4(float *out, const double *const *w, const uint64_t *const *b, const float *xt,
+               const uint64_t *a, uint64_t ld, uint64_t n)
 {
     __m256d lo0 = _mm256_setzero_pd(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0,
             lo3 = lo0, hi3 = lo0;
@@ -328,10 +330,9 @@ __attribute__((target("avx2"))) static void sr_dot8_avx2_4(float *out, const dou
         _mm_storeu_ps(out + 4 * j, _mm256_cvtpd_ps(acc[j]));
 }
 
-__attribute__((target("avx2"))) static void sr_dot8_avx2_1(float *out, const double *w,
-                                                           const uint64_t *b, const float *xt,
-                                                           const uint64_t *a, uint64_t ld,
-                                                           uint64_t n)
+__attribute__((target("avx2,fma"))) static void
+sr_dot8_avx2_1(float *out, const double *w, const uint64_t *b, const float *xt, const uint64_t *a,
+               uint64_t ld, uint64_t n)
 {
     __m256d lo = _mm256_setzero_pd(), hi = lo;
     for (uint64_t i = 0; i < n; ++i) {
@@ -342,10 +343,9 @@ __attribute__((target("avx2"))) static void sr_dot8_avx2_1(float *out, const dou
     _mm_storeu_ps(out + 4, _mm256_cvtpd_ps(hi));
 }
 
-__attribute__((target("avx2"))) static void sr_dot8_avx2(float *out, const double *const *w,
-                                                         const uint64_t *const *b,
-                                                         const float *xt, const uint64_t *a,
-                                                         uint64_t ld, uint64_t n, unsigned R)
+__attribute__((target("avx2,fma"))) static void
+sr_dot8_avx2(float *out, const double *const *w, const uint64_t *const *b, const float *xt,
+             const uint64_t *a, uint64_t ld, uint64_t n, unsigned R)
 {
     if (R == 4)
         sr_dot8_avx2_4(out, w, b, xt, a, ld, n);
@@ -366,9 +366,9 @@ sr_dot8_avx512_rows(float *out, const double *const *w, const uint64_t *const *b
         const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(xt + i * ld));
         const __m512i ai = _mm512_loadu_si512(a + i * ld);
         for (unsigned r = 0; r < R; ++r) {
-            const __m512d p = _mm512_mul_pd(_mm512_set1_pd(w[r][i]), x);
             const __m512i c = _mm512_xor_si512(ai, _mm512_set1_epi64((long long)b[r][i]));
-            const __m512i s = _mm512_castpd_si512(_mm512_add_pd(acc[r], p));
+            const __m512i s =
+                _mm512_castpd_si512(_mm512_fmadd_pd(_mm512_set1_pd(w[r][i]), x, acc[r]));
             acc[r] = _mm512_castsi512_pd(_mm512_and_si512(_mm512_add_epi64(s, c), keep));
         }
     }
@@ -400,7 +400,9 @@ static int sr_kernel(void)
     int best = 0;
 #if defined(__GNUC__) && defined(__x86_64__)
     __builtin_cpu_init();
-    best = __builtin_cpu_supports("avx512f") ? 2 : (__builtin_cpu_supports("avx2") ? 1 : 0);
+    best = __builtin_cpu_supports("avx512f")
+               ? 2
+               : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0);
 #endif
 #ifdef LM_TEST_HOOKS
     if (ref_sr_test_force_kernel >= 0 && ref_sr_test_force_kernel <= best)
@@ -615,8 +617,9 @@ static void attention_layer(srf *f, float scale, int kern)
 {
     const lm_hparams *hp = f->hp;
     const lm_layer *L = &f->m->layers[f->layer];
-    const uint64_t n = f->n, np = f->npad, hd = hp->head_dim, hdp = (hd + LANES - 1) / LANES * LANES,
-                   nkv = hp->n_head_kv, kvp = nkv * hdp, rep = hp->n_head / hp->n_head_kv;
+    const uint64_t n = f->n, np = f->npad, hd = hp->head_dim,
+                   hdp = (hd + LANES - 1) / LANES * LANES, nkv = hp->n_head_kv, kvp = nkv * hdp,
+                   rep = hp->n_head / hp->n_head_kv;
     const uint32_t st_qk = site(f, S_ATT) + (1u << 21), st_pv = site(f, S_ATT) + (1u << 22);
     float *kt = f->kt, *vp = f->vp;
     memset(kt, 0, nkv * hd * np * sizeof *kt);

@@ -57,6 +57,21 @@ static void oracle(mpfr_t out, mpfr_t sabs, mpfr_t *x, const float *w, uint64_t 
     mpfr_clears(acc, p, ab, (mpfr_ptr)0);
 }
 
+/* ref_dx_dot_vv with kernel kern (0 scalar, 1 avx2, 2 avx512, where the CPU has it). */
+static void vv_kernel(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s,
+                      int kern)
+{
+#ifdef LM_TEST_HOOKS
+    ref_dx_test_force_kernel = kern;
+#else
+    (void)kern;
+#endif
+    ref_dx_dot_vv(out, x, y, s);
+#ifdef LM_TEST_HOOKS
+    ref_dx_test_force_kernel = -1;
+#endif
+}
+
 /* Runs rows r < R of c through ref_dx_dot_rows (and row 0 through ref_dx_dot) with kernel kern,
  * the vector split into digits of a bits and the rows of b bits; each must equal the oracle
  * exactly (NaN: both NaN). Returns the number of mismatches. */
@@ -325,13 +340,7 @@ static void test_ref_dotx_widest_digits(void)
                                          ref_dx_k_cap_bits(127, REF_DX_VV_BITS_MAX),
                                          &err) == LM_OK);
         for (int kern = 0; kern <= 2; ++kern) {
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = kern;
-#endif
-            ref_dx_dot_vv(out, &vx, &vx, &s);
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = -1;
-#endif
+            vv_kernel(out, &vx, &vx, &s, kern);
             bad += !mpfr_equal_p(out, ex);
         }
         mpfr_clears(ex, out, (mpfr_ptr)0);
@@ -594,13 +603,7 @@ static int check_vv(mpfr_prec_t prec, uint64_t n, uint64_t ny, int spread, int s
         CU_ASSERT_FATAL(ref_dx_vec_split(&vx, x, n, 1, a, kc, &err) == LM_OK);
         CU_ASSERT_FATAL(ref_dx_vec_split(&vy, y, ny, STRIDE, a, kc, &err) == LM_OK);
         for (int kern = 0; kern <= 2; ++kern) {
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = kern;
-#endif
-            ref_dx_dot_vv(out, &vx, &vy, &s);
-#ifdef LM_TEST_HOOKS
-            ref_dx_test_force_kernel = -1;
-#endif
+            vv_kernel(out, &vx, &vy, &s, kern);
             bool same = mpfr_nan_p(ex) ? mpfr_nan_p(out)
                                        : mpfr_equal_p(out, ex) &&
                                              mpfr_signbit(out) == mpfr_signbit(ex);
@@ -656,6 +659,74 @@ static void test_ref_dotx_vv(void)
     CU_ASSERT_EQUAL(ref_dx_vv_bits((1u << 20) / ref_dx_k_cap_bits(127, 21) + 1, 127), 20);
 }
 
+/* ref_dx_dot_vv's cut (the pairs far below the last bit only when needed), on sums that sit
+ * on a rounding boundary up to pairs that the cut leaves out: x0 y0 = 1 + 3 2^-64 + 2^-127, a
+ * midpoint between two 127-bit numbers, plus x1 y1 = +-2^-250 from the lowest digits
+ * (k + l = 10 > S = 7 at 22-bit digits): the pairs kept sum to the midpoint exactly, the
+ * result must go up for + and down for - (ties to even would give one of them wrong); and
+ * sums 2^-140 off the boundary, where the pairs kept decide. Each must equal the exact sum
+ * rounded once, with every kernel; the counters show which path each took. */
+static void test_ref_dotx_vv_cut_boundary(void)
+{
+    enum { N = 3 };
+    lm_err err = {0};
+    mpfr_t *x = ref_vec_new(N, 127), *y = ref_vec_new(N, 127), ex, p, out;
+    mpfr_inits2(ORACLE_PREC, ex, p, (mpfr_ptr)0);
+    mpfr_init2(out, 127);
+    ref_dx_scratch s;
+    ref_dx_vec vx, vy;
+    memset(&vx, 0, sizeof vx);
+    memset(&vy, 0, sizeof vy);
+    CU_ASSERT_FATAL(ref_dx_scratch_init(&s, 127, N, &err) == LM_OK);
+    const uint32_t a = REF_DX_VV_BITS_MAX, kc = ref_dx_k_cap_bits(127, a);
+    int bad = 0;
+    for (int off = 0; off <= 1; ++off)
+        for (int sg = -1; sg <= 1; sg += 2) {
+            mpfr_set_ui(x[0], 1, MPFR_RNDN);
+            mpfr_set_ui(y[0], 1, MPFR_RNDN);
+            mpfr_add_d(x[0], x[0], 0x1p-64, MPFR_RNDN);
+            mpfr_add_d(y[0], y[0], 0x1p-63, MPFR_RNDN);
+            mpfr_set_si_2exp(x[1], sg, -125, MPFR_RNDN);
+            mpfr_set_ui_2exp(y[1], 1, -125, MPFR_RNDN);
+            /* x2 y2 = 2^-140 (k + l = 6, kept) moves the sum off the midpoint by far more than
+             * the pairs left out can (below 2^-168 here) */
+            mpfr_set_ui_2exp(x[2], off, -70, MPFR_RNDN);
+            mpfr_set_ui_2exp(y[2], 1, -70, MPFR_RNDN);
+            mpfr_set_prec(ex, ORACLE_PREC);
+            mpfr_set_zero(ex, 1);
+            for (int i = 0; i < N; ++i) {
+                mpfr_mul(p, x[i], y[i], MPFR_RNDN);
+                mpfr_add(ex, ex, p, MPFR_RNDN); /* exact at ORACLE_PREC */
+            }
+            mpfr_prec_round(ex, 127, MPFR_RNDN);
+            CU_ASSERT_FATAL(ref_dx_vec_split(&vx, x, N, 1, a, kc, &err) == LM_OK);
+            CU_ASSERT_FATAL(ref_dx_vec_split(&vy, y, N, 1, a, kc, &err) == LM_OK);
+            CU_ASSERT_FATAL(vx.n_exc == 0 && vy.n_exc == 0 && vx.k + vy.k - 2 > 7);
+            for (int kern = 0; kern <= 2; ++kern) {
+                const unsigned long cut0 = ref_dx_test_vv_cut, rest0 = ref_dx_test_vv_rest;
+                vv_kernel(out, &vx, &vy, &s, kern);
+                bad += !mpfr_equal_p(out, ex);
+                /* on the midpoint the remaining pairs were needed; 2^-140 off it they were not */
+                bad += off ? ref_dx_test_vv_cut != cut0 + 1 : ref_dx_test_vv_rest != rest0 + 1;
+            }
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* random vectors of 256 elements over 30 binades: the cut decides (almost) every one */
+    uint64_t st = tu_seed() ^ 0xc07u;
+    const unsigned long cut0 = ref_dx_test_vv_cut;
+    bad = 0;
+    for (int r = 0; r < 20; ++r)
+        bad += check_vv(127, 256, 256, 30, 0, &st);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(ref_dx_test_vv_cut - cut0 >= 20 * 3 * (REF_DX_VV_BITS_MAX - REF_DX_BITS + 1) - 3);
+    mpfr_clears(ex, p, out, (mpfr_ptr)0);
+    ref_dx_vec_free(&vx);
+    ref_dx_vec_free(&vy);
+    ref_dx_scratch_clear(&s);
+    ref_vec_free(x, N);
+    ref_vec_free(y, N);
+}
+
 void test_ref_dotx_register(void)
 {
     CU_pSuite s = CU_add_suite("ref_dotx", NULL, NULL);
@@ -670,4 +741,5 @@ void test_ref_dotx_register(void)
     CU_add_test(s, "test_ref_dotx_vs_mpfr_dot", test_ref_dotx_vs_mpfr_dot);
     CU_add_test(s, "test_ref_dotx_row_split_kernels_agree", test_ref_dotx_row_split_kernels_agree);
     CU_add_test(s, "test_ref_dotx_vv", test_ref_dotx_vv);
+    CU_add_test(s, "test_ref_dotx_vv_cut_boundary", test_ref_dotx_vv_cut_boundary);
 }

@@ -84,6 +84,7 @@ typedef struct ref_dx_scratch {
     int64_t *bucket;     /* [REF_DX_ROWS_MAX][REF_DX_JMAX][k_cap]: one per (row, digit j, k) */
     int64_t *bucket_vv;  /* [2 k_cap] (ref_dx_dot_vv) */
     mp_limb_t *limbs;    /* T's magnitude */
+    size_t n_use;        /* the limbs of T in the current product (at most n_limbs) */
     mp_limb_t *part;     /* [n_limbs] one weight digit's part of T */
     size_t n_limbs;
     mpfr_t t;            /* T exactly */
@@ -152,8 +153,17 @@ void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const
  * gets one product per element (block sums below 256 2^(2a) <= 2^52 for a <= 22, exact), and
  * the int64 buckets, one per digit position k + l (the same exponent for every pair: equal
  * widths), sum the calls exactly: a bucket gets at most min(K, L) products per element, so
- * |bucket| < n min(K, L) 2^(2a) <= 2^62 when n k_cap(a) <= 2^(62 - 2a) (ref_dx_vv_bits). */
+ * |bucket| < n min(K, L) 2^(2a) <= 2^62 when n k_cap(a) <= 2^(62 - 2a) (ref_dx_vv_bits).
+ * The digit pairs far below the output's last bit come last, and only when needed (Ziv): with
+ * both vectors on their grids, the pairs k + l <= S first, S the least with
+ * a (S + 1) >= P + REF_DX_VV_GUARD + log2(n min(K, L)) + 2; the pairs left out sum to less
+ * than 2^eb units of the last position, eb = log2(n min(K, L)) + a (K + L - S - 1) + 1, and
+ * when every value within that of the partial sum rounds to the same P-bit number, that
+ * number is the result (the correctly rounded exact sum); otherwise the remaining pairs
+ * follow. The result is the same either way. */
 #define REF_DX_VV_BITS_MAX 22u
+#define REF_DX_VV_ROWS 4u   /* y's planes a kernel call takes at once */
+#define REF_DX_VV_GUARD 32u /* bits beyond the output's precision before the pairs are cut */
 #define REF_DX_VV_MAX (1u << 22) /* n k_cap at REF_DX_BITS: the longest vectors served */
 void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_scratch *s);
 /* The digit width for ref_dx_dot_vv on vectors of n elements at this precision: the widest a
@@ -168,6 +178,9 @@ const char *ref_dx_kernel(void);
 #ifdef LM_TEST_HOOKS
 /* Tests force a kernel (0 scalar, 1 avx2, 2 avx512; -1: the CPU's choice). */
 extern int ref_dx_test_force_kernel;
+/* ref_dx_dot_vv's results from the cut pairs alone, and those that took the remaining pairs
+ * after a cut, counted per thread */
+extern _Thread_local unsigned long ref_dx_test_vv_cut, ref_dx_test_vv_rest;
 #endif
 
 #endif
