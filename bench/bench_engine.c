@@ -20,9 +20,10 @@
  *     fastest of the eight is the ceiling); tg bound = bandwidth / bytes per token, bytes =
  *     every layer weight + the output matrix (float32), the bytes a decode step must stream
  *     from memory at least once.
- * Everything is interleaved within each of 5 repetitions (sgemm, pp512 of each backend,
- * llama.cpp's pp512, FMA peak, the reads, tg128 of each backend, llama.cpp's tg128), so that a
- * shared machine's load hits all of them alike; each figure is the median of the 5, and every
+ * Each timed engine or llama.cpp pass starts after a 0.15 s pause (settle: OpenBLAS's threads
+ * spin on after a blas pass). Everything is interleaved within each of 5 repetitions (sgemm,
+ * pp512 of each backend, llama.cpp's pp512, FMA peak, the reads, tg128 of each backend,
+ * llama.cpp's tg128), so that a shared machine's load hits all of them alike; each figure is the median of the 5, and every
  * ratio printed (det / blas, fastest engine backend / llama.cpp, fraction of the ceiling) is a
  * ratio of medians from this one run; for each llama.cpp target it also says whether the
  * speed it asks for is over a physical bound, taken from the best of the 5 FMA and read
@@ -275,6 +276,16 @@ static double time_decode(lm_ctx *c, float *lg, const char *label, bool check)
 
 /* Every backend's pp512 and tg128, the backends alternating within each repetition with the
  * ceilings and llama.cpp between them, so that a shared machine's load hits all alike. */
+/* Waits SETTLE_S before a timed pass, so that no thread of the stage before still competes for
+ * the cores: OpenBLAS's workers spin about 0.07-0.1 s of CPU after each sgemm or sgemv before
+ * they sleep (measured on the development machine), which would otherwise be charged to
+ * whichever pass follows a blas one. */
+#define SETTLE_S 0.15
+static void settle(void)
+{
+    usleep((useconds_t)(SETTLE_S * 1e6));
+}
+
 static result run_engine(const lm_model *m, const char *label, const beside *bs)
 {
     lm_err err = {0};
@@ -305,11 +316,14 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
         if (bs->cl != NULL && r >= 0)
             gf[r] = sgemm_pass(bs->cl);
         for (int b = 0; b < N_BE; ++b) {
+            settle();
             const double v = time_prefill(c[b], tok, lg, label, r < 0);
             if (r >= 0)
                 pp[b][r] = v;
         }
         double v;
+        if (bs->llama != NULL && r >= 0)
+            settle();
         if (bs->llama != NULL && r >= 0 && (v = llama_bench(bs->llama, bs->model, true)) > 0)
             lpp[n_lpp++] = v;
         if (bs->cl != NULL && r >= 0) {
@@ -319,10 +333,13 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
                     rd[h][s][r] = bc_read_pass(&bs->cl->bw[h], THREADS, streams_of[s]);
         }
         for (int b = 0; b < N_BE; ++b) {
+            settle();
             v = time_decode(c[b], lg, label, r < 0);
             if (r >= 0)
                 tg[b][r] = v;
         }
+        if (bs->llama != NULL && r >= 0)
+            settle();
         if (bs->llama != NULL && r >= 0 && (v = llama_bench(bs->llama, bs->model, false)) > 0)
             ltg[n_ltg++] = v;
     }
