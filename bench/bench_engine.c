@@ -23,18 +23,18 @@
  * Each timed engine or llama.cpp pass starts after a 0.15 s pause (settle: OpenBLAS's threads
  * spin on after a blas pass). Everything is interleaved within each of 5 repetitions (sgemm,
  * pp512 of each backend, llama.cpp's pp512, FMA peak, the reads, tg128 of each backend,
- * llama.cpp's tg128), so that a shared machine's load hits all of them alike; each figure is the median of the 5, and every
- * ratio printed (det / blas, fastest engine backend / llama.cpp, fraction of the ceiling) is a
- * ratio of medians from this one run; for each llama.cpp target it also says whether the
- * speed it asks for is over a physical bound, taken from the best of the 5 FMA and read
- * passes (a shared machine's load only lowers them). The load average before and after is printed
- * with them, and a caution beside the llama.cpp ratios when the load before the run is at
- * least half the CPUs (llama.cpp's busy-waiting threads lose more to other work). Then the
- * same pp512 / tg128 for stories260K (engine only) when the shared models are present. The
- * result is checked before anything is timed (finite logits, argmax in
- * range, each backend within 1e-3 relative of naive on a short prompt). Prints one table and
- * appends TSV lines to OUTDIR/engine.tsv. Never fails on speed: the targets line says met or
- * missed. */
+ * llama.cpp's tg128), so that a shared machine's load hits all of them alike; each figure is
+ * the median of the 5, and every ratio printed (det / blas, fastest engine backend /
+ * llama.cpp, fraction of the ceiling) is a ratio of medians from this one run; for each
+ * llama.cpp target it also says whether the speed it asks for is over a physical bound, taken
+ * from the best of the 5 FMA and read passes (a shared machine's load only lowers them). The
+ * load average before and after is printed with them, and a caution beside the llama.cpp
+ * ratios when the load before the run is at least half the CPUs (llama.cpp's busy-waiting
+ * threads lose more to other work). Then the same pp512 / tg128 for stories260K (engine only)
+ * when the shared models are present. The result is checked before anything is timed (finite
+ * logits, argmax in range, each backend within 1e-3 relative of naive on a short prompt).
+ * Prints one table and appends TSV lines to OUTDIR/engine.tsv. Never fails on speed: the
+ * targets line says met or missed. */
 #include "ceiling.h"
 #include "kvd_engine.h"
 #include "synth.h"
@@ -274,8 +274,6 @@ static double time_decode(lm_ctx *c, float *lg, const char *label, bool check)
     return TG / dt;
 }
 
-/* Every backend's pp512 and tg128, the backends alternating within each repetition with the
- * ceilings and llama.cpp between them, so that a shared machine's load hits all alike. */
 /* Waits SETTLE_S before a timed pass, so that no thread of the stage before still competes for
  * the cores: OpenBLAS's workers spin about 0.07-0.1 s of CPU after each sgemm or sgemv before
  * they sleep (measured on the development machine), which would otherwise be charged to
@@ -286,6 +284,8 @@ static void settle(void)
     usleep((useconds_t)(SETTLE_S * 1e6));
 }
 
+/* Every backend's pp512 and tg128, the backends alternating within each repetition with the
+ * ceilings and llama.cpp between them, so that a shared machine's load hits all alike. */
 static result run_engine(const lm_model *m, const char *label, const beside *bs)
 {
     lm_err err = {0};

@@ -127,6 +127,20 @@ static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
     }
 }
 
+/* The KV head query head h reads: h / (n_head / n_head_kv), or the interleaved mapping
+ * h % n_head_kv of another convention (test defect LM_DEFECT_GQA_INTERLEAVED). */
+static uint32_t kv_head(const lm_attn_args *a, uint32_t h, bool gqa_interleaved)
+{
+    return gqa_interleaved ? h % a->n_head_kv : h / (a->n_head / a->n_head_kv);
+}
+
+/* The query block starting at row i0: its end row and the keys its rows can see. */
+static void q_block(const lm_attn_args *a, uint32_t i0, uint32_t *i1, uint32_t *n_kb)
+{
+    *i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
+    *n_kb = a->bidir ? a->pos0 + a->n : a->pos0 + *i1;
+}
+
 /* Backends with products on the calling thread (lm_backend_i.gemm_nt_local, gemm_nn_local)
  * run dense attention as n_head x n_blocks independent tasks, (query head h, causal block b):
  * S_b = scale * Q_h[b] . K_g^T, softmax of its rows, O_h[b] = P_b . V_g, all on one thread
@@ -167,11 +181,11 @@ static void run_task(attn_tasks *t, uint32_t task, float *s /* [LM_ATTN_Q_BLOCK]
     lm_backend *be = t->be;
     const uint32_t n_kv = a->pos0 + a->n, hd = a->head_dim;
     const uint32_t h = task % a->n_head, b = t->n_blocks - 1 - task / a->n_head;
-    const uint32_t g = t->gqa_interleaved ? h % a->n_head_kv : h / (a->n_head / a->n_head_kv);
+    const uint32_t g = kv_head(a, h, t->gqa_interleaved);
     const size_t q_stride = (size_t)a->n_head * hd, kv_stride = (size_t)a->n_head_kv * hd;
     const uint32_t i0 = b * LM_ATTN_Q_BLOCK;
-    const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
-    const uint32_t n_kb = a->bidir ? n_kv : a->pos0 + i1;
+    uint32_t i1, n_kb;
+    q_block(a, i0, &i1, &n_kb);
     be->vt->gemm_nt_local(be, i1 - i0, n_kb, hd, a->scale, a->q + (size_t)h * hd + i0 * q_stride,
                           q_stride, a->k + (size_t)g * hd, kv_stride, s, n_kv);
     softmax_job sm = t->sm;
@@ -221,7 +235,6 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
 {
     const uint32_t n_kv = a->pos0 + a->n;
     const uint32_t hd = a->head_dim;
-    const uint32_t group = a->n_head / a->n_head_kv;
     const size_t q_stride = (size_t)a->n_head * hd;     /* floats between query rows */
     const size_t kv_stride = (size_t)a->n_head_kv * hd; /* floats between cache positions */
     softmax_job job = {.scores = a->scores, .ld = n_kv, .pos0 = a->pos0, .n = a->n,
@@ -235,8 +248,7 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
     const bool gqa_interleaved = LM_DEFECT_ON(be->vt->name, LM_DEFECT_GQA_INTERLEAVED);
 
     for (uint32_t h = 0; h < a->n_head; ++h) {
-        /* (test defect: the interleaved mapping h % n_head_kv of another convention) */
-        const uint32_t g = gqa_interleaved ? h % a->n_head_kv : h / group;
+        const uint32_t g = kv_head(a, h, gqa_interleaved);
         const float *qh = a->q + (size_t)h * hd;  /* [n][hd], row stride q_stride */
         const float *kg = a->k + (size_t)g * hd;  /* [n_kv][hd], row stride kv_stride */
         const float *vg = a->v + (size_t)g * hd;  /* [n_kv][hd], row stride kv_stride */
@@ -244,16 +256,16 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
         float *s = a->scores;                     /* [n][n_kv] */
 
         for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
-            const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
-            const uint32_t n_kb = a->bidir ? n_kv : a->pos0 + i1;
+            uint32_t i1, n_kb;
+            q_block(a, i0, &i1, &n_kb);
             be->vt->gemm_nt(be, i1 - i0, n_kb, hd, a->scale, qh + i0 * q_stride, q_stride,
                             kg, kv_stride, s + (size_t)i0 * n_kv, n_kv);
         }
         lm_pool_for(a->pool, a->n, LM_POOL_MIN_SOFTMAX_ROWS, softmax_rows, &job);
         for (uint32_t i0 = 0; i0 < a->n; i0 += LM_ATTN_Q_BLOCK) {
-            const uint32_t i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
+            uint32_t i1, n_kb;
+            q_block(a, i0, &i1, &n_kb);
             /* SR ensemble only: the probabilities P . V reads (row i0..i1, keys < n_kb) */
-            const uint32_t n_kb = a->bidir ? n_kv : a->pos0 + i1;
             lm_backend_perturb(be, s + (size_t)i0 * n_kv, i1 - i0, n_kb, n_kv,
                                LM_SITE_SOFTMAX | h << 8);
             be->vt->gemm_nn(be, i1 - i0, hd, n_kb, s + (size_t)i0 * n_kv, n_kv, vg,

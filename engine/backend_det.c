@@ -92,9 +92,16 @@ static void nn_rows(void *arg, uint32_t begin, uint32_t end)
                    j->ldb, j->c + (size_t)begin * j->ldc, j->ldc);
 }
 
-static lm_pool *pool_for(const lm_backend *be, uint32_t m, uint32_t n, uint32_t k)
+/* The pool for work of `macs` multiply-adds: none (the calling thread) below DET_MIN_FLOPS. */
+static lm_pool *pool_for(const lm_backend *be, double macs)
 {
-    return (double)m * n * k >= DET_MIN_FLOPS ? be->pool : NULL;
+    return macs >= DET_MIN_FLOPS ? be->pool : NULL;
+}
+
+/* Whether an m x n product is split by output columns (enough of them) rather than by rows. */
+static bool split_by_cols(const lm_backend *be, uint32_t m, uint32_t n)
+{
+    return n >= 16 * (uint32_t)be->n_threads || n >= m;
 }
 
 /* Columns per claimed part: about 4 parts per thread, a multiple of 24 (whole tiles of 3 and
@@ -110,8 +117,8 @@ static uint32_t part_cols(const lm_backend *be, uint32_t m, uint32_t n)
 /* Split by output columns (claimed in parts) when there are enough of them, else by rows. */
 static void det_split(lm_backend *be, det_job *j, lm_pool_fn cols, lm_pool_fn rows)
 {
-    lm_pool *p = pool_for(be, j->m, j->n, j->k);
-    if (j->n >= 16 * (uint32_t)be->n_threads || j->n >= j->m) {
+    lm_pool *p = pool_for(be, (double)j->m * j->n * j->k);
+    if (split_by_cols(be, j->m, j->n)) {
         j->part = part_cols(be, j->m, j->n);
         atomic_init(&j->next, 0);
         lm_pool_for(p, (uint32_t)be->n_threads, 1, cols, j);
@@ -184,7 +191,7 @@ static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alph
     double macs = 0.0;
     bool cols = count <= LM_NT_BATCH_MAX;
     for (uint32_t i = 0; i < count && cols; ++i) {
-        cols = p[i].n > 0 && (p[i].n >= 16 * (uint32_t)be->n_threads || p[i].n >= m);
+        cols = p[i].n > 0 && split_by_cols(be, m, p[i].n);
         macs += (double)m * p[i].n * k;
     }
     if (!cols || m == 0) { /* a product split by rows: one job each, as alone */
@@ -197,8 +204,7 @@ static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alph
         j.first[i + 1] = j.first[i] + (p[i].n + j.part[i] - 1) / j.part[i];
     }
     atomic_init(&j.next, 0);
-    lm_pool_for(macs >= DET_MIN_FLOPS ? be->pool : NULL, (uint32_t)be->n_threads, 1,
-                batch_parts, &j);
+    lm_pool_for(pool_for(be, macs), (uint32_t)be->n_threads, 1, batch_parts, &j);
 }
 
 /* The same products on the calling thread only (lm_backend_i.gemm_nt_local, gemm_nn_local). */
