@@ -1,5 +1,6 @@
 /* ref_dotx.c — exact inner product of an MPFR vector with a float32 row by splitting both into
- * 20-bit integer digits on fixed grids (method, error bound and cost in ref_dotx.h). */
+ * integer digits on fixed grids, of widths chosen per product (method, error bound and cost in
+ * ref_dotx.h). */
 #include "ref_dotx.h"
 #include "ref_calib.h"
 #include "kvd_ref.h"
@@ -16,7 +17,6 @@
 #define DX_X86 1
 #endif
 
-#define DIGIT_MASK ((1u << REF_DX_BITS) - 1u)
 #define MASK_BITS(b) ((uint32_t)((1ull << (b)) - 1u)) /* b <= 32 */
 
 __extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets */
@@ -26,51 +26,60 @@ int ref_dx_test_force_kernel = -1;
 _Thread_local unsigned long ref_dx_test_vv_cut, ref_dx_test_vv_rest;
 #endif
 
-uint32_t ref_dx_k_cap(mpfr_prec_t prec)
-{
-    return (uint32_t)((prec + 128 + REF_DX_BITS - 1) / REF_DX_BITS);
-}
-
 uint32_t ref_dx_k_cap_bits(mpfr_prec_t prec, uint32_t bits)
 {
     return (uint32_t)((prec + 128 + bits - 1) / bits);
 }
 
+uint32_t ref_dx_k_cap(mpfr_prec_t prec)
+{
+    return ref_dx_k_cap_bits(prec, REF_DX_BITS);
+}
+
+/* ceil(log2(v)), v >= 1 */
+static uint32_t ceil_log2(uint64_t v)
+{
+    uint32_t lg = 0;
+    while ((1ull << lg) < v)
+        ++lg;
+    return lg;
+}
+
 uint32_t ref_dx_sum_bits(uint64_t n)
 {
-    uint32_t lg = 0; /* ceil(log2(n)) of the padded length */
-    while ((1ull << lg) < n)
-        ++lg;
+    const uint32_t lg = ceil_log2(n); /* of the padded length */
     return lg <= 17 ? 45u : 62u - lg;
 }
 
-/* Exponents of a finite nonzero float32's top (one above its highest set bit) and lowest set
- * bit; false for 0, NaN and Inf. */
-static bool flt_range(float w, long *top, long *low)
+/* The exponents of w[0..n)'s top (one above the highest set bit of its largest finite
+ * magnitude) and of its lowest set bit; false when no element is finite and nonzero. */
+static bool row_range(const float *w, uint64_t n, long *top, long *low)
 {
-    uint32_t bits;
-    memcpy(&bits, &w, 4);
-    bits &= 0x7fffffffu;
-    if (bits == 0 || bits >= 0x7f800000u)
-        return false;
-    const uint32_t ef = bits >> 23, M = ef ? (bits & 0x7fffffu) | 0x800000u : bits;
-    const long q = ef ? (long)ef - 150 : -149;
-    *top = q + 32 - __builtin_clz(M);
-    *low = q + __builtin_ctz(M);
-    return true;
+    uint32_t big = 0;
+    bool any = false;
+    for (uint64_t i = 0; i < n; ++i) {
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        u &= 0x7fffffffu;
+        if (u == 0 || u >= 0x7f800000u)
+            continue;
+        big = u > big ? u : big;
+        const uint32_t ef = u >> 23, M = ef ? (u & 0x7fffffu) | 0x800000u : u;
+        const long lo = (ef ? (long)ef - 150 : -149) + __builtin_ctz(M);
+        *low = !any || lo < *low ? lo : *low;
+        any = true;
+    }
+    if (any) {
+        const uint32_t ef = big >> 23, M = ef ? (big & 0x7fffffu) | 0x800000u : big;
+        *top = (ef ? (long)ef - 150 : -149) + 32 - __builtin_clz(M);
+    }
+    return any;
 }
 
 uint32_t ref_dx_row_span(const float *w, uint64_t n)
 {
-    long top = 0, low = 0, t, l;
-    bool any = false;
-    for (uint64_t i = 0; i < n; ++i)
-        if (flt_range(w[i], &t, &l)) {
-            top = !any || t > top ? t : top;
-            low = !any || l < low ? l : low;
-            any = true;
-        }
-    return any ? (uint32_t)(top - low) : 0;
+    long top = 0, low = 0;
+    return row_range(w, n, &top, &low) ? (uint32_t)(top - low) : 0;
 }
 
 /* One row's cost in digit planes at width b: J = ceil(span / b), a row beyond REF_DX_JMAX
@@ -455,26 +464,27 @@ int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err 
     return ref_dx_vec_split(v, x, n, 1, REF_DX_BITS, k_cap, err);
 }
 
-int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride,
-                          uint32_t k_cap, lm_err *err)
+/* The largest exponent and the lowest set bit's exponent over the regular (finite nonzero)
+ * elements x[i stride], i < n; false when there is none. */
+static bool vec_range(mpfr_t *x, uint64_t n, uint64_t stride, long *top, long *low)
 {
-    return ref_dx_vec_split(v, src, n, stride, REF_DX_BITS, k_cap, err);
-}
-
-uint64_t ref_dx_vec_span(mpfr_t *x, uint64_t n, uint64_t stride)
-{
-    long top = 0, low = 0;
     bool any = false;
     for (uint64_t i = 0; i < n; ++i) {
         mpfr_srcptr e = x[i * stride];
         if (!mpfr_regular_p(e))
             continue;
         const long t = (long)mpfr_get_exp(e), l = low_exp(e);
-        top = !any || t > top ? t : top;
-        low = !any || l < low ? l : low;
+        *top = !any || t > *top ? t : *top;
+        *low = !any || l < *low ? l : *low;
         any = true;
     }
-    return any ? (uint64_t)(top - low) : 0;
+    return any;
+}
+
+uint64_t ref_dx_vec_span(mpfr_t *x, uint64_t n, uint64_t stride)
+{
+    long top = 0, low = 0;
+    return vec_range(x, n, stride, &top, &low) ? (uint64_t)(top - low) : 0;
 }
 
 int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride, uint32_t bits,
@@ -492,19 +502,8 @@ int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride, ui
     v->bits = bits;
 #define x(i) src[(i) * stride]
     long top = 0, low = 0;
-    bool any = false;
-    for (uint64_t i = 0; i < n; ++i) {
-        if (!mpfr_regular_p(x(i)))
-            continue;
-        long e = (long)mpfr_get_exp(x(i)), lo = low_exp(x(i));
-        if (!any || e > top)
-            top = e;
-        if (!any || lo < low)
-            low = lo;
-        any = true;
-    }
     uint64_t k = 0;
-    if (any) {
+    if (vec_range(src, n, stride, &top, &low)) {
         k = (uint64_t)(top - low + bits - 1) / bits;
         if (k > k_cap)
             k = k_cap;
@@ -597,7 +596,7 @@ static void row_digits_scalar(ref_dx_row *r, const float *w, uint64_t i0, uint64
  * 2^(b J) exactly when w is on the grid (the scaling is exact), and digit j =
  * t - 2^b floor(t 2^-b) with t = floor(V 2^-b(J-1-j)); every step is exact, since each
  * value has at most 24 significant bits. A step with an element off the grid, NaN or Inf
- * (V not an integer below 2^(20 J)) is done by row_digits_scalar. Returns the elements done. */
+ * (V not an integer below 2^(b J)) is done by row_digits_scalar. Returns the elements done. */
 __attribute__((target("avx2"))) static uint64_t row_digits_avx2(ref_dx_row *r, const float *w,
                                                                 uint64_t n, long bottom,
                                                                 uint32_t J, uint32_t b)
@@ -648,28 +647,9 @@ int ref_dx_row_split(ref_dx_row *r, const float *w, uint64_t n, uint32_t bits, l
     r->src = w;
     r->n_exc = 0;
     r->j = 0;
-    /* the largest exponent: from the largest finite magnitude; the lowest set bit: per
-     * element */
-    uint32_t big = 0;
-    long low = 0;
-    bool any = false;
-    for (uint64_t i = 0; i < n; ++i) {
-        uint32_t u;
-        memcpy(&u, &w[i], 4);
-        u &= 0x7fffffffu;
-        if (u == 0 || u >= 0x7f800000u)
-            continue;
-        big = u > big ? u : big;
-        const uint32_t ef = u >> 23, M = ef ? (u & 0x7fffffu) | 0x800000u : u;
-        const long lo = (ef ? (long)ef - 150 : -149) + __builtin_ctz(M);
-        low = !any || lo < low ? lo : low;
-        any = true;
-    }
-    long top = 0;
+    long top = 0, low = 0;
     uint64_t J = 0;
-    if (any) {
-        const uint32_t ef = big >> 23, M = ef ? (big & 0x7fffffu) | 0x800000u : big;
-        top = (ef ? (long)ef - 150 : -149) + 32 - __builtin_clz(M);
+    if (row_range(w, n, &top, &low)) {
         J = (uint64_t)(top - low + bits - 1) / bits;
         if (J > REF_DX_JMAX)
             J = REF_DX_JMAX;
@@ -915,15 +895,6 @@ uint32_t ref_dx_vv_bits(uint64_t n, mpfr_prec_t prec)
 bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec)
 {
     return ref_dx_vv_bits(n, prec) != 0;
-}
-
-/* ceil(log2(v)), v >= 1 */
-static uint32_t ceil_log2(uint64_t v)
-{
-    uint32_t lg = 0;
-    while ((1ull << lg) < v)
-        ++lg;
-    return lg;
 }
 
 /* Digit pairs of y's planes c .. c+G-1 (kernel rows of one plane) with x's planes k0 .. k1-1

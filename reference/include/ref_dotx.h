@@ -40,7 +40,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define REF_DX_BITS 20u  /* bits per digit of ref_dx_dot_vv, and the narrowest vector digit */
+#define REF_DX_BITS 20u  /* the narrowest digit, of vectors and of ref_dx_dot_vv */
 #define REF_DX_BITS_MAX 32u /* the widest vector digit */
 #define REF_DX_JMAX 4u   /* digits per weight at most */
 #define REF_DX_BLOCK 256u /* elements per exact double block */
@@ -121,9 +121,6 @@ void ref_dx_scratch_clear(ref_dx_scratch *s);
  * REF_DX_BITS-bit digits, at most k_cap of them; v's storage grows as needed (zero-initialize
  * v before the first call). x is kept by pointer. */
 int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err *err);
-/* The same for the elements x[i * stride], i < n (a column of a row-major matrix). */
-int ref_dx_vec_set_stride(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint64_t stride,
-                          uint32_t k_cap, lm_err *err);
 /* The same with digits of bits bits (REF_DX_BITS .. REF_DX_BITS_MAX), at most k_cap of them
  * (k_cap <= ref_dx_k_cap_bits(prec, bits) for the scratch's precision). */
 int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint64_t stride, uint32_t bits,
@@ -139,8 +136,8 @@ void ref_dx_row_free(ref_dx_row *r);
 void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scratch *s);
 
 /* out[r] = x . w[r] for r < R <= REF_DX_ROWS_MAX (each as ref_dx_dot; the rows share the
- * loads of x's digits: REF_DX_ROWS rows a kernel call, every group of rows on a block of x's
- * digits before the next block). */
+ * loads of x's digits: REF_DX_ROWS digit planes of the rows a kernel call, every group of
+ * planes on a block of x's digits before the next block). */
 void ref_dx_dot_rows(mpfr_ptr *out, const ref_dx_vec *x, const ref_dx_row *const *w, uint32_t R,
                      ref_dx_scratch *s);
 
