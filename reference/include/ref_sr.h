@@ -18,14 +18,16 @@
  * Random bits: counter-based and stateless, r = lowbias32(key + i * 0x9e3779b9) with key a
  * SplitMix64 hash of (seed, operation site, output element) and i the term index inside a
  * reduction. A matrix product (the bulk of the work) takes the coin of term i of output
- * (token t, row r) as A_t(i) ^ B_r(i), two such streams keyed by (seed, site, t) and (seed,
- * site, r): one XOR per multiply-add instead of one hash; each coin is uniform and the coins are
+ * (token t, row r) as A_t(i) ^ B_r(i): two lowbias32 streams, A keyed by (seed, site, t) with
+ * the increment 0x9e3779b9 and B keyed by (seed, site, r) with 0x85ebca77: one XOR per multiply-add instead of one hash; each coin is uniform and the coins are
  * pairwise independent (ref_sr.c states exactly which sets are independent). Attention's
  * q . k and p . V run the same way (keys or head dimensions in the place of tokens, (token,
  * head) in the place of rows). The bits depend on (seed, site, element, term) only, never on
  * threads, lanes or chunking. These products are vectorized across 8 outputs that run their
- * left-to-right chains side by side (AVX-512, AVX2 or scalar, picked from the CPU; every lane
- * runs the same IEEE double and integer operations, so the bits never depend on the kernel).
+ * left-to-right chains side by side (AVX-512, AVX2 or scalar, picked from the CPU; the vector
+ * kernels fuse each multiply-add, the scalar one multiplies then adds, and since the product
+ * of two floats is exact in double both round the same sum once: the bits never depend on
+ * the kernel).
  *
  * Implemented: everything ref_forward.c implements (scaled embeddings, per-head Q/K norms,
  * sandwich norms, GeGLU, rope_freqs factors, a sliding layers' own theta, windows, sinks,
