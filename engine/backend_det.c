@@ -3,7 +3,8 @@
  *
  * Threading: a product is split into parts of output columns (gemm_nt: rows of B, the
  * weights, so each thread streams its own rows of the matrix; gemm_nn: columns of B, so each
- * thread packs only its own), which the pool's threads claim one after another, or, when
+ * thread packs only its own), which the pool's threads claim one after another (one row of
+ * A: parts that shrink as the columns run out; more rows: parts of one size), or, when
  * there are too few columns, into contiguous ranges of output rows; never along the
  * reduction, and each output element is computed by the same kernel code whichever thread
  * and tile it falls in. Results are therefore bitwise independent of the
@@ -29,67 +30,51 @@ typedef struct det_backend {
     lm_det_isa isa;
 } det_backend;
 
-typedef struct det_job {
-    lm_det_isa isa;
-    uint32_t m, n, k;
-    float alpha;
-    const float *a, *b;
-    size_t lda, ldb, ldc;
-    float *c;
-    uint32_t part;     /* output columns per claimed part */
-    atomic_uint next;  /* the first output column no thread has claimed */
-} det_job;
+/* Parts of the output columns of up to LM_NT_BATCH_MAX products, numbered one after the
+ * other (product i's columns are [first[i], first[i + 1])), which the pool's threads claim
+ * from one counter: a thread that the OS runs less (a loaded machine) takes fewer parts
+ * instead of holding up the others, and a thread that finishes one product's parts goes on
+ * with the next product's. A part never spans two products. Which thread computes a column,
+ * and in which part, changes none of its bits. */
+typedef struct det_claims {
+    uint32_t count;
+    uint32_t first[LM_NT_BATCH_MAX + 1];
+    uint32_t part[LM_NT_BATCH_MAX]; /* columns per part of product i; 0: shrinking parts */
+    uint32_t shrink;                /* shrinking parts: the columns left divided by this */
+    atomic_uint next;               /* the first column no thread has claimed */
+} det_claims;
 
-/* Output columns [c0, c1) of gemm_nt (rows of B) or gemm_nn (columns of B). */
-static void job_cols(const det_job *j, bool nn, uint32_t c0, uint32_t c1)
-{
-    if (nn)
-        lm_det_gemm_nn(j->isa, j->m, c1 - c0, j->k, j->a, j->lda, j->b + c0, j->ldb, j->c + c0,
-                       j->ldc);
-    else
-        lm_det_gemm_nt(j->isa, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda,
-                       j->b + (size_t)c0 * j->ldb, j->ldb, j->c + c0, j->ldc);
-}
+#define DET_MIN_PART 24u /* columns of the smallest shrinking part (whole tiles of 3, 6 and 8) */
 
-/* Each pool thread claims parts of j->part output columns from j->next until none is left,
- * so a thread that the OS runs less (a loaded machine) takes fewer parts instead of holding
- * up the others; which thread computes a column changes none of its bits. */
-static void claim_cols(det_job *j, bool nn)
+/* Claims the next part: product *i, its columns [*c0, *c1); false when none is left. A
+ * product with part[i] = 0 (one row of A: decode, bound by reading B) gets parts of the
+ * columns left (of the whole batch) / shrink, rounded up to DET_MIN_PART: long streams
+ * first, then smaller and smaller parts, so that the threads finish within about one small
+ * part of each other. */
+static bool claim_part(det_claims *cl, uint32_t *i, uint32_t *c0, uint32_t *c1)
 {
+    const uint32_t end = cl->first[cl->count];
+    uint32_t c = atomic_load_explicit(&cl->next, memory_order_relaxed);
     for (;;) {
-        const uint32_t c0 = atomic_fetch_add(&j->next, j->part);
-        if (c0 >= j->n)
-            return;
-        job_cols(j, nn, c0, j->n - c0 < j->part ? j->n : c0 + j->part);
+        if (c >= end)
+            return false;
+        uint32_t p = 0;
+        while (c >= cl->first[p + 1])
+            ++p;
+        uint32_t size = cl->part[p];
+        if (size == 0) {
+            size = ((end - c) / cl->shrink + DET_MIN_PART - 1) / DET_MIN_PART * DET_MIN_PART;
+            size = size < DET_MIN_PART ? DET_MIN_PART : size;
+        }
+        const uint32_t e = cl->first[p + 1] - c < size ? cl->first[p + 1] : c + size;
+        if (atomic_compare_exchange_weak_explicit(&cl->next, &c, e, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *i = p;
+            *c0 = c - cl->first[p];
+            *c1 = e - cl->first[p];
+            return true;
+        }
     }
-}
-
-static void nt_cols(void *arg, uint32_t begin, uint32_t end)
-{
-    (void)begin, (void)end;
-    claim_cols(arg, false);
-}
-
-static void nn_cols(void *arg, uint32_t begin, uint32_t end)
-{
-    (void)begin, (void)end;
-    claim_cols(arg, true);
-}
-
-/* gemm_nt over output rows [begin, end) (rows of A): when B has too few rows to split. */
-static void nt_rows(void *arg, uint32_t begin, uint32_t end)
-{
-    const det_job *j = arg;
-    lm_det_gemm_nt(j->isa, end - begin, j->n, j->k, j->alpha, j->a + (size_t)begin * j->lda,
-                   j->lda, j->b, j->ldb, j->c + (size_t)begin * j->ldc, j->ldc);
-}
-
-/* gemm_nn over output rows [begin, end). */
-static void nn_rows(void *arg, uint32_t begin, uint32_t end)
-{
-    const det_job *j = arg;
-    lm_det_gemm_nn(j->isa, end - begin, j->n, j->k, j->a + (size_t)begin * j->lda, j->lda, j->b,
-                   j->ldb, j->c + (size_t)begin * j->ldc, j->ldc);
 }
 
 /* The pool for work of `macs` multiply-adds: none (the calling thread) below DET_MIN_FLOPS. */
@@ -104,26 +89,90 @@ static bool split_by_cols(const lm_backend *be, uint32_t m, uint32_t n)
     return n >= 16 * (uint32_t)be->n_threads || n >= m;
 }
 
-/* Columns per claimed part: about 4 parts per thread, a multiple of 24 (whole tiles of 3 and
- * 8 rows of B), at least 48 when A has many rows (each part reads all of A once more). */
+/* Columns per claimed part: 0 (shrinking parts) for one row of A; else about 4 parts per
+ * thread, a multiple of 24 (whole tiles of 3 and 8 rows of B), at least 48 when A has many
+ * rows (each part reads all of A once more). */
 static uint32_t part_cols(const lm_backend *be, uint32_t m, uint32_t n)
 {
+    if (m == 1)
+        return 0;
     const uint32_t parts = 4u * (uint32_t)be->n_threads;
     uint32_t part = (n + parts - 1) / parts;
     part = (part + 23) / 24 * 24;
     return m >= 8 && part < 48 ? 48 : part;
 }
 
-/* Split by output columns (claimed in parts) when there are enough of them, else by rows. */
-static void det_split(lm_backend *be, det_job *j, lm_pool_fn cols, lm_pool_fn rows)
+/* claim_part's parts of count products, product i with n[i] output columns. */
+static void claims_init(const lm_backend *be, det_claims *cl, uint32_t m, const uint32_t *n,
+                        uint32_t count)
 {
-    lm_pool *p = pool_for(be, (double)j->m * j->n * j->k);
-    if (split_by_cols(be, j->m, j->n)) {
-        j->part = part_cols(be, j->m, j->n);
-        atomic_init(&j->next, 0);
-        lm_pool_for(p, (uint32_t)be->n_threads, 1, cols, j);
+    cl->count = count;
+    cl->first[0] = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+        cl->part[i] = part_cols(be, m, n[i]);
+        cl->first[i + 1] = cl->first[i] + n[i];
+    }
+    cl->shrink = 2u * (uint32_t)be->n_threads;
+    atomic_init(&cl->next, 0);
+}
+
+/* gemm_nt products sharing A [m][lda], or one gemm_nn product, split by output columns. */
+typedef struct det_job {
+    lm_det_isa isa;
+    bool nn;
+    uint32_t m, k;
+    float alpha;
+    const float *a;
+    size_t lda;
+    const lm_nt_part *p; /* [claims.count]; for gemm_nn, b is [k][ldb] and columns are b + j */
+    det_claims claims;
+} det_job;
+
+static void job_cols(void *arg, uint32_t begin, uint32_t end)
+{
+    (void)begin, (void)end;
+    det_job *j = arg;
+    uint32_t i, c0, c1;
+    while (claim_part(&j->claims, &i, &c0, &c1)) {
+        const lm_nt_part *p = &j->p[i];
+        if (j->nn)
+            lm_det_gemm_nn(j->isa, j->m, c1 - c0, j->k, j->a, j->lda, p->b + c0, p->ldb,
+                           p->c + c0, p->ldc);
+        else
+            lm_det_gemm_nt(j->isa, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda,
+                           p->b + (size_t)c0 * p->ldb, p->ldb, p->c + c0, p->ldc);
+    }
+}
+
+/* gemm_nt over output rows [begin, end) (rows of A): when B has too few rows to split. */
+static void nt_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const det_job *j = arg;
+    const lm_nt_part *p = &j->p[0];
+    lm_det_gemm_nt(j->isa, end - begin, p->n, j->k, j->alpha, j->a + (size_t)begin * j->lda,
+                   j->lda, p->b, p->ldb, p->c + (size_t)begin * p->ldc, p->ldc);
+}
+
+/* gemm_nn over output rows [begin, end). */
+static void nn_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const det_job *j = arg;
+    const lm_nt_part *p = &j->p[0];
+    lm_det_gemm_nn(j->isa, end - begin, p->n, j->k, j->a + (size_t)begin * j->lda, j->lda, p->b,
+                   p->ldb, p->c + (size_t)begin * p->ldc, p->ldc);
+}
+
+/* One product: split by output columns (claimed in parts) when there are enough of them,
+ * else by rows. */
+static void det_split(lm_backend *be, det_job *j)
+{
+    const lm_nt_part *p = &j->p[0];
+    lm_pool *pool = pool_for(be, (double)j->m * p->n * j->k);
+    if (split_by_cols(be, j->m, p->n)) {
+        claims_init(be, &j->claims, j->m, &p->n, 1);
+        lm_pool_for(pool, (uint32_t)be->n_threads, 1, job_cols, j);
     } else {
-        lm_pool_for(p, j->m, 1, rows, j);
+        lm_pool_for(pool, j->m, 1, j->nn ? nn_rows : nt_rows, j);
     }
 }
 
@@ -132,8 +181,10 @@ static void det_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, floa
                         const float *b /* [n][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    det_job j = {((det_backend *)be)->isa, m, n, k, alpha, a, b, lda, ldb, ldc, c, 0, 0};
-    det_split(be, &j, nt_cols, nt_rows);
+    const lm_nt_part p = {n, b, ldb, c, ldc};
+    det_job j = {.isa = ((det_backend *)be)->isa, .m = m, .k = k, .alpha = alpha, .a = a,
+                 .lda = lda, .p = &p};
+    det_split(be, &j);
 }
 
 static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
@@ -141,70 +192,37 @@ static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                         const float *b /* [k][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    det_job j = {((det_backend *)be)->isa, m, n, k, 1.0f, a, b, lda, ldb, ldc, c, 0, 0};
-    det_split(be, &j, nn_cols, nn_rows);
+    const lm_nt_part p = {n, b, ldb, c, ldc};
+    det_job j = {.isa = ((det_backend *)be)->isa, .nn = true, .m = m, .k = k, .alpha = 1.0f,
+                 .a = a, .lda = lda, .p = &p};
+    det_split(be, &j);
 }
 
 /* A batch of gemm_nt products sharing A (lm_backend_i.gemm_nt_batch) as one job: each
  * product is cut into parts of columns as det_split cuts it alone, and the pool's threads
- * claim the parts of all the products from one counter, so a thread that finishes one
- * product's parts goes on with the next product's instead of waiting. Each part is the
- * kernel call det_split would make for it: the same bits. */
-typedef struct det_batch {
-    lm_det_isa isa;
-    uint32_t m, k;
-    float alpha;
-    const float *a;
-    size_t lda;
-    const lm_nt_part *p;
-    uint32_t count;
-    uint32_t first[LM_NT_BATCH_MAX + 1]; /* product i's parts are [first[i], first[i + 1]) */
-    uint32_t part[LM_NT_BATCH_MAX];      /* output columns per part of product i */
-    atomic_uint next;                    /* the first part no thread has claimed */
-} det_batch;
-
-static void batch_parts(void *arg, uint32_t begin, uint32_t end)
-{
-    (void)begin, (void)end;
-    det_batch *j = arg;
-    for (;;) {
-        const uint32_t g = atomic_fetch_add(&j->next, 1);
-        if (g >= j->first[j->count])
-            return;
-        uint32_t i = 0;
-        while (g >= j->first[i + 1])
-            ++i;
-        const lm_nt_part *p = &j->p[i];
-        const uint32_t c0 = (g - j->first[i]) * j->part[i];
-        const uint32_t c1 = p->n - c0 < j->part[i] ? p->n : c0 + j->part[i];
-        lm_det_gemm_nt(j->isa, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda,
-                       p->b + (size_t)c0 * p->ldb, p->ldb, p->c + c0, p->ldc);
-    }
-}
-
+ * claim the parts of all the products from one counter (det_claims). Each part is the kernel
+ * call det_split would make for it: the same bits. */
 static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alpha,
                               const float *a /* [m][lda] */, size_t lda, const lm_nt_part *p,
                               uint32_t count)
 {
-    det_batch j = {.isa = ((det_backend *)be)->isa, .m = m, .k = k, .alpha = alpha, .a = a,
-                   .lda = lda, .p = p, .count = count};
     double macs = 0.0;
     bool cols = count <= LM_NT_BATCH_MAX;
+    uint32_t n[LM_NT_BATCH_MAX];
     for (uint32_t i = 0; i < count && cols; ++i) {
         cols = p[i].n > 0 && split_by_cols(be, m, p[i].n);
         macs += (double)m * p[i].n * k;
+        n[i] = p[i].n;
     }
     if (!cols || m == 0) { /* a product split by rows: one job each, as alone */
         for (uint32_t i = 0; i < count; ++i)
             det_gemm_nt(be, m, p[i].n, k, alpha, a, lda, p[i].b, p[i].ldb, p[i].c, p[i].ldc);
         return;
     }
-    for (uint32_t i = 0; i < count; ++i) {
-        j.part[i] = part_cols(be, m, p[i].n);
-        j.first[i + 1] = j.first[i] + (p[i].n + j.part[i] - 1) / j.part[i];
-    }
-    atomic_init(&j.next, 0);
-    lm_pool_for(pool_for(be, macs), (uint32_t)be->n_threads, 1, batch_parts, &j);
+    det_job j = {.isa = ((det_backend *)be)->isa, .m = m, .k = k, .alpha = alpha, .a = a,
+                 .lda = lda, .p = p};
+    claims_init(be, &j.claims, m, n, count);
+    lm_pool_for(pool_for(be, macs), (uint32_t)be->n_threads, 1, job_cols, &j);
 }
 
 /* The same products on the calling thread only (lm_backend_i.gemm_nt_local, gemm_nn_local). */
