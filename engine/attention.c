@@ -147,7 +147,12 @@ static void q_block(const lm_attn_args *a, uint32_t i0, uint32_t *i1, uint32_t *
  * into that thread's slot of the scratch ([min(n, LM_ATTN_Q_BLOCK)][n_kv] floats each). The
  * pool's threads claim tasks one after another, the blocks with most keys first; every task
  * computes exactly what the head-by-head path computes for its rows (the same products with
- * the same bits, the same softmax_group), so the split changes nothing. */
+ * the same bits, the same softmax_group), so the split changes nothing. S is computed in
+ * pieces of ATTN_QK_ROWS query rows, each only up to the last key its rows see (one more
+ * under the test defect LM_DEFECT_MASK_NEXT_TOKEN): each score is its own product, and the
+ * scores of masked keys are never read (softmax_rows writes their +0 probabilities), so
+ * this skips work without changing a bit; P . V still sums over the block's n_kb keys. */
+#define ATTN_QK_ROWS 32u
 static bool has_local(const lm_backend *be)
 {
     return be->vt->gemm_nt_local != NULL && be->vt->gemm_nn_local != NULL;
@@ -186,8 +191,15 @@ static void run_task(attn_tasks *t, uint32_t task, float *s /* [LM_ATTN_Q_BLOCK]
     const uint32_t i0 = b * LM_ATTN_Q_BLOCK;
     uint32_t i1, n_kb;
     q_block(a, i0, &i1, &n_kb);
-    be->vt->gemm_nt_local(be, i1 - i0, n_kb, hd, a->scale, a->q + (size_t)h * hd + i0 * q_stride,
-                          q_stride, a->k + (size_t)g * hd, kv_stride, s, n_kv);
+    for (uint32_t r0 = i0; r0 < i1; r0 += ATTN_QK_ROWS) { /* S: the keys each piece sees */
+        const uint32_t r1 = i1 - r0 < ATTN_QK_ROWS ? i1 : r0 + ATTN_QK_ROWS;
+        const uint32_t seen = a->pos0 + r1 + (t->sm.mask_next ? 1u : 0u);
+        const uint32_t nk = a->bidir || seen > n_kb ? n_kb : seen;
+        be->vt->gemm_nt_local(be, r1 - r0, nk, hd, a->scale,
+                              a->q + (size_t)h * hd + r0 * q_stride, q_stride,
+                              a->k + (size_t)g * hd, kv_stride, s + (size_t)(r0 - i0) * n_kv,
+                              n_kv);
+    }
     softmax_job sm = t->sm;
     sm.scores = s;
     sm.row0 = i0;

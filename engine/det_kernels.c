@@ -5,8 +5,9 @@
  *
  * Many rows of A (m >= DET_PACK_MIN_M, prefill; gemm_nt and gemm_nn alike): B is copied in
  * blocks of about DET_PACK_FLOATS floats (L2) into panels of 3 rows, block by block of the
- * reduction ([block][row][8], +0 past k), and 4 x 3 AVX2 tiles (12 accumulators of 8 lanes)
- * run each group of 4 rows of A (L1) against every panel of the block, over the reduction in
+ * reduction ([block][row][8], +0 past k; gemm_nn's columns through 8 x 8 register
+ * transposes), and 4 x 3 AVX2 tiles (12 accumulators of 8 lanes) run each group of 4 rows of
+ * A (L1) against every panel of the block (one call per group and chunk), over the reduction in
  * chunks of at most DET_KC elements, the lanes saved between chunks; a full tile combines
  * its lanes in two vector trees (eight outputs: columns 0-1, stored as pairs of each row;
  * four: column 2), the others four outputs per tree. AVX-512 machines run these AVX2 tiles too.
@@ -147,30 +148,6 @@ static void pack_rows(uint32_t rows, uint32_t k, uint32_t nrp, const float *b, s
     }
 }
 
-/* Columns of gemm_nn's B (its rows as the reduction): element (j, l) is b[l][j] at
- * b + l * ldb + j. */
-static void pack_cols(uint32_t cols, uint32_t k, uint32_t nrp, const float *b, size_t ldb,
-                      float *bp)
-{
-    const uint32_t nb = (k + 7u) / 8u;
-    for (uint32_t j0 = 0; j0 < cols; j0 += nrp) {
-        const uint32_t nr = cols - j0 < nrp ? cols - j0 : nrp;
-        for (uint32_t blk = 0; blk < nb; ++blk) {
-            float *dst = bp + (size_t)blk * nr * 8u; /* [nr][8] */
-            const uint32_t live = k - blk * 8u < 8u ? k - blk * 8u : 8u;
-            for (uint32_t p = 0; p < live; ++p) {
-                const float *src = b + (size_t)(blk * 8u + p) * ldb + j0;
-                for (uint32_t q = 0; q < nr; ++q)
-                    dst[q * 8u + p] = src[q];
-            }
-            for (uint32_t p = live; p < 8u; ++p)
-                for (uint32_t q = 0; q < nr; ++q)
-                    dst[q * 8u + p] = 0.0f;
-        }
-        bp += packed_panel_floats(nr, k);
-    }
-}
-
 #if DET_X86
 
 #define T2 __attribute__((target("avx2,fma")))
@@ -225,6 +202,49 @@ T2 INL __m256 load8_avx2(const float *x, uint32_t live)
     const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)live),
                                           _mm256_loadu_si256((const __m256i *)ramp));
     return _mm256_maskload_ps(x, mk);
+}
+
+/* Columns of gemm_nn's B (its rows as the reduction) in panels of 3 columns, the layout of
+ * pack_rows: element (j, l) is b[l][j] at b + l * ldb + j. Each 8 x 8 piece (8 rows of the
+ * reduction, 8 columns) is read as 8 row vectors (masked at the column edge, +0 past k) and
+ * transposed in registers; column j's vector goes to its panel's slot. */
+T2 static void pack_cols(uint32_t cols, uint32_t k, const float *b, size_t ldb, float *bp)
+{
+    const uint32_t nb = (k + 7u) / 8u;
+    const size_t pf = packed_panel_floats(3, k);
+    const uint32_t last_nr = cols % 3u ? cols % 3u : 3u, full = (cols - 1u) / 3u;
+    for (uint32_t j0 = 0; j0 < cols; j0 += 8u) {
+        const uint32_t live = cols - j0 < 8u ? cols - j0 : 8u;
+        for (uint32_t blk = 0; blk < nb; ++blk) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (uint32_t p = 0; p < 8u; ++p) {
+                const uint32_t l = blk * 8u + p;
+                const float *src = b + (size_t)l * ldb + j0;
+                r[p] = l >= k ? _mm256_setzero_ps()
+                              : live == 8u ? _mm256_loadu_ps(src) : load8_avx2(src, live);
+            }
+            /* 8 x 8 transpose: t[c][p] = r[p][c] */
+            const __m256 u0 = _mm256_unpacklo_ps(r[0], r[1]), u1 = _mm256_unpackhi_ps(r[0], r[1]);
+            const __m256 u2 = _mm256_unpacklo_ps(r[2], r[3]), u3 = _mm256_unpackhi_ps(r[2], r[3]);
+            const __m256 u4 = _mm256_unpacklo_ps(r[4], r[5]), u5 = _mm256_unpackhi_ps(r[4], r[5]);
+            const __m256 u6 = _mm256_unpacklo_ps(r[6], r[7]), u7 = _mm256_unpackhi_ps(r[6], r[7]);
+            const __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xee);
+            const __m256 v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xee);
+            const __m256 v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xee);
+            const __m256 v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xee);
+            const __m256 t[8] = {
+                _mm256_permute2f128_ps(v0, v4, 0x20), _mm256_permute2f128_ps(v1, v5, 0x20),
+                _mm256_permute2f128_ps(v2, v6, 0x20), _mm256_permute2f128_ps(v3, v7, 0x20),
+                _mm256_permute2f128_ps(v0, v4, 0x31), _mm256_permute2f128_ps(v1, v5, 0x31),
+                _mm256_permute2f128_ps(v2, v6, 0x31), _mm256_permute2f128_ps(v3, v7, 0x31),
+            };
+            for (uint32_t c = 0; c < live; ++c) {
+                const uint32_t j = j0 + c, pn = j / 3u, nr = pn < full ? 3u : last_nr;
+                _mm256_store_ps(bp + pn * pf + ((size_t)blk * nr + j % 3u) * 8u, t[c]);
+            }
+        }
+    }
 }
 
 /* MR rows of A x NR rows of B: MR * NR accumulators of 8 lanes. */
@@ -347,7 +367,7 @@ T2 static void nt_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const fl
     }
 }
 
-/* MR rows of A x a packed panel of NR rows of B (pack_rows/pack_cols, nrp = 3), over the
+/* MR rows of A x a packed panel of NR rows of B (pack_rows, pack_cols: panels of 3), over the
  * reduction elements [l0, l1) (l0 a multiple of 8; l1 = k or a multiple of 8): the same
  * MR * NR accumulators and fma sequence as nt_tile_avx2, B read as one contiguous stream from
  * block l0 / 8 at bp. The accumulators start at +0 when l0 = 0, else from their lanes saved
@@ -426,19 +446,36 @@ T2 INL void nt_ptile_avx2(const int MR, const int NR, uint32_t l0, uint32_t l1, 
     }
 }
 
-typedef void (*ptile_fn)(uint32_t l0, uint32_t l1, uint32_t k, float alpha, const float *a,
-                         size_t lda, const float *bp, float *sv, float *c, size_t ldc);
-#define PT2(MR, NR)                                                                           \
-    T2 static void pt2_##MR##_##NR(uint32_t l0, uint32_t l1, uint32_t k, float alpha,         \
-                                   const float *a, size_t lda, const float *bp, float *sv,    \
-                                   float *c, size_t ldc)                                      \
+/* MR rows of A against every panel of a packed block of `rows` rows of B (bp at the block's
+ * first panel), over [l0, l1) (block b0 = l0 / 8 onwards), lanes saved per panel in sv: the
+ * tiles nt_ptile_avx2 runs one after the other in one call, 3 rows of B each, the last panel
+ * with rows % 3 when that is not 0. */
+T2 INL void nt_prow_avx2(const int MR, uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k,
+                         float alpha, const float *a, size_t lda, const float *bp, float *sv,
+                         float *c, size_t ldc)
+{
+    const size_t pf = packed_panel_floats(3, k), b0 = l0 / 8u;
+    uint32_t j = 0;
+    for (; j + 3 <= rows; j += 3, bp += pf, sv += 4 * 3 * 8)
+        nt_ptile_avx2(MR, 3, l0, l1, k, alpha, a, lda, bp + b0 * 3 * 8, sv, c + j, ldc);
+    if (rows - j == 2)
+        nt_ptile_avx2(MR, 2, l0, l1, k, alpha, a, lda, bp + b0 * 2 * 8, sv, c + j, ldc);
+    else if (rows - j == 1)
+        nt_ptile_avx2(MR, 1, l0, l1, k, alpha, a, lda, bp + b0 * 8, sv, c + j, ldc);
+}
+
+typedef void (*prow_fn)(uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k, float alpha,
+                        const float *a, size_t lda, const float *bp, float *sv, float *c,
+                        size_t ldc);
+#define PR2(MR)                                                                               \
+    T2 static void prow2_##MR(uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k,            \
+                              float alpha, const float *a, size_t lda, const float *bp,       \
+                              float *sv, float *c, size_t ldc)                                \
     {                                                                                         \
-        nt_ptile_avx2(MR, NR, l0, l1, k, alpha, a, lda, bp, sv, c, ldc);                      \
+        nt_prow_avx2(MR, rows, l0, l1, k, alpha, a, lda, bp, sv, c, ldc);                     \
     }
-PT2(1, 1) PT2(1, 2) PT2(1, 3) PT2(2, 1) PT2(2, 2) PT2(2, 3)
-PT2(3, 1) PT2(3, 2) PT2(3, 3) PT2(4, 1) PT2(4, 2) PT2(4, 3)
-static const ptile_fn ptile_avx2[4][3] = {{pt2_1_1, pt2_1_2, pt2_1_3}, {pt2_2_1, pt2_2_2, pt2_2_3},
-                                          {pt2_3_1, pt2_3_2, pt2_3_3}, {pt2_4_1, pt2_4_2, pt2_4_3}};
+PR2(1) PR2(2) PR2(3) PR2(4)
+static const prow_fn prow_avx2[4] = {prow2_1, prow2_2, prow2_3, prow2_4};
 
 /* Many rows of A: B (gemm_nt's rows, or gemm_nn's columns when cols_of_b) in blocks of nc rows
  * packed into bp; for each block, rows of A four at a time against every panel of the block
@@ -454,7 +491,7 @@ T2 static void packed_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, cons
     for (uint32_t jc = 0; jc < n; jc += nc) {
         const uint32_t rows = n - jc < nc ? n - jc : nc;
         if (cols_of_b)
-            pack_cols(rows, k, 3, b + jc, ldb, bp);
+            pack_cols(rows, k, b + jc, ldb, bp);
         else
             pack_rows(rows, k, 3, b + (size_t)jc * ldb, ldb, bp);
         for (uint32_t i = 0; i < m; i += 4) {
@@ -462,15 +499,8 @@ T2 static void packed_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, cons
             for (uint32_t b0 = 0; b0 < nb; b0 += cb) {
                 const uint32_t b1 = nb - b0 < cb ? nb : b0 + cb;
                 const uint32_t l0 = 8 * b0, l1 = b1 == nb ? k : 8 * b1;
-                const float *pp = bp;
-                float *s = sv;
-                for (uint32_t j = 0; j < rows; j += 3, s += 4 * 3 * 8) {
-                    const uint32_t nr = rows - j < 3 ? rows - j : 3;
-                    ptile_avx2[mr - 1][nr - 1](l0, l1, k, alpha, a + (size_t)i * lda, lda,
-                                               pp + (size_t)b0 * nr * 8, s,
-                                               c + (size_t)i * ldc + jc + j, ldc);
-                    pp += packed_panel_floats(nr, k);
-                }
+                prow_avx2[mr - 1](rows, l0, l1, k, alpha, a + (size_t)i * lda, lda, bp, sv,
+                                  c + (size_t)i * ldc + jc, ldc);
             }
         }
     }

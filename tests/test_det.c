@@ -2,9 +2,11 @@
  * instruction-set path and however a product is split (rows, columns, threads, one row at a
  * time), and a forward pass with it is bitwise identical for every prefill step and thread
  * count 1..4 on every synthetic preset and on stories260K, dense and streaming attention. */
+#include "../engine/attention.h"
 #include "../engine/backend.h"
 #include "../engine/det_kernels.h"
 #include "fixtures.h"
+#include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "synth.h"
 #include "test_util.h"
@@ -375,6 +377,54 @@ static void test_det_decode_split(void)
         lm_backend_destroy(be[t]);
 }
 
+/* Dense attention on det: the (head, block) task path (attention.c's dense_tasks, its score
+ * pieces computed only up to the keys their rows see) gives the bits of the head-by-head path
+ * (the same backend without calling-thread products), causal and bidirectional, with and
+ * without the test defect that reads one more score per row; the scratch starts as NaN, so a
+ * score the task path reads without computing it shows. */
+static void test_det_attention_tasks_equal_heads(void)
+{
+    uint64_t st = tu_seed() ^ 0xa77e;
+    lm_backend *be = det_new(2);
+    const lm_backend_i *task_vt = be->vt;
+    lm_backend_i head_vt = *be->vt;
+    head_vt.gemm_nt_local = NULL, head_vt.gemm_nn_local = NULL;
+    static const uint32_t ns[] = {1, 3, 33, 129, 300}, pos0s[] = {0, 5, 77}, hds[] = {64, 36};
+    for (size_t t = 0; t < 5 * 3 * 2 * 2 * 2; ++t) {
+        const uint32_t n = ns[t % 5], pos0 = pos0s[t / 5 % 3], hd = hds[t / 15 % 2];
+        const bool bidir = t / 30 % 2, next = t / 60 % 2;
+        const uint32_t n_kv = pos0 + n, n_head = 6, n_head_kv = 2;
+        float *q = rand_mat(n, (size_t)n_head * hd, &st);
+        float *k = rand_mat(n_kv, (size_t)n_head_kv * hd, &st);
+        float *v = rand_mat(n_kv, (size_t)n_head_kv * hd, &st);
+        float *out[2];
+        lm_attn_args a = {.n = n, .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
+                          .head_dim = hd, .scale = 0.125f, .q = q, .k = k, .v = v,
+                          .pool = be->pool, .bidir = bidir};
+        lm_test_set_defect(next ? LM_DEFECT_MASK_NEXT_TOKEN : LM_DEFECT_NONE);
+        for (int path = 0; path < 2; ++path) {
+            be->vt = path == 0 ? task_vt : &head_vt;
+            const size_t sc = lm_attention_dense_scratch(be, n, n_kv);
+            float *scores = malloc(sc * sizeof *scores);
+            out[path] = malloc((size_t)n * n_head * hd * sizeof(float));
+            CU_ASSERT_FATAL(scores != NULL && out[path] != NULL);
+            memset(scores, 0xff, sc * sizeof *scores);
+            a.scores = scores, a.out = out[path];
+            lm_attention_dense(be, &a);
+            free(scores);
+        }
+        be->vt = task_vt;
+        lm_test_set_defect(LM_DEFECT_NONE);
+        const bool same = memcmp(out[0], out[1], (size_t)n * n_head * hd * sizeof(float)) == 0;
+        if (!same)
+            fprintf(stderr, "\n  det attention n=%u pos0=%u hd=%u bidir=%d next=%d: tasks differ",
+                    n, pos0, hd, bidir, next);
+        CU_ASSERT(same);
+        free(q), free(k), free(v), free(out[0]), free(out[1]);
+    }
+    lm_backend_destroy(be);
+}
+
 /* KVDRIFT_DET_ISA: a bad name or a path the CPU lacks is a one-line input error. */
 static void test_det_isa_env(void)
 {
@@ -559,6 +609,7 @@ void test_det_register(void)
     CU_add_test(s, "test_det_split_property", test_det_split_property);
     CU_add_test(s, "test_det_batch_equals_alone", test_det_batch_equals_alone);
     CU_add_test(s, "test_det_decode_split", test_det_decode_split);
+    CU_add_test(s, "test_det_attention_tasks_equal_heads", test_det_attention_tasks_equal_heads);
     CU_add_test(s, "test_det_isa_env", test_det_isa_env);
     CU_add_test(s, "test_det_step_thread_invariant_presets", test_det_step_thread_invariant_presets);
     CU_add_test(s, "test_det_step_thread_invariant_stories", test_det_step_thread_invariant_stories);
