@@ -11,10 +11,11 @@
  * chunks of at most DET_KC elements, the lanes saved between chunks; a full tile combines
  * its lanes in two vector trees (eight outputs: columns 0-1, stored as pairs of each row;
  * four: column 2), the others four outputs per tree. AVX-512 machines run these AVX2 tiles too.
- * Few rows (decode, small chunks), unpacked: for one row (AVX2), B's rows in DET_STREAMS
- * contiguous ranges read side by side, one row of each range per 1 x DET_STREAMS tile, so that
- * B streams from memory as DET_STREAMS long sequential reads; 4 x 3 tiles otherwise;
- * AVX-512 4 x 8 (16 registers of two outputs); gemm_nn one row of C at a time, 16 (AVX-512)
+ * Few rows (decode, small chunks), unpacked: for one row (AVX2, and AVX-512 machines too: it
+ * reads B faster than their 1 x 8 tiles), B's rows in DET_STREAMS contiguous ranges read side
+ * by side, one row of each range per 1 x DET_STREAMS tile, so that B streams from memory as
+ * DET_STREAMS long sequential reads; 4 x 3 tiles otherwise; AVX-512 4 x 8 (16 registers of
+ * two outputs) for 2 to DET_PACK_MIN_M - 1 rows; gemm_nn one row of C at a time, 16 (AVX-512)
  * or 8 (AVX2) columns per register, the 8 lanes as 8 accumulator registers, masked at the
  * column edge. Smaller tiles at every edge. */
 #include "det_kernels.h"
@@ -61,7 +62,7 @@ lm_det_isa lm_det_isa_best(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("fma"))
-        return LM_DET_AVX512; /* its packed path (many rows) runs the AVX2 tiles */
+        return LM_DET_AVX512; /* many rows and one row of A run the AVX2 code */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return LM_DET_AVX2;
 #endif
@@ -767,11 +768,12 @@ void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float al
                     size_t ldb, float *c /* [m][ldc] */, size_t ldc)
 {
 #if DET_X86
-    if (isa == LM_DET_AVX512 && m < DET_PACK_MIN_M) {
+    if (isa == LM_DET_AVX512 && m > 1 && m < DET_PACK_MIN_M) {
         nt_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
         return;
     }
-    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) { /* many rows: the packed AVX2 tiles */
+    /* many rows: the packed AVX2 tiles; one row: the streaming AVX2 GEMV (nt_avx2) */
+    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) {
         float *bp, *sv;
         const uint32_t nc = pack_block(m, n, k, &bp, &sv);
         if (nc > 0) {
