@@ -3,7 +3,8 @@
  *
  * Threading: a product is split into parts of output columns (gemm_nt: rows of B, the
  * weights, so each thread streams its own rows of the matrix; gemm_nn: columns of B, so each
- * thread packs only its own), which the pool's threads claim one after another, or, when
+ * thread packs only its own), which the pool's threads claim one after another (with many
+ * rows of A, parts that shrink toward the end of the job: guided_claim), or, when
  * there are too few columns, into contiguous ranges of output rows; never along the
  * reduction, and each output element is computed by the same kernel code whichever thread
  * and tile it falls in. Results are therefore bitwise independent of the
@@ -36,9 +37,31 @@ typedef struct det_job {
     const float *a, *b;
     size_t lda, ldb, ldc;
     float *c;
-    uint32_t part;     /* output columns per claimed part */
+    uint32_t part;     /* output columns per claimed part (guide 0) */
+    uint32_t guide;    /* > 0: guided parts (guided_claim) instead */
     atomic_uint next;  /* the first output column no thread has claimed */
 } det_job;
+
+/* Many rows of A (prefill): parts shrink as the job runs out, so that the thread that finishes
+ * first waits at most for a small last part instead of a fixed one. A thread claims the next
+ * ceil(left / guide) columns (guide = 2 x threads) of the `left` unclaimed ones, rounded up to
+ * a multiple of 24 (whole tiles), never past `bound` (the end of the claimed column's
+ * product). Claims [*c0, *c1) from *next over columns [.., end); false when none is left. */
+static bool guided_claim(atomic_uint *next, uint32_t end, uint32_t guide,
+                         uint32_t (*bound)(const void *, uint32_t), const void *arg,
+                         uint32_t *c0, uint32_t *c1)
+{
+    uint32_t s = atomic_load(next);
+    do {
+        if (s >= end)
+            return false;
+        const uint32_t left = end - s, b = bound != NULL ? bound(arg, s) : end;
+        const uint32_t part = ((left + guide - 1) / guide + 23) / 24 * 24;
+        *c1 = b - s < part ? b : s + part;
+    } while (!atomic_compare_exchange_weak(next, &s, *c1));
+    *c0 = s;
+    return true;
+}
 
 /* Output columns [c0, c1) of gemm_nt (rows of B) or gemm_nn (columns of B). */
 static void job_cols(const det_job *j, bool nn, uint32_t c0, uint32_t c1)
@@ -51,16 +74,23 @@ static void job_cols(const det_job *j, bool nn, uint32_t c0, uint32_t c1)
                        j->b + (size_t)c0 * j->ldb, j->ldb, j->c + c0, j->ldc);
 }
 
-/* Each pool thread claims parts of j->part output columns from j->next until none is left,
- * so a thread that the OS runs less (a loaded machine) takes fewer parts instead of holding
- * up the others; which thread computes a column changes none of its bits. */
+/* Each pool thread claims parts of j->part output columns (or guided parts) from j->next
+ * until none is left, so a thread that the OS runs less (a loaded machine) takes fewer parts
+ * instead of holding up the others; which thread computes a column changes none of its bits. */
 static void claim_cols(det_job *j, bool nn)
 {
     for (;;) {
-        const uint32_t c0 = atomic_fetch_add(&j->next, j->part);
-        if (c0 >= j->n)
-            return;
-        job_cols(j, nn, c0, j->n - c0 < j->part ? j->n : c0 + j->part);
+        uint32_t c0, c1;
+        if (j->guide > 0) {
+            if (!guided_claim(&j->next, j->n, j->guide, NULL, NULL, &c0, &c1))
+                return;
+        } else {
+            c0 = atomic_fetch_add(&j->next, j->part);
+            if (c0 >= j->n)
+                return;
+            c1 = j->n - c0 < j->part ? j->n : c0 + j->part;
+        }
+        job_cols(j, nn, c0, c1);
     }
 }
 
@@ -104,8 +134,18 @@ static bool split_by_cols(const lm_backend *be, uint32_t m, uint32_t n)
     return n >= 16 * (uint32_t)be->n_threads || n >= m;
 }
 
+/* The guide of guided_claim for a product with m rows of A: 0 (fixed parts) below
+ * DET_GUIDED_M rows. */
+#define DET_GUIDED_M 8u /* rows of A from which column parts are guided (guided_claim) */
+
+static uint32_t guide_for(const lm_backend *be, uint32_t m)
+{
+    return m >= DET_GUIDED_M ? 2u * (uint32_t)be->n_threads : 0u;
+}
+
 /* Columns per claimed part: about 4 parts per thread, a multiple of 24 (whole tiles of 3 and
  * 8 rows of B), at least 48 when A has many rows (each part reads all of A once more). */
+
 static uint32_t part_cols(const lm_backend *be, uint32_t m, uint32_t n)
 {
     const uint32_t parts = 4u * (uint32_t)be->n_threads;
@@ -120,6 +160,7 @@ static void det_split(lm_backend *be, det_job *j, lm_pool_fn cols, lm_pool_fn ro
     lm_pool *p = pool_for(be, (double)j->m * j->n * j->k);
     if (split_by_cols(be, j->m, j->n)) {
         j->part = part_cols(be, j->m, j->n);
+        j->guide = guide_for(be, j->m);
         atomic_init(&j->next, 0);
         lm_pool_for(p, (uint32_t)be->n_threads, 1, cols, j);
     } else {
@@ -132,7 +173,7 @@ static void det_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, floa
                         const float *b /* [n][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    det_job j = {((det_backend *)be)->isa, m, n, k, alpha, a, b, lda, ldb, ldc, c, 0, 0};
+    det_job j = {((det_backend *)be)->isa, m, n, k, alpha, a, b, lda, ldb, ldc, c, 0, 0, 0};
     det_split(be, &j, nt_cols, nt_rows);
 }
 
@@ -141,7 +182,7 @@ static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                         const float *b /* [k][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    det_job j = {((det_backend *)be)->isa, m, n, k, 1.0f, a, b, lda, ldb, ldc, c, 0, 0};
+    det_job j = {((det_backend *)be)->isa, m, n, k, 1.0f, a, b, lda, ldb, ldc, c, 0, 0, 0};
     det_split(be, &j, nn_cols, nn_rows);
 }
 
@@ -158,25 +199,51 @@ typedef struct det_batch {
     size_t lda;
     const lm_nt_part *p;
     uint32_t count;
-    uint32_t first[LM_NT_BATCH_MAX + 1]; /* product i's parts are [first[i], first[i + 1]) */
-    uint32_t part[LM_NT_BATCH_MAX];      /* output columns per part of product i */
-    atomic_uint next;                    /* the first part no thread has claimed */
+    /* product i's parts are [first[i], first[i + 1]); guided (guide > 0): its columns, counted
+     * over the products one after the other */
+    uint32_t first[LM_NT_BATCH_MAX + 1];
+    uint32_t part[LM_NT_BATCH_MAX];      /* output columns per part of product i (guide 0) */
+    uint32_t guide;                      /* > 0: guided parts (guided_claim) */
+    atomic_uint next;                    /* the first part (guided: column) not claimed */
 } det_batch;
+
+/* The product holding part (guided: column) g of the batch. */
+static uint32_t batch_product(const det_batch *j, uint32_t g)
+{
+    uint32_t i = 0;
+    while (g >= j->first[i + 1])
+        ++i;
+    return i;
+}
+
+/* Guided parts stop at the end of their product. */
+static uint32_t batch_bound(const void *arg, uint32_t g)
+{
+    const det_batch *j = arg;
+    return j->first[batch_product(j, g) + 1];
+}
 
 static void batch_parts(void *arg, uint32_t begin, uint32_t end)
 {
     (void)begin, (void)end;
     det_batch *j = arg;
     for (;;) {
-        const uint32_t g = atomic_fetch_add(&j->next, 1);
-        if (g >= j->first[j->count])
-            return;
-        uint32_t i = 0;
-        while (g >= j->first[i + 1])
-            ++i;
+        uint32_t i, c0, c1;
+        if (j->guide > 0) {
+            uint32_t g0, g1;
+            if (!guided_claim(&j->next, j->first[j->count], j->guide, batch_bound, j, &g0, &g1))
+                return;
+            i = batch_product(j, g0);
+            c0 = g0 - j->first[i], c1 = g1 - j->first[i];
+        } else {
+            const uint32_t g = atomic_fetch_add(&j->next, 1);
+            if (g >= j->first[j->count])
+                return;
+            i = batch_product(j, g);
+            c0 = (g - j->first[i]) * j->part[i];
+            c1 = j->p[i].n - c0 < j->part[i] ? j->p[i].n : c0 + j->part[i];
+        }
         const lm_nt_part *p = &j->p[i];
-        const uint32_t c0 = (g - j->first[i]) * j->part[i];
-        const uint32_t c1 = p->n - c0 < j->part[i] ? p->n : c0 + j->part[i];
         lm_det_gemm_nt(j->isa, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda,
                        p->b + (size_t)c0 * p->ldb, p->ldb, p->c + c0, p->ldc);
     }
@@ -199,9 +266,10 @@ static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alph
             det_gemm_nt(be, m, p[i].n, k, alpha, a, lda, p[i].b, p[i].ldb, p[i].c, p[i].ldc);
         return;
     }
+    j.guide = guide_for(be, m);
     for (uint32_t i = 0; i < count; ++i) {
         j.part[i] = part_cols(be, m, p[i].n);
-        j.first[i + 1] = j.first[i] + (p[i].n + j.part[i] - 1) / j.part[i];
+        j.first[i + 1] = j.first[i] + (j.guide > 0 ? p[i].n : (p[i].n + j.part[i] - 1) / j.part[i]);
     }
     atomic_init(&j.next, 0);
     lm_pool_for(pool_for(be, macs), (uint32_t)be->n_threads, 1, batch_parts, &j);
