@@ -143,15 +143,13 @@ static uint32_t guide_for(const lm_backend *be, uint32_t m)
     return m >= DET_GUIDED_M ? 2u * (uint32_t)be->n_threads : 0u;
 }
 
-/* Columns per claimed part: about 4 parts per thread, a multiple of 24 (whole tiles of 3 and
- * 8 rows of B), at least 48 when A has many rows (each part reads all of A once more). */
-
-static uint32_t part_cols(const lm_backend *be, uint32_t m, uint32_t n)
+/* Columns per claimed part of a product with few rows of A (fewer than DET_GUIDED_M): about
+ * 4 parts per thread, a multiple of 24 (whole tiles of 3 and 8 rows of B). */
+static uint32_t part_cols(const lm_backend *be, uint32_t n)
 {
     const uint32_t parts = 4u * (uint32_t)be->n_threads;
-    uint32_t part = (n + parts - 1) / parts;
-    part = (part + 23) / 24 * 24;
-    return m >= 8 && part < 48 ? 48 : part;
+    const uint32_t part = (n + parts - 1) / parts;
+    return (part + 23) / 24 * 24;
 }
 
 /* Split by output columns (claimed in parts) when there are enough of them, else by rows. */
@@ -159,7 +157,7 @@ static void det_split(lm_backend *be, det_job *j, lm_pool_fn cols, lm_pool_fn ro
 {
     lm_pool *p = pool_for(be, (double)j->m * j->n * j->k);
     if (split_by_cols(be, j->m, j->n)) {
-        j->part = part_cols(be, j->m, j->n);
+        j->part = part_cols(be, j->n);
         j->guide = guide_for(be, j->m);
         atomic_init(&j->next, 0);
         lm_pool_for(p, (uint32_t)be->n_threads, 1, cols, j);
@@ -268,7 +266,7 @@ static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alph
     }
     j.guide = guide_for(be, m);
     for (uint32_t i = 0; i < count; ++i) {
-        j.part[i] = part_cols(be, m, p[i].n);
+        j.part[i] = part_cols(be, p[i].n);
         j.first[i + 1] = j.first[i] + (j.guide > 0 ? p[i].n : (p[i].n + j.part[i] - 1) / j.part[i]);
     }
     atomic_init(&j.next, 0);
