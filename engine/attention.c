@@ -225,8 +225,11 @@ static void task_part(void *arg, uint32_t begin, uint32_t end)
     }
 }
 
-/* Multiply-adds below which the tasks stay on the calling thread (a short decode step). */
-#define ATTN_MIN_POOL_MACS 1048576.0
+/* Multiply-adds (Q . K and P . V) below which the tasks stay on the calling thread: a decode
+ * step over a few dozen positions, shorter than a pool round trip. From there on even one
+ * query's heads are split over the pool, so that the pool's threads do not idle (and sleep)
+ * through a step's attention between its projections. */
+#define ATTN_MIN_POOL_MACS 65536.0
 
 static void dense_tasks(lm_backend *be, const lm_attn_args *a, const softmax_job *sm)
 {

@@ -297,6 +297,86 @@ static void test_det_batch_equals_alone(void)
         lm_backend_destroy(be[t]);
 }
 
+/* One row of A (decode), whose columns the threads claim in shrinking parts: gemm_nt, gemm_nn
+ * and batches at 2..4 threads give the bits of one thread, every column written once (outputs
+ * start as NaN) and nothing past column n (a sentinel), on shapes with n around the smallest
+ * part (24) and its multiples, n in the thousands (many claims), and batches whose parts end at
+ * a product's edge; every shape has enough multiply-adds to run on the pool. */
+static void test_det_decode_split(void)
+{
+    uint64_t st = tu_seed() ^ 0xdec0;
+    lm_backend *be[5] = {NULL};
+    for (int t = 1; t <= 4; ++t)
+        be[t] = det_new(t);
+    static const uint32_t shapes[][2] = {{25, 2700}, {47, 1543}, {48, 1400}, {97, 700},
+                                         {577, 576}, {1536, 61}, {4999, 17}, {12289, 9}};
+    static const uint32_t batches[][4] = {{576, 192, 192, 0}, {5, 300, 2001, 24}, {1, 49, 23, 1000}};
+    const size_t n_shapes = sizeof shapes / sizeof shapes[0];
+    for (size_t t_ = 0; t_ < n_shapes + 3; ++t_) {
+        const bool batch = t_ >= n_shapes;
+        uint32_t count = 1, n[LM_NT_BATCH_MAX], k;
+        if (batch) {
+            k = 577;
+            count = batches[t_ - n_shapes][3] == 0 ? 3 : 4;
+            for (uint32_t i = 0; i < count; ++i)
+                n[i] = batches[t_ - n_shapes][i];
+        } else {
+            n[0] = shapes[t_][0], k = shapes[t_][1];
+        }
+        const size_t lda = k + 3;
+        float *a = rand_mat(1, lda, &st), *b[LM_NT_BATCH_MAX], *want[LM_NT_BATCH_MAX];
+        float *got[LM_NT_BATCH_MAX], *bn = NULL, *wantn = NULL, *gotn = NULL;
+        lm_nt_part p[LM_NT_BATCH_MAX];
+        for (uint32_t i = 0; i < count; ++i) {
+            const size_t ldb = k + 1 + 2 * (tu_rand_u64(&st) % 4);
+            b[i] = rand_mat(n[i], ldb, &st);
+            want[i] = malloc((n[i] + 8) * sizeof(float));
+            got[i] = malloc((n[i] + 8) * sizeof(float));
+            CU_ASSERT_FATAL(want[i] != NULL && got[i] != NULL);
+            for (uint32_t e = 0; e < n[i] + 8; ++e)
+                want[i][e] = e < n[i] ? NAN : -7.0f;
+            lm_det_gemm_nt(lm_det_isa_best(), 1, n[i], k, 0.5f, a, lda, b[i], ldb, want[i], 1);
+            p[i] = (lm_nt_part){n[i], b[i], ldb, got[i], 1};
+        }
+        if (!batch) { /* gemm_nn: B [k][n + 5], columns as outputs */
+            bn = rand_mat(k, n[0] + 5, &st);
+            wantn = malloc((n[0] + 8) * sizeof(float));
+            gotn = malloc((n[0] + 8) * sizeof(float));
+            CU_ASSERT_FATAL(bn != NULL && wantn != NULL && gotn != NULL);
+            for (uint32_t e = 0; e < n[0] + 8; ++e)
+                wantn[e] = e < n[0] ? NAN : -7.0f;
+            lm_det_gemm_nn(lm_det_isa_best(), 1, n[0], k, a, lda, bn, n[0] + 5, wantn, 1);
+        }
+        int bad = 0;
+        for (int t = 2; t <= 4; ++t) {
+            for (uint32_t i = 0; i < count; ++i)
+                for (uint32_t e = 0; e < n[i] + 8; ++e)
+                    got[i][e] = e < n[i] ? NAN : -7.0f;
+            if (batch)
+                lm_gemm_nt_batch(be[t], 1, k, 0.5f, a, lda, p, count);
+            else
+                be[t]->vt->gemm_nt(be[t], 1, n[0], k, 0.5f, a, lda, b[0], p[0].ldb, got[0], 1);
+            for (uint32_t i = 0; i < count; ++i)
+                bad += memcmp(want[i], got[i], (n[i] + 8) * sizeof(float)) != 0;
+            if (!batch) {
+                for (uint32_t e = 0; e < n[0] + 8; ++e)
+                    gotn[e] = e < n[0] ? NAN : -7.0f;
+                be[t]->vt->gemm_nn(be[t], 1, n[0], k, a, lda, bn, n[0] + 5, gotn, 1);
+                bad += memcmp(wantn, gotn, (n[0] + 8) * sizeof(float)) != 0;
+            }
+        }
+        if (bad)
+            fprintf(stderr, "\n  det one row, n=%u (%u products) k=%u: %d results differ", n[0],
+                    count, k, bad);
+        CU_ASSERT_EQUAL(bad, 0);
+        for (uint32_t i = 0; i < count; ++i)
+            free(b[i]), free(want[i]), free(got[i]);
+        free(a), free(bn), free(wantn), free(gotn);
+    }
+    for (int t = 1; t <= 4; ++t)
+        lm_backend_destroy(be[t]);
+}
+
 /* Dense attention on det: the (head, block) task path (attention.c's dense_tasks, its score
  * pieces computed only up to the keys their rows see) gives the bits of the head-by-head path
  * (the same backend without calling-thread products), causal and bidirectional, with and
@@ -528,6 +608,7 @@ void test_det_register(void)
     CU_add_test(s, "test_det_kernels_equal_order_model", test_det_kernels_equal_order_model);
     CU_add_test(s, "test_det_split_property", test_det_split_property);
     CU_add_test(s, "test_det_batch_equals_alone", test_det_batch_equals_alone);
+    CU_add_test(s, "test_det_decode_split", test_det_decode_split);
     CU_add_test(s, "test_det_attention_tasks_equal_heads", test_det_attention_tasks_equal_heads);
     CU_add_test(s, "test_det_isa_env", test_det_isa_env);
     CU_add_test(s, "test_det_step_thread_invariant_presets", test_det_step_thread_invariant_presets);
