@@ -4,7 +4,8 @@
  * Threading: a product is split into parts of output columns (gemm_nt: rows of B, the
  * weights, so each thread streams its own rows of the matrix; gemm_nn: columns of B, so each
  * thread packs only its own), which the pool's threads claim one after another (one row of
- * A: parts that shrink as the columns run out; more rows: parts of one size), or, when
+ * A, or at least DET_SHRINK_M rows: parts that shrink as the columns run out; 2 to
+ * DET_SHRINK_M - 1 rows: parts of one size), or, when
  * there are too few columns, into contiguous ranges of output rows; never along the
  * reduction, and each output element is computed by the same kernel code whichever thread
  * and tile it falls in. Results are therefore bitwise independent of the
@@ -47,10 +48,10 @@ typedef struct det_claims {
 #define DET_MIN_PART 24u /* columns of the smallest shrinking part (whole tiles of 3, 6 and 8) */
 
 /* Claims the next part: product *i, its columns [*c0, *c1); false when none is left. A
- * product with part[i] = 0 (one row of A: decode, bound by reading B) gets parts of the
- * columns left (of the whole batch) / shrink, rounded up to DET_MIN_PART: long streams
- * first, then smaller and smaller parts, so that the threads finish within about one small
- * part of each other. */
+ * product with part[i] = 0 (one row of A: decode, bound by reading B; or many rows: prefill,
+ * parts of many multiply-adds each) gets parts of the columns left (of the whole batch) /
+ * shrink, rounded up to DET_MIN_PART: long streams first, then smaller and smaller parts, so
+ * that the threads finish within about one small part of each other. */
 static bool claim_part(det_claims *cl, uint32_t *i, uint32_t *c0, uint32_t *c1)
 {
     const uint32_t end = cl->first[cl->count];
@@ -89,17 +90,18 @@ static bool split_by_cols(const lm_backend *be, uint32_t m, uint32_t n)
     return n >= 16 * (uint32_t)be->n_threads || n >= m;
 }
 
-/* Columns per claimed part: 0 (shrinking parts) for one row of A; else about 4 parts per
- * thread, a multiple of 24 (whole tiles of 3 and 8 rows of B), at least 48 when A has many
- * rows (each part reads all of A once more). */
+#define DET_SHRINK_M 8u /* rows of A from which a product's parts shrink again */
+
+/* Columns per claimed part: 0 (shrinking parts) for one row of A and for DET_SHRINK_M rows
+ * or more; else about 4 parts per thread, a multiple of 24 (whole tiles of 3 and 8 rows of
+ * B). */
 static uint32_t part_cols(const lm_backend *be, uint32_t m, uint32_t n)
 {
-    if (m == 1)
+    if (m == 1 || m >= DET_SHRINK_M)
         return 0;
     const uint32_t parts = 4u * (uint32_t)be->n_threads;
-    uint32_t part = (n + parts - 1) / parts;
-    part = (part + 23) / 24 * 24;
-    return m >= 8 && part < 48 ? 48 : part;
+    const uint32_t part = (n + parts - 1) / parts;
+    return (part + 23) / 24 * 24;
 }
 
 /* claim_part's parts of count products, product i with n[i] output columns. */
