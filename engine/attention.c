@@ -9,8 +9,9 @@
  *   O_h[i0:i1] = P[i0:i1][0:n_kb] . V_g       backend gemm_nn, [i1 - i0][head_dim]
  * The score matrix S [n][pos0 + n] of the whole chunk is materialised (dense) one head at a
  * time, or, on a backend with calling-thread products, one block per thread at a time (the
- * task path, dense_tasks); blocks only skip the products above the diagonal. With the naive
- * backend every element of S and O is a left-to-right dot product (O sums over the block's
+ * task path, dense_tasks); blocks skip the products above the diagonal, and the task path
+ * also the scores past the last key a piece of a block's rows reads. With the naive backend
+ * every element of S and O is a left-to-right dot product (O sums over the block's
  * n_kb keys, the masked ones adding exact zeros), so a query's result does not depend on how
  * many other queries share its chunk or its block. */
 
@@ -104,7 +105,18 @@ typedef struct softmax_job {
     bool bidir;     /* no mask inside the chunk */
 } softmax_job;
 
-/* Rows [begin, end): row i is valid up to key pos0 + i, and its block ends at key n_kb. */
+/* The keys row i of the chunk reads, out of its block's n_kb: [0, pos0 + i + 1), one more
+ * under the test defect LM_DEFECT_MASK_NEXT_TOKEN while inside the block; every key of the
+ * chunk when it is bidirectional. Scores past these are never read. */
+static uint32_t row_keys(const softmax_job *j, uint32_t i, uint32_t n_kb)
+{
+    if (j->bidir)
+        return j->pos0 + j->n;
+    const uint32_t n_valid = j->pos0 + i + 1;
+    return j->mask_next && n_valid < n_kb ? n_valid + 1 : n_valid;
+}
+
+/* Rows [begin, end): row i reads row_keys of its block's n_kb keys. */
 static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
 {
     const softmax_job *j = arg;
@@ -115,12 +127,8 @@ static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
         for (uint32_t r = 0; r < g; ++r) {
             const uint32_t i = i0 + r;
             const uint32_t i1 = (i / LM_ATTN_Q_BLOCK + 1) * LM_ATTN_Q_BLOCK;
-            n_kb[r] = j->pos0 + (i1 < j->n ? i1 : j->n);
-            n_valid[r] = j->bidir ? j->pos0 + j->n : j->pos0 + i + 1;
-            if (j->bidir)
-                n_kb[r] = n_valid[r];
-            if (j->mask_next && n_valid[r] < n_kb[r])
-                n_valid[r] += 1; /* test defect: the mask admits the next key of the chunk */
+            n_kb[r] = j->bidir ? j->pos0 + j->n : j->pos0 + (i1 < j->n ? i1 : j->n);
+            n_valid[r] = row_keys(j, i, n_kb[r]);
             rows[r] = j->scores + (size_t)(i - j->row0) * j->ld;
         }
         softmax_group(rows, n_valid, n_kb, g, j->no_max);
@@ -148,10 +156,14 @@ static void q_block(const lm_attn_args *a, uint32_t i0, uint32_t *i1, uint32_t *
  * pool's threads claim tasks one after another, the blocks with most keys first; every task
  * computes exactly what the head-by-head path computes for its rows (the same products with
  * the same bits, the same softmax_group), so the split changes nothing. S is computed in
- * pieces of ATTN_QK_ROWS query rows, each only up to the last key its rows see (one more
- * under the test defect LM_DEFECT_MASK_NEXT_TOKEN): each score is its own product, and the
- * scores of masked keys are never read (softmax_rows writes their +0 probabilities), so
- * this skips work without changing a bit; P . V still sums over the block's n_kb keys. */
+ * pieces of ATTN_QK_ROWS query rows, each only up to the last key its rows read (row_keys):
+ * each score is its own product, and the scores past row_keys are never read
+ * (softmax_rows writes their +0 probabilities), so this skips work without changing a bit;
+ * P . V still sums over the block's n_kb keys. A piece is split off only while it reads at
+ * most 3/4 of the block's keys: each piece packs its keys again (about one float copied per
+ * ATTN_QK_ROWS multiply-adds), which costs more than the masked products it skips once the
+ * block starts far from the first key (a late chunk); from there the block's remaining rows
+ * are one product. */
 #define ATTN_QK_ROWS 32u
 static bool has_local(const lm_backend *be)
 {
@@ -191,10 +203,11 @@ static void run_task(attn_tasks *t, uint32_t task, float *s /* [LM_ATTN_Q_BLOCK]
     const uint32_t i0 = b * LM_ATTN_Q_BLOCK;
     uint32_t i1, n_kb;
     q_block(a, i0, &i1, &n_kb);
-    for (uint32_t r0 = i0; r0 < i1; r0 += ATTN_QK_ROWS) { /* S: the keys each piece sees */
-        const uint32_t r1 = i1 - r0 < ATTN_QK_ROWS ? i1 : r0 + ATTN_QK_ROWS;
-        const uint32_t seen = a->pos0 + r1 + (t->sm.mask_next ? 1u : 0u);
-        const uint32_t nk = a->bidir || seen > n_kb ? n_kb : seen;
+    for (uint32_t r0 = i0, r1; r0 < i1; r0 = r1) { /* S: the keys each piece sees */
+        r1 = i1 - r0 <= ATTN_QK_ROWS ? i1 : r0 + ATTN_QK_ROWS;
+        uint32_t nk = row_keys(&t->sm, r1 - 1, n_kb);
+        if (4u * (uint64_t)nk > 3u * (uint64_t)n_kb) /* the rest of the block in one piece */
+            r1 = i1, nk = n_kb;
         be->vt->gemm_nt_local(be, r1 - r0, nk, hd, a->scale,
                               a->q + (size_t)h * hd + r0 * q_stride, q_stride,
                               a->k + (size_t)g * hd, kv_stride, s + (size_t)(r0 - i0) * n_kv,

@@ -37,7 +37,8 @@ typedef struct lm_attn_args {
 size_t lm_attention_dense_scratch(const lm_backend *be, uint32_t n, uint32_t n_kv);
 
 /* Dense attention: materialises one head's [n][pos0 + n] score matrix at a time, or, on a
- * backend with calling-thread products, one query block's rows per pool thread. */
+ * backend with calling-thread products, one query block's rows per pool thread (near the
+ * diagonal, each piece of rows only up to the last key it reads). */
 void lm_attention_dense(lm_backend *be, const lm_attn_args *a);
 
 #endif

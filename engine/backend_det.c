@@ -50,8 +50,8 @@ typedef struct det_claims {
 /* Claims the next part: product *i, its columns [*c0, *c1); false when none is left. A
  * product with part[i] = 0 (one row of A: decode, bound by reading B; or many rows: prefill,
  * parts of many multiply-adds each) gets parts of the columns left (of the whole batch) /
- * shrink, rounded up to DET_MIN_PART: long streams first, then smaller and smaller parts, so
- * that the threads finish within about one small part of each other. */
+ * shrink, rounded up to a multiple of DET_MIN_PART: long streams first, then smaller and
+ * smaller parts, so that the threads finish within about one small part of each other. */
 static bool claim_part(det_claims *cl, uint32_t *i, uint32_t *c0, uint32_t *c1)
 {
     const uint32_t end = cl->first[cl->count];
@@ -90,7 +90,7 @@ static bool split_by_cols(const lm_backend *be, uint32_t m, uint32_t n)
     return n >= 16 * (uint32_t)be->n_threads || n >= m;
 }
 
-#define DET_SHRINK_M 8u /* rows of A from which a product's parts shrink again */
+#define DET_SHRINK_M 8u /* rows of A from which a product's parts shrink (as for one row) */
 
 /* Columns per claimed part: 0 (shrinking parts) for one row of A and for DET_SHRINK_M rows
  * or more; else about 4 parts per thread, a multiple of 24 (whole tiles of 3 and 8 rows of

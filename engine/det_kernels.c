@@ -38,6 +38,8 @@
 #define DET_PACK_MIN_M 8u /* rows of A from which B is packed */
 #define DET_PACK_FLOATS (48u * 1024u) /* floats of packed B per block (192 KiB: L2) */
 #define DET_STREAMS 6u /* sequential streams over B's rows in a one-row product */
+#define DET_NR 3u /* rows of B per packed panel: the packed tiles are 4 x DET_NR */
+#define DET_SV_PANEL (4u * DET_NR * 8u) /* saved lanes per panel: 4 x DET_NR outputs x 8 */
 
 const char *lm_det_isa_name(lm_det_isa isa)
 {
@@ -62,7 +64,7 @@ lm_det_isa lm_det_isa_best(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("fma"))
-        return LM_DET_AVX512; /* many rows and one row of A run the AVX2 code */
+        return LM_DET_AVX512; /* gemm_nt's one row and every many-row product run AVX2 code */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return LM_DET_AVX2;
 #endif
@@ -117,8 +119,8 @@ static void nn_scalar(uint32_t m, uint32_t n, uint32_t k, const float *a, size_t
 
 /* ---- packed B (prefill): values copied into the order the tiles read them ---- */
 
-/* Packed operand: `rows` rows of a [rows][k] matrix in panels of `nrp` rows (the last panel
- * has rows % nrp rows when that is not 0). A panel of nr rows stores, for each 8-element block
+/* Packed operand: `rows` rows of a [rows][k] matrix in panels of DET_NR rows (the last panel
+ * has rows % DET_NR rows when that is not 0). A panel of nr rows stores, for each 8-element block
  * of the reduction in order, its rows' 8 floats one after the other: [ceil(k / 8)][nr][8];
  * elements past k are +0. Packing copies values and computes nothing, so a tile that reads a
  * packed panel runs exactly the order it runs on the unpacked rows. */
@@ -128,12 +130,11 @@ static size_t packed_panel_floats(uint32_t nr, uint32_t k)
 }
 
 /* Rows of gemm_nt's B: b[j][l] at b + j * ldb + l. */
-static void pack_rows(uint32_t rows, uint32_t k, uint32_t nrp, const float *b, size_t ldb,
-                      float *bp)
+static void pack_rows(uint32_t rows, uint32_t k, const float *b, size_t ldb, float *bp)
 {
     const uint32_t kf = k & ~7u; /* elements in whole blocks */
-    for (uint32_t j0 = 0; j0 < rows; j0 += nrp) {
-        const uint32_t nr = rows - j0 < nrp ? rows - j0 : nrp;
+    for (uint32_t j0 = 0; j0 < rows; j0 += DET_NR) {
+        const uint32_t nr = rows - j0 < DET_NR ? rows - j0 : DET_NR;
         for (uint32_t q = 0; q < nr; ++q) {
             const float *src = b + (size_t)(j0 + q) * ldb;
             float *dst = bp + (size_t)q * 8u;
@@ -205,15 +206,15 @@ T2 INL __m256 load8_avx2(const float *x, uint32_t live)
     return _mm256_maskload_ps(x, mk);
 }
 
-/* Columns of gemm_nn's B (its rows as the reduction) in panels of 3 columns, the layout of
+/* Columns of gemm_nn's B (its rows as the reduction) in panels of DET_NR columns, the layout of
  * pack_rows: element (j, l) is b[l][j] at b + l * ldb + j. Each 8 x 8 piece (8 rows of the
  * reduction, 8 columns) is read as 8 row vectors (masked at the column edge, +0 past k) and
  * transposed in registers; column j's vector goes to its panel's slot. */
 T2 static void pack_cols(uint32_t cols, uint32_t k, const float *b, size_t ldb, float *bp)
 {
     const uint32_t nb = (k + 7u) / 8u;
-    const size_t pf = packed_panel_floats(3, k);
-    const uint32_t last_nr = cols % 3u ? cols % 3u : 3u, full = (cols - 1u) / 3u;
+    const size_t pf = packed_panel_floats(DET_NR, k);
+    const uint32_t last_nr = cols % DET_NR ? cols % DET_NR : DET_NR, full = (cols - 1u) / DET_NR;
     for (uint32_t j0 = 0; j0 < cols; j0 += 8u) {
         const uint32_t live = cols - j0 < 8u ? cols - j0 : 8u;
         for (uint32_t blk = 0; blk < nb; ++blk) {
@@ -241,8 +242,8 @@ T2 static void pack_cols(uint32_t cols, uint32_t k, const float *b, size_t ldb, 
                 _mm256_permute2f128_ps(v2, v6, 0x31), _mm256_permute2f128_ps(v3, v7, 0x31),
             };
             for (uint32_t c = 0; c < live; ++c) {
-                const uint32_t j = j0 + c, pn = j / 3u, nr = pn < full ? 3u : last_nr;
-                _mm256_store_ps(bp + pn * pf + ((size_t)blk * nr + j % 3u) * 8u, t[c]);
+                const uint32_t j = j0 + c, pn = j / DET_NR, nr = pn < full ? DET_NR : last_nr;
+                _mm256_store_ps(bp + pn * pf + ((size_t)blk * nr + j % DET_NR) * 8u, t[c]);
             }
         }
     }
@@ -368,7 +369,7 @@ T2 static void nt_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const fl
     }
 }
 
-/* MR rows of A x a packed panel of NR rows of B (pack_rows, pack_cols: panels of 3), over the
+/* MR rows of A x a packed panel of NR <= DET_NR rows of B (pack_rows, pack_cols), over the
  * reduction elements [l0, l1) (l0 a multiple of 8; l1 = k or a multiple of 8): the same
  * MR * NR accumulators and fma sequence as nt_tile_avx2, B read as one contiguous stream from
  * block l0 / 8 at bp. The accumulators start at +0 when l0 = 0, else from their lanes saved
@@ -449,16 +450,17 @@ T2 INL void nt_ptile_avx2(const int MR, const int NR, uint32_t l0, uint32_t l1, 
 
 /* MR rows of A against every panel of a packed block of `rows` rows of B (bp at the block's
  * first panel), over [l0, l1) (block b0 = l0 / 8 onwards), lanes saved per panel in sv: the
- * tiles nt_ptile_avx2 runs one after the other in one call, 3 rows of B each, the last panel
- * with rows % 3 when that is not 0. */
+ * tiles nt_ptile_avx2 runs one after the other in one call, DET_NR rows of B each, the last
+ * panel with rows % DET_NR when that is not 0. */
 T2 INL void nt_prow_avx2(const int MR, uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k,
                          float alpha, const float *a, size_t lda, const float *bp, float *sv,
                          float *c, size_t ldc)
 {
-    const size_t pf = packed_panel_floats(3, k), b0 = l0 / 8u;
+    const size_t pf = packed_panel_floats(DET_NR, k), b0 = l0 / 8u;
     uint32_t j = 0;
-    for (; j + 3 <= rows; j += 3, bp += pf, sv += 4 * 3 * 8)
-        nt_ptile_avx2(MR, 3, l0, l1, k, alpha, a, lda, bp + b0 * 3 * 8, sv, c + j, ldc);
+    for (; j + DET_NR <= rows; j += DET_NR, bp += pf, sv += DET_SV_PANEL)
+        nt_ptile_avx2(MR, (int)DET_NR, l0, l1, k, alpha, a, lda, bp + b0 * DET_NR * 8, sv, c + j,
+                      ldc);
     if (rows - j == 2)
         nt_ptile_avx2(MR, 2, l0, l1, k, alpha, a, lda, bp + b0 * 2 * 8, sv, c + j, ldc);
     else if (rows - j == 1)
@@ -494,7 +496,7 @@ T2 static void packed_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, cons
         if (cols_of_b)
             pack_cols(rows, k, b + jc, ldb, bp);
         else
-            pack_rows(rows, k, 3, b + (size_t)jc * ldb, ldb, bp);
+            pack_rows(rows, k, b + (size_t)jc * ldb, ldb, bp);
         for (uint32_t i = 0; i < m; i += 4) {
             const uint32_t mr = m - i < 4 ? m - i : 4;
             for (uint32_t b0 = 0; b0 < nb; b0 += cb) {
@@ -742,7 +744,7 @@ static float *thread_pack_buf(size_t floats)
 
 /* The packed path's block: rows of B per packed block (a multiple of the panel, about
  * DET_PACK_FLOATS floats, at most n), with *bp this thread's pack buffer followed by *sv,
- * room for the saved lanes of one row of tiles (4 x 3 outputs x 8 lanes per panel); 0 (and
+ * room for the saved lanes of one row of tiles (DET_SV_PANEL floats per panel); 0 (and
  * *bp NULL) when the product has too few rows of A to repay packing, or no memory: the
  * unpacked tiles then compute the same bits. */
 static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float **sv)
@@ -752,11 +754,11 @@ static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float
         return 0;
     const size_t per_row = packed_panel_floats(1, k);
     uint32_t nc = (uint32_t)(DET_PACK_FLOATS / per_row);
-    nc = nc < 3 ? 3 : nc - nc % 3;
+    nc = nc < DET_NR ? DET_NR : nc - nc % DET_NR;
     if (nc > n)
         nc = n;
     const size_t bfl = ((size_t)nc * per_row + 15) & ~(size_t)15;
-    const size_t svfl = (size_t)(nc / 3 + 1) * 4 * 3 * 8;
+    const size_t svfl = (size_t)(nc / DET_NR + 1) * DET_SV_PANEL;
     if ((*bp = thread_pack_buf(bfl + svfl)) == NULL)
         return 0;
     *sv = *bp + bfl;

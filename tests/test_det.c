@@ -137,7 +137,11 @@ static void test_det_kernels_equal_order_model(void)
             k = 1 + (uint32_t)(tu_rand_u64(&st) % 1800);
         }
         const size_t lda = k + 1 + tu_rand_u64(&st) % 9, ldb = k + 1 + tu_rand_u64(&st) % 9;
-        const size_t ldbn = n + 1 + tu_rand_u64(&st) % 9, ldc = n + 1 + tu_rand_u64(&st) % 5;
+        /* odd edge cases: gemm_nn's B rows exactly n wide, so that a read past a row's last
+         * column (the packed path's column-edge masks) runs off the allocation under a
+         * sanitizer instead of into padding */
+        const size_t ldbn = t < n_edge && t % 2 ? n : n + 1 + tu_rand_u64(&st) % 9;
+        const size_t ldc = n + 1 + tu_rand_u64(&st) % 5;
         float *a = rand_mat(m, lda, &st), *b = rand_mat(n, ldb, &st), *bn = rand_mat(k, ldbn, &st);
         float *want = calloc((size_t)m * ldc, sizeof *want), *wantn = calloc((size_t)m * ldc, sizeof *wantn);
         float *got = calloc((size_t)m * ldc, sizeof *got), *gotn = calloc((size_t)m * ldc, sizeof *gotn);
