@@ -284,6 +284,13 @@ static void settle(void)
     usleep((useconds_t)(SETTLE_S * 1e6));
 }
 
+/* llama.cpp's pp512 (pp) or tg128 on the model, after settle(); <= 0 when it failed. */
+static double llama_pass(const beside *bs, bool pp)
+{
+    settle();
+    return llama_bench(bs->llama, bs->model, pp);
+}
+
 /* Every backend's pp512 and tg128, the backends alternating within each repetition with the
  * ceilings and llama.cpp between them, so that a shared machine's load hits all alike. */
 static result run_engine(const lm_model *m, const char *label, const beside *bs)
@@ -322,9 +329,7 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
                 pp[b][r] = v;
         }
         double v;
-        if (bs->llama != NULL && r >= 0)
-            settle();
-        if (bs->llama != NULL && r >= 0 && (v = llama_bench(bs->llama, bs->model, true)) > 0)
+        if (bs->llama != NULL && r >= 0 && (v = llama_pass(bs, true)) > 0)
             lpp[n_lpp++] = v;
         if (bs->cl != NULL && r >= 0) {
             fm[r] = bc_fma_pass(THREADS);
@@ -338,9 +343,7 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
             if (r >= 0)
                 tg[b][r] = v;
         }
-        if (bs->llama != NULL && r >= 0)
-            settle();
-        if (bs->llama != NULL && r >= 0 && (v = llama_bench(bs->llama, bs->model, false)) > 0)
+        if (bs->llama != NULL && r >= 0 && (v = llama_pass(bs, false)) > 0)
             ltg[n_ltg++] = v;
     }
     result res = {.gflops = 0};

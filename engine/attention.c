@@ -105,6 +105,19 @@ typedef struct softmax_job {
     bool bidir;     /* no mask inside the chunk */
 } softmax_job;
 
+/* The end row of the query block that starts at row i0 of a chunk of n queries. */
+static uint32_t block_end(uint32_t n, uint32_t i0)
+{
+    return n - i0 < LM_ATTN_Q_BLOCK ? n : i0 + LM_ATTN_Q_BLOCK;
+}
+
+/* The keys the query block starting at row i0 can see: up to its last row's position, or
+ * every key of the chunk when it is bidirectional. */
+static uint32_t block_keys(uint32_t pos0, uint32_t n, bool bidir, uint32_t i0)
+{
+    return bidir ? pos0 + n : pos0 + block_end(n, i0);
+}
+
 /* The keys row i of the chunk reads, out of its block's n_kb: [0, pos0 + i + 1), one more
  * under the test defect LM_DEFECT_MASK_NEXT_TOKEN while inside the block; every key of the
  * chunk when it is bidirectional. Scores past these are never read. */
@@ -126,8 +139,7 @@ static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
         uint32_t n_valid[SOFTMAX_GROUP], n_kb[SOFTMAX_GROUP];
         for (uint32_t r = 0; r < g; ++r) {
             const uint32_t i = i0 + r;
-            const uint32_t i1 = (i / LM_ATTN_Q_BLOCK + 1) * LM_ATTN_Q_BLOCK;
-            n_kb[r] = j->bidir ? j->pos0 + j->n : j->pos0 + (i1 < j->n ? i1 : j->n);
+            n_kb[r] = block_keys(j->pos0, j->n, j->bidir, i / LM_ATTN_Q_BLOCK * LM_ATTN_Q_BLOCK);
             n_valid[r] = row_keys(j, i, n_kb[r]);
             rows[r] = j->scores + (size_t)(i - j->row0) * j->ld;
         }
@@ -145,8 +157,8 @@ static uint32_t kv_head(const lm_attn_args *a, uint32_t h, bool gqa_interleaved)
 /* The query block starting at row i0: its end row and the keys its rows can see. */
 static void q_block(const lm_attn_args *a, uint32_t i0, uint32_t *i1, uint32_t *n_kb)
 {
-    *i1 = a->n - i0 < LM_ATTN_Q_BLOCK ? a->n : i0 + LM_ATTN_Q_BLOCK;
-    *n_kb = a->bidir ? a->pos0 + a->n : a->pos0 + *i1;
+    *i1 = block_end(a->n, i0);
+    *n_kb = block_keys(a->pos0, a->n, a->bidir, i0);
 }
 
 /* Backends with products on the calling thread (lm_backend_i.gemm_nt_local, gemm_nn_local)
@@ -160,10 +172,10 @@ static void q_block(const lm_attn_args *a, uint32_t i0, uint32_t *i1, uint32_t *
  * each score is its own product, and the scores past row_keys are never read
  * (softmax_rows writes their +0 probabilities), so this skips work without changing a bit;
  * P . V still sums over the block's n_kb keys. A piece is split off only while it reads at
- * most 3/4 of the block's keys: each piece packs its keys again (about one float copied per
- * ATTN_QK_ROWS multiply-adds), which costs more than the masked products it skips once the
- * block starts far from the first key (a late chunk); from there the block's remaining rows
- * are one product. */
+ * most 3/4 of the block's keys, a chosen cut-off, not a measured one: each piece packs its
+ * keys again (one float copied per ATTN_QK_ROWS multiply-adds), and in a block far from the
+ * first key (a late chunk) a piece skips only a small fraction of its products; from there
+ * the block's remaining rows are one product. */
 #define ATTN_QK_ROWS 32u
 static bool has_local(const lm_backend *be)
 {
@@ -238,11 +250,10 @@ static void task_part(void *arg, uint32_t begin, uint32_t end)
     }
 }
 
-/* Multiply-adds (Q . K and P . V) below which the tasks stay on the calling thread: a decode
- * step over a few dozen positions, shorter than a pool round trip. From there on even one
- * query's heads are split over the pool, so that the pool's threads do not idle (and sleep)
- * through a step's attention between its projections. */
-#define ATTN_MIN_POOL_MACS 65536.0
+/* Below LM_POOL_MIN_MACS multiply-adds (Q . K and P . V: a decode step over a few dozen
+ * positions) the tasks stay on the calling thread. From there on even one query's heads are
+ * split over the pool, so that the pool's threads do not idle (and sleep) through a step's
+ * attention between its projections. */
 
 static void dense_tasks(lm_backend *be, const lm_attn_args *a, const softmax_job *sm)
 {
@@ -253,7 +264,7 @@ static void dense_tasks(lm_backend *be, const lm_attn_args *a, const softmax_job
     atomic_init(&t.next, 0);
     const double macs = 2.0 * a->n_head * a->n * (a->pos0 + a->n) * a->head_dim;
     const uint32_t slots = dense_slots(be);
-    if (a->pool == NULL || slots < 2 || t.n_tasks < 2 || macs < ATTN_MIN_POOL_MACS)
+    if (a->pool == NULL || slots < 2 || t.n_tasks < 2 || macs < LM_POOL_MIN_MACS)
         task_part(&t, 0, 1);
     else
         lm_pool_for(a->pool, slots, 1, task_part, &t);

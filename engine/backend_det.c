@@ -4,8 +4,8 @@
  * Threading: a product is split into parts of output columns (gemm_nt: rows of B, the
  * weights, so each thread streams its own rows of the matrix; gemm_nn: columns of B, so each
  * thread packs only its own), which the pool's threads claim one after another (one row of
- * A, or at least DET_SHRINK_M rows: parts that shrink as the columns run out; 2 to
- * DET_SHRINK_M - 1 rows: parts of one size), or, when
+ * A, or at least DET_PACK_MIN_M rows: parts that shrink as the columns run out; 2 to
+ * DET_PACK_MIN_M - 1 rows: parts of one size), or, when
  * there are too few columns, into contiguous ranges of output rows; never along the
  * reduction, and each output element is computed by the same kernel code whichever thread
  * and tile it falls in. Results are therefore bitwise independent of the
@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define DET_MIN_FLOPS 65536.0 /* below this many multiply-adds a product stays serial */
 
 typedef struct det_backend {
     lm_backend base;
@@ -78,10 +77,10 @@ static bool claim_part(det_claims *cl, uint32_t *i, uint32_t *c0, uint32_t *c1)
     }
 }
 
-/* The pool for work of `macs` multiply-adds: none (the calling thread) below DET_MIN_FLOPS. */
+/* The pool for work of `macs` multiply-adds: none (the calling thread) below LM_POOL_MIN_MACS. */
 static lm_pool *pool_for(const lm_backend *be, double macs)
 {
-    return macs >= DET_MIN_FLOPS ? be->pool : NULL;
+    return macs >= LM_POOL_MIN_MACS ? be->pool : NULL;
 }
 
 /* Whether an m x n product is split by output columns (enough of them) rather than by rows. */
@@ -90,29 +89,27 @@ static bool split_by_cols(const lm_backend *be, uint32_t m, uint32_t n)
     return n >= 16 * (uint32_t)be->n_threads || n >= m;
 }
 
-#define DET_SHRINK_M 8u /* rows of A from which a product's parts shrink (as for one row) */
-
-/* Columns per claimed part: 0 (shrinking parts) for one row of A and for DET_SHRINK_M rows
+/* Columns per claimed part: 0 (shrinking parts) for one row of A and for DET_PACK_MIN_M rows
  * or more; else about 4 parts per thread, a multiple of 24 (whole tiles of 3 and 8 rows of
  * B). */
 static uint32_t part_cols(const lm_backend *be, uint32_t m, uint32_t n)
 {
-    if (m == 1 || m >= DET_SHRINK_M)
+    if (m == 1 || m >= DET_PACK_MIN_M)
         return 0;
     const uint32_t parts = 4u * (uint32_t)be->n_threads;
     const uint32_t part = (n + parts - 1) / parts;
     return (part + 23) / 24 * 24;
 }
 
-/* claim_part's parts of count products, product i with n[i] output columns. */
-static void claims_init(const lm_backend *be, det_claims *cl, uint32_t m, const uint32_t *n,
+/* claim_part's parts of count products, product i with p[i].n output columns. */
+static void claims_init(const lm_backend *be, det_claims *cl, uint32_t m, const lm_nt_part *p,
                         uint32_t count)
 {
     cl->count = count;
     cl->first[0] = 0;
     for (uint32_t i = 0; i < count; ++i) {
-        cl->part[i] = part_cols(be, m, n[i]);
-        cl->first[i + 1] = cl->first[i] + n[i];
+        cl->part[i] = part_cols(be, m, p[i].n);
+        cl->first[i + 1] = cl->first[i] + p[i].n;
     }
     cl->shrink = 2u * (uint32_t)be->n_threads;
     atomic_init(&cl->next, 0);
@@ -171,7 +168,7 @@ static void det_split(lm_backend *be, det_job *j)
     const lm_nt_part *p = &j->p[0];
     lm_pool *pool = pool_for(be, (double)j->m * p->n * j->k);
     if (split_by_cols(be, j->m, p->n)) {
-        claims_init(be, &j->claims, j->m, &p->n, 1);
+        claims_init(be, &j->claims, j->m, p, 1);
         lm_pool_for(pool, (uint32_t)be->n_threads, 1, job_cols, j);
     } else {
         lm_pool_for(pool, j->m, 1, j->nn ? nn_rows : nt_rows, j);
@@ -210,11 +207,9 @@ static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alph
 {
     double macs = 0.0;
     bool cols = count <= LM_NT_BATCH_MAX;
-    uint32_t n[LM_NT_BATCH_MAX];
     for (uint32_t i = 0; i < count && cols; ++i) {
         cols = p[i].n > 0 && split_by_cols(be, m, p[i].n);
         macs += (double)m * p[i].n * k;
-        n[i] = p[i].n;
     }
     if (!cols || m == 0) { /* a product split by rows: one job each, as alone */
         for (uint32_t i = 0; i < count; ++i)
@@ -223,7 +218,7 @@ static void det_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alph
     }
     det_job j = {.isa = ((det_backend *)be)->isa, .m = m, .k = k, .alpha = alpha, .a = a,
                  .lda = lda, .p = p};
-    claims_init(be, &j.claims, m, n, count);
+    claims_init(be, &j.claims, m, p, count);
     lm_pool_for(pool_for(be, macs), (uint32_t)be->n_threads, 1, job_cols, &j);
 }
 

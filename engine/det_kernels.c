@@ -35,11 +35,11 @@
 
 #define DET_MB 64u /* rows of A per cache block in gemm_nt */
 #define DET_KC 768u /* reduction elements per chunk of the packed path (a multiple of 8) */
-#define DET_PACK_MIN_M 8u /* rows of A from which B is packed */
 #define DET_PACK_FLOATS (48u * 1024u) /* floats of packed B per block (192 KiB: L2) */
 #define DET_STREAMS 6u /* sequential streams over B's rows in a one-row product */
 #define DET_NR 3u /* rows of B per packed panel: the packed tiles are 4 x DET_NR */
 #define DET_SV_PANEL (4u * DET_NR * 8u) /* saved lanes per panel: 4 x DET_NR outputs x 8 */
+_Static_assert(DET_NR == 3u, "nt_ptile_avx2's registers and nt_prow_avx2's tail are for 3 rows");
 
 const char *lm_det_isa_name(lm_det_isa isa)
 {

@@ -29,6 +29,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Rows of A from which a product packs B and runs the prefill tiles (fewer: decode and small
+ * chunks, unpacked); the backend also sizes its column parts by it. */
+#define DET_PACK_MIN_M 8u
+
 typedef enum lm_det_isa {
     LM_DET_SCALAR = 0, /* fmaf on an 8-float array */
     LM_DET_AVX2 = 1,   /* AVX2 + FMA: the 8 lanes in one register */

@@ -18,6 +18,9 @@ typedef void (*lm_pool_fn)(void *arg, uint32_t begin, uint32_t end);
 #define LM_POOL_MIN_ROWS 4u
 /* The same for dense attention's softmax rows. */
 #define LM_POOL_MIN_SOFTMAX_ROWS 8u
+/* Multiply-adds below which a product (det) or an attention step's tasks stay on the calling
+ * thread: less work than a round trip through the pool. */
+#define LM_POOL_MIN_MACS 65536.0
 
 /* n_threads counts the caller; n_threads <= 1 gives *out = NULL (serial), which is valid. */
 int lm_pool_create(lm_pool **out, int n_threads, lm_err *err);

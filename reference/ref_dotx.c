@@ -966,7 +966,8 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
      * rounds alike (vv_rounds), that is the correctly rounded sum; otherwise (and with
      * elements off either grid) the remaining pairs follow and the exact sum is rounded. */
     const uint64_t P = (uint64_t)mpfr_get_prec(out), nm = x->n * (K < L ? K : L);
-    const uint64_t need = P + REF_DX_VV_GUARD + ceil_log2(nm ? nm : 1) + 2;
+    const uint32_t lg_nm = ceil_log2(nm);
+    const uint64_t need = P + REF_DX_VV_GUARD + lg_nm + 2;
     const uint64_t S = (need + a - 1) / a - 1;
     const bool cut = S < (uint64_t)K + L - 2 && x->n_exc == 0 && y->n_exc == 0;
     for (uint32_t c = 0; c < L; c += REF_DX_VV_ROWS) {
@@ -979,7 +980,7 @@ void ref_dx_dot_vv(mpfr_t out, const ref_dx_vec *x, const ref_dx_vec *y, ref_dx_
     if (cut) {
         size_t nl = 0;
         const int sign = magnitude(s, &nl);
-        const uint64_t eb = ceil_log2(nm) + (uint64_t)a * (K + L - S - 1) + 1;
+        const uint64_t eb = lg_nm + (uint64_t)a * (K + L - S - 1) + 1;
         if (sign != 0 && vv_rounds(s->limbs, nl, eb, P)) {
             mpz_t z;
             mpz_roinit_n(z, s->limbs, sign < 0 ? -(mp_size_t)nl : (mp_size_t)nl);

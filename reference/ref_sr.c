@@ -104,6 +104,7 @@ typedef struct srf {
     const lm_model *m;
     const lm_hparams *hp;
     uint64_t skey;
+    int kern;        /* sr_kernel() of the run: the SR kernel and coin fill every product uses */
     uint32_t n, layer, q_dim, kv_dim;
     float *x, *h, *q, *k, *v, *att, *g, *up, *cs, *tmp;
     float *sc;       /* [4][n] scores, then probabilities, of up to 4 heads */
@@ -489,7 +490,7 @@ static void matmul(srf *f, float *out, const float *in, const float *W, const fl
                    uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool acc, uint32_t st)
 {
     const uint64_t np = (n_rows + LANES - 1) / LANES * LANES, nc = n_in + 2;
-    const int kern = sr_kernel();
+    const int kern = f->kern;
     memset(f->xt, 0, n_in * np * sizeof *f->xt);
     for (uint64_t t = 0; t < n_rows; ++t)
         for (uint64_t i = 0; i < n_in; ++i)
@@ -613,8 +614,9 @@ static void rope(srf *f, uint64_t t)
  *          A_{g,d}(j) ^ B_{t,h}(j) at site S_ATT + 2^22 (A keyed by g 2^32 + d).
  * Softmax of (t, h): each subtraction, exp, sum and division SR with coin(key_of(seed key,
  * S_ATT, t, h), c), c counting up in that order. */
-static void attention_layer(srf *f, float scale, int kern)
+static void attention_layer(srf *f, float scale)
 {
+    const int kern = f->kern;
     const lm_hparams *hp = f->hp;
     const lm_layer *L = &f->m->layers[f->layer];
     const uint64_t n = f->n, np = f->npad, hd = hp->head_dim,
@@ -688,9 +690,11 @@ static void attention_layer(srf *f, float scale, int kern)
                     for (uint64_t i = 0; i < m; ++i)
                         pw[i] = (double)(float)sr24((double)sc[i] / sum, coin(key, c++));
                     uint64_t *bv = f->bv + u * n;
-                    fill_row(bv, key_b(f, st_pv, t * hp->n_head + h), INC_B, t + 1, kern);
+                    /* the window's keys j_lo..t: word i of the row's stream is key j_lo + i */
+                    fill_row(bv, key_b(f, st_pv, t * hp->n_head + h) + (uint32_t)j_lo * INC_B,
+                             INC_B, m, kern);
                     wr[u] = pw;
-                    br[u] = bv + j_lo;
+                    br[u] = bv;
                 }
                 /* p . V */
                 for (uint64_t d0 = 0; d0 < hd; d0 += LANES) {
@@ -931,7 +935,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
     if (st)
         return st;
     const lm_hparams *hp = &m->hp;
-    srf f = {.m = m, .hp = hp, .skey = seed_key(seed), .n = rq->n_tokens,
+    srf f = {.m = m, .hp = hp, .skey = seed_key(seed), .kern = sr_kernel(), .n = rq->n_tokens,
              .on_layer = on_layer, .on_layer_user = on_layer_user};
     f.q_dim = hp->n_head * hp->head_dim;
     f.kv_dim = hp->n_head_kv * hp->head_dim;
@@ -1023,7 +1027,6 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
         }
     }
     const float scale = (float)(1.0 / sqrt((double)hp->head_dim));
-    const int kern = sr_kernel();
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const lm_layer *L = &m->layers[l];
         f.layer = l;
@@ -1038,7 +1041,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
             rope(&f, t);
         memcpy(out->k + l * kvl, f.k, kvl * sizeof(float));
         memcpy(out->v + l * kvl, f.v, kvl * sizeof(float));
-        attention_layer(&f, scale, kern);
+        attention_layer(&f, scale);
         block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, site(&f, S_O),
                   V_ATT_POST);
         for (uint64_t t = 0; t < n; ++t)
@@ -1103,7 +1106,7 @@ int ref_sr_test_matmul(float *out, const float *in, const float *W, const float 
                        uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool acc, uint64_t seed)
 {
     const uint64_t np = (n_rows + LANES - 1) / LANES * LANES;
-    srf f = {.skey = seed_key(seed), .n = (uint32_t)n_rows, .npad = np};
+    srf f = {.skey = seed_key(seed), .kern = sr_kernel(), .n = (uint32_t)n_rows, .npad = np};
     f.xt = malloc(n_in * np * sizeof *f.xt);
     f.wd = malloc(4 * n_in * sizeof *f.wd);
     f.at = malloc((n_in + 2) * np * sizeof *f.at);
