@@ -1190,14 +1190,17 @@ typedef struct ens_job {
     double t0, macs; /* start time; multiply-adds of all members */
 } ens_job;
 
-/* Progress after a member's layer: one report at a time (a busy lock skips this one). */
+/* Progress after a member's layer: one report at a time (a busy lock skips this one). The
+ * count is read under the lock, so that successive reports never go down (a count taken
+ * before the lock could be reported after a later one). */
 static void ens_layer_done(void *p)
 {
     ens_job *j = p;
     const unsigned per = j->m->hp.n_layer + 1u; /* layers and the output */
-    const unsigned done = atomic_fetch_add(&j->layers_done, 1) + 1;
+    atomic_fetch_add(&j->layers_done, 1);
     if (j->rq->progress == NULL || pthread_mutex_trylock(&j->mu) != 0)
         return;
+    const unsigned done = atomic_load(&j->layers_done);
     ref_progress pr = {.n_layer = j->m->hp.n_layer,
                        .n_member = j->n, .members_done = atomic_load(&j->members_done),
                        .done = j->macs * done / ((double)per * j->n), .total = j->macs,
