@@ -213,6 +213,70 @@ static void test_cli_trace_why(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "why: other backends (naive vs blas)"));
 }
 
+/* MODEL is a GGUF path or synth:PRESET[:seed=N] for every command that takes one, and run and
+ * judge read -f FILE as the others do: run synth:tiny -f FILE prints what run FILE.gguf -p TEXT
+ * prints (the preset written into $KVDRIFT_CACHE), and ref, compare and trace load synth:tiny. */
+static void test_cli_synth_model_and_file_everywhere(void)
+{
+    const char *text = "Hello world";
+    char file[1024], cache[1024], model[1024], out[1 << 14], out2[1 << 14];
+    snprintf(file, sizeof file, "%s", tu_write_file("run-prompt.txt", text, strlen(text)));
+    snprintf(cache, sizeof cache, "%s/pf-cache", tu_tmpdir());
+    snprintf(model, sizeof model, "%s/run-tiny.gguf", tu_tmpdir());
+    const char *was = getenv("KVDRIFT_CACHE");
+    char *saved = was ? strdup(was) : NULL; /* restored below: other suites find models by it */
+    setenv("KVDRIFT_CACHE", cache, 1);
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char *a1[] = {"run", "synth:tiny", "-f", file, "-n", "3", "--show-ids", NULL};
+    char *a2[] = {"run", model, "-p", (char *)text, "-n", "3", "--show-ids", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_run, 7, a1, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(quiet_run(cmd_run, 7, a2, out2, sizeof out2), 0);
+    char *ids1 = strstr(out, "prompt ids:"), *ids2 = strstr(out2, "prompt ids:");
+    CU_ASSERT_FATAL(ids1 != NULL && ids2 != NULL);
+    *strstr(ids1, "\nrun: ") = '\0'; /* the timing line differs */
+    *strstr(ids2, "\nrun: ") = '\0';
+    CU_ASSERT_STRING_EQUAL(out, out2);
+    char *r[] = {"ref", "synth:tiny", "--tokens", "1,72,101", "-q", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_ref, 5, r, out, sizeof out), 0);
+    char *c[] = {"compare", "synth:tiny", "-f", file, "--a", "naive", "--b", "naive:step=1",
+                 "-n", "2", "--no-ref", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 11, c, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: IDENTICAL"));
+    char *t[] = {"trace", "synth:tiny", "--tokens", "1,72,101", "--a", "naive", "--b", "blas",
+                 "-n", "1", "--no-envelope", "--brief", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_trace, 12, t, out, sizeof out), 0);
+    /* judge reads -f (the missing file named, exit 2) and takes synth: (an absent dump named). */
+    char *j1[] = {"judge", "synth:tiny", "-f", "/nonexistent/p.txt", "--dump", "/x", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_judge, 6, j1, out, sizeof out), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "/nonexistent/p.txt"));
+    char *j2[] = {"judge", "synth:tiny", "-f", file, "--dump", "/nonexistent-dump", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_judge, 6, j2, out, sizeof out), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "/nonexistent-dump"));
+    CU_ASSERT_PTR_NULL(strstr(out, "synth:tiny"));
+    if (saved != NULL)
+        setenv("KVDRIFT_CACHE", saved, 1);
+    else
+        unsetenv("KVDRIFT_CACHE");
+    free(saved);
+}
+
+/* synth --help names every preset synth accepts. */
+static void test_cli_synth_help_lists_presets(void)
+{
+    char out[1 << 14];
+    char *h[] = {"synth", "--help", NULL};
+    CU_ASSERT_EQUAL(quiet_run(cmd_synth, 2, h, out, sizeof out), 0);
+    const char *name;
+    for (size_t i = 0; (name = hx_synth_preset_name(i)) != NULL; ++i) {
+        char want[80];
+        snprintf(want, sizeof want, " %s (", name);
+        if (strstr(out, want) == NULL)
+            fprintf(stderr, "\n  synth --help does not list preset %s", name);
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    }
+}
+
 void test_cli_prompt_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_prompt", NULL, NULL);
@@ -220,4 +284,7 @@ void test_cli_prompt_register(void)
     CU_add_test(s, "test_cli_compare_verdict", test_cli_compare_verdict);
     CU_add_test(s, "test_cli_compare_parted", test_cli_compare_parted);
     CU_add_test(s, "test_cli_trace_why", test_cli_trace_why);
+    CU_add_test(s, "test_cli_synth_help_lists_presets", test_cli_synth_help_lists_presets);
+    CU_add_test(s, "test_cli_synth_model_and_file_everywhere",
+                test_cli_synth_model_and_file_everywhere);
 }

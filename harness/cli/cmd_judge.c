@@ -16,13 +16,14 @@
 #include <time.h>
 
 static const char usage_text[] =
-    "usage: kvdrift judge MODEL (-p TEXT | --tokens ID,...) --dump DIR [--dump DIR ...]\n"
-    "                     [--profile NAME[,NAME...]] [-o DIR] [options]\n"
+    "usage: kvdrift judge MODEL (-p TEXT | -f FILE | --tokens ID,...) --dump DIR\n"
+    "                     [--dump DIR ...] [--profile NAME[,NAME...]] [-o DIR] [options]\n"
     "Judges another engine's output (llama.cpp, MLX, vLLM, PyTorch...) on the prompt: each dump\n"
     "folder (dump.json + logits.npy or logprobs.npy, optional kv/; docs/DUMP-FORMAT.md) is\n"
     "classified against the MPFR reference and the measured envelope of each precision profile,\n"
     "exactly as `kvdrift sweep` classifies a configuration, and the dumps against each other.\n\n"
     "  -p, --prompt TEXT     prompt text (must tokenize to the dump's first n_prompt ids)\n"
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
     "      --special         parse control tokens written in TEXT as tokens\n"
     "      --dump DIR        a dump folder (repeat for several)\n"
@@ -115,6 +116,11 @@ static int set_option(judge_opts *o, int c, const char *arg)
 {
     switch (c) {
     case 'p': o->text = arg; return -1;
+    case 'f': {
+        lm_err ferr = {0};
+        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? -1
+                                                       : hx_cli_fail("judge", "%s", ferr.msg);
+    }
     case O_TOKENS: o->tok_s = arg; return -1;
     case O_SPECIAL: o->special = true; return -1;
     case O_DUMP:
@@ -148,6 +154,7 @@ static int parse_options(judge_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
+        {"file", required_argument, NULL, 'f'},
         {"dump", required_argument, NULL, O_DUMP},  {"profile", required_argument, NULL, O_PROFILE},
         {"prec", required_argument, NULL, O_PREC},  {"ensemble", required_argument, NULL, O_ENS},
         {"seed", required_argument, NULL, O_SEED},  {"cache", required_argument, NULL, O_CACHE},
@@ -159,7 +166,7 @@ static int parse_options(judge_opts *o, int argc, char **argv)
                              .log = hx_cli_log, .log_user = "judge"}};
     optind = 1;
     opterr = 0;
-    for (int c, rc; (c = getopt_long(argc, argv, ":p:o:qh", opts, NULL)) != -1;) {
+    for (int c, rc; (c = getopt_long(argc, argv, ":p:f:o:qh", opts, NULL)) != -1;) {
         if (c == 'h') {
             fputs(usage_text, stdout);
             return 0;
@@ -197,12 +204,14 @@ static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
         (st = split_profiles(in->profiles, &o->jp.n_profiles, &in->prof_buf, o->prof_s, err)) !=
             LM_OK)
         return st;
-    if ((st = lm_model_load(&in->m, o->model, err)) != LM_OK ||
+    char mpath[4096];
+    if ((st = hx_cli_model_load(&in->m, mpath, sizeof mpath, o->model, o->jp.cache_dir, "judge",
+                                err)) != LM_OK ||
         (st = hx_cli_prompt_ids(&in->prompt, &in->n_prompt, in->m, o->model, o->text, o->tok_s,
                                 o->special, err)) != LM_OK)
         return st;
     for (size_t i = 0; i < o->n_dirs; ++i)
-        if ((st = hx_dump_load(&in->dumps[i], o->dirs[i], in->m, o->model, err)) != LM_OK)
+        if ((st = hx_dump_load(&in->dumps[i], o->dirs[i], in->m, mpath, err)) != LM_OK)
             return st;
     return LM_OK;
 }
