@@ -78,11 +78,14 @@ static void print_summary(const hx_report *r, const char *wrote)
            (unsigned)r->n_prompt, (unsigned)r->precision, (unsigned)r->envelope_members,
            r->envelope_safety);
     hx_report_print_table(stdout, r);
-    printf("\n%-40s %9s %9s %9s %9s %9s %7s  %s\n", "dump", "KL mean", "KL max", "KL 99.9%",
+    int w = 4; /* the dump column: each folder whole, as given */
+    for (size_t i = 0; i < r->n_dumps; ++i)
+        w = (int)strlen(r->dumps[i].name) > w ? (int)strlen(r->dumps[i].name) : w;
+    printf("\n%-*s %9s %9s %9s %9s %9s %7s  %s\n", w, "dump", "KL mean", "KL max", "KL 99.9%",
            "KL 99%", "KL median", "top-1", "explained by");
     for (size_t i = 0; i < r->n_dumps; ++i) {
         const hx_dump_report *d = &r->dumps[i];
-        printf("%-40.40s %9.3g %9.3g %9.3g %9.3g %9.3g %6.2f%%  %s\n", d->name, d->kl.mean,
+        printf("%-*s %9.3g %9.3g %9.3g %9.3g %9.3g %6.2f%%  %s\n", w, d->name, d->kl.mean,
                d->kl.max, d->kl.p999, d->kl.p99, d->kl.median, 100.0 * d->kl.same_top1,
                d->explained_by[0] ? d->explained_by : "none (FAIL)");
         if (d->has_generated)

@@ -1,0 +1,126 @@
+/* test_cli_judge.c — `kvdrift judge` as a user meets it, on llama.cpp's stories260K dumps
+ * (tests/data/dumps): a file of logits saved as logprobs.npy is refused with one line instead
+ * of being judged as a huge error, real log-softmax rows load, and the summary table names
+ * each dump folder whole. */
+#include "commands.h"
+#include "dump.h"
+#include "fixtures.h"
+#include "fs.h"
+#include "kvd_ref.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define DUMPS "tests/data/dumps/"
+#define GREEDY DUMPS "llama.cpp-greedy-f32kv"
+
+/* Copies GREEDY's dump.json into tu_tmpdir()/name and, under the name rows_as, its
+ * logits.npy; returns the folder (static buffer). */
+static const char *copy_dump(const char *name, const char *rows_as)
+{
+    static char dir[1024];
+    char src[1100], dst[1100], *buf = NULL;
+    size_t n = 0;
+    lm_err err = {0};
+    snprintf(dir, sizeof dir, "%s/%s", tu_tmpdir(), name);
+    CU_ASSERT_FATAL(mkdir(dir, 0755) == 0);
+    const char *files[2][2] = {{"dump.json", "dump.json"}, {"logits.npy", rows_as}};
+    for (int i = 0; i < 2; ++i) {
+        snprintf(src, sizeof src, GREEDY "/%s", files[i][0]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i][1]);
+        CU_ASSERT_EQUAL_FATAL(lm_read_file(&buf, &n, src, 1u << 24, &err), LM_OK);
+        FILE *f = fopen(dst, "wb");
+        CU_ASSERT_FATAL(f != NULL && fwrite(buf, 1, n, f) == n);
+        CU_ASSERT_FATAL(fclose(f) == 0);
+        free(buf);
+    }
+    return dir;
+}
+
+/* llama.cpp's logits saved as logprobs.npy: refused (LM_E_INPUT, naming the file and row 0);
+ * the same rows as log-softmax (computed in double, written as float64) load. */
+static void test_cli_judge_logprobs_must_be_normalized(void)
+{
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
+        return;
+    lm_err err = {0};
+    hx_dump *d = NULL;
+    const char *wrong = copy_dump("judge-logits-as-logprobs", "logprobs.npy");
+    CU_ASSERT_EQUAL(hx_dump_load(&d, wrong, m, path, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "logprobs.npy: row 0 is not log-probabilities"));
+    CU_ASSERT_PTR_NULL(d);
+    hx_dump_free(d);
+
+    CU_ASSERT_EQUAL_FATAL(hx_dump_load(&d, GREEDY, m, path, &err), LM_OK);
+    const uint64_t rows = d->n_pos, nv = d->n_vocab;
+    double *lp = malloc(rows * nv * sizeof *lp);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lp);
+    for (uint64_t r = 0; r < rows; ++r) {
+        const float *x = d->rows + r * nv;
+        double mx = (double)x[0], sum = 0.0;
+        for (uint64_t i = 1; i < nv; ++i)
+            mx = (double)x[i] > mx ? (double)x[i] : mx;
+        for (uint64_t i = 0; i < nv; ++i)
+            sum += exp((double)x[i] - mx);
+        for (uint64_t i = 0; i < nv; ++i)
+            lp[r * nv + i] = (double)x[i] - mx - log(sum);
+    }
+    hx_dump_free(d);
+    d = NULL;
+    char dir[1024], file[1100];
+    snprintf(dir, sizeof dir, "%s", copy_dump("judge-logprobs", "logits.npy"));
+    snprintf(file, sizeof file, "%s/logits.npy", dir);
+    CU_ASSERT_FATAL(remove(file) == 0);
+    snprintf(file, sizeof file, "%s/logprobs.npy", dir);
+    const uint64_t shape[2] = {rows, nv};
+    CU_ASSERT_EQUAL_FATAL(ref_npy_write(file, lp, 2, shape, &err), LM_OK);
+    free(lp);
+    int rc = hx_dump_load(&d, dir, m, path, &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL(rc, LM_OK);
+    CU_ASSERT(d != NULL && d->logprobs);
+    hx_dump_free(d);
+    lm_model_free(m);
+}
+
+/* The summary's dump table prints each folder as given, however long (a cut name cannot tell
+ * dumps of one parent folder apart). The command is test_judge.c's passing one (the same
+ * cache folder, so the reference and envelope are computed once for both suites). */
+static void test_cli_judge_names_dumps_whole(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    char model[512], out[512], cache[512], text[1 << 14];
+    snprintf(model, sizeof model, "%s", path);
+    snprintf(out, sizeof out, "%s/judge-names-out", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-cache", tu_tmpdir());
+    const char *dir = copy_dump("llama.cpp-greedy-f32kv-a-folder-name-past-forty-columns",
+                                "logits.npy");
+    static const char toks[] = "1,403,407,261,378,432,383,286,261,376,298,315,421,395,317,426,"
+                               "338,401,396,267,337,410,408,419,292,411,322,265,282,295,433,"
+                               "335,311,374,419,426";
+    char *argv[] = {"judge", model, "--tokens", (char *)toks, "--dump", (char *)dir,
+                    "--profile", "f32", "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, argv, text, sizeof text), 0);
+    char want[1200];
+    snprintf(want, sizeof want, "\n%s ", dir); /* the KL table's row starts with the name */
+    if (strstr(text, want) == NULL)
+        fprintf(stderr, "\n  no row named %s in:\n%s", dir, text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+}
+
+void test_cli_judge_register(void)
+{
+    CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
+    CU_add_test(s, "test_cli_judge_logprobs_must_be_normalized",
+                test_cli_judge_logprobs_must_be_normalized);
+    CU_add_test(s, "test_cli_judge_names_dumps_whole", test_cli_judge_names_dumps_whole);
+}
