@@ -1,12 +1,13 @@
 /* test_cli_judge.c — `kvdrift judge` as a user meets it, on llama.cpp's stories260K dumps
  * (tests/data/dumps): a file of logits saved as logprobs.npy is refused with one line instead
- * of being judged as a huge error, real log-softmax rows load, and the summary table names
- * each dump folder whole. */
+ * of being judged as a huge error, real log-softmax rows load, the summary table names each
+ * dump folder whole, and a profile's envelope reports its progress. */
 #include "commands.h"
 #include "dump.h"
 #include "fixtures.h"
 #include "fs.h"
 #include "kvd_ref.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -117,10 +118,45 @@ static void test_cli_judge_names_dumps_whole(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
 }
 
+/* A profile's naive-sr envelope (minutes on a 100M-parameter model) reports each member as it
+ * finishes, with the time so far and left, instead of running silently. The dump is the
+ * reference's own logits of synth:tiny (kvdrift ref --npy), so it costs well under a second. */
+static void test_cli_judge_envelope_progress(void)
+{
+    char model[1024], dir[1024], cache[1024], out[1024], file[1100], text[1 << 14];
+    snprintf(model, sizeof model, "%s/judge-tiny.gguf", tu_tmpdir());
+    snprintf(dir, sizeof dir, "%s/judge-tiny-dump", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-tiny-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/judge-tiny-out", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char *ref[] = {"ref", model, "--tokens", "1,72,101", "--npy", dir, "--cache", cache, "-q",
+                   NULL};
+    CU_ASSERT_EQUAL_FATAL(tf_run_cmd(cmd_ref, 9, ref, text, sizeof text), 0);
+    for (int l = 0; l < 4; ++l)
+        for (int kv = 0; kv < 2; ++kv) {
+            snprintf(file, sizeof file, "%s/layer%02d_%c.npy", dir, l, "kv"[kv]);
+            CU_ASSERT_FATAL(remove(file) == 0);
+        }
+    static const char manifest[] = "{\"tokens\": [1, 72, 101], \"n_prompt\": 3, "
+                                   "\"logits_positions\": [2]}";
+    snprintf(file, sizeof file, "%s/dump.json", dir);
+    FILE *f = fopen(file, "w");
+    CU_ASSERT_FATAL(f != NULL && fputs(manifest, f) >= 0 && fclose(f) == 0);
+    char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", dir, "--profile", "f16kv",
+                     "--cache", cache, "-o", out, NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 12, judge, text, sizeof text), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "judge: envelope of profile f16kv: naive-sr run 1 of 8 "
+                                        "done ("));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "judge: envelope of profile f16kv: naive-sr run 8 of 8 "
+                                        "done ("));
+}
+
 void test_cli_judge_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
     CU_add_test(s, "test_cli_judge_logprobs_must_be_normalized",
                 test_cli_judge_logprobs_must_be_normalized);
     CU_add_test(s, "test_cli_judge_names_dumps_whole", test_cli_judge_names_dumps_whole);
+    CU_add_test(s, "test_cli_judge_envelope_progress", test_cli_judge_envelope_progress);
 }
