@@ -1,11 +1,13 @@
 /* test_cli_judge.c — `kvdrift judge` as a user meets it, on llama.cpp's stories260K dumps
  * (tests/data/dumps): a file of logits saved as logprobs.npy is refused with one line instead
  * of being judged as a huge error, real log-softmax rows load, the summary table names each
- * dump folder whole, and a profile's envelope reports its progress. */
+ * dump folder whole, a profile's envelope reports its progress, and a model with a NaN weight
+ * is an input error. */
 #include "commands.h"
 #include "dump.h"
 #include "fixtures.h"
 #include "fs.h"
+#include "kvd_gguf.h"
 #include "kvd_ref.h"
 #include "synth.h"
 #include "test_util.h"
@@ -118,20 +120,13 @@ static void test_cli_judge_names_dumps_whole(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
 }
 
-/* A profile's naive-sr envelope (minutes on a 100M-parameter model) reports each member as it
- * finishes, with the time so far and left, instead of running silently. The dump is the
- * reference's own logits of synth:tiny (kvdrift ref --npy), so it costs well under a second. */
-static void test_cli_judge_envelope_progress(void)
+/* A judge-able dump of model (synth:tiny) on tokens 1,72,101 in dir: the reference's own logits
+ * at the last position (kvdrift ref --npy, float64), K/V files removed, and a manifest. */
+static void tiny_dump(const char *model, const char *dir, const char *cache)
 {
-    char model[1024], dir[1024], cache[1024], out[1024], file[1100], text[1 << 14];
-    snprintf(model, sizeof model, "%s/judge-tiny.gguf", tu_tmpdir());
-    snprintf(dir, sizeof dir, "%s/judge-tiny-dump", tu_tmpdir());
-    snprintf(cache, sizeof cache, "%s/judge-tiny-cache", tu_tmpdir());
-    snprintf(out, sizeof out, "%s/judge-tiny-out", tu_tmpdir());
-    lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
-    char *ref[] = {"ref", model, "--tokens", "1,72,101", "--npy", dir, "--cache", cache, "-q",
-                   NULL};
+    char file[1100], text[1 << 14];
+    char *ref[] = {"ref", (char *)model, "--tokens", "1,72,101", "--npy", (char *)dir, "--cache",
+                   (char *)cache, "-q", NULL};
     CU_ASSERT_EQUAL_FATAL(tf_run_cmd(cmd_ref, 9, ref, text, sizeof text), 0);
     for (int l = 0; l < 4; ++l)
         for (int kv = 0; kv < 2; ++kv) {
@@ -143,6 +138,21 @@ static void test_cli_judge_envelope_progress(void)
     snprintf(file, sizeof file, "%s/dump.json", dir);
     FILE *f = fopen(file, "w");
     CU_ASSERT_FATAL(f != NULL && fputs(manifest, f) >= 0 && fclose(f) == 0);
+}
+
+/* A profile's naive-sr envelope (minutes on a 100M-parameter model) reports each member as it
+ * finishes, with the time so far and left, instead of running silently. The dump is the
+ * reference's own logits of synth:tiny, so it costs well under a second. */
+static void test_cli_judge_envelope_progress(void)
+{
+    char model[1024], dir[1024], cache[1024], out[1024], text[1 << 14];
+    snprintf(model, sizeof model, "%s/judge-tiny.gguf", tu_tmpdir());
+    snprintf(dir, sizeof dir, "%s/judge-tiny-dump", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-tiny-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/judge-tiny-out", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    tiny_dump(model, dir, cache);
     char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", dir, "--profile", "f16kv",
                      "--cache", cache, "-o", out, NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 12, judge, text, sizeof text), 0);
@@ -152,6 +162,43 @@ static void test_cli_judge_envelope_progress(void)
                                         "done ("));
 }
 
+/* A model file with a NaN weight (output_norm.weight[0] of synth:tiny): the MPFR reference's
+ * logits are NaN, so nothing can be judged against them; sweep and judge stop with one line
+ * naming the file (exit 2, no report folder) instead of feeding a NaN argmax to the path. */
+static void test_cli_judge_nan_weight_is_input_error(void)
+{
+    char model[1024], dir[1024], cache[1024], out[1024], text[1 << 14];
+    snprintf(model, sizeof model, "%s/judge-nan.gguf", tu_tmpdir());
+    snprintf(dir, sizeof dir, "%s/judge-nan-dump", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-nan-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/judge-nan-out", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    tiny_dump(model, dir, cache); /* the dump of the clean model: finite, well formed */
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, model, &err), LM_OK);
+    const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "output_norm.weight");
+    CU_ASSERT_FATAL(t != NULL && t->type == LM_TYPE_F32);
+    const long off = (long)((const char *)t->data - (const char *)lm_gguf_bytes(g));
+    lm_gguf_close(g);
+    const float nan = (float)NAN;
+    FILE *f = fopen(model, "r+b");
+    CU_ASSERT_FATAL(f != NULL && fseek(f, off, SEEK_SET) == 0);
+    CU_ASSERT_FATAL(fwrite(&nan, sizeof nan, 1, f) == 1 && fclose(f) == 0);
+    char *sweep[] = {"sweep", model, "--tokens", "1,72,101", "--steps", "full", "--backends",
+                     "naive", "-n", "2", "-q", "--cache", cache, "-o", out, NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_sweep, 15, sweep, text, sizeof text), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "judge-nan.gguf: the MPFR reference's logits at "
+                                        "position 0 are NaN"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "holds a NaN or Inf weight"));
+    char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", dir, "--profile", "f32",
+                     "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, judge, text, sizeof text), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "holds a NaN or Inf weight"));
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(out, &st), 0);
+}
+
 void test_cli_judge_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
@@ -159,4 +206,6 @@ void test_cli_judge_register(void)
                 test_cli_judge_logprobs_must_be_normalized);
     CU_add_test(s, "test_cli_judge_names_dumps_whole", test_cli_judge_names_dumps_whole);
     CU_add_test(s, "test_cli_judge_envelope_progress", test_cli_judge_envelope_progress);
+    CU_add_test(s, "test_cli_judge_nan_weight_is_input_error",
+                test_cli_judge_nan_weight_is_input_error);
 }

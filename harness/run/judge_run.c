@@ -159,6 +159,8 @@ static int reference(jstate *s, lm_err *err)
     bool hit = false;
     ref_cache_key(s->ref_key, p->model, &rq);
     int rc = ref_cached(&s->ref, p->model, &rq, p->cache_dir, &hit, err);
+    if (rc == LM_OK)
+        rc = hx_ref_logits_finite(&s->ref, p->model_label ? p->model_label : "model", err);
     if (rc != LM_OK)
         return rc;
     progress(p, "reference %s at %u bits (%u tokens, %u logits rows)",
