@@ -199,6 +199,45 @@ static void test_cli_judge_nan_weight_is_input_error(void)
     CU_ASSERT_NOT_EQUAL(stat(out, &st), 0);
 }
 
+/* Dumps against each other, as printed: "identical logits" for equal ones, and words instead
+ * of the report's -1 ("nowhere") for positions that do not exist. C is A with logit 0 of its
+ * one row (position 2) raised by 0.5, far beyond synth:tiny's float32 envelope there (about
+ * 1e-5) and below the top-2 margin the row's argmax keeps (the argmax is not token 0). */
+static void test_cli_judge_pairs_in_words(void)
+{
+    char model[1024], a[1024], b[1024], c[1024], cache[1024], out[1024], file[1100],
+        text[1 << 14];
+    snprintf(model, sizeof model, "%s/judge-pair.gguf", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-pair-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/judge-pair-out", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char *dirs[3] = {a, b, c};
+    for (int i = 0; i < 3; ++i) {
+        snprintf(dirs[i], 1024, "%s/judge-pair-%c", tu_tmpdir(), "abc"[i]);
+        tiny_dump(model, dirs[i], cache);
+    }
+    snprintf(file, sizeof file, "%s/logits.npy", c); /* float64 [1][512]: the data ends it */
+    FILE *f = fopen(file, "r+b");
+    double x;
+    CU_ASSERT_FATAL(f != NULL && fseek(f, -512L * 8, SEEK_END) == 0 && fread(&x, 8, 1, f) == 1);
+    x += 0.5;
+    CU_ASSERT_FATAL(fseek(f, -512L * 8, SEEK_END) == 0 && fwrite(&x, 8, 1, f) == 1);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", a, "--dump", b, "--dump", c,
+                     "--profile", "f32", "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 17, judge, text, sizeof text), 1);
+    char want[3200];
+    snprintf(want, sizeof want, "%s vs %s: identical logits over 1 rows\n", a, b);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    snprintf(want, sizeof want, "%s vs %s: max |diff| 0.5 over 1 rows, beyond the envelope from "
+             "position 2, the same argmax everywhere; closer to the reference: %s\n", a, c, a);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    if (strstr(text, want) == NULL)
+        fprintf(stderr, "\n  wanted: %s  in:\n%s", want, text);
+    CU_ASSERT_PTR_NULL(strstr(text, " -1"));
+}
+
 void test_cli_judge_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
@@ -206,6 +245,7 @@ void test_cli_judge_register(void)
                 test_cli_judge_logprobs_must_be_normalized);
     CU_add_test(s, "test_cli_judge_names_dumps_whole", test_cli_judge_names_dumps_whole);
     CU_add_test(s, "test_cli_judge_envelope_progress", test_cli_judge_envelope_progress);
+    CU_add_test(s, "test_cli_judge_pairs_in_words", test_cli_judge_pairs_in_words);
     CU_add_test(s, "test_cli_judge_nan_weight_is_input_error",
                 test_cli_judge_nan_weight_is_input_error);
 }

@@ -73,7 +73,7 @@ static int split_profiles(const char **names, uint32_t *n, char **buf, const cha
 
 static void print_summary(const hx_report *r, const char *wrote)
 {
-    printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u naive-sr "
+    printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u SR "
            "runs x safety %.0f per profile\n\n", r->model, (unsigned)(r->n_prompt + r->n_gen),
            (unsigned)r->n_prompt, (unsigned)r->precision, (unsigned)r->envelope_members,
            r->envelope_safety);
@@ -94,12 +94,25 @@ static void print_summary(const hx_report *r, const char *wrote)
     }
     for (size_t i = 0; i < r->n_pairs; ++i) {
         const hx_dump_pair *p = &r->pairs[i];
-        printf("%s vs %s: max |diff| %.3g over %u rows, apart from position %lld, argmax from "
-               "%lld; closer to the reference: %s\n", r->dumps[p->a].name, r->dumps[p->b].name,
-               p->max_abs, (unsigned)p->n_shared, (long long)p->first_apart,
-               (long long)p->first_argmax,
-               p->closer[0] == 'a' ? r->dumps[p->a].name
-               : p->closer[0] == 'b' ? r->dumps[p->b].name : "tie");
+        const char *a = r->dumps[p->a].name, *b = r->dumps[p->b].name;
+        if (p->max_abs == 0.0) {
+            printf("%s vs %s: identical logits over %u rows\n", a, b, (unsigned)p->n_shared);
+            continue;
+        }
+        char apart[64], argmax[64];
+        if (p->first_apart < 0)
+            snprintf(apart, sizeof apart, "within the envelope everywhere");
+        else
+            snprintf(apart, sizeof apart, "beyond the envelope from position %lld",
+                     (long long)p->first_apart);
+        if (p->first_argmax < 0)
+            snprintf(argmax, sizeof argmax, "the same argmax everywhere");
+        else
+            snprintf(argmax, sizeof argmax, "argmax differs from position %lld",
+                     (long long)p->first_argmax);
+        printf("%s vs %s: max |diff| %.3g over %u rows, %s, %s; closer to the reference: %s\n",
+               a, b, p->max_abs, (unsigned)p->n_shared, apart, argmax,
+               p->closer[0] == 'a' ? a : p->closer[0] == 'b' ? b : "tie");
     }
     printf("verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass", wrote);
 }
