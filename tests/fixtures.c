@@ -74,6 +74,7 @@ void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_
 
 void tf_model_free(tf_model *t)
 {
+    lm_model_ext_release(&t->m);
     free(t->arena);
     free(t->layers);
     memset(t, 0, sizeof *t);
