@@ -34,6 +34,7 @@
 #include "fs.h"
 #include "ref_dotx.h"
 #include "ref_exp.h"
+#include "ref_spans.h"
 #include "ref_sr.h"
 #include "runner.h"
 #include "synth.h"
@@ -60,7 +61,7 @@
  *   DOTX   the same FRESH pairs through ref_dx_dot (the exact split inner product the
  *          reference uses), each activation vector split once and each weight row once per
  *          timing, at the digit widths the reference's matrix products would choose for them
- *          (ref_dx_pick_bits), as those products do (split costs included). */
+ *          (ref_dx_widths), as those products do (split costs included). */
 enum mac_mode { HOT, FRESH, DOT, DOTX };
 
 static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
@@ -95,14 +96,11 @@ static double ns_per_mac(mpfr_prec_t prec, enum mac_mode mode)
         bu_die(PROG, "scratch", &err);
     /* the digit widths the reference's matrix products choose for these vectors and rows */
     uint64_t hist[REF_DX_SPAN_BINS] = {0}, vspan[T];
-    for (int row = 0; row < R; ++row) {
-        const uint32_t sp = ref_dx_row_span(w + row * N, N);
-        ++hist[sp < REF_DX_SPAN_BINS ? sp : REF_DX_SPAN_BINS - 1];
-    }
+    ref_spans_count(hist, w, N, 0, R);
     for (int k = 0; k < T; ++k)
         vspan[k] = ref_dx_vec_span(x + k * N, N, 1);
-    const uint32_t bx = ref_dx_pick_bits(hist, vspan, T, prec, N),
-                   bw = ref_dx_sum_bits(N) - bx;
+    uint32_t bx, bw;
+    ref_dx_widths(hist, vspan, T, prec, N, &bx, &bw);
     double t[REPS], check = 0;
     for (int rep = -1; rep < REPS; ++rep) {
         double t0 = lm_now_s();

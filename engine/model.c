@@ -520,12 +520,36 @@ void lm_model_free(lm_model *m)
 {
     if (m == NULL)
         return;
+    lm_model_ext_release(m);
     lm_vocab_free(m->vocab);
     free(m->weights_arena);
     free(m->weights);
     free(m->layers);
     free(m->path);
     free(m);
+}
+
+lm_model_ext *lm_model_ext_get(const lm_model *m)
+{
+    return __atomic_load_n(&m->ext, __ATOMIC_ACQUIRE);
+}
+
+lm_model_ext *lm_model_ext_attach(const lm_model *m, lm_model_ext *x)
+{
+    if (m->borrowed)
+        return NULL;
+    /* the slot is the one member that changes after load: models are never defined const */
+    lm_model_ext **slot = &((lm_model *)m)->ext, *cur = NULL;
+    return __atomic_compare_exchange_n(slot, &cur, x, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+               ? x
+               : cur;
+}
+
+void lm_model_ext_release(lm_model *m)
+{
+    lm_model_ext *x = __atomic_exchange_n(&m->ext, NULL, __ATOMIC_ACQ_REL);
+    if (x != NULL)
+        x->release(x);
 }
 
 void lm_model_hash_hex(const lm_model *m, char out[33])

@@ -4,6 +4,8 @@
 
 #include "kvd_util.h"
 
+#include <math.h>
+
 uint64_t ref_calib_next(uint64_t *z)
 {
     *z = *z * 6364136223846793005ull + 1442695040888963407ull;
@@ -26,6 +28,19 @@ void ref_calib_fill_f64(double *dst, uint64_t n, double scale, uint64_t *z)
 {
     for (uint64_t i = 0; i < n; ++i)
         dst[i] = (double)next_int24(z) * scale;
+}
+
+void ref_calib_fill_span(float *dst, uint64_t n, uint32_t span, uint64_t *z)
+{
+    const uint32_t m = span < 24 ? span : 24, shifts = span - m; /* shifts 0 .. span - m */
+    for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t r = ref_calib_next(z);
+        const uint32_t k = (uint32_t)(r >> 40) & ((1u << m) - 1u);
+        const int sh = (int)((r >> 8) % (shifts + 1u));
+        dst[i] = ldexpf((float)k, sh - 24) * (((r >> 39) & 1u) ? -1.0f : 1.0f);
+    }
+    dst[0] = ldexpf((float)((1u << (m - 1)) | 1u), (int)shifts - 24); /* top: span - 24 */
+    dst[1] = 0x1p-24f;                                                 /* lowest bit: -24 */
 }
 
 double ref_calib_time(bool (*round)(void *user), void *user, double macs)

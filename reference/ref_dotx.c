@@ -24,6 +24,8 @@ __extension__ typedef unsigned __int128 u128; /* GCC and Clang on 64-bit targets
 #ifdef LM_TEST_HOOKS
 int ref_dx_test_force_kernel = -1;
 _Thread_local unsigned long ref_dx_test_vv_cut, ref_dx_test_vv_rest;
+uint32_t ref_dx_test_calib_bits[2];
+uint64_t ref_dx_test_calib_vspan[4];
 #endif
 
 uint32_t ref_dx_k_cap_bits(mpfr_prec_t prec, uint32_t bits)
@@ -52,28 +54,31 @@ uint32_t ref_dx_sum_bits(uint64_t n)
 }
 
 /* The exponents of w[0..n)'s top (one above the highest set bit of its largest finite
- * magnitude) and of its lowest set bit; false when no element is finite and nonzero. */
+ * magnitude) and of its lowest set bit; false when no element is finite and nonzero. Without
+ * branches on the elements (zeros are common in quantized rows): an element that is zero, Inf
+ * or NaN leaves big and the lowest bit's key as they are. */
 static bool row_range(const float *w, uint64_t n, long *top, long *low)
 {
-    uint32_t big = 0;
-    bool any = false;
+    uint32_t big = 0, key = UINT32_MAX; /* key: the lowest set bit's exponent + 150 */
     for (uint64_t i = 0; i < n; ++i) {
         uint32_t u;
         memcpy(&u, &w[i], 4);
         u &= 0x7fffffffu;
-        if (u == 0 || u >= 0x7f800000u)
-            continue;
-        big = u > big ? u : big;
-        const uint32_t ef = u >> 23, M = ef ? (u & 0x7fffffu) | 0x800000u : u;
-        const long lo = (ef ? (long)ef - 150 : -149) + __builtin_ctz(M);
-        *low = !any || lo < *low ? lo : *low;
-        any = true;
+        const bool ok = u - 1u < 0x7f7fffffu; /* 0 < u < 0x7f800000: finite, nonzero */
+        const uint32_t ef = u >> 23;
+        /* a normal's significand has its hidden bit; a subnormal's exponent is that of ef 1;
+         * bit 24 keeps ctz defined for u = 0 (not ok) */
+        const uint32_t M = (u & 0x7fffffu) | (ef ? 0x800000u : 0x1000000u);
+        const uint32_t k = (ef ? ef : 1u) + (uint32_t)__builtin_ctz(M);
+        big = ok && u > big ? u : big;
+        key = ok && k < key ? k : key;
     }
-    if (any) {
-        const uint32_t ef = big >> 23, M = ef ? (big & 0x7fffffu) | 0x800000u : big;
-        *top = (ef ? (long)ef - 150 : -149) + 32 - __builtin_clz(M);
-    }
-    return any;
+    if (big == 0)
+        return false;
+    const uint32_t ef = big >> 23, M = ef ? (big & 0x7fffffu) | 0x800000u : big;
+    *top = (ef ? (long)ef - 150 : -149) + 32 - __builtin_clz(M);
+    *low = (long)key - 150;
+    return true;
 }
 
 uint32_t ref_dx_row_span(const float *w, uint64_t n)
@@ -111,6 +116,13 @@ uint32_t ref_dx_pick_bits(const uint64_t *row_hist, const uint64_t *vspan, uint6
         }
     }
     return best;
+}
+
+void ref_dx_widths(const uint64_t *row_hist, const uint64_t *vspan, uint64_t n_vec,
+                   mpfr_prec_t prec, uint64_t n, uint32_t *a, uint32_t *b)
+{
+    *a = ref_dx_pick_bits(row_hist, vspan, n_vec, prec, n);
+    *b = ref_dx_sum_bits(n) - *a;
 }
 
 static uint64_t pad16(uint64_t n)
@@ -464,31 +476,40 @@ int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err 
     return ref_dx_vec_split(v, x, n, 1, REF_DX_BITS, k_cap, err);
 }
 
-/* The largest exponent and the lowest set bit's exponent over the regular (finite nonzero)
- * elements x[i stride], i < n; false when there is none. */
-static bool vec_range(mpfr_t *x, uint64_t n, uint64_t stride, long *top, long *low)
+ref_dx_range ref_dx_vec_range(mpfr_t *x, uint64_t n, uint64_t stride)
 {
-    bool any = false;
+    ref_dx_range r = {0, 0, false};
     for (uint64_t i = 0; i < n; ++i) {
         mpfr_srcptr e = x[i * stride];
         if (!mpfr_regular_p(e))
             continue;
         const long t = (long)mpfr_get_exp(e), l = low_exp(e);
-        *top = !any || t > *top ? t : *top;
-        *low = !any || l < *low ? l : *low;
-        any = true;
+        r.top = !r.any || t > r.top ? t : r.top;
+        r.low = !r.any || l < r.low ? l : r.low;
+        r.any = true;
     }
-    return any;
+    return r;
+}
+
+uint64_t ref_dx_range_span(ref_dx_range r)
+{
+    return r.any ? (uint64_t)(r.top - r.low) : 0;
 }
 
 uint64_t ref_dx_vec_span(mpfr_t *x, uint64_t n, uint64_t stride)
 {
-    long top = 0, low = 0;
-    return vec_range(x, n, stride, &top, &low) ? (uint64_t)(top - low) : 0;
+    return ref_dx_range_span(ref_dx_vec_range(x, n, stride));
 }
 
 int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride, uint32_t bits,
                      uint32_t k_cap, lm_err *err)
+{
+    return ref_dx_vec_split_range(v, src, n, stride, ref_dx_vec_range(src, n, stride), bits,
+                                  k_cap, err);
+}
+
+int ref_dx_vec_split_range(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride,
+                           ref_dx_range r, uint32_t bits, uint32_t k_cap, lm_err *err)
 {
     if (n > REF_DX_MAX_N)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "reference: dot products longer than %u elements "
@@ -501,10 +522,10 @@ int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *src, uint64_t n, uint64_t stride, ui
     v->k = 0;
     v->bits = bits;
 #define x(i) src[(i) * stride]
-    long top = 0, low = 0;
+    const long top = r.top;
     uint64_t k = 0;
-    if (vec_range(src, n, stride, &top, &low)) {
-        k = (uint64_t)(top - low + bits - 1) / bits;
+    if (r.any) {
+        k = (uint64_t)(top - r.low + bits - 1) / bits;
         if (k > k_cap)
             k = k_cap;
     }
@@ -1010,16 +1031,18 @@ void ref_dx_dot(mpfr_t out, const ref_dx_vec *x, const ref_dx_row *w, ref_dx_scr
 
 /* --- cost calibration --- */
 
-/* One calibration round: the rows set from their float32 weights, then every vector's dot
- * products with them. */
+/* One calibration round: the rows split from their float32 weights, then every vector's dot
+ * products with all of them (as a matrix product's work item does). */
 typedef struct dx_calib {
-    ref_dx_row *rows;         /* [REF_DX_ROWS] */
-    const float *w;           /* [REF_DX_ROWS][n_in] */
+    ref_dx_row *rows;         /* [R] */
+    const float *w;           /* [R][n_in] */
+    unsigned n_rows;          /* R */
+    uint32_t wbits;           /* the rows' digit width */
     const ref_dx_vec *v;      /* [T] */
     unsigned n_vec;           /* T */
     uint64_t n_in;
-    mpfr_ptr *op;             /* [REF_DX_ROWS] */
-    const ref_dx_row *const *wr; /* [REF_DX_ROWS] */
+    mpfr_ptr *op;             /* [R] */
+    const ref_dx_row *const *wr; /* [R] */
     ref_dx_scratch *s;
     lm_err *err;
 } dx_calib;
@@ -1027,35 +1050,51 @@ typedef struct dx_calib {
 static bool dx_calib_round(void *p)
 {
     dx_calib *c = p;
-    for (unsigned g = 0; g < REF_DX_ROWS; ++g)
-        if (ref_dx_row_set(&c->rows[g], c->w + g * c->n_in, c->n_in, c->err) != LM_OK)
+    for (unsigned g = 0; g < c->n_rows; ++g)
+        if (ref_dx_row_split(&c->rows[g], c->w + g * c->n_in, c->n_in, c->wbits, c->err) !=
+            LM_OK)
             return false;
     for (unsigned t = 0; t < c->n_vec; ++t)
-        ref_dx_dot_rows(c->op, &c->v[t], c->wr, REF_DX_ROWS, c->s);
+        ref_dx_dot_rows(c->op, &c->v[t], c->wr, c->n_rows, c->s);
     return true;
 }
 
-double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
+/* The smallest span sp with hist[1..sp] >= q of hist's weight (0 when hist is empty). */
+static uint32_t span_quantile(const uint64_t *hist, double q)
 {
-    enum { T = 4 };
-    if (n_in == 0 || n_in > 65536)
+    double total = 0.0, acc = 0.0;
+    for (uint32_t sp = 1; sp < REF_DX_SPAN_BINS; ++sp)
+        total += (double)hist[sp];
+    for (uint32_t sp = 1; sp < REF_DX_SPAN_BINS; ++sp)
+        if ((acc += (double)hist[sp]) >= q * total && hist[sp] > 0)
+            return sp;
+    return 0;
+}
+
+double ref_dx_calibrate(uint32_t prec, uint64_t n_in, const uint64_t *row_hist)
+{
+    enum { T = 4, R = 16 };
+#ifdef LM_TEST_HOOKS
+    _Static_assert(T == 4, "ref_dx_test_calib_vspan holds T spans");
+#endif
+    if (n_in < 2 || n_in > 65536)
         n_in = 1024;
     lm_err err = {0};
     ref_dx_scratch s;
     ref_dx_vec v[T];
-    ref_dx_row rows[REF_DX_ROWS];
+    ref_dx_row rows[R];
     memset(v, 0, sizeof v);
     memset(rows, 0, sizeof rows);
     mpfr_t *x = malloc((size_t)T * n_in * sizeof *x);
-    float *w = malloc(REF_DX_ROWS * n_in * sizeof *w);
-    mpfr_t o[REF_DX_ROWS];
+    float *w = malloc(R * n_in * sizeof *w);
+    mpfr_t o[R];
     double sec = 0.0;
     if (x == NULL || w == NULL || ref_dx_scratch_init(&s, prec, n_in, &err) != LM_OK) {
         free(x);
         free(w);
         return 0.0;
     }
-    uint64_t z = REF_CALIB_SEED;
+    uint64_t z = REF_CALIB_SEED, vspan[T];
     for (uint64_t i = 0; i < (uint64_t)T * n_in; ++i) { /* activations of order 1, P bits */
         ref_calib_next(&z);
         mpfr_init2(x[i], prec);
@@ -1063,22 +1102,36 @@ double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in)
         mpfr_div_ui(x[i], x[i], 3u + (unsigned)(z % 1000u), MPFR_RNDN);
         mpfr_mul_2si(x[i], x[i], -53, MPFR_RNDN);
     }
-    ref_calib_fill_f32(w, REF_DX_ROWS * n_in, 0x1p-30f, &z);
-    mpfr_ptr op[REF_DX_ROWS];
-    const ref_dx_row *wr[REF_DX_ROWS];
-    for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+    /* row g spans the histogram's (g + 1/2) / R quantile */
+    for (unsigned g = 0; g < R; ++g) {
+        const uint32_t sp = span_quantile(row_hist, (g + 0.5) / R);
+        ref_calib_fill_span(w + g * n_in, n_in, sp ? sp : 1, &z);
+    }
+    uint32_t a, b;
+    for (unsigned t = 0; t < T; ++t)
+        vspan[t] = ref_dx_vec_span(x + (size_t)t * n_in, n_in, 1);
+    ref_dx_widths(row_hist, vspan, T, prec, n_in, &a, &b);
+    mpfr_ptr op[R];
+    const ref_dx_row *wr[R];
+    for (unsigned g = 0; g < R; ++g) {
         mpfr_init2(o[g], prec);
         op[g] = o[g];
         wr[g] = &rows[g];
     }
     int ok = 1;
     for (unsigned t = 0; ok && t < T; ++t)
-        ok = ref_dx_vec_set(&v[t], x + (size_t)t * n_in, n_in, s.k_cap, &err) == LM_OK;
-    dx_calib c = {.rows = rows, .w = w, .v = v, .n_vec = T, .n_in = n_in, .op = op, .wr = wr,
-                  .s = &s, .err = &err};
+        ok = ref_dx_vec_split(&v[t], x + (size_t)t * n_in, n_in, 1, a,
+                              ref_dx_k_cap_bits(prec, a), &err) == LM_OK;
+    dx_calib c = {.rows = rows, .w = w, .n_rows = R, .wbits = b, .v = v, .n_vec = T,
+                  .n_in = n_in, .op = op, .wr = wr, .s = &s, .err = &err};
     if (ok)
-        sec = ref_calib_time(dx_calib_round, &c, (double)T * REF_DX_ROWS * (double)n_in);
-    for (unsigned g = 0; g < REF_DX_ROWS; ++g) {
+        sec = ref_calib_time(dx_calib_round, &c, (double)T * R * (double)n_in);
+#ifdef LM_TEST_HOOKS
+    ref_dx_test_calib_bits[0] = a;
+    ref_dx_test_calib_bits[1] = b;
+    memcpy(ref_dx_test_calib_vspan, vspan, sizeof vspan);
+#endif
+    for (unsigned g = 0; g < R; ++g) {
         mpfr_clear(o[g]);
         ref_dx_row_free(&rows[g]);
     }

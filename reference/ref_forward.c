@@ -14,8 +14,10 @@
 #include "kvd_ref.h"
 #include "ref_dotx.h"
 #include "ref_group.h"
+#include "ref_spans.h"
 #include "ref_variants.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -73,7 +75,8 @@ struct fwd {
     ref_dx_row *dxr;     /* [nt][REF_MM_CHUNK] the weight rows a thread is on, split */
     mpfr_t *dxo;         /* [nt][REF_MM_CHUNK] their dot products */
     ref_dx_vec *dxv;     /* [n] the current product's input rows, split */
-    uint64_t *vspan;     /* [n] the bits they span (ref_dx_vec_span) */
+    ref_dx_range *vrange; /* [n] where their bits lie (ref_dx_vec_range) */
+    uint64_t *vspan;     /* [n] the bits they span */
     /* attention's dot products (ref_dx_dot_vv) unless dx_attn is false (mpfr_dot, or vectors
      * too long for ref_dx_dot_vv): */
     bool dx_attn;
@@ -248,71 +251,76 @@ static void mm_item(fwd *f, void *p, uint64_t item, int tid)
         mm_rows(f, c, r0, r1, tid);
 }
 
-/* Input row t split into digits once for every output row. */
+/* Input row t split into digits once for every output row, from its range (pick_widths). */
 static void split_item(fwd *f, void *p, uint64_t t, int tid)
 {
     (void)tid;
     mm_ctx *c = p;
     lm_err e = {0};
-    if (ref_dx_vec_split(&f->dxv[t], c->in + t * c->n_in, c->n_in, 1, c->bits,
-                         ref_dx_k_cap_bits(f->prec, c->bits), &e) != LM_OK)
+    if (ref_dx_vec_split_range(&f->dxv[t], c->in + t * c->n_in, c->n_in, 1, f->vrange[t],
+                               c->bits, ref_dx_k_cap_bits(f->prec, c->bits), &e) != LM_OK)
         atomic_store(&f->dx_fail, 1);
 }
 
-#define SPAN_ROWS 64u      /* weight rows per item of span_item */
-#define SPAN_SAMPLE 4096u  /* weight rows counted at most (evenly spaced) */
+#define SPAN_ROWS 64u /* weight rows per item of span_item */
 
-/* The spans of a product's input rows (items < n_rows) and of its weight rows r_lo + i step,
- * i < n_w (the other items, SPAN_ROWS rows each, counted into hist: integer sums, in any
- * order); a matrix of more than SPAN_SAMPLE rows is sampled (the widths only need the shape
- * of the histogram). */
+/* The ranges of a product's input rows in[t] (items t < n_in_rows, into f->vrange) and, when
+ * hist is counted, the spans of every row of the weight matrix w (the other items, SPAN_ROWS
+ * rows each, counted into hist: integer sums, in any order). */
 typedef struct span_ctx {
-    const mm_ctx *mm;
-    uint64_t step, n_w;
-    uint64_t *vspan;                              /* [n_rows] */
+    mpfr_t *in;                                   /* [n_in_rows][n_in] */
+    const float *w;                               /* [n_w][n_in] */
+    uint64_t n_in_rows, n_w, n_in;
     atomic_uint_fast64_t hist[REF_DX_SPAN_BINS]; /* weight rows by span */
 } span_ctx;
 
 static void span_item(fwd *f, void *p, uint64_t item, int tid)
 {
-    (void)f;
     (void)tid;
     span_ctx *sc = p;
-    const mm_ctx *c = sc->mm;
-    if (item < c->n_rows) {
-        sc->vspan[item] = ref_dx_vec_span(c->in + item * c->n_in, c->n_in, 1);
+    if (item < sc->n_in_rows) {
+        f->vrange[item] = ref_dx_vec_range(sc->in + item * sc->n_in, sc->n_in, 1);
         return;
     }
-    const uint64_t i0 = (item - c->n_rows) * SPAN_ROWS;
-    const uint64_t i1 = i0 + SPAN_ROWS < sc->n_w ? i0 + SPAN_ROWS : sc->n_w;
+    const uint64_t r0 = (item - sc->n_in_rows) * SPAN_ROWS;
+    const uint64_t r1 = r0 + SPAN_ROWS < sc->n_w ? r0 + SPAN_ROWS : sc->n_w;
     uint64_t h[REF_DX_SPAN_BINS] = {0};
-    for (uint64_t i = i0; i < i1; ++i) {
-        const uint64_t r = c->r_lo + i * sc->step;
-        const uint32_t sp = ref_dx_row_span(c->w + r * c->n_in, c->n_in);
-        ++h[sp < REF_DX_SPAN_BINS ? sp : REF_DX_SPAN_BINS - 1];
-    }
+    ref_spans_count(h, sc->w, sc->n_in, r0, r1);
     for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
         if (h[b])
             atomic_fetch_add(&sc->hist[b], h[b]);
 }
 
-/* c's digit widths: the vector width with the fewest digit products for these input rows and
- * weight rows (ref_dx_pick_bits); the numbers do not depend on it. */
-static int pick_widths(fwd *f, mm_ctx *c, lm_err *err)
+/* The ranges of in's n_in_rows rows into f->vrange (none: 0) and w's histogram [n_w][n_in]
+ * into hist: the one kept with the model, else counted over the whole matrix and kept. */
+static int spans(fwd *f, mpfr_t *in, uint64_t n_in_rows, const float *w, uint64_t n_w,
+                 uint64_t n_in, uint64_t *hist, lm_err *err)
 {
-    const uint64_t rows = c->r_hi - c->r_lo, step = (rows + SPAN_SAMPLE - 1) / SPAN_SAMPLE;
-    span_ctx sc = {.mm = c, .step = step, .n_w = (rows + step - 1) / step, .vspan = f->vspan};
+    span_ctx sc = {.in = in, .w = w, .n_in_rows = n_in_rows, .n_w = n_w, .n_in = n_in};
     for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
         atomic_init(&sc.hist[b], 0);
-    const uint64_t items = c->n_rows + (sc.n_w + SPAN_ROWS - 1) / SPAN_ROWS;
+    const bool kept = ref_spans_find(f->m, w, n_w, n_in, hist);
+    const uint64_t items = n_in_rows + (kept ? 0 : (n_w + SPAN_ROWS - 1) / SPAN_ROWS);
     int st = par_for(f, items, span_item, &sc, err);
+    if (st != LM_OK || kept)
+        return st;
+    for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
+        hist[b] = atomic_load(&sc.hist[b]);
+    ref_spans_keep(f->m, w, n_w, n_in, hist);
+    return LM_OK;
+}
+
+/* c's digit widths (ref_dx_widths) for its input rows and its whole weight matrix; the
+ * numbers do not depend on them. */
+static int pick_widths(fwd *f, mm_ctx *c, lm_err *err)
+{
+    uint64_t h[REF_DX_SPAN_BINS];
+    int st = spans(f, c->in, c->n_rows, c->w, c->n_out, c->n_in, h, err);
     if (st != LM_OK)
         return st;
-    uint64_t h[REF_DX_SPAN_BINS];
-    for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
-        h[b] = atomic_load(&sc.hist[b]);
-    c->bits = ref_dx_pick_bits(h, f->vspan, c->n_rows, f->prec, c->n_in);
-    c->wbits = ref_dx_sum_bits(c->n_in) - c->bits;
+    for (uint64_t t = 0; t < c->n_rows; ++t)
+        f->vspan[t] = ref_dx_range_span(f->vrange[t]);
+    ref_dx_widths(h, f->vspan, c->n_rows, f->prec, c->n_in, &c->bits, &c->wbits);
     return LM_OK;
 }
 
@@ -366,6 +374,81 @@ static int matmul(fwd *f, mpfr_t *out, mpfr_t *in, const float *w, const float *
 {
     int st = matmul_part(f, out, in, w, b, n_rows, n_in, n_out, accumulate, err);
     return share_cols(f, out, in, n_rows, n_in, n_out, st, err);
+}
+
+/* --- cost calibration --- */
+
+/* acc[b] += uses * n_in * (rows of w [n_w][n_in] of span b). */
+static int count_matrix(fwd *f, double *acc, const float *w, uint64_t n_w, uint64_t n_in,
+                        double uses, lm_err *err)
+{
+    uint64_t h[REF_DX_SPAN_BINS];
+    int st = spans(f, NULL, 0, w, n_w, n_in, h, err);
+    for (uint32_t b = 0; st == LM_OK && b < REF_DX_SPAN_BINS; ++b)
+        acc[b] += (double)h[b] * (double)n_in * uses;
+    return st;
+}
+
+double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_threads)
+{
+    const lm_hparams *hp = &m->hp;
+    fwd f = {.m = m, .nt = n_threads < 1 ? 1 : (n_threads > MAX_THREADS ? MAX_THREADS
+                                                                          : n_threads)};
+    lm_err err = {0};
+    const uint64_t e = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim,
+                   kv = (uint64_t)hp->n_head_kv * hp->head_dim, fe = hp->n_ff_exp;
+    const double n = rq->n_tokens,
+                 n_pos = rq->pos ? rq->n_pos : (double)(rq->n_tokens - rq->n_prompt + 1);
+    /* every selected expert runs every token (ref_macs) */
+    const double used = hp->n_expert == 0 ? 0.0
+                        : (hp->n_expert < n * hp->n_expert_used ? (double)hp->n_expert
+                                                                : n * hp->n_expert_used);
+    double acc[REF_DX_SPAN_BINS] = {0};
+    int st = LM_OK;
+    for (uint32_t l = 0; st == LM_OK && l < hp->n_layer; ++l) {
+        const lm_layer *L = &m->layers[l];
+        st = count_matrix(&f, acc, L->wq, q, e, n, &err);
+        if (st == LM_OK)
+            st = count_matrix(&f, acc, L->wk, kv, e, n, &err);
+        if (st == LM_OK)
+            st = count_matrix(&f, acc, L->wv, kv, e, n, &err);
+        if (st == LM_OK)
+            st = count_matrix(&f, acc, L->wo, e, q, n, &err);
+        if (L->ffn_gate_inp == NULL) {
+            if (st == LM_OK)
+                st = count_matrix(&f, acc, L->w_gate, hp->n_ff, e, n, &err);
+            if (st == LM_OK)
+                st = count_matrix(&f, acc, L->w_up, hp->n_ff, e, n, &err);
+            if (st == LM_OK)
+                st = count_matrix(&f, acc, L->w_down, e, hp->n_ff, n, &err);
+            continue;
+        }
+        if (st == LM_OK)
+            st = count_matrix(&f, acc, L->ffn_gate_inp, hp->n_expert, e, n, &err);
+        for (uint32_t x = 0; st == LM_OK && x < hp->n_expert; ++x) {
+            const double uses = n * used / hp->n_expert;
+            st = count_matrix(&f, acc, L->ffn_gate_exps + (uint64_t)x * fe * e, fe, e, uses,
+                              &err);
+            if (st == LM_OK)
+                st = count_matrix(&f, acc, L->ffn_up_exps + (uint64_t)x * fe * e, fe, e, uses,
+                                  &err);
+            if (st == LM_OK)
+                st = count_matrix(&f, acc, L->ffn_down_exps + (uint64_t)x * e * fe, e, fe,
+                                  uses, &err);
+        }
+    }
+    if (st == LM_OK)
+        st = count_matrix(&f, acc, m->output, hp->n_vocab, e, n_pos, &err);
+    if (st != LM_OK)
+        return 0.0;
+    /* the weights as integers: 2^40 in all */
+    double total = 0.0;
+    for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
+        total += acc[b];
+    uint64_t hist[REF_DX_SPAN_BINS];
+    for (uint32_t b = 0; b < REF_DX_SPAN_BINS; ++b)
+        hist[b] = total > 0.0 ? (uint64_t)llround(acc[b] / total * 0x1p40) : 0;
+    return ref_dx_calibrate(rq->prec ? rq->prec : REF_DEFAULT_PREC, e, hist);
 }
 
 /* --- per-token items --- */
@@ -874,6 +957,7 @@ static void fwd_free(fwd *f)
     free(f->dxr);
     free(f->dxv);
     free(f->vspan);
+    free(f->vrange);
     ref_vec_free(f->dxo, (uint64_t)f->nt * REF_MM_CHUNK);
     free(f->scr);
     free(f->scores);
@@ -1001,6 +1085,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
     f.dxo = ref_vec_new((uint64_t)f.nt * REF_MM_CHUNK, f.prec);
     f.dxv = calloc(n, sizeof *f.dxv);
     f.vspan = calloc(n, sizeof *f.vspan);
+    f.vrange = calloc(n, sizeof *f.vrange);
     f.vvb = ref_dx_vv_bits(n > hp->head_dim ? n : hp->head_dim, f.prec);
     f.dx_attn = !f.mpfr_dot && f.vvb != 0;
     if (f.dx_attn) {
@@ -1013,7 +1098,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             if ((f.pf[t] = ref_vec_new(n, f.prec)) == NULL)
                 f.dx_fail = 1;
     }
-    if (!f.dxs || !f.dxr || !f.dxv || !f.vspan || !f.dxo || atomic_load(&f.dx_fail) ||
+    if (!f.dxs || !f.dxr || !f.dxv || !f.vspan || !f.vrange || !f.dxo || atomic_load(&f.dx_fail) ||
         (f.dx_attn && (!f.kx || !f.vx || !f.qx || !f.px || !f.pf)) ||
         !r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
         (own_swa && !f.cs_swa) || !f.y ||

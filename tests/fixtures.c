@@ -3,10 +3,12 @@
 
 #include "synth.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 float *tf_fill(float *x, size_t n, float scale, float offset, uint64_t *st)
 {
@@ -74,6 +76,7 @@ void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_
 
 void tf_model_free(tf_model *t)
 {
+    lm_model_ext_release(&t->m);
     free(t->arena);
     free(t->layers);
     memset(t, 0, sizeof *t);
@@ -205,4 +208,29 @@ lm_model *tf_synth_load(const char *preset, uint64_t seed)
         CU_FAIL_FATAL("synthetic model");
     }
     return m;
+}
+
+int tf_run_cmd(int (*cmd)(int, char **), int argc, char **argv, char *out, size_t cap)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cmd-capture.out", tu_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    int rc = cmd(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+    return rc;
 }

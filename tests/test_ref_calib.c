@@ -4,6 +4,7 @@
  * giving a positive, finite figure through it. */
 #include "kvd_ref.h"
 #include "ref_calib.h"
+#include "ref_dotx.h"
 #include "ref_sr.h"
 #include "test_util.h"
 
@@ -88,10 +89,53 @@ static void test_ref_calib_time_skips_cold_round(void)
  * 1 ms per multiply-add (a 127-bit exact product costs well under a microsecond). */
 static void test_ref_calib_both_calibrations(void)
 {
-    const double dx = ref_calibrate_s_per_mac(127, 256), sr = ref_sr_calibrate_s_per_mac(256);
+    uint64_t hist[REF_DX_SPAN_BINS] = {0};
+    hist[24] = 1;
+    const double dx = ref_dx_calibrate(127, 256, hist), sr = ref_sr_calibrate_s_per_mac(256);
     printf(" exact %.3g s/mac, SR %.3g s/mac;", dx, sr);
     CU_ASSERT(isfinite(dx) && dx > 0.0 && dx < 1e-3);
     CU_ASSERT(isfinite(sr) && sr > 0.0 && sr < 1e-3);
+}
+
+/* Rows of every span 1..127 span exactly that (the calibration's rows stand for the model's
+ * rows by their spans). */
+static void test_ref_calib_fill_span(void)
+{
+    enum { N = 300 };
+    float w[N];
+    uint64_t z = REF_CALIB_SEED;
+    int bad = 0;
+    for (uint32_t sp = 1; sp < REF_DX_SPAN_BINS; ++sp) {
+        ref_calib_fill_span(w, N, sp, &z);
+        bad += ref_dx_row_span(w, N) != sp;
+        ref_calib_fill_span(w, 2, sp, &z);
+        bad += ref_dx_row_span(w, 2) != sp;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The calibration runs at the widths ref_dx_widths picks for the rows' histogram and its
+ * vectors' spans, not at a fixed 20 bits: rows of 13 bits against order-1 activations of
+ * 127 bits (spans ~130..150) take a >= 27 (ref_dx_pick_bits' test: a = 28 at span 140), with
+ * J = 1 (b >= 13); rows of 45 bits as picked too; the figure is positive and finite. */
+static void test_ref_calib_dx_widths(void)
+{
+    static const uint32_t spans[2] = {13, 45};
+    for (int k = 0; k < 2; ++k) {
+        uint64_t hist[REF_DX_SPAN_BINS] = {0};
+        hist[spans[k]] = 1000;
+        const double s = ref_dx_calibrate(127, 256, hist);
+        CU_ASSERT(isfinite(s) && s > 0.0 && s < 1e-3);
+        uint32_t a, b;
+        ref_dx_widths(hist, ref_dx_test_calib_vspan, 4, 127, 256, &a, &b);
+        printf(" rows of %u bits: a %u b %u;", spans[k], ref_dx_test_calib_bits[0],
+               ref_dx_test_calib_bits[1]);
+        CU_ASSERT_EQUAL(ref_dx_test_calib_bits[0], a);
+        CU_ASSERT_EQUAL(ref_dx_test_calib_bits[1], b);
+        CU_ASSERT(ref_dx_test_calib_vspan[0] >= 127);
+        if (k == 0)
+            CU_ASSERT(a >= 27 && b >= 13);
+    }
 }
 
 void test_ref_calib_register(void)
@@ -100,4 +144,6 @@ void test_ref_calib_register(void)
     CU_add_test(s, "test_ref_calib_sequence_and_fills", test_ref_calib_sequence_and_fills);
     CU_add_test(s, "test_ref_calib_time_skips_cold_round", test_ref_calib_time_skips_cold_round);
     CU_add_test(s, "test_ref_calib_both_calibrations", test_ref_calib_both_calibrations);
+    CU_add_test(s, "test_ref_calib_fill_span", test_ref_calib_fill_span);
+    CU_add_test(s, "test_ref_calib_dx_widths", test_ref_calib_dx_widths);
 }

@@ -356,6 +356,56 @@ static void test_ref_dotx_widest_digits(void)
     CU_ASSERT_EQUAL(ref_dx_sum_bits(REF_DX_MAX_N), 42);
 }
 
+/* Bits spanned by w[0..n)'s finite nonzero elements, written plainly: top = ilogb + 1 of the
+ * largest, low = the exponent of each element's last set bit (its significand doubled until
+ * it is an integer), the least of them. */
+static uint32_t row_span_plain(const float *w, uint64_t n)
+{
+    int top = 0, low = 0;
+    bool any = false;
+    for (uint64_t i = 0; i < n; ++i) {
+        const double v = fabs((double)w[i]);
+        if (v == 0.0 || !isfinite(v))
+            continue;
+        const int e = ilogb(v);
+        double m = ldexp(v, -e);
+        int k = 0;
+        while (m != floor(m)) {
+            m *= 2.0;
+            ++k;
+        }
+        top = !any || e + 1 > top ? e + 1 : top;
+        low = !any || e - k < low ? e - k : low;
+        any = true;
+    }
+    return any ? (uint32_t)(top - low) : 0;
+}
+
+/* ref_dx_row_span against the plain count on rows of zeros, subnormals, normals of every
+ * binade, Inf and NaN, and integers of few bits (quantized rows). */
+static void test_ref_dotx_row_span_plain(void)
+{
+    uint64_t st = tu_seed() ^ 0x59a7u;
+    float w[40];
+    int bad = 0;
+    for (int r = 0; r < 4000; ++r) {
+        const uint64_t n = 1 + tu_rand_u64(&st) % 40;
+        for (uint64_t i = 0; i < n; ++i) {
+            const uint64_t z = tu_rand_u64(&st);
+            switch (z % 6) {
+            case 0: w[i] = 0.0f; break;
+            case 1: w[i] = ldexpf((float)(z >> 40 & 0xff), -149 + (int)(z >> 32 & 7)); break;
+            case 2: w[i] = tu_rand_f32(&st) * ldexpf(1.0f, (int)(z >> 16 & 0xff) - 140); break;
+            case 3: w[i] = (float)(int)((z >> 20 & 15) - 8) * ldexpf(1.0f, r % 30 - 20); break;
+            case 4: w[i] = (z >> 9 & 1) ? INFINITY : NAN; break;
+            default: w[i] = -(float)(z >> 41); break;
+            }
+        }
+        bad += ref_dx_row_span(w, n) != row_span_plain(w, n);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 /* The vector width with the fewest digit products: rows of 13 bits and vectors of 140 take
  * a = 28 (b = 17: J = 1, K = 5; a = 20..27 needs K >= 6); rows of 21 bits take a = 24 (b =
  * 21: J = 1, K = 6, where a = 20 gives J = 1 but K = 7, and a = 25 gives J = 2); rows of 45
@@ -397,6 +447,53 @@ static void test_ref_dotx_pick_bits(void)
     CU_ASSERT_EQUAL(ref_dx_vec_span(x, 2, 1), 3);
     CU_ASSERT_EQUAL(ref_dx_vec_span(x, 1, 1), 0);
     ref_vec_free(x, 3);
+}
+
+/* A vector split from its range (ref_dx_vec_split_range, the range the widths were picked
+ * from) has the same digits and elements off the grid as one split by scanning it again
+ * (ref_dx_vec_split), and the split reads the range it is given: a range with its top 5 bits
+ * higher gives a grid whose top is 5 bits higher. ref_dx_widths gives ref_dx_pick_bits' a and
+ * the rest of ref_dx_sum_bits for b. */
+static void test_ref_dotx_split_from_range(void)
+{
+    uint64_t st = tu_seed() ^ 0x5a17u;
+    dx_case c;
+    case_init(&c, 127, 700);
+    fill_random(&c, &st, 60);
+    mpfr_set_nan(c.x[7]);
+    mpfr_set_zero(c.x[8], 1);
+    lm_err err = {0};
+    ref_dx_vec a, b, d;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&d, 0, sizeof d);
+    const ref_dx_range r = ref_dx_vec_range(c.x, c.n, 1);
+    CU_ASSERT(r.any);
+    CU_ASSERT_EQUAL(ref_dx_range_span(r), ref_dx_vec_span(c.x, c.n, 1));
+    for (uint32_t bits = REF_DX_BITS; bits <= REF_DX_BITS_MAX; bits += 6) {
+        const uint32_t kc = ref_dx_k_cap_bits(127, bits);
+        CU_ASSERT_FATAL(ref_dx_vec_split(&a, c.x, c.n, 1, bits, kc, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_dx_vec_split_range(&b, c.x, c.n, 1, r, bits, kc, &err) == LM_OK);
+        CU_ASSERT(a.k == b.k && a.top == b.top && a.n_exc == b.n_exc && a.k > 0);
+        CU_ASSERT(memcmp(a.d, b.d, (size_t)a.k * a.n_pad * sizeof *a.d) == 0);
+        CU_ASSERT(memcmp(a.exc, b.exc, a.n_exc * sizeof *a.exc) == 0);
+        const ref_dx_range up = {r.top + 5, r.low, true};
+        CU_ASSERT_FATAL(ref_dx_vec_split_range(&d, c.x, c.n, 1, up, bits, kc, &err) == LM_OK);
+        CU_ASSERT_EQUAL(d.top, r.top + 5);
+    }
+    const ref_dx_range none = ref_dx_vec_range(c.x + 8, 1, 1); /* one zero */
+    CU_ASSERT(!none.any && ref_dx_range_span(none) == 0);
+    uint64_t hist[REF_DX_SPAN_BINS] = {0}, vs[2] = {140, 150};
+    hist[13] = 50;
+    hist[30] = 7;
+    uint32_t wa, wb;
+    ref_dx_widths(hist, vs, 2, 127, REF_DX_MAX_N, &wa, &wb);
+    CU_ASSERT_EQUAL(wa, ref_dx_pick_bits(hist, vs, 2, 127, REF_DX_MAX_N));
+    CU_ASSERT_EQUAL(wa + wb, ref_dx_sum_bits(REF_DX_MAX_N));
+    ref_dx_vec_free(&a);
+    ref_dx_vec_free(&b);
+    ref_dx_vec_free(&d);
+    case_free(&c);
 }
 
 /* sum = tiny: pairs x, -x against the same weight cancel exactly; one small term survives. */
@@ -737,6 +834,8 @@ void test_ref_dotx_register(void)
     CU_add_test(s, "test_ref_dotx_one_sign_every_width", test_ref_dotx_one_sign_every_width);
     CU_add_test(s, "test_ref_dotx_many_rows", test_ref_dotx_many_rows);
     CU_add_test(s, "test_ref_dotx_widest_digits", test_ref_dotx_widest_digits);
+    CU_add_test(s, "test_ref_dotx_split_from_range", test_ref_dotx_split_from_range);
+    CU_add_test(s, "test_ref_dotx_row_span_plain", test_ref_dotx_row_span_plain);
     CU_add_test(s, "test_ref_dotx_pick_bits", test_ref_dotx_pick_bits);
     CU_add_test(s, "test_ref_dotx_cancellation", test_ref_dotx_cancellation);
     CU_add_test(s, "test_ref_dotx_dynamic_range", test_ref_dotx_dynamic_range);

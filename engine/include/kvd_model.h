@@ -134,6 +134,14 @@ typedef struct lm_weight {
     uint64_t n_elem;
 } lm_weight;
 
+/* Data another part of the program keeps with a model for the model's lifetime (the
+ * reference's weight-span histograms), attached on first use by lm_model_ext_attach and
+ * released by lm_model_free through release. One slot per model. */
+typedef struct lm_model_ext lm_model_ext;
+struct lm_model_ext {
+    void (*release)(lm_model_ext *x);
+};
+
 typedef struct lm_model {
     lm_hparams hp;
     const lm_arch *arch;      /* the architecture table's row for hp.arch (NULL in models that
@@ -150,6 +158,10 @@ typedef struct lm_model {
     uint32_t n_weights;
     void *weights_arena;      /* private: one allocation holding every float32 weight */
     size_t weights_n;         /* private: floats in weights_arena */
+    lm_model_ext *ext;        /* private: the attached data or NULL, read and written only
+                                 atomically (lm_model_ext_attach; this header is also C++'s) */
+    bool borrowed;            /* a view of another model (lm_model_first_layers): nothing is
+                                 attached to it */
 } lm_model;
 
 /* Loads and validates the model: every required tensor present with the right shape, the
@@ -162,6 +174,15 @@ uint64_t lm_mem_available(void);
 /* LM_OK when `needed` bytes fit in `available`, else LM_E_NOMEM with one line naming what,
  * both byte counts. */
 int lm_mem_check(const char *what, uint64_t needed, uint64_t available, lm_err *err);
+/* m's attached data, or NULL. */
+lm_model_ext *lm_model_ext_get(const lm_model *m);
+/* Attaches x to m unless data is attached already (another thread may attach at the same
+ * time: one wins) or m is borrowed; returns what m holds afterwards, NULL for a borrowed m.
+ * The caller releases x when it is not what is returned. */
+lm_model_ext *lm_model_ext_attach(const lm_model *m, lm_model_ext *x);
+/* Releases m's attached data (lm_model_free does; a model built by hand calls it before its
+ * storage goes). */
+void lm_model_ext_release(lm_model *m);
 /* Content hash as 32 lowercase hex digits + NUL. */
 void lm_model_hash_hex(const lm_model *m, char out[33]);
 

@@ -36,7 +36,7 @@ void hx_progress_cost(hx_progress *p, const lm_model *m, const ref_request *rq, 
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = threads > 0 ? threads : (nc < 1 ? 1 : (int)nc);
     double macs = ref_macs(m, rq);
-    double s = ref_calibrate_s_per_mac(rq->prec ? rq->prec : REF_DEFAULT_PREC, m->hp.n_embd);
+    double s = ref_calibrate_s_per_mac(m, rq, nt);
     fprintf(stderr, "%sreference: %.3g multiply-adds, about %.2g s on %d thread%s (%.2f ns each, "
                     "calibrated); %s%s\n",
             p->prefix, macs, macs * s / nt, nt, nt == 1 ? "" : "s", s * 1e9,

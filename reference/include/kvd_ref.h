@@ -186,10 +186,13 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
 /* Multiply-adds of the pass rq describes (every projection of every token, the causal
  * attention products, the output projection of the logit positions; MoE: the experts computed). */
 double ref_macs(const lm_model *m, const ref_request *rq);
-/* Seconds per multiply-add of this machine's matrix products at prec bits, one thread, from a
- * ~20 ms calibration of the dot product on rows of n_in elements (for the cost line printed
- * before a pass; 0 when it cannot allocate). */
-double ref_calibrate_s_per_mac(uint32_t prec, uint64_t n_in);
+/* Seconds per multiply-add of this machine's matrix products in the pass rq describes on m,
+ * one thread, from a ~20 ms calibration of the split dot product (ref_dx_calibrate) on rows
+ * of n_embd elements spanning what m's weight rows span, weighted by their multiply-adds in
+ * the pass, at the digit widths the products pick (for the cost line printed before a pass).
+ * The spans are counted with n_threads threads and kept with m, so the pass reads them; 0
+ * when memory runs out. */
+double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_threads);
 void ref_result_free(ref_result *r);
 /* Rounds a result to float64 into a capture (tokens and model hash copied from rq, m). */
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,

@@ -17,6 +17,11 @@ uint64_t ref_calib_next(uint64_t *z);
  * [-2^23, 2^23) (exact in float32; with a power-of-two scale so is dst[i]). */
 void ref_calib_fill_f32(float *dst, uint64_t n, float scale, uint64_t *z);
 void ref_calib_fill_f64(double *dst, uint64_t n, double scale, uint64_t *z);
+/* dst[0..n), n >= 2, whose significant bits span exactly span bits (1 <= span < 128:
+ * ref_dx_row_span(dst, n) == span): integers below 2^min(span, 24) from the sequence, random
+ * signs, shifted up by random amounts within the span when it passes 24 bits, times 2^-24;
+ * dst[0] holds the top bit, dst[1] the lowest. */
+void ref_calib_fill_span(float *dst, uint64_t n, uint32_t span, uint64_t *z);
 /* Seconds per multiply-add of round(user), which does macs multiply-adds a call: the first
  * call (page faults, cold caches) is not timed, then calls until at least 20 ms have passed.
  * 0 when a call returns false or macs <= 0. */

@@ -105,6 +105,17 @@ uint32_t ref_dx_sum_bits(uint64_t n);
  * bit; 0 without a finite nonzero element), and of an MPFR vector (elements x[i * stride]). */
 uint32_t ref_dx_row_span(const float *w, uint64_t n);
 uint64_t ref_dx_vec_span(mpfr_t *x, uint64_t n, uint64_t stride);
+/* Where an MPFR vector's significant bits lie: top = the largest exponent of its regular
+ * (finite nonzero) elements, low = the exponent of their lowest set bit; any = false (top =
+ * low = 0) without a regular element. ref_dx_vec_split_range splits from it, so a vector
+ * whose span picked the widths is read once more, not twice. */
+typedef struct ref_dx_range {
+    long top, low;
+    bool any;
+} ref_dx_range;
+ref_dx_range ref_dx_vec_range(mpfr_t *x, uint64_t n, uint64_t stride);
+/* The bits the range spans, top - low (ref_dx_vec_span). */
+uint64_t ref_dx_range_span(ref_dx_range r);
 #define REF_DX_SPAN_BINS 128u /* row spans of 127 bits and more share the last bin */
 /* The vector digit width a for a product of n_vec vectors of n elements (spans vspan[n_vec])
  * with the rows whose spans are counted in row_hist[REF_DX_SPAN_BINS] (the rows then take
@@ -113,6 +124,11 @@ uint64_t ref_dx_vec_span(mpfr_t *x, uint64_t n, uint64_t stride);
  * 2 REF_DX_JMAX: its small elements would leave the grid), the smallest a on ties. */
 uint32_t ref_dx_pick_bits(const uint64_t *row_hist, const uint64_t *vspan, uint64_t n_vec,
                           mpfr_prec_t prec, uint64_t n);
+/* The digit widths of such a product: *a = ref_dx_pick_bits(...) for the vectors and
+ * *b = ref_dx_sum_bits(n) - *a for the rows. The reference's matrix products, its cost
+ * calibration (ref_calibrate_s_per_mac) and bench_ref all take their widths from here. */
+void ref_dx_widths(const uint64_t *row_hist, const uint64_t *vspan, uint64_t n_vec,
+                   mpfr_prec_t prec, uint64_t n, uint32_t *a, uint32_t *b);
 
 int ref_dx_scratch_init(ref_dx_scratch *s, mpfr_prec_t prec, uint64_t n_cap, lm_err *err);
 void ref_dx_scratch_clear(ref_dx_scratch *s);
@@ -125,6 +141,10 @@ int ref_dx_vec_set(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint32_t k_cap, lm_err 
  * (k_cap <= ref_dx_k_cap_bits(prec, bits) for the scratch's precision). */
 int ref_dx_vec_split(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint64_t stride, uint32_t bits,
                      uint32_t k_cap, lm_err *err);
+/* The same with x's range given (r == ref_dx_vec_range(x, n, stride)): x is not scanned for
+ * it again. */
+int ref_dx_vec_split_range(ref_dx_vec *v, mpfr_t *x, uint64_t n, uint64_t stride,
+                           ref_dx_range r, uint32_t bits, uint32_t k_cap, lm_err *err);
 void ref_dx_vec_free(ref_dx_vec *v);
 /* Splits w[n] into digits of REF_DX_BITS bits (ref_dx_row_split: of bits bits, 1 .. 32). */
 int ref_dx_row_set(ref_dx_row *r, const float *w, uint64_t n, lm_err *err);
@@ -170,6 +190,14 @@ uint32_t ref_dx_vv_bits(uint64_t n, mpfr_prec_t prec);
 /* ref_dx_dot_vv serves vectors of n elements at this precision (ref_dx_vv_bits != 0). */
 bool ref_dx_vv_fits(uint64_t n, mpfr_prec_t prec);
 
+/* Seconds per multiply-add of the split product at prec bits, one thread, from a ~20 ms
+ * calibration: 4 activation vectors of n_in elements (order 1, full prec-bit significands)
+ * against 16 float32 rows whose spans are the (g + 1/2) / 16 quantiles of row_hist
+ * [REF_DX_SPAN_BINS] (rows by span, weighted by their share of the work), at the widths
+ * ref_dx_widths picks for row_hist and those vectors, each round splitting the rows again as
+ * a matrix product's work item does; 0 when it cannot allocate. */
+double ref_dx_calibrate(uint32_t prec, uint64_t n_in, const uint64_t *row_hist);
+
 /* Which kernel ref_dx_dot uses: "avx512", "avx2" or "scalar" (chosen once from the CPU). */
 const char *ref_dx_kernel(void);
 #ifdef LM_TEST_HOOKS
@@ -178,6 +206,9 @@ extern int ref_dx_test_force_kernel;
 /* ref_dx_dot_vv's results from the cut pairs alone, and those that took the remaining pairs
  * after a cut, counted per thread */
 extern _Thread_local unsigned long ref_dx_test_vv_cut, ref_dx_test_vv_rest;
+/* the widths a, b the last ref_dx_calibrate ran at, and its 4 vectors' spans */
+extern uint32_t ref_dx_test_calib_bits[2];
+extern uint64_t ref_dx_test_calib_vspan[4];
 #endif
 
 #endif
