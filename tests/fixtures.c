@@ -1,9 +1,12 @@
 /* fixtures.c — shared test fixtures (see fixtures.h). */
 #include "fixtures.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 float *tf_fill(float *x, size_t n, float scale, float offset, uint64_t *st)
 {
@@ -188,4 +191,29 @@ double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *
         memcpy(k_last, k + (hp->n_layer - 1) * n * kv_dim, n * kv_dim * sizeof *k_last);
     free(x), free(xn), free(q), free(att), free(o), free(k), free(v), free(g), free(u), free(p);
     return lg;
+}
+
+int tf_run_cmd(int (*cmd)(int, char **), int argc, char **argv, char *out, size_t cap)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cmd-capture.out", tu_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    int rc = cmd(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+    return rc;
 }

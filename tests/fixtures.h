@@ -2,7 +2,8 @@
  * every tests/test_*.c as one): a small llama model built by hand in memory (no GGUF, every
  * hyperparameter and weight scale chosen by the test), the forward pass written out plainly
  * in float64 (an independent second opinion for the engine and the reference), and random
- * float vectors from the documented splitmix64 PRNG (tu_rand_f32). */
+ * float vectors from the documented splitmix64 PRNG (tu_rand_f32), and a command run with its
+ * output captured (tf_run_cmd). */
 #ifndef KVD_TEST_FIXTURES_H
 #define KVD_TEST_FIXTURES_H
 
@@ -54,5 +55,10 @@ float *tf_rand_vec(size_t n, float scale, uint64_t *st);
  * (after RoPE) [n][n_head_kv * head_dim]. Sums run in index order. */
 double *tf_forward_f64(const lm_model *m, const int32_t *tok /* [n] */, size_t n,
                        double *k_last);
+
+/* Runs a kvdrift command in this process, cmd(argc, argv), with stdout and stderr both sent to
+ * a file under tu_tmpdir(); its text (truncated to cap - 1 bytes) into out[cap]. Returns the
+ * command's exit code. */
+int tf_run_cmd(int (*cmd)(int, char **), int argc, char **argv, char *out, size_t cap);
 
 #endif

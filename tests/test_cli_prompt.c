@@ -6,6 +6,7 @@
 #include "kvd_engine.h"
 #include "kvd_gguf.h"
 #include "synth.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 #include <fcntl.h>
@@ -14,32 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Runs cmd with stdout and stderr into files under the temp folder; returns its exit code. */
-static int quiet_run(int (*cmd)(int, char **), int argc, char **argv, char *out, size_t cap)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/cli-prompt.out", tu_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    int so = dup(1), se = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    close(fd);
-    int rc = cmd(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(so, 1);
-    dup2(se, 2);
-    close(so);
-    close(se);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
-    out[n] = '\0';
-    if (f)
-        fclose(f);
-    return rc;
-}
 
 static json_int_t n_prompt_of(const char *dir)
 {
@@ -63,12 +38,12 @@ static void test_cli_prompt_file_and_n_default(void)
                   "naive", "-n", "1", "-q", "-o", d1, "--cache", cache, NULL};
     char *a2[] = {"sweep", "synth:tiny", "-f", file, "--steps", "full", "--backends", "naive",
                   "-n", "1", "-q", "-o", d2, "--cache", cache, NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_sweep, 15, a1, out, sizeof out), 0);
-    CU_ASSERT_EQUAL(quiet_run(cmd_sweep, 15, a2, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_sweep, 15, a1, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_sweep, 15, a2, out, sizeof out), 0);
     CU_ASSERT(n_prompt_of(d1) > 1);
     CU_ASSERT_EQUAL(n_prompt_of(d1), n_prompt_of(d2));
     char *a3[] = {"sweep", "synth:tiny", "-f", "/nonexistent/prompt.txt", NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_sweep, 4, a3, out, sizeof out), 2);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_sweep, 4, a3, out, sizeof out), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "/nonexistent/prompt.txt"));
     /* One -n default: every command's help states the same one. */
     int (*cmds[3])(int, char **) = {cmd_sweep, cmd_compare, cmd_trace};
@@ -77,7 +52,7 @@ static void test_cli_prompt_file_and_n_default(void)
     snprintf(want, sizeof want, "(default %u", (unsigned)HX_CLI_DEFAULT_N_GEN);
     for (int i = 0; i < 3; ++i) {
         char *h[] = {(char *)names[i], "--help", NULL};
-        CU_ASSERT_EQUAL(quiet_run(cmds[i], 2, h, out, sizeof out), 0);
+        CU_ASSERT_EQUAL(tf_run_cmd(cmds[i], 2, h, out, sizeof out), 0);
         const char *n = strstr(out, "-n, --n-gen N");
         CU_ASSERT_PTR_NOT_NULL_FATAL(n);
         const char *nl = strchr(n, '\n');
@@ -95,12 +70,12 @@ static void test_cli_compare_verdict(void)
     CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 3, LM_TYPE_F32, &err), LM_OK);
     char *same[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
                     "--b", "naive:step=1", "-n", "4", "--cache", cache, NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 12, same, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_compare, 12, same, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: IDENTICAL"));
     /* naive vs blas: other bits (blas's blocked FMA order), the same argmax on this model. */
     char *other[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
                      "--b", "blas", "-n", "4", "--no-ref", NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 11, other, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_compare, 11, other, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: SAME TOKENS: other bits"));
 }
 
@@ -180,7 +155,7 @@ static void test_cli_compare_parted(void)
     CU_ASSERT_EQUAL(naive_next(model, prompt, n), t1); /* A still picks t1 */
     char *tie[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
                    "--b", "naive:profile=bf16", "-n", "4", "--no-ref", NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 11, tie, out, sizeof out), 1);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_compare, 11, tie, out, sizeof out), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: PARTED: argmax differs at "));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "(first at position 5)")); /* the last prompt token */
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "; greedy tokens part at generated index 0\n"));
@@ -190,7 +165,7 @@ static void test_cli_compare_parted(void)
     /* The same near tie in float32 on both sides: no part. */
     char *f32[] = {"compare", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
                    "--b", "naive:step=1", "-n", "4", "--no-ref", NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_compare, 11, f32, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_compare, 11, f32, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: IDENTICAL"));
 }
 
@@ -204,13 +179,77 @@ static void test_cli_trace_why(void)
     CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 5, LM_TYPE_F32, &err), LM_OK);
     char *steps[] = {"trace", model, "--tokens", "1,72,101,108,108,111", "--a", "blas:step=1",
                      "--b", "blas", "--no-env", "-n", "0", NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_trace, 11, steps, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_trace, 11, steps, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "why: at pos 0 A computes a 1-row call and B a 6-row "
                                        "call"));
     char *backends[] = {"trace", model, "--tokens", "1,72,101,108,108,111", "--a", "naive",
                         "--b", "blas", "--no-env", "-n", "0", NULL};
-    CU_ASSERT_EQUAL(quiet_run(cmd_trace, 11, backends, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_trace, 11, backends, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "why: other backends (naive vs blas)"));
+}
+
+/* MODEL is a GGUF path or synth:PRESET[:seed=N] for every command that takes one, and run and
+ * judge read -f FILE as the others do: run synth:tiny -f FILE prints what run FILE.gguf -p TEXT
+ * prints (the preset written into $KVDRIFT_CACHE), and ref, compare and trace load synth:tiny. */
+static void test_cli_synth_model_and_file_everywhere(void)
+{
+    const char *text = "Hello world";
+    char file[1024], cache[1024], model[1024], out[1 << 14], out2[1 << 14];
+    snprintf(file, sizeof file, "%s", tu_write_file("run-prompt.txt", text, strlen(text)));
+    snprintf(cache, sizeof cache, "%s/pf-cache", tu_tmpdir());
+    snprintf(model, sizeof model, "%s/run-tiny.gguf", tu_tmpdir());
+    const char *was = getenv("KVDRIFT_CACHE");
+    char *saved = was ? strdup(was) : NULL; /* restored below: other suites find models by it */
+    setenv("KVDRIFT_CACHE", cache, 1);
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char *a1[] = {"run", "synth:tiny", "-f", file, "-n", "3", "--show-ids", NULL};
+    char *a2[] = {"run", model, "-p", (char *)text, "-n", "3", "--show-ids", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 7, a1, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 7, a2, out2, sizeof out2), 0);
+    char *ids1 = strstr(out, "prompt ids:"), *ids2 = strstr(out2, "prompt ids:");
+    CU_ASSERT_FATAL(ids1 != NULL && ids2 != NULL);
+    *strstr(ids1, "\nrun: ") = '\0'; /* the timing line differs */
+    *strstr(ids2, "\nrun: ") = '\0';
+    CU_ASSERT_STRING_EQUAL(out, out2);
+    char *r[] = {"ref", "synth:tiny", "--tokens", "1,72,101", "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_ref, 5, r, out, sizeof out), 0);
+    char *c[] = {"compare", "synth:tiny", "-f", file, "--a", "naive", "--b", "naive:step=1",
+                 "-n", "2", "--no-ref", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_compare, 11, c, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "verdict: IDENTICAL"));
+    char *t[] = {"trace", "synth:tiny", "--tokens", "1,72,101", "--a", "naive", "--b", "blas",
+                 "-n", "1", "--no-envelope", "--brief", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_trace, 12, t, out, sizeof out), 0);
+    /* judge reads -f (the missing file named, exit 2) and takes synth: (an absent dump named). */
+    char *j1[] = {"judge", "synth:tiny", "-f", "/nonexistent/p.txt", "--dump", "/x", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 6, j1, out, sizeof out), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "/nonexistent/p.txt"));
+    char *j2[] = {"judge", "synth:tiny", "-f", file, "--dump", "/nonexistent-dump", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 6, j2, out, sizeof out), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "/nonexistent-dump"));
+    CU_ASSERT_PTR_NULL(strstr(out, "synth:tiny"));
+    if (saved != NULL)
+        setenv("KVDRIFT_CACHE", saved, 1);
+    else
+        unsetenv("KVDRIFT_CACHE");
+    free(saved);
+}
+
+/* synth --help names every preset synth accepts. */
+static void test_cli_synth_help_lists_presets(void)
+{
+    char out[1 << 14];
+    char *h[] = {"synth", "--help", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_synth, 2, h, out, sizeof out), 0);
+    const char *name;
+    for (size_t i = 0; (name = hx_synth_preset_name(i)) != NULL; ++i) {
+        char want[80];
+        snprintf(want, sizeof want, " %s (", name);
+        if (strstr(out, want) == NULL)
+            fprintf(stderr, "\n  synth --help does not list preset %s", name);
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    }
 }
 
 void test_cli_prompt_register(void)
@@ -220,4 +259,7 @@ void test_cli_prompt_register(void)
     CU_add_test(s, "test_cli_compare_verdict", test_cli_compare_verdict);
     CU_add_test(s, "test_cli_compare_parted", test_cli_compare_parted);
     CU_add_test(s, "test_cli_trace_why", test_cli_trace_why);
+    CU_add_test(s, "test_cli_synth_help_lists_presets", test_cli_synth_help_lists_presets);
+    CU_add_test(s, "test_cli_synth_model_and_file_everywhere",
+                test_cli_synth_model_and_file_everywhere);
 }

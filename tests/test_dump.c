@@ -207,10 +207,17 @@ static void test_dump_mismatches_exit_2(void)
     snprintf(p, sizeof p, "%s/logprobs.npy", dir);
     uint64_t shape[2] = {2, 512};
     write_npy(p, 2, shape, 0.0f);
+    /* log-probabilities: rows of log(1/512) (a uniform distribution), over write_npy's data */
+    FILE *lpf = fopen(p, "r+b");
+    CU_ASSERT_FATAL(lpf != NULL && fseek(lpf, -(long)(2 * 512 * sizeof(float)), SEEK_END) == 0);
+    const float uni = (float)-log(512.0);
+    for (int i = 0; i < 2 * 512; ++i)
+        CU_ASSERT_FATAL(fwrite(&uni, sizeof uni, 1, lpf) == 1);
+    CU_ASSERT_FATAL(fclose(lpf) == 0);
     CU_ASSERT_EQUAL(load(&d, m, path, "both logits.npy and logprobs.npy"), LM_E_INPUT);
     snprintf(p, sizeof p, "%s/logits.npy", dir);
     unlink(p);
-    CU_ASSERT_EQUAL(load(&d, m, path, NULL), LM_OK); /* logprobs alone */
+    CU_ASSERT_EQUAL_FATAL(load(&d, m, path, NULL), LM_OK); /* logprobs alone */
     CU_ASSERT(d->logprobs);
     hx_dump_free(d);
     snprintf(p, sizeof p, "%s/logprobs.npy", dir);

@@ -2,6 +2,7 @@
 #include "cli_util.h"
 
 #include "fs.h"
+#include "model_spec.h"
 #include "kvd_util.h"
 
 #include "kvd_tokenizer.h"
@@ -242,13 +243,35 @@ int hx_cli_pair_finish(hx_cli_pair_opts *o, const char *cmd, int argc, char **ar
     return -1;
 }
 
-int hx_cli_pair_load(lm_model **m, int32_t **prompt, uint32_t *n, const hx_cli_pair_opts *o,
-                     lm_err *err)
+int hx_cli_model_resolve(char *path, size_t cap, char *label, size_t label_cap, const char *text,
+                         const char *cache, const char *cmd, lm_err *err)
 {
-    int st = lm_model_load(m, o->model, err);
+    hx_model_spec spec = {0};
+    int rc = hx_model_spec_parse(&spec, text, err);
+    bool absent = false;
+    if (rc == LM_OK)
+        rc = hx_model_resolve(path, cap, &absent, &spec, cache, hx_cli_log, (void *)cmd, err);
+    if (rc == LM_OK && label != NULL)
+        hx_model_label(label, label_cap, &spec);
+    free(spec.path);
+    return rc;
+}
+
+int hx_cli_model_load(lm_model **m, char *path, size_t cap, const char *text, const char *cache,
+                      const char *cmd, lm_err *err)
+{
+    int rc = hx_cli_model_resolve(path, cap, NULL, 0, text, cache, cmd, err);
+    return rc != LM_OK ? rc : lm_model_load(m, path, err);
+}
+
+int hx_cli_pair_load(lm_model **m, int32_t **prompt, uint32_t *n, const hx_cli_pair_opts *o,
+                     const char *cmd, lm_err *err)
+{
+    char path[4096];
+    int st = hx_cli_model_load(m, path, sizeof path, o->model, NULL, cmd, err);
     return st != LM_OK ? st
-                       : hx_cli_prompt_ids(prompt, n, *m, o->model, o->text, o->tok_s,
-                                           o->special, err);
+                       : hx_cli_prompt_ids(prompt, n, *m, path, o->text, o->tok_s, o->special,
+                                           err);
 }
 
 int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,

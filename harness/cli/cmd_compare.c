@@ -158,7 +158,7 @@ static int reference_of_path(compare_run *c, const compare_opts *o, lm_err *err)
 static int run_compare(compare_run *c, const compare_opts *o, lm_err *err)
 {
     const uint32_t n_gen = o->ab.n_gen;
-    int st = hx_cli_pair_load(&c->m, &c->prompt, &c->n_prompt, &o->ab, err);
+    int st = hx_cli_pair_load(&c->m, &c->prompt, &c->n_prompt, &o->ab, "compare", err);
     hx_run_request rq = {.prompt = c->prompt, .n_prompt = c->n_prompt, .n_gen = n_gen};
     if (st == LM_OK)
         st = hx_run_capture(&c->xa, &c->sa, c->m, &o->ab.a, &rq, err);

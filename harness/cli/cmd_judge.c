@@ -16,13 +16,14 @@
 #include <time.h>
 
 static const char usage_text[] =
-    "usage: kvdrift judge MODEL (-p TEXT | --tokens ID,...) --dump DIR [--dump DIR ...]\n"
-    "                     [--profile NAME[,NAME...]] [-o DIR] [options]\n"
+    "usage: kvdrift judge MODEL (-p TEXT | -f FILE | --tokens ID,...) --dump DIR\n"
+    "                     [--dump DIR ...] [--profile NAME[,NAME...]] [-o DIR] [options]\n"
     "Judges another engine's output (llama.cpp, MLX, vLLM, PyTorch...) on the prompt: each dump\n"
     "folder (dump.json + logits.npy or logprobs.npy, optional kv/; docs/DUMP-FORMAT.md) is\n"
     "classified against the MPFR reference and the measured envelope of each precision profile,\n"
     "exactly as `kvdrift sweep` classifies a configuration, and the dumps against each other.\n\n"
     "  -p, --prompt TEXT     prompt text (must tokenize to the dump's first n_prompt ids)\n"
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens ID,...   prompt as token ids instead of text\n"
     "      --special         parse control tokens written in TEXT as tokens\n"
     "      --dump DIR        a dump folder (repeat for several)\n"
@@ -72,16 +73,19 @@ static int split_profiles(const char **names, uint32_t *n, char **buf, const cha
 
 static void print_summary(const hx_report *r, const char *wrote)
 {
-    printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u naive-sr "
+    printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u SR "
            "runs x safety %.0f per profile\n\n", r->model, (unsigned)(r->n_prompt + r->n_gen),
            (unsigned)r->n_prompt, (unsigned)r->precision, (unsigned)r->envelope_members,
            r->envelope_safety);
     hx_report_print_table(stdout, r);
-    printf("\n%-40s %9s %9s %9s %9s %9s %7s  %s\n", "dump", "KL mean", "KL max", "KL 99.9%",
+    int w = 4; /* the dump column: each folder whole, as given */
+    for (size_t i = 0; i < r->n_dumps; ++i)
+        w = (int)strlen(r->dumps[i].name) > w ? (int)strlen(r->dumps[i].name) : w;
+    printf("\n%-*s %9s %9s %9s %9s %9s %7s  %s\n", w, "dump", "KL mean", "KL max", "KL 99.9%",
            "KL 99%", "KL median", "top-1", "explained by");
     for (size_t i = 0; i < r->n_dumps; ++i) {
         const hx_dump_report *d = &r->dumps[i];
-        printf("%-40.40s %9.3g %9.3g %9.3g %9.3g %9.3g %6.2f%%  %s\n", d->name, d->kl.mean,
+        printf("%-*s %9.3g %9.3g %9.3g %9.3g %9.3g %6.2f%%  %s\n", w, d->name, d->kl.mean,
                d->kl.max, d->kl.p999, d->kl.p99, d->kl.median, 100.0 * d->kl.same_top1,
                d->explained_by[0] ? d->explained_by : "none (FAIL)");
         if (d->has_generated)
@@ -90,12 +94,25 @@ static void print_summary(const hx_report *r, const char *wrote)
     }
     for (size_t i = 0; i < r->n_pairs; ++i) {
         const hx_dump_pair *p = &r->pairs[i];
-        printf("%s vs %s: max |diff| %.3g over %u rows, apart from position %lld, argmax from "
-               "%lld; closer to the reference: %s\n", r->dumps[p->a].name, r->dumps[p->b].name,
-               p->max_abs, (unsigned)p->n_shared, (long long)p->first_apart,
-               (long long)p->first_argmax,
-               p->closer[0] == 'a' ? r->dumps[p->a].name
-               : p->closer[0] == 'b' ? r->dumps[p->b].name : "tie");
+        const char *a = r->dumps[p->a].name, *b = r->dumps[p->b].name;
+        if (p->max_abs == 0.0) {
+            printf("%s vs %s: identical logits over %u rows\n", a, b, (unsigned)p->n_shared);
+            continue;
+        }
+        char apart[64], argmax[64];
+        if (p->first_apart < 0)
+            snprintf(apart, sizeof apart, "within the envelope everywhere");
+        else
+            snprintf(apart, sizeof apart, "beyond the envelope from position %lld",
+                     (long long)p->first_apart);
+        if (p->first_argmax < 0)
+            snprintf(argmax, sizeof argmax, "the same argmax everywhere");
+        else
+            snprintf(argmax, sizeof argmax, "argmax differs from position %lld",
+                     (long long)p->first_argmax);
+        printf("%s vs %s: max |diff| %.3g over %u rows, %s, %s; closer to the reference: %s\n",
+               a, b, p->max_abs, (unsigned)p->n_shared, apart, argmax,
+               p->closer[0] == 'a' ? a : p->closer[0] == 'b' ? b : "tie");
     }
     printf("verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass", wrote);
 }
@@ -115,6 +132,11 @@ static int set_option(judge_opts *o, int c, const char *arg)
 {
     switch (c) {
     case 'p': o->text = arg; return -1;
+    case 'f': {
+        lm_err ferr = {0};
+        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? -1
+                                                       : hx_cli_fail("judge", "%s", ferr.msg);
+    }
     case O_TOKENS: o->tok_s = arg; return -1;
     case O_SPECIAL: o->special = true; return -1;
     case O_DUMP:
@@ -148,6 +170,7 @@ static int parse_options(judge_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},   {"tokens", required_argument, NULL, O_TOKENS},
+        {"file", required_argument, NULL, 'f'},
         {"dump", required_argument, NULL, O_DUMP},  {"profile", required_argument, NULL, O_PROFILE},
         {"prec", required_argument, NULL, O_PREC},  {"ensemble", required_argument, NULL, O_ENS},
         {"seed", required_argument, NULL, O_SEED},  {"cache", required_argument, NULL, O_CACHE},
@@ -159,7 +182,7 @@ static int parse_options(judge_opts *o, int argc, char **argv)
                              .log = hx_cli_log, .log_user = "judge"}};
     optind = 1;
     opterr = 0;
-    for (int c, rc; (c = getopt_long(argc, argv, ":p:o:qh", opts, NULL)) != -1;) {
+    for (int c, rc; (c = getopt_long(argc, argv, ":p:f:o:qh", opts, NULL)) != -1;) {
         if (c == 'h') {
             fputs(usage_text, stdout);
             return 0;
@@ -197,12 +220,14 @@ static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
         (st = split_profiles(in->profiles, &o->jp.n_profiles, &in->prof_buf, o->prof_s, err)) !=
             LM_OK)
         return st;
-    if ((st = lm_model_load(&in->m, o->model, err)) != LM_OK ||
+    char mpath[4096];
+    if ((st = hx_cli_model_load(&in->m, mpath, sizeof mpath, o->model, o->jp.cache_dir, "judge",
+                                err)) != LM_OK ||
         (st = hx_cli_prompt_ids(&in->prompt, &in->n_prompt, in->m, o->model, o->text, o->tok_s,
                                 o->special, err)) != LM_OK)
         return st;
     for (size_t i = 0; i < o->n_dirs; ++i)
-        if ((st = hx_dump_load(&in->dumps[i], o->dirs[i], in->m, o->model, err)) != LM_OK)
+        if ((st = hx_dump_load(&in->dumps[i], o->dirs[i], in->m, mpath, err)) != LM_OK)
             return st;
     return LM_OK;
 }

@@ -306,7 +306,8 @@ int cmd_ref(int argc, char **argv)
     ref_agreement *ag = NULL;
     char how[64];
     double t_val = 0.0;
-    int st = lm_model_load(&m, o.model, &err);
+    char mpath[4096];
+    int st = hx_cli_model_load(&m, mpath, sizeof mpath, o.model, o.cache_dir, "ref", &err);
     if (st == LM_OK)
         st = request_tokens(&all, &n_prompt, &n_all, m, &o, &err);
     ref_request rq = {.tokens = all, .n_tokens = n_all, .n_prompt = n_prompt,

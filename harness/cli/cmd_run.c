@@ -16,11 +16,12 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: kvdrift run MODEL (-p TEXT | --tokens IDS) [options]\n"
+    "usage: kvdrift run MODEL (-p TEXT | -f FILE | --tokens IDS) [options]\n"
     "Prefills the prompt (BOS added when the vocabulary asks for it) and generates a\n"
     "continuation; prints prompt + continuation on stdout and one timing line on stderr. Stops\n"
-    "at EOS.\n\n"
+    "at EOS. MODEL is a GGUF path or synth:PRESET[:seed=N] (kvdrift synth --help).\n\n"
     "  -p, --prompt TEXT     prompt text\n"
+    "  -f, --file FILE       the prompt text read from FILE (its bytes as they are)\n"
     "      --tokens IDS      the prompt as comma-separated token ids instead\n"
     "  -n, --n-predict N     tokens to generate (default 32)\n"
     "      --config CONFIG   the engine configuration, e.g. blas:step=64:threads=2:attn=stream\n"
@@ -108,6 +109,11 @@ static int set_option(run_opts *o, int opt, const char *arg)
 {
     switch (opt) {
     case 'p': o->prompt = arg; return 0;
+    case 'f': {
+        lm_err ferr = {0};
+        return (o->prompt = hx_cli_prompt_file(arg, &ferr)) ? 0
+                                                       : hx_cli_fail("run", "%s", ferr.msg);
+    }
     case O_TOKENS: o->tokens = arg; return 0;
     case O_SPECIAL: o->parse_special = true; return 0;
     case O_SHOW_IDS: o->show_ids = true; return 0;
@@ -143,6 +149,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},   {"n-predict", required_argument, NULL, 'n'},
+        {"file", required_argument, NULL, 'f'},
         {"tokens", required_argument, NULL, O_TOKENS}, {"config", required_argument, NULL, O_CONFIG},
         {"step", required_argument, NULL, O_STEP},  {"backend", required_argument, NULL, O_BACKEND},
         {"threads", required_argument, NULL, O_THREADS}, {"show-ids", no_argument, NULL, O_SHOW_IDS},
@@ -156,7 +163,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
                     .sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}};
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1;) {
+    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;
@@ -229,7 +236,8 @@ static int generate(run_out *out, const run_opts *o, lm_err *err)
 {
     lm_model *m = NULL;
     lm_ctx *ctx = NULL;
-    int rc = lm_model_load(&m, o->model, err);
+    char mpath[4096];
+    int rc = hx_cli_model_load(&m, mpath, sizeof mpath, o->model, NULL, "run", err);
     if (rc == LM_OK)
         rc = hx_cli_prompt_ids(&out->ids, &out->n_prompt, m, o->model, o->prompt, o->tokens,
                                o->parse_special, err);

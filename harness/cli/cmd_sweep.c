@@ -99,22 +99,6 @@ static const char usage_options[] =
     "row SEQ_MISMATCH), or the engine's weights or hyperparameters differ from the reference's\n"
     "own reading of the file (the sweep stops, naming the tensor or key), 2 usage or input error\n";
 
-/* Resolves MODEL (hx_model_resolve: a synthetic preset is written fresh into the cache
- * folder) and its report label. */
-static int resolve_model(char *path, size_t cap, char *label, size_t label_cap, const char *text,
-                         const char *cache, lm_err *err)
-{
-    hx_model_spec spec = {0};
-    int rc = hx_model_spec_parse(&spec, text, err);
-    bool absent = false;
-    if (rc == LM_OK)
-        rc = hx_model_resolve(path, cap, &absent, &spec, cache, hx_cli_log, "sweep", err);
-    if (rc == LM_OK)
-        hx_model_label(label, label_cap, &spec);
-    free(spec.path);
-    return rc;
-}
-
 /* The speculative-decoding check after the sweep (sweep_spec.h), into the report. */
 static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
                       uint32_t n_prompt, const hx_sweep_params *sp, hx_sweep_result *res,
@@ -124,7 +108,8 @@ static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *
     uint32_t layers;
     const bool self = so->draft == NULL || hx_draft_self_layers(so->draft, &layers);
     int st = self ? LM_OK
-                  : resolve_model(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft, cache, err);
+                  : hx_cli_model_resolve(dpath, sizeof dpath, dlabel, sizeof dlabel, so->draft,
+                                         cache, "sweep", err);
     if (st != LM_OK)
         return st;
     return hx_spec_check_run(&res->report->spec, m, self ? NULL : dpath, prompt, n_prompt,
@@ -285,8 +270,8 @@ static int prepare(lm_model **m, int32_t **prompt, uint32_t *n_prompt, char *dir
                    const sweep_opts *o, lm_err *err)
 {
     char model_path[4096], label[256];
-    int st = resolve_model(model_path, sizeof model_path, label, sizeof label, o->model, o->cache,
-                           err);
+    int st = hx_cli_model_resolve(model_path, sizeof model_path, label, sizeof label, o->model,
+                                  o->cache, "sweep", err);
     if (st == LM_OK && (st = lm_model_load(m, model_path, err)) == LM_OK)
         st = hx_cli_prompt_ids(prompt, n_prompt, *m, model_path, o->text, o->tok_s,
                                o->parse_special, err);

@@ -122,9 +122,13 @@ void hx_report_judge_md(FILE *f, const hx_report *r)
           "|---|---|---:|---:|---:|---:|---:|---:|---|\n", f);
     for (size_t i = 0; i < r->n_pairs; ++i) {
         const hx_dump_pair *p = &r->pairs[i];
-        fprintf(f, "| `%s` | `%s` | %u | %.3g | %lld | %lld | %.3g | %.3g | %s |\n",
+        char apart[24] = "-", argmax[24] = "-"; /* -: nowhere */
+        if (p->first_apart >= 0)
+            snprintf(apart, sizeof apart, "%lld", (long long)p->first_apart);
+        if (p->first_argmax >= 0)
+            snprintf(argmax, sizeof argmax, "%lld", (long long)p->first_argmax);
+        fprintf(f, "| `%s` | `%s` | %u | %.3g | %s | %s | %.3g | %.3g | %s |\n",
                 r->dumps[p->a].name, r->dumps[p->b].name, (unsigned)p->n_shared, p->max_abs,
-                (long long)p->first_apart, (long long)p->first_argmax, p->kl_mean_a,
-                p->kl_mean_b, p->closer);
+                apart, argmax, p->kl_mean_a, p->kl_mean_b, p->closer);
     }
 }

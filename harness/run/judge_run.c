@@ -159,6 +159,8 @@ static int reference(jstate *s, lm_err *err)
     bool hit = false;
     ref_cache_key(s->ref_key, p->model, &rq);
     int rc = ref_cached(&s->ref, p->model, &rq, p->cache_dir, &hit, err);
+    if (rc == LM_OK)
+        rc = hx_ref_logits_finite(&s->ref, p->model_label ? p->model_label : "model", err);
     if (rc != LM_OK)
         return rc;
     progress(p, "reference %s at %u bits (%u tokens, %u logits rows)",
@@ -274,8 +276,11 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     hx_capture **mem = calloc(m, sizeof *mem);
     if (mem == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    const double t0 = lm_now_s();
     if (use_ref_sr(s, k)) {
         free(mem);
+        progress(p, "envelope of profile f32: %u SR runs of the reference's float32 model...",
+                 (unsigned)m);
         int rc = hx_envelope_from_ref_sr(&s->env[k], p->model, &s->ref, m, seed, p->ref_threads,
                                          HX_ENVELOPE_SAFETY, NULL, NULL, err);
         if (rc == LM_OK)
@@ -292,6 +297,11 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
         snprintf(c.profile, sizeof c.profile, "%s",
                  strcmp(s->prof[k]->name, "f32") ? s->prof[k]->name : "");
         rc = hx_run_forced(&mem[i], p->model, &c, &rq, err);
+        const double t = lm_now_s() - t0; /* one line per member: each can take minutes */
+        if (rc == LM_OK)
+            progress(p, "envelope of profile %s: naive-sr run %u of %u done (%.1f s, about "
+                     "%.0f s left)", s->prof[k]->name, (unsigned)(i + 1), (unsigned)m, t,
+                     t / (i + 1) * (m - i - 1));
     }
     if (rc == LM_OK)
         rc = hx_envelope_from_ensemble(&s->env[k], (const hx_capture *const *)mem, m, &s->ref,
@@ -309,8 +319,8 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
         hx_capture_free(mem[i]);
     free(mem);
     if (rc == LM_OK)
-        progress(p, "envelope of profile %s measured from %u naive-sr runs", s->prof[k]->name,
-                 (unsigned)m);
+        progress(p, "envelope of profile %s measured from %u naive-sr runs (%.1f s)",
+                 s->prof[k]->name, (unsigned)m, lm_now_s() - t0);
     return rc;
 }
 

@@ -208,6 +208,35 @@ done:
     return rc;
 }
 
+/* Largest |log(sum_i exp(row_i))| a row of log-probabilities may have: its probabilities sum
+ * to 1 within about 10%. Rounding every element to bfloat16 (8 significant bits, relative error
+ * 2^-9) moves a log-probability x by at most 2^-9 |x|, which changes the sum by far less; raw
+ * logits sum (as probabilities) to exp of their logsumexp, which is almost never this near 1. */
+#define LOGPROB_SUM_TOL 0.1
+
+/* logprobs.npy must hold log-softmax rows: each row's logsumexp (a max-shifted sum in double,
+ * in index order) within LOGPROB_SUM_TOL of 0. A row beyond it is LM_E_INPUT naming the row: a
+ * file of logits saved as logprobs.npy would otherwise be judged against the reference's
+ * log-softmax as a huge error. */
+static int logprob_rows_normalized(const hx_dump *d, const char *path, lm_err *err)
+{
+    for (uint32_t r = 0; r < d->n_pos; ++r) {
+        const float *x = d->rows + (size_t)r * d->n_vocab;
+        float mx = x[0];
+        for (uint32_t i = 1; i < d->n_vocab; ++i)
+            mx = x[i] > mx ? x[i] : mx;
+        double sum = 0.0;
+        for (uint32_t i = 0; i < d->n_vocab; ++i)
+            sum += exp((double)x[i] - (double)mx);
+        const double lse = (double)mx + log(sum);
+        if (fabs(lse) > LOGPROB_SUM_TOL)
+            return LM_FAIL(err, LM_E_INPUT, "%s: row %u is not log-probabilities: its "
+                           "probabilities sum to exp(%.4g), not 1 (logits belong in "
+                           "logits.npy)", path, (unsigned)r, lse);
+    }
+    return LM_OK;
+}
+
 static int rows(hx_dump *d, const lm_model *m, lm_err *err)
 {
     char lg[PATH_CAP], lp[PATH_CAP];
@@ -222,7 +251,8 @@ static int rows(hx_dump *d, const lm_model *m, lm_err *err)
     d->n_vocab = m->hp.n_vocab;
     const uint64_t want[2] = {d->n_pos, d->n_vocab};
     static const char *const names[2] = {"len(logits_positions)", "the model's vocabulary"};
-    return load_array(&d->rows, d->row_dtype, has_lp ? lp : lg, d->dir, 2, want, names, err);
+    int rc = load_array(&d->rows, d->row_dtype, has_lp ? lp : lg, d->dir, 2, want, names, err);
+    return rc == LM_OK && has_lp ? logprob_rows_normalized(d, lp, err) : rc;
 }
 
 /* kv/: every layer's K and V or nothing; no other file. */

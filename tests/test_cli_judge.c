@@ -1,0 +1,251 @@
+/* test_cli_judge.c — `kvdrift judge` as a user meets it, on llama.cpp's stories260K dumps
+ * (tests/data/dumps): a file of logits saved as logprobs.npy is refused with one line instead
+ * of being judged as a huge error, real log-softmax rows load, the summary table names each
+ * dump folder whole, a profile's envelope reports its progress, and a model with a NaN weight
+ * is an input error. */
+#include "commands.h"
+#include "dump.h"
+#include "fixtures.h"
+#include "fs.h"
+#include "kvd_gguf.h"
+#include "kvd_ref.h"
+#include "synth.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define DUMPS "tests/data/dumps/"
+#define GREEDY DUMPS "llama.cpp-greedy-f32kv"
+
+/* Copies GREEDY's dump.json into tu_tmpdir()/name and, under the name rows_as, its
+ * logits.npy; returns the folder (static buffer). */
+static const char *copy_dump(const char *name, const char *rows_as)
+{
+    static char dir[1024];
+    char src[1100], dst[1100], *buf = NULL;
+    size_t n = 0;
+    lm_err err = {0};
+    snprintf(dir, sizeof dir, "%s/%s", tu_tmpdir(), name);
+    CU_ASSERT_FATAL(mkdir(dir, 0755) == 0);
+    const char *files[2][2] = {{"dump.json", "dump.json"}, {"logits.npy", rows_as}};
+    for (int i = 0; i < 2; ++i) {
+        snprintf(src, sizeof src, GREEDY "/%s", files[i][0]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i][1]);
+        CU_ASSERT_EQUAL_FATAL(lm_read_file(&buf, &n, src, 1u << 24, &err), LM_OK);
+        FILE *f = fopen(dst, "wb");
+        CU_ASSERT_FATAL(f != NULL && fwrite(buf, 1, n, f) == n);
+        CU_ASSERT_FATAL(fclose(f) == 0);
+        free(buf);
+    }
+    return dir;
+}
+
+/* llama.cpp's logits saved as logprobs.npy: refused (LM_E_INPUT, naming the file and row 0);
+ * the same rows as log-softmax (computed in double, written as float64) load. */
+static void test_cli_judge_logprobs_must_be_normalized(void)
+{
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
+        return;
+    lm_err err = {0};
+    hx_dump *d = NULL;
+    const char *wrong = copy_dump("judge-logits-as-logprobs", "logprobs.npy");
+    CU_ASSERT_EQUAL(hx_dump_load(&d, wrong, m, path, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "logprobs.npy: row 0 is not log-probabilities"));
+    CU_ASSERT_PTR_NULL(d);
+    hx_dump_free(d);
+
+    CU_ASSERT_EQUAL_FATAL(hx_dump_load(&d, GREEDY, m, path, &err), LM_OK);
+    const uint64_t rows = d->n_pos, nv = d->n_vocab;
+    double *lp = malloc(rows * nv * sizeof *lp);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lp);
+    for (uint64_t r = 0; r < rows; ++r) {
+        const float *x = d->rows + r * nv;
+        double mx = (double)x[0], sum = 0.0;
+        for (uint64_t i = 1; i < nv; ++i)
+            mx = (double)x[i] > mx ? (double)x[i] : mx;
+        for (uint64_t i = 0; i < nv; ++i)
+            sum += exp((double)x[i] - mx);
+        for (uint64_t i = 0; i < nv; ++i)
+            lp[r * nv + i] = (double)x[i] - mx - log(sum);
+    }
+    hx_dump_free(d);
+    d = NULL;
+    char dir[1024], file[1100];
+    snprintf(dir, sizeof dir, "%s", copy_dump("judge-logprobs", "logits.npy"));
+    snprintf(file, sizeof file, "%s/logits.npy", dir);
+    CU_ASSERT_FATAL(remove(file) == 0);
+    snprintf(file, sizeof file, "%s/logprobs.npy", dir);
+    const uint64_t shape[2] = {rows, nv};
+    CU_ASSERT_EQUAL_FATAL(ref_npy_write(file, lp, 2, shape, &err), LM_OK);
+    free(lp);
+    int rc = hx_dump_load(&d, dir, m, path, &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL(rc, LM_OK);
+    CU_ASSERT(d != NULL && d->logprobs);
+    hx_dump_free(d);
+    lm_model_free(m);
+}
+
+/* The summary's dump table prints each folder as given, however long (a cut name cannot tell
+ * dumps of one parent folder apart). The command is test_judge.c's passing one (the same
+ * cache folder, so the reference and envelope are computed once for both suites). */
+static void test_cli_judge_names_dumps_whole(void)
+{
+    const char *path = tu_model_path("stories260K.gguf");
+    if (path == NULL)
+        return;
+    char model[512], out[512], cache[512], text[1 << 14];
+    snprintf(model, sizeof model, "%s", path);
+    snprintf(out, sizeof out, "%s/judge-names-out", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-cache", tu_tmpdir());
+    const char *dir = copy_dump("llama.cpp-greedy-f32kv-a-folder-name-past-forty-columns",
+                                "logits.npy");
+    static const char toks[] = "1,403,407,261,378,432,383,286,261,376,298,315,421,395,317,426,"
+                               "338,401,396,267,337,410,408,419,292,411,322,265,282,295,433,"
+                               "335,311,374,419,426";
+    char *argv[] = {"judge", model, "--tokens", (char *)toks, "--dump", (char *)dir,
+                    "--profile", "f32", "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, argv, text, sizeof text), 0);
+    char want[1200];
+    snprintf(want, sizeof want, "\n%s ", dir); /* the KL table's row starts with the name */
+    if (strstr(text, want) == NULL)
+        fprintf(stderr, "\n  no row named %s in:\n%s", dir, text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+}
+
+/* A judge-able dump of model (synth:tiny) on tokens 1,72,101 in dir: the reference's own logits
+ * at the last position (kvdrift ref --npy, float64), K/V files removed, and a manifest. */
+static void tiny_dump(const char *model, const char *dir, const char *cache)
+{
+    char file[1100], text[1 << 14];
+    char *ref[] = {"ref", (char *)model, "--tokens", "1,72,101", "--npy", (char *)dir, "--cache",
+                   (char *)cache, "-q", NULL};
+    CU_ASSERT_EQUAL_FATAL(tf_run_cmd(cmd_ref, 9, ref, text, sizeof text), 0);
+    for (int l = 0; l < 4; ++l)
+        for (int kv = 0; kv < 2; ++kv) {
+            snprintf(file, sizeof file, "%s/layer%02d_%c.npy", dir, l, "kv"[kv]);
+            CU_ASSERT_FATAL(remove(file) == 0);
+        }
+    static const char manifest[] = "{\"tokens\": [1, 72, 101], \"n_prompt\": 3, "
+                                   "\"logits_positions\": [2]}";
+    snprintf(file, sizeof file, "%s/dump.json", dir);
+    FILE *f = fopen(file, "w");
+    CU_ASSERT_FATAL(f != NULL && fputs(manifest, f) >= 0 && fclose(f) == 0);
+}
+
+/* A profile's naive-sr envelope (minutes on a 100M-parameter model) reports each member as it
+ * finishes, with the time so far and left, instead of running silently. The dump is the
+ * reference's own logits of synth:tiny, so it costs well under a second. */
+static void test_cli_judge_envelope_progress(void)
+{
+    char model[1024], dir[1024], cache[1024], out[1024], text[1 << 14];
+    snprintf(model, sizeof model, "%s/judge-tiny.gguf", tu_tmpdir());
+    snprintf(dir, sizeof dir, "%s/judge-tiny-dump", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-tiny-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/judge-tiny-out", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    tiny_dump(model, dir, cache);
+    char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", dir, "--profile", "f16kv",
+                     "--cache", cache, "-o", out, NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 12, judge, text, sizeof text), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "judge: envelope of profile f16kv: naive-sr run 1 of 8 "
+                                        "done ("));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "judge: envelope of profile f16kv: naive-sr run 8 of 8 "
+                                        "done ("));
+}
+
+/* A model file with a NaN weight (output_norm.weight[0] of synth:tiny): the MPFR reference's
+ * logits are NaN, so nothing can be judged against them; sweep and judge stop with one line
+ * naming the file (exit 2, no report folder) instead of feeding a NaN argmax to the path. */
+static void test_cli_judge_nan_weight_is_input_error(void)
+{
+    char model[1024], dir[1024], cache[1024], out[1024], text[1 << 14];
+    snprintf(model, sizeof model, "%s/judge-nan.gguf", tu_tmpdir());
+    snprintf(dir, sizeof dir, "%s/judge-nan-dump", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-nan-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/judge-nan-out", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    tiny_dump(model, dir, cache); /* the dump of the clean model: finite, well formed */
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, model, &err), LM_OK);
+    const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "output_norm.weight");
+    CU_ASSERT_FATAL(t != NULL && t->type == LM_TYPE_F32);
+    const long off = (long)((const char *)t->data - (const char *)lm_gguf_bytes(g));
+    lm_gguf_close(g);
+    const float nan = (float)NAN;
+    FILE *f = fopen(model, "r+b");
+    CU_ASSERT_FATAL(f != NULL && fseek(f, off, SEEK_SET) == 0);
+    CU_ASSERT_FATAL(fwrite(&nan, sizeof nan, 1, f) == 1 && fclose(f) == 0);
+    char *sweep[] = {"sweep", model, "--tokens", "1,72,101", "--steps", "full", "--backends",
+                     "naive", "-n", "2", "-q", "--cache", cache, "-o", out, NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_sweep, 15, sweep, text, sizeof text), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "judge-nan.gguf: the MPFR reference's logits at "
+                                        "position 0 are NaN"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "holds a NaN or Inf weight"));
+    char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", dir, "--profile", "f32",
+                     "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, judge, text, sizeof text), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "holds a NaN or Inf weight"));
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(out, &st), 0);
+}
+
+/* Dumps against each other, as printed: "identical logits" for equal ones, and words instead
+ * of the report's -1 ("nowhere") for positions that do not exist. C is A with logit 0 of its
+ * one row (position 2) raised by 0.5, far beyond synth:tiny's float32 envelope there (about
+ * 1e-5) and below the top-2 margin the row's argmax keeps (the argmax is not token 0). */
+static void test_cli_judge_pairs_in_words(void)
+{
+    char model[1024], a[1024], b[1024], c[1024], cache[1024], out[1024], file[1100],
+        text[1 << 14];
+    snprintf(model, sizeof model, "%s/judge-pair.gguf", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-pair-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/judge-pair-out", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char *dirs[3] = {a, b, c};
+    for (int i = 0; i < 3; ++i) {
+        snprintf(dirs[i], 1024, "%s/judge-pair-%c", tu_tmpdir(), "abc"[i]);
+        tiny_dump(model, dirs[i], cache);
+    }
+    snprintf(file, sizeof file, "%s/logits.npy", c); /* float64 [1][512]: the data ends it */
+    FILE *f = fopen(file, "r+b");
+    double x;
+    CU_ASSERT_FATAL(f != NULL && fseek(f, -512L * 8, SEEK_END) == 0 && fread(&x, 8, 1, f) == 1);
+    x += 0.5;
+    CU_ASSERT_FATAL(fseek(f, -512L * 8, SEEK_END) == 0 && fwrite(&x, 8, 1, f) == 1);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", a, "--dump", b, "--dump", c,
+                     "--profile", "f32", "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 17, judge, text, sizeof text), 1);
+    char want[3200];
+    snprintf(want, sizeof want, "%s vs %s: identical logits over 1 rows\n", a, b);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    snprintf(want, sizeof want, "%s vs %s: max |diff| 0.5 over 1 rows, beyond the envelope from "
+             "position 2, the same argmax everywhere; closer to the reference: %s\n", a, c, a);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    if (strstr(text, want) == NULL)
+        fprintf(stderr, "\n  wanted: %s  in:\n%s", want, text);
+    CU_ASSERT_PTR_NULL(strstr(text, " -1"));
+}
+
+void test_cli_judge_register(void)
+{
+    CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
+    CU_add_test(s, "test_cli_judge_logprobs_must_be_normalized",
+                test_cli_judge_logprobs_must_be_normalized);
+    CU_add_test(s, "test_cli_judge_names_dumps_whole", test_cli_judge_names_dumps_whole);
+    CU_add_test(s, "test_cli_judge_envelope_progress", test_cli_judge_envelope_progress);
+    CU_add_test(s, "test_cli_judge_pairs_in_words", test_cli_judge_pairs_in_words);
+    CU_add_test(s, "test_cli_judge_nan_weight_is_input_error",
+                test_cli_judge_nan_weight_is_input_error);
+}
