@@ -47,13 +47,14 @@ double ref_calib_time(bool (*round)(void *user), void *user, double macs)
 {
     if (macs <= 0.0 || !round(user))
         return 0.0;
-    double n = 0.0, dt = 0.0;
     const double t0 = lm_now_s();
+    double best = -1.0, t = t0, now;
     do {
         if (!round(user))
             return 0.0;
-        n += macs;
-        dt = lm_now_s() - t0;
-    } while (dt < 0.02);
-    return dt / n;
+        now = lm_now_s();
+        best = best < 0.0 || now - t < best ? now - t : best;
+        t = now;
+    } while (now - t0 < 0.02);
+    return best / macs;
 }

@@ -64,6 +64,25 @@ static bool cold_then_warm(void *p)
     return r->calls++ != r->fail_at;
 }
 
+/* Warm calls of 5 ms and 1 ms in turn (a round that another process interrupts). */
+static bool fast_and_slow(void *p)
+{
+    rounds *r = p;
+    sleep_ms(r->calls == 0 ? r->cold_ms : (r->calls % 2 ? 5 : 1));
+    return r->calls++ != r->fail_at;
+}
+
+/* The figure is the fastest call's: at least the 1 ms sleep (nanosleep's guarantee), and
+ * below the calls' mean of 3 ms (2.5 ms leaves the fastest 1 ms sleep 1.5 ms to overrun). */
+static void test_ref_calib_time_fastest_call(void)
+{
+    rounds r = {0, -1, 0};
+    const double s = ref_calib_time(fast_and_slow, &r, 1.0);
+    printf(" %.4f s per call over %d calls;", s, r.calls);
+    CU_ASSERT(r.calls >= 3);
+    CU_ASSERT(s >= 1e-3 && s < 2.5e-3);
+}
+
 /* One multiply-add a call, so the figure s times the calls timed is the time they took. Were
  * the 500 ms first call timed, s * calls >= 0.5 s; left out, s * calls <= 2 * the warm calls'
  * time (calls >= 2), about 20 ms, and under 0.5 s unless a 1 ms sleep stalls past 230 ms.
@@ -143,6 +162,7 @@ void test_ref_calib_register(void)
     CU_pSuite s = CU_add_suite("ref_calib", NULL, NULL);
     CU_add_test(s, "test_ref_calib_sequence_and_fills", test_ref_calib_sequence_and_fills);
     CU_add_test(s, "test_ref_calib_time_skips_cold_round", test_ref_calib_time_skips_cold_round);
+    CU_add_test(s, "test_ref_calib_time_fastest_call", test_ref_calib_time_fastest_call);
     CU_add_test(s, "test_ref_calib_both_calibrations", test_ref_calib_both_calibrations);
     CU_add_test(s, "test_ref_calib_fill_span", test_ref_calib_fill_span);
     CU_add_test(s, "test_ref_calib_dx_widths", test_ref_calib_dx_widths);

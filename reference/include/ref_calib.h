@@ -23,8 +23,10 @@ void ref_calib_fill_f64(double *dst, uint64_t n, double scale, uint64_t *z);
  * dst[0] holds the top bit, dst[1] the lowest. */
 void ref_calib_fill_span(float *dst, uint64_t n, uint32_t span, uint64_t *z);
 /* Seconds per multiply-add of round(user), which does macs multiply-adds a call: the first
- * call (page faults, cold caches) is not timed, then calls until at least 20 ms have passed.
- * 0 when a call returns false or macs <= 0. */
+ * call (page faults, cold caches) is not timed, then calls until at least 20 ms have passed,
+ * and the fastest of them gives the figure (a call that other processes' work interrupted
+ * does not count: the figure is this machine's speed, not its load at that moment). 0 when
+ * a call returns false or macs <= 0. */
 double ref_calib_time(bool (*round)(void *user), void *user, double macs);
 
 #endif
