@@ -1,6 +1,8 @@
 /* fixtures.c — shared test fixtures (see fixtures.h). */
 #include "fixtures.h"
 
+#include "synth.h"
+
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -191,6 +193,21 @@ double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *
         memcpy(k_last, k + (hp->n_layer - 1) * n * kv_dim, n * kv_dim * sizeof *k_last);
     free(x), free(xn), free(q), free(att), free(o), free(k), free(v), free(g), free(u), free(p);
     return lg;
+}
+
+lm_model *tf_synth_load(const char *preset, uint64_t seed)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/synth-%s-%llu.gguf", tu_tmpdir(), preset,
+             (unsigned long long)seed);
+    lm_err err = {0};
+    lm_model *m = NULL;
+    if (hx_synth_write(path, preset, seed, LM_TYPE_F32, &err) != LM_OK ||
+        lm_model_load(&m, path, &err) != LM_OK) {
+        fprintf(stderr, "\n  synth %s: %s\n", preset, err.msg);
+        CU_FAIL_FATAL("synthetic model");
+    }
+    return m;
 }
 
 int tf_run_cmd(int (*cmd)(int, char **), int argc, char **argv, char *out, size_t cap)

@@ -40,6 +40,11 @@ void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_
                     uint64_t seed);
 void tf_model_free(tf_model *t);
 
+/* The synthetic model of kvdrift synth's preset (float32 weights, seed), written under
+ * tu_tmpdir() and loaded; fails the running test fatally when it cannot be. Free with
+ * lm_model_free. */
+lm_model *tf_synth_load(const char *preset, uint64_t seed);
+
 /* x[i] = offset + scale x tu_rand_f32(st), i < n; returns x. */
 float *tf_fill(float *x /* [n] */, size_t n, float scale, float offset, uint64_t *st);
 

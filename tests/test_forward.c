@@ -17,19 +17,25 @@
  * n_rot 6 < head_dim, every bias present, tied output. Weights uniform in +-2/sqrt(fan_in):
  * large enough that logits are not flat. The double-precision forward it is checked against
  * is tf_forward_f64 (fixtures.h). */
-static void synth_build(tf_model *s, lm_rope_type rope, uint64_t seed)
+static void synth_build_eps(tf_model *s, lm_rope_type rope, uint64_t seed, float eps, float embd)
 {
     lm_hparams hp;
     memset(&hp, 0, sizeof hp);
     snprintf(hp.arch, sizeof hp.arch, "llama");
     hp.n_vocab = 40, hp.n_embd = 24, hp.n_layer = 2, hp.n_head = 4, hp.n_head_kv = 2;
     hp.head_dim = 8, hp.n_ff = 40, hp.n_rot = 6, hp.n_ctx_train = 256;
-    hp.rms_eps = 1e-5f, hp.rope_theta = 10000.0f, hp.rope_type = rope, hp.tied_output = true;
+    hp.rms_eps = eps, hp.rope_theta = 10000.0f, hp.rope_type = rope, hp.tied_output = true;
     const size_t d = hp.n_embd, q = 32, ff = hp.n_ff;
     const float sd = 2.0f / sqrtf((float)d), sq = 2.0f / sqrtf((float)q), sf = 2.0f / sqrtf((float)ff);
-    const tf_scales sc = {.embd = 1.0f, .norm = 0.5f, .wq = sd, .wk = sd, .wv = sd, .wo = sq,
+    const tf_scales sc = {.embd = embd, .norm = 0.5f, .wq = sd, .wk = sd, .wv = sd, .wo = sq,
                           .w_gate_up = sd, .w_down = sf, .bias = 0.1f};
     tf_model_build(s, &hp, true, &sc, seed);
+}
+
+/* The model above with eps 1e-5 and embeddings of scale 1. */
+static void synth_build(tf_model *s, lm_rope_type rope, uint64_t seed)
+{
+    synth_build_eps(s, rope, seed, 1e-5f, 1.0f);
 }
 
 /* ---------- helpers ---------- */
@@ -93,43 +99,67 @@ static int suite_clean(void)
 
 /* ---------- tests ---------- */
 
-/* Float32 engine vs the double forward on the synthetic model, every position. Bound:
- * |engine - double| <= 1e-4 * max(1, max|logit|). Expected float32 error here is ~1e-6
- * relative (dot products of <= 40 terms, 2 layers, u = 6e-8); any wrong convention (RoPE
- * pairing, GQA mapping, a missing bias, the mask) moves logits by O(0.1) or more. */
+/* The engine on backend be, fed tok[n] in chunks of each of steps[n_steps], against the
+ * double forward of m, every position. Bound: |engine - double| <= 1e-4 * max(1, max|logit|).
+ * Expected float32 error on these models is ~1e-6 relative (dot products of <= 40 terms, 2
+ * layers, u = 6e-8); any wrong convention moves logits by O(0.1) or more. */
+static void check_vs_double(const lm_model *m, const int32_t *tok, uint32_t n, const char *be,
+                            const uint32_t *steps, int n_steps, const char *what)
+{
+    const size_t nl = (size_t)n * m->hp.n_vocab;
+    double *ref = tf_forward_f64(m, tok, n, NULL);
+    double mx = 1.0;
+    for (size_t i = 0; i < nl; ++i)
+        mx = fmax(mx, fabs(ref[i]));
+    float *lg = malloc(nl * sizeof *lg);
+    CU_ASSERT_FATAL(lg != NULL);
+    for (int si = 0; si < n_steps; ++si) {
+        lm_ctx *c = ctx_new(m, be, n);
+        run_all(c, tok, n, steps[si], lg);
+        double worst = 0;
+        for (size_t i = 0; i < nl; ++i)
+            worst = fmax(worst, fabs((double)lg[i] - ref[i]));
+        if (!(worst <= 1e-4 * mx))
+            fprintf(stderr, "\n  %s %s step %u: max abs error %g (max |logit| %g)\n", be, what,
+                    steps[si], worst, mx);
+        CU_ASSERT(worst <= 1e-4 * mx);
+        lm_ctx_free(c);
+    }
+    free(lg);
+    free(ref);
+}
+
+/* Float32 engine vs the double forward on the synthetic model (check_vs_double): RoPE pairing,
+ * GQA mapping, a missing bias, the mask, chunking. */
 static void test_forward_matches_double_reference(void)
 {
     enum { N = 150 }; /* > LM_ATTN_Q_BLOCK: a one-chunk run uses two causal blocks */
     int32_t tok[N];
+    static const uint32_t steps[] = {0, 1, 5, 140};
     for (int r = 0; r < 2; ++r) {
         tf_model s;
         synth_build(&s, r == 0 ? LM_ROPE_NORM : LM_ROPE_NEOX, tu_seed() + (uint64_t)r);
         rand_tokens(tok, N, s.m.hp.n_vocab, tu_seed());
-        double *ref = tf_forward_f64(&s.m, tok, N, NULL);
-        double mx = 1.0;
-        for (size_t i = 0; i < (size_t)N * s.m.hp.n_vocab; ++i)
-            mx = fmax(mx, fabs(ref[i]));
-        float *lg = malloc((size_t)N * s.m.hp.n_vocab * sizeof *lg);
-        CU_ASSERT_FATAL(lg != NULL);
-        static const char *const be[] = {"naive", "blas"};
-        static const uint32_t steps[] = {0, 1, 5, 140};
-        for (int b = 0; b < 2; ++b)
-            for (int si = 0; si < 4; ++si) {
-                lm_ctx *c = ctx_new(&s.m, be[b], N);
-                run_all(c, tok, N, steps[si], lg);
-                double worst = 0;
-                for (size_t i = 0; i < (size_t)N * s.m.hp.n_vocab; ++i)
-                    worst = fmax(worst, fabs((double)lg[i] - ref[i]));
-                if (!(worst <= 1e-4 * mx))
-                    fprintf(stderr, "\n  %s rope %d step %u: max abs error %g (max |logit| %g)\n",
-                            be[b], r, steps[si], worst, mx);
-                CU_ASSERT(worst <= 1e-4 * mx);
-                lm_ctx_free(c);
-            }
-        free(lg);
-        free(ref);
+        check_vs_double(&s.m, tok, N, "naive", steps, 4, r == 0 ? "rope norm" : "rope neox");
+        check_vs_double(&s.m, tok, N, "blas", steps, 4, r == 0 ? "rope norm" : "rope neox");
         tf_model_free(&s);
     }
+}
+
+/* Every RMSNorm (each layer's two and the output norm) uses the model's epsilon: with eps 0.5
+ * and embeddings of scale 0.05 (mean square of a row about 1e-3), eps dominates each norm's
+ * denominator, so a norm that used another epsilon (a constant 1e-5, say) moves the logits by
+ * far more than check_vs_double's bound. */
+static void test_forward_norm_eps_matters(void)
+{
+    enum { N = 24 };
+    int32_t tok[N];
+    static const uint32_t steps[] = {0, 5};
+    tf_model s;
+    synth_build_eps(&s, LM_ROPE_NEOX, tu_seed() + 11, 0.5f, 0.05f);
+    rand_tokens(tok, N, s.m.hp.n_vocab, tu_seed());
+    check_vs_double(&s.m, tok, N, "naive", steps, 2, "eps 0.5");
+    tf_model_free(&s);
 }
 
 /* LM_LOGITS_LAST must give exactly the bits of the last row of LM_LOGITS_ALL: skipping the
@@ -349,6 +379,7 @@ void test_forward_register(void)
 {
     CU_pSuite s = CU_add_suite("forward", NULL, suite_clean);
     CU_add_test(s, "test_forward_matches_double_reference", test_forward_matches_double_reference);
+    CU_add_test(s, "test_forward_norm_eps_matters", test_forward_norm_eps_matters);
     CU_add_test(s, "test_forward_last_equals_all_row", test_forward_last_equals_all_row);
     CU_add_test(s, "test_forward_naive_step_invariant", test_forward_naive_step_invariant);
     CU_add_test(s, "test_forward_blas_close_to_naive", test_forward_blas_close_to_naive);

@@ -239,11 +239,37 @@ static void test_moe_chunk_invariant_naive(void)
     moe_free(&p);
 }
 
+/* Every gating computes its exponentials after subtracting the largest logit: with one router
+ * logit 300 above the others (exp(300) overflows float), the top expert's gate is exactly 1
+ * and every other selected gate exactly 0, for every gating and wherever the top expert sits;
+ * a gate shifted by any other logit is Inf / Inf there. */
+static void test_moe_gate_dominant_logit(void)
+{
+    enum { NE = 8, K = 3 };
+    const lm_moe_gating gatings[3] = {LM_MOE_SOFTMAX_TOPK, LM_MOE_SOFTMAX_ALL_RENORM,
+                                      LM_MOE_SOFTMAX_ALL};
+    for (uint32_t top = 0; top < NE; ++top)
+        for (int g = 0; g < 3; ++g) {
+            float logits[NE];
+            for (uint32_t e = 0; e < NE; ++e)
+                logits[e] = e == top ? 300.0f : -(float)e * 0.25f;
+            uint32_t sel[K];
+            float w[K];
+            lm_moe_topk(sel, logits, NE, K);
+            CU_ASSERT_EQUAL(sel[0], top);
+            lm_moe_gate(w, logits, NE, sel, K, gatings[g]);
+            CU_ASSERT_EQUAL(w[0], 1.0f);
+            for (uint32_t r = 1; r < K; ++r)
+                CU_ASSERT_EQUAL(w[r], 0.0f);
+        }
+}
+
 void test_moe_register(void)
 {
     CU_pSuite s = CU_add_suite("moe", NULL, NULL);
     CU_add_test(s, "test_moe_topk_ties_and_nan", test_moe_topk_ties_and_nan);
     CU_add_test(s, "test_moe_gate_variants", test_moe_gate_variants);
+    CU_add_test(s, "test_moe_gate_dominant_logit", test_moe_gate_dominant_logit);
     CU_add_test(s, "test_moe_forward_matches_closed_form", test_moe_forward_matches_closed_form);
     CU_add_test(s, "test_moe_chunk_invariant_naive", test_moe_chunk_invariant_naive);
 }

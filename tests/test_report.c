@@ -629,11 +629,35 @@ static void test_report_html_chromium(void)
     free(text);
 }
 
+/* The greedy sequence's first divergence folds its row's class into the configuration's:
+ * tokens parting at a FLIP (or NONFINITE) row fail the configuration even when every tensor
+ * row passed; at a TIE_FLIP row it passes as TIE_FLIP; a class is never lowered, and no
+ * divergence (-1) changes nothing. */
+static void test_report_divergence_folds(void)
+{
+    static const hx_class at[4] = {HX_FLIP, HX_NONFINITE, HX_TIE_FLIP, HX_DRIFT};
+    for (int k = 0; k < 4; ++k) {
+        static hx_config_report c;
+        memset(&c, 0, sizeof c);
+        c.cls = HX_NOISE;
+        hx_config_report_set_divergence(&c, -1, at[k]);
+        CU_ASSERT_EQUAL(c.cls, HX_NOISE);
+        hx_config_report_set_divergence(&c, 4, at[k]);
+        CU_ASSERT_EQUAL(c.cls, at[k]);
+        CU_ASSERT_EQUAL(c.first_divergent, 4);
+        CU_ASSERT_EQUAL(hx_config_report_fails(&c, false), hx_class_fails(at[k]));
+        c.cls = HX_NONFINITE;
+        hx_config_report_set_divergence(&c, 4, HX_TIE_FLIP);
+        CU_ASSERT_EQUAL(c.cls, HX_NONFINITE);
+    }
+}
+
 void test_report_register(void)
 {
     CU_pSuite s = CU_add_suite("report", NULL, NULL);
     CU_add_test(s, "test_report_writers_table", test_report_writers_table);
     CU_add_test(s, "test_report_fold_and_verdicts", test_report_fold_and_verdicts);
+    CU_add_test(s, "test_report_divergence_folds", test_report_divergence_folds);
     CU_add_test(s, "test_report_json_schema", test_report_json_schema);
     CU_add_test(s, "test_report_html_wellformed", test_report_html_wellformed);
     CU_add_test(s, "test_report_narrow_table_and_formats", test_report_narrow_table_and_formats);

@@ -148,6 +148,83 @@ static void test_sampler_top_p_boundary(void)
     }
 }
 
+/* Temperature divides the logit differences: P(i) is proportional to exp(l_i / T), checked at
+ * T = 2 and T = 0.5 on two logits 2 apart (P(top) = 1 / (1 + e^(-2/T)): 0.731 and 0.982), so
+ * a temperature applied twice, squared or not at all is far outside 6 standard deviations. */
+static void test_sampler_temperature_law(void)
+{
+    enum { N = 20000 };
+    const float l[2] = {0.0f, -2.0f};
+    const float temps[2] = {2.0f, 0.5f};
+    for (int k = 0; k < 2; ++k) {
+        lm_err err = {0};
+        lm_sampler *s = NULL;
+        lm_sampler_params p = {.temperature = temps[k], .top_p = 1.0f, .seed = tu_seed() + 5};
+        CU_ASSERT_FATAL(lm_sampler_create(&s, &p, 2, &err) == LM_OK);
+        int zeros = 0;
+        for (int i = 0; i < N; ++i)
+            zeros += lm_sample(s, l) == 0;
+        const double p0 = 1.0 / (1.0 + exp(-2.0 / (double)temps[k]));
+        const double sd = sqrt(N * p0 * (1.0 - p0));
+        if (fabs(zeros - p0 * N) > 6 * sd)
+            fprintf(stderr, "\n  T %.1f: token 0 drawn %d of %d times, expected %.0f\n",
+                    (double)temps[k], zeros, N, p0 * N);
+        CU_ASSERT(fabs(zeros - p0 * N) <= 6 * sd);
+        lm_sampler_free(s);
+    }
+}
+
+/* Top-p keeps the shortest prefix whose weight reaches top_p of the total, reaching included:
+ * four equal logits (weights exactly 1) and top_p 0.5 (target exactly 2.0) keep exactly the
+ * first two ids (ties sorted by id), so ids 2 and 3 are never drawn; at top_p 0.75 (target
+ * exactly 3.0) id 3 is never drawn and id 2 is. */
+static void test_sampler_top_p_exact_reach(void)
+{
+    enum { N = 2000 };
+    const float l[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    const float top_ps[2] = {0.5f, 0.75f};
+    const uint32_t kept[2] = {2, 3};
+    for (int k = 0; k < 2; ++k) {
+        lm_err err = {0};
+        lm_sampler *s = NULL;
+        lm_sampler_params p = {.temperature = 1.0f, .top_p = top_ps[k], .seed = tu_seed() + 3};
+        CU_ASSERT_FATAL(lm_sampler_create(&s, &p, 4, &err) == LM_OK);
+        int count[4] = {0, 0, 0, 0};
+        for (int i = 0; i < N; ++i)
+            ++count[lm_sample(s, l)];
+        for (uint32_t id = 0; id < 4; ++id) {
+            if (id < kept[k]) {
+                CU_ASSERT(count[id] > 0);
+            } else {
+                CU_ASSERT_EQUAL(count[id], 0);
+            }
+        }
+        lm_sampler_free(s);
+    }
+}
+
+/* Candidates with equal logits are ordered by id, lowest first, before top-k cuts them: with
+ * three ids tied at the top and top_k 1 (or 2) only the lowest (two) tied ids are ever drawn. */
+static void test_sampler_top_k_ties_by_id(void)
+{
+    enum { N = 400 };
+    const float l[5] = {0.0f, 1.0f, 0.5f, 1.0f, 1.0f};
+    for (uint32_t top_k = 1; top_k <= 2; ++top_k) {
+        lm_err err = {0};
+        lm_sampler *s = NULL;
+        lm_sampler_params p = {.temperature = 1.0f, .top_k = top_k, .top_p = 1.0f,
+                               .seed = tu_seed() + 9};
+        CU_ASSERT_FATAL(lm_sampler_create(&s, &p, 5, &err) == LM_OK);
+        int count[5] = {0};
+        for (int i = 0; i < N; ++i)
+            ++count[lm_sample(s, l)];
+        CU_ASSERT(count[1] > 0);
+        CU_ASSERT_EQUAL(count[3] > 0, top_k == 2);
+        CU_ASSERT_EQUAL(count[0] + count[2] + count[4], 0);
+        lm_sampler_free(s);
+    }
+}
+
 void test_sampler_register(void)
 {
     CU_pSuite s = CU_add_suite("sampler", NULL, NULL);
@@ -157,4 +234,7 @@ void test_sampler_register(void)
     CU_add_test(s, "test_sampler_seeded_and_truncated", test_sampler_seeded_and_truncated);
     CU_add_test(s, "test_sampler_frequencies", test_sampler_frequencies);
     CU_add_test(s, "test_sampler_top_p_boundary", test_sampler_top_p_boundary);
+    CU_add_test(s, "test_sampler_temperature_law", test_sampler_temperature_law);
+    CU_add_test(s, "test_sampler_top_p_exact_reach", test_sampler_top_p_exact_reach);
+    CU_add_test(s, "test_sampler_top_k_ties_by_id", test_sampler_top_k_ties_by_id);
 }

@@ -15,6 +15,7 @@
 #include "kvd_spec.h"
 #include "speccheck.h"
 #include "synth.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -62,6 +63,38 @@ static void test_spec_penalties_llama_semantics(void)
     CU_ASSERT_EQUAL(lm_penalty_create(&s, &bad, 8, &err), LM_E_INPUT);
 }
 
+/* After lm_penalty_reset an object acts exactly as a fresh one: the same later history gives
+ * the same penalised logits, bit for bit (token 1 was counted before the reset and comes back
+ * after it, so counts carried over would show in its frequency penalty). */
+static void test_spec_penalty_reset_is_fresh(void)
+{
+    lm_err err = {0};
+    const lm_penalty_params p = {.repeat_penalty = 1.5f, .repeat_last_n = 4,
+                                 .frequency_penalty = 0.25f, .presence_penalty = 0.5f};
+    lm_penalty *used = NULL, *fresh = NULL;
+    CU_ASSERT_FATAL(lm_penalty_create(&used, &p, 8, &err) == LM_OK);
+    CU_ASSERT_FATAL(lm_penalty_create(&fresh, &p, 8, &err) == LM_OK);
+    const int32_t before[] = {1, 1, 2, 3, 1, 6};
+    for (size_t i = 0; i < sizeof before / sizeof before[0]; ++i)
+        lm_penalty_accept(used, before[i]);
+    float scratch[8] = {0};
+    lm_penalty_apply(used, scratch);
+    lm_penalty_reset(used);
+    const int32_t after[] = {1, 4, 1, 5, 7, 4};
+    for (size_t i = 0; i < sizeof after / sizeof after[0]; ++i) {
+        lm_penalty_accept(used, after[i]);
+        lm_penalty_accept(fresh, after[i]);
+        float a[8] = {1, 4, 3, -2, 5, 0.5f, -1, 2}, b[8];
+        memcpy(b, a, sizeof a);
+        lm_penalty_apply(used, a);
+        lm_penalty_apply(fresh, b);
+        CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+        CU_ASSERT_EQUAL(lm_penalty_history_hash(used), lm_penalty_history_hash(fresh));
+    }
+    lm_penalty_free(used);
+    lm_penalty_free(fresh);
+}
+
 /* ---- CONFIG keys spec= and draft= ---- */
 
 static void test_spec_config_keys(void)
@@ -92,16 +125,7 @@ static void test_spec_config_keys(void)
 
 static lm_model *synth_model(const char *preset)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/spec-%s.gguf", tu_tmpdir(), preset);
-    lm_err err = {0};
-    lm_model *m = NULL;
-    if (hx_synth_write(path, preset, 7, LM_TYPE_F32, &err) != LM_OK ||
-        lm_model_load(&m, path, &err) != LM_OK) {
-        fprintf(stderr, "\n  %s: %s\n", preset, err.msg);
-        CU_FAIL_FATAL("synth model");
-    }
-    return m;
+    return tf_synth_load(preset, 7);
 }
 
 /* A prompt that repeats itself, so that the penalties change choices. */
@@ -354,6 +378,7 @@ void test_spec_register(void)
 {
     CU_pSuite s = CU_add_suite("spec", NULL, NULL);
     CU_add_test(s, "test_spec_penalties_llama_semantics", test_spec_penalties_llama_semantics);
+    CU_add_test(s, "test_spec_penalty_reset_is_fresh", test_spec_penalty_reset_is_fresh);
     CU_add_test(s, "test_spec_rollback", test_spec_rollback);
     CU_add_test(s, "test_spec_config_keys", test_spec_config_keys);
     CU_add_test(s, "test_spec_equals_plain_on_presets", test_spec_equals_plain_on_presets);

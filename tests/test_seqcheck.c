@@ -1,0 +1,90 @@
+/* test_seqcheck.c — the speculative-decoding verdict's rules (seqcheck.h) on hand-built trace
+ * pairs: a token difference is a TIE_FLIP only when BOTH the verify row's error is within E
+ * and plain's lead is within E_gap; a history that differs before (or at) the first token
+ * difference is a SEQ_MISMATCH whatever the rows; equal tokens are EXACT or NOISE. */
+#include "seqcheck.h"
+#include "test_util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { NV = 4, NG = 3 };
+
+typedef struct pair_buf {
+    int32_t tok[2][NG];
+    uint64_t hist[2][NG];
+    float raw[2][NG][NV];
+    hx_spec_pair p;
+} pair_buf;
+
+/* Both sides: tokens 1, 1, 1 with histories 10, 11, 12 and the same rows. */
+static void pair_init(pair_buf *b)
+{
+    memset(b, 0, sizeof *b);
+    static const float row[NV] = {0.0f, 2.0f, 1.995f, -1.0f};
+    for (int side = 0; side < 2; ++side)
+        for (int s = 0; s < NG; ++s) {
+            b->tok[side][s] = 1;
+            b->hist[side][s] = 10u + (uint64_t)s;
+            memcpy(b->raw[side][s], row, sizeof row);
+        }
+    b->p.n_gen = NG;
+    b->p.n_vocab = NV;
+    b->p.plain = (hx_spec_side){.tokens = b->tok[0], .hist = b->hist[0], .raw = &b->raw[0][0][0]};
+    b->p.spec = (hx_spec_side){.tokens = b->tok[1], .hist = b->hist[1], .raw = &b->raw[1][0][0]};
+}
+
+static hx_class judge(const pair_buf *b)
+{
+    const int32_t prompt[1] = {0};
+    const lm_penalty_params pen = lm_penalty_defaults(); /* repeat 1: rows unchanged */
+    hx_seq_verdict v;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(hx_seq_judge(&v, &b->p, prompt, 1, &pen, 1e-3, 1e-2, &err) == LM_OK);
+    return v.cls;
+}
+
+static void test_seqcheck_rules(void)
+{
+    pair_buf b;
+    pair_init(&b);
+    CU_ASSERT_EQUAL(judge(&b), HX_EXACT);
+    b.raw[1][2][3] += 1e-4f; /* rows differ by rounding, tokens equal */
+    CU_ASSERT_EQUAL(judge(&b), HX_NOISE);
+
+    /* step 1: spec took token 2, plain's lead 0.005 <= E_gap 0.01 */
+    pair_init(&b);
+    b.tok[1][1] = 2;
+    b.raw[1][1][0] += 1e-4f; /* err 1e-4 <= E 1e-3 */
+    CU_ASSERT_EQUAL(judge(&b), HX_TIE_FLIP);
+    b.raw[1][1][3] += 0.5f; /* err 0.5 > E: the verify row is wrong, not a rounding */
+    CU_ASSERT_EQUAL(judge(&b), HX_SEQ_MISMATCH);
+
+    pair_init(&b);
+    b.tok[1][1] = 2;
+    b.raw[0][1][2] = b.raw[1][1][2] = 1.9f; /* err 0, lead 0.1 > E_gap: no near tie */
+    CU_ASSERT_EQUAL(judge(&b), HX_SEQ_MISMATCH);
+
+    /* histories: differing at the token's step or before it is a mismatch; after it, a
+     * consequence (the near tie of step 1 decides) */
+    static const int hist_step[3] = {1, 0, 2};
+    static const hx_class want[3] = {HX_SEQ_MISMATCH, HX_SEQ_MISMATCH, HX_TIE_FLIP};
+    for (int k = 0; k < 3; ++k) {
+        pair_init(&b);
+        b.tok[1][1] = 2;
+        b.hist[1][hist_step[k]] ^= 0x5u;
+        for (int s = hist_step[k] + 1; s < NG; ++s)
+            b.hist[1][s] ^= 0x5u;
+        CU_ASSERT_EQUAL(judge(&b), want[k]);
+    }
+    /* a history difference with equal tokens */
+    pair_init(&b);
+    b.hist[1][2] ^= 0x5u;
+    CU_ASSERT_EQUAL(judge(&b), HX_SEQ_MISMATCH);
+}
+
+void test_seqcheck_register(void)
+{
+    CU_pSuite s = CU_add_suite("seqcheck", NULL, NULL);
+    CU_add_test(s, "test_seqcheck_rules", test_seqcheck_rules);
+}
