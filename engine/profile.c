@@ -26,6 +26,9 @@ static const lm_profile profiles[] = {
     {"q8act", "activations quantized to Q8_0 blocks before weight matrix products",
      {[LM_SITE_NORM] = Q8, [LM_SITE_ATTN_OUT] = Q8, [LM_SITE_SWIGLU] = Q8,
       [LM_SITE_OUT_NORM] = Q8}},
+    {"f16act", "activations rounded to binary16 before weight matrix products",
+     {[LM_SITE_NORM] = F16, [LM_SITE_ATTN_OUT] = F16, [LM_SITE_SWIGLU] = F16,
+      [LM_SITE_OUT_NORM] = F16}},
 };
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])
 
@@ -53,7 +56,7 @@ uint32_t lm_profile_count(void)
 
 const char *lm_profile_expected(void)
 {
-    return "f32, f16kv, bf16, tf32 or q8act";
+    return "f32, f16kv, bf16, tf32, q8act or f16act";
 }
 
 const lm_round_spec *lm_profile_site(const lm_profile *p, uint32_t site)

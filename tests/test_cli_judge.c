@@ -1,8 +1,8 @@
 /* test_cli_judge.c — `kvdrift judge` as a user meets it, on llama.cpp's stories260K dumps
  * (tests/data/dumps): a file of logits saved as logprobs.npy is refused with one line instead
  * of being judged as a huge error, real log-softmax rows load, the summary table names each
- * dump folder whole, a profile's envelope reports its progress, and a model with a NaN weight
- * is an input error. */
+ * dump folder whole, a profile's envelope reports its progress, a model with a NaN weight is
+ * an input error, and llama.cpp on F16 weights is explained by the f16act profile. */
 #include "commands.h"
 #include "dump.h"
 #include "fixtures.h"
@@ -238,6 +238,45 @@ static void test_cli_judge_pairs_in_words(void)
     CU_ASSERT_PTR_NULL(strstr(text, " -1"));
 }
 
+/* The class column of the table row that starts with row (text's first such row), "" when
+ * there is none. */
+static const char *class_of(const char *text, const char *row)
+{
+    static char cls[16];
+    cls[0] = '\0';
+    const char *r = strstr(text, row);
+    if (r != NULL) {
+        r += strlen(row);
+        r += strspn(r, " ");
+        snprintf(cls, sizeof cls, "%.*s", (int)strcspn(r, " "), r);
+    }
+    return cls;
+}
+
+/* llama.cpp on a model with F16 weights (llama-2-tiny-random): ggml's product converts its
+ * float32 activations to F16, so the dump is beyond the float32 envelope (DRIFT under f32) and
+ * within the f16act profile's (NOISE), which explains it: exit 0. */
+static void test_cli_judge_f16_weights_explained_by_f16act(void)
+{
+    const char *path = tu_model_path("llama-2-tiny-random.gguf");
+    if (path == NULL)
+        return;
+    char model[512], out[512], cache[512], text[1 << 14];
+    snprintf(model, sizeof model, "%s", path);
+    snprintf(out, sizeof out, "%s/judge-f16w-out", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/judge-f16w-cache", tu_tmpdir());
+    char *argv[] = {"judge", model, "--tokens", "1,9038,2501,263,931,29892,727,471,263,2217,7826",
+                    "--dump", DUMPS "llama.cpp-f16weights-f32kv", "--profile", "f32,f16act",
+                    "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, argv, text, sizeof text), 0);
+    CU_ASSERT_STRING_EQUAL(class_of(text, "llama.cpp-f16weights-f32kv@f32 "), "DRIFT");
+    CU_ASSERT_STRING_EQUAL(class_of(text, "llama.cpp-f16weights-f32kv@f16act "), "NOISE");
+    const char *f32 = strstr(text, "@f32 "), *f16 = strstr(text, "@f16act ");
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "100.00%  f16act\n"));
+    if (f32 == NULL || f16 == NULL || strstr(text, "100.00%  f16act\n") == NULL)
+        fprintf(stderr, "\n%s", text);
+}
+
 void test_cli_judge_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
@@ -246,6 +285,8 @@ void test_cli_judge_register(void)
     CU_add_test(s, "test_cli_judge_names_dumps_whole", test_cli_judge_names_dumps_whole);
     CU_add_test(s, "test_cli_judge_envelope_progress", test_cli_judge_envelope_progress);
     CU_add_test(s, "test_cli_judge_pairs_in_words", test_cli_judge_pairs_in_words);
+    CU_add_test(s, "test_cli_judge_f16_weights_explained_by_f16act",
+                test_cli_judge_f16_weights_explained_by_f16act);
     CU_add_test(s, "test_cli_judge_nan_weight_is_input_error",
                 test_cli_judge_nan_weight_is_input_error);
 }

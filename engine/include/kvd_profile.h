@@ -21,6 +21,8 @@
  *          WEIGHT, NORM, ROPE, V, SOFTMAX, ATTN_OUT, SWIGLU, OUT_NORM (tensor-core TF32)
  *   q8act  the activations entering weight matrix products (NORM, ATTN_OUT, SWIGLU,
  *          OUT_NORM) quantized to Q8_0 blocks (ggml's CPU path for quantized weights)
+ *   f16act the same activations rounded to IEEE binary16 (ggml's CPU path for F16 weights,
+ *          whose products convert their float32 input to F16 first)
  * Q8_0 as ggml's quantize_row_q8_0_ref: per block of 32 consecutive elements of a row (a
  * shorter last block when the row length is not a multiple of 32), amax = max |x|, d = amax /
  * 127 (float), q = roundf(x * (1/d)) (half away from zero; 0 when d == 0), value = q *
@@ -55,13 +57,13 @@ typedef struct lm_profile {
     lm_round_spec site[LM_N_SITES];    /* indexed by lm_perturb_site */
 } lm_profile;
 
-/* The profile named s ("f32", "f16kv", "bf16", "tf32", "q8act"); NULL when unknown. NULL or
+/* The profile named s ("f32", "f16kv", "bf16", "tf32", "q8act", "f16act"); NULL when unknown. NULL or
  * "" give f32. */
 const lm_profile *lm_profile_find(const char *s);
 /* Profiles in table order: i = 0..lm_profile_count()-1. */
 const lm_profile *lm_profile_at(uint32_t i);
 uint32_t lm_profile_count(void);
-/* "f32, f16kv, bf16, tf32 or q8act" for messages. */
+/* "f32, f16kv, bf16, tf32, q8act or f16act" for messages. */
 const char *lm_profile_expected(void);
 /* The rounding at site (the low 8 bits of a lm_perturb_site value); NONE for f32 or NULL. */
 const lm_round_spec *lm_profile_site(const lm_profile *p, uint32_t site);

@@ -50,7 +50,7 @@ static const char usage_text[] =
     "                          query sees KEEP + its last MAX-KEEP positions). Its class is against the\n"
     "                          reference with its own schedule; the semantic column compares\n"
     "                          that reference with the same cache in one chunk\n"
-    "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act\n"
+    "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act,f16act\n"
     "      --turn D            schedule axis: beside each configuration with multi-token chunks,\n"
     "                          the same one fed as two turns (part of the prompt, D decode steps,\n"
     "                          the rest as a second multi-token chunk; config key turn=D);\n"
