@@ -212,6 +212,29 @@ static void test_compare_every_class(void)
     free_world(&w);
 }
 
+/* Only the generated tokens both sides hold are compared: a reference that generated one
+ * token fewer (stopped early) is no divergence, for an identical or a noisy run alike. */
+static void test_compare_shorter_reference_no_split(void)
+{
+    world w;
+    make_world(&w);
+    w.f.ref.n_tokens = NT - 1;
+    hx_report *r;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(hx_report_create(&r, "unit", &err) == LM_OK);
+    hx_config_report *c = run(r, "naive:step=full", w.base, w.base, &w);
+    CU_ASSERT_EQUAL(c->first_divergent, -1);
+    CU_ASSERT_EQUAL(c->cls, HX_EXACT);
+    hx_capture *x = cap_from_ref(&w.f, 0.0, 0);
+    x->k[1][5] += 1e-7f;
+    c = run(r, "naive:step=2", x, w.base, &w);
+    CU_ASSERT_EQUAL(c->first_divergent, -1);
+    CU_ASSERT_EQUAL(c->cls, HX_NOISE);
+    hx_capture_free(x);
+    hx_report_free(r);
+    free_world(&w);
+}
+
 /* Prompt rows 0 .. NP-2 of c: (float)(rows + amp * pattern), rows [NP-1][NV] in double. */
 static void add_prompt_rows(hx_capture *c, const double *rows, double amp, int seed)
 {
@@ -347,6 +370,7 @@ void test_compare_register(void)
     CU_pSuite s = CU_add_suite("compare", NULL, NULL);
     CU_add_test(s, "test_compare_envelope_from_ensemble", test_compare_envelope_from_ensemble);
     CU_add_test(s, "test_compare_every_class", test_compare_every_class);
+    CU_add_test(s, "test_compare_shorter_reference_no_split", test_compare_shorter_reference_no_split);
     CU_add_test(s, "test_compare_prompt_rows", test_compare_prompt_rows);
     CU_add_test(s, "test_compare_shape_errors", test_compare_shape_errors);
 }
