@@ -216,10 +216,38 @@ static void test_routing_bad_input(void)
     CU_ASSERT_EQUAL(hx_routing_compare(f, &a, &b, 0.0f, &e2), LM_E_INPUT);
 }
 
+/* hx_routing_compare on hand-built captures (one routed layer, k = 2, 4 positions): expert
+ * sets compare as sets (the same experts in another rank order are no flip); a flip counts as
+ * a tie when the truth's margin is <= tie_tol, equality included; a dense layer is skipped. */
+static void test_routing_compare_rules(void)
+{
+    uint32_t ts[2][4][2] = {{{1, 2}, {3, 0}, {5, 6}, {7, 4}}, {{0, 0}, {0, 0}, {0, 0}, {0, 0}}};
+    uint32_t os[2][4][2] = {{{2, 1}, {3, 1}, {5, 7}, {7, 4}}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}}};
+    float tm[2][4] = {{0.5f, 0.25f, 0.125f, 0.0f}, {INFINITY, INFINITY, INFINITY, INFINITY}};
+    float om[2][4] = {{0}};
+    bool moe[2] = {true, false};
+    const hx_routing truth = {.n_layer = 2, .n_pos = 4, .k = 2, .sel = &ts[0][0][0],
+                              .margin = &tm[0][0], .moe = moe};
+    const hx_routing other = {.n_layer = 2, .n_pos = 4, .k = 2, .sel = &os[0][0][0],
+                              .margin = &om[0][0], .moe = moe};
+    hx_routing_flips f[2];
+    lm_err err = {0};
+    CU_ASSERT_FATAL(hx_routing_compare(f, &truth, &other, 0.25f, &err) == LM_OK);
+    CU_ASSERT_EQUAL(f[0].n_flip, 2u);       /* positions 1 and 2; position 0 is a reordering */
+    CU_ASSERT_EQUAL(f[0].n_tie, 2u);        /* margins 0.25 (== tie_tol) and 0.125 */
+    CU_ASSERT_EQUAL(f[0].first_pos, 1u);
+    CU_ASSERT_EQUAL(f[0].min_margin, 0.0f);
+    CU_ASSERT_EQUAL(f[1].n_flip, 0u);       /* dense layer */
+    CU_ASSERT_EQUAL(f[1].first_pos, UINT32_MAX);
+    CU_ASSERT_FATAL(hx_routing_compare(f, &truth, &other, 0.2f, &err) == LM_OK);
+    CU_ASSERT_EQUAL(f[0].n_tie, 1u);        /* only 0.125 */
+}
+
 void test_routing_register(void)
 {
     CU_pSuite s = CU_add_suite("routing", NULL, NULL);
     CU_add_test(s, "test_routing_flips_classified", test_routing_flips_classified);
+    CU_add_test(s, "test_routing_compare_rules", test_routing_compare_rules);
     CU_add_test(s, "test_routing_report_against_reference",
                 test_routing_report_against_reference);
     CU_add_test(s, "test_routing_ensemble_members_differ", test_routing_ensemble_members_differ);
