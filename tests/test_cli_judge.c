@@ -164,7 +164,8 @@ static void test_cli_judge_envelope_progress(void)
 
 /* A model file with a NaN weight (output_norm.weight[0] of synth:tiny): the MPFR reference's
  * logits are NaN, so nothing can be judged against them; sweep and judge stop with one line
- * naming the file (exit 2, no report folder) instead of feeding a NaN argmax to the path. */
+ * naming the file (exit 2, no report folder) instead of feeding a NaN argmax to the path, and
+ * ref writes no capture of NaN. */
 static void test_cli_judge_nan_weight_is_input_error(void)
 {
     char model[1024], dir[1024], cache[1024], out[1024], text[1 << 14];
@@ -194,6 +195,9 @@ static void test_cli_judge_nan_weight_is_input_error(void)
     char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", dir, "--profile", "f32",
                      "--cache", cache, "-o", out, "-q", NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, judge, text, sizeof text), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "holds a NaN or Inf weight"));
+    char *ref[] = {"ref", model, "--tokens", "1,72,101", "--cache", cache, "-o", out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_ref, 9, ref, text, sizeof text), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "holds a NaN or Inf weight"));
     struct stat st;
     CU_ASSERT_NOT_EQUAL(stat(out, &st), 0);

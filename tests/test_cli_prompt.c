@@ -252,6 +252,31 @@ static void test_cli_synth_help_lists_presets(void)
     }
 }
 
+/* A CONFIG field's bad value says what the field accepts (run --rot, --attn, --threads and
+ * compare --a all go through the CONFIG grammar). */
+static void test_cli_config_value_says_expected(void)
+{
+    char out[4096];
+    static const char *const cases[][3] = {
+        {"--rot", "2:5", "bad value '2/5' for rot (expected MAX/KEEP with MAX >= 2 and KEEP < MAX"},
+        {"--attn", "sparse", "bad value 'sparse' for attn (expected dense or stream)"},
+        {"--threads", "0", "bad value '0' for threads (expected an integer in 1..256 or all)"},
+        {"--step", "0", "bad value '0' for step (expected an integer >= 1 or full)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        char *argv[] = {"run", "synth:tiny", "-p", "hi", (char *)cases[i][0], (char *)cases[i][1],
+                        NULL};
+        CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 6, argv, out, sizeof out), 2);
+        if (strstr(out, cases[i][2]) == NULL)
+            fprintf(stderr, "\n  wanted '%s' in: %s", cases[i][2], out);
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, cases[i][2]));
+    }
+    char *cmp[] = {"compare", "synth:tiny", "-p", "hi", "--a", "naive:profile=fp8", "--b", "naive",
+                   NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_compare, 8, cmp, out, sizeof out), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "bad value 'fp8' for profile (expected f32, f16kv"));
+}
+
 void test_cli_prompt_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_prompt", NULL, NULL);
@@ -260,6 +285,7 @@ void test_cli_prompt_register(void)
     CU_add_test(s, "test_cli_compare_parted", test_cli_compare_parted);
     CU_add_test(s, "test_cli_trace_why", test_cli_trace_why);
     CU_add_test(s, "test_cli_synth_help_lists_presets", test_cli_synth_help_lists_presets);
+    CU_add_test(s, "test_cli_config_value_says_expected", test_cli_config_value_says_expected);
     CU_add_test(s, "test_cli_synth_model_and_file_everywhere",
                 test_cli_synth_model_and_file_everywhere);
 }

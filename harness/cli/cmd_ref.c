@@ -8,6 +8,7 @@
 #include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
+#include "sweep.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -314,7 +315,8 @@ int cmd_ref(int argc, char **argv)
                       .prec = (uint32_t)o.prec, .n_threads = (int)o.threads,
                       .log = hx_cli_log, .log_user = "kvdrift ref"};
     if (st == LM_OK && (st = ref_request_check(m, &rq, &err)) == LM_OK &&
-        (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, m, &rq, &o, &err)) == LM_OK)
+        (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, m, &rq, &o, &err)) == LM_OK &&
+        (st = hx_ref_logits_finite(&cap, o.model, &err)) == LM_OK)
         st = write_outputs(&cap, o.out_path, o.npy_dir, &err);
     if (st == LM_OK) {
         print_summary(&cap, how);

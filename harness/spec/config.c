@@ -101,17 +101,21 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         size_t vlen = flen - klen - 1;
         bool *seen;
         bool ok;
+        char expect[96]; /* what the key accepts, for the message */
         if (field_is(f, klen, "step")) {
             seen = &seen_step;
+            snprintf(expect, sizeof expect, "an integer >= 1 or full");
             ok = field_is(val, vlen, "full") ? (c.step = 0, true)
                                              : lm_parse_u32(val, vlen, 1, UINT32_MAX, &c.step);
         } else if (field_is(f, klen, "threads")) {
             seen = &seen_threads;
+            snprintf(expect, sizeof expect, "an integer in 1..%u or all", LM_MAX_THREADS);
             ok = field_is(val, vlen, "all")
                      ? (c.threads = HX_THREADS_ALL, true)
                      : lm_parse_u32(val, vlen, 1, LM_MAX_THREADS, &c.threads);
         } else if (field_is(f, klen, "attn")) {
             seen = &seen_attn;
+            snprintf(expect, sizeof expect, "dense or stream");
             ok = true;
             if (field_is(val, vlen, "dense"))
                 c.attn = HX_ATTN_DENSE;
@@ -121,21 +125,27 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                 ok = false;
         } else if (field_is(f, klen, "rot")) {
             seen = &seen_rot;
+            snprintf(expect, sizeof expect,
+                     "MAX/KEEP with MAX >= 2 and KEEP < MAX, or MAX/KEEP/window");
             ok = memchr(val, ':', vlen) == NULL &&
                  hx_rot_parse(val, vlen, &c.rot_max, &c.rot_keep, &c.rot_window);
         } else if (field_is(f, klen, "turn")) {
             seen = &seen_turn;
+            snprintf(expect, sizeof expect, "an integer in 0..%u", HX_TURN_MAX);
             ok = field_is(val, vlen, "0") ? (c.turn = 0, true)
                                           : lm_parse_u32(val, vlen, 1, HX_TURN_MAX, &c.turn);
         } else if (field_is(f, klen, "profile")) {
             seen = &seen_prof;
+            snprintf(expect, sizeof expect, "%s", lm_profile_expected());
             ok = hx_profile_parse(c.profile, val, vlen);
         } else if (field_is(f, klen, "spec")) {
             seen = &seen_spec;
+            snprintf(expect, sizeof expect, "an integer in 0..64");
             ok = field_is(val, vlen, "0") ? (c.spec = 0, true) : lm_parse_u32(val, vlen, 1, 64, &c.spec);
             ok = ok && c.spec <= 64;
         } else if (field_is(f, klen, "draft")) {
             seen = &seen_draft;
+            snprintf(expect, sizeof expect, "self:L, a GGUF path or synth:PRESET");
             next = NULL; /* the value is the rest of the string */
             vlen = strlen(val);
             ok = vlen > 0 && vlen < sizeof c.draft;
@@ -150,8 +160,8 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
         *seen = true;
         if (!ok)
-            return LM_FAIL(err, LM_E_INPUT, "config '%s': bad value '%.*s' for %.*s", s, (int)vlen,
-                           val, (int)klen, f);
+            return LM_FAIL(err, LM_E_INPUT, "config '%s': bad value '%.*s' for %.*s (expected %s)",
+                           s, (int)vlen, val, (int)klen, f, expect);
         p = next;
     }
     *out = c;
