@@ -1,10 +1,12 @@
 /* test_seqcheck.c — the speculative-decoding verdict's rules (seqcheck.h) on hand-built trace
  * pairs: a token difference is a TIE_FLIP only when BOTH the verify row's error is within E
  * and plain's lead is within E_gap; a history that differs before (or at) the first token
- * difference is a SEQ_MISMATCH whatever the rows; equal tokens are EXACT or NOISE. */
+ * difference is a SEQ_MISMATCH whatever the rows; equal tokens are EXACT or NOISE; a NaN or
+ * Inf in a speculative row is NONFINITE. */
 #include "seqcheck.h"
 #include "test_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,6 +83,25 @@ static void test_seqcheck_rules(void)
     pair_init(&b);
     b.hist[1][2] ^= 0x5u;
     CU_ASSERT_EQUAL(judge(&b), HX_SEQ_MISMATCH);
+
+    /* a NaN or Inf in the speculative rows, tokens equal or a near tie, is NONFINITE (the row
+     * is broken, not rounded), also where plain's row holds the same value; a history
+     * mismatch stays the more severe verdict */
+    static const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; ++k) {
+        pair_init(&b);
+        b.raw[1][2][0] = bad[k];
+        CU_ASSERT_EQUAL(judge(&b), HX_NONFINITE);
+        b.raw[0][2][0] = bad[k];
+        CU_ASSERT_EQUAL(judge(&b), HX_NONFINITE);
+        pair_init(&b);
+        b.tok[1][1] = 2;
+        b.raw[1][1][0] += 1e-4f;
+        b.raw[1][2][3] = bad[k];
+        CU_ASSERT_EQUAL(judge(&b), HX_NONFINITE);
+        b.hist[1][0] ^= 0x5u;
+        CU_ASSERT_EQUAL(judge(&b), HX_SEQ_MISMATCH);
+    }
 }
 
 void test_seqcheck_register(void)

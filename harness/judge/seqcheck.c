@@ -17,6 +17,16 @@ static double row_max_abs(const float *a, const float *b, uint32_t n)
     return m;
 }
 
+/* First step whose row of raw (n_gen rows of n elements) holds a NaN or +-Inf; -1: none. */
+static int64_t first_nonfinite_row(const float *raw, uint32_t n_gen, uint32_t n)
+{
+    for (uint32_t s = 0; s < n_gen; ++s)
+        for (uint32_t i = 0; i < n; ++i)
+            if (!isfinite(raw[(size_t)s * n + i]))
+                return s;
+    return -1;
+}
+
 /* Plain's processed row at step s (history: prompt + plain tokens 0..s-1) into row. */
 static int processed_row(float *row, const hx_spec_pair *p, uint32_t s, const int32_t *prompt,
                          uint32_t n_prompt, const lm_penalty_params *pen, lm_err *err)
@@ -82,6 +92,12 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
         v.cls = bitwise ? HX_EXACT : HX_NOISE;
         snprintf(v.reason, sizeof v.reason, "%u tokens and histories equal; rows %s (max |d| "
                  "%.3g)", p->n_gen, bitwise ? "bitwise equal" : "differ", v.max_abs);
+    }
+    const int64_t bad = first_nonfinite_row(p->spec.raw, p->n_gen, nv);
+    if (bad >= 0 && hx_class_worst(v.cls, HX_NONFINITE) == HX_NONFINITE) {
+        v.cls = HX_NONFINITE;
+        snprintf(v.reason, sizeof v.reason, "step %lld: the speculative decode's raw row holds "
+                 "a NaN or Inf", (long long)bad);
     }
     *out = v;
     return LM_OK;

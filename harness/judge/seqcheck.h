@@ -25,6 +25,8 @@
  *      beyond rounding).
  *   3. no difference: EXACT when every raw row is bitwise equal, else NOISE (the rows differ
  *      by rounding, the choices did not).
+ *   4. a NaN or +-Inf in any of the speculative decode's raw rows turns a verdict less severe
+ *      than NONFINITE (rules 2 and 3) into NONFINITE, whatever plain decoding's rows hold.
  * Processed rows are recomputed here from the raw ones: the penalties of one step transform
  * both rows alike, so the gap is measured on plain's raw row with the same transform the
  * engine applied (lm_penalty on the common history, rebuilt from prompt + tokens). */
