@@ -5,12 +5,27 @@
 
 #include "fs.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #define HEADER_BYTES 64u
+
+int ref_capture_check_finite(const ref_capture *ref, const char *model, lm_err *err)
+{
+    for (uint32_t i = 0; i < ref->n_pos; ++i) {
+        const double *x = ref_capture_logits(ref, i);
+        for (uint32_t v = 0; v < ref->n_vocab; ++v)
+            if (!isfinite(x[v]))
+                return LM_FAIL(err, LM_E_INPUT, "%s: the MPFR reference's logits at position %u "
+                               "are %s (token %u): the model file holds a NaN or Inf weight",
+                               model, (unsigned)ref->pos[i], isnan(x[v]) ? "NaN" : "infinite",
+                               (unsigned)v);
+    }
+    return LM_OK;
+}
 
 void ref_capture_free(ref_capture *c)
 {

@@ -316,7 +316,7 @@ int cmd_ref(int argc, char **argv)
                       .log = hx_cli_log, .log_user = "kvdrift ref"};
     if (st == LM_OK && (st = ref_request_check(m, &rq, &err)) == LM_OK &&
         (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, m, &rq, &o, &err)) == LM_OK &&
-        (st = hx_ref_logits_finite(&cap, o.model, &err)) == LM_OK)
+        (st = ref_capture_check_finite(&cap, o.model, &err)) == LM_OK)
         st = write_outputs(&cap, o.out_path, o.npy_dir, &err);
     if (st == LM_OK) {
         print_summary(&cap, how);

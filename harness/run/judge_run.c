@@ -160,7 +160,7 @@ static int reference(jstate *s, lm_err *err)
     ref_cache_key(s->ref_key, p->model, &rq);
     int rc = ref_cached(&s->ref, p->model, &rq, p->cache_dir, &hit, err);
     if (rc == LM_OK)
-        rc = hx_ref_logits_finite(&s->ref, p->model_label ? p->model_label : "model", err);
+        rc = ref_capture_check_finite(&s->ref, p->model_label ? p->model_label : "model", err);
     if (rc != LM_OK)
         return rc;
     progress(p, "reference %s at %u bits (%u tokens, %u logits rows)",

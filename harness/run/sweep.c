@@ -312,20 +312,6 @@ static int teacher_path(hx_sweep_result *r, const hx_sweep_params *p, lm_err *er
     return LM_OK;
 }
 
-int hx_ref_logits_finite(const ref_capture *ref, const char *model, lm_err *err)
-{
-    for (uint32_t i = 0; i < ref->n_pos; ++i) {
-        const double *x = ref_capture_logits(ref, i);
-        for (uint32_t v = 0; v < ref->n_vocab; ++v)
-            if (!isfinite(x[v]))
-                return LM_FAIL(err, LM_E_INPUT, "%s: the MPFR reference's logits at position %u "
-                               "are %s (token %u): the model file holds a NaN or Inf weight",
-                               model, (unsigned)ref->pos[i], isnan(x[v]) ? "NaN" : "infinite",
-                               (unsigned)v);
-    }
-    return LM_OK;
-}
-
 /* First generated index j where the reference's argmax (logits at n_prompt-1+j) differs from
  * path[j], or -1; *top receives the reference's token there. */
 static int ref_departure(int64_t *at, int32_t *top, const hx_sweep_result *r,
@@ -445,7 +431,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
         ref_capture_free(&r->ref);
         ref_cache_key(r->ref_key, p->model, &rq);
         if ((rc = ref_cached(&r->ref, p->model, &rq, p->cache_dir, &r->ref_hit, err)) != LM_OK ||
-            (rc = hx_ref_logits_finite(&r->ref, p->model_label ? p->model_label : "model",
+            (rc = ref_capture_check_finite(&r->ref, p->model_label ? p->model_label : "model",
                                         err)) != LM_OK ||
             (rc = ref_departure(&r->ref_leaves_at, &r->ref_token_at, r, p, err)) != LM_OK)
             break;

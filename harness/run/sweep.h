@@ -176,12 +176,6 @@ typedef struct hx_sweep_result {
 
 int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *err);
 
-/* Whether every logit of the reference capture is finite. The MPFR reference neither rounds to
- * float32 nor overflows, so a NaN or Inf there comes from the model file itself (a NaN or Inf
- * weight); nothing can be classified against it. LM_E_INPUT naming model (the file as given)
- * and the first such position, else LM_OK. */
-int hx_ref_logits_finite(const ref_capture *ref, const char *model, lm_err *err);
-
 #ifdef LM_TEST_HOOKS
 /* Test builds only: when >= 0, the first teacher path is made wrong at this generated index
  * (token + 1), so that the repair toward the reference's greedy path is exercised. */

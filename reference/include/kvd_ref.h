@@ -144,6 +144,11 @@ typedef struct ref_capture {
 } ref_capture;
 
 void ref_capture_free(ref_capture *c); /* frees the arrays and zeroes *c; NULL is fine */
+/* Whether every logit of the capture is finite. The MPFR reference neither rounds to float32
+ * nor overflows, so a NaN or Inf there comes from the model file itself (a NaN or Inf weight);
+ * nothing can be classified against it. LM_E_INPUT naming model (the file as given) and the
+ * first such position, else LM_OK. */
+int ref_capture_check_finite(const ref_capture *ref, const char *model, lm_err *err);
 /* K (or V) of one layer: [n_prompt][n_kv_head][head_dim]. */
 const double *ref_capture_k(const ref_capture *c, uint32_t layer);
 const double *ref_capture_v(const ref_capture *c, uint32_t layer);
