@@ -145,6 +145,9 @@ static int parse_options(synth_opts *o, int argc, char **argv)
                                     "(try kvdrift synth --help)");
     if (o->arch != NULL && strcmp(o->arch, "llama") != 0)
         return bad("unsupported --arch (only llama)", o->arch);
+    lm_err err = {0};
+    if (hx_cli_check_out_file(o->out, &err) != LM_OK)
+        return hx_cli_fail("synth", "-o %s", err.msg);
     return -1;
 }
 
