@@ -136,13 +136,15 @@ static void test_arch_qwen3moe_refuses_other_routing(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "expert_weights_norm false"));
 }
 
-static hx_report *judge(const lm_model *m, hx_dump *d, const char *cache)
+/* The judge of d under f32, and q8act too when q8act. */
+static hx_report *judge_under(const lm_model *m, hx_dump *d, const char *cache, bool q8act)
 {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", tu_tmpdir(), cache);
-    const char *prof[] = {"f32"};
+    const char *prof[] = {"f32", "q8act"};
     hx_judge_params p = {.model = m, .prompt = prompt, .n_prompt = 27, .dumps = &d,
-                         .n_dumps = 1, .profiles = prof, .n_profiles = 1, .cache_dir = dir,
+                         .n_dumps = 1, .profiles = prof, .n_profiles = q8act ? 2 : 1,
+                         .cache_dir = dir,
                          .ref_threads = 1, .quiet = true};
     hx_report *r = NULL;
     lm_err err = {0};
@@ -151,6 +153,11 @@ static hx_report *judge(const lm_model *m, hx_dump *d, const char *cache)
         fprintf(stderr, "judge: %s\n", err.msg);
     CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
     return r;
+}
+
+static hx_report *judge(const lm_model *m, hx_dump *d, const char *cache)
+{
+    return judge_under(m, d, cache, false);
 }
 
 /* synth:preset (seed 0) and llama.cpp's dump of it (folder under DUMPS): the judge is NOISE
@@ -310,6 +317,34 @@ static void test_arch_gptoss_judge_llamacpp(void)
     lm_model_free(m);
 }
 
+/* synth:gptoss-mxfp4 (its experts in MXFP4) against llama.cpp: ggml multiplies MXFP4 weights by
+ * activations quantized to Q8_0 blocks, so the dump fails under f32 (DRIFT or worse) and is
+ * explained by the q8act profile, which rounds the activations of every matrix product the
+ * same way (measured: f32 FLIP err/E ~2.5e4, q8act TIE_FLIP err/E 0.67: one argmax at a near
+ * tie within q8act's envelope). A wrong MXFP4 decoding (scale, code book, nibble order) moves
+ * the experts' outputs by whole quantization steps, beyond q8act's envelope as well; the
+ * decoding itself is checked bitwise by tests/data/quants/MXFP4. */
+static void test_arch_gptoss_mxfp4_judge_llamacpp(void)
+{
+    lm_model *m = tf_synth_load("gptoss-mxfp4", 0);
+    hx_dump *d = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_dump_load(&d, DUMPS "llama.cpp-synth-gptoss-mxfp4-f32kv", m,
+                                       m->path, &err), LM_OK);
+    hx_report *r = judge_under(m, d, "arch-gptoss-mxfp4", true);
+    const hx_config_report *f32 = &r->configs[r->dumps[0].first_config];
+    const hx_config_report *q8 = f32 + 1;
+    printf("\n  gptoss-mxfp4 vs llama.cpp: f32 %s err/E %.3g, q8act %s err/E %.3g\n",
+           hx_class_name(f32->cls), f32->worst_ratio, hx_class_name(q8->cls), q8->worst_ratio);
+    CU_ASSERT(hx_class_fails(f32->cls));
+    CU_ASSERT(!hx_class_fails(q8->cls));
+    CU_ASSERT(q8->worst_ratio <= 1.0);
+    CU_ASSERT_STRING_EQUAL(r->dumps[0].explained_by, "q8act");
+    hx_report_free(r);
+    hx_dump_free(d);
+    lm_model_free(m);
+}
+
 void test_arch_register(void)
 {
     CU_pSuite s = CU_add_suite("arch", NULL, NULL);
@@ -321,4 +356,6 @@ void test_arch_register(void)
     CU_add_test(s, "test_arch_gptoss_refuses_other_variants",
                 test_arch_gptoss_refuses_other_variants);
     CU_add_test(s, "test_arch_gptoss_judge_llamacpp", test_arch_gptoss_judge_llamacpp);
+    CU_add_test(s, "test_arch_gptoss_mxfp4_judge_llamacpp",
+                test_arch_gptoss_mxfp4_judge_llamacpp);
 }

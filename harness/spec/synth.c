@@ -107,6 +107,12 @@ static const preset presets[] = {
     {"gptoss", {"kvdrift-synth-gptoss", 64, 4, 4, 2, 192, 512, 2048, 150000.0f, 1e-5f,
                 .n_swa = 8, .sinks = true, .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 48,
                 .gating_func = 3, .arch = "gpt-oss"}},
+    /* gptoss with its experts in MXFP4, as the released gpt-oss files store them (n_ff_exp 64:
+     * rows of whole 32-element blocks). */
+    {"gptoss-mxfp4", {"kvdrift-synth-gptoss-mxfp4", 64, 4, 4, 2, 192, 512, 2048, 150000.0f,
+                      1e-5f, .n_swa = 8, .sinks = true, .n_expert = 16, .n_expert_used = 4,
+                      .n_ff_exp = 64, .gating_func = 3, .experts_mxfp4 = true,
+                      .arch = "gpt-oss"}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -123,7 +129,7 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
                    "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask, gemma3, qwen3, "
-                   "qwen3moe, gptoss)",
+                   "qwen3moe, gptoss, gptoss-mxfp4)",
                    name);
 }
 
@@ -164,6 +170,9 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
                             || p->n_ff_exp > 262144))
         return BAD("experts: need 1 <= used (%u) <= count (%u) <= 256, used <= 32, "
                    "0 < n_ff_exp (%u) <= 262144", p->n_expert_used, p->n_expert, p->n_ff_exp);
+    if (p->experts_mxfp4 && (p->n_expert == 0 || p->n_embd % 32 != 0 || p->n_ff_exp % 32 != 0))
+        return BAD("MXFP4 experts need experts, n_embd (%u) and n_ff_exp (%u) multiples of 32",
+                   p->n_embd, p->n_ff_exp);
     if (p->n_expert > 0 && p->gating_func != 1 && p->gating_func != 3)
         return BAD("gating_func %u must be 1 or 3", p->gating_func);
     return LM_OK;
@@ -460,6 +469,45 @@ static int add_arch_weights(lm_gguf_writer *w, float *scratch, const hx_synth_pa
     return LM_OK;
 }
 
+/* MXFP4 blocks of x[n] (n a multiple of 32) into out[n / 32 * 17]: per block of 32, the scale
+ * byte e = floor(log2(amax)) - 2 + 127 (0 when amax = 0; clamped to 0..254) and d = 2^(e - 128),
+ * each value's e2m1 code the first i of ggml's kvalues_mxfp4 (doubled e2m1 values) with the
+ * smallest |kvalues[i] d - x| (ggml's quantize_row_mxfp4_ref, with floor(log2) taken from
+ * frexp's exponent: exact). Nibbles as ggml's: element j low, j + 16 high. */
+static void to_mxfp4(uint8_t *out, const float *x, uint64_t n)
+{
+    static const int8_t kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    for (uint64_t b = 0; b < n / 32; ++b, x += 32, out += 17) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j)
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        int ex = 0;
+        if (amax > 0.0f)
+            (void)frexpf(amax, &ex); /* amax = m 2^ex, m in [0.5, 1): floor(log2) = ex - 1 */
+        int e = amax > 0.0f ? ex - 1 - 2 + 127 : 0;
+        e = e < 0 ? 0 : e > 254 ? 254 : e;
+        const float d = ldexpf(1.0f, e - 128);
+        out[0] = (uint8_t)e;
+        for (int j = 0; j < 16; ++j) {
+            uint8_t q[2];
+            for (int h = 0; h < 2; ++h) {
+                const float v = x[j + 16 * h];
+                int best = 0;
+                float best_err = fabsf((float)kv[0] * d - v);
+                for (int i = 1; i < 16; ++i) {
+                    const float er = fabsf((float)kv[i] * d - v);
+                    if (er < best_err) {
+                        best = i;
+                        best_err = er;
+                    }
+                }
+                q[h] = (uint8_t)best;
+            }
+            out[1 + j] = (uint8_t)(q[0] | q[1] << 4);
+        }
+    }
+}
+
 /* Sinks and MoE tensors of layer l. Sinks: logits of standard deviation 1 (the scores of a
  * peaked head are a few units, so a sink takes a visible but not dominant share). Router:
  * 2/sqrt(n), router logits of standard deviation ~2 (peaked routing, margins of order 1).
@@ -510,7 +558,18 @@ static int add_variant_weights(lm_gguf_writer *w, float *scratch, const hx_synth
         uint64_t ne[3] = {e[i].ne0, e[i].ne1, X};
         snprintf(name, sizeof name, "blk.%u.%s", l, e[i].s);
         fill(scratch, ne[0] * ne[1] * ne[2], name, seed, 0.0, e[i].sigma);
-        if ((rc = lm_gguf_w_tensor_f32(w, name, type, 3, ne, scratch, err)))
+        if (p->experts_mxfp4) {
+            const uint64_t nb = ne[0] * ne[1] * ne[2] / 32 * 17;
+            uint8_t *q = malloc((size_t)nb);
+            if (q == NULL)
+                return LM_FAIL(err, LM_E_NOMEM, "synth: out of memory");
+            to_mxfp4(q, scratch, ne[0] * ne[1] * ne[2]);
+            rc = lm_gguf_w_tensor_raw(w, name, LM_TYPE_MXFP4, 3, ne, q, nb, err);
+            free(q);
+        } else {
+            rc = lm_gguf_w_tensor_f32(w, name, type, 3, ne, scratch, err);
+        }
+        if (rc)
             return rc;
     }
     return LM_OK;

@@ -31,6 +31,8 @@ typedef struct hx_synth_params {
     bool mask_token;         /* the last token id is "<mask>" (control): masked-diffusion samplers */
     uint32_t gating_func;    /* llama.expert_gating_func: 1 softmax over all, renormalised over
                                 the top-k (expert_weights_norm true); 3 softmax over the top-k */
+    bool experts_mxfp4;      /* expert matrices written as MXFP4 (gpt-oss's released format;
+                                n_embd and n_ff_exp multiples of 32) */
     char arch[16];           /* general.architecture and key prefix: "" = llama; "gemma3" adds
                                 per-head Q/K norms and post norms (its table row supplies the
                                 sliding pattern, the sliding theta and the embedding scale);
