@@ -74,12 +74,81 @@ static int need_u32(const lm_gguf *g, const char *key, uint32_t *out, lm_err *er
     return lm_gguf_get_u32(g, key, 0, out, err);
 }
 
+/* Mixture-of-experts keys (llama.cpp names). Rules: expert_group_count > 1 (grouped routing)
+ * and expert_shared_count > 0 (shared experts) are refused everywhere; an architecture whose
+ * graph fixes the routing (lm_arch.moe) needs expert_count and expert_used_count and refuses a
+ * file whose gating keys say otherwise. */
+static int read_moe_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, lm_err *err)
+{
+    char k[KEY_MAX];
+    const char *path = lm_gguf_path(g);
+    const bool fixed = a->moe != LM_ARCH_MOE_FROM_FILE;
+    const bool topk = a->moe == LM_ARCH_MOE_SOFTMAX_TOPK;
+    /* the gating keys' values that say the row's own routing */
+    const uint32_t own_func = topk ? 3 : 1;
+    const bool own_norm = fixed && !topk;
+    uint32_t gating_func = own_func, groups = 0, shared = 0;
+    bool norm = own_norm;
+    float scale = 0.0f;
+    int rc;
+    if (fixed && ((rc = need_u32(g, akey(k, a, "expert_count"), &hp->n_expert, err))
+                  || (rc = need_u32(g, akey(k, a, "expert_used_count"), &hp->n_expert_used, err))))
+        return rc;
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "expert_count"), 0, &hp->n_expert, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_used_count"), 0, &hp->n_expert_used, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_feed_forward_length"), 0, &hp->n_ff_exp,
+                                 err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_gating_func"), own_func, &gating_func,
+                                 err))
+        || (rc = lm_gguf_get_bool(g, akey(k, a, "expert_weights_norm"), norm, &norm, err))
+        || (rc = lm_gguf_get_f32(g, akey(k, a, "expert_weights_scale"), 0.0f, &scale, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_group_count"), 0, &groups, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_shared_count"), 0, &shared, err)))
+        return rc;
+    if (groups > 1 || shared > 0)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_group_count %" PRIu32 " and "
+                       "expert_shared_count %" PRIu32 ": grouped routing and shared experts are "
+                       "not supported", path, groups, shared);
+    if (hp->n_expert == 0 && fixed)
+        return LM_FAIL(err, LM_E_INPUT, "%s: expert_count 0, but every %s layer is a mixture "
+                       "of experts", path, a->name);
+    if (hp->n_expert == 0)
+        return LM_OK;
+    if (hp->n_ff_exp == 0 && topk)
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing metadata key '%s'", path,
+                       akey(k, a, "expert_feed_forward_length"));
+    if (hp->n_ff_exp == 0) /* absent or 0: llama.cpp's default for each row's graph */
+        hp->n_ff_exp = fixed && hp->n_expert_used > 0 ? hp->n_ff / hp->n_expert_used : hp->n_ff;
+    if (hp->n_expert > 256 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert
+        || hp->n_expert_used > 32 || hp->n_ff_exp == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: expert_count %" PRIu32 ", expert_used_count %" PRIu32
+                       " and expert_feed_forward_length %" PRIu32 " must satisfy 1 <= used <= "
+                       "count <= 256, used <= 32, length > 0", path, hp->n_expert,
+                       hp->n_expert_used, hp->n_ff_exp);
+    if (scale != 0.0f && scale != 1.0f)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_weights_scale %g is not supported "
+                       "(0 or 1: the gate weights unscaled)", path, (double)scale);
+    if (fixed && (gating_func != own_func || norm != own_norm))
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " with "
+                       "expert_weights_norm %s is not %s's routing (%s)", path, gating_func,
+                       norm ? "true" : "false", a->name,
+                       topk ? "3, softmax over the top-k logits, not renormalised"
+                            : "1, softmax, with the top-k weights renormalised");
+    if (gating_func == 3)
+        hp->moe_gating = 0;
+    else if (gating_func == 1 || gating_func == 0)
+        hp->moe_gating = norm ? 1 : 2;
+    else
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " is not "
+                       "supported (1 softmax, 3 softmax over the selected)", path, gating_func);
+    return LM_OK;
+}
+
 /* Sliding window and mixture-of-experts keys (llama.cpp names). The per-layer pattern is
  * resolved later (assign_windows), once the layers exist. */
 static int read_variant_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, lm_err *err)
 {
     char k[KEY_MAX];
-    const char *path = lm_gguf_path(g);
     int rc;
     if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window"), 0, &hp->n_swa, err)))
         return rc;
@@ -89,31 +158,7 @@ static int read_variant_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf 
         && (rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window_pattern"), 0, &hp->swa_period,
                                  err)))
         return rc;
-    uint32_t gating_func = 1;
-    bool norm = false;
-    if ((rc = lm_gguf_get_u32(g, akey(k, a, "expert_count"), 0, &hp->n_expert, err))
-        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_used_count"), 0, &hp->n_expert_used, err))
-        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_feed_forward_length"), hp->n_ff, &hp->n_ff_exp,
-                                 err))
-        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_gating_func"), 1, &gating_func, err))
-        || (rc = lm_gguf_get_bool(g, akey(k, a, "expert_weights_norm"), false, &norm, err)))
-        return rc;
-    if (hp->n_expert == 0)
-        return LM_OK;
-    if (hp->n_expert > 256 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert
-        || hp->n_expert_used > 32 || hp->n_ff_exp == 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s: expert_count %" PRIu32 ", expert_used_count %" PRIu32
-                       " and expert_feed_forward_length %" PRIu32 " must satisfy 1 <= used <= "
-                       "count <= 256, used <= 32, length > 0", path, hp->n_expert,
-                       hp->n_expert_used, hp->n_ff_exp);
-    if (gating_func == 3)
-        hp->moe_gating = 0;
-    else if (gating_func == 1 || gating_func == 0)
-        hp->moe_gating = norm ? 1 : 2;
-    else
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " is not "
-                       "supported (1 softmax, 3 softmax over the selected)", path, gating_func);
-    return LM_OK;
+    return read_moe_hparams(hp, a, g, err);
 }
 
 /* Per-layer windows: the pattern as a bool array (true = sliding) or a period N (layer il
@@ -140,6 +185,51 @@ static int assign_windows(lm_model *m, const lm_gguf *g, lm_err *err)
                     : hp->swa_period == 0 ? true : l % hp->swa_period < hp->swa_period - 1;
         m->layers[l].window = slides ? hp->n_swa : 0;
     }
+    return LM_OK;
+}
+
+/* rope.scaling.*: none, or YaRN where the row accepts it (lm_hparams: rope_yarn_factor). Every
+ * other scaling, and YaRN keys with values other than the ones llama.cpp computes with
+ * (attn_factor 1, yarn_beta_fast 32, yarn_beta_slow 1, yarn_ext_factor 1, yarn_attn_factor 1,
+ * no yarn_log_multiplier), is refused rather than ignored. */
+static int read_rope_scaling(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, lm_err *err)
+{
+    char k[KEY_MAX];
+    const char *path = lm_gguf_path(g), *scaling;
+    int rc;
+    if ((rc = lm_gguf_get_str(g, akey(k, a, "rope.scaling.type"), NULL, &scaling, err)))
+        return rc;
+    const bool yarn = scaling != NULL && strcmp(scaling, "yarn") == 0 && a->rope_yarn;
+    if (scaling != NULL && strcmp(scaling, "none") != 0 && !yarn)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope scaling '%.32s' is not supported%s",
+                       path, scaling, a->rope_yarn ? " (none or yarn)" : "");
+    static const struct { const char *key; float want; } fixed[] = {
+        {"rope.scaling.attn_factor", 1.0f},    {"rope.scaling.yarn_beta_fast", 32.0f},
+        {"rope.scaling.yarn_beta_slow", 1.0f}, {"rope.scaling.yarn_ext_factor", 1.0f},
+        {"rope.scaling.yarn_attn_factor", 1.0f}, {"rope.scaling.yarn_log_multiplier", 0.0f},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; ++i) {
+        float v = fixed[i].want;
+        if ((rc = lm_gguf_get_f32(g, akey(k, a, fixed[i].key), v, &v, err)))
+            return rc;
+        if (v != fixed[i].want)
+            return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: %s = %g is not supported (%g)", path, k,
+                           (double)v, (double)fixed[i].want);
+    }
+    hp->rope_yarn_factor = 0.0f;
+    hp->n_ctx_orig_yarn = 0;
+    if (!yarn)
+        return LM_OK;
+    float factor = 0.0f;
+    if ((rc = lm_gguf_get_f32(g, akey(k, a, "rope.scaling.factor"), 0.0f, &factor, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "rope.scaling.original_context_length"),
+                                 hp->n_ctx_train, &hp->n_ctx_orig_yarn, err)))
+        return rc;
+    if (!(factor >= 1.0f) || factor > 1e6f || hp->n_ctx_orig_yarn == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: YaRN needs rope.scaling.factor in [1, 1e6] (%g) "
+                       "and original_context_length > 0 (%" PRIu32 ")", path, (double)factor,
+                       hp->n_ctx_orig_yarn);
+    hp->rope_yarn_factor = factor;
     return LM_OK;
 }
 
@@ -204,13 +294,12 @@ static int read_hparams(lm_hparams *hp, const lm_arch **row, const lm_gguf *g, l
     if (!(hp->rope_theta > 0.0f) || hp->rope_theta > 1e30f)
         return LM_FAIL(err, LM_E_INPUT, "%s: rope.freq_base %g is not a positive finite number",
                        path, (double)hp->rope_theta);
-    /* Rope scaling changes the mathematics; refuse it rather than ignore it. */
-    const char *scaling;
-    if ((rc = lm_gguf_get_str(g, akey(k, a, "rope.scaling.type"), NULL, &scaling, err)))
+    if (a->rot_full && hp->n_rot != hp->head_dim)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope.dimension_count %" PRIu32 " differs "
+                       "from the head dimension %" PRIu32 ", which %s does not support", path,
+                       hp->n_rot, hp->head_dim, a->name);
+    if ((rc = read_rope_scaling(hp, a, g, err)))
         return rc;
-    if (scaling != NULL && strcmp(scaling, "none") != 0)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope scaling '%.32s' is not supported", path,
-                       scaling);
     if ((rc = read_variant_hparams(hp, a, g, err)))
         return rc;
     hp->rope_type = a->rope_type;
@@ -262,10 +351,12 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             {tn->attn_sinks, hp->n_head, 1, true, &L->sinks},
             {tn->attn_q_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_q_norm},
             {tn->attn_k_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_k_norm},
-            {tn->attn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->attn_post_norm},
-            {tn->ffn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->ffn_post_norm},
+            {tn->attn_post_norm, E, 1, false, &L->attn_post_norm},
+            {tn->ffn_post_norm, E, 1, false, &L->ffn_post_norm},
         };
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
+        /* the sandwich's output norms (the last two) only where the row places them */
+        const size_t n_t = sizeof t / sizeof t[0] - (hp->norm_place == LM_NORM_SANDWICH ? 0 : 2);
+        for (size_t i = 0; i < n_t; ++i) {
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
             if ((rc = plan_add(p, name, t[i].ne0, t[i].ne1, t[i].opt, t[i].dst, err)))
                 return rc;
@@ -284,6 +375,19 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_down_exps);
             if ((rc = plan_add3(p, name, FE, E, X, &L->ffn_down_exps, err)))
                 return rc;
+            /* optional biases: router [n_expert], gate and up [n_expert][n_ff_exp], down
+             * [n_expert][n_embd] (ggml ne {n_ff_exp, n_expert}, {n_embd, n_expert}) */
+            const struct { const char *s; uint64_t ne0, ne1; const float **dst; } b[] = {
+                {tn->ffn_gate_inp_b, X, 1, &L->ffn_gate_inp_b},
+                {tn->ffn_gate_exps_b, FE, X, &L->ffn_gate_exps_b},
+                {tn->ffn_up_exps_b, FE, X, &L->ffn_up_exps_b},
+                {tn->ffn_down_exps_b, E, X, &L->ffn_down_exps_b},
+            };
+            for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {
+                snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, b[i].s);
+                if ((rc = plan_add(p, name, b[i].ne0, b[i].ne1, true, b[i].dst, err)))
+                    return rc;
+            }
         }
     }
     return LM_OK;
