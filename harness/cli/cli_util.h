@@ -8,6 +8,7 @@
 #include "config.h"
 #include "kvd_model.h"
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,13 @@ int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,
 /* A library log callback (hx_sweep_params.log): prints "<user>: <line>" and a newline on
  * stderr; user is the prefix (a const char *). */
 void hx_cli_log(void *user, const char *line);
+
+/* getopt_long(argc, argv, optstring, opts, longindex: -1 for a short option), and an option that takes a value found a second
+ * time (by either of its names) is '?' with hx_cli_bad_option saying so: a value given twice
+ * is refused, never silently replaced. repeatable: the option values that may repeat
+ * (0-terminated; NULL: none). A parse starts when optind is 0 or 1 (set it first). */
+int hx_cli_getopt(int argc, char **argv, const char *optstring, const struct option *opts,
+                  int *longindex, const int *repeatable);
 
 /* The getopt_long error of a command parsed with a leading ':' in its optstring: o == ':' is
  * "option 'X' needs a value", anything else "unknown option 'X' (try kvdrift CMD --help)",

@@ -184,7 +184,8 @@ static int parse_options(judge_opts *o, int argc, char **argv)
                              .log = hx_cli_log, .log_user = "judge"}};
     optind = 1;
     opterr = 0;
-    for (int c, rc; (c = getopt_long(argc, argv, ":p:f:o:qh", opts, NULL)) != -1;) {
+    static const int repeatable[] = {O_DUMP, 0}; /* one --dump per dump folder */
+    for (int c, rc; (c = hx_cli_getopt(argc, argv, ":p:f:o:qh", opts, NULL, repeatable)) != -1;) {
         if (c == 'h') {
             fputs(usage_text, stdout);
             return 0;

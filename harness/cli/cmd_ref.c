@@ -168,7 +168,7 @@ static int parse_options(ref_opts *o, int argc, char **argv)
     lm_err err = {0};
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    for (int c; (c = getopt_long(argc, argv, ":p:f:o:j:qh", opts, NULL)) != -1;) {
+    for (int c; (c = hx_cli_getopt(argc, argv, ":p:f:o:j:qh", opts, NULL, NULL)) != -1;) {
         if (c == 'h') {
             usage(stdout);
             return 0;

@@ -163,7 +163,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
                     .sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}};
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
+    for (int opt; (opt = hx_cli_getopt(argc, argv, ":p:f:n:h", opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;

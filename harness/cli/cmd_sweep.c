@@ -233,7 +233,8 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     hx_block_opts_init(&o->bo);
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:j:o:qhv", opts, NULL)) != -1;) {
+    const char *optstring = ":p:f:n:j:o:qhv";
+    for (int opt; (opt = hx_cli_getopt(argc, argv, optstring, opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             printf(usage_text, HX_TURN_DEFAULT);
             fputs(usage_options, stdout);
