@@ -718,6 +718,14 @@ static void test_cli_errors_repeats_and_empties(void)
     BAD("no dump.json", cmd_judge, "judge", model, "--tokens", "1,2", "--dump", adir, "--dump",
         adir);
     BAD("-q", cmd_run, "run", model, "-p", "hi", "-q"); /* still an unknown option */
+    /* -p and -f are two spellings of the one prompt */
+    const char *both = "give the prompt once";
+    char *txt = (char *)tu_write_file("cli/prompt.txt", "hello", 5);
+    BAD(both, cmd_run, "run", model, "-p", "hi", "-f", txt, "-n", "1");
+    BAD(both, cmd_ref, "ref", model, "-f", txt, "-p", "hi", "--no-cache");
+    BAD(both, cmd_sweep, "sweep", model, "-p", "hi", "-f", txt, "--cache", cache, "-q");
+    BAD(both, cmd_trace, "trace", model, "-p", "hi", "-f", txt, "--a", "naive", "--b", "blas");
+    BAD(both, cmd_judge, "judge", model, "-f", txt, "-p", "hi", "--dump", adir);
     BAD("empty", cmd_check, "check", good, "--golden-dir", "", "--cache", cache, "-q");
     BAD("not a folder", cmd_check, "check", good, "--golden-dir", good, "--cache", cache, "-q");
     BAD("empty", cmd_bless, "bless", good, "--golden-dir", "", "--cache", cache, "-q");

@@ -271,6 +271,18 @@ const char *hx_cli_prompt_file(const char *path, lm_err *err)
     return prompt_file_text;
 }
 
+int hx_cli_prompt_option(const char **text, const char *cmd, int opt, const char *arg)
+{
+    if (*text != NULL)
+        return hx_cli_fail(cmd, "give the prompt once: -p TEXT or -f FILE, not both");
+    if (opt == 'p') {
+        *text = arg;
+        return 0;
+    }
+    lm_err err = {0};
+    return (*text = hx_cli_prompt_file(arg, &err)) ? 0 : hx_cli_fail(cmd, "%s", err.msg);
+}
+
 void hx_cli_pair_init(hx_cli_pair_opts *o)
 {
     *o = (hx_cli_pair_opts){.n_gen = HX_CLI_DEFAULT_N_GEN};
@@ -278,11 +290,9 @@ void hx_cli_pair_init(hx_cli_pair_opts *o)
 
 int hx_cli_pair_option(hx_cli_pair_opts *o, const char *cmd, int opt, const char *arg)
 {
-    lm_err err = {0};
     switch (opt) {
-    case 'p': o->text = arg; return 0;
-    case 'f':
-        return (o->text = hx_cli_prompt_file(arg, &err)) ? 0 : hx_cli_fail(cmd, "%s", err.msg);
+    case 'p':
+    case 'f': return hx_cli_prompt_option(&o->text, cmd, opt, arg);
     case HX_CLI_PAIR_O_TOKENS: o->tok_s = arg; return 0;
     case HX_CLI_PAIR_O_SPECIAL: o->special = true; return 0;
     case HX_CLI_PAIR_O_A:

@@ -77,6 +77,10 @@ int hx_cli_model_load(lm_model **m, char *path, size_t cap, const char *text, co
  * valid until the next call. NULL with err set when it cannot be read. */
 const char *hx_cli_prompt_file(const char *path, lm_err *err);
 
+/* -p TEXT (opt 'p') or -f FILE (opt 'f', hx_cli_prompt_file) into *text, which must still be
+ * NULL (the prompt is given once, by one of them). 0, or 2 after the one-line error. */
+int hx_cli_prompt_option(const char **text, const char *cmd, int opt, const char *arg);
+
 /* The options of the commands that run two configurations A and B on one prompt (compare,
  * trace): MODEL, -p TEXT | -f FILE | --tokens ID,..., --special, --a CONFIG, --b CONFIG and
  * -n N. Each command adds its own options beside them (getopt values below 1200 or above

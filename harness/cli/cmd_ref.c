@@ -118,8 +118,6 @@ typedef struct ref_opts {
 static int set_option(ref_opts *o, int c, const char *arg, lm_err *err)
 {
     switch (c) {
-    case 'p': o->text = arg; return LM_OK;
-    case 'f': return (o->text = hx_cli_prompt_file(arg, err)) ? LM_OK : err->code;
     case 'S': o->parse_special = true; return LM_OK;
     case 't': o->tok_s = arg; return LM_OK;
     case 'g': o->gen_s = arg; return LM_OK;
@@ -175,6 +173,11 @@ static int parse_options(ref_opts *o, int argc, char **argv)
         }
         if (c == ':' || c == '?')
             return hx_cli_bad_option("ref", c, argv);
+        if (c == 'p' || c == 'f') {
+            if (hx_cli_prompt_option(&o->text, "ref", c, optarg) != 0)
+                return 2;
+            continue;
+        }
         if (set_option(o, c, optarg, &err) != LM_OK)
             return hx_cli_fail("ref", "%s", err.msg);
     }

@@ -177,11 +177,8 @@ static int set_number(sweep_opts *o, int opt, const char *arg)
 static int set_option(sweep_opts *o, int opt, const char *arg)
 {
     switch (opt) {
-    case 'p': o->text = arg; return 0;
-    case 'f': {
-        lm_err ferr = {0};
-        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? 0 : hx_cli_fail("sweep", "%s", ferr.msg);
-    }
+    case 'p':
+    case 'f': return hx_cli_prompt_option(&o->text, "sweep", opt, arg);
     case 'v': o->verbose = true; return 0;
     case O_FORMAT:
         return hx_table_fmt_parse(&o->fmt, arg)
