@@ -265,6 +265,71 @@ static int open_temp(lm_wfile *w, const char *path, lm_err *err)
     return LM_OK;
 }
 
+/* The refusal of a target that is neither a regular file, a character device nor a FIFO. */
+static int refuse_kind(const char *path, const struct stat *st, lm_err *err)
+{
+    return LM_FAIL(err, LM_E_INPUT, "%s: is %s; refusing to write it", path,
+                   S_ISDIR(st->st_mode)    ? "a folder"
+                   : S_ISBLK(st->st_mode)  ? "a block device"
+                   : S_ISSOCK(st->st_mode) ? "a socket"
+                                           : "not a regular file");
+}
+
+int lm_dir_probe(const char *dir, const char *path, lm_err *err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        return LM_FAIL(err, LM_E_INPUT, "%s: folder %s %s", path, dir,
+                       e == ENOENT ? "does not exist" : strerror(e));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return LM_FAIL(err, LM_E_INPUT, "%s: %s is not a folder", path, dir);
+    /* a name the stale cleanup recognizes, should this process die before the unlink */
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, "/.kvdrift-probe.tmp.%ld.XXXXXX", (long)getpid());
+    char *probe = str_cat3(dir, suffix, "");
+    if (probe == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    int fd = mkostemp(probe, O_CLOEXEC);
+    int e = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    if (fd < 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: cannot create files in folder %s: %s", path, dir,
+                       strerror(e));
+    return LM_OK;
+}
+
+int lm_wfile_check(const char *path, lm_err *err)
+{
+    if (path == NULL || *path == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "empty output path");
+    if (named_fd(path) >= 0)
+        return LM_OK;
+    char *target = NULL;
+    struct stat st;
+    bool exists = false;
+    int rc = follow_links(&target, &st, &exists, path, err);
+    if (rc != LM_OK)
+        return rc;
+    if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+        if (access(target, W_OK) != 0)
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: not writable: %s", path, strerror(errno));
+    } else if (exists && !S_ISREG(st.st_mode)) {
+        rc = refuse_kind(path, &st, err);
+    } else {
+        char *d = dir_of(target);
+        rc = d ? lm_dir_probe(d, path, err) : LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+        free(d);
+    }
+    free(target);
+    return rc;
+}
+
 int lm_wfile_open(lm_wfile **out, const char *path, lm_err *err)
 {
     *out = NULL;
@@ -291,11 +356,7 @@ int lm_wfile_open(lm_wfile **out, const char *path, lm_err *err)
     } else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
         rc = open_direct(w, w->path, -1, S_ISFIFO(st.st_mode), err);
     } else {
-        rc = LM_FAIL(err, LM_E_INPUT, "%s: is %s; refusing to write it", path,
-                     S_ISDIR(st.st_mode)    ? "a folder"
-                     : S_ISBLK(st.st_mode)  ? "a block device"
-                     : S_ISSOCK(st.st_mode) ? "a socket"
-                                            : "not a regular file");
+        rc = refuse_kind(path, &st, err);
     }
     if (rc != LM_OK) {
         wfile_free(w);

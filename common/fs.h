@@ -34,6 +34,15 @@ typedef struct lm_wfile lm_wfile;
  * the temp file or the target cannot be created. Cleans the target's folder of stale temp files
  * first (once per folder and process). */
 int lm_wfile_open(lm_wfile **out, const char *path, lm_err *err);
+/* What lm_wfile_open(path) would meet, checked before any work and with nothing left behind:
+ * a refused target (a folder, a block device, a socket) is LM_E_INPUT as there; a device or
+ * FIFO must be writable; for a new or regular file the folder that receives the temp file must
+ * exist (it is never created) and take a new file (lm_dir_probe). Errors name path. */
+int lm_wfile_check(const char *path, lm_err *err);
+/* Whether folder dir exists and a file can be created in it: a temp file is created there and
+ * removed at once, which access(2) cannot tell (root in /proc or on a read-only mount).
+ * LM_E_INPUT "PATH: ..." naming path (what the user gave) and dir. */
+int lm_dir_probe(const char *dir, const char *path, lm_err *err);
 /* Appends bytes[n]; LM_E_IO naming the path (a full disk, /dev/full, RLIMIT_FSIZE). */
 int lm_wfile_write(lm_wfile *w, const void *bytes, size_t n, lm_err *err);
 /* Finishes the temp file (permission bits, fsync, close) without renaming it: after this only

@@ -75,6 +75,21 @@ static const lm_arch arches[] = {
         .qk_norm = true,
         .tensors = LLAMA_TENSORS,
     },
+    {
+        /* Qwen 3 MoE: Qwen 3's attention; every FFN a mixture of experts without a shared
+         * expert, softmax routing over all experts, top-k renormalised (llama.cpp's qwen3moe
+         * graph passes norm_w = true whatever the file says). */
+        .name = "qwen3moe",
+        .key_prefix = "qwen3moe",
+        .rope_type = LM_ROPE_NEOX,
+        .rope_theta = 1000000.0f,
+        .rms_eps = 1e-6f,
+        .norm_place = LM_NORM_PRE,
+        .act = LM_ACT_SWIGLU,
+        .qk_norm = true,
+        .moe = LM_ARCH_MOE_SOFTMAX_RENORM,
+        .tensors = LLAMA_TENSORS,
+    },
 };
 #define N_ARCHES (sizeof arches / sizeof arches[0])
 

@@ -19,6 +19,10 @@
  *   IQ4_NL 32 in 18: f16 d, qs[16]; x = d kvalues[q].
  *   IQ4_XS 256 in 136: f16 d, u16 scales_h, scales_l[4], qs[128]; eight 32-blocks with six-bit
  *         scale ls (offset 32); x = (d (ls - 32)) kvalues[q].
+ *   MXFP4 32 in 17: u8 e (E8M0), qs[16] (nibbles as Q4_0); x = kvalues_mxfp4[q] d with
+ *         kvalues_mxfp4 the e2m1 values doubled and d = 2^(e - 128) (ggml_e8m0_to_fp32_half:
+ *         bits 0x00200000 << e for e < 2, (e - 1) << 23 otherwise; e = 255, NaN in the MX
+ *         spec, decodes as 2^127 as in ggml). Every product is exact.
  * Each product and sum is done in float32, in the order of ggml's reference dequantizers
  * (ggml-quants.c dequantize_row_*): f16 widened exactly, then float multiplies and adds (no
  * fused multiply-add: the build uses -ffp-contract=off), so the values are bitwise ggml's. */
@@ -380,6 +384,22 @@ static void iq4_xs_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
+/* MXFP4 code book (ggml kvalues_mxfp4: e2m1 values times 2). */
+static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void mxfp4_to_f32(const uint8_t *p, float *out, uint64_t nb)
+{
+    for (uint64_t b = 0; b < nb; ++b, p += 17, out += 32) {
+        const uint32_t e = p[0];
+        const float d = bits_f32(e < 2 ? UINT32_C(0x00200000) << e : (e - 1) << 23);
+        const uint8_t *qs = p + 1;
+        for (int j = 0; j < 16; ++j) {
+            out[j] = (float)kvalues_mxfp4[qs[j] & 0xf] * d;
+            out[j + 16] = (float)kvalues_mxfp4[qs[j] >> 4] * d;
+        }
+    }
+}
+
 /* Indexed by ggml type number; a NULL name is no type (removed numbers 4, 5, 31..33, 36..38). */
 static const lm_type_traits traits[] = {
     [LM_TYPE_F32] = {"F32", 1, 4, f32_to_f32},
@@ -413,7 +433,7 @@ static const lm_type_traits traits[] = {
     [LM_TYPE_BF16] = {"BF16", 1, 2, bf16_to_f32},
     [LM_TYPE_TQ1_0] = {"TQ1_0", 256, 54, NULL},
     [LM_TYPE_TQ2_0] = {"TQ2_0", 256, 66, NULL},
-    [LM_TYPE_MXFP4] = {"MXFP4", 32, 17, NULL},
+    [LM_TYPE_MXFP4] = {"MXFP4", 32, 17, mxfp4_to_f32},
     [LM_TYPE_NVFP4] = {"NVFP4", 64, 36, NULL},
     [LM_TYPE_Q1_0] = {"Q1_0", 128, 18, NULL},
 };

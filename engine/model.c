@@ -74,12 +74,72 @@ static int need_u32(const lm_gguf *g, const char *key, uint32_t *out, lm_err *er
     return lm_gguf_get_u32(g, key, 0, out, err);
 }
 
+/* Mixture-of-experts keys (llama.cpp names). Rules: expert_group_count > 1 (grouped routing)
+ * and expert_shared_count > 0 (shared experts) are refused everywhere; an architecture whose
+ * graph fixes the routing (lm_arch.moe) needs expert_count and expert_used_count and refuses a
+ * file whose gating keys say otherwise. */
+static int read_moe_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, lm_err *err)
+{
+    char k[KEY_MAX];
+    const char *path = lm_gguf_path(g);
+    const bool fixed = a->moe != LM_ARCH_MOE_FROM_FILE;
+    uint32_t gating_func = 1, groups = 0, shared = 0;
+    bool norm = fixed;
+    float scale = 0.0f;
+    int rc;
+    if (fixed && ((rc = need_u32(g, akey(k, a, "expert_count"), &hp->n_expert, err))
+                  || (rc = need_u32(g, akey(k, a, "expert_used_count"), &hp->n_expert_used, err))))
+        return rc;
+    if ((rc = lm_gguf_get_u32(g, akey(k, a, "expert_count"), 0, &hp->n_expert, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_used_count"), 0, &hp->n_expert_used, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_feed_forward_length"), 0, &hp->n_ff_exp,
+                                 err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_gating_func"), 1, &gating_func, err))
+        || (rc = lm_gguf_get_bool(g, akey(k, a, "expert_weights_norm"), norm, &norm, err))
+        || (rc = lm_gguf_get_f32(g, akey(k, a, "expert_weights_scale"), 0.0f, &scale, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_group_count"), 0, &groups, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_shared_count"), 0, &shared, err)))
+        return rc;
+    if (groups > 1 || shared > 0)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_group_count %" PRIu32 " and "
+                       "expert_shared_count %" PRIu32 ": grouped routing and shared experts are "
+                       "not supported", path, groups, shared);
+    if (hp->n_expert == 0 && fixed)
+        return LM_FAIL(err, LM_E_INPUT, "%s: expert_count 0, but every %s layer is a mixture "
+                       "of experts", path, a->name);
+    if (hp->n_expert == 0)
+        return LM_OK;
+    if (hp->n_ff_exp == 0) /* absent or 0: llama.cpp's default for each row's graph */
+        hp->n_ff_exp = fixed && hp->n_expert_used > 0 ? hp->n_ff / hp->n_expert_used : hp->n_ff;
+    if (hp->n_expert > 256 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert
+        || hp->n_expert_used > 32 || hp->n_ff_exp == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: expert_count %" PRIu32 ", expert_used_count %" PRIu32
+                       " and expert_feed_forward_length %" PRIu32 " must satisfy 1 <= used <= "
+                       "count <= 256, used <= 32, length > 0", path, hp->n_expert,
+                       hp->n_expert_used, hp->n_ff_exp);
+    if (scale != 0.0f && scale != 1.0f)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_weights_scale %g is not supported "
+                       "(0 or 1: the gate weights unscaled)", path, (double)scale);
+    if (fixed && (gating_func != 1 || !norm))
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " with "
+                       "expert_weights_norm %s is not %s's routing (1, softmax, with the top-k "
+                       "weights renormalised)", path, gating_func, norm ? "true" : "false",
+                       a->name);
+    if (gating_func == 3)
+        hp->moe_gating = 0;
+    else if (gating_func == 1 || gating_func == 0)
+        hp->moe_gating = norm ? 1 : 2;
+    else
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " is not "
+                       "supported (1 softmax, 3 softmax over the selected)", path, gating_func);
+    return LM_OK;
+}
+
 /* Sliding window and mixture-of-experts keys (llama.cpp names). The per-layer pattern is
  * resolved later (assign_windows), once the layers exist. */
 static int read_variant_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, lm_err *err)
 {
     char k[KEY_MAX];
-    const char *path = lm_gguf_path(g);
     int rc;
     if ((rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window"), 0, &hp->n_swa, err)))
         return rc;
@@ -89,31 +149,7 @@ static int read_variant_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf 
         && (rc = lm_gguf_get_u32(g, akey(k, a, "attention.sliding_window_pattern"), 0, &hp->swa_period,
                                  err)))
         return rc;
-    uint32_t gating_func = 1;
-    bool norm = false;
-    if ((rc = lm_gguf_get_u32(g, akey(k, a, "expert_count"), 0, &hp->n_expert, err))
-        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_used_count"), 0, &hp->n_expert_used, err))
-        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_feed_forward_length"), hp->n_ff, &hp->n_ff_exp,
-                                 err))
-        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_gating_func"), 1, &gating_func, err))
-        || (rc = lm_gguf_get_bool(g, akey(k, a, "expert_weights_norm"), false, &norm, err)))
-        return rc;
-    if (hp->n_expert == 0)
-        return LM_OK;
-    if (hp->n_expert > 256 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert
-        || hp->n_expert_used > 32 || hp->n_ff_exp == 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s: expert_count %" PRIu32 ", expert_used_count %" PRIu32
-                       " and expert_feed_forward_length %" PRIu32 " must satisfy 1 <= used <= "
-                       "count <= 256, used <= 32, length > 0", path, hp->n_expert,
-                       hp->n_expert_used, hp->n_ff_exp);
-    if (gating_func == 3)
-        hp->moe_gating = 0;
-    else if (gating_func == 1 || gating_func == 0)
-        hp->moe_gating = norm ? 1 : 2;
-    else
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " is not "
-                       "supported (1 softmax, 3 softmax over the selected)", path, gating_func);
-    return LM_OK;
+    return read_moe_hparams(hp, a, g, err);
 }
 
 /* Per-layer windows: the pattern as a bool array (true = sliding) or a period N (layer il

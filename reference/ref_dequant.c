@@ -31,7 +31,11 @@
  *   IQ4_NL 32/18 d@0; code = nibble as Q4_0; d kvalues[code]
  *   IQ4_XS 256/136 d@0 scales_h@2 (u16) scales_l@4 qs@8; b = e / 32: ls = nibble b % 2 of
  *                scales_l[b / 2] | two bits 2b of scales_h << 4; code = nibble (e % 32) / 16
- *                of qs[16 b + e % 16]; (d (ls - 32)) kvalues[code] */
+ *                of qs[16 b + e % 16]; (d (ls - 32)) kvalues[code]
+ *   MXFP4 32/17  E8M0 byte x@0; code = nibble as Q4_0 from byte 1 + e % 16; the e2m1 value
+ *                doubled (0, 1, 2, 3, 4, 6, 8, 12, negated for codes 8..15) times 2^(x - 128)
+ *                (the OCP MX scale 2^(x - 127) halved to match the doubled values; x = 255,
+ *                NaN in the MX spec, is taken as the formula gives, as ggml does) */
 #include "kvd_ref.h"
 
 #include <inttypes.h>
@@ -255,6 +259,12 @@ static float e_iq4_xs(const uint8_t *b, unsigned e)
     return float_of(dl * iq4_codebook[code]);
 }
 
+static float e_mxfp4(const uint8_t *b, unsigned e)
+{
+    static const int e2m1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    return float_of(e2m1x2[nibble(b, 1 + e % 16, e / 16)] * pow2i((int)u8(b, 0) - 128));
+}
+
 typedef struct ref_qtype {
     uint32_t ggml_type; /* ggml's type number */
     const char *name;
@@ -271,6 +281,7 @@ static const ref_qtype qtypes[] = {
     {13, "Q5_K", 256, 176, e_q5_k},   {14, "Q6_K", 256, 210, e_q6_k},
     {15, "Q8_K", 256, 292, e_q8_k},   {20, "IQ4_NL", 32, 18, e_iq4_nl},
     {23, "IQ4_XS", 256, 136, e_iq4_xs}, {30, "BF16", 1, 2, e_bf16},
+    {39, "MXFP4", 32, 17, e_mxfp4},
 };
 
 static const ref_qtype *qtype_of(uint32_t type)

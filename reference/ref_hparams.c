@@ -13,7 +13,12 @@
  *   sliding_window, layer l slides iff l % 6 < 5 unless a pattern key says otherwise;
  *   embeddings scaled by sqrt(embedding_length);
  *   a sliding_window_pattern key: a bool array (true = sliding) or a period N (l slides iff
- *   l % N < N - 1; 0: every layer slides). */
+ *   l % N < N - 1; 0: every layer slides);
+ *   experts: expert_count (0 = dense), expert_used_count, expert_feed_forward_length (absent
+ *   or 0: qwen3moe feed_forward_length / expert_used_count, the others feed_forward_length);
+ *   routing: qwen3moe always softmax over all with the top-k renormalised (gating 1), the
+ *   others by expert_gating_func (3: softmax over the top-k, gating 0; else softmax over all,
+ *   renormalised iff expert_weights_norm: gating 1, or 2). */
 #include "kvd_ref.h"
 
 #include <inttypes.h>
@@ -27,13 +32,15 @@ typedef struct ref_arch_rule {
     lm_rope_type rope;
     uint32_t period;             /* sliding pattern without a key (0: every layer) */
     bool embd_scale;
+    bool moe_fixed;              /* routing fixed by the architecture (softmax, renormalised) */
 } ref_arch_rule;
 
 static const ref_arch_rule rules[] = {
-    {"llama", 1e-5f, 10000.0f, 0.0f, LM_ROPE_NORM, 0, false},
-    {"gemma3", 1e-6f, 1000000.0f, 10000.0f, LM_ROPE_NEOX, 6, true},
-    {"qwen2", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false},
-    {"qwen3", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false},
+    {"llama", 1e-5f, 10000.0f, 0.0f, LM_ROPE_NORM, 0, false, false},
+    {"gemma3", 1e-6f, 1000000.0f, 10000.0f, LM_ROPE_NEOX, 6, true, false},
+    {"qwen2", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, false},
+    {"qwen3", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, false},
+    {"qwen3moe", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, true},
 };
 
 typedef struct rd {
@@ -131,8 +138,20 @@ static int check(const lm_model *m, const lm_gguf *g, lm_err *err)
     const float theta = get_f32(&r, "rope.freq_base", ru->theta);
     const float theta_swa = get_f32(&r, "rope.freq_base_swa", ru->theta_swa);
     const uint32_t n_swa = get_u32(&r, "attention.sliding_window", 0);
+    const uint32_t n_expert = get_u32(&r, "expert_count", 0);
+    const uint32_t n_used = get_u32(&r, "expert_used_count", 0);
+    uint32_t n_ff_exp = get_u32(&r, "expert_feed_forward_length", 0);
+    const uint32_t gating_func = get_u32(&r, "expert_gating_func", 1);
     if (r.rc)
         return r.rc;
+    bool norm = false;
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    if ((rc = lm_gguf_get_bool(g, key, false, &norm, err)))
+        return rc;
+    if (n_ff_exp == 0 && n_expert > 0)
+        n_ff_exp = ru->moe_fixed && n_used > 0 ? n_ff / n_used : n_ff;
+    const uint32_t gating = ru->moe_fixed ? 1 : gating_func == 3 ? 0 : norm ? 1 : 2;
     SAME_U("embedding_length", n_embd, hp->n_embd);
     SAME_U("block_count", n_layer, hp->n_layer);
     SAME_U("attention.head_count", n_head, hp->n_head);
@@ -147,6 +166,13 @@ static int check(const lm_model *m, const lm_gguf *g, lm_err *err)
     const float swa_eff = theta_swa != 0.0f ? theta_swa : theta;
     const float swa_eng = hp->rope_theta_swa != 0.0f ? hp->rope_theta_swa : hp->rope_theta;
     SAME_F("sliding layers' rope theta", swa_eff, swa_eng);
+    SAME_U("expert_count", n_expert, hp->n_expert);
+    if (n_expert > 0) {
+        SAME_U("expert_used_count", n_used, hp->n_expert_used);
+        SAME_U("expert feed-forward length", n_ff_exp, hp->n_ff_exp);
+        SAME_U("expert routing (0 softmax of the top-k, 1 softmax renormalised, 2 softmax)",
+               gating, hp->moe_gating);
+    }
     SAME_U("embedding scale by sqrt(n_embd)", ru->embd_scale, hp->embd_scale != 0.0f);
     if (ru->embd_scale)
         SAME_F("embedding scale", sqrtf((float)n_embd), hp->embd_scale);

@@ -619,6 +619,85 @@ static void test_cli_errors_envelope_cache_write_warns(void)
     CU_ASSERT(exists(json));
 }
 
+/* One rule for every output option: a folder the user did not name is never created. An output
+ * file's folder, and an output folder's parent, must exist; otherwise exit 2 naming the missing
+ * folder, before any work, and nothing is made. */
+static void test_cli_errors_no_parent_folders(void)
+{
+    setup();
+    write_cases();
+    const char *rep = p("sw-paths");
+    cli_result r = cli(cmd_sweep, "sweep", model, "--tokens", "1,2,3", "-n", "1", "--steps",
+                       "full", "--backends", "naive", "--cache", cache, "-o", rep, "-q",
+                       (char *)NULL);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    char json[1300];
+    snprintf(json, sizeof json, "%s/report.json", rep);
+    const char *gone = p("nofolder"), *file = p("nofolder/x.out"), *dir = p("nofolder/sub");
+    BAD(gone, cmd_diff, "diff", json, json, "-o", file);
+    BAD(gone, cmd_synth, "synth", "--preset", "tiny", "-o", file);
+    BAD(gone, cmd_ref, "ref", model, "--tokens", "1,2,3", "--no-cache", "-o", file);
+    BAD(gone, cmd_ref, "ref", model, "--tokens", "1,2,3", "--no-cache", "--npy", dir);
+    BAD(gone, cmd_ref, "ref", model, "--tokens", "1,2,3", "--cache", dir);
+    BAD(gone, cmd_sweep, "sweep", model, "--tokens", "1,2,3", "--cache", cache, "-o", dir, "-q");
+    BAD(gone, cmd_sweep, "sweep", model, "--tokens", "1,2,3", "--cache", dir, "-o", rep, "-q");
+    BAD(gone, cmd_compare, "compare", model, "--tokens", "1,2,3", "--a", "naive", "--b", "blas",
+        "--cache", dir);
+    BAD(gone, cmd_judge, "judge", model, "--tokens", "1,2,3", "--dump", adir, "-o", dir);
+    BAD(gone, cmd_check, "check", good, "--cache", cache, "-o", dir, "-q");
+    BAD(gone, cmd_check, "check", good, "--cache", cache, "--junit", file, "-q");
+    BAD(gone, cmd_check, "check", good, "--cache", dir, "-q");
+    BAD(gone, cmd_bless, "bless", good, "--cache", cache, "--golden-dir", dir, "-q");
+    BAD(gone, cmd_bless, "bless", good, "--cache", dir, "--golden-dir", p("golden-np"), "-q");
+    CU_ASSERT_FALSE(exists(gone));
+    CU_ASSERT_FALSE(exists(p("golden-np")));
+    /* a named folder whose parent exists is made (check -o, bless --golden-dir) */
+    r = cli(cmd_check, "check", good, "--cache", cache, "-o", p("chk-made"), "-q", (char *)NULL);
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT(exists(p("chk-made/report.json")));
+}
+
+/* A golden folder that cannot take files (/proc, even for root) is refused before any case
+ * runs: nothing on stdout (no platform header, no case line), exit 2 at once. */
+static void test_cli_errors_bless_golden_dir_first(void)
+{
+    setup();
+    write_cases();
+    BAD("/proc/nope", cmd_bless, "bless", good, "--golden-dir", "/proc/nope", "--cache", cache);
+    BAD("/proc", cmd_bless, "bless", good, "--golden-dir", "/proc", "--cache", cache);
+    BAD("/proc", cmd_sweep, "sweep", model, "--tokens", "1,2,3", "--cache", cache, "-o",
+        "/proc/nope", "-q");
+    BAD("/proc", cmd_diff, "diff", good, good, "-o", "/proc/nope.md");
+}
+
+/* An out-of-vocabulary id is named by its place in the user's own list (not counting the
+ * prompt before it), with the id and the vocabulary size. */
+static void test_cli_errors_token_position(void)
+{
+    setup();
+    BAD("--gen-tokens: id 99999 (item 2 of the list) is not below the vocabulary size 512",
+        cmd_ref, "ref", model, "--tokens", "1,2,3", "--gen-tokens", "7,99999", "--no-cache");
+    BAD("--tokens: id 512 (item 3 of the list) is not below the vocabulary size 512", cmd_ref,
+        "ref", model, "--tokens", "1,2,512", "--no-cache");
+}
+
+/* An output never replaces an input of the same command. */
+static void test_cli_errors_output_is_input(void)
+{
+    setup();
+    write_cases();
+    char before[4096], after[4096];
+    size_t nb = slurp(before, sizeof before, good);
+    BAD("case file", cmd_check, "check", good, "--cache", cache, "--json", good, "-q");
+    BAD("MODEL", cmd_ref, "ref", model, "--tokens", "1,2,3", "--no-cache", "-o", model);
+    size_t na = slurp(after, sizeof after, good);
+    CU_ASSERT(na == nb && memcmp(before, after, nb) == 0);
+    char json[1300];
+    snprintf(json, sizeof json, "%s/report.json", p("sw-paths"));
+    if (exists(json)) /* written by test_cli_errors_no_parent_folders */
+        BAD("OLD report", cmd_diff, "diff", json, json, "-o", json);
+}
+
 /* The harness itself can fail: a command that succeeds is not reported as bad input. */
 static void test_cli_errors_harness_sees_success(void)
 {
@@ -658,4 +737,9 @@ void test_cli_errors_register(void)
                 test_cli_errors_bless_write_all_or_nothing);
     CU_add_test(s, "test_cli_errors_envelope_cache_write_warns",
                 test_cli_errors_envelope_cache_write_warns);
+    CU_add_test(s, "test_cli_errors_no_parent_folders", test_cli_errors_no_parent_folders);
+    CU_add_test(s, "test_cli_errors_bless_golden_dir_first",
+                test_cli_errors_bless_golden_dir_first);
+    CU_add_test(s, "test_cli_errors_token_position", test_cli_errors_token_position);
+    CU_add_test(s, "test_cli_errors_output_is_input", test_cli_errors_output_is_input);
 }

@@ -20,6 +20,7 @@ static const struct { const char *name; lm_tensor_type type; } fixture_types[] =
     {"Q8_0", LM_TYPE_Q8_0},   {"Q2_K", LM_TYPE_Q2_K},   {"Q3_K", LM_TYPE_Q3_K},
     {"Q4_K", LM_TYPE_Q4_K},   {"Q5_K", LM_TYPE_Q5_K},   {"Q6_K", LM_TYPE_Q6_K},
     {"Q8_K", LM_TYPE_Q8_K},   {"IQ4_NL", LM_TYPE_IQ4_NL}, {"IQ4_XS", LM_TYPE_IQ4_XS},
+    {"MXFP4", LM_TYPE_MXFP4},
 };
 
 static void *slurp(const char *path, size_t *n)

@@ -104,9 +104,11 @@ static void test_synth_presets_load(void)
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(7), "tiny-mask");
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(8), "gemma3");
     CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(9), "qwen3");
-    CU_ASSERT_PTR_NULL(hx_synth_preset_name(10));
+    CU_ASSERT_STRING_EQUAL(hx_synth_preset_name(10), "qwen3moe");
+    CU_ASSERT_PTR_NULL(hx_synth_preset_name(11));
     check_preset_loads("gemma3", LM_TYPE_F32, 0);
     check_preset_loads("qwen3", LM_TYPE_F32, 0);
+    check_preset_loads("qwen3moe", LM_TYPE_F32, 0);
     check_preset_loads("tiny", LM_TYPE_F32, 0);
     /* SmolLM2-135M's width, heads, vocabulary and context in BF16, cut to 2 of its 30 layers: the
      * layers are written and loaded by one loop, and all 30 (~270 MB) took ~6 s of the suite;

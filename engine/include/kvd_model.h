@@ -23,6 +23,18 @@ typedef enum lm_ffn_act {
     LM_ACT_GEGLU_TANH = 1 /* down(gelu_tanh(gate(x)) * up(x)) (gemma3) */
 } lm_ffn_act;
 
+/* How an architecture's feed-forward blocks route (the loader's rules, engine/model.c). */
+typedef enum lm_arch_moe {
+    /* dense, or MoE as the file's %s.expert_* keys say (gating func 1 or 3, expert_weights_norm) */
+    LM_ARCH_MOE_FROM_FILE = 0,
+    /* every layer MoE, routing fixed by the architecture as llama.cpp's graph fixes it:
+     * softmax over all router logits, top-k, the k weights renormalised to sum 1 (qwen3moe);
+     * expert_feed_forward_length defaults to feed_forward_length / expert_used_count; a file
+     * whose expert_gating_func, expert_weights_norm or expert_weights_scale says otherwise is
+     * refused */
+    LM_ARCH_MOE_SOFTMAX_RENORM = 1
+} lm_arch_moe;
+
 /* GGUF tensor names of one architecture: global ones in full, per-layer ones after "blk.N.". */
 typedef struct lm_arch_tensors {
     const char *tok_embd, *output_norm, *output;
@@ -51,6 +63,7 @@ typedef struct lm_arch {
     float rope_theta_swa;     /* sliding layers' theta when rope.freq_base_swa is absent; 0 =
                                  the same as the global layers */
     uint32_t swa_period;      /* sliding pattern when the file has none (see lm_hparams) */
+    lm_arch_moe moe;
     lm_arch_tensors tensors;
 } lm_arch;
 

@@ -47,6 +47,17 @@ int hx_cli_bad_option(const char *cmd, int o, char **argv)
     return hx_cli_fail(cmd, "unknown option '%s' (try kvdrift %s --help)", argv[optind - 1], cmd);
 }
 
+int hx_cli_check_vocab(const int32_t *ids, uint32_t n, const lm_model *m, const char *opt,
+                       lm_err *err)
+{
+    for (uint32_t i = 0; i < n; ++i)
+        if ((uint32_t)ids[i] >= m->hp.n_vocab)
+            return LM_FAIL(err, LM_E_INPUT, "%s: id %d (item %u of the list) is not below the "
+                           "vocabulary size %u", opt, (int)ids[i], (unsigned)i + 1,
+                           (unsigned)m->hp.n_vocab);
+    return LM_OK;
+}
+
 int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char *model_path,
                       const char *text, const char *tokens, bool parse_special, lm_err *err)
 {
@@ -58,13 +69,10 @@ int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char 
         int rc = hx_parse_tokens(&ids, &k, tokens, err);
         if (rc != LM_OK)
             return rc;
-        for (uint32_t i = 0; i < k; ++i)
-            if ((uint32_t)ids[i] >= m->hp.n_vocab) {
-                rc = LM_FAIL(err, LM_E_INPUT, "--tokens: id %d is not below the vocabulary size %u",
-                             (int)ids[i], (unsigned)m->hp.n_vocab);
-                free(ids);
-                return rc;
-            }
+        if ((rc = hx_cli_check_vocab(ids, k, m, "--tokens", err)) != LM_OK) {
+            free(ids);
+            return rc;
+        }
         *out = ids;
         *n = k;
         return LM_OK;
@@ -112,22 +120,6 @@ int hx_cli_status(const char *cmd, int st, bool case_error, const lm_err *err)
     return lm_status_exit_code(st);
 }
 
-/* An existing folder we may create entries in; LM_E_INPUT naming path (the argument given). */
-static int writable_dir(const char *path, const char *dir, lm_err *err)
-{
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s: folder %s: %s", path, dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode) && strcmp(path, dir) == 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s: exists and is not a folder", path);
-    if (!S_ISDIR(st.st_mode))
-        return LM_FAIL(err, LM_E_INPUT, "%s: %s is not a folder", path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s: folder %s is not writable: %s", path, dir,
-                       strerror(errno));
-    return LM_OK;
-}
-
 /* The folder part of path ("." when it has none, "/" for "/x") into buf. */
 static int parent_of(char *buf, size_t cap, const char *path, lm_err *err)
 {
@@ -150,36 +142,69 @@ static int parent_of(char *buf, size_t cap, const char *path, lm_err *err)
 
 int hx_cli_check_out_file(const char *path, lm_err *err)
 {
-    struct stat st;
-    if (*path == '\0')
-        return LM_FAIL(err, LM_E_INPUT, "output file name is empty");
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return LM_FAIL(err, LM_E_INPUT, "%s: is a folder, not a file", path);
-    char dir[4096];
-    int rc = parent_of(dir, sizeof dir, path, err);
-    return rc != LM_OK ? rc : writable_dir(path, dir, err);
+    return lm_wfile_check(path, err);
 }
 
 int hx_cli_check_out_dir(const char *path, lm_err *err)
 {
     if (*path == '\0')
         return LM_FAIL(err, LM_E_INPUT, "output folder name is empty");
-    char dir[4096];
-    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
-        return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", path);
-    /* Up from path to the first component that exists: that one decides. */
-    for (;;) {
-        struct stat st;
-        if (stat(dir, &st) == 0 || (errno != ENOENT && errno != ENOTDIR))
-            return writable_dir(path, dir, err);
-        char up[4096];
-        int rc = parent_of(up, sizeof up, dir, err);
-        if (rc != LM_OK)
-            return rc;
-        if (strcmp(up, dir) == 0)
-            return writable_dir(path, dir, err);
-        memcpy(dir, up, strlen(up) + 1);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        return S_ISDIR(st.st_mode) ? lm_dir_probe(path, path, err)
+                                   : LM_FAIL(err, LM_E_INPUT, "%s: exists and is not a folder",
+                                             path);
+    if (errno != ENOENT)
+        return LM_FAIL(err, LM_E_INPUT, "%s: %s", path, strerror(errno));
+    char up[4096];
+    int rc = parent_of(up, sizeof up, path, err);
+    return rc != LM_OK ? rc : lm_dir_probe(up, path, err);
+}
+
+int hx_cli_report_dir(char *dir, size_t cap, const char *outdir, const char *label, lm_err *err)
+{
+    if (outdir != NULL) {
+        if (snprintf(dir, cap, "%s", outdir) >= (int)cap)
+            return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", outdir);
+        return hx_cli_check_out_dir(dir, err);
     }
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
+    if (snprintf(dir, cap, "%s/%s-%s", HX_CLI_REPORTS_DIR, label, ts) >= (int)cap)
+        return LM_FAIL(err, LM_E_INPUT, "%.64s...: path too long", dir);
+    return hx_cli_check_out_dir(HX_CLI_REPORTS_DIR, err);
+}
+
+int hx_cli_cache_option(const char **out, const char *cmd, const char *arg)
+{
+    lm_err err = {0};
+    if (hx_cli_check_out_dir(arg, &err) != LM_OK)
+        return hx_cli_fail(cmd, "--cache %s", err.msg);
+    *out = arg;
+    return 0;
+}
+
+int hx_cli_err_prefix(int rc, const char *prefix, lm_err *err)
+{
+    if (rc == LM_OK)
+        return LM_OK;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    lm_err_clear(err); /* the first error set is kept: replace it with the prefixed one */
+    return LM_FAIL(err, rc, "%s %.400s", prefix, msg);
+}
+
+int hx_cli_out_not_input(const char *out, const char *in, const char *in_what, lm_err *err)
+{
+    struct stat so, si;
+    if (stat(out, &so) != 0 || stat(in, &si) != 0 || so.st_dev != si.st_dev ||
+        so.st_ino != si.st_ino || !S_ISREG(so.st_mode))
+        return LM_OK;
+    return LM_FAIL(err, LM_E_INPUT, "%s: is also the %s (%s); refusing to overwrite an input",
+                   out, in_what, in);
 }
 
 static char *prompt_file_text;

@@ -36,6 +36,12 @@ void hx_cli_log(void *user, const char *line);
  * X being argv[optind - 1]; returns 2. */
 int hx_cli_bad_option(const char *cmd, int o, char **argv);
 
+/* Token ids given by option opt (a comma list) checked against m's vocabulary: LM_E_INPUT
+ * "OPT: id ID (item K of the list) is not below the vocabulary size V", K counted from 1 in
+ * the user's own list. */
+int hx_cli_check_vocab(const int32_t *ids /* [n] */, uint32_t n, const lm_model *m,
+                       const char *opt, lm_err *err);
+
 /* The prompt of a command that takes -p TEXT or --tokens ID,... (exactly one of text and
  * tokens non-NULL): text is tokenized with m's vocabulary (BOS when the vocabulary asks for
  * it; control tokens written in text parsed when parse_special, the --special flag; LM_E_INPUT
@@ -116,13 +122,35 @@ int hx_cli_load_cases(hx_case **cases /* [n] */, char *const *files /* [n] */, s
                       bool *case_error, lm_err *err);
 
 /* Output paths checked before any work is done (so a bad -o never costs a whole run, and
- * nothing is written when one of several outputs is bad). Nothing is created; LM_E_INPUT
- * naming path and the reason.
- * hx_cli_check_out_file: path is not a folder, and its folder exists and is writable.
- * hx_cli_check_out_dir: path is a writable folder, or can be made: its nearest existing
- * ancestor is a writable folder (no component of path is a regular file). */
+ * nothing is written when one of several outputs is bad). One rule for every command: a folder
+ * the user did not name is never created. LM_E_INPUT naming path and the reason; nothing is
+ * left behind (a probe file is created and removed at once, fs.h lm_dir_probe).
+ * hx_cli_check_out_file: what writing path needs (fs.h lm_wfile_check): its folder exists and
+ * takes a new file, or path is a writable device or FIFO; never a folder.
+ * hx_cli_check_out_dir: path is a folder that takes new files, or does not exist and its
+ * parent folder exists and takes new entries (only path itself is made, when written). */
 int hx_cli_check_out_file(const char *path, lm_err *err);
 int hx_cli_check_out_dir(const char *path, lm_err *err);
+
+/* The folder that holds the default report folders of sweep and judge. */
+#define HX_CLI_REPORTS_DIR "reports"
+/* A report folder: outdir (-o DIR; hx_cli_check_out_dir), or when NULL the default
+ * HX_CLI_REPORTS_DIR/LABEL-<UTC timestamp>, whose folder reports/ is made when missing (in the
+ * working folder, which must take it). The name into dir[cap]. */
+int hx_cli_report_dir(char *dir, size_t cap, const char *outdir, const char *label, lm_err *err);
+
+/* --cache DIR: *out = arg once hx_cli_check_out_dir accepts it (a named cache folder is made
+ * on first use, never its parent; a cache that later cannot store an entry only warns).
+ * 0, or 2 after the one-line error "kvdrift CMD: --cache ...". */
+int hx_cli_cache_option(const char **out, const char *cmd, const char *arg);
+
+/* rc unchanged; when it is an error, err's message becomes "PREFIX <message>" (the option
+ * that named the path, e.g. "--golden-dir"). */
+int hx_cli_err_prefix(int rc, const char *prefix, lm_err *err);
+
+/* LM_E_INPUT when output file out exists and is the same file as input in (in_what names the
+ * input, e.g. "OLD report"): an output never overwrites what the command reads. */
+int hx_cli_out_not_input(const char *out, const char *in, const char *in_what, lm_err *err);
 
 /* The exit code of a failed command (st != LM_OK), after printing its error on one line:
  * a case file's error as is, any other as "kvdrift CMD: message". */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char usage_text[] =
     "usage: kvdrift bless CASE... [--golden-dir DIR] [--force] [options]\n"
@@ -140,7 +141,10 @@ static int parse_options(bless_opts *o, int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":j:qh", opts, NULL)) != -1) {
         switch (c) {
         case O_GOLDEN: o->golden_dir = optarg; break;
-        case O_CACHE: o->ro.cache_dir = optarg; break;
+        case O_CACHE:
+            if (hx_cli_cache_option(&o->ro.cache_dir, "bless", optarg) != 0)
+                return 2;
+            break;
         case O_FORCE: o->force = true; break;
         case 'q': o->ro.quiet = true; break;
         case 'j':
@@ -153,10 +157,29 @@ static int parse_options(bless_opts *o, int argc, char **argv)
     }
     if (optind >= argc)
         return hx_cli_fail("bless", "no CASE files given (try --help)");
-    lm_err err = {0};
-    if (o->golden_dir && *o->golden_dir && hx_cli_check_out_dir(o->golden_dir, &err) != LM_OK)
-        return hx_cli_fail("bless", "--golden-dir %s", err.msg);
     return -1;
+}
+
+/* Every case's golden file can be written (its folder exists or can be made as one folder, and
+ * takes files; the file is not a folder), checked before any case runs. */
+static int check_goldens(hx_case *const *cases, size_t n, const char *golden_dir, lm_err *err)
+{
+    int st = LM_OK;
+    for (size_t i = 0; i < n && st == LM_OK; ++i) {
+        char gpath[4096], dir[4096];
+        st = hx_caserun_golden_path(gpath, sizeof gpath, golden_dir, cases[i], err);
+        if (st != LM_OK)
+            break;
+        const char *slash = strrchr(gpath, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - gpath) : 1, slash ? gpath : ".");
+        struct stat sb;
+        st = hx_cli_check_out_dir(dir, err);
+        if (st == LM_OK && stat(dir, &sb) == 0)
+            st = hx_cli_check_out_file(gpath, err);
+        if (golden_dir && *golden_dir)
+            st = hx_cli_err_prefix(st, "--golden-dir", err);
+    }
+    return st;
 }
 
 /* All or nothing: every case runs and its golden is prepared first; a bad model or a skipped
@@ -204,9 +227,11 @@ int cmd_bless(int argc, char **argv)
     bless_plan *plans = calloc(n_cases, sizeof *plans);
     bool case_error = false;
     int st = cases && plans ? LM_OK : LM_FAIL(&err, LM_E_NOMEM, "out of memory");
-    /* Every case file is validated before anything runs or is written. */
+    /* Every case file and golden path is validated before anything runs or is written. */
     if (st == LM_OK)
         st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error, &err);
+    if (st == LM_OK)
+        st = check_goldens(cases, n_cases, o.golden_dir, &err);
     if (st == LM_OK)
         st = plan_all(plans, cases, n_cases, &o, &n_refused, &n_skipped, &err);
     code = 0;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char usage_text[] =
     "usage: kvdrift check CASE... [-o DIR] [--junit FILE] [--json FILE] [--md FILE] [options]\n"
@@ -35,12 +36,12 @@ static const char usage_text[] =
     "GOLDEN-DIR defaults to the folder 'golden' beside each case file; a relative model path in\n"
     "a case file is relative to that file's folder.\n\n"
     "  -o, --out DIR         write DIR/junit.xml, DIR/report.json, DIR/report.md and\n"
-    "                        DIR/report.html\n"
+    "                        DIR/report.html (DIR is made when missing; its parent must exist)\n"
     "      --junit FILE      JUnit XML (one testcase per case x configuration)\n"
     "      --json FILE       the reports as JSON (REPORT-SCHEMA.md)\n"
     "      --md FILE         the reports as Markdown\n"
     "      --html FILE       the reports as one self-contained HTML page (inline SVG plots)\n"
-    "                        (missing folders of these files are created)\n"
+    "                        (the folders of these files must exist)\n"
     "      --github          GitHub Actions: ::error/::warning annotations on the case files,\n"
     "                        and the Markdown appended to $GITHUB_STEP_SUMMARY when set\n"
     "      --format F        the tables as table (default; class coloured on a terminal,\n"
@@ -63,42 +64,47 @@ static const char usage_text[] =
 typedef struct check_out {
     const char *path[HX_REPORT_MAX_WRITERS]; /* NULL: not written */
     char buf[HX_REPORT_MAX_WRITERS][4096];
+    const char *dir; /* -o DIR: made (one folder) when the reports are written */
     bool github;
 } check_out;
 
-/* Report files' folders are made before hours of work are spent, and the files checked;
- * errors name the option. */
-static int prepare_out(const char *opt, const char *path, lm_err *err)
+/* A report file checked before hours of work are spent (nothing is created): its folder
+ * exists and takes files, and it is none of the case files read; errors name the option. */
+static int prepare_out(const char *opt, const char *path, hx_case *const *cases, size_t n,
+                       lm_err *err)
 {
-    if (path == NULL)
-        return LM_OK;
-    int rc = lm_mkdir_parent(path, err);
-    if (rc == LM_OK)
-        rc = hx_cli_check_out_file(path, err);
-    if (rc != LM_OK) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        lm_err_clear(err); /* the first error set is kept: replace it with the named one */
-        return LM_FAIL(err, rc, "%s %.400s", opt, msg);
-    }
-    return LM_OK;
+    int rc = hx_cli_check_out_file(path, err);
+    for (size_t i = 0; rc == LM_OK && i < n; ++i)
+        rc = hx_cli_out_not_input(path, cases[i]->file, "case file", err);
+    return hx_cli_err_prefix(rc, opt, err);
 }
 
-static int prepare_outputs(check_out *o, const char *out_dir, lm_err *err)
+/* -o DIR (made, one folder, when the reports are written) and every report file. */
+static int prepare_outputs(check_out *o, const char *out_dir, hx_case *const *cases,
+                           size_t n_cases, lm_err *err)
 {
+    struct stat st;
     int rc = LM_OK;
+    if (out_dir && (rc = hx_cli_err_prefix(hx_cli_check_out_dir(out_dir, err), "--out", err)) != LM_OK)
+        return rc;
+    const bool dir_exists = out_dir && stat(out_dir, &st) == 0;
     for (size_t i = 0; rc == LM_OK && i < hx_report_writer_count(); ++i) {
         const hx_report_writer *w = hx_report_writer_at(i);
+        bool in_dir = false;
         if (out_dir && o->path[i] == NULL) { /* an explicit --<format> FILE wins over -o DIR */
             int n = snprintf(o->buf[i], sizeof o->buf[i], "%s/%s", out_dir, w->file);
             if (n < 0 || (size_t)n >= sizeof o->buf[i])
                 return LM_FAIL(err, LM_E_INPUT, "--out %.64s...: path too long", out_dir);
             o->path[i] = o->buf[i];
+            in_dir = true;
         }
         char opt[64];
-        snprintf(opt, sizeof opt, "--%s", w->name);
-        rc = prepare_out(opt, o->path[i], err);
+        snprintf(opt, sizeof opt, "--%s", in_dir ? "out" : w->name);
+        /* files in a folder still to be made need no check beyond the folder's */
+        if (o->path[i] && (!in_dir || dir_exists))
+            rc = prepare_out(opt, o->path[i], cases, n_cases, err);
     }
+    o->dir = out_dir;
     return rc;
 }
 
@@ -220,8 +226,8 @@ static int run_case(hx_caserun **out, hx_case *c, const hx_caserun_opts *ro,
 static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_report **reports,
                          size_t n, bool strict, lm_err *err)
 {
-    int st = LM_OK;
-    for (size_t i = 0; i < hx_report_writer_count(); ++i)
+    int st = o->dir ? lm_mkdir_p(o->dir, err) : LM_OK; /* its parent was checked to exist */
+    for (size_t i = 0; st == LM_OK && i < hx_report_writer_count(); ++i)
         if (o->path[i] &&
             (st = hx_report_writer_at(i)->write_many(reports, n, strict, o->path[i], err)) != LM_OK)
             return st;
@@ -295,7 +301,10 @@ static int parse_options(check_opts *o, int argc, char **argv)
         case O_STRICT: o->ro.strict = true; break;
         case O_ALLOW_SKIP: o->allow_skip = true; break;
         case O_GOLDEN: o->golden_dir = optarg; break;
-        case O_CACHE: o->ro.cache_dir = optarg; break;
+        case O_CACHE:
+            if (hx_cli_cache_option(&o->ro.cache_dir, "check", optarg) != 0)
+                return 2;
+            break;
         case 'q': o->ro.quiet = true; break;
         case 'j':
             if (!lm_parse_u32z(optarg, 1, 256, &o->ro.jobs))
@@ -371,7 +380,7 @@ int cmd_check(int argc, char **argv)
     /* Every case file is read and validated, and every output prepared, before anything runs. */
     if (st == LM_OK && (st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error,
                                                 &err)) == LM_OK)
-        st = prepare_outputs(&o.out, o.out_dir, &err);
+        st = prepare_outputs(&o.out, o.out_dir, cases, n_cases, &err);
     if (st == LM_OK)
         st = run_cases(runs, reports, cases, n_cases, &o, cmdline, &n_skipped, &err);
     if (st == LM_OK)

@@ -102,7 +102,7 @@ static int set_option(compare_opts *o, int opt, const char *arg)
         return code;
     switch (opt) {
     case O_NOREF: o->no_ref = true; return 0;
-    case O_CACHE: o->cache = arg; return 0;
+    case O_CACHE: return hx_cli_cache_option(&o->cache, "compare", arg);
     case O_PREC:
         return hx_cli_setting("compare", &o->prec, HX_SET_PRECISION, "--prec", arg);
     default: return 2;

@@ -144,6 +144,11 @@ static int parse_options(diff_opts *o, int argc, char **argv)
         return hx_cli_fail("diff", "expected OLD and NEW report.json files (try --help)");
     o->old_path = argv[optind];
     o->new_path = argv[optind + 1];
+    lm_err err = {0};
+    if (o->out && (hx_cli_check_out_file(o->out, &err) != LM_OK ||
+                   hx_cli_out_not_input(o->out, o->old_path, "OLD report", &err) != LM_OK ||
+                   hx_cli_out_not_input(o->out, o->new_path, "NEW report", &err) != LM_OK))
+        return hx_cli_fail("diff", "-o %s", err.msg);
     return -1;
 }
 
@@ -162,7 +167,7 @@ static void print_rows(FILE *f, const diff_opts *o, const hx_diff_row *rows, siz
 }
 
 /* The rows on stdout, or (-o) built in memory and written as every output is (fs.h:
- * atomically, its folder created when missing). */
+ * atomically, into a folder that exists). */
 static int write_rows(const diff_opts *o, const hx_diff_row *rows, size_t n, size_t n_reg,
                       lm_err *err)
 {
@@ -177,9 +182,7 @@ static int write_rows(const diff_opts *o, const hx_diff_row *rows, size_t n, siz
         return LM_FAIL(err, LM_E_NOMEM, "-o %s: out of memory", o->out);
     print_rows(f, o, rows, n, n_reg);
     int rc = fclose(f) != 0 ? LM_FAIL(err, LM_E_NOMEM, "-o %s: out of memory", o->out)
-                            : lm_mkdir_parent(o->out, err);
-    if (rc == LM_OK) /* missing folders are created, as for check's --junit/--json */
-        rc = lm_write_file(o->out, text, len, err);
+                            : lm_write_file(o->out, text, len, err);
     free(text);
     return rc;
 }

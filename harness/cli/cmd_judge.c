@@ -147,7 +147,7 @@ static int set_option(judge_opts *o, int c, const char *arg)
         o->dirs[o->n_dirs++] = arg;
         return -1;
     case O_PROFILE: o->prof_s = arg; return -1;
-    case O_CACHE: o->jp.cache_dir = arg; return -1;
+    case O_CACHE: return hx_cli_cache_option(&o->jp.cache_dir, "judge", arg) == 0 ? -1 : 2;
     case 'o': o->outdir = arg; return -1;
     case 'q': o->jp.quiet = true; return -1;
     case O_PREC:
@@ -234,22 +234,6 @@ static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
     return LM_OK;
 }
 
-/* The report folder: -o DIR, or reports/judge-<UTC timestamp>; checked writable. */
-static int report_dir(char *dir, size_t n, const char *outdir, lm_err *err)
-{
-    if (outdir == NULL) {
-        char ts[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
-        snprintf(dir, n, "reports/judge-%s", ts);
-    } else if (snprintf(dir, n, "%s", outdir) >= (int)n) {
-        return LM_FAIL(err, LM_E_INPUT, "-o: path too long");
-    }
-    return hx_cli_check_out_dir(dir, err);
-}
-
 /* Runs the judgement of the loaded inputs, writes DIR/report.md and DIR/report.json (the
  * report writers "md" and "json") and prints the summary; *rep is the report (NULL when the
  * run failed). */
@@ -284,9 +268,10 @@ int cmd_judge(int argc, char **argv)
     judge_inputs in = {0};
     hx_report *rep = NULL;
     char dir[4096];
-    int st = load_inputs(&in, &o, &err);
+    /* the report folder first: loading a model and its dumps is work a bad -o would waste */
+    int st = hx_cli_report_dir(dir, sizeof dir, o.outdir, "judge", &err);
     if (st == LM_OK)
-        st = report_dir(dir, sizeof dir, o.outdir, &err);
+        st = load_inputs(&in, &o, &err);
     if (st == LM_OK)
         st = judge_and_write(&rep, &o, &in, dir, &err);
     if (st != LM_OK)

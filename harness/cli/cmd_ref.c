@@ -187,11 +187,14 @@ static int parse_options(ref_opts *o, int argc, char **argv)
     if (o->have_min && !o->validate)
         return hx_cli_fail("ref", "--min-bits needs --validate");
     /* Outputs are checked before the (possibly long) computation. */
-    if (o->out_path && hx_cli_check_out_file(o->out_path, &err))
+    o->model = argv[optind];
+    if (o->out_path && (hx_cli_check_out_file(o->out_path, &err) ||
+                        hx_cli_out_not_input(o->out_path, o->model, "MODEL", &err)))
         return hx_cli_fail("ref", "-o %s", err.msg);
     if (o->npy_dir && hx_cli_check_out_dir(o->npy_dir, &err))
         return hx_cli_fail("ref", "--npy %s", err.msg);
-    o->model = argv[optind];
+    if (o->cache_dir && !o->no_cache && hx_cli_cache_option(&o->cache_dir, "ref", o->cache_dir))
+        return 2;
     return -1;
 }
 
@@ -219,8 +222,8 @@ static int request_tokens(int32_t **all, uint32_t *n_prompt, uint32_t *n_all, co
     uint32_t n_gen = 0;
     int st = hx_cli_prompt_ids(&prompt, n_prompt, m, o->model, o->text, o->tok_s,
                                o->parse_special, err);
-    if (st == LM_OK && o->gen_s)
-        st = hx_parse_tokens(&gen, &n_gen, o->gen_s, err);
+    if (st == LM_OK && o->gen_s && (st = hx_parse_tokens(&gen, &n_gen, o->gen_s, err)) == LM_OK)
+        st = hx_cli_check_vocab(gen, n_gen, m, "--gen-tokens", err);
     if (st == LM_OK && (*all = malloc((*n_prompt + n_gen) * sizeof **all)) == NULL)
         st = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     if (st == LM_OK) {

@@ -194,7 +194,7 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
     case O_ATTN: o->axes.attn = arg; return 0;
     case O_ROT: o->axes.rot = arg; return 0;
     case O_PROFILE: o->axes.profile = arg; return 0;
-    case O_CACHE: o->cache = arg; return 0;
+    case O_CACHE: return hx_cli_cache_option(&o->cache, "sweep", arg);
     case 'o': o->outdir = arg; return 0;
     case 'q': o->sp.quiet = true; return 0;
     case 'n': case 'j': case O_PREC: case O_ENS: case O_SEED: case O_ENVELOPE: case O_TURN:
@@ -277,18 +277,8 @@ static int prepare(lm_model **m, int32_t **prompt, uint32_t *n_prompt, char *dir
                                o->parse_special, err);
     if (st != LM_OK)
         return st;
-    if (o->outdir == NULL) {
-        char ts[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
-        snprintf(dir, cap, "reports/%s-%s", label, ts);
-    } else if (snprintf(dir, cap, "%s", o->outdir) >= (int)cap) {
-        return LM_FAIL(err, LM_E_INPUT, "-o: path too long");
-    }
     /* The report folder must be makeable before the sweep spends its time (made only after). */
-    st = hx_cli_check_out_dir(dir, err);
+    st = hx_cli_report_dir(dir, cap, o->outdir, label, err);
     if (st == LM_OK && !o->sp.quiet)
         fprintf(stderr, "sweep: %s, %u prompt tokens, %u generated, %zu configurations\n",
                 model_path, (unsigned)*n_prompt, (unsigned)o->sp.n_gen, o->sp.n_configs);

@@ -16,7 +16,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kvdrift synth (--preset NAME | --arch llama [hyperparameters]) -o FILE.gguf\n"
             "                     [--seed S] [--type f32|f16|bf16]\n\n"
-            "Writes a model (llama; the gemma3 and qwen3 presets: those architectures) with\n"
+            "Writes a model (llama; the gemma3, qwen3 and qwen3moe presets: those\n"
+            "architectures) with\n"
             "deterministic weights (splitmix64 per tensor, see\n"
             "harness/synth.c) and a generated SentencePiece vocabulary; the output projection is\n"
             "tied to the embedding. The file is written atomically.\n\n"
@@ -30,7 +31,9 @@ static void usage(FILE *f)
             "                    tiny-draft (tiny's vocabulary, 1 layer of n_embd 32: a draft),\n"
             "                    tiny-mask (tiny with a <mask> control token: block sampler),\n"
             "                    gemma3 (Gemma 3 architecture, 6 layers, window 16 on 5 of 6,\n"
-            "                    one KV head), qwen3 (Qwen 3 architecture: Q/K norms, NeoX RoPE)\n"
+            "                    one KV head), qwen3 (Qwen 3 architecture: Q/K norms, NeoX RoPE),\n"
+            "                    qwen3moe (Qwen 3 MoE architecture: qwen3 attention, 16\n"
+            "                    experts, top-4, softmax renormalised over the 4)\n"
             "  --arch llama      explicit hyperparameters instead (start: the tiny preset), with\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-vocab N\n"
             "  --n-ctx N --rope-theta X --rms-eps X   (these also override a preset's values)\n"
@@ -140,6 +143,9 @@ static int parse_options(synth_opts *o, int argc, char **argv)
                                     "(try kvdrift synth --help)");
     if (o->arch != NULL && strcmp(o->arch, "llama") != 0)
         return bad("unsupported --arch (only llama)", o->arch);
+    lm_err err = {0};
+    if (hx_cli_check_out_file(o->out, &err) != LM_OK)
+        return hx_cli_fail("synth", "-o %s", err.msg);
     return -1;
 }
 

@@ -92,6 +92,13 @@ static const preset presets[] = {
     /* Qwen 3's architecture, small: per-head Q/K norms, NeoX RoPE, GQA 2:1. */
     {"qwen3", {"kvdrift-synth-qwen3", 64, 4, 8, 4, 192, 512, 2048, 1000000.0f, 1e-6f,
                .n_swa = 0, .arch = "qwen3"}},
+    /* Qwen 3 MoE's architecture, small: qwen3's attention, 16 experts of n_ff 48, top-4,
+     * softmax routing renormalised over the 4 (the architecture's fixed routing: the file
+     * carries only expert_count, expert_used_count and expert_feed_forward_length, as
+     * llama.cpp's converter writes them). */
+    {"qwen3moe", {"kvdrift-synth-qwen3moe", 64, 4, 8, 4, 192, 512, 2048, 1000000.0f, 1e-6f,
+                  .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 48, .gating_func = 1,
+                  .arch = "qwen3moe"}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -107,7 +114,8 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
             return LM_OK;
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
-                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask, gemma3, qwen3)",
+                   "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask, gemma3, qwen3, "
+                   "qwen3moe)",
                    name);
 }
 
@@ -135,9 +143,13 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
         return BAD("rope theta %g must be positive and finite", (double)p->rope_theta);
     if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
         return BAD("rms eps %g must be in (0, 1)", (double)p->rms_eps);
-    if (p->arch[0] != '\0' && strcmp(p->arch, "gemma3") != 0 && strcmp(p->arch, "qwen3") != 0)
-        return BAD("architecture '%.16s' is not one synth writes (llama, gemma3, qwen3)",
-                   p->arch);
+    const bool moe_arch = strcmp(p->arch, "qwen3moe") == 0;
+    if (p->arch[0] != '\0' && strcmp(p->arch, "gemma3") != 0 && strcmp(p->arch, "qwen3") != 0
+        && !moe_arch)
+        return BAD("architecture '%.16s' is not one synth writes (llama, gemma3, qwen3, "
+                   "qwen3moe)", p->arch);
+    if (moe_arch && (p->n_expert == 0 || p->gating_func != 1))
+        return BAD("architecture '%.16s' needs experts routed by gating_func 1", p->arch);
     if (p->n_expert > 0 && (p->n_expert > 256 || p->n_expert_used == 0 || p->n_expert_used > 32
                             || p->n_expert_used > p->n_expert || p->n_ff_exp == 0
                             || p->n_ff_exp > 262144))
@@ -383,17 +395,18 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
             || (p->arch[0] == '\0' /* other rows carry their own pattern */
                 && (rc = lm_gguf_w_u32(w, k[11], p->swa_period, err)))))
         return rc;
+    const bool routing_keys = strcmp(p->arch, "qwen3moe") != 0; /* qwen3moe: its row's */
     if (p->n_expert > 0
         && ((rc = lm_gguf_w_u32(w, k[12], p->n_expert, err))
             || (rc = lm_gguf_w_u32(w, k[13], p->n_expert_used, err))
             || (rc = lm_gguf_w_u32(w, k[14], p->n_ff_exp, err))
-            || (rc = lm_gguf_w_u32(w, k[15], p->gating_func, err))
-            || (rc = lm_gguf_w_bool(w, k[16], p->gating_func == 1, err))))
+            || (routing_keys && (rc = lm_gguf_w_u32(w, k[15], p->gating_func, err)))
+            || (routing_keys && (rc = lm_gguf_w_bool(w, k[16], p->gating_func == 1, err)))))
         return rc;
     return write_vocab(w, p->n_vocab, p->mask_token, whole, err);
 }
 
-/* Per-head Q/K norm gains 1 + 0.1 u (gemma3, qwen3) and, for gemma3, the post norms of both
+/* Per-head Q/K norm gains 1 + 0.1 u (gemma3, qwen3, qwen3moe) and, for gemma3, the post norms of both
  * blocks: gain c_post = a * sqrt(n) (1 + 0.1 u), so that each block adds a vector of per-entry
  * size ~a relative to the embedding, which gemma3 scales by sqrt(n). */
 static int add_arch_weights(lm_gguf_writer *w, float *scratch, const hx_synth_params *p,
@@ -401,7 +414,7 @@ static int add_arch_weights(lm_gguf_writer *w, float *scratch, const hx_synth_pa
                             lm_err *err)
 {
     const bool gemma = strcmp(p->arch, "gemma3") == 0;
-    if (!gemma && strcmp(p->arch, "qwen3") != 0)
+    if (!gemma && strcmp(p->arch, "qwen3") != 0 && strcmp(p->arch, "qwen3moe") != 0)
         return LM_OK;
     const uint64_t hd = p->n_embd / p->n_head;
     const double c_post = (double)(float)(a * sqrt((double)p->n_embd));

@@ -34,7 +34,9 @@ typedef struct hx_synth_params {
     char arch[16];           /* general.architecture and key prefix: "" = llama; "gemma3" adds
                                 per-head Q/K norms and post norms (its table row supplies the
                                 sliding pattern, the sliding theta and the embedding scale);
-                                "qwen3" adds per-head Q/K norms */
+                                "qwen3" adds per-head Q/K norms; "qwen3moe" is qwen3 with
+                                experts (n_expert > 0, gating_func 1; the routing keys are
+                                not written: the row fixes them) */
 } hx_synth_params;
 
 /* Control tokens, 256 byte pieces and "▁": the smallest vocabulary synth writes. */

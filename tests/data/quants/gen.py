@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dequantization fixtures: for each type T, T.bin (raw ggml blocks) and T.f32
-(the float32 values gguf-py's gguf.quants computes from them, little-endian). Q8_K has no
+(the float32 values gguf-py's gguf.quants computes from them, little-endian; MXFP4 included). Q8_K has no
 dequantizer in gguf.quants: its values are d * q computed here with numpy float32.
 
 Usage (from this folder): pip install gguf==0.19.0 numpy && python3 gen.py"""
@@ -15,7 +15,7 @@ T = gguf.GGMLQuantizationType
 SCALES = {
     "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
     "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
-    "IQ4_NL": [0], "IQ4_XS": [0], "Q8_K": [],
+    "IQ4_NL": [0], "IQ4_XS": [0], "Q8_K": [], "MXFP4": [],
 }
 F16_MAX, F16_NMAX, F16_TINY, F16_NTINY = 0x7BFF, 0xFBFF, 0x0001, 0x8001
 
@@ -24,8 +24,30 @@ def f16(v):
     return struct.pack("<H", v)
 
 
+def mxfp4_blocks(rng, bb):
+    """MXFP4: the E8M0 scale byte at 0, then 16 bytes of e2m1 pairs. Random payloads with
+    scales 2^-28..2^26, the denormal scales (bytes 0 and 1), the largest finite scale (254) with
+    every code 15 (-12), byte 255 (NaN in the MX spec; ggml decodes it as 2^127, so 12 x that
+    overflows to Inf), and the byte patterns of the other types with scales around 1."""
+    def mx(payload, e):
+        b = bytearray(payload)
+        b[0] = e
+        return bytes(b)
+    out = [mx(rng.integers(0, 256, bb, dtype=np.uint8).tobytes(), int(rng.integers(100, 155)))
+           for _ in range(4)]
+    out.append(mx(rng.integers(0, 256, bb, dtype=np.uint8).tobytes(), 0))
+    out.append(mx(rng.integers(0, 256, bb, dtype=np.uint8).tobytes(), 1))
+    out.append(mx(b"\xff" * bb, 254))
+    out.append(mx(rng.integers(0, 256, bb, dtype=np.uint8).tobytes(), 255))
+    for k in (1, 7, 29, 101):
+        out.append(mx(bytes((i * k + k) & 255 for i in range(bb)), 124 + k % 8))
+    return b"".join(out)
+
+
 def blocks_for(name, rng):
     be, bb = gguf.GGML_QUANT_SIZES[T[name]]
+    if name == "MXFP4":
+        return mxfp4_blocks(rng, bb)
     offs = SCALES[name]
     out = []
 
