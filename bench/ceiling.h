@@ -36,12 +36,13 @@ void bc_buf_free(bc_buf *b);
 double bc_read_pass(const bc_buf *b, int n_threads, int streams);
 
 /* n_threads threads started together, each running independent chains of float32
- * multiply-adds on registers (12 chains of 8-lane FMAs with AVX2 + FMA, else fmaf on 12
- * scalars), long enough to take tens of milliseconds. Returns GFLOP/s (2 per multiply-add)
+ * multiply-adds on registers (12 chains of 16-lane FMAs with AVX-512, of 8-lane FMAs with
+ * AVX2 + FMA, else fmaf on 12 scalars), long enough to take tens of milliseconds. Returns GFLOP/s (2 per multiply-add)
  * over the time from the first thread's start to the last one's end. */
 double bc_fma_pass(int n_threads);
 
-/* "avx2+fma" or "scalar": the instructions bc_read_pass and bc_fma_pass use here. */
+/* "avx512f", "avx2+fma" or "scalar": the instructions bc_fma_pass uses here (bc_read_pass:
+ * AVX2 wherever there is AVX2). */
 const char *bc_isa(void);
 
 #endif

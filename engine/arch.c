@@ -8,22 +8,25 @@
 #include <pthread.h>
 #include <string.h>
 
-/* llama.cpp's tensor names, shared by the llama family. */
-#define LLAMA_TENSORS                                                                          \
+/* llama.cpp's tensor names, shared by the llama family; FFN_NORM: the FFN's pre-norm. */
+#define LLAMA_TENSORS_WITH(FFN_NORM)                                                           \
     {                                                                                          \
         .tok_embd = "token_embd.weight", .output_norm = "output_norm.weight",                  \
         .output = "output.weight", .attn_norm = "attn_norm.weight",                            \
         .attn_q = "attn_q.weight", .attn_k = "attn_k.weight", .attn_v = "attn_v.weight",       \
         .attn_output = "attn_output.weight", .attn_q_bias = "attn_q.bias",                     \
         .attn_k_bias = "attn_k.bias", .attn_v_bias = "attn_v.bias",                            \
-        .attn_output_bias = "attn_output.bias", .ffn_norm = "ffn_norm.weight",                 \
+        .attn_output_bias = "attn_output.bias", .ffn_norm = FFN_NORM,                          \
         .ffn_gate = "ffn_gate.weight", .ffn_up = "ffn_up.weight", .ffn_down = "ffn_down.weight", \
         .attn_sinks = "attn_sinks.weight", .ffn_gate_inp = "ffn_gate_inp.weight",              \
         .ffn_gate_exps = "ffn_gate_exps.weight", .ffn_up_exps = "ffn_up_exps.weight",          \
         .ffn_down_exps = "ffn_down_exps.weight", .attn_q_norm = "attn_q_norm.weight",         \
         .attn_k_norm = "attn_k_norm.weight", .attn_post_norm = "post_attention_norm.weight",    \
         .ffn_post_norm = "post_ffw_norm.weight", .rope_freqs = "rope_freqs.weight",             \
+        .ffn_gate_inp_b = "ffn_gate_inp.bias", .ffn_gate_exps_b = "ffn_gate_exps.bias",        \
+        .ffn_up_exps_b = "ffn_up_exps.bias", .ffn_down_exps_b = "ffn_down_exps.bias",          \
     }
+#define LLAMA_TENSORS LLAMA_TENSORS_WITH("ffn_norm.weight")
 
 static const lm_arch arches[] = {
     {
@@ -90,6 +93,25 @@ static const lm_arch arches[] = {
         .moe = LM_ARCH_MOE_SOFTMAX_RENORM,
         .tensors = LLAMA_TENSORS,
     },
+    {
+        /* gpt-oss: biases on Q, K, V, O, the router and the experts; learned sinks; every
+         * other layer slides (l % 2 == 0: the row's pattern, window from the file); NeoX RoPE
+         * with YaRN; every FFN a mixture of experts routed by the top-k logits with a softmax
+         * over the k, experts in swiglu_oai. Its FFN norm is the tensor llama.cpp names
+         * post_attention_norm (a pre-norm of the FFN, not a sandwich). */
+        .name = "gpt-oss",
+        .key_prefix = "gpt-oss",
+        .rope_type = LM_ROPE_NEOX,
+        .rope_theta = 10000.0f,
+        .rms_eps = 1e-5f,
+        .norm_place = LM_NORM_PRE,
+        .act = LM_ACT_SWIGLU_OAI,
+        .swa_period = 2,
+        .moe = LM_ARCH_MOE_SOFTMAX_TOPK,
+        .rope_yarn = true,
+        .rot_full = true,
+        .tensors = LLAMA_TENSORS_WITH("post_attention_norm.weight"),
+    },
 };
 #define N_ARCHES (sizeof arches / sizeof arches[0])
 
@@ -111,7 +133,7 @@ const lm_arch *lm_arch_find(const char *name)
     return NULL;
 }
 
-static char expected[256];
+static char expected[320];
 static pthread_once_t expected_once = PTHREAD_ONCE_INIT;
 
 static void build_expected(void)

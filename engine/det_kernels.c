@@ -4,13 +4,16 @@
  * side by side and where the operands are read from, never the fmas of an output's lanes.
  *
  * Many rows of A (m >= DET_PACK_MIN_M, prefill; gemm_nt and gemm_nn alike): B is copied in
- * blocks of about DET_PACK_FLOATS floats (L2) into panels of 3 rows, block by block of the
- * reduction ([block][row][8], +0 past k; gemm_nn's columns through 8 x 8 register
- * transposes), and 4 x 3 AVX2 tiles (12 accumulators of 8 lanes) run each group of 4 rows of
- * A (L1) against every panel of the block (one call per group and chunk), over the reduction in
- * chunks of at most DET_KC elements, the lanes saved between chunks; a full tile combines
- * its lanes in two vector trees (eight outputs: columns 0-1, stored as pairs of each row;
- * four: column 2), the others four outputs per tree. AVX-512 machines run these AVX2 tiles too.
+ * blocks of about DET_PACK_FLOATS floats (L2) into panels, block by block of the reduction
+ * ([block][row][8], +0 past k; gemm_nn's columns through 8 x 8 register transposes), and
+ * tiles run each group of rows of A (L1) against every panel of the block (one call per group
+ * and chunk), over the reduction in chunks of at most DET_KC elements, the lanes saved between
+ * chunks. AVX2: panels of 3 rows, 4 x 3 tiles (12 accumulators of 8 lanes); a full tile
+ * combines its lanes in two vector trees (eight outputs: columns 0-1, stored as pairs of each
+ * row; four: column 2), the others four outputs per tree. AVX-512: panels of 8 rows (the last
+ * one padded with +0 rows), 6 x 8 tiles (24 registers of two outputs: a pair of B's rows is one
+ * 16-float load), each row's eight outputs combined in one tree of four registers (on a CPU
+ * with 512-bit FMA units, 1.5-2x the AVX2 tiles' speed).
  * Few rows (decode, small chunks), unpacked: for one row (AVX2, and AVX-512 machines too: it
  * reads B faster than their 1 x 8 tiles), B's rows in DET_STREAMS contiguous ranges read side
  * by side, one row of each range per 1 x DET_STREAMS tile, so that B streams from memory as
@@ -40,6 +43,9 @@
 #define DET_NR 3u /* rows of B per packed panel: the packed tiles are 4 x DET_NR */
 #define DET_SV_PANEL (4u * DET_NR * 8u) /* saved lanes per panel: 4 x DET_NR outputs x 8 */
 _Static_assert(DET_NR == 3u, "nt_ptile_avx2's registers and nt_prow_avx2's tail are for 3 rows");
+#define DET_NR5 8u /* rows of B per AVX-512 packed panel: 4 pairs, the last panel +0-padded */
+#define DET_MR5 6u /* rows of A per AVX-512 packed tile: 6 x 4 registers of two outputs */
+#define DET_SV_PANEL5 (DET_MR5 * DET_NR5 * 8u) /* saved lanes per AVX-512 panel */
 
 const char *lm_det_isa_name(lm_det_isa isa)
 {
@@ -119,23 +125,27 @@ static void nn_scalar(uint32_t m, uint32_t n, uint32_t k, const float *a, size_t
 
 /* ---- packed B (prefill): values copied into the order the tiles read them ---- */
 
-/* Packed operand: `rows` rows of a [rows][k] matrix in panels of DET_NR rows (the last panel
- * has rows % DET_NR rows when that is not 0). A panel of nr rows stores, for each 8-element block
- * of the reduction in order, its rows' 8 floats one after the other: [ceil(k / 8)][nr][8];
- * elements past k are +0. Packing copies values and computes nothing, so a tile that reads a
- * packed panel runs exactly the order it runs on the unpacked rows. */
+/* Packed operand: `rows` rows of a [rows][k] matrix in panels of pw rows (the last panel has
+ * rows % pw rows when that is not 0, or pw rows of which the missing ones are +0 when `pad`).
+ * A panel of nr rows stores, for each 8-element block of the reduction in order, its rows'
+ * 8 floats one after the other: [ceil(k / 8)][nr][8]; elements past k are +0. Packing copies
+ * values and computes nothing, so a tile that reads a packed panel runs exactly the order it
+ * runs on the unpacked rows. */
 static size_t packed_panel_floats(uint32_t nr, uint32_t k)
 {
     return (size_t)((k + 7u) / 8u) * nr * 8u;
 }
 
 /* Rows of gemm_nt's B: b[j][l] at b + j * ldb + l. */
-static void pack_rows(uint32_t rows, uint32_t k, const float *b, size_t ldb, float *bp)
+static void pack_rows(uint32_t rows, uint32_t k, const float *b, size_t ldb, uint32_t pw, bool pad,
+                      float *bp)
 {
     const uint32_t kf = k & ~7u; /* elements in whole blocks */
-    for (uint32_t j0 = 0; j0 < rows; j0 += DET_NR) {
-        const uint32_t nr = rows - j0 < DET_NR ? rows - j0 : DET_NR;
-        for (uint32_t q = 0; q < nr; ++q) {
+    for (uint32_t j0 = 0; j0 < rows; j0 += pw) {
+        const uint32_t live = rows - j0 < pw ? rows - j0 : pw, nr = pad ? pw : live;
+        if (live < nr)
+            memset(bp, 0, packed_panel_floats(nr, k) * sizeof *bp);
+        for (uint32_t q = 0; q < live; ++q) {
             const float *src = b + (size_t)(j0 + q) * ldb;
             float *dst = bp + (size_t)q * 8u;
             uint32_t l = 0;
@@ -206,15 +216,18 @@ T2 INL __m256 load8_avx2(const float *x, uint32_t live)
     return _mm256_maskload_ps(x, mk);
 }
 
-/* Columns of gemm_nn's B (its rows as the reduction) in panels of DET_NR columns, the layout of
- * pack_rows: element (j, l) is b[l][j] at b + l * ldb + j. Each 8 x 8 piece (8 rows of the
+/* Columns of gemm_nn's B (its rows as the reduction) in panels of pw columns, the layout of
+ * pack_rows (pad as there): element (j, l) is b[l][j] at b + l * ldb + j. Each 8 x 8 piece (8 rows of the
  * reduction, 8 columns) is read as 8 row vectors (masked at the column edge, +0 past k) and
  * transposed in registers; column j's vector goes to its panel's slot. */
-T2 static void pack_cols(uint32_t cols, uint32_t k, const float *b, size_t ldb, float *bp)
+T2 static void pack_cols(uint32_t cols, uint32_t k, const float *b, size_t ldb, uint32_t pw,
+                         bool pad, float *bp)
 {
     const uint32_t nb = (k + 7u) / 8u;
-    const size_t pf = packed_panel_floats(DET_NR, k);
-    const uint32_t last_nr = cols % DET_NR ? cols % DET_NR : DET_NR, full = (cols - 1u) / DET_NR;
+    const size_t pf = packed_panel_floats(pw, k);
+    const uint32_t last_nr = pad || cols % pw == 0 ? pw : cols % pw, full = (cols - 1u) / pw;
+    if (pad && cols % pw != 0)
+        memset(bp + full * pf, 0, pf * sizeof *bp);
     for (uint32_t j0 = 0; j0 < cols; j0 += 8u) {
         const uint32_t live = cols - j0 < 8u ? cols - j0 : 8u;
         for (uint32_t blk = 0; blk < nb; ++blk) {
@@ -242,8 +255,8 @@ T2 static void pack_cols(uint32_t cols, uint32_t k, const float *b, size_t ldb, 
                 _mm256_permute2f128_ps(v2, v6, 0x31), _mm256_permute2f128_ps(v3, v7, 0x31),
             };
             for (uint32_t c = 0; c < live; ++c) {
-                const uint32_t j = j0 + c, pn = j / DET_NR, nr = pn < full ? DET_NR : last_nr;
-                _mm256_store_ps(bp + pn * pf + ((size_t)blk * nr + j % DET_NR) * 8u, t[c]);
+                const uint32_t j = j0 + c, pn = j / pw, nr = pn < full ? pw : last_nr;
+                _mm256_store_ps(bp + pn * pf + ((size_t)blk * nr + j % pw) * 8u, t[c]);
             }
         }
     }
@@ -470,44 +483,17 @@ T2 INL void nt_prow_avx2(const int MR, uint32_t rows, uint32_t l0, uint32_t l1, 
 typedef void (*prow_fn)(uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k, float alpha,
                         const float *a, size_t lda, const float *bp, float *sv, float *c,
                         size_t ldc);
-#define PR2(MR)                                                                               \
-    T2 static void prow2_##MR(uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k,            \
+/* NAME_MR: the prow_fn of FN (an inline nt_prow_*) for MR rows of A, compiled for target T. */
+#define PROW(T, NAME, FN, MR)                                                                 \
+    T static void NAME##_##MR(uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k,            \
                               float alpha, const float *a, size_t lda, const float *bp,       \
                               float *sv, float *c, size_t ldc)                                \
     {                                                                                         \
-        nt_prow_avx2(MR, rows, l0, l1, k, alpha, a, lda, bp, sv, c, ldc);                     \
+        FN(MR, rows, l0, l1, k, alpha, a, lda, bp, sv, c, ldc);                               \
     }
-PR2(1) PR2(2) PR2(3) PR2(4)
+PROW(T2, prow2, nt_prow_avx2, 1) PROW(T2, prow2, nt_prow_avx2, 2)
+PROW(T2, prow2, nt_prow_avx2, 3) PROW(T2, prow2, nt_prow_avx2, 4)
 static const prow_fn prow_avx2[4] = {prow2_1, prow2_2, prow2_3, prow2_4};
-
-/* Many rows of A: B (gemm_nt's rows, or gemm_nn's columns when cols_of_b) in blocks of nc rows
- * packed into bp; for each block, rows of A four at a time against every panel of the block
- * (the block stays in L2), the reduction in chunks of at most DET_KC elements so that the four
- * rows' chunk stays in L1 (sv holds each tile's lanes between chunks: the sequence of fmas per
- * lane is unchanged). */
-T2 static void packed_avx2(uint32_t m, uint32_t n, uint32_t k, float alpha, const float *a,
-                           size_t lda, const float *b, size_t ldb, int cols_of_b, float *c,
-                           size_t ldc, float *bp, uint32_t nc, float *sv)
-{
-    const uint32_t nb = (k + 7) / 8, nch = (8 * nb + DET_KC - 1) / DET_KC;
-    const uint32_t cb = (nb + nch - 1) / nch; /* blocks per chunk */
-    for (uint32_t jc = 0; jc < n; jc += nc) {
-        const uint32_t rows = n - jc < nc ? n - jc : nc;
-        if (cols_of_b)
-            pack_cols(rows, k, b + jc, ldb, bp);
-        else
-            pack_rows(rows, k, b + (size_t)jc * ldb, ldb, bp);
-        for (uint32_t i = 0; i < m; i += 4) {
-            const uint32_t mr = m - i < 4 ? m - i : 4;
-            for (uint32_t b0 = 0; b0 < nb; b0 += cb) {
-                const uint32_t b1 = nb - b0 < cb ? nb : b0 + cb;
-                const uint32_t l0 = 8 * b0, l1 = b1 == nb ? k : 8 * b1;
-                prow_avx2[mr - 1](rows, l0, l1, k, alpha, a + (size_t)i * lda, lda, bp, sv,
-                                  c + (size_t)i * ldc + jc, ldc);
-            }
-        }
-    }
-}
 
 /* One row of C, up to 8 columns (cols live), in the lane order: lane p of column j is an
  * accumulator register acc[p] (one column per vector lane); lanes past k add fma(0, 0, .). */
@@ -690,6 +676,149 @@ T5 static void nn_avx512(uint32_t m, uint32_t n, uint32_t k, const float *a, siz
                           c + (size_t)i * ldc + j);
 }
 
+
+/* ---- AVX-512 packed tiles (prefill): two outputs per register, 8 lanes each ---- */
+
+/* The lane trees of one row's eight outputs x0 = [o0 | o1], x1 = [o2 | o3], x2 = [o4 | o5],
+ * x3 = [o6 | o7] in lanes 0..7, the steps of reduce8x8_avx2 with the same operands in the same
+ * order: p + (p + 4) for each output, then p + (p + 2), then 0 + 1. */
+T5 INL __m256 reduce8x8_avx512(__m512 x0, __m512 x1, __m512 x2, __m512 x3)
+{
+    /* [v4(o0), v4(o1), v4(o2), v4(o3)] and [v4(o4), ..., v4(o7)], 128 bits each */
+    const __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88),
+                                    _mm512_shuffle_f32x4(x0, x1, 0xdd));
+    const __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(x2, x3, 0x88),
+                                    _mm512_shuffle_f32x4(x2, x3, 0xdd));
+    /* 128 bits c: [v2(o_c), v2(o_c+4)] */
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(u0, u1, 0x44), _mm512_shuffle_ps(u0, u1, 0xee));
+    /* 128 bits c: [o_c, o_c+4, o_c, o_c+4] */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(s, s, 0x88), _mm512_shuffle_ps(s, s, 0xdd));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, r));
+}
+
+/* [x[0..8) | x[0..8)]: one 256-bit broadcast load (AVX-512F). */
+T5 INL __m512 bcast8_full_avx512(const float *x)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x))));
+}
+
+/* One block of the reduction: acc[r][q] += A's 8 floats of row r at a (both halves; `live`
+ * of them exist, the others read as +0) x the pair of B's rows q of the packed block bp. */
+T5 INL void ptile_block_avx512(const int MR, __m512 acc[][4], const float *bp, const float *a,
+                               size_t lda, uint32_t live)
+{
+    __m512 bv[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q)
+        bv[q] = _mm512_load_ps(bp + q * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+        const float *ar = a + (size_t)r * lda;
+        const __m512 av = live >= 8 ? bcast8_full_avx512(ar) : bcast8_avx512(ar, live);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)
+            acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+    }
+}
+
+/* MR <= DET_MR5 rows of A x a packed panel of DET_NR5 rows of B (pack_rows, pack_cols with pad:
+ * rows past the matrix are +0), of which the first `live` are stored, over [l0, l1) as
+ * nt_ptile_avx2:
+ * acc[r][q] holds the lanes of outputs 2q (low half) and 2q + 1 (high half) of row r, each
+ * with the fma sequence of nt_ptile_avx2; lanes saved in sv ([MR * 4][16]) between chunks. */
+T5 INL void nt_ptile_avx512(const int MR, uint32_t live, uint32_t l0, uint32_t l1, uint32_t k,
+                            float alpha, const float *a, size_t lda, const float *bp, float *sv,
+                            float *c, size_t ldc)
+{
+    __m512 acc[DET_MR5][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)
+            acc[r][q] = l0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(sv + (r * 4 + q) * 16);
+    const float *ap = a + l0, *const aend = a + (l1 & ~7u);
+    for (; ap < aend; ap += 8, bp += DET_NR5 * 8)
+        ptile_block_avx512(MR, acc, bp, ap, lda, 8);
+    const uint32_t l = (uint32_t)(ap - a);
+    if (l < l1) /* the last block of k: packed B is +0 past k, A is read masked as +0 */
+        ptile_block_avx512(MR, acc, bp, a + l, lda, k - l);
+    if (l1 < k) {
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q)
+                _mm512_store_ps(sv + (r * 4 + q) * 16, acc[r][q]);
+        return;
+    }
+    const __m256 al = _mm256_set1_ps(alpha);
+    const __mmask16 mk = (__mmask16)((1u << live) - 1u);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+        const __m256 t = _mm256_mul_ps(al, reduce8x8_avx512(acc[r][0], acc[r][1], acc[r][2],
+                                                            acc[r][3]));
+        _mm512_mask_storeu_ps(c + (size_t)r * ldc, mk, _mm512_castps256_ps512(t));
+    }
+}
+
+/* MR rows of A against every panel of a packed block of `rows` rows of B (as nt_prow_avx2). */
+T5 INL void nt_prow_avx512(const int MR, uint32_t rows, uint32_t l0, uint32_t l1, uint32_t k,
+                           float alpha, const float *a, size_t lda, const float *bp, float *sv,
+                           float *c, size_t ldc)
+{
+    const size_t pf = packed_panel_floats(DET_NR5, k), b0 = l0 / 8u;
+    for (uint32_t j = 0; j < rows; j += DET_NR5, bp += pf, sv += DET_SV_PANEL5)
+        nt_ptile_avx512(MR, rows - j < DET_NR5 ? rows - j : DET_NR5, l0, l1, k, alpha, a, lda,
+                        bp + b0 * DET_NR5 * 8, sv, c + j, ldc);
+}
+
+PROW(T5, prow5, nt_prow_avx512, 1) PROW(T5, prow5, nt_prow_avx512, 2)
+PROW(T5, prow5, nt_prow_avx512, 3) PROW(T5, prow5, nt_prow_avx512, 4)
+PROW(T5, prow5, nt_prow_avx512, 5) PROW(T5, prow5, nt_prow_avx512, 6)
+static const prow_fn prow_avx512[DET_MR5] = {prow5_1, prow5_2, prow5_3, prow5_4, prow5_5, prow5_6};
+
+/* ---- many rows of A (prefill): B packed block by block, the tiles of one instruction set ---- */
+
+typedef struct det_tiles {
+    uint32_t pw;       /* rows of B per packed panel */
+    bool pad;          /* the last panel padded with +0 rows to pw */
+    uint32_t sv_panel; /* floats of saved lanes per panel */
+    uint32_t mr;       /* rows of A per tile */
+    const prow_fn *prow; /* [MR - 1]: MR = 1..mr rows of A against a packed block */
+} det_tiles;
+
+static const det_tiles tiles_avx2 = {DET_NR, false, DET_SV_PANEL, 4, prow_avx2};
+static const det_tiles tiles_avx512 = {DET_NR5, true, DET_SV_PANEL5, DET_MR5, prow_avx512};
+
+/* Many rows of A: B (gemm_nt's rows, or gemm_nn's columns when cols_of_b) in blocks of nc rows
+ * packed into bp; for each block, rows of A t->mr at a time against every panel of the block
+ * (the block stays in L2), the reduction in chunks of at most DET_KC elements so that the four
+ * rows' chunk stays in L1 (sv holds each tile's lanes between chunks: the sequence of fmas per
+ * lane is unchanged). */
+static void packed_run(const det_tiles *t, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                       const float *a, size_t lda, const float *b, size_t ldb, int cols_of_b,
+                       float *c, size_t ldc, float *bp, uint32_t nc, float *sv)
+{
+    const uint32_t nb = (k + 7) / 8, nch = (8 * nb + DET_KC - 1) / DET_KC;
+    const uint32_t cb = (nb + nch - 1) / nch; /* blocks per chunk */
+    for (uint32_t jc = 0; jc < n; jc += nc) {
+        const uint32_t rows = n - jc < nc ? n - jc : nc;
+        if (cols_of_b)
+            pack_cols(rows, k, b + jc, ldb, t->pw, t->pad, bp);
+        else
+            pack_rows(rows, k, b + (size_t)jc * ldb, ldb, t->pw, t->pad, bp);
+        for (uint32_t i = 0; i < m; i += t->mr) {
+            const uint32_t mr = m - i < t->mr ? m - i : t->mr;
+            for (uint32_t b0 = 0; b0 < nb; b0 += cb) {
+                const uint32_t b1 = nb - b0 < cb ? nb : b0 + cb;
+                const uint32_t l0 = 8 * b0, l1 = b1 == nb ? k : 8 * b1;
+                t->prow[mr - 1](rows, l0, l1, k, alpha, a + (size_t)i * lda, lda, bp, sv,
+                                c + (size_t)i * ldc + jc, ldc);
+            }
+        }
+    }
+}
+
 #endif /* DET_X86 */
 
 typedef struct pack_buf {
@@ -742,28 +871,47 @@ static float *thread_pack_buf(size_t floats)
     return b->p;
 }
 
-/* The packed path's block: rows of B per packed block (a multiple of the panel, about
- * DET_PACK_FLOATS floats, at most n), with *bp this thread's pack buffer followed by *sv,
- * room for the saved lanes of one row of tiles (DET_SV_PANEL floats per panel); 0 (and
- * *bp NULL) when the product has too few rows of A to repay packing, or no memory: the
- * unpacked tiles then compute the same bits. */
-static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, float **bp, float **sv)
+/* The packed path's block: rows of B per packed block (a multiple of the panel's pw rows,
+ * about DET_PACK_FLOATS floats, at most n), with *bp this thread's pack buffer (room for the
+ * block's panels, the last one padded to pw rows) followed by *sv, room for the saved lanes of
+ * one row of tiles (sv_panel floats per panel); 0 (and *bp NULL) when the product has too few
+ * rows of A to repay packing, or no memory: the unpacked tiles then compute the same bits. */
+static uint32_t pack_block(uint32_t m, uint32_t n, uint32_t k, uint32_t pw, uint32_t sv_panel,
+                           float **bp, float **sv)
 {
     *bp = *sv = NULL;
     if (m < DET_PACK_MIN_M || k == 0)
         return 0;
     const size_t per_row = packed_panel_floats(1, k);
     uint32_t nc = (uint32_t)(DET_PACK_FLOATS / per_row);
-    nc = nc < DET_NR ? DET_NR : nc - nc % DET_NR;
+    nc = nc < pw ? pw : nc - nc % pw;
     if (nc > n)
         nc = n;
-    const size_t bfl = ((size_t)nc * per_row + 15) & ~(size_t)15;
-    const size_t svfl = (size_t)(nc / DET_NR + 1) * DET_SV_PANEL;
+    const size_t panels = (nc + pw - 1) / pw;
+    const size_t bfl = (panels * pw * per_row + 15) & ~(size_t)15;
+    const size_t svfl = (panels + 1) * sv_panel;
     if ((*bp = thread_pack_buf(bfl + svfl)) == NULL)
         return 0;
     *sv = *bp + bfl;
     return nc;
 }
+
+#if DET_X86
+/* Many rows of A on the tiles of isa (AVX2 or AVX-512), B's rows (gemm_nt) or columns
+ * (cols_of_b: gemm_nn) packed; false when pack_block declines (too few rows, no memory). */
+static bool packed(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                   const float *a, size_t lda, const float *b, size_t ldb, int cols_of_b,
+                   float *c, size_t ldc)
+{
+    const det_tiles *t = isa == LM_DET_AVX512 ? &tiles_avx512 : &tiles_avx2;
+    float *bp, *sv;
+    const uint32_t nc = pack_block(m, n, k, t->pw, t->sv_panel, &bp, &sv);
+    if (nc == 0)
+        return false;
+    packed_run(t, m, n, k, alpha, a, lda, b, ldb, cols_of_b, c, ldc, bp, nc, sv);
+    return true;
+}
+#endif
 
 void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float alpha,
                     const float *a /* [m][lda] */, size_t lda, const float *b /* [n][ldb] */,
@@ -774,15 +922,10 @@ void lm_det_gemm_nt(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k, float al
         nt_avx512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
         return;
     }
-    /* many rows: the packed AVX2 tiles; one row: the streaming AVX2 GEMV (nt_avx2) */
+    /* many rows: the packed tiles of isa; one row: the streaming AVX2 GEMV (nt_avx2) */
     if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) {
-        float *bp, *sv;
-        const uint32_t nc = pack_block(m, n, k, &bp, &sv);
-        if (nc > 0) {
-            packed_avx2(m, n, k, alpha, a, lda, b, ldb, 0, c, ldc, bp, nc, sv);
-        } else {
+        if (!packed(isa, m, n, k, alpha, a, lda, b, ldb, 0, c, ldc))
             nt_avx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
-        }
         return;
     }
 #endif
@@ -799,14 +942,10 @@ void lm_det_gemm_nn(lm_det_isa isa, uint32_t m, uint32_t n, uint32_t k,
         nn_avx512(m, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
-    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) { /* many rows: the packed AVX2 tiles */
-        float *bp, *sv;
-        const uint32_t nc = pack_block(m, n, k, &bp, &sv);
-        if (nc > 0) { /* alpha 1: 1.0f * x == x for every float the tree can produce */
-            packed_avx2(m, n, k, 1.0f, a, lda, b, ldb, 1, c, ldc, bp, nc, sv);
-        } else {
+    if (isa == LM_DET_AVX2 || isa == LM_DET_AVX512) { /* many rows: the packed tiles of isa */
+        /* alpha 1: 1.0f * x == x for every float the tree can produce */
+        if (!packed(isa, m, n, k, 1.0f, a, lda, b, ldb, 1, c, ldc))
             nn_avx2(m, n, k, a, lda, b, ldb, c, ldc);
-        }
         return;
     }
 #endif

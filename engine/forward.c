@@ -401,6 +401,20 @@ int lm_prefill(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t step, floa
     return LM_OK;
 }
 
+/* YaRN's multiplier m_i of pair i at base theta (kvd_model.h, lm_hparams), in double. */
+static double yarn_mult(const lm_hparams *hp, float theta, uint32_t i)
+{
+    const double two_pi = 6.283185307179586, n_rot = hp->n_rot, base = log((double)theta);
+    const double orig = hp->n_ctx_orig_yarn;
+    const double c_fast = n_rot * log(orig / (two_pi * 32.0)) / (2.0 * base);
+    const double c_slow = n_rot * log(orig / (two_pi * 1.0)) / (2.0 * base);
+    const double lo = fmax(0.0, floor(c_fast)), hi = fmin(n_rot - 1.0, ceil(c_slow));
+    const double y = ((double)i - lo) / fmax(0.001, hi - lo);
+    const double r = 1.0 - fmin(1.0, fmax(0.0, y));
+    const double s = 1.0 / (double)hp->rope_yarn_factor;
+    return s * (1.0 - r) + r;
+}
+
 void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_tab,
                    float *sin_tab)
 {
@@ -409,10 +423,15 @@ void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_ta
         double freq = pow((double)theta, -2.0 * (double)i / (double)m->hp.n_rot);
         if (m->rope_freqs != NULL) /* Llama 3.1: pair i's frequency divided by its factor */
             freq /= (double)m->rope_freqs[i];
+        double mag = 1.0;
+        if (m->hp.rope_yarn_factor != 0.0f) { /* YaRN: between s freq and freq; magnitude */
+            freq *= yarn_mult(&m->hp, theta, i);
+            mag = 1.0 + 0.1 * log((double)m->hp.rope_yarn_factor);
+        }
         for (uint32_t pos = 0; pos < n_pos; ++pos) {
             const double ang = (double)pos * freq;
-            cos_tab[(size_t)pos * half + i] = (float)cos(ang);
-            sin_tab[(size_t)pos * half + i] = (float)sin(ang);
+            cos_tab[(size_t)pos * half + i] = (float)(mag == 1.0 ? cos(ang) : cos(ang) * mag);
+            sin_tab[(size_t)pos * half + i] = (float)(mag == 1.0 ? sin(ang) : sin(ang) * mag);
         }
     }
 }

@@ -83,8 +83,12 @@ static int read_moe_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, 
     char k[KEY_MAX];
     const char *path = lm_gguf_path(g);
     const bool fixed = a->moe != LM_ARCH_MOE_FROM_FILE;
-    uint32_t gating_func = 1, groups = 0, shared = 0;
-    bool norm = fixed;
+    const bool topk = a->moe == LM_ARCH_MOE_SOFTMAX_TOPK;
+    /* the gating keys' values that say the row's own routing */
+    const uint32_t own_func = topk ? 3 : 1;
+    const bool own_norm = fixed && !topk;
+    uint32_t gating_func = own_func, groups = 0, shared = 0;
+    bool norm = own_norm;
     float scale = 0.0f;
     int rc;
     if (fixed && ((rc = need_u32(g, akey(k, a, "expert_count"), &hp->n_expert, err))
@@ -94,7 +98,8 @@ static int read_moe_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, 
         || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_used_count"), 0, &hp->n_expert_used, err))
         || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_feed_forward_length"), 0, &hp->n_ff_exp,
                                  err))
-        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_gating_func"), 1, &gating_func, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_gating_func"), own_func, &gating_func,
+                                 err))
         || (rc = lm_gguf_get_bool(g, akey(k, a, "expert_weights_norm"), norm, &norm, err))
         || (rc = lm_gguf_get_f32(g, akey(k, a, "expert_weights_scale"), 0.0f, &scale, err))
         || (rc = lm_gguf_get_u32(g, akey(k, a, "expert_group_count"), 0, &groups, err))
@@ -109,6 +114,9 @@ static int read_moe_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, 
                        "of experts", path, a->name);
     if (hp->n_expert == 0)
         return LM_OK;
+    if (hp->n_ff_exp == 0 && topk)
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing metadata key '%s'", path,
+                       akey(k, a, "expert_feed_forward_length"));
     if (hp->n_ff_exp == 0) /* absent or 0: llama.cpp's default for each row's graph */
         hp->n_ff_exp = fixed && hp->n_expert_used > 0 ? hp->n_ff / hp->n_expert_used : hp->n_ff;
     if (hp->n_expert > 256 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert
@@ -120,11 +128,12 @@ static int read_moe_hparams(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, 
     if (scale != 0.0f && scale != 1.0f)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_weights_scale %g is not supported "
                        "(0 or 1: the gate weights unscaled)", path, (double)scale);
-    if (fixed && (gating_func != 1 || !norm))
+    if (fixed && (gating_func != own_func || norm != own_norm))
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: expert_gating_func %" PRIu32 " with "
-                       "expert_weights_norm %s is not %s's routing (1, softmax, with the top-k "
-                       "weights renormalised)", path, gating_func, norm ? "true" : "false",
-                       a->name);
+                       "expert_weights_norm %s is not %s's routing (%s)", path, gating_func,
+                       norm ? "true" : "false", a->name,
+                       topk ? "3, softmax over the top-k logits, not renormalised"
+                            : "1, softmax, with the top-k weights renormalised");
     if (gating_func == 3)
         hp->moe_gating = 0;
     else if (gating_func == 1 || gating_func == 0)
@@ -176,6 +185,51 @@ static int assign_windows(lm_model *m, const lm_gguf *g, lm_err *err)
                     : hp->swa_period == 0 ? true : l % hp->swa_period < hp->swa_period - 1;
         m->layers[l].window = slides ? hp->n_swa : 0;
     }
+    return LM_OK;
+}
+
+/* rope.scaling.*: none, or YaRN where the row accepts it (lm_hparams: rope_yarn_factor). Every
+ * other scaling, and YaRN keys with values other than the ones llama.cpp computes with
+ * (attn_factor 1, yarn_beta_fast 32, yarn_beta_slow 1, yarn_ext_factor 1, yarn_attn_factor 1,
+ * no yarn_log_multiplier), is refused rather than ignored. */
+static int read_rope_scaling(lm_hparams *hp, const lm_arch *a, const lm_gguf *g, lm_err *err)
+{
+    char k[KEY_MAX];
+    const char *path = lm_gguf_path(g), *scaling;
+    int rc;
+    if ((rc = lm_gguf_get_str(g, akey(k, a, "rope.scaling.type"), NULL, &scaling, err)))
+        return rc;
+    const bool yarn = scaling != NULL && strcmp(scaling, "yarn") == 0 && a->rope_yarn;
+    if (scaling != NULL && strcmp(scaling, "none") != 0 && !yarn)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope scaling '%.32s' is not supported%s",
+                       path, scaling, a->rope_yarn ? " (none or yarn)" : "");
+    static const struct { const char *key; float want; } fixed[] = {
+        {"rope.scaling.attn_factor", 1.0f},    {"rope.scaling.yarn_beta_fast", 32.0f},
+        {"rope.scaling.yarn_beta_slow", 1.0f}, {"rope.scaling.yarn_ext_factor", 1.0f},
+        {"rope.scaling.yarn_attn_factor", 1.0f}, {"rope.scaling.yarn_log_multiplier", 0.0f},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; ++i) {
+        float v = fixed[i].want;
+        if ((rc = lm_gguf_get_f32(g, akey(k, a, fixed[i].key), v, &v, err)))
+            return rc;
+        if (v != fixed[i].want)
+            return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: %s = %g is not supported (%g)", path, k,
+                           (double)v, (double)fixed[i].want);
+    }
+    hp->rope_yarn_factor = 0.0f;
+    hp->n_ctx_orig_yarn = 0;
+    if (!yarn)
+        return LM_OK;
+    float factor = 0.0f;
+    if ((rc = lm_gguf_get_f32(g, akey(k, a, "rope.scaling.factor"), 0.0f, &factor, err))
+        || (rc = lm_gguf_get_u32(g, akey(k, a, "rope.scaling.original_context_length"),
+                                 hp->n_ctx_train, &hp->n_ctx_orig_yarn, err)))
+        return rc;
+    if (!(factor >= 1.0f) || factor > 1e6f || hp->n_ctx_orig_yarn == 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: YaRN needs rope.scaling.factor in [1, 1e6] (%g) "
+                       "and original_context_length > 0 (%" PRIu32 ")", path, (double)factor,
+                       hp->n_ctx_orig_yarn);
+    hp->rope_yarn_factor = factor;
     return LM_OK;
 }
 
@@ -240,13 +294,12 @@ static int read_hparams(lm_hparams *hp, const lm_arch **row, const lm_gguf *g, l
     if (!(hp->rope_theta > 0.0f) || hp->rope_theta > 1e30f)
         return LM_FAIL(err, LM_E_INPUT, "%s: rope.freq_base %g is not a positive finite number",
                        path, (double)hp->rope_theta);
-    /* Rope scaling changes the mathematics; refuse it rather than ignore it. */
-    const char *scaling;
-    if ((rc = lm_gguf_get_str(g, akey(k, a, "rope.scaling.type"), NULL, &scaling, err)))
+    if (a->rot_full && hp->n_rot != hp->head_dim)
+        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope.dimension_count %" PRIu32 " differs "
+                       "from the head dimension %" PRIu32 ", which %s does not support", path,
+                       hp->n_rot, hp->head_dim, a->name);
+    if ((rc = read_rope_scaling(hp, a, g, err)))
         return rc;
-    if (scaling != NULL && strcmp(scaling, "none") != 0)
-        return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: rope scaling '%.32s' is not supported", path,
-                       scaling);
     if ((rc = read_variant_hparams(hp, a, g, err)))
         return rc;
     hp->rope_type = a->rope_type;
@@ -298,10 +351,12 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             {tn->attn_sinks, hp->n_head, 1, true, &L->sinks},
             {tn->attn_q_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_q_norm},
             {tn->attn_k_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_k_norm},
-            {tn->attn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->attn_post_norm},
-            {tn->ffn_post_norm, E, 1, hp->norm_place != LM_NORM_SANDWICH, &L->ffn_post_norm},
+            {tn->attn_post_norm, E, 1, false, &L->attn_post_norm},
+            {tn->ffn_post_norm, E, 1, false, &L->ffn_post_norm},
         };
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
+        /* the sandwich's output norms (the last two) only where the row places them */
+        const size_t n_t = sizeof t / sizeof t[0] - (hp->norm_place == LM_NORM_SANDWICH ? 0 : 2);
+        for (size_t i = 0; i < n_t; ++i) {
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
             if ((rc = plan_add(p, name, t[i].ne0, t[i].ne1, t[i].opt, t[i].dst, err)))
                 return rc;
@@ -320,6 +375,19 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_down_exps);
             if ((rc = plan_add3(p, name, FE, E, X, &L->ffn_down_exps, err)))
                 return rc;
+            /* optional biases: router [n_expert], gate and up [n_expert][n_ff_exp], down
+             * [n_expert][n_embd] (ggml ne {n_ff_exp, n_expert}, {n_embd, n_expert}) */
+            const struct { const char *s; uint64_t ne0, ne1; const float **dst; } b[] = {
+                {tn->ffn_gate_inp_b, X, 1, &L->ffn_gate_inp_b},
+                {tn->ffn_gate_exps_b, FE, X, &L->ffn_gate_exps_b},
+                {tn->ffn_up_exps_b, FE, X, &L->ffn_up_exps_b},
+                {tn->ffn_down_exps_b, E, X, &L->ffn_down_exps_b},
+            };
+            for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {
+                snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, b[i].s);
+                if ((rc = plan_add(p, name, b[i].ne0, b[i].ne1, true, b[i].dst, err)))
+                    return rc;
+            }
         }
     }
     return LM_OK;

@@ -83,6 +83,24 @@ void lm_moe_gate(float *w, const float *logits, uint32_t n_expert, const uint32_
     }
 }
 
+/* rows[n][dim] += b[dim], one float add per element. */
+static void add_rows(float *rows, const float *b, uint32_t n, uint32_t dim)
+{
+    for (uint32_t t = 0; t < n; ++t)
+        for (uint32_t i = 0; i < dim; ++i)
+            rows[(size_t)t * dim + i] += b[i];
+}
+
+/* ggml's swiglu_oai element (moe.h). */
+static float swiglu_oai(float g, float u)
+{
+    const float limit = 7.0f, alpha = 1.702f;
+    const float x = limit < g ? limit : g;
+    const float y = u < -limit ? -limit : limit < u ? limit : u;
+    const float glu = x / (1.0f + lm_expf(alpha * (-x)));
+    return glu * (y + 1.0f);
+}
+
 size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert,
                       uint32_t n_used)
 {
@@ -107,6 +125,8 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
     uint32_t *rows = (uint32_t *)(void *)(yk + (size_t)n * k * d); /* [m_e] token of each row */
 
     be->vt->gemm_nt(be, n, ne, d, 1.0f, a->x, d, a->w_router, d, router, ne);
+    if (a->b_router != NULL)
+        add_rows(router, a->b_router, n, ne);
     for (uint32_t t = 0; t < n; ++t) {
         const float *rt = router + (size_t)t * ne;
         uint32_t *st = a->sel + (size_t)t * k;
@@ -130,9 +150,19 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
         const float *wd = a->w_down + (size_t)e * d * ff; /* [n_embd][n_ff] */
         be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wg, d, g, ff);
         be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wu, d, u, ff);
-        for (size_t i = 0; i < (size_t)m * ff; ++i)
-            g[i] = (g[i] / (1.0f + lm_expf(-g[i]))) * u[i];
+        if (a->b_gate != NULL)
+            add_rows(g, a->b_gate + (size_t)e * ff, m, ff);
+        if (a->b_up != NULL)
+            add_rows(u, a->b_up + (size_t)e * ff, m, ff);
+        if (a->act == LM_MOE_SWIGLU_OAI)
+            for (size_t i = 0; i < (size_t)m * ff; ++i)
+                g[i] = swiglu_oai(g[i], u[i]);
+        else
+            for (size_t i = 0; i < (size_t)m * ff; ++i)
+                g[i] = (g[i] / (1.0f + lm_expf(-g[i]))) * u[i];
         be->vt->gemm_nt(be, m, d, ff, 1.0f, g, ff, wd, ff, ye, d);
+        if (a->b_down != NULL)
+            add_rows(ye, a->b_down + (size_t)e * d, m, d);
         for (uint32_t i = 0; i < m; ++i)
             memcpy(yk + (size_t)rows[i] * d, ye + (size_t)i * d, d * sizeof(float));
     }

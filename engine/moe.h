@@ -44,6 +44,15 @@ float lm_moe_margin(const float *logits /* [n_expert] */, uint32_t n_expert,
 void lm_moe_gate(float *w /* [k] */, const float *logits /* [n_expert] */, uint32_t n_expert,
                  const uint32_t *sel /* [k] */, uint32_t k, lm_moe_gating gating);
 
+/* The experts' gated activation, h = act(g, u) per element. */
+typedef enum lm_moe_act {
+    LM_MOE_SWIGLU = 0,    /* silu(g) * u, silu(g) = g / (1 + lm_expf(-g)) */
+    /* ggml swiglu_oai (gpt-oss), alpha 1.702f, limit 7.0f: x = min(g, 7) (std::min: a NaN g
+     * stays NaN), y = clamp(u, -7, 7), h = (x / (1 + lm_expf(1.702f * (-x)))) * (y + 1),
+     * each operation one float rounding in that order */
+    LM_MOE_SWIGLU_OAI = 1
+} lm_moe_act;
+
 typedef struct lm_moe_args {
     uint32_t n;             /* tokens (rows) of the chunk */
     uint32_t n_embd;
@@ -56,6 +65,11 @@ typedef struct lm_moe_args {
     const float *w_gate;    /* [n_expert][n_ff][n_embd] */
     const float *w_up;      /* [n_expert][n_ff][n_embd] */
     const float *w_down;    /* [n_expert][n_embd][n_ff] */
+    const float *b_router;  /* [n_expert] or NULL */
+    const float *b_gate;    /* [n_expert][n_ff] or NULL */
+    const float *b_up;      /* [n_expert][n_ff] or NULL */
+    const float *b_down;    /* [n_expert][n_embd] or NULL */
+    lm_moe_act act;
     float *out;             /* [n][n_embd] (overwritten) */
     uint32_t *sel;          /* [n][n_used] selected experts, rank order (written) */
     float *margin;          /* [n] router margin (written), or NULL */
@@ -68,12 +82,13 @@ size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_exp
                       uint32_t n_used);
 
 /* The MoE FFN of a chunk:
- *   R = x . W_router^T                         backend gemm_nt [n][n_expert] (whole chunk)
+ *   R = x . W_router^T (+ b_router)            backend gemm_nt [n][n_expert] (whole chunk),
+ *                                              then the bias added (one float add)
  *   per token: sel = top-k(R_t), w = gate(R_t, sel), margin
  *   per expert e (id order): the rows routed to e, in token order, gathered into X_e;
- *     G = X_e . Wg_e^T, U = X_e . Wu_e^T       backend gemm_nt [m_e][n_ff]
- *     H = silu(G) * U                          silu(g) = g / (1 + lm_expf(-g))
- *     Y_e = H . Wd_e^T                         backend gemm_nt [m_e][n_embd]
+ *     G = X_e . Wg_e^T (+ bg_e), U = X_e . Wu_e^T (+ bu_e)   backend gemm_nt [m_e][n_ff]
+ *     H = act(G, U)                            lm_moe_act
+ *     Y_e = H . Wd_e^T (+ bd_e)                backend gemm_nt [m_e][n_embd]
  *   out_t = sum over ranks r = 0..k-1 of w_r * Y_{sel_r}[t], left to right from +0.0f.
  * With the naive backend every element is a fixed-order dot, so the result of a token does
  * not depend on which other tokens share its chunk (routing included). */

@@ -476,11 +476,11 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
         return;
     if (!f->cs_ready) {
         ref_rope_cos_sin(f->cs + t * hp->n_rot, (uint32_t)t, hp->rope_theta, f->m->rope_freqs,
-                         hp->n_rot);
+                         hp->n_rot, hp->rope_yarn_factor, hp->n_ctx_orig_yarn);
         if (f->cs_swa != NULL)
             ref_rope_cos_sin(f->cs_swa + t * hp->n_rot, (uint32_t)t, hp->rope_theta_swa,
-                             f->m->rope_freqs,
-                             hp->n_rot);
+                             f->m->rope_freqs, hp->n_rot, hp->rope_yarn_factor,
+                             hp->n_ctx_orig_yarn);
     }
     /* a sliding layer turns by the sliding theta when the model has one */
     const bool swa = f->cs_swa != NULL && f->m->layers[f->layer].window != 0;
@@ -689,17 +689,19 @@ static void route_item(fwd *f, void *p, uint64_t t, int tid)
 }
 
 static void swiglu_item(fwd *f, void *p, uint64_t t, int tid);
+static void swiglu_oai_item(fwd *f, void *p, uint64_t t, int tid);
 
-/* g = act(h . Wg^T) * (h . Wu^T), f->ff_cur = nff columns: each member computes its columns of
- * both products and of the activation, then one exchange shares g. */
-static int ffn_gated(fwd *f, const float *wg, const float *wu, item_fn act, lm_err *err)
+/* g = act(h . Wg^T (+ bg), h . Wu^T (+ bu)), f->ff_cur = nff columns: each member computes its
+ * columns of both products and of the activation, then one exchange shares g. */
+static int ffn_gated(fwd *f, const float *wg, const float *bg, const float *wu, const float *bu,
+                     item_fn act, lm_err *err)
 {
     const uint64_t n = f->n, e = f->hp->n_embd, nff = f->ff_cur;
     act_ctx c;
     ref_group_range(f->grp, f->grp ? f->grp->rank : 0, nff, &c.lo, &c.hi);
-    int st = matmul_part(f, f->g, f->h, wg, NULL, n, e, nff, false, err);
+    int st = matmul_part(f, f->g, f->h, wg, bg, n, e, nff, false, err);
     if (st == LM_OK)
-        st = matmul_part(f, f->up, f->h, wu, NULL, n, e, nff, false, err);
+        st = matmul_part(f, f->up, f->h, wu, bu, n, e, nff, false, err);
     if (st == LM_OK)
         st = par_for(f, n, act, &c, err);
     return share_cols(f, f->g, f->h, n, e, nff, st, err);
@@ -713,7 +715,8 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
     const lm_hparams *hp = f->hp;
     const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
     int st;
-    if ((st = matmul(f, f->router, f->h, L->ffn_gate_inp, NULL, n, e, hp->n_expert, false, err))
+    if ((st = matmul(f, f->router, f->h, L->ffn_gate_inp, L->ffn_gate_inp_b, n, e, hp->n_expert,
+                     false, err))
         || (st = par_for(f, n, route_item, NULL, err)))
         return st;
     if (f->sel_all != NULL) { /* keep this layer's routing and margins for the caller */
@@ -731,9 +734,13 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
     for (uint32_t x = 0; x < hp->n_expert; ++x) {
         if (!ref_moe_expert_used(f->sel, n * k, x))
             continue;
-        if ((st = ffn_gated(f, L->ffn_gate_exps + (uint64_t)x * fe * e,
-                            L->ffn_up_exps + (uint64_t)x * fe * e, swiglu_item, err))
-            || (st = matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, NULL, n, fe,
+        const float *bg = L->ffn_gate_exps_b ? L->ffn_gate_exps_b + (uint64_t)x * fe : NULL;
+        const float *bu = L->ffn_up_exps_b ? L->ffn_up_exps_b + (uint64_t)x * fe : NULL;
+        const float *bd = L->ffn_down_exps_b ? L->ffn_down_exps_b + (uint64_t)x * e : NULL;
+        if ((st = ffn_gated(f, L->ffn_gate_exps + (uint64_t)x * fe * e, bg,
+                            L->ffn_up_exps + (uint64_t)x * fe * e, bu,
+                            hp->act == LM_ACT_SWIGLU_OAI ? swiglu_oai_item : swiglu_item, err))
+            || (st = matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, bd, n, fe,
                             e, false, err)))
             return st;
         for (uint64_t t = 0; t < n; ++t)
@@ -754,6 +761,14 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
             mpfr_add(f->x[t * e + i], f->x[t * e + i], s->acc, MPFR_RNDN);
         }
     return LM_OK;
+}
+
+static void swiglu_oai_item(fwd *f, void *p, uint64_t t, int tid)
+{
+    const act_ctx *c = p;
+    uint64_t nff = f->ff_cur;
+    for (uint64_t i = c->lo; i < c->hi; ++i)
+        ref_swiglu_oai(f->g[t * nff + i], f->g[t * nff + i], f->up[t * nff + i], &f->scr[tid]);
 }
 
 static void swiglu_item(fwd *f, void *p, uint64_t t, int tid)
@@ -801,7 +816,8 @@ int ref_model_supported(const lm_model *m, lm_err *err)
     if (hp->norm_place != LM_NORM_PRE && hp->norm_place != LM_NORM_SANDWICH)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: norm placement %d is not implemented by the "
                        "reference", name, (int)hp->norm_place);
-    if (hp->act != LM_ACT_SWIGLU && hp->act != LM_ACT_GEGLU_TANH)
+    if (hp->act != LM_ACT_SWIGLU && hp->act != LM_ACT_GEGLU_TANH
+        && !(hp->act == LM_ACT_SWIGLU_OAI && hp->n_expert > 0)) /* swiglu_oai: experts only */
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: FFN activation %d is not implemented by the "
                        "reference", name, (int)hp->act);
     if (hp->n_layer == 0 || hp->n_embd == 0 || hp->n_head == 0 || hp->n_head_kv == 0 ||
@@ -1184,7 +1200,7 @@ int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *
             continue;
         }
         if ((st = par_for(&f, n, norm_item, &fc, err)) ||
-            (st = ffn_gated(&f, L->w_gate, L->w_up,
+            (st = ffn_gated(&f, L->w_gate, NULL, L->w_up, NULL,
                             hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, err)) ||
             (st = block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, err)))
             goto fail;

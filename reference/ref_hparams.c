@@ -6,7 +6,10 @@
  * Rules (llama.cpp's, per general.architecture):
  *   key prefix = the architecture name; head_count_kv defaults to head_count, key_length to
  *   embedding_length / head_count, rope.dimension_count to key_length;
- *   RMSNorm eps default: llama 1e-5, gemma3 / qwen2 / qwen3 1e-6;
+ *   RMSNorm eps default: llama and gpt-oss 1e-5, gemma3 / qwen2 / qwen3 / qwen3moe 1e-6;
+ *   gpt-oss: with a sliding_window, layer l slides iff l % 2 == 0 unless a pattern key says
+ *   otherwise; rope.scaling.type "yarn": rope.scaling.factor and original_context_length
+ *   (default context_length) as the engine must have them;
  *   rope.freq_base default: llama 10000, gemma3 / qwen2 / qwen3 1e6; RoPE pairs: llama
  *   adjacent (NORM), the others halves (NEOX);
  *   gemma3: sliding layers turn by rope.freq_base_swa (default 10000); with a
@@ -16,8 +19,8 @@
  *   l % N < N - 1; 0: every layer slides);
  *   experts: expert_count (0 = dense), expert_used_count, expert_feed_forward_length (absent
  *   or 0: qwen3moe feed_forward_length / expert_used_count, the others feed_forward_length);
- *   routing: qwen3moe always softmax over all with the top-k renormalised (gating 1), the
- *   others by expert_gating_func (3: softmax over the top-k, gating 0; else softmax over all,
+ *   routing: qwen3moe always softmax over all with the top-k renormalised (gating 1), gpt-oss
+ *   always softmax over the top-k logits (gating 0), the others by expert_gating_func (3: softmax over the top-k, gating 0; else softmax over all,
  *   renormalised iff expert_weights_norm: gating 1, or 2). */
 #include "kvd_ref.h"
 
@@ -32,15 +35,19 @@ typedef struct ref_arch_rule {
     lm_rope_type rope;
     uint32_t period;             /* sliding pattern without a key (0: every layer) */
     bool embd_scale;
-    bool moe_fixed;              /* routing fixed by the architecture (softmax, renormalised) */
+    int moe_fixed;               /* routing fixed by the architecture: -1 none (the keys say),
+                                    else the gating (1 softmax renormalised, 0 softmax of the
+                                    top-k) */
+    bool yarn;                   /* rope.scaling.type "yarn" is read */
 } ref_arch_rule;
 
 static const ref_arch_rule rules[] = {
-    {"llama", 1e-5f, 10000.0f, 0.0f, LM_ROPE_NORM, 0, false, false},
-    {"gemma3", 1e-6f, 1000000.0f, 10000.0f, LM_ROPE_NEOX, 6, true, false},
-    {"qwen2", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, false},
-    {"qwen3", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, false},
-    {"qwen3moe", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, true},
+    {"llama", 1e-5f, 10000.0f, 0.0f, LM_ROPE_NORM, 0, false, -1, false},
+    {"gemma3", 1e-6f, 1000000.0f, 10000.0f, LM_ROPE_NEOX, 6, true, -1, false},
+    {"qwen2", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, -1, false},
+    {"qwen3", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, -1, false},
+    {"qwen3moe", 1e-6f, 1000000.0f, 0.0f, LM_ROPE_NEOX, 0, false, 1, false},
+    {"gpt-oss", 1e-5f, 10000.0f, 0.0f, LM_ROPE_NEOX, 2, false, 0, true},
 };
 
 typedef struct rd {
@@ -150,8 +157,21 @@ static int check(const lm_model *m, const lm_gguf *g, lm_err *err)
     if ((rc = lm_gguf_get_bool(g, key, false, &norm, err)))
         return rc;
     if (n_ff_exp == 0 && n_expert > 0)
-        n_ff_exp = ru->moe_fixed && n_used > 0 ? n_ff / n_used : n_ff;
-    const uint32_t gating = ru->moe_fixed ? 1 : gating_func == 3 ? 0 : norm ? 1 : 2;
+        n_ff_exp = ru->moe_fixed >= 0 && n_used > 0 ? n_ff / n_used : n_ff;
+    const uint32_t gating = ru->moe_fixed >= 0 ? (uint32_t)ru->moe_fixed
+                            : gating_func == 3 ? 0 : norm ? 1 : 2;
+    /* YaRN: type, factor, original context (default context_length) */
+    const char *scaling = NULL;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if ((rc = lm_gguf_get_str(g, key, NULL, &scaling, err)))
+        return rc;
+    const bool yarn = ru->yarn && scaling != NULL && strcmp(scaling, "yarn") == 0;
+    const float yarn_factor = yarn ? get_f32(&r, "rope.scaling.factor", 0.0f) : 0.0f;
+    const uint32_t n_ctx_train = get_u32(&r, "context_length", 0);
+    const uint32_t n_orig = yarn ? get_u32(&r, "rope.scaling.original_context_length", n_ctx_train)
+                                 : 0;
+    if (r.rc)
+        return r.rc;
     SAME_U("embedding_length", n_embd, hp->n_embd);
     SAME_U("block_count", n_layer, hp->n_layer);
     SAME_U("attention.head_count", n_head, hp->n_head);
@@ -166,6 +186,8 @@ static int check(const lm_model *m, const lm_gguf *g, lm_err *err)
     const float swa_eff = theta_swa != 0.0f ? theta_swa : theta;
     const float swa_eng = hp->rope_theta_swa != 0.0f ? hp->rope_theta_swa : hp->rope_theta;
     SAME_F("sliding layers' rope theta", swa_eff, swa_eng);
+    SAME_F("YaRN factor", yarn_factor, hp->rope_yarn_factor);
+    SAME_U("YaRN original context", n_orig, hp->n_ctx_orig_yarn);
     SAME_U("expert_count", n_expert, hp->n_expert);
     if (n_expert > 0) {
         SAME_U("expert_used_count", n_used, hp->n_expert_used);

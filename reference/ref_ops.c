@@ -5,6 +5,7 @@
 #include "ref_exp.h"
 #include "ref_gelu.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,28 @@ void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s)
     mpfr_div(out, z, s->t, MPFR_RNDN);
 }
 
+void ref_swiglu_oai(mpfr_t out, const mpfr_t g, const mpfr_t u, ref_scratch *s)
+{
+    if (mpfr_cmp_si(u, -7) < 0)
+        mpfr_set_si(s->u, -7, MPFR_RNDN);
+    else if (mpfr_cmp_si(u, 7) > 0)
+        mpfr_set_si(s->u, 7, MPFR_RNDN);
+    else
+        mpfr_set(s->u, u, MPFR_RNDN);
+    mpfr_add_ui(s->u, s->u, 1, MPFR_RNDN); /* y + 1 */
+    if (mpfr_cmp_si(g, 7) > 0)
+        mpfr_set_si(s->acc, 7, MPFR_RNDN);
+    else
+        mpfr_set(s->acc, g, MPFR_RNDN); /* x (NaN stays NaN) */
+    mpfr_set_flt(s->t, 1.702f, MPFR_RNDN);
+    mpfr_mul(s->t, s->t, s->acc, MPFR_RNDN);
+    mpfr_neg(s->t, s->t, MPFR_RNDN);
+    ref_exp(s->t, s->t);
+    mpfr_add_ui(s->t, s->t, 1, MPFR_RNDN);
+    mpfr_div(out, s->acc, s->t, MPFR_RNDN);
+    mpfr_mul(out, out, s->u, MPFR_RNDN);
+}
+
 void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s)
 {
     /* 0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3))), each constant at full precision
@@ -223,11 +246,37 @@ void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot)
     mpfr_clears(e, th, (mpfr_ptr)0);
 }
 
-void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factors,
-                      uint32_t n_rot)
+/* YaRN's m_i (ref_rope_cos_sin) into out. */
+static void yarn_mult(mpfr_t out, float theta, uint32_t i, uint32_t n_rot, float factor,
+                      uint32_t n_ctx_orig)
 {
-    mpfr_t a, fac;
+    const double two_pi = 6.283185307179586, lb = log((double)theta);
+    const double c_fast = n_rot * log((double)n_ctx_orig / (two_pi * 32.0)) / (2.0 * lb);
+    const double c_slow = n_rot * log((double)n_ctx_orig / two_pi) / (2.0 * lb);
+    const double lo = fmax(0.0, floor(c_fast)), hi = fmin((double)n_rot - 1.0, ceil(c_slow));
+    mpfr_t r, sc;
+    mpfr_inits2(mpfr_get_prec(out), r, sc, (mpfr_ptr)0);
+    mpfr_set_d(r, (double)i - lo, MPFR_RNDN);            /* exact: small integers */
+    mpfr_div_d(r, r, fmax(0.001, hi - lo), MPFR_RNDN);
+    if (mpfr_cmp_ui(r, 1) > 0)
+        mpfr_set_ui(r, 1, MPFR_RNDN);
+    if (mpfr_sgn(r) < 0)
+        mpfr_set_ui(r, 0, MPFR_RNDN);
+    mpfr_ui_sub(r, 1, r, MPFR_RNDN);                       /* r_i */
+    mpfr_set_flt(sc, factor, MPFR_RNDN);
+    mpfr_ui_div(sc, 1, sc, MPFR_RNDN);                     /* s */
+    mpfr_ui_sub(out, 1, r, MPFR_RNDN);
+    mpfr_mul(out, out, sc, MPFR_RNDN);
+    mpfr_add(out, out, r, MPFR_RNDN);                      /* s (1 - r) + r */
+    mpfr_clears(r, sc, (mpfr_ptr)0);
+}
+
+void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factors,
+                      uint32_t n_rot, float yarn_factor, uint32_t n_ctx_orig)
+{
+    mpfr_t a, fac, ym;
     mpfr_init2(a, mpfr_get_prec(cs[0]));
+    mpfr_init2(ym, mpfr_get_prec(cs[0]));
     mpfr_init2(fac, 24);
     for (uint32_t i = 0; i < n_rot / 2; ++i) {
         ref_rope_freq(a, theta, i, n_rot);
@@ -235,10 +284,23 @@ void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factor
             mpfr_set_flt(fac, factors[i], MPFR_RNDN);
             mpfr_div(a, a, fac, MPFR_RNDN);
         }
+        if (yarn_factor > 0.0f) {
+            yarn_mult(ym, theta, i, n_rot, yarn_factor, n_ctx_orig);
+            mpfr_mul(a, a, ym, MPFR_RNDN);
+        }
         mpfr_mul_ui(a, a, pos, MPFR_RNDN);
         mpfr_sin_cos(cs[2 * i + 1], cs[2 * i], a, MPFR_RNDN);
+        if (yarn_factor > 0.0f) { /* magnitude 1 + 0.1 ln(factor) */
+            mpfr_set_flt(ym, yarn_factor, MPFR_RNDN);
+            mpfr_log(ym, ym, MPFR_RNDN);
+            mpfr_div_ui(ym, ym, 10, MPFR_RNDN);
+            mpfr_add_ui(ym, ym, 1, MPFR_RNDN);
+            mpfr_mul(cs[2 * i], cs[2 * i], ym, MPFR_RNDN);
+            mpfr_mul(cs[2 * i + 1], cs[2 * i + 1], ym, MPFR_RNDN);
+        }
     }
     mpfr_clear(a);
+    mpfr_clear(ym);
     mpfr_clear(fac);
 }
 

@@ -558,18 +558,34 @@ static void rotate(float *a, float *b, double c, double s, uint32_t key, uint64_
     *b = (float)sr_add(as, bc, coin(key, 6 * i + 5));
 }
 
-/* cos/sin of position t at theta (frequency i divided by factors[i] when the model has them),
- * in double, SR to float: cs[2i] = cos, cs[2i + 1] = sin. */
+/* YaRN's multiplier m_i of pair i (kvd_model.h, lm_hparams), in double. */
+static double yarn_mult(const lm_hparams *hp, float theta, uint32_t i)
+{
+    const double two_pi = 6.283185307179586, lb = log((double)theta), nr = hp->n_rot;
+    const double c_fast = nr * log(hp->n_ctx_orig_yarn / (two_pi * 32.0)) / (2.0 * lb);
+    const double c_slow = nr * log(hp->n_ctx_orig_yarn / two_pi) / (2.0 * lb);
+    const double lo = fmax(0.0, floor(c_fast)), hi = fmin(nr - 1.0, ceil(c_slow));
+    const double r = 1.0 - fmin(1.0, fmax(0.0, ((double)i - lo) / fmax(0.001, hi - lo)));
+    return (1.0 - r) / (double)hp->rope_yarn_factor + r;
+}
+
+/* cos/sin of position t at theta (frequency i times YaRN's m_i with YaRN, divided by
+ * factors[i] when the model has them), in double, times YaRN's magnitude 1 + 0.1 ln(factor),
+ * SR to float: cs[2i] = cos, cs[2i + 1] = sin. */
 static void rope_table(srf *f, float *cs, uint64_t t, float theta, uint32_t st)
 {
     const lm_hparams *hp = f->hp;
     const float *fac = f->m->rope_freqs;
     uint32_t key = key_of(f->skey, st, t, 0);
     for (uint32_t i = 0; i < hp->n_rot / 2; ++i) {
-        double fr = pow((double)theta, -2.0 * i / hp->n_rot);
+        double fr = pow((double)theta, -2.0 * i / hp->n_rot), mag = 1.0;
+        if (hp->rope_yarn_factor > 0.0f) { /* YaRN: frequency and magnitude */
+            fr *= yarn_mult(hp, theta, i);
+            mag = 1.0 + 0.1 * log((double)hp->rope_yarn_factor);
+        }
         double ang = (double)t * (fac ? fr / (double)fac[i] : fr);
-        cs[2 * i] = (float)sr24(cos(ang), coin(key, 2 * i));
-        cs[2 * i + 1] = (float)sr24(sin(ang), coin(key, 2 * i + 1));
+        cs[2 * i] = (float)sr24(cos(ang) * mag, coin(key, 2 * i));
+        cs[2 * i + 1] = (float)sr24(sin(ang) * mag, coin(key, 2 * i + 1));
     }
 }
 
@@ -725,6 +741,21 @@ static void gated_act(srf *f, uint64_t t, uint32_t st, bool gelu)
     }
 }
 
+/* gpt-oss's swiglu_oai (kvd_ref.h ref_swiglu_oai) on f->g, f->up: x = min(g, 7),
+ * y = clamp(u, -7, 7); x / (1 + exp(-1.702f x)) in double, SR; y + 1, SR; their product, SR. */
+static void oai_act(srf *f, uint64_t t, uint32_t st)
+{
+    const uint64_t nff = f->ff_cur;
+    uint32_t key = key_of(f->skey, st, t, 0);
+    for (uint64_t i = 0; i < nff; ++i) {
+        const double g = f->g[t * nff + i], u = f->up[t * nff + i];
+        const double x = 7.0 < g ? 7.0 : g, y = u < -7.0 ? -7.0 : 7.0 < u ? 7.0 : u;
+        const double a = sr24(x / (1.0 + exp(-(double)1.702f * x)), coin(key, 3 * i));
+        const double y1 = sr_add(y, 1.0, coin(key, 3 * i + 1));
+        f->g[t * nff + i] = (float)sr24(a * y1, coin(key, 3 * i + 2));
+    }
+}
+
 /* x += in . W^T (+ b); with a post-norm (sandwich): x += rmsnorm(in . W^T (+ b)) * post, the
  * sum SR per element. sv: V_ATT_POST or V_FFN_POST (its add site follows it). */
 static void block_out(srf *f, const float *in, const float *W, const float *b, uint64_t n_in,
@@ -846,7 +877,7 @@ static void moe_ffn(srf *f, const lm_layer *L)
 {
     const lm_hparams *hp = f->hp;
     const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
-    matmul(f, f->router, f->h, L->ffn_gate_inp, NULL, n, e, hp->n_expert, false,
+    matmul(f, f->router, f->h, L->ffn_gate_inp, L->ffn_gate_inp_b, n, e, hp->n_expert, false,
            vsite(f, V_ROUTER));
     for (uint64_t t = 0; t < n; ++t)
         route(f, t);
@@ -857,13 +888,20 @@ static void moe_ffn(srf *f, const lm_layer *L)
     for (uint32_t x = 0; x < hp->n_expert; ++x) {
         if (!ref_moe_expert_used(f->sel, n * k, x))
             continue;
-        matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, NULL, n, e, fe, false,
+        const float *bg = L->ffn_gate_exps_b ? L->ffn_gate_exps_b + (uint64_t)x * fe : NULL;
+        const float *bu = L->ffn_up_exps_b ? L->ffn_up_exps_b + (uint64_t)x * fe : NULL;
+        const float *bd = L->ffn_down_exps_b ? L->ffn_down_exps_b + (uint64_t)x * e : NULL;
+        matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, bg, n, e, fe, false,
                esite(f, x, E_GATE));
-        matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, NULL, n, e, fe, false,
+        matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, bu, n, e, fe, false,
                esite(f, x, E_UP));
-        for (uint64_t t = 0; t < n; ++t)
-            gated_act(f, t, esite(f, x, E_ACT), false);
-        matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, NULL, n, fe, e, false,
+        for (uint64_t t = 0; t < n; ++t) {
+            if (hp->act == LM_ACT_SWIGLU_OAI)
+                oai_act(f, t, esite(f, x, E_ACT));
+            else
+                gated_act(f, t, esite(f, x, E_ACT), false);
+        }
+        matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, bd, n, fe, e, false,
                esite(f, x, E_DOWN));
         for (uint64_t t = 0; t < n; ++t)
             for (uint64_t r = 0; r < k; ++r)

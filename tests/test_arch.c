@@ -1,8 +1,9 @@
 /* test_arch.c — architectures checked against llama.cpp on models kvdrift writes itself:
- * synth:qwen3moe loads with the routing its row fixes, judged against llama.cpp's logits of
- * the same file (tests/data/dumps/llama.cpp-synth-qwen3moe-f32kv) it is NOISE under the f32
- * profile, and the same judge with the routing's renormalisation left out fails; files whose
- * keys ask for a variant the row does not compute are refused with one line. */
+ * synth:qwen3moe and synth:gptoss load with the rules their rows fix; judged against
+ * llama.cpp's logits of the same files (tests/data/dumps/llama.cpp-synth-*-f32kv) they are
+ * NOISE under the f32 profile, and the same judge with a deliberate defect fails (qwen3moe:
+ * the routing's renormalisation left out; gpt-oss: YaRN left out, or plain SwiGLU experts);
+ * files whose keys ask for a variant a row does not compute are refused with one line. */
 #include "commands.h"
 #include "dump.h"
 #include "fixtures.h"
@@ -44,24 +45,27 @@ static void test_arch_qwen3moe_loads(void)
     lm_model_free(m);
 }
 
-/* A header-only qwen3moe file (no tensors: the loader reads the keys first) with the keys of
- * a small model plus extra[n_extra] set by the caller's writer calls. */
+/* A header-only file of architecture arch (no tensors: the loader reads the keys first) with
+ * the keys of a small model (experts: 16, top-4, n_ff_exp 48) plus those extra writes. */
 typedef int (*extra_fn)(lm_gguf_writer *w, lm_err *err);
 
-static const char *header_file(const char *name, bool experts, extra_fn extra)
+static const char *header_file(const char *name, const char *arch, bool experts, extra_fn extra)
 {
     lm_gguf_writer *w = NULL;
     lm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_create(&w, &err), LM_OK);
-    int rc = lm_gguf_w_str(w, "general.architecture", "qwen3moe", &err);
+    int rc = lm_gguf_w_str(w, "general.architecture", arch, &err);
     static const struct { const char *k; uint32_t v; } keys[] = {
-        {"qwen3moe.context_length", 2048}, {"qwen3moe.embedding_length", 64},
-        {"qwen3moe.block_count", 1},       {"qwen3moe.feed_forward_length", 192},
-        {"qwen3moe.attention.head_count", 8}, {"qwen3moe.attention.head_count_kv", 4},
-        {"qwen3moe.expert_count", 16},     {"qwen3moe.expert_used_count", 4},
+        {"context_length", 2048}, {"embedding_length", 64}, {"block_count", 1},
+        {"feed_forward_length", 192}, {"attention.head_count", 8},
+        {"attention.head_count_kv", 4}, {"expert_count", 16}, {"expert_used_count", 4},
+        {"expert_feed_forward_length", 48},
     };
-    for (size_t i = 0; rc == LM_OK && i < (experts ? 8u : 6u); ++i)
-        rc = lm_gguf_w_u32(w, keys[i].k, keys[i].v, &err);
+    char key[96];
+    for (size_t i = 0; rc == LM_OK && i < (experts ? 9u : 6u); ++i) {
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i].k);
+        rc = lm_gguf_w_u32(w, key, keys[i].v, &err);
+    }
     if (rc == LM_OK && extra != NULL)
         rc = extra(w, &err);
     static char path[1024];
@@ -71,6 +75,19 @@ static const char *header_file(const char *name, bool experts, extra_fn extra)
     lm_gguf_writer_free(w);
     CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
     return path;
+}
+
+/* Loading path fails with rc and one line containing msg. */
+static void load_fails(const char *path, int rc, const char *msg)
+{
+    lm_model *m = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL(lm_model_load(&m, path, &err), rc);
+    CU_ASSERT_PTR_NULL(m);
+    if (strstr(err.msg, msg) == NULL)
+        fprintf(stderr, "\n  %s: '%s' lacks '%s'\n", path, err.msg, msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, msg));
+    CU_ASSERT_PTR_NULL(strchr(err.msg, '\n'));
 }
 
 static int no_norm(lm_gguf_writer *w, lm_err *err)
@@ -101,27 +118,20 @@ static void test_arch_qwen3moe_refuses_other_routing(void)
 {
     static const struct { const char *name; bool experts; extra_fn f; int rc; const char *msg; }
     cases[] = {
+        {"q3m-plain", true, NULL, LM_E_INPUT, "missing tensor 'token_embd.weight'"},
         {"q3m-no-norm", true, no_norm, LM_E_UNSUPPORTED, "expert_weights_norm false is not qwen3moe's routing"},
         {"q3m-gating2", true, gating_sigmoid, LM_E_UNSUPPORTED, "expert_gating_func 2 with"},
         {"q3m-shared", true, shared_expert, LM_E_UNSUPPORTED, "expert_shared_count 1"},
         {"q3m-scaled", true, scaled, LM_E_UNSUPPORTED, "expert_weights_scale 2.5 is not supported"},
         {"q3m-grouped", true, grouped, LM_E_UNSUPPORTED, "expert_group_count 4"},
         {"q3m-dense", false, NULL, LM_E_INPUT, "missing metadata key 'qwen3moe.expert_count'"},
-        {"q3m-plain", true, NULL, LM_E_INPUT, "missing tensor 'token_embd.weight'"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-        const char *path = header_file(cases[i].name, cases[i].experts, cases[i].f);
-        lm_model *m = NULL;
-        lm_err err = {0};
-        CU_ASSERT_EQUAL(lm_model_load(&m, path, &err), cases[i].rc);
-        CU_ASSERT_PTR_NULL(m);
-        if (strstr(err.msg, cases[i].msg) == NULL)
-            fprintf(stderr, "\n  %s: '%s' lacks '%s'\n", cases[i].name, err.msg, cases[i].msg);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, cases[i].msg));
-        CU_ASSERT_PTR_NULL(strchr(err.msg, '\n'));
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        load_fails(header_file(cases[i].name, "qwen3moe", cases[i].experts, cases[i].f),
+                   cases[i].rc, cases[i].msg);
     char out[4096];
-    char *argv[] = {"run", (char *)header_file("q3m-no-norm", true, no_norm), "-p", "hi", NULL};
+    char *argv[] = {"run", (char *)header_file("q3m-no-norm", "qwen3moe", true, no_norm), "-p",
+                    "hi", NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 4, argv, out, sizeof out), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "expert_weights_norm false"));
 }
@@ -143,41 +153,159 @@ static hx_report *judge(const lm_model *m, hx_dump *d, const char *cache)
     return r;
 }
 
+/* synth:preset (seed 0) and llama.cpp's dump of it (folder under DUMPS): the judge is NOISE
+ * (or EXACT) with err/E <= 1 and exit code 0. Returns the model, its dump in *d. */
+static lm_model *judged_clean(const char *preset, const char *folder, hx_dump **d)
+{
+    lm_model *m = tf_synth_load(preset, 0);
+    char dir[256], cache[96];
+    snprintf(dir, sizeof dir, DUMPS "%s", folder);
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_dump_load(d, dir, m, m->path, &err), LM_OK);
+    snprintf(cache, sizeof cache, "arch-%s-clean", preset);
+    hx_report *r = judge(m, *d, cache);
+    const hx_config_report *c = &r->configs[r->dumps[0].first_config];
+    printf("\n  %s vs llama.cpp: %s err/E %.3g", preset, hx_class_name(c->cls), c->worst_ratio);
+    CU_ASSERT(c->cls == HX_NOISE || c->cls == HX_EXACT);
+    CU_ASSERT(c->worst_ratio <= 1.0);
+    CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 0);
+    hx_report_free(r);
+    /* defects follow: the path is cleared so that the reference takes the changed hparams
+     * instead of re-reading the file's, and each defect has its own cache folder so that
+     * nothing computed for the correct model is reused */
+    free(m->path);
+    m->path = NULL;
+    return m;
+}
+
+/* The judge of m (a defect) fails, err/E > 10. */
+static void judged_failing(const lm_model *m, hx_dump *d, const char *cache, const char *what)
+{
+    hx_report *r = judge(m, d, cache);
+    const hx_config_report *c = &r->configs[r->dumps[0].first_config];
+    printf("; %s: %s err/E %.3g", what, hx_class_name(c->cls), c->worst_ratio);
+    CU_ASSERT(hx_class_fails(c->cls));
+    CU_ASSERT(c->worst_ratio > 10.0);
+    CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 1);
+    hx_report_free(r);
+}
+
 /* llama.cpp's logits of synth:qwen3moe (27 positions, F32 KV cache, flash attention off) are
  * NOISE under the f32 profile: every position's error against the MPFR reference is within
  * the f32 envelope E (measured by the stochastic-rounding ensemble, safety factor 2), so err/E
  * <= 1 (measured 0.29). Both engines round float32 in different orders (ggml's blocked dot
  * products and softmax), which is exactly what E bounds; a different routing rule is not:
- * the same judge with the top-k weights left unrenormalised (moe_gating 2, in the engine's
- * envelope runs and in the reference alike) moves every logit by far more than E and fails. */
+ * the same judge with the top-k weights left unrenormalised (moe_gating 2, in the SR runs
+ * that measure E and in the MPFR reference alike) moves every logit by far more than E and
+ * fails. The engine's own bits are checked against the same reference by cases/qwen3moe.case. */
 static void test_arch_qwen3moe_judge_llamacpp(void)
 {
-    lm_model *m = tf_synth_load("qwen3moe", 0);
     hx_dump *d = NULL;
-    lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_dump_load(&d, DUMPS "llama.cpp-synth-qwen3moe-f32kv", m, m->path,
-                                       &err), LM_OK);
-    hx_report *r = judge(m, d, "arch-judge-clean");
-    const hx_config_report *c = &r->configs[r->dumps[0].first_config];
-    printf("\n  qwen3moe vs llama.cpp: %s err/E %.3g", hx_class_name(c->cls), c->worst_ratio);
-    CU_ASSERT(c->cls == HX_NOISE || c->cls == HX_EXACT);
-    CU_ASSERT(c->worst_ratio <= 1.0);
-    CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 0);
-    hx_report_free(r);
-
-    /* the defect: routing weights not renormalised; the path is cleared so that the
-     * reference does not re-read the (correct) routing from the file, and the cache is
-     * another folder so that nothing computed for the correct model is reused */
-    char *path = m->path;
-    m->path = NULL;
+    lm_model *m = judged_clean("qwen3moe", "llama.cpp-synth-qwen3moe-f32kv", &d);
     m->hp.moe_gating = 2;
-    r = judge(m, d, "arch-judge-defect");
-    c = &r->configs[r->dumps[0].first_config];
-    printf("; not renormalised: %s err/E %.3g\n", hx_class_name(c->cls), c->worst_ratio);
-    CU_ASSERT(hx_class_fails(c->cls));
-    CU_ASSERT(c->worst_ratio > 10.0);
-    hx_report_free(r);
-    m->path = path;
+    judged_failing(m, d, "arch-qwen3moe-no-renorm", "not renormalised");
+    printf("\n");
+    hx_dump_free(d);
+    lm_model_free(m);
+}
+
+/* synth:gptoss's configuration as loaded: YaRN 32 from 4096, window 8 on even layers, sinks,
+ * biases everywhere llama.cpp's gpt-oss has them, the FFN norm under its post_attention name
+ * (and no sandwich), top-4 of 16 with the softmax over the 4, swiglu_oai experts. */
+static void test_arch_gptoss_loads(void)
+{
+    lm_model *m = tf_synth_load("gptoss", 0);
+    const lm_hparams *hp = &m->hp;
+    CU_ASSERT_STRING_EQUAL(hp->arch, "gpt-oss");
+    CU_ASSERT_EQUAL(hp->rope_yarn_factor, 32.0f);
+    CU_ASSERT_EQUAL(hp->n_ctx_orig_yarn, 4096);
+    CU_ASSERT_EQUAL(hp->rope_theta, 150000.0f);
+    CU_ASSERT_EQUAL(hp->n_rot, hp->head_dim);
+    CU_ASSERT_EQUAL(hp->act, LM_ACT_SWIGLU_OAI);
+    CU_ASSERT_EQUAL(hp->moe_gating, 0);
+    CU_ASSERT_EQUAL(hp->n_expert, 16);
+    CU_ASSERT_EQUAL(hp->n_ff_exp, 48);
+    CU_ASSERT(hp->has_sinks);
+    for (uint32_t l = 0; l < hp->n_layer; ++l) {
+        const lm_layer *L = &m->layers[l];
+        CU_ASSERT_EQUAL(L->window, l % 2 == 0 ? 8u : 0u);
+        CU_ASSERT(L->bq && L->bk && L->bv && L->bo && L->sinks && L->ffn_norm);
+        CU_ASSERT(L->ffn_gate_inp_b && L->ffn_gate_exps_b && L->ffn_up_exps_b
+                  && L->ffn_down_exps_b);
+        CU_ASSERT(L->attn_post_norm == NULL && L->ffn_post_norm == NULL && L->w_gate == NULL);
+    }
+    CU_ASSERT(!hp->tied_output);
+    lm_model_free(m);
+}
+
+static int yarn_keys(lm_gguf_writer *w, lm_err *err)
+{
+    int rc = lm_gguf_w_str(w, "gpt-oss.rope.scaling.type", "yarn", err);
+    return rc ? rc : lm_gguf_w_f32(w, "gpt-oss.rope.scaling.factor", 32.0f, err);
+}
+static int yarn_beta(lm_gguf_writer *w, lm_err *err)
+{
+    int rc = yarn_keys(w, err);
+    return rc ? rc : lm_gguf_w_f32(w, "gpt-oss.rope.scaling.yarn_beta_fast", 16.0f, err);
+}
+static int yarn_log_mul(lm_gguf_writer *w, lm_err *err)
+{
+    int rc = yarn_keys(w, err);
+    return rc ? rc : lm_gguf_w_f32(w, "gpt-oss.rope.scaling.yarn_log_multiplier", 0.1f, err);
+}
+static int rope_linear(lm_gguf_writer *w, lm_err *err)
+{
+    return lm_gguf_w_str(w, "gpt-oss.rope.scaling.type", "linear", err);
+}
+static int oss_gating1(lm_gguf_writer *w, lm_err *err)
+{
+    return lm_gguf_w_u32(w, "gpt-oss.expert_gating_func", 1, err);
+}
+static int oss_rot_half(lm_gguf_writer *w, lm_err *err)
+{
+    return lm_gguf_w_u32(w, "gpt-oss.rope.dimension_count", 4, err);
+}
+static int yarn_in_qwen3moe(lm_gguf_writer *w, lm_err *err)
+{
+    return lm_gguf_w_str(w, "qwen3moe.rope.scaling.type", "yarn", err);
+}
+
+/* gpt-oss keys llama.cpp would compute differently from what they say (YaRN betas or log
+ * multiplier, another scaling, other routing, partial rotary) are refused with one line;
+ * YaRN is refused where the row does not compute it (qwen3moe); keys as synth:gptoss has
+ * them get past the keys. */
+static void test_arch_gptoss_refuses_other_variants(void)
+{
+    static const struct { const char *name, *arch; extra_fn f; int rc; const char *msg; }
+    cases[] = {
+        {"oss-beta", "gpt-oss", yarn_beta, LM_E_UNSUPPORTED, "yarn_beta_fast = 16 is not supported (32)"},
+        {"oss-logmul", "gpt-oss", yarn_log_mul, LM_E_UNSUPPORTED, "yarn_log_multiplier = 0.1 is not"},
+        {"oss-linear", "gpt-oss", rope_linear, LM_E_UNSUPPORTED, "rope scaling 'linear' is not supported (none or yarn)"},
+        {"oss-gating1", "gpt-oss", oss_gating1, LM_E_UNSUPPORTED, "is not gpt-oss's routing (3, softmax over the top-k"},
+        {"oss-rot", "gpt-oss", oss_rot_half, LM_E_UNSUPPORTED, "rope.dimension_count 4 differs from the head dimension 8"},
+        {"q3m-yarn", "qwen3moe", yarn_in_qwen3moe, LM_E_UNSUPPORTED, "rope scaling 'yarn' is not supported"},
+        {"oss-plain", "gpt-oss", yarn_keys, LM_E_INPUT, "missing tensor 'token_embd.weight'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        load_fails(header_file(cases[i].name, cases[i].arch, true, cases[i].f), cases[i].rc,
+                   cases[i].msg);
+}
+
+/* llama.cpp's logits of synth:gptoss (27 positions, F32 KV cache, flash attention off) are
+ * NOISE under f32 (err/E <= 1, measured 0.32; the bound as for qwen3moe above). Two defects
+ * fail, in the SR runs that measure E and in the MPFR reference alike: RoPE without YaRN
+ * (neither the interpolated frequencies nor the magnitude 1 + 0.1 ln 32), and plain SwiGLU
+ * experts instead of swiglu_oai. The engine is checked by cases/gptoss.case. */
+static void test_arch_gptoss_judge_llamacpp(void)
+{
+    hx_dump *d = NULL;
+    lm_model *m = judged_clean("gptoss", "llama.cpp-synth-gptoss-f32kv", &d);
+    m->hp.rope_yarn_factor = 0.0f;
+    judged_failing(m, d, "arch-gptoss-no-yarn", "without YaRN");
+    m->hp.rope_yarn_factor = 32.0f;
+    m->hp.act = LM_ACT_SWIGLU;
+    judged_failing(m, d, "arch-gptoss-swiglu", "plain SwiGLU experts");
+    printf("\n");
     hx_dump_free(d);
     lm_model_free(m);
 }
@@ -189,4 +317,8 @@ void test_arch_register(void)
     CU_add_test(s, "test_arch_qwen3moe_refuses_other_routing",
                 test_arch_qwen3moe_refuses_other_routing);
     CU_add_test(s, "test_arch_qwen3moe_judge_llamacpp", test_arch_qwen3moe_judge_llamacpp);
+    CU_add_test(s, "test_arch_gptoss_loads", test_arch_gptoss_loads);
+    CU_add_test(s, "test_arch_gptoss_refuses_other_variants",
+                test_arch_gptoss_refuses_other_variants);
+    CU_add_test(s, "test_arch_gptoss_judge_llamacpp", test_arch_gptoss_judge_llamacpp);
 }

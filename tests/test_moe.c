@@ -69,6 +69,8 @@ static void test_moe_gate_variants(void)
 typedef struct moe_problem {
     uint32_t n, d, ff, ne, k;
     float *x, *wr, *wg, *wu, *wd;
+    float *br, *bg, *bu, *bd; /* biases (gpt-oss) or NULL */
+    lm_moe_act act;
 } moe_problem;
 
 static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uint32_t k)
@@ -83,6 +85,24 @@ static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uin
     p->wg = tf_rand_vec((size_t)ne * p->ff * p->d, 0.5f, rng);
     p->wu = tf_rand_vec((size_t)ne * p->ff * p->d, 0.5f, rng);
     p->wd = tf_rand_vec((size_t)ne * p->d * p->ff, 0.5f, rng);
+    p->br = p->bg = p->bu = p->bd = NULL;
+    p->act = LM_MOE_SWIGLU;
+}
+
+/* gpt-oss's experts: every bias, swiglu_oai, gate and up weights 6 times larger (gate and up
+ * values of standard deviation ~7, so that the limit 7 clamps a good part of them). */
+static void moe_make_oai(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uint32_t k)
+{
+    moe_make(p, rng, n, ne, k);
+    for (size_t i = 0; i < (size_t)ne * p->ff * p->d; ++i) {
+        p->wg[i] *= 6.0f;
+        p->wu[i] *= 6.0f;
+    }
+    p->br = tf_rand_vec(ne, 1.0f, rng);
+    p->bg = tf_rand_vec((size_t)ne * p->ff, 1.0f, rng);
+    p->bu = tf_rand_vec((size_t)ne * p->ff, 1.0f, rng);
+    p->bd = tf_rand_vec((size_t)ne * p->d, 1.0f, rng);
+    p->act = LM_MOE_SWIGLU_OAI;
 }
 
 static void moe_free(moe_problem *p)
@@ -92,6 +112,10 @@ static void moe_free(moe_problem *p)
     free(p->wg);
     free(p->wu);
     free(p->wd);
+    free(p->br);
+    free(p->bg);
+    free(p->bu);
+    free(p->bd);
 }
 
 static void moe_run(lm_backend *be, const moe_problem *p, uint32_t t0, uint32_t n,
@@ -100,7 +124,8 @@ static void moe_run(lm_backend *be, const moe_problem *p, uint32_t t0, uint32_t 
     lm_moe_args a = {
         .n = n, .n_embd = p->d, .n_ff = p->ff, .n_expert = p->ne, .n_used = p->k,
         .gating = gating, .x = p->x + (size_t)t0 * p->d, .w_router = p->wr, .w_gate = p->wg,
-        .w_up = p->wu, .w_down = p->wd, .out = out + (size_t)t0 * p->d,
+        .w_up = p->wu, .w_down = p->wd, .b_router = p->br, .b_gate = p->bg, .b_up = p->bu,
+        .b_down = p->bd, .act = p->act, .out = out + (size_t)t0 * p->d,
         .sel = sel + (size_t)t0 * p->k, .margin = margin + t0,
     };
     a.scratch_floats = lm_moe_scratch(n, p->d, p->ff, p->ne, p->k);
@@ -109,14 +134,15 @@ static void moe_run(lm_backend *be, const moe_problem *p, uint32_t t0, uint32_t 
     free(a.scratch);
 }
 
-/* Closed form of one token in double, given the routing (compared separately). */
+/* Closed form of one token in double, given the routing (compared separately); *clamped
+ * counts the gate or up values swiglu_oai clamps (when p->act is it). */
 static void moe_closed_form(double *out /* [d] */, const moe_problem *p, uint32_t t,
-                            const uint32_t *sel)
+                            const uint32_t *sel, uint32_t *clamped)
 {
     double lg[64], h[64];
     const float *x = p->x + (size_t)t * p->d;
     for (uint32_t e = 0; e < p->ne; ++e) {
-        lg[e] = 0.0;
+        lg[e] = p->br ? (double)p->br[e] : 0.0;
         for (uint32_t i = 0; i < p->d; ++i)
             lg[e] += (double)x[i] * (double)p->wr[(size_t)e * p->d + i];
     }
@@ -128,16 +154,24 @@ static void moe_closed_form(double *out /* [d] */, const moe_problem *p, uint32_
     for (uint32_t r = 0; r < p->k; ++r) {
         const uint32_t e = sel[r];
         for (uint32_t f = 0; f < p->ff; ++f) {
-            double g = 0.0, u = 0.0;
+            double g = p->bg ? (double)p->bg[(size_t)e * p->ff + f] : 0.0;
+            double u = p->bu ? (double)p->bu[(size_t)e * p->ff + f] : 0.0;
             for (uint32_t i = 0; i < p->d; ++i) {
                 g += (double)x[i] * (double)p->wg[((size_t)e * p->ff + f) * p->d + i];
                 u += (double)x[i] * (double)p->wu[((size_t)e * p->ff + f) * p->d + i];
             }
-            h[f] = g / (1.0 + exp(-g)) * u;
+            if (p->act == LM_MOE_SWIGLU_OAI) {
+                *clamped += (g > 7.0) + (fabs(u) > 7.0);
+                g = fmin(g, 7.0);
+                u = fmax(-7.0, fmin(u, 7.0));
+                h[f] = g / (1.0 + exp(-1.702 * g)) * (u + 1.0);
+            } else {
+                h[f] = g / (1.0 + exp(-g)) * u;
+            }
         }
         const double w = exp(lg[e]) / den;
         for (uint32_t i = 0; i < p->d; ++i) {
-            double y = 0.0;
+            double y = p->bd ? (double)p->bd[(size_t)e * p->d + i] : 0.0;
             for (uint32_t f = 0; f < p->ff; ++f)
                 y += h[f] * (double)p->wd[((size_t)e * p->d + i) * p->ff + f];
             out[i] += w * y;
@@ -151,7 +185,7 @@ static void topk_double(uint32_t *sel, const moe_problem *p, uint32_t t)
     float lg[64];
     const float *x = p->x + (size_t)t * p->d;
     for (uint32_t e = 0; e < p->ne; ++e) {
-        double s = 0.0;
+        double s = p->br ? (double)p->br[e] : 0.0;
         for (uint32_t i = 0; i < p->d; ++i)
             s += (double)x[i] * (double)p->wr[(size_t)e * p->d + i];
         lg[e] = (float)s;
@@ -188,7 +222,8 @@ static void test_moe_forward_matches_closed_form(void)
                     if (margin[t] > 1e-5f)
                         routed_ok &= memcmp(sd, sel + (size_t)t * p.k, p.k * sizeof(uint32_t)) == 0;
                     CU_ASSERT(margin[t] >= 0.0f);
-                    moe_closed_form(want, &p, t, sel + (size_t)t * p.k);
+                    uint32_t clamped = 0;
+                    moe_closed_form(want, &p, t, sel + (size_t)t * p.k, &clamped);
                     for (uint32_t i = 0; i < p.d; ++i) {
                         const double e = fabs((double)out[(size_t)t * p.d + i] - want[i]);
                         worst = e > worst || isnan(e) ? e : worst;
@@ -209,6 +244,59 @@ static void test_moe_forward_matches_closed_form(void)
             }
         lm_backend_destroy(be);
     }
+}
+
+/* gpt-oss's experts: router and expert biases and swiglu_oai against the closed form in
+ * double, with the softmax over the top-k, on both backends. Tolerance relative to the
+ * largest output (~1e2): the float path rounds ~60 terms per output (router, 16-term dots,
+ * 24-term down dots, the gate sum), each within 2^-24 relative of values up to ~1e2, so
+ * 2e-6 of the largest output is far above rounding while a missing bias (of size ~1), a
+ * clamp left out (values up to ~40 instead of 7) or silu's slope 1 instead of 1.702 moves
+ * outputs by more than 1e-2 of it. */
+static void test_moe_biases_swiglu_oai(void)
+{
+    static const char *backends[] = {"naive", "blas"};
+    static const uint32_t shapes[][2] = {{8, 2}, {16, 4}};
+    uint64_t rng = tu_seed() ^ 0x0a1u;
+    uint32_t clamped = 0;
+    for (int b = 0; b < 2; ++b) {
+        lm_backend *be = NULL;
+        lm_err err = {0};
+        CU_ASSERT_FATAL(lm_backend_create(&be, backends[b], 1, &err) == LM_OK);
+        for (int s = 0; s < 2; ++s) {
+            moe_problem p;
+            moe_make_oai(&p, &rng, 11, shapes[s][0], shapes[s][1]);
+            float *out = malloc((size_t)p.n * p.d * sizeof(float));
+            uint32_t *sel = malloc((size_t)p.n * p.k * sizeof(uint32_t));
+            float *margin = malloc(p.n * sizeof(float));
+            moe_run(be, &p, 0, p.n, LM_MOE_SOFTMAX_TOPK, out, sel, margin);
+            double want[16], worst = 0.0, big = 0.0;
+            uint32_t sd[32];
+            int routed_ok = 1;
+            for (uint32_t t = 0; t < p.n; ++t) {
+                topk_double(sd, &p, t);
+                if (margin[t] > 1e-5f)
+                    routed_ok &= memcmp(sd, sel + (size_t)t * p.k, p.k * sizeof(uint32_t)) == 0;
+                moe_closed_form(want, &p, t, sel + (size_t)t * p.k, &clamped);
+                for (uint32_t i = 0; i < p.d; ++i) {
+                    const double e = fabs((double)out[(size_t)t * p.d + i] - want[i]);
+                    worst = e > worst || isnan(e) ? e : worst;
+                    big = fmax(big, fabs(want[i]));
+                }
+            }
+            CU_ASSERT(routed_ok);
+            if (worst > 2e-6 * big)
+                printf("\n  moe oai %s %ux%u: max err %.3g of %.3g\n", backends[b], p.ne, p.k,
+                       worst, big);
+            CU_ASSERT(worst <= 2e-6 * big);
+            free(out);
+            free(sel);
+            free(margin);
+            moe_free(&p);
+        }
+        lm_backend_destroy(be);
+    }
+    CU_ASSERT(clamped > 100); /* the limit was exercised */
 }
 
 /* Naive backend: a token's output, routing and margin do not depend on its chunk. */
@@ -272,4 +360,5 @@ void test_moe_register(void)
     CU_add_test(s, "test_moe_gate_dominant_logit", test_moe_gate_dominant_logit);
     CU_add_test(s, "test_moe_forward_matches_closed_form", test_moe_forward_matches_closed_form);
     CU_add_test(s, "test_moe_chunk_invariant_naive", test_moe_chunk_invariant_naive);
+    CU_add_test(s, "test_moe_biases_swiglu_oai", test_moe_biases_swiglu_oai);
 }

@@ -76,9 +76,15 @@ static void test_ref_forward_bad_input(void)
         t.m.hp.rope_type = a->rope_type;
         t.m.hp.norm_place = a->norm_place;
         t.m.hp.act = a->act;
+        /* a row whose layers are all MoE (its activation is an experts' one): one expert */
+        t.m.hp.n_expert = t.m.hp.n_expert_used = a->moe != LM_ARCH_MOE_FROM_FILE ? 1 : 0;
         lm_err_clear(&err);
         CU_ASSERT_EQUAL(ref_model_supported(&t.m, &err), LM_OK);
     }
+    t.m.hp.n_expert = t.m.hp.n_expert_used = 0;
+    t.m.hp.act = LM_ACT_SWIGLU_OAI; /* swiglu_oai is the experts' activation only */
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(ref_model_supported(&t.m, &err), LM_E_UNSUPPORTED);
     trm_free(&t);
 }
 

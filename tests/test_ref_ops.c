@@ -248,7 +248,7 @@ static void test_ref_ops_rope_known(void)
     enum { HD = 6, ROT = 4 };
     mpfr_t *cs = ref_vec_new(ROT, P), *x = ref_vec_new(HD, P);
     /* position 0: cos = 1, sin = 0, the rotation is the identity, bit for bit */
-    ref_rope_cos_sin(cs, 0, 10000.0f, NULL, ROT);
+    ref_rope_cos_sin(cs, 0, 10000.0f, NULL, ROT, 0.0f, 0);
     for (int i = 0; i < HD; ++i)
         mpfr_set_d(x[i], 0.125 * (i + 1) - 0.3, MPFR_RNDN);
     ref_rope_apply(x, cs, ROT, LM_ROPE_NORM, &scr);
@@ -258,7 +258,7 @@ static void test_ref_ops_rope_known(void)
     }
     /* unit vector e0 at position 1: NORM pairs (0,1), NEOX pairs (0,2); angle 1 rad; dims past
      * n_rot are left alone */
-    ref_rope_cos_sin(cs, 1, 10000.0f, NULL, ROT);
+    ref_rope_cos_sin(cs, 1, 10000.0f, NULL, ROT, 0.0f, 0);
     mpfr_t c1, s1;
     mpfr_inits2(P, c1, s1, (mpfr_ptr)0);
     mpfr_set_ui(e, 1, MPFR_RNDN);

@@ -20,7 +20,10 @@ typedef enum lm_norm_place {
 /* The FFN's gated activation. */
 typedef enum lm_ffn_act {
     LM_ACT_SWIGLU = 0,    /* down(silu(gate(x)) * up(x)) */
-    LM_ACT_GEGLU_TANH = 1 /* down(gelu_tanh(gate(x)) * up(x)) (gemma3) */
+    LM_ACT_GEGLU_TANH = 1, /* down(gelu_tanh(gate(x)) * up(x)) (gemma3) */
+    /* gpt-oss's experts (ggml swiglu_oai, alpha 1.702, limit 7): with g = min(gate(x), 7),
+     * u = clamp(up(x), -7, 7): down(g / (1 + exp(-1.702 g)) * (u + 1)) */
+    LM_ACT_SWIGLU_OAI = 2
 } lm_ffn_act;
 
 /* How an architecture's feed-forward blocks route (the loader's rules, engine/model.c). */
@@ -32,7 +35,10 @@ typedef enum lm_arch_moe {
      * expert_feed_forward_length defaults to feed_forward_length / expert_used_count; a file
      * whose expert_gating_func, expert_weights_norm or expert_weights_scale says otherwise is
      * refused */
-    LM_ARCH_MOE_SOFTMAX_RENORM = 1
+    LM_ARCH_MOE_SOFTMAX_RENORM = 1,
+    /* every layer MoE, top-k of the router logits, softmax over the k (gpt-oss: gating 0);
+     * expert_feed_forward_length required; the same refusals */
+    LM_ARCH_MOE_SOFTMAX_TOPK = 2
 } lm_arch_moe;
 
 /* GGUF tensor names of one architecture: global ones in full, per-layer ones after "blk.N.". */
@@ -43,6 +49,7 @@ typedef struct lm_arch_tensors {
     const char *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
     const char *attn_sinks;                                                 /* optional */
     const char *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps; /* MoE layers */
+    const char *ffn_gate_inp_b, *ffn_gate_exps_b, *ffn_up_exps_b, *ffn_down_exps_b; /* optional */
     const char *attn_q_norm, *attn_k_norm;      /* per-head RMSNorm weights (lm_arch.qk_norm) */
     const char *attn_post_norm, *ffn_post_norm; /* LM_NORM_SANDWICH output norms */
     const char *rope_freqs;                     /* global, optional: per-pair frequency divisors */
@@ -60,6 +67,8 @@ typedef struct lm_arch {
     lm_ffn_act act;
     bool qk_norm;             /* per-head RMSNorm of Q and K over head_dim before RoPE */
     bool embd_scale_sqrt;     /* embeddings multiplied by sqrtf(n_embd) (float32) */
+    bool rope_yarn;           /* rope.scaling.type "yarn" accepted (see lm_hparams) */
+    bool rot_full;            /* rope.dimension_count must equal the head dimension */
     float rope_theta_swa;     /* sliding layers' theta when rope.freq_base_swa is absent; 0 =
                                  the same as the global layers */
     uint32_t swa_period;      /* sliding pattern when the file has none (see lm_hparams) */
@@ -95,6 +104,17 @@ typedef struct lm_hparams {
     bool qk_norm;         /* layers carry attn_q_norm / attn_k_norm (per-head RMSNorm) */
     float embd_scale;     /* embeddings are multiplied by this (float32); 0 = not scaled */
     float rope_theta_swa; /* sliding layers' RoPE theta; 0 = rope_theta */
+    /* YaRN (%s.rope.scaling.type "yarn", as llama.cpp computes it: ggml rope_yarn with
+     * ext_factor 1, beta_fast 32, beta_slow 1, attention factor 1): pair i of n_rot turns at
+     * theta_i = pos base^(-2i/n_rot) m_i with m_i = s (1 - r_i) + r_i, s = 1 / rope_yarn_factor,
+     * r_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1), lo = max(0, floor(c(32))),
+     * hi = min(n_rot - 1, ceil(c(1))), c(b) = n_rot ln(n_ctx_orig_yarn / (2 pi b)) / (2 ln base);
+     * its cos and sin are multiplied by 1 + 0.1 ln(rope_yarn_factor) (llama.cpp's
+     * yarn_attn_factor 1 / (1 + 0.1 ln f) times get_mscale(f) = 1 + 0.1 ln f, times ggml's own
+     * factor 1 + 0.1 ln f: mathematically 1 + 0.1 ln f). */
+    float rope_yarn_factor;   /* %s.rope.scaling.factor (> 1); 0 = no YaRN */
+    uint32_t n_ctx_orig_yarn; /* %s.rope.scaling.original_context_length (default
+                                 context_length) */
     /* --- architecture variants (llama.cpp key names, `%s` = arch); all 0 = plain llama --- */
     uint32_t n_swa;         /* %s.attention.sliding_window: a sliding layer's query at p sees keys
                                in (p - n_swa, p]; 0 = no sliding window */
@@ -134,6 +154,10 @@ typedef struct lm_layer {
     const float *ffn_gate_exps;   /* [n_expert][n_ff_exp][n_embd] */
     const float *ffn_up_exps;     /* [n_expert][n_ff_exp][n_embd] */
     const float *ffn_down_exps;   /* [n_expert][n_embd][n_ff_exp] */
+    const float *ffn_gate_inp_b;  /* [n_expert] router bias or NULL */
+    const float *ffn_gate_exps_b; /* [n_expert][n_ff_exp] or NULL */
+    const float *ffn_up_exps_b;   /* [n_expert][n_ff_exp] or NULL */
+    const float *ffn_down_exps_b; /* [n_expert][n_embd] or NULL */
     const float *attn_q_norm;     /* [head_dim] when hp.qk_norm */
     const float *attn_k_norm;     /* [head_dim] when hp.qk_norm */
     const float *attn_post_norm;  /* [n_embd] when hp.norm_place == LM_NORM_SANDWICH */

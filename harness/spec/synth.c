@@ -99,6 +99,14 @@ static const preset presets[] = {
     {"qwen3moe", {"kvdrift-synth-qwen3moe", 64, 4, 8, 4, 192, 512, 2048, 1000000.0f, 1e-6f,
                   .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 48, .gating_func = 1,
                   .arch = "qwen3moe"}},
+    /* gpt-oss's architecture, small: 4 heads of 16, GQA 2:1, biases on Q, K, V, O, learned
+     * sinks, window 8 on even layers (the row's pattern), theta 150000 with YaRN (factor 32,
+     * original context 4096: pairs 2..5 of 8 interpolated), 16 experts of 48 with biases,
+     * top-4, softmax over the 4, swiglu_oai experts whose gate and up projections have
+     * standard deviation 2.5, so that the limit 7 clamps some of them. */
+    {"gptoss", {"kvdrift-synth-gptoss", 64, 4, 4, 2, 192, 512, 2048, 150000.0f, 1e-5f,
+                .n_swa = 8, .sinks = true, .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 48,
+                .gating_func = 3, .arch = "gpt-oss"}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -115,7 +123,7 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
                    "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask, gemma3, qwen3, "
-                   "qwen3moe)",
+                   "qwen3moe, gptoss)",
                    name);
 }
 
@@ -143,13 +151,14 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
         return BAD("rope theta %g must be positive and finite", (double)p->rope_theta);
     if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
         return BAD("rms eps %g must be in (0, 1)", (double)p->rms_eps);
-    const bool moe_arch = strcmp(p->arch, "qwen3moe") == 0;
+    const bool q3moe = strcmp(p->arch, "qwen3moe") == 0, gptoss = strcmp(p->arch, "gpt-oss") == 0;
     if (p->arch[0] != '\0' && strcmp(p->arch, "gemma3") != 0 && strcmp(p->arch, "qwen3") != 0
-        && !moe_arch)
+        && !q3moe && !gptoss)
         return BAD("architecture '%.16s' is not one synth writes (llama, gemma3, qwen3, "
-                   "qwen3moe)", p->arch);
-    if (moe_arch && (p->n_expert == 0 || p->gating_func != 1))
-        return BAD("architecture '%.16s' needs experts routed by gating_func 1", p->arch);
+                   "qwen3moe, gpt-oss)", p->arch);
+    if ((q3moe || gptoss) && (p->n_expert == 0 || p->gating_func != (q3moe ? 1u : 3u)))
+        return BAD("architecture '%.16s' needs experts routed by gating_func %u", p->arch,
+                   q3moe ? 1u : 3u);
     if (p->n_expert > 0 && (p->n_expert > 256 || p->n_expert_used == 0 || p->n_expert_used > 32
                             || p->n_expert_used > p->n_expert || p->n_ff_exp == 0
                             || p->n_ff_exp > 262144))
@@ -395,13 +404,30 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
             || (p->arch[0] == '\0' /* other rows carry their own pattern */
                 && (rc = lm_gguf_w_u32(w, k[11], p->swa_period, err)))))
         return rc;
-    const bool routing_keys = strcmp(p->arch, "qwen3moe") != 0; /* qwen3moe: its row's */
+    const bool gptoss = strcmp(p->arch, "gpt-oss") == 0;
+    /* qwen3moe and gpt-oss: the row's routing, no keys (as llama.cpp's converter writes) */
+    const bool routing_keys = strcmp(p->arch, "qwen3moe") != 0 && !gptoss;
     if (p->n_expert > 0
         && ((rc = lm_gguf_w_u32(w, k[12], p->n_expert, err))
             || (rc = lm_gguf_w_u32(w, k[13], p->n_expert_used, err))
             || (rc = lm_gguf_w_u32(w, k[14], p->n_ff_exp, err))
             || (routing_keys && (rc = lm_gguf_w_u32(w, k[15], p->gating_func, err)))
             || (routing_keys && (rc = lm_gguf_w_bool(w, k[16], p->gating_func == 1, err)))))
+        return rc;
+    /* gpt-oss: YaRN as its converter writes it from the Hugging Face config */
+    char yk[5][80];
+    static const char *const ysfx[5] = {"rope.scaling.type", "rope.scaling.factor",
+                                        "rope.scaling.original_context_length",
+                                        "rope.scaling.yarn_beta_fast",
+                                        "rope.scaling.yarn_beta_slow"};
+    for (int i = 0; i < 5; ++i)
+        snprintf(yk[i], sizeof yk[i], "%s.%s", arch, ysfx[i]);
+    if (gptoss
+        && ((rc = lm_gguf_w_str(w, yk[0], "yarn", err))
+            || (rc = lm_gguf_w_f32(w, yk[1], 32.0f, err))
+            || (rc = lm_gguf_w_u32(w, yk[2], 4096, err))
+            || (rc = lm_gguf_w_f32(w, yk[3], 32.0f, err))
+            || (rc = lm_gguf_w_f32(w, yk[4], 1.0f, err))))
         return rc;
     return write_vocab(w, p->n_vocab, p->mask_token, whole, err);
 }
@@ -458,11 +484,28 @@ static int add_variant_weights(lm_gguf_writer *w, float *scratch, const hx_synth
     snprintf(name, sizeof name, "blk.%u.ffn_gate_inp.weight", l);
     if ((rc = add_weight(w, scratch, name, type, n, X, seed, 0.0, 2.0 * sn, err)))
         return rc;
+    /* gpt-oss: gate and up of standard deviation 2.5 (swiglu_oai's limit 7 clamps some), down
+     * 8 times smaller (E[swiglu_oai^2] is ~64 times silu(g) u's for those inputs); biases:
+     * router and experts' gate and up 0.5, down 0.1 a */
+    const bool oai = strcmp(p->arch, "gpt-oss") == 0;
+    const double gu = oai ? 2.5 * sn : sn, dn = (oai ? 1.7 / 8.0 : 1.7) * a / sqrt((double)FE);
     const struct { const char *s; uint64_t ne0, ne1; double sigma; } e[] = {
-        {"ffn_gate_exps.weight", n, FE, sn},
-        {"ffn_up_exps.weight", n, FE, sn},
-        {"ffn_down_exps.weight", FE, n, 1.7 * a / sqrt((double)FE)},
+        {"ffn_gate_exps.weight", n, FE, gu},
+        {"ffn_up_exps.weight", n, FE, gu},
+        {"ffn_down_exps.weight", FE, n, dn},
     };
+    const struct { const char *s; uint64_t ne0, ne1; double sigma; } eb[] = {
+        {"ffn_gate_inp.bias", X, 1, 0.5},
+        {"ffn_gate_exps.bias", FE, X, 0.5},
+        {"ffn_up_exps.bias", FE, X, 0.5},
+        {"ffn_down_exps.bias", n, X, 0.1 * a},
+    };
+    for (size_t i = 0; oai && i < 4; ++i) {
+        snprintf(name, sizeof name, "blk.%u.%s", l, eb[i].s);
+        if ((rc = add_weight(w, scratch, name, LM_TYPE_F32, eb[i].ne0, eb[i].ne1, seed, 0.0,
+                             eb[i].sigma, err)))
+            return rc;
+    }
     for (size_t i = 0; i < 3; ++i) {
         uint64_t ne[3] = {e[i].ne0, e[i].ne1, X};
         snprintf(name, sizeof name, "blk.%u.%s", l, e[i].s);
@@ -511,7 +554,10 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
             for (uint64_t i = 0; i < n; ++i)
                 scratch[r * n + i] *= 0.25f;
     uint64_t ne_embd[2] = {n, V};
+    const bool gptoss = strcmp(p->arch, "gpt-oss") == 0;
     if ((rc = lm_gguf_w_tensor_f32(w, "token_embd.weight", type, 2, ne_embd, scratch, err))
+        || (gptoss /* llama.cpp's gpt-oss needs output.weight: the embedding's values */
+            && (rc = lm_gguf_w_tensor_f32(w, "output.weight", type, 2, ne_embd, scratch, err)))
         || (rc = add_weight(w, scratch, "output_norm.weight", type, n, 1, seed, logit_scale * sn,
                             0.0, err)))
         goto done;
@@ -523,13 +569,24 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
             {"attn_k.weight", n, nkv, 0.0, sn},
             {"attn_v.weight", n, nkv, 0.0, sn},
             {"attn_output.weight", nq, n, 0.0, a / sqrt((double)nq)},
-            {"ffn_norm.weight", n, 1, 1.0, 0.1 / sqrt(3.0)},
+            /* gpt-oss's FFN norm has llama.cpp's post-attention name */
+            {gptoss ? "post_attention_norm.weight" : "ffn_norm.weight", n, 1, 1.0, 0.1 / sqrt(3.0)},
             {"ffn_gate.weight", n, F, 0.0, sn},
             {"ffn_up.weight", n, F, 0.0, sn},
             {"ffn_down.weight", F, n, 0.0, 1.7 * a / sqrt((double)F)},
         };
         /* MoE layers have no dense FFN (the last three entries) */
         const size_t n_t = sizeof t / sizeof t[0] - (X > 0 ? 3 : 0);
+        /* gpt-oss: biases on Q, K, V (0.1) and O (0.1 a) */
+        const struct { const char *s; uint64_t ne0; double sigma; } ab[] = {
+            {"attn_q.bias", nq, 0.1}, {"attn_k.bias", nkv, 0.1}, {"attn_v.bias", nkv, 0.1},
+            {"attn_output.bias", n, 0.1 * a}};
+        for (size_t i = 0; gptoss && i < 4; ++i) {
+            snprintf(name, sizeof name, "blk.%u.%s", l, ab[i].s);
+            if ((rc = add_weight(w, scratch, name, LM_TYPE_F32, ab[i].ne0, 1, seed, 0.0,
+                                 ab[i].sigma, err)))
+                goto done;
+        }
         if ((rc = add_variant_weights(w, scratch, p, l, type, seed, a, err))
             || (rc = add_arch_weights(w, scratch, p, l, type, seed, a, err)))
             goto done;

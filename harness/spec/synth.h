@@ -36,7 +36,8 @@ typedef struct hx_synth_params {
                                 sliding pattern, the sliding theta and the embedding scale);
                                 "qwen3" adds per-head Q/K norms; "qwen3moe" is qwen3 with
                                 experts (n_expert > 0, gating_func 1; the routing keys are
-                                not written: the row fixes them) */
+                                not written: the row fixes them); "gpt-oss" (gating_func 3)
+                                adds biases, YaRN keys, output.weight and gpt-oss's names */
 } hx_synth_params;
 
 /* Control tokens, 256 byte pieces and "▁": the smallest vocabulary synth writes. */

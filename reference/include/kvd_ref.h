@@ -348,6 +348,10 @@ void ref_rmsnorm(mpfr_t *out, mpfr_t *x, const float *w, uint64_t n, float eps,
 void ref_softmax(mpfr_t *x, uint64_t n, ref_scratch *s);
 /* out = z / (1 + exp(-z)). */
 void ref_silu(mpfr_t out, const mpfr_t z, ref_scratch *s);
+/* ggml's swiglu_oai (gpt-oss): x = min(g, 7) (NaN stays NaN), y = clamp(u, -7, 7),
+ * out = x / (1 + exp(-a x)) * (y + 1) with a = 1.702f (its float32 value), each operation
+ * rounded; uses t, u, acc. out may alias g, not u. */
+void ref_swiglu_oai(mpfr_t out, const mpfr_t g, const mpfr_t u, ref_scratch *s);
 /* out = gelu_tanh(z) = z / 2 * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))); uses t. */
 void ref_gelu_tanh(mpfr_t out, const mpfr_t z, ref_scratch *s);
 /* Rotation angle frequency theta^(-2i/n_rot), into out (at out's precision). */
@@ -358,8 +362,13 @@ void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
 void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, lm_rope_type type,
                     ref_scratch *s);
 /* cs[i][0] = cos(pos * freq_i), cs[i][1] = sin(pos * freq_i) for i < n_rot/2. */
-/* factors: [n_rot/2] divisors of each pair's frequency (Llama 3.1 rope_freqs) or NULL. */
+/* factors: [n_rot/2] divisors of each pair's frequency (Llama 3.1 rope_freqs) or NULL.
+ * yarn_factor > 0: YaRN as llama.cpp computes it (beta_fast 32, beta_slow 1, ext_factor 1): freq_i is multiplied by m_i = s (1 - r_i) + r_i, s = 1 / yarn_factor,
+ * r_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1), lo = max(0, floor(c(32))),
+ * hi = min(n_rot - 1, ceil(c(1))), c(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln theta)
+ * (lo and hi, integers, from double arithmetic; m_i at the output's precision); cos and sin
+ * are then multiplied by 1 + 0.1 ln(yarn_factor), each rounded. */
 void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factors,
-                      uint32_t n_rot);
+                      uint32_t n_rot, float yarn_factor, uint32_t n_ctx_orig);
 
 #endif
