@@ -565,6 +565,8 @@ int lm_write_text(const char *path, char *text, lm_err *err)
 
 int lm_open_regular(const char *path, unsigned long long *size, lm_err *err)
 {
+    if (*path == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "empty file name");
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return LM_FAIL(err, LM_E_IO, "%s: cannot open: %s", path, strerror(errno));

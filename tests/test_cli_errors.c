@@ -698,6 +698,45 @@ static void test_cli_errors_output_is_input(void)
         BAD("OLD report", cmd_diff, "diff", json, json, "-o", json);
 }
 
+/* A value option given twice is refused (never silently the last one), by either of its
+ * names; judge's --dump is the one option meant to repeat. Empty values and a golden folder
+ * check cannot read are bad input too, never a silent default. */
+static void test_cli_errors_repeats_and_empties(void)
+{
+    setup();
+    write_cases();
+    const char *twice = "is given more than once";
+    BAD(twice, cmd_run, "run", model, "-p", "hi", "-p", "ho", "-n", "1");
+    BAD(twice, cmd_run, "run", model, "--prompt=hi", "-p", "ho", "-n", "1");
+    BAD(twice, cmd_synth, "synth", "--preset", "tiny", "--preset", "moe", "-o", p("twice.gguf"));
+    CU_ASSERT_FALSE(exists(p("twice.gguf")));
+    BAD(twice, cmd_compare, "compare", model, "--tokens", "1,2", "--a", "naive", "--b", "blas",
+        "--a", "blas", "--no-ref");
+    BAD(twice, cmd_sweep, "sweep", model, "--tokens", "1,2", "--steps", "1", "--steps", "2",
+        "--cache", cache, "-q");
+    BAD(twice, cmd_check, "check", good, "--json", p("j1"), "--json", p("j2"), "-q");
+    BAD("no dump.json", cmd_judge, "judge", model, "--tokens", "1,2", "--dump", adir, "--dump",
+        adir);
+    BAD("-q", cmd_run, "run", model, "-p", "hi", "-q"); /* still an unknown option */
+    /* -p and -f are two spellings of the one prompt */
+    const char *both = "give the prompt once";
+    char *txt = (char *)tu_write_file("cli/prompt.txt", "hello", 5);
+    BAD(both, cmd_run, "run", model, "-p", "hi", "-f", txt, "-n", "1");
+    BAD(both, cmd_ref, "ref", model, "-f", txt, "-p", "hi", "--no-cache");
+    BAD(both, cmd_sweep, "sweep", model, "-p", "hi", "-f", txt, "--cache", cache, "-q");
+    BAD(both, cmd_trace, "trace", model, "-p", "hi", "-f", txt, "--a", "naive", "--b", "blas");
+    BAD(both, cmd_judge, "judge", model, "-f", txt, "-p", "hi", "--dump", adir);
+    BAD("empty", cmd_check, "check", good, "--golden-dir", "", "--cache", cache, "-q");
+    BAD("not a folder", cmd_check, "check", good, "--golden-dir", good, "--cache", cache, "-q");
+    BAD("empty", cmd_bless, "bless", good, "--golden-dir", "", "--cache", cache, "-q");
+    BAD("empty", cmd_check, "check", good, "-o", "", "--cache", cache, "-q");
+    BAD("empty", cmd_ref, "ref", model, "--tokens", "1,2", "--cache", "");
+    BAD("not a folder", cmd_sweep, "sweep", model, "--tokens", "1,2", "--cache", good, "-q");
+    BAD("empty file name", cmd_run, "run", model, "-f", "");
+    BAD("empty file name", cmd_check, "check", "");
+    BAD("empty dump folder name", cmd_judge, "judge", model, "--tokens", "1,2", "--dump", "");
+}
+
 /* The harness itself can fail: a command that succeeds is not reported as bad input. */
 static void test_cli_errors_harness_sees_success(void)
 {
@@ -742,4 +781,5 @@ void test_cli_errors_register(void)
                 test_cli_errors_bless_golden_dir_first);
     CU_add_test(s, "test_cli_errors_token_position", test_cli_errors_token_position);
     CU_add_test(s, "test_cli_errors_output_is_input", test_cli_errors_output_is_input);
+    CU_add_test(s, "test_cli_errors_repeats_and_empties", test_cli_errors_repeats_and_empties);
 }

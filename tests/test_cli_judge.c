@@ -44,6 +44,29 @@ static const char *copy_dump(const char *name, const char *rows_as)
     return dir;
 }
 
+/* The files of one test, under tu_tmpdir() and named after its tag: the model (judge-TAG.gguf,
+ * synth:tiny seed 0 written there, unless a model file is given), a dump folder
+ * (judge-TAG-dump), the reference/envelope cache (judge-TAG-cache) and the report folder
+ * (judge-TAG-out). */
+typedef struct judge_paths {
+    char model[1024], dump[1024], cache[1024], out[1024];
+} judge_paths;
+
+static void judge_paths_init(judge_paths *p, const char *tag, const char *model_file)
+{
+    const char *t = tu_tmpdir();
+    snprintf(p->dump, sizeof p->dump, "%s/judge-%s-dump", t, tag);
+    snprintf(p->cache, sizeof p->cache, "%s/judge-%s-cache", t, tag);
+    snprintf(p->out, sizeof p->out, "%s/judge-%s-out", t, tag);
+    if (model_file != NULL) {
+        snprintf(p->model, sizeof p->model, "%s", model_file);
+        return;
+    }
+    snprintf(p->model, sizeof p->model, "%s/judge-%s.gguf", t, tag);
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(p->model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+}
+
 /* llama.cpp's logits saved as logprobs.npy: refused (LM_E_INPUT, naming the file and row 0);
  * the same rows as log-softmax (computed in double, written as float64) load. */
 static void test_cli_judge_logprobs_must_be_normalized(void)
@@ -101,17 +124,17 @@ static void test_cli_judge_names_dumps_whole(void)
     const char *path = tu_model_path("stories260K.gguf");
     if (path == NULL)
         return;
-    char model[512], out[512], cache[512], text[1 << 14];
-    snprintf(model, sizeof model, "%s", path);
-    snprintf(out, sizeof out, "%s/judge-names-out", tu_tmpdir());
-    snprintf(cache, sizeof cache, "%s/judge-cache", tu_tmpdir());
+    char text[1 << 14];
+    judge_paths p;
+    judge_paths_init(&p, "names", path);
+    snprintf(p.cache, sizeof p.cache, "%s/judge-cache", tu_tmpdir()); /* test_judge.c's */
     const char *dir = copy_dump("llama.cpp-greedy-f32kv-a-folder-name-past-forty-columns",
                                 "logits.npy");
     static const char toks[] = "1,403,407,261,378,432,383,286,261,376,298,315,421,395,317,426,"
                                "338,401,396,267,337,410,408,419,292,411,322,265,282,295,433,"
                                "335,311,374,419,426";
-    char *argv[] = {"judge", model, "--tokens", (char *)toks, "--dump", (char *)dir,
-                    "--profile", "f32", "--cache", cache, "-o", out, "-q", NULL};
+    char *argv[] = {"judge", p.model, "--tokens", (char *)toks, "--dump", (char *)dir,
+                    "--profile", "f32", "--cache", p.cache, "-o", p.out, "-q", NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, argv, text, sizeof text), 0);
     char want[1200];
     snprintf(want, sizeof want, "\n%s ", dir); /* the KL table's row starts with the name */
@@ -145,16 +168,12 @@ static void tiny_dump(const char *model, const char *dir, const char *cache)
  * reference's own logits of synth:tiny, so it costs well under a second. */
 static void test_cli_judge_envelope_progress(void)
 {
-    char model[1024], dir[1024], cache[1024], out[1024], text[1 << 14];
-    snprintf(model, sizeof model, "%s/judge-tiny.gguf", tu_tmpdir());
-    snprintf(dir, sizeof dir, "%s/judge-tiny-dump", tu_tmpdir());
-    snprintf(cache, sizeof cache, "%s/judge-tiny-cache", tu_tmpdir());
-    snprintf(out, sizeof out, "%s/judge-tiny-out", tu_tmpdir());
-    lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
-    tiny_dump(model, dir, cache);
-    char *judge[] = {"judge", model, "--tokens", "1,72,101", "--dump", dir, "--profile", "f16kv",
-                     "--cache", cache, "-o", out, NULL};
+    char text[1 << 14];
+    judge_paths p;
+    judge_paths_init(&p, "tiny", NULL);
+    tiny_dump(p.model, p.dump, p.cache);
+    char *judge[] = {"judge", p.model, "--tokens", "1,72,101", "--dump", p.dump, "--profile",
+                     "f16kv", "--cache", p.cache, "-o", p.out, NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 12, judge, text, sizeof text), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "judge: envelope of profile f16kv: naive-sr run 1 of 8 "
                                         "done ("));
@@ -168,14 +187,12 @@ static void test_cli_judge_envelope_progress(void)
  * ref writes no capture of NaN. */
 static void test_cli_judge_nan_weight_is_input_error(void)
 {
-    char model[1024], dir[1024], cache[1024], out[1024], text[1 << 14];
-    snprintf(model, sizeof model, "%s/judge-nan.gguf", tu_tmpdir());
-    snprintf(dir, sizeof dir, "%s/judge-nan-dump", tu_tmpdir());
-    snprintf(cache, sizeof cache, "%s/judge-nan-cache", tu_tmpdir());
-    snprintf(out, sizeof out, "%s/judge-nan-out", tu_tmpdir());
-    lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char text[1 << 14];
+    judge_paths p;
+    judge_paths_init(&p, "nan", NULL);
+    char *model = p.model, *dir = p.dump, *cache = p.cache, *out = p.out;
     tiny_dump(model, dir, cache); /* the dump of the clean model: finite, well formed */
+    lm_err err = {0};
     lm_gguf *g = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, model, &err), LM_OK);
     const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "output_norm.weight");
@@ -209,13 +226,10 @@ static void test_cli_judge_nan_weight_is_input_error(void)
  * 1e-5) and below the top-2 margin the row's argmax keeps (the argmax is not token 0). */
 static void test_cli_judge_pairs_in_words(void)
 {
-    char model[1024], a[1024], b[1024], c[1024], cache[1024], out[1024], file[1100],
-        text[1 << 14];
-    snprintf(model, sizeof model, "%s/judge-pair.gguf", tu_tmpdir());
-    snprintf(cache, sizeof cache, "%s/judge-pair-cache", tu_tmpdir());
-    snprintf(out, sizeof out, "%s/judge-pair-out", tu_tmpdir());
-    lm_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char a[1024], b[1024], c[1024], file[1100], text[1 << 14];
+    judge_paths p;
+    judge_paths_init(&p, "pair", NULL);
+    char *model = p.model, *cache = p.cache, *out = p.out;
     char *dirs[3] = {a, b, c};
     for (int i = 0; i < 3; ++i) {
         snprintf(dirs[i], 1024, "%s/judge-pair-%c", tu_tmpdir(), "abc"[i]);
@@ -265,13 +279,13 @@ static void test_cli_judge_f16_weights_explained_by_f16act(void)
     const char *path = tu_model_path("llama-2-tiny-random.gguf");
     if (path == NULL)
         return;
-    char model[512], out[512], cache[512], text[1 << 14];
-    snprintf(model, sizeof model, "%s", path);
-    snprintf(out, sizeof out, "%s/judge-f16w-out", tu_tmpdir());
-    snprintf(cache, sizeof cache, "%s/judge-f16w-cache", tu_tmpdir());
-    char *argv[] = {"judge", model, "--tokens", "1,9038,2501,263,931,29892,727,471,263,2217,7826",
-                    "--dump", DUMPS "llama.cpp-f16weights-f32kv", "--profile", "f32,f16act",
-                    "--cache", cache, "-o", out, "-q", NULL};
+    char text[1 << 14];
+    judge_paths p;
+    judge_paths_init(&p, "f16w", path);
+    char *argv[] = {"judge", p.model, "--tokens",
+                    "1,9038,2501,263,931,29892,727,471,263,2217,7826", "--dump",
+                    DUMPS "llama.cpp-f16weights-f32kv", "--profile", "f32,f16act", "--cache",
+                    p.cache, "-o", p.out, "-q", NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, argv, text, sizeof text), 0);
     CU_ASSERT_STRING_EQUAL(class_of(text, "llama.cpp-f16weights-f32kv@f32 "), "DRIFT");
     CU_ASSERT_STRING_EQUAL(class_of(text, "llama.cpp-f16weights-f32kv@f16act "), "NOISE");

@@ -40,8 +40,47 @@ void hx_cli_log(void *user, const char *line)
     fprintf(stderr, "%s: %s\n", (const char *)user, line);
 }
 
+/* The option hx_cli_getopt last found given twice ("" when none), for hx_cli_bad_option. */
+static char twice_name[80];
+
+int hx_cli_getopt(int argc, char **argv, const char *optstring, const struct option *opts,
+                  int *longindex, const int *repeatable)
+{
+    static int seen[128];
+    static size_t n_seen;
+    if (optind <= 1) { /* a new parse (callers set optind to 0 or 1 first) */
+        n_seen = 0;
+        twice_name[0] = '\0';
+    }
+    int li = -1;
+    int c = getopt_long(argc, argv, optstring, opts, &li);
+    if (longindex != NULL)
+        *longindex = li;
+    if (c == -1 || c == '?' || c == ':')
+        return c;
+    const char *s = li < 0 ? strchr(optstring, c) : NULL;
+    bool takes_value = li >= 0 ? opts[li].has_arg != no_argument : s && s[1] == ':';
+    for (const int *r = repeatable; r && *r && takes_value; ++r)
+        takes_value = *r != c;
+    if (!takes_value)
+        return c;
+    for (size_t i = 0; i < n_seen; ++i)
+        if (seen[i] == c) {
+            if (li >= 0)
+                snprintf(twice_name, sizeof twice_name, "--%s", opts[li].name);
+            else
+                snprintf(twice_name, sizeof twice_name, "-%c", c);
+            return '?';
+        }
+    if (n_seen < sizeof seen / sizeof *seen)
+        seen[n_seen++] = c;
+    return c;
+}
+
 int hx_cli_bad_option(const char *cmd, int o, char **argv)
 {
+    if (o == '?' && twice_name[0] != '\0')
+        return hx_cli_fail(cmd, "option '%s' is given more than once (give it once)", twice_name);
     if (o == ':')
         return hx_cli_fail(cmd, "option '%s' needs a value", argv[optind - 1]);
     return hx_cli_fail(cmd, "unknown option '%s' (try kvdrift %s --help)", argv[optind - 1], cmd);
@@ -232,6 +271,18 @@ const char *hx_cli_prompt_file(const char *path, lm_err *err)
     return prompt_file_text;
 }
 
+int hx_cli_prompt_option(const char **text, const char *cmd, int opt, const char *arg)
+{
+    if (*text != NULL)
+        return hx_cli_fail(cmd, "give the prompt once: -p TEXT or -f FILE, not both");
+    if (opt == 'p') {
+        *text = arg;
+        return 0;
+    }
+    lm_err err = {0};
+    return (*text = hx_cli_prompt_file(arg, &err)) ? 0 : hx_cli_fail(cmd, "%s", err.msg);
+}
+
 void hx_cli_pair_init(hx_cli_pair_opts *o)
 {
     *o = (hx_cli_pair_opts){.n_gen = HX_CLI_DEFAULT_N_GEN};
@@ -239,11 +290,9 @@ void hx_cli_pair_init(hx_cli_pair_opts *o)
 
 int hx_cli_pair_option(hx_cli_pair_opts *o, const char *cmd, int opt, const char *arg)
 {
-    lm_err err = {0};
     switch (opt) {
-    case 'p': o->text = arg; return 0;
-    case 'f':
-        return (o->text = hx_cli_prompt_file(arg, &err)) ? 0 : hx_cli_fail(cmd, "%s", err.msg);
+    case 'p':
+    case 'f': return hx_cli_prompt_option(&o->text, cmd, opt, arg);
     case HX_CLI_PAIR_O_TOKENS: o->tok_s = arg; return 0;
     case HX_CLI_PAIR_O_SPECIAL: o->special = true; return 0;
     case HX_CLI_PAIR_O_A:

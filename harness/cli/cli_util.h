@@ -8,6 +8,7 @@
 #include "config.h"
 #include "kvd_model.h"
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,13 @@ int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,
 /* A library log callback (hx_sweep_params.log): prints "<user>: <line>" and a newline on
  * stderr; user is the prefix (a const char *). */
 void hx_cli_log(void *user, const char *line);
+
+/* getopt_long(argc, argv, optstring, opts, longindex: -1 for a short option), and an option that takes a value found a second
+ * time (by either of its names) is '?' with hx_cli_bad_option saying so: a value given twice
+ * is refused, never silently replaced. repeatable: the option values that may repeat
+ * (0-terminated; NULL: none). A parse starts when optind is 0 or 1 (set it first). */
+int hx_cli_getopt(int argc, char **argv, const char *optstring, const struct option *opts,
+                  int *longindex, const int *repeatable);
 
 /* The getopt_long error of a command parsed with a leading ':' in its optstring: o == ':' is
  * "option 'X' needs a value", anything else "unknown option 'X' (try kvdrift CMD --help)",
@@ -68,6 +76,10 @@ int hx_cli_model_load(lm_model **m, char *path, size_t cap, const char *text, co
 /* -f FILE: the prompt text read from FILE (its bytes as they are, at most 16 MiB, no NUL);
  * valid until the next call. NULL with err set when it cannot be read. */
 const char *hx_cli_prompt_file(const char *path, lm_err *err);
+
+/* -p TEXT (opt 'p') or -f FILE (opt 'f', hx_cli_prompt_file) into *text, which must still be
+ * NULL (the prompt is given once, by one of them). 0, or 2 after the one-line error. */
+int hx_cli_prompt_option(const char **text, const char *cmd, int opt, const char *arg);
 
 /* The options of the commands that run two configurations A and B on one prompt (compare,
  * trace): MODEL, -p TEXT | -f FILE | --tokens ID,..., --special, --a CONFIG, --b CONFIG and

@@ -138,7 +138,7 @@ static int parse_options(bless_opts *o, int argc, char **argv)
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":j:qh", opts, NULL)) != -1) {
+    while ((c = hx_cli_getopt(argc, argv, ":j:qh", opts, NULL, NULL)) != -1) {
         switch (c) {
         case O_GOLDEN: o->golden_dir = optarg; break;
         case O_CACHE:
@@ -157,6 +157,8 @@ static int parse_options(bless_opts *o, int argc, char **argv)
     }
     if (optind >= argc)
         return hx_cli_fail("bless", "no CASE files given (try --help)");
+    if (o->golden_dir && *o->golden_dir == '\0')
+        return hx_cli_fail("bless", "--golden-dir '': empty folder name");
     return -1;
 }
 

@@ -12,6 +12,7 @@
 #include "golden_judge.h"
 #include "report.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -106,6 +107,20 @@ static int prepare_outputs(check_out *o, const char *out_dir, hx_case *const *ca
     }
     o->dir = out_dir;
     return rc;
+}
+
+/* --golden-dir, read by check: not empty, and a folder when it exists (a missing one holds no
+ * golden yet: every configuration's golden is absent and its class decides). */
+static int check_golden_dir(const char *dir, lm_err *err)
+{
+    struct stat sb;
+    if (dir == NULL)
+        return LM_OK;
+    if (*dir == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "--golden-dir '': empty folder name");
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return LM_FAIL(err, LM_E_INPUT, "--golden-dir %s: not a folder", dir);
+    return LM_OK;
 }
 
 /* Looks every configuration of a run case up in its golden file (hx_golden_judge). */
@@ -290,7 +305,7 @@ static int parse_options(check_opts *o, int argc, char **argv)
     o->fmt = HX_FMT_TABLE;
     optind = 1;
     opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, ":j:qho:", opts, NULL)) != -1;) {
+    for (int c; (c = hx_cli_getopt(argc, argv, ":j:qho:", opts, NULL, NULL)) != -1;) {
         switch (c) {
         case 'o': o->out_dir = optarg; break;
         case O_GITHUB: o->out.github = true; break;
@@ -380,6 +395,8 @@ int cmd_check(int argc, char **argv)
     /* Every case file is read and validated, and every output prepared, before anything runs. */
     if (st == LM_OK && (st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error,
                                                 &err)) == LM_OK)
+        st = check_golden_dir(o.golden_dir, &err);
+    if (st == LM_OK)
         st = prepare_outputs(&o.out, o.out_dir, cases, n_cases, &err);
     if (st == LM_OK)
         st = run_cases(runs, reports, cases, n_cases, &o, cmdline, &n_skipped, &err);

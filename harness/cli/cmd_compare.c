@@ -122,7 +122,7 @@ static int parse_options(compare_opts *o, int argc, char **argv)
     hx_cli_pair_init(&o->ab);
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
+    for (int opt; (opt = hx_cli_getopt(argc, argv, ":p:f:n:h", opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;

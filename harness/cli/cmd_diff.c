@@ -122,7 +122,7 @@ static int parse_options(diff_opts *o, int argc, char **argv)
     *o = (diff_opts){.fmt = HX_FMT_MD};
     optind = 1;
     opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1;) {
+    for (int c; (c = hx_cli_getopt(argc, argv, ":o:h", opts, NULL, NULL)) != -1;) {
         char *end;
         switch (c) {
         case O_FORMAT:

@@ -133,12 +133,8 @@ typedef struct judge_opts {
 static int set_option(judge_opts *o, int c, const char *arg)
 {
     switch (c) {
-    case 'p': o->text = arg; return -1;
-    case 'f': {
-        lm_err ferr = {0};
-        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? -1
-                                                       : hx_cli_fail("judge", "%s", ferr.msg);
-    }
+    case 'p':
+    case 'f': return hx_cli_prompt_option(&o->text, "judge", c, arg) == 0 ? -1 : 2;
     case O_TOKENS: o->tok_s = arg; return -1;
     case O_SPECIAL: o->special = true; return -1;
     case O_DUMP:
@@ -184,7 +180,8 @@ static int parse_options(judge_opts *o, int argc, char **argv)
                              .log = hx_cli_log, .log_user = "judge"}};
     optind = 1;
     opterr = 0;
-    for (int c, rc; (c = getopt_long(argc, argv, ":p:f:o:qh", opts, NULL)) != -1;) {
+    static const int repeatable[] = {O_DUMP, 0}; /* one --dump per dump folder */
+    for (int c, rc; (c = hx_cli_getopt(argc, argv, ":p:f:o:qh", opts, NULL, repeatable)) != -1;) {
         if (c == 'h') {
             fputs(usage_text, stdout);
             return 0;

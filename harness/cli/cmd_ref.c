@@ -118,8 +118,6 @@ typedef struct ref_opts {
 static int set_option(ref_opts *o, int c, const char *arg, lm_err *err)
 {
     switch (c) {
-    case 'p': o->text = arg; return LM_OK;
-    case 'f': return (o->text = hx_cli_prompt_file(arg, err)) ? LM_OK : err->code;
     case 'S': o->parse_special = true; return LM_OK;
     case 't': o->tok_s = arg; return LM_OK;
     case 'g': o->gen_s = arg; return LM_OK;
@@ -168,13 +166,18 @@ static int parse_options(ref_opts *o, int argc, char **argv)
     lm_err err = {0};
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    for (int c; (c = getopt_long(argc, argv, ":p:f:o:j:qh", opts, NULL)) != -1;) {
+    for (int c; (c = hx_cli_getopt(argc, argv, ":p:f:o:j:qh", opts, NULL, NULL)) != -1;) {
         if (c == 'h') {
             usage(stdout);
             return 0;
         }
         if (c == ':' || c == '?')
             return hx_cli_bad_option("ref", c, argv);
+        if (c == 'p' || c == 'f') {
+            if (hx_cli_prompt_option(&o->text, "ref", c, optarg) != 0)
+                return 2;
+            continue;
+        }
         if (set_option(o, c, optarg, &err) != LM_OK)
             return hx_cli_fail("ref", "%s", err.msg);
     }

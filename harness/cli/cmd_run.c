@@ -108,12 +108,8 @@ static int set_config_field(hx_config *cfg, const char *key, const char *arg)
 static int set_option(run_opts *o, int opt, const char *arg)
 {
     switch (opt) {
-    case 'p': o->prompt = arg; return 0;
-    case 'f': {
-        lm_err ferr = {0};
-        return (o->prompt = hx_cli_prompt_file(arg, &ferr)) ? 0
-                                                       : hx_cli_fail("run", "%s", ferr.msg);
-    }
+    case 'p':
+    case 'f': return hx_cli_prompt_option(&o->prompt, "run", opt, arg);
     case O_TOKENS: o->tokens = arg; return 0;
     case O_SPECIAL: o->parse_special = true; return 0;
     case O_SHOW_IDS: o->show_ids = true; return 0;
@@ -163,7 +159,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
                     .sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}};
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:h", opts, NULL)) != -1;) {
+    for (int opt; (opt = hx_cli_getopt(argc, argv, ":p:f:n:h", opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;

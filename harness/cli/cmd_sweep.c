@@ -177,11 +177,8 @@ static int set_number(sweep_opts *o, int opt, const char *arg)
 static int set_option(sweep_opts *o, int opt, const char *arg)
 {
     switch (opt) {
-    case 'p': o->text = arg; return 0;
-    case 'f': {
-        lm_err ferr = {0};
-        return (o->text = hx_cli_prompt_file(arg, &ferr)) ? 0 : hx_cli_fail("sweep", "%s", ferr.msg);
-    }
+    case 'p':
+    case 'f': return hx_cli_prompt_option(&o->text, "sweep", opt, arg);
     case 'v': o->verbose = true; return 0;
     case O_FORMAT:
         return hx_table_fmt_parse(&o->fmt, arg)
@@ -233,7 +230,8 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     hx_block_opts_init(&o->bo);
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = getopt_long(argc, argv, ":p:f:n:j:o:qhv", opts, NULL)) != -1;) {
+    const char *optstring = ":p:f:n:j:o:qhv";
+    for (int opt; (opt = hx_cli_getopt(argc, argv, optstring, opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             printf(usage_text, HX_TURN_DEFAULT);
             fputs(usage_options, stdout);

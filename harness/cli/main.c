@@ -3,6 +3,7 @@
 #include "kvd_ref.h"
 #include "kvd_version.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,11 +43,18 @@ static int dispatch(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    const bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+                      strcmp(argv[1], "help") == 0;
+    const bool version = strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0;
+    if ((help || version) && argc > 2) {
+        fprintf(stderr, "kvdrift: unexpected argument '%s' after %s\n", argv[2], argv[1]);
+        return 2;
+    }
+    if (help) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+    if (version) {
         printf("kvdrift %s (commit %s)\n", KVD_VERSION, lm_git_commit());
         return 0;
     }

@@ -315,9 +315,11 @@ int hx_dump_load(hx_dump **out, const char *dir, const lm_model *m, const char *
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", dir);
     }
     struct stat sb;
-    int rc = stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)
-                 ? LM_FAIL(err, LM_E_INPUT, "%s: not a folder", dir)
-                 : LM_OK;
+    int rc = *dir == '\0'                ? LM_FAIL(err, LM_E_INPUT, "empty dump folder name")
+             : stat(dir, &sb) != 0       ? LM_FAIL(err, LM_E_INPUT, "%s: not a folder: %s", dir,
+                                                   strerror(errno))
+             : !S_ISDIR(sb.st_mode)      ? LM_FAIL(err, LM_E_INPUT, "%s: not a folder", dir)
+                                         : LM_OK;
     if (rc == LM_OK && (rc = manifest(d, m, model_path, err)) == LM_OK &&
         (rc = rows(d, m, err)) == LM_OK)
         rc = kv(d, m, err);
