@@ -130,14 +130,31 @@ static inline void probe(const lm_ctx *c, uint32_t il, const char *op, const flo
         c->probe(c->probe_user, il, op, c->n_past, n, x, elems);
 }
 
-static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, uint32_t n)
+/* RMSNorm of n rows of n_embd, its output then through lm_backend_perturb at site. */
+static void rmsnorm_at(lm_ctx *c, float *y, const float *x, const float *w, uint32_t n,
+                       uint32_t site)
 {
     float eps = c->m->hp.rms_eps;
     if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_RMS_EPS_10X))
         eps *= 10.0f; /* test defect: epsilon read with the wrong exponent */
     const uint32_t d = c->m->hp.n_embd;
     lm_op_rmsnorm(c->be, c->pool, y, x, w, n, d, eps);
-    lm_backend_perturb(c->be, y, n, d, d, LM_SITE_NORM); /* SR ensemble only */
+    lm_backend_perturb(c->be, y, n, d, d, site);
+}
+
+/* attn_norm / ffn_norm: the input of the projections (site NORM). */
+static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, uint32_t n)
+{
+    rmsnorm_at(c, y, x, w, n, LM_SITE_NORM);
+}
+
+/* A sandwich norm (attn_post_norm, ffn_post_norm): its output is added to the residual stream
+ * and enters no weight product, so a profile rounds it as it rounds that stream (site
+ * RESIDUAL: bf16) and never as a projection input (NORM: q8act, f16act, tf32); without a
+ * profile the SR ensemble perturbs it at NORM. */
+static void post_norm_chunk(lm_ctx *c, float *y, const float *x, const float *w, uint32_t n)
+{
+    rmsnorm_at(c, y, x, w, n, lm_profile_rounds(c->be->prof) ? LM_SITE_RESIDUAL : LM_SITE_NORM);
 }
 
 /* Per-head RMSNorm: rows [n_rows][head_dim] (contiguous heads of q or k), eps = rms_eps. */
@@ -253,7 +270,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
         if (L->bo != NULL)
             add_bias(c->xn, L->bo, n, d, d);
-        rmsnorm_chunk(c, c->xn, c->xn, L->attn_post_norm, n);
+        post_norm_chunk(c, c->xn, c->xn, L->attn_post_norm, n);
     }
     residual_chunk(c, c->x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, n);
     probe(c, il, "attn_out", c->xn, n, d);
@@ -285,7 +302,7 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
     probe(c, il, "ffn_act", c->ff_gate, n, ff);
     be->vt->gemm_nt(be, n, d, ff, 1.0f, c->ff_gate, ff, L->w_down, ff, c->xn, d);
     if (L->ffn_post_norm != NULL) /* sandwich */
-        rmsnorm_chunk(c, c->xn, c->xn, L->ffn_post_norm, n);
+        post_norm_chunk(c, c->xn, c->xn, L->ffn_post_norm, n);
     residual_chunk(c, c->x, c->xn, NULL, n);
     probe(c, il, "ffn_out", c->xn, n, d);
     probe(c, il, "residual", c->x, n, d);

@@ -1,12 +1,14 @@
 /* test_profile.c — precision profiles: round to nearest at a virtual precision (binary16 with
  * subnormals and overflow, bfloat16, TF32's range), Q8_0 blocks as ggml computes them, the
  * stochastic neighbours and their probability, the naive-sr round slot's frequency, the engine
- * storing K/V as binary16 under f16kv (RN and SR), and the CONFIG key profile=. */
+ * storing K/V as binary16 under f16kv (RN and SR), Gemma's sandwich norms left unrounded by
+ * the activation profiles, and the CONFIG key profile=. */
 #include "../engine/backend.h"
 #include "config.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
 #include "sweep.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -161,6 +163,75 @@ static void test_profile_engine_f16kv_cache(void)
     lm_model_free(m);
 }
 
+/* Rows seen by the probe at one op: how many, and how many already rounded to the spec (a
+ * fixed point of round to nearest). */
+typedef struct grid_count {
+    const char *op;
+    const lm_round_spec *spec;
+    size_t rows, on_grid;
+} grid_count;
+
+static void count_on_grid(void *user, uint32_t layer, const char *op, uint32_t pos0, uint32_t n,
+                          const float *x, size_t row_elems)
+{
+    (void)layer;
+    (void)pos0;
+    grid_count *g = user;
+    if (strcmp(op, g->op) != 0)
+        return;
+    float *r = malloc(row_elems * sizeof *r);
+    for (uint32_t t = 0; t < n; ++t) {
+        memcpy(r, x + t * row_elems, row_elems * sizeof *r);
+        lm_round_rows_rn(r, 1, (uint32_t)row_elems, row_elems, g->spec);
+        g->on_grid += memcmp(r, x + t * row_elems, row_elems * sizeof *r) == 0;
+        ++g->rows;
+    }
+    free(r);
+}
+
+/* Gemma's sandwich norms (attn_post_norm, ffn_post_norm; probed as attn_out and ffn_out) feed
+ * the residual stream, not a weight product: q8act and f16act round the projections' inputs
+ * (attn_norm is on the Q8_0 / binary16 grid) and leave the post-norms' outputs in float32 as
+ * ggml does; bf16 rounds them as it rounds the residual stream. */
+static void test_profile_engine_sandwich_norms(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/profile-gemma3.gguf", tu_tmpdir());
+    lm_err err = {0};
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "gemma3", 1, LM_TYPE_F32, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    const lm_round_spec q8 = {LM_ROUND_Q8_0, 0, 0, 0};
+    int32_t toks[12];
+    for (uint32_t i = 0; i < 12; ++i)
+        toks[i] = (int32_t)((1 + 7919u * i) % m->hp.n_vocab);
+    const struct {
+        const char *profile, *op;
+        const lm_round_spec *spec;
+        bool rounded;
+    } cases[] = {{"q8act", "attn_norm", &q8, true},   {"q8act", "attn_out", &q8, false},
+                 {"q8act", "ffn_out", &q8, false},    {"f16act", "attn_norm", &f16, true},
+                 {"f16act", "attn_out", &f16, false}, {"f16act", "ffn_out", &f16, false},
+                 {"bf16", "attn_out", &bf16, true},   {"bf16", "ffn_out", &bf16, true}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; ++c) {
+        lm_ctx_params cp = {.backend = "naive", .n_ctx = 12, .profile = cases[c].profile};
+        lm_ctx *ctx = NULL;
+        CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&ctx, m, &cp, &err), LM_OK);
+        grid_count g = {.op = cases[c].op, .spec = cases[c].spec};
+        lm_ctx_set_probe(ctx, count_on_grid, &g);
+        float *last = malloc(m->hp.n_vocab * sizeof *last);
+        CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 12, 0, last, &err), LM_OK);
+        free(last);
+        CU_ASSERT_EQUAL(g.rows, 12u * m->hp.n_layer);
+        if (g.on_grid != (cases[c].rounded ? g.rows : 0))
+            fprintf(stderr, "\n  %s %s: %zu of %zu rows on the grid\n", cases[c].profile,
+                    cases[c].op, g.on_grid, g.rows);
+        CU_ASSERT_EQUAL(g.on_grid, cases[c].rounded ? g.rows : 0u);
+        lm_ctx_free(ctx);
+    }
+    lm_model_free(m);
+}
+
 static void test_profile_config_key(void)
 {
     hx_config c;
@@ -245,6 +316,7 @@ void test_profile_register(void)
     CU_add_test(s, "test_profile_q8_0_blocks", test_profile_q8_0_blocks);
     CU_add_test(s, "test_profile_sr_slot_frequency", test_profile_sr_slot_frequency);
     CU_add_test(s, "test_profile_engine_f16kv_cache", test_profile_engine_f16kv_cache);
+    CU_add_test(s, "test_profile_engine_sandwich_norms", test_profile_engine_sandwich_norms);
     CU_add_test(s, "test_profile_config_key", test_profile_config_key);
     CU_add_test(s, "test_profile_sweep_axis", test_profile_sweep_axis);
 }
