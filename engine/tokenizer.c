@@ -423,6 +423,18 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
                 v->pre_split = 1, v->ignore_merges = true;
         if (pre && strcmp(pre, "qwen2") == 0)
             v->pre_split = 2;
+        /* values llama.cpp splits with the GPT-2 pattern alone, as kvdrift does */
+        static const char *const gpt2_pres[] = {
+            "gpt2", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
+            "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo", "jais", "trillion",
+            "granite-docling"};
+        bool known = pre == NULL || v->pre_digits || v->pre_split != 0;
+        for (size_t i = 0; pre && i < sizeof gpt2_pres / sizeof gpt2_pres[0]; i++)
+            known = known || strcmp(pre, gpt2_pres[i]) == 0;
+        if (!known)
+            snprintf(v->pre_note, sizeof v->pre_note,
+                     "pre-tokenizer '%.40s' is not implemented: text is split with the GPT-2 "
+                     "pattern, and its ids may differ from the model's (--tokens is exact)", pre);
     }
 
     for (int b = 0; b < 256; b++) {
@@ -508,6 +520,7 @@ uint32_t lm_vocab_n_tokens(const lm_vocab *v) { return v->n_tokens; }
 int32_t lm_vocab_bos(const lm_vocab *v) { return v->bos; }
 int32_t lm_vocab_eos(const lm_vocab *v) { return v->eos; }
 bool lm_vocab_adds_bos(const lm_vocab *v) { return v->add_bos; }
+const char *lm_vocab_pre_note(const lm_vocab *v) { return v->pre_note[0] ? v->pre_note : NULL; }
 
 /* ---------------------------------------------------------------- encode / decode */
 

@@ -56,6 +56,8 @@ struct lm_vocab {
     /* A word that is a token as a whole is emitted as that token without merging (llama.cpp's
      * ignore_merges, set for the Llama 3 pre-tokenizer). */
     bool ignore_merges;
+    /* The note lm_vocab_pre_note returns ("" when the pre-tokenizer is implemented or absent). */
+    char pre_note[200];
 };
 
 /* Id of the token whose text is s[0..n), or -1. */

@@ -413,6 +413,31 @@ static void test_tokenizer_bpe_pre_digits(void)
     }
 }
 
+/* lm_vocab_pre_note: silent for an absent key and for every tokenizer.ggml.pre value whose
+ * split kvdrift implements; one sentence naming any other value (text is then split with the
+ * GPT-2 pattern, which is not the model's pre-tokenizer). */
+static void test_tokenizer_pre_note(void)
+{
+    const char *implemented[] = {NULL, "gpt2", "gpt-2", "olmo", "smollm", "llama-bpe", "qwen2"};
+    for (size_t k = 0; k < sizeof implemented / sizeof implemented[0]; k++) {
+        lm_vocab *v = build_pre_vocab("pre_note.gguf", implemented[k]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+        CU_ASSERT_PTR_NULL(lm_vocab_pre_note(v));
+        lm_vocab_free(v);
+    }
+    const char *other[] = {"gpt-4o", "tekken", "deepseek-llm"};
+    for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
+        lm_vocab *v = build_pre_vocab("pre_note.gguf", other[k]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+        const char *note = lm_vocab_pre_note(v);
+        CU_ASSERT(note != NULL && strstr(note, other[k]) != NULL && strstr(note, "--tokens"));
+        /* the text is still encoded (with the GPT-2 split): "12" is one word, merged */
+        static const int32_t merged12[] = {256};
+        CU_ASSERT(encodes_to(v, "12", 2, false, merged12, 1));
+        lm_vocab_free(v);
+    }
+}
+
 /* User-defined tokens cut the input before encoding even without special-token parsing, and
  * SPM text after one gets the space prefix again (llama.cpp); control tokens stay text. */
 static void test_tokenizer_user_defined(void)
@@ -805,6 +830,7 @@ void test_tokenizer_register(void)
     CU_add_test(s, "test_tokenizer_user_defined", test_tokenizer_user_defined);
     CU_add_test(s, "test_tokenizer_parse_special", test_tokenizer_parse_special);
     CU_add_test(s, "test_tokenizer_bpe_pre_digits", test_tokenizer_bpe_pre_digits);
+    CU_add_test(s, "test_tokenizer_pre_note", test_tokenizer_pre_note);
     CU_add_test(s, "test_tokenizer_load_errors", test_tokenizer_load_errors);
     CU_add_test(s, "test_tokenizer_fixture_llama_spm", test_tokenizer_fixture_llama_spm);
     CU_add_test(s, "test_tokenizer_fixture_gpt2", test_tokenizer_fixture_gpt2);

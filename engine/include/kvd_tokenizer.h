@@ -18,6 +18,10 @@ uint32_t lm_vocab_n_tokens(const lm_vocab *v);
 int32_t lm_vocab_bos(const lm_vocab *v); /* -1 when none */
 int32_t lm_vocab_eos(const lm_vocab *v); /* -1 when none */
 bool lm_vocab_adds_bos(const lm_vocab *v); /* per metadata; SPM defaults to true as llama.cpp */
+/* A BPE vocabulary whose tokenizer.ggml.pre names a pre-tokenizer kvdrift does not implement
+ * ("gpt-4o", "tekken", ...): one sentence saying so, for a warning where text is tokenized
+ * (lm_tokenize splits such text with the GPT-2 pattern). NULL otherwise. */
+const char *lm_vocab_pre_note(const lm_vocab *v);
 
 /* Encodes text[len]. With add_special, prepends BOS when the vocabulary adds one.
  * *out_ids is malloc'd ([*out_n]); the caller frees it. */

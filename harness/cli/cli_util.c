@@ -123,6 +123,8 @@ int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char 
     int rc = lm_tokenize_ex(m->vocab, text, strlen(text), true, parse_special, &ids, &k, err);
     if (rc != LM_OK)
         return rc;
+    if (lm_vocab_pre_note(m->vocab) != NULL)
+        fprintf(stderr, "kvdrift: warning: %s: %s\n", model_path, lm_vocab_pre_note(m->vocab));
     /* UINT32_MAX / 2: room for the generated tokens after the prompt in a uint32_t count. */
     if (k == 0 || k > UINT32_MAX / 2) {
         free(ids);

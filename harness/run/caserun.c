@@ -74,6 +74,8 @@ static int prompt_tokens(int32_t **out, uint32_t *n_out, const hx_caserun *r, lm
                             err);
     if (rc != LM_OK)
         return rc;
+    if (lm_vocab_pre_note(m->vocab) != NULL)
+        fprintf(stderr, "kvdrift: warning: %s: %s\n", r->model_path, lm_vocab_pre_note(m->vocab));
     if (n == 0 || n > UINT32_MAX / 2) {
         free(*out);
         *out = NULL;
