@@ -410,8 +410,9 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
     if (!spm) {
         /* The pre-tokenizers llama.cpp runs as "\p{N}" then the GPT-2 pattern. Every other
          * value (absent, "gpt2", ...) keeps the plain GPT-2 split. */
-        static const char *const digit_pres[] = {"smollm", "starcoder", "refact", "command-r",
-                                                 "codeshell", "exaone"};
+        static const char *const digit_pres[] = {"smollm",    "starcoder", "refact",
+                                                 "command-r", "codeshell", "exaone",
+                                                 "minerva-7b", "mellum2"};
         const char *pre = NULL;
         if (lm_gguf_get_str(g, "tokenizer.ggml.pre", NULL, &pre, err) != LM_OK)
             goto fail;
@@ -421,8 +422,12 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         for (size_t i = 0; pre && i < sizeof llama3_pres / sizeof llama3_pres[0]; i++)
             if (strcmp(pre, llama3_pres[i]) == 0)
                 v->pre_split = 1, v->ignore_merges = true;
-        if (pre && strcmp(pre, "qwen2") == 0)
-            v->pre_split = 2;
+        /* the values llama.cpp splits with Qwen 2's pattern */
+        static const char *const qwen2_pres[] = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2",
+                                                 "megrez", "stablelm2"};
+        for (size_t i = 0; pre && i < sizeof qwen2_pres / sizeof qwen2_pres[0]; i++)
+            if (strcmp(pre, qwen2_pres[i]) == 0)
+                v->pre_split = 2;
         /* values llama.cpp splits with the GPT-2 pattern alone, as kvdrift does */
         static const char *const gpt2_pres[] = {
             "gpt2", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",

@@ -418,7 +418,9 @@ static void test_tokenizer_bpe_pre_digits(void)
  * GPT-2 pattern, which is not the model's pre-tokenizer). */
 static void test_tokenizer_pre_note(void)
 {
-    const char *implemented[] = {NULL, "gpt2", "gpt-2", "olmo", "smollm", "llama-bpe", "qwen2"};
+    const char *implemented[] = {NULL,      "gpt2",      "gpt-2",      "olmo",
+                                 "smollm",  "mellum2",   "llama-bpe",  "qwen2",
+                                 "megrez",  "stablelm2", "deepseek-r1-qwen"};
     for (size_t k = 0; k < sizeof implemented / sizeof implemented[0]; k++) {
         lm_vocab *v = build_pre_vocab("pre_note.gguf", implemented[k]);
         CU_ASSERT_PTR_NOT_NULL_FATAL(v);
