@@ -12,8 +12,7 @@
  * combines its lanes in two vector trees (eight outputs: columns 0-1, stored as pairs of each
  * row; four: column 2), the others four outputs per tree. AVX-512: panels of 8 rows (the last
  * one padded with +0 rows), 6 x 8 tiles (24 registers of two outputs: a pair of B's rows is one
- * 16-float load), each row's eight outputs combined in one tree of four registers (on a CPU
- * with 512-bit FMA units, 1.5-2x the AVX2 tiles' speed).
+ * 16-float load), each row's eight outputs combined in one tree of four registers.
  * Few rows (decode, small chunks), unpacked: for one row (AVX2, and AVX-512 machines too: it
  * reads B faster than their 1 x 8 tiles), B's rows in DET_STREAMS contiguous ranges read side
  * by side, one row of each range per 1 x DET_STREAMS tile, so that B streams from memory as

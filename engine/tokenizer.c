@@ -408,34 +408,38 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
             LM_OK)
         goto fail;
     if (!spm) {
-        /* The pre-tokenizers llama.cpp runs as "\p{N}" then the GPT-2 pattern. Every other
-         * value (absent, "gpt2", ...) keeps the plain GPT-2 split. */
-        static const char *const digit_pres[] = {"smollm",    "starcoder", "refact",
-                                                 "command-r", "codeshell", "exaone",
-                                                 "minerva-7b", "mellum2"};
+        /* tokenizer.ggml.pre values by the split llama.cpp gives them (its pre-tokenizer
+         * regexes): digits = every \p{N} a word of its own before the split; split 0 GPT-2,
+         * 1 Llama 3 (also ignore_merges), 2 Qwen 2. An absent key is GPT-2. */
+        static const struct {
+            const char *name;
+            bool digits;
+            uint8_t split;
+        } pres[] = {
+            {"gpt2", false, 0},       {"gpt-2", false, 0},       {"phi-2", false, 0},
+            {"jina-es", false, 0},    {"jina-de", false, 0},     {"gigachat", false, 0},
+            {"jina-v2-es", false, 0}, {"jina-v2-de", false, 0},  {"a.x-4.0", false, 0},
+            {"mellum", false, 0},     {"modern-bert", false, 0}, {"mpt", false, 0},
+            {"olmo", false, 0},       {"jais", false, 0},        {"trillion", false, 0},
+            {"granite-docling", false, 0},
+            {"smollm", true, 0},      {"starcoder", true, 0},    {"refact", true, 0},
+            {"command-r", true, 0},   {"codeshell", true, 0},    {"exaone", true, 0},
+            {"minerva-7b", true, 0},  {"mellum2", true, 0},
+            {"llama3", false, 1},     {"llama-v3", false, 1},    {"llama-bpe", false, 1},
+            {"qwen2", false, 2},      {"deepseek-r1-qwen", false, 2}, {"kormo", false, 2},
+            {"f2llmv2", false, 2},    {"megrez", false, 2},      {"stablelm2", false, 2},
+        };
         const char *pre = NULL;
         if (lm_gguf_get_str(g, "tokenizer.ggml.pre", NULL, &pre, err) != LM_OK)
             goto fail;
-        for (size_t i = 0; pre && i < sizeof digit_pres / sizeof digit_pres[0]; i++)
-            v->pre_digits = v->pre_digits || strcmp(pre, digit_pres[i]) == 0;
-        static const char *const llama3_pres[] = {"llama3", "llama-v3", "llama-bpe"};
-        for (size_t i = 0; pre && i < sizeof llama3_pres / sizeof llama3_pres[0]; i++)
-            if (strcmp(pre, llama3_pres[i]) == 0)
-                v->pre_split = 1, v->ignore_merges = true;
-        /* the values llama.cpp splits with Qwen 2's pattern */
-        static const char *const qwen2_pres[] = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2",
-                                                 "megrez", "stablelm2"};
-        for (size_t i = 0; pre && i < sizeof qwen2_pres / sizeof qwen2_pres[0]; i++)
-            if (strcmp(pre, qwen2_pres[i]) == 0)
-                v->pre_split = 2;
-        /* values llama.cpp splits with the GPT-2 pattern alone, as kvdrift does */
-        static const char *const gpt2_pres[] = {
-            "gpt2", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
-            "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo", "jais", "trillion",
-            "granite-docling"};
-        bool known = pre == NULL || v->pre_digits || v->pre_split != 0;
-        for (size_t i = 0; pre && i < sizeof gpt2_pres / sizeof gpt2_pres[0]; i++)
-            known = known || strcmp(pre, gpt2_pres[i]) == 0;
+        bool known = pre == NULL;
+        for (size_t i = 0; pre && !known && i < sizeof pres / sizeof pres[0]; i++)
+            if (strcmp(pre, pres[i].name) == 0) {
+                known = true;
+                v->pre_digits = pres[i].digits;
+                v->pre_split = pres[i].split;
+                v->ignore_merges = pres[i].split == 1;
+            }
         if (!known)
             snprintf(v->pre_note, sizeof v->pre_note,
                      "pre-tokenizer '%.40s' is not implemented: text is split with the GPT-2 "
