@@ -1,6 +1,7 @@
 /* fixtures.c — shared test fixtures (see fixtures.h). */
 #include "fixtures.h"
 
+#include "judge_run.h"
 #include "synth.h"
 
 #include <fcntl.h>
@@ -233,4 +234,15 @@ int tf_run_cmd(int (*cmd)(int, char **), int argc, char **argv, char *out, size_
     if (f)
         fclose(f);
     return rc;
+}
+
+hx_report *tf_judge(const hx_judge_params *p)
+{
+    hx_report *r = NULL;
+    lm_err err = {0};
+    const int rc = hx_judge_run_all(&r, p, &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "judge: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    return r;
 }

@@ -66,4 +66,10 @@ double *tf_forward_f64(const lm_model *m, const int32_t *tok /* [n] */, size_t n
  * command's exit code. */
 int tf_run_cmd(int (*cmd)(int, char **), int argc, char **argv, char *out, size_t cap);
 
+/* hx_judge_run_all on p: the report, or the running test fails fatally (after printing the
+ * judge's message). */
+struct hx_judge_params;
+struct hx_report;
+struct hx_report *tf_judge(const struct hx_judge_params *p);
+
 #endif

@@ -146,13 +146,7 @@ static hx_report *judge_under(const lm_model *m, hx_dump *d, const char *cache, 
                          .n_dumps = 1, .profiles = prof, .n_profiles = q8act ? 2 : 1,
                          .cache_dir = dir,
                          .ref_threads = 1, .quiet = true};
-    hx_report *r = NULL;
-    lm_err err = {0};
-    int rc = hx_judge_run_all(&r, &p, &err);
-    if (rc != LM_OK)
-        fprintf(stderr, "judge: %s\n", err.msg);
-    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
-    return r;
+    return tf_judge(&p);
 }
 
 static hx_report *judge(const lm_model *m, hx_dump *d, const char *cache)

@@ -9,6 +9,7 @@
  * and edited copies of them (a wrong RoPE theta, layers in cache order) are not. */
 #include "commands.h"
 #include "dump.h"
+#include "fixtures.h"
 #include "fs.h"
 #include "forced.h"
 #include "judge_run.h"
@@ -54,13 +55,7 @@ static hx_report *judge(const lm_model *m, hx_dump *const *d, size_t n, uint32_t
     hx_judge_params p = {.model = m, .prompt = ids, .n_prompt = n_prompt, .dumps = d,
                          .n_dumps = n, .profiles = profiles, .n_profiles = n_prof,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
-    hx_report *r = NULL;
-    lm_err err = {0};
-    int rc = hx_judge_run_all(&r, &p, &err);
-    if (rc != LM_OK)
-        fprintf(stderr, "judge: %s\n", err.msg);
-    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
-    return r;
+    return tf_judge(&p);
 }
 
 /* Class of dump i under profile k. */
