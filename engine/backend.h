@@ -111,6 +111,10 @@ void lm_op_glu(lm_backend *be, struct lm_pool *pool, float *g /* [n][dim] */,
                const float *u /* [n][dim] */, uint32_t n, uint32_t dim, lm_ffn_act act);
 void lm_op_rope(lm_backend *be, struct lm_pool *pool, float *rows /* [n][a->stride] */,
                 uint32_t n, const lm_rope_args *a);
+/* rows[t][0:dim] += b[0:dim] for t < n, rows stride floats apart: one float add per element
+ * (the bias of a projection; on the calling thread). */
+void lm_add_bias(float *rows /* [n][stride] */, const float *b /* [dim] */, uint32_t n,
+                 uint32_t dim, size_t stride);
 
 /* Where the forward pass calls lm_backend_i.perturb (kept distinct so that the stages draw
  * independent coins). */

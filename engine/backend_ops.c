@@ -151,3 +151,12 @@ void lm_op_rope(lm_backend *be, lm_pool *pool, float *rows, uint32_t n, const lm
     rope_job j = {a, rows};
     lm_pool_for(pool, n, LM_POOL_MIN_ROWS, rope_rows, &j);
 }
+
+void lm_add_bias(float *rows, const float *b, uint32_t n, uint32_t dim, size_t stride)
+{
+    for (uint32_t t = 0; t < n; ++t) {
+        float *r = rows + (size_t)t * stride;
+        for (uint32_t i = 0; i < dim; ++i)
+            r[i] += b[i];
+    }
+}

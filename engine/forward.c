@@ -84,16 +84,6 @@ struct lm_ctx {
 
 /* ---- elementwise stages (the ops themselves: backend_ops.c) ---- */
 
-/* rows[n][dim] += b[dim] */
-static void add_bias(float *rows, const float *b, uint32_t n, uint32_t dim, size_t stride)
-{
-    for (uint32_t t = 0; t < n; ++t) {
-        float *r = rows + (size_t)t * stride;
-        for (uint32_t i = 0; i < dim; ++i)
-            r[i] += b[i];
-    }
-}
-
 /* Row-parallel jobs: each processes rows [begin, end) of a chunk; a row's result does not
  * depend on which thread computes it or on the other rows. */
 
@@ -216,11 +206,11 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
                                {kv_dim, L->wv, d, vc, kv_dim}};
     lm_gemm_nt_batch(be, n, d, 1.0f, c->xn, d, qkv, 3);
     if (L->bq != NULL)
-        add_bias(c->q, L->bq, n, q_dim, q_dim);
+        lm_add_bias(c->q, L->bq, n, q_dim, q_dim);
     if (L->bk != NULL)
-        add_bias(kc, L->bk, n, kv_dim, kv_dim);
+        lm_add_bias(kc, L->bk, n, kv_dim, kv_dim);
     if (L->bv != NULL)
-        add_bias(vc, L->bv, n, kv_dim, kv_dim);
+        lm_add_bias(vc, L->bv, n, kv_dim, kv_dim);
     lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_V); /* profiles only */
     if (L->attn_q_norm != NULL) { /* per-head RMSNorm over head_dim, before RoPE */
         head_norm_chunk(c, c->q, L->attn_q_norm, n * hp->n_head);
@@ -269,7 +259,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
     if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
         if (L->bo != NULL)
-            add_bias(c->xn, L->bo, n, d, d);
+            lm_add_bias(c->xn, L->bo, n, d, d);
         post_norm_chunk(c, c->xn, c->xn, L->attn_post_norm, n);
     }
     residual_chunk(c, c->x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, n);
@@ -430,8 +420,8 @@ void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_ta
         }
         for (uint32_t pos = 0; pos < n_pos; ++pos) {
             const double ang = (double)pos * freq;
-            cos_tab[(size_t)pos * half + i] = (float)(mag == 1.0 ? cos(ang) : cos(ang) * mag);
-            sin_tab[(size_t)pos * half + i] = (float)(mag == 1.0 ? sin(ang) : sin(ang) * mag);
+            cos_tab[(size_t)pos * half + i] = (float)(cos(ang) * mag); /* x * 1.0 == x */
+            sin_tab[(size_t)pos * half + i] = (float)(sin(ang) * mag);
         }
     }
 }

@@ -83,14 +83,6 @@ void lm_moe_gate(float *w, const float *logits, uint32_t n_expert, const uint32_
     }
 }
 
-/* rows[n][dim] += b[dim], one float add per element. */
-static void add_rows(float *rows, const float *b, uint32_t n, uint32_t dim)
-{
-    for (uint32_t t = 0; t < n; ++t)
-        for (uint32_t i = 0; i < dim; ++i)
-            rows[(size_t)t * dim + i] += b[i];
-}
-
 /* ggml's swiglu_oai element (moe.h). */
 static float swiglu_oai(float g, float u)
 {
@@ -126,7 +118,7 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
 
     be->vt->gemm_nt(be, n, ne, d, 1.0f, a->x, d, a->w_router, d, router, ne);
     if (a->b_router != NULL)
-        add_rows(router, a->b_router, n, ne);
+        lm_add_bias(router, a->b_router, n, ne, ne);
     for (uint32_t t = 0; t < n; ++t) {
         const float *rt = router + (size_t)t * ne;
         uint32_t *st = a->sel + (size_t)t * k;
@@ -151,9 +143,9 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
         be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wg, d, g, ff);
         be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wu, d, u, ff);
         if (a->b_gate != NULL)
-            add_rows(g, a->b_gate + (size_t)e * ff, m, ff);
+            lm_add_bias(g, a->b_gate + (size_t)e * ff, m, ff, ff);
         if (a->b_up != NULL)
-            add_rows(u, a->b_up + (size_t)e * ff, m, ff);
+            lm_add_bias(u, a->b_up + (size_t)e * ff, m, ff, ff);
         if (a->act == LM_MOE_SWIGLU_OAI)
             for (size_t i = 0; i < (size_t)m * ff; ++i)
                 g[i] = swiglu_oai(g[i], u[i]);
@@ -162,7 +154,7 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
                 g[i] = (g[i] / (1.0f + lm_expf(-g[i]))) * u[i];
         be->vt->gemm_nt(be, m, d, ff, 1.0f, g, ff, wd, ff, ye, d);
         if (a->b_down != NULL)
-            add_rows(ye, a->b_down + (size_t)e * d, m, d);
+            lm_add_bias(ye, a->b_down + (size_t)e * d, m, d, d);
         for (uint32_t i = 0; i < m; ++i)
             memcpy(yk + (size_t)rows[i] * d, ye + (size_t)i * d, d * sizeof(float));
     }

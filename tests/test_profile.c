@@ -5,6 +5,7 @@
  * the activation profiles, and the CONFIG key profile=. */
 #include "../engine/backend.h"
 #include "config.h"
+#include "fixtures.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
 #include "sweep.h"
@@ -195,12 +196,8 @@ static void count_on_grid(void *user, uint32_t layer, const char *op, uint32_t p
  * ggml does; bf16 rounds them as it rounds the residual stream. */
 static void test_profile_engine_sandwich_norms(void)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/profile-gemma3.gguf", tu_tmpdir());
+    lm_model *m = tf_synth_load("gemma3", 1);
     lm_err err = {0};
-    lm_model *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "gemma3", 1, LM_TYPE_F32, &err), LM_OK);
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     const lm_round_spec q8 = {LM_ROUND_Q8_0, 0, 0, 0};
     int32_t toks[12];
     for (uint32_t i = 0; i < 12; ++i)
