@@ -278,6 +278,8 @@ int hx_cli_prompt_option(const char **text, const char *cmd, int opt, const char
     if (*text != NULL)
         return hx_cli_fail(cmd, "give the prompt once: -p TEXT or -f FILE, not both");
     if (opt == 'p') {
+        if (*arg == '\0') /* as -f refuses an empty file */
+            return hx_cli_fail(cmd, "-p: empty prompt");
         *text = arg;
         return 0;
     }

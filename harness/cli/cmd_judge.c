@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char usage_text[] =
     "usage: kvdrift judge MODEL (-p TEXT | -f FILE | --tokens ID,...) --dump DIR\n"

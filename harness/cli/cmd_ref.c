@@ -8,7 +8,6 @@
 #include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
-#include "sweep.h"
 
 #include <errno.h>
 #include <getopt.h>

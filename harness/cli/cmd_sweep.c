@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 static const char usage_text[] =
     "usage: kvdrift sweep MODEL (-p TEXT | --tokens ID,...) [options]\n"
