@@ -3,6 +3,7 @@
 
 #include "fs.h"
 #include "model_spec.h"
+#include "prompt.h"
 #include "kvd_util.h"
 
 #include "kvd_tokenizer.h"
@@ -116,23 +117,7 @@ int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char 
         *n = k;
         return LM_OK;
     }
-    if (m->vocab == NULL)
-        return LM_FAIL(err, LM_E_INPUT, "%s: model has no tokenizer; use --tokens", model_path);
-    int32_t *ids = NULL;
-    size_t k = 0;
-    int rc = lm_tokenize_ex(m->vocab, text, strlen(text), true, parse_special, &ids, &k, err);
-    if (rc != LM_OK)
-        return rc;
-    if (lm_vocab_pre_note(m->vocab) != NULL)
-        fprintf(stderr, "kvdrift: warning: %s: %s\n", model_path, lm_vocab_pre_note(m->vocab));
-    /* UINT32_MAX / 2: room for the generated tokens after the prompt in a uint32_t count. */
-    if (k == 0 || k > UINT32_MAX / 2) {
-        free(ids);
-        return LM_FAIL(err, LM_E_INPUT, "-p: prompt tokenizes to %zu tokens", k);
-    }
-    *out = ids;
-    *n = (uint32_t)k;
-    return LM_OK;
+    return hx_prompt_tokenize(out, n, m, model_path, text, parse_special, "-p", err);
 }
 
 int hx_cli_load_cases(hx_case **cases, char *const *files, size_t n, bool *case_error,

@@ -6,6 +6,7 @@
 #include "fs.h"
 #include "kvd_ref.h"
 #include "kvd_version.h"
+#include "prompt.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -66,23 +67,8 @@ static int prompt_tokens(int32_t **out, uint32_t *n_out, const hx_caserun *r, lm
         *n_out = c->n_tokens;
         return LM_OK;
     }
-    if (m->vocab == NULL)
-        return LM_FAIL(err, LM_E_INPUT, "%s: model %s has no tokenizer; give tokens instead of "
-                       "prompt", c->file, r->model_path);
-    size_t n = 0;
-    int rc = lm_tokenize_ex(m->vocab, c->prompt, strlen(c->prompt), true, c->special, out, &n,
-                            err);
-    if (rc != LM_OK)
-        return rc;
-    if (lm_vocab_pre_note(m->vocab) != NULL)
-        fprintf(stderr, "kvdrift: warning: %s: %s\n", r->model_path, lm_vocab_pre_note(m->vocab));
-    if (n == 0 || n > UINT32_MAX / 2) {
-        free(*out);
-        *out = NULL;
-        return LM_FAIL(err, LM_E_INPUT, "%s: prompt tokenizes to %zu tokens", c->file, n);
-    }
-    *n_out = (uint32_t)n;
-    return LM_OK;
+    return hx_prompt_tokenize(out, n_out, m, r->model_path, c->prompt, c->special, c->file,
+                              err);
 }
 
 /* The report of a skipped case: every configuration listed, unrun. */
