@@ -6,7 +6,6 @@
 #include "prompt.h"
 #include "kvd_util.h"
 
-#include "kvd_tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>
