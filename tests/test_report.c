@@ -300,7 +300,7 @@ static void test_report_writers_table(void)
     CU_ASSERT_PTR_NULL(hx_report_writer_find("no-such-format"));
     for (size_t i = 0; i < n; ++i) {
         const hx_report_writer *w = hx_report_writer_at(i);
-        CU_ASSERT(w->name && w->title && w->file && w->write_many);
+        CU_ASSERT(w->name && w->title && w->file && w->text_many);
         CU_ASSERT_PTR_EQUAL(hx_report_writer_find(w->name), w);
         for (size_t j = 0; j < i; ++j) {
             CU_ASSERT_STRING_NOT_EQUAL(hx_report_writer_at(j)->name, w->name);
