@@ -49,6 +49,7 @@ typedef struct hx_config_report {
                                   greedy tokens differ from the reference path; -1 = none */
     hx_class divergent_cls;    /* class of the logits at that position (valid when >= 0) */
     bool bitwise_baseline;     /* capture bitwise equal to the baseline's */
+    bool must_be_exact;        /* a class other than EXACT fails (a case's invariant_bits) */
     hx_metrics vs_ref;         /* all rows folded with hx_metrics_merge_max */
     hx_metrics vs_base;        /* vs the baseline's float32 values, folded the same way */
     hx_logit_agg logits;       /* over the teacher-forced logits rows */
