@@ -70,7 +70,7 @@ typedef struct moe_problem {
     uint32_t n, d, ff, ne, k;
     float *x, *wr, *wg, *wu, *wd;
     float *br, *bg, *bu, *bd; /* biases (gpt-oss) or NULL */
-    lm_moe_act act;
+    lm_ffn_act act;
 } moe_problem;
 
 static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uint32_t k)
@@ -86,7 +86,7 @@ static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uin
     p->wu = tf_rand_vec((size_t)ne * p->ff * p->d, 0.5f, rng);
     p->wd = tf_rand_vec((size_t)ne * p->d * p->ff, 0.5f, rng);
     p->br = p->bg = p->bu = p->bd = NULL;
-    p->act = LM_MOE_SWIGLU;
+    p->act = LM_ACT_SWIGLU;
 }
 
 /* gpt-oss's experts: every bias, swiglu_oai, gate and up weights 6 times larger (gate and up
@@ -102,7 +102,7 @@ static void moe_make_oai(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne,
     p->bg = tf_rand_vec((size_t)ne * p->ff, 1.0f, rng);
     p->bu = tf_rand_vec((size_t)ne * p->ff, 1.0f, rng);
     p->bd = tf_rand_vec((size_t)ne * p->d, 1.0f, rng);
-    p->act = LM_MOE_SWIGLU_OAI;
+    p->act = LM_ACT_SWIGLU_OAI;
 }
 
 static void moe_free(moe_problem *p)
@@ -160,7 +160,7 @@ static void moe_closed_form(double *out /* [d] */, const moe_problem *p, uint32_
                 g += (double)x[i] * (double)p->wg[((size_t)e * p->ff + f) * p->d + i];
                 u += (double)x[i] * (double)p->wu[((size_t)e * p->ff + f) * p->d + i];
             }
-            if (p->act == LM_MOE_SWIGLU_OAI) {
+            if (p->act == LM_ACT_SWIGLU_OAI) {
                 *clamped += (g > 7.0) + (fabs(u) > 7.0);
                 g = fmin(g, 7.0);
                 u = fmax(-7.0, fmin(u, 7.0));
