@@ -186,6 +186,27 @@ int hx_cli_check_out_dir(const char *path, lm_err *err)
     return rc != LM_OK ? rc : lm_dir_probe(up, path, err);
 }
 
+int hx_cli_check_out_in_dir(const char *dir, const char *path, lm_err *err)
+{
+    struct stat st;
+    int rc = hx_cli_check_out_dir(dir, err);
+    if (rc == LM_OK && stat(dir, &st) == 0)
+        rc = hx_cli_check_out_file(path, err);
+    return rc;
+}
+
+int hx_cli_golden_dir(const char *dir, lm_err *err)
+{
+    struct stat st;
+    if (dir == NULL)
+        return LM_OK;
+    if (*dir == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "--golden-dir '': empty folder name");
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return LM_FAIL(err, LM_E_INPUT, "--golden-dir %s: not a folder", dir);
+    return LM_OK;
+}
+
 int hx_cli_report_dir(char *dir, size_t cap, const char *outdir, const char *label, lm_err *err)
 {
     if (outdir != NULL) {

@@ -143,6 +143,14 @@ int hx_cli_load_cases(hx_case **cases /* [n] */, char *const *files /* [n] */, s
  * parent folder exists and takes new entries (only path itself is made, when written). */
 int hx_cli_check_out_file(const char *path, lm_err *err);
 int hx_cli_check_out_dir(const char *path, lm_err *err);
+/* A file path to be written into folder dir (its folder part), which is made (one folder)
+ * when missing: dir as hx_cli_check_out_dir takes it, then path as hx_cli_check_out_file
+ * takes it once dir exists (a folder still to be made holds nothing else to check). */
+int hx_cli_check_out_in_dir(const char *dir, const char *path, lm_err *err);
+/* --golden-dir DIR (bless writes into it, check reads it): not empty, and a folder when it
+ * exists (a missing one holds no golden yet). NULL: the default (nothing to check). Errors
+ * name the option. */
+int hx_cli_golden_dir(const char *dir, lm_err *err);
 
 /* The folder that holds the default report folders of sweep and judge. */
 #define HX_CLI_REPORTS_DIR "reports"

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char usage_text[] =
     "usage: kvdrift bless CASE... [--golden-dir DIR] [--force] [options]\n"
@@ -157,8 +156,9 @@ static int parse_options(bless_opts *o, int argc, char **argv)
     }
     if (optind >= argc)
         return hx_cli_fail("bless", "no CASE files given (try --help)");
-    if (o->golden_dir && *o->golden_dir == '\0')
-        return hx_cli_fail("bless", "--golden-dir '': empty folder name");
+    lm_err err = {0};
+    if (hx_cli_golden_dir(o->golden_dir, &err) != LM_OK)
+        return hx_cli_fail("bless", "%s", err.msg);
     return -1;
 }
 
@@ -174,10 +174,7 @@ static int check_goldens(hx_case *const *cases, size_t n, const char *golden_dir
             break;
         const char *slash = strrchr(gpath, '/');
         snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - gpath) : 1, slash ? gpath : ".");
-        struct stat sb;
-        st = hx_cli_check_out_dir(dir, err);
-        if (st == LM_OK && stat(dir, &sb) == 0)
-            st = hx_cli_check_out_file(gpath, err);
+        st = hx_cli_check_out_in_dir(dir, gpath, err);
         if (golden_dir && *golden_dir)
             st = hx_cli_err_prefix(st, "--golden-dir", err);
     }
