@@ -137,7 +137,8 @@ static int parse_options(bless_opts *o, int argc, char **argv)
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = hx_cli_getopt(argc, argv, ":j:qh", opts, NULL, NULL)) != -1) {
+    hx_cli_optstate optstate = {0};
+    while ((c = hx_cli_getopt(&optstate, argc, argv, ":j:qh", opts, NULL, NULL)) != -1) {
         switch (c) {
         case O_GOLDEN: o->golden_dir = optarg; break;
         case O_CACHE:
@@ -151,7 +152,7 @@ static int parse_options(bless_opts *o, int argc, char **argv)
                 return hx_cli_fail("bless", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("bless", c, argv); /* ':' or unknown */
+        default: return hx_cli_bad_option(&optstate, "bless", c, argv); /* ':' or unknown */
         }
     }
     if (optind >= argc)

@@ -315,7 +315,8 @@ static int parse_options(check_opts *o, int argc, char **argv)
     o->fmt = HX_FMT_TABLE;
     optind = 1;
     opterr = 0;
-    for (int c; (c = hx_cli_getopt(argc, argv, ":j:qho:", opts, NULL, NULL)) != -1;) {
+    hx_cli_optstate optstate = {0};
+    for (int c; (c = hx_cli_getopt(&optstate, argc, argv, ":j:qho:", opts, NULL, NULL)) != -1;) {
         switch (c) {
         case 'o': o->out_dir = optarg; break;
         case O_GITHUB: o->out.github = true; break;
@@ -338,7 +339,7 @@ static int parse_options(check_opts *o, int argc, char **argv)
         case 'h': fputs(usage_text, stdout); return 0;
         default:
             if (c < O_WRITER || c >= O_WRITER + (int)n_w)
-                return hx_cli_bad_option("check", c, argv); /* ':' or unknown */
+                return hx_cli_bad_option(&optstate, "check", c, argv); /* ':' or unknown */
             o->out.path[c - O_WRITER] = optarg;
         }
     }
