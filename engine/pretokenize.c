@@ -423,6 +423,23 @@ static size_t space_opt_run_match(const uint32_t *cp, size_t n, size_t pos, bool
     return e > q ? e : pos;
 }
 
+/* [^\n]+|[\n]+ (llama.cpp's hand-written newline splitter) */
+static bool is_lf(uint32_t c)
+{
+    return c == '\n';
+}
+
+static bool is_not_lf(uint32_t c)
+{
+    return c != '\n';
+}
+
+static size_t newline_runs_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+{
+    (void)x;
+    return run_end(cp, n, pos, is_lf(cp[pos]) ? is_lf : is_not_lf);
+}
+
 /* X+$ (X = whitespace: \s+$): searched directly by find_match, not position by position */
 static size_t trailing_run_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
 {
@@ -463,6 +480,7 @@ static const stage stages[LM_PRE_COUNT][MAX_STAGES] = {
                        {three_match, is_ascii_digit}},
     [LM_PRE_GPT4O] = {{gpt4o_match, NULL}},
     [LM_PRE_TEKKEN] = {{tekken_match, NULL}},
+    [LM_PRE_GEMMA4] = {{newline_runs_match, NULL}},
 };
 
 /* The first match at or after from within cp[0..n): its start in *start and its end, or n
