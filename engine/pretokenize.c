@@ -104,7 +104,8 @@ static size_t space_tail_end(const uint32_t *cp, size_t n, size_t pos)
     return pos + w;
 }
 
-/* " ?[^\s\p{L}\p{N}]+" then [\r\n]* (or [\r\n/]* with slash) at pos: its end, or pos. */
+/* " ?[^\s\p{L}\p{N}]+" then [\r\n]* (or [\r\n/]* with slash) at pos: its end, or pos; with
+ * marks_are_letters the class is [^\s\p{L}\p{M}\p{N}] (Qwen 3.5). */
 static size_t other_run_end(const uint32_t *cp, size_t n, size_t pos, bool marks_are_letters,
                             bool slash)
 {
@@ -121,7 +122,7 @@ static size_t other_run_end(const uint32_t *cp, size_t n, size_t pos, bool marks
 /* ---------------------------------------------------------------- hand-written splitters */
 
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
- * (contractions case-sensitive; llama.cpp's splitter also takes a lone trailing \s+). */
+ * (contractions case-sensitive), then \s+ as llama.cpp's splitter, which this follows, ends. */
 static size_t gpt2_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
 {
     (void)x;
