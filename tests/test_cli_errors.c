@@ -4,6 +4,7 @@
  * own stdio; a crash or a hang is a failure, not a lost test binary). The model is the synthetic
  * tiny preset written by `kvdrift synth` into tu_tmpdir(), so no shared model file is needed;
  * every cache is under tu_tmpdir() ($KVDRIFT_CACHE is set in the child as well). */
+#include "cli_util.h"
 #include "commands.h"
 #include "test_util.h"
 
@@ -698,6 +699,28 @@ static void test_cli_errors_output_is_input(void)
     CU_ASSERT(na == nb && memcmp(before, after, nb) == 0);
 }
 
+/* hx_cli_getopt's memory of the options seen belongs to its caller's hx_cli_optstate: a parse
+ * with a fresh state sees nothing of an earlier one (an option seen there is not "given
+ * twice"), and the option found twice is named by the state of the parse that found it. */
+static void test_cli_errors_getopt_state_per_parse(void)
+{
+    static const struct option opts[] = {{"out", required_argument, NULL, 'o'}, {0}};
+    char *first[] = {"x", "-o", "a", NULL};
+    char *second[] = {"y", "--out", "b", "-o", "c", NULL};
+    hx_cli_optstate a = {0}, b = {0};
+    opterr = 0;
+    optind = 1;
+    CU_ASSERT_EQUAL(hx_cli_getopt(&a, 3, first, ":o:", opts, NULL, NULL), 'o');
+    CU_ASSERT_EQUAL(hx_cli_getopt(&a, 3, first, ":o:", opts, NULL, NULL), -1);
+    optind = 1;
+    CU_ASSERT_EQUAL(hx_cli_getopt(&b, 5, second, ":o:", opts, NULL, NULL), 'o');
+    CU_ASSERT_EQUAL(hx_cli_getopt(&b, 5, second, ":o:", opts, NULL, NULL), '?');
+    CU_ASSERT_STRING_EQUAL(b.twice, "-o");
+    CU_ASSERT_STRING_EQUAL(a.twice, "");
+    CU_ASSERT_EQUAL(a.n_seen, 1u);
+    optind = 1;
+}
+
 /* A value option given twice is refused (never silently the last one), by either of its
  * names; judge's --dump is the one option meant to repeat. Empty values and a golden folder
  * check cannot read are bad input too, never a silent default. */
@@ -784,4 +807,6 @@ void test_cli_errors_register(void)
     CU_add_test(s, "test_cli_errors_token_position", test_cli_errors_token_position);
     CU_add_test(s, "test_cli_errors_output_is_input", test_cli_errors_output_is_input);
     CU_add_test(s, "test_cli_errors_repeats_and_empties", test_cli_errors_repeats_and_empties);
+    CU_add_test(s, "test_cli_errors_getopt_state_per_parse",
+                test_cli_errors_getopt_state_per_parse);
 }
