@@ -119,6 +119,12 @@ int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err);
 int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_key[16],
                      lm_err *err);
 
+/* The naive-sr backend's coin scheme and elementwise perturbation (backend_naive_sr.c, the
+ * sites of backend.h), part of the ensemble mode of every envelope made of naive-sr members
+ * (kvdrift sweep's and kvdrift judge's): change it whenever those members' numbers could
+ * change, so that an envelope cached under another scheme is never reused. */
+#define HX_NAIVE_SR_MODE "coin=splitmix-v3:perturb=mca-rr24-v3"
+
 /* The envelope's cache key, derived from the reference's (ref_cache_key: REF_VERSION, model
  * hash, tokens, n_prompt, logit positions, precision), so both caches are keyed the same way and
  * an envelope can never outlive its reference entry: XXH3-128 (canonical bytes) over, little-

@@ -23,12 +23,11 @@
 #include <time.h>
 
 /* Identifies how the ensemble was made (part of the envelope's cache key): the SR backend's
- * coin scheme, its elementwise perturbation (perturb=: MCA random rounding of every elementwise
- * stage, backend_naive_sr.c), the statistic (stat=: spread around the members' mean,
- * envelope.h) and the ensemble's schedule. Change it whenever any of them changes, so that an
- * envelope cached under another mode is never reused. */
+ * coin scheme and elementwise perturbation (HX_NAIVE_SR_MODE), the statistic (stat=: spread
+ * around the members' mean, envelope.h) and the ensemble's schedule. Change it whenever any of
+ * them changes, so that an envelope cached under another mode is never reused. */
 static const char ensemble_mode[] =
-    "naive-sr:step=full:threads=1:coin=splitmix-v3:perturb=mca-rr24-v3:stat=mean-spread-v2";
+    "naive-sr:step=full:threads=1:" HX_NAIVE_SR_MODE ":stat=mean-spread-v2";
 
 static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap) LM_PRINTF(2, 0);
 static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap)
