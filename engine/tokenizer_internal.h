@@ -13,6 +13,25 @@ enum {
 
 #define TOK_NONE UINT32_MAX /* empty hash slot / absent id */
 
+/* The BPE pre-tokenizers kvdrift implements, named by llama.cpp's LLAMA_VOCAB_PRE_TYPE_*; each
+ * covers every tokenizer.ggml.pre value llama.cpp splits with the same regexes (the table in
+ * tokenizer.c). */
+typedef enum lm_pre {
+    LM_PRE_DEFAULT,        /* no tokenizer.ggml.pre: llama.cpp's "default" */
+    LM_PRE_GPT2,           /* gpt-2, mpt, olmo, ... */
+    LM_PRE_STARCODER,      /* every \p{N} alone, then GPT-2: starcoder, refact, command-r, smollm */
+    LM_PRE_LLAMA3,         /* llama-bpe, digits in runs of up to 3 */
+    LM_PRE_QWEN2,          /* qwen2, single digits */
+    LM_PRE_QWEN35,         /* qwen35: Qwen 2 with marks as letters */
+    LM_PRE_DEEPSEEK_LLM,   /* deepseek-llm */
+    LM_PRE_DEEPSEEK_CODER, /* deepseek-coder */
+    LM_PRE_DEEPSEEK3,      /* deepseek-v3 */
+    LM_PRE_FALCON,         /* falcon */
+    LM_PRE_GPT4O,          /* gpt-4o (gpt-oss), llama4 */
+    LM_PRE_TEKKEN,         /* tekken (Mistral NeMo and later) */
+    LM_PRE_COUNT
+} lm_pre;
+
 struct lm_vocab {
     lm_vocab_kind kind;
     uint32_t n_tokens;
@@ -47,12 +66,8 @@ struct lm_vocab {
     int32_t byte_tok[256]; /* SPM: id of "<0xNN>"; BPE: id of the byte's GPT-2 character; -1 */
     int32_t bos, eos, unk; /* -1 when none */
     bool add_bos, add_eos, add_space_prefix;
-    /* BPE pre-tokenizer: every \p{N} code point is a word of its own before the GPT-2 split
-     * (llama.cpp's "smollm"/"starcoder" family, tokenizer.ggml.pre; see tokenizer_bpe.c). */
-    bool pre_digits;
-    /* BPE pre-tokenizer split (tokenizer.ggml.pre): 0 GPT-2 pattern; 1 Llama 3 ("llama-bpe",
-     * digits in runs of up to 3); 2 Qwen 2 (single digits). */
-    uint8_t pre_split;
+    /* BPE pre-tokenizer (tokenizer.ggml.pre; see pretokenize.c). */
+    lm_pre pre;
     /* A word that is a token as a whole is emitted as that token without merging (llama.cpp's
      * ignore_merges, set for the Llama 3 pre-tokenizer). */
     bool ignore_merges;
@@ -64,6 +79,10 @@ struct lm_vocab {
 int32_t lm_vocab_find(const lm_vocab *v, const char *s, size_t n);
 /* Rank of the merge (l[0..ln), r[0..rn)), or -1. */
 int32_t lm_vocab_merge_rank(const lm_vocab *v, const char *l, size_t ln, const char *r, size_t rn);
+
+/* Makes *p (an array of *cap elements of elem bytes) hold at least need elements: the capacity
+ * doubles from 64 until it does; on failure *p and *cap are unchanged. */
+int lm_tok_grow(void **p, size_t *cap, size_t need, size_t elem, lm_err *err);
 
 /* A growable id list the encoders append to. */
 typedef struct tok_out {
@@ -77,6 +96,11 @@ int tok_out_push(tok_out *o, int32_t id, lm_err *err);
 int lm_spm_encode(const lm_vocab *v, const char *text, size_t len, bool space_prefix,
                   tok_out *out, lm_err *err);
 int lm_bpe_encode(const lm_vocab *v, const char *text, size_t len, tok_out *out, lm_err *err);
+
+/* Cuts cp[0..n) into words as pre-tokenizer pre does: *out_lens (malloc'd, *out_n entries, NULL
+ * when n = 0) holds each word's length in code points, in order; they sum to n. */
+int lm_pretokenize(lm_pre pre, const uint32_t *cp, size_t n, size_t **out_lens, size_t *out_n,
+                   lm_err *err);
 
 /* GPT-2 byte-to-unicode mapping: the code point byte b is written as in BPE token texts. */
 uint32_t lm_bpe_byte_to_cp(uint8_t b);

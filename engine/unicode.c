@@ -70,8 +70,7 @@ size_t lm_utf8_encode(uint32_t cp, char out[4])
     return 0;
 }
 
-/* Binary search over sorted, disjoint, inclusive ranges. */
-static bool in_ranges(uint32_t cp, const uint32_t (*r)[2], size_t n)
+bool lm_uni_in_ranges(uint32_t cp, const uint32_t (*r)[2], size_t n)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -92,19 +91,35 @@ bool lm_uni_is_letter(uint32_t cp)
 {
     if (cp < 0x80u)
         return (cp | 0x20u) >= 'a' && (cp | 0x20u) <= 'z';
-    return in_ranges(cp, lm_uni_letter_ranges, lm_uni_letter_n);
+    return lm_uni_in_ranges(cp, lm_uni_letter_ranges, lm_uni_letter_n);
 }
 
 bool lm_uni_is_number(uint32_t cp)
 {
     if (cp < 0x80u)
         return cp >= '0' && cp <= '9';
-    return in_ranges(cp, lm_uni_number_ranges, lm_uni_number_n);
+    return lm_uni_in_ranges(cp, lm_uni_number_ranges, lm_uni_number_n);
 }
 
 bool lm_uni_is_space(uint32_t cp)
 {
     if (cp < 0x80u)
         return cp == ' ' || (cp >= 0x09u && cp <= 0x0Du);
-    return in_ranges(cp, lm_uni_space_ranges, lm_uni_space_n);
+    return lm_uni_in_ranges(cp, lm_uni_space_ranges, lm_uni_space_n);
+}
+
+/* No ASCII code point is a mark; the ASCII punctuation and symbols are in the tables. */
+bool lm_uni_is_mark(uint32_t cp)
+{
+    return cp >= 0x80u && lm_uni_in_ranges(cp, lm_uni_mark_ranges, lm_uni_mark_n);
+}
+
+bool lm_uni_is_punct(uint32_t cp)
+{
+    return lm_uni_in_ranges(cp, lm_uni_punct_ranges, lm_uni_punct_n);
+}
+
+bool lm_uni_is_symbol(uint32_t cp)
+{
+    return lm_uni_in_ranges(cp, lm_uni_symbol_ranges, lm_uni_symbol_n);
 }

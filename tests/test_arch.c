@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "dump.h"
 #include "fixtures.h"
+#include "fs.h"
 #include "judge_run.h"
 #include "kvd_gguf.h"
 #include "synth.h"
@@ -292,6 +293,60 @@ static void test_arch_gptoss_refuses_other_variants(void)
                    cases[i].msg);
 }
 
+/* synth:preset (seed 0, F32) under tu_tmpdir()/name.gguf with the GGUF string `from` (its
+ * u64 length and bytes, in the tensor index) replaced by `to` of the same length. */
+static const char *renamed_tensor(const char *name, const char *preset, const char *from,
+                                  const char *to)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s.gguf", tu_tmpdir(), name);
+    lm_err err = {0};
+    char *bytes = NULL;
+    size_t n = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, preset, 0, LM_TYPE_F32, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&bytes, &n, path, SIZE_MAX, &err), LM_OK);
+    const uint64_t len = strlen(from);
+    CU_ASSERT_EQUAL_FATAL(strlen(to), len);
+    char key[8 + 64];
+    memcpy(key, &len, 8); /* GGUF is little-endian, as is every host kvdrift builds on */
+    memcpy(key + 8, from, len);
+    char *at = memmem(bytes, n, key, 8 + len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    memcpy(at + 8, to, len);
+    CU_ASSERT_EQUAL_FATAL(lm_write_file(path, bytes, n, &err), LM_OK);
+    free(bytes);
+    return path;
+}
+
+/* A gpt-oss file without a tensor llama.cpp's gpt-oss loader requires (learned sinks, the
+ * output projection, the O bias, the router's and the experts' biases) is refused with one
+ * line naming it, where the tensor would otherwise be optional and the model run without it;
+ * a tensor no gpt-oss layer reads is refused naming it. From a command: exit 2. */
+static void test_arch_gptoss_requires_its_tensors(void)
+{
+    static const struct { const char *from, *to, *msg; } cases[] = {
+        {"blk.1.attn_sinks.weight", "blk.1.attn_sinkX.weight",
+         "missing tensor 'blk.1.attn_sinks.weight'"},
+        {"output.weight", "outpuX.weight", "missing tensor 'output.weight'"},
+        {"blk.0.attn_output.bias", "blk.0.attn_outpuX.bias",
+         "missing tensor 'blk.0.attn_output.bias'"},
+        {"blk.1.ffn_gate_inp.bias", "blk.1.ffn_gate_inX.bias",
+         "missing tensor 'blk.1.ffn_gate_inp.bias'"},
+        {"blk.0.ffn_down_exps.bias", "blk.0.ffn_down_expX.bias",
+         "missing tensor 'blk.0.ffn_down_exps.bias'"},
+        {"blk.0.attn_q.bias", "blk.0.attn_q.biaX", /* Q/K/V biases: optional, as in llama.cpp */
+         "tensor 'blk.0.attn_q.biaX' is not part of a gpt-oss model"},
+    };
+    const char *path = NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        load_fails(path = renamed_tensor("oss-renamed", "gptoss", cases[i].from, cases[i].to),
+                   LM_E_INPUT, cases[i].msg);
+    char out[4096];
+    char *argv[] = {"run", (char *)path, "-p", "hi", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 4, argv, out, sizeof out), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "not part of a gpt-oss model"));
+}
+
 /* llama.cpp's logits of synth:gptoss (27 positions, F32 KV cache, flash attention off) are
  * NOISE under f32 (err/E <= 1, measured 0.32; the bound as for qwen3moe above). Two defects
  * fail, in the SR runs that measure E and in the MPFR reference alike: RoPE without YaRN
@@ -350,6 +405,7 @@ void test_arch_register(void)
     CU_add_test(s, "test_arch_gptoss_loads", test_arch_gptoss_loads);
     CU_add_test(s, "test_arch_gptoss_refuses_other_variants",
                 test_arch_gptoss_refuses_other_variants);
+    CU_add_test(s, "test_arch_gptoss_requires_its_tensors", test_arch_gptoss_requires_its_tensors);
     CU_add_test(s, "test_arch_gptoss_judge_llamacpp", test_arch_gptoss_judge_llamacpp);
     CU_add_test(s, "test_arch_gptoss_mxfp4_judge_llamacpp",
                 test_arch_gptoss_mxfp4_judge_llamacpp);

@@ -68,6 +68,7 @@ static void test_case_full_and_configs(void)
                     "n_gen = 0\n"
                     "precision = 256\n"
                     "strict_bits = true\n"
+                    "invariant_bits = true\n"
                     "turn = 0\n");
     CU_ASSERT_STRING_EQUAL(c->name, "stories-steps");
     CU_ASSERT_EQUAL(c->turn, 0); /* no two-turn siblings below */
@@ -85,6 +86,7 @@ static void test_case_full_and_configs(void)
     CU_ASSERT_EQUAL(c->n_gen, 0);
     CU_ASSERT_EQUAL(c->precision, 256);
     CU_ASSERT(c->strict_bits);
+    CU_ASSERT(c->invariant_bits);
     hx_config *cfg;
     size_t n;
     lm_err err = {0};
@@ -137,6 +139,7 @@ static void test_case_defaults_tokens_synth(void)
     CU_ASSERT_EQUAL(c->turn, HX_TURN_DEFAULT); /* the schedule axis is on by default */
     CU_ASSERT_EQUAL(c->precision, HX_CASE_DEFAULT_PRECISION);
     CU_ASSERT_FALSE(c->strict_bits);
+    CU_ASSERT_FALSE(c->invariant_bits);
     hx_case_free(c);
     c = ok("name=s2\nmodel=synth:x\nprompt=\"  padded  \"\n");
     CU_ASSERT_FALSE(c->model.has_seed);
@@ -195,6 +198,7 @@ static void test_case_errors_name_file_and_line(void)
     BAD_AT4("precision = 8193", "precision '8193'");
     BAD_AT4("precision = 12x", "precision '12x'");
     BAD_AT4("strict_bits = yes", "expected true or false");
+    BAD_AT4("invariant_bits = 1", "invariant_bits '1': expected true or false");
     BAD_AT4("this line has no equals sign", "malformed line");
 #undef BAD_AT4
     bad("name=x\n[other]\nmodel=m\n", "t.case:3: unknown section [other]");

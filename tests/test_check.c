@@ -598,6 +598,52 @@ static void test_check_missing_model_skips(void)
     CU_ASSERT_EQUAL(access(g, F_OK), -1);
 }
 
+/* The report files are all or nothing: when one cannot be written (--json /dev/full, which
+ * passes every check made before the run and fails on the write), check exits 2 and no other
+ * report file is written or changed, although Markdown and HTML come before JSON in writing
+ * order. */
+static void test_check_reports_all_or_nothing(void)
+{
+    setup_dirs();
+    if (access("/dev/full", W_OK) != 0) {
+        printf("\n  SKIP: no writable /dev/full");
+        return;
+    }
+    char text[1400], md[1100], html[1100], junit[1100];
+    snprintf(text, sizeof text, "name = t-absent2\nmodel = %s/no-such-model.gguf\n"
+             "tokens = 1,2,3\nsteps = 2,full\nbackends = naive\nattn = default\n", dir);
+    char p[1100];
+    snprintf(p, sizeof p, "%s", tu_write_file("check/absent2.case", text, strlen(text)));
+    snprintf(md, sizeof md, "%s/aon.md", dir);
+    snprintf(html, sizeof html, "%s/aon.html", dir);
+    snprintf(junit, sizeof junit, "%s/aon.xml", dir);
+    f_write(md, "old markdown\n");
+    unlink(html);
+    unlink(junit);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--md", md,
+                        "--html", html, "--junit", junit, "--json", "/dev/full", "--allow-skip",
+                        "-q", (char *)NULL), 2);
+    const char *err_text = read_text(err_path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "/dev/full"));
+    size_t lines = 0;
+    for (const char *c = err_text; *c; ++c)
+        lines += *c == '\n';
+    CU_ASSERT_EQUAL(lines, 1); /* one line */
+    CU_ASSERT_STRING_EQUAL(read_text(md), "old markdown\n");
+    CU_ASSERT_EQUAL(access(html, F_OK), -1);
+    CU_ASSERT_EQUAL(access(junit, F_OK), -1);
+    /* the same outputs with a writable JSON path: all four written */
+    char json[1100];
+    snprintf(json, sizeof json, "%s/aon.json", dir);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--md", md,
+                        "--html", html, "--junit", junit, "--json", json, "--allow-skip", "-q",
+                        (char *)NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(read_text(md), "t-absent2"));
+    CU_ASSERT_EQUAL(access(html, R_OK), 0);
+    CU_ASSERT_EQUAL(access(junit, R_OK), 0);
+    CU_ASSERT_EQUAL(access(json, R_OK), 0);
+}
+
 /* A configuration classified DRIFT fails check with the class and numbers in its JUnit
  * failure, and bless refuses it (a golden must never enshrine a defect) unless --force.
  * The DRIFT is made without an engine defect: the cached envelope of layer 0's K is set to 0
@@ -793,6 +839,7 @@ void test_check_register(void)
     CU_add_test(s, "test_check_keys_per_configuration", test_check_keys_per_configuration);
     CU_add_test(s, "test_check_bad_case_file", test_check_bad_case_file);
     CU_add_test(s, "test_check_missing_model_skips", test_check_missing_model_skips);
+    CU_add_test(s, "test_check_reports_all_or_nothing", test_check_reports_all_or_nothing);
     CU_add_test(s, "test_check_drift_fails_and_bless_refuses",
                 test_check_drift_fails_and_bless_refuses);
     CU_add_test(s, "test_check_stale_golden_fails", test_check_stale_golden_fails);

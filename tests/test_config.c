@@ -39,6 +39,16 @@ static void test_config_parse_and_canonical(void)
     CU_ASSERT_EQUAL(b.threads, 2);
     CU_ASSERT_STRING_EQUAL(b.backend, "naive");
     CU_ASSERT_FALSE(hx_config_equal(&b, &c));
+    /* chunk invariance: the backend's flag, no speculation, no MLX rotating cache */
+    static const struct { const char *cfg; bool inv; } inv[] = {
+        {"naive:step=3", true},         {"det:step=7:threads=4", true},
+        {"blas:step=3", false},         {"naive:step=3:rot=8/2", false},
+        {"naive:step=3:rot=8/2/window", true},
+    };
+    for (size_t i = 0; i < sizeof inv / sizeof inv[0]; ++i) {
+        CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, inv[i].cfg, &err), LM_OK);
+        CU_ASSERT_EQUAL(hx_config_chunk_invariant(&c), inv[i].inv);
+    }
 }
 
 /* The two-turn schedule: its key, its baseline, its split and the axis that adds it. */

@@ -106,8 +106,9 @@ static void test_model_synth_round_trip(void)
     lm_model_free(m);
 }
 
-/* Builds a 1-layer llama file with one tensor missing or misshapen. */
-static const char *write_variant(const char *name, const char *skip, const char *bad_shape)
+/* Builds a 1-layer llama file with one tensor missing or misshapen, or an extra [8] tensor. */
+static const char *write_variant(const char *name, const char *skip, const char *bad_shape,
+                                 const char *extra)
 {
     static char path[1024];
     snprintf(path, sizeof path, "%s/%s", tu_tmpdir(), name);
@@ -139,6 +140,9 @@ static const char *write_variant(const char *name, const char *skip, const char 
         CU_ASSERT(lm_gguf_w_tensor_f32(w, ts[i].n, LM_TYPE_F32, ne[1] == 1 ? 1 : 2, ne, zeros,
                                        &err) == LM_OK);
     }
+    if (extra != NULL)
+        CU_ASSERT(lm_gguf_w_tensor_f32(w, extra, LM_TYPE_F32, 1, (uint64_t[]){E}, zeros, &err)
+                  == LM_OK);
     CU_ASSERT(lm_gguf_writer_save(w, path, &err) == LM_OK);
     lm_gguf_writer_free(w);
     return path;
@@ -148,22 +152,42 @@ static void test_model_missing_tensor_and_wrong_shape(void)
 {
     lm_err err = {0};
     lm_model *m = NULL;
-    const char *p = write_variant("ok.gguf", NULL, NULL);
+    const char *p = write_variant("ok.gguf", NULL, NULL, NULL);
     CU_ASSERT_EQUAL(lm_model_load(&m, p, &err), LM_OK);
     CU_ASSERT_PTR_NULL(m ? m->vocab : NULL); /* no tokenizer keys: no vocabulary */
     lm_model_free(m);
 
-    p = write_variant("missing.gguf", "blk.0.ffn_up.weight", NULL);
+    p = write_variant("missing.gguf", "blk.0.ffn_up.weight", NULL, NULL);
     CU_ASSERT_EQUAL(lm_model_load(&m, p, &err), LM_E_INPUT);
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, p));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "missing tensor 'blk.0.ffn_up.weight'"));
 
     lm_err_clear(&err);
-    p = write_variant("shape.gguf", NULL, "blk.0.attn_k.weight");
+    p = write_variant("shape.gguf", NULL, "blk.0.attn_k.weight", NULL);
     CU_ASSERT_EQUAL(lm_model_load(&m, p, &err), LM_E_INPUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'blk.0.attn_k.weight' has shape [8, 9"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "expected [8, 8]"));
+}
+
+/* A tensor the llama row does not read (a sandwich norm, an FFN bias, a layer past
+ * block_count) is refused with one line naming it instead of being ignored. */
+static void test_model_unused_tensor_refused(void)
+{
+    static const char *const extra[] = {"blk.0.post_ffw_norm.weight", "blk.0.ffn_gate.bias",
+                                        "blk.1.attn_norm.weight"};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; ++i) {
+        lm_err err = {0};
+        lm_model *m = NULL;
+        const char *p = write_variant("extra.gguf", NULL, NULL, extra[i]);
+        CU_ASSERT_EQUAL(lm_model_load(&m, p, &err), LM_E_INPUT);
+        CU_ASSERT_PTR_NULL(m);
+        lm_model_free(m);
+        char want[128];
+        snprintf(want, sizeof want, "tensor '%s' is not part of a llama model", extra[i]);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+        CU_ASSERT_PTR_NULL(strchr(err.msg, '\n'));
+    }
 }
 
 /* Raw quantized bytes for a [ne0, ne1] tensor: random quants, block scales set to small
@@ -323,6 +347,7 @@ void test_model_register(void)
     CU_add_test(s, "test_model_synth_round_trip", test_model_synth_round_trip);
     CU_add_test(s, "test_model_missing_tensor_and_wrong_shape",
                 test_model_missing_tensor_and_wrong_shape);
+    CU_add_test(s, "test_model_unused_tensor_refused", test_model_unused_tensor_refused);
     CU_add_test(s, "test_model_quantized_weights", test_model_quantized_weights);
     CU_add_test(s, "test_model_unsupported_arch", test_model_unsupported_arch);
     CU_add_test(s, "test_model_arch_table", test_model_arch_table);

@@ -110,6 +110,19 @@ static void test_report_fold_and_verdicts(void)
     r->configs[2].cls = HX_NOISE;
     CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 0);
     CU_ASSERT_EQUAL(hx_report_exit_code(r, true), 1);
+    /* invariant_bits: a configuration that must be EXACT fails as NOISE or TIE_FLIP, whatever
+     * its golden, and passes as EXACT */
+    char why[600];
+    const char *type;
+    c1->golden = c2->golden = c0->golden = HX_GOLDEN_MATCH;
+    c0->must_be_exact = c1->must_be_exact = c2->must_be_exact = true;
+    CU_ASSERT_FALSE(hx_config_report_fails(c0, true));
+    CU_ASSERT(hx_config_report_fails(c1, false)); /* TIE_FLIP */
+    CU_ASSERT(hx_config_report_fails(c2, false)); /* NOISE */
+    hx_config_report_failure(why, sizeof why, &type, c2, false);
+    CU_ASSERT_STRING_EQUAL(type, "NOT_INVARIANT");
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "NOISE, not bitwise equal to its one-chunk baseline"));
+    CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 1);
     hx_report_free(r);
     hx_report_free(NULL);
 }
@@ -300,7 +313,7 @@ static void test_report_writers_table(void)
     CU_ASSERT_PTR_NULL(hx_report_writer_find("no-such-format"));
     for (size_t i = 0; i < n; ++i) {
         const hx_report_writer *w = hx_report_writer_at(i);
-        CU_ASSERT(w->name && w->title && w->file && w->write_many);
+        CU_ASSERT(w->name && w->title && w->file && w->text_many);
         CU_ASSERT_PTR_EQUAL(hx_report_writer_find(w->name), w);
         for (size_t j = 0; j < i; ++j) {
             CU_ASSERT_STRING_NOT_EQUAL(hx_report_writer_at(j)->name, w->name);

@@ -2,7 +2,7 @@
  * pairs: a token difference is a TIE_FLIP only when BOTH the verify row's error is within E
  * and plain's lead is within E_gap; a history that differs before (or at) the first token
  * difference is a SEQ_MISMATCH whatever the rows; equal tokens are EXACT or NOISE; a NaN or
- * Inf in a speculative row is NONFINITE. */
+ * Inf in a speculative row is NONFINITE, also after the cache-policy explanation. */
 #include "seqcheck.h"
 #include "test_util.h"
 
@@ -104,8 +104,38 @@ static void test_seqcheck_rules(void)
     }
 }
 
+/* Rule 4 is the last word: a SEQ_MISMATCH whose speculative rows hold a NaN or Inf stays a
+ * failure when the exact-window policy explains the token difference (SEMANTIC would pass
+ * it): NONFINITE, as classify's rule 1 makes any tensor with a NaN; without the NaN the same
+ * explanation gives SEMANTIC. */
+static void test_seqcheck_nonfinite_survives_policy(void)
+{
+    const int32_t prompt[1] = {0};
+    const lm_penalty_params pen = lm_penalty_defaults();
+    const hx_seq_verdict window = {.cls = HX_EXACT, .first_tok = -1, .first_hist = -1,
+                                   .nonfinite_step = -1};
+    for (int with_nan = 0; with_nan < 2; ++with_nan) {
+        pair_buf b;
+        pair_init(&b);
+        b.tok[1][1] = 2;
+        b.raw[1][1][3] += 0.5f; /* err 0.5 > E: SEQ_MISMATCH */
+        if (with_nan)
+            b.raw[1][2][0] = NAN;
+        hx_seq_verdict v;
+        lm_err err = {0};
+        CU_ASSERT_FATAL(hx_seq_judge(&v, &b.p, prompt, 1, &pen, 1e-3, 1e-2, &err) == LM_OK);
+        CU_ASSERT_EQUAL(v.cls, HX_SEQ_MISMATCH);
+        CU_ASSERT_EQUAL(v.nonfinite_step, with_nan ? 2 : -1);
+        hx_seq_explain_policy(&v, &window);
+        CU_ASSERT_EQUAL(v.cls, with_nan ? HX_NONFINITE : HX_SEMANTIC);
+        CU_ASSERT_EQUAL(hx_class_fails(v.cls), with_nan == 1);
+    }
+}
+
 void test_seqcheck_register(void)
 {
     CU_pSuite s = CU_add_suite("seqcheck", NULL, NULL);
     CU_add_test(s, "test_seqcheck_rules", test_seqcheck_rules);
+    CU_add_test(s, "test_seqcheck_nonfinite_survives_policy",
+                test_seqcheck_nonfinite_survives_policy);
 }

@@ -4,6 +4,7 @@
 #include "kvd_gguf.h"
 #include "kvd_tokenizer.h"
 #include "test_util.h"
+#include "../engine/tokenizer_internal.h"
 #include "../engine/unicode.h"
 
 #include <stdio.h>
@@ -25,6 +26,35 @@ static lm_vocab *load_vocab_file(const char *path)
         fprintf(stderr, "\n  %s\n", err.msg);
     lm_gguf_close(g); /* the vocabulary must not depend on g afterwards */
     return v;
+}
+
+/* The whole file at path, NUL-terminated (*len bytes without the NUL); NULL when unreadable. */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap + 1);
+    size_t r;
+    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (b)
+        b[n] = '\0';
+    *len = n;
+    return b;
 }
 
 /* Encodes s (parsing special tokens when parse) and compares with want[n_want]. */
@@ -189,6 +219,26 @@ static void test_tokenizer_unicode_categories(void)
     CU_ASSERT(!lm_uni_is_letter(0xFFFD) && !lm_uni_is_number(0xFFFD));
     CU_ASSERT(!lm_uni_is_letter(0x1F999) && !lm_uni_is_number(0x1F999));
     CU_ASSERT(!lm_uni_is_letter(0x10FFFF));
+    /* marks, punctuation and symbols (the pre-tokenizers' \p{M}, \p{P}, \p{S}): combining
+     * acute, Khmer coeng, variation selector 16; ASCII and CJK punctuation; ASCII, emoji and
+     * U+FFFD symbols; and what none of them is */
+    CU_ASSERT(lm_uni_is_mark(0x301) && lm_uni_is_mark(0x17D2) && lm_uni_is_mark(0xFE0F));
+    CU_ASSERT(lm_uni_is_punct('!') && lm_uni_is_punct('_') && lm_uni_is_punct(0x3002));
+    CU_ASSERT(lm_uni_is_symbol('$') && lm_uni_is_symbol('`') && lm_uni_is_symbol(0x1F600));
+    CU_ASSERT(lm_uni_is_symbol(0xFFFD) && !lm_uni_is_punct('$') && !lm_uni_is_symbol('!'));
+    for (uint32_t c = 0; c < 0x80; c++)
+        CU_ASSERT(!lm_uni_is_mark(c));
+    CU_ASSERT(!lm_uni_is_mark('a') && !lm_uni_is_punct(' ') && !lm_uni_is_symbol(0x200D));
+    const uint32_t (*tables[])[2] = {lm_uni_mark_ranges, lm_uni_punct_ranges,
+                                     lm_uni_symbol_ranges};
+    const size_t sizes[] = {lm_uni_mark_n, lm_uni_punct_n, lm_uni_symbol_n};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t i = 1; i < sizes[t]; i++)
+            CU_ASSERT(tables[t][i - 1][1] < tables[t][i][0]);
+    /* Unicode 15.1, llama.cpp's version: CJK extension I (15.1) and H (15.0) are letters,
+     * Garay digits (16.0) are not yet numbers */
+    CU_ASSERT(lm_uni_is_letter(0x2EBF0) && lm_uni_is_letter(0x31350));
+    CU_ASSERT(!lm_uni_is_number(0x10D40));
 }
 
 /* ---------------------------------------------------------------- rules on tiny vocabularies */
@@ -418,16 +468,18 @@ static void test_tokenizer_bpe_pre_digits(void)
  * GPT-2 pattern, which is not the model's pre-tokenizer). */
 static void test_tokenizer_pre_note(void)
 {
-    const char *implemented[] = {NULL,      "gpt2",      "gpt-2",      "olmo",
-                                 "smollm",  "mellum2",   "llama-bpe",  "qwen2",
-                                 "megrez",  "stablelm2", "deepseek-r1-qwen"};
+    const char *implemented[] = {NULL,      "gpt2",      "gpt-2",          "olmo",
+                                 "smollm",  "mellum2",   "llama-bpe",      "qwen2",
+                                 "megrez",  "stablelm2", "deepseek-r1-qwen", "qwen35",
+                                 "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
+                                 "gpt-4o",  "llama4",    "tekken",         "dbrx"};
     for (size_t k = 0; k < sizeof implemented / sizeof implemented[0]; k++) {
         lm_vocab *v = build_pre_vocab("pre_note.gguf", implemented[k]);
         CU_ASSERT_PTR_NOT_NULL_FATAL(v);
         CU_ASSERT_PTR_NULL(lm_vocab_pre_note(v));
         lm_vocab_free(v);
     }
-    const char *other[] = {"gpt-4o", "tekken", "deepseek-llm"};
+    const char *other[] = {"kimi-k2", "chameleon", "viking", "no-such-pre"};
     for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
         lm_vocab *v = build_pre_vocab("pre_note.gguf", other[k]);
         CU_ASSERT_PTR_NOT_NULL_FATAL(v);
@@ -438,6 +490,79 @@ static void test_tokenizer_pre_note(void)
         CU_ASSERT(encodes_to(v, "12", 2, false, merged12, 1));
         lm_vocab_free(v);
     }
+}
+
+/* Every implemented pre-tokenizer cuts the strings of tests/data/pretok/inputs.txt (llama.cpp's
+ * fixture strings, hand-written cases, random strings) into the words llama.cpp's own
+ * unicode_regex_split cuts them into (tests/data/pretok/NAME.splits: code point lengths per
+ * string; README there says how they were made). The vocabulary is built with
+ * tokenizer.ggml.pre = NAME, so the name table is checked too ("default": no key). */
+static void test_tokenizer_pretokenize_llama_splits(void)
+{
+    static const char *names[] = {"default", "gpt-2", "starcoder", "llama-bpe", "qwen2", "qwen35",
+                                  "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
+                                  "gpt-4o", "tekken"};
+    size_t in_len = 0;
+    char *in = read_all("tests/data/pretok/inputs.txt", &in_len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(in);
+    uint32_t *cp = malloc((in_len + 1) * sizeof *cp);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/pretok/%s.splits", names[k]);
+        size_t out_len = 0;
+        char *out = read_all(path, &out_len);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+        lm_vocab *v = build_pre_vocab("pre_split.gguf", strcmp(names[k], "default") ? names[k]
+                                                                                     : NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+        CU_ASSERT_PTR_NULL(lm_vocab_pre_note(v));
+        int total = 0, pass = 0;
+        char *line = out;
+        for (size_t pos = 0; pos < in_len;) {
+            char *next = strstr(in + pos, sep);
+            size_t end = next ? (size_t)(next - in) : in_len, n = 0;
+            for (size_t off = pos; off < end;) {
+                size_t adv;
+                cp[n++] = lm_utf8_decode(in + off, end - off, &adv);
+                off += adv;
+            }
+            pos = next ? end + sizeof sep - 1 : in_len;
+            size_t *lens = NULL, n_lens = 0;
+            lm_err err = {0};
+            CU_ASSERT_EQUAL_FATAL(lm_pretokenize(v->pre, cp, n, &lens, &n_lens, &err), LM_OK);
+            char *eol = strchr(line, '\n');
+            CU_ASSERT_PTR_NOT_NULL_FATAL(eol);
+            bool ok = true;
+            size_t i = 0;
+            for (char *q = line; q < eol; i++) {
+                char *e;
+                unsigned long want = strtoul(q, &e, 10);
+                if (e == q)
+                    break;
+                ok = ok && i < n_lens && lens[i] == want;
+                q = e;
+            }
+            ok = ok && i == n_lens;
+            total++;
+            pass += ok;
+            if (!ok)
+                fprintf(stderr, "\n  %s: string %d splits as llama.cpp's does not (want %.*s)\n",
+                        names[k], total, (int)(eol - line), line);
+            free(lens);
+            line = eol + 1;
+        }
+        fprintf(stderr, "\n  pre-tokenizer %s: %d/%d strings split as llama.cpp's ", names[k],
+                pass, total);
+        CU_ASSERT(total > 300);
+        CU_ASSERT_EQUAL(pass, total);
+        CU_ASSERT_EQUAL((size_t)(line - out), out_len); /* one line per string */
+        lm_vocab_free(v);
+        free(out);
+    }
+    free(cp);
+    free(in);
 }
 
 /* User-defined tokens cut the input before encoding even without special-token parsing, and
@@ -569,49 +694,39 @@ static void test_tokenizer_load_errors(void)
 
 /* ---------------------------------------------------------------- llama.cpp fixtures */
 
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap + 1);
-    size_t r;
-    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(b, 2 * cap + 1);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (b)
-        b[n] = '\0';
-    *len = n;
-    return b;
-}
-
 /* Runs one fixture the way llama.cpp's test-tokenizer-0 reads it: the .inp text is cut at every
  * "\n__ggml_vocab_test__\n" (what follows the last separator is a test only if non-empty), the
  * .out has one line per test of space-separated ids (surrounding whitespace ignored), and each
- * test encodes without BOS. Prints the pass count and every mismatch. */
+ * test encodes without BOS. Prints the pass count and every mismatch. vocab_rel is looked for
+ * in $KVDRIFT_MODELS, then in `make models`' cache (a SKIP line when absent); a vocabulary whose
+ * tokenizer model or pre-tokenizer kvdrift does not implement is a SKIP line too. */
 static void run_fixture(const char *vocab_rel)
 {
-    const char *p = tu_model_path(vocab_rel);
+    const char *p = tu_cached_model_path(vocab_rel);
     if (!p)
         return;
     char vpath[1024], inp[1100], outp[1100];
     snprintf(vpath, sizeof vpath, "%s", p);
     snprintf(inp, sizeof inp, "%s.inp", vpath);
     snprintf(outp, sizeof outp, "%s.out", vpath);
-    lm_vocab *v = load_vocab_file(vpath);
+    lm_err err = {0};
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, vpath, &err), LM_OK);
+    lm_vocab *v = NULL;
+    int load_rc = lm_vocab_load(&v, g, &err);
+    lm_gguf_close(g);
+    if (load_rc == LM_E_UNSUPPORTED) {
+        fprintf(stderr, "\n  SKIP: %s: %s\n", vocab_rel, err.msg);
+        return;
+    }
+    if (load_rc != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    if (lm_vocab_pre_note(v) != NULL) {
+        fprintf(stderr, "\n  SKIP: %s: %s\n", vocab_rel, lm_vocab_pre_note(v));
+        lm_vocab_free(v);
+        return;
+    }
     size_t in_len = 0, out_len = 0;
     char *in = read_all(inp, &in_len), *out = read_all(outp, &out_len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(in);
@@ -646,7 +761,6 @@ static void run_fixture(const char *vocab_rel)
         opos = eol ? line_end + 1 : out_len;
 
         total++;
-        lm_err err = {0};
         int32_t *ids = NULL;
         size_t n = 0;
         int rc = lm_tokenize(v, s, len, false, &ids, &n, &err);
@@ -688,16 +802,22 @@ static void run_fixture(const char *vocab_rel)
     lm_vocab_free(v);
 }
 
-static void test_tokenizer_fixture_llama_spm(void)
+/* Every fixture llama.cpp ships with test strings (models/ggml-vocab-NAME.gguf.inp/.out in
+ * llama-cpp-python 0.3.36's copy, which `make models` fetches; ../shared/models/vocab holds
+ * four of them): SPM (llama-spm, phi-3) and every BPE pre-tokenizer; bert-bge (WordPiece) and
+ * gemma-4 (its own BPE) print SKIP lines, as kvdrift does not tokenize those models. */
+static void test_tokenizer_fixtures(void)
 {
-    run_fixture("vocab/ggml-vocab-llama-spm.gguf");
-}
-
-static void test_tokenizer_fixture_gpt2(void)
-{
-    run_fixture("vocab/ggml-vocab-gpt-2.gguf");
-    run_fixture("vocab/ggml-vocab-llama-bpe.gguf");
-    run_fixture("vocab/ggml-vocab-qwen2.gguf");
+    static const char *names[] = {
+        "llama-spm", "phi-3",     "gpt-2",          "mpt",          "llama-bpe",
+        "qwen2",     "qwen35",    "starcoder",      "refact",       "command-r",
+        "falcon",    "deepseek-llm", "deepseek-coder", "bert-bge",  "gemma-4",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", names[i]);
+        run_fixture(rel);
+    }
 }
 
 static void test_tokenizer_stories260k(void)
@@ -833,9 +953,10 @@ void test_tokenizer_register(void)
     CU_add_test(s, "test_tokenizer_parse_special", test_tokenizer_parse_special);
     CU_add_test(s, "test_tokenizer_bpe_pre_digits", test_tokenizer_bpe_pre_digits);
     CU_add_test(s, "test_tokenizer_pre_note", test_tokenizer_pre_note);
+    CU_add_test(s, "test_tokenizer_pretokenize_llama_splits",
+                test_tokenizer_pretokenize_llama_splits);
     CU_add_test(s, "test_tokenizer_load_errors", test_tokenizer_load_errors);
-    CU_add_test(s, "test_tokenizer_fixture_llama_spm", test_tokenizer_fixture_llama_spm);
-    CU_add_test(s, "test_tokenizer_fixture_gpt2", test_tokenizer_fixture_gpt2);
+    CU_add_test(s, "test_tokenizer_fixtures", test_tokenizer_fixtures);
     CU_add_test(s, "test_tokenizer_stories260k", test_tokenizer_stories260k);
     CU_add_test(s, "test_tokenizer_random_round_trip", test_tokenizer_random_round_trip);
 }

@@ -55,6 +55,15 @@ typedef struct lm_arch_tensors {
     const char *rope_freqs;                     /* global, optional: per-pair frequency divisors */
 } lm_arch_tensors;
 
+/* Tensors the loader takes as optional for most rows that a row requires (lm_arch.required):
+ * the set llama.cpp's loader requires for that architecture. */
+enum {
+    LM_ARCH_REQ_OUTPUT = 1u << 0,   /* output.weight (no tied output) */
+    LM_ARCH_REQ_O_BIAS = 1u << 1,   /* attn_output.bias */
+    LM_ARCH_REQ_SINKS = 1u << 2,    /* attn_sinks.weight */
+    LM_ARCH_REQ_MOE_BIAS = 1u << 3  /* ffn_gate_inp.bias and the three expert stacks' biases */
+};
+
 /* One row of the architecture table (engine/arch.c): everything the loader and the forward
  * pass decide by general.architecture. */
 typedef struct lm_arch {
@@ -73,6 +82,7 @@ typedef struct lm_arch {
                                  the same as the global layers */
     uint32_t swa_period;      /* sliding pattern when the file has none (see lm_hparams) */
     lm_arch_moe moe;
+    unsigned required;        /* LM_ARCH_REQ_* bits: optional tensors this row requires */
     lm_arch_tensors tensors;
 } lm_arch;
 

@@ -31,8 +31,10 @@ static const char usage_text[] =
     "  absent    no golden under this key: the class decides (--strict: fails)\n"
     "  stale     the golden was blessed for another model, prompt or kvdrift version: fails,\n"
     "            re-bless (kvdrift bless CASE)\n"
-    "A configuration fails on DRIFT, FLIP or NONFINITE, on a stale golden, and with --strict\n"
-    "(or the case's strict_bits = true) on any changed bit. A case whose model file is absent\n"
+    "A configuration fails on DRIFT, FLIP or NONFINITE, on a stale golden, with --strict\n"
+    "(or the case's strict_bits = true) on any changed bit, and with the case's\n"
+    "invariant_bits = true on a chunk-invariant backend's row that is not EXACT (bitwise equal\n"
+    "to its one-chunk baseline). A case whose model file is absent\n"
     "is skipped; when every case is skipped nothing was checked, which is not a pass (exit 3).\n"
     "GOLDEN-DIR defaults to the folder 'golden' beside each case file; a relative model path in\n"
     "a case file is relative to that file's folder.\n\n"
@@ -42,7 +44,8 @@ static const char usage_text[] =
     "      --json FILE       the reports as JSON (REPORT-SCHEMA.md)\n"
     "      --md FILE         the reports as Markdown\n"
     "      --html FILE       the reports as one self-contained HTML page (inline SVG plots)\n"
-    "                        (the folders of these files must exist)\n"
+    "                        (the folders of these files must exist; the report files\n"
+    "                        are written all or none)\n"
     "      --github          GitHub Actions: ::error/::warning annotations on the case files,\n"
     "                        and the Markdown appended to $GITHUB_STEP_SUMMARY when set\n"
     "      --format F        the tables as table (default; class coloured on a terminal,\n"
@@ -237,15 +240,39 @@ static int run_case(hx_caserun **out, hx_case *c, const hx_caserun_opts *ro,
     return st;
 }
 
-/* JUnit, JSON, Markdown; with --github the annotations and the step summary. */
+/* Every report file, all or nothing: each document is made and written to its temp file (a
+ * device or FIFO: directly) before any file is renamed into place (lm_wfile_commit_all), so a
+ * report that cannot be made or written leaves every report file as it was. */
+static int write_reports(const check_out *o, const hx_report **reports, size_t n, bool strict,
+                         lm_err *err)
+{
+    lm_wfile *w[HX_REPORT_MAX_WRITERS] = {0};
+    const size_t n_w = hx_report_writer_count();
+    int st = o->dir ? lm_mkdir_p(o->dir, err) : LM_OK; /* its parent was checked to exist */
+    for (size_t i = 0; st == LM_OK && i < n_w; ++i) {
+        if (o->path[i] == NULL)
+            continue;
+        char *text = NULL;
+        size_t len = 0;
+        st = hx_report_writer_at(i)->text_many(&text, &len, reports, n, strict, err);
+        if (st == LM_OK && (st = lm_wfile_open(&w[i], o->path[i], err)) == LM_OK)
+            st = lm_wfile_write(w[i], text, len, err);
+        free(text);
+    }
+    if (st == LM_OK)
+        return lm_wfile_commit_all(w, n_w, err);
+    for (size_t i = 0; i < n_w; ++i)
+        lm_wfile_abort(w[i]);
+    return st;
+}
+
+/* The report files; with --github the annotations and the step summary. */
 static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_report **reports,
                          size_t n, bool strict, lm_err *err)
 {
-    int st = o->dir ? lm_mkdir_p(o->dir, err) : LM_OK; /* its parent was checked to exist */
-    for (size_t i = 0; st == LM_OK && i < hx_report_writer_count(); ++i)
-        if (o->path[i] &&
-            (st = hx_report_writer_at(i)->write_many(reports, n, strict, o->path[i], err)) != LM_OK)
-            return st;
+    int st = write_reports(o, reports, n, strict, err);
+    if (st != LM_OK)
+        return st;
     if (!o->github)
         return LM_OK;
     hx_annot_src *srcs = calloc(n, sizeof *srcs);
@@ -263,8 +290,8 @@ static int write_outputs(const check_out *o, hx_caserun *const *runs, const hx_r
         char *md = NULL;
         size_t len = 0;
         FILE *f = NULL;
-        if (hx_report_md_text(&md, &len, reports, n) != LM_OK)
-            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        if ((st = hx_report_md_text(&md, &len, reports, n, strict, err)) != LM_OK)
+            return st;
         bool ok = (f = fopen(summary, "a")) != NULL && fwrite(md, 1, len, f) == len;
         ok = (f == NULL || fclose(f) == 0) && ok;
         free(md);

@@ -27,6 +27,16 @@ static int64_t first_nonfinite_row(const float *raw, uint32_t n_gen, uint32_t n)
     return -1;
 }
 
+/* Rule 4 (seqcheck.h) on v, the last rule applied to any verdict. */
+static void apply_nonfinite(hx_seq_verdict *v)
+{
+    if (v->nonfinite_step < 0 || hx_class_worst(v->cls, HX_NONFINITE) != HX_NONFINITE)
+        return;
+    v->cls = HX_NONFINITE;
+    snprintf(v->reason, sizeof v->reason, "step %lld: the speculative decode's raw row holds "
+             "a NaN or Inf", (long long)v->nonfinite_step);
+}
+
 /* Plain's processed row at step s (history: prompt + plain tokens 0..s-1) into row. */
 static int processed_row(float *row, const hx_spec_pair *p, uint32_t s, const int32_t *prompt,
                          uint32_t n_prompt, const lm_penalty_params *pen, lm_err *err)
@@ -93,12 +103,8 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
         snprintf(v.reason, sizeof v.reason, "%u tokens and histories equal; rows %s (max |d| "
                  "%.3g)", p->n_gen, bitwise ? "bitwise equal" : "differ", v.max_abs);
     }
-    const int64_t bad = first_nonfinite_row(p->spec.raw, p->n_gen, nv);
-    if (bad >= 0 && hx_class_worst(v.cls, HX_NONFINITE) == HX_NONFINITE) {
-        v.cls = HX_NONFINITE;
-        snprintf(v.reason, sizeof v.reason, "step %lld: the speculative decode's raw row holds "
-                 "a NaN or Inf", (long long)bad);
-    }
+    v.nonfinite_step = first_nonfinite_row(p->spec.raw, p->n_gen, nv);
+    apply_nonfinite(&v);
     *out = v;
     return LM_OK;
 }
@@ -128,4 +134,5 @@ void hx_seq_explain_policy(hx_seq_verdict *v, const hx_seq_verdict *window)
              "the policy's chunk dependence, not %s", was, hx_class_name(window->cls),
              v->cls == HX_NOISE ? "rounding" : "a decoding bug");
     v->cls = HX_SEMANTIC;
+    apply_nonfinite(v);
 }

@@ -26,7 +26,9 @@
  *   3. no difference: EXACT when every raw row is bitwise equal, else NOISE (the rows differ
  *      by rounding, the choices did not).
  *   4. a NaN or +-Inf in any of the speculative decode's raw rows turns a verdict less severe
- *      than NONFINITE (rules 2 and 3) into NONFINITE, whatever plain decoding's rows hold.
+ *      than NONFINITE (rules 2 and 3, and SEMANTIC from hx_seq_explain_policy) into
+ *      NONFINITE, whatever plain decoding's rows hold: classify.h's rule 1, which no later
+ *      rule or explanation overrides.
  * Processed rows are recomputed here from the raw ones: the penalties of one step transform
  * both rows alike, so the gap is measured on plain's raw row with the same transform the
  * engine applied (lm_penalty on the common history, rebuilt from prompt + tokens). */
@@ -42,6 +44,7 @@ typedef struct hx_seq_verdict {
     int64_t first_hist;     /* -1: equal histories */
     double max_abs;         /* max |spec - plain| over the raw rows of the common prefix */
     double err, gap;        /* rule 2's numbers (NaN when rule 2 did not apply) */
+    int64_t nonfinite_step; /* first step whose speculative raw row holds a NaN or Inf; -1 */
     char reason[400];
 } hx_seq_verdict;
 
@@ -57,7 +60,8 @@ int hx_seq_judge(hx_seq_verdict *out, const hx_spec_pair *p, const int32_t *prom
 bool hx_seq_policy_question(const hx_seq_verdict *v, const hx_config *cfg, double e);
 /* v: the MLX-policy verdict (hx_seq_policy_question true); window: the verdict of the same
  * configuration with rot_window set. A passing window verdict makes v SEMANTIC, its reason
- * naming both; otherwise v keeps its class and its reason says the exact window fails too. */
+ * naming both (NONFINITE when rule 4 applies to v); otherwise v keeps its class and its reason
+ * says the exact window fails too. */
 void hx_seq_explain_policy(hx_seq_verdict *v, const hx_seq_verdict *window);
 
 #endif

@@ -147,6 +147,8 @@ bool hx_config_report_fails(const hx_config_report *c, bool strict)
         return false;
     if (hx_class_fails(c->cls) || c->golden == HX_GOLDEN_STALE)
         return true;
+    if (c->must_be_exact && c->cls != HX_EXACT)
+        return true;
     return strict && c->golden != HX_GOLDEN_MATCH;
 }
 
@@ -208,6 +210,11 @@ void hx_config_report_failure(char *buf, size_t n, const char **type, const hx_c
     } else if (c->golden == HX_GOLDEN_STALE) {
         *type = "STALE_GOLDEN";
         snprintf(buf, n, "golden stale: %s", c->golden_note);
+    } else if (c->must_be_exact && c->cls != HX_EXACT) {
+        *type = "NOT_INVARIANT";
+        snprintf(buf, n, "invariant bits: %s, not bitwise equal to its one-chunk baseline "
+                 "although its backend is chunk invariant (max |x - baseline| %.3g, worst "
+                 "err/E %.3g)", hx_class_name(c->cls), c->vs_base.max_abs, c->worst_ratio);
     } else {
         *type = c->golden == HX_GOLDEN_MISMATCH ? "GOLDEN_MISMATCH" : "GOLDEN_ABSENT";
         snprintf(buf, n, "strict bits: golden %s: %s (class %s, worst err/E %.3g)",

@@ -49,6 +49,7 @@ typedef struct hx_config_report {
                                   greedy tokens differ from the reference path; -1 = none */
     hx_class divergent_cls;    /* class of the logits at that position (valid when >= 0) */
     bool bitwise_baseline;     /* capture bitwise equal to the baseline's */
+    bool must_be_exact;        /* a class other than EXACT fails (a case's invariant_bits) */
     hx_metrics vs_ref;         /* all rows folded with hx_metrics_merge_max */
     hx_metrics vs_base;        /* vs the baseline's float32 values, folded the same way */
     hx_logit_agg logits;       /* over the teacher-forced logits rows */
@@ -299,7 +300,8 @@ int hx_report_write_md(const hx_report *r, const char *path, lm_err *err);
 /* Several cases in one document (check --md): a summary line, then each case. */
 int hx_report_write_md_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err);
 /* The same Markdown in memory (*out malloc'd, *len bytes); LM_OK or LM_E_NOMEM. */
-int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n);
+int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n, bool strict,
+                      lm_err *err);
 
 /* report.html: self-contained (inline CSS and SVG, no script, nothing fetched): per case a
  * summary table, err/E heatmaps (configurations x layers for K and V, x positions for logits),
@@ -322,6 +324,20 @@ void hx_report_print_github(FILE *f, const hx_report *const *rs, const hx_annot_
  * class and numbers. */
 int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
                           lm_err *err);
+/* A format's document for several reports, as hx_report_<fmt>_text make them: *out malloc'd,
+ * *len bytes; strict: check's policy (JUnit's failures). */
+typedef int (*hx_report_text_fn)(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                                 bool strict, lm_err *err);
+int hx_report_json_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                        bool strict, lm_err *err);
+int hx_report_html_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                        bool strict, lm_err *err);
+int hx_report_junit_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                         bool strict, lm_err *err);
+/* text's document written to path (atomic write, fs.h). */
+int hx_report_write_text(const char *path, hx_report_text_fn text, const hx_report *const *rs,
+                         size_t n, bool strict, lm_err *err);
+
 /* The report file formats (writers.c), in writing order (report.json last: a folder holding
  * it is complete). A new format is its report_<fmt>.c and one row there. */
 typedef struct hx_report_writer {
@@ -330,9 +346,8 @@ typedef struct hx_report_writer {
     const char *file;  /* its file name in an output folder (-o DIR): "report.json" */
     /* One report (kvdrift sweep); NULL when the format only describes several (JUnit). */
     int (*write_one)(const hx_report *r, const char *path, lm_err *err);
-    /* Several case reports in one file (kvdrift check); strict: check's policy. */
-    int (*write_many)(const hx_report *const *rs, size_t n, bool strict, const char *path,
-                      lm_err *err);
+    /* Several case reports in one document (kvdrift check). */
+    hx_report_text_fn text_many;
 } hx_report_writer;
 #define HX_REPORT_MAX_WRITERS 8
 size_t hx_report_writer_count(void);

@@ -528,14 +528,14 @@ static const char css[] =
     ".c-EXACT{color:#2e7d32}.c-NOISE{color:#558b2f}.c-TIE_FLIP{color:#f9a825}"
     ".c-DRIFT,.c-FLIP,.c-NONFINITE{color:#c62828;font-weight:bold}";
 
-int hx_report_write_html_many(const hx_report *const *rs, size_t n, const char *path,
-                              lm_err *err)
+int hx_report_html_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                        bool strict, lm_err *err)
 {
+    (void)strict;
     char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
+    FILE *f = open_memstream(&buf, len);
     if (f == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+        return LM_FAIL(err, LM_E_NOMEM, "cannot build the HTML report: out of memory");
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>"
                "<title>kvdrift report</title><style>%s</style></head><body>\n"
                "<h1>kvdrift report</h1>\n<p class=\"meta legend\">err/E colours:"
@@ -550,11 +550,16 @@ int hx_report_write_html_many(const hx_report *const *rs, size_t n, const char *
     fputs("</body></html>\n", f);
     if (fclose(f) != 0 || buf == NULL) {
         free(buf);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+        return LM_FAIL(err, LM_E_NOMEM, "cannot build the HTML report: out of memory");
     }
-    int rc = lm_write_file(path, buf, len, err);
-    free(buf);
-    return rc;
+    *out = buf;
+    return LM_OK;
+}
+
+int hx_report_write_html_many(const hx_report *const *rs, size_t n, const char *path,
+                              lm_err *err)
+{
+    return hx_report_write_text(path, hx_report_html_text, rs, n, false, err);
 }
 
 int hx_report_write_html(const hx_report *r, const char *path, lm_err *err)

@@ -180,14 +180,23 @@ static json_t *report_obj(jb *b, const hx_report *r)
     return o;
 }
 
-static int dump(json_t *root, jb *b, const char *path, lm_err *err)
+/* The document's text plus a newline (malloc'd) into *out, *len; takes root. */
+static int dump_text(char **out, size_t *len, json_t *root, jb *b, lm_err *err)
 {
     char *text = (root && !b->failed) ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
                                       : NULL;
     json_decref(root);
-    if (text == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "%s: cannot build the JSON report", path);
-    return lm_write_text(path, text, err);
+    const size_t n = text ? strlen(text) : 0;
+    char *t = text ? realloc(text, n + 2) : NULL;
+    if (t == NULL) {
+        free(text);
+        return LM_FAIL(err, LM_E_NOMEM, "cannot build the JSON report: out of memory");
+    }
+    t[n] = '\n';
+    t[n + 1] = '\0';
+    *out = t;
+    *len = n + 1;
+    return LM_OK;
 }
 
 static void set_schema(jb *b, json_t *o)
@@ -196,21 +205,31 @@ static void set_schema(jb *b, json_t *o)
     set(b, o, "schema_version", json_integer(HX_REPORT_SCHEMA_VERSION));
 }
 
-int hx_report_write_json(const hx_report *r, const char *path, lm_err *err)
+/* One report: its fields at the top level beside the schema fields. */
+static int json_one_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                         bool strict, lm_err *err)
 {
+    (void)n;
+    (void)strict;
     jb b = {0};
     json_t *root = json_object();
     set_schema(&b, root);
-    json_t *body = report_obj(&b, r);
-    /* One report: its fields at the top level beside the schema fields. */
+    json_t *body = report_obj(&b, rs[0]);
     if (root && body)
         json_object_update(root, body);
     json_decref(body);
-    return dump(root, &b, path, err);
+    return dump_text(out, len, root, &b, err);
 }
 
-int hx_report_write_json_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err)
+int hx_report_write_json(const hx_report *r, const char *path, lm_err *err)
 {
+    return hx_report_write_text(path, json_one_text, &r, 1, false, err);
+}
+
+int hx_report_json_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                        bool strict, lm_err *err)
+{
+    (void)strict;
     jb b = {0};
     json_t *root = json_object();
     set_schema(&b, root);
@@ -219,5 +238,10 @@ int hx_report_write_json_many(const hx_report *const *rs, size_t n, const char *
         if (arr == NULL || json_array_append_new(arr, report_obj(&b, rs[i])) != 0)
             b.failed = 1;
     set(&b, root, "reports", arr);
-    return dump(root, &b, path, err);
+    return dump_text(out, len, root, &b, err);
+}
+
+int hx_report_write_json_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err)
+{
+    return hx_report_write_text(path, hx_report_json_text, rs, n, false, err);
 }

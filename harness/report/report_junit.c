@@ -176,14 +176,14 @@ static int suite(xmlTextWriterPtr w, const hx_report *r, bool strict)
     return bad;
 }
 
-int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
-                          lm_err *err)
+int hx_report_junit_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
+                         bool strict, lm_err *err)
 {
     xmlBufferPtr buf = xmlBufferCreate();
     xmlTextWriterPtr w = buf ? xmlNewTextWriterMemory(buf, 0) : NULL;
     if (w == NULL) {
         xmlBufferFree(buf);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: cannot create the XML writer", path);
+        return LM_FAIL(err, LM_E_NOMEM, "cannot create the XML writer");
     }
     int total = 0, fails = 0;
     for (size_t i = 0; i < n; ++i)
@@ -201,10 +201,23 @@ int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, con
         bad |= suite(w, rs[i], strict);
     bad |= xmlTextWriterEndDocument(w) < 0;
     xmlFreeTextWriter(w); /* flushes into buf */
-    int rc = bad ? LM_FAIL(err, LM_E_INPUT, "%s: cannot write the JUnit XML (text that is not "
-                                            "valid UTF-8?)", path)
-                 : lm_write_file(path, xmlBufferContent(buf), (size_t)xmlBufferLength(buf),
-                                        err);
+    const size_t n_bytes = bad ? 0 : (size_t)xmlBufferLength(buf);
+    *out = bad ? NULL : malloc(n_bytes + 1);
+    int rc = bad ? LM_FAIL(err, LM_E_INPUT, "cannot write the JUnit XML (text that is not valid "
+                                            "UTF-8?)")
+           : *out == NULL ? LM_FAIL(err, LM_E_NOMEM, "JUnit XML: out of memory")
+                          : LM_OK;
+    if (rc == LM_OK) {
+        memcpy(*out, xmlBufferContent(buf), n_bytes);
+        (*out)[n_bytes] = '\0';
+        *len = n_bytes;
+    }
     xmlBufferFree(buf);
     return rc;
+}
+
+int hx_report_write_junit(const hx_report *const *rs, size_t n, bool strict, const char *path,
+                          lm_err *err)
+{
+    return hx_report_write_text(path, hx_report_junit_text, rs, n, strict, err);
 }

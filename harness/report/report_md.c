@@ -150,12 +150,14 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
           "another model, prompt or kvdrift version) fails until blessed again.\n", f);
 }
 
-int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n)
+int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n, bool strict,
+                      lm_err *err)
 {
+    (void)strict;
     *out = NULL;
     FILE *f = open_memstream(out, len);
     if (f == NULL)
-        return LM_E_NOMEM;
+        return LM_FAIL(err, LM_E_NOMEM, "cannot build the Markdown report: out of memory");
     if (n > 1) {
         size_t n_fail = 0, n_skip = 0;
         for (size_t i = 0; i < n; ++i) {
@@ -172,20 +174,14 @@ int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_
     if (fclose(f) != 0 || *out == NULL) {
         free(*out);
         *out = NULL;
-        return LM_E_NOMEM;
+        return LM_FAIL(err, LM_E_NOMEM, "cannot build the Markdown report: out of memory");
     }
     return LM_OK;
 }
 
 int hx_report_write_md_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    if (hx_report_md_text(&buf, &len, rs, n) != LM_OK)
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    int rc = lm_write_file(path, buf, len, err);
-    free(buf);
-    return rc;
+    return hx_report_write_text(path, hx_report_md_text, rs, n, false, err);
 }
 
 int hx_report_write_md(const hx_report *r, const char *path, lm_err *err)

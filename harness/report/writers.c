@@ -8,41 +8,33 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int json_many(const hx_report *const *rs, size_t n, bool strict, const char *path,
-                     lm_err *err)
-{
-    (void)strict;
-    return hx_report_write_json_many(rs, n, path, err);
-}
-
-static int html_many(const hx_report *const *rs, size_t n, bool strict, const char *path,
-                     lm_err *err)
-{
-    (void)strict;
-    return hx_report_write_html_many(rs, n, path, err);
-}
-
-static int md_many(const hx_report *const *rs, size_t n, bool strict, const char *path,
-                   lm_err *err)
-{
-    (void)strict;
-    return hx_report_write_md_many(rs, n, path, err);
-}
 
 /* In writing order: report.json last, so a folder holding it is complete (REPORT-SCHEMA.md). */
 static const hx_report_writer writers[] = {
     {.name = "junit", .title = "JUnit", .file = "junit.xml", .write_one = NULL,
-     .write_many = hx_report_write_junit},
+     .text_many = hx_report_junit_text},
     {.name = "md", .title = "Markdown", .file = "report.md", .write_one = hx_report_write_md,
-     .write_many = md_many},
+     .text_many = hx_report_md_text},
     {.name = "html", .title = "HTML", .file = "report.html", .write_one = hx_report_write_html,
-     .write_many = html_many},
+     .text_many = hx_report_html_text},
     {.name = "json", .title = "JSON", .file = "report.json", .write_one = hx_report_write_json,
-     .write_many = json_many},
+     .text_many = hx_report_json_text},
 };
+
+int hx_report_write_text(const char *path, hx_report_text_fn text, const hx_report *const *rs,
+                         size_t n, bool strict, lm_err *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = text(&buf, &len, rs, n, strict, err);
+    if (rc == LM_OK)
+        rc = lm_write_file(path, buf, len, err);
+    free(buf);
+    return rc;
+}
 
 size_t hx_report_writer_count(void)
 {

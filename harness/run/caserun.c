@@ -173,6 +173,8 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
         rc = hx_sweep_run_all(&r->sweep, &p, err);
         if (rc == LM_OK) {
             r->report = r->sweep->report;
+            for (size_t i = 0; i < n_cfgs && c->invariant_bits; ++i)
+                r->report->configs[i].must_be_exact = hx_config_chunk_invariant(&cfgs[i]);
             memcpy(r->input.model_hash, r->report->model_hash, sizeof r->input.model_hash);
             hx_tokens_hash(r->input.tokens_hash, prompt, r->n_prompt);
             memcpy(r->report->tokens_hash, r->input.tokens_hash, sizeof r->input.tokens_hash);

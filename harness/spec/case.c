@@ -14,10 +14,11 @@
 
 /* The keys besides the axes (hx_axis_find: steps, backends, threads, attn, rot, profile). */
 enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_N_GEN, K_PRECISION, K_STRICT, K_PROMPT_FILE,
-       K_SPECIAL, K_TURN, K_COUNT };
+       K_SPECIAL, K_TURN, K_INVARIANT, K_COUNT };
 static const char *const keys[K_COUNT] = {"name",        "model",       "prompt",  "tokens",
                                           "n_gen",       "precision",   "strict_bits",
-                                          "prompt_file", "special",     "turn"};
+                                          "prompt_file", "special",     "turn",
+                                          "invariant_bits"};
 
 typedef struct parse_state {
     hx_case *c;
@@ -122,8 +123,10 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
     case K_PRECISION:
         return hx_setting_parse(&c->precision, HX_SET_PRECISION, "precision", value, err);
     case K_SPECIAL:
+    case K_INVARIANT:
     case K_STRICT: {
-        bool *b = k == K_STRICT ? &c->strict_bits : &c->special;
+        bool *b = k == K_STRICT ? &c->strict_bits : k == K_INVARIANT ? &c->invariant_bits
+                                                                     : &c->special;
         if (strcmp(value, "true") == 0)
             *b = true;
         else if (strcmp(value, "false") == 0)

@@ -17,6 +17,7 @@
  *   n_gen = 32                                    ; default 32
  *   precision = 127                               ; MPFR bits, default 127
  *   strict_bits = false                           ; default false
+ *   invariant_bits = true                         ; default false (hx_case.invariant_bits)
  *
  * The axis keys (steps ... profile) take the lists of the sweep's options (--steps ...), parsed
  * by the same parser with the same limits (config.h hx_axes); n_gen, precision and turn take
@@ -61,6 +62,11 @@ typedef struct hx_case {
     uint32_t n_gen;
     uint32_t precision;
     bool strict_bits;
+    /* invariant_bits = true: every configuration of a chunk-invariant backend
+     * (LM_BE_CHUNK_INVARIANT), MLX's rotating cache excepted, must be bitwise equal to its
+     * one-chunk baseline (class EXACT): NOISE or TIE_FLIP fails. Unlike strict_bits it does not
+     * depend on goldens, so it holds on every platform. */
+    bool invariant_bits;
     bool special;         /* special = true: control-token text in the prompt ("<|im_start|>")
                              becomes those tokens (lm_tokenize_ex parse_special) */
     /* 1-based lines of keys in the file (0 = absent), for annotations pointing at them. */

@@ -224,6 +224,12 @@ hx_config hx_config_baseline(const hx_config *c)
     return b;
 }
 
+bool hx_config_chunk_invariant(const hx_config *c)
+{
+    return (lm_backend_flags(c->backend) & LM_BE_CHUNK_INVARIANT) && c->spec == 0
+        && (c->rot_max == 0 || c->rot_window);
+}
+
 void hx_turn_split(uint32_t n, uint32_t turn, uint32_t *n1, uint32_t *d, uint32_t *n2)
 {
     if (turn == 0 || n < 4) {

@@ -84,6 +84,10 @@ int hx_config_format(char *buf, size_t n, const hx_config *c);
 /* The configuration's baseline: same backend, threads, attn and rot, one chunk (step = full,
  * turn 0). */
 hx_config hx_config_baseline(const hx_config *c);
+/* Whether c's bits cannot depend on its chunks: its backend is chunk invariant
+ * (LM_BE_CHUNK_INVARIANT), it decodes without speculation, and its cache is not MLX's rotating
+ * one (whose rows attend to other positions per chunk by definition). */
+bool hx_config_chunk_invariant(const hx_config *c);
 bool hx_config_equal(const hx_config *a, const hx_config *b);
 
 /* A rotating-cache value s[0..len): "none" (*max = *keep = 0) or MAX/KEEP or MAX:KEEP (the

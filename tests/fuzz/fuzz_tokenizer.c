@@ -1,12 +1,16 @@
 /* fuzz_tokenizer.c — libFuzzer target for both tokenizers on arbitrary bytes: SentencePiece
  * (llama) and GPT-2 byte-level BPE, with and without special-token parsing, then decoding the
- * ids again. The first input byte picks the vocabulary and the flags; the rest is the text.
+ * ids again; and every BPE pre-tokenizer on the text's code points, whose words must cover the
+ * text exactly (else abort). The first input byte picks the vocabulary and the flags; the rest
+ * is the text.
  * Vocabularies: $KVDRIFT_MODELS/vocab/ggml-vocab-{llama-spm,gpt-2,llama-bpe,qwen2}.gguf (else
  * ../shared/models); without them, the synthetic tiny model's SPM vocabulary only (said once
  * on stderr). Any crash, sanitizer report or leak is a finding. */
 #include "fuzz_util.h"
 #include "kvd_tokenizer.h"
 #include "synth.h"
+#include "../../engine/tokenizer_internal.h"
+#include "../../engine/unicode.h"
 
 static lm_vocab *vocabs[8];
 static int n_vocabs;
@@ -51,10 +55,40 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* Every pre-tokenizer's words of text[len] are non-empty and sum to its code point count. */
+static void pretokenize_all(const char *text, size_t len)
+{
+    uint32_t *cp = malloc((len ? len : 1) * sizeof *cp);
+    if (cp == NULL)
+        return;
+    size_t n = 0;
+    for (size_t off = 0; off < len;) {
+        size_t adv;
+        cp[n++] = lm_utf8_decode(text + off, len - off, &adv);
+        off += adv;
+    }
+    for (int pre = 0; pre < LM_PRE_COUNT; pre++) {
+        size_t *lens = NULL, n_lens = 0, sum = 0;
+        lm_err err = {0};
+        if (lm_pretokenize((lm_pre)pre, cp, n, &lens, &n_lens, &err) != LM_OK)
+            abort();
+        for (size_t i = 0; i < n_lens; i++) {
+            if (lens[i] == 0)
+                abort();
+            sum += lens[i];
+        }
+        if (sum != n)
+            abort();
+        free(lens);
+    }
+    free(cp);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0 || n_vocabs == 0)
         return 0;
+    pretokenize_all((const char *)data + 1, size - 1);
     const lm_vocab *v = vocabs[data[0] % n_vocabs];
     bool add_special = (data[0] >> 4) & 1, parse_special = (data[0] >> 5) & 1;
     int32_t *ids = NULL;
