@@ -304,59 +304,87 @@ int lm_dir_probe(const char *dir, const char *path, lm_err *err)
     return LM_OK;
 }
 
-int lm_wfile_check(const char *path, lm_err *err)
+/* How a path is written (the header comment's list): the decision lm_wfile_check and
+ * lm_wfile_open share. */
+typedef enum wkind {
+    W_NAMED_FD, /* /dev/stdout, /dev/fd/N, ...: the open descriptor fd */
+    W_TEMP,     /* nothing or a regular file at target: a temp file beside it, renamed */
+    W_DIRECT    /* a character device or a FIFO at target: written in place */
+} wkind;
+
+typedef struct wtarget {
+    wkind kind;
+    int fd;         /* W_NAMED_FD */
+    char *target;   /* W_TEMP, W_DIRECT: path with its links followed (malloc'd) */
+    struct stat st; /* target's, when exists */
+    bool exists;
+} wtarget;
+
+/* *t for path; a refused target (a folder, a block device, a socket, an empty path) is
+ * LM_E_INPUT, and then t holds nothing to free. */
+static int write_target(wtarget *t, const char *path, lm_err *err)
 {
+    memset(t, 0, sizeof *t);
     if (path == NULL || *path == '\0')
         return LM_FAIL(err, LM_E_INPUT, "empty output path");
-    if (named_fd(path) >= 0)
+    if ((t->fd = named_fd(path)) >= 0) {
+        t->kind = W_NAMED_FD;
         return LM_OK;
-    char *target = NULL;
-    struct stat st;
-    bool exists = false;
-    int rc = follow_links(&target, &st, &exists, path, err);
+    }
+    int rc = follow_links(&t->target, &t->st, &t->exists, path, err);
     if (rc != LM_OK)
         return rc;
-    if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
-        if (access(target, W_OK) != 0)
-            rc = LM_FAIL(err, LM_E_INPUT, "%s: not writable: %s", path, strerror(errno));
-    } else if (exists && !S_ISREG(st.st_mode)) {
-        rc = refuse_kind(path, &st, err);
+    if (!t->exists || S_ISREG(t->st.st_mode)) {
+        t->kind = W_TEMP;
+    } else if (S_ISCHR(t->st.st_mode) || S_ISFIFO(t->st.st_mode)) {
+        t->kind = W_DIRECT;
     } else {
-        char *d = dir_of(target);
+        free(t->target);
+        t->target = NULL;
+        return refuse_kind(path, &t->st, err);
+    }
+    return LM_OK;
+}
+
+int lm_wfile_check(const char *path, lm_err *err)
+{
+    wtarget t;
+    int rc = write_target(&t, path, err);
+    if (rc == LM_OK && t.kind == W_DIRECT && access(t.target, W_OK) != 0) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: not writable: %s", path, strerror(errno));
+    } else if (rc == LM_OK && t.kind == W_TEMP) {
+        char *d = dir_of(t.target);
         rc = d ? lm_dir_probe(d, path, err) : LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         free(d);
     }
-    free(target);
+    free(t.target);
     return rc;
 }
 
 int lm_wfile_open(lm_wfile **out, const char *path, lm_err *err)
 {
     *out = NULL;
-    if (path == NULL || *path == '\0')
-        return LM_FAIL(err, LM_E_INPUT, "empty output path");
+    wtarget t;
+    int rc = write_target(&t, path, err);
+    if (rc != LM_OK)
+        return rc;
     lm_wfile *w = calloc(1, sizeof *w);
-    if (w == NULL)
+    if (w == NULL) {
+        free(t.target);
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    }
     w->fd = -1;
     w->mode = 0644;
-    int rc;
-    int nfd = named_fd(path);
-    struct stat st;
-    bool exists = false;
-    if (nfd >= 0) {
-        rc = open_direct(w, path, nfd, false, err);
-    } else if ((rc = follow_links(&w->path, &st, &exists, path, err)) != LM_OK) {
-        /* reported */
-    } else if (!exists || S_ISREG(st.st_mode)) {
-        w->existed = exists;
-        if (exists)
-            w->mode = st.st_mode & 07777;
+    w->path = t.target; /* NULL for a named descriptor: path itself, below */
+    if (t.kind == W_NAMED_FD) {
+        rc = open_direct(w, path, t.fd, false, err);
+    } else if (t.kind == W_TEMP) {
+        w->existed = t.exists;
+        if (t.exists)
+            w->mode = t.st.st_mode & 07777;
         rc = open_temp(w, path, err);
-    } else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
-        rc = open_direct(w, w->path, -1, S_ISFIFO(st.st_mode), err);
     } else {
-        rc = refuse_kind(path, &st, err);
+        rc = open_direct(w, w->path, -1, S_ISFIFO(t.st.st_mode), err);
     }
     if (rc != LM_OK) {
         wfile_free(w);

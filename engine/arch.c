@@ -28,6 +28,11 @@
     }
 #define LLAMA_TENSORS LLAMA_TENSORS_WITH("ffn_norm.weight")
 
+/* The fields the Qwen rows share: llama's tensors and norms, NeoX RoPE at theta 1e6, eps 1e-6. */
+#define QWEN_ROW(NAME)                                                                         \
+    .name = NAME, .key_prefix = NAME, .rope_type = LM_ROPE_NEOX, .rope_theta = 1000000.0f,     \
+    .rms_eps = 1e-6f, .norm_place = LM_NORM_PRE, .act = LM_ACT_SWIGLU, .tensors = LLAMA_TENSORS
+
 static const lm_arch arches[] = {
     {
         .name = "llama",
@@ -57,41 +62,20 @@ static const lm_arch arches[] = {
     },
     {
         /* Qwen 2: llama with Q/K/V biases (optional tensors of the llama plan), NeoX RoPE. */
-        .name = "qwen2",
-        .key_prefix = "qwen2",
-        .rope_type = LM_ROPE_NEOX,
-        .rope_theta = 1000000.0f,
-        .rms_eps = 1e-6f,
-        .norm_place = LM_NORM_PRE,
-        .act = LM_ACT_SWIGLU,
-        .tensors = LLAMA_TENSORS,
+        QWEN_ROW("qwen2"),
     },
     {
         /* Qwen 3: per-head Q/K RMSNorm before RoPE, no biases, NeoX RoPE. */
-        .name = "qwen3",
-        .key_prefix = "qwen3",
-        .rope_type = LM_ROPE_NEOX,
-        .rope_theta = 1000000.0f,
-        .rms_eps = 1e-6f,
-        .norm_place = LM_NORM_PRE,
-        .act = LM_ACT_SWIGLU,
+        QWEN_ROW("qwen3"),
         .qk_norm = true,
-        .tensors = LLAMA_TENSORS,
     },
     {
         /* Qwen 3 MoE: Qwen 3's attention; every FFN a mixture of experts without a shared
          * expert, softmax routing over all experts, top-k renormalised (llama.cpp's qwen3moe
          * graph passes norm_w = true whatever the file says). */
-        .name = "qwen3moe",
-        .key_prefix = "qwen3moe",
-        .rope_type = LM_ROPE_NEOX,
-        .rope_theta = 1000000.0f,
-        .rms_eps = 1e-6f,
-        .norm_place = LM_NORM_PRE,
-        .act = LM_ACT_SWIGLU,
+        QWEN_ROW("qwen3moe"),
         .qk_norm = true,
         .moe = LM_ARCH_MOE_SOFTMAX_RENORM,
-        .tensors = LLAMA_TENSORS,
     },
     {
         /* gpt-oss: biases on Q, K, V, O, the router and the experts; learned sinks; every

@@ -109,6 +109,9 @@ void lm_op_rmsnorm(lm_backend *be, struct lm_pool *pool, float *y /* [n][dim] */
                    uint32_t dim, float eps);
 void lm_op_glu(lm_backend *be, struct lm_pool *pool, float *g /* [n][dim] */,
                const float *u /* [n][dim] */, uint32_t n, uint32_t dim, lm_ffn_act act);
+/* The shared C of the gated activation (the dense FFN's lm_op_glu and the MoE experts):
+ * g[i] = act(g[i], u[i]) for i < count, per element, each formula in backend_ops.c. */
+void lm_glu(float *g /* [count] */, const float *u /* [count] */, size_t count, lm_ffn_act act);
 void lm_op_rope(lm_backend *be, struct lm_pool *pool, float *rows /* [n][a->stride] */,
                 uint32_t n, const lm_rope_args *a);
 /* rows[t][0:dim] += b[0:dim] for t < n, rows stride floats apart: one float add per element

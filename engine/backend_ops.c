@@ -50,33 +50,62 @@ static void norm_rows(void *arg, uint32_t begin, uint32_t end)
         rmsnorm_row(j->y + (size_t)t * j->dim, j->x + (size_t)t * j->dim, j->w, j->dim, j->eps);
 }
 
-/* g = (g / (1 + lm_expf(-g))) * u: SiLU of the gate times the up projection, per element. */
-typedef struct swiglu_job {
-    float *g;        /* [n][dim] */
-    const float *u;  /* [n][dim] */
-    uint32_t dim;
-} swiglu_job;
-
-LM_VECTOR_CLONES static void swiglu_rows(void *arg, uint32_t begin, uint32_t end)
+/* LM_ACT_SWIGLU: g = (g / (1 + lm_expf(-g))) * u, SiLU of the gate times the up projection. */
+LM_VECTOR_CLONES static void swiglu_span(float *g, const float *u, size_t count)
 {
-    const swiglu_job *j = arg;
-    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
-        const float s = j->g[i] / (1.0f + lm_expf(-j->g[i]));
-        j->g[i] = s * j->u[i];
+    for (size_t i = 0; i < count; ++i) {
+        const float s = g[i] / (1.0f + lm_expf(-g[i]));
+        g[i] = s * u[i];
     }
 }
 
-/* g = (g / (1 + lm_expf(-2u))) * u_up with u = 0.7978845608f * (g + (0.044715f * g) * g * g):
- * gelu_tanh of the gate times the up projection, per element, using
- * 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)); every step one float operation, left to right. */
-LM_VECTOR_CLONES static void geglu_rows(void *arg, uint32_t begin, uint32_t end)
+/* LM_ACT_GEGLU_TANH: g = (g / (1 + lm_expf(-2v))) * u with v = 0.7978845608f * (g + (0.044715f
+ * * g) * g * g): gelu_tanh of the gate times the up projection, using 0.5 (1 + tanh(v)) =
+ * 1 / (1 + exp(-2v)); every step one float operation, left to right. */
+LM_VECTOR_CLONES static void geglu_span(float *g, const float *u, size_t count)
 {
-    const swiglu_job *j = arg;
-    for (size_t i = (size_t)begin * j->dim; i < (size_t)end * j->dim; ++i) {
-        const float x = j->g[i];
-        const float u = 0.7978845608f * (x + 0.044715f * x * x * x);
-        j->g[i] = (x / (1.0f + lm_expf(-2.0f * u))) * j->u[i];
+    for (size_t i = 0; i < count; ++i) {
+        const float x = g[i];
+        const float v = 0.7978845608f * (x + 0.044715f * x * x * x);
+        g[i] = (x / (1.0f + lm_expf(-2.0f * v))) * u[i];
     }
+}
+
+/* LM_ACT_SWIGLU_OAI, ggml's swiglu_oai (alpha 1.702f, limit 7.0f): x = min(g, 7) (std::min: a
+ * NaN g stays NaN), y = clamp(u, -7, 7), g = (x / (1 + lm_expf(1.702f * (-x)))) * (y + 1), each
+ * operation one float rounding in that order. */
+LM_VECTOR_CLONES static void swiglu_oai_span(float *g, const float *u, size_t count)
+{
+    const float limit = 7.0f, alpha = 1.702f;
+    for (size_t i = 0; i < count; ++i) {
+        const float x = limit < g[i] ? limit : g[i];
+        const float y = u[i] < -limit ? -limit : limit < u[i] ? limit : u[i];
+        g[i] = (x / (1.0f + lm_expf(alpha * (-x)))) * (y + 1.0f);
+    }
+}
+
+void lm_glu(float *g, const float *u, size_t count, lm_ffn_act act)
+{
+    switch (act) {
+    case LM_ACT_SWIGLU: swiglu_span(g, u, count); return;
+    case LM_ACT_GEGLU_TANH: geglu_span(g, u, count); return;
+    case LM_ACT_SWIGLU_OAI: swiglu_oai_span(g, u, count); return;
+    }
+    LM_ASSERT(!"lm_glu: unknown activation");
+}
+
+typedef struct glu_job {
+    float *g;        /* [n][dim] */
+    const float *u;  /* [n][dim] */
+    uint32_t dim;
+    lm_ffn_act act;
+} glu_job;
+
+static void glu_rows(void *arg, uint32_t begin, uint32_t end)
+{
+    const glu_job *j = arg;
+    const size_t at = (size_t)begin * j->dim;
+    lm_glu(j->g + at, j->u + at, (size_t)(end - begin) * j->dim, j->act);
 }
 
 /* RoPE on rows[n][n_heads][head_dim] at positions pos0..pos0+n-1. Pair i (i < n_rot/2) turns
@@ -172,9 +201,8 @@ void lm_op_glu(lm_backend *be, lm_pool *pool, float *g, const float *u, uint32_t
         be->vt->glu(be, g, u, n, dim, act);
         return;
     }
-    swiglu_job j = {g, u, dim};
-    lm_pool_for(pool, n, LM_POOL_MIN_ROWS, act == LM_ACT_GEGLU_TANH ? geglu_rows : swiglu_rows,
-                &j);
+    glu_job j = {g, u, dim, act};
+    lm_pool_for(pool, n, LM_POOL_MIN_ROWS, glu_rows, &j);
 }
 
 void lm_op_rope(lm_backend *be, lm_pool *pool, float *rows, uint32_t n, const lm_rope_args *a)

@@ -83,16 +83,6 @@ void lm_moe_gate(float *w, const float *logits, uint32_t n_expert, const uint32_
     }
 }
 
-/* ggml's swiglu_oai element (moe.h). */
-static float swiglu_oai(float g, float u)
-{
-    const float limit = 7.0f, alpha = 1.702f;
-    const float x = limit < g ? limit : g;
-    const float y = u < -limit ? -limit : limit < u ? limit : u;
-    const float glu = x / (1.0f + lm_expf(alpha * (-x)));
-    return glu * (y + 1.0f);
-}
-
 size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert,
                       uint32_t n_used)
 {
@@ -151,12 +141,7 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
             lm_add_bias(g, a->b_gate + (size_t)e * ff, m, ff, ff);
         if (a->b_up != NULL)
             lm_add_bias(u, a->b_up + (size_t)e * ff, m, ff, ff);
-        if (a->act == LM_MOE_SWIGLU_OAI)
-            for (size_t i = 0; i < (size_t)m * ff; ++i)
-                g[i] = swiglu_oai(g[i], u[i]);
-        else
-            for (size_t i = 0; i < (size_t)m * ff; ++i)
-                g[i] = (g[i] / (1.0f + lm_expf(-g[i]))) * u[i];
+        lm_glu(g, u, (size_t)m * ff, a->act);
         const lm_nt_part dn = {d, wd, ff, ye, d};
         lm_gemm_nt_act(be, LM_SITE_SWIGLU, m, ff, g, ff, &dn, act ? act + 3 : NULL, 1, act_in);
         if (a->b_down != NULL)

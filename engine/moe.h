@@ -44,15 +44,6 @@ float lm_moe_margin(const float *logits /* [n_expert] */, uint32_t n_expert,
 void lm_moe_gate(float *w /* [k] */, const float *logits /* [n_expert] */, uint32_t n_expert,
                  const uint32_t *sel /* [k] */, uint32_t k, lm_moe_gating gating);
 
-/* The experts' gated activation, h = act(g, u) per element. */
-typedef enum lm_moe_act {
-    LM_MOE_SWIGLU = 0,    /* silu(g) * u, silu(g) = g / (1 + lm_expf(-g)) */
-    /* ggml swiglu_oai (gpt-oss), alpha 1.702f, limit 7.0f: x = min(g, 7) (std::min: a NaN g
-     * stays NaN), y = clamp(u, -7, 7), h = (x / (1 + lm_expf(1.702f * (-x)))) * (y + 1),
-     * each operation one float rounding in that order */
-    LM_MOE_SWIGLU_OAI = 1
-} lm_moe_act;
-
 typedef struct lm_moe_args {
     uint32_t n;             /* tokens (rows) of the chunk */
     uint32_t n_embd;
@@ -69,7 +60,7 @@ typedef struct lm_moe_args {
     const float *b_gate;    /* [n_expert][n_ff] or NULL */
     const float *b_up;      /* [n_expert][n_ff] or NULL */
     const float *b_down;    /* [n_expert][n_embd] or NULL */
-    lm_moe_act act;
+    lm_ffn_act act;         /* the experts' gated activation (lm_glu) */
     float *out;             /* [n][n_embd] (overwritten) */
     uint32_t *sel;          /* [n][n_used] selected experts, rank order (written) */
     float *margin;          /* [n] router margin (written), or NULL */
@@ -90,7 +81,7 @@ size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_exp
  *   per token: sel = top-k(R_t), w = gate(R_t, sel), margin
  *   per expert e (id order): the rows routed to e, in token order, gathered into X_e;
  *     G = X_e . Wg_e^T (+ bg_e), U = X_e . Wu_e^T (+ bu_e)   lm_gemm_nt_act [m_e][n_ff]
- *     H = act(G, U)                            lm_moe_act
+ *     H = act(G, U)                            lm_glu
  *     Y_e = H . Wd_e^T (+ bd_e)                lm_gemm_nt_act [m_e][n_embd]
  *   out_t = sum over ranks r = 0..k-1 of w_r * Y_{sel_r}[t], left to right from +0.0f.
  * With the naive backend every element is a fixed-order dot, so the result of a token does

@@ -246,7 +246,9 @@ float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, 
         .b_gate = L->ffn_gate_exps_b,
         .b_up = L->ffn_up_exps_b,
         .b_down = L->ffn_down_exps_b,
-        .act = hp->act == LM_ACT_SWIGLU_OAI ? LM_MOE_SWIGLU_OAI : LM_MOE_SWIGLU,
+        /* experts: SwiGLU whatever the dense FFN's activation, or gpt-oss's swiglu_oai (as the
+         * reference computes them) */
+        .act = hp->act == LM_ACT_SWIGLU_OAI ? LM_ACT_SWIGLU_OAI : LM_ACT_SWIGLU,
         .out = v->moe_out,
         .sel = v->moe_sel + (size_t)il * v->n_ctx * k,
         .margin = v->moe_margin + (size_t)il * v->n_ctx,

@@ -944,7 +944,12 @@ static uint32_t vv_first(uint32_t K, uint64_t S, uint32_t c, bool cut)
 /* Whether |T| (limbs[0 .. nl), nl > 0) and every integer within E < 2^eb of it round to the
  * same P-bit number (to nearest): with q = bitlength - P dropped bits, the bits [eb + 1, q - 1)
  * of |T| neither all 0 nor all 1 put |T| - E and |T| + E strictly inside one half-ulp interval
- * (h 2^(q-1), (h+1) 2^(q-1)), h = |T| >> (q-1), all of whose points round alike. */
+ * (h 2^(q-1), (h+1) 2^(q-1)), h = |T| >> (q-1), all of whose points round alike.
+ * mpfr_can_round(b, len - eb, MPFR_RNDN, MPFR_RNDN, P) asks the same question of an mpfr_t b:
+ * it would need |T| copied into a len-bit mpfr_t for every dot product, and it accepts an
+ * interval that holds a representable number but no midpoint (only midpoints separate
+ * round-to-nearest results), which this test refuses. Either answer only decides whether the
+ * remaining digit pairs are summed; the rounded sum is the same. */
 static bool vv_rounds(const mp_limb_t *l, size_t nl, uint64_t eb, uint64_t P)
 {
     const uint64_t len = 64 * (uint64_t)nl - (uint64_t)__builtin_clzll(l[nl - 1]);

@@ -246,14 +246,18 @@ void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot)
     mpfr_clears(e, th, (mpfr_ptr)0);
 }
 
-/* YaRN's m_i (ref_rope_cos_sin) into out. */
-static void yarn_mult(mpfr_t out, float theta, uint32_t i, uint32_t n_rot, float factor,
-                      uint32_t n_ctx_orig)
+void ref_yarn_ramp(double *lo, double *hi, float theta, uint32_t n_rot, uint32_t n_ctx_orig)
 {
     const double two_pi = 6.283185307179586, lb = log((double)theta);
     const double c_fast = n_rot * log((double)n_ctx_orig / (two_pi * 32.0)) / (2.0 * lb);
     const double c_slow = n_rot * log((double)n_ctx_orig / two_pi) / (2.0 * lb);
-    const double lo = fmax(0.0, floor(c_fast)), hi = fmin((double)n_rot - 1.0, ceil(c_slow));
+    *lo = fmax(0.0, floor(c_fast));
+    *hi = fmin((double)n_rot - 1.0, ceil(c_slow));
+}
+
+/* YaRN's m_i (ref_rope_cos_sin) of pair i into out, on the ramp lo..hi (ref_yarn_ramp). */
+static void yarn_mult(mpfr_t out, uint32_t i, double lo, double hi, float factor)
+{
     mpfr_t r, sc;
     mpfr_inits2(mpfr_get_prec(out), r, sc, (mpfr_ptr)0);
     mpfr_set_d(r, (double)i - lo, MPFR_RNDN);            /* exact: small integers */
@@ -278,6 +282,9 @@ void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factor
     mpfr_init2(a, mpfr_get_prec(cs[0]));
     mpfr_init2(ym, mpfr_get_prec(cs[0]));
     mpfr_init2(fac, 24);
+    double lo = 0.0, hi = 0.0;
+    if (yarn_factor > 0.0f)
+        ref_yarn_ramp(&lo, &hi, theta, n_rot, n_ctx_orig);
     for (uint32_t i = 0; i < n_rot / 2; ++i) {
         ref_rope_freq(a, theta, i, n_rot);
         if (factors != NULL) { /* frequency i divided by its factor (exact float32 input) */
@@ -285,7 +292,7 @@ void ref_rope_cos_sin(mpfr_t *cs, uint32_t pos, float theta, const float *factor
             mpfr_div(a, a, fac, MPFR_RNDN);
         }
         if (yarn_factor > 0.0f) {
-            yarn_mult(ym, theta, i, n_rot, yarn_factor, n_ctx_orig);
+            yarn_mult(ym, i, lo, hi, yarn_factor);
             mpfr_mul(a, a, ym, MPFR_RNDN);
         }
         mpfr_mul_ui(a, a, pos, MPFR_RNDN);

@@ -558,13 +558,10 @@ static void rotate(float *a, float *b, double c, double s, uint32_t key, uint64_
     *b = (float)sr_add(as, bc, coin(key, 6 * i + 5));
 }
 
-/* YaRN's multiplier m_i of pair i (kvd_model.h, lm_hparams), in double. */
-static double yarn_mult(const lm_hparams *hp, float theta, uint32_t i)
+/* YaRN's multiplier m_i of pair i (kvd_model.h, lm_hparams) on the ramp lo..hi
+ * (ref_yarn_ramp), in double. */
+static double yarn_mult(const lm_hparams *hp, uint32_t i, double lo, double hi)
 {
-    const double two_pi = 6.283185307179586, lb = log((double)theta), nr = hp->n_rot;
-    const double c_fast = nr * log(hp->n_ctx_orig_yarn / (two_pi * 32.0)) / (2.0 * lb);
-    const double c_slow = nr * log(hp->n_ctx_orig_yarn / two_pi) / (2.0 * lb);
-    const double lo = fmax(0.0, floor(c_fast)), hi = fmin(nr - 1.0, ceil(c_slow));
     const double r = 1.0 - fmin(1.0, fmax(0.0, ((double)i - lo) / fmax(0.001, hi - lo)));
     return (1.0 - r) / (double)hp->rope_yarn_factor + r;
 }
@@ -577,10 +574,13 @@ static void rope_table(srf *f, float *cs, uint64_t t, float theta, uint32_t st)
     const lm_hparams *hp = f->hp;
     const float *fac = f->m->rope_freqs;
     uint32_t key = key_of(f->skey, st, t, 0);
+    double lo = 0.0, hi = 0.0;
+    if (hp->rope_yarn_factor > 0.0f)
+        ref_yarn_ramp(&lo, &hi, theta, hp->n_rot, hp->n_ctx_orig_yarn);
     for (uint32_t i = 0; i < hp->n_rot / 2; ++i) {
         double fr = pow((double)theta, -2.0 * i / hp->n_rot), mag = 1.0;
         if (hp->rope_yarn_factor > 0.0f) { /* YaRN: frequency and magnitude */
-            fr *= yarn_mult(hp, theta, i);
+            fr *= yarn_mult(hp, i, lo, hi);
             mag = 1.0 + 0.1 * log((double)hp->rope_yarn_factor);
         }
         double ang = (double)t * (fac ? fr / (double)fac[i] : fr);

@@ -46,11 +46,30 @@ static void test_arch_qwen3moe_loads(void)
     lm_model_free(m);
 }
 
-/* A header-only file of architecture arch (no tensors: the loader reads the keys first) with
- * the keys of a small model (experts: 16, top-4, n_ff_exp 48) plus those extra writes. */
-typedef int (*extra_fn)(lm_gguf_writer *w, lm_err *err);
+/* One more metadata key of a header-only file, its value written as text: type 'u' (u32),
+ * 'f' (f32), 'b' (bool, "true" or "false") or 's' (string). A file takes up to MAX_EXTRA of
+ * them (key NULL: none). */
+typedef struct extra_key {
+    const char *key;
+    char type;
+    const char *value;
+} extra_key;
+#define MAX_EXTRA 3
 
-static const char *header_file(const char *name, const char *arch, bool experts, extra_fn extra)
+static int write_extra(lm_gguf_writer *w, const extra_key *x, lm_err *err)
+{
+    switch (x->type) {
+    case 'u': return lm_gguf_w_u32(w, x->key, (uint32_t)strtoul(x->value, NULL, 10), err);
+    case 'f': return lm_gguf_w_f32(w, x->key, strtof(x->value, NULL), err);
+    case 'b': return lm_gguf_w_bool(w, x->key, strcmp(x->value, "true") == 0, err);
+    default: return lm_gguf_w_str(w, x->key, x->value, err);
+    }
+}
+
+/* A header-only file of architecture arch (no tensors: the loader reads the keys first) with
+ * the keys of a small model (experts: 16, top-4, n_ff_exp 48) plus the extra keys. */
+static const char *header_file(const char *name, const char *arch, bool experts,
+                               const extra_key extra[MAX_EXTRA])
 {
     lm_gguf_writer *w = NULL;
     lm_err err = {0};
@@ -67,8 +86,8 @@ static const char *header_file(const char *name, const char *arch, bool experts,
         snprintf(key, sizeof key, "%s.%s", arch, keys[i].k);
         rc = lm_gguf_w_u32(w, key, keys[i].v, &err);
     }
-    if (rc == LM_OK && extra != NULL)
-        rc = extra(w, &err);
+    for (size_t i = 0; rc == LM_OK && i < MAX_EXTRA && extra[i].key != NULL; ++i)
+        rc = write_extra(w, &extra[i], &err);
     static char path[1024];
     snprintf(path, sizeof path, "%s/%s.gguf", tu_tmpdir(), name);
     if (rc == LM_OK)
@@ -91,48 +110,37 @@ static void load_fails(const char *path, int rc, const char *msg)
     CU_ASSERT_PTR_NULL(strchr(err.msg, '\n'));
 }
 
-static int no_norm(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_bool(w, "qwen3moe.expert_weights_norm", false, err);
-}
-static int gating_sigmoid(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_u32(w, "qwen3moe.expert_gating_func", 2, err);
-}
-static int shared_expert(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_u32(w, "qwen3moe.expert_shared_count", 1, err);
-}
-static int scaled(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_f32(w, "qwen3moe.expert_weights_scale", 2.5f, err);
-}
-static int grouped(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_u32(w, "qwen3moe.expert_group_count", 4, err);
-}
-
 /* Keys asking for routing the qwen3moe row does not compute: refused with one line naming the
  * key (LM_E_UNSUPPORTED, exit 2 from a command); no expert_count: LM_E_INPUT; the same file
  * with only the row's own keys gets past the keys (to the first missing tensor). */
 static void test_arch_qwen3moe_refuses_other_routing(void)
 {
-    static const struct { const char *name; bool experts; extra_fn f; int rc; const char *msg; }
-    cases[] = {
-        {"q3m-plain", true, NULL, LM_E_INPUT, "missing tensor 'token_embd.weight'"},
-        {"q3m-no-norm", true, no_norm, LM_E_UNSUPPORTED, "expert_weights_norm false is not qwen3moe's routing"},
-        {"q3m-gating2", true, gating_sigmoid, LM_E_UNSUPPORTED, "expert_gating_func 2 with"},
-        {"q3m-shared", true, shared_expert, LM_E_UNSUPPORTED, "expert_shared_count 1"},
-        {"q3m-scaled", true, scaled, LM_E_UNSUPPORTED, "expert_weights_scale 2.5 is not supported"},
-        {"q3m-grouped", true, grouped, LM_E_UNSUPPORTED, "expert_group_count 4"},
-        {"q3m-dense", false, NULL, LM_E_INPUT, "missing metadata key 'qwen3moe.expert_count'"},
+    static const struct {
+        const char *name;
+        bool experts;
+        extra_key extra[MAX_EXTRA];
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {"q3m-plain", true, {{0}}, LM_E_INPUT, "missing tensor 'token_embd.weight'"},
+        {"q3m-no-norm", true, {{"qwen3moe.expert_weights_norm", 'b', "false"}}, LM_E_UNSUPPORTED,
+         "expert_weights_norm false is not qwen3moe's routing"},
+        {"q3m-gating2", true, {{"qwen3moe.expert_gating_func", 'u', "2"}}, LM_E_UNSUPPORTED,
+         "expert_gating_func 2 with"},
+        {"q3m-shared", true, {{"qwen3moe.expert_shared_count", 'u', "1"}}, LM_E_UNSUPPORTED,
+         "expert_shared_count 1"},
+        {"q3m-scaled", true, {{"qwen3moe.expert_weights_scale", 'f', "2.5"}}, LM_E_UNSUPPORTED,
+         "expert_weights_scale 2.5 is not supported"},
+        {"q3m-grouped", true, {{"qwen3moe.expert_group_count", 'u', "4"}}, LM_E_UNSUPPORTED,
+         "expert_group_count 4"},
+        {"q3m-dense", false, {{0}}, LM_E_INPUT, "missing metadata key 'qwen3moe.expert_count'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
-        load_fails(header_file(cases[i].name, "qwen3moe", cases[i].experts, cases[i].f),
+        load_fails(header_file(cases[i].name, "qwen3moe", cases[i].experts, cases[i].extra),
                    cases[i].rc, cases[i].msg);
     char out[4096];
-    char *argv[] = {"run", (char *)header_file("q3m-no-norm", "qwen3moe", true, no_norm), "-p",
-                    "hi", NULL};
+    char *argv[] = {"run", (char *)header_file("q3m-no-norm", "qwen3moe", true, cases[1].extra),
+                    "-p", "hi", NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 4, argv, out, sizeof out), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "expert_weights_norm false"));
 }
@@ -240,56 +248,37 @@ static void test_arch_gptoss_loads(void)
     lm_model_free(m);
 }
 
-static int yarn_keys(lm_gguf_writer *w, lm_err *err)
-{
-    int rc = lm_gguf_w_str(w, "gpt-oss.rope.scaling.type", "yarn", err);
-    return rc ? rc : lm_gguf_w_f32(w, "gpt-oss.rope.scaling.factor", 32.0f, err);
-}
-static int yarn_beta(lm_gguf_writer *w, lm_err *err)
-{
-    int rc = yarn_keys(w, err);
-    return rc ? rc : lm_gguf_w_f32(w, "gpt-oss.rope.scaling.yarn_beta_fast", 16.0f, err);
-}
-static int yarn_log_mul(lm_gguf_writer *w, lm_err *err)
-{
-    int rc = yarn_keys(w, err);
-    return rc ? rc : lm_gguf_w_f32(w, "gpt-oss.rope.scaling.yarn_log_multiplier", 0.1f, err);
-}
-static int rope_linear(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_str(w, "gpt-oss.rope.scaling.type", "linear", err);
-}
-static int oss_gating1(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_u32(w, "gpt-oss.expert_gating_func", 1, err);
-}
-static int oss_rot_half(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_u32(w, "gpt-oss.rope.dimension_count", 4, err);
-}
-static int yarn_in_qwen3moe(lm_gguf_writer *w, lm_err *err)
-{
-    return lm_gguf_w_str(w, "qwen3moe.rope.scaling.type", "yarn", err);
-}
-
 /* gpt-oss keys llama.cpp would compute differently from what they say (YaRN betas or log
  * multiplier, another scaling, other routing, partial rotary) are refused with one line;
  * YaRN is refused where the row does not compute it (qwen3moe); keys as synth:gptoss has
  * them get past the keys. */
 static void test_arch_gptoss_refuses_other_variants(void)
 {
-    static const struct { const char *name, *arch; extra_fn f; int rc; const char *msg; }
-    cases[] = {
-        {"oss-beta", "gpt-oss", yarn_beta, LM_E_UNSUPPORTED, "yarn_beta_fast = 16 is not supported (32)"},
-        {"oss-logmul", "gpt-oss", yarn_log_mul, LM_E_UNSUPPORTED, "yarn_log_multiplier = 0.1 is not"},
-        {"oss-linear", "gpt-oss", rope_linear, LM_E_UNSUPPORTED, "rope scaling 'linear' is not supported (none or yarn)"},
-        {"oss-gating1", "gpt-oss", oss_gating1, LM_E_UNSUPPORTED, "is not gpt-oss's routing (3, softmax over the top-k"},
-        {"oss-rot", "gpt-oss", oss_rot_half, LM_E_UNSUPPORTED, "rope.dimension_count 4 differs from the head dimension 8"},
-        {"q3m-yarn", "qwen3moe", yarn_in_qwen3moe, LM_E_UNSUPPORTED, "rope scaling 'yarn' is not supported"},
-        {"oss-plain", "gpt-oss", yarn_keys, LM_E_INPUT, "missing tensor 'token_embd.weight'"},
+/* synth:gptoss's YaRN keys, the first two extra keys of most cases below */
+#define YARN {"gpt-oss.rope.scaling.type", 's', "yarn"}, {"gpt-oss.rope.scaling.factor", 'f', "32"}
+    static const struct {
+        const char *name, *arch;
+        extra_key extra[MAX_EXTRA];
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {"oss-beta", "gpt-oss", {YARN, {"gpt-oss.rope.scaling.yarn_beta_fast", 'f', "16"}},
+         LM_E_UNSUPPORTED, "yarn_beta_fast = 16 is not supported (32)"},
+        {"oss-logmul", "gpt-oss", {YARN, {"gpt-oss.rope.scaling.yarn_log_multiplier", 'f', "0.1"}},
+         LM_E_UNSUPPORTED, "yarn_log_multiplier = 0.1 is not"},
+        {"oss-linear", "gpt-oss", {{"gpt-oss.rope.scaling.type", 's', "linear"}},
+         LM_E_UNSUPPORTED, "rope scaling 'linear' is not supported (none or yarn)"},
+        {"oss-gating1", "gpt-oss", {{"gpt-oss.expert_gating_func", 'u', "1"}}, LM_E_UNSUPPORTED,
+         "is not gpt-oss's routing (3, softmax over the top-k"},
+        {"oss-rot", "gpt-oss", {{"gpt-oss.rope.dimension_count", 'u', "4"}}, LM_E_UNSUPPORTED,
+         "rope.dimension_count 4 differs from the head dimension 8"},
+        {"q3m-yarn", "qwen3moe", {{"qwen3moe.rope.scaling.type", 's', "yarn"}},
+         LM_E_UNSUPPORTED, "rope scaling 'yarn' is not supported"},
+        {"oss-plain", "gpt-oss", {YARN}, LM_E_INPUT, "missing tensor 'token_embd.weight'"},
     };
+#undef YARN
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
-        load_fails(header_file(cases[i].name, cases[i].arch, true, cases[i].f), cases[i].rc,
+        load_fails(header_file(cases[i].name, cases[i].arch, true, cases[i].extra), cases[i].rc,
                    cases[i].msg);
 }
 

@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ typedef struct moe_problem {
     uint32_t n, d, ff, ne, k;
     float *x, *wr, *wg, *wu, *wd;
     float *br, *bg, *bu, *bd; /* biases (gpt-oss) or NULL */
-    lm_moe_act act;
+    lm_ffn_act act;
 } moe_problem;
 
 static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uint32_t k)
@@ -86,7 +87,7 @@ static void moe_make(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne, uin
     p->wu = tf_rand_vec((size_t)ne * p->ff * p->d, 0.5f, rng);
     p->wd = tf_rand_vec((size_t)ne * p->d * p->ff, 0.5f, rng);
     p->br = p->bg = p->bu = p->bd = NULL;
-    p->act = LM_MOE_SWIGLU;
+    p->act = LM_ACT_SWIGLU;
 }
 
 /* gpt-oss's experts: every bias, swiglu_oai, gate and up weights 6 times larger (gate and up
@@ -102,7 +103,7 @@ static void moe_make_oai(moe_problem *p, uint64_t *rng, uint32_t n, uint32_t ne,
     p->bg = tf_rand_vec((size_t)ne * p->ff, 1.0f, rng);
     p->bu = tf_rand_vec((size_t)ne * p->ff, 1.0f, rng);
     p->bd = tf_rand_vec((size_t)ne * p->d, 1.0f, rng);
-    p->act = LM_MOE_SWIGLU_OAI;
+    p->act = LM_ACT_SWIGLU_OAI;
 }
 
 static void moe_free(moe_problem *p)
@@ -160,7 +161,7 @@ static void moe_closed_form(double *out /* [d] */, const moe_problem *p, uint32_
                 g += (double)x[i] * (double)p->wg[((size_t)e * p->ff + f) * p->d + i];
                 u += (double)x[i] * (double)p->wu[((size_t)e * p->ff + f) * p->d + i];
             }
-            if (p->act == LM_MOE_SWIGLU_OAI) {
+            if (p->act == LM_ACT_SWIGLU_OAI) {
                 *clamped += (g > 7.0) + (fabs(u) > 7.0);
                 g = fmin(g, 7.0);
                 u = fmax(-7.0, fmin(u, 7.0));
@@ -193,6 +194,40 @@ static void topk_double(uint32_t *sel, const moe_problem *p, uint32_t t)
     lm_moe_topk(sel, lg, p->ne, p->k);
 }
 
+/* p run on be with gating, every output against the closed form in double: the largest error
+ * into *worst, the largest |closed form| into *big, clamped values counted into *clamped.
+ * Returns whether the routing is the exact one wherever the router margin exceeds 1e-5 (a
+ * smaller margin is a near tie the float router may resolve either way). */
+static bool moe_vs_closed_form(lm_backend *be, const moe_problem *p, lm_moe_gating gating,
+                               double *worst, double *big, uint32_t *clamped)
+{
+    float *out = malloc((size_t)p->n * p->d * sizeof(float));
+    uint32_t *sel = malloc((size_t)p->n * p->k * sizeof(uint32_t));
+    float *margin = malloc(p->n * sizeof(float));
+    CU_ASSERT_FATAL(out != NULL && sel != NULL && margin != NULL);
+    moe_run(be, p, 0, p->n, gating, out, sel, margin);
+    double want[16];
+    uint32_t sd[32];
+    bool routed_ok = true;
+    *worst = *big = 0.0;
+    for (uint32_t t = 0; t < p->n; ++t) {
+        topk_double(sd, p, t);
+        if (margin[t] > 1e-5f)
+            routed_ok &= memcmp(sd, sel + (size_t)t * p->k, p->k * sizeof(uint32_t)) == 0;
+        CU_ASSERT(margin[t] >= 0.0f);
+        moe_closed_form(want, p, t, sel + (size_t)t * p->k, clamped);
+        for (uint32_t i = 0; i < p->d; ++i) {
+            const double e = fabs((double)out[(size_t)t * p->d + i] - want[i]);
+            *worst = e > *worst || isnan(e) ? e : *worst;
+            *big = fmax(*big, fabs(want[i]));
+        }
+    }
+    free(out);
+    free(sel);
+    free(margin);
+    return routed_ok;
+}
+
 static void test_moe_forward_matches_closed_form(void)
 {
     static const char *backends[] = {"naive", "blas"};
@@ -207,29 +242,9 @@ static void test_moe_forward_matches_closed_form(void)
             for (int gi = 0; gi < 2; ++gi) {
                 moe_problem p;
                 moe_make(&p, &rng, 13, shapes[s][0], shapes[s][1]);
-                float *out = malloc((size_t)p.n * p.d * sizeof(float));
-                uint32_t *sel = malloc((size_t)p.n * p.k * sizeof(uint32_t));
-                float *margin = malloc(p.n * sizeof(float));
-                moe_run(be, &p, 0, p.n, gatings[gi], out, sel, margin);
-                double want[16];
-                uint32_t sd[32];
-                double worst = 0.0;
-                int routed_ok = 1;
-                for (uint32_t t = 0; t < p.n; ++t) {
-                    topk_double(sd, &p, t);
-                    /* a margin under 1e-5 is a near-tie the float router may resolve either
-                     * way; elsewhere the routing must be the exact one */
-                    if (margin[t] > 1e-5f)
-                        routed_ok &= memcmp(sd, sel + (size_t)t * p.k, p.k * sizeof(uint32_t)) == 0;
-                    CU_ASSERT(margin[t] >= 0.0f);
-                    uint32_t clamped = 0;
-                    moe_closed_form(want, &p, t, sel + (size_t)t * p.k, &clamped);
-                    for (uint32_t i = 0; i < p.d; ++i) {
-                        const double e = fabs((double)out[(size_t)t * p.d + i] - want[i]);
-                        worst = e > worst || isnan(e) ? e : worst;
-                    }
-                }
-                CU_ASSERT(routed_ok);
+                double worst, big;
+                uint32_t clamped = 0;
+                CU_ASSERT(moe_vs_closed_form(be, &p, gatings[gi], &worst, &big, &clamped));
                 /* 1e-5: outputs are O(1) (16- and 24-term dots of O(0.5) weights); float
                  * accumulation over ~40 terms per path stays below ~5e-6, while a wrong gate
                  * weight, expert or activation changes outputs by >= 1e-2 */
@@ -237,9 +252,6 @@ static void test_moe_forward_matches_closed_form(void)
                     printf("\n  moe %s %ux%u gating %d: max err %.3g\n", backends[b], p.ne, p.k,
                            (int)gatings[gi], worst);
                 CU_ASSERT(worst <= 1e-5);
-                free(out);
-                free(sel);
-                free(margin);
                 moe_free(&p);
             }
         lm_backend_destroy(be);
@@ -268,32 +280,12 @@ static void test_moe_biases_swiglu_oai(void)
         for (int s = 0; s < 2; ++s) {
             moe_problem p;
             moe_make_oai(&p, &rng, 11, shapes[s][0], shapes[s][1]);
-            float *out = malloc((size_t)p.n * p.d * sizeof(float));
-            uint32_t *sel = malloc((size_t)p.n * p.k * sizeof(uint32_t));
-            float *margin = malloc(p.n * sizeof(float));
-            moe_run(be, &p, 0, p.n, LM_MOE_SOFTMAX_TOPK, out, sel, margin);
-            double want[16], worst = 0.0, big = 0.0;
-            uint32_t sd[32];
-            int routed_ok = 1;
-            for (uint32_t t = 0; t < p.n; ++t) {
-                topk_double(sd, &p, t);
-                if (margin[t] > 1e-5f)
-                    routed_ok &= memcmp(sd, sel + (size_t)t * p.k, p.k * sizeof(uint32_t)) == 0;
-                moe_closed_form(want, &p, t, sel + (size_t)t * p.k, &clamped);
-                for (uint32_t i = 0; i < p.d; ++i) {
-                    const double e = fabs((double)out[(size_t)t * p.d + i] - want[i]);
-                    worst = e > worst || isnan(e) ? e : worst;
-                    big = fmax(big, fabs(want[i]));
-                }
-            }
-            CU_ASSERT(routed_ok);
+            double worst, big;
+            CU_ASSERT(moe_vs_closed_form(be, &p, LM_MOE_SOFTMAX_TOPK, &worst, &big, &clamped));
             if (worst > 2e-6 * big)
                 printf("\n  moe oai %s %ux%u: max err %.3g of %.3g\n", backends[b], p.ne, p.k,
                        worst, big);
             CU_ASSERT(worst <= 2e-6 * big);
-            free(out);
-            free(sel);
-            free(margin);
             moe_free(&p);
         }
         lm_backend_destroy(be);

@@ -40,18 +40,9 @@ void hx_cli_log(void *user, const char *line)
     fprintf(stderr, "%s: %s\n", (const char *)user, line);
 }
 
-/* The option hx_cli_getopt last found given twice ("" when none), for hx_cli_bad_option. */
-static char twice_name[80];
-
-int hx_cli_getopt(int argc, char **argv, const char *optstring, const struct option *opts,
-                  int *longindex, const int *repeatable)
+int hx_cli_getopt(hx_cli_optstate *st, int argc, char **argv, const char *optstring,
+                  const struct option *opts, int *longindex, const int *repeatable)
 {
-    static int seen[128];
-    static size_t n_seen;
-    if (optind <= 1) { /* a new parse (callers set optind to 0 or 1 first) */
-        n_seen = 0;
-        twice_name[0] = '\0';
-    }
     int li = -1;
     int c = getopt_long(argc, argv, optstring, opts, &li);
     if (longindex != NULL)
@@ -64,23 +55,23 @@ int hx_cli_getopt(int argc, char **argv, const char *optstring, const struct opt
         takes_value = *r != c;
     if (!takes_value)
         return c;
-    for (size_t i = 0; i < n_seen; ++i)
-        if (seen[i] == c) {
+    for (size_t i = 0; i < st->n_seen; ++i)
+        if (st->seen[i] == c) {
             if (li >= 0)
-                snprintf(twice_name, sizeof twice_name, "--%s", opts[li].name);
+                snprintf(st->twice, sizeof st->twice, "--%s", opts[li].name);
             else
-                snprintf(twice_name, sizeof twice_name, "-%c", c);
+                snprintf(st->twice, sizeof st->twice, "-%c", c);
             return '?';
         }
-    if (n_seen < sizeof seen / sizeof *seen)
-        seen[n_seen++] = c;
+    if (st->n_seen < sizeof st->seen / sizeof *st->seen)
+        st->seen[st->n_seen++] = c;
     return c;
 }
 
-int hx_cli_bad_option(const char *cmd, int o, char **argv)
+int hx_cli_bad_option(const hx_cli_optstate *st, const char *cmd, int o, char **argv)
 {
-    if (o == '?' && twice_name[0] != '\0')
-        return hx_cli_fail(cmd, "option '%s' is given more than once (give it once)", twice_name);
+    if (o == '?' && st->twice[0] != '\0')
+        return hx_cli_fail(cmd, "option '%s' is given more than once (give it once)", st->twice);
     if (o == ':')
         return hx_cli_fail(cmd, "option '%s' needs a value", argv[optind - 1]);
     return hx_cli_fail(cmd, "unknown option '%s' (try kvdrift %s --help)", argv[optind - 1], cmd);
@@ -184,6 +175,27 @@ int hx_cli_check_out_dir(const char *path, lm_err *err)
     char up[4096];
     int rc = parent_of(up, sizeof up, path, err);
     return rc != LM_OK ? rc : lm_dir_probe(up, path, err);
+}
+
+int hx_cli_check_out_in_dir(const char *dir, const char *path, lm_err *err)
+{
+    struct stat st;
+    int rc = hx_cli_check_out_dir(dir, err);
+    if (rc == LM_OK && stat(dir, &st) == 0)
+        rc = hx_cli_check_out_file(path, err);
+    return rc;
+}
+
+int hx_cli_golden_dir(const char *dir, lm_err *err)
+{
+    struct stat st;
+    if (dir == NULL)
+        return LM_OK;
+    if (*dir == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "--golden-dir '': empty folder name");
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return LM_FAIL(err, LM_E_INPUT, "--golden-dir %s: not a folder", dir);
+    return LM_OK;
 }
 
 int hx_cli_report_dir(char *dir, size_t cap, const char *outdir, const char *label, lm_err *err)

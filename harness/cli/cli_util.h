@@ -32,17 +32,27 @@ int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,
  * stderr; user is the prefix (a const char *). */
 void hx_cli_log(void *user, const char *line);
 
-/* getopt_long(argc, argv, optstring, opts, longindex: -1 for a short option), and an option that takes a value found a second
- * time (by either of its names) is '?' with hx_cli_bad_option saying so: a value given twice
- * is refused, never silently replaced. repeatable: the option values that may repeat
- * (0-terminated; NULL: none). A parse starts when optind is 0 or 1 (set it first). */
-int hx_cli_getopt(int argc, char **argv, const char *optstring, const struct option *opts,
-                  int *longindex, const int *repeatable);
+/* One parse's own state (the caller's, zeroed before the first hx_cli_getopt call): the value
+ * options seen so far and the one found given twice. */
+typedef struct hx_cli_optstate {
+    int seen[128];
+    size_t n_seen;
+    char twice[80]; /* "--name" or "-c" of the option given twice; "" when none */
+} hx_cli_optstate;
 
-/* The getopt_long error of a command parsed with a leading ':' in its optstring: o == ':' is
- * "option 'X' needs a value", anything else "unknown option 'X' (try kvdrift CMD --help)",
- * X being argv[optind - 1]; returns 2. */
-int hx_cli_bad_option(const char *cmd, int o, char **argv);
+/* getopt_long(argc, argv, optstring, opts, longindex: -1 for a short option), and an option
+ * that takes a value found a second time (by either of its names) is '?' with
+ * hx_cli_bad_option saying so: a value given twice is refused, never silently replaced.
+ * repeatable: the option values that may repeat (0-terminated; NULL: none). getopt_long's own
+ * state is process-wide: set optind first. */
+int hx_cli_getopt(hx_cli_optstate *st, int argc, char **argv, const char *optstring,
+                  const struct option *opts, int *longindex, const int *repeatable);
+
+/* The getopt_long error of a command parsed with a leading ':' in its optstring: an option
+ * given twice (st) is "option 'X' is given more than once", o == ':' "option 'X' needs a
+ * value", anything else "unknown option 'X' (try kvdrift CMD --help)", X being
+ * argv[optind - 1]; returns 2. */
+int hx_cli_bad_option(const hx_cli_optstate *st, const char *cmd, int o, char **argv);
 
 /* Token ids given by option opt (a comma list) checked against m's vocabulary: LM_E_INPUT
  * "OPT: id ID (item K of the list) is not below the vocabulary size V", K counted from 1 in
@@ -143,6 +153,14 @@ int hx_cli_load_cases(hx_case **cases /* [n] */, char *const *files /* [n] */, s
  * parent folder exists and takes new entries (only path itself is made, when written). */
 int hx_cli_check_out_file(const char *path, lm_err *err);
 int hx_cli_check_out_dir(const char *path, lm_err *err);
+/* A file path to be written into folder dir (its folder part), which is made (one folder)
+ * when missing: dir as hx_cli_check_out_dir takes it, then path as hx_cli_check_out_file
+ * takes it once dir exists (a folder still to be made holds nothing else to check). */
+int hx_cli_check_out_in_dir(const char *dir, const char *path, lm_err *err);
+/* --golden-dir DIR (bless writes into it, check reads it): not empty, and a folder when it
+ * exists (a missing one holds no golden yet). NULL: the default (nothing to check). Errors
+ * name the option. */
+int hx_cli_golden_dir(const char *dir, lm_err *err);
 
 /* The folder that holds the default report folders of sweep and judge. */
 #define HX_CLI_REPORTS_DIR "reports"

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char usage_text[] =
     "usage: kvdrift bless CASE... [--golden-dir DIR] [--force] [options]\n"
@@ -138,7 +137,8 @@ static int parse_options(bless_opts *o, int argc, char **argv)
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = hx_cli_getopt(argc, argv, ":j:qh", opts, NULL, NULL)) != -1) {
+    hx_cli_optstate optstate = {0};
+    while ((c = hx_cli_getopt(&optstate, argc, argv, ":j:qh", opts, NULL, NULL)) != -1) {
         switch (c) {
         case O_GOLDEN: o->golden_dir = optarg; break;
         case O_CACHE:
@@ -152,13 +152,14 @@ static int parse_options(bless_opts *o, int argc, char **argv)
                 return hx_cli_fail("bless", "--jobs '%s': expected an integer in 1..256", optarg);
             break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("bless", c, argv); /* ':' or unknown */
+        default: return hx_cli_bad_option(&optstate, "bless", c, argv); /* ':' or unknown */
         }
     }
     if (optind >= argc)
         return hx_cli_fail("bless", "no CASE files given (try --help)");
-    if (o->golden_dir && *o->golden_dir == '\0')
-        return hx_cli_fail("bless", "--golden-dir '': empty folder name");
+    lm_err err = {0};
+    if (hx_cli_golden_dir(o->golden_dir, &err) != LM_OK)
+        return hx_cli_fail("bless", "%s", err.msg);
     return -1;
 }
 
@@ -174,10 +175,7 @@ static int check_goldens(hx_case *const *cases, size_t n, const char *golden_dir
             break;
         const char *slash = strrchr(gpath, '/');
         snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - gpath) : 1, slash ? gpath : ".");
-        struct stat sb;
-        st = hx_cli_check_out_dir(dir, err);
-        if (st == LM_OK && stat(dir, &sb) == 0)
-            st = hx_cli_check_out_file(gpath, err);
+        st = hx_cli_check_out_in_dir(dir, gpath, err);
         if (golden_dir && *golden_dir)
             st = hx_cli_err_prefix(st, "--golden-dir", err);
     }

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char usage_text[] =
     "usage: kvdrift check CASE... [-o DIR] [--junit FILE] [--json FILE] [--md FILE] [options]\n"
@@ -72,12 +71,13 @@ typedef struct check_out {
     bool github;
 } check_out;
 
-/* A report file checked before hours of work are spent (nothing is created): its folder
- * exists and takes files, and it is none of the case files read; errors name the option. */
-static int prepare_out(const char *opt, const char *path, hx_case *const *cases, size_t n,
-                       lm_err *err)
+/* A report file checked before hours of work are spent (nothing is created): it can be written
+ * (into -o DIR, made when missing: dir; else NULL) and it is none of the case files read;
+ * errors name the option. */
+static int prepare_out(const char *opt, const char *dir, const char *path, hx_case *const *cases,
+                       size_t n, lm_err *err)
 {
-    int rc = hx_cli_check_out_file(path, err);
+    int rc = dir ? hx_cli_check_out_in_dir(dir, path, err) : hx_cli_check_out_file(path, err);
     for (size_t i = 0; rc == LM_OK && i < n; ++i)
         rc = hx_cli_out_not_input(path, cases[i]->file, "case file", err);
     return hx_cli_err_prefix(rc, opt, err);
@@ -87,11 +87,9 @@ static int prepare_out(const char *opt, const char *path, hx_case *const *cases,
 static int prepare_outputs(check_out *o, const char *out_dir, hx_case *const *cases,
                            size_t n_cases, lm_err *err)
 {
-    struct stat st;
     int rc = LM_OK;
     if (out_dir && (rc = hx_cli_err_prefix(hx_cli_check_out_dir(out_dir, err), "--out", err)) != LM_OK)
         return rc;
-    const bool dir_exists = out_dir && stat(out_dir, &st) == 0;
     for (size_t i = 0; rc == LM_OK && i < hx_report_writer_count(); ++i) {
         const hx_report_writer *w = hx_report_writer_at(i);
         bool in_dir = false;
@@ -104,26 +102,11 @@ static int prepare_outputs(check_out *o, const char *out_dir, hx_case *const *ca
         }
         char opt[64];
         snprintf(opt, sizeof opt, "--%s", in_dir ? "out" : w->name);
-        /* files in a folder still to be made need no check beyond the folder's */
-        if (o->path[i] && (!in_dir || dir_exists))
-            rc = prepare_out(opt, o->path[i], cases, n_cases, err);
+        if (o->path[i])
+            rc = prepare_out(opt, in_dir ? out_dir : NULL, o->path[i], cases, n_cases, err);
     }
     o->dir = out_dir;
     return rc;
-}
-
-/* --golden-dir, read by check: not empty, and a folder when it exists (a missing one holds no
- * golden yet: every configuration's golden is absent and its class decides). */
-static int check_golden_dir(const char *dir, lm_err *err)
-{
-    struct stat sb;
-    if (dir == NULL)
-        return LM_OK;
-    if (*dir == '\0')
-        return LM_FAIL(err, LM_E_INPUT, "--golden-dir '': empty folder name");
-    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return LM_FAIL(err, LM_E_INPUT, "--golden-dir %s: not a folder", dir);
-    return LM_OK;
 }
 
 /* Looks every configuration of a run case up in its golden file (hx_golden_judge). */
@@ -332,7 +315,8 @@ static int parse_options(check_opts *o, int argc, char **argv)
     o->fmt = HX_FMT_TABLE;
     optind = 1;
     opterr = 0;
-    for (int c; (c = hx_cli_getopt(argc, argv, ":j:qho:", opts, NULL, NULL)) != -1;) {
+    hx_cli_optstate optstate = {0};
+    for (int c; (c = hx_cli_getopt(&optstate, argc, argv, ":j:qho:", opts, NULL, NULL)) != -1;) {
         switch (c) {
         case 'o': o->out_dir = optarg; break;
         case O_GITHUB: o->out.github = true; break;
@@ -355,7 +339,7 @@ static int parse_options(check_opts *o, int argc, char **argv)
         case 'h': fputs(usage_text, stdout); return 0;
         default:
             if (c < O_WRITER || c >= O_WRITER + (int)n_w)
-                return hx_cli_bad_option("check", c, argv); /* ':' or unknown */
+                return hx_cli_bad_option(&optstate, "check", c, argv); /* ':' or unknown */
             o->out.path[c - O_WRITER] = optarg;
         }
     }
@@ -422,7 +406,7 @@ int cmd_check(int argc, char **argv)
     /* Every case file is read and validated, and every output prepared, before anything runs. */
     if (st == LM_OK && (st = hx_cli_load_cases(cases, argv + optind, n_cases, &case_error,
                                                 &err)) == LM_OK)
-        st = check_golden_dir(o.golden_dir, &err);
+        st = hx_cli_golden_dir(o.golden_dir, &err); /* missing: every golden absent */
     if (st == LM_OK)
         st = prepare_outputs(&o.out, o.out_dir, cases, n_cases, &err);
     if (st == LM_OK)

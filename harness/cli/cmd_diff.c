@@ -122,7 +122,8 @@ static int parse_options(diff_opts *o, int argc, char **argv)
     *o = (diff_opts){.fmt = HX_FMT_MD};
     optind = 1;
     opterr = 0;
-    for (int c; (c = hx_cli_getopt(argc, argv, ":o:h", opts, NULL, NULL)) != -1;) {
+    hx_cli_optstate optstate = {0};
+    for (int c; (c = hx_cli_getopt(&optstate, argc, argv, ":o:h", opts, NULL, NULL)) != -1;) {
         char *end;
         switch (c) {
         case O_FORMAT:
@@ -137,7 +138,7 @@ static int parse_options(diff_opts *o, int argc, char **argv)
             break;
         case 'o': o->out = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: return hx_cli_bad_option("diff", c, argv);
+        default: return hx_cli_bad_option(&optstate, "diff", c, argv);
         }
     }
     if (argc - optind != 2)

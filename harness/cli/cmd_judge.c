@@ -183,13 +183,14 @@ static int parse_options(judge_opts *o, int argc, char **argv)
     optind = 1;
     opterr = 0;
     static const int repeatable[] = {O_DUMP, 0}; /* one --dump per dump folder */
-    for (int c, rc; (c = hx_cli_getopt(argc, argv, ":p:f:o:qh", opts, NULL, repeatable)) != -1;) {
+    hx_cli_optstate optstate = {0};
+    for (int c, rc; (c = hx_cli_getopt(&optstate, argc, argv, ":p:f:o:qh", opts, NULL, repeatable)) != -1;) {
         if (c == 'h') {
             fputs(usage_text, stdout);
             return 0;
         }
         if (c == ':' || c == '?')
-            return hx_cli_bad_option("judge", c, argv);
+            return hx_cli_bad_option(&optstate, "judge", c, argv);
         if ((rc = set_option(o, c, optarg)) >= 0)
             return rc;
     }

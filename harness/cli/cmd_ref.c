@@ -165,13 +165,14 @@ static int parse_options(ref_opts *o, int argc, char **argv)
     lm_err err = {0};
     optind = 0; /* 0: glibc fully re-initializes getopt (cmd_ref may run more than once) */
     opterr = 0; /* our own one-line message below */
-    for (int c; (c = hx_cli_getopt(argc, argv, ":p:f:o:j:qh", opts, NULL, NULL)) != -1;) {
+    hx_cli_optstate optstate = {0};
+    for (int c; (c = hx_cli_getopt(&optstate, argc, argv, ":p:f:o:j:qh", opts, NULL, NULL)) != -1;) {
         if (c == 'h') {
             usage(stdout);
             return 0;
         }
         if (c == ':' || c == '?')
-            return hx_cli_bad_option("ref", c, argv);
+            return hx_cli_bad_option(&optstate, "ref", c, argv);
         if (c == 'p' || c == 'f') {
             if (hx_cli_prompt_option(&o->text, "ref", c, optarg) != 0)
                 return 2;

@@ -230,7 +230,8 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     optind = 1;
     opterr = 0;
     const char *optstring = ":p:f:n:j:o:qhv";
-    for (int opt; (opt = hx_cli_getopt(argc, argv, optstring, opts, NULL, NULL)) != -1;) {
+    hx_cli_optstate optstate = {0};
+    for (int opt; (opt = hx_cli_getopt(&optstate, argc, argv, optstring, opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             printf(usage_text, HX_TURN_DEFAULT);
             fputs(usage_options, stdout);
@@ -239,7 +240,7 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
             return 0;
         }
         if (opt == ':' || opt == '?')
-            return hx_cli_bad_option("sweep", opt, argv);
+            return hx_cli_bad_option(&optstate, "sweep", opt, argv);
         int code = set_option(o, opt, optarg);
         if (code != 0)
             return code;

@@ -125,13 +125,14 @@ static int parse_options(synth_opts *o, int argc, char **argv)
     *o = (synth_opts){.type = LM_TYPE_F32};
     opterr = 0;
     optind = 1;
-    for (int c, li = -1; (c = hx_cli_getopt(argc, argv, ":o:h", opts, &li, NULL)) != -1; li = -1) {
+    hx_cli_optstate optstate = {0};
+    for (int c, li = -1; (c = hx_cli_getopt(&optstate, argc, argv, ":o:h", opts, &li, NULL)) != -1; li = -1) {
         if (c == 'h') {
             usage(stdout);
             return 0;
         }
         if (c == ':' || c == '?')
-            return hx_cli_bad_option("synth", c, argv);
+            return hx_cli_bad_option(&optstate, "synth", c, argv);
         int code = set_option(o, c, optarg, li >= 0 ? opts[li].name : "?");
         if (code != 0)
             return code;

@@ -82,13 +82,14 @@ static int parse_options(trace_opts *o, int argc, char **argv)
     hx_cli_pair_init(&o->ab);
     optind = 1;
     opterr = 0;
-    for (int opt; (opt = hx_cli_getopt(argc, argv, ":p:f:n:h", opts, NULL, NULL)) != -1;) {
+    hx_cli_optstate optstate = {0};
+    for (int opt; (opt = hx_cli_getopt(&optstate, argc, argv, ":p:f:n:h", opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;
         }
         if (opt == ':' || opt == '?')
-            return hx_cli_bad_option("trace", opt, argv);
+            return hx_cli_bad_option(&optstate, "trace", opt, argv);
         int code = set_option(o, opt, optarg);
         if (code != 0)
             return code;

@@ -361,6 +361,11 @@ void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
  * cs: [n_rot/2][2] precomputed (cos, sin) of those angles (ref_rope_cos_sin). */
 void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, lm_rope_type type,
                     ref_scratch *s);
+/* YaRN's ramp over the pairs (ref_rope_cos_sin below): *lo = max(0, floor(c(32))), *hi =
+ * min(n_rot - 1, ceil(c(1))), c(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln theta), in double
+ * (integers); the same for every pair and position, shared by the MPFR reference and the SR
+ * ensemble (ref_sr.c). */
+void ref_yarn_ramp(double *lo, double *hi, float theta, uint32_t n_rot, uint32_t n_ctx_orig);
 /* cs[i][0] = cos(pos * freq_i), cs[i][1] = sin(pos * freq_i) for i < n_rot/2. */
 /* factors: [n_rot/2] divisors of each pair's frequency (Llama 3.1 rope_freqs) or NULL.
  * yarn_factor > 0: YaRN as llama.cpp computes it (beta_fast 32, beta_slow 1, ext_factor 1): freq_i is multiplied by m_i = s (1 - r_i) + r_i, s = 1 / yarn_factor,
