@@ -104,7 +104,8 @@ static size_t space_tail_end(const uint32_t *cp, size_t n, size_t pos)
     return pos + w;
 }
 
-/* " ?[^\s\p{L}\p{N}]+" then [\r\n]* (or [\r\n/]* with slash) at pos: its end, or pos. */
+/* " ?[^\s\p{L}\p{N}]+" then [\r\n]* (or [\r\n/]* with slash) at pos: its end, or pos; with
+ * marks_are_letters the class is [^\s\p{L}\p{M}\p{N}] (Qwen 3.5). */
 static size_t other_run_end(const uint32_t *cp, size_t n, size_t pos, bool marks_are_letters,
                             bool slash)
 {
@@ -121,7 +122,7 @@ static size_t other_run_end(const uint32_t *cp, size_t n, size_t pos, bool marks
 /* ---------------------------------------------------------------- hand-written splitters */
 
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
- * (contractions case-sensitive; llama.cpp's splitter also takes a lone trailing \s+). */
+ * (contractions case-sensitive), then \s+ as llama.cpp's splitter, which this follows, ends. */
 static size_t gpt2_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
 {
     (void)x;
@@ -423,6 +424,23 @@ static size_t space_opt_run_match(const uint32_t *cp, size_t n, size_t pos, bool
     return e > q ? e : pos;
 }
 
+/* [^\n]+|[\n]+ (llama.cpp's hand-written newline splitter) */
+static bool is_lf(uint32_t c)
+{
+    return c == '\n';
+}
+
+static bool is_not_lf(uint32_t c)
+{
+    return c != '\n';
+}
+
+static size_t newline_runs_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+{
+    (void)x;
+    return run_end(cp, n, pos, is_lf(cp[pos]) ? is_lf : is_not_lf);
+}
+
 /* X+$ (X = whitespace: \s+$): searched directly by find_match, not position by position */
 static size_t trailing_run_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
 {
@@ -463,6 +481,7 @@ static const stage stages[LM_PRE_COUNT][MAX_STAGES] = {
                        {three_match, is_ascii_digit}},
     [LM_PRE_GPT4O] = {{gpt4o_match, NULL}},
     [LM_PRE_TEKKEN] = {{tekken_match, NULL}},
+    [LM_PRE_GEMMA4] = {{newline_runs_match, NULL}},
 };
 
 /* The first match at or after from within cp[0..n): its start in *start and its end, or n

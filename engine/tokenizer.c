@@ -4,7 +4,7 @@
  * Behaviour follows llama.cpp's llama_vocab where a choice exists (it produced the fixture
  * ids the tests check): token texts are looked up last-definition-wins, merges
  * first-definition-wins, empty token texts become "[EMPTY_<id>]", special ids out of range keep
- * their defaults (SPM: BOS 1, EOS 2, UNK 0; BPE: BOS = EOS = 11, no UNK); add_bos_token defaults
+ * their defaults (SPM: BOS 1, EOS 2, UNK 0; BPE: BOS = EOS = 11, no UNK; gemma4: none); add_bos_token defaults
  * to true for SPM and for gpt2 to false except for the pre-tokenizers llama.cpp adds BOS for
  * (Llama 3, tekken), add_space_prefix to true for SPM. Encoding first cuts the
  * input at user-defined tokens (control tokens stay plain text: special tokens are never
@@ -169,9 +169,9 @@ static int make_piece(const lm_vocab *v, uint32_t id, arena *a, lm_err *err)
     default:
         break;
     }
-    if (v->kind == LM_VOCAB_SPM) {
-        if (v->types[id] == TOK_UNKNOWN) /* llama.cpp prints U+2585 for <unk> */
-            return arena_put(a, "\xe2\x96\x85", 3, err);
+    if (v->kind == LM_VOCAB_SPM || v->bpe_raw) {
+        if (v->types[id] == TOK_UNKNOWN) /* SPM: llama.cpp prints U+2585 for <unk> */
+            return v->bpe_raw ? LM_OK : arena_put(a, "\xe2\x96\x85", 3, err);
         if (v->types[id] == TOK_BYTE) {
             /* "<0xNN>": the hex digits after "<0x", as llama.cpp's token_to_byte reads them */
             char hex[3] = {0};
@@ -314,14 +314,15 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
     if (!model)
         return LM_FAIL(err, LM_E_INPUT, "%s: no tokenizer (tokenizer.ggml.model is missing)", path);
     lm_vocab_kind kind;
+    bool gemma4 = strcmp(model, "gemma4") == 0; /* BPE over raw UTF-8 (bpe_raw) */
     if (strcmp(model, "llama") == 0)
         kind = LM_VOCAB_SPM;
-    else if (strcmp(model, "gpt2") == 0)
+    else if (strcmp(model, "gpt2") == 0 || gemma4)
         kind = LM_VOCAB_BPE;
     else
         return LM_FAIL(err, LM_E_UNSUPPORTED,
-                       "%s: tokenizer model '%s' is not supported (llama and gpt2 are)", path,
-                       model);
+                       "%s: tokenizer model '%s' is not supported (llama, gpt2 and gemma4 are)",
+                       path, model);
 
     const lm_gguf_arr *toks = NULL, *scores = NULL, *types = NULL;
     if (lm_gguf_get_arr(g, "tokenizer.ggml.tokens", LM_GGUF_STR, &toks, err) != LM_OK)
@@ -402,8 +403,9 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         goto fail;
 
     bool spm = kind == LM_VOCAB_SPM;
-    if (special_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : 11, n, &v->bos, err) != LM_OK ||
-        special_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : 11, n, &v->eos, err) != LM_OK ||
+    int32_t def_bos = spm ? 1 : gemma4 ? -1 : 11, def_eos = spm ? 2 : gemma4 ? -1 : 11;
+    if (special_id(g, "tokenizer.ggml.bos_token_id", def_bos, n, &v->bos, err) != LM_OK ||
+        special_id(g, "tokenizer.ggml.eos_token_id", def_eos, n, &v->eos, err) != LM_OK ||
         special_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n, &v->unk, err) != LM_OK)
         goto fail;
     if (v->bos >= (int32_t)n)
@@ -412,7 +414,10 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         v->eos = -1;
     if (v->unk >= (int32_t)n)
         v->unk = -1;
-    if (!spm) {
+    if (gemma4) { /* llama.cpp ignores tokenizer.ggml.pre for this model */
+        v->pre = LM_PRE_GEMMA4;
+        v->bpe_raw = true;
+    } else if (!spm) {
         /* tokenizer.ggml.pre values by the regexes llama.cpp splits them with (llama_vocab's
          * load: LLAMA_VOCAB_PRE_TYPE_* and llm_tokenizer_bpe's regex lists), with the
          * ignore_merges flag and the add_bos default it sets for them. An absent key is
@@ -484,15 +489,18 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         lm_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", spm, &v->add_space_prefix, err) !=
             LM_OK)
         goto fail;
+    if (gemma4) /* llama.cpp overrides add_bos_token = false for Gemma 4 */
+        v->add_bos = true;
 
     for (int b = 0; b < 256; b++) {
         char buf[8];
         int32_t id;
-        if (spm) {
-            /* "<0xNN>" with upper-case hex; else the byte itself as a token (llama.cpp) */
+        if (spm || v->bpe_raw) {
+            /* "<0xNN>" with upper-case hex; else, for SPM, the byte itself as a token
+             * (llama.cpp) */
             snprintf(buf, sizeof buf, "<0x%02X>", b);
             id = lm_vocab_find(v, buf, 6);
-            if (id < 0) {
+            if (id < 0 && spm) {
                 buf[0] = (char)b;
                 id = lm_vocab_find(v, buf, 1);
             }

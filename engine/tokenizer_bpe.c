@@ -1,5 +1,7 @@
 /* tokenizer_bpe.c — GPT-2 byte-level BPE encoding with the semantics of llama.cpp's
- * llm_tokenizer_bpe (which the fixture ids come from):
+ * llm_tokenizer_bpe (which the fixture ids come from), and its raw variant (bpe_raw, the gemma4
+ * model: spaces become U+2581 before step 2, step 3 keeps the UTF-8 bytes, and in step 5 bytes
+ * become "<0xNN>" tokens):
  *
  *   1. the text is decoded to code points (each invalid byte becomes U+FFFD);
  *   2. it is split into words by the vocabulary's pre-tokenizer (pretokenize.c);
@@ -132,17 +134,21 @@ static int encode_word(const lm_vocab *v, work *wk, const uint32_t *cp, size_t n
     if (lm_tok_grow((void **)&wk->w, &wk->w_cap, 8 * n, 1, err) != LM_OK)
         return err->code;
     size_t k = 0;
+    bool all_lf = true;
     for (size_t i = 0; i < n; i++) {
         char u[4];
         size_t ul = lm_utf8_encode(cp[i], u);
+        all_lf = all_lf && cp[i] == '\n';
         for (size_t j = 0; j < ul; j++)
-            k += lm_utf8_encode(lm_bpe_byte_to_cp((uint8_t)u[j]), wk->w + k);
+            k += v->bpe_raw ? (wk->w[k] = u[j], 1)
+                            : lm_utf8_encode(lm_bpe_byte_to_cp((uint8_t)u[j]), wk->w + k);
     }
     if (lm_tok_grow((void **)&wk->s, &wk->s_cap, k, sizeof *wk->s, err) != LM_OK ||
         lm_tok_grow((void **)&wk->h, &wk->h_cap, 3 * k + 1, sizeof *wk->h, err) != LM_OK)
         return err->code;
 
-    if (v->ignore_merges) {
+    /* llama.cpp's gemma4 rule: a run of newlines that is a token is that token */
+    if (v->ignore_merges || (v->pre == LM_PRE_GEMMA4 && all_lf)) {
         int32_t whole = lm_vocab_find(v, wk->w, k);
         if (whole >= 0)
             return tok_out_push(out, whole, err);
@@ -184,7 +190,8 @@ static int encode_word(const lm_vocab *v, work *wk, const uint32_t *cp, size_t n
             continue;
         }
         for (uint32_t j = 0; j < y->n; j++) { /* llama.cpp drops bytes that are not tokens */
-            int32_t b = lm_vocab_find(v, wk->w + y->start + j, 1);
+            int32_t b = v->bpe_raw ? v->byte_tok[(unsigned char)wk->w[y->start + j]]
+                                   : lm_vocab_find(v, wk->w + y->start + j, 1);
             if (b >= 0 && tok_out_push(out, b, err) != LM_OK)
                 return err->code;
         }
@@ -206,7 +213,10 @@ int lm_bpe_encode(const lm_vocab *v, const char *text, size_t len, tok_out *out,
     size_t n = 0;
     for (size_t off = 0; off < len;) {
         size_t adv;
-        cp[n++] = lm_utf8_decode(text + off, len - off, &adv);
+        cp[n] = lm_utf8_decode(text + off, len - off, &adv);
+        if (v->bpe_raw && cp[n] == ' ') /* llama.cpp's escape_whitespaces */
+            cp[n] = 0x2581;
+        n++;
         off += adv;
     }
     size_t *lens = NULL, n_words = 0;

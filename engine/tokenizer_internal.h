@@ -29,6 +29,7 @@ typedef enum lm_pre {
     LM_PRE_FALCON,         /* falcon */
     LM_PRE_GPT4O,          /* gpt-4o (gpt-oss), llama4 */
     LM_PRE_TEKKEN,         /* tekken (Mistral NeMo and later) */
+    LM_PRE_GEMMA4,         /* gemma4 model: runs of newlines and runs of other code points */
     LM_PRE_COUNT
 } lm_pre;
 
@@ -68,6 +69,10 @@ struct lm_vocab {
     bool add_bos, add_eos, add_space_prefix;
     /* BPE pre-tokenizer (tokenizer.ggml.pre; see pretokenize.c). */
     lm_pre pre;
+    /* BPE over the text's own UTF-8 with every space written U+2581, bytes outside the tokens
+     * emitted as "<0xNN>" tokens, and decoding as SPM decodes (llama.cpp's gemma4 tokenizer
+     * model); else GPT-2 byte-level BPE. */
+    bool bpe_raw;
     /* A word that is a token as a whole is emitted as that token without merging (llama.cpp's
      * ignore_merges, set for the Llama 3 pre-tokenizer). */
     bool ignore_merges;

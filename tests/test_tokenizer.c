@@ -395,9 +395,44 @@ static void test_tokenizer_bpe_rules(void)
     lm_vocab_free(v);
 }
 
+/* The gemma4 tokenizer model (BPE over raw UTF-8, llama.cpp's escape_whitespaces): spaces are
+ * U+2581 before merging, text is cut into runs of newlines and runs of the rest, a newline run
+ * that is a token is that token, bytes outside the tokens become "<0xNN>" tokens, and decoding
+ * turns U+2581 back into spaces. */
+static void test_tokenizer_gemma4_raw_bpe(void)
+{
+    const char *texts[300];
+    float scores[300];
+    int32_t types[300];
+    /* <unk> <s> </s> <0x00>..<0xFF>, then 259 a, 260 b, 261 ▁, 262 ▁a, 263 \n, 264 \n\n,
+     * 265 ab */
+    const char *extra[] = {"a", "b", "\xe2\x96\x81", "\xe2\x96\x81" "a", "\n", "\n\n", "ab"};
+    const float es[] = {0, 0, 0, 0, 0, 0, 0};
+    uint32_t n = spm_texts(texts, scores, types, extra, es, 7);
+    const char *merges[] = {"\xe2\x96\x81 a", "a b"};
+    lm_vocab *v = build_vocab("gemma4.gguf", "gemma4", texts, NULL, types, n, merges, 2, -1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_EQUAL(lm_vocab_type(v), LM_VOCAB_BPE);
+    CU_ASSERT(lm_vocab_adds_bos(v)); /* llama.cpp forces it for Gemma 4 */
+    CU_ASSERT_PTR_NULL(lm_vocab_pre_note(v));
+    CU_ASSERT(encodes_to(v, "", 0, false, NULL, 0));
+    CU_ASSERT(encodes_to(v, " a", 2, false, (const int32_t[]){262}, 1));
+    CU_ASSERT(encodes_to(v, "ab", 2, false, (const int32_t[]){265}, 1));
+    CU_ASSERT(encodes_to(v, "a b", 3, false, (const int32_t[]){259, 261, 260}, 3));
+    /* "\n\n" has no merge but is a token; "\n\n\n" is not, so it stays three "\n" */
+    CU_ASSERT(encodes_to(v, "a\n\nb", 4, false, (const int32_t[]){259, 264, 260}, 3));
+    CU_ASSERT(encodes_to(v, "\n\n\n", 3, false, (const int32_t[]){263, 263, 263}, 3));
+    /* bytes outside the tokens: 'c', and é = C3 A9 */
+    CU_ASSERT(encodes_to(v, "c\xc3\xa9", 3, false, (const int32_t[]){3 + 'c', 3 + 0xC3, 3 + 0xA9},
+                         3));
+    CU_ASSERT(round_trips(v, " a b\n\n\nc \xc3\xa9  ", 13, false));
+    lm_vocab_free(v);
+}
+
 /* A BPE vocabulary of the 256 byte characters (id b = byte b), "12" (256) and "ĠĠ" (257),
- * merges "1 2" and "Ġ Ġ", with tokenizer.ggml.pre = pre (NULL: key absent). */
-static lm_vocab *build_pre_vocab(const char *name, const char *pre)
+ * merges "1 2" and "Ġ Ġ", with tokenizer.ggml.model = model and tokenizer.ggml.pre = pre (NULL:
+ * key absent). */
+static lm_vocab *build_model_pre_vocab(const char *name, const char *model, const char *pre)
 {
     const char *texts[258];
     char names[256][4];
@@ -420,7 +455,7 @@ static lm_vocab *build_pre_vocab(const char *name, const char *pre)
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", tu_tmpdir(), name);
     CU_ASSERT_FATAL(lm_gguf_writer_create(&w, &err) == LM_OK);
-    int rc = lm_gguf_w_str(w, "tokenizer.ggml.model", "gpt2", &err);
+    int rc = lm_gguf_w_str(w, "tokenizer.ggml.model", model, &err);
     if (rc == LM_OK)
         rc = lm_gguf_w_arr(w, "tokenizer.ggml.tokens", LM_GGUF_STR, texts, 258, &err);
     if (rc == LM_OK)
@@ -436,6 +471,12 @@ static lm_vocab *build_pre_vocab(const char *name, const char *pre)
         fprintf(stderr, "\n  %s\n", err.msg);
     lm_gguf_close(g);
     return v;
+}
+
+/* The same with tokenizer.ggml.model = "gpt2". */
+static lm_vocab *build_pre_vocab(const char *name, const char *pre)
+{
+    return build_model_pre_vocab(name, "gpt2", pre);
 }
 
 /* tokenizer.ggml.pre "smollm" (llama.cpp: regexes "\p{N}" then the GPT-2 pattern; HF:
@@ -496,12 +537,13 @@ static void test_tokenizer_pre_note(void)
  * fixture strings, hand-written cases, random strings) into the words llama.cpp's own
  * unicode_regex_split cuts them into (tests/data/pretok/NAME.splits: code point lengths per
  * string; README there says how they were made). The vocabulary is built with
- * tokenizer.ggml.pre = NAME, so the name table is checked too ("default": no key). */
+ * tokenizer.ggml.pre = NAME, so the name table is checked too ("default": no key; "gemma4": the
+ * gemma4 tokenizer model, whose split ignores the key). */
 static void test_tokenizer_pretokenize_llama_splits(void)
 {
     static const char *names[] = {"default", "gpt-2", "starcoder", "llama-bpe", "qwen2", "qwen35",
                                   "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
-                                  "gpt-4o", "tekken"};
+                                  "gpt-4o", "tekken", "gemma4"};
     size_t in_len = 0;
     char *in = read_all("tests/data/pretok/inputs.txt", &in_len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(in);
@@ -514,8 +556,9 @@ static void test_tokenizer_pretokenize_llama_splits(void)
         size_t out_len = 0;
         char *out = read_all(path, &out_len);
         CU_ASSERT_PTR_NOT_NULL_FATAL(out);
-        lm_vocab *v = build_pre_vocab("pre_split.gguf", strcmp(names[k], "default") ? names[k]
-                                                                                     : NULL);
+        bool gemma4 = strcmp(names[k], "gemma4") == 0;
+        lm_vocab *v = build_model_pre_vocab("pre_split.gguf", gemma4 ? "gemma4" : "gpt2",
+                                            strcmp(names[k], "default") ? names[k] : NULL);
         CU_ASSERT_PTR_NOT_NULL_FATAL(v);
         CU_ASSERT_PTR_NULL(lm_vocab_pre_note(v));
         int total = 0, pass = 0;
@@ -804,8 +847,8 @@ static void run_fixture(const char *vocab_rel)
 
 /* Every fixture llama.cpp ships with test strings (models/ggml-vocab-NAME.gguf.inp/.out in
  * llama-cpp-python 0.3.36's copy, which `make models` fetches; ../shared/models/vocab holds
- * four of them): SPM (llama-spm, phi-3) and every BPE pre-tokenizer; bert-bge (WordPiece) and
- * gemma-4 (its own BPE) print SKIP lines, as kvdrift does not tokenize those models. */
+ * four of them): SPM (llama-spm, phi-3), every BPE pre-tokenizer and gemma-4's raw BPE;
+ * bert-bge (WordPiece) prints a SKIP line, as kvdrift does not tokenize that model. */
 static void test_tokenizer_fixtures(void)
 {
     static const char *names[] = {
@@ -952,6 +995,7 @@ void test_tokenizer_register(void)
     CU_add_test(s, "test_tokenizer_user_defined", test_tokenizer_user_defined);
     CU_add_test(s, "test_tokenizer_parse_special", test_tokenizer_parse_special);
     CU_add_test(s, "test_tokenizer_bpe_pre_digits", test_tokenizer_bpe_pre_digits);
+    CU_add_test(s, "test_tokenizer_gemma4_raw_bpe", test_tokenizer_gemma4_raw_bpe);
     CU_add_test(s, "test_tokenizer_pre_note", test_tokenizer_pre_note);
     CU_add_test(s, "test_tokenizer_pretokenize_llama_splits",
                 test_tokenizer_pretokenize_llama_splits);

@@ -4,15 +4,17 @@
  * text exactly (else abort). The first input byte picks the vocabulary and the flags; the rest
  * is the text.
  * Vocabularies: $KVDRIFT_MODELS/vocab/ggml-vocab-{llama-spm,gpt-2,llama-bpe,qwen2}.gguf (else
- * ../shared/models); without them, the synthetic tiny model's SPM vocabulary only (said once
- * on stderr). Any crash, sanitizer report or leak is a finding. */
+ * ../shared/models), and deepseek-llm, falcon and gemma-4 from `make models`' cache
+ * ($KVDRIFT_CACHE/models/vocab, else $XDG_CACHE_HOME/kvdrift/models/vocab, else
+ * ~/.cache/kvdrift/models/vocab) when there; without the first four, the synthetic tiny model's
+ * SPM vocabulary too (said once on stderr). Any crash, sanitizer report or leak is a finding. */
 #include "fuzz_util.h"
 #include "kvd_tokenizer.h"
 #include "synth.h"
 #include "../../engine/tokenizer_internal.h"
 #include "../../engine/unicode.h"
 
-static lm_vocab *vocabs[8];
+static lm_vocab *vocabs[12];
 static int n_vocabs;
 
 static void add_vocab(const char *path)
@@ -40,7 +42,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", dir, names[i]);
         add_vocab(path);
     }
-    if (n_vocabs < 4) {
+    int shared = n_vocabs;
+    const char *c = getenv("KVDRIFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    char cache[900];
+    if (c && *c)
+        snprintf(cache, sizeof cache, "%s/models/vocab", c);
+    else if (x && *x)
+        snprintf(cache, sizeof cache, "%s/kvdrift/models/vocab", x);
+    else
+        snprintf(cache, sizeof cache, "%s/.cache/kvdrift/models/vocab", h ? h : ".");
+    static const char *cached[] = {"deepseek-llm", "falcon", "gemma-4"};
+    for (size_t i = 0; i < sizeof cached / sizeof *cached; ++i) {
+        snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", cache, cached[i]);
+        add_vocab(path);
+    }
+    if (shared < 4) {
         const char *tmp = getenv("TMPDIR");
         snprintf(path, sizeof path, "%s/kvdrift-fuzz-vocab-%ld.gguf", tmp && *tmp ? tmp : "/tmp",
                  (long)getpid());
@@ -49,8 +65,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
             abort();
         add_vocab(path);
         unlink(path);
-        fprintf(stderr, "fuzz_tokenizer: %d vocabularies from %s/vocab (of 4) plus the synthetic "
-                        "SPM one\n", n_vocabs - 1, dir);
+        fprintf(stderr, "fuzz_tokenizer: %d vocabularies from %s/vocab (of 4), %d from %s, plus "
+                        "the synthetic SPM one\n", shared, dir, n_vocabs - 1 - shared, cache);
     }
     return 0;
 }
