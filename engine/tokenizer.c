@@ -4,12 +4,13 @@
  * Behaviour follows llama.cpp's llama_vocab where a choice exists (it produced the fixture
  * ids the tests check): token texts are looked up last-definition-wins, merges
  * first-definition-wins, empty token texts become "[EMPTY_<id>]", special ids out of range keep
- * their defaults (SPM: BOS 1, EOS 2, UNK 0; BPE: BOS = EOS = 11, no UNK; gemma4: none); add_bos_token defaults
- * to true for SPM and for gpt2 to false except for the pre-tokenizers llama.cpp adds BOS for
- * (Llama 3, tekken), add_space_prefix to true for SPM. Encoding first cuts the
- * input at user-defined tokens (control tokens stay plain text: special tokens are never
- * parsed), then encodes each text piece; with add_special it adds BOS (and EOS when
- * add_eos_token is set). Decoded pieces of every token are computed once at load. */
+ * their defaults (SPM: BOS 1, EOS 2, UNK 0; BPE: BOS = EOS = 11, no UNK; gemma4 and GLM 4:
+ * none); add_bos_token defaults to true for SPM and Gemma 4, and for gpt2 to false except for
+ * the pre-tokenizers llama.cpp adds BOS for (Llama 3, tekken), add_space_prefix to true for
+ * SPM. Encoding first cuts the input at user-defined tokens (control tokens stay plain text:
+ * special tokens are never parsed), then encodes each text piece; with add_special it adds BOS
+ * (and EOS when add_eos_token is set). Decoded pieces of every token are computed once at
+ * load. */
 #include "tokenizer_internal.h"
 #include "unicode.h"
 
