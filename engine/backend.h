@@ -134,7 +134,20 @@ typedef enum lm_perturb_site {
     LM_SITE_ATTN_OUT,     /* attention output, the input of Wo */
     LM_SITE_KV,           /* K and V rows as stored in the cache */
     LM_SITE_WEIGHT,       /* weight matrices, once per context */
+    /* A sandwich norm's output (attn_post_norm, ffn_post_norm), which is added to the residual
+     * stream and enters no weight product: perturbed without a profile like NORM .. OUT_NORM
+     * (lm_site_perturbed), numbered after WEIGHT so that every other site keeps its number
+     * and so its coins. */
+    LM_SITE_POST_NORM,
 } lm_perturb_site;
+
+/* Whether the SR ensemble perturbs site (an lm_perturb_site, low 8 bits) when no profile
+ * rounds there: NORM .. OUT_NORM and POST_NORM; V .. WEIGHT only a profile rounds. */
+static inline bool lm_site_perturbed(uint32_t site)
+{
+    site &= 0xffu;
+    return site < LM_SITE_V || site == LM_SITE_POST_NORM;
+}
 
 struct lm_backend {
     const lm_backend_i *vt;
@@ -148,7 +161,7 @@ struct lm_backend {
 
 /* The end of an elementwise stage at site: when the profile rounds there, the round slot (or
  * round to nearest without one) — which replaces the perturbation, the value then carrying the
- * profile's coarser rounding; otherwise the perturb slot, for the sites before LM_SITE_V. */
+ * profile's coarser rounding; otherwise the perturb slot, at the sites lm_site_perturbed names. */
 static inline void lm_backend_perturb(lm_backend *be, float *x /* [n][stride] */, uint32_t n,
                                       uint32_t elems, size_t stride, uint32_t site)
 {
@@ -158,7 +171,7 @@ static inline void lm_backend_perturb(lm_backend *be, float *x /* [n][stride] */
             be->vt->round(be, x, n, elems, stride, site, s);
         else
             lm_round_rows_rn(x, n, elems, stride, s);
-    } else if (be->vt->perturb != NULL && (site & 0xffu) < LM_SITE_V) {
+    } else if (be->vt->perturb != NULL && lm_site_perturbed(site)) {
         be->vt->perturb(be, x, n, elems, stride, site);
     }
 }

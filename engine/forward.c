@@ -138,13 +138,10 @@ static void rmsnorm_chunk(lm_ctx *c, float *y, const float *x, const float *w, u
     rmsnorm_at(c, y, x, w, n, LM_SITE_NORM);
 }
 
-/* A sandwich norm (attn_post_norm, ffn_post_norm): its output is added to the residual stream
- * and enters no weight product, so a profile rounds it as it rounds that stream (site
- * RESIDUAL: bf16) and never as a projection input (NORM: q8act, f16act, tf32); without a
- * profile the SR ensemble perturbs it at NORM. */
+/* A sandwich norm (attn_post_norm, ffn_post_norm): site POST_NORM. */
 static void post_norm_chunk(lm_ctx *c, float *y, const float *x, const float *w, uint32_t n)
 {
-    rmsnorm_at(c, y, x, w, n, lm_profile_rounds(c->be->prof) ? LM_SITE_RESIDUAL : LM_SITE_NORM);
+    rmsnorm_at(c, y, x, w, n, LM_SITE_POST_NORM);
 }
 
 /* Per-head RMSNorm: rows [n_rows][head_dim] (contiguous heads of q or k), eps = rms_eps. */

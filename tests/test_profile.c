@@ -121,6 +121,12 @@ static void test_profile_sr_slot_frequency(void)
     lm_backend_perturb(be, x, 1, N, N, LM_SITE_V);
     for (int i = 0; i < N; ++i)
         CU_ASSERT_EQUAL(x[i], 1.0f + 0x1p-12f);
+    /* f32: a sandwich norm's output is perturbed, as every stage of the f32 forward pass */
+    lm_backend_perturb(be, x, 1, N, N, LM_SITE_POST_NORM);
+    int moved = 0;
+    for (int i = 0; i < N; ++i)
+        moved += x[i] != 1.0f + 0x1p-12f;
+    CU_ASSERT(moved > 0);
     free(x);
     lm_backend_destroy(be);
 }

@@ -8,15 +8,17 @@
  * SWIGLU (the input of the down projection), RESIDUAL (the residual stream after each add),
  * OUT_NORM (the input of the output projection), V (V rows after projection and bias),
  * ATTN_OUT (the attention output, input of Wo), KV (K and V rows as stored in the cache),
- * WEIGHT (every weight matrix and the embedding table, rounded once per context).
+ * WEIGHT (every weight matrix and the embedding table, rounded once per context), POST_NORM
+ * (a sandwich norm's output, added to the residual stream: rounded where the profile rounds
+ * that stream, never as a projection input).
  *
  * The profiles (lm_profile_find):
  *   f32    nothing rounded beyond float32 (today's engine and envelope)
  *   f16kv  KV to IEEE binary16 (11-bit significand, exponents -14..15, subnormals, overflow
  *          to Inf): llama.cpp's default F16 KV cache
- *   bf16   WEIGHT, NORM, ROPE, SOFTMAX, SWIGLU, RESIDUAL, OUT_NORM, V, ATTN_OUT, KV to
- *          bfloat16 (8-bit significand, float32's exponent range); products still accumulate
- *          in float32 (MLX running a bfloat16 model)
+ *   bf16   WEIGHT, NORM, ROPE, SOFTMAX, SWIGLU, RESIDUAL, OUT_NORM, V, ATTN_OUT, KV,
+ *          POST_NORM to bfloat16 (8-bit significand, float32's exponent range); products
+ *          still accumulate in float32 (MLX running a bfloat16 model)
  *   tf32   every matrix-product input to TF32 (11-bit significand, float32's exponents):
  *          WEIGHT, NORM, ROPE, V, SOFTMAX, ATTN_OUT, SWIGLU, OUT_NORM (tensor-core TF32)
  *   q8act  the activations entering weight matrix products (NORM, ATTN_OUT, SWIGLU,
@@ -49,7 +51,7 @@ typedef struct lm_round_spec {
     int16_t emax;  /* LM_ROUND_FLOAT: largest exponent; beyond it: Inf */
 } lm_round_spec;
 
-#define LM_N_SITES 11 /* sites are 1..10 (lm_perturb_site); index 0 unused */
+#define LM_N_SITES 12 /* sites are 1..11 (lm_perturb_site); index 0 unused */
 
 typedef struct lm_profile {
     const char *name;

@@ -28,7 +28,7 @@
  * envelope.h) and the ensemble's schedule. Change it whenever any of them changes, so that an
  * envelope cached under another mode is never reused. */
 static const char ensemble_mode[] =
-    "naive-sr:step=full:threads=1:coin=splitmix-v3:perturb=mca-rr24-v2:stat=mean-spread-v2";
+    "naive-sr:step=full:threads=1:coin=splitmix-v3:perturb=mca-rr24-v3:stat=mean-spread-v2";
 
 static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap) LM_PRINTF(2, 0);
 static void vlog(const hx_sweep_params *p, const char *fmt, va_list ap)
