@@ -159,22 +159,41 @@ struct lm_backend {
     struct lm_pool *pool;
 };
 
-/* The end of an elementwise stage at site: when the profile rounds there, the round slot (or
- * round to nearest without one) — which replaces the perturbation, the value then carrying the
- * profile's coarser rounding; otherwise the perturb slot, at the sites lm_site_perturbed names. */
+/* Rows x [n][stride] (first elems live) rounded to spec at site: the backend's round slot,
+ * else round to nearest (lm_round_rows_rn). */
+static inline void lm_backend_round(lm_backend *be, float *x /* [n][stride] */, uint32_t n,
+                                    uint32_t elems, size_t stride, uint32_t site,
+                                    const lm_round_spec *s)
+{
+    if (be->vt->round != NULL)
+        be->vt->round(be, x, n, elems, stride, site, s);
+    else
+        lm_round_rows_rn(x, n, elems, stride, s);
+}
+
+/* The end of an elementwise stage at site: when the profile rounds there, lm_backend_round
+ * — which replaces the perturbation, the value then carrying the profile's coarser rounding;
+ * otherwise (and where the profile rounds each product's input instead, LM_ROUND_VEC_DOT:
+ * lm_gemm_nt_act) the perturb slot, at the sites lm_site_perturbed names. */
 static inline void lm_backend_perturb(lm_backend *be, float *x /* [n][stride] */, uint32_t n,
                                       uint32_t elems, size_t stride, uint32_t site)
 {
     const lm_round_spec *s = lm_profile_site(be->prof, site);
-    if (s->kind != LM_ROUND_NONE) {
-        if (be->vt->round != NULL)
-            be->vt->round(be, x, n, elems, stride, site, s);
-        else
-            lm_round_rows_rn(x, n, elems, stride, s);
-    } else if (be->vt->perturb != NULL && lm_site_perturbed(site)) {
+    if (s->kind != LM_ROUND_NONE && s->kind != LM_ROUND_VEC_DOT)
+        lm_backend_round(be, x, n, elems, stride, site, s);
+    else if (be->vt->perturb != NULL && lm_site_perturbed(site))
         be->vt->perturb(be, x, n, elems, stride, site);
-    }
 }
+
+/* Products p[0..count) sharing the input a [m][lda] (first k live) that comes from site,
+ * product i's weight read through the activation format act[i] (lm_vec_dot_spec of its type):
+ * when the profile rounds product inputs at site (LM_ROUND_VEC_DOT) and act is not NULL, the
+ * products run in groups of one format (in order of first appearance), each group reading a
+ * copy of a in scratch rounded to that format by lm_backend_round (a itself for NONE);
+ * otherwise lm_gemm_nt_batch on a. Each product has the bits gemm_nt gives it alone. */
+void lm_gemm_nt_act(lm_backend *be, uint32_t site, uint32_t m, uint32_t k, const float *a,
+                    size_t lda, const lm_nt_part *p, const lm_round_spec *const *act,
+                    uint32_t count, float *scratch /* [m][k] */);
 
 /* Creates a backend by a registered name (lm_backend_at in kvd_engine.h; NAME:seed=N for a
  * LM_BE_SEEDED one); unknown names are LM_E_INPUT naming the registered ones. */

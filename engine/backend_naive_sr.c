@@ -271,34 +271,40 @@ static void sr_perturb(lm_backend *be, float *x /* [n][stride] */, uint32_t n, u
 /* The round slot: stochastic rounding of every live value of rows x [n][stride] to a
  * profile's virtual precision at site (kvd_profile.h), the SR counterpart of the round to
  * nearest an engine running the profile does: LM_ROUND_FLOAT goes to the neighbour above with
- * probability (x - lo) / (hi - lo) (lm_round_float_bracket); LM_ROUND_Q8_0 keeps ggml's block
- * scale (d, 1/d as round to nearest computes them) and rounds t = x * (1/d) (one float
- * product, as ggml) to the integer above with probability t - floor(t). Unbiased, so the
- * members spread around the exact value by up to one step of the virtual precision. The coin
- * of element j: mix(mix(rkey ^ (site, j)) ^ bits(x_j)) with rkey derived from the seed apart
- * from the gemm and perturb keys: like perturb, independent of the row's place in a chunk. */
+ * probability (x - lo) / (hi - lo) (lm_round_float_bracket); LM_ROUND_Q8_0 and LM_ROUND_Q8_K
+ * keep ggml's block scale (d and its inverse as round to nearest computes them, lm_q8_scale)
+ * and round t = x * inverse (one float product, as ggml) to the integer above with
+ * probability t - floor(t), saturated to int8 as ggml's codes (lm_q8_code). Unbiased inside
+ * the int8 range, so the members spread around the exact value by up to one step of the
+ * virtual precision. The coin of element j: mix(mix(rkey ^ (site, j)) ^ bits(x_j)) with rkey
+ * derived from the seed apart from the gemm and perturb keys: like perturb, independent of
+ * the row's place in a chunk. */
 static void sr_round_rows(lm_backend *be, float *x /* [n][stride] */, uint32_t n, uint32_t elems,
                           size_t stride, uint32_t site, const lm_round_spec *spec)
 {
     uint64_t rkey = sr_key(((sr_backend *)be)->seed) ^ 0xa54ff53a5f1d36f1ull;
+    const bool q8 = spec->kind == LM_ROUND_Q8_0 || spec->kind == LM_ROUND_Q8_K;
+    if (spec->kind != LM_ROUND_FLOAT && !q8)
+        return;
+    const uint32_t block = lm_q8_block_size(spec->kind);
     for (uint32_t t = 0; t < n; ++t) {
         float *r = x + (size_t)t * stride; /* [elems] */
-        for (uint32_t b = 0; b < elems; b += 32) {
-            uint32_t nb = elems - b < 32 ? elems - b : 32;
-            float d = 1.0f, id = 1.0f;
-            if (spec->kind == LM_ROUND_Q8_0)
-                lm_q8_0_scale(r + b, nb, &d, &id);
+        for (uint32_t b = 0; b < elems; b += block) {
+            uint32_t nb = elems - b < block ? elems - b : block;
+            float d = 1.0f, inv = 1.0f;
+            if (q8)
+                lm_q8_scale(spec->kind, r + b, nb, &d, &inv);
             for (uint32_t j = b; j < b + nb; ++j) {
                 uint64_t coin = mix64(mix64(rkey ^ ((uint64_t)site << 32 | j)) ^ f32_bits(r[j]));
                 double u = (double)(coin >> 11) * 0x1p-53; /* uniform on [0, 1) */
-                if (spec->kind == LM_ROUND_FLOAT) {
+                if (!q8) {
                     float lo, hi;
                     double pu = lm_round_float_bracket(r[j], spec, &lo, &hi);
                     r[j] = u < pu ? hi : lo;
                 } else {
-                    float q = r[j] * id;
+                    float q = r[j] * inv;
                     float fl = floorf(q);
-                    r[j] = (u < (double)(q - fl) ? fl + 1.0f : fl) * d;
+                    r[j] = (float)lm_q8_code(u < (double)(q - fl) ? fl + 1.0f : fl) * d;
                 }
             }
         }

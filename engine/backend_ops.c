@@ -1,7 +1,8 @@
 /* backend_ops.c — the elementwise ops of the forward pass (RMSNorm, the gated activation,
  * RoPE): a backend's optional slot (lm_backend_i.rmsnorm, .glu, .rope) when it fills one, else
  * the shared fixed-order C below, which every CPU backend runs; and batches of products
- * sharing A (the slot gemm_nt_batch, else gemm_nt one product at a time). The C versions split
+ * sharing A (the slot gemm_nt_batch, else gemm_nt one product at a time), their input
+ * converted per weight type where the profile says so (lm_gemm_nt_act). The C versions split
  * rows over the pool (threadpool.h); a row's bits never depend on the split. */
 
 /* The loops are independent per element (no reduction is reordered), so vectorizing them
@@ -18,6 +19,7 @@
 #include "threadpool.h"
 
 #include <math.h>
+#include <string.h>
 
 /* y[i] = (x[i] * r) * w[i], r = 1 / sqrtf(ss / n + eps), ss = sum of x[i]*x[i] for i = 0..n-1
  * accumulated left to right in float from +0.0f; ss / n, + eps, sqrtf and 1/ are each one
@@ -146,6 +148,39 @@ void lm_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alpha, const
     }
     for (uint32_t i = 0; i < count; ++i)
         be->vt->gemm_nt(be, m, p[i].n, k, alpha, a, lda, p[i].b, p[i].ldb, p[i].c, p[i].ldc);
+}
+
+void lm_gemm_nt_act(lm_backend *be, uint32_t site, uint32_t m, uint32_t k, const float *a,
+                    size_t lda, const lm_nt_part *p, const lm_round_spec *const *act,
+                    uint32_t count, float *scratch)
+{
+    LM_ASSERT(count <= LM_NT_BATCH_MAX);
+    if (act == NULL || lm_profile_site(be->prof, site)->kind != LM_ROUND_VEC_DOT) {
+        lm_gemm_nt_batch(be, m, k, 1.0f, a, lda, p, count);
+        return;
+    }
+    bool done[LM_NT_BATCH_MAX] = {false};
+    for (uint32_t i = 0; i < count; ++i) {
+        if (done[i])
+            continue;
+        lm_nt_part group[LM_NT_BATCH_MAX];
+        uint32_t n_group = 0;
+        for (uint32_t j = i; j < count; ++j)
+            if (!done[j] && act[j] == act[i]) {
+                group[n_group++] = p[j];
+                done[j] = true;
+            }
+        const float *in = a; /* [m][ld] */
+        size_t ld = lda;
+        if (act[i]->kind != LM_ROUND_NONE) {
+            for (uint32_t t = 0; t < m; ++t)
+                memcpy(scratch + (size_t)t * k, a + (size_t)t * lda, k * sizeof(float));
+            lm_backend_round(be, scratch, m, k, k, site, act[i]);
+            in = scratch;
+            ld = k;
+        }
+        lm_gemm_nt_batch(be, m, k, 1.0f, in, ld, group, n_group);
+    }
 }
 
 void lm_op_rmsnorm(lm_backend *be, lm_pool *pool, float *y, const float *x, const float *w,

@@ -10,7 +10,8 @@
  *               xn = rmsnorm(x) * ffn_norm
  *               x = x + (silu(xn.Wg^T) * (xn.Wu^T)).Wd^T
  *   logits, only for the rows asked for: rmsnorm(x_row) * output_norm, then . output^T
- * Every matrix product goes through the backend; RMSNorm, the gated activation and RoPE go
+ * Every matrix product goes through the backend (weight products by lm_gemm_nt_act, which
+ * converts their input per weight type under q8act); RMSNorm, the gated activation and RoPE go
  * through lm_op_* (backend_ops.c: a backend's optional slot, else shared C), everything else
  * elementwise is here, in plain C with the order stated at each function, exp by lm_expf
  * (expf.h, not libm). Elementwise work is split over the backend's thread count by rows
@@ -49,6 +50,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The activation format (lm_vec_dot_spec) of each weight product of a layer: what ggml's CPU
+ * backend converts that product's input to, from the weight's type in the file. */
+typedef struct layer_act {
+    const lm_round_spec *wq, *wk, *wv, *wo, *gate, *up, *down;
+    const lm_round_spec *moe[4]; /* router, experts' gate, up, down (lm_moe_args.in_fmt) */
+} layer_act;
+
 struct lm_ctx {
     const lm_model *m;
     lm_backend *be;
@@ -68,6 +76,11 @@ struct lm_ctx {
     float *ff_gate;   /* [n_ctx][n_ff] */
     float *ff_up;     /* [n_ctx][n_ff] */
     float *scores;    /* [lm_attention_dense_scratch(be, n_ctx, n_ctx)] (dense mode; 1 in stream) */
+    float *act_in;    /* [n_ctx][max(n_embd, q_dim, n_ff)] a product's converted input (when
+                         the profile converts per weight type; else 1 float) */
+    layer_act *act;   /* [n_layer] the layers' activation formats, or NULL when the profile
+                         converts no product input per weight type */
+    const lm_round_spec *act_output; /* the output projection's */
     lm_variants *var; /* attention implementation, windows, sinks, rotating cache, MoE */
     size_t scratch_bytes;
     bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
@@ -201,7 +214,9 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     probe(c, il, "attn_norm", c->xn, n, d);
     const lm_nt_part qkv[3] = {{q_dim, L->wq, d, c->q, q_dim}, {kv_dim, L->wk, d, kc, kv_dim},
                                {kv_dim, L->wv, d, vc, kv_dim}};
-    lm_gemm_nt_batch(be, n, d, 1.0f, c->xn, d, qkv, 3);
+    const layer_act *A = c->act != NULL ? &c->act[il] : NULL;
+    lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, qkv,
+                   A ? (const lm_round_spec *const[]){A->wq, A->wk, A->wv} : NULL, 3, c->act_in);
     if (L->bq != NULL)
         lm_add_bias(c->q, L->bq, n, q_dim, q_dim);
     if (L->bk != NULL)
@@ -253,7 +268,9 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     lm_backend_perturb(be, c->att, n, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
     probe(c, il, "attn", c->att, n, q_dim);
 
-    be->vt->gemm_nt(be, n, d, q_dim, 1.0f, c->att, q_dim, L->wo, q_dim, c->xn, d);
+    const lm_nt_part o = {d, L->wo, q_dim, c->xn, d};
+    lm_gemm_nt_act(be, LM_SITE_ATTN_OUT, n, q_dim, c->att, q_dim, &o, A ? &A->wo : NULL, 1,
+                   c->act_in);
     if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
         if (L->bo != NULL)
             lm_add_bias(c->xn, L->bo, n, d, d);
@@ -275,7 +292,8 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
     rmsnorm_chunk(c, c->xn, c->x, L->ffn_norm, n);
     probe(c, il, "ffn_norm", c->xn, n, d);
     if (lm_variants_moe_layer(c->var, il)) {
-        float *y = lm_variants_moe(c->var, be, il, n, c->xn); /* [n][n_embd] */
+        float *y = lm_variants_moe(c->var, be, il, n, c->xn, /* [n][n_embd] */
+                                   c->act != NULL ? c->act[il].moe : NULL);
         probe(c, il, "ffn_out", y, n, d);
         residual_chunk(c, c->x, y, NULL, n);
         probe(c, il, "residual", c->x, n, d);
@@ -283,11 +301,15 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
     }
     const lm_nt_part gate_up[2] = {{ff, L->w_gate, d, c->ff_gate, ff},
                                    {ff, L->w_up, d, c->ff_up, ff}};
-    lm_gemm_nt_batch(be, n, d, 1.0f, c->xn, d, gate_up, 2);
+    const layer_act *A = c->act != NULL ? &c->act[il] : NULL;
+    lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, gate_up,
+                   A ? (const lm_round_spec *const[]){A->gate, A->up} : NULL, 2, c->act_in);
     lm_op_glu(be, c->pool, c->ff_gate, c->ff_up, n, ff, hp->act);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, n, ff);
-    be->vt->gemm_nt(be, n, d, ff, 1.0f, c->ff_gate, ff, L->w_down, ff, c->xn, d);
+    const lm_nt_part down = {d, L->w_down, ff, c->xn, d};
+    lm_gemm_nt_act(be, LM_SITE_SWIGLU, n, ff, c->ff_gate, ff, &down, A ? &A->down : NULL, 1,
+                   c->act_in);
     if (L->ffn_post_norm != NULL) /* sandwich */
         post_norm_chunk(c, c->xn, c->xn, L->ffn_post_norm, n);
     residual_chunk(c, c->x, c->xn, NULL, n);
@@ -310,7 +332,9 @@ static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
     lm_backend_perturb(c->be, xr, 1, d, d, LM_SITE_OUT_NORM); /* SR ensemble only */
     if (c->probe != NULL)
         c->probe(c->probe_user, hp->n_layer, "out_norm", c->n_past + t, 1, xr, d);
-    c->be->vt->gemm_nt(c->be, 1, hp->n_vocab, d, 1.0f, xr, d, c->m->output, d, out, hp->n_vocab);
+    const lm_nt_part o = {hp->n_vocab, c->m->output, d, out, hp->n_vocab};
+    lm_gemm_nt_act(c->be, LM_SITE_OUT_NORM, 1, d, xr, d, &o, c->act ? &c->act_output : NULL, 1,
+                   c->act_in);
 }
 
 /* ---- public API ---- */
@@ -480,6 +504,47 @@ static int round_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
     return LM_OK;
 }
 
+/* Whether the profile converts some product input per weight type (LM_ROUND_VEC_DOT). */
+static bool converts_per_weight(const lm_profile *prof)
+{
+    for (uint32_t s = 0; s < LM_N_SITES; ++s)
+        if (lm_profile_site(prof, s)->kind == LM_ROUND_VEC_DOT)
+            return true;
+    return false;
+}
+
+/* c->act from the types of the caller's model's weights (c->m_user: the weights' types are
+ * looked up by their values' address in the file's arena). */
+static int act_formats(lm_ctx *c, lm_err *err)
+{
+    const lm_model *m = c->m_user;
+    c->act = calloc(m->hp.n_layer ? m->hp.n_layer : 1, sizeof *c->act);
+    if (c->act == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "context: out of memory");
+    for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
+        const lm_layer *L = &m->layers[il];
+        const float *w[11] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down,
+                              L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps,
+                              L->ffn_down_exps};
+        const lm_round_spec **f[11] = {&c->act[il].wq, &c->act[il].wk, &c->act[il].wv,
+                                       &c->act[il].wo, &c->act[il].gate, &c->act[il].up,
+                                       &c->act[il].down, &c->act[il].moe[0], &c->act[il].moe[1],
+                                       &c->act[il].moe[2], &c->act[il].moe[3]};
+        for (int i = 0; i < 11; ++i)
+            *f[i] = lm_vec_dot_spec(lm_model_weight_type(m, w[i]));
+    }
+    c->act_output = lm_vec_dot_spec(lm_model_weight_type(m, m->output));
+    return LM_OK;
+}
+
+/* Floats of a row of act_in: the widest product input (n_embd, q_dim or n_ff). */
+static size_t act_row(const lm_hparams *hp)
+{
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
+    size_t w = hp->n_embd > q_dim ? hp->n_embd : q_dim;
+    return hp->n_ff > w ? hp->n_ff : w;
+}
+
 /* One scratch allocation carved into aligned pieces. */
 static float *carve(char **cursor, size_t n_floats)
 {
@@ -523,6 +588,9 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->be->prof = prof;
     if ((rc = round_weights(c, prof, err)) != LM_OK)
         goto fail;
+    const bool per_weight = converts_per_weight(prof);
+    if (per_weight && (rc = act_formats(c, err)) != LM_OK)
+        goto fail;
     if (c->be->vt->bind_weights != NULL) {
         rc = c->be->vt->bind_weights(c->be, m->weights_arena, m->weights_n, err);
         if (rc != LM_OK)
@@ -558,6 +626,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
                                                : 1,
                                                                       /* scores */
         own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
+        per_weight ? (size_t)n_ctx * act_row(hp) : 1,                 /* act_in */
     };
     size_t total = 64;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
@@ -578,6 +647,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->ff_up = carve(&cur, sizes[7]);
     c->scores = carve(&cur, sizes[8]);
     float *cos_swa = carve(&cur, sizes[9]), *sin_swa = carve(&cur, sizes[10]);
+    c->act_in = carve(&cur, sizes[11]);
     c->scratch_bytes = total;
     lm_rope_table(c->m, hp->rope_theta, n_ctx, c->rope_cos, c->rope_sin);
     c->rope_cos_swa = c->rope_cos;
@@ -607,6 +677,7 @@ void lm_ctx_free(lm_ctx *c)
     free(c->w_round);
     free(c->layers_round);
     free(c->m_round);
+    free(c->act);
     free(c);
 }
 
@@ -649,10 +720,10 @@ const char *lm_ctx_attn_name(const lm_ctx *c) { return lm_variants_attn_name(c->
 
 size_t lm_ctx_peak_scratch_bytes(const lm_ctx *c)
 {
-    /* rows a chunk touches: x, xn, q, att, ff_gate, ff_up */
+    /* rows a chunk touches: x, xn, q, att, ff_gate, ff_up, act_in when converting */
     const lm_hparams *hp = &c->m->hp;
     const size_t row = 2 * (size_t)hp->n_embd + 2 * (size_t)hp->n_head * hp->head_dim +
-                       2 * (size_t)hp->n_ff;
+                       2 * (size_t)hp->n_ff + (c->act != NULL ? act_row(hp) : 0);
     return lm_variants_peak_bytes(c->var) + (size_t)lm_variants_peak_rows(c->var) * row * sizeof(float);
 }
 

@@ -567,6 +567,7 @@ static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
         snprintf(wt->name, sizeof wt->name, "%s", p.w[i].name);
         wt->data = dst;
         wt->n_elem = t->n_elem;
+        wt->type = (uint32_t)t->type;
         dst += t->n_elem;
     }
     if (m->hp.tied_output)
@@ -688,4 +689,12 @@ void lm_model_ext_release(lm_model *m)
 void lm_model_hash_hex(const lm_model *m, char out[33])
 {
     lm_hex_encode(out, m->content_hash, sizeof m->content_hash);
+}
+
+uint32_t lm_model_weight_type(const lm_model *m, const float *data)
+{
+    for (uint32_t i = 0; data != NULL && i < m->n_weights; ++i)
+        if (m->weights[i].data == data)
+            return m->weights[i].type;
+    return (uint32_t)LM_TYPE_F32;
 }

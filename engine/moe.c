@@ -87,9 +87,11 @@ size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_exp
                       uint32_t n_used)
 {
     /* router [n][n_expert], gates [n][k], X_e [n][n_embd], G and U [n][n_ff],
-     * Y_e [n][n_embd], per-rank outputs [n][k][n_embd], row index of each token [n] */
+     * Y_e [n][n_embd], per-rank outputs [n][k][n_embd], row index of each token [n], a
+     * product's converted input [n][max(n_embd, n_ff)] */
     return (size_t)n * n_expert + (size_t)n * n_used + 2 * (size_t)n * n_embd +
-           2 * (size_t)n * n_ff + (size_t)n * n_used * n_embd + n;
+           2 * (size_t)n * n_ff + (size_t)n * n_used * n_embd + n +
+           (size_t)n * (n_embd > n_ff ? n_embd : n_ff);
 }
 
 void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
@@ -105,8 +107,11 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
     float *ye = u + (size_t)n * ff;             /* [m_e][n_embd] */
     float *yk = ye + (size_t)n * d;             /* [n][k][n_embd] output of each rank */
     uint32_t *rows = (uint32_t *)(void *)(yk + (size_t)n * k * d); /* [m_e] token of each row */
+    float *act_in = (float *)(void *)(rows + n); /* [m][max(n_embd, n_ff)] */
+    const lm_round_spec *const *act = a->in_fmt;
 
-    be->vt->gemm_nt(be, n, ne, d, 1.0f, a->x, d, a->w_router, d, router, ne);
+    const lm_nt_part pr = {ne, a->w_router, d, router, ne};
+    lm_gemm_nt_act(be, LM_SITE_NORM, n, d, a->x, d, &pr, act, 1, act_in);
     if (a->b_router != NULL)
         lm_add_bias(router, a->b_router, n, ne, ne);
     for (uint32_t t = 0; t < n; ++t) {
@@ -130,14 +135,15 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
         const float *wg = a->w_gate + (size_t)e * ff * d; /* [n_ff][n_embd] */
         const float *wu = a->w_up + (size_t)e * ff * d;   /* [n_ff][n_embd] */
         const float *wd = a->w_down + (size_t)e * d * ff; /* [n_embd][n_ff] */
-        be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wg, d, g, ff);
-        be->vt->gemm_nt(be, m, ff, d, 1.0f, xe, d, wu, d, u, ff);
+        const lm_nt_part gu[2] = {{ff, wg, d, g, ff}, {ff, wu, d, u, ff}};
+        lm_gemm_nt_act(be, LM_SITE_NORM, m, d, xe, d, gu, act ? act + 1 : NULL, 2, act_in);
         if (a->b_gate != NULL)
             lm_add_bias(g, a->b_gate + (size_t)e * ff, m, ff, ff);
         if (a->b_up != NULL)
             lm_add_bias(u, a->b_up + (size_t)e * ff, m, ff, ff);
         lm_glu(g, u, (size_t)m * ff, a->act);
-        be->vt->gemm_nt(be, m, d, ff, 1.0f, g, ff, wd, ff, ye, d);
+        const lm_nt_part dn = {d, wd, ff, ye, d};
+        lm_gemm_nt_act(be, LM_SITE_SWIGLU, m, ff, g, ff, &dn, act ? act + 3 : NULL, 1, act_in);
         if (a->b_down != NULL)
             lm_add_bias(ye, a->b_down + (size_t)e * d, m, d, d);
         for (uint32_t i = 0; i < m; ++i)

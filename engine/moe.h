@@ -66,6 +66,9 @@ typedef struct lm_moe_args {
     float *margin;          /* [n] router margin (written), or NULL */
     float *scratch;         /* lm_moe_scratch(n, ...) floats */
     size_t scratch_floats;
+    const lm_round_spec *const *in_fmt; /* [4] activation formats of the router, the experts'
+                                        gate, up and down products (lm_gemm_nt_act: sites NORM,
+                                        NORM, NORM, SWIGLU), or NULL */
 } lm_moe_args;
 
 /* Scratch floats lm_moe_forward needs for a chunk of n tokens. */
@@ -73,13 +76,13 @@ size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_exp
                       uint32_t n_used);
 
 /* The MoE FFN of a chunk:
- *   R = x . W_router^T (+ b_router)            backend gemm_nt [n][n_expert] (whole chunk),
+ *   R = x . W_router^T (+ b_router)            lm_gemm_nt_act [n][n_expert] (whole chunk),
  *                                              then the bias added (one float add)
  *   per token: sel = top-k(R_t), w = gate(R_t, sel), margin
  *   per expert e (id order): the rows routed to e, in token order, gathered into X_e;
- *     G = X_e . Wg_e^T (+ bg_e), U = X_e . Wu_e^T (+ bu_e)   backend gemm_nt [m_e][n_ff]
+ *     G = X_e . Wg_e^T (+ bg_e), U = X_e . Wu_e^T (+ bu_e)   lm_gemm_nt_act [m_e][n_ff]
  *     H = act(G, U)                            lm_glu
- *     Y_e = H . Wd_e^T (+ bd_e)                backend gemm_nt [m_e][n_embd]
+ *     Y_e = H . Wd_e^T (+ bd_e)                lm_gemm_nt_act [m_e][n_embd]
  *   out_t = sum over ranks r = 0..k-1 of w_r * Y_{sel_r}[t], left to right from +0.0f.
  * With the naive backend every element is a fixed-order dot, so the result of a token does
  * not depend on which other tokens share its chunk (routing included). */

@@ -6,10 +6,10 @@
 #include <math.h>
 #include <string.h>
 
-#define F16 {LM_ROUND_FLOAT, 11, -14, 15}
-#define BF16 {LM_ROUND_FLOAT, 8, -126, 127}
+#define F16 LM_ROUND_SPEC_F16
+#define BF16 LM_ROUND_SPEC_BF16
 #define TF32 {LM_ROUND_FLOAT, 11, -126, 127}
-#define Q8 {LM_ROUND_Q8_0, 0, 0, 0}
+#define PER_WEIGHT {LM_ROUND_VEC_DOT, 0, 0, 0}
 
 static const lm_profile profiles[] = {
     {"f32", "float32 everywhere (no extra rounding)", {{0}}},
@@ -23,9 +23,10 @@ static const lm_profile profiles[] = {
      {[LM_SITE_WEIGHT] = TF32, [LM_SITE_NORM] = TF32, [LM_SITE_ROPE] = TF32,
       [LM_SITE_V] = TF32, [LM_SITE_SOFTMAX] = TF32, [LM_SITE_ATTN_OUT] = TF32,
       [LM_SITE_SWIGLU] = TF32, [LM_SITE_OUT_NORM] = TF32}},
-    {"q8act", "activations quantized to Q8_0 blocks before weight matrix products",
-     {[LM_SITE_NORM] = Q8, [LM_SITE_ATTN_OUT] = Q8, [LM_SITE_SWIGLU] = Q8,
-      [LM_SITE_OUT_NORM] = Q8}},
+    {"q8act", "weight products' inputs converted as llama.cpp's CPU backend does per weight "
+              "type (Q8_0, Q8_K, F16, BF16; F32: none)",
+     {[LM_SITE_NORM] = PER_WEIGHT, [LM_SITE_ATTN_OUT] = PER_WEIGHT,
+      [LM_SITE_SWIGLU] = PER_WEIGHT, [LM_SITE_OUT_NORM] = PER_WEIGHT}},
     {"f16act", "activations rounded to binary16 before weight matrix products",
      {[LM_SITE_NORM] = F16, [LM_SITE_ATTN_OUT] = F16, [LM_SITE_SWIGLU] = F16,
       [LM_SITE_OUT_NORM] = F16}},
@@ -124,39 +125,26 @@ double lm_round_float_bracket(float x, const lm_round_spec *s, float *lo, float 
     return t - f; /* exact: t and f are within 1 of each other at the same scale */
 }
 
-/* binary16 round to nearest of a float (the scale of a Q8_0 block). */
-static float to_fp16(float d)
-{
-    static const lm_round_spec f16 = F16;
-    return lm_round_float_rn(d, &f16);
-}
-
-void lm_q8_0_scale(const float *x, uint32_t n, float *d_fp16, float *inv_d)
-{
-    float amax = 0.0f;
-    for (uint32_t i = 0; i < n; ++i) /* left to right */
-        if (fabsf(x[i]) > amax)
-            amax = fabsf(x[i]);
-    const float d = amax / 127.0f;
-    *inv_d = d != 0.0f ? 1.0f / d : 0.0f;
-    *d_fp16 = to_fp16(d);
-}
-
 void lm_round_rows_rn(float *x, uint32_t n, uint32_t elems, size_t stride, const lm_round_spec *s)
 {
+    const bool q8 = s->kind == LM_ROUND_Q8_0 || s->kind == LM_ROUND_Q8_K;
+    if (s->kind != LM_ROUND_FLOAT && !q8)
+        return;
+    const uint32_t block = lm_q8_block_size(s->kind);
+    int8_t q[256];
     for (uint32_t t = 0; t < n; ++t) {
         float *r = x + (size_t)t * stride; /* [elems] */
-        if (s->kind == LM_ROUND_FLOAT) {
+        if (!q8) {
             for (uint32_t j = 0; j < elems; ++j)
                 r[j] = lm_round_float_rn(r[j], s);
-        } else if (s->kind == LM_ROUND_Q8_0) {
-            for (uint32_t b = 0; b < elems; b += 32) {
-                uint32_t nb = elems - b < 32 ? elems - b : 32;
-                float d, id;
-                lm_q8_0_scale(r + b, nb, &d, &id);
-                for (uint32_t j = b; j < b + nb; ++j)
-                    r[j] = roundf(r[j] * id) * d;
-            }
+            continue;
+        }
+        for (uint32_t b = 0; b < elems; b += block) {
+            const uint32_t nb = elems - b < block ? elems - b : block;
+            float d;
+            lm_q8_quantize(q, &d, s->kind, r + b, nb);
+            for (uint32_t j = 0; j < nb; ++j)
+                r[b + j] = (float)q[j] * d;
         }
     }
 }

@@ -224,7 +224,8 @@ bool lm_variants_moe_layer(const lm_variants *v, uint32_t il)
     return v->m->layers[il].ffn_gate_inp != NULL;
 }
 
-float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, const float *xn)
+float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, const float *xn,
+                       const lm_round_spec *const *act)
 {
     const lm_hparams *hp = &v->m->hp;
     const lm_layer *L = &v->m->layers[il];
@@ -253,6 +254,7 @@ float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, 
         .margin = v->moe_margin + (size_t)il * v->n_ctx,
         .scratch = v->moe,
         .scratch_floats = v->moe_floats,
+        .in_fmt = act,
     };
     lm_moe_forward(be, &a);
     v->moe_n[il] = n;

@@ -48,9 +48,11 @@ void lm_variants_note_dense(lm_variants *v, const lm_backend *be, uint32_t n, ui
 
 /* Whether layer il's FFN is a mixture of experts. */
 bool lm_variants_moe_layer(const lm_variants *v, uint32_t il);
-/* MoE FFN of layer il: xn [n][n_embd] normed input; returns its output [n][n_embd] (a buffer
- * of the variants, valid until the next call). */
-float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, const float *xn);
+/* MoE FFN of layer il: xn [n][n_embd] normed input, act the products' activation formats
+ * (lm_moe_args.in_fmt, may be NULL); returns its output [n][n_embd] (a buffer of the variants,
+ * valid until the next call). */
+float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, const float *xn,
+                       const lm_round_spec *const *act);
 /* Routing of layer il in the last chunk: ids [n][k] in rank order and margins [n]. */
 const uint32_t *lm_variants_moe_sel(const lm_variants *v, uint32_t il, uint32_t *n, uint32_t *k,
                                     const float **margin);

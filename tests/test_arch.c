@@ -357,8 +357,9 @@ static void test_arch_gptoss_judge_llamacpp(void)
 
 /* synth:gptoss-mxfp4 (its experts in MXFP4) against llama.cpp: ggml multiplies MXFP4 weights by
  * activations quantized to Q8_0 blocks, so the dump fails under f32 (DRIFT or worse) and is
- * explained by the q8act profile, which rounds the activations of every matrix product the
- * same way (measured: f32 FLIP err/E ~2.5e4, q8act TIE_FLIP err/E 0.67: one argmax at a near
+ * explained by the q8act profile, which converts each product's input as ggml-cpu does for its
+ * weight's type: Q8_0 blocks for the MXFP4 experts, nothing for the F32 attention, router and
+ * output (measured: f32 FLIP err/E ~2.5e4, q8act TIE_FLIP err/E 0.64: one argmax at a near
  * tie within q8act's envelope). A wrong MXFP4 decoding (scale, code book, nibble order) moves
  * the experts' outputs by whole quantization steps, beyond q8act's envelope as well; the
  * decoding itself is checked bitwise by tests/data/quants/MXFP4. */

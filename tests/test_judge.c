@@ -270,10 +270,10 @@ static void rerope(float *k, uint32_t n, uint32_t n_head, uint32_t hd, double fr
 
 /* K/V rows of a judged dump outside the 8-bit activation explanation: NMSE vs the reference
  * above 4x noise[i], the NMSE between the engine's q8act and f32 runs of row i (the report's
- * order: L0.K, L0.V, L1.K, ...). Prints every row (logits included) when print. The 4x: the
- * dump's rows measured at most 2.5x (llama.cpp's K-quant products round activations to Q8_K,
- * one scale per 256 values, coarser than the Q8_0 blocks of q8act), and an edited dump (a
- * global RoPE base on a sliding layer: NMSE 0.17, far above every noise) lies outside. */
+ * order: L0.K, L0.V, L1.K, ...). Prints every row (logits included) when print. The 4x: a
+ * coarse screen (the dump's rows measured 0.78-1.26x, test_judge_llamacpp_gemma3_kv holds them
+ * to 1.5x), and an edited dump (a global RoPE base on a sliding layer: NMSE 0.17, far above
+ * every noise) lies outside. */
 static int gemma_kv_outside(const hx_config_report *c, const double *noise, bool print)
 {
     int out = 0;
@@ -297,19 +297,19 @@ static int gemma_kv_outside(const hx_config_report *c, const double *noise, bool
  * F32 cache, flash attention off, 21 tokens, all inside the 512-token window; its iSWA state
  * holds two caches, global layers 5, 11, 17 and the sliding ones). Verdict: every K/V layer
  * and the logits are DRIFT under f32 (err/E 3e3..7e3), explained by 8-bit activations: each
- * K/V row's NMSE vs the reference is within 4x the NMSE between the engine's q8act and f32
- * runs (measured 1.0x on layer 0, whose K/V come from Q8_0 products only, as llama.cpp's
- * Q5_0/Q8_0 q/k/v weights take Q8_0 activations; 1.6-2.5x on later layers, behind llama.cpp's
- * Q4_K/Q6_K attn_output/ffn_down, whose Q8_K activations take one scale per 256 elements where
- * q8act's Q8_0 takes one per 32: with Q8_K at those two sites the engine measured 0.75-1.26x).
- * The logits keep the reference's top-1 with KL <= 0.01 (measured 0.0033). The K/V check fails
+ * K/V row's NMSE vs the reference is within 1.5x either way of the NMSE between the engine's
+ * q8act and f32 runs (measured 0.78-1.26x; q8act reads the Q5_0/Q8_0 q/k/v/gate/up weights
+ * through Q8_0 blocks and the Q4_K/Q6_K attn_output/ffn_down through Q8_K blocks of 256, as
+ * ggml-cpu does; with Q8_0 for every product, q8act's noise was 1.6-2.3x too small on layers
+ * 1-17). The logits keep the reference's top-1 with KL <= 0.01 (measured 0.0033). The K/V check fails
  * on three edited copies of the dump: a sliding layer's K re-roped with the global theta 1e6
  * (NMSE 0.17), a global layer's with the sliding theta 1e4 (layer 5: NMSE 3e-3 against a
  * noise of 4e-4; its K keeps 99% of its energy in pairs that the two thetas turn apart by less
  * than 0.2 rad at these 21 positions), the layers written in the caches' order (global cache
- * first). The engine under q8act reproduces layer 0's K and V to NMSE <= 1e-5 (measured 1.3e-6,
- * 2.4e-6) and stays within 2x of f32's NMSE vs the dump on the other layers (measured <= 1.3x;
- * rounding the sandwich norms' outputs, which ggml keeps in float32, put it 8-30x farther). */
+ * first). The engine under q8act reproduces layer 0's K and V to NMSE <= 1e-6 (measured 1.7e-7,
+ * 4.9e-7; 1.3e-6, 2.4e-6 with ggml's reference Q8_0 rounding instead of its x86 one) and stays
+ * within 2x of f32's NMSE vs the dump on the other layers (measured <= 1.64x; rounding the
+ * sandwich norms' outputs, which ggml keeps in float32, put it 8-30x farther). */
 static void test_judge_llamacpp_gemma3_kv(void)
 {
     const char *cached = tu_cached_model_path("gemma-3-270m-q4_k_m.gguf");
@@ -348,13 +348,13 @@ static void test_judge_llamacpp_gemma3_kv(void)
             noise[2 * l + t] = nmse(x[1][l], x[0][l], kv);
             printf("\n    L%u.%c (%s) %.2g / %.2g", l, t ? 'V' : 'K',
                    m->layers[l].window ? "sliding" : "global", f, q);
-            /* q8act at most 2x f32's distance from the dump (printed per row above; L6.V: 0.0043
-             * against 0.0035, 0.106 before the sandwich-norm fix); the
+            /* q8act at most 2x f32's distance from the dump (printed per row above; L14.K:
+             * 0.0010 against 0.00061: two independent rounding patterns of one size add up); the
              * 1e-5 absolute floor, below every row's f (1.2e-4 at least), only keeps a row whose
              * f32 distance were near 0 from being held to twice nothing */
             CU_ASSERT(q <= 2.0 * f + 1e-5);
             if (l == 0)
-                CU_ASSERT(q <= 1e-5);
+                CU_ASSERT(q <= 1e-6);
         }
     hx_capture_free(cap[0]);
     hx_capture_free(cap[1]);
@@ -378,6 +378,12 @@ static void test_judge_llamacpp_gemma3_kv(void)
     CU_ASSERT_EQUAL_FATAL(c->n_rows, 2u * L + 1u);
     printf("\n  llama.cpp's K/V and logits judged under f32:");
     CU_ASSERT_EQUAL(gemma_kv_outside(c, noise, true), 0);
+    /* q8act's noise predicts llama.cpp's deviation row by row: ratio in [1/1.5, 1.5] (measured
+     * 0.78-1.26; the NMSE of one rounding pattern against another scatters by about 25% per
+     * row; Q8_0 at every product measured 1.58-2.28 on 34 of the 36 rows) */
+    for (size_t i = 0; i < 2u * L; ++i)
+        CU_ASSERT(c->rows[i].vs_ref.nmse <= 1.5 * noise[i] &&
+                  c->rows[i].vs_ref.nmse >= noise[i] / 1.5);
     for (size_t i = 0; i < c->n_rows; ++i)
         CU_ASSERT(c->rows[i].cls == HX_DRIFT);
     CU_ASSERT(c->rows[2 * L].lg.top1_agree && c->rows[2 * L].lg.kl <= 0.01);

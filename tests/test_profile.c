@@ -1,8 +1,9 @@
 /* test_profile.c — precision profiles: round to nearest at a virtual precision (binary16 with
- * subnormals and overflow, bfloat16, TF32's range), Q8_0 blocks as ggml computes them, the
- * stochastic neighbours and their probability, the naive-sr round slot's frequency, the engine
- * storing K/V as binary16 under f16kv (RN and SR), Gemma's sandwich norms left unrounded by
- * the activation profiles, and the CONFIG key profile=. */
+ * subnormals and overflow, bfloat16, TF32's range), the stochastic neighbours and their
+ * probability, the naive-sr round slot's frequency (binary16, Q8_K), the engine storing K/V as
+ * binary16 under f16kv (RN and SR), Gemma's sandwich norms left unrounded by the activation
+ * profiles, q8act converting each product's input per weight type, and the CONFIG key
+ * profile=. (The Q8_0 / Q8_K quantizers themselves: test_act_format.c.) */
 #include "../engine/backend.h"
 #include "config.h"
 #include "fixtures.h"
@@ -66,31 +67,6 @@ static void test_profile_bracket_probability(void)
     p = lm_round_float_bracket(65510.0f, &f16, &lo, &hi); /* above the largest finite */
     CU_ASSERT_EQUAL(lo, 65504.0f);
     CU_ASSERT(isinf(hi));
-}
-
-static void test_profile_q8_0_blocks(void)
-{
-    float x[40];
-    for (int i = 0; i < 40; ++i)
-        x[i] = 0.0f;
-    x[0] = 127.0f;
-    x[1] = 1.0f;
-    x[2] = -0.5f;   /* d = 1: roundf(-0.5) = -1, half away from zero */
-    x[3] = 0.4f;
-    x[33] = 2.0f;   /* the second (short) block: amax 2, d = 2/127 */
-    x[34] = 1.0f;
-    lm_round_spec q8 = {LM_ROUND_Q8_0, 0, 0, 0};
-    lm_round_rows_rn(x, 1, 40, 40, &q8);
-    CU_ASSERT_EQUAL(x[0], 127.0f);
-    CU_ASSERT_EQUAL(x[1], 1.0f);
-    CU_ASSERT_EQUAL(x[2], -1.0f);
-    CU_ASSERT_EQUAL(x[3], 0.0f);
-    float d2 = lm_round_float_rn(2.0f / 127.0f, &f16);
-    CU_ASSERT_EQUAL(x[33], 127.0f * d2);
-    CU_ASSERT_EQUAL(x[34], roundf(1.0f * (127.0f / 2.0f)) * d2);
-    float z[4] = {0, 0, 0, 0}; /* an all-zero block: d = 0, nothing divides by it */
-    lm_round_rows_rn(z, 1, 4, 4, &q8);
-    CU_ASSERT(z[0] == 0.0f && z[3] == 0.0f);
 }
 
 /* The naive-sr round slot goes up with probability (x - lo) / (hi - lo): 4000 copies of
@@ -197,9 +173,10 @@ static void count_on_grid(void *user, uint32_t layer, const char *op, uint32_t p
 }
 
 /* Gemma's sandwich norms (attn_post_norm, ffn_post_norm; probed as attn_out and ffn_out) feed
- * the residual stream, not a weight product: q8act and f16act round the projections' inputs
- * (attn_norm is on the Q8_0 / binary16 grid) and leave the post-norms' outputs in float32 as
- * ggml does; bf16 rounds them as it rounds the residual stream. */
+ * the residual stream, not a weight product: f16act rounds the projections' inputs (attn_norm
+ * is on the binary16 grid) and leaves the post-norms' outputs in float32 as ggml does; q8act
+ * rounds a copy of each product's input (attn_norm as probed stays float32); bf16 rounds the
+ * post-norms as it rounds the residual stream. */
 static void test_profile_engine_sandwich_norms(void)
 {
     lm_model *m = tf_synth_load("gemma3", 1);
@@ -212,7 +189,7 @@ static void test_profile_engine_sandwich_norms(void)
         const char *profile, *op;
         const lm_round_spec *spec;
         bool rounded;
-    } cases[] = {{"q8act", "attn_norm", &q8, true},   {"q8act", "attn_out", &q8, false},
+    } cases[] = {{"q8act", "attn_norm", &q8, false},  {"q8act", "attn_out", &q8, false},
                  {"q8act", "ffn_out", &q8, false},    {"f16act", "attn_norm", &f16, true},
                  {"f16act", "attn_out", &f16, false}, {"f16act", "ffn_out", &f16, false},
                  {"bf16", "attn_out", &bf16, true},   {"bf16", "ffn_out", &bf16, true}};
@@ -233,6 +210,86 @@ static void test_profile_engine_sandwich_norms(void)
         lm_ctx_free(ctx);
     }
     lm_model_free(m);
+}
+
+/* The last position's logits of 10 tokens under profile on the naive backend. */
+static void logits_under(float *out, const lm_model *m, const char *profile)
+{
+    lm_err err = {0};
+    int32_t toks[10];
+    for (uint32_t i = 0; i < 10; ++i)
+        toks[i] = (int32_t)((3 + 7919u * i) % m->hp.n_vocab);
+    lm_ctx_params cp = {.backend = "naive", .n_ctx = 10, .profile = profile};
+    lm_ctx *ctx = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&ctx, m, &cp, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 10, 4, out, &err), LM_OK);
+    lm_ctx_free(ctx);
+}
+
+/* q8act converts each product's input as ggml-cpu does for its weight's type: with F32
+ * weights nothing (the f32 bits), with F16 weights binary16 (f16act's bits: f16act rounds the
+ * same inputs in place), with MXFP4 experts beside F32 attention Q8_0 for the experts only
+ * (bits that differ from f32's). Logits compared bit for bit: the same operations in the same
+ * order give the same floats. */
+static void test_profile_engine_q8act_per_weight_type(void)
+{
+    static const struct {
+        const char *preset;
+        lm_tensor_type type;
+        const char *twin; /* the profile q8act must equal bitwise, or NULL: must differ from f32 */
+    } cases[] = {{"tiny", LM_TYPE_F32, "f32"}, {"gemma3", LM_TYPE_F16, "f16act"},
+                 {"gptoss-mxfp4", LM_TYPE_F32, NULL}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; ++c) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/q8act-%s.gguf", tu_tmpdir(), cases[c].preset);
+        lm_err err = {0};
+        lm_model *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, cases[c].preset, 5, cases[c].type, &err), LM_OK);
+        CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+        const size_t nv = m->hp.n_vocab;
+        float *q = malloc(nv * sizeof *q), *t = malloc(nv * sizeof *t), *f = malloc(nv * sizeof *f);
+        logits_under(q, m, "q8act");
+        logits_under(f, m, "f32");
+        if (cases[c].twin != NULL) {
+            logits_under(t, m, cases[c].twin);
+            CU_ASSERT(memcmp(q, t, nv * sizeof *q) == 0);
+        }
+        const bool same_as_f32 = memcmp(q, f, nv * sizeof *q) == 0;
+        CU_ASSERT_EQUAL(same_as_f32, cases[c].type == LM_TYPE_F32 && cases[c].twin != NULL);
+        free(q);
+        free(t);
+        free(f);
+        lm_model_free(m);
+    }
+}
+
+/* The naive-sr round slot under Q8_K: blocks of 256 whose first element 127 sets iscale = -1
+ * (d = -1); every other element 0.25 (t = -0.25) goes to code 0 (value 0) with probability
+ * 3/4 and to code -1 (value 1) with 1/4. 4080 such elements: tolerance 0.03 as above. */
+static void test_profile_sr_slot_q8_K(void)
+{
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_backend_create(&be, "naive-sr:seed=11", 1, &err), LM_OK);
+    enum { N = 4096 };
+    float *x = malloc(N * sizeof *x);
+    for (int i = 0; i < N; ++i)
+        x[i] = i % 256 == 0 ? 127.0f : 0.25f;
+    const lm_round_spec q8k = {LM_ROUND_Q8_K, 0, 0, 0};
+    lm_backend_round(be, x, 1, N, N, LM_SITE_SWIGLU, &q8k);
+    int up = 0, off = 0;
+    for (int i = 0; i < N; ++i) {
+        if (i % 256 == 0) {
+            off += x[i] != 127.0f;
+            continue;
+        }
+        off += x[i] != 0.0f && x[i] != 1.0f;
+        up += x[i] == 1.0f;
+    }
+    CU_ASSERT_EQUAL(off, 0);
+    CU_ASSERT(fabs((double)up / (N - 16) - 0.25) < 0.03);
+    free(x);
+    lm_backend_destroy(be);
 }
 
 static void test_profile_config_key(void)
@@ -316,10 +373,12 @@ void test_profile_register(void)
     CU_add_test(s, "test_profile_round_nearest_special_values",
                 test_profile_round_nearest_special_values);
     CU_add_test(s, "test_profile_bracket_probability", test_profile_bracket_probability);
-    CU_add_test(s, "test_profile_q8_0_blocks", test_profile_q8_0_blocks);
     CU_add_test(s, "test_profile_sr_slot_frequency", test_profile_sr_slot_frequency);
     CU_add_test(s, "test_profile_engine_f16kv_cache", test_profile_engine_f16kv_cache);
     CU_add_test(s, "test_profile_engine_sandwich_norms", test_profile_engine_sandwich_norms);
+    CU_add_test(s, "test_profile_engine_q8act_per_weight_type",
+                test_profile_engine_q8act_per_weight_type);
+    CU_add_test(s, "test_profile_sr_slot_q8_K", test_profile_sr_slot_q8_K);
     CU_add_test(s, "test_profile_config_key", test_profile_config_key);
     CU_add_test(s, "test_profile_sweep_axis", test_profile_sweep_axis);
 }

@@ -174,11 +174,12 @@ typedef struct lm_layer {
     const float *ffn_post_norm;   /* [n_embd] when hp.norm_place == LM_NORM_SANDWICH */
 } lm_layer;
 
-/* A weight as loaded: its GGUF name and its float32 values. */
+/* A weight as loaded: its GGUF name, its type in the file and its float32 values. */
 typedef struct lm_weight {
     char name[64];
     const float *data;  /* [n_elem], inside the model's arena */
     uint64_t n_elem;
+    uint32_t type;      /* ggml type number as stored (lm_tensor_type, kvd_gguf.h) */
 } lm_weight;
 
 /* Data another part of the program keeps with a model for the model's lifetime (the
@@ -230,6 +231,9 @@ lm_model_ext *lm_model_ext_attach(const lm_model *m, lm_model_ext *x);
 /* Releases m's attached data (lm_model_free does; a model built by hand calls it before its
  * storage goes). */
 void lm_model_ext_release(lm_model *m);
+/* The type in the file (lm_tensor_type) of the loaded weight whose values start at data;
+ * 0 (F32) when none does (NULL, or a model built in memory, whose weights are float32). */
+uint32_t lm_model_weight_type(const lm_model *m, const float *data);
 /* Content hash as 32 lowercase hex digits + NUL. */
 void lm_model_hash_hex(const lm_model *m, char out[33]);
 

@@ -21,14 +21,18 @@
  *          still accumulate in float32 (MLX running a bfloat16 model)
  *   tf32   every matrix-product input to TF32 (11-bit significand, float32's exponents):
  *          WEIGHT, NORM, ROPE, V, SOFTMAX, ATTN_OUT, SWIGLU, OUT_NORM (tensor-core TF32)
- *   q8act  the activations entering weight matrix products (NORM, ATTN_OUT, SWIGLU,
- *          OUT_NORM) quantized to Q8_0 blocks (ggml's CPU path for quantized weights)
- *   f16act the same activations rounded to IEEE binary16 (ggml's CPU path for F16 weights,
- *          whose products convert their float32 input to F16 first)
- * Q8_0 as ggml's quantize_row_q8_0_ref: per block of 32 consecutive elements of a row (a
- * shorter last block when the row length is not a multiple of 32), amax = max |x|, d = amax /
- * 127 (float), q = roundf(x * (1/d)) (half away from zero; 0 when d == 0), value = q *
- * fp16(d) with fp16(d) the binary16 rounding of d. */
+ *   q8act  the input of every weight matrix product (from NORM, ATTN_OUT, SWIGLU, OUT_NORM)
+ *          converted as ggml's CPU backend converts it for that product's weight type
+ *          (LM_ROUND_VEC_DOT, lm_vec_dot_spec): Q8_0 blocks for Q4_0/Q5_0/Q8_0/MXFP4/IQ4_NL
+ *          (and Q4_1/Q5_1, whose Q8_1 holds the same values), Q8_K blocks for the K-quants and
+ *          IQ2..IQ4_XS, binary16 for F16, bfloat16 for BF16, nothing for F32. One site's
+ *          output feeding weights of different types is converted once per type.
+ *   f16act the same activations rounded to IEEE binary16 whatever the weight type (ggml's CPU
+ *          path for F16 weights, whose products convert their float32 input to F16 first)
+ * Q8_0 and Q8_K blocks as act_format.c states (ggml-cpu's x86 quantizers): per block of 32
+ * (Q8_0) or 256 (Q8_K) consecutive elements of a row (a shorter last block when the row
+ * length is not a multiple), a scale d and an inverse, q = x * inverse rounded to nearest
+ * (ties to even) and saturated to int8, value = q * d. */
 #ifndef KVD_PROFILE_H
 #define KVD_PROFILE_H
 
@@ -41,7 +45,10 @@ typedef enum lm_round_kind {
     LM_ROUND_NONE = 0,  /* float32 as computed */
     LM_ROUND_FLOAT = 1, /* to a binary format of `bits` significand bits (implicit bit
                            included), exponents emin..emax (values below 2^emin subnormal) */
-    LM_ROUND_Q8_0 = 2   /* Q8_0 blocks of 32 (see above) */
+    LM_ROUND_Q8_0 = 2,  /* Q8_0 blocks of 32 (see above) */
+    LM_ROUND_Q8_K = 3,  /* Q8_K blocks of 256 (see above) */
+    LM_ROUND_VEC_DOT = 4 /* at a site: each weight product's input, as lm_vec_dot_spec of its
+                            weight's type (lm_gemm_nt_act); the site itself is not rounded */
 } lm_round_kind;
 
 typedef struct lm_round_spec {
@@ -50,6 +57,14 @@ typedef struct lm_round_spec {
     int16_t emin;  /* LM_ROUND_FLOAT: smallest normal exponent */
     int16_t emax;  /* LM_ROUND_FLOAT: largest exponent; beyond it: Inf */
 } lm_round_spec;
+
+/* IEEE binary16 and bfloat16 as LM_ROUND_FLOAT specs (initializers). */
+#define LM_ROUND_SPEC_F16 {LM_ROUND_FLOAT, 11, -14, 15}
+#define LM_ROUND_SPEC_BF16 {LM_ROUND_FLOAT, 8, -126, 127}
+
+/* The profiles' rounding rules as named in envelope cache keys (sweep, judge): a new name
+ * whenever some profile rounds differently, so that no stale envelope is loaded. */
+#define LM_PROFILE_RULES "sr-vprec-v2"
 
 #define LM_N_SITES 12 /* sites are 1..11 (lm_perturb_site); index 0 unused */
 
@@ -80,10 +95,32 @@ float lm_round_float_rn(float x, const lm_round_spec *s);
  * power of two). When x is representable (or NaN, Inf, zero), *lo = *hi = x and 0 is returned.
  * A hi beyond the format's largest finite is +-Inf. */
 double lm_round_float_bracket(float x, const lm_round_spec *s, float *lo, float *hi);
-/* Rounds rows x [n][stride] (first elems of each row live) to nearest per the spec. */
+/* Rounds rows x [n][stride] (first elems of each row live) to nearest per the spec: FLOAT,
+ * Q8_0 or Q8_K (blocks from the start of each row); NONE and VEC_DOT leave them. */
 void lm_round_rows_rn(float *x /* [n][stride] */, uint32_t n, uint32_t elems, size_t stride,
                       const lm_round_spec *s);
-/* Q8_0 of one block: the scale fp16(d) and 1/d as ggml computes them (d = amax / 127). */
+
+/* act_format.c: ggml-cpu's conversion of a product's float32 input per weight type. */
+/* The rounding ggml-cpu applies to the input of a product whose weight has ggml type `type`
+ * (lm_tensor_type): a LM_ROUND_FLOAT (F16, BF16), LM_ROUND_Q8_0 or LM_ROUND_Q8_K spec, or
+ * LM_ROUND_NONE (F32). Static storage: equal formats give the same pointer. */
+const lm_round_spec *lm_vec_dot_spec(uint32_t type);
+/* Elements per block of a Q8 kind: 256 for LM_ROUND_Q8_K, else 32. */
+uint32_t lm_q8_block_size(lm_round_kind kind);
+/* Q8_0 of one block x [n]: the scale fp16(amax / 127) and the inverse 127 / amax (0, 0 for
+ * a block of zeros), as ggml-cpu's x86 quantize_row_q8_0. */
 void lm_q8_0_scale(const float *x /* [n] */, uint32_t n, float *d_fp16, float *inv_d);
+/* Q8_K of one block x [n]: iscale = -127 / max (max: the first element of largest magnitude,
+ * signed) and d = 1 / iscale; 0, 0 for a block of zeros (quantize_row_q8_K_ref). */
+void lm_q8_K_scale(const float *x /* [n] */, uint32_t n, float *d, float *iscale);
+/* lm_q8_0_scale or lm_q8_K_scale by kind (LM_ROUND_Q8_0 or LM_ROUND_Q8_K). */
+void lm_q8_scale(lm_round_kind kind, const float *x /* [n] */, uint32_t n, float *d,
+                 float *inv);
+/* The int8 code of t = x * inverse: nearest integer, ties to even, saturated to [-128, 127]
+ * (NaN: -128). */
+int8_t lm_q8_code(float t);
+/* One block x [n] quantized: codes q [n] and scale d (value i is q[i] * d). */
+void lm_q8_quantize(int8_t *q /* [n] */, float *d, lm_round_kind kind, const float *x /* [n] */,
+                    uint32_t n);
 
 #endif

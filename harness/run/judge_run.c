@@ -25,8 +25,8 @@
 
 /* Part of the envelope's cache key: how the members ran (see judge_run.h (c)). */
 static const char judge_mode[] =
-    "judge-forced:naive-sr:step=full:coin=splitmix-v3:perturb=mca-rr24-v3:vprec=sr-v1:"
-    "stat=mean-spread-v2";
+    "judge-forced:naive-sr:step=full:coin=splitmix-v3:perturb=mca-rr24-v3:vprec=" LM_PROFILE_RULES
+    ":stat=mean-spread-v2";
 
 static void progress(const hx_judge_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
 static void progress(const hx_judge_params *p, const char *fmt, ...)

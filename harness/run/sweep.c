@@ -524,7 +524,7 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     lm_hex_encode(ph, r->path_hash, 16);
     int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
                     : snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
-                               profile[0] ? ";profile=sr-vprec-v1:" : "", profile);
+                               profile[0] ? ";profile=" LM_PROFILE_RULES ":" : "", profile);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
     if (cached && (rc = hx_envelope_cache_path(path, sizeof path, dir, key, err)) != LM_OK)
         return rc;
