@@ -522,15 +522,13 @@ static int act_formats(lm_ctx *c, lm_err *err)
     if (c->act == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "context: out of memory");
     for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
-        const lm_layer *L = &m->layers[il];
-        const float *w[11] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down,
-                              L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps,
-                              L->ffn_down_exps};
-        const lm_round_spec **f[11] = {&c->act[il].wq, &c->act[il].wk, &c->act[il].wv,
+        const float *w[LM_LAYER_PRODUCTS];
+        lm_layer_product_weights(&m->layers[il], w);
+        const lm_round_spec **f[LM_LAYER_PRODUCTS] = {&c->act[il].wq, &c->act[il].wk, &c->act[il].wv,
                                        &c->act[il].wo, &c->act[il].gate, &c->act[il].up,
                                        &c->act[il].down, &c->act[il].moe[0], &c->act[il].moe[1],
                                        &c->act[il].moe[2], &c->act[il].moe[3]};
-        for (int i = 0; i < 11; ++i)
+        for (int i = 0; i < LM_LAYER_PRODUCTS; ++i)
             *f[i] = lm_vec_dot_spec(lm_model_weight_type(m, w[i]));
     }
     c->act_output = lm_vec_dot_spec(lm_model_weight_type(m, m->output));

@@ -691,6 +691,14 @@ void lm_model_hash_hex(const lm_model *m, char out[33])
     lm_hex_encode(out, m->content_hash, sizeof m->content_hash);
 }
 
+void lm_layer_product_weights(const lm_layer *L, const float *w[LM_LAYER_PRODUCTS])
+{
+    const float *all[LM_LAYER_PRODUCTS] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up,
+                                           L->w_down, L->ffn_gate_inp, L->ffn_gate_exps,
+                                           L->ffn_up_exps, L->ffn_down_exps};
+    memcpy(w, all, sizeof all);
+}
+
 uint32_t lm_model_weight_type(const lm_model *m, const float *data)
 {
     for (uint32_t i = 0; data != NULL && i < m->n_weights; ++i)

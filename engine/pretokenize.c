@@ -18,6 +18,7 @@
 #include "tokenizer_internal.h"
 #include "unicode.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* ---------------------------------------------------------------- classes */
@@ -69,6 +70,24 @@ static size_t run_end(const uint32_t *cp, size_t n, size_t pos, bool (*in)(uint3
     return pos;
 }
 
+/* The options of the word splitters (the Llama 3 family and the o200k ones). */
+typedef struct word_opts {
+    size_t max_digits;      /* \p{N}{1,max_digits} */
+    bool marks_are_letters; /* [\p{L}\p{M}] for \p{L} (Qwen 3.5) */
+    bool contractions;      /* the (?i:'s|'t|'re|'ve|'m|'ll|'d) alternative (o200k: suffix) */
+    bool crlf_tail;         /* [\r\n]* after the run of other code points */
+} word_opts;
+
+/* A stage: its regex's matcher, which returns the end of the match that starts at pos within
+ * cp[0..n) (> pos), or pos; with the code point class of the single-class regexes or the
+ * options of the word splitters. */
+typedef struct stage stage;
+struct stage {
+    size_t (*match)(const uint32_t *cp, size_t n, size_t pos, const stage *st);
+    bool (*x)(uint32_t);
+    const word_opts *w;
+};
+
 /* ---------------------------------------------------------------- shared pieces of patterns */
 
 /* (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]) at pos: its end, or pos. With
@@ -104,17 +123,17 @@ static size_t space_tail_end(const uint32_t *cp, size_t n, size_t pos)
     return pos + w;
 }
 
-/* " ?[^\s\p{L}\p{N}]+" then [\r\n]* (or [\r\n/]* with slash) at pos: its end, or pos; with
- * marks_are_letters the class is [^\s\p{L}\p{M}\p{N}] (Qwen 3.5). */
+/* " ?[^\s\p{L}\p{N}]+" then, with crlf_tail, [\r\n]* (or [\r\n/]* with slash) at pos: its end,
+ * or pos; with marks_are_letters the class is [^\s\p{L}\p{M}\p{N}] (Qwen 3.5). */
 static size_t other_run_end(const uint32_t *cp, size_t n, size_t pos, bool marks_are_letters,
-                            bool slash)
+                            bool crlf_tail, bool slash)
 {
     size_t q = cp[pos] == ' ' ? pos + 1 : pos;
     if (cls_at_m(cp, n, q, marks_are_letters) != C_OTHER)
         return pos;
     while (cls_at_m(cp, n, q, marks_are_letters) == C_OTHER)
         q++;
-    while (q < n && (is_crlf(cp[q]) || (slash && cp[q] == '/')))
+    while (crlf_tail && q < n && (is_crlf(cp[q]) || (slash && cp[q] == '/')))
         q++;
     return q;
 }
@@ -123,9 +142,9 @@ static size_t other_run_end(const uint32_t *cp, size_t n, size_t pos, bool marks
 
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
  * (contractions case-sensitive), then \s+ as llama.cpp's splitter, which this follows, ends. */
-static size_t gpt2_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t gpt2_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
-    (void)x;
+    (void)st;
     size_t e = contraction_end(cp, n, pos, true);
     if (e > pos)
         return e;
@@ -149,54 +168,38 @@ static size_t gpt2_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uin
     return pos + 1; /* unreachable: every code point has a class */
 }
 
-/* Llama 3 / Qwen 2 / Qwen 3.5 (llama.cpp's hand-written splitters, alternatives in order):
+/* Llama 3 / Qwen 2 / Qwen 3.5 (llama.cpp's hand-written splitters, alternatives in order) and
+ * the std::regex variants of their pattern:
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,max_digits}
  *   | ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
- * Qwen 3.5 reads \p{L} as [\p{L}\p{M}] (marks_are_letters). */
-static size_t llama3_family_match(const uint32_t *cp, size_t n, size_t pos, size_t max_digits,
-                                  bool marks_are_letters)
+ * Qwen 3.5 reads \p{L} as [\p{L}\p{M}]; some variants have no contractions or no [\r\n]*
+ * (st->w). */
+static size_t llama3_family_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
+    const word_opts *o = st->w;
     const uint32_t c = cp[pos];
-    const int k = cls_at_m(cp, n, pos, marks_are_letters);
-    size_t e = contraction_end(cp, n, pos, false);
+    const int k = cls_at_m(cp, n, pos, o->marks_are_letters);
+    size_t e = o->contractions ? contraction_end(cp, n, pos, false) : pos;
     if (e > pos)
         return e;
     if (!is_crlf(c) && k != C_NUMBER &&
-        (k == C_LETTER || cls_at_m(cp, n, pos + 1, marks_are_letters) == C_LETTER)) {
+        (k == C_LETTER || cls_at_m(cp, n, pos + 1, o->marks_are_letters) == C_LETTER)) {
         size_t q = pos + 1;
-        while (cls_at_m(cp, n, q, marks_are_letters) == C_LETTER)
+        while (cls_at_m(cp, n, q, o->marks_are_letters) == C_LETTER)
             q++;
         return q;
     }
     if (k == C_NUMBER) {
         size_t q = pos;
-        while (q < n && q - pos < max_digits && cls_at(cp, n, q) == C_NUMBER)
+        while (q < n && q - pos < o->max_digits && cls_at(cp, n, q) == C_NUMBER)
             q++;
         return q;
     }
-    e = other_run_end(cp, n, pos, marks_are_letters, false);
+    e = other_run_end(cp, n, pos, o->marks_are_letters, o->crlf_tail, false);
     if (e > pos)
         return e;
     e = space_tail_end(cp, n, pos);
     return e > pos ? e : pos + 1;
-}
-
-static size_t llama3_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
-{
-    (void)x;
-    return llama3_family_match(cp, n, pos, 3, false);
-}
-
-static size_t qwen2_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
-{
-    (void)x;
-    return llama3_family_match(cp, n, pos, 1, false);
-}
-
-static size_t qwen35_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
-{
-    (void)x;
-    return llama3_family_match(cp, n, pos, 1, true);
 }
 
 /* ---------------------------------------------------------------- o200k-style (std::regex) */
@@ -225,9 +228,10 @@ static bool word_prefix(uint32_t c)
  * with U = upperish, W = lowerish, C the case-insensitive contractions. U* gives back one code
  * point at a time until W+ can start, so the first alternative ends after the last lowerish
  * code point it can reach. */
-static size_t o200k_match(const uint32_t *cp, size_t n, size_t pos, bool contractions,
-                          size_t max_digits)
+static size_t o200k_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
+    const bool contractions = st->w->contractions;
+    const size_t max_digits = st->w->max_digits;
     /* [^\r\n\p{L}\p{N}]? is taken when it can be: without it, the body starts at a code
      * point that is no letter and fails */
     size_t q = word_prefix(cp[pos]) ? pos + 1 : pos;
@@ -248,22 +252,10 @@ static size_t o200k_match(const uint32_t *cp, size_t n, size_t pos, bool contrac
             e++;
         return e;
     }
-    size_t e = other_run_end(cp, n, pos, false, true);
+    size_t e = other_run_end(cp, n, pos, false, true, true);
     if (e > pos)
         return e;
     return space_tail_end(cp, n, pos);
-}
-
-static size_t gpt4o_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
-{
-    (void)x;
-    return o200k_match(cp, n, pos, true, 3);
-}
-
-static size_t tekken_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
-{
-    (void)x;
-    return o200k_match(cp, n, pos, false, 1);
 }
 
 /* ---------------------------------------------------------------- DeepSeek V3 (std::regex) */
@@ -285,9 +277,9 @@ static bool is_ascii_letter(uint32_t c)
 
 /* [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+ | [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
  * | ?[\p{P}\p{S}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+ */
-static size_t deepseek3_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t deepseek3_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
-    (void)x;
+    (void)st;
     const uint32_t c = cp[pos];
     bool ascii_punct = c >= 0x21 && c <= 0x7E && !is_ascii_letter(c) && !(c >= '0' && c <= '9');
     if (ascii_punct && pos + 1 < n && is_ascii_letter(cp[pos + 1]))
@@ -389,38 +381,39 @@ static bool ds3_cjk(uint32_t c)
 /* The regexes over one class X of code points (the stage's class, see stage): */
 
 /* X+ */
-static size_t run_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t run_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
-    return run_end(cp, n, pos, x);
+    return run_end(cp, n, pos, st->x);
 }
 
 /* X */
-static size_t one_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t one_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
     (void)n;
-    return x(cp[pos]) ? pos + 1 : pos;
+    return st->x(cp[pos]) ? pos + 1 : pos;
 }
 
 /* X{1,3} */
-static size_t upto3_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t upto3_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
     size_t e = pos;
-    while (e < n && e - pos < 3 && x(cp[e]))
+    while (e < n && e - pos < 3 && st->x(cp[e]))
         e++;
     return e;
 }
 
 /* XXX */
-static size_t three_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t three_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
+    bool (*x)(uint32_t) = st->x;
     return pos + 3 <= n && x(cp[pos]) && x(cp[pos + 1]) && x(cp[pos + 2]) ? pos + 3 : pos;
 }
 
 /* \s?X+ */
-static size_t space_opt_run_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t space_opt_run_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
-    size_t q = lm_uni_is_space(cp[pos]) && pos + 1 < n && x(cp[pos + 1]) ? pos + 1 : pos;
-    size_t e = run_end(cp, n, q, x);
+    size_t q = lm_uni_is_space(cp[pos]) && pos + 1 < n && st->x(cp[pos + 1]) ? pos + 1 : pos;
+    size_t e = run_end(cp, n, q, st->x);
     return e > q ? e : pos;
 }
 
@@ -435,53 +428,58 @@ static bool is_not_lf(uint32_t c)
     return c != '\n';
 }
 
-static size_t newline_runs_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t newline_runs_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
-    (void)x;
+    (void)st;
     return run_end(cp, n, pos, is_lf(cp[pos]) ? is_lf : is_not_lf);
 }
 
 /* X+$ (X = whitespace: \s+$): searched directly by find_match, not position by position */
-static size_t trailing_run_match(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t))
+static size_t trailing_run_match(const uint32_t *cp, size_t n, size_t pos, const stage *st)
 {
-    size_t e = run_end(cp, n, pos, x);
+    size_t e = run_end(cp, n, pos, st->x);
     return e == n ? n : pos;
 }
 
 /* ---------------------------------------------------------------- pre-tokenizers */
 
-/* A stage: the regex match, with its code point class where it takes one; match returns the
- * end of the match that starts at pos within cp[0..n) (> pos), or pos. */
-typedef struct stage {
-    size_t (*match)(const uint32_t *cp, size_t n, size_t pos, bool (*x)(uint32_t));
-    bool (*x)(uint32_t);
-} stage;
+static const word_opts llama3_w = {3, false, true, true}, qwen2_w = {1, false, true, true},
+                       qwen35_w = {1, true, true, true}, minicpm5_w = {SIZE_MAX, false, true, true},
+                       ufakzeka_w = {1, false, false, true},
+                       seed_coder_w = {1, false, true, false}, gpt4o_w = {3, false, true, true},
+                       tekken_w = {1, false, false, true};
 
 #define MAX_STAGES 6
 
 /* Each pre-tokenizer's stages, in llama.cpp's order (llm_tokenizer_bpe's regex_exprs). */
 static const stage stages[LM_PRE_COUNT][MAX_STAGES] = {
-    [LM_PRE_DEFAULT] = {{run_match, default_punct}, {gpt2_match, NULL},
-                        {run_match, lm_uni_is_number}, {three_match, is_ascii_digit}},
-    [LM_PRE_GPT2] = {{gpt2_match, NULL}},
-    [LM_PRE_STARCODER] = {{one_match, lm_uni_is_number}, {gpt2_match, NULL}},
-    [LM_PRE_LLAMA3] = {{llama3_match, NULL}},
-    [LM_PRE_QWEN2] = {{qwen2_match, NULL}},
-    [LM_PRE_QWEN35] = {{qwen35_match, NULL}},
-    [LM_PRE_DEEPSEEK_LLM] = {{one_match, is_crlf}, {space_opt_run_match, ds_letter},
-                             {space_opt_run_match, ds_punct},
-                             {trailing_run_match, lm_uni_is_space}, {run_match, ds_cjk},
-                             {run_match, lm_uni_is_number}},
-    [LM_PRE_DEEPSEEK_CODER] = {{one_match, is_crlf}, {space_opt_run_match, lm_uni_is_letter},
-                               {space_opt_run_match, lm_uni_is_punct}, {run_match, ds_cjk},
-                               {one_match, lm_uni_is_number}},
-    [LM_PRE_DEEPSEEK3] = {{upto3_match, lm_uni_is_number}, {run_match, ds3_cjk},
-                          {deepseek3_match, NULL}},
-    [LM_PRE_FALCON] = {{run_match, falcon_punct}, {gpt2_match, NULL},
-                       {three_match, is_ascii_digit}},
-    [LM_PRE_GPT4O] = {{gpt4o_match, NULL}},
-    [LM_PRE_TEKKEN] = {{tekken_match, NULL}},
-    [LM_PRE_GEMMA4] = {{newline_runs_match, NULL}},
+    [LM_PRE_DEFAULT] = {{run_match, default_punct, NULL}, {gpt2_match, NULL, NULL},
+                        {run_match, lm_uni_is_number, NULL}, {three_match, is_ascii_digit, NULL}},
+    [LM_PRE_GPT2] = {{gpt2_match, NULL, NULL}},
+    [LM_PRE_STARCODER] = {{one_match, lm_uni_is_number, NULL}, {gpt2_match, NULL, NULL}},
+    [LM_PRE_LLAMA3] = {{llama3_family_match, NULL, &llama3_w}},
+    [LM_PRE_QWEN2] = {{llama3_family_match, NULL, &qwen2_w}},
+    [LM_PRE_QWEN35] = {{llama3_family_match, NULL, &qwen35_w}},
+    [LM_PRE_DEEPSEEK_LLM] = {{one_match, is_crlf, NULL}, {space_opt_run_match, ds_letter, NULL},
+                             {space_opt_run_match, ds_punct, NULL},
+                             {trailing_run_match, lm_uni_is_space, NULL},
+                             {run_match, ds_cjk, NULL}, {run_match, lm_uni_is_number, NULL}},
+    [LM_PRE_DEEPSEEK_CODER] = {{one_match, is_crlf, NULL},
+                               {space_opt_run_match, lm_uni_is_letter, NULL},
+                               {space_opt_run_match, lm_uni_is_punct, NULL},
+                               {run_match, ds_cjk, NULL}, {one_match, lm_uni_is_number, NULL}},
+    [LM_PRE_DEEPSEEK3] = {{upto3_match, lm_uni_is_number, NULL}, {run_match, ds3_cjk, NULL},
+                          {deepseek3_match, NULL, NULL}},
+    [LM_PRE_FALCON] = {{run_match, falcon_punct, NULL}, {gpt2_match, NULL, NULL},
+                       {three_match, is_ascii_digit, NULL}},
+    [LM_PRE_GPT4O] = {{o200k_match, NULL, &gpt4o_w}},
+    [LM_PRE_TEKKEN] = {{o200k_match, NULL, &tekken_w}},
+    [LM_PRE_GEMMA4] = {{newline_runs_match, NULL, NULL}},
+    [LM_PRE_MINICPM5] = {{upto3_match, lm_uni_is_number, NULL},
+                         {llama3_family_match, NULL, &minicpm5_w}},
+    [LM_PRE_UFAKZEKA] = {{llama3_family_match, NULL, &ufakzeka_w}},
+    [LM_PRE_SEED_CODER] = {{llama3_family_match, NULL, &seed_coder_w}},
+    [LM_PRE_LAGUNA] = {{newline_runs_match, NULL, NULL}, {llama3_family_match, NULL, &qwen2_w}},
 };
 
 /* The first match at or after from within cp[0..n): its start in *start and its end, or n
@@ -497,7 +495,7 @@ static size_t find_match(const stage *st, const uint32_t *cp, size_t n, size_t f
         return n;
     }
     for (size_t p = from; p < n; p++) {
-        size_t e = st->match(cp, n, p, st->x);
+        size_t e = st->match(cp, n, p, st);
         if (e > p) {
             *start = p;
             return e;

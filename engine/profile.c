@@ -68,6 +68,31 @@ const lm_round_spec *lm_profile_site(const lm_profile *p, uint32_t site)
     return &p->site[site];
 }
 
+bool lm_profile_rounds_on(const lm_profile *p, const lm_model *m)
+{
+    bool per_weight = false;
+    for (uint32_t s = 0; p != NULL && s < LM_N_SITES; ++s) {
+        const lm_round_kind k = p->site[s].kind;
+        if (k == LM_ROUND_VEC_DOT)
+            per_weight = true;
+        else if (k != LM_ROUND_NONE)
+            return true;
+    }
+    if (!per_weight)
+        return false;
+    if (lm_vec_dot_spec(lm_model_weight_type(m, m->output))->kind != LM_ROUND_NONE)
+        return true;
+    for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
+        const float *w[LM_LAYER_PRODUCTS];
+        lm_layer_product_weights(&m->layers[il], w);
+        for (int i = 0; i < LM_LAYER_PRODUCTS; ++i)
+            if (w[i] != NULL &&
+                lm_vec_dot_spec(lm_model_weight_type(m, w[i]))->kind != LM_ROUND_NONE)
+                return true;
+    }
+    return false;
+}
+
 bool lm_profile_rounds(const lm_profile *p)
 {
     for (uint32_t s = 0; p != NULL && s < LM_N_SITES; ++s)

@@ -4,12 +4,13 @@
  * Behaviour follows llama.cpp's llama_vocab where a choice exists (it produced the fixture
  * ids the tests check): token texts are looked up last-definition-wins, merges
  * first-definition-wins, empty token texts become "[EMPTY_<id>]", special ids out of range keep
- * their defaults (SPM: BOS 1, EOS 2, UNK 0; BPE: BOS = EOS = 11, no UNK; gemma4: none); add_bos_token defaults
- * to true for SPM and for gpt2 to false except for the pre-tokenizers llama.cpp adds BOS for
- * (Llama 3, tekken), add_space_prefix to true for SPM. Encoding first cuts the
- * input at user-defined tokens (control tokens stay plain text: special tokens are never
- * parsed), then encodes each text piece; with add_special it adds BOS (and EOS when
- * add_eos_token is set). Decoded pieces of every token are computed once at load. */
+ * their defaults (SPM: BOS 1, EOS 2, UNK 0; BPE: BOS = EOS = 11, no UNK; gemma4 and GLM 4:
+ * none); add_bos_token defaults to true for SPM and Gemma 4, and for gpt2 to false except for
+ * the pre-tokenizers llama.cpp adds BOS for (Llama 3, tekken), add_space_prefix to true for
+ * SPM. Encoding first cuts the input at user-defined tokens (control tokens stay plain text:
+ * special tokens are never parsed), then encodes each text piece; with add_special it adds BOS
+ * (and EOS when add_eos_token is set). Decoded pieces of every token are computed once at
+ * load. */
 #include "tokenizer_internal.h"
 #include "unicode.h"
 
@@ -419,49 +420,54 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         v->bpe_raw = true;
     } else if (!spm) {
         /* tokenizer.ggml.pre values by the regexes llama.cpp splits them with (llama_vocab's
-         * load: LLAMA_VOCAB_PRE_TYPE_* and llm_tokenizer_bpe's regex lists), with the
-         * ignore_merges flag and the add_bos default it sets for them. An absent key is
-         * llama.cpp's "default". */
+         * load: LLAMA_VOCAB_PRE_TYPE_* and llm_tokenizer_bpe's regex lists), with what else
+         * it sets for them: ignore_merges (IGN), the add_bos default (BOS), no default BOS id
+         * (NOBOS). An absent key is llama.cpp's "default". */
+        enum { IGN = 1, BOS = 2, NOBOS = 4 };
         static const struct {
             const char *name;
             lm_pre pre;
-            bool ignore_merges, add_bos;
+            unsigned flags;
         } pres[] = {
-            {"gpt2", LM_PRE_GPT2, false, false},        {"gpt-2", LM_PRE_GPT2, false, false},
-            {"phi-2", LM_PRE_GPT2, false, false},       {"jina-es", LM_PRE_GPT2, false, false},
-            {"jina-de", LM_PRE_GPT2, false, false},     {"gigachat", LM_PRE_GPT2, false, false},
-            {"jina-v2-es", LM_PRE_GPT2, false, false},  {"jina-v2-de", LM_PRE_GPT2, false, false},
-            {"a.x-4.0", LM_PRE_GPT2, false, false},     {"mellum", LM_PRE_GPT2, false, false},
-            {"modern-bert", LM_PRE_GPT2, false, false}, {"mpt", LM_PRE_GPT2, false, false},
-            {"olmo", LM_PRE_GPT2, false, false},        {"jais", LM_PRE_GPT2, false, false},
-            {"trillion", LM_PRE_GPT2, false, false},    {"exaone4", LM_PRE_GPT2, false, false},
-            {"granite-docling", LM_PRE_GPT2, false, false},
-            {"smollm", LM_PRE_STARCODER, false, false}, {"starcoder", LM_PRE_STARCODER, false, false},
-            {"refact", LM_PRE_STARCODER, false, false}, {"command-r", LM_PRE_STARCODER, false, false},
-            {"codeshell", LM_PRE_STARCODER, false, false}, {"exaone", LM_PRE_STARCODER, false, false},
-            {"minerva-7b", LM_PRE_STARCODER, false, false}, {"mellum2", LM_PRE_STARCODER, false, false},
-            {"llama3", LM_PRE_LLAMA3, true, true},      {"llama-v3", LM_PRE_LLAMA3, true, true},
-            {"llama-bpe", LM_PRE_LLAMA3, true, true},   {"falcon3", LM_PRE_LLAMA3, true, true},
-            {"falcon-h1", LM_PRE_LLAMA3, true, true},   {"pixtral", LM_PRE_LLAMA3, true, true},
-            {"midm-2.0", LM_PRE_LLAMA3, true, true},    {"lfm2", LM_PRE_LLAMA3, true, true},
-            {"jina-v5-nano", LM_PRE_LLAMA3, true, true},
-            {"dbrx", LM_PRE_LLAMA3, false, false},      {"smaug-bpe", LM_PRE_LLAMA3, false, false},
-            {"qwen2", LM_PRE_QWEN2, false, false},      {"deepseek-r1-qwen", LM_PRE_QWEN2, false, false},
-            {"kormo", LM_PRE_QWEN2, false, false},      {"f2llmv2", LM_PRE_QWEN2, false, false},
-            {"megrez", LM_PRE_QWEN2, false, false},     {"stablelm2", LM_PRE_QWEN2, false, false},
-            {"hunyuan", LM_PRE_QWEN2, false, false},    {"solar-open", LM_PRE_QWEN2, false, false},
-            {"grok-2", LM_PRE_QWEN2, false, false},
-            {"qwen35", LM_PRE_QWEN35, false, false},
-            {"deepseek-llm", LM_PRE_DEEPSEEK_LLM, false, false},
-            {"deepseek-coder", LM_PRE_DEEPSEEK_CODER, false, false},
-            {"deepseek-v3", LM_PRE_DEEPSEEK3, false, false},
-            {"hunyuan-dense", LM_PRE_DEEPSEEK3, false, false},
-            {"hy_v4", LM_PRE_DEEPSEEK3, false, false}, {"joyai-llm", LM_PRE_DEEPSEEK3, false, false},
-            {"falcon", LM_PRE_FALCON, false, false},
-            {"gpt-4o", LM_PRE_GPT4O, false, false},     {"llama4", LM_PRE_GPT4O, false, false},
-            {"kanana2", LM_PRE_GPT4O, false, false},    {"talkie", LM_PRE_GPT4O, false, false},
-            {"minimax-m2", LM_PRE_GPT4O, false, false},
-            {"tekken", LM_PRE_TEKKEN, true, true},
+            {"gpt2", LM_PRE_GPT2, 0},              {"gpt-2", LM_PRE_GPT2, 0},
+            {"phi-2", LM_PRE_GPT2, 0},             {"jina-es", LM_PRE_GPT2, 0},
+            {"jina-de", LM_PRE_GPT2, 0},           {"gigachat", LM_PRE_GPT2, 0},
+            {"jina-v2-es", LM_PRE_GPT2, 0},        {"jina-v2-de", LM_PRE_GPT2, 0},
+            {"a.x-4.0", LM_PRE_GPT2, 0},           {"mellum", LM_PRE_GPT2, 0},
+            {"modern-bert", LM_PRE_GPT2, 0},       {"mpt", LM_PRE_GPT2, 0},
+            {"olmo", LM_PRE_GPT2, 0},              {"jais", LM_PRE_GPT2, 0},
+            {"trillion", LM_PRE_GPT2, 0},          {"exaone4", LM_PRE_GPT2, 0},
+            {"granite-docling", LM_PRE_GPT2, 0},
+            {"smollm", LM_PRE_STARCODER, 0},       {"starcoder", LM_PRE_STARCODER, 0},
+            {"refact", LM_PRE_STARCODER, 0},       {"command-r", LM_PRE_STARCODER, 0},
+            {"codeshell", LM_PRE_STARCODER, 0},    {"exaone", LM_PRE_STARCODER, 0},
+            {"minerva-7b", LM_PRE_STARCODER, 0},   {"mellum2", LM_PRE_STARCODER, 0},
+            {"llama3", LM_PRE_LLAMA3, IGN | BOS},  {"llama-v3", LM_PRE_LLAMA3, IGN | BOS},
+            {"llama-bpe", LM_PRE_LLAMA3, IGN | BOS}, {"falcon3", LM_PRE_LLAMA3, IGN | BOS},
+            {"falcon-h1", LM_PRE_LLAMA3, IGN | BOS}, {"pixtral", LM_PRE_LLAMA3, IGN | BOS},
+            {"midm-2.0", LM_PRE_LLAMA3, IGN | BOS}, {"lfm2", LM_PRE_LLAMA3, IGN | BOS},
+            {"jina-v5-nano", LM_PRE_LLAMA3, IGN | BOS},
+            {"dbrx", LM_PRE_LLAMA3, 0},            {"smaug-bpe", LM_PRE_LLAMA3, 0},
+            {"chatglm-bpe", LM_PRE_LLAMA3, NOBOS}, {"glm4", LM_PRE_LLAMA3, IGN | NOBOS},
+            {"glm5", LM_PRE_LLAMA3, IGN | NOBOS},
+            {"qwen2", LM_PRE_QWEN2, 0},            {"deepseek-r1-qwen", LM_PRE_QWEN2, 0},
+            {"kormo", LM_PRE_QWEN2, 0},            {"f2llmv2", LM_PRE_QWEN2, 0},
+            {"megrez", LM_PRE_QWEN2, 0},           {"stablelm2", LM_PRE_QWEN2, 0},
+            {"hunyuan", LM_PRE_QWEN2, 0},          {"solar-open", LM_PRE_QWEN2, 0},
+            {"grok-2", LM_PRE_QWEN2, 0},           {"bailingmoe", LM_PRE_QWEN2, 0},
+            {"bailingmoe2", LM_PRE_QWEN2, 0},      {"llada-moe", LM_PRE_QWEN2, 0},
+            {"qwen35", LM_PRE_QWEN35, 0},
+            {"deepseek-llm", LM_PRE_DEEPSEEK_LLM, 0},
+            {"deepseek-coder", LM_PRE_DEEPSEEK_CODER, 0},
+            {"deepseek-v3", LM_PRE_DEEPSEEK3, 0},  {"hunyuan-dense", LM_PRE_DEEPSEEK3, 0},
+            {"hy_v4", LM_PRE_DEEPSEEK3, 0},        {"joyai-llm", LM_PRE_DEEPSEEK3, 0},
+            {"falcon", LM_PRE_FALCON, 0},
+            {"gpt-4o", LM_PRE_GPT4O, 0},           {"llama4", LM_PRE_GPT4O, 0},
+            {"kanana2", LM_PRE_GPT4O, 0},          {"talkie", LM_PRE_GPT4O, 0},
+            {"minimax-m2", LM_PRE_GPT4O, 0},
+            {"tekken", LM_PRE_TEKKEN, IGN | BOS},
+            {"minicpm5", LM_PRE_MINICPM5, IGN},    {"ufakzeka", LM_PRE_UFAKZEKA, 0},
+            {"seed-coder", LM_PRE_SEED_CODER, 0},  {"laguna", LM_PRE_LAGUNA, 0},
         };
         const char *pre = NULL;
         if (lm_gguf_get_str(g, "tokenizer.ggml.pre", NULL, &pre, err) != LM_OK)
@@ -472,8 +478,10 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
             if (strcmp(pre, pres[i].name) == 0) {
                 known = true;
                 v->pre = pres[i].pre;
-                v->ignore_merges = pres[i].ignore_merges;
-                v->add_bos = pres[i].add_bos;
+                v->ignore_merges = (pres[i].flags & IGN) != 0;
+                v->add_bos = (pres[i].flags & BOS) != 0;
+                if ((pres[i].flags & NOBOS) && lm_gguf_find(g, "tokenizer.ggml.bos_token_id") < 0)
+                    v->bos = -1;
             }
         if (!known) {
             v->pre = LM_PRE_GPT2;

@@ -30,6 +30,10 @@ typedef enum lm_pre {
     LM_PRE_GPT4O,          /* gpt-4o (gpt-oss), llama4 */
     LM_PRE_TEKKEN,         /* tekken (Mistral NeMo and later) */
     LM_PRE_GEMMA4,         /* gemma4 model: runs of newlines and runs of other code points */
+    LM_PRE_MINICPM5,       /* minicpm5: \p{N}{1,3}, then Llama 3's pattern with \p{N}+ */
+    LM_PRE_UFAKZEKA,       /* ufakzeka: Qwen 2 without contractions */
+    LM_PRE_SEED_CODER,     /* seed-coder: Qwen 2 without [\r\n]* after other code points */
+    LM_PRE_LAGUNA,         /* laguna: runs of newlines and of the rest, then Qwen 2 */
     LM_PRE_COUNT
 } lm_pre;
 

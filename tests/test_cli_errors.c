@@ -691,6 +691,20 @@ static void test_cli_errors_output_is_input(void)
     size_t nb = slurp(before, sizeof before, good);
     BAD("case file", cmd_check, "check", good, "--cache", cache, "--json", good, "-q");
     BAD("MODEL", cmd_ref, "ref", model, "--tokens", "1,2,3", "--no-cache", "-o", model);
+    /* check reads the case's golden file (CASE's folder/golden/NAME.json) and its model too */
+    char gdir[1100], golden[1200];
+    snprintf(gdir, sizeof gdir, "%s/golden", base);
+    snprintf(golden, sizeof golden, "%s/c-ok.json", gdir);
+    CU_ASSERT_FATAL(mkdir(gdir, 0755) == 0 || errno == EEXIST);
+    FILE *g = fopen(golden, "w");
+    CU_ASSERT_FATAL(g != NULL);
+    CU_ASSERT_FATAL(fputs("{}\n", g) >= 0 && fclose(g) == 0);
+    BAD("golden file", cmd_check, "check", good, "--cache", cache, "--junit", golden, "-q");
+    BAD("golden file", cmd_check, "check", good, "--cache", cache, "-o", gdir, "--json",
+        golden, "-q");
+    BAD("MODEL", cmd_check, "check", good, "--cache", cache, "--md", model, "-q");
+    char gtext[8];
+    CU_ASSERT(slurp(gtext, sizeof gtext, golden) == 3 && memcmp(gtext, "{}\n", 3) == 0);
     size_t na = slurp(after, sizeof after, good);
     CU_ASSERT(na == nb && memcmp(before, after, nb) == 0);
     /* diff refuses -o OLD before it reads a report, so any file stands for one here */

@@ -236,6 +236,31 @@ static void test_cli_synth_model_and_file_everywhere(void)
     free(saved);
 }
 
+/* run --show-ids prints the prompt's ids in the form --tokens takes: fed back, they are the
+ * same prompt and give the same continuation. */
+static void test_cli_show_ids_feed_tokens(void)
+{
+    char model[1024], out[1 << 14], out2[1 << 14], ids[4096];
+    snprintf(model, sizeof model, "%s/show-ids-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(model, "tiny", 0, LM_TYPE_F32, &err), LM_OK);
+    char *a[] = {"run", model, "-p", "Hello world", "-n", "3", "--show-ids", NULL};
+    CU_ASSERT_EQUAL_FATAL(tf_run_cmd(cmd_run, 7, a, out, sizeof out), 0);
+    char *line = strstr(out, "prompt ids: ");
+    CU_ASSERT_FATAL(line != NULL);
+    size_t n = strcspn(line + strlen("prompt ids: "), "\n");
+    CU_ASSERT_FATAL(n > 0 && n < sizeof ids);
+    memcpy(ids, line + strlen("prompt ids: "), n);
+    ids[n] = '\0';
+    char *b[] = {"run", model, "--tokens", ids, "-n", "3", "--show-ids", NULL};
+    CU_ASSERT_EQUAL_FATAL(tf_run_cmd(cmd_run, 7, b, out2, sizeof out2), 0);
+    char *line2 = strstr(out2, "prompt ids: ");
+    CU_ASSERT_FATAL(line2 != NULL);
+    *strstr(line, "\nrun: ") = '\0'; /* prompt and generated ids; the timing line differs */
+    *strstr(line2, "\nrun: ") = '\0';
+    CU_ASSERT_STRING_EQUAL(line, line2);
+}
+
 /* synth --help names every preset synth accepts. */
 static void test_cli_synth_help_lists_presets(void)
 {
@@ -284,6 +309,7 @@ void test_cli_prompt_register(void)
     CU_add_test(s, "test_cli_compare_verdict", test_cli_compare_verdict);
     CU_add_test(s, "test_cli_compare_parted", test_cli_compare_parted);
     CU_add_test(s, "test_cli_trace_why", test_cli_trace_why);
+    CU_add_test(s, "test_cli_show_ids_feed_tokens", test_cli_show_ids_feed_tokens);
     CU_add_test(s, "test_cli_synth_help_lists_presets", test_cli_synth_help_lists_presets);
     CU_add_test(s, "test_cli_config_value_says_expected", test_cli_config_value_says_expected);
     CU_add_test(s, "test_cli_synth_model_and_file_everywhere",

@@ -256,6 +256,11 @@ static void test_profile_engine_q8act_per_weight_type(void)
         }
         const bool same_as_f32 = memcmp(q, f, nv * sizeof *q) == 0;
         CU_ASSERT_EQUAL(same_as_f32, cases[c].type == LM_TYPE_F32 && cases[c].twin != NULL);
+        /* lm_profile_rounds_on says so without running it; a profile rounding at a site always
+         * acts */
+        CU_ASSERT_EQUAL(lm_profile_rounds_on(lm_profile_find("q8act"), m), !same_as_f32);
+        CU_ASSERT(lm_profile_rounds_on(lm_profile_find("f16kv"), m));
+        CU_ASSERT_FALSE(lm_profile_rounds_on(lm_profile_find("f32"), m));
         free(q);
         free(t);
         free(f);

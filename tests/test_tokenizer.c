@@ -513,13 +513,29 @@ static void test_tokenizer_pre_note(void)
                                  "smollm",  "mellum2",   "llama-bpe",      "qwen2",
                                  "megrez",  "stablelm2", "deepseek-r1-qwen", "qwen35",
                                  "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
-                                 "gpt-4o",  "llama4",    "tekken",         "dbrx"};
+                                 "gpt-4o",  "llama4",    "tekken",         "dbrx",
+                                 "glm4",    "chatglm-bpe", "bailingmoe2",  "minicpm5",
+                                 "ufakzeka", "seed-coder", "laguna"};
     for (size_t k = 0; k < sizeof implemented / sizeof implemented[0]; k++) {
         lm_vocab *v = build_pre_vocab("pre_note.gguf", implemented[k]);
         CU_ASSERT_PTR_NOT_NULL_FATAL(v);
         CU_ASSERT_PTR_NULL(lm_vocab_pre_note(v));
         lm_vocab_free(v);
     }
+    /* what llama.cpp sets beside the split: BOS added by default for Llama 3, no default BOS
+     * id (here: no bos_token_id key) for GLM 4, the BPE default 11 otherwise */
+    lm_vocab *v3 = build_pre_vocab("pre_bos.gguf", "llama-bpe");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v3);
+    CU_ASSERT(lm_vocab_adds_bos(v3) && lm_vocab_bos(v3) == 11);
+    lm_vocab_free(v3);
+    v3 = build_pre_vocab("pre_bos.gguf", "glm4");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v3);
+    CU_ASSERT(!lm_vocab_adds_bos(v3) && lm_vocab_bos(v3) == -1);
+    lm_vocab_free(v3);
+    v3 = build_pre_vocab("pre_bos.gguf", "gpt-2");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v3);
+    CU_ASSERT(!lm_vocab_adds_bos(v3) && lm_vocab_bos(v3) == 11);
+    lm_vocab_free(v3);
     const char *other[] = {"kimi-k2", "chameleon", "viking", "no-such-pre"};
     for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
         lm_vocab *v = build_pre_vocab("pre_note.gguf", other[k]);
@@ -543,7 +559,8 @@ static void test_tokenizer_pretokenize_llama_splits(void)
 {
     static const char *names[] = {"default", "gpt-2", "starcoder", "llama-bpe", "qwen2", "qwen35",
                                   "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
-                                  "gpt-4o", "tekken", "gemma4"};
+                                  "gpt-4o", "tekken", "gemma4", "minicpm5", "ufakzeka",
+                                  "seed-coder", "laguna"};
     size_t in_len = 0;
     char *in = read_all("tests/data/pretok/inputs.txt", &in_len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(in);

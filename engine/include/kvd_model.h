@@ -231,6 +231,11 @@ lm_model_ext *lm_model_ext_attach(const lm_model *m, lm_model_ext *x);
 /* Releases m's attached data (lm_model_free does; a model built by hand calls it before its
  * storage goes). */
 void lm_model_ext_release(lm_model *m);
+/* The weights a layer multiplies its activations by, in this order: wq, wk, wv, wo, w_gate,
+ * w_up, w_down, ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps (NULL where the layer
+ * has none). */
+#define LM_LAYER_PRODUCTS 11
+void lm_layer_product_weights(const lm_layer *L, const float *w[LM_LAYER_PRODUCTS]);
 /* The type in the file (lm_tensor_type) of the loaded weight whose values start at data;
  * 0 (F32) when none does (NULL, or a model built in memory, whose weights are float32). */
 uint32_t lm_model_weight_type(const lm_model *m, const float *data);

@@ -86,6 +86,11 @@ const char *lm_profile_expected(void);
 const lm_round_spec *lm_profile_site(const lm_profile *p, uint32_t site);
 /* Whether the profile rounds anything at all. */
 bool lm_profile_rounds(const lm_profile *p);
+struct lm_model;
+/* Whether the profile changes a value of m's forward pass: it rounds at some site, or converts
+ * a product's input (LM_ROUND_VEC_DOT) for a weight of m whose type has a conversion. q8act on
+ * a model whose weights are all float32 rounds nothing: it computes what f32 computes. */
+bool lm_profile_rounds_on(const lm_profile *p, const struct lm_model *m);
 
 /* Round to nearest (ties to even) of one float32 to a LM_ROUND_FLOAT spec; NaN, Inf and zeros
  * unchanged; a value beyond the format's largest finite after rounding becomes +-Inf. */

@@ -72,20 +72,28 @@ typedef struct check_out {
 } check_out;
 
 /* A report file checked before hours of work are spent (nothing is created): it can be written
- * (into -o DIR, made when missing: dir; else NULL) and it is none of the case files read;
- * errors name the option. */
-static int prepare_out(const char *opt, const char *dir, const char *path, hx_case *const *cases,
-                       size_t n, lm_err *err)
+ * (into -o DIR, made when missing: dir; else NULL) and it is none of the files check reads (case
+ * files, their golden files under golden_dir, their model files); errors name the option. */
+static int prepare_out(const char *opt, const char *dir, const char *path, const char *golden_dir,
+                       hx_case *const *cases, size_t n, lm_err *err)
 {
     int rc = dir ? hx_cli_check_out_in_dir(dir, path, err) : hx_cli_check_out_file(path, err);
-    for (size_t i = 0; rc == LM_OK && i < n; ++i)
+    for (size_t i = 0; rc == LM_OK && i < n; ++i) {
+        char gpath[4096];
         rc = hx_cli_out_not_input(path, cases[i]->file, "case file", err);
+        if (rc == LM_OK)
+            rc = hx_caserun_golden_path(gpath, sizeof gpath, golden_dir, cases[i], err);
+        if (rc == LM_OK)
+            rc = hx_cli_out_not_input(path, gpath, "golden file", err);
+        if (rc == LM_OK && !cases[i]->model.synth)
+            rc = hx_cli_out_not_input(path, cases[i]->model.path, "MODEL", err);
+    }
     return hx_cli_err_prefix(rc, opt, err);
 }
 
 /* -o DIR (made, one folder, when the reports are written) and every report file. */
-static int prepare_outputs(check_out *o, const char *out_dir, hx_case *const *cases,
-                           size_t n_cases, lm_err *err)
+static int prepare_outputs(check_out *o, const char *out_dir, const char *golden_dir,
+                           hx_case *const *cases, size_t n_cases, lm_err *err)
 {
     int rc = LM_OK;
     if (out_dir && (rc = hx_cli_err_prefix(hx_cli_check_out_dir(out_dir, err), "--out", err)) != LM_OK)
@@ -103,7 +111,8 @@ static int prepare_outputs(check_out *o, const char *out_dir, hx_case *const *ca
         char opt[64];
         snprintf(opt, sizeof opt, "--%s", in_dir ? "out" : w->name);
         if (o->path[i])
-            rc = prepare_out(opt, in_dir ? out_dir : NULL, o->path[i], cases, n_cases, err);
+            rc = prepare_out(opt, in_dir ? out_dir : NULL, o->path[i], golden_dir, cases,
+                             n_cases, err);
     }
     o->dir = out_dir;
     return rc;
@@ -408,7 +417,7 @@ int cmd_check(int argc, char **argv)
                                                 &err)) == LM_OK)
         st = hx_cli_golden_dir(o.golden_dir, &err); /* missing: every golden absent */
     if (st == LM_OK)
-        st = prepare_outputs(&o.out, o.out_dir, cases, n_cases, &err);
+        st = prepare_outputs(&o.out, o.out_dir, o.golden_dir, cases, n_cases, &err);
     if (st == LM_OK)
         st = run_cases(runs, reports, cases, n_cases, &o, cmdline, &n_skipped, &err);
     if (st == LM_OK)

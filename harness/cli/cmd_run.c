@@ -35,7 +35,8 @@ static const char usage_text[] =
     "                        for the exact-window policy (rot=MAX/KEEP/window)\n"
     "      --special         parse control tokens written in TEXT (\"<|im_start|>\", \"<s>\")\n"
     "                        as those tokens, as llama.cpp's CLI does (default: plain text)\n"
-    "      --show-ids        also print the prompt and generated token ids\n"
+    "      --show-ids        also print the prompt and generated token ids (comma-separated,\n"
+    "                        as --tokens takes them)\n"
     "      --seed X          sampler seed (default 0)\n"
     "      --temp T          temperature; <= 0 is greedy (default 0)\n"
     "      --top-k K         keep the K most likely tokens (default 0 = off)\n"
@@ -263,12 +264,13 @@ static int generate(run_out *out, const run_opts *o, lm_err *err)
 static void print_result(const run_out *r, bool show_ids)
 {
     if (show_ids) {
-        printf("prompt ids:");
+        /* comma-separated, as --tokens takes them */
+        printf("prompt ids: ");
         for (uint32_t i = 0; i < r->n_prompt; ++i)
-            printf(" %" PRId32, r->ids[i]);
-        printf("\ngenerated ids:");
+            printf("%s%" PRId32, i ? "," : "", r->ids[i]);
+        printf("\ngenerated ids: ");
         for (uint32_t i = 0; i < r->n_out; ++i)
-            printf(" %" PRId32, r->gen[i]);
+            printf("%s%" PRId32, i ? "," : "", r->gen[i]);
         printf("\n");
     }
     fflush(stdout); /* the text first, then the timing line, even when both go to one pipe */

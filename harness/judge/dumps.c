@@ -46,11 +46,12 @@ void hx_kl_stats_compute(hx_kl_stats *out, double *kl, uint32_t n, uint32_t n_sa
     out->median = hx_percentile_sorted(kl, n, 0.5);
 }
 
-int hx_explain_profile(const hx_class *cls, const double *e_scale, uint32_t n)
+int hx_explain_profile(const hx_class *cls, const double *e_scale, const bool *idle, uint32_t n)
 {
     int best = -1;
     for (uint32_t k = 0; k < n; ++k)
-        if (!hx_class_fails(cls[k]) && (best < 0 || e_scale[k] < e_scale[best]))
+        if ((idle == NULL || !idle[k]) && !hx_class_fails(cls[k]) &&
+            (best < 0 || e_scale[k] < e_scale[best]))
             best = (int)k;
     return best;
 }

@@ -19,11 +19,14 @@ void hx_kl_stats_compute(hx_kl_stats *out, double *kl /* [n] */, uint32_t n, uin
 /* Value at fraction f of sorted v [n] (n >= 1), linear between closest ranks. */
 double hx_percentile_sorted(const double *v /* [n] */, uint32_t n, double f);
 
-/* Which profile explains a dump: among profiles k = 0..n-1 whose class cls[k] passes
- * (hx_class_fails false), the one with the smallest e_scale[k] (its median logits envelope);
- * the first of equals. -1 when none passes. */
+/* Which profile explains a dump: among profiles k = 0..n-1 that are candidates (idle NULL or
+ * idle[k] false) and whose class cls[k] passes (hx_class_fails false), the one with the
+ * smallest e_scale[k] (its median logits envelope); the first of equals. -1 when none passes.
+ * idle[k] marks a profile that rounds nothing on the judged model (lm_profile_rounds_on): it
+ * computes what f32 computes, and its envelope differs from f32's only by the draw of its
+ * ensemble, so it explains nothing f32 does not. */
 int hx_explain_profile(const hx_class *cls /* [n] */, const double *e_scale /* [n] */,
-                       uint32_t n);
+                       const bool *idle /* [n] or NULL */, uint32_t n);
 
 /* The greedy sequence: gen [n_gen] is the dump's own continuation of the prompt; path [n_path]
  * the tokens its logits rows were computed on after the prompt; r_top [n_path + 1] the

@@ -448,9 +448,12 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
         rc = greedy(rep, dr, d, ref, err);
     if (rc != LM_OK)
         return rc;
-    for (uint32_t k = 0; k < s->n_prof; ++k)
+    bool idle[HX_JUDGE_MAX_PROFILES];
+    for (uint32_t k = 0; k < s->n_prof; ++k) {
         cls[k] = rep->configs[dr->first_config + k].cls;
-    int e = hx_explain_profile(cls, scale, s->n_prof);
+        idle[k] = lm_profile_rounds(s->prof[k]) && !lm_profile_rounds_on(s->prof[k], s->p->model);
+    }
+    int e = hx_explain_profile(cls, scale, idle, s->n_prof);
     snprintf(dr->explained_by, sizeof dr->explained_by, "%s", e >= 0 ? s->prof[e]->name : "");
     /* KL and top-1 over the logits rows (the same under every profile: take the first's) */
     const hx_config_report *c0 = &rep->configs[dr->first_config];
