@@ -632,6 +632,12 @@ static void test_check_reports_all_or_nothing(void)
     CU_ASSERT_STRING_EQUAL(read_text(md), "old markdown\n");
     CU_ASSERT_EQUAL(access(html, F_OK), -1);
     CU_ASSERT_EQUAL(access(junit, F_OK), -1);
+    /* -o into a folder that does not exist yet: the failure leaves no folder behind */
+    char out[1100];
+    snprintf(out, sizeof out, "%s/aon-out", dir);
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "-o", out,
+                        "--json", "/dev/full", "--allow-skip", "-q", (char *)NULL), 2);
+    CU_ASSERT_EQUAL(access(out, F_OK), -1);
     /* the same outputs with a writable JSON path: all four written */
     char json[1100];
     snprintf(json, sizeof json, "%s/aon.json", dir);

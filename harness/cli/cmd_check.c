@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage_text[] =
     "usage: kvdrift check CASE... [-o DIR] [--junit FILE] [--json FILE] [--md FILE] [options]\n"
@@ -234,12 +236,15 @@ static int run_case(hx_caserun **out, hx_case *c, const hx_caserun_opts *ro,
 
 /* Every report file, all or nothing: each document is made and written to its temp file (a
  * device or FIFO: directly) before any file is renamed into place (lm_wfile_commit_all), so a
- * report that cannot be made or written leaves every report file as it was. */
+ * report that cannot be made or written leaves every report file as it was, and the -o folder
+ * as it was too: one this call made is removed again (it holds nothing then). */
 static int write_reports(const check_out *o, const hx_report **reports, size_t n, bool strict,
                          lm_err *err)
 {
     lm_wfile *w[HX_REPORT_MAX_WRITERS] = {0};
     const size_t n_w = hx_report_writer_count();
+    struct stat sb;
+    const bool made = o->dir != NULL && stat(o->dir, &sb) != 0;
     int st = o->dir ? lm_mkdir_p(o->dir, err) : LM_OK; /* its parent was checked to exist */
     for (size_t i = 0; st == LM_OK && i < n_w; ++i) {
         if (o->path[i] == NULL)
@@ -252,9 +257,12 @@ static int write_reports(const check_out *o, const hx_report **reports, size_t n
         free(text);
     }
     if (st == LM_OK)
-        return lm_wfile_commit_all(w, n_w, err);
-    for (size_t i = 0; i < n_w; ++i)
-        lm_wfile_abort(w[i]);
+        st = lm_wfile_commit_all(w, n_w, err); /* frees every w[i] */
+    else
+        for (size_t i = 0; i < n_w; ++i)
+            lm_wfile_abort(w[i]);
+    if (st != LM_OK && made)
+        rmdir(o->dir);
     return st;
 }
 
