@@ -71,9 +71,22 @@ for _ in $(seq 200); do
   sleep 0.05
 done
 grep -q 'multiply-adds' out || { kill "$job"; fail "killed rank: the pass did not start"; }
+# rank 1 among the job's descendants (mpirun may start the ranks through a child of its own),
+# looked for until it shows, for a loaded machine where it is slow to appear
+descendants() {
+  local c
+  for c in $(pgrep -P "$1"); do
+    echo "$c"
+    descendants "$c"
+  done
+}
 victim=""
-for p in $(pgrep -P "$job"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+for _ in $(seq 100); do
+  for p in $(descendants "$job"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+  done
+  [[ -n $victim ]] && break
+  sleep 0.05
 done
 [[ -n $victim ]] || { kill "$job"; fail "killed rank: rank 1's process not found"; }
 kill -9 "$victim"
