@@ -183,6 +183,15 @@ static void test_judge_injected_bugs_fail_every_profile(void)
     hx_report *r = judge(m, &d, 1, n, NULL, 0);
     CU_ASSERT_EQUAL_FATAL(r->dumps[0].n_profiles, np);
     CU_ASSERT_STRING_EQUAL(r->dumps[0].explained_by, "f32");
+    /* q8act rounds nothing on F32 weights: its rows are judged with f32's envelope itself */
+    for (uint32_t k = 0; k < np; ++k)
+        if (strcmp(lm_profile_at(k)->name, "q8act") == 0) {
+            const hx_config_report *f = &r->configs[r->dumps[0].first_config];
+            const hx_config_report *q = &r->configs[r->dumps[0].first_config + k];
+            CU_ASSERT_EQUAL_FATAL(q->n_rows, f->n_rows);
+            for (size_t i = 0; i < q->n_rows; ++i)
+                CU_ASSERT_EQUAL(q->rows[i].e, f->rows[i].e); /* the same envelope: exact */
+        }
     CU_ASSERT_STRING_EQUAL(r->configs[0].rows[0].name, "L0.K");
     CU_ASSERT(r->configs[0].rows[0].cls <= HX_NOISE);
     /* the largest logits envelope at bad_pos over every profile */

@@ -48,6 +48,7 @@ typedef struct jstate {
     char ref_key[33];
     bool need_lp;
     const lm_profile *prof[HX_JUDGE_MAX_PROFILES];
+    bool idle[HX_JUDGE_MAX_PROFILES]; /* prof[k] rounds nothing on the model: f32 again */
     uint32_t n_prof;
     hx_envelope *env[HX_JUDGE_MAX_PROFILES], *env_lp[HX_JUDGE_MAX_PROFILES];
     char path_hash[33];         /* the naive f32 forced run's capture hash */
@@ -110,9 +111,18 @@ static int profiles(jstate *s, lm_err *err)
             if (s->prof[j] == pf)
                 return LM_FAIL(err, LM_E_INPUT, "profile %s given twice", pf->name);
         s->prof[i] = pf;
+        s->idle[i] = lm_profile_rounds(pf) && !lm_profile_rounds_on(pf, p->model);
     }
     s->n_prof = n;
     return LM_OK;
+}
+
+/* The profile whose envelope profile k is judged with: f32 for a profile that rounds nothing on
+ * the model (it computes what f32 computes, so its envelope is f32's, cached under f32's key
+ * and measured once), else its own. */
+static const char *env_profile(const jstate *s, uint32_t k)
+{
+    return s->idle[k] ? "f32" : s->prof[k]->name;
 }
 
 /* Rows [n][nv] to log-softmax in place: lse around the row's max, exp terms summed in index
@@ -212,7 +222,7 @@ static bool file_exists(const char *path)
 static bool use_ref_sr(const jstate *s, uint32_t k)
 {
     lm_err e = {0};
-    return strcmp(s->prof[k]->name, "f32") == 0 && !s->need_lp &&
+    return strcmp(env_profile(s, k), "f32") == 0 && !s->need_lp &&
            hx_envelope_sr_supported(s->p->model, &s->ref, &e) == LM_OK;
 }
 
@@ -228,7 +238,7 @@ static int env_key(char *path, size_t cap, uint8_t key[16], const jstate *s, uin
         return rc;
     int ne = ref_sr ? snprintf(extra, sizeof extra, "judge-forced:%s", HX_ENVELOPE_SR_MODE)
                     : snprintf(extra, sizeof extra, "%s;profile=%s;path=%s%s", judge_mode,
-                               s->prof[k]->name, s->path_hash, lp ? ";rows=logprobs" : "");
+                               env_profile(s, k), s->path_hash, lp ? ";rows=logprobs" : "");
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
     hx_envelope_key(key, s->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
@@ -261,6 +271,9 @@ static int env_store(hx_envelope *env, const jstate *s, uint32_t k, bool lp, lm_
 static int envelope(jstate *s, uint32_t k, lm_err *err)
 {
     const hx_judge_params *p = s->p;
+    if (s->idle[k])
+        progress(p, "profile %s rounds nothing on this model: judged with f32's envelope",
+                 s->prof[k]->name);
     bool need = env_load(&s->env[k], s, k, false) != LM_OK;
     if (s->need_lp)
         need |= env_load(&s->env_lp[k], s, k, true) != LM_OK;
@@ -295,7 +308,7 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     for (uint32_t i = 0; i < m && rc == LM_OK; ++i) {
         hx_config c = {.backend = "naive-sr", .sr_seed = seed + i};
         snprintf(c.profile, sizeof c.profile, "%s",
-                 strcmp(s->prof[k]->name, "f32") ? s->prof[k]->name : "");
+                 strcmp(env_profile(s, k), "f32") ? env_profile(s, k) : "");
         rc = hx_run_forced(&mem[i], p->model, &c, &rq, err);
         const double t = lm_now_s() - t0; /* one line per member: each can take minutes */
         if (rc == LM_OK)
@@ -448,12 +461,9 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
         rc = greedy(rep, dr, d, ref, err);
     if (rc != LM_OK)
         return rc;
-    bool idle[HX_JUDGE_MAX_PROFILES];
-    for (uint32_t k = 0; k < s->n_prof; ++k) {
+    for (uint32_t k = 0; k < s->n_prof; ++k)
         cls[k] = rep->configs[dr->first_config + k].cls;
-        idle[k] = lm_profile_rounds(s->prof[k]) && !lm_profile_rounds_on(s->prof[k], s->p->model);
-    }
-    int e = hx_explain_profile(cls, scale, idle, s->n_prof);
+    int e = hx_explain_profile(cls, scale, s->idle, s->n_prof);
     snprintf(dr->explained_by, sizeof dr->explained_by, "%s", e >= 0 ? s->prof[e]->name : "");
     /* KL and top-1 over the logits rows (the same under every profile: take the first's) */
     const hx_config_report *c0 = &rep->configs[dr->first_config];

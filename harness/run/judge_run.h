@@ -25,7 +25,8 @@
  *      path, the class there being that row's (hx_greedy_departure); KL statistics and the
  *      same-top-1 rate over the logits rows; the explaining profile (hx_explain_profile, with
  *      each profile's median logits E; a profile that rounds nothing on the model, as q8act on
- *      float32 weights, is the f32 hypothesis again and no candidate); every pair of dumps (hx_dump_pair_compare, with the
+ *      float32 weights, is the f32 hypothesis again: judged with f32's envelope, measured
+ *      once, and no candidate); every pair of dumps (hx_dump_pair_compare, with the
  *      first profile's envelope).
  * Exit code (hx_report_exit_code): 1 when some dump is explained by none of the profiles. */
 #ifndef HX_JUDGE_RUN_H
