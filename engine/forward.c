@@ -84,6 +84,8 @@ struct lm_ctx {
     lm_variants *var; /* attention implementation, windows, sinks, rotating cache, MoE */
     size_t scratch_bytes;
     bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
+    bool rows_indep;   /* the backend is LM_BE_CHUNK_INVARIANT: a row's bits never depend on
+                          the other rows of its chunk, so rows nobody reads may be skipped */
     lm_probe_fn probe; /* per-operation checkpoints, NULL = none */
     void *probe_user;
     lm_layer_fn on_layer; /* after each layer of a chunk (progress), NULL = none */
@@ -170,20 +172,21 @@ static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32
     lm_backend_perturb(c->be, x, n, j.dim, j.dim, LM_SITE_RESIDUAL); /* SR ensemble only */
 }
 
-/* RoPE with layer il's table: the sliding-layer theta when the layer slides. */
-static void rope_chunk(lm_ctx *c, uint32_t il, float *rows, uint32_t n, uint32_t n_heads,
-                       size_t stride)
+/* RoPE with layer il's table (the sliding-layer theta when the layer slides) of n rows that are
+ * chunk rows [r0, r0 + n). */
+static void rope_chunk(lm_ctx *c, uint32_t il, float *rows, uint32_t r0, uint32_t n,
+                       uint32_t n_heads, size_t stride)
 {
     const bool swa = c->m->layers[il].window != 0;
     const lm_hparams *hp = &c->m->hp;
     lm_rope_args j = {.cos_tab = swa ? c->rope_cos_swa : c->rope_cos,
                       .sin_tab = swa ? c->rope_sin_swa : c->rope_sin, .stride = stride,
-                      .pos0 = c->n_past, .n_heads = n_heads, .head_dim = hp->head_dim,
+                      .pos0 = c->n_past + r0, .n_heads = n_heads, .head_dim = hp->head_dim,
                       .n_rot = hp->n_rot, .neox = hp->rope_type == LM_ROPE_NEOX};
     if (LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_ROPE_POS_AFTER_CHUNK) && c->n_past > 0)
         /* test defect: a later chunk's first position counted one too far (kept inside the
          * table so that the defect computes wrong angles, never reads out of bounds) */
-        j.pos0 = c->n_past + 1 <= c->n_ctx - n ? c->n_past + 1 : c->n_ctx - n;
+        j.pos0 = j.pos0 + 1 <= c->n_ctx - n ? j.pos0 + 1 : c->n_ctx - n;
     lm_op_rope(c->be, c->pool, rows, n, &j);
     lm_backend_perturb(c->be, rows, n, n_heads * c->m->hp.head_dim, stride,
                        LM_SITE_ROPE); /* SR ensemble only */
@@ -191,8 +194,10 @@ static void rope_chunk(lm_ctx *c, uint32_t il, float *rows, uint32_t n, uint32_t
 
 /* ---- the layer ---- */
 
-/* Attention block of layer il for the chunk in c->x [n]: appends K, V at [n_past, n_past+n). */
-static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
+/* Attention block of layer il for the chunk in c->x [n]: appends K, V at [n_past, n_past+n),
+ * and adds the block's output to rows [r0, n) of c->x (r0 = 0: every row; rows before r0 only
+ * feed the cache, see out_rows). */
+static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
 {
     const lm_hparams *hp = &c->m->hp;
     const lm_layer *L = &c->m->layers[il];
@@ -210,26 +215,35 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     float *kc = lm_kvcache_k(&c->kv, il, slot); /* [n][kv_dim] new rows */
     float *vc = lm_kvcache_v(&c->kv, il, slot); /* [n][kv_dim] new rows */
 
+    const uint32_t nq = n - r0; /* rows of q: chunk rows [r0, n), q's row 0 is chunk row r0 */
     rmsnorm_chunk(c, c->xn, c->x, L->attn_norm, n);
     probe(c, il, "attn_norm", c->xn, n, d);
-    const lm_nt_part qkv[3] = {{q_dim, L->wq, d, c->q, q_dim}, {kv_dim, L->wk, d, kc, kv_dim},
-                               {kv_dim, L->wv, d, vc, kv_dim}};
+    const lm_nt_part qkv[3] = {{kv_dim, L->wk, d, kc, kv_dim}, {kv_dim, L->wv, d, vc, kv_dim},
+                               {q_dim, L->wq, d, c->q, q_dim}};
     const layer_act *A = c->act != NULL ? &c->act[il] : NULL;
-    lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, qkv,
-                   A ? (const lm_round_spec *const[]){A->wq, A->wk, A->wv} : NULL, 3, c->act_in);
+    const lm_round_spec *const *act = A ? (const lm_round_spec *const[]){A->wk, A->wv, A->wq}
+                                        : NULL;
+    if (r0 == 0) { /* one batch of the three products */
+        lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, qkv, act, 3, c->act_in);
+    } else {
+        lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, qkv, act, 2, c->act_in);
+        if (nq > 0)
+            lm_gemm_nt_act(be, LM_SITE_NORM, nq, d, c->xn + (size_t)r0 * d, d, &qkv[2],
+                           act ? &act[2] : NULL, 1, c->act_in);
+    }
     if (L->bq != NULL)
-        lm_add_bias(c->q, L->bq, n, q_dim, q_dim);
+        lm_add_bias(c->q, L->bq, nq, q_dim, q_dim);
     if (L->bk != NULL)
         lm_add_bias(kc, L->bk, n, kv_dim, kv_dim);
     if (L->bv != NULL)
         lm_add_bias(vc, L->bv, n, kv_dim, kv_dim);
     lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_V); /* profiles only */
     if (L->attn_q_norm != NULL) { /* per-head RMSNorm over head_dim, before RoPE */
-        head_norm_chunk(c, c->q, L->attn_q_norm, n * hp->n_head);
+        head_norm_chunk(c, c->q, L->attn_q_norm, nq * hp->n_head);
         head_norm_chunk(c, kc, L->attn_k_norm, n * hp->n_head_kv);
     }
-    rope_chunk(c, il, c->q, n, hp->n_head, q_dim);
-    rope_chunk(c, il, kc, n, hp->n_head_kv, kv_dim);
+    rope_chunk(c, il, c->q, r0, nq, hp->n_head, q_dim);
+    rope_chunk(c, il, kc, 0, n, hp->n_head_kv, kv_dim);
     /* profiles only: K and V as the cache stores them (f16kv: binary16) */
     lm_backend_perturb(be, kc, n, kv_dim, kv_dim, LM_SITE_KV);
     lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_KV);
@@ -241,10 +255,12 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
     probe(c, il, "q", c->q, n, q_dim);
     probe(c, il, "k", kc, n, kv_dim);
     probe(c, il, "v", vc, n, kv_dim);
+    if (nq == 0)
+        return;
 
     const lm_attn_args a = {
-        .n = n,
-        .pos0 = c->n_past,
+        .n = nq,
+        .pos0 = c->n_past + r0,
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
         .head_dim = hp->head_dim,
@@ -263,40 +279,46 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n)
         lm_variants_attention(c->var, be, il, &a);
     } else {
         lm_attention_dense(be, &a);
-        lm_variants_note_dense(c->var, be, n, c->n_past + n);
+        lm_variants_note_dense(c->var, be, nq, c->n_past + n);
     }
-    lm_backend_perturb(be, c->att, n, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
+    lm_backend_perturb(be, c->att, nq, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
     probe(c, il, "attn", c->att, n, q_dim);
 
+    float *x = c->x + (size_t)r0 * d; /* [nq][n_embd] the rows that go on */
     const lm_nt_part o = {d, L->wo, q_dim, c->xn, d};
-    lm_gemm_nt_act(be, LM_SITE_ATTN_OUT, n, q_dim, c->att, q_dim, &o, A ? &A->wo : NULL, 1,
+    lm_gemm_nt_act(be, LM_SITE_ATTN_OUT, nq, q_dim, c->att, q_dim, &o, A ? &A->wo : NULL, 1,
                    c->act_in);
     if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
         if (L->bo != NULL)
-            lm_add_bias(c->xn, L->bo, n, d, d);
-        post_norm_chunk(c, c->xn, c->xn, L->attn_post_norm, n);
+            lm_add_bias(c->xn, L->bo, nq, d, d);
+        post_norm_chunk(c, c->xn, c->xn, L->attn_post_norm, nq);
     }
-    residual_chunk(c, c->x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, n);
+    residual_chunk(c, x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, nq);
     probe(c, il, "attn_out", c->xn, n, d);
     probe(c, il, "attn_resid", c->x, n, d);
 }
 
-static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
+/* FFN block of layer il on rows [r0, n) of the chunk in c->x (as attn_block). */
+static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n_chunk, uint32_t r0)
 {
     const lm_hparams *hp = &c->m->hp;
     const lm_layer *L = &c->m->layers[il];
     lm_backend *be = c->be;
     const uint32_t d = hp->n_embd;
     const uint32_t ff = hp->n_ff;
+    const uint32_t n = n_chunk - r0;
+    float *x = c->x + (size_t)r0 * d; /* [n][n_embd] */
+    if (n == 0)
+        return;
 
-    rmsnorm_chunk(c, c->xn, c->x, L->ffn_norm, n);
+    rmsnorm_chunk(c, c->xn, x, L->ffn_norm, n);
     probe(c, il, "ffn_norm", c->xn, n, d);
     if (lm_variants_moe_layer(c->var, il)) {
         float *y = lm_variants_moe(c->var, be, il, n, c->xn, /* [n][n_embd] */
                                    c->act != NULL ? c->act[il].moe : NULL);
         probe(c, il, "ffn_out", y, n, d);
-        residual_chunk(c, c->x, y, NULL, n);
-        probe(c, il, "residual", c->x, n, d);
+        residual_chunk(c, x, y, NULL, n);
+        probe(c, il, "residual", x, n, d);
         return;
     }
     const lm_nt_part gate_up[2] = {{ff, L->w_gate, d, c->ff_gate, ff},
@@ -312,9 +334,26 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n)
                    c->act_in);
     if (L->ffn_post_norm != NULL) /* sandwich */
         post_norm_chunk(c, c->xn, c->xn, L->ffn_post_norm, n);
-    residual_chunk(c, c->x, c->xn, NULL, n);
+    residual_chunk(c, x, c->xn, NULL, n);
     probe(c, il, "ffn_out", c->xn, n, d);
-    probe(c, il, "residual", c->x, n, d);
+    probe(c, il, "residual", x, n, d);
+}
+
+/* The first row of the chunk whose output of layer il is read after it: 0 except in the last
+ * layer, where only the rows the logits mode asks for go on past K and V (LAST: the last row;
+ * NONE: none), as llama.cpp's graphs drop the rows without an output there. Only when that
+ * changes no bit of what is computed: the backend's rows are independent of their chunk
+ * (LM_BE_CHUNK_INVARIANT), no probe wants every row's checkpoints, the layer's attention is
+ * the dense one over the plain cache (the variants plan with the chunk's rows), its FFN is
+ * dense (MoE records every row's routing) and queries are causal (a bidirectional chunk is
+ * one block). */
+static uint32_t out_rows(const lm_ctx *c, uint32_t il, uint32_t n, lm_logits_mode mode)
+{
+    if (il + 1 != c->m->hp.n_layer || mode == LM_LOGITS_ALL || !c->rows_indep ||
+        c->probe != NULL || c->bidir || lm_variants_attn_layer(c->var, il) ||
+        lm_variants_moe_layer(c->var, il))
+        return 0;
+    return mode == LM_LOGITS_LAST ? n - 1 : n;
 }
 
 /* Logits of chunk row t into out [n_vocab]. Always one row per call, so a position's logits
@@ -371,8 +410,9 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
         for (size_t i = 0; i < (size_t)n * d; ++i)
             c->x[i] *= hp->embd_scale;
     for (uint32_t il = 0; il < hp->n_layer; ++il) {
-        attn_block(c, il, n);
-        ffn_block(c, il, n);
+        const uint32_t r0 = out_rows(c, il, n, mode);
+        attn_block(c, il, n, r0);
+        ffn_block(c, il, n, r0);
         if (c->on_layer != NULL)
             c->on_layer(c->on_layer_user, il + 1, hp->n_layer, n);
     }
@@ -584,6 +624,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     if (rc != LM_OK)
         goto fail;
     c->be->prof = prof;
+    c->rows_indep = (lm_backend_flags(p->backend) & LM_BE_CHUNK_INVARIANT) != 0;
     if ((rc = round_weights(c, prof, err)) != LM_OK)
         goto fail;
     const bool per_weight = converts_per_weight(prof);

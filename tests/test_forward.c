@@ -1,9 +1,10 @@
 /* test_forward.c — the forward pass: against a double-precision forward on a synthetic
  * in-memory model (GQA, biases, partial rotary dims, NORM and NEOX RoPE), logits-only-where-
- * asked equivalence, chunk-size invariance of the naive backend (bitwise, logits and KV cache),
+ * asked equivalence (every backend and synth preset, with the last layer's skipped rows), chunk-size invariance of the naive backend (bitwise, logits and KV cache),
  * blas vs naive within a stated bound, bad input, and stories260K's known greedy text. */
 #include "fixtures.h"
 #include "kvd_engine.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -162,40 +163,104 @@ static void test_forward_norm_eps_matters(void)
     tf_model_free(&s);
 }
 
-/* LM_LOGITS_LAST must give exactly the bits of the last row of LM_LOGITS_ALL: skipping the
- * output projection for the other rows changes nothing. Both backends, synthetic and stories. */
-static void check_last_equals_all(const lm_model *m, uint32_t n)
+/* Every layer's K and V cache of c's first n positions, appended to kv [n_layer][2][n][kv_dim]. */
+static void copy_kv(lm_ctx *c, const lm_model *m, uint32_t n, float *kv)
+{
+    const size_t kvf = (size_t)n * m->hp.n_head_kv * m->hp.head_dim;
+    for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
+        memcpy(kv + (2 * il) * kvf, lm_ctx_k(c, il), kvf * sizeof *kv);
+        memcpy(kv + (2 * il + 1) * kvf, lm_ctx_v(c, il), kvf * sizeof *kv);
+    }
+}
+
+/* LM_LOGITS_LAST must give exactly the bits of the last row of LM_LOGITS_ALL, and every
+ * logits mode the same K and V: the output projection runs only for the rows asked for, and
+ * on a chunk-invariant backend the last layer runs past K and V only for them (forward.c,
+ * out_rows; LM_LOGITS_NONE: for none). With `chunks`, a chunk-invariant backend is also fed in
+ * chunks of 1 and 5 (lm_prefill: NONE chunks, then LAST), which must change no bit either.
+ * Returns the number of runs that differ. */
+static int check_last_equals_all(const lm_model *m, uint32_t n, const char *backend, int threads,
+                                 const char *profile, bool chunks)
 {
     const uint32_t nv = m->hp.n_vocab;
+    const size_t kv_floats = 2 * (size_t)m->hp.n_layer * n * m->hp.n_head_kv * m->hp.head_dim;
     int32_t *tok = malloc(n * sizeof *tok);
     float *all = malloc((size_t)n * nv * sizeof *all), *last = malloc(nv * sizeof *last);
-    CU_ASSERT_FATAL(tok && all && last);
+    float *kv_all = malloc(kv_floats * sizeof *kv_all), *kv = malloc(kv_floats * sizeof *kv);
+    CU_ASSERT_FATAL(tok && all && last && kv_all && kv);
     rand_tokens(tok, n, nv, tu_seed() ^ 7);
-    static const char *const be[] = {"naive", "blas"};
-    for (int b = 0; b < 2; ++b) {
-        lm_ctx *c = ctx_new(m, be[b], n);
-        lm_err err = {0};
-        CU_ASSERT_FATAL(lm_forward(c, tok, n, LM_LOGITS_ALL, all, &err) == LM_OK);
+    lm_ctx *c = NULL;
+    lm_err err = {0};
+    const lm_ctx_params p = {.backend = backend, .n_threads = threads, .n_ctx = n,
+                             .profile = profile};
+    if (lm_ctx_create(&c, m, &p, &err) != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT_FATAL(lm_forward(c, tok, n, LM_LOGITS_ALL, all, &err) == LM_OK);
+    copy_kv(c, m, n, kv_all);
+    const bool invariant = lm_backend_flags(backend) & LM_BE_CHUNK_INVARIANT;
+    static const uint32_t steps[] = {0, 1, 5};
+    int bad = 0;
+    for (size_t si = 0; si < (invariant && chunks ? 3u : 1u); ++si) {
         lm_ctx_reset(c);
-        CU_ASSERT_FATAL(lm_forward(c, tok, n, LM_LOGITS_LAST, last, &err) == LM_OK);
-        CU_ASSERT_EQUAL(memcmp(last, all + (size_t)(n - 1) * nv, nv * sizeof *last), 0);
+        CU_ASSERT_FATAL(lm_prefill(c, tok, n, steps[si], last, &err) == LM_OK);
         CU_ASSERT_EQUAL(lm_ctx_n_past(c), n);
-        lm_ctx_free(c);
+        copy_kv(c, m, n, kv);
+        const bool same_logits = memcmp(last, all + (size_t)(n - 1) * nv, nv * sizeof *last) == 0;
+        const bool same_kv = memcmp(kv, kv_all, kv_floats * sizeof *kv) == 0;
+        if (!same_logits || !same_kv)
+            fprintf(stderr, "\n  %s x%d step %u: LAST differs from ALL (logits %d, kv %d)",
+                    backend, threads, steps[si], same_logits, same_kv);
+        bad += !same_logits || !same_kv;
     }
-    free(tok);
-    free(all);
-    free(last);
+    lm_ctx_free(c);
+    free(tok), free(all), free(last), free(kv_all), free(kv);
+    return bad;
 }
 
 static void test_forward_last_equals_all_row(void)
 {
     tf_model s;
     synth_build(&s, LM_ROPE_NORM, tu_seed());
-    check_last_equals_all(&s.m, 19);
+    static const char *const be[] = {"naive", "blas", "det"};
+    for (int b = 0; b < 3; ++b)
+        CU_ASSERT_EQUAL(check_last_equals_all(&s.m, 19, be[b], 1, NULL, true), 0);
+    CU_ASSERT_EQUAL(check_last_equals_all(&s.m, 19, "det", 2, NULL, true), 0);
     tf_model_free(&s);
     const lm_model *m = stories_model();
     if (m != NULL)
-        check_last_equals_all(m, 40);
+        for (int b = 0; b < 3; ++b)
+            CU_ASSERT_EQUAL(check_last_equals_all(m, 40, be[b], 2, NULL, true), 0);
+}
+
+/* The same on every synth preset (biases, q/k norms, sandwich norms, sliding windows, sinks,
+ * MoE: the last layers that are skipped and those that are not) with naive, det at 1 and 3
+ * threads (under a profile that rounds the products' inputs), and the SR ensemble's backend
+ * in one chunk only: on windowed layers its coins count each dot product's terms from the
+ * chunk's first visible key (lm_attention_masked), so there its bits depend on the step. */
+static void test_forward_last_equals_all_presets(void)
+{
+    for (size_t i = 0; hx_synth_preset_name(i) != NULL; ++i) {
+        const char *name = hx_synth_preset_name(i);
+        hx_synth_params sp;
+        lm_err err = {0};
+        CU_ASSERT_FATAL(hx_synth_preset(&sp, name, &err) == LM_OK);
+        if (sp.n_embd > 256) { /* smollm2-135m: its shapes, 2 layers, 1024 entries */
+            sp.n_layer = 2;
+            sp.n_vocab = sp.n_vocab < 1024 ? sp.n_vocab : 1024;
+        }
+        char path[1024];
+        snprintf(path, sizeof path, "%s/last-%s.gguf", tu_tmpdir(), name);
+        CU_ASSERT_FATAL(hx_synth_write_params(path, &sp, 5, LM_TYPE_F32, &err) == LM_OK);
+        lm_model *m = NULL;
+        CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive", 1, NULL, true), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "det", 1, NULL, true), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive-sr:seed=3", 1, NULL, false), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "det", 3, "f16act", true), 0);
+        lm_model_free(m);
+        remove(path);
+    }
 }
 
 /* Naive backend: logits of the last prompt position and every layer's K and V cache are
@@ -381,6 +446,7 @@ void test_forward_register(void)
     CU_add_test(s, "test_forward_matches_double_reference", test_forward_matches_double_reference);
     CU_add_test(s, "test_forward_norm_eps_matters", test_forward_norm_eps_matters);
     CU_add_test(s, "test_forward_last_equals_all_row", test_forward_last_equals_all_row);
+    CU_add_test(s, "test_forward_last_equals_all_presets", test_forward_last_equals_all_presets);
     CU_add_test(s, "test_forward_naive_step_invariant", test_forward_naive_step_invariant);
     CU_add_test(s, "test_forward_blas_close_to_naive", test_forward_blas_close_to_naive);
     CU_add_test(s, "test_forward_bad_input", test_forward_bad_input);
