@@ -13,6 +13,7 @@
 
 #include "expf.h"
 #include "kvd_defects.h"
+#include "kvd_engine.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -239,6 +240,12 @@ void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a)
     float *mask = s + (size_t)a->n * n_kv;     /* [n_kv] one row */
     uint32_t k_lo, k_hi;
     block_key_range(a, a->pos0, a->pos0 + a->n - 1, &k_lo, &k_hi);
+    /* A backend that rounds stochastically draws the coin of a product's term l by l
+     * (backend_naive_sr.c) and perturbs P by its index within the row: it is given the keys
+     * from slot 0, as dense attention gives them, so that each key keeps its coins whatever
+     * the chunk (the keys before the window have probability +0 and add nothing). */
+    if (lm_backend_flags(be->vt->name) & LM_BE_STOCHASTIC_ROUNDING)
+        k_lo = 0;
     const uint32_t nk = k_hi - k_lo;           /* slots the chunk can see */
 
     for (uint32_t h = 0; h < a->n_head; ++h) {
@@ -254,6 +261,8 @@ void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a)
             lm_softmax_sink_row(s + (size_t)i * nk, mask, nk,
                                 a->sinks != NULL ? &a->sinks[h] : NULL);
         }
+        /* SR ensemble and profiles: the probabilities P . V reads, as in dense attention */
+        lm_backend_perturb(be, s, a->n, nk, nk, LM_SITE_SOFTMAX | h << 8);
         be->vt->gemm_nn(be, a->n, hd, nk, s, nk, vg, kv_stride, oh, q_stride);
     }
 }

@@ -110,9 +110,11 @@ size_t lm_attn_masked_scratch(uint32_t n, uint32_t n_kv);
  * l = 0 without. End: out = acc / l. Never holds more than one tile of scores per block. */
 void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a);
 
-/* Dense attention with the same masks and sinks: per head, the [n][n_kv] score matrix of the
- * chunk is materialised (backend gemm_nt), masked and softmaxed row by row
- * (lm_softmax_sink_row), then multiplied by V (backend gemm_nn). */
+/* Dense attention with the same masks and sinks: per head, the scores of the chunk over the
+ * slots some query of it can see are materialised (backend gemm_nt), masked and softmaxed row
+ * by row (lm_softmax_sink_row), handed to lm_backend_perturb at LM_SITE_SOFTMAX (as dense
+ * attention's), then multiplied by V (backend gemm_nn). A stochastically rounding backend is
+ * given every slot from 0 (its coins then depend on a key's slot, not on the chunk). */
 void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a);
 
 #endif

@@ -1,6 +1,8 @@
 /* test_attention_stream.c — streaming and masked attention (windows, remapped slots, sinks)
- * against a double-precision closed form, and their helpers. */
+ * against a double-precision closed form, and their helpers; masked attention's chunk
+ * invariance under stochastic rounding and its rounding of probabilities under a profile. */
 #include "../engine/attention_stream.h"
+#include "kvd_profile.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -246,6 +248,87 @@ static void test_attention_stream_chunk_invariant_naive(void)
     problem_free(&p);
 }
 
+/* Masked attention over a chunk fed in pieces of `step` queries (0: one chunk) into out. */
+static void masked_in_steps(lm_backend *be, const lm_attn_var_args *a, uint32_t step, float *out)
+{
+    const size_t row = (size_t)a->n_head * a->head_dim;
+    for (uint32_t done = 0; done < a->n;) {
+        lm_attn_var_args c = *a;
+        c.n = step == 0 || a->n - done < step ? a->n - done : step;
+        c.pos0 = a->pos0 + done;
+        c.n_kv = c.pos0 + c.n;
+        c.q = a->q + done * row;
+        c.out = out + done * row;
+        lm_attention_masked(be, &c);
+        done += c.n;
+    }
+}
+
+/* The SR ensemble's backend in masked attention (sliding windows, sinks): the same bits for
+ * every chunking, as in dense attention; its coins belong to a key's slot, not to where the
+ * chunk's first visible key is. */
+static void test_attention_masked_chunk_invariant_sr(void)
+{
+    uint64_t rng = tu_seed() ^ 0x78u;
+    problem p;
+    problem_make(&p, &rng, 60, 0, 60, true, false);
+    const size_t no = (size_t)p.n * p.n_head * p.hd;
+    float *o1 = malloc(no * sizeof(float)), *o2 = malloc(no * sizeof(float));
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_backend_create(&be, "naive-sr:seed=5", 1, &err) == LM_OK);
+    lm_attn_var_args a = args_of(&p, 13, o1);
+    a.scratch_floats = lm_attn_masked_scratch(p.n, p.n_kv);
+    a.scratch = malloc(a.scratch_floats * sizeof(float));
+    masked_in_steps(be, &a, 0, o1);
+    static const uint32_t steps[] = {1, 7, 32};
+    for (int si = 0; si < 3; ++si) {
+        masked_in_steps(be, &a, steps[si], o2);
+        CU_ASSERT_EQUAL(memcmp(o1, o2, no * sizeof(float)), 0);
+    }
+    free(a.scratch);
+    free(o1);
+    free(o2);
+    lm_backend_destroy(be);
+    problem_free(&p);
+}
+
+/* A profile that rounds the attention probabilities (bf16) rounds them in masked attention
+ * too: the output moves, by at most what rounding each p_j to 8 significant bits can move it
+ * (|p_j - bf16(p_j)| <= 2^-9 p_j, so |delta out| <= 2^-9 max|v|, with slack for the float
+ * sums: 2^-8 max|v|). */
+static void test_attention_masked_profile_rounds_probabilities(void)
+{
+    uint64_t rng = tu_seed() ^ 0x79u;
+    problem p;
+    problem_make(&p, &rng, 30, 0, 30, false, false);
+    const size_t no = (size_t)p.n * p.n_head * p.hd;
+    float *o0 = malloc(no * sizeof(float)), *o1 = malloc(no * sizeof(float));
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_backend_create(&be, "naive", 1, &err) == LM_OK);
+    lm_attn_var_args a = args_of(&p, 9, o0);
+    a.scratch_floats = lm_attn_masked_scratch(p.n, p.n_kv);
+    a.scratch = malloc(a.scratch_floats * sizeof(float));
+    lm_attention_masked(be, &a);
+    be->prof = lm_profile_find("bf16");
+    CU_ASSERT_FATAL(be->prof != NULL);
+    a.out = o1;
+    lm_attention_masked(be, &a);
+    float vmax = 0.0f, dmax = 0.0f;
+    for (size_t i = 0; i < (size_t)p.n_kv * p.n_head_kv * p.hd; ++i)
+        vmax = fabsf(p.v[i]) > vmax ? fabsf(p.v[i]) : vmax;
+    for (size_t i = 0; i < no; ++i)
+        dmax = fabsf(o1[i] - o0[i]) > dmax ? fabsf(o1[i] - o0[i]) : dmax;
+    CU_ASSERT(dmax > 0.0f);
+    CU_ASSERT(dmax <= ldexpf(vmax, -8));
+    free(a.scratch);
+    free(o0);
+    free(o1);
+    lm_backend_destroy(be);
+    problem_free(&p);
+}
+
 static void test_attention_stream_softmax_sink_row(void)
 {
     /* equal logits: 1/n each (n = 4: exactly 0.25) */
@@ -313,4 +396,8 @@ void test_attention_stream_register(void)
     CU_add_test(s, "test_attention_stream_chunk_invariant_naive",
                 test_attention_stream_chunk_invariant_naive);
     CU_add_test(s, "test_attention_stream_scratch_bounded", test_attention_stream_scratch_bounded);
+    CU_add_test(s, "test_attention_masked_chunk_invariant_sr",
+                test_attention_masked_chunk_invariant_sr);
+    CU_add_test(s, "test_attention_masked_profile_rounds_probabilities",
+                test_attention_masked_profile_rounds_probabilities);
 }

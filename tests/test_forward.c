@@ -176,11 +176,11 @@ static void copy_kv(lm_ctx *c, const lm_model *m, uint32_t n, float *kv)
 /* LM_LOGITS_LAST must give exactly the bits of the last row of LM_LOGITS_ALL, and every
  * logits mode the same K and V: the output projection runs only for the rows asked for, and
  * on a chunk-invariant backend the last layer runs past K and V only for them (forward.c,
- * out_rows; LM_LOGITS_NONE: for none). With `chunks`, a chunk-invariant backend is also fed in
- * chunks of 1 and 5 (lm_prefill: NONE chunks, then LAST), which must change no bit either.
+ * out_rows; LM_LOGITS_NONE: for none). A chunk-invariant backend is also fed in chunks of 1
+ * and 5 (lm_prefill: NONE chunks, then LAST), which must change no bit either.
  * Returns the number of runs that differ. */
 static int check_last_equals_all(const lm_model *m, uint32_t n, const char *backend, int threads,
-                                 const char *profile, bool chunks)
+                                 const char *profile)
 {
     const uint32_t nv = m->hp.n_vocab;
     const size_t kv_floats = 2 * (size_t)m->hp.n_layer * n * m->hp.n_head_kv * m->hp.head_dim;
@@ -201,7 +201,7 @@ static int check_last_equals_all(const lm_model *m, uint32_t n, const char *back
     const bool invariant = lm_backend_flags(backend) & LM_BE_CHUNK_INVARIANT;
     static const uint32_t steps[] = {0, 1, 5};
     int bad = 0;
-    for (size_t si = 0; si < (invariant && chunks ? 3u : 1u); ++si) {
+    for (size_t si = 0; si < (invariant ? 3u : 1u); ++si) {
         lm_ctx_reset(c);
         CU_ASSERT_FATAL(lm_prefill(c, tok, n, steps[si], last, &err) == LM_OK);
         CU_ASSERT_EQUAL(lm_ctx_n_past(c), n);
@@ -224,20 +224,18 @@ static void test_forward_last_equals_all_row(void)
     synth_build(&s, LM_ROPE_NORM, tu_seed());
     static const char *const be[] = {"naive", "blas", "det"};
     for (int b = 0; b < 3; ++b)
-        CU_ASSERT_EQUAL(check_last_equals_all(&s.m, 19, be[b], 1, NULL, true), 0);
-    CU_ASSERT_EQUAL(check_last_equals_all(&s.m, 19, "det", 2, NULL, true), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(&s.m, 19, be[b], 1, NULL), 0);
+    CU_ASSERT_EQUAL(check_last_equals_all(&s.m, 19, "det", 2, NULL), 0);
     tf_model_free(&s);
     const lm_model *m = stories_model();
     if (m != NULL)
         for (int b = 0; b < 3; ++b)
-            CU_ASSERT_EQUAL(check_last_equals_all(m, 40, be[b], 2, NULL, true), 0);
+            CU_ASSERT_EQUAL(check_last_equals_all(m, 40, be[b], 2, NULL), 0);
 }
 
 /* The same on every synth preset (biases, q/k norms, sandwich norms, sliding windows, sinks,
- * MoE: the last layers that are skipped and those that are not) with naive, det at 1 and 3
- * threads (under a profile that rounds the products' inputs), and the SR ensemble's backend
- * in one chunk only: on windowed layers its coins count each dot product's terms from the
- * chunk's first visible key (lm_attention_masked), so there its bits depend on the step. */
+ * MoE: the last layers that are skipped and those that are not) with naive, the SR ensemble's
+ * backend, and det at 1 and 3 threads (under a profile that rounds the products' inputs). */
 static void test_forward_last_equals_all_presets(void)
 {
     for (size_t i = 0; hx_synth_preset_name(i) != NULL; ++i) {
@@ -254,10 +252,10 @@ static void test_forward_last_equals_all_presets(void)
         CU_ASSERT_FATAL(hx_synth_write_params(path, &sp, 5, LM_TYPE_F32, &err) == LM_OK);
         lm_model *m = NULL;
         CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
-        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive", 1, NULL, true), 0);
-        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "det", 1, NULL, true), 0);
-        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive-sr:seed=3", 1, NULL, false), 0);
-        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "det", 3, "f16act", true), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive", 1, NULL), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "det", 1, NULL), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive-sr:seed=3", 1, NULL), 0);
+        CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "det", 3, "f16act"), 0);
         lm_model_free(m);
         remove(path);
     }
