@@ -320,8 +320,8 @@ typedef struct wtarget {
     bool exists;
 } wtarget;
 
-/* *t for path; a refused target (a folder, a block device, a socket, an empty path) is
- * LM_E_INPUT, and then t holds nothing to free. */
+/* *t for path; a refused target (a folder, a block device, a socket, a read-only regular
+ * file, an empty path) is LM_E_INPUT, and then t holds nothing to free. */
 static int write_target(wtarget *t, const char *path, lm_err *err)
 {
     memset(t, 0, sizeof *t);
@@ -334,6 +334,15 @@ static int write_target(wtarget *t, const char *path, lm_err *err)
     int rc = follow_links(&t->target, &t->st, &t->exists, path, err);
     if (rc != LM_OK)
         return rc;
+    if (t->exists && S_ISREG(t->st.st_mode) &&
+        ((t->st.st_mode & 0222) == 0 || access(t->target, W_OK) != 0)) {
+        /* the rename would replace it all the same (it needs only the folder writable) */
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: is read-only (mode %04o); refusing to replace it",
+                     path, (unsigned)(t->st.st_mode & 07777));
+        free(t->target);
+        t->target = NULL;
+        return rc;
+    }
     if (!t->exists || S_ISREG(t->st.st_mode)) {
         t->kind = W_TEMP;
     } else if (S_ISCHR(t->st.st_mode) || S_ISFIFO(t->st.st_mode)) {

@@ -12,7 +12,10 @@
  *   not atomically (what a user naming one means); /dev/full fails with "No space left on
  *   device" and the device node is never replaced; a FIFO is written once a reader has it open,
  *   waiting at most LM_FS_FIFO_WAIT_MS for one (then LM_E_IO "no reader": never a hang);
- * - a folder, a block device or a socket: refused (LM_E_INPUT).
+ * - a folder, a block device or a socket: refused (LM_E_INPUT);
+ * - a regular file that is read-only (no write permission bit at all, as chmod a-w leaves it,
+ *   or not writable by this user): refused (LM_E_INPUT), for root too, although renaming over
+ *   it would succeed: its mode says it is not to be replaced.
  * Errors are one line naming the path and the reason. */
 #ifndef LM_FS_H
 #define LM_FS_H
@@ -35,7 +38,7 @@ typedef struct lm_wfile lm_wfile;
  * first (once per folder and process). */
 int lm_wfile_open(lm_wfile **out, const char *path, lm_err *err);
 /* What lm_wfile_open(path) would meet, checked before any work and with nothing left behind:
- * a refused target (a folder, a block device, a socket) is LM_E_INPUT as there; a device or
+ * a refused target (a folder, a block device, a socket, a read-only file) is LM_E_INPUT as there; a device or
  * FIFO must be writable; for a new or regular file the folder that receives the temp file must
  * exist (it is never created) and take a new file (lm_dir_probe). Errors name path. */
 int lm_wfile_check(const char *path, lm_err *err);

@@ -280,6 +280,17 @@ static void test_cli_errors_sweep_output_checked_first(void)
         "--backends", "naive", "--cache", cache, "-o", trunc_model, "-q");
     BAD(under_file, cmd_sweep, "sweep", model, "-p", "hi", "-n", "1", "--steps", "full",
         "--backends", "naive", "--cache", cache, "-o", under_file, "-q");
+    /* a read-only report in the folder: refused before the sweep, kept as it was (the rename
+     * the write would end with could replace it, root or not) */
+    const char *ro_dir = p("ro-reports"), *ro = p("ro-reports/report.json");
+    CU_ASSERT_FATAL(mkdir(ro_dir, 0755) == 0 || errno == EEXIST);
+    tu_write_file("cli/ro-reports/report.json", "{}", 2);
+    CU_ASSERT_FATAL(chmod(ro, 0444) == 0);
+    BAD("read-only", cmd_sweep, "sweep", model, "-p", "hi", "-n", "1", "--steps", "full",
+        "--backends", "naive", "--cache", cache, "-o", ro_dir, "-q");
+    struct stat st;
+    CU_ASSERT(stat(ro, &st) == 0 && st.st_size == 2 && (st.st_mode & 0777) == 0444);
+    CU_ASSERT_FALSE(exists(p("ro-reports/report.md")));
 }
 
 /* compare and trace take the same MODEL / prompt / --a / --b arguments. */

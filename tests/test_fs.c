@@ -1,5 +1,5 @@
-/* test_fs.c — common/fs.c: what a write does to each kind of target (new, regular, symbolic
- * link, dangling link, /dev/null, /dev/full, FIFO, an open descriptor, folder), all-or-nothing
+/* test_fs.c — common/fs.c: what a write does to each kind of target (new, regular, read-only,
+ * symbolic link, dangling link, /dev/null, /dev/full, FIFO, an open descriptor, folder), all-or-nothing
  * group commits, reads that refuse non-regular files without blocking, the size cap, mkdir -p,
  * the cache folder policy and stale temp cleanup. */
 #include "fs.h"
@@ -74,6 +74,40 @@ static void test_fs_regular_new_and_replaced(void)
     snprintf(path, sizeof path, "%s/no/such/a.txt", dir);
     CU_ASSERT_EQUAL(lm_write_file(path, "x", 1, &err), LM_E_IO);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
+}
+
+/* A read-only regular file is refused, by lm_wfile_check and by a write, and left as it was;
+ * also through a symbolic link; the mode check holds for root too. */
+static void test_fs_read_only_refused(void)
+{
+    char dir[600], path[700], link[700], buf[64];
+    fresh_dir(dir, sizeof dir, "readonly");
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    snprintf(link, sizeof link, "%s/link.json", dir);
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_write_file(path, "kept", 4, &err), LM_OK);
+    CU_ASSERT_FATAL(chmod(path, 0444) == 0);
+    (void)unlink(link);
+    CU_ASSERT_FATAL(symlink(path, link) == 0);
+    const char *const names[] = {path, link};
+    for (int i = 0; i < 2; ++i) {
+        lm_err ec = {0}, ew = {0};
+        CU_ASSERT_EQUAL(lm_wfile_check(names[i], &ec), LM_E_INPUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(ec.msg, "read-only"));
+        CU_ASSERT_EQUAL(lm_write_file(names[i], "lost", 4, &ew), LM_E_INPUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(ew.msg, names[i]));
+        CU_ASSERT_PTR_NULL(strchr(ew.msg, '\n'));
+    }
+    CU_ASSERT_EQUAL(slurp(buf, sizeof buf, path), 4);
+    CU_ASSERT_STRING_EQUAL(buf, "kept");
+    struct stat st;
+    CU_ASSERT_FATAL(stat(path, &st) == 0);
+    CU_ASSERT_EQUAL(st.st_mode & 0777, 0444);
+    CU_ASSERT_EQUAL(count_temps(dir), 0);
+    /* writable again: replaced as any file */
+    CU_ASSERT_FATAL(chmod(path, 0644) == 0);
+    CU_ASSERT_EQUAL(lm_write_file(path, "new", 3, &err), LM_OK);
+    CU_ASSERT_EQUAL(slurp(buf, sizeof buf, path), 3);
 }
 
 static void test_fs_symlink_followed(void)
@@ -392,6 +426,7 @@ void test_fs_register(void)
 {
     CU_pSuite s = CU_add_suite("fs", NULL, NULL);
     CU_add_test(s, "test_fs_regular_new_and_replaced", test_fs_regular_new_and_replaced);
+    CU_add_test(s, "test_fs_read_only_refused", test_fs_read_only_refused);
     CU_add_test(s, "test_fs_symlink_followed", test_fs_symlink_followed);
     CU_add_test(s, "test_fs_devices", test_fs_devices);
     CU_add_test(s, "test_fs_open_descriptor", test_fs_open_descriptor);

@@ -234,13 +234,15 @@ static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
     return LM_OK;
 }
 
+/* The report files judge writes into its folder. */
+static const char *const formats[] = {"md", "json", NULL};
+
 /* Runs the judgement of the loaded inputs, writes DIR/report.md and DIR/report.json (the
  * report writers "md" and "json") and prints the summary; *rep is the report (NULL when the
  * run failed). */
 static int judge_and_write(hx_report **rep, judge_opts *o, const judge_inputs *in,
                            const char *dir, lm_err *err)
 {
-    static const char *const formats[] = {"md", "json", NULL};
     char wrote[4200 * 2];
     o->jp.model = in->m;
     o->jp.model_label = o->model;
@@ -270,6 +272,8 @@ int cmd_judge(int argc, char **argv)
     char dir[4096];
     /* the report folder first: loading a model and its dumps is work a bad -o would waste */
     int st = hx_cli_report_dir(dir, sizeof dir, o.outdir, "judge", &err);
+    if (st == LM_OK)
+        st = hx_report_check_dir(dir, formats, &err);
     if (st == LM_OK)
         st = load_inputs(&in, &o, &err);
     if (st == LM_OK)

@@ -277,6 +277,8 @@ static int prepare(lm_model **m, int32_t **prompt, uint32_t *n_prompt, char *dir
         return st;
     /* The report folder must be makeable before the sweep spends its time (made only after). */
     st = hx_cli_report_dir(dir, cap, o->outdir, label, err);
+    if (st == LM_OK)
+        st = hx_report_check_dir(dir, NULL, err);
     if (st == LM_OK && !o->sp.quiet)
         fprintf(stderr, "sweep: %s, %u prompt tokens, %u generated, %zu configurations\n",
                 model_path, (unsigned)*n_prompt, (unsigned)o->sp.n_gen, o->sp.n_configs);

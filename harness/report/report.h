@@ -357,8 +357,13 @@ const hx_report_writer *hx_report_writer_at(size_t i);
 const hx_report_writer *hx_report_writer_find(const char *name);
 /* Every writer that takes one report and is named in only[] (NULL-terminated; NULL: every
  * one) into dir/<its file>, in the table's order; the last one's older file is removed first,
- * so a killed run never leaves it beside newer files. The files, last first, as "a, b and c"
- * into wrote[cap]. */
+ * so a killed run never leaves it beside newer files, once every target has passed
+ * lm_wfile_check (a read-only one: LM_E_INPUT, the folder left as it was). The files, last
+ * first, as "a, b and c" into wrote[cap]. */
+/* Whether every file hx_report_write_dir(dir, only) would write can be (lm_wfile_check: a
+ * read-only one is LM_E_INPUT naming it); LM_OK when dir does not exist yet. Run before the
+ * work that produces the report, so that a refused target costs nothing. */
+int hx_report_check_dir(const char *dir, const char *const *only, lm_err *err);
 int hx_report_write_dir(char *wrote, size_t cap, const char *dir, const hx_report *r,
                         const char *const *only, lm_err *err);
 
