@@ -142,6 +142,8 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
         if (a->b_up != NULL)
             lm_add_bias(u, a->b_up + (size_t)e * ff, m, ff, ff);
         lm_glu(g, u, (size_t)m * ff, a->act);
+        /* SR ensemble and profiles: the down projection's input, as the dense FFN's */
+        lm_backend_perturb(be, g, m, ff, ff, LM_SITE_SWIGLU);
         const lm_nt_part dn = {d, wd, ff, ye, d};
         lm_gemm_nt_act(be, LM_SITE_SWIGLU, m, ff, g, ff, &dn, act ? act + 3 : NULL, 1, act_in);
         if (a->b_down != NULL)

@@ -81,7 +81,8 @@ size_t lm_moe_scratch(uint32_t n, uint32_t n_embd, uint32_t n_ff, uint32_t n_exp
  *   per token: sel = top-k(R_t), w = gate(R_t, sel), margin
  *   per expert e (id order): the rows routed to e, in token order, gathered into X_e;
  *     G = X_e . Wg_e^T (+ bg_e), U = X_e . Wu_e^T (+ bu_e)   lm_gemm_nt_act [m_e][n_ff]
- *     H = act(G, U)                            lm_glu
+ *     H = act(G, U)                            lm_glu, then lm_backend_perturb at
+ *                                              LM_SITE_SWIGLU (SR ensemble, profiles)
  *     Y_e = H . Wd_e^T (+ bd_e)                lm_gemm_nt_act [m_e][n_embd]
  *   out_t = sum over ranks r = 0..k-1 of w_r * Y_{sel_r}[t], left to right from +0.0f.
  * With the naive backend every element is a fixed-order dot, so the result of a token does

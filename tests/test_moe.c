@@ -2,6 +2,7 @@
  * against a double-precision closed form. */
 #include "../engine/moe.h"
 #include "fixtures.h"
+#include "kvd_profile.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -346,12 +347,39 @@ static void test_moe_gate_dominant_logit(void)
         }
 }
 
+/* A profile that rounds the SwiGLU output (f16act) rounds the experts' too, as the dense
+ * FFN's: the output moves away from the closed form in double by more than the float path's
+ * 1e-5 (test_moe_forward_matches_closed_form), and by less than binary16 rounding of every
+ * expert activation can move it: |x| <= 1 and |w| <= 0.5 over 16 terms bound gate and up by
+ * 8, so |H| <= 8 * 8; each H_f moves by <= 2^-11 |H_f|, through 24 down weights of |w| <= 0.5
+ * and gate weights summing to 1: 24 * 0.5 * 2^-11 * 64 = 0.375, plus the float path's 1e-5. */
+static void test_moe_profile_rounds_expert_activations(void)
+{
+    uint64_t rng = tu_seed() ^ 0x3e5u;
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_backend_create(&be, "naive", 1, &err) == LM_OK);
+    be->prof = lm_profile_find("f16act");
+    CU_ASSERT_FATAL(be->prof != NULL);
+    moe_problem p;
+    moe_make(&p, &rng, 13, 8, 2);
+    double worst, big;
+    uint32_t clamped = 0;
+    moe_vs_closed_form(be, &p, LM_MOE_SOFTMAX_TOPK, &worst, &big, &clamped);
+    CU_ASSERT(worst > 1e-5);
+    CU_ASSERT(worst <= 0.375 + 1e-5);
+    moe_free(&p);
+    lm_backend_destroy(be);
+}
+
 void test_moe_register(void)
 {
     CU_pSuite s = CU_add_suite("moe", NULL, NULL);
     CU_add_test(s, "test_moe_topk_ties_and_nan", test_moe_topk_ties_and_nan);
     CU_add_test(s, "test_moe_gate_variants", test_moe_gate_variants);
     CU_add_test(s, "test_moe_gate_dominant_logit", test_moe_gate_dominant_logit);
+    CU_add_test(s, "test_moe_profile_rounds_expert_activations",
+                test_moe_profile_rounds_expert_activations);
     CU_add_test(s, "test_moe_forward_matches_closed_form", test_moe_forward_matches_closed_form);
     CU_add_test(s, "test_moe_chunk_invariant_naive", test_moe_chunk_invariant_naive);
     CU_add_test(s, "test_moe_biases_swiglu_oai", test_moe_biases_swiglu_oai);
