@@ -246,3 +246,22 @@ hx_report *tf_judge(const hx_judge_params *p)
     CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
     return r;
 }
+
+lm_model *tf_preset_model(size_t i, const char *tag, uint64_t seed, const char **name,
+                          char path[1024])
+{
+    if ((*name = hx_synth_preset_name(i)) == NULL)
+        return NULL;
+    hx_synth_params sp;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(hx_synth_preset(&sp, *name, &err) == LM_OK);
+    if (sp.n_embd > 256) {
+        sp.n_layer = 2;
+        sp.n_vocab = sp.n_vocab < 1024 ? sp.n_vocab : 1024;
+    }
+    snprintf(path, 1024, "%s/%s-%s.gguf", tu_tmpdir(), tag, *name);
+    CU_ASSERT_FATAL(hx_synth_write_params(path, &sp, seed, LM_TYPE_F32, &err) == LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    return m;
+}

@@ -72,4 +72,12 @@ struct hx_judge_params;
 struct hx_report;
 struct hx_report *tf_judge(const struct hx_judge_params *p);
 
+/* Synth preset i (hx_synth_preset_name), the large ones (n_embd > 256: smollm2-135m) shrunk to
+ * 2 layers and at most 1024 vocabulary entries, their matrix and head shapes kept, written with
+ * seed to path[1024] = tu_tmpdir()/TAG-NAME.gguf and loaded; *name is the preset's. NULL past
+ * the last preset (a failure fails the running test fatally). The caller frees the model and
+ * removes path. */
+lm_model *tf_preset_model(size_t i, const char *tag, uint64_t seed, const char **name,
+                          char path[1024]);
+
 #endif

@@ -264,33 +264,57 @@ static void masked_in_steps(lm_backend *be, const lm_attn_var_args *a, uint32_t 
     }
 }
 
+/* Masked attention of a problem of n queries at positions 0.. over n slots (window, sinks as
+ * asked) on a backend, with two output buffers o[0], o[1] of no floats; a.out = o[0]. */
+typedef struct masked_run {
+    problem p;
+    lm_backend *be;
+    lm_attn_var_args a;
+    float *o[2];
+    size_t no;
+} masked_run;
+
+static void masked_setup(masked_run *r, uint64_t seed, uint32_t n, uint32_t window, bool sinks,
+                         const char *backend)
+{
+    uint64_t rng = tu_seed() ^ seed;
+    problem_make(&r->p, &rng, n, 0, n, sinks, false);
+    r->no = (size_t)n * r->p.n_head * r->p.hd;
+    r->o[0] = malloc(r->no * sizeof(float));
+    r->o[1] = malloc(r->no * sizeof(float));
+    CU_ASSERT_FATAL(r->o[0] != NULL && r->o[1] != NULL);
+    lm_err err = {0};
+    r->be = NULL;
+    CU_ASSERT_FATAL(lm_backend_create(&r->be, backend, 1, &err) == LM_OK);
+    r->a = args_of(&r->p, window, r->o[0]);
+    r->a.scratch_floats = lm_attn_masked_scratch(n, n);
+    r->a.scratch = malloc(r->a.scratch_floats * sizeof(float));
+    CU_ASSERT_FATAL(r->a.scratch != NULL);
+}
+
+static void masked_teardown(masked_run *r)
+{
+    free(r->a.scratch);
+    free(r->o[0]);
+    free(r->o[1]);
+    lm_backend_destroy(r->be);
+    problem_free(&r->p);
+}
+
 /* The SR ensemble's backend in masked attention (sliding windows, sinks): the same bits for
  * every chunking, as in dense attention; its coins belong to a key's slot, not to where the
  * chunk's first visible key is. */
 static void test_attention_masked_chunk_invariant_sr(void)
 {
-    uint64_t rng = tu_seed() ^ 0x78u;
-    problem p;
-    problem_make(&p, &rng, 60, 0, 60, true, false);
-    const size_t no = (size_t)p.n * p.n_head * p.hd;
-    float *o1 = malloc(no * sizeof(float)), *o2 = malloc(no * sizeof(float));
-    lm_backend *be = NULL;
-    lm_err err = {0};
-    CU_ASSERT_FATAL(lm_backend_create(&be, "naive-sr:seed=5", 1, &err) == LM_OK);
-    lm_attn_var_args a = args_of(&p, 13, o1);
-    a.scratch_floats = lm_attn_masked_scratch(p.n, p.n_kv);
-    a.scratch = malloc(a.scratch_floats * sizeof(float));
-    masked_in_steps(be, &a, 0, o1);
+    masked_run r;
+    masked_setup(&r, 0x78u, 60, 13, true, "naive-sr:seed=5");
+    masked_in_steps(r.be, &r.a, 0, r.o[0]);
     static const uint32_t steps[] = {1, 7, 32};
     for (int si = 0; si < 3; ++si) {
-        masked_in_steps(be, &a, steps[si], o2);
-        CU_ASSERT_EQUAL(memcmp(o1, o2, no * sizeof(float)), 0);
+        masked_in_steps(r.be, &r.a, steps[si], r.o[1]);
+        CU_ASSERT_EQUAL(memcmp(r.o[0], r.o[1], r.no * sizeof(float)), 0);
     }
-    free(a.scratch);
-    free(o1);
-    free(o2);
-    lm_backend_destroy(be);
-    problem_free(&p);
+    masked_teardown(&r);
 }
 
 /* A profile that rounds the attention probabilities (bf16) rounds them in masked attention
@@ -299,34 +323,21 @@ static void test_attention_masked_chunk_invariant_sr(void)
  * sums: 2^-8 max|v|). */
 static void test_attention_masked_profile_rounds_probabilities(void)
 {
-    uint64_t rng = tu_seed() ^ 0x79u;
-    problem p;
-    problem_make(&p, &rng, 30, 0, 30, false, false);
-    const size_t no = (size_t)p.n * p.n_head * p.hd;
-    float *o0 = malloc(no * sizeof(float)), *o1 = malloc(no * sizeof(float));
-    lm_backend *be = NULL;
-    lm_err err = {0};
-    CU_ASSERT_FATAL(lm_backend_create(&be, "naive", 1, &err) == LM_OK);
-    lm_attn_var_args a = args_of(&p, 9, o0);
-    a.scratch_floats = lm_attn_masked_scratch(p.n, p.n_kv);
-    a.scratch = malloc(a.scratch_floats * sizeof(float));
-    lm_attention_masked(be, &a);
-    be->prof = lm_profile_find("bf16");
-    CU_ASSERT_FATAL(be->prof != NULL);
-    a.out = o1;
-    lm_attention_masked(be, &a);
+    masked_run r;
+    masked_setup(&r, 0x79u, 30, 9, false, "naive");
+    lm_attention_masked(r.be, &r.a);
+    r.be->prof = lm_profile_find("bf16");
+    CU_ASSERT_FATAL(r.be->prof != NULL);
+    r.a.out = r.o[1];
+    lm_attention_masked(r.be, &r.a);
     float vmax = 0.0f, dmax = 0.0f;
-    for (size_t i = 0; i < (size_t)p.n_kv * p.n_head_kv * p.hd; ++i)
-        vmax = fabsf(p.v[i]) > vmax ? fabsf(p.v[i]) : vmax;
-    for (size_t i = 0; i < no; ++i)
-        dmax = fabsf(o1[i] - o0[i]) > dmax ? fabsf(o1[i] - o0[i]) : dmax;
+    for (size_t i = 0; i < (size_t)r.p.n_kv * r.p.n_head_kv * r.p.hd; ++i)
+        vmax = fabsf(r.p.v[i]) > vmax ? fabsf(r.p.v[i]) : vmax;
+    for (size_t i = 0; i < r.no; ++i)
+        dmax = fabsf(r.o[1][i] - r.o[0][i]) > dmax ? fabsf(r.o[1][i] - r.o[0][i]) : dmax;
     CU_ASSERT(dmax > 0.0f);
     CU_ASSERT(dmax <= ldexpf(vmax, -8));
-    free(a.scratch);
-    free(o0);
-    free(o1);
-    lm_backend_destroy(be);
-    problem_free(&p);
+    masked_teardown(&r);
 }
 
 static void test_attention_stream_softmax_sink_row(void)

@@ -528,24 +528,13 @@ static int check_model(const lm_model *m, const char *label)
     return bad;
 }
 
-/* Every synth preset; the large ones (n_embd > 256: smollm2-135m) shrunk to 2 layers and
- * 1024 vocabulary entries, their matrix and head shapes kept. */
+/* Every synth preset (tf_preset_model: the large ones shrunk to 2 layers). */
 static void test_det_step_thread_invariant_presets(void)
 {
-    for (size_t i = 0; hx_synth_preset_name(i) != NULL; ++i) {
-        const char *name = hx_synth_preset_name(i);
-        hx_synth_params p;
-        lm_err err = {0};
-        CU_ASSERT_FATAL(hx_synth_preset(&p, name, &err) == LM_OK);
-        if (p.n_embd > 256) {
-            p.n_layer = 2;
-            p.n_vocab = p.n_vocab < 1024 ? p.n_vocab : 1024;
-        }
-        char path[1024];
-        snprintf(path, sizeof path, "%s/det-%s.gguf", tu_tmpdir(), name);
-        CU_ASSERT_FATAL(hx_synth_write_params(path, &p, 7, LM_TYPE_F32, &err) == LM_OK);
-        lm_model *m = NULL;
-        CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    const char *name;
+    char path[1024];
+    lm_model *m;
+    for (size_t i = 0; (m = tf_preset_model(i, "det", 7, &name, path)) != NULL; ++i) {
         CU_ASSERT_EQUAL(check_model(m, name), 0);
         lm_model_free(m);
         remove(path);

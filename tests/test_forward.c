@@ -4,7 +4,6 @@
  * blas vs naive within a stated bound, bad input, and stories260K's known greedy text. */
 #include "fixtures.h"
 #include "kvd_engine.h"
-#include "synth.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -238,20 +237,10 @@ static void test_forward_last_equals_all_row(void)
  * backend, and det at 1 and 3 threads (under a profile that rounds the products' inputs). */
 static void test_forward_last_equals_all_presets(void)
 {
-    for (size_t i = 0; hx_synth_preset_name(i) != NULL; ++i) {
-        const char *name = hx_synth_preset_name(i);
-        hx_synth_params sp;
-        lm_err err = {0};
-        CU_ASSERT_FATAL(hx_synth_preset(&sp, name, &err) == LM_OK);
-        if (sp.n_embd > 256) { /* smollm2-135m: its shapes, 2 layers, 1024 entries */
-            sp.n_layer = 2;
-            sp.n_vocab = sp.n_vocab < 1024 ? sp.n_vocab : 1024;
-        }
-        char path[1024];
-        snprintf(path, sizeof path, "%s/last-%s.gguf", tu_tmpdir(), name);
-        CU_ASSERT_FATAL(hx_synth_write_params(path, &sp, 5, LM_TYPE_F32, &err) == LM_OK);
-        lm_model *m = NULL;
-        CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    const char *name;
+    char path[1024];
+    lm_model *m;
+    for (size_t i = 0; (m = tf_preset_model(i, "last", 5, &name, path)) != NULL; ++i) {
         CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive", 1, NULL), 0);
         CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "det", 1, NULL), 0);
         CU_ASSERT_EQUAL(check_last_equals_all(m, 23, "naive-sr:seed=3", 1, NULL), 0);
