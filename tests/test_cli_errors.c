@@ -329,8 +329,8 @@ static void test_cli_errors_trace(void)
 }
 
 /* Case files for check and bless: one good, one whose model is truncated, one whose model is a
- * folder, one malformed. */
-static char good[1200], trunc_case[1200], dir_case[1200], syntax[1200];
+ * folder, one malformed, one with a token id past the vocabulary. */
+static char good[1200], trunc_case[1200], dir_case[1200], syntax[1200], vocab_case[1200];
 
 static void write_cases(void)
 {
@@ -349,6 +349,11 @@ static void write_cases(void)
              "n_gen = 1\n", adir);
     snprintf(dir_case, sizeof dir_case, "%s", tu_write_file("cli/dir.case", text, strlen(text)));
     snprintf(syntax, sizeof syntax, "%s", tu_write_file("cli/syntax.case", "[case\n", 6));
+    snprintf(text, sizeof text,
+             "[case]\nname = c-vocab\nmodel = %s\ntokens = 1,2,512\nsteps = full\n"
+             "backends = naive\nn_gen = 1\n", model);
+    snprintf(vocab_case, sizeof vocab_case, "%s",
+             tu_write_file("cli/vocab.case", text, strlen(text)));
 }
 
 /* check and bless: bad case files and models are refused, and no report or golden is written. */
@@ -366,6 +371,8 @@ static void case_errors(cmd_fn cmd, const char *name)
             "-q");
     BAD_HDR("not a regular file", cmd, (char *)name, dir_case, "--golden-dir", g, "--cache",
             cache, "-q");
+    BAD_HDR("token id 512 (item 3) is not below the vocabulary size 512", cmd, (char *)name,
+            vocab_case, "--golden-dir", g, "--cache", cache, "-q");
     CU_ASSERT_FALSE(exists(g));
     if (cmd == cmd_check) {
         BAD("--junit", cmd, (char *)name, good, "--golden-dir", g, "--cache", cache, "--junit",
@@ -687,9 +694,9 @@ static void test_cli_errors_bless_golden_dir_first(void)
 static void test_cli_errors_token_position(void)
 {
     setup();
-    BAD("--gen-tokens: id 99999 (item 2 of the list) is not below the vocabulary size 512",
+    BAD("--gen-tokens: token id 99999 (item 2) is not below the vocabulary size 512",
         cmd_ref, "ref", model, "--tokens", "1,2,3", "--gen-tokens", "7,99999", "--no-cache");
-    BAD("--tokens: id 512 (item 3 of the list) is not below the vocabulary size 512", cmd_ref,
+    BAD("--tokens: token id 512 (item 3) is not below the vocabulary size 512", cmd_ref,
         "ref", model, "--tokens", "1,2,512", "--no-cache");
 }
 

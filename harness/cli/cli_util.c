@@ -77,17 +77,6 @@ int hx_cli_bad_option(const hx_cli_optstate *st, const char *cmd, int o, char **
     return hx_cli_fail(cmd, "unknown option '%s' (try kvdrift %s --help)", argv[optind - 1], cmd);
 }
 
-int hx_cli_check_vocab(const int32_t *ids, uint32_t n, const lm_model *m, const char *opt,
-                       lm_err *err)
-{
-    for (uint32_t i = 0; i < n; ++i)
-        if ((uint32_t)ids[i] >= m->hp.n_vocab)
-            return LM_FAIL(err, LM_E_INPUT, "%s: id %d (item %u of the list) is not below the "
-                           "vocabulary size %u", opt, (int)ids[i], (unsigned)i + 1,
-                           (unsigned)m->hp.n_vocab);
-    return LM_OK;
-}
-
 int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char *model_path,
                       const char *text, const char *tokens, bool parse_special, lm_err *err)
 {
@@ -99,7 +88,7 @@ int hx_cli_prompt_ids(int32_t **out, uint32_t *n, const lm_model *m, const char 
         int rc = hx_parse_tokens(&ids, &k, tokens, err);
         if (rc != LM_OK)
             return rc;
-        if ((rc = hx_cli_check_vocab(ids, k, m, "--tokens", err)) != LM_OK) {
+        if ((rc = hx_check_token_ids(ids, k, m->hp.n_vocab, "--tokens", err)) != LM_OK) {
             free(ids);
             return rc;
         }

@@ -54,12 +54,6 @@ int hx_cli_getopt(hx_cli_optstate *st, int argc, char **argv, const char *optstr
  * argv[optind - 1]; returns 2. */
 int hx_cli_bad_option(const hx_cli_optstate *st, const char *cmd, int o, char **argv);
 
-/* Token ids given by option opt (a comma list) checked against m's vocabulary: LM_E_INPUT
- * "OPT: id ID (item K of the list) is not below the vocabulary size V", K counted from 1 in
- * the user's own list. */
-int hx_cli_check_vocab(const int32_t *ids /* [n] */, uint32_t n, const lm_model *m,
-                       const char *opt, lm_err *err);
-
 /* The prompt of a command that takes -p TEXT or --tokens ID,... (exactly one of text and
  * tokens non-NULL): text is tokenized with m's vocabulary (BOS when the vocabulary asks for
  * it; control tokens written in text parsed when parse_special, the --special flag; LM_E_INPUT

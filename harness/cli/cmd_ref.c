@@ -226,7 +226,7 @@ static int request_tokens(int32_t **all, uint32_t *n_prompt, uint32_t *n_all, co
     int st = hx_cli_prompt_ids(&prompt, n_prompt, m, o->model, o->text, o->tok_s,
                                o->parse_special, err);
     if (st == LM_OK && o->gen_s && (st = hx_parse_tokens(&gen, &n_gen, o->gen_s, err)) == LM_OK)
-        st = hx_cli_check_vocab(gen, n_gen, m, "--gen-tokens", err);
+        st = hx_check_token_ids(gen, n_gen, m->hp.n_vocab, "--gen-tokens", err);
     if (st == LM_OK && (*all = malloc((*n_prompt + n_gen) * sizeof **all)) == NULL)
         st = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     if (st == LM_OK) {

@@ -56,11 +56,11 @@ static int prompt_tokens(int32_t **out, uint32_t *n_out, const hx_caserun *r, lm
     const hx_case *c = r->c;
     const lm_model *m = r->model;
     if (c->tokens) {
-        for (uint32_t i = 0; i < c->n_tokens; ++i)
-            if ((uint32_t)c->tokens[i] >= m->hp.n_vocab)
-                return LM_FAIL(err, LM_E_INPUT, "%s: tokens: id %d is not below the vocabulary "
-                               "size %u of %s", c->file, (int)c->tokens[i],
-                               (unsigned)m->hp.n_vocab, r->model_path);
+        char what[4200];
+        snprintf(what, sizeof what, "%s: tokens (model %s)", c->file, r->model_path);
+        int rc = hx_check_token_ids(c->tokens, c->n_tokens, m->hp.n_vocab, what, err);
+        if (rc != LM_OK)
+            return rc;
         if ((*out = malloc(c->n_tokens * sizeof **out)) == NULL)
             return LM_FAIL(err, LM_E_NOMEM, "out of memory");
         memcpy(*out, c->tokens, c->n_tokens * sizeof **out);

@@ -211,10 +211,9 @@ static int check_params(const hx_sweep_params *p, lm_err *err)
         return LM_FAIL(err, LM_E_INPUT, "ensemble of %u runs: at least %u are needed",
                        (unsigned)m, (unsigned)HX_ENVELOPE_MIN_MEMBERS);
     const lm_hparams *hp = &p->model->hp;
-    for (uint32_t i = 0; i < p->n_prompt; ++i)
-        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= hp->n_vocab)
-            return LM_FAIL(err, LM_E_INPUT, "prompt token %d is not below the vocabulary "
-                                            "size %u", (int)p->prompt[i], (unsigned)hp->n_vocab);
+    int rc = hx_check_token_ids(p->prompt, p->n_prompt, hp->n_vocab, "prompt", err);
+    if (rc != LM_OK)
+        return rc;
     uint64_t need = (uint64_t)p->n_prompt + p->n_gen;
     if (hp->n_ctx_train != 0 && need > hp->n_ctx_train)
         return LM_FAIL(err, LM_E_INPUT, "%u prompt tokens + %u generated exceed the "

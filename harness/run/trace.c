@@ -182,10 +182,9 @@ static int check_params(const hx_trace_params *p, lm_err *err)
     if (p->model == NULL || p->prompt == NULL || p->n_prompt == 0)
         return LM_FAIL(err, LM_E_INPUT, "empty prompt");
     const lm_hparams *hp = &p->model->hp;
-    for (uint32_t i = 0; i < p->n_prompt; ++i)
-        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= hp->n_vocab)
-            return LM_FAIL(err, LM_E_INPUT, "prompt token %d is not below the vocabulary "
-                                            "size %u", (int)p->prompt[i], (unsigned)hp->n_vocab);
+    int rc = hx_check_token_ids(p->prompt, p->n_prompt, hp->n_vocab, "prompt", err);
+    if (rc != LM_OK)
+        return rc;
     uint64_t need = (uint64_t)p->n_prompt + p->n_gen;
     if (need > UINT32_MAX / 2 || (hp->n_ctx_train != 0 && need > hp->n_ctx_train))
         return LM_FAIL(err, LM_E_INPUT, "%u prompt tokens + %u generated exceed the "

@@ -466,6 +466,17 @@ static int token_item(void *elem, const char *s, size_t len, const char *what, c
     return LM_OK;
 }
 
+int hx_check_token_ids(const int32_t *ids, uint32_t n, uint32_t n_vocab, const char *what,
+                       lm_err *err)
+{
+    for (uint32_t i = 0; i < n; ++i)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= n_vocab)
+            return LM_FAIL(err, LM_E_INPUT, "%s: token id %d (item %u) is not below the "
+                           "vocabulary size %u", what, (int)ids[i], (unsigned)i + 1,
+                           (unsigned)n_vocab);
+    return LM_OK;
+}
+
 int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err)
 {
     void *v = NULL;

@@ -140,6 +140,11 @@ int hx_list_parse(void **out, uint32_t *n, size_t size, bool dups_ok, hx_item_de
 
 /* Comma list of token ids (each 0..INT32_MAX, repeats allowed); *out malloc'd. */
 int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err);
+/* Token ids checked against a vocabulary of n_vocab entries: LM_E_INPUT "WHAT: token id ID
+ * (item K) is not below the vocabulary size V" for the first one that is not, K counted from 1
+ * (the user's own list, option or case key, names itself in what). */
+int hx_check_token_ids(const int32_t *ids /* [n] */, uint32_t n, uint32_t n_vocab,
+                       const char *what, lm_err *err);
 
 /* The numbers of a run that case files (key) and options (option) share, each with the limits
  * of the module that owns it: n_gen / -n 0..HX_MAX_N_GEN; precision / --prec
