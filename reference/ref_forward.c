@@ -451,6 +451,31 @@ double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_t
     return ref_dx_calibrate(rq->prec ? rq->prec : REF_DEFAULT_PREC, e, hist);
 }
 
+double ref_fixed_cost_s(const lm_model *m, int n_threads)
+{
+    const lm_layer *L = &m->layers[0];
+    const uint64_t n_in = m->hp.n_embd, q = (uint64_t)m->hp.n_head * m->hp.head_dim;
+    const uint64_t rows = q < 256 ? q : 256; /* the first rows of layer 0's wq: a few ms */
+    double elems = 0.0;
+    for (uint32_t i = 0; i < m->n_weights; ++i)
+        elems += (double)m->weights[i].n_elem;
+    if (m->weights == NULL || L->wq == NULL || rows == 0)
+        return 0.0;
+    ref_dx_row r;
+    memset(&r, 0, sizeof r);
+    lm_err err = {0};
+    int st = ref_dx_row_split(&r, L->wq, n_in, REF_DX_BITS, &err); /* its buffers, untimed */
+    const double t0 = lm_now_s();
+    for (uint64_t i = 0; i < rows && st == LM_OK; ++i)
+        st = ref_dx_row_split(&r, L->wq + i * n_in, n_in, REF_DX_BITS, &err);
+    const double split = (lm_now_s() - t0) / (double)(rows * n_in);
+    ref_dx_row_free(&r);
+    if (st != LM_OK)
+        return 0.0;
+    const int nt = n_threads < 1 ? 1 : n_threads;
+    return elems * (ref_weights_check_s_per_weight(m) + split / nt);
+}
+
 /* --- per-token items --- */
 
 typedef struct norm_ctx {

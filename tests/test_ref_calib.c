@@ -1,12 +1,13 @@
 /* test_ref_calib.c — the reference's cost calibrations (ref_calib.c): the operands' sequence
  * pinned to its first values, the fills exact and equal in float32 and float64, the clock
- * leaving out its first (cold) call, and both calibrations (exact dot product, SR kernel)
- * giving a positive, finite figure through it. */
+ * leaving out its first (cold) call, both calibrations (exact dot product, SR kernel)
+ * giving a positive, finite figure through it, and the pass's token-independent cost. */
 #include "kvd_ref.h"
 #include "ref_calib.h"
 #include "ref_dotx.h"
 #include "ref_sr.h"
 #include "kvd_util.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -128,6 +129,33 @@ static void test_ref_calib_both_calibrations(void)
     CU_ASSERT(isfinite(sr) && sr > 0.0 && sr < 1e-3);
 }
 
+/* The token-independent part of a pass: positive and finite for a model read from a file
+ * (the check re-reads its weights; the split is timed on layer 0's wq), below 1 ms per weight
+ * element (both are a few ns each); a model built in memory has no file to check, only the
+ * split. */
+static void test_ref_calib_fixed_cost(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/calib-tiny.gguf", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_FATAL(hx_synth_write(path, "tiny", 3, LM_TYPE_F32, &err) == LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
+    double elems = 0.0;
+    for (uint32_t i = 0; i < m->n_weights; ++i)
+        elems += (double)m->weights[i].n_elem;
+    const double check = ref_weights_check_s_per_weight(m), fixed = ref_fixed_cost_s(m, 2);
+    printf(" check %.3g s/weight, fixed %.3g s;", check, fixed);
+    CU_ASSERT(isfinite(check) && check > 0.0 && check < 1e-3);
+    CU_ASSERT(isfinite(fixed) && fixed > 0.0 && fixed < 1e-3 * elems);
+    const uint32_t n_weights = m->n_weights;
+    m->n_weights = 0; /* as a model whose weights were changed in memory */
+    CU_ASSERT_EQUAL(ref_weights_check_s_per_weight(m), 0.0);
+    m->n_weights = n_weights;
+    lm_model_free(m);
+    remove(path);
+}
+
 /* Rows of every span 1..127 span exactly that (the calibration's rows stand for the model's
  * rows by their spans). */
 static void test_ref_calib_fill_span(void)
@@ -177,5 +205,6 @@ void test_ref_calib_register(void)
     CU_add_test(s, "test_ref_calib_time_fastest_call", test_ref_calib_time_fastest_call);
     CU_add_test(s, "test_ref_calib_both_calibrations", test_ref_calib_both_calibrations);
     CU_add_test(s, "test_ref_calib_fill_span", test_ref_calib_fill_span);
+    CU_add_test(s, "test_ref_calib_fixed_cost", test_ref_calib_fixed_cost);
     CU_add_test(s, "test_ref_calib_dx_widths", test_ref_calib_dx_widths);
 }

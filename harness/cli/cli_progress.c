@@ -36,10 +36,10 @@ void hx_progress_cost(hx_progress *p, const lm_model *m, const ref_request *rq, 
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = threads > 0 ? threads : (nc < 1 ? 1 : (int)nc);
     double macs = ref_macs(m, rq);
-    double s = ref_calibrate_s_per_mac(m, rq, nt);
+    double s = ref_calibrate_s_per_mac(m, rq, nt), fixed = ref_fixed_cost_s(m, nt);
     fprintf(stderr, "%sreference: %.3g multiply-adds, about %.2g s on %d thread%s (%.2f ns each, "
-                    "calibrated); %s%s\n",
-            p->prefix, macs, macs * s / nt, nt, nt == 1 ? "" : "s", s * 1e9,
+                    "and %.2g s for the weights' check and split, calibrated); %s%s\n",
+            p->prefix, macs, macs * s / nt + fixed, nt, nt == 1 ? "" : "s", s * 1e9, fixed,
             cache_dir ? "the result is cached in " : "not cached",
             cache_dir ? cache_dir : "");
 }

@@ -198,6 +198,10 @@ double ref_macs(const lm_model *m, const ref_request *rq);
  * The spans are counted with n_threads threads and kept with m, so the pass reads them; 0
  * when memory runs out. */
 double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_threads);
+/* Seconds of a pass that do not depend on its tokens: ref_weights_check over every weight (one
+ * thread) and the split of every weight row into digits, once per pass (n_threads threads),
+ * each timed on a sample of m's weights (a few ms); for the cost line printed before a pass. */
+double ref_fixed_cost_s(const lm_model *m, int n_threads);
 void ref_result_free(ref_result *r);
 /* Rounds a result to float64 into a capture (tokens and model hash copied from rq, m). */
 int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
@@ -239,6 +243,10 @@ int ref_dequant_range(float *out, uint32_t type, const void *data, uint64_t nbyt
  * values otherwise (also for a loaded tensor the file does not hold with that size). A model built or edited in memory (no path, or n_weights set to 0 by whoever
  * changed its weights) has nothing to check: LM_OK. */
 int ref_weights_check(const lm_model *m, lm_err *err);
+/* Seconds per weight element of ref_weights_check on this machine and m's file, from timing
+ * the check of the first chunks of one of its largest tensors (a few ms); 0 for a model built
+ * in memory or a file that cannot be read. */
+double ref_weights_check_s_per_weight(const lm_model *m);
 /* The reference's own reading of the hyperparameters it uses (ref_hparams.c: its own defaults
  * and layer rules per architecture) from m->path; the engine's m->hp and per-layer windows must
  * agree: LM_E_DISAGREE naming the key and both values otherwise. LM_OK for a model built in memory
