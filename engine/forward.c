@@ -252,7 +252,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
             kc[i] = lm_f16_to_f32(lm_f32_to_f16(kc[i]));
             vc[i] = lm_f16_to_f32(lm_f32_to_f16(vc[i]));
         }
-    probe(c, il, "q", c->q, n, q_dim);
+    probe(c, il, "q", c->q, nq, q_dim); /* a probe sees every row: r0 = 0 (out_rows) */
     probe(c, il, "k", kc, n, kv_dim);
     probe(c, il, "v", vc, n, kv_dim);
     if (nq == 0)
@@ -282,7 +282,7 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
         lm_variants_note_dense(c->var, be, nq, c->n_past + n);
     }
     lm_backend_perturb(be, c->att, nq, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
-    probe(c, il, "attn", c->att, n, q_dim);
+    probe(c, il, "attn", c->att, nq, q_dim);
 
     float *x = c->x + (size_t)r0 * d; /* [nq][n_embd] the rows that go on */
     const lm_nt_part o = {d, L->wo, q_dim, c->xn, d};
@@ -294,8 +294,8 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
         post_norm_chunk(c, c->xn, c->xn, L->attn_post_norm, nq);
     }
     residual_chunk(c, x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, nq);
-    probe(c, il, "attn_out", c->xn, n, d);
-    probe(c, il, "attn_resid", c->x, n, d);
+    probe(c, il, "attn_out", c->xn, nq, d);
+    probe(c, il, "attn_resid", x, nq, d);
 }
 
 /* FFN block of layer il on rows [r0, n) of the chunk in c->x (as attn_block). */
