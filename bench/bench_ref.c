@@ -23,7 +23,8 @@
  *    thread), and ref_dx_dot_vv against ref_dot on 64-element MPFR vectors (attention's q.k at
  *    head_dim 64: ns per multiply-add, each vector split once as the pass does).
  * 4. The real models when $KVDRIFT_CACHE/models holds them (`make models`), wall and CPU
- *    seconds (bu_cpu_s) of one pass each: SmolLM2-135M-Instruct Q4_1 with a
+ *    seconds (bu_cpu_s) of one pass each, beside the estimate the cost line printed before a
+ *    pass gives for it (ref_calibrate_s_per_mac and ref_fixed_cost_s; its own TSV row): SmolLM2-135M-Instruct Q4_1 with a
  *    30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2 idle cores) and the
  *    envelope's cost on the same tokens (as for the synthetic preset), Gemma-3-270M Q4_K_M with
  *    the first 600 tokens of tests/data/gemma3/long_prompt.txt (goal <= 60 s).
@@ -341,8 +342,11 @@ static bool real_pass(const char *file, const char *label, const int32_t *fixed,
         }
         fixed = ids;
     }
-    double w0 = lm_now_s(), c0 = bu_cpu_s();
     ref_request rq = {.tokens = fixed, .n_tokens = n, .n_prompt = n_prompt, .n_threads = threads};
+    /* the cost line's estimate (cli_progress.c), made before the pass as there */
+    const double est = ref_macs(m, &rq) * ref_calibrate_s_per_mac(m, &rq, threads) / threads +
+                       ref_fixed_cost_s(m, threads);
+    double w0 = lm_now_s(), c0 = bu_cpu_s();
     ref_capture c;
     if (ref_compute(&c, m, &rq, &err))
         bu_die(PROG, label, &err);
@@ -358,10 +362,13 @@ static bool real_pass(const char *file, const char *label, const int32_t *fixed,
     getloadavg(la, 3);
     char when[32];
     bu_when(when);
-    printf("%-28s %5u tokens %2d threads: %8.2f s wall %8.2f s CPU (load average %.2f)\n", label,
-           n, threads, *wall, *cpu, la[0]);
+    printf("%-28s %5u tokens %2d threads: %8.2f s wall %8.2f s CPU (load average %.2f); the "
+           "cost line said %.2f s (wall / estimate %.2f)\n", label, n, threads, *wall, *cpu, la[0],
+           est, est > 0.0 ? *wall / est : 0.0);
     fprintf(out, "%s\t%s\t%d\t%u\t%u\t%.0f\t%.4f\t0\t0\t0\t0\t0\n", when, label, threads,
             REF_DEFAULT_PREC, n, ref_macs(m, &rq), *wall);
+    fprintf(out, "%s\t%s (cost-line estimate)\t%d\t%u\t%u\t%.0f\t%.4f\t0\t0\t0\t0\t0\n", when,
+            label, threads, REF_DEFAULT_PREC, n, ref_macs(m, &rq), est);
     if (envelope) {
         const row ref = {.model = label, .n_tokens = n, .secs = *wall, .cpu = *cpu};
         envelope_cost(label, m, fixed, n, n_prompt, threads, &ref, out, when);
