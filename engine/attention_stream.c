@@ -244,7 +244,7 @@ void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a)
      * (backend_naive_sr.c) and perturbs P by its index within the row: it is given the keys
      * from slot 0, as dense attention gives them, so that each key keeps its coins whatever
      * the chunk (the keys before the window have probability +0 and add nothing). */
-    if (lm_backend_flags(be->vt->name) & LM_BE_STOCHASTIC_ROUNDING)
+    if (be->flags & LM_BE_STOCHASTIC_ROUNDING)
         k_lo = 0;
     const uint32_t nk = k_hi - k_lo;           /* slots the chunk can see */
 

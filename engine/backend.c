@@ -160,8 +160,12 @@ int lm_backend_create(lm_backend **out, const char *name, int n_threads, lm_err 
     const size_t len = strlen(name);
     const backend_entry *e = find(name, len);
     /* NAME:... is a seeded name: only a LM_BE_SEEDED backend takes one */
-    if (e != NULL && (memchr(name, ':', len) == NULL || (e->info.flags & LM_BE_SEEDED)))
-        return e->create(out, name, n_threads, err);
+    if (e != NULL && (memchr(name, ':', len) == NULL || (e->info.flags & LM_BE_SEEDED))) {
+        int rc = e->create(out, name, n_threads, err);
+        if (rc == LM_OK)
+            (*out)->flags = e->info.flags;
+        return rc;
+    }
     return LM_FAIL(err, LM_E_INPUT, "backend '%s': unknown (expected %s)", name,
                    lm_backend_expected());
 }

@@ -151,6 +151,8 @@ static inline bool lm_site_perturbed(uint32_t site)
 
 struct lm_backend {
     const lm_backend_i *vt;
+    unsigned flags; /* the registry's capability flags of the name it was created by (LM_BE_*,
+                       kvd_engine.h), set by lm_backend_create */
     int n_threads;
     const lm_profile *prof; /* precision profile (kvd_profile.h); NULL = f32 */
     /* The backend's own thread pool (threadpool.h) when it runs its products on one (det),

@@ -84,8 +84,6 @@ struct lm_ctx {
     lm_variants *var; /* attention implementation, windows, sinks, rotating cache, MoE */
     size_t scratch_bytes;
     bool bidir;        /* chunks attend bidirectionally inside themselves (block sampler) */
-    bool rows_indep;   /* the backend is LM_BE_CHUNK_INVARIANT: a row's bits never depend on
-                          the other rows of its chunk, so rows nobody reads may be skipped */
     lm_probe_fn probe; /* per-operation checkpoints, NULL = none */
     void *probe_user;
     lm_layer_fn on_layer; /* after each layer of a chunk (progress), NULL = none */
@@ -349,7 +347,8 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n_chunk, uint32_t r0)
  * one block). */
 static uint32_t out_rows(const lm_ctx *c, uint32_t il, uint32_t n, lm_logits_mode mode)
 {
-    if (il + 1 != c->m->hp.n_layer || mode == LM_LOGITS_ALL || !c->rows_indep ||
+    if (il + 1 != c->m->hp.n_layer || mode == LM_LOGITS_ALL ||
+        !(c->be->flags & LM_BE_CHUNK_INVARIANT) ||
         c->probe != NULL || c->bidir || lm_variants_attn_layer(c->var, il) ||
         lm_variants_moe_layer(c->var, il))
         return 0;
@@ -624,7 +623,6 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     if (rc != LM_OK)
         goto fail;
     c->be->prof = prof;
-    c->rows_indep = (lm_backend_flags(p->backend) & LM_BE_CHUNK_INVARIANT) != 0;
     if ((rc = round_weights(c, prof, err)) != LM_OK)
         goto fail;
     const bool per_weight = converts_per_weight(prof);

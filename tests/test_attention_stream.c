@@ -318,9 +318,9 @@ static void test_attention_masked_chunk_invariant_sr(void)
 }
 
 /* A profile that rounds the attention probabilities (bf16) rounds them in masked attention
- * too: the output moves, by at most what rounding each p_j to 8 significant bits can move it
- * (|p_j - bf16(p_j)| <= 2^-9 p_j, so |delta out| <= 2^-9 max|v|, with slack for the float
- * sums: 2^-8 max|v|). */
+ * too: the output moves, by at most what rounding each p_j to 8 significant bits can move it:
+ * |p_j - bf16(p_j)| <= 2^-8 p_j and sum p_j <= 1, so |delta out| <= 2^-8 max|v|, plus each
+ * run's float sum of at most 30 terms (<= 30 * 2^-24 max|v| each, two runs). */
 static void test_attention_masked_profile_rounds_probabilities(void)
 {
     masked_run r;
@@ -336,7 +336,7 @@ static void test_attention_masked_profile_rounds_probabilities(void)
     for (size_t i = 0; i < r.no; ++i)
         dmax = fabsf(r.o[1][i] - r.o[0][i]) > dmax ? fabsf(r.o[1][i] - r.o[0][i]) : dmax;
     CU_ASSERT(dmax > 0.0f);
-    CU_ASSERT(dmax <= ldexpf(vmax, -8));
+    CU_ASSERT(dmax <= ldexpf(vmax, -8) + 60.0f * ldexpf(vmax, -24));
     masked_teardown(&r);
 }
 

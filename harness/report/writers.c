@@ -66,41 +66,50 @@ static bool chosen(const hx_report_writer *w, const char *const *only)
     return false;
 }
 
+#define PATH_CAP 4200 /* a report file's path: the folder (<= 4096) and the file's name */
+
 /* The writers hx_report_write_dir runs for only[] into w[], their files in dir into path[];
  * returns how many. */
-static size_t dir_writers(const hx_report_writer **w, char (*path)[4200], const char *dir,
+static size_t dir_writers(const hx_report_writer **w, char (*path)[PATH_CAP], const char *dir,
                           const char *const *only)
 {
     size_t n = 0;
     for (size_t i = 0; i < hx_report_writer_count() && n < HX_REPORT_MAX_WRITERS; ++i)
         if (writers[i].write_one != NULL && chosen(&writers[i], only)) {
             w[n] = &writers[i];
-            snprintf(path[n++], 4200, "%s/%s", dir, writers[i].file);
+            snprintf(path[n++], PATH_CAP, "%s/%s", dir, writers[i].file);
         }
     return n;
 }
 
-int hx_report_check_dir(const char *dir, const char *const *only, lm_err *err)
+/* lm_wfile_check of path[0..n): the first refusal (a read-only file). */
+static int check_paths(char (*path)[PATH_CAP], size_t n, lm_err *err)
 {
-    char path[HX_REPORT_MAX_WRITERS][4200];
-    const hx_report_writer *w[HX_REPORT_MAX_WRITERS];
-    const size_t n = dir_writers(w, path, dir, only);
-    struct stat st;
     int rc = LM_OK;
-    for (size_t i = 0; rc == LM_OK && i < n && stat(dir, &st) == 0; ++i)
+    for (size_t i = 0; rc == LM_OK && i < n; ++i)
         rc = lm_wfile_check(path[i], err);
     return rc;
+}
+
+int hx_report_check_dir(const char *dir, const char *const *only, lm_err *err)
+{
+    char path[HX_REPORT_MAX_WRITERS][PATH_CAP];
+    const hx_report_writer *w[HX_REPORT_MAX_WRITERS];
+    struct stat st;
+    if (stat(dir, &st) != 0) /* made later, so empty: nothing in it to refuse */
+        return LM_OK;
+    return check_paths(path, dir_writers(w, path, dir, only), err);
 }
 
 int hx_report_write_dir(char *wrote, size_t cap, const char *dir, const hx_report *r,
                         const char *const *only, lm_err *err)
 {
-    char path[HX_REPORT_MAX_WRITERS][4200];
+    char path[HX_REPORT_MAX_WRITERS][PATH_CAP];
     const hx_report_writer *w[HX_REPORT_MAX_WRITERS];
     const size_t n = dir_writers(w, path, dir, only);
     int st = lm_mkdir_p(dir, err);
     if (st == LM_OK) /* a refused target (a read-only file): nothing removed or written */
-        st = hx_report_check_dir(dir, only, err);
+        st = check_paths(path, n, err);
     if (st == LM_OK && n > 0 && unlink(path[n - 1]) != 0 && errno != ENOENT)
         st = LM_FAIL(err, LM_E_IO, "%s: cannot remove: %s", path[n - 1], strerror(errno));
     for (size_t i = 0; st == LM_OK && i < n; ++i)
