@@ -26,6 +26,7 @@
 
 #include "attention.h"
 
+#include "attention_mend.h"
 #include "expf.h"
 #include "kvd_defects.h"
 
@@ -129,6 +130,19 @@ static uint32_t row_keys(const softmax_job *j, uint32_t i, uint32_t n_kb)
     return j->mask_next && n_valid < n_kb ? n_valid + 1 : n_valid;
 }
 
+/* A block's P . V rows as lm_attn_pv_mend sees them: row r is chunk row i0 + r. */
+typedef struct block_view {
+    const softmax_job *sm;
+    uint32_t i0;
+    uint32_t n_kb;
+} block_view;
+
+static bool block_key_visible(const void *ctx, uint32_t r, uint32_t j)
+{
+    const block_view *b = ctx;
+    return j < row_keys(b->sm, b->i0 + r, b->n_kb);
+}
+
 /* Rows [begin, end): row i reads row_keys of its block's n_kb keys. */
 static void softmax_rows(void *arg, uint32_t begin, uint32_t end)
 {
@@ -230,8 +244,12 @@ static void run_task(attn_tasks *t, uint32_t task, float *s /* [LM_ATTN_Q_BLOCK]
     sm.row0 = i0;
     softmax_rows(&sm, i0, i1);
     lm_backend_perturb(be, s, i1 - i0, n_kb, n_kv, LM_SITE_SOFTMAX | h << 8);
-    be->vt->gemm_nn_local(be, i1 - i0, hd, n_kb, s, n_kv, a->v + (size_t)g * hd, kv_stride,
-                          a->out + (size_t)h * hd + i0 * q_stride, q_stride);
+    float *oh = a->out + (size_t)h * hd + i0 * q_stride; /* [i1 - i0][hd], stride q_stride */
+    be->vt->gemm_nn_local(be, i1 - i0, hd, n_kb, s, n_kv, a->v + (size_t)g * hd, kv_stride, oh,
+                          q_stride);
+    const block_view view = {&t->sm, i0, n_kb};
+    lm_attn_pv_mend(be, true, i1 - i0, hd, n_kb, s, n_kv, a->v + (size_t)g * hd, kv_stride, oh,
+                    q_stride, block_key_visible, &view);
 }
 
 /* Part `begin` of the pool job: claims tasks until none is left, into scratch slot `begin`
@@ -309,6 +327,9 @@ void lm_attention_dense(lm_backend *be, const lm_attn_args *a)
                                LM_SITE_SOFTMAX | h << 8);
             be->vt->gemm_nn(be, i1 - i0, hd, n_kb, s + (size_t)i0 * n_kv, n_kv, vg,
                             kv_stride, oh + i0 * q_stride, q_stride);
+            const block_view view = {&job, i0, n_kb};
+            lm_attn_pv_mend(be, false, i1 - i0, hd, n_kb, s + (size_t)i0 * n_kv, n_kv, vg,
+                            kv_stride, oh + i0 * q_stride, q_stride, block_key_visible, &view);
         }
     }
 }

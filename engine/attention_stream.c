@@ -11,6 +11,7 @@
 
 #include "attention_stream.h"
 
+#include "attention_mend.h"
 #include "expf.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
@@ -107,6 +108,19 @@ static void block_key_range(const lm_attn_var_args *a, uint32_t q0, uint32_t q1,
     lm_attn_visible_range(q0, a->window, &lo, &hi_unused);
     *k_lo = lo < a->n_kv ? lo : a->n_kv;
     *k_hi = q1 + 1 < a->n_kv ? q1 + 1 : a->n_kv;
+}
+
+/* The P . V rows of queries [q0, ...) over slots [k0, ...), as lm_attn_pv_mend sees them. */
+typedef struct var_view {
+    const lm_attn_var_args *a;
+    uint32_t q0; /* chunk row of the product's row 0 */
+    uint32_t k0; /* slot of the product's key 0 */
+} var_view;
+
+static bool var_key_visible(const void *ctx, uint32_t r, uint32_t j)
+{
+    const var_view *w = ctx;
+    return lm_attn_var_visible(w->a, w->a->pos0 + w->q0 + r, w->k0 + j);
 }
 
 void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
@@ -210,6 +224,9 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
                     continue;
                 be->vt->gemm_nn(be, qb, hd, tn, sc, tn, vg + (size_t)t0 * kv_stride, kv_stride,
                                 pv, hd);
+                const var_view view = {a, i0, t0};
+                lm_attn_pv_mend(be, false, qb, hd, tn, sc, tn, vg + (size_t)t0 * kv_stride,
+                                kv_stride, pv, hd, var_key_visible, &view);
                 for (uint32_t r = 0; r < qb; ++r) {
                     float *ar = acc + (size_t)r * hd;
                     const float *pr = pv + (size_t)r * hd;
@@ -264,5 +281,8 @@ void lm_attention_masked(lm_backend *be, const lm_attn_var_args *a)
         /* SR ensemble and profiles: the probabilities P . V reads, as in dense attention */
         lm_backend_perturb(be, s, a->n, nk, nk, LM_SITE_SOFTMAX | h << 8);
         be->vt->gemm_nn(be, a->n, hd, nk, s, nk, vg, kv_stride, oh, q_stride);
+        const var_view view = {a, 0, k_lo};
+        lm_attn_pv_mend(be, false, a->n, hd, nk, s, nk, vg, kv_stride, oh, q_stride,
+                        var_key_visible, &view);
     }
 }

@@ -250,6 +250,83 @@ static void test_forward_last_equals_all_presets(void)
     }
 }
 
+/* A token whose embedding is NaN makes its own position and later ones non-finite; the
+ * positions before it cannot see it, so their logits are those of the same prompt with a finite
+ * token there: bit for bit on a chunk-invariant backend, finite on blas (whose one-row products
+ * round otherwise). Every synth preset (windows, sinks, MoE), dense and streaming attention and
+ * a rotating cache (an exact window, and MLX's policy), prefill steps 5 and one chunk. The
+ * causal mask hides a later key's value behind P = +0, and 0 * NaN is NaN: without
+ * lm_attn_pv_mend every earlier position of the NaN token's block or tile turns NaN. */
+static void test_forward_nan_token_reaches_only_later_positions(void)
+{
+    enum { N = 24, AT = 13 };
+    static const struct {
+        const char *backend;
+        int threads;
+        const char *attn;
+        uint32_t rot_max;
+        bool rot_window;
+    } cfg[] = {{"naive", 1, NULL, 0, false},   {"det", 2, NULL, 0, false},
+               {"blas", 2, NULL, 0, false},
+               {"naive", 1, "stream", 0, false}, {"det", 2, NULL, 8, true},
+               {"naive", 1, NULL, 8, false}};
+    static const uint32_t steps[] = {0, 5};
+    const char *name;
+    char path[1024];
+    lm_model *m;
+    for (size_t i = 0; (m = tf_preset_model(i, "nantok", 9, &name, path)) != NULL; ++i) {
+        const uint32_t nv = m->hp.n_vocab, d = m->hp.n_embd;
+        int32_t tok[N], clean[N];
+        rand_tokens(tok, N, nv, tu_seed() ^ i);
+        const int32_t nan_tok = tok[AT];
+        memcpy(clean, tok, sizeof tok);
+        clean[AT] = nan_tok == 3 ? 4 : 3;
+        float *emb = (float *)m->tok_embd + (size_t)nan_tok * d; /* [n_embd] */
+        float *lg = malloc((size_t)N * nv * sizeof *lg);  /* [N][n_vocab] */
+        float *ref = malloc((size_t)N * nv * sizeof *ref); /* [N][n_vocab] */
+        CU_ASSERT_FATAL(lg && ref);
+        for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; ++k) {
+            lm_ctx *c = NULL;
+            lm_err err = {0};
+            const lm_ctx_params p = {.backend = cfg[k].backend, .n_threads = cfg[k].threads,
+                                     .n_ctx = N, .attn = cfg[k].attn,
+                                     .rot_max_size = cfg[k].rot_max,
+                                     .rot_window = cfg[k].rot_window};
+            CU_ASSERT_FATAL(lm_ctx_create(&c, m, &p, &err) == LM_OK);
+            const bool exact = (lm_backend_flags(cfg[k].backend) & LM_BE_CHUNK_INVARIANT) != 0;
+            for (size_t si = 0; si < sizeof steps / sizeof steps[0]; ++si) {
+                const float saved = emb[d / 2];
+                run_all(c, clean, N, steps[si], ref);
+                emb[d / 2] = NAN;
+                run_all(c, tok, N, steps[si], lg);
+                emb[d / 2] = saved;
+                int earlier_bad = 0, own_finite = 1;
+                for (uint32_t t = 0; t < AT; ++t)
+                    for (uint32_t v = 0; v < nv; ++v) {
+                        const float x = lg[(size_t)t * nv + v], r = ref[(size_t)t * nv + v];
+                        if ((int32_t)v == nan_tok)
+                            continue; /* a tied output row holds the NaN too */
+                        earlier_bad += exact ? memcmp(&x, &r, sizeof x) != 0 : !isfinite(x);
+                    }
+                for (uint32_t v = 0; v < nv; ++v)
+                    own_finite &= (int32_t)v == nan_tok || isfinite(lg[(size_t)AT * nv + v]);
+                if (earlier_bad || own_finite)
+                    fprintf(stderr, "\n  %s on %s (attn %s, rotating %u%s) step %u: %d logits "
+                            "before position %d differ%s\n", name, cfg[k].backend,
+                            cfg[k].attn ? cfg[k].attn : "dense", cfg[k].rot_max,
+                            cfg[k].rot_window ? " window" : "", steps[si], earlier_bad, AT,
+                            own_finite ? "; its own logits are finite" : "");
+                CU_ASSERT_EQUAL(earlier_bad, 0);
+                CU_ASSERT(!own_finite);
+            }
+            lm_ctx_free(c);
+        }
+        free(lg), free(ref);
+        lm_model_free(m);
+        remove(path);
+    }
+}
+
 /* Naive backend: logits of the last prompt position and every layer's K and V cache are
  * bitwise identical for prefill steps 1, 2, 3, 7 and one chunk. */
 static void check_naive_step_invariant(const lm_model *m, uint32_t n)
@@ -434,6 +511,8 @@ void test_forward_register(void)
     CU_add_test(s, "test_forward_norm_eps_matters", test_forward_norm_eps_matters);
     CU_add_test(s, "test_forward_last_equals_all_row", test_forward_last_equals_all_row);
     CU_add_test(s, "test_forward_last_equals_all_presets", test_forward_last_equals_all_presets);
+    CU_add_test(s, "test_forward_nan_token_reaches_only_later_positions",
+                test_forward_nan_token_reaches_only_later_positions);
     CU_add_test(s, "test_forward_naive_step_invariant", test_forward_naive_step_invariant);
     CU_add_test(s, "test_forward_blas_close_to_naive", test_forward_blas_close_to_naive);
     CU_add_test(s, "test_forward_bad_input", test_forward_bad_input);
