@@ -39,6 +39,14 @@ LM_VECTOR_CLONES static void exp_shifted(float *s /* [n] */, size_t n, float mx)
         s[j] = lm_expf(s[j] - mx);
 }
 
+/* s[j] = s[j] / t: a loop of its own so that it is vectorized (a division is correctly rounded
+ * at every vector width). */
+LM_VECTOR_CLONES static void divide_by(float *s /* [n] */, size_t n, float t)
+{
+    for (size_t j = 0; j < n; ++j)
+        s[j] = s[j] / t;
+}
+
 /* Softmax of s[0..n_valid) in place, zeroes s[n_valid..n_total). Order: max over the valid
  * entries (exact, so its order is irrelevant: eight interleaved partial maxima), then
  * e_j = lm_expf(s_j - max), sum of e_j left to right in float from +0.0f, then p_j = e_j / sum
@@ -88,8 +96,7 @@ static void softmax_group(float *const *s, const uint32_t *n_valid, const uint32
         float t = sum[r];
         for (size_t j = common; j < n_valid[r]; ++j)
             t += x[j];
-        for (size_t j = 0; j < n_valid[r]; ++j)
-            x[j] = x[j] / t;
+        divide_by(x, n_valid[r], t);
         for (size_t j = n_valid[r]; j < n_total[r]; ++j)
             x[j] = 0.0f;
     }

@@ -24,12 +24,9 @@
 /* y[i] = (x[i] * r) * w[i], r = 1 / sqrtf(ss / n + eps), ss = sum of x[i]*x[i] for i = 0..n-1
  * accumulated left to right in float from +0.0f; ss / n, + eps, sqrtf and 1/ are each one
  * float operation. */
-static void rmsnorm_row(float *y /* [n] */, const float *x /* [n] */, const float *w /* [n] */,
-                        uint32_t n, float eps)
+static void rmsnorm_apply(float *y /* [n] */, const float *x /* [n] */, const float *w /* [n] */,
+                          uint32_t n, float eps, float ss)
 {
-    float ss = 0.0f;
-    for (uint32_t i = 0; i < n; ++i)
-        ss += x[i] * x[i];
     const float r = 1.0f / sqrtf(ss / (float)n + eps);
     for (uint32_t i = 0; i < n; ++i)
         y[i] = (x[i] * r) * w[i];
@@ -43,11 +40,43 @@ typedef struct norm_job {
     float eps;
 } norm_job;
 
+/* Rows NORM_GROUP at a time: their sums of squares advance side by side, each still its own
+ * left-to-right chain, so that a row's adds do not wait on one another's latency (one chain
+ * alone runs at one add per add latency); no bit depends on the grouping. */
+#define NORM_GROUP 8u /* the chains below are written out for 8 */
+
 static void norm_rows(void *arg, uint32_t begin, uint32_t end)
 {
     const norm_job *j = arg;
-    for (uint32_t t = begin; t < end; ++t)
-        rmsnorm_row(j->y + (size_t)t * j->dim, j->x + (size_t)t * j->dim, j->w, j->dim, j->eps);
+    const size_t dim = j->dim;
+    for (uint32_t t0 = begin; t0 < end; t0 += NORM_GROUP) {
+        const uint32_t g = end - t0 < NORM_GROUP ? end - t0 : NORM_GROUP;
+        const float *x = j->x + t0 * dim; /* [g][dim] */
+        float ss[NORM_GROUP] = {0.0f};
+        if (g == NORM_GROUP) { /* eight chains in registers */
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f,
+                  s7 = 0.0f;
+            for (size_t i = 0; i < dim; ++i) {
+                const float *xi = x + i;
+                s0 += xi[0] * xi[0];
+                s1 += xi[dim] * xi[dim];
+                s2 += xi[2 * dim] * xi[2 * dim];
+                s3 += xi[3 * dim] * xi[3 * dim];
+                s4 += xi[4 * dim] * xi[4 * dim];
+                s5 += xi[5 * dim] * xi[5 * dim];
+                s6 += xi[6 * dim] * xi[6 * dim];
+                s7 += xi[7 * dim] * xi[7 * dim];
+            }
+            const float sums[NORM_GROUP] = {s0, s1, s2, s3, s4, s5, s6, s7};
+            memcpy(ss, sums, sizeof ss);
+        } else {
+            for (uint32_t r = 0; r < g; ++r)
+                for (size_t i = 0; i < dim; ++i)
+                    ss[r] += x[r * dim + i] * x[r * dim + i];
+        }
+        for (uint32_t r = 0; r < g; ++r)
+            rmsnorm_apply(j->y + (t0 + r) * dim, x + r * dim, j->w, j->dim, j->eps, ss[r]);
+    }
 }
 
 /* LM_ACT_SWIGLU: g = (g / (1 + lm_expf(-g))) * u, SiLU of the gate times the up projection. */
