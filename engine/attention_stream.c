@@ -222,6 +222,12 @@ void lm_attention_stream(lm_backend *be, const lm_attn_var_args *a)
                 }
                 if (!tile_used)
                     continue;
+                /* SR ensemble and profiles: the weights P . V reads, as in dense attention; the
+                 * tile's number in the site keeps each key's coins its own whatever the chunk
+                 * (tiles are fixed in slot space; heads < 256 and tiles < 65536 keep the fields
+                 * apart) */
+                lm_backend_perturb(be, sc, qb, tn, tn,
+                                   LM_SITE_SOFTMAX | h << 8 | (t0 / tile) << 16);
                 be->vt->gemm_nn(be, qb, hd, tn, sc, tn, vg + (size_t)t0 * kv_stride, kv_stride,
                                 pv, hd);
                 const var_view view = {a, i0, t0};

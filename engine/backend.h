@@ -139,14 +139,19 @@ typedef enum lm_perturb_site {
      * (lm_site_perturbed), numbered after WEIGHT so that every other site keeps its number
      * and so its coins. */
     LM_SITE_POST_NORM,
+    /* Numbered after POST_NORM for the same reason, and perturbed like it: */
+    LM_SITE_HEAD_NORM,    /* q and k after their per-head RMSNorm (Qwen3, Gemma 3), before RoPE */
+    LM_SITE_MOE_GATES,    /* a token's expert weights (the router's gating, after top-k) */
+    LM_SITE_MOE_SUM,      /* a token's weighted sum of its experts' outputs */
 } lm_perturb_site;
 
 /* Whether the SR ensemble perturbs site (an lm_perturb_site, low 8 bits) when no profile
- * rounds there: NORM .. OUT_NORM and POST_NORM; V .. WEIGHT only a profile rounds. */
+ * rounds there: NORM .. OUT_NORM and POST_NORM .. MOE_SUM; V .. WEIGHT only a profile
+ * rounds. */
 static inline bool lm_site_perturbed(uint32_t site)
 {
     site &= 0xffu;
-    return site < LM_SITE_V || site == LM_SITE_POST_NORM;
+    return site < LM_SITE_V || (site >= LM_SITE_POST_NORM && site <= LM_SITE_MOE_SUM);
 }
 
 struct lm_backend {

@@ -17,7 +17,8 @@
  * (expf.h, not libm). Elementwise work is split over the backend's thread count by rows
  * (threadpool.h); a row's bits never depend on the split, and the naive backend runs
  * everything on one thread.
- * All scratch is allocated by lm_ctx_create; nothing is allocated per token.
+ * All scratch is allocated by lm_ctx_create; nothing is allocated per token, except where
+ * attention recomputes a row that read a non-finite value it cannot see (attention_mend.c).
  * Checkpoints: with a probe set (lm_ctx_set_probe), each named operation's rows are handed
  * to it as they are computed (kvdrift trace). Test builds (LM_TEST_HOOKS) also carry the
  * defect switch of kvd_defects.h at the places marked "test defect"; release builds do not.
@@ -160,7 +161,9 @@ static void post_norm_chunk(lm_ctx *c, float *y, const float *x, const float *w,
 /* Per-head RMSNorm: rows [n_rows][head_dim] (contiguous heads of q or k), eps = rms_eps. */
 static void head_norm_chunk(lm_ctx *c, float *rows, const float *w, uint32_t n_rows)
 {
-    lm_op_rmsnorm(c->be, c->pool, rows, rows, w, n_rows, c->m->hp.head_dim, c->m->hp.rms_eps);
+    const uint32_t hd = c->m->hp.head_dim;
+    lm_op_rmsnorm(c->be, c->pool, rows, rows, w, n_rows, hd, c->m->hp.rms_eps);
+    lm_backend_perturb(c->be, rows, n_rows, hd, hd, LM_SITE_HEAD_NORM);
 }
 
 static void residual_chunk(lm_ctx *c, float *x, float *y, const float *b, uint32_t n)

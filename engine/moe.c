@@ -122,6 +122,7 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
         if (a->margin != NULL)
             a->margin[t] = lm_moe_margin(rt, ne, st, k);
     }
+    lm_backend_perturb(be, gates, n, k, k, LM_SITE_MOE_GATES); /* SR ensemble and profiles */
     for (uint32_t e = 0; e < ne; ++e) {
         uint32_t m = 0;
         for (uint32_t t = 0; t < n; ++t)
@@ -162,4 +163,5 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
                 o[i] += w * y[i];
         }
     }
+    lm_backend_perturb(be, a->out, n, d, d, LM_SITE_MOE_SUM); /* SR ensemble and profiles */
 }

@@ -18,7 +18,7 @@ static const lm_profile profiles[] = {
      {[LM_SITE_WEIGHT] = BF16, [LM_SITE_NORM] = BF16, [LM_SITE_ROPE] = BF16,
       [LM_SITE_SOFTMAX] = BF16, [LM_SITE_SWIGLU] = BF16, [LM_SITE_RESIDUAL] = BF16,
       [LM_SITE_OUT_NORM] = BF16, [LM_SITE_V] = BF16, [LM_SITE_ATTN_OUT] = BF16,
-      [LM_SITE_KV] = BF16, [LM_SITE_POST_NORM] = BF16}},
+      [LM_SITE_KV] = BF16, [LM_SITE_POST_NORM] = BF16, [LM_SITE_HEAD_NORM] = BF16}},
     {"tf32", "matrix-product inputs rounded to TF32 (10-bit mantissa)",
      {[LM_SITE_WEIGHT] = TF32, [LM_SITE_NORM] = TF32, [LM_SITE_ROPE] = TF32,
       [LM_SITE_V] = TF32, [LM_SITE_SOFTMAX] = TF32, [LM_SITE_ATTN_OUT] = TF32,

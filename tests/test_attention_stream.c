@@ -210,18 +210,18 @@ static void test_attention_stream_window_one_is_identity(void)
     problem_free(&p);
 }
 
-/* With the naive backend a query's result does not depend on how the queries were chunked:
- * tiles are fixed in slot space and a tile a row cannot see leaves that row untouched. */
-static void test_attention_stream_chunk_invariant_naive(void)
+/* Streaming attention on backend (windows 0 and 13) gives the same bits fed in pieces of 1, 7
+ * and 64 queries as in one chunk. */
+static void check_stream_chunk_invariant(const char *backend, uint64_t seed)
 {
-    uint64_t rng = tu_seed() ^ 0x77u;
+    uint64_t rng = tu_seed() ^ seed;
     problem p;
     problem_make(&p, &rng, 90, 0, 90, true, false);
     const size_t row = (size_t)p.n_head * p.hd, no = p.n * row;
     float *o1 = malloc(no * sizeof(float)), *o2 = malloc(no * sizeof(float));
     lm_backend *be = NULL;
     lm_err err = {0};
-    CU_ASSERT_FATAL(lm_backend_create(&be, "naive", 1, &err) == LM_OK);
+    CU_ASSERT_FATAL(lm_backend_create(&be, backend, 1, &err) == LM_OK);
     for (int w = 0; w < 2; ++w) {
         lm_attn_var_args a = args_of(&p, w ? 13 : 0, o1);
         a.scratch_floats = lm_attn_stream_scratch(p.hd, a.tile);
@@ -244,6 +244,60 @@ static void test_attention_stream_chunk_invariant_naive(void)
     }
     free(o1);
     free(o2);
+    lm_backend_destroy(be);
+    problem_free(&p);
+}
+
+/* With the naive backend a query's result does not depend on how the queries were chunked:
+ * tiles are fixed in slot space and a tile a row cannot see leaves that row untouched. */
+static void test_attention_stream_chunk_invariant_naive(void)
+{
+    check_stream_chunk_invariant("naive", 0x77u);
+}
+
+/* The SR ensemble's backend perturbs each tile's weights with coins of the key's slot (the
+ * tile's number and the key's index in it), so streaming stays chunk-invariant there too. */
+static void test_attention_stream_chunk_invariant_sr(void)
+{
+    check_stream_chunk_invariant("naive-sr:seed=5", 0x7au);
+}
+
+/* A profile that rounds the attention probabilities (bf16) rounds the weights each tile's
+ * P . V reads in streaming attention too: the output moves, by at most 2^-8 max|v| (each
+ * weight e_j moves by at most 2^-8 e_j, and the output is sum e_j v_j / sum e_j with the
+ * denominator unrounded), plus each run's float sums and rescalings of at most 30 terms
+ * (<= 30 * 2^-24 max|v| each, two runs). */
+static void test_attention_stream_profile_rounds_probabilities(void)
+{
+    uint64_t rng = tu_seed() ^ 0x7bu;
+    problem p;
+    problem_make(&p, &rng, 30, 0, 30, false, false);
+    const size_t no = (size_t)p.n * p.n_head * p.hd;
+    float *o[2] = {malloc(no * sizeof(float)), malloc(no * sizeof(float))};
+    CU_ASSERT_FATAL(o[0] != NULL && o[1] != NULL);
+    lm_backend *be = NULL;
+    lm_err err = {0};
+    CU_ASSERT_FATAL(lm_backend_create(&be, "naive", 1, &err) == LM_OK);
+    lm_attn_var_args a = args_of(&p, 9, o[0]);
+    a.tile = 8;
+    a.scratch_floats = lm_attn_stream_scratch(p.hd, a.tile);
+    a.scratch = malloc(a.scratch_floats * sizeof(float));
+    CU_ASSERT_FATAL(a.scratch != NULL);
+    lm_attention_stream(be, &a);
+    be->prof = lm_profile_find("bf16");
+    CU_ASSERT_FATAL(be->prof != NULL);
+    a.out = o[1];
+    lm_attention_stream(be, &a);
+    float vmax = 0.0f, dmax = 0.0f;
+    for (size_t i = 0; i < (size_t)p.n_kv * p.n_head_kv * p.hd; ++i)
+        vmax = fabsf(p.v[i]) > vmax ? fabsf(p.v[i]) : vmax;
+    for (size_t i = 0; i < no; ++i)
+        dmax = fabsf(o[1][i] - o[0][i]) > dmax ? fabsf(o[1][i] - o[0][i]) : dmax;
+    CU_ASSERT(dmax > 0.0f);
+    CU_ASSERT(dmax <= ldexpf(vmax, -8) + 60.0f * ldexpf(vmax, -24));
+    free(a.scratch);
+    free(o[0]);
+    free(o[1]);
     lm_backend_destroy(be);
     problem_free(&p);
 }
@@ -409,6 +463,10 @@ void test_attention_stream_register(void)
     CU_add_test(s, "test_attention_stream_scratch_bounded", test_attention_stream_scratch_bounded);
     CU_add_test(s, "test_attention_masked_chunk_invariant_sr",
                 test_attention_masked_chunk_invariant_sr);
+    CU_add_test(s, "test_attention_stream_chunk_invariant_sr",
+                test_attention_stream_chunk_invariant_sr);
+    CU_add_test(s, "test_attention_stream_profile_rounds_probabilities",
+                test_attention_stream_profile_rounds_probabilities);
     CU_add_test(s, "test_attention_masked_profile_rounds_probabilities",
                 test_attention_masked_profile_rounds_probabilities);
 }

@@ -97,12 +97,19 @@ static void test_profile_sr_slot_frequency(void)
     lm_backend_perturb(be, x, 1, N, N, LM_SITE_V);
     for (int i = 0; i < N; ++i)
         CU_ASSERT_EQUAL(x[i], 1.0f + 0x1p-12f);
-    /* f32: a sandwich norm's output is perturbed, as every stage of the f32 forward pass */
-    lm_backend_perturb(be, x, 1, N, N, LM_SITE_POST_NORM);
-    int moved = 0;
-    for (int i = 0; i < N; ++i)
-        moved += x[i] != 1.0f + 0x1p-12f;
-    CU_ASSERT(moved > 0);
+    /* f32: a sandwich norm's output, the per-head q/k norms' and a MoE layer's gates and
+     * weighted sum are perturbed, as every stage of the f32 forward pass */
+    static const uint32_t stages[] = {LM_SITE_POST_NORM, LM_SITE_HEAD_NORM, LM_SITE_MOE_GATES,
+                                      LM_SITE_MOE_SUM};
+    for (size_t s = 0; s < sizeof stages / sizeof *stages; ++s) {
+        for (int i = 0; i < N; ++i)
+            x[i] = 1.0f + 0x1p-12f;
+        lm_backend_perturb(be, x, 1, N, N, stages[s]);
+        int moved = 0;
+        for (int i = 0; i < N; ++i)
+            moved += x[i] != 1.0f + 0x1p-12f;
+        CU_ASSERT(moved > 0);
+    }
     free(x);
     lm_backend_destroy(be);
 }

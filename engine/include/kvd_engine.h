@@ -52,7 +52,9 @@ typedef enum lm_logits_mode {
 
 typedef struct lm_ctx lm_ctx;
 
-/* Allocates the KV cache and every scratch buffer once; nothing is allocated per token. */
+/* Allocates the KV cache and every scratch buffer once; nothing is allocated per token (but
+ * for the copy of V in which attention recomputes a row that read a non-finite value at a key
+ * it cannot see, engine/attention_mend.c). */
 int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_err *err);
 void lm_ctx_free(lm_ctx *c);
 

@@ -64,9 +64,9 @@ typedef struct lm_round_spec {
 
 /* The profiles' rounding rules as named in envelope cache keys (sweep, judge): a new name
  * whenever some profile rounds differently, so that no stale envelope is loaded. */
-#define LM_PROFILE_RULES "sr-vprec-v2"
+#define LM_PROFILE_RULES "sr-vprec-v3"
 
-#define LM_N_SITES 12 /* sites are 1..11 (lm_perturb_site); index 0 unused */
+#define LM_N_SITES 15 /* sites are 1..14 (lm_perturb_site); index 0 unused */
 
 typedef struct lm_profile {
     const char *name;

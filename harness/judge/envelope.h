@@ -123,7 +123,7 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
  * sites of backend.h), part of the ensemble mode of every envelope made of naive-sr members
  * (kvdrift sweep's and kvdrift judge's): change it whenever those members' numbers could
  * change, so that an envelope cached under another scheme is never reused. */
-#define HX_NAIVE_SR_MODE "coin=splitmix-v3:perturb=mca-rr24-v4"
+#define HX_NAIVE_SR_MODE "coin=splitmix-v3:perturb=mca-rr24-v5"
 
 /* The envelope's cache key, derived from the reference's (ref_cache_key: REF_VERSION, model
  * hash, tokens, n_prompt, logit positions, precision), so both caches are keyed the same way and
