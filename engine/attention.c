@@ -13,7 +13,8 @@
  * also the scores past the last key a piece of a block's rows reads. With the naive backend
  * every element of S and O is a left-to-right dot product (O sums over the block's
  * n_kb keys, the masked ones adding exact zeros), so a query's result does not depend on how
- * many other queries share its chunk or its block. */
+ * many other queries share its chunk or its block. A row whose sum thereby met a non-finite
+ * value at a key it cannot see (0 * NaN) is computed again without it: attention_mend.c. */
 
 /* The elementwise loops here are independent per element (no reduction is reordered), so
  * vectorizing them changes no bit; -O2 alone does not vectorize loops in GCC 12, and the

@@ -644,12 +644,6 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     rc = lm_variants_create(&c->var, m, p, n_ctx, err);
     if (rc != LM_OK)
         goto fail;
-    if (lm_profile_site(prof, LM_SITE_SOFTMAX)->kind != LM_ROUND_NONE &&
-        strcmp(lm_variants_attn_name(c->var), "dense") != 0) {
-        rc = LM_FAIL(err, LM_E_UNSUPPORTED, "profile %s rounds attention probabilities, which "
-                     "only attn=dense exposes", prof->name);
-        goto fail;
-    }
     rc = lm_kvcache_init(&c->kv, hp->n_layer, lm_variants_kv_slots(c->var), kv_dim, err);
     if (rc != LM_OK)
         goto fail;

@@ -219,6 +219,53 @@ static void test_profile_engine_sandwich_norms(void)
     lm_model_free(m);
 }
 
+/* The last position's logits of 20 tokens on the naive backend with attention attn under
+ * profile, prefill steps of 7, into out [n_vocab]. */
+static void logits_attn(float *out, const lm_model *m, const char *attn, const char *profile)
+{
+    lm_err err = {0};
+    int32_t toks[20];
+    for (uint32_t i = 0; i < 20; ++i)
+        toks[i] = (int32_t)((3 + 7919u * i) % m->hp.n_vocab);
+    lm_ctx_params cp = {.backend = "naive", .n_ctx = 20, .attn = attn, .profile = profile};
+    lm_ctx *ctx = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&ctx, m, &cp, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 20, 7, out, &err), LM_OK);
+    lm_ctx_free(ctx);
+}
+
+static float max_abs_diff(const float *a, const float *b, uint32_t n)
+{
+    float d = 0.0f;
+    for (uint32_t i = 0; i < n; ++i)
+        d = fmaxf(d, fabsf(a[i] - b[i]));
+    return d;
+}
+
+/* bf16 under streaming attention rounds the weights each key tile's P . V reads, as a
+ * bfloat16 flash-attention kernel does (dense attention rounds the normalized probabilities;
+ * test_attention_stream.c bounds the rounding itself): the context is created, and streaming
+ * and dense bf16, two bfloat16 computations of one model, lie within twice bf16's own distance
+ * from f32 of each other (on this model 0.16 and 0.19). */
+static void test_profile_engine_stream_bf16(void)
+{
+    lm_model *m = tf_synth_load("tiny", 3);
+    const uint32_t nv = m->hp.n_vocab;
+    float *sb = malloc(nv * sizeof *sb), *db = malloc(nv * sizeof *db);
+    float *df = malloc(nv * sizeof *df);
+    CU_ASSERT_FATAL(sb && db && df);
+    logits_attn(sb, m, "stream", "bf16");
+    logits_attn(db, m, "dense", "bf16");
+    logits_attn(df, m, "dense", "f32");
+    const float d_impl = max_abs_diff(sb, db, nv), d_prof = max_abs_diff(db, df, nv);
+    if (!(d_impl > 0.0f && d_impl < 2.0f * d_prof))
+        fprintf(stderr, "\n  stream-dense under bf16 %g, bf16-f32 %g\n", (double)d_impl,
+                (double)d_prof);
+    CU_ASSERT(d_impl > 0.0f && d_impl < 2.0f * d_prof);
+    free(sb), free(db), free(df);
+    lm_model_free(m);
+}
+
 /* The last position's logits of 10 tokens under profile on the naive backend. */
 static void logits_under(float *out, const lm_model *m, const char *profile)
 {
@@ -388,6 +435,7 @@ void test_profile_register(void)
     CU_add_test(s, "test_profile_sr_slot_frequency", test_profile_sr_slot_frequency);
     CU_add_test(s, "test_profile_engine_f16kv_cache", test_profile_engine_f16kv_cache);
     CU_add_test(s, "test_profile_engine_sandwich_norms", test_profile_engine_sandwich_norms);
+    CU_add_test(s, "test_profile_engine_stream_bf16", test_profile_engine_stream_bf16);
     CU_add_test(s, "test_profile_engine_q8act_per_weight_type",
                 test_profile_engine_q8act_per_weight_type);
     CU_add_test(s, "test_profile_sr_slot_q8_K", test_profile_sr_slot_q8_K);
