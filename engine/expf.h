@@ -25,8 +25,10 @@
 /* LM_VECTOR_CLONES on an elementwise loop builds it for AVX-512, AVX2 and the x86-64
  * baseline and picks one at load time (GCC function multiversioning). Every lane performs the
  * same IEEE operations as the scalar code (no reduction is reordered, and -ffp-contract=off
- * forbids FMA contraction in every clone), so the choice changes speed, never a bit. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+ * forbids FMA contraction in every clone), so the choice changes speed, never a bit. Not under
+ * ThreadSanitizer: the clones' resolvers run while the dynamic loader relocates, before its
+ * runtime is up, and an instrumented resolver crashes there. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define LM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define LM_VECTOR_CLONES

@@ -168,6 +168,38 @@ static void truncate_dump(hx_dump *d, uint32_t n)
     d->n_pos = k;
 }
 
+/* The engine's naive-sr envelope (f16kv: the profile's sites live in the engine) run one
+ * member at a time and two side by side (-j): every row's envelope is the same double. Each
+ * run gets its own empty cache folder, so both measure. */
+static void test_judge_members_side_by_side_same_envelope(void)
+{
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
+        return;
+    hx_dump *d = load(m, path, "llama.cpp-f32kv-ub512");
+    truncate_dump(d, 12);
+    hx_report *r[2];
+    for (uint32_t jobs = 1; jobs <= 2; ++jobs) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/judge-jobs-%u", tu_tmpdir(), (unsigned)jobs);
+        hx_judge_params p = {.model = m, .prompt = ids, .n_prompt = 12, .dumps = &d,
+                             .n_dumps = 1, .profiles = (const char *const[]){"f16kv"},
+                             .n_profiles = 1, .cache_dir = dir, .ref_threads = 1,
+                             .jobs = jobs, .quiet = true};
+        r[jobs - 1] = tf_judge(&p);
+    }
+    const hx_config_report *a = &r[0]->configs[0], *b = &r[1]->configs[0];
+    CU_ASSERT_EQUAL_FATAL(a->n_rows, b->n_rows);
+    CU_ASSERT(a->n_rows > 0);
+    for (size_t i = 0; i < a->n_rows; ++i)
+        CU_ASSERT_EQUAL(memcmp(&a->rows[i].e, &b->rows[i].e, sizeof a->rows[i].e), 0);
+    hx_report_free(r[0]);
+    hx_report_free(r[1]);
+    hx_dump_free(d);
+    lm_model_free(m);
+}
+
 static void test_judge_injected_bugs_fail_every_profile(void)
 {
     const char *path = NULL;
@@ -483,6 +515,8 @@ void test_judge_register(void)
     CU_pSuite s = CU_add_suite("judge", NULL, NULL);
     CU_add_test(s, "test_judge_llamacpp_f32kv_noise_default_f16kv",
                 test_judge_llamacpp_f32kv_noise_default_f16kv);
+    CU_add_test(s, "test_judge_members_side_by_side_same_envelope",
+                test_judge_members_side_by_side_same_envelope);
     CU_add_test(s, "test_judge_injected_bugs_fail_every_profile",
                 test_judge_injected_bugs_fail_every_profile);
     CU_add_test(s, "test_judge_cmd_exit_codes", test_judge_cmd_exit_codes);

@@ -37,6 +37,8 @@ static const char usage_text[] =
     "      --prec BITS       reference precision (default 127)\n"
     "      --ensemble M      stochastic-rounding runs per profile, >= 8 (default 8)\n"
     "      --seed S          first SR seed (member i: S+i)\n"
+    "  -j, --jobs N          naive-sr envelope runs side by side (default: the CPUs; the\n"
+    "                        envelope's bits do not depend on it)\n"
     "      --cache DIR       reference/envelope cache (default as sweep)\n"
     "  -o, --output DIR      report folder (default reports/judge-<UTC timestamp>)\n"
     "  -q, --quiet           no progress lines on stderr\n"
@@ -156,6 +158,10 @@ static int set_option(judge_opts *o, int c, const char *arg)
         return lm_parse_u32z(arg, 8, 1024, &o->jp.ensemble)
                    ? -1
                    : hx_cli_fail("judge", "--ensemble '%s': expected an integer in 8..1024", arg);
+    case 'j':
+        return lm_parse_u32z(arg, 1, 64, &o->jp.jobs)
+                   ? -1
+                   : hx_cli_fail("judge", "-j '%s': expected an integer in 1..64", arg);
     case O_SEED:
         if (!lm_parse_seed(arg, &o->jp.sr_seed))
             return hx_cli_fail("judge", "--seed '%s': expected a non-negative integer", arg);
@@ -175,16 +181,17 @@ static int parse_options(judge_opts *o, int argc, char **argv)
         {"prec", required_argument, NULL, O_PREC},  {"ensemble", required_argument, NULL, O_ENS},
         {"seed", required_argument, NULL, O_SEED},  {"cache", required_argument, NULL, O_CACHE},
         {"special", no_argument, NULL, O_SPECIAL},  {"output", required_argument, NULL, 'o'},
-        {"quiet", no_argument, NULL, 'q'},          {"help", no_argument, NULL, 'h'},
+        {"quiet", no_argument, NULL, 'q'},          {"jobs", required_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (judge_opts){.jp = {.precision = REF_DEFAULT_PREC, .ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
-                             .log = hx_cli_log, .log_user = "judge"}};
+                             .jobs = hx_threads_all(), .log = hx_cli_log, .log_user = "judge"}};
     optind = 1;
     opterr = 0;
     static const int repeatable[] = {O_DUMP, 0}; /* one --dump per dump folder */
     hx_cli_optstate optstate = {0};
-    for (int c, rc; (c = hx_cli_getopt(&optstate, argc, argv, ":p:f:o:qh", opts, NULL, repeatable)) != -1;) {
+    for (int c, rc; (c = hx_cli_getopt(&optstate, argc, argv, ":p:f:o:j:qh", opts, NULL, repeatable)) != -1;) {
         if (c == 'h') {
             fputs(usage_text, stdout);
             return 0;

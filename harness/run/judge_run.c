@@ -267,6 +267,26 @@ static int env_store(hx_envelope *env, const jstate *s, uint32_t k, bool lp, lm_
     return LM_OK;
 }
 
+/* One progress line per naive-sr member (each can take minutes). */
+typedef struct member_progress {
+    const hx_judge_params *p;
+    const char *profile;
+    uint32_t m;
+    uint32_t side_by_side; /* members running at once: min(jobs, m), at least 1 */
+} member_progress;
+
+/* The time left at the rate so far; while the first members run side by side, as many as run
+ * at once count as finishing together. */
+static void member_done(void *user, uint32_t i, uint32_t done, double elapsed_s)
+{
+    (void)i;
+    const member_progress *mp = user;
+    const uint32_t rate_n = done > mp->side_by_side ? done : mp->side_by_side;
+    progress(mp->p, "envelope of profile %s: naive-sr run %u of %u done (%.1f s, about %.0f s "
+             "left)", mp->profile, (unsigned)done, (unsigned)mp->m, elapsed_s,
+             elapsed_s / rate_n * (mp->m - done));
+}
+
 /* (c) Profile k's envelopes (logits, and log-probabilities when needed). */
 static int envelope(jstate *s, uint32_t k, lm_err *err)
 {
@@ -304,18 +324,13 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
         return rc;
     }
     hx_forced_request rq = forced_rq(s);
-    int rc = LM_OK;
-    for (uint32_t i = 0; i < m && rc == LM_OK; ++i) {
-        hx_config c = {.backend = "naive-sr", .sr_seed = seed + i};
-        snprintf(c.profile, sizeof c.profile, "%s",
-                 strcmp(env_profile(s, k), "f32") ? env_profile(s, k) : "");
-        rc = hx_run_forced(&mem[i], p->model, &c, &rq, err);
-        const double t = lm_now_s() - t0; /* one line per member: each can take minutes */
-        if (rc == LM_OK)
-            progress(p, "envelope of profile %s: naive-sr run %u of %u done (%.1f s, about "
-                     "%.0f s left)", s->prof[k]->name, (unsigned)(i + 1), (unsigned)m, t,
-                     t / (i + 1) * (m - i - 1));
-    }
+    hx_config c = {.backend = "naive-sr"};
+    snprintf(c.profile, sizeof c.profile, "%s",
+             strcmp(env_profile(s, k), "f32") ? env_profile(s, k) : "");
+    const uint32_t jobs = p->jobs > 1 ? p->jobs : 1;
+    const member_progress mpr = {p, s->prof[k]->name, m, jobs < m ? jobs : m};
+    int rc = hx_run_forced_members(mem, m, p->model, &c, seed, &rq, p->jobs, member_done,
+                                   (void *)&mpr, err);
     if (rc == LM_OK)
         rc = hx_envelope_from_ensemble(&s->env[k], (const hx_capture *const *)mem, m, &s->ref,
                                        HX_ENVELOPE_SAFETY, err);

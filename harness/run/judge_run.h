@@ -56,6 +56,8 @@ typedef struct hx_judge_params {
     bool sr_seed_set;
     const char *cache_dir;
     int ref_threads;
+    uint32_t jobs;                   /* naive-sr envelope members run side by side; 0 or 1 =
+                                        one at a time (the members' bits do not depend on it) */
     bool quiet;                      /* no progress lines (warnings still go to log) */
     /* Progress and warning lines, one per call, without a newline (the library never
      * prints); NULL: none. */
