@@ -69,12 +69,13 @@ static size_t models(const char *paths[2])
     return n;
 }
 
-static hx_trace_result *trace(const tmodel *t, const char *a, const char *b, uint32_t n_gen,
-                              uint32_t ensemble)
+/* Traces a against b; ensemble members run `jobs` side by side. */
+static hx_trace_result *trace_jobs(const tmodel *t, const char *a, const char *b, uint32_t n_gen,
+                                   uint32_t ensemble, uint32_t jobs)
 {
     lm_err err = {0};
     hx_trace_params p = {.model = t->m, .prompt = t->prompt, .n_prompt = t->n_prompt,
-                         .n_gen = n_gen, .ensemble = ensemble, .sr_seed = 99};
+                         .n_gen = n_gen, .ensemble = ensemble, .sr_seed = 99, .jobs = jobs};
     hx_trace_result *r = NULL;
     CU_ASSERT_EQUAL(hx_config_parse(&p.a, a, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_config_parse(&p.b, b, &err), LM_OK);
@@ -83,6 +84,12 @@ static hx_trace_result *trace(const tmodel *t, const char *a, const char *b, uin
     if (rc != LM_OK)
         fprintf(stderr, "\n  trace %s vs %s: %s\n", a, b, err.msg);
     return r;
+}
+
+static hx_trace_result *trace(const tmodel *t, const char *a, const char *b, uint32_t n_gen,
+                              uint32_t ensemble)
+{
+    return trace_jobs(t, a, b, n_gen, ensemble, 1);
 }
 
 static const hx_trace_op *first(const hx_trace_result *r, bool beyond)
@@ -138,6 +145,32 @@ static void test_trace_naive_vs_blas(void)
         if (r->first_beyond >= 0)
             hx_trace_print(stderr, r, "naive:step=full", "blas:step=full", true);
         hx_trace_result_free(r);
+        unload(&t);
+    }
+}
+
+/* The envelope's members one at a time and three side by side: the same envelope at every
+ * operation (its largest-difference position's E and the worst ratio, the same doubles). */
+static void test_trace_members_side_by_side_same_envelope(void)
+{
+    const char *paths[2];
+    size_t np = models(paths);
+    for (size_t i = 0; i < np; ++i) {
+        tmodel t;
+        CU_ASSERT_FATAL(load(&t, paths[i]));
+        hx_trace_result *r1 = trace_jobs(&t, "naive:step=full", "blas:step=full", 2, 8, 1);
+        hx_trace_result *r3 = trace_jobs(&t, "naive:step=full", "blas:step=full", 2, 8, 3);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(r1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(r3);
+        CU_ASSERT_EQUAL_FATAL(r1->n_ops, r3->n_ops);
+        size_t differ = 0;
+        for (size_t k = 0; k < r1->n_ops; ++k)
+            differ += memcmp(&r1->ops[k].e_at_max, &r3->ops[k].e_at_max, sizeof(double)) != 0 ||
+                      memcmp(&r1->ops[k].worst_ratio, &r3->ops[k].worst_ratio,
+                             sizeof(double)) != 0;
+        CU_ASSERT_EQUAL(differ, 0);
+        hx_trace_result_free(r1);
+        hx_trace_result_free(r3);
         unload(&t);
     }
 }
@@ -246,6 +279,8 @@ void test_trace_register(void)
     CU_pSuite s = CU_add_suite("trace", NULL, NULL);
     CU_add_test(s, "test_trace_identical_configs", test_trace_identical_configs);
     CU_add_test(s, "test_trace_naive_vs_blas", test_trace_naive_vs_blas);
+    CU_add_test(s, "test_trace_members_side_by_side_same_envelope",
+                test_trace_members_side_by_side_same_envelope);
     CU_add_test(s, "test_trace_locates_eps_defect", test_trace_locates_eps_defect);
     CU_add_test(s, "test_trace_locates_mask_defect", test_trace_locates_mask_defect);
     CU_add_test(s, "test_trace_bad_input", test_trace_bad_input);

@@ -29,6 +29,8 @@ static const char usage_text[] =
     "      --ensemble M      naive-sr runs for the envelope (default 8, at least 8)\n"
     "      --no-envelope     bitwise comparison only\n"
     "      --seed S          first stochastic-rounding seed (default the sweep's)\n"
+    "  -j, --jobs N          naive-sr runs side by side (default: the CPUs; the envelope's\n"
+    "                        bits do not depend on it)\n"
     "      --brief           the summary line only, no per-operation table\n"
     "  -h, --help            this text\n\n"
     "Positions are absolute (0 = first prompt token). Columns: pos diff = positions whose rows\n"
@@ -61,6 +63,9 @@ static int set_option(trace_opts *o, int opt, const char *arg)
                                (unsigned)HX_ENVELOPE_MIN_MEMBERS);
         o->tp.ensemble = (uint32_t)v;
         return 0;
+    case 'j':
+        return lm_parse_u32z(arg, 1, 64, &o->tp.jobs)
+                   ? 0 : hx_cli_fail("trace", "-j '%s': expected an integer in 1..64", arg);
     case O_SEED:
         return lm_parse_u64z(arg, 0, UINT64_MAX, &o->tp.sr_seed)
                    ? 0 : hx_cli_fail("trace", "--seed '%s': expected a non-negative integer", arg);
@@ -75,15 +80,16 @@ static int parse_options(trace_opts *o, int argc, char **argv)
         HX_CLI_PAIR_LONG_OPTIONS,
         {"ensemble", required_argument, NULL, O_ENS}, {"no-envelope", no_argument, NULL, O_NOENV},
         {"seed", required_argument, NULL, O_SEED},    {"brief", no_argument, NULL, O_BRIEF},
-        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
+        {"jobs", required_argument, NULL, 'j'},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     *o = (trace_opts){.tp = {.ensemble = HX_SWEEP_DEFAULT_ENSEMBLE,
-                             .sr_seed = HX_SWEEP_DEFAULT_SEED}};
+                             .sr_seed = HX_SWEEP_DEFAULT_SEED, .jobs = hx_threads_all()}};
     hx_cli_pair_init(&o->ab);
     optind = 1;
     opterr = 0;
     hx_cli_optstate optstate = {0};
-    for (int opt; (opt = hx_cli_getopt(&optstate, argc, argv, ":p:f:n:h", opts, NULL, NULL)) != -1;) {
+    for (int opt; (opt = hx_cli_getopt(&optstate, argc, argv, ":p:f:n:j:h", opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;

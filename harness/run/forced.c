@@ -2,9 +2,9 @@
 #include "forced.h"
 
 #include "kvd_util.h"
+#include "parallel.h"
 #include "runner.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,8 +69,8 @@ done:
     return LM_OK;
 }
 
-/* Members claimed one at a time from `next` by each thread; results and errors per member. */
-typedef struct member_pool {
+/* The members' shared inputs and their results. */
+typedef struct members {
     hx_capture **mem;
     uint32_t m;
     const lm_model *model;
@@ -80,71 +80,37 @@ typedef struct member_pool {
     hx_member_done_fn done_fn;
     void *user;
     double t0;
-    int *rc;      /* [m] */
-    lm_err *errs; /* [m] */
-    uint32_t next, done;
-    bool stop; /* a member failed: claim no more */
-    pthread_mutex_t mu;
-} member_pool;
+    uint32_t done;
+} members;
 
-static void *member_worker(void *arg)
+static int member_run(void *ctx, uint32_t i, lm_err *err)
 {
-    member_pool *mp = arg;
-    for (;;) {
-        pthread_mutex_lock(&mp->mu);
-        if (mp->stop || mp->next == mp->m) {
-            pthread_mutex_unlock(&mp->mu);
-            return NULL;
-        }
-        const uint32_t i = mp->next++;
-        pthread_mutex_unlock(&mp->mu);
-        hx_config c = *mp->cfg;
-        c.sr_seed = mp->seed + i;
-        mp->rc[i] = hx_run_forced(&mp->mem[i], mp->model, &c, mp->rq, &mp->errs[i]);
-        pthread_mutex_lock(&mp->mu);
-        if (mp->rc[i] != LM_OK)
-            mp->stop = true;
-        else if (mp->done_fn != NULL)
-            mp->done_fn(mp->user, i, ++mp->done, lm_now_s() - mp->t0);
-        pthread_mutex_unlock(&mp->mu);
-    }
+    const members *ms = ctx;
+    hx_config c = *ms->cfg;
+    c.sr_seed = ms->seed + i;
+    return hx_run_forced(&ms->mem[i], ms->model, &c, ms->rq, err);
+}
+
+static void member_finished(void *ctx, uint32_t i, int rc)
+{
+    members *ms = ctx;
+    if (rc == LM_OK && ms->done_fn != NULL)
+        ms->done_fn(ms->user, i, ++ms->done, lm_now_s() - ms->t0);
 }
 
 int hx_run_forced_members(hx_capture **mem, uint32_t m, const lm_model *model,
                           const hx_config *cfg, uint64_t seed, const hx_forced_request *rq,
                           uint32_t jobs, hx_member_done_fn done, void *user, lm_err *err)
 {
-    member_pool mp = {.mem = mem, .m = m, .model = model, .cfg = cfg, .seed = seed, .rq = rq,
-                      .done_fn = done, .user = user, .t0 = lm_now_s(),
-                      .rc = calloc(m ? m : 1, sizeof *mp.rc),
-                      .errs = calloc(m ? m : 1, sizeof *mp.errs)};
-    if (mp.rc == NULL || mp.errs == NULL) {
-        free(mp.rc), free(mp.errs);
-        return LM_FAIL(err, LM_E_NOMEM, "ensemble: out of memory");
-    }
     for (uint32_t i = 0; i < m; ++i)
         mem[i] = NULL;
-    pthread_mutex_init(&mp.mu, NULL);
-    const uint32_t nt = jobs < m ? jobs : m;
-    pthread_t th[HX_MEMBERS_MAX_JOBS];
-    uint32_t started = 0;
-    for (; nt > 1 && started < nt && started < HX_MEMBERS_MAX_JOBS; ++started)
-        if (pthread_create(&th[started], NULL, member_worker, &mp) != 0)
-            break;
-    if (started == 0)
-        member_worker(&mp); /* one job, or no thread could start: all on this one */
-    for (uint32_t t = 0; t < started; ++t)
-        pthread_join(th[t], NULL);
-    pthread_mutex_destroy(&mp.mu);
-    int rc = LM_OK;
-    for (uint32_t i = 0; i < m && rc == LM_OK; ++i)
-        if (mp.rc[i] != LM_OK)
-            rc = LM_FAIL(err, mp.rc[i], "%s", mp.errs[i].msg);
+    members ms = {.mem = mem, .m = m, .model = model, .cfg = cfg, .seed = seed, .rq = rq,
+                  .done_fn = done, .user = user, .t0 = lm_now_s()};
+    const int rc = hx_run_jobs(m, jobs, member_run, member_finished, &ms, err);
     if (rc != LM_OK)
         for (uint32_t i = 0; i < m; ++i) {
             hx_capture_free(mem[i]);
             mem[i] = NULL;
         }
-    free(mp.rc), free(mp.errs);
     return rc;
 }

@@ -22,14 +22,12 @@ typedef struct hx_forced_request {
 int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
                   const hx_forced_request *rq, lm_err *err);
 
-#define HX_MEMBERS_MAX_JOBS 64u /* threads hx_run_forced_members starts at most */
-
 /* Called (one call at a time) after member i of hx_run_forced_members has run: done members
  * so far, and the seconds since the first started. */
 typedef void (*hx_member_done_fn)(void *user, uint32_t i, uint32_t done, double elapsed_s);
 
 /* The members of an SR ensemble: hx_run_forced of cfg with sr_seed = seed + i into mem[i],
- * i = 0..m-1, on up to `jobs` threads (0 or 1: one after another on the calling thread). Each
+ * i = 0..m-1, on up to `jobs` threads (hx_run_jobs: 0 or 1, one after another). Each
  * member is its own context on the shared, read-only model, so mem[i] has the same bits
  * whatever jobs is. On failure every mem[i] is freed and NULL, and the first failing member's
  * error (in member order) is returned. */

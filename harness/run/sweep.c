@@ -1,6 +1,7 @@
 /* sweep.c — hx_sweep_run_all: teacher path, reference, SR envelope, every configuration and
  * its baseline, compared and folded into one report (the contract is in sweep.h). */
 #include "sweep.h"
+
 #include "kvd_util.h"
 
 #include "classify.h"
@@ -12,9 +13,9 @@
 #include "kvd_engine.h"
 #include "kvd_profile.h"
 #include "metrics.h"
+#include "parallel.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,51 +76,37 @@ typedef struct run_job {
 typedef struct run_pool {
     const hx_sweep_params *p;
     const hx_run_request *rq;
-    run_job **order; /* [n] parallel-safe jobs first ([0, n_par)), then the rest */
-    size_t n, n_par, next, done;
+    run_job **order; /* [n] parallel-safe jobs first, then the rest; hx_run_jobs index i is
+                        order[first + i] */
+    size_t first, n, done;
     const char *what; /* "ensemble" or "config" for the progress lines */
-    bool stop;        /* a job failed: start no more */
-    pthread_mutex_t mu;
 } run_pool;
 
-static void run_one(run_pool *pool, run_job *j)
+static int run_one(void *ctx, uint32_t i, lm_err *err)
 {
+    run_pool *pool = ctx;
+    run_job *j = pool->order[pool->first + i];
     double t0 = lm_now_s();
     j->rc = hx_run_capture(&j->cap, &j->stats, pool->p->model, &j->cfg, pool->rq, &j->err);
     j->wall_s = lm_now_s() - t0;
+    if (j->rc != LM_OK)
+        *err = j->err;
+    return j->rc;
 }
 
-static void report_done(run_pool *pool, const run_job *j)
+static void report_done(void *ctx, uint32_t i, int rc)
 {
+    run_pool *pool = ctx;
+    const run_job *j = pool->order[pool->first + i];
     char name[HX_CONFIG_STR_MAX];
     hx_config_format(name, sizeof name, &j->cfg);
     if (lm_backend_flags(j->cfg.backend) & LM_BE_SEEDED)
         snprintf(name, sizeof name, "%s seed %llu", j->cfg.backend,
                  (unsigned long long)j->cfg.sr_seed);
     ++pool->done;
-    if (j->rc == LM_OK)
+    if (rc == LM_OK)
         progress(pool->p, "[%zu/%zu] %s %-28s %.3f s%s", pool->done, pool->n, pool->what, name,
                  j->wall_s, j->stats.reran_forced ? " (left the path: forced rows re-run)" : "");
-}
-
-static void *pool_worker(void *arg)
-{
-    run_pool *pool = arg;
-    for (;;) {
-        pthread_mutex_lock(&pool->mu);
-        if (pool->stop || pool->next == pool->n_par) {
-            pthread_mutex_unlock(&pool->mu);
-            return NULL;
-        }
-        run_job *j = pool->order[pool->next++];
-        pthread_mutex_unlock(&pool->mu);
-        run_one(pool, j);
-        pthread_mutex_lock(&pool->mu);
-        if (j->rc != LM_OK)
-            pool->stop = true;
-        report_done(pool, j);
-        pthread_mutex_unlock(&pool->mu);
-    }
 }
 
 /* Whether a backend may run beside another run in the same process: not when it keeps
@@ -131,14 +118,14 @@ static bool parallel_safe(const hx_config *c)
     return !(lm_backend_flags(c->backend) & LM_BE_SHARES_PROCESS_STATE);
 }
 
-/* Runs every job: the parallel-safe ones on min(jobs, their count) threads (the caller's alone
- * when that is 1), then the others one at a time. The first failing job's error is returned
- * (in job order). */
+/* Runs every job: the parallel-safe ones on min(jobs, their count) threads (hx_run_jobs; the
+ * caller's alone when that is 1), then the others one at a time. The first failing job's
+ * error is returned (in job order). */
 static int pool_run(run_job *jobs, size_t n, const hx_sweep_params *p, const hx_run_request *rq,
                     const char *what, lm_err *err)
 {
-    run_pool pool = {.p = p, .rq = rq, .n = n, .what = what};
-    size_t nt = p->jobs > 1 ? p->jobs : 1, n_safe = 0;
+    const uint32_t nt = p->jobs > 1 ? p->jobs : 1;
+    size_t n_safe = 0;
     /* Parallel-safe jobs first, in order, then the rest, in order (stable partition via an
      * index list: jobs[] itself keeps its order for the caller). */
     run_job **order = calloc(n ? n : 1, sizeof *order);
@@ -150,41 +137,17 @@ static int pool_run(run_job *jobs, size_t n, const hx_sweep_params *p, const hx_
     for (size_t i = 0, k = n_safe; i < n; ++i)
         if (!(nt > 1 && parallel_safe(&jobs[i].cfg)))
             order[k++] = &jobs[i];
-    pool.order = order;
-    pool.n_par = n_safe;
-    if (nt > n_safe)
-        nt = n_safe;
-    if (nt > 1) {
-        pthread_t *th = calloc(nt, sizeof *th);
-        if (th == NULL) {
-            free(order);
-            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-        }
-        pthread_mutex_init(&pool.mu, NULL);
-        size_t started = 0;
-        for (; started < nt; ++started)
-            if (pthread_create(&th[started], NULL, pool_worker, &pool) != 0)
-                break;
-        if (started == 0)
-            pool_worker(&pool); /* no thread could start: run them here */
-        for (size_t i = 0; i < started; ++i)
-            pthread_join(th[i], NULL);
-        pthread_mutex_destroy(&pool.mu);
-        free(th);
-    } else {
-        pool.n_par = 0; /* nothing in parallel: everything below, in order */
-    }
-    for (size_t i = pool.n_par; i < n && !pool.stop; ++i) {
-        run_job *j = order[i];
-        run_one(&pool, j);
-        report_done(&pool, j);
-        pool.stop = j->rc != LM_OK;
-    }
+    run_pool pool = {.p = p, .rq = rq, .order = order, .n = n, .what = what};
+    lm_err e = {0};
+    int rc = hx_run_jobs((uint32_t)n_safe, nt, run_one, report_done, &pool, &e);
+    pool.first = n_safe;
+    if (rc == LM_OK)
+        rc = hx_run_jobs((uint32_t)(n - n_safe), 1, run_one, report_done, &pool, &e);
     free(order);
     for (size_t i = 0; i < n; ++i)
         if (jobs[i].rc != LM_OK)
             return LM_FAIL(err, jobs[i].rc, "%s", jobs[i].err.msg);
-    return LM_OK;
+    return rc == LM_OK ? LM_OK : LM_FAIL(err, rc, "%s", e.msg);
 }
 
 static void jobs_free(run_job *jobs, size_t n)

@@ -4,6 +4,7 @@
 
 #include "envelope.h"
 #include "metrics.h"
+#include "parallel.h"
 #include "sweep.h"
 
 #include <math.h>
@@ -196,47 +197,6 @@ static int check_params(const hx_trace_params *p, lm_err *err)
     return LM_OK;
 }
 
-/* env [n_slots][n_pos]: the envelope per slot of `naive` and position (see trace.h). */
-static int measure_envelope(double **out, const tape *naive, const hx_trace_params *p,
-                            int32_t *path, lm_err *err)
-{
-    const uint32_t np = naive->n_pos;
-    double *env = calloc(naive->n * np, sizeof *env); /* [n_slots][n_pos] */
-    if (env == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    for (uint32_t mi = 0; mi < p->ensemble; ++mi) {
-        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = p->sr_seed + mi};
-        tape t;
-        int rc = run_tape(&t, p->model, &c, p->prompt, p->n_prompt, path, p->n_gen, true, err);
-        if (rc != LM_OK) {
-            free(env);
-            return rc;
-        }
-        for (size_t k = 0; k < naive->n; ++k) {
-            const slot *a = &naive->s[k];
-            const slot *b = NULL;
-            for (size_t j = 0; j < t.n && b == NULL; ++j)
-                if (t.s[j].layer == a->layer && strcmp(t.s[j].op, a->op) == 0)
-                    b = &t.s[j];
-            for (uint32_t pos = 0; pos < np; ++pos) {
-                double d = INFINITY; /* a member missing the row measures nothing: no bound */
-                if (b != NULL && a->have[pos] && b->have[pos])
-                    d = row_max_abs(a->rows + (size_t)pos * a->row_elems,
-                                    b->rows + (size_t)pos * a->row_elems, a->row_elems);
-                if (isnan(d))
-                    d = INFINITY;
-                double *e = &env[k * np + pos];
-                *e = d > *e ? d : *e;
-            }
-        }
-        tape_free(&t);
-    }
-    for (size_t i = 0; i < naive->n * np; ++i)
-        env[i] *= HX_ENVELOPE_SAFETY;
-    *out = env;
-    return LM_OK;
-}
-
 static const slot *find_slot(const tape *t, uint32_t layer, const char *op)
 {
     for (size_t j = 0; j < t->n; ++j)
@@ -244,6 +204,75 @@ static const slot *find_slot(const tape *t, uint32_t layer, const char *op)
             return &t->s[j];
     return NULL;
 }
+
+/* The SR members of the envelope and the fold of each into env as it finishes. */
+typedef struct members {
+    const tape *naive;
+    const hx_trace_params *p;
+    const int32_t *path;
+    tape *t;     /* [ensemble]: a member's checkpoints until folded */
+    double *env; /* [n_slots][n_pos] */
+} members;
+
+static int member_run(void *ctx, uint32_t mi, lm_err *err)
+{
+    const members *ms = ctx;
+    const hx_trace_params *p = ms->p;
+    hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = p->sr_seed + mi};
+    /* forced: the path is only read */
+    return run_tape(&ms->t[mi], p->model, &c, p->prompt, p->n_prompt, (int32_t *)ms->path,
+                    p->n_gen, true, err);
+}
+
+/* env = max(env, |member - naive|) per slot and position: a maximum, so the order in which
+ * members finish changes no bit. */
+static void member_fold(void *ctx, uint32_t mi, int rc)
+{
+    const members *ms = ctx;
+    const tape *naive = ms->naive;
+    const uint32_t np = naive->n_pos;
+    tape *t = &ms->t[mi];
+    for (size_t k = 0; rc == LM_OK && k < naive->n; ++k) {
+        const slot *a = &naive->s[k];
+        const slot *b = find_slot(t, a->layer, a->op);
+        for (uint32_t pos = 0; pos < np; ++pos) {
+            double d = INFINITY; /* a member missing the row measures nothing: no bound */
+            if (b != NULL && a->have[pos] && b->have[pos])
+                d = row_max_abs(a->rows + (size_t)pos * a->row_elems,
+                                b->rows + (size_t)pos * a->row_elems, a->row_elems);
+            if (isnan(d))
+                d = INFINITY;
+            double *e = &ms->env[k * np + pos];
+            *e = d > *e ? d : *e;
+        }
+    }
+    if (rc == LM_OK)
+        tape_free(t);
+}
+
+/* env [n_slots][n_pos]: the envelope per slot of `naive` and position (see trace.h). */
+static int measure_envelope(double **out, const tape *naive, const hx_trace_params *p,
+                            int32_t *path, lm_err *err)
+{
+    const uint32_t np = naive->n_pos;
+    const size_t cells = naive->n * np;
+    members ms = {.naive = naive, .p = p, .path = path,
+                  .t = calloc(p->ensemble ? p->ensemble : 1, sizeof *ms.t),
+                  .env = calloc(cells ? cells : 1, sizeof *ms.env)};
+    int rc = ms.t == NULL || ms.env == NULL
+                 ? LM_FAIL(err, LM_E_NOMEM, "out of memory")
+                 : hx_run_jobs(p->ensemble, p->jobs, member_run, member_fold, &ms, err);
+    free(ms.t);
+    if (rc != LM_OK) {
+        free(ms.env);
+        return rc;
+    }
+    for (size_t i = 0; i < cells; ++i)
+        ms.env[i] *= HX_ENVELOPE_SAFETY;
+    *out = ms.env;
+    return LM_OK;
+}
+
 
 static void compare_op(hx_trace_op *o, const slot *a, const slot *b, uint32_t np,
                        const double *env /* [n_pos] or NULL */)

@@ -52,6 +52,8 @@ typedef struct hx_trace_params {
     hx_config a, b;
     uint32_t ensemble;     /* SR members for the envelope; 0 = no envelope, else >= 8 */
     uint64_t sr_seed;      /* member i uses sr_seed + i */
+    uint32_t jobs;         /* members run side by side; 0 or 1 = one at a time (the envelope's
+                              bits do not depend on it) */
 } hx_trace_params;
 
 typedef struct hx_trace_result {
