@@ -71,8 +71,7 @@ done:
 
 /* The members' shared inputs and their results. */
 typedef struct members {
-    hx_capture **mem;
-    uint32_t m;
+    hx_capture **mem; /* [m] */
     const lm_model *model;
     const hx_config *cfg;
     uint64_t seed;
@@ -104,7 +103,7 @@ int hx_run_forced_members(hx_capture **mem, uint32_t m, const lm_model *model,
 {
     for (uint32_t i = 0; i < m; ++i)
         mem[i] = NULL;
-    members ms = {.mem = mem, .m = m, .model = model, .cfg = cfg, .seed = seed, .rq = rq,
+    members ms = {.mem = mem, .model = model, .cfg = cfg, .seed = seed, .rq = rq,
                   .done_fn = done, .user = user, .t0 = lm_now_s()};
     const int rc = hx_run_jobs(m, jobs, member_run, member_finished, &ms, err);
     if (rc != LM_OK)
