@@ -30,6 +30,9 @@ bool lm_hex_decode(uint8_t *bytes, size_t n, const char *hex);
 /* The index of the first x in v[n], or -1. */
 int64_t lm_index_of_u32(const uint32_t *v, size_t n, uint32_t x);
 
+/* Whether every x[0..n) is finite (no NaN, no Inf). */
+bool lm_all_finite(const float *x, size_t n);
+
 /* A one-line "key=value; ..." field value: src ("unknown" when NULL or empty) copied into
  * dst[n] (truncated to n - 1 bytes), with newlines and ';' (the part separator) turned into
  * spaces and trailing spaces dropped. */

@@ -1,6 +1,7 @@
 /* util.c — small shared helpers (kvd_util.h). */
 #include "kvd_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -111,6 +112,14 @@ int64_t lm_index_of_u32(const uint32_t *v, size_t n, uint32_t x)
         if (v[i] == x)
             return (int64_t)i;
     return -1;
+}
+
+bool lm_all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
 }
 
 void lm_field_copy(char *dst, size_t n, const char *src)

@@ -20,17 +20,10 @@
  * else it adds, and is left so. */
 #include "attention_mend.h"
 
-#include <math.h>
+#include "kvd_util.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-static bool all_finite(const float *x, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; ++i)
-        if (!isfinite(x[i]))
-            return false;
-    return true;
-}
 
 void lm_attn_pv_mend(lm_backend *be, bool local, uint32_t m, uint32_t head_dim, uint32_t nk,
                      const float *p, size_t ldp, const float *v, size_t ldv, float *o, size_t ldo,
@@ -40,7 +33,7 @@ void lm_attn_pv_mend(lm_backend *be, bool local, uint32_t m, uint32_t head_dim, 
     float *vm = NULL;    /* [nk][head_dim]: V with the hidden bad keys of one row at +0 */
     for (uint32_t r = 0; r < m; ++r) {
         float *orow = o + (size_t)r * ldo; /* [head_dim] */
-        if (all_finite(orow, head_dim))
+        if (lm_all_finite(orow, head_dim))
             continue;
         if (bad == NULL) {
             bad = malloc(nk * sizeof *bad);
@@ -48,7 +41,7 @@ void lm_attn_pv_mend(lm_backend *be, bool local, uint32_t m, uint32_t head_dim, 
             if (bad == NULL || vm == NULL)
                 break; /* out of memory: the rows stay non-finite, never wrongly finite */
             for (uint32_t j = 0; j < nk; ++j)
-                bad[j] = !all_finite(v + (size_t)j * ldv, head_dim);
+                bad[j] = !lm_all_finite(v + (size_t)j * ldv, head_dim);
         }
         bool hidden = false, seen = false; /* a bad key this row cannot see / can see */
         for (uint32_t j = 0; j < nk && !seen; ++j)

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,16 @@ float tu_rand_f32(uint64_t *state)
 {
     /* 24 random bits -> exact float in [-1, 1) */
     return (float)((int32_t)(tu_rand_u64(state) >> 40) - (1 << 23)) / (float)(1 << 23);
+}
+
+double tu_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        const double e = fabs((double)a[i] - (double)b[i]);
+        d = e > d || isnan(e) ? e : d;
+    }
+    return d;
 }
 
 int main(int argc, char **argv)

@@ -219,34 +219,27 @@ static void test_profile_engine_sandwich_norms(void)
     lm_model_free(m);
 }
 
-/* The last position's logits of 20 tokens on the naive backend with attention attn under
- * profile, prefill steps of 7, into out [n_vocab]. */
-static void logits_attn(float *out, const lm_model *m, const char *attn, const char *profile)
+/* The last position's logits of 10 tokens (prefill steps of 4) on the naive backend with
+ * attention attn (NULL: dense) under profile, into out [n_vocab]. */
+static void logits_under(float *out, const lm_model *m, const char *attn, const char *profile)
 {
     lm_err err = {0};
-    int32_t toks[20];
-    for (uint32_t i = 0; i < 20; ++i)
+    int32_t toks[10];
+    for (uint32_t i = 0; i < 10; ++i)
         toks[i] = (int32_t)((3 + 7919u * i) % m->hp.n_vocab);
-    lm_ctx_params cp = {.backend = "naive", .n_ctx = 20, .attn = attn, .profile = profile};
+    lm_ctx_params cp = {.backend = "naive", .n_ctx = 10, .attn = attn, .profile = profile};
     lm_ctx *ctx = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&ctx, m, &cp, &err), LM_OK);
-    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 20, 7, out, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 10, 4, out, &err), LM_OK);
     lm_ctx_free(ctx);
-}
-
-static float max_abs_diff(const float *a, const float *b, uint32_t n)
-{
-    float d = 0.0f;
-    for (uint32_t i = 0; i < n; ++i)
-        d = fmaxf(d, fabsf(a[i] - b[i]));
-    return d;
 }
 
 /* bf16 under streaming attention rounds the weights each key tile's P . V reads, as a
  * bfloat16 flash-attention kernel does (dense attention rounds the normalized probabilities;
- * test_attention_stream.c bounds the rounding itself): the context is created, and streaming
- * and dense bf16, two bfloat16 computations of one model, lie within twice bf16's own distance
- * from f32 of each other (on this model 0.16 and 0.19). */
+ * test_attention_stream.c bounds the rounding itself): the context is created, streaming and
+ * dense bf16 differ, and they lie within twice bf16's own distance from f32 of each other. The
+ * factor 2 is a chosen sanity bound, not a derived one (two bf16 computations of one model
+ * should not be further apart than bf16 is from f32); measured here 0.27 and 0.42. */
 static void test_profile_engine_stream_bf16(void)
 {
     lm_model *m = tf_synth_load("tiny", 3);
@@ -254,30 +247,15 @@ static void test_profile_engine_stream_bf16(void)
     float *sb = malloc(nv * sizeof *sb), *db = malloc(nv * sizeof *db);
     float *df = malloc(nv * sizeof *df);
     CU_ASSERT_FATAL(sb && db && df);
-    logits_attn(sb, m, "stream", "bf16");
-    logits_attn(db, m, "dense", "bf16");
-    logits_attn(df, m, "dense", "f32");
-    const float d_impl = max_abs_diff(sb, db, nv), d_prof = max_abs_diff(db, df, nv);
-    if (!(d_impl > 0.0f && d_impl < 2.0f * d_prof))
-        fprintf(stderr, "\n  stream-dense under bf16 %g, bf16-f32 %g\n", (double)d_impl,
-                (double)d_prof);
-    CU_ASSERT(d_impl > 0.0f && d_impl < 2.0f * d_prof);
+    logits_under(sb, m, "stream", "bf16");
+    logits_under(db, m, NULL, "bf16");
+    logits_under(df, m, NULL, "f32");
+    const double d_impl = tu_max_abs_diff(sb, db, nv), d_prof = tu_max_abs_diff(db, df, nv);
+    if (!(d_impl > 0.0 && d_impl < 2.0 * d_prof))
+        fprintf(stderr, "\n  stream-dense under bf16 %g, bf16-f32 %g\n", d_impl, d_prof);
+    CU_ASSERT(d_impl > 0.0 && d_impl < 2.0 * d_prof);
     free(sb), free(db), free(df);
     lm_model_free(m);
-}
-
-/* The last position's logits of 10 tokens under profile on the naive backend. */
-static void logits_under(float *out, const lm_model *m, const char *profile)
-{
-    lm_err err = {0};
-    int32_t toks[10];
-    for (uint32_t i = 0; i < 10; ++i)
-        toks[i] = (int32_t)((3 + 7919u * i) % m->hp.n_vocab);
-    lm_ctx_params cp = {.backend = "naive", .n_ctx = 10, .profile = profile};
-    lm_ctx *ctx = NULL;
-    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&ctx, m, &cp, &err), LM_OK);
-    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 10, 4, out, &err), LM_OK);
-    lm_ctx_free(ctx);
 }
 
 /* q8act converts each product's input as ggml-cpu does for its weight's type: with F32
@@ -302,10 +280,10 @@ static void test_profile_engine_q8act_per_weight_type(void)
         CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
         const size_t nv = m->hp.n_vocab;
         float *q = malloc(nv * sizeof *q), *t = malloc(nv * sizeof *t), *f = malloc(nv * sizeof *f);
-        logits_under(q, m, "q8act");
-        logits_under(f, m, "f32");
+        logits_under(q, m, NULL, "q8act");
+        logits_under(f, m, NULL, "f32");
         if (cases[c].twin != NULL) {
-            logits_under(t, m, cases[c].twin);
+            logits_under(t, m, NULL, cases[c].twin);
             CU_ASSERT(memcmp(q, t, nv * sizeof *q) == 0);
         }
         const bool same_as_f32 = memcmp(q, f, nv * sizeof *q) == 0;

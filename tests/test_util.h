@@ -42,6 +42,8 @@ void tu_log_keep(void *user, const char *line);
 uint64_t tu_rand_u64(uint64_t *state);
 /* Uniform in [-1, 1). */
 float tu_rand_f32(uint64_t *state);
+/* max |a[i] - b[i]| over n values, in double; NaN when some difference is NaN. */
+double tu_max_abs_diff(const float *a, const float *b, size_t n);
 /* x: a random full significand at x's precision, exponent in [lo, hi], either sign. */
 void tu_rand_mpfr(mpfr_t x, uint64_t *state, long lo, long hi);
 

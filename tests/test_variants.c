@@ -67,16 +67,6 @@ static int run_last(float *out, const lm_model *m, const char *backend, const ch
     return run_last_policy(out, m, backend, attn, step, rot_max, rot_keep, false, toks, n);
 }
 
-static double max_abs_diff(const float *a, const float *b, uint32_t n)
-{
-    double d = 0.0;
-    for (uint32_t i = 0; i < n; ++i) {
-        const double e = fabs((double)a[i] - (double)b[i]);
-        d = e > d || isnan(e) ? e : d;
-    }
-    return d;
-}
-
 static void test_variants_presets_load(void)
 {
     lm_model *m = load_preset("swa-5to1");
@@ -186,7 +176,7 @@ static void test_variants_engine_matches_reference(void)
             }
             CU_ASSERT_FATAL(run_last(plain, m, "naive", "dense", 0, 0, 0, toks, N_PROMPT) ==
                             LM_OK);
-            CU_ASSERT(max_abs_diff(got, plain, V) > 1e-2 * rmax);
+            CU_ASSERT(tu_max_abs_diff(got, plain, V) > 1e-2 * rmax);
             free(plain);
         }
         free(got);
@@ -300,7 +290,7 @@ static void test_variants_rotating_window_policy(void)
             }
             if (steps[s] == 0) {
                 CU_ASSERT_FATAL(run_last(b, m, "naive", attn, 0, 8, 2, toks, N_PROMPT) == LM_OK);
-                CU_ASSERT(max_abs_diff(a, b, V) > 1e-3); /* MLX's one chunk: no window */
+                CU_ASSERT(tu_max_abs_diff(a, b, V) > 1e-3); /* MLX's one chunk: no window */
             }
         }
     printf("\n");

@@ -3,6 +3,7 @@
 #include "trace.h"
 
 #include "envelope.h"
+#include "kvd_util.h"
 #include "metrics.h"
 #include "parallel.h"
 #include "sweep.h"
@@ -157,14 +158,6 @@ static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int3
 
 /* ---- comparison ---- */
 
-static bool row_finite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; ++i)
-        if (!isfinite(x[i]))
-            return false;
-    return true;
-}
-
 /* max_i |x_i - y_i| in double; NaN when either has a NaN, Inf when an Inf is involved. */
 static double row_max_abs(const float *x, const float *y, size_t n)
 {
@@ -292,7 +285,7 @@ static void compare_op(hx_trace_op *o, const slot *a, const slot *b, uint32_t np
         const float *y = b->rows + (size_t)pos * a->row_elems;
         hx_metrics mt;
         hx_metrics_compute_f32(&mt, x, y, a->row_elems);
-        const bool nonfin = !row_finite(x, a->row_elems) || !row_finite(y, a->row_elems);
+        const bool nonfin = !lm_all_finite(x, a->row_elems) || !lm_all_finite(y, a->row_elems);
         o->nonfinite |= nonfin;
         if (mt.n_diff_bits == 0)
             continue;
