@@ -1,8 +1,11 @@
 /* test_kvd_util.c — the shared helpers of common/kvd_util.h: strict unsigned parsing at its
- * boundaries, seeds, hex both ways, index lookup, one-line fields, word lists, the clock. */
+ * boundaries, seeds, hex both ways, index lookup, one-line fields, word lists, the clock, the
+ * finiteness scan. */
 #include "kvd_util.h"
 #include "test_util.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 static void test_kvd_util_parse_unsigned(void)
@@ -81,6 +84,29 @@ static void test_kvd_util_text(void)
     CU_ASSERT(t1 >= t0); /* monotonic */
 }
 
+/* lm_all_finite against isfinite on every length 0..200 with one special value at every index,
+ * the finite extremes (largest float, smallest subnormal, -0) never counted as non-finite. */
+static void test_kvd_util_all_finite(void)
+{
+    enum { N = 200 };
+    float x[N] = {0};
+    const float finite[] = {FLT_MAX, -FLT_MAX, 0x1p-149f, -0.0f, 1.0f};
+    const float special[] = {NAN, -NAN, INFINITY, -INFINITY};
+    for (size_t n = 0; n <= N; ++n) {
+        for (size_t i = 0; i < n; ++i)
+            x[i] = finite[i % (sizeof finite / sizeof finite[0])];
+        CU_ASSERT_TRUE(lm_all_finite(x, n));
+        for (size_t at = 0; at < n; ++at)
+            for (size_t s = 0; s < sizeof special / sizeof special[0]; ++s) {
+                const float keep = x[at];
+                x[at] = special[s];
+                CU_ASSERT_FALSE(lm_all_finite(x, n));
+                CU_ASSERT_TRUE(lm_all_finite(x, at)); /* the prefix before it */
+                x[at] = keep;
+            }
+    }
+}
+
 void test_kvd_util_register(void)
 {
     CU_pSuite s = CU_add_suite("kvd_util", NULL, NULL);
@@ -88,4 +114,5 @@ void test_kvd_util_register(void)
     CU_add_test(s, "test_kvd_util_parse_seed", test_kvd_util_parse_seed);
     CU_add_test(s, "test_kvd_util_hex_and_index", test_kvd_util_hex_and_index);
     CU_add_test(s, "test_kvd_util_text", test_kvd_util_text);
+    CU_add_test(s, "test_kvd_util_all_finite", test_kvd_util_all_finite);
 }

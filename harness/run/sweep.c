@@ -708,9 +708,9 @@ static int routing(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     if (rc != LM_OK)
         return rc;
     hx_routing_to_report(r->report, &r->routing, p->configs);
-    progress(p, "routing: %u real flips, TIE band %.3g from %u naive-sr runs (%.3f s)",
+    progress(p, "routing: %u real flips, TIE band %.3g from %u %s runs (%.3f s)",
              (unsigned)r->routing.n_real, (double)r->routing.tie_tol, (unsigned)members,
-             lm_now_s() - t0);
+             r->routing.members_sr ? "reference float32 SR" : "naive-sr", lm_now_s() - t0);
     return LM_OK;
 }
 

@@ -65,8 +65,8 @@
  * Parallelism: jobs > 1 runs the ensemble members and the configurations of backends without
  * LM_BE_SHARES_PROCESS_STATE on that many threads (each run has its own context; the model is
  * read-only); the others (blas) run alone afterwards, because OpenBLAS's thread count is
- * process-global and concurrent calls were measured to change bits. Results are identical for any jobs (tested); only the measured
- * speeds of the parallel runs are then shared-CPU numbers.
+ * process-global and concurrent calls were measured to change bits. Results are identical for
+ * any jobs (tested); only the measured speeds of the parallel runs are then shared-CPU numbers.
  *
  * Errors: LM_E_INPUT for bad parameters (no configurations, ensemble < 8, prompt + n_gen
  * beyond the model's context, a token id out of range), naming the thing; engine, reference and
