@@ -25,8 +25,11 @@
  * pp512 of each backend, llama.cpp's pp512, FMA peak, the reads, tg128 of each backend,
  * llama.cpp's tg128), so that a shared machine's load hits all of them alike; each figure is
  * the median of the 5, and every ratio printed (det / blas, fastest engine backend /
- * llama.cpp, fraction of the ceiling) is a ratio of medians from this one run; for each
- * llama.cpp target it also says whether the speed it asks for is over a physical bound, taken
+ * llama.cpp, fraction of the ceiling) is a ratio of medians from this one run. The llama.cpp
+ * targets are judged on the median of the paired ratios (the engine's pass / llama.cpp's pass
+ * that follows it, one per repetition), with their range and the ratio of medians printed
+ * beside it: a shared VM's memory bandwidth and load move between repetitions, and a pair
+ * shares its repetition's conditions. For each llama.cpp target it also says whether the speed it asks for is over a physical bound, taken
  * from the best of the 5 FMA and read passes (a shared machine's load only lowers them). The
  * load average before and after is printed with them, and a caution beside the llama.cpp
  * ratios when the load before the run is at least half the CPUs (llama.cpp's busy-waiting
@@ -227,9 +230,34 @@ static double llama_bench(const char *exe, const char *model, bool pp)
 #define N_BE 2
 static const char *const backends[N_BE] = {"blas", "det"};
 
+/* backend / llama.cpp per repetition: each ratio's two passes ran seconds apart, so a change of
+ * the machine's load or memory bandwidth between repetitions (a shared VM's moves within one
+ * run) cancels in it, which it does not in a ratio of medians over the whole run. */
+typedef struct paired {
+    int n;                   /* repetitions in which llama.cpp ran (0: none) */
+    double median, min, max;
+} paired;
+
+/* The paired ratios num[r] / den[r] over the repetitions with den[r] > 0. */
+static paired pair_ratios(const double *num, const double *den, int reps)
+{
+    double q[REPS];
+    paired p = {0};
+    for (int r = 0; r < reps; ++r)
+        if (den[r] > 0)
+            q[p.n++] = num[r] / den[r];
+    if (p.n > 0) {
+        p.median = bu_median(q, p.n); /* sorts q */
+        p.min = q[0];
+        p.max = q[p.n - 1];
+    }
+    return p;
+}
+
 typedef struct result {
     double pp[N_BE], tg[N_BE]; /* tokens/s per backend, medians */
     double lpp, ltg;           /* llama.cpp's, medians (0 when not run or it failed) */
+    paired pair_pp[N_BE], pair_tg[N_BE]; /* backend / llama.cpp, repetition by repetition */
     /* ceilings measured between the engine's runs, medians (0 when not asked) */
     double gflops;             /* sgemm at the model's shapes */
     double fma;                /* FMA peak, GFLOP/s */
@@ -291,6 +319,16 @@ static double llama_pass(const beside *bs, bool pp)
     return llama_bench(bs->llama, bs->model, pp);
 }
 
+/* The median of the v[i] > 0 (the repetitions that ran), 0 when there is none; sorts v. */
+static double median_of_positive(double *v, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; ++i)
+        if (v[i] > 0)
+            v[k++] = v[i];
+    return k > 0 ? bu_median(v, k) : 0;
+}
+
 /* Every backend's pp512 and tg128, the backends alternating within each repetition with the
  * ceilings and llama.cpp between them, so that a shared machine's load hits all alike. */
 static result run_engine(const lm_model *m, const char *label, const beside *bs)
@@ -316,9 +354,9 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
         if (lm_ctx_create(&c[b], m, &p, &err) != LM_OK)
             bu_die(PROG, label, &err);
     }
-    double pp[N_BE][REPS], tg[N_BE][REPS], gf[REPS], fm[REPS], lpp[REPS], ltg[REPS];
+    double pp[N_BE][REPS], tg[N_BE][REPS], gf[REPS], fm[REPS];
+    double lpp[REPS] = {0}, ltg[REPS] = {0}; /* 0: llama.cpp did not run or failed */
     double rd[2][N_STREAMS][REPS];
-    int n_lpp = 0, n_ltg = 0;
     for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up and result check, not timed */
         if (bs->cl != NULL && r >= 0)
             gf[r] = sgemm_pass(bs->cl);
@@ -330,7 +368,7 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
         }
         double v;
         if (bs->llama != NULL && r >= 0 && (v = llama_pass(bs, true)) > 0)
-            lpp[n_lpp++] = v;
+            lpp[r] = v;
         if (bs->cl != NULL && r >= 0) {
             fm[r] = bc_fma_pass(THREADS);
             for (int h = 0; h < 2; ++h)
@@ -344,9 +382,13 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
                 tg[b][r] = v;
         }
         if (bs->llama != NULL && r >= 0 && (v = llama_pass(bs, false)) > 0)
-            ltg[n_ltg++] = v;
+            ltg[r] = v;
     }
     result res = {.gflops = 0};
+    for (int b = 0; b < N_BE; ++b) { /* the pairs before bu_median sorts the series */
+        res.pair_pp[b] = pair_ratios(pp[b], lpp, REPS);
+        res.pair_tg[b] = pair_ratios(tg[b], ltg, REPS);
+    }
     for (int b = 0; b < N_BE; ++b) {
         res.pp[b] = bu_median(pp[b], REPS);
         res.tg[b] = bu_median(tg[b], REPS);
@@ -362,8 +404,8 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
                 res.read_best = fmax(res.read_best, rd[h][s][REPS - 1]);
             }
     }
-    res.lpp = n_lpp > 0 ? bu_median(lpp, n_lpp) : 0;
-    res.ltg = n_ltg > 0 ? bu_median(ltg, n_ltg) : 0;
+    res.lpp = median_of_positive(lpp, REPS);
+    res.ltg = median_of_positive(ltg, REPS);
     free(tok), free(lg);
     return res;
 }
@@ -546,13 +588,19 @@ int main(int argc, char **argv)
     const double dpp = r.pp[1] / r.pp[0], dtg = r.tg[1] / r.tg[0];
     tsv(out, label, "det/blas", "pp512_ratio", dpp, "x", 0);
     tsv(out, label, "det/blas", "tg128_ratio", dtg, "x", 0);
-    printf("targets (ratios of medians, this run):\n");
+    printf("targets (this run; llama.cpp: the median of the paired ratios, the others: ratios of "
+           "medians):\n");
     printf("  det / blas          pp512 %5.2fx (>= 0.90: %s)   tg128 %5.2fx (>= 1.00: %s)\n", dpp,
            verdict(dpp, 0.90), dtg, verdict(dtg, 1.0));
     if (have_llama) {
         const double fpp = r.pp[bp] / r.lpp, ftg = r.tg[bt] / r.ltg;
+        const paired *ppp = &r.pair_pp[bp], *ptg = &r.pair_tg[bt];
         printf("  fastest / llama.cpp pp512 %5.2fx (>= 1.50: %s, %s)   tg128 %5.2fx (>= 1.20: %s, "
-               "%s)\n", fpp, verdict(fpp, 1.5), backends[bp], ftg, verdict(ftg, 1.2), backends[bt]);
+               "%s)   [median of the paired ratios]\n", ppp->median, verdict(ppp->median, 1.5),
+               backends[bp], ptg->median, verdict(ptg->median, 1.2), backends[bt]);
+        printf("    paired: pp512 %.2f..%.2f, tg128 %.2f..%.2f over %d and %d repetitions; ratio of "
+               "medians: pp512 %.2fx, tg128 %.2fx\n", ppp->min, ppp->max, ptg->min, ptg->max,
+               ppp->n, ptg->n, fpp, ftg);
         printf("    1.50x llama.cpp's pp512 is %.1f tok/s, the FMA-peak bound %.1f: %s\n",
                1.5 * r.lpp, fma_phys, reach(1.5 * r.lpp, fma_phys));
         printf("    1.20x llama.cpp's tg128 is %.1f tok/s, the read bound %.1f: %s\n", 1.2 * r.ltg,
@@ -565,6 +613,8 @@ int main(int argc, char **argv)
                    "judge them on a run that starts idle\n", load0, ncpu);
         tsv(out, label, "fastest/llama.cpp", "pp512_ratio", fpp, "x", 0);
         tsv(out, label, "fastest/llama.cpp", "tg128_ratio", ftg, "x", 0);
+        tsv(out, label, "fastest/llama.cpp", "pp512_ratio_paired", ppp->median, "x", 0);
+        tsv(out, label, "fastest/llama.cpp", "tg128_ratio_paired", ptg->median, "x", 0);
     } else {
         printf("  fastest / llama.cpp SKIP (%s)\n", lb == NULL ? "no llama-bench on PATH and "
                "KVDRIFT_LLAMA_BENCH unset" : "llama-bench failed or printed no pp512/tg128 rows");
