@@ -501,8 +501,8 @@ static const float *round_copy(lm_ctx *c, float **cur, const float *src, uint32_
 }
 
 /* A profile that rounds WEIGHT (bf16, tf32): the context computes with a private copy of the
- * model whose embedding table and weight matrices are rounded once (norm weights and biases
- * stay float32). MoE experts are not covered: LM_E_UNSUPPORTED. */
+ * model whose embedding table and weight matrices are rounded once: a dense FFN's three, or a
+ * MoE layer's router and its experts' three (norm weights and biases stay float32). */
 static int round_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
 {
     if (lm_profile_site(prof, LM_SITE_WEIGHT)->kind == LM_ROUND_NONE)
@@ -511,13 +511,11 @@ static int round_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
     const lm_hparams *hp = &m->hp;
     const uint64_t d = hp->n_embd, q_dim = (uint64_t)hp->n_head * hp->head_dim,
                    kv_dim = (uint64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
+    const uint64_t ne = hp->n_expert, ffe = hp->n_ff_exp;
     uint64_t total = (uint64_t)hp->n_vocab * d * (hp->tied_output ? 1 : 2);
-    for (uint32_t il = 0; il < hp->n_layer; ++il) {
-        if (m->layers[il].ffn_gate_inp != NULL)
-            return LM_FAIL(err, LM_E_UNSUPPORTED, "profile %s rounds weights, which is not "
-                           "implemented for MoE layers", prof->name);
-        total += 2 * q_dim * d + 2 * kv_dim * d + 3 * ff * d;
-    }
+    for (uint32_t il = 0; il < hp->n_layer; ++il)
+        total += 2 * q_dim * d + 2 * kv_dim * d +
+                 (m->layers[il].ffn_gate_inp != NULL ? ne * d + 3 * ne * ffe * d : 3 * ff * d);
     c->m_round = malloc(sizeof *c->m_round);
     c->layers_round = malloc((hp->n_layer ? hp->n_layer : 1) * sizeof *c->layers_round);
     c->w_round = malloc(total * sizeof(float));
@@ -537,6 +535,16 @@ static int round_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
         R->wk = round_copy(c, &cur, L->wk, (uint32_t)kv_dim, (uint32_t)d);
         R->wv = round_copy(c, &cur, L->wv, (uint32_t)kv_dim, (uint32_t)d);
         R->wo = round_copy(c, &cur, L->wo, (uint32_t)d, (uint32_t)q_dim);
+        if (L->ffn_gate_inp != NULL) { /* experts as [n_expert * rows][cols] */
+            R->ffn_gate_inp = round_copy(c, &cur, L->ffn_gate_inp, (uint32_t)ne, (uint32_t)d);
+            R->ffn_gate_exps = round_copy(c, &cur, L->ffn_gate_exps, (uint32_t)(ne * ffe),
+                                          (uint32_t)d);
+            R->ffn_up_exps = round_copy(c, &cur, L->ffn_up_exps, (uint32_t)(ne * ffe),
+                                        (uint32_t)d);
+            R->ffn_down_exps = round_copy(c, &cur, L->ffn_down_exps, (uint32_t)(ne * d),
+                                          (uint32_t)ffe);
+            continue;
+        }
         R->w_gate = round_copy(c, &cur, L->w_gate, (uint32_t)ff, (uint32_t)d);
         R->w_up = round_copy(c, &cur, L->w_up, (uint32_t)ff, (uint32_t)d);
         R->w_down = round_copy(c, &cur, L->w_down, (uint32_t)d, (uint32_t)ff);
@@ -641,7 +649,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     else if ((rc = lm_pool_create(&c->pool, c->be->n_threads, err)) != LM_OK)
         goto fail;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    rc = lm_variants_create(&c->var, m, p, n_ctx, err);
+    rc = lm_variants_create(&c->var, c->m, p, n_ctx, err); /* c->m: rounded experts */
     if (rc != LM_OK)
         goto fail;
     rc = lm_kvcache_init(&c->kv, hp->n_layer, lm_variants_kv_slots(c->var), kv_dim, err);

@@ -258,6 +258,119 @@ static void test_profile_engine_stream_bf16(void)
     lm_model_free(m);
 }
 
+/* Rows x cols of src copied to *cur rounded to nearest in s, advancing *cur. */
+static const float *rounded(float **cur, const float *src, uint64_t rows, uint64_t cols,
+                            const lm_round_spec *s)
+{
+    float *dst = *cur;
+    memcpy(dst, src, rows * cols * sizeof *dst);
+    lm_round_rows_rn(dst, (uint32_t)rows, (uint32_t)cols, cols, s);
+    *cur += rows * cols;
+    return dst;
+}
+
+/* A shallow copy of m (*copy, *layers) whose embedding, output and every layer's weight
+ * matrices (a MoE layer's router and experts included) were rounded to s beforehand, into
+ * *store (the caller frees the three). */
+static void prerounded_model(lm_model *copy, lm_layer **layers, float **store, const lm_model *m,
+                             const lm_round_spec *s)
+{
+    const lm_hparams *hp = &m->hp;
+    const uint64_t d = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim,
+                   kv = (uint64_t)hp->n_head_kv * hp->head_dim, ne = hp->n_expert,
+                   ffe = hp->n_ff_exp, ff = hp->n_ff;
+    const uint64_t layer = 2 * q * d + 2 * kv * d + ne * d + 3 * ne * ffe * d + 3 * ff * d;
+    *store = malloc((2 * hp->n_vocab * d + hp->n_layer * layer) * sizeof **store);
+    *layers = malloc(hp->n_layer * sizeof **layers);
+    CU_ASSERT_FATAL(*store != NULL && *layers != NULL);
+    float *cur = *store;
+    *copy = *m;
+    copy->tok_embd = rounded(&cur, m->tok_embd, hp->n_vocab, d, s);
+    copy->output = hp->tied_output ? copy->tok_embd : rounded(&cur, m->output, hp->n_vocab, d, s);
+    for (uint32_t il = 0; il < hp->n_layer; ++il) {
+        const lm_layer *L = &m->layers[il];
+        lm_layer *R = &(*layers)[il];
+        *R = *L;
+        R->wq = rounded(&cur, L->wq, q, d, s);
+        R->wk = rounded(&cur, L->wk, kv, d, s);
+        R->wv = rounded(&cur, L->wv, kv, d, s);
+        R->wo = rounded(&cur, L->wo, d, q, s);
+        if (L->ffn_gate_inp != NULL) {
+            R->ffn_gate_inp = rounded(&cur, L->ffn_gate_inp, ne, d, s);
+            R->ffn_gate_exps = rounded(&cur, L->ffn_gate_exps, ne * ffe, d, s);
+            R->ffn_up_exps = rounded(&cur, L->ffn_up_exps, ne * ffe, d, s);
+            R->ffn_down_exps = rounded(&cur, L->ffn_down_exps, ne * d, ffe, s);
+        } else {
+            R->w_gate = rounded(&cur, L->w_gate, ff, d, s);
+            R->w_up = rounded(&cur, L->w_up, ff, d, s);
+            R->w_down = rounded(&cur, L->w_down, d, ff, s);
+        }
+    }
+    copy->layers = *layers;
+}
+
+/* Counts the rows of op that are on the spec's grid, in MoE layers only. */
+typedef struct moe_grid {
+    const lm_model *m;
+    grid_count g;
+} moe_grid;
+
+static void count_moe_on_grid(void *user, uint32_t layer, const char *op, uint32_t pos0,
+                              uint32_t n, const float *x, size_t row_elems)
+{
+    moe_grid *mg = user;
+    if (layer < mg->m->hp.n_layer && mg->m->layers[layer].ffn_gate_inp != NULL)
+        count_on_grid(&mg->g, layer, op, pos0, n, x, row_elems);
+}
+
+/* The profiles that round weights (bf16, tf32) round a MoE layer's router and experts as they
+ * round every other weight matrix: on the moe and gptoss presets (gpt-oss: expert biases,
+ * swiglu_oai) the logits under the profile equal, bit for bit, the same profile's logits on a
+ * copy of the model whose matrices were rounded to the profile's weight format beforehand
+ * (rounding to nearest is idempotent), which they would not with one matrix left in float32.
+ * And bf16 computes the layer's output, the gates' weighted sum of the experts, in bfloat16 as
+ * a bfloat16 engine does: every MoE layer's ffn_out row is on bfloat16's grid. */
+static void test_profile_engine_moe_weights(void)
+{
+    static const char *const presets[] = {"moe", "gptoss"};
+    static const char *const profiles[] = {"bf16", "tf32"};
+    lm_err err = {0};
+    for (size_t pi = 0; pi < sizeof presets / sizeof *presets; ++pi) {
+        lm_model *m = tf_synth_load(presets[pi], 2);
+        const uint32_t nv = m->hp.n_vocab;
+        float *a = malloc(nv * sizeof *a), *b = malloc(nv * sizeof *b);
+        CU_ASSERT_FATAL(a != NULL && b != NULL);
+        for (size_t fi = 0; fi < sizeof profiles / sizeof *profiles; ++fi) {
+            const lm_round_spec *w = lm_profile_site(lm_profile_find(profiles[fi]), LM_SITE_WEIGHT);
+            lm_model pre;
+            lm_layer *layers;
+            float *store;
+            prerounded_model(&pre, &layers, &store, m, w);
+            logits_under(a, m, NULL, profiles[fi]);
+            logits_under(b, &pre, NULL, profiles[fi]);
+            if (memcmp(a, b, nv * sizeof *a) != 0)
+                fprintf(stderr, "\n  %s %s: %g from the pre-rounded model\n", presets[pi],
+                        profiles[fi], tu_max_abs_diff(a, b, nv));
+            CU_ASSERT_EQUAL(memcmp(a, b, nv * sizeof *a), 0);
+            free(store), free(layers);
+        }
+        int32_t toks[12];
+        for (uint32_t i = 0; i < 12; ++i)
+            toks[i] = (int32_t)((1 + 7919u * i) % nv);
+        lm_ctx_params cp = {.backend = "naive", .n_ctx = 12, .profile = "bf16"};
+        lm_ctx *ctx = NULL;
+        CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&ctx, m, &cp, &err), LM_OK);
+        moe_grid mg = {m, {.op = "ffn_out", .spec = &bf16}};
+        lm_ctx_set_probe(ctx, count_moe_on_grid, &mg);
+        CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, toks, 12, 0, a, &err), LM_OK);
+        CU_ASSERT(mg.g.rows > 0);
+        CU_ASSERT_EQUAL(mg.g.on_grid, mg.g.rows);
+        lm_ctx_free(ctx);
+        free(a), free(b);
+        lm_model_free(m);
+    }
+}
+
 /* q8act converts each product's input as ggml-cpu does for its weight's type: with F32
  * weights nothing (the f32 bits), with F16 weights binary16 (f16act's bits: f16act rounds the
  * same inputs in place), with MXFP4 experts beside F32 attention Q8_0 for the experts only
@@ -414,6 +527,7 @@ void test_profile_register(void)
     CU_add_test(s, "test_profile_engine_f16kv_cache", test_profile_engine_f16kv_cache);
     CU_add_test(s, "test_profile_engine_sandwich_norms", test_profile_engine_sandwich_norms);
     CU_add_test(s, "test_profile_engine_stream_bf16", test_profile_engine_stream_bf16);
+    CU_add_test(s, "test_profile_engine_moe_weights", test_profile_engine_moe_weights);
     CU_add_test(s, "test_profile_engine_q8act_per_weight_type",
                 test_profile_engine_q8act_per_weight_type);
     CU_add_test(s, "test_profile_sr_slot_q8_K", test_profile_sr_slot_q8_K);
