@@ -33,6 +33,7 @@ static const lm_profile profiles[] = {
       [LM_SITE_OUT_NORM] = F16}},
 };
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])
+_Static_assert(N_PROFILES <= LM_PROFILES_MAX, "LM_PROFILES_MAX bounds the profiles");
 
 static const lm_round_spec none = {LM_ROUND_NONE, 0, 0, 0};
 

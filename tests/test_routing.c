@@ -173,6 +173,43 @@ static void test_routing_ensemble_members_differ(void)
     lm_model_free(m);
 }
 
+/* A configuration under a precision profile routes under that profile, and is judged with the
+ * TIE band of its own rounding: bf16 (which rounds the router's weights and input) moves the
+ * margins of the capture, its band measured from naive-sr runs under bf16 is wider than the
+ * float32 band, every bf16 flip of the moe presets falls inside it, and the float32
+ * configuration keeps the float32 band. */
+static void test_routing_profile_band(void)
+{
+    static const char *const presets[] = {"moe", "moe-32x4"};
+    for (int p = 0; p < 2; ++p) {
+        lm_model *m = load(presets[p]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        int32_t t[N_TOK];
+        tokens(t, N_TOK, m->hp.n_vocab);
+        hx_config cfg[2] = {cfg_of("naive", 0), cfg_of("naive", 0)};
+        snprintf(cfg[1].profile, sizeof cfg[1].profile, "bf16");
+        lm_err err = {0};
+        hx_routing f32, bf16;
+        CU_ASSERT_FATAL(hx_routing_capture(&f32, m, &cfg[0], t, N_TOK, &err) == LM_OK);
+        CU_ASSERT_FATAL(hx_routing_capture(&bf16, m, &cfg[1], t, N_TOK, &err) == LM_OK);
+        const size_t nm = (size_t)f32.n_layer * f32.n_pos * sizeof *f32.margin;
+        CU_ASSERT_NOT_EQUAL(memcmp(f32.margin, bf16.margin, nm), 0);
+        hx_routing_free(&f32);
+        hx_routing_free(&bf16);
+        hx_routing_result rr;
+        CU_ASSERT_EQUAL_FATAL(hx_routing_measure(&rr, m, t, N_TOK, cfg, 2, 127, 8, 1, &err),
+                              LM_OK);
+        CU_ASSERT_EQUAL(rr.cfg_tol[0], rr.tie_tol);
+        CU_ASSERT(rr.cfg_tol[1] > rr.tie_tol);
+        CU_ASSERT_EQUAL(rr.n_real, 0u);
+        printf("\n  %s: float32 band %.3g, bf16 band %.3g, bf16 flips %u (%u TIE)", presets[p],
+               (double)rr.tie_tol, (double)rr.cfg_tol[1], rr.n_flip[1], rr.n_tie[1]);
+        hx_routing_result_free(&rr);
+        lm_model_free(m);
+    }
+    printf("\n");
+}
+
 /* Routing is a step of the sweep: its TIE band uses the sweep's own ensemble size, and the
  * counts land in the sweep's report without any further call. */
 static void test_routing_sweep_step(void)
@@ -251,6 +288,7 @@ void test_routing_register(void)
     CU_add_test(s, "test_routing_report_against_reference",
                 test_routing_report_against_reference);
     CU_add_test(s, "test_routing_ensemble_members_differ", test_routing_ensemble_members_differ);
+    CU_add_test(s, "test_routing_profile_band", test_routing_profile_band);
     CU_add_test(s, "test_routing_sweep_step", test_routing_sweep_step);
     CU_add_test(s, "test_routing_bad_input", test_routing_bad_input);
 }

@@ -80,6 +80,8 @@ const lm_profile *lm_profile_find(const char *s);
 /* Profiles in table order: i = 0..lm_profile_count()-1. */
 const lm_profile *lm_profile_at(uint32_t i);
 uint32_t lm_profile_count(void);
+/* A bound on lm_profile_count(), for tables indexed as lm_profile_at. */
+#define LM_PROFILES_MAX 8u
 /* "f32, f16kv, bf16, tf32, q8act or f16act" for messages. */
 const char *lm_profile_expected(void);
 /* The rounding at site (the low 8 bits of a lm_perturb_site value); NONE for f32 or NULL. */

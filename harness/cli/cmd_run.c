@@ -245,7 +245,7 @@ static int generate(run_out *out, const run_opts *o, lm_err *err)
                      "of %u", o->model, out->n_prompt, o->n_gen, m->hp.n_ctx_train);
     char be[LM_BACKEND_NAME_MAX];
     lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be, &o->cfg, (uint32_t)need);
+    hx_config_ctx_params(&cp, be, sizeof be, &o->cfg, (uint32_t)need);
     if (rc == LM_OK && (rc = lm_ctx_create(&ctx, m, &cp, err)) == LM_OK) {
         out->backend = lm_ctx_backend_name(ctx);
         if (o->prompt != NULL)

@@ -117,7 +117,7 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
         return LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
     char be[LM_BACKEND_NAME_MAX];
     lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be, c, n_prompt + n);
+    hx_config_ctx_params(&cp, be, sizeof be, c, n_prompt + n);
     lm_ctx *ctx = NULL;
     int rc = lm_ctx_create(&ctx, m, &cp, err);
     lm_block_params p = *bp;

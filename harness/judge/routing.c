@@ -3,10 +3,12 @@
 
 #include "report.h"
 
+#include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "ref_sr.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,9 +45,10 @@ int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
     for (size_t i = 0; i < (size_t)hp->n_layer * n; ++i)
         out->margin[i] = INFINITY;
     char be[LM_BACKEND_NAME_MAX];
-    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, cfg),
-                              .n_threads = hx_config_n_threads(cfg), .n_ctx = n,
-                              .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense"};
+    lm_ctx_params cp;
+    hx_config_ctx_params(&cp, be, sizeof be, cfg, n);
+    cp.rot_max_size = cp.rot_keep = 0; /* the plain cache: see hx_routing_to_report */
+    cp.rot_window = false;
     lm_ctx *c = NULL;
     int rc = lm_ctx_create(&c, m, &cp, err);
     const uint32_t step = cfg->step == 0 || cfg->step > n ? n : cfg->step;
@@ -150,6 +153,7 @@ void hx_routing_result_free(hx_routing_result *r)
     free(r->flips);
     free(r->n_flip);
     free(r->n_tie);
+    free(r->cfg_tol);
     memset(r, 0, sizeof *r);
 }
 
@@ -205,6 +209,51 @@ static int tie_band(float *tol, bool *sr, const lm_model *m, const int32_t *prom
     return rc;
 }
 
+/* The TIE band of the configurations under a profile that rounds on the model:
+ * HX_ROUTING_SAFETY x the largest margin deviation from the truth of `members` naive-sr runs
+ * under that profile (seeds sr_seed + i), as its logit envelope is measured: its rounding
+ * moves router margins by far more than float32's. */
+static int profile_band(float *tol, const lm_model *m, const int32_t *prompt, uint32_t n,
+                        const hx_routing *truth, const char *profile, uint32_t members,
+                        uint64_t sr_seed, lm_err *err)
+{
+    double dev = 0.0;
+    int rc = LM_OK;
+    for (uint32_t e = 0; rc == LM_OK && e < members; ++e) {
+        hx_routing other = {0};
+        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
+        snprintf(c.profile, sizeof c.profile, "%s", profile);
+        rc = hx_routing_capture(&other, m, &c, prompt, n, err);
+        if (rc == LM_OK)
+            dev = fmax(dev, member_dev(truth, other.sel, other.margin));
+        hx_routing_free(&other);
+    }
+    *tol = (float)(HX_ROUTING_SAFETY * dev);
+    return rc;
+}
+
+/* The band configs[ci] is judged with: the float32 band, or its profile's (profile_band,
+ * measured once per profile into band[] / have[], indexed as lm_profile_at). */
+static int config_band(float *tol, float *band, bool *have, const lm_model *m,
+                       const int32_t *prompt, uint32_t n, const hx_routing *truth,
+                       const hx_config *cfg, float f32_tol, uint32_t members, uint64_t sr_seed,
+                       lm_err *err)
+{
+    const lm_profile *pf = lm_profile_find(cfg->profile);
+    *tol = f32_tol;
+    if (pf == NULL || !lm_profile_rounds_on(pf, m))
+        return LM_OK;
+    uint32_t k = 0;
+    while (lm_profile_at(k) != pf)
+        ++k;
+    int rc = LM_OK;
+    if (!have[k] && (rc = profile_band(&band[k], m, prompt, n, truth, cfg->profile, members,
+                                       sr_seed, err)) == LM_OK)
+        have[k] = true;
+    *tol = band[k];
+    return rc;
+}
+
 int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t *prompt,
                        uint32_t n, const hx_config *configs, size_t n_configs, uint32_t prec,
                        uint32_t members, uint64_t sr_seed, lm_err *err)
@@ -221,7 +270,8 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t 
     out->flips = calloc(n_configs * nl + 1, sizeof *out->flips);
     out->n_flip = calloc(n_configs + 1, sizeof *out->n_flip);
     out->n_tie = calloc(n_configs + 1, sizeof *out->n_tie);
-    if (out->flips == NULL || out->n_flip == NULL || out->n_tie == NULL) {
+    out->cfg_tol = calloc(n_configs + 1, sizeof *out->cfg_tol);
+    if (out->flips == NULL || out->n_flip == NULL || out->n_tie == NULL || out->cfg_tol == NULL) {
         hx_routing_result_free(out);
         return LM_FAIL(err, LM_E_NOMEM, "routing: out of memory");
     }
@@ -234,10 +284,15 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t 
     if (rc == LM_OK)
         rc = tie_band(&out->tie_tol, &out->members_sr, m, prompt, n, &truth, members, sr_seed,
                       err);
+    float band[LM_PROFILES_MAX];
+    bool have[LM_PROFILES_MAX] = {false};
     for (size_t ci = 0; rc == LM_OK && ci < n_configs; ++ci) {
         hx_routing_flips *f = out->flips + ci * nl;
-        if ((rc = hx_routing_capture(&other, m, &configs[ci], prompt, n, err)) != LM_OK ||
-            (rc = hx_routing_compare(f, &truth, &other, out->tie_tol, err)) != LM_OK)
+        float *tol = &out->cfg_tol[ci];
+        if ((rc = config_band(tol, band, have, m, prompt, n, &truth, &configs[ci], out->tie_tol,
+                              members, sr_seed, err)) != LM_OK ||
+            (rc = hx_routing_capture(&other, m, &configs[ci], prompt, n, err)) != LM_OK ||
+            (rc = hx_routing_compare(f, &truth, &other, *tol, err)) != LM_OK)
             break;
         for (uint32_t il = 0; il < nl; ++il) {
             out->n_flip[ci] += f[il].n_flip;

@@ -59,6 +59,9 @@ typedef struct hx_routing_result {
     bool members_sr;          /* its members: SR runs of the reference's model (else naive-sr) */
     float tie_tol;            /* the TIE band: reference margin <= tie_tol */
     size_t n_configs;
+    float *cfg_tol;           /* [n_configs] the band each configuration is judged with:
+                                 tie_tol, or for a profile that rounds on the model the same
+                                 statistic over `members` naive-sr runs under that profile */
     hx_routing_flips *flips;  /* [n_configs][n_layer] */
     uint32_t *n_flip, *n_tie; /* [n_configs] totals over layers */
     uint32_t n_real;          /* sum over configurations of flips - ties */

@@ -236,6 +236,9 @@ void hx_report_print_routing(FILE *f, const hx_report *r, const hx_routing_resul
         const hx_routing_flips *fl = rr->flips + ci * rr->n_layer;
         fprintf(f, "  %-38s %4u flips (%u TIE, %u real)", r->configs[ci].config, flips, ties,
                 flips - ties);
+        if (rr->cfg_tol != NULL && rr->cfg_tol[ci] != rr->tie_tol)
+            fprintf(f, "  TIE <= %.3g (%u naive-sr runs under its profile)",
+                    (double)rr->cfg_tol[ci], rr->members);
         for (uint32_t il = 0; il < rr->n_layer && flips > 0; ++il)
             if (fl[il].n_flip > 0)
                 fprintf(f, "  L%u: %u from pos %u", il, fl[il].n_flip, fl[il].first_pos);

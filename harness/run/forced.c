@@ -32,7 +32,7 @@ int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
         return rc;
     char be_name[LM_BACKEND_NAME_MAX];
     lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be_name, cfg, rq->n_tokens);
+    hx_config_ctx_params(&cp, be_name, sizeof be_name, cfg, rq->n_tokens);
     uint32_t step = cfg->step && cfg->step < rq->n_tokens ? cfg->step : rq->n_tokens;
     size_t nv = hp->n_vocab;
     if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)

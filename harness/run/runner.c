@@ -82,16 +82,6 @@ static int prefill_rows(lm_ctx *ctx, const hx_run_request *rq, const hx_config *
     return rc;
 }
 
-void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
-                          const hx_config *cfg, uint32_t n_ctx)
-{
-    *cp = (lm_ctx_params){.backend = hx_config_backend_name(be_name, LM_BACKEND_NAME_MAX, cfg),
-                          .n_threads = hx_config_n_threads(cfg), .n_ctx = n_ctx,
-                          .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
-                          .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep,
-                          .rot_window = cfg->rot_window, .profile = cfg->profile};
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -165,7 +155,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         return rc;
     char be_name[LM_BACKEND_NAME_MAX];
     lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be_name, cfg, (uint32_t)need);
+    hx_config_ctx_params(&cp, be_name, sizeof be_name, cfg, (uint32_t)need);
     if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
         goto fail;
     size_t nv = hp->n_vocab;

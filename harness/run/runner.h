@@ -48,12 +48,6 @@ typedef struct hx_run_stats {
                                      needed a second prefill */
 } hx_run_stats;
 
-/* The engine context parameters of cfg with a context of n_ctx positions; be_name receives the
- * backend name (hx_config_backend_name: with the seed of a seeded backend) and must outlive
- * *cp. */
-void hx_config_ctx_params(lm_ctx_params *cp, char be_name[LM_BACKEND_NAME_MAX],
-                          const hx_config *cfg, uint32_t n_ctx);
-
 /* Captures one configuration. Tokens = prompt + n_gen greedy ids (lm_argmax); logits rows at
  * positions n_prompt-1 .. n_prompt-1+n_forced, each computed on prompt + forced[0..j) in decode
  * mode (one token per forward call, as generation does); while the greedy path equals the

@@ -53,7 +53,7 @@ static int decode(hx_spec_side *s, const lm_model *target, const lm_model *draft
         need = train;
     char be[LM_BACKEND_NAME_MAX];
     lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be, cfg, (uint32_t)need);
+    hx_config_ctx_params(&cp, be, sizeof be, cfg, (uint32_t)need);
     lm_ctx *tc = NULL, *dc = NULL;
     int rc = lm_ctx_create(&tc, target, &cp, err);
     if (rc == LM_OK && k > 0) {

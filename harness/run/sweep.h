@@ -79,6 +79,7 @@
 #include "config.h"
 #include "envelope.h"
 #include "kvd_engine.h"
+#include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "report.h"
 #include "routing.h"
@@ -89,7 +90,7 @@
 
 #define HX_SWEEP_DEFAULT_ENSEMBLE 8u
 #define HX_SWEEP_DEFAULT_SEED 0x6b76647269667431ull /* "kvdrift1" */
-#define HX_SWEEP_MAX_PROFILES 8u /* >= lm_profile_count() */
+#define HX_SWEEP_MAX_PROFILES LM_PROFILES_MAX
 /* Every prompt position's logits are classified when that adds at most this fraction to the
  * reference pass and one configuration's prompt logits fit in HX_PROMPT_ROWS_MAX_BYTES. */
 #define HX_PROMPT_ROWS_MAX_COST 0.5
