@@ -127,6 +127,7 @@ static void test_routing_report_against_reference(void)
         CU_ASSERT(rep->configs[i].routing_checked);
         CU_ASSERT_EQUAL(rep->configs[i].routing_flips, 0u);
         CU_ASSERT_EQUAL(rep->configs[i].routing_real, 0u);
+        CU_ASSERT_EQUAL(rep->configs[i].routing_tie_band, rr.tie_tol); /* float32: its band */
     }
     hx_report_print_routing(f, rep, &rr);
     hx_routing_result_free(&rr);

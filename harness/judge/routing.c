@@ -320,5 +320,6 @@ void hx_routing_to_report(hx_report *rep, const hx_routing_result *rr, const hx_
         cr->routing_checked = true;
         cr->routing_flips = rr->n_flip[ci];
         cr->routing_real = rr->n_flip[ci] - rr->n_tie[ci];
+        cr->routing_tie_band = rr->cfg_tol[ci];
     }
 }

@@ -81,6 +81,7 @@ typedef struct hx_config_report {
     double sem_min_margin;     /* smallest top-1 minus top-2 margin of the one-chunk reference */
     uint32_t routing_flips;    /* MoE: expert sets differing from the reference's (all) */
     uint32_t routing_real;     /* of which not within the router-margin envelope (TIE) */
+    float routing_tie_band;    /* that envelope: TIE = reference margin <= it */
     bool routing_checked;      /* MoE model: the two fields above are measured */
     size_t n_rows;
     hx_tensor_row *rows;       /* [n_rows] */

@@ -110,6 +110,7 @@ static json_t *config_obj(jb *b, const hx_config_report *c, bool strict)
         set(b, ro, "flips", json_integer(c->routing_flips));
         set(b, ro, "real", json_integer(c->routing_real));
         set(b, ro, "tie", json_integer(c->routing_flips - c->routing_real));
+        set(b, ro, "tie_band", hx_json_num(c->routing_tie_band));
         set(b, o, "routing", ro);
     } else {
         set(b, o, "routing", json_null());
