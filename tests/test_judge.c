@@ -200,6 +200,49 @@ static void test_judge_members_side_by_side_same_envelope(void)
     lm_model_free(m);
 }
 
+/* An engine that runs gpt-oss in bfloat16 (kvdrift's own, naive backend, profile bf16: router
+ * and experts in bfloat16 too, round to nearest) leaves float32's envelope on every prompt
+ * position and stays inside bf16's, which judge measures with naive-sr runs under bf16: the dump
+ * fails under f32 and is explained by bf16. */
+static void test_judge_engine_bf16_moe_explained(void)
+{
+    enum { N = 12 };
+    lm_model *m = tf_synth_load("gptoss", 5);
+    const uint32_t nv = m->hp.n_vocab;
+    int32_t tok[N];
+    uint32_t pos[N];
+    for (uint32_t i = 0; i < N; ++i) {
+        tok[i] = (int32_t)((3 + 7919u * i) % nv);
+        pos[i] = i;
+    }
+    float *rows = malloc((size_t)N * nv * sizeof *rows); /* [N][n_vocab] */
+    CU_ASSERT_FATAL(rows != NULL);
+    lm_err err = {0};
+    lm_ctx *c = NULL;
+    const lm_ctx_params cp = {.backend = "naive", .n_ctx = N, .profile = "bf16"};
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&c, m, &cp, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_forward(c, tok, N, LM_LOGITS_ALL, rows, &err), LM_OK);
+    lm_ctx_free(c);
+    hx_dump dump = {.dir = "engine-bf16", .engine = "", .settings = "", .tokens = tok,
+                    .n_tokens = N, .n_prompt = N, .positions = pos, .n_pos = N,
+                    .n_vocab = nv, .row_dtype = "float32", .rows = rows};
+    hx_dump *d = &dump;
+    static const char *const profiles[] = {"f32", "bf16"};
+    hx_judge_params p = {.model = m, .prompt = tok, .n_prompt = N, .dumps = &d, .n_dumps = 1,
+                         .profiles = profiles, .n_profiles = 2, .cache_dir = cache_dir(),
+                         .ref_threads = 1, .quiet = true};
+    hx_report *r = tf_judge(&p);
+    printf("\n  gptoss in bf16: f32 %s (err/E %.3g), bf16 %s (err/E %.3g), explained by %s\n",
+           hx_class_name(cls(r, 0, 0)), ratio(r, 0, 0), hx_class_name(cls(r, 0, 1)),
+           ratio(r, 0, 1), r->dumps[0].explained_by);
+    CU_ASSERT(hx_class_fails(cls(r, 0, 0)));
+    CU_ASSERT(!hx_class_fails(cls(r, 0, 1)));
+    CU_ASSERT_STRING_EQUAL(r->dumps[0].explained_by, "bf16");
+    hx_report_free(r);
+    free(rows);
+    lm_model_free(m);
+}
+
 static void test_judge_injected_bugs_fail_every_profile(void)
 {
     const char *path = NULL;
@@ -519,6 +562,8 @@ void test_judge_register(void)
                 test_judge_members_side_by_side_same_envelope);
     CU_add_test(s, "test_judge_injected_bugs_fail_every_profile",
                 test_judge_injected_bugs_fail_every_profile);
+    CU_add_test(s, "test_judge_engine_bf16_moe_explained",
+                test_judge_engine_bf16_moe_explained);
     CU_add_test(s, "test_judge_cmd_exit_codes", test_judge_cmd_exit_codes);
     CU_add_test(s, "test_judge_llamacpp_gemma3_kv", test_judge_llamacpp_gemma3_kv);
 }
