@@ -6,7 +6,8 @@
  * 10x the largest envelope of any profile; two K/V rows swapped) fail under every profile
  * while the same dump without the bug passes; llama.cpp's two KV caches of the real Gemma 3
  * 270M (skipped when the model is absent) are explained by 8-bit activations, layer by layer,
- * and edited copies of them (a wrong RoPE theta, layers in cache order) are not. */
+ * and edited copies of them (a wrong RoPE theta, layers in cache order) are not; a gpt-oss
+ * dump from an engine in bfloat16 is explained by bf16. */
 #include "commands.h"
 #include "dump.h"
 #include "fixtures.h"
