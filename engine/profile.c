@@ -57,6 +57,11 @@ uint32_t lm_profile_count(void)
     return (uint32_t)N_PROFILES;
 }
 
+uint32_t lm_profile_index(const lm_profile *p)
+{
+    return (uint32_t)(p - profiles);
+}
+
 const char *lm_profile_expected(void)
 {
     return "f32, f16kv, bf16, tf32, q8act or f16act";

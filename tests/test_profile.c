@@ -449,6 +449,9 @@ static void test_profile_config_key(void)
     char s[HX_CONFIG_STR_MAX];
     CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:step=2:profile=f16kv", &err), LM_OK);
     CU_ASSERT_STRING_EQUAL(c.profile, "f16kv");
+    CU_ASSERT(lm_profile_count() <= LM_PROFILES_MAX);
+    for (uint32_t i = 0; i < lm_profile_count(); ++i) /* the table place, found by name too */
+        CU_ASSERT_EQUAL(lm_profile_index(lm_profile_find(lm_profile_at(i)->name)), i);
     hx_config_format(s, sizeof s, &c);
     CU_ASSERT_STRING_EQUAL(s, "naive:step=2:profile=f16kv");
     CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:profile=f32", &err), LM_OK);

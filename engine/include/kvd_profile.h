@@ -80,6 +80,9 @@ const lm_profile *lm_profile_find(const char *s);
 /* Profiles in table order: i = 0..lm_profile_count()-1. */
 const lm_profile *lm_profile_at(uint32_t i);
 uint32_t lm_profile_count(void);
+/* p's place in the table (lm_profile_at(lm_profile_index(p)) == p); p must come from
+ * lm_profile_find or lm_profile_at. */
+uint32_t lm_profile_index(const lm_profile *p);
 /* A bound on lm_profile_count(), for tables indexed as lm_profile_at. */
 #define LM_PROFILES_MAX 8u
 /* "f32, f16kv, bf16, tf32, q8act or f16act" for messages. */

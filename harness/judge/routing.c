@@ -176,6 +176,26 @@ static double member_dev(const hx_routing *truth, const uint32_t *sel, const flo
     return dev;
 }
 
+/* The largest margin deviation from the truth of `members` naive-sr runs (seeds sr_seed + i)
+ * under profile ("" for float32): the engine's own noise ensemble. */
+static int naive_sr_dev(double *dev, const lm_model *m, const int32_t *prompt, uint32_t n,
+                        const hx_routing *truth, const char *profile, uint32_t members,
+                        uint64_t sr_seed, lm_err *err)
+{
+    int rc = LM_OK;
+    *dev = 0.0;
+    for (uint32_t e = 0; rc == LM_OK && e < members; ++e) {
+        hx_routing other = {0};
+        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
+        snprintf(c.profile, sizeof c.profile, "%s", profile);
+        rc = hx_routing_capture(&other, m, &c, prompt, n, err);
+        if (rc == LM_OK)
+            *dev = fmax(*dev, member_dev(truth, other.sel, other.margin));
+        hx_routing_free(&other);
+    }
+    return rc;
+}
+
 /* The TIE band: HX_ROUTING_SAFETY x the largest margin deviation of the ensemble members from
  * the reference's routing `truth`. The members: SR runs of the reference's own float32 model
  * (ref_sr.h, *sr = true) when it implements the model, else the engine's naive-sr runs. */
@@ -196,44 +216,17 @@ static int tie_band(float *tol, bool *sr, const lm_model *m, const int32_t *prom
         for (uint32_t e = 0; mem && e < members; ++e)
             ref_sr_out_free(&mem[e]);
         free(mem);
-    }
-    for (uint32_t e = 0; !*sr && rc == LM_OK && e < members; ++e) {
-        hx_routing other = {0};
-        const hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
-        rc = hx_routing_capture(&other, m, &c, prompt, n, err);
-        if (rc == LM_OK)
-            dev = fmax(dev, member_dev(truth, other.sel, other.margin));
-        hx_routing_free(&other);
+    } else {
+        rc = naive_sr_dev(&dev, m, prompt, n, truth, "", members, sr_seed, err);
     }
     *tol = (float)(HX_ROUTING_SAFETY * dev);
     return rc;
 }
 
-/* The TIE band of the configurations under a profile that rounds on the model:
- * HX_ROUTING_SAFETY x the largest margin deviation from the truth of `members` naive-sr runs
- * under that profile (seeds sr_seed + i), as its logit envelope is measured: its rounding
- * moves router margins by far more than float32's. */
-static int profile_band(float *tol, const lm_model *m, const int32_t *prompt, uint32_t n,
-                        const hx_routing *truth, const char *profile, uint32_t members,
-                        uint64_t sr_seed, lm_err *err)
-{
-    double dev = 0.0;
-    int rc = LM_OK;
-    for (uint32_t e = 0; rc == LM_OK && e < members; ++e) {
-        hx_routing other = {0};
-        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
-        snprintf(c.profile, sizeof c.profile, "%s", profile);
-        rc = hx_routing_capture(&other, m, &c, prompt, n, err);
-        if (rc == LM_OK)
-            dev = fmax(dev, member_dev(truth, other.sel, other.margin));
-        hx_routing_free(&other);
-    }
-    *tol = (float)(HX_ROUTING_SAFETY * dev);
-    return rc;
-}
-
-/* The band configs[ci] is judged with: the float32 band, or its profile's (profile_band,
- * measured once per profile into band[] / have[], indexed as lm_profile_at). */
+/* The band configs[ci] is judged with: the float32 band f32_tol, or, under a profile that
+ * rounds on the model, HX_ROUTING_SAFETY x naive_sr_dev under that profile (its rounding moves
+ * router margins by far more than float32's), measured once per profile into band[] / have[]
+ * (indexed as lm_profile_index). */
 static int config_band(float *tol, float *band, bool *have, const lm_model *m,
                        const int32_t *prompt, uint32_t n, const hx_routing *truth,
                        const hx_config *cfg, float f32_tol, uint32_t members, uint64_t sr_seed,
@@ -243,15 +236,18 @@ static int config_band(float *tol, float *band, bool *have, const lm_model *m,
     *tol = f32_tol;
     if (pf == NULL || !lm_profile_rounds_on(pf, m))
         return LM_OK;
-    uint32_t k = 0;
-    while (lm_profile_at(k) != pf)
-        ++k;
-    int rc = LM_OK;
-    if (!have[k] && (rc = profile_band(&band[k], m, prompt, n, truth, cfg->profile, members,
-                                       sr_seed, err)) == LM_OK)
+    const uint32_t k = lm_profile_index(pf);
+    if (!have[k]) {
+        double dev;
+        const int rc = naive_sr_dev(&dev, m, prompt, n, truth, cfg->profile, members, sr_seed,
+                                    err);
+        if (rc != LM_OK)
+            return rc;
+        band[k] = (float)(HX_ROUTING_SAFETY * dev);
         have[k] = true;
+    }
     *tol = band[k];
-    return rc;
+    return LM_OK;
 }
 
 int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t *prompt,

@@ -536,9 +536,7 @@ static int envelopes(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_
         if (pf == NULL)
             return LM_FAIL(err, LM_E_INPUT, "profile '%s': unknown (expected %s)",
                            p->configs[i].profile, lm_profile_expected());
-        uint32_t k = 0;
-        while (lm_profile_at(k) != pf)
-            ++k;
+        const uint32_t k = lm_profile_index(pf);
         if (r->env_prof[k] == NULL) {
             int rc = envelope(&r->env_prof[k], r, p, rq, p->configs[i].profile, err);
             if (rc != LM_OK)
@@ -553,10 +551,7 @@ static int envelopes(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_
 static const hx_envelope *env_of(const hx_sweep_result *r, const hx_config *c)
 {
     const lm_profile *pf = lm_profile_find(c->profile);
-    for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
-        if (lm_profile_at(k) == pf)
-            return r->env_prof[k];
-    return r->env;
+    return pf != NULL ? r->env_prof[lm_profile_index(pf)] : r->env;
 }
 
 /* The reference of the teacher path computed with a rotating cache's schedule (max, keep,
@@ -780,7 +775,7 @@ void hx_sweep_result_free(hx_sweep_result *r)
     free(r->path);
     free(r->pos);
     ref_capture_free(&r->ref);
-    for (uint32_t k = 0; k < HX_SWEEP_MAX_PROFILES; ++k)
+    for (uint32_t k = 0; k < LM_PROFILES_MAX; ++k)
         hx_envelope_free(r->env_prof[k]); /* r->env is one of them */
     hx_routing_result_free(&r->routing);
     free(r);

@@ -90,7 +90,6 @@
 
 #define HX_SWEEP_DEFAULT_ENSEMBLE 8u
 #define HX_SWEEP_DEFAULT_SEED 0x6b76647269667431ull /* "kvdrift1" */
-#define HX_SWEEP_MAX_PROFILES LM_PROFILES_MAX
 /* Every prompt position's logits are classified when that adds at most this fraction to the
  * reference pass and one configuration's prompt logits fit in HX_PROMPT_ROWS_MAX_BYTES. */
 #define HX_PROMPT_ROWS_MAX_COST 0.5
@@ -166,7 +165,7 @@ typedef struct hx_sweep_result {
     char ref_key[33];         /* ref_cache_key */
     bool ref_hit;             /* loaded from the cache */
     hx_envelope *env;         /* the first configuration's profile's envelope (one of below) */
-    hx_envelope *env_prof[HX_SWEEP_MAX_PROFILES]; /* per lm_profile_at(i); NULL: not used */
+    hx_envelope *env_prof[LM_PROFILES_MAX]; /* per lm_profile_at(i); NULL: not used */
     bool env_hit;             /* loaded from the cache */
     hx_routing_result routing; /* (e) MoE routing flips (measured false for a dense model) */
     bool env_ref_sr;          /* members: SR runs of the reference's model (envelope_sr.h);
