@@ -7,7 +7,7 @@ WERROR   ?= 0
 SANITIZE ?=
 
 # The harness is split by pipeline stage: cli -> spec -> run -> judge -> report.
-HX_DIRS  := harness/cli harness/spec harness/run harness/judge harness/report
+HX_DIRS  := harness/cli harness/plan harness/run harness/judge harness/report harness/model
 
 PKGS     := openblas mpfr cunit libxxhash jansson inih libxml-2.0
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)

@@ -1,6 +1,6 @@
 /* block_sampler.c — the iterative masked block sampler of kvd_block.h. */
 #include "kvd_block.h"
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 
 #include <math.h>
 #include <stdlib.h>

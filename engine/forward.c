@@ -36,7 +36,7 @@
 
 #include "kvd_engine.h"
 #include "kvd_block.h"
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 
 #include "kvd_defects.h"
 #include "kvd_gguf.h"

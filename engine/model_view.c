@@ -1,6 +1,6 @@
 /* model_view.c — a model restricted to its first layers (kvd_spec.h lm_model_first_layers):
  * the self-draft of speculative decoding. */
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 
 int lm_model_first_layers(lm_model *view, const lm_model *m, uint32_t n_layer, lm_err *err)
 {

@@ -1,7 +1,7 @@
 /* penalties.c — repetition / frequency / presence penalties over a window of the last N
  * accepted tokens, as llama.cpp's penalties sampler defines them (kvd_spec.h). The window is
  * a ring buffer; counts[id] is the number of occurrences of id in it. */
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * (emit: record the history, apply the penalties to a copy of the raw row, argmax, accept), so
  * any difference between them comes from the logits rows or from the bookkeeping around them.
  * Test builds carry the defect switch of kvd_defects.h at the places marked "test defect". */
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 
 #include "kvd_defects.h"
 

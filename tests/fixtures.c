@@ -1,7 +1,7 @@
 /* fixtures.c — shared test fixtures (see fixtures.h). */
 #include "fixtures.h"
 
-#include "judge_run.h"
+#include "dumps_run.h"
 #include "synth.h"
 
 #include <fcntl.h>

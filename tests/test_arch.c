@@ -8,7 +8,7 @@
 #include "dump.h"
 #include "fixtures.h"
 #include "fs.h"
-#include "judge_run.h"
+#include "dumps_run.h"
 #include "kvd_gguf.h"
 #include "synth.h"
 #include "test_util.h"

@@ -4,7 +4,7 @@
  * routing, both attention implementations); a rollback the cache cannot honour (its rows were
  * written over) is refused with LM_E_INPUT instead. */
 #include "kvd_engine.h"
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 #include "fixtures.h"
 #include "test_util.h"
 

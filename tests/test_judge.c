@@ -13,7 +13,7 @@
 #include "fixtures.h"
 #include "fs.h"
 #include "forced.h"
-#include "judge_run.h"
+#include "dumps_run.h"
 #include "kvd_profile.h"
 #include "test_util.h"
 

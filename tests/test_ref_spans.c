@@ -4,7 +4,7 @@
  * numbers, the cost calibration leaves them kept for the pass, keeping and finding from
  * several threads at once loses and mixes nothing, and a view keeps nothing. */
 #include "kvd_ref.h"
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 #include "ref_spans.h"
 #include "test_ref_model.h"
 

@@ -3,7 +3,7 @@
 #include "fs.h"
 #include "kvd_util.h"
 #include "report.h"
-#include "sweep_block.h"
+#include "block_sweep.h"
 #include "test_util.h"
 
 #include <jansson.h>

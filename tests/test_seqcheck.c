@@ -3,7 +3,7 @@
  * and plain's lead is within E_gap; a history that differs before (or at) the first token
  * difference is a SEQ_MISMATCH whatever the rows; equal tokens are EXACT or NOISE; a NaN or
  * Inf in a speculative row is NONFINITE, also after the cache-policy explanation. */
-#include "seqcheck.h"
+#include "speculative_verdict.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -12,8 +12,8 @@
  * test-time budget of this suite) and on stories260K when it is present. */
 #include "commands.h"
 #include "kvd_defects.h"
-#include "kvd_spec.h"
-#include "speccheck.h"
+#include "kvd_speculative.h"
+#include "speculative_check.h"
 #include "synth.h"
 #include "fixtures.h"
 #include "test_util.h"

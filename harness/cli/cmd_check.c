@@ -9,7 +9,7 @@
 #include "classify.h"
 #include "fs.h"
 #include "golden.h"
-#include "golden_judge.h"
+#include "golden_verdict.h"
 #include "report.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
 #include "commands.h"
 #include "kvd_util.h"
 #include "dump.h"
-#include "judge_run.h"
+#include "dumps_run.h"
 #include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "sweep.h"

@@ -14,9 +14,9 @@
 #include "report.h"
 #include "sweep.h"
 #include "synth.h"
-#include "specrun.h"
-#include "sweep_block.h"
-#include "sweep_spec.h"
+#include "speculative_run.h"
+#include "block_sweep.h"
+#include "speculative_sweep.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -36,7 +36,7 @@
 #define HX_SEQCHECK_H
 
 #include "classify.h"
-#include "specrun.h"
+#include "speculative_run.h"
 
 typedef struct hx_seq_verdict {
     hx_class cls;           /* EXACT, NOISE, TIE_FLIP or SEQ_MISMATCH */

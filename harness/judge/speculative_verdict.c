@@ -1,6 +1,6 @@
 /* seqcheck.c — SEQ_MISMATCH / TIE_FLIP / NOISE / EXACT for speculative vs plain decoding
  * (rules in seqcheck.h). */
-#include "seqcheck.h"
+#include "speculative_verdict.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #define HX_SPECRUN_H
 
 #include "config.h"
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 
 typedef struct hx_spec_side {
     int32_t *tokens;     /* [n_gen] */

@@ -1,6 +1,6 @@
 /* speccheck.c — one configuration's speculative-decoding check with the rotating-cache policy
  * counterfactual (speccheck.h). */
-#include "speccheck.h"
+#include "speculative_check.h"
 
 #include <string.h>
 

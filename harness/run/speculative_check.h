@@ -5,7 +5,7 @@
 #ifndef HX_SPECCHECK_H
 #define HX_SPECCHECK_H
 
-#include "seqcheck.h"
+#include "speculative_verdict.h"
 
 typedef struct hx_spec_row {
     hx_config cfg;              /* spec = K > 0, draft set */

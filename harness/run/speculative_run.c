@@ -1,5 +1,5 @@
 /* specrun.c — plain and speculative decoding of one configuration, traced (specrun.h). */
-#include "specrun.h"
+#include "speculative_run.h"
 
 #include "runner.h"
 

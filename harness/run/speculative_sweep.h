@@ -5,7 +5,7 @@
 
 #include "config.h"
 #include "envelope.h"
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 #include "report.h"
 
 #include <stdio.h>

@@ -1,10 +1,10 @@
 /* sweep_block.c — the block-sampler amplification table of `kvdrift sweep` (sweep_block.h). */
-#include "sweep_block.h"
+#include "block_sweep.h"
 #include "kvd_util.h"
 
 #include "cli_util.h"
 #include "config.h"
-#include "kvd_spec.h"
+#include "kvd_speculative.h"
 #include "runner.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* judge_run.c — hx_judge_run_all: reference, per-profile envelopes, every dump classified
  * (the contract is in judge_run.h). */
-#include "judge_run.h"
+#include "dumps_run.h"
 
 #include "capture.h"
 #include "compare.h"

@@ -1,10 +1,10 @@
 /* sweep_spec.c — the speculative-decoding check of `kvdrift sweep` (sweep_spec.h): options,
  * runs (specrun.h), verdicts (seqcheck.h) and the table. */
-#include "sweep_spec.h"
+#include "speculative_sweep.h"
 
 #include "cli_util.h"
 #include "kvd_util.h"
-#include "speccheck.h"
+#include "speculative_check.h"
 
 #include <errno.h>
 #include <math.h>
