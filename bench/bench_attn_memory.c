@@ -11,7 +11,7 @@
  * to OUTDIR/attn_memory.tsv. Never fails on speed or memory. Usage: bench_attn_memory [OUTDIR] */
 #include "kvd_engine.h"
 #include "kvd_util.h"
-#include "synth.h"
+#include "plan/synth.h"
 
 #include <errno.h>
 #include <math.h>

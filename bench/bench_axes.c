@@ -12,9 +12,9 @@
  * comparisons only). ratio = new / old, the median of the per-repeat ratios (both sweeps of a
  * repeat run back to back in this process). Both sweeps must pass (no false alarm) before
  * anything is timed. Prints a table, appends TSV to OUTDIR/axes.tsv; never fails on speed. */
-#include "config.h"
+#include "model/config.h"
 #include "kvd_engine.h"
-#include "sweep.h"
+#include "run/sweep.h"
 #include "util.h"
 
 #include <stdio.h>

@@ -11,7 +11,7 @@
 
 #include "kvd_engine.h"
 #include "kvd_model.h"
-#include "synth.h"
+#include "plan/synth.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* bench_engine.c — engine throughput against llama.cpp and this machine's own limits.
  *
  * usage: bench_engine OUTDIR [MODEL.gguf]
- * Without MODEL, synthesizes the smollm2-135m preset in F32 (harness/spec/synth.h) into a temp
+ * Without MODEL, synthesizes the smollm2-135m preset in F32 (harness/plan/synth.h) into a temp
  * folder. At 2 threads it measures
  *   pp512  prefill tokens/s of a 512-token prompt in one chunk
  *   tg128  decode tokens/s over 128 tokens from an empty cache
@@ -41,7 +41,7 @@
  * targets line says met or missed. */
 #include "ceiling.h"
 #include "kvd_engine.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "util.h"
 
 #include <cblas.h>

@@ -7,7 +7,7 @@
  *    and the inner-product strategy were chosen by.
  * 2. Times the whole reference pass (ref_compute) for
  *      stories260K with a 115-token prompt (median of 3 after a warm-up),
- *      the smollm2-135m synthetic preset (F32, harness/spec/synth.h) with a 30-token prompt and
+ *      the smollm2-135m synthetic preset (F32, harness/plan/synth.h) with a 30-token prompt and
  *      16 teacher-forced positions (one run, ~6e9 multiply-adds; goal <= 5 s on 2 idle cores),
  *      the envelope on the same tokens: 8 SR members of the reference's float32 model against
  *      that pass (goal <= 2x) and against one blas run (goal <= 10x), wall and CPU seconds
@@ -37,8 +37,8 @@
 #include "ref_exp.h"
 #include "ref_spans.h"
 #include "ref_sr.h"
-#include "runner.h"
-#include "synth.h"
+#include "run/runner.h"
+#include "plan/synth.h"
 #include "util.h"
 
 #include <errno.h>

@@ -16,7 +16,7 @@
  * (default 3). Prints a table, appends TSV to OUTDIR/sweep.tsv; never fails on speed. */
 #include "kvd_engine.h"
 #include "kvd_ref.h"
-#include "sweep.h"
+#include "run/sweep.h"
 #include "util.h"
 
 #include <stdio.h>

@@ -3,7 +3,7 @@
 
 #include "kvd_gguf.h"
 #include "kvd_tokenizer.h"
-#include "synth.h"
+#include "plan/synth.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-/* model_view.c — a model restricted to its first layers (kvd_spec.h lm_model_first_layers):
+/* model_view.c — a model restricted to its first layers (kvd_speculative.h lm_model_first_layers):
  * the self-draft of speculative decoding. */
 #include "kvd_speculative.h"
 

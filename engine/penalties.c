@@ -1,5 +1,5 @@
 /* penalties.c — repetition / frequency / presence penalties over a window of the last N
- * accepted tokens, as llama.cpp's penalties sampler defines them (kvd_spec.h). The window is
+ * accepted tokens, as llama.cpp's penalties sampler defines them (kvd_speculative.h). The window is
  * a ring buffer; counts[id] is the number of occurrences of id in it. */
 #include "kvd_speculative.h"
 

@@ -1,6 +1,6 @@
 /* speculative.c — greedy decoding with logits processors, plain (one token per forward call)
  * or speculative (draft K tokens, verify them in one target chunk, roll back the rejected
- * ones), as kvd_spec.h lm_spec_generate specifies. Both paths choose token i the same way
+ * ones), as kvd_speculative.h lm_spec_generate specifies. Both paths choose token i the same way
  * (emit: record the history, apply the penalties to a copy of the raw row, argmax, accept), so
  * any difference between them comes from the logits rows or from the bookkeeping around them.
  * Test builds carry the defect switch of kvd_defects.h at the places marked "test defect". */

@@ -1,8 +1,8 @@
 /* fixtures.c — shared test fixtures (see fixtures.h). */
 #include "fixtures.h"
 
-#include "dumps_run.h"
-#include "synth.h"
+#include "run/dumps_run.h"
+#include "plan/synth.h"
 
 #include <fcntl.h>
 #include <math.h>

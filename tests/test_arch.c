@@ -4,13 +4,13 @@
  * NOISE under the f32 profile, and the same judge with a deliberate defect fails (qwen3moe:
  * the routing's renormalisation left out; gpt-oss: YaRN left out, or plain SwiGLU experts);
  * files whose keys ask for a variant a row does not compute are refused with one line. */
-#include "commands.h"
-#include "dump.h"
+#include "cli/commands.h"
+#include "model/dump.h"
 #include "fixtures.h"
 #include "fs.h"
-#include "dumps_run.h"
+#include "run/dumps_run.h"
 #include "kvd_gguf.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <stdio.h>

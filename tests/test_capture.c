@@ -1,5 +1,5 @@
 /* test_capture.c — canonical serialization and its XXH3-128, against bytes built by hand. */
-#include "capture.h"
+#include "model/capture.h"
 #include "kvd_util.h"
 #include "test_util.h"
 

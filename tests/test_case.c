@@ -1,6 +1,6 @@
 /* test_case.c — case files: a full valid case, defaults, and every malformed input with its
  * file and line in the message. */
-#include "case.h"
+#include "plan/case.h"
 #include "test_util.h"
 
 #include <stdlib.h>

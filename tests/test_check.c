@@ -1,15 +1,15 @@
 /* test_check.c — `kvdrift bless` / `kvdrift check` end to end on the synthetic tiny model:
  * case file -> bless -> check -> JUnit (parsed back with libxml2) and JSON (jansson). Runs in
  * tu_tmpdir() with its own golden and cache folders; n_gen is small to keep it fast. */
-#include "capture.h"
-#include "case.h"
-#include "commands.h"
-#include "fingerprint.h"
-#include "envelope.h"
-#include "golden.h"
-#include "golden_key.h"
+#include "model/capture.h"
+#include "plan/case.h"
+#include "cli/commands.h"
+#include "judge/fingerprint.h"
+#include "judge/envelope.h"
+#include "judge/golden.h"
+#include "judge/golden_key.h"
 #include "kvd_version.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <dirent.h>

@@ -1,5 +1,5 @@
 /* test_classify.c — every class and every boundary of the rules in classify.h. */
-#include "classify.h"
+#include "model/classify.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -4,8 +4,8 @@
  * own stdio; a crash or a hang is a failure, not a lost test binary). The model is the synthetic
  * tiny preset written by `kvdrift synth` into tu_tmpdir(), so no shared model file is needed;
  * every cache is under tu_tmpdir() ($KVDRIFT_CACHE is set in the child as well). */
-#include "cli_util.h"
-#include "commands.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
 #include "test_util.h"
 
 #include <dirent.h>

@@ -3,13 +3,13 @@
  * of being judged as a huge error, real log-softmax rows load, the summary table names each
  * dump folder whole, a profile's envelope reports its progress, a model with a NaN weight is
  * an input error, and llama.cpp on F16 weights is explained by the f16act profile. */
-#include "commands.h"
-#include "dump.h"
+#include "cli/commands.h"
+#include "model/dump.h"
 #include "fixtures.h"
 #include "fs.h"
 #include "kvd_gguf.h"
 #include "kvd_ref.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

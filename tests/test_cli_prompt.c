@@ -1,11 +1,11 @@
 /* test_cli_prompt.c — what the model commands share: -f FILE reads the prompt text from a
  * file (the same tokens as -p with that text), one -n default for sweep, compare and trace,
  * and compare's verdict line and exit code. */
-#include "cli_util.h"
-#include "commands.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
 #include "kvd_engine.h"
 #include "kvd_gguf.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "fixtures.h"
 #include "test_util.h"
 

@@ -1,7 +1,7 @@
 /* test_compare.c — one configuration against baseline, reference and a measured envelope:
  * EXACT, NOISE, TIE_FLIP, DRIFT, FLIP and NONFINITE configurations built by hand, the greedy
  * divergence, and shape errors. */
-#include "compare.h"
+#include "judge/compare.h"
 #include "test_util.h"
 
 #include <math.h>

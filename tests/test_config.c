@@ -1,5 +1,5 @@
 /* test_config.c — CONFIG strings: parse, canonical format, baseline, every error path. */
-#include "config.h"
+#include "model/config.h"
 #include "test_util.h"
 
 #include <stdlib.h>

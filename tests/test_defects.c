@@ -32,14 +32,14 @@
  *
  * Sweeps: 4 greedy tokens, 8 SR members, 127-bit reference, one timed run per configuration
  * (time_once: speeds are not looked at). */
-#include "case.h"
-#include "config.h"
+#include "plan/case.h"
+#include "model/config.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "kvd_tokenizer.h"
 #include "kvd_util.h"
-#include "sweep.h"
-#include "synth.h"
+#include "run/sweep.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 #include "fixtures.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -2,9 +2,9 @@
  * per configuration; regressions (now failing, worse class, new flips, gone, slower) set exit
  * 1 and are named in the Markdown. */
 #include "fs.h"
-#include "commands.h"
-#include "report.h"
-#include "report_diff.h"
+#include "cli/commands.h"
+#include "model/report.h"
+#include "judge/report_diff.h"
 #include "test_util.h"
 
 #include <fcntl.h>

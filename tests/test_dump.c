@@ -2,7 +2,7 @@
  * (manifest, shapes vs the model, ids vs the vocabulary, NaN, K/V layout, model_sha256) is
  * LM_E_INPUT with one line naming the thing. Uses stories260K (skipped when absent); SHA-256
  * itself is checked against FIPS 180-4's example vectors. */
-#include "dump.h"
+#include "model/dump.h"
 #include "sha256.h"
 #include "test_util.h"
 

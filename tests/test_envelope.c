@@ -1,6 +1,6 @@
 /* test_envelope.c — the envelope statistic, its special cases, file round trip and the
  * cache key. */
-#include "envelope.h"
+#include "judge/envelope.h"
 #include "test_util.h"
 
 #include <math.h>

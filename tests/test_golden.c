@@ -1,11 +1,11 @@
 /* test_golden.c — golden files (sorted keys, atomic writes, validation) and the platform
  * fingerprint. */
 #include "fs.h"
-#include "capture.h"
-#include "golden.h"
-#include "golden_key.h"
+#include "model/capture.h"
+#include "judge/golden.h"
+#include "judge/golden_key.h"
 #include "kvd_engine.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <dirent.h>

@@ -8,12 +8,12 @@
  * 270M (skipped when the model is absent) are explained by 8-bit activations, layer by layer,
  * and edited copies of them (a wrong RoPE theta, layers in cache order) are not; a gpt-oss
  * dump from an engine in bfloat16 is explained by bf16. */
-#include "commands.h"
-#include "dump.h"
+#include "cli/commands.h"
+#include "model/dump.h"
 #include "fixtures.h"
 #include "fs.h"
-#include "forced.h"
-#include "dumps_run.h"
+#include "run/forced.h"
+#include "run/dumps_run.h"
 #include "kvd_profile.h"
 #include "test_util.h"
 

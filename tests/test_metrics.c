@@ -1,6 +1,6 @@
 /* test_metrics.c — error statistics: special values first, then random rows against a
  * direct recomputation in long double. */
-#include "metrics.h"
+#include "model/metrics.h"
 #include "test_util.h"
 
 #include <float.h>

@@ -1,6 +1,6 @@
 /* test_model.c — llama model loading: real files, a synthetic round trip, shape errors. */
 #include "kvd_model.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <stdio.h>

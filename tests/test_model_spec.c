@@ -1,6 +1,6 @@
 /* test_model_spec.c — MODEL values: parsing, and the one resolver that check, bless and sweep
  * share (a synthetic model is regenerated on every call, so a stale copy is never loaded). */
-#include "model_spec.h"
+#include "plan/model_spec.h"
 #include "test_util.h"
 
 #include "kvd_model.h"

@@ -5,12 +5,12 @@
  * profiles, q8act converting each product's input per weight type, and the CONFIG key
  * profile=. (The Q8_0 / Q8_K quantizers themselves: test_act_format.c.) */
 #include "../engine/backend.h"
-#include "config.h"
+#include "model/config.h"
 #include "fixtures.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
-#include "sweep.h"
-#include "synth.h"
+#include "run/sweep.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -7,7 +7,7 @@
 #include "ref_dotx.h"
 #include "ref_sr.h"
 #include "kvd_util.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* test_ref_capture.c — capture files, .npy files and the disk cache (ref_capture.c,
  * ref_cache.c): broken files first (empty, truncated, flipped byte, bad magic), then round
  * trips, then the cache's hit / corrupt-entry / mismatch behaviour. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_ref.h"
 #include "test_ref_model.h"
 #include "test_util.h"

@@ -4,7 +4,7 @@
  * float32 noise of the MPFR reference, on the llama shape and on every architecture variant the
  * reference implements. */
 #include "ref_sr.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_ref_model.h"
 
 #include <math.h>

@@ -2,8 +2,8 @@
  * parsed back with libxml2 (special characters escaped), Markdown and the terminal table. */
 #include "fs.h"
 #include "kvd_util.h"
-#include "report.h"
-#include "block_sweep.h"
+#include "model/report.h"
+#include "run/block_sweep.h"
 #include "test_util.h"
 
 #include <jansson.h>

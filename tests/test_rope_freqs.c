@@ -7,7 +7,7 @@
 #include "kvd_engine.h"
 #include "kvd_model.h"
 #include "kvd_ref.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -1,8 +1,8 @@
 /* test_routing.c — MoE routing capture and routing-flip classification (TIE vs real). */
-#include "report.h"
-#include "routing.h"
-#include "sweep.h"
-#include "synth.h"
+#include "model/report.h"
+#include "run/routing.h"
+#include "run/sweep.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* test_runner.c — capturing one configuration from the engine: greedy tokens, K/V after
  * prefill, teacher-forced rows on and off the greedy path, the layer callback of the prefill.
  * Needs stories260K (SKIP otherwise). */
-#include "runner.h"
+#include "run/runner.h"
 #include "test_util.h"
 
 #include <stdlib.h>

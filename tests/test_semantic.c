@@ -3,13 +3,13 @@
  * classified against the reference with its own schedule (no false alarm), while the report
  * shows that the computation itself changed; with max_size >= the sequence length the rotating
  * cache must be the plain one, bit for bit. */
-#include "case.h"
-#include "config.h"
+#include "plan/case.h"
+#include "model/config.h"
 #include "kvd_engine.h"
-#include "report.h"
-#include "runner.h"
-#include "sweep.h"
-#include "synth.h"
+#include "model/report.h"
+#include "run/runner.h"
+#include "run/sweep.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <jansson.h>

@@ -1,9 +1,9 @@
-/* test_seqcheck.c — the speculative-decoding verdict's rules (seqcheck.h) on hand-built trace
+/* test_seqcheck.c — the speculative-decoding verdict's rules (speculative_verdict.h) on hand-built trace
  * pairs: a token difference is a TIE_FLIP only when BOTH the verify row's error is within E
  * and plain's lead is within E_gap; a history that differs before (or at) the first token
  * difference is a SEQ_MISMATCH whatever the rows; equal tokens are EXACT or NOISE; a NaN or
  * Inf in a speculative row is NONFINITE, also after the cache-policy explanation. */
-#include "speculative_verdict.h"
+#include "judge/speculative_verdict.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /* test_spec.c — logits processors with history, KV rollback and speculative decoding checked
  * token for token against plain decoding (engine/penalties.c, engine/speculative.c,
- * harness/run/specrun.c, harness/judge/seqcheck.c).
+ * harness/run/speculative_run.c, harness/judge/speculative_verdict.c).
  *
  * The equality runs use the naive backend, whose rows do not depend on the chunk they are
  * computed in, so a verify chunk's logits are bitwise the single-step ones: the check is then
@@ -10,11 +10,12 @@
  * some configuration SEQ_MISMATCH; the correct code must make none, on every synthetic preset
  * but smollm2-135m (its 135M float32 weights take longer to write and run than the whole
  * test-time budget of this suite) and on stories260K when it is present. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_defects.h"
 #include "kvd_speculative.h"
-#include "speculative_check.h"
-#include "synth.h"
+#include "run/speculative_check.h"
+#include "run/speculative_run.h"
+#include "plan/synth.h"
 #include "fixtures.h"
 #include "test_util.h"
 
@@ -203,7 +204,7 @@ typedef struct rot_cfg {
 static const lm_penalty_params pen_on = {.repeat_penalty = 1.3f, .repeat_last_n = 16,
                                          .frequency_penalty = 0.2f, .presence_penalty = 0.3f};
 
-/* Every K x step x draft on the naive backend (speccheck.h: with MLX's rotating cache a token
+/* Every K x step x draft on the naive backend (speculative_check.h: with MLX's rotating cache a token
  * SEQ_MISMATCH is re-judged under the exact window); tally of the verdicts. */
 static spec_tally check_model_rot(const lm_model *m, const lm_model *pair_draft,
                                   const char *label, bool verbose, rot_cfg rot)

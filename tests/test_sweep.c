@@ -2,12 +2,12 @@
  * (skipped when absent), steps 1,2,3,7,full x naive,blas x threads 1,2 must raise no false
  * alarm (no DRIFT, FLIP or NONFINITE), the naive configurations must be EXACT (chunk-invariant
  * by construction), the caches must be reused, and the report files must parse back. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
-#include "report.h"
-#include "sweep.h"
-#include "synth.h"
+#include "model/report.h"
+#include "run/sweep.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <fcntl.h>

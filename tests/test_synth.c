@@ -1,9 +1,9 @@
 /* test_synth.c — synthetic models: deterministic bytes, presets that load, a vocabulary the
  * tokenizer can use, logits that are peaked, and the command line's error handling. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "fs.h"
 #include "kvd_engine.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

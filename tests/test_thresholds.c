@@ -5,11 +5,11 @@
  * coverage lines (judge/coverage.h) name exactly the thresholds a configuration set leaves
  * unreached. Model: the one-layer synthetic tiny-draft preset (32 wide, 4 heads on 2 KV
  * heads), written to the test folder. */
-#include "coverage.h"
+#include "judge/coverage.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
-#include "report.h"
-#include "synth.h"
+#include "model/report.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <stdio.h>

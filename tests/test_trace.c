@@ -3,13 +3,13 @@
  * computes (a matrix product of layer 0) and stay within the envelope, and an injected defect
  * is located at the operation that carries it. Runs on the synthetic "tiny" model always and
  * on stories260K when present. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "kvd_tokenizer.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
-#include "trace.h"
+#include "run/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * schedule when it does, and the streaming scratch does not grow with the context. */
 #include "kvd_engine.h"
 #include "kvd_ref.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "test_util.h"
 
 #include <math.h>

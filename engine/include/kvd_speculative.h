@@ -1,4 +1,4 @@
-/* kvd_spec.h — logits processors with a token history (llama.cpp's "penalties" sampler) and
+/* kvd_speculative.h — logits processors with a token history (llama.cpp's "penalties" sampler) and
  * speculative decoding (a draft proposes K tokens, the target verifies them in one chunk, the
  * KV cache of rejected tokens is rolled back), over the engine's one chunked forward pass. */
 #ifndef KVD_SPEC_H

@@ -1,5 +1,5 @@
 /* cli_progress.c — cost line and progress lines of a reference pass (cli_progress.h). */
-#include "cli_progress.h"
+#include "cli/cli_progress.h"
 
 #include "ref_sr.h"
 

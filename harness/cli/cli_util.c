@@ -1,9 +1,9 @@
 /* cli_util.c — shared pieces of the `kvdrift` subcommands (see cli_util.h). */
-#include "cli_util.h"
+#include "cli/cli_util.h"
 
 #include "fs.h"
-#include "model_spec.h"
-#include "prompt.h"
+#include "plan/model_spec.h"
+#include "plan/prompt.h"
 #include "kvd_util.h"
 
 

@@ -4,8 +4,8 @@
 #ifndef KVD_CLI_UTIL_H
 #define KVD_CLI_UTIL_H
 
-#include "case.h"
-#include "config.h"
+#include "plan/case.h"
+#include "model/config.h"
 #include "kvd_model.h"
 
 #include <getopt.h>

@@ -1,14 +1,14 @@
 /* cmd_bless.c — `kvdrift bless`: runs each case and records its configurations' capture hashes
  * (with a top-5 summary) as the goldens of this platform, atomically. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_util.h"
 
-#include "caserun.h"
-#include "cli_util.h"
-#include "classify.h"
+#include "plan/caserun.h"
+#include "cli/cli_util.h"
+#include "model/classify.h"
 #include "fs.h"
-#include "golden.h"
-#include "report.h"
+#include "judge/golden.h"
+#include "model/report.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -1,16 +1,16 @@
 /* cmd_check.c — `kvdrift check`: CI regression mode. Each case file runs its sweep; each
  * configuration is judged by its classification against the reference and envelope, and its
- * capture hash against the golden blessed under its key for the same input (golden_judge.h). */
-#include "commands.h"
+ * capture hash against the golden blessed under its key for the same input (golden_verdict.h). */
+#include "cli/commands.h"
 #include "kvd_util.h"
 
-#include "caserun.h"
-#include "cli_util.h"
-#include "classify.h"
+#include "plan/caserun.h"
+#include "cli/cli_util.h"
+#include "model/classify.h"
 #include "fs.h"
-#include "golden.h"
-#include "golden_verdict.h"
-#include "report.h"
+#include "judge/golden.h"
+#include "judge/golden_verdict.h"
+#include "model/report.h"
 
 #include <errno.h>
 #include <getopt.h>

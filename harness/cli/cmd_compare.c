@@ -1,16 +1,16 @@
 /* cmd_compare.c — `kvdrift compare`: two configurations side by side, tensor by tensor, and
  * each against the MPFR reference, for someone investigating one specific shift. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_util.h"
 
-#include "case.h"
-#include "classify.h"
-#include "cli_util.h"
-#include "config.h"
+#include "plan/case.h"
+#include "model/classify.h"
+#include "cli/cli_util.h"
+#include "model/config.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
-#include "metrics.h"
-#include "runner.h"
+#include "model/metrics.h"
+#include "run/runner.h"
 
 #include <getopt.h>
 #include <math.h>

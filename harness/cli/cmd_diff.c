@@ -1,12 +1,12 @@
 /* cmd_diff.c — `kvdrift diff OLD NEW`: two report.json files compared per configuration
  * (judge/report_diff.h), printed as a Markdown table for a pull request comment or as a
  * terminal table; exit 1 on a regression. */
-#include "commands.h"
+#include "cli/commands.h"
 
-#include "cli_util.h"
+#include "cli/cli_util.h"
 #include "fs.h"
-#include "report.h"
-#include "report_diff.h"
+#include "model/report.h"
+#include "judge/report_diff.h"
 
 #include <getopt.h>
 #include <math.h>

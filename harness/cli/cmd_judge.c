@@ -1,13 +1,13 @@
 /* cmd_judge.c — `kvdrift judge`: another engine's dumped logits (and K/V) classified against
  * the reference and the envelope of each precision profile (argv -> hx_judge_run_all -> print). */
-#include "cli_util.h"
-#include "commands.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
 #include "kvd_util.h"
-#include "dump.h"
-#include "dumps_run.h"
+#include "model/dump.h"
+#include "run/dumps_run.h"
 #include "kvd_profile.h"
 #include "kvd_ref.h"
-#include "sweep.h"
+#include "run/sweep.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -1,10 +1,10 @@
 /* cmd_ref.c — `kvdrift ref`: the MPFR reference capture of one model and token sequence. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_util.h"
 
-#include "case.h"
-#include "cli_progress.h"
-#include "cli_util.h"
+#include "plan/case.h"
+#include "cli/cli_progress.h"
+#include "cli/cli_util.h"
 #include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"

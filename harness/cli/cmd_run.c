@@ -1,11 +1,11 @@
 /* cmd_run.c — `kvdrift run`: generate text with the engine (no reference, no comparison). */
-#include "commands.h"
+#include "cli/commands.h"
 
-#include "cli_util.h"
-#include "config.h"
+#include "cli/cli_util.h"
+#include "model/config.h"
 #include "kvd_engine.h"
 #include "kvd_util.h"
-#include "runner.h"
+#include "run/runner.h"
 
 #include <errno.h>
 #include <getopt.h>

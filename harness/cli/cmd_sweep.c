@@ -1,22 +1,22 @@
 /* cmd_sweep.c — `kvdrift sweep`: every configuration of the axes (steps x backends x threads)
  * run, compared with its baseline, the MPFR reference and the measured noise envelope, shown as
  * one table and written as report.json + report.md. The work itself is hx_sweep_run_all. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_util.h"
 
-#include "case.h"
-#include "cli_progress.h"
-#include "cli_util.h"
-#include "config.h"
+#include "plan/case.h"
+#include "cli/cli_progress.h"
+#include "cli/cli_util.h"
+#include "model/config.h"
 #include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
-#include "report.h"
-#include "sweep.h"
-#include "synth.h"
-#include "speculative_run.h"
-#include "block_sweep.h"
-#include "speculative_sweep.h"
+#include "model/report.h"
+#include "run/sweep.h"
+#include "plan/synth.h"
+#include "run/speculative_run.h"
+#include "run/block_sweep.h"
+#include "run/speculative_sweep.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -98,7 +98,7 @@ static const char usage_options[] =
     "row SEQ_MISMATCH), or the engine's weights or hyperparameters differ from the reference's\n"
     "own reading of the file (the sweep stops, naming the tensor or key), 2 usage or input error\n";
 
-/* The speculative-decoding check after the sweep (sweep_spec.h), into the report. */
+/* The speculative-decoding check after the sweep (speculative_sweep.h), into the report. */
 static int sweep_spec(const hx_spec_opts *so, const lm_model *m, const int32_t *prompt,
                       uint32_t n_prompt, const hx_sweep_params *sp, hx_sweep_result *res,
                       const char *cache, lm_err *err)

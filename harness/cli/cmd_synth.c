@@ -1,8 +1,8 @@
 /* cmd_synth.c — `kvdrift synth`: writes a deterministic synthetic llama model (GGUF). */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_util.h"
-#include "cli_util.h"
-#include "synth.h"
+#include "cli/cli_util.h"
+#include "plan/synth.h"
 
 #include <errno.h>
 #include <getopt.h>

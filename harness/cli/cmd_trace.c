@@ -1,14 +1,14 @@
 /* cmd_trace.c — `kvdrift trace`: the first layer and operation where two configurations part,
  * bitwise and beyond the measured noise envelope (the work is in trace.c). */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_util.h"
 
-#include "case.h"
-#include "cli_util.h"
-#include "config.h"
+#include "plan/case.h"
+#include "cli/cli_util.h"
+#include "model/config.h"
 #include "kvd_engine.h"
-#include "sweep.h"
-#include "trace.h"
+#include "run/sweep.h"
+#include "run/trace.h"
 
 #include <getopt.h>
 #include <stdio.h>

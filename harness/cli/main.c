@@ -1,5 +1,5 @@
 /* main.c — `kvdrift` main: dispatches to the subcommand named by argv[1]. */
-#include "commands.h"
+#include "cli/commands.h"
 #include "kvd_ref.h"
 #include "kvd_version.h"
 

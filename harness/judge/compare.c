@@ -1,6 +1,6 @@
 /* compare.c — classify a configuration's capture against its baseline, the reference and the
  * envelope; build the envelope from an ensemble of captures. */
-#include "compare.h"
+#include "judge/compare.h"
 #include "kvd_util.h"
 
 #include <math.h>

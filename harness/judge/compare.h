@@ -24,10 +24,10 @@
 #ifndef HX_COMPARE_H
 #define HX_COMPARE_H
 
-#include "capture.h"
-#include "envelope.h"
+#include "model/capture.h"
+#include "judge/envelope.h"
 #include "kvd_ref.h"
-#include "report.h"
+#include "model/report.h"
 
 /* Appends rows to c and sets bitwise_baseline, vs_base, first_divergent. Shapes that do not
  * match (layers, heads, dims, vocabulary, prompt length), or a logits position missing from

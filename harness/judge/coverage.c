@@ -1,5 +1,5 @@
 /* coverage.c — axis values covered and engine thresholds left unreached (coverage.h). */
-#include "coverage.h"
+#include "judge/coverage.h"
 
 #include "kvd_engine.h"
 

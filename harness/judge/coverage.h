@@ -14,8 +14,8 @@
 #ifndef HX_COVERAGE_H
 #define HX_COVERAGE_H
 
-#include "config.h"
-#include "report.h"
+#include "model/config.h"
+#include "model/report.h"
 
 #include <stddef.h>
 #include <stdint.h>

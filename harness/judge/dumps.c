@@ -1,7 +1,7 @@
 /* dumps.c — KL statistics, the explaining profile, greedy departure, dump against dump. */
-#include "dumps.h"
+#include "judge/dumps.h"
 
-#include "metrics.h"
+#include "model/metrics.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
 #ifndef HX_DUMPS_H
 #define HX_DUMPS_H
 
-#include "classify.h"
-#include "report.h"
+#include "model/classify.h"
+#include "model/report.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,11 +1,11 @@
 /* envelope.c — the measured noise envelope: per-tensor statistic, cache key, file format. */
-#include "envelope.h"
+#include "judge/envelope.h"
 #include "kvd_util.h"
 
 #include "fs.h"
-#include "capture.h"
-#include "compare.h"
-#include "metrics.h"
+#include "model/capture.h"
+#include "judge/compare.h"
+#include "model/metrics.h"
 
 #include <math.h>
 #include <stdlib.h>

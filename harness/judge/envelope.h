@@ -60,7 +60,7 @@
 #ifndef HX_ENVELOPE_H
 #define HX_ENVELOPE_H
 
-#include "capture.h"
+#include "model/capture.h"
 #include "kvd_common.h"
 #include "kvd_ref.h"
 

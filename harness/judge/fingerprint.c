@@ -1,7 +1,7 @@
 /* fingerprint.c — detect the platform parts that change float32 bits and hash them. */
-#include "fingerprint.h"
+#include "judge/fingerprint.h"
 
-#include "capture.h"
+#include "model/capture.h"
 #include "kvd_engine.h"
 #include "kvd_util.h"
 

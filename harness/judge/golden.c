@@ -1,9 +1,9 @@
 /* golden.c — golden hash files (JSON via jansson): load, validate, look up, update, save. */
-#include "golden.h"
+#include "judge/golden.h"
 #include "kvd_util.h"
 
 #include "fs.h"
-#include "capture.h"
+#include "model/capture.h"
 #include "kvd_version.h"
 
 #include <errno.h>

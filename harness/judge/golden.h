@@ -36,10 +36,10 @@
 #ifndef HX_GOLDEN_H
 #define HX_GOLDEN_H
 
-#include "fingerprint.h"
+#include "judge/fingerprint.h"
 #include "fs.h"
 #include "kvd_common.h"
-#include "metrics.h"
+#include "model/metrics.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* golden_key.c — per-configuration golden keys (golden_key.h). */
-#include "golden_key.h"
+#include "judge/golden_key.h"
 
 #include "kvd_engine.h"
 

@@ -19,7 +19,7 @@
 #ifndef HX_GOLDEN_KEY_H
 #define HX_GOLDEN_KEY_H
 
-#include "fingerprint.h"
+#include "judge/fingerprint.h"
 #include "kvd_model.h"
 
 typedef struct hx_golden_key {

@@ -1,5 +1,5 @@
-/* golden_judge.c — sets each configuration's golden status (match, mismatch, absent, stale). */
-#include "golden_verdict.h"
+/* golden_verdict.c — sets each configuration's golden status (match, mismatch, absent, stale). */
+#include "judge/golden_verdict.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* golden_judge.h — the golden decision of `kvdrift check`: per configuration, its capture hash
+/* golden_verdict.h — the golden decision of `kvdrift check`: per configuration, its capture hash
  * against the golden entry under its key, and that entry's input against the run's.
  *
  *   no entry under the key                    -> absent   (the class decides; strict fails)
@@ -13,8 +13,8 @@
 #ifndef HX_GOLDEN_JUDGE_H
 #define HX_GOLDEN_JUDGE_H
 
-#include "golden.h"
-#include "report.h"
+#include "judge/golden.h"
+#include "model/report.h"
 
 /* Counts of hx_golden_judge, indexed by hx_golden_status. */
 typedef struct hx_golden_counts {

@@ -1,7 +1,7 @@
 /* report_diff.c — compares two report.json files configuration by configuration. */
-#include "report_diff.h"
+#include "judge/report_diff.h"
 
-#include "classify.h"
+#include "model/classify.h"
 #include "fs.h"
 
 #include <jansson.h>

@@ -10,7 +10,7 @@
 #ifndef HX_REPORT_DIFF_H
 #define HX_REPORT_DIFF_H
 
-#include "config.h"
+#include "model/config.h"
 #include "kvd_common.h"
 
 #include <stdbool.h>

@@ -1,6 +1,6 @@
-/* seqcheck.c — SEQ_MISMATCH / TIE_FLIP / NOISE / EXACT for speculative vs plain decoding
- * (rules in seqcheck.h). */
-#include "speculative_verdict.h"
+/* speculative_verdict.c — SEQ_MISMATCH / TIE_FLIP / NOISE / EXACT for speculative vs plain decoding
+ * (rules in speculative_verdict.h). */
+#include "judge/speculative_verdict.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +27,7 @@ static int64_t first_nonfinite_row(const float *raw, uint32_t n_gen, uint32_t n)
     return -1;
 }
 
-/* Rule 4 (seqcheck.h) on v, the last rule applied to any verdict. */
+/* Rule 4 (speculative_verdict.h) on v, the last rule applied to any verdict. */
 static void apply_nonfinite(hx_seq_verdict *v)
 {
     if (v->nonfinite_step < 0 || hx_class_worst(v->cls, HX_NONFINITE) != HX_NONFINITE)

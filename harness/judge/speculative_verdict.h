@@ -1,7 +1,7 @@
-/* seqcheck.h — the speculative-decoding verdict: does speculative decoding produce plain
+/* speculative_verdict.h — the speculative-decoding verdict: does speculative decoding produce plain
  * decoding's tokens, chosen with plain decoding's processor history, at every step?
  *
- * Rules, on the two traces of one configuration (specrun.h), n_gen steps each:
+ * Rules, on the two traces of one configuration (speculative_run.h), n_gen steps each:
  *   first_tok  = first step whose tokens differ (-1: none)
  *   first_hist = first step whose processor-history hashes differ (-1: none)
  *   1. first_hist >= 0 and (first_tok < 0 or first_hist <= first_tok): SEQ_MISMATCH — a token
@@ -35,8 +35,9 @@
 #ifndef HX_SEQCHECK_H
 #define HX_SEQCHECK_H
 
-#include "classify.h"
-#include "speculative_run.h"
+#include "model/classify.h"
+#include "model/speculative_pair.h"
+#include "kvd_speculative.h"
 
 typedef struct hx_seq_verdict {
     hx_class cls;           /* EXACT, NOISE, TIE_FLIP or SEQ_MISMATCH */

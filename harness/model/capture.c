@@ -1,5 +1,5 @@
 /* capture.c — one configuration's capture: allocation, canonical serialization, XXH3-128. */
-#include "capture.h"
+#include "model/capture.h"
 #include "kvd_util.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* classify.c — EXACT/NOISE/TIE_FLIP/DRIFT/FLIP/NONFINITE from measured errors and envelopes. */
-#include "classify.h"
+#include "model/classify.h"
 
 #include <math.h>
 #include <stdio.h>

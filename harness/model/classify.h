@@ -22,7 +22,7 @@
 #define HX_CLASSIFY_H
 
 #include "kvd_common.h"
-#include "metrics.h"
+#include "model/metrics.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,12 +34,12 @@ typedef enum hx_class {
     HX_TIE_FLIP = 2,
     HX_SEMANTIC = 3,    /* neither rounding nor a bug: the configuration's cache policy makes
                            its rows attend to other keys than the comparison's, by definition
-                           (MLX's rotating cache in a multi-token chunk, seqcheck.h) */
+                           (MLX's rotating cache in a multi-token chunk, speculative_verdict.h) */
     HX_DRIFT = 4,
     HX_FLIP = 5,
     HX_NONFINITE = 6,
     HX_SEQ_MISMATCH = 7 /* not numerical: speculative decoding chose other tokens, or with
-                           another processor history, than plain decoding (seqcheck.h) */
+                           another processor history, than plain decoding (speculative_verdict.h) */
 } hx_class;
 #define HX_N_CLASSES 8
 

@@ -1,5 +1,5 @@
 /* config.c — CONFIG strings (`blas:step=64:attn=dense`) to and from struct hx_config. */
-#include "config.h"
+#include "model/config.h"
 #include "kvd_util.h"
 
 #include "kvd_engine.h"

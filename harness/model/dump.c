@@ -1,5 +1,5 @@
 /* dump.c — loading and validating an imported dump folder (the contract is in dump.h). */
-#include "dump.h"
+#include "model/dump.h"
 
 #include "fs.h"
 #include "npy.h"

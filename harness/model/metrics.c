@@ -1,5 +1,5 @@
 /* metrics.c — error statistics of float32 tensors and logits rows against float64 references. */
-#include "metrics.h"
+#include "model/metrics.h"
 
 #include <math.h>
 #include <string.h>

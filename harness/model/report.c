@@ -1,5 +1,5 @@
 /* report.c — the in-memory report: building it row by row, verdicts and exit codes. */
-#include "report.h"
+#include "model/report.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,10 +6,10 @@
 #ifndef HX_REPORT_H
 #define HX_REPORT_H
 
-#include "classify.h"
-#include "config.h"
+#include "model/classify.h"
+#include "model/config.h"
 #include "kvd_common.h"
-#include "metrics.h"
+#include "model/metrics.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -129,7 +129,7 @@ typedef struct hx_dump_pair {
 } hx_dump_pair;
 
 /* The speculative-decoding check (`sweep --spec`): one row per configuration x K > 0
- * (harness/run/speccheck.h decides each; seqcheck.h states the rules). */
+ * (harness/run/speculative_check.h decides each; speculative_verdict.h states the rules). */
 typedef struct hx_spec_report_row {
     char config[HX_CONFIG_STR_MAX]; /* the speculative configuration (spec=K, draft=D) */
     hx_class cls;              /* EXACT, NOISE, TIE_FLIP, SEMANTIC or SEQ_MISMATCH */
@@ -286,7 +286,7 @@ typedef struct hx_block_cells {
 } hx_block_cells;
 void hx_block_row_cells(hx_block_cells *c, const hx_block_report_row *w, bool md);
 
-/* The judge's sections (report_judge.c): JSON members "dumps" and "pairs" added to o, and the
+/* The judge's sections (report_dumps.c): JSON members "dumps" and "pairs" added to o, and the
  * Markdown section. Nothing when n_dumps == 0. */
 int hx_report_judge_json(void *o /* json_t * */, const hx_report *r);
 void hx_report_judge_md(FILE *f, const hx_report *r);

@@ -1,5 +1,5 @@
 /* case.c — INI case files (inih) to a validated struct hx_case. */
-#include "case.h"
+#include "plan/case.h"
 #include "kvd_util.h"
 
 #include "fs.h"

@@ -34,10 +34,10 @@
 #ifndef HX_CASE_H
 #define HX_CASE_H
 
-#include "config.h"
+#include "model/config.h"
 #include "kvd_common.h"
 #include "kvd_ref.h"
-#include "model_spec.h"
+#include "plan/model_spec.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,13 +1,13 @@
 /* caserun.c — one case file run for check/bless: model resolution (file, or synthetic preset
  * written into the cache), prompt tokens, the sweep, or a skipped report when the model file is
  * absent. */
-#include "caserun.h"
+#include "plan/caserun.h"
 
 #include "fs.h"
 #include "kvd_ref.h"
 #include "kvd_version.h"
-#include "prompt.h"
-#include "synth.h"
+#include "plan/prompt.h"
+#include "plan/synth.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -9,13 +9,13 @@
 #ifndef HX_CASERUN_H
 #define HX_CASERUN_H
 
-#include "case.h"
-#include "fingerprint.h"
-#include "golden.h"
-#include "golden_key.h"
+#include "plan/case.h"
+#include "judge/fingerprint.h"
+#include "judge/golden.h"
+#include "judge/golden_key.h"
 #include "kvd_model.h"
-#include "report.h"
-#include "sweep.h"
+#include "model/report.h"
+#include "run/sweep.h"
 
 #include <stdbool.h>
 

@@ -1,9 +1,9 @@
 /* model_spec.c — MODEL values: parsing, and resolving to the GGUF file to load. */
-#include "model_spec.h"
+#include "plan/model_spec.h"
 
 #include "fs.h"
 #include "kvd_util.h"
-#include "synth.h"
+#include "plan/synth.h"
 
 #include <errno.h>
 #include <inttypes.h>

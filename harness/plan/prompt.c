@@ -1,5 +1,5 @@
 /* prompt.c — a prompt's text into token ids (prompt.h). */
-#include "prompt.h"
+#include "plan/prompt.h"
 
 #include "kvd_tokenizer.h"
 

@@ -39,7 +39,7 @@
  * each word of a list of common English words, every prefix of "▁word" from two characters up
  * (so that SentencePiece's pairwise merges can reach the whole word); then letter strings of
  * length 1..4 with and without a leading "▁". Duplicates are skipped. */
-#include "synth.h"
+#include "plan/synth.h"
 
 #include "fs.h"
 

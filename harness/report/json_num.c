@@ -1,5 +1,5 @@
 /* json_num.c — NaN/Inf-safe JSON numbers and a failure-counting object set. */
-#include "json_num.h"
+#include "report/json_num.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
-/* report_judge.c — the judge's sections of report.json ("dumps", "pairs") and report.md. */
-#include "report.h"
+/* report_dumps.c — the judge's sections of report.json ("dumps", "pairs") and report.md. */
+#include "model/report.h"
 
-#include "json_num.h"
+#include "report/json_num.h"
 
 #include <jansson.h>
 #include <string.h>

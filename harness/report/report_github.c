@@ -2,7 +2,7 @@
  * failing configuration, "::warning ..." per skipped case (GitHub shows them on the case file's
  * line in the pull request). Escaping follows the runner's rules: in messages % CR LF become
  * %25 %0D %0A; in properties also : and , become %3A %2C. */
-#include "report.h"
+#include "model/report.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * envelope along positions; the reference's top-2 margins with the argmax flips marked; speed
  * and memory vs prefill step. The markup is well-formed XML (tested with libxml2), so any
  * browser renders it the same. */
-#include "report.h"
+#include "model/report.h"
 
 #include "fs.h"
 

@@ -1,7 +1,7 @@
 /* report_json.c — report.json writer (jansson); the schema is harness/REPORT-SCHEMA.md. */
-#include "report.h"
+#include "model/report.h"
 
-#include "json_num.h"
+#include "report/json_num.h"
 
 #include "fs.h"
 #include "kvd_version.h"

@@ -3,7 +3,7 @@
  * a failing configuration has a <failure> whose type and message name the real cause
  * (hx_config_report_failure); every run configuration carries its class, worst err/E and golden
  * status in <system-out>. */
-#include "report.h"
+#include "model/report.h"
 #include "kvd_version.h"
 
 #include "fs.h"

@@ -1,5 +1,5 @@
 /* report_md.c — report.md: a summary, the configuration table, and why each non-EXACT row is. */
-#include "report.h"
+#include "model/report.h"
 
 #include "fs.h"
 

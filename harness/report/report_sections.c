@@ -1,9 +1,9 @@
 /* report_sections.c — the sweep's after-table sections of report.json ("spec",
  * "block_sampler") and report.md: the speculative-decoding check and the block sampler's
  * amplification check. */
-#include "report.h"
+#include "model/report.h"
 
-#include "json_num.h"
+#include "report/json_num.h"
 
 #include <jansson.h>
 #include <string.h>

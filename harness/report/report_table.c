@@ -1,8 +1,8 @@
 /* report_table.c — tables on the terminal and as data: aligned text (class coloured on a
  * terminal unless NO_COLOR is set), CSV, TSV, JSON lines, Markdown; the report's narrow and
  * full tables. */
-#include "report.h"
-#include "routing.h"
+#include "model/report.h"
+#include "model/routing.h"
 
 #include <stdlib.h>
 #include <string.h>

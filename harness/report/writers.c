@@ -1,7 +1,7 @@
 /* writers.c — the report writers table: each file format once, with the file name it takes in
  * an output folder, for `kvdrift sweep` and `kvdrift judge` (one report) and `kvdrift check`
  * (several). */
-#include "report.h"
+#include "model/report.h"
 
 #include "fs.h"
 #include "kvd_util.h"

@@ -1,11 +1,10 @@
-/* sweep_block.c — the block-sampler amplification table of `kvdrift sweep` (sweep_block.h). */
-#include "block_sweep.h"
+/* block_sweep.c — the block-sampler amplification table of `kvdrift sweep` (block_sweep.h). */
+#include "run/block_sweep.h"
 #include "kvd_util.h"
 
-#include "cli_util.h"
-#include "config.h"
+#include "model/config.h"
 #include "kvd_speculative.h"
-#include "runner.h"
+#include "run/runner.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* sweep_block.h — `kvdrift sweep --sampler block`: the iterative block sampler (kvd_block.h)
+/* block_sweep.h — `kvdrift sweep --sampler block`: the iterative block sampler (kvd_block.h)
  * and greedy autoregressive decoding run for every configuration of the sweep, compared with
  * the same backend's one-chunk run, beside the sweep's own verdict on the prefill (err/E):
  * how much a sampler amplifies rounding the engine is allowed to make. */
@@ -6,7 +6,7 @@
 #define KVD_SWEEP_BLOCK_H
 
 #include "kvd_block.h"
-#include "report.h"
+#include "model/report.h"
 
 #include <stdio.h>
 

@@ -1,20 +1,20 @@
-/* judge_run.c — hx_judge_run_all: reference, per-profile envelopes, every dump classified
- * (the contract is in judge_run.h). */
-#include "dumps_run.h"
+/* dumps_run.c — hx_judge_run_all: reference, per-profile envelopes, every dump classified
+ * (the contract is in dumps_run.h). */
+#include "run/dumps_run.h"
 
-#include "capture.h"
-#include "compare.h"
-#include "dumps.h"
-#include "envelope.h"
-#include "envelope_sr.h"
-#include "fingerprint.h"
-#include "forced.h"
+#include "model/capture.h"
+#include "judge/compare.h"
+#include "judge/dumps.h"
+#include "judge/envelope.h"
+#include "run/envelope_sr.h"
+#include "judge/fingerprint.h"
+#include "run/forced.h"
 #include "fs.h"
 #include "kvd_util.h"
 #include "kvd_profile.h"
 #include "kvd_ref.h"
-#include "metrics.h"
-#include "sweep.h"
+#include "model/metrics.h"
+#include "run/sweep.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Part of the envelope's cache key: how the members ran (see judge_run.h (c)). */
+/* Part of the envelope's cache key: how the members ran (see dumps_run.h (c)). */
 static const char judge_mode[] =
     "judge-forced:naive-sr:step=full:" HX_NAIVE_SR_MODE ":vprec=" LM_PROFILE_RULES
     ":stat=mean-spread-v2";

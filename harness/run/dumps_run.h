@@ -1,4 +1,4 @@
-/* judge_run.h — `kvdrift judge` as a library call: imported dumps (dump.h) classified against
+/* dumps_run.h — `kvdrift judge` as a library call: imported dumps (dump.h) classified against
  * the MPFR reference and the measured envelope of each precision profile, exactly as a sweep
  * classifies a configuration (hx_compare_capture), folded into an hx_report.
  *
@@ -32,9 +32,9 @@
 #ifndef HX_JUDGE_RUN_H
 #define HX_JUDGE_RUN_H
 
-#include "dump.h"
+#include "model/dump.h"
 #include "kvd_model.h"
-#include "report.h"
+#include "model/report.h"
 
 #include <stdbool.h>
 #include <stdint.h>

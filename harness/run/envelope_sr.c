@@ -1,9 +1,9 @@
 /* envelope_sr.c — the envelope from SR runs of the reference's model (contract in
  * envelope_sr.h). */
-#include "envelope_sr.h"
+#include "run/envelope_sr.h"
 
-#include "capture.h"
-#include "compare.h"
+#include "model/capture.h"
+#include "judge/compare.h"
 #include "ref_sr.h"
 
 #include <stdlib.h>

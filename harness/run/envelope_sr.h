@@ -8,7 +8,7 @@
 #ifndef HX_ENVELOPE_SR_H
 #define HX_ENVELOPE_SR_H
 
-#include "envelope.h"
+#include "judge/envelope.h"
 #include "kvd_ref.h"
 
 /* Identifies this ensemble in the envelope's cache key (change it whenever ref_sr.c's numbers

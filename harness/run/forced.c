@@ -1,9 +1,9 @@
 /* forced.c — a configuration teacher-forced over a fixed token list (contract in forced.h). */
-#include "forced.h"
+#include "run/forced.h"
 
 #include "kvd_util.h"
-#include "parallel.h"
-#include "runner.h"
+#include "run/parallel.h"
+#include "run/runner.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
 #ifndef HX_FORCED_H
 #define HX_FORCED_H
 
-#include "capture.h"
-#include "config.h"
+#include "model/capture.h"
+#include "model/config.h"
 #include "kvd_engine.h"
 
 typedef struct hx_forced_request {

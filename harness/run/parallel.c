@@ -1,5 +1,5 @@
 /* parallel.c — hx_run_jobs (contract in parallel.h). */
-#include "parallel.h"
+#include "run/parallel.h"
 
 #include <pthread.h>
 #include <stdbool.h>

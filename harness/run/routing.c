@@ -1,7 +1,7 @@
 /* routing.c — MoE routing capture of one configuration and routing-flip comparison. */
-#include "routing.h"
+#include "run/routing.h"
 
-#include "report.h"
+#include "model/report.h"
 
 #include "kvd_profile.h"
 #include "kvd_ref.h"
@@ -11,16 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void hx_routing_free(hx_routing *r)
-{
-    if (r == NULL)
-        return;
-    free(r->sel);
-    free(r->margin);
-    free(r->moe);
-    memset(r, 0, sizeof *r);
-}
 
 int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
                        const int32_t *tokens, uint32_t n, lm_err *err)
@@ -74,50 +64,6 @@ int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
     return rc;
 }
 
-/* Same expert set (k is small: a quadratic check). */
-static bool same_set(const uint32_t *a, const uint32_t *b, uint32_t k)
-{
-    for (uint32_t i = 0; i < k; ++i) {
-        bool found = false;
-        for (uint32_t j = 0; j < k && !found; ++j)
-            found = a[i] == b[j];
-        if (!found)
-            return false;
-    }
-    return true;
-}
-
-int hx_routing_compare(hx_routing_flips *per_layer, const hx_routing *truth,
-                       const hx_routing *other, float tie_tol, lm_err *err)
-{
-    if (truth->n_layer != other->n_layer || truth->n_pos != other->n_pos || truth->k != other->k)
-        return LM_FAIL(err, LM_E_INPUT, "routing: captures of different shapes (%u/%u/%u vs "
-                       "%u/%u/%u layers/positions/k)", truth->n_layer, truth->n_pos, truth->k,
-                       other->n_layer, other->n_pos, other->k);
-    const uint32_t n = truth->n_pos, k = truth->k;
-    for (uint32_t il = 0; il < truth->n_layer; ++il) {
-        hx_routing_flips *f = &per_layer[il];
-        memset(f, 0, sizeof *f);
-        f->first_pos = UINT32_MAX;
-        f->min_margin = INFINITY;
-        if (!truth->moe[il])
-            continue;
-        for (uint32_t p = 0; p < n; ++p) {
-            const float mg = truth->margin[(size_t)il * n + p];
-            f->min_margin = mg < f->min_margin ? mg : f->min_margin;
-            const uint32_t *a = truth->sel + ((size_t)il * n + p) * k;
-            const uint32_t *b = other->sel + ((size_t)il * n + p) * k;
-            if (same_set(a, b, k))
-                continue;
-            ++f->n_flip;
-            f->n_tie += mg <= tie_tol;
-            if (f->first_pos == UINT32_MAX)
-                f->first_pos = p;
-        }
-    }
-    return LM_OK;
-}
-
 int hx_routing_from_ref(hx_routing *out, const ref_result *r, const lm_model *m, lm_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -144,17 +90,6 @@ int hx_routing_from_ref(hx_routing *out, const ref_result *r, const lm_model *m,
             for (uint32_t p = 0; p < n; ++p)
                 out->margin[(size_t)il * n + p] = INFINITY;
     return LM_OK;
-}
-
-void hx_routing_result_free(hx_routing_result *r)
-{
-    if (r == NULL)
-        return;
-    free(r->flips);
-    free(r->n_flip);
-    free(r->n_tie);
-    free(r->cfg_tol);
-    memset(r, 0, sizeof *r);
 }
 
 /* The largest margin deviation of one member's routing (sel [n_layer][n][k], margin
@@ -305,17 +240,4 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t 
     else
         out->measured = true;
     return rc;
-}
-
-void hx_routing_to_report(hx_report *rep, const hx_routing_result *rr, const hx_config *configs)
-{
-    for (size_t ci = 0; rr->measured && ci < rr->n_configs && ci < rep->n_configs; ++ci) {
-        if (configs[ci].rot_max != 0)
-            continue;
-        hx_config_report *cr = &rep->configs[ci];
-        cr->routing_checked = true;
-        cr->routing_flips = rr->n_flip[ci];
-        cr->routing_real = rr->n_flip[ci] - rr->n_tie[ci];
-        cr->routing_tie_band = rr->cfg_tol[ci];
-    }
 }

@@ -1,5 +1,5 @@
 /* runner.c — one engine configuration -> hx_capture (prefill K/V, greedy tokens, forced logits). */
-#include "runner.h"
+#include "run/runner.h"
 #include "kvd_util.h"
 
 #include <stdlib.h>

@@ -4,8 +4,8 @@
 #ifndef HX_RUNNER_H
 #define HX_RUNNER_H
 
-#include "capture.h"
-#include "config.h"
+#include "model/capture.h"
+#include "model/config.h"
 #include "kvd_engine.h"
 
 typedef struct hx_run_request {

@@ -1,6 +1,7 @@
-/* speccheck.c — one configuration's speculative-decoding check with the rotating-cache policy
- * counterfactual (speccheck.h). */
-#include "speculative_check.h"
+/* speculative_check.c — one configuration's speculative-decoding check with the rotating-cache policy
+ * counterfactual (speculative_check.h). */
+#include "run/speculative_check.h"
+#include "run/speculative_run.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
-/* specrun.c — plain and speculative decoding of one configuration, traced (specrun.h). */
-#include "speculative_run.h"
+/* speculative_run.c — plain and speculative decoding of one configuration, traced (speculative_run.h). */
+#include "run/speculative_run.h"
 
-#include "runner.h"
+#include "run/runner.h"
 
 #include <stdlib.h>
 #include <string.h>

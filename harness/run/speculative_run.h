@@ -1,27 +1,13 @@
-/* specrun.h — the speculative-decoding check's runs: for one configuration with spec=K > 0,
+/* speculative_run.h — the speculative-decoding check's runs: for one configuration with spec=K > 0,
  * plain decoding (spec=0) and speculative decoding with the same prefill step, backend,
  * threads, attention and cache, and the same logits processors, each traced per generated
  * token (token, processor-history hash, raw and processed target logits). */
-#ifndef HX_SPECRUN_H
-#define HX_SPECRUN_H
+#ifndef HX_SPECULATIVE_RUN_H
+#define HX_SPECULATIVE_RUN_H
 
-#include "config.h"
+#include "model/config.h"
+#include "model/speculative_pair.h"
 #include "kvd_speculative.h"
-
-typedef struct hx_spec_side {
-    int32_t *tokens;     /* [n_gen] */
-    uint64_t *hist;      /* [n_gen] processor-history hash token i was chosen with */
-    float *raw;          /* [n_gen][n_vocab] target logits of token i */
-    uint32_t n_rounds, n_drafted, n_accepted;
-} hx_spec_side;
-
-typedef struct hx_spec_pair {
-    hx_config cfg;       /* the speculative configuration (spec = K > 0) */
-    uint32_t n_gen;
-    uint32_t n_vocab;
-    hx_spec_side plain;  /* spec = 0 */
-    hx_spec_side spec;   /* spec = K with cfg.draft */
-} hx_spec_pair;
 
 /* Runs both decodes. draft_model: the model cfg->draft names, loaded by the caller, or NULL
  * when cfg->draft is "self:L" (then the target's first L layers draft). The draft context

@@ -1,10 +1,9 @@
-/* sweep_spec.c — the speculative-decoding check of `kvdrift sweep` (sweep_spec.h): options,
- * runs (specrun.h), verdicts (seqcheck.h) and the table. */
-#include "speculative_sweep.h"
+/* speculative_sweep.c — the speculative-decoding check of `kvdrift sweep` (speculative_sweep.h): options,
+ * runs (speculative_run.h), verdicts (speculative_verdict.h) and the table. */
+#include "run/speculative_sweep.h"
 
-#include "cli_util.h"
 #include "kvd_util.h"
-#include "speculative_check.h"
+#include "run/speculative_check.h"
 
 #include <errno.h>
 #include <math.h>

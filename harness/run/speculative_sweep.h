@@ -1,12 +1,12 @@
-/* sweep_spec.h — `kvdrift sweep --spec K,...`: the speculative-decoding check after the
+/* speculative_sweep.h — `kvdrift sweep --spec K,...`: the speculative-decoding check after the
  * numerical sweep (its options, its runs, its table). */
 #ifndef KVD_SWEEP_SPEC_H
 #define KVD_SWEEP_SPEC_H
 
-#include "config.h"
-#include "envelope.h"
+#include "model/config.h"
+#include "judge/envelope.h"
 #include "kvd_speculative.h"
-#include "report.h"
+#include "model/report.h"
 
 #include <stdio.h>
 
@@ -52,7 +52,7 @@ void hx_spec_opts_init(hx_spec_opts *o);
 /* Parses one option of the group (opt an hx_spec_opt); LM_E_INPUT naming it. */
 int hx_spec_opts_set(hx_spec_opts *o, int opt, const char *arg, lm_err *err);
 
-/* Runs the check for every configuration x every K > 0 of the list (speccheck.h) into
+/* Runs the check for every configuration x every K > 0 of the list (speculative_check.h) into
  * out (rows malloc'd). draft_path: the draft model's resolved file (NULL for self:L). env: the
  * sweep's envelope (its largest logits E and E_gap decide what a near tie is). */
 int hx_spec_check_run(hx_spec_report *out, const lm_model *m, const char *draft_path,

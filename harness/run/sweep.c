@@ -1,19 +1,19 @@
 /* sweep.c — hx_sweep_run_all: teacher path, reference, SR envelope, every configuration and
  * its baseline, compared and folded into one report (the contract is in sweep.h). */
-#include "sweep.h"
+#include "run/sweep.h"
 
 #include "kvd_util.h"
 
-#include "classify.h"
-#include "compare.h"
-#include "coverage.h"
-#include "envelope_sr.h"
-#include "fingerprint.h"
+#include "model/classify.h"
+#include "judge/compare.h"
+#include "judge/coverage.h"
+#include "run/envelope_sr.h"
+#include "judge/fingerprint.h"
 #include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
-#include "metrics.h"
-#include "parallel.h"
+#include "model/metrics.h"
+#include "run/parallel.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -75,15 +75,15 @@
 #ifndef HX_SWEEP_H
 #define HX_SWEEP_H
 
-#include "capture.h"
-#include "config.h"
-#include "envelope.h"
+#include "model/capture.h"
+#include "model/config.h"
+#include "judge/envelope.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
 #include "kvd_ref.h"
-#include "report.h"
-#include "routing.h"
-#include "runner.h"
+#include "model/report.h"
+#include "run/routing.h"
+#include "run/runner.h"
 
 #include <stdbool.h>
 #include <stdint.h>

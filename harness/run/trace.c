@@ -1,12 +1,12 @@
 /* trace.c — hx_trace_run: per-operation checkpoints of two configurations (and of a noise
  * ensemble), compared in forward order (the contract is in trace.h). */
-#include "trace.h"
+#include "run/trace.h"
 
-#include "envelope.h"
+#include "judge/envelope.h"
 #include "kvd_util.h"
-#include "metrics.h"
-#include "parallel.h"
-#include "sweep.h"
+#include "model/metrics.h"
+#include "run/parallel.h"
+#include "run/sweep.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -21,7 +21,7 @@
 #ifndef HX_TRACE_H
 #define HX_TRACE_H
 
-#include "config.h"
+#include "model/config.h"
 #include "kvd_engine.h"
 
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /* fuzz_case.c — libFuzzer target for case files (INI text -> hx_case): the parser and every
  * validation behind it. Any crash, sanitizer report or leak is a finding. */
-#include "case.h"
+#include "plan/case.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

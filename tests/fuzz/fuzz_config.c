@@ -1,7 +1,7 @@
 /* fuzz_config.c — libFuzzer target for CONFIG strings (BACKEND[:KEY=VALUE]...) and rotating-
  * cache lists. Checks the documented property parse(format(c)) == c for every string that
  * parses, besides crashes, sanitizer reports and leaks. */
-#include "config.h"
+#include "model/config.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -2,7 +2,7 @@
  * taken from the input itself (bytes 12..27) and the last 16 bytes are replaced by the XXH3-128
  * of the rest, so the fuzzer reaches the size and field checks behind the key and checksum.
  * Any crash, sanitizer report or leak is a finding. */
-#include "envelope.h"
+#include "judge/envelope.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -2,7 +2,7 @@
  * (size cap, regular-file check, validation of every entry), then each case/config/platform
  * entry is looked up again. Any crash, sanitizer report or leak is a finding. */
 #include "fuzz_util.h"
-#include "golden.h"
+#include "judge/golden.h"
 
 #include <jansson.h>
 

@@ -10,7 +10,7 @@
  * SPM vocabulary too (said once on stderr). Any crash, sanitizer report or leak is a finding. */
 #include "fuzz_util.h"
 #include "kvd_tokenizer.h"
-#include "synth.h"
+#include "plan/synth.h"
 #include "../../engine/tokenizer_internal.h"
 #include "../../engine/unicode.h"
 
