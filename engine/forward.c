@@ -398,10 +398,9 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
             return LM_FAIL(err, LM_E_INPUT, "forward: token id %d at %u out of range [0, %u)",
                            (int)tokens[t], t, hp->n_vocab);
 
-    for (uint32_t il = 0; c->bidir && il < hp->n_layer; ++il)
-        if (lm_variants_attn_layer(c->var, il))
-            return LM_FAIL(err, LM_E_INPUT, "forward: bidirectional chunks need dense attention "
-                           "without windows, sinks or a rotating cache (layer %u)", il);
+    if (c->bidir && lm_ctx_attn_variants(c))
+        return LM_FAIL(err, LM_E_INPUT, "forward: bidirectional chunks need dense attention "
+                       "without windows, sinks or a rotating cache");
     int vrc = lm_variants_begin_chunk(c->var, c->n_past, n, err);
     if (vrc != LM_OK)
         return vrc;
@@ -430,6 +429,14 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
     }
     c->n_past += n;
     return LM_OK;
+}
+
+bool lm_ctx_attn_variants(const lm_ctx *c)
+{
+    for (uint32_t il = 0; il < c->m->hp.n_layer; ++il)
+        if (lm_variants_attn_layer(c->var, il))
+            return true;
+    return false;
 }
 
 int lm_prefill(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t step, float *last_logits,

@@ -80,6 +80,9 @@ int lm_prefill(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t step, floa
                lm_err *err);
 
 const lm_model *lm_ctx_model(const lm_ctx *c);
+/* Whether any layer of c attends with a sliding window, sinks or a rotating cache (masks a
+ * bidirectional chunk of the block sampler cannot use). */
+bool lm_ctx_attn_variants(const lm_ctx *c);
 uint32_t lm_ctx_n_past(const lm_ctx *c);
 uint32_t lm_ctx_n_ctx(const lm_ctx *c);
 /* Forget every cached position (the next forward starts at position 0). */

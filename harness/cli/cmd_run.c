@@ -5,6 +5,7 @@
 #include "model/config.h"
 #include "kvd_engine.h"
 #include "kvd_util.h"
+#include "run/drive.h"
 #include "run/runner.h"
 
 #include <errno.h>
@@ -208,7 +209,8 @@ static int decode(run_out *out, lm_ctx *ctx, const lm_model *m, const run_opts *
                                 : LM_FAIL(err, LM_E_NOMEM, "run: out of memory");
     const double t0 = lm_now_s();
     if (rc == LM_OK)
-        rc = lm_prefill(ctx, out->ids, out->n_prompt, o->cfg.step, logits, err);
+        rc = hx_drive_feed(ctx, &o->cfg, out->ids, out->n_prompt, HX_ROWS_FINAL, logits, NULL,
+                           NULL, err);
     const double t1 = lm_now_s();
     const int32_t eos = m->vocab ? lm_vocab_eos(m->vocab) : -1;
     while (rc == LM_OK && out->n_out < o->n_gen) {
@@ -219,7 +221,7 @@ static int decode(run_out *out, lm_ctx *ctx, const lm_model *m, const run_opts *
         print_piece(m->vocab, tok);
         if (out->n_out == o->n_gen)
             break; /* the last token's logits are never needed */
-        if ((rc = lm_forward(ctx, &tok, 1, LM_LOGITS_LAST, logits, err)) == LM_OK)
+        if ((rc = hx_drive_decode(ctx, tok, logits, err)) == LM_OK)
             ++out->n_decode;
     }
     out->prefill_s = t1 - t0;
@@ -243,10 +245,8 @@ static int generate(run_out *out, const run_opts *o, lm_err *err)
     if (rc == LM_OK && m->hp.n_ctx_train != 0 && need > m->hp.n_ctx_train)
         rc = LM_FAIL(err, LM_E_INPUT, "%s: %u prompt tokens + %u to generate exceed the context "
                      "of %u", o->model, out->n_prompt, o->n_gen, m->hp.n_ctx_train);
-    char be[LM_BACKEND_NAME_MAX];
-    lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be, sizeof be, &o->cfg, (uint32_t)need);
-    if (rc == LM_OK && (rc = lm_ctx_create(&ctx, m, &cp, err)) == LM_OK) {
+    if (rc == LM_OK &&
+        (rc = hx_drive_open(&ctx, m, &o->cfg, (uint32_t)need, HX_KEYS_PLAIN, "run", err)) == LM_OK) {
         out->backend = lm_ctx_backend_name(ctx);
         if (o->prompt != NULL)
             fputs(o->prompt, stdout);

@@ -189,16 +189,6 @@ const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c)
     return buf;
 }
 
-void hx_config_ctx_params(lm_ctx_params *cp, char *be_name, size_t be_n, const hx_config *c,
-                          uint32_t n_ctx)
-{
-    *cp = (lm_ctx_params){.backend = hx_config_backend_name(be_name, be_n, c),
-                          .n_threads = hx_config_n_threads(c), .n_ctx = n_ctx,
-                          .attn = c->attn == HX_ATTN_STREAM ? "stream" : "dense",
-                          .rot_max_size = c->rot_max, .rot_keep = c->rot_keep,
-                          .rot_window = c->rot_window, .profile = c->profile};
-}
-
 int hx_config_format(char *buf, size_t n, const hx_config *c)
 {
     char step[16], thr[24] = "", attn[24] = "", rot[40] = "", prof[24] = "";

@@ -124,12 +124,6 @@ int hx_config_n_threads(const hx_config *c);
  * one place the seed joins the name: hx_config.backend is too short to hold it). */
 const char *hx_config_backend_name(char *buf, size_t n, const hx_config *c);
 
-/* The engine context parameters of c with a context of n_ctx positions (every field c sets:
- * backend, threads, attention, rotating cache, profile); be_name receives the backend name
- * (hx_config_backend_name) and must outlive *cp. */
-struct lm_ctx_params;
-void hx_config_ctx_params(struct lm_ctx_params *cp, char *be_name, size_t be_n,
-                          const hx_config *c, uint32_t n_ctx);
 
 /* --- lists: the one grammar for case files (`steps = 1,2,full`), the sweep's options
  * (`--steps 1,2,full`) and token ids: comma-separated, spaces around items trimmed, no empty

@@ -1,6 +1,8 @@
 /* block_sweep.c — the block-sampler amplification table of `kvdrift sweep` (block_sweep.h). */
 #include "run/block_sweep.h"
+
 #include "kvd_util.h"
+#include "run/drive.h"
 
 #include "model/config.h"
 #include "kvd_speculative.h"
@@ -108,17 +110,25 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
         o->skip = "needs dense attention and the plain cache";
         return LM_OK;
     }
+    lm_err why = {0};
+    if (hx_drive_check(c, HX_KEYS_PLAIN & ~HX_KEY_TURN, "block sampler", &why) != LM_OK) {
+        o->skip = "a two-turn schedule is not a block sampler's"; /* it prefills in steps */
+        return LM_OK;
+    }
     o->tok = malloc(n * sizeof *o->tok);
     o->iter = malloc(n * sizeof *o->iter);
     o->ar = malloc(n * sizeof *o->ar);
     o->hist = malloc(n * sizeof *o->hist);
     if (!o->tok || !o->iter || !o->ar || !o->hist)
         return LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
-    char be[LM_BACKEND_NAME_MAX];
-    lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be, sizeof be, c, n_prompt + n);
     lm_ctx *ctx = NULL;
-    int rc = lm_ctx_create(&ctx, m, &cp, err);
+    int rc = hx_drive_open(&ctx, m, c, n_prompt + n, HX_KEYS_PLAIN & ~HX_KEY_TURN,
+                           "block sampler", err);
+    if (rc == LM_OK && lm_ctx_attn_variants(ctx)) {
+        lm_ctx_free(ctx);
+        o->skip = "the model has windows or sinks (bidirectional chunks need dense attention)";
+        return LM_OK;
+    }
     lm_block_params p = *bp;
     p.step = c->step;
     lm_block_trace tr = {.tokens = o->tok, .iter = o->iter};
@@ -148,10 +158,6 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
     }
     free(rows);
     lm_ctx_free(ctx);
-    if (rc == LM_E_INPUT && strstr(err->msg, "bidirectional") != NULL) {
-        o->skip = "the model has windows or sinks (bidirectional chunks need dense attention)";
-        return LM_OK;
-    }
     return rc;
 }
 

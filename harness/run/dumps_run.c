@@ -219,11 +219,12 @@ static bool file_exists(const char *path)
  * (envelope_sr.h), as sweep's f32 envelope does: profile f32, no log-probability dump (whose
  * envelope needs the members' rows) and a model the SR reference implements. Otherwise the
  * engine's naive-sr members under the profile (the profiles' site hooks are the engine's). */
+/* Profile k's members: the reference's SR model, unless an envelope of log-probabilities is
+ * needed too (measured on the same members' rows, which only the engine's members give). */
 static bool use_ref_sr(const jstate *s, uint32_t k)
 {
-    lm_err e = {0};
-    return strcmp(env_profile(s, k), "f32") == 0 && !s->need_lp &&
-           hx_envelope_sr_supported(s->p->model, &s->ref, &e) == LM_OK;
+    return hx_envelope_source(s->p->model, &s->ref, env_profile(s, k), s->need_lp) ==
+           HX_MEMBERS_REF_SR;
 }
 
 /* Cache path and key of profile k's envelope (lp: of log-probabilities). */
@@ -324,13 +325,10 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
         return rc;
     }
     hx_forced_request rq = forced_rq(s);
-    hx_config c = {.backend = "naive-sr"};
-    snprintf(c.profile, sizeof c.profile, "%s",
-             strcmp(env_profile(s, k), "f32") ? env_profile(s, k) : "");
     const uint32_t jobs = p->jobs > 1 ? p->jobs : 1;
     const member_progress mpr = {p, s->prof[k]->name, m, jobs < m ? jobs : m};
-    int rc = hx_run_forced_members(mem, m, p->model, &c, seed, &rq, p->jobs, member_done,
-                                   (void *)&mpr, err);
+    int rc = hx_run_forced_members(mem, m, p->model, env_profile(s, k), seed, &rq, p->jobs,
+                                   member_done, (void *)&mpr, err);
     if (rc == LM_OK)
         rc = hx_envelope_from_ensemble(&s->env[k], (const hx_capture *const *)mem, m, &s->ref,
                                        HX_ENVELOPE_SAFETY, err);

@@ -16,10 +16,11 @@ static ref_request request_of(const ref_capture *ref)
                          .prec = ref->prec};
 }
 
-int hx_envelope_sr_supported(const lm_model *m, const ref_capture *ref, lm_err *err)
+hx_member_source hx_envelope_source(const lm_model *m, const ref_capture *ref,
+                                    const char *profile, bool engine_only)
 {
-    ref_request rq = request_of(ref);
-    return ref_sr_supported(m, &rq, err);
+    const ref_request rq = request_of(ref);
+    return hx_ensemble_source(m, &rq, profile, engine_only, NULL, 0);
 }
 
 /* A capture that borrows a member's arrays (hx_capture's layout: per-layer K/V pointers). */

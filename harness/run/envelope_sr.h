@@ -2,20 +2,22 @@
  * stochastic rounding (reference/ref_sr.h), not by the engine: members i = 0..n-1 with seeds
  * seed + i on the reference's token sequence and logit positions, run in parallel on
  * n_threads (0: all cores; never changes the result), folded by hx_envelope_from_ensemble
- * (the statistic of envelope.h) against the reference capture. LM_E_UNSUPPORTED when the SR
- * reference does not implement the model or request (ref_sr_supported): the caller then uses
- * the engine's naive-sr ensemble. */
+ * (the statistic of envelope.h) against the reference capture. Whether these members or the
+ * engine's naive-sr ones measure an envelope is hx_envelope_source's answer (ensemble.h). */
 #ifndef HX_ENVELOPE_SR_H
 #define HX_ENVELOPE_SR_H
 
 #include "judge/envelope.h"
+#include "run/ensemble.h"
 #include "kvd_ref.h"
 
 /* Identifies this ensemble in the envelope's cache key (change it whenever ref_sr.c's numbers
  * could change). */
 #define HX_ENVELOPE_SR_MODE "ref-sr:f32:coin=lowbias32-xor-mm-att-v3:sr=intadd29-v2:stat=mean-spread-v2"
 
-int hx_envelope_sr_supported(const lm_model *m, const ref_capture *ref, lm_err *err);
+/* The ensemble's source (hx_ensemble_source) for an envelope of ref's tokens and positions. */
+hx_member_source hx_envelope_source(const lm_model *m, const ref_capture *ref,
+                                    const char *profile, bool engine_only);
 /* progress (may be NULL) hears the members' progress (ref_sr_ensemble). */
 int hx_envelope_from_ref_sr(hx_envelope **out, const lm_model *m, const ref_capture *ref,
                             uint32_t n_members, uint64_t seed, int n_threads, double safety,

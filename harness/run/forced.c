@@ -2,21 +2,40 @@
 #include "run/forced.h"
 
 #include "kvd_util.h"
-#include "run/parallel.h"
+#include "run/drive.h"
+#include "run/ensemble.h"
 #include "run/runner.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Keeps the rows of the request's logits positions that a forward call computed. */
+typedef struct keep {
+    hx_capture *c;
+    const hx_forced_request *rq;
+    uint32_t next; /* index of the next wanted row */
+} keep;
+
+static int keep_rows(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *err)
+{
+    (void)ctx;
+    (void)err;
+    keep *k = user;
+    const size_t nv = k->c->shape.n_vocab;
+    for (; k->next < k->rq->n_pos && k->rq->pos[k->next] < ch->pos0 + ch->n; ++k->next)
+        memcpy(k->c->logits + k->next * nv, ch->logits + (size_t)(k->rq->pos[k->next] - ch->pos0) * nv,
+               nv * sizeof *ch->logits);
+    return LM_OK;
+}
 
 int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
                   const hx_forced_request *rq, lm_err *err)
 {
     *out = NULL;
     const lm_hparams *hp = &m->hp;
-    if (rq->n_tokens == 0 || rq->n_kv == 0 || rq->n_kv > rq->n_tokens || cfg->rot_max != 0)
-        return LM_FAIL(err, LM_E_INPUT, "forced run: %u tokens, %u K/V rows%s",
-                       (unsigned)rq->n_tokens, (unsigned)rq->n_kv,
-                       cfg->rot_max ? ", rotating cache" : "");
+    if (rq->n_tokens == 0 || rq->n_kv == 0 || rq->n_kv > rq->n_tokens)
+        return LM_FAIL(err, LM_E_INPUT, "forced run: %u tokens, %u K/V rows",
+                       (unsigned)rq->n_tokens, (unsigned)rq->n_kv);
     for (uint32_t i = 0; i < rq->n_pos; ++i)
         if (rq->pos[i] >= rq->n_tokens || (i > 0 && rq->pos[i] <= rq->pos[i - 1]))
             return LM_FAIL(err, LM_E_INPUT, "forced run: logits position %u out of order or "
@@ -26,40 +45,23 @@ int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
                           .n_prompt = rq->n_kv, .n_tokens = rq->n_tokens, .n_pos = rq->n_pos};
     hx_capture *c = NULL;
     lm_ctx *ctx = NULL;
-    float *buf = NULL;
-    int rc = hx_capture_create(&c, &s, err);
-    if (rc != LM_OK)
-        return rc;
-    char be_name[LM_BACKEND_NAME_MAX];
-    lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be_name, sizeof be_name, cfg, rq->n_tokens);
-    uint32_t step = cfg->step && cfg->step < rq->n_tokens ? cfg->step : rq->n_tokens;
-    size_t nv = hp->n_vocab;
-    if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
-        goto done;
-    if ((buf = malloc((size_t)step * nv * sizeof *buf)) == NULL) {
-        rc = LM_FAIL(err, LM_E_NOMEM, "forced run: out of memory");
-        goto done;
+    /* The K/V rows are read from the cache's slots: a rotating cache evicts them. */
+    int rc = hx_drive_open(&ctx, m, cfg, rq->n_tokens, HX_KEYS_PLAIN & ~HX_KEY_ROT, "forced run",
+                           err);
+    if (rc == LM_OK)
+        rc = hx_capture_create(&c, &s, err);
+    if (rc == LM_OK) {
+        memcpy(c->tokens, rq->tokens, rq->n_tokens * sizeof *rq->tokens);
+        memcpy(c->positions, rq->pos, rq->n_pos * sizeof *rq->pos);
+        keep k = {.c = c, .rq = rq};
+        rc = hx_drive_feed(ctx, cfg, rq->tokens, rq->n_tokens, HX_ROWS_ALL, NULL, keep_rows, &k,
+                           err);
     }
-    memcpy(c->tokens, rq->tokens, rq->n_tokens * sizeof *rq->tokens);
-    memcpy(c->positions, rq->pos, rq->n_pos * sizeof *rq->pos);
-    uint32_t next = 0; /* index of the next wanted logits row */
-    for (uint32_t done = 0; done < rq->n_tokens && rc == LM_OK;) {
-        uint32_t len = rq->n_tokens - done < step ? rq->n_tokens - done : step;
-        if ((rc = lm_forward(ctx, rq->tokens + done, len, LM_LOGITS_ALL, buf, err)) != LM_OK)
-            break;
-        for (; next < rq->n_pos && rq->pos[next] < done + len; ++next)
-            memcpy(c->logits + next * nv, buf + (size_t)(rq->pos[next] - done) * nv,
-                   nv * sizeof *buf);
-        done += len;
-    }
-    size_t kv = hx_capture_kv_elems(&s);
+    size_t kv = rc == LM_OK ? hx_capture_kv_elems(&s) : 0;
     for (uint32_t l = 0; l < hp->n_layer && rc == LM_OK; ++l) {
         memcpy(c->k[l], lm_ctx_k(ctx, l), kv * sizeof(float));
         memcpy(c->v[l], lm_ctx_v(ctx, l), kv * sizeof(float));
     }
-done:
-    free(buf);
     lm_ctx_free(ctx);
     if (rc != LM_OK) {
         hx_capture_free(c);
@@ -73,8 +75,6 @@ done:
 typedef struct members {
     hx_capture **mem; /* [m] */
     const lm_model *model;
-    const hx_config *cfg;
-    uint64_t seed;
     const hx_forced_request *rq;
     hx_member_done_fn done_fn;
     void *user;
@@ -82,12 +82,10 @@ typedef struct members {
     uint32_t done;
 } members;
 
-static int member_run(void *ctx, uint32_t i, lm_err *err)
+static int member_run(void *ctx, const hx_config *member, uint32_t i, lm_err *err)
 {
     const members *ms = ctx;
-    hx_config c = *ms->cfg;
-    c.sr_seed = ms->seed + i;
-    return hx_run_forced(&ms->mem[i], ms->model, &c, ms->rq, err);
+    return hx_run_forced(&ms->mem[i], ms->model, member, ms->rq, err);
 }
 
 static void member_finished(void *ctx, uint32_t i, int rc)
@@ -98,14 +96,15 @@ static void member_finished(void *ctx, uint32_t i, int rc)
 }
 
 int hx_run_forced_members(hx_capture **mem, uint32_t m, const lm_model *model,
-                          const hx_config *cfg, uint64_t seed, const hx_forced_request *rq,
+                          const char *profile, uint64_t seed, const hx_forced_request *rq,
                           uint32_t jobs, hx_member_done_fn done, void *user, lm_err *err)
 {
     for (uint32_t i = 0; i < m; ++i)
         mem[i] = NULL;
-    members ms = {.mem = mem, .model = model, .cfg = cfg, .seed = seed, .rq = rq,
-                  .done_fn = done, .user = user, .t0 = lm_now_s()};
-    const int rc = hx_run_jobs(m, jobs, member_run, member_finished, &ms, err);
+    members ms = {.mem = mem, .model = model, .rq = rq, .done_fn = done, .user = user,
+                  .t0 = lm_now_s()};
+    const int rc = hx_ensemble_run_engine(m, seed, profile, jobs, member_run, member_finished,
+                                          &ms, err);
     if (rc != LM_OK)
         for (uint32_t i = 0; i < m; ++i) {
             hx_capture_free(mem[i]);

@@ -15,10 +15,11 @@ typedef struct hx_forced_request {
     uint32_t n_pos;
 } hx_forced_request;
 
-/* Runs cfg (backend, step = prefill chunk size, 0 = one chunk, threads, attn, profile; not a
- * rotating cache) over every token in chunks, each chunk's logits computed for all its rows
- * (LM_LOGITS_ALL) and the rows at rq->pos kept; then the cache's first n_kv rows of every layer.
- * The capture's tokens are rq->tokens and n_prompt is n_kv. LM_E_INPUT for a bad request. */
+/* Feeds every token under cfg's schedule (hx_drive_feed: chunks of step, turn=D's two turns;
+ * backend, threads, attn and profile as cfg sets them; a rotating cache is refused: the K/V
+ * rows are read from the cache's slots), each call's logits computed for all its rows and the
+ * rows at rq->pos kept; then the cache's first n_kv rows of every layer. The capture's tokens
+ * are rq->tokens and n_prompt is n_kv. LM_E_INPUT for a bad request. */
 int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
                   const hx_forced_request *rq, lm_err *err);
 
@@ -26,13 +27,14 @@ int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
  * so far, and the seconds since the first started. */
 typedef void (*hx_member_done_fn)(void *user, uint32_t i, uint32_t done, double elapsed_s);
 
-/* The members of an SR ensemble: hx_run_forced of cfg with sr_seed = seed + i into mem[i],
- * i = 0..m-1, on up to `jobs` threads (hx_run_jobs: 0 or 1, one after another). Each
+/* The naive-sr members of the ensemble under profile ("" = f32; ensemble.h): hx_run_forced of
+ * hx_ensemble_member(profile, seed, i) into mem[i], i = 0..m-1, on up to `jobs` threads (0 or
+ * 1, one after another). Each
  * member is its own context on the shared, read-only model, so mem[i] has the same bits
  * whatever jobs is. On failure every mem[i] is freed and NULL, and the first failing member's
  * error (in member order) is returned. */
 int hx_run_forced_members(hx_capture **mem /* [m] */, uint32_t m, const lm_model *model,
-                          const hx_config *cfg, uint64_t seed, const hx_forced_request *rq,
+                          const char *profile, uint64_t seed, const hx_forced_request *rq,
                           uint32_t jobs, hx_member_done_fn done, void *user, lm_err *err);
 
 #endif

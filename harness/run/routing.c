@@ -2,6 +2,8 @@
 #include "run/routing.h"
 
 #include "model/report.h"
+#include "run/drive.h"
+#include "run/ensemble.h"
 
 #include "kvd_profile.h"
 #include "kvd_ref.h"
@@ -11,6 +13,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Copies the routing of every MoE layer for the positions a forward call just ran. */
+static int keep_routing(void *user, const lm_ctx *c, const hx_chunk *ch, lm_err *err)
+{
+    (void)err;
+    hx_routing *out = user;
+    const size_t n = out->n_pos;
+    for (uint32_t il = 0; il < out->n_layer; ++il) {
+        uint32_t rn, rk;
+        const float *mg;
+        const uint32_t *sel = lm_ctx_moe_routing(c, il, &rn, &rk, &mg); /* [rn][rk] */
+        if (sel == NULL)
+            continue;
+        out->moe[il] = true;
+        memcpy(out->sel + ((size_t)il * n + ch->pos0) * out->k, sel, (size_t)rn * rk * sizeof *sel);
+        memcpy(out->margin + (size_t)il * n + ch->pos0, mg, rn * sizeof *mg);
+    }
+    return LM_OK;
+}
 
 int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
                        const int32_t *tokens, uint32_t n, lm_err *err)
@@ -34,30 +55,11 @@ int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
     }
     for (size_t i = 0; i < (size_t)hp->n_layer * n; ++i)
         out->margin[i] = INFINITY;
-    char be[LM_BACKEND_NAME_MAX];
-    lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be, sizeof be, cfg, n);
-    cp.rot_max_size = cp.rot_keep = 0; /* the plain cache: see hx_routing_to_report */
-    cp.rot_window = false;
+    /* The plain cache: a rotating cache's routing is not compared (hx_routing_to_report). */
     lm_ctx *c = NULL;
-    int rc = lm_ctx_create(&c, m, &cp, err);
-    const uint32_t step = cfg->step == 0 || cfg->step > n ? n : cfg->step;
-    for (uint32_t done = 0; rc == LM_OK && done < n;) {
-        const uint32_t len = n - done < step ? n - done : step;
-        rc = lm_forward(c, tokens + done, len, LM_LOGITS_NONE, NULL, err);
-        for (uint32_t il = 0; rc == LM_OK && il < hp->n_layer; ++il) {
-            uint32_t rn, rk;
-            const float *mg;
-            const uint32_t *sel = lm_ctx_moe_routing(c, il, &rn, &rk, &mg); /* [rn][rk] */
-            if (sel == NULL)
-                continue;
-            out->moe[il] = true;
-            memcpy(out->sel + ((size_t)il * n + done) * out->k, sel,
-                   (size_t)rn * rk * sizeof *sel);
-            memcpy(out->margin + (size_t)il * n + done, mg, rn * sizeof *mg);
-        }
-        done += len;
-    }
+    int rc = hx_drive_open(&c, m, cfg, n, HX_KEYS_PLAIN & ~HX_KEY_ROT, "routing", err);
+    if (rc == LM_OK)
+        rc = hx_drive_feed(c, cfg, tokens, n, HX_ROWS_NONE, NULL, keep_routing, out, err);
     lm_ctx_free(c);
     if (rc != LM_OK)
         hx_routing_free(out);
@@ -113,48 +115,68 @@ static double member_dev(const hx_routing *truth, const uint32_t *sel, const flo
 
 /* The largest margin deviation from the truth of `members` naive-sr runs (seeds sr_seed + i)
  * under profile ("" for float32): the engine's own noise ensemble. */
+/* naive_sr_dev's members: each one's routing deviation from the truth, kept by member. */
+typedef struct routing_members {
+    const lm_model *m;
+    const int32_t *prompt;
+    uint32_t n;
+    const hx_routing *truth;
+    double *dev; /* [members] */
+} routing_members;
+
+static int routing_member_run(void *user, const hx_config *member, uint32_t i, lm_err *err)
+{
+    routing_members *rm = user;
+    hx_routing other = {0};
+    const int rc = hx_routing_capture(&other, rm->m, member, rm->prompt, rm->n, err);
+    if (rc == LM_OK)
+        rm->dev[i] = member_dev(rm->truth, other.sel, other.margin);
+    hx_routing_free(&other);
+    return rc;
+}
+
 static int naive_sr_dev(double *dev, const lm_model *m, const int32_t *prompt, uint32_t n,
                         const hx_routing *truth, const char *profile, uint32_t members,
                         uint64_t sr_seed, lm_err *err)
 {
-    int rc = LM_OK;
+    routing_members rm = {.m = m, .prompt = prompt, .n = n, .truth = truth,
+                          .dev = calloc(members ? members : 1, sizeof *rm.dev)};
+    if (rm.dev == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "routing: out of memory");
+    const int rc = hx_ensemble_run_engine(members, sr_seed, profile, 1, routing_member_run, NULL,
+                                          &rm, err);
     *dev = 0.0;
-    for (uint32_t e = 0; rc == LM_OK && e < members; ++e) {
-        hx_routing other = {0};
-        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = sr_seed + e};
-        snprintf(c.profile, sizeof c.profile, "%s", profile);
-        rc = hx_routing_capture(&other, m, &c, prompt, n, err);
-        if (rc == LM_OK)
-            *dev = fmax(*dev, member_dev(truth, other.sel, other.margin));
-        hx_routing_free(&other);
-    }
+    for (uint32_t i = 0; rc == LM_OK && i < members; ++i)
+        *dev = fmax(*dev, rm.dev[i]);
+    free(rm.dev);
     return rc;
 }
 
 /* The TIE band: HX_ROUTING_SAFETY x the largest margin deviation of the ensemble members from
  * the reference's routing `truth`. The members: SR runs of the reference's own float32 model
  * (ref_sr.h, *sr = true) when it implements the model, else the engine's naive-sr runs. */
+/* The reference SR members' deviations folded into a maximum. */
+typedef struct ref_dev {
+    const hx_routing *truth;
+    double dev;
+} ref_dev;
+
+static void ref_member_fold(void *user, uint32_t i, const ref_sr_out *member)
+{
+    (void)i;
+    ref_dev *d = user;
+    d->dev = fmax(d->dev, member_dev(d->truth, member->moe_sel, member->moe_margin));
+}
+
 static int tie_band(float *tol, bool *sr, const lm_model *m, const int32_t *prompt, uint32_t n,
                     const hx_routing *truth, uint32_t members, uint64_t sr_seed, lm_err *err)
 {
-    double dev = 0.0;
-    int rc = LM_OK;
     const ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n};
-    lm_err e_sr = {0};
-    *sr = ref_sr_supported(m, &rq, &e_sr) == LM_OK;
-    if (*sr) {
-        ref_sr_out *mem = calloc(members ? members : 1, sizeof *mem);
-        rc = mem == NULL ? LM_FAIL(err, LM_E_NOMEM, "routing: out of memory")
-                         : ref_sr_ensemble(mem, members, m, &rq, sr_seed, 0, err);
-        for (uint32_t e = 0; rc == LM_OK && e < members; ++e)
-            dev = fmax(dev, member_dev(truth, mem[e].moe_sel, mem[e].moe_margin));
-        for (uint32_t e = 0; mem && e < members; ++e)
-            ref_sr_out_free(&mem[e]);
-        free(mem);
-    } else {
-        rc = naive_sr_dev(&dev, m, prompt, n, truth, "", members, sr_seed, err);
-    }
-    *tol = (float)(HX_ROUTING_SAFETY * dev);
+    *sr = hx_ensemble_source(m, &rq, "", false, NULL, 0) == HX_MEMBERS_REF_SR;
+    ref_dev d = {.truth = truth, .dev = 0.0};
+    const int rc = *sr ? hx_ensemble_run_ref(members, sr_seed, m, &rq, 0, ref_member_fold, &d, err)
+                       : naive_sr_dev(&d.dev, m, prompt, n, truth, "", members, sr_seed, err);
+    *tol = (float)(HX_ROUTING_SAFETY * d.dev);
     return rc;
 }
 
@@ -220,6 +242,12 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t 
     for (size_t ci = 0; rc == LM_OK && ci < n_configs; ++ci) {
         hx_routing_flips *f = out->flips + ci * nl;
         float *tol = &out->cfg_tol[ci];
+        if (configs[ci].rot_max != 0) {
+            /* A rotating cache's truth would be the reference with its own schedule: its
+             * routing is not captured (no flips, and hx_routing_to_report leaves it out). */
+            *tol = out->tie_tol;
+            continue;
+        }
         if ((rc = config_band(tol, band, have, m, prompt, n, &truth, &configs[ci], out->tie_tol,
                               members, sr_seed, err)) != LM_OK ||
             (rc = hx_routing_capture(&other, m, &configs[ci], prompt, n, err)) != LM_OK ||

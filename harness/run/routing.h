@@ -11,8 +11,10 @@
 
 struct ref_result;
 
-/* Prefills tokens[n] with cfg (backend, threads, attn, step) and records every MoE layer's
- * routing at every position. LM_E_INPUT when the model has no MoE layer. */
+/* Prefills tokens[n] under cfg's schedule (hx_drive_feed: backend, threads, attn, profile,
+ * step and turn honoured) and records every MoE layer's routing at every position. LM_E_INPUT
+ * when the model has no MoE layer, or for a rotating cache (refused: its routing is not
+ * compared, hx_routing_measure skips such configurations). */
 int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
                        const int32_t *tokens, uint32_t n, lm_err *err);
 /* The reference's routing of r's tokens (a ref_run on a MoE model; r->moe_sel set). */

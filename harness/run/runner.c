@@ -1,6 +1,8 @@
 /* runner.c — one engine configuration -> hx_capture (prefill K/V, greedy tokens, forced logits). */
 #include "run/runner.h"
+
 #include "kvd_util.h"
+#include "run/drive.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,48 +40,22 @@ static int feed_forced(lm_ctx *ctx, hx_capture *c, const hx_run_request *rq, uin
 {
     size_t nv = c->shape.n_vocab;
     for (uint32_t j = from; j < rq->n_forced; ++j) {
-        int rc = lm_forward(ctx, &rq->forced[j], 1, LM_LOGITS_LAST, c->logits + (j + 1) * nv, err);
+        int rc = hx_drive_decode(ctx, rq->forced[j], c->logits + (j + 1) * nv, err);
         if (rc != LM_OK)
             return rc;
     }
     return LM_OK;
 }
 
-/* The prompt as cfg schedules it: one prefill in chunks of cfg->step, or with cfg->turn the
- * two-turn schedule of hx_turn_split (turn 1 in chunks of step, the decode steps one token per
- * forward call, turn 2 in chunks of step). last [n_vocab] receives the last prompt position's
- * logits. */
-static int prefill(lm_ctx *ctx, const hx_run_request *rq, const hx_config *cfg, float *last,
-                   lm_err *err)
+/* The logits rows of every prompt position (rows [n_prompt][n_vocab]), copied from each
+ * forward call of the feed. */
+static int keep_rows(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *err)
 {
-    uint32_t n1, d, n2;
-    hx_turn_split(rq->n_prompt, cfg->turn, &n1, &d, &n2);
-    int rc = lm_prefill(ctx, rq->prompt, n1, cfg->step, last, err);
-    for (uint32_t i = 0; i < d && rc == LM_OK; ++i)
-        rc = lm_forward(ctx, rq->prompt + n1 + i, 1, LM_LOGITS_NONE, NULL, err);
-    if (rc == LM_OK && n2 > 0)
-        rc = lm_prefill(ctx, rq->prompt + n1 + d, n2, cfg->step, last, err);
-    return rc;
-}
-
-/* The logits of every prompt position under cfg's schedule (the prefill above, each forward
- * call computing all its rows' logits) into rows [n_prompt][n_vocab]; ctx must be fresh. */
-static int prefill_rows(lm_ctx *ctx, const hx_run_request *rq, const hx_config *cfg, float *rows,
-                        size_t nv, lm_err *err)
-{
-    uint32_t n1, d, n2;
-    hx_turn_split(rq->n_prompt, cfg->turn, &n1, &d, &n2);
-    const uint32_t seg[3][2] = {{0, n1}, {n1, n1 + d}, {n1 + d, rq->n_prompt}};
-    int rc = LM_OK;
-    for (int s = 0; s < 3 && rc == LM_OK; ++s) {
-        const uint32_t step = s == 1 ? 1 : (cfg->step ? cfg->step : rq->n_prompt);
-        for (uint32_t p = seg[s][0]; p < seg[s][1] && rc == LM_OK;) {
-            const uint32_t len = seg[s][1] - p < step ? seg[s][1] - p : step;
-            rc = lm_forward(ctx, rq->prompt + p, len, LM_LOGITS_ALL, rows + (size_t)p * nv, err);
-            p += len;
-        }
-    }
-    return rc;
+    (void)err;
+    float *rows = user;
+    const size_t nv = lm_ctx_model(ctx)->hp.n_vocab;
+    memcpy(rows + (size_t)ch->pos0 * nv, ch->logits, (size_t)ch->n * nv * sizeof *rows);
+    return LM_OK;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -112,14 +88,14 @@ static int time_repeats(lm_ctx *ctx, const hx_capture *c, const hx_run_request *
     while (!rq->time_once && hx_time_repeat_due(n, tp, td)) {
         lm_ctx_reset(ctx);
         double t0 = lm_now_s();
-        int rc = prefill(ctx, rq, cfg, cur, err);
+        int rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, cur, NULL, NULL,
+                               err);
         if (rc != LM_OK)
             return rc;
         tp += pre[n] = lm_now_s() - t0;
         t0 = lm_now_s();
         for (uint32_t j = 0; j < st->n_decode; ++j)
-            if ((rc = lm_forward(ctx, &c->tokens[rq->n_prompt + j], 1, LM_LOGITS_LAST, cur,
-                                 err)) != LM_OK)
+            if ((rc = hx_drive_decode(ctx, c->tokens[rq->n_prompt + j], cur, err)) != LM_OK)
                 return rc;
         td += dec[n] = lm_now_s() - t0;
         ++n;
@@ -153,10 +129,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
     int rc = hx_capture_create(&c, &s, err);
     if (rc != LM_OK)
         return rc;
-    char be_name[LM_BACKEND_NAME_MAX];
-    lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be_name, sizeof be_name, cfg, (uint32_t)need);
-    if ((rc = lm_ctx_create(&ctx, m, &cp, err)) != LM_OK)
+    if ((rc = hx_drive_open(&ctx, m, cfg, (uint32_t)need, HX_KEYS_PLAIN, "run", err)) != LM_OK)
         goto fail;
     size_t nv = hp->n_vocab;
     if ((cur = malloc(nv * sizeof *cur)) == NULL) {
@@ -172,7 +145,8 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         lm_ctx_set_probe(ctx, kv_probe_fn, &kp);
     double t0 = lm_now_s();
     lm_ctx_set_layer_fn(ctx, rq->on_layer, rq->on_layer_user);
-    if ((rc = prefill(ctx, rq, cfg, c->logits, err)) != LM_OK)
+    if ((rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, c->logits, NULL,
+                            NULL, err)) != LM_OK)
         goto fail;
     stats->prefill_s = lm_now_s() - t0;
     lm_ctx_set_layer_fn(ctx, NULL, NULL);
@@ -198,7 +172,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
             on_path = false; /* tokens past the end of the forced path are no split */
         if (j + 1 == rq->n_gen)
             break; /* the last token's logits are never needed */
-        if ((rc = lm_forward(ctx, &tok, 1, LM_LOGITS_LAST, cur, err)) != LM_OK)
+        if ((rc = hx_drive_decode(ctx, tok, cur, err)) != LM_OK)
             goto fail;
         ++fed;
         stats->n_decode++;
@@ -215,7 +189,8 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         /* The greedy path split: prefill again (same schedule, same bits) and force. */
         stats->reran_forced = true;
         lm_ctx_reset(ctx);
-        if ((rc = prefill(ctx, rq, cfg, cur, err)) != LM_OK ||
+        if ((rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, cur, NULL,
+                                NULL, err)) != LM_OK ||
             (rc = feed_forced(ctx, c, rq, 0, err)) != LM_OK)
             goto fail;
     }
@@ -226,7 +201,8 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         }
         c->n_prompt_rows = rq->n_prompt - 1;
         lm_ctx_reset(ctx);
-        if ((rc = prefill_rows(ctx, rq, cfg, c->prompt_logits, nv, err)) != LM_OK)
+        if ((rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_ALL, NULL, keep_rows,
+                                c->prompt_logits, err)) != LM_OK)
             goto fail;
     }
     /* A two-turn configuration is timed once: the schedule axis is there for its numbers, and

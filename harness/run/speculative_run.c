@@ -1,6 +1,7 @@
 /* speculative_run.c — plain and speculative decoding of one configuration, traced (speculative_run.h). */
 #include "run/speculative_run.h"
 
+#include "run/drive.h"
 #include "run/runner.h"
 
 #include <stdlib.h>
@@ -51,18 +52,23 @@ static int decode(hx_spec_side *s, const lm_model *target, const lm_model *draft
     const uint32_t train = target->hp.n_ctx_train;
     if (train != 0 && need > train)
         need = train;
-    char be[LM_BACKEND_NAME_MAX];
-    lm_ctx_params cp;
-    hx_config_ctx_params(&cp, be, sizeof be, cfg, (uint32_t)need);
+    /* lm_spec_generate prefills in chunks of step itself: a two-turn schedule is refused. */
     lm_ctx *tc = NULL, *dc = NULL;
-    int rc = lm_ctx_create(&tc, target, &cp, err);
+    int rc = hx_drive_open(&tc, target, cfg, (uint32_t)need, HX_KEYS_ALL & ~HX_KEY_TURN,
+                           "speculative decoding", err);
     if (rc == LM_OK && k > 0) {
-        lm_ctx_params dp = cp;
-        dp.rot_max_size = dp.rot_keep = 0;
-        dp.rot_window = false;
-        if (draft->hp.n_ctx_train != 0 && dp.n_ctx > draft->hp.n_ctx_train)
-            dp.n_ctx = draft->hp.n_ctx_train;
-        rc = lm_ctx_create(&dc, draft, &dp, err);
+        /* The draft runs on the same backend, threads, attention and profile, with the plain
+         * cache. */
+        hx_config dcfg = *cfg;
+        dcfg.rot_max = dcfg.rot_keep = 0;
+        dcfg.rot_window = false;
+        dcfg.spec = 0;
+        dcfg.draft[0] = '\0';
+        uint32_t dn = (uint32_t)need;
+        if (draft->hp.n_ctx_train != 0 && dn > draft->hp.n_ctx_train)
+            dn = draft->hp.n_ctx_train;
+        rc = hx_drive_open(&dc, draft, &dcfg, dn, HX_KEYS_PLAIN & ~HX_KEY_TURN,
+                           "speculative decoding's draft", err);
     }
     lm_spec_trace tr = {.tokens = s->tokens, .hist_hash = s->hist, .logits = s->raw};
     const lm_spec_params sp = {.n_draft = k, .step = cfg->step, .n_gen = n_gen, .pen = *pen};

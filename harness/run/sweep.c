@@ -7,6 +7,7 @@
 #include "model/classify.h"
 #include "judge/compare.h"
 #include "judge/coverage.h"
+#include "run/ensemble.h"
 #include "run/envelope_sr.h"
 #include "judge/fingerprint.h"
 #include "fs.h"
@@ -424,33 +425,55 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
+/* The engine's naive-sr members of one envelope (ensemble.h), each captured on the sweep's
+ * request (runner.h) into cap[i]. */
+typedef struct engine_members {
+    const hx_sweep_params *p;
+    const hx_run_request *rq;
+    hx_capture **cap; /* [n] */
+    double *wall_s;   /* [n] */
+    uint64_t seed;    /* member i's seed is seed + i */
+    uint32_t n, done;
+} engine_members;
+
+static int engine_member_run(void *user, const hx_config *member, uint32_t i, lm_err *err)
+{
+    engine_members *e = user;
+    hx_run_stats st;
+    const double t0 = lm_now_s();
+    const int rc = hx_run_capture(&e->cap[i], &st, e->p->model, member, e->rq, err);
+    e->wall_s[i] = lm_now_s() - t0;
+    return rc;
+}
+
+static void engine_member_done(void *user, uint32_t i, int rc)
+{
+    engine_members *e = user;
+    ++e->done;
+    if (rc == LM_OK)
+        progress(e->p, "[%u/%u] ensemble naive-sr seed %llu %.3f s", (unsigned)e->done,
+                 (unsigned)e->n, (unsigned long long)(e->seed + i), e->wall_s[i]);
+}
+
 /* The engine's naive-sr ensemble (m members, seeds seed + i) under a precision profile ("" =
  * f32; the members round at the profile's sites, kvd_profile.h) folded into *out. */
 static int engine_envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params *p,
                            const hx_run_request *rq, uint32_t m, uint64_t seed,
                            const char *profile, lm_err *err)
 {
-    run_job *jobs = calloc(m, sizeof *jobs);
-    if (jobs == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    for (uint32_t i = 0; i < m; ++i) {
-        hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = seed + i};
-        memcpy(c.profile, profile, sizeof c.profile);
-        jobs[i].cfg = c;
-    }
-    int rc = pool_run(jobs, m, p, rq, "ensemble", err);
-    if (rc == LM_OK) {
-        const hx_capture **mem = calloc(m, sizeof *mem);
-        if (mem == NULL) {
-            rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
-        } else {
-            for (uint32_t i = 0; i < m; ++i)
-                mem[i] = jobs[i].cap;
-            rc = hx_envelope_from_ensemble(out, mem, m, &r->ref, HX_ENVELOPE_SAFETY, err);
-            free(mem);
-        }
-    }
-    jobs_free(jobs, m);
+    engine_members e = {.p = p, .rq = rq, .cap = calloc(m ? m : 1, sizeof *e.cap),
+                        .wall_s = calloc(m ? m : 1, sizeof *e.wall_s), .seed = seed, .n = m};
+    int rc = e.cap == NULL || e.wall_s == NULL
+                 ? LM_FAIL(err, LM_E_NOMEM, "out of memory")
+                 : hx_ensemble_run_engine(m, seed, profile, p->jobs > 1 ? p->jobs : 1,
+                                          engine_member_run, engine_member_done, &e, err);
+    if (rc == LM_OK)
+        rc = hx_envelope_from_ensemble(out, (const hx_capture *const *)e.cap, m, &r->ref,
+                                       HX_ENVELOPE_SAFETY, err);
+    for (uint32_t i = 0; e.cap != NULL && i < m; ++i)
+        hx_capture_free(e.cap[i]);
+    free(e.cap);
+    free(e.wall_s);
     return rc;
 }
 
@@ -474,10 +497,9 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
      * the engine's ensemble also the teacher-path capture's hash: the naive engine's bits on
      * this input, so an engine change (elementwise code, libm) never reuses an old envelope;
      * f32 keeps the key it always had, another profile adds its name. */
-    lm_err e_sr = {0};
-    const bool use_sr = !p->engine_envelope && profile[0] == '\0' &&
-                        hx_envelope_sr_supported(p->model, &r->ref, &e_sr) == LM_OK;
-    const char *who = use_sr ? "reference-SR" : "naive-sr";
+    const bool use_sr = hx_envelope_source(p->model, &r->ref, profile, p->engine_envelope) ==
+                        HX_MEMBERS_REF_SR;
+    const char *who = hx_member_source_name(use_sr ? HX_MEMBERS_REF_SR : HX_MEMBERS_NAIVE_SR);
     if (profile[0] == '\0')
         r->env_ref_sr = use_sr; /* the f32 envelope's members */
     char extra[sizeof ensemble_mode + 96];

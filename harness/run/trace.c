@@ -4,8 +4,9 @@
 
 #include "judge/envelope.h"
 #include "kvd_util.h"
+#include "run/drive.h"
 #include "model/metrics.h"
-#include "run/parallel.h"
+#include "run/ensemble.h"
 #include "run/sweep.h"
 
 #include <math.h>
@@ -101,49 +102,54 @@ static void probe_cb(void *user, uint32_t layer, const char *op, uint32_t pos0, 
 
 /* ---- one run: prompt in the configuration's chunks, then decode steps ---- */
 
-/* Fills t (n_pos = n_prompt + n_gen). path [n_gen]: fed when `forced`, else chosen greedily
- * from the run's own logits and written there. */
+static const slot *find_slot(const tape *t, uint32_t layer, const char *op)
+{
+    for (size_t j = 0; j < t->n; ++j)
+        if (t->s[j].layer == layer && strcmp(t->s[j].op, op) == 0)
+            return &t->s[j];
+    return NULL;
+}
+
+/* Records each forward call's logits rows on the tape. */
+static int tape_logits(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *err)
+{
+    (void)err;
+    const lm_hparams *hp = &lm_ctx_model(ctx)->hp;
+    tape_put(user, hp->n_layer, "logits", ch->pos0, ch->n, ch->logits, hp->n_vocab);
+    return LM_OK;
+}
+
+/* Fills t (n_pos = n_prompt + n_gen): the prompt under cfg's schedule (hx_drive_feed, every
+ * CONFIG key of a plain run honoured), then the decode steps. path [n_gen]: fed when `forced`,
+ * else chosen greedily from the run's own logits and written there. */
 static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int32_t *prompt,
                     uint32_t n_prompt, int32_t *path, uint32_t n_gen, bool forced, lm_err *err)
 {
     const lm_hparams *hp = &m->hp;
-    const uint32_t total = n_prompt + n_gen;
-    uint32_t step = cfg->step == 0 || cfg->step > n_prompt ? n_prompt : cfg->step;
-    char be[LM_BACKEND_NAME_MAX];
-    const lm_ctx_params cp = {.backend = hx_config_backend_name(be, sizeof be, cfg),
-                              .n_threads = hx_config_n_threads(cfg),
-                              .n_ctx = total};
-    lm_ctx *c = NULL;
-    float *lg = malloc((size_t)step * hp->n_vocab * sizeof *lg); /* [step][n_vocab] */
     memset(t, 0, sizeof *t);
-    t->n_pos = total;
+    t->n_pos = n_prompt + n_gen;
+    lm_ctx *c = NULL;
+    float *lg = malloc((size_t)hp->n_vocab * sizeof *lg); /* [n_vocab] the newest row */
     if (lg == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    int rc = lm_ctx_create(&c, m, &cp, err);
-    if (rc != LM_OK) {
-        free(lg);
-        return rc;
+    int rc = hx_drive_open(&c, m, cfg, t->n_pos, HX_KEYS_PLAIN, "trace", err);
+    if (rc == LM_OK) {
+        lm_ctx_set_probe(c, probe_cb, t);
+        rc = hx_drive_feed(c, cfg, prompt, n_prompt, HX_ROWS_ALL, NULL, tape_logits, t, err);
     }
-    lm_ctx_set_probe(c, probe_cb, t);
-    for (uint32_t done = 0; done < total && rc == LM_OK;) {
-        const bool in_prompt = done < n_prompt;
-        uint32_t len = in_prompt ? (n_prompt - done < step ? n_prompt - done : step) : 1;
-        int32_t tok;
-        const int32_t *ids = prompt + done;
-        if (!in_prompt) {
-            const uint32_t j = done - n_prompt; /* decode step j feeds path[j] */
-            tok = path[j];
-            ids = &tok;
+    for (uint32_t j = 0; j < n_gen && rc == LM_OK; ++j) {
+        /* The newest logits row chooses path[j] (decode step j feeds it). */
+        if (!forced) {
+            const slot *s = find_slot(t, hp->n_layer, "logits");
+            const uint32_t pos = n_prompt + j - 1;
+            if (s == NULL || !s->have[pos]) {
+                rc = LM_FAIL(err, LM_E_INTERNAL, "trace: no logits row at position %u", pos);
+                break;
+            }
+            path[j] = lm_argmax(s->rows + (size_t)pos * hp->n_vocab, hp->n_vocab);
         }
-        rc = lm_forward(c, ids, len, LM_LOGITS_ALL, lg, err);
-        if (rc != LM_OK)
-            break;
-        tape_put(t, hp->n_layer, "logits", done, len, lg, hp->n_vocab);
-        done += len;
-        /* The logits of the row just written choose the next path token. */
-        const uint32_t j = done - n_prompt;
-        if (done >= n_prompt && j < n_gen && !forced)
-            path[j] = lm_argmax(lg + (size_t)(len - 1) * hp->n_vocab, hp->n_vocab);
+        if ((rc = hx_drive_decode(c, path[j], lg, err)) == LM_OK)
+            tape_put(t, hp->n_layer, "logits", n_prompt + j, 1, lg, hp->n_vocab);
     }
     lm_ctx_free(c);
     free(lg);
@@ -190,14 +196,6 @@ static int check_params(const hx_trace_params *p, lm_err *err)
     return LM_OK;
 }
 
-static const slot *find_slot(const tape *t, uint32_t layer, const char *op)
-{
-    for (size_t j = 0; j < t->n; ++j)
-        if (t->s[j].layer == layer && strcmp(t->s[j].op, op) == 0)
-            return &t->s[j];
-    return NULL;
-}
-
 /* The SR members of the envelope and the fold of each into env as it finishes. */
 typedef struct members {
     const tape *naive;
@@ -207,13 +205,12 @@ typedef struct members {
     double *env; /* [n_slots][n_pos] */
 } members;
 
-static int member_run(void *ctx, uint32_t mi, lm_err *err)
+static int member_run(void *ctx, const hx_config *member, uint32_t mi, lm_err *err)
 {
     const members *ms = ctx;
     const hx_trace_params *p = ms->p;
-    hx_config c = {.backend = "naive-sr", .step = 0, .threads = 1, .sr_seed = p->sr_seed + mi};
     /* forced: the path is only read */
-    return run_tape(&ms->t[mi], p->model, &c, p->prompt, p->n_prompt, (int32_t *)ms->path,
+    return run_tape(&ms->t[mi], p->model, member, p->prompt, p->n_prompt, (int32_t *)ms->path,
                     p->n_gen, true, err);
 }
 
@@ -254,7 +251,8 @@ static int measure_envelope(double **out, const tape *naive, const hx_trace_para
                   .env = calloc(cells ? cells : 1, sizeof *ms.env)};
     int rc = ms.t == NULL || ms.env == NULL
                  ? LM_FAIL(err, LM_E_NOMEM, "out of memory")
-                 : hx_run_jobs(p->ensemble, p->jobs, member_run, member_fold, &ms, err);
+                 : hx_ensemble_run_engine(p->ensemble, p->sr_seed, "", p->jobs, member_run,
+                                          member_fold, &ms, err);
     free(ms.t);
     if (rc != LM_OK) {
         free(ms.env);

@@ -1,0 +1,222 @@
+/* test_drive.c — the one engine driver (harness/run/drive.c): a key a path does not honour is
+ * refused with one line, the schedule is the CONFIG's (chunks of step, the two turns of turn=D),
+ * and `trace` and `compare` of two configurations that differ in one CONFIG key agree on whether
+ * the bits differ, for every key a plain run has. Runs on the synthetic "tiny" model. */
+#include "kvd_engine.h"
+#include "model/capture.h"
+#include "model/config.h"
+#include "plan/synth.h"
+#include "run/drive.h"
+#include "run/runner.h"
+#include "run/trace.h"
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lm_model *tiny(void)
+{
+    static char path[1200];
+    lm_err err = {0};
+    if (path[0] == '\0') {
+        snprintf(path, sizeof path, "%s/drive-tiny.gguf", tu_tmpdir());
+        CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 7, LM_TYPE_F32, &err), LM_OK);
+    }
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    return m;
+}
+
+static hx_config parse(const char *s)
+{
+    hx_config c;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, s, &err), LM_OK);
+    return c;
+}
+
+static void test_drive_keys_named(void)
+{
+    CU_ASSERT_EQUAL(hx_config_keys(&(hx_config){.backend = "naive"}), 0u);
+    const struct {
+        const char *cfg;
+        unsigned key;
+    } cases[] = {
+        {"naive:step=3", HX_KEY_STEP},          {"naive:step=full:threads=2", HX_KEY_THREADS},
+        {"naive:step=full:attn=stream", HX_KEY_ATTN}, {"naive:step=full:rot=8/2", HX_KEY_ROT},
+        {"naive:step=full:profile=bf16", HX_KEY_PROFILE}, {"naive:step=4:turn=2", HX_KEY_TURN | HX_KEY_STEP},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        hx_config c = parse(cases[i].cfg);
+        CU_ASSERT_EQUAL(hx_config_keys(&c), cases[i].key);
+    }
+    CU_ASSERT_STRING_EQUAL(hx_config_key_name(HX_KEY_ROT), "rot");
+    CU_ASSERT_STRING_EQUAL(hx_config_key_name(HX_KEY_TURN), "turn");
+}
+
+/* A key outside the honoured set is refused with one line naming it and the path. */
+static void test_drive_refuses_unhonoured_key(void)
+{
+    lm_err err = {0};
+    hx_config c = parse("naive:step=4:rot=8/2");
+    CU_ASSERT_EQUAL(hx_drive_check(&c, HX_KEYS_PLAIN, "trace", &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_drive_check(&c, HX_KEYS_PLAIN & ~HX_KEY_ROT, "forced run", &err),
+                    LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "forced run: CONFIG key rot="));
+    CU_ASSERT_PTR_NULL(strchr(err.msg, '\n'));
+    lm_model *m = tiny();
+    lm_err err2 = {0};
+    lm_ctx *ctx = (lm_ctx *)&err2; /* must come back NULL */
+    hx_config t = parse("naive:step=4:turn=2");
+    CU_ASSERT_EQUAL(hx_drive_open(&ctx, m, &t, 32, HX_KEYS_ALL & ~HX_KEY_TURN, "speculative",
+                                  &err2), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(ctx);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err2.msg, "speculative: CONFIG key turn="));
+    lm_model_free(m);
+}
+
+typedef struct calls {
+    uint32_t pos0[64], n[64];
+    size_t k;
+} calls;
+
+static int record(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *err)
+{
+    (void)ctx;
+    (void)err;
+    calls *c = user;
+    if (c->k < 64) {
+        c->pos0[c->k] = ch->pos0;
+        c->n[c->k++] = ch->n;
+    }
+    return LM_OK;
+}
+
+/* step=3:turn=2 over 13 tokens: hx_turn_split's n1 = 6 in chunks of 3, 2 single tokens, n2 = 5
+ * in chunks of 3; positions continue after what the context holds. The final row equals
+ * lm_prefill's of the same chunks on a fresh context (naive is chunk-invariant: bitwise). */
+static void test_drive_feed_schedule(void)
+{
+    lm_model *m = tiny();
+    lm_err err = {0};
+    int32_t tok[13];
+    for (int i = 0; i < 13; ++i)
+        tok[i] = (int32_t)((7 * i + 3) % (int)m->hp.n_vocab);
+    uint32_t n1, d, n2;
+    hx_turn_split(13, 2, &n1, &d, &n2);
+    CU_ASSERT(n1 == 6 && d == 2 && n2 == 5);
+    hx_config c = parse("naive:step=3:turn=2");
+    lm_ctx *ctx = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&ctx, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
+    const size_t nv = m->hp.n_vocab;
+    float *fin = malloc(nv * sizeof *fin), *ref = malloc(nv * sizeof *ref);
+    CU_ASSERT_FATAL(fin != NULL && ref != NULL);
+    calls rec = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &c, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
+                          LM_OK);
+    const uint32_t want_pos0[] = {0, 3, 6, 7, 8, 11}, want_n[] = {3, 3, 1, 1, 3, 2};
+    CU_ASSERT_EQUAL_FATAL(rec.k, 6);
+    for (size_t i = 0; i < 6; ++i)
+        CU_ASSERT(rec.pos0[i] == want_pos0[i] && rec.n[i] == want_n[i]);
+    lm_ctx_reset(ctx);
+    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, tok, 13, 3, ref, &err), LM_OK);
+    CU_ASSERT_EQUAL(memcmp(fin, ref, nv * sizeof *fin), 0);
+    /* A second feed continues at the next position. */
+    rec.k = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &c, tok, 2, HX_ROWS_NONE, NULL, record, &rec, &err),
+                          LM_OK);
+    CU_ASSERT(rec.k == 1 && rec.pos0[0] == 13 && rec.n[0] == 2);
+    /* Past the context: one line, nothing fed. */
+    int32_t many[20] = {0};
+    CU_ASSERT_EQUAL(hx_drive_feed(ctx, &c, many, 20, HX_ROWS_NONE, NULL, NULL, NULL, &err),
+                    LM_E_INPUT);
+    CU_ASSERT_EQUAL(lm_ctx_n_past(ctx), 15);
+    free(fin);
+    free(ref);
+    lm_ctx_free(ctx);
+    lm_model_free(m);
+}
+
+/* Whether `compare` sees other bits: the two captures' hashes (K/V, tokens, forced logits). */
+static bool compare_differs(const lm_model *m, const hx_config *a, const hx_config *b,
+                            const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen)
+{
+    lm_err err = {0};
+    hx_run_request rq = {.prompt = prompt, .n_prompt = n_prompt, .n_gen = n_gen,
+                         .time_once = true};
+    hx_capture *xa = NULL, *xb = NULL;
+    hx_run_stats st;
+    CU_ASSERT_EQUAL_FATAL(hx_run_capture(&xa, &st, m, a, &rq, &err), LM_OK);
+    rq.forced = xa->tokens + n_prompt; /* A's greedy path, as compare feeds both */
+    rq.n_forced = n_gen;
+    hx_capture *fa = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_run_capture(&fa, &st, m, a, &rq, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_run_capture(&xb, &st, m, b, &rq, &err), LM_OK);
+    uint8_t ha[16], hb[16];
+    CU_ASSERT_EQUAL_FATAL(hx_capture_hash(ha, fa, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_capture_hash(hb, xb, &err), LM_OK);
+    hx_capture_free(xa);
+    hx_capture_free(fa);
+    hx_capture_free(xb);
+    return memcmp(ha, hb, 16) != 0;
+}
+
+static bool trace_differs(const lm_model *m, const hx_config *a, const hx_config *b,
+                          const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen)
+{
+    lm_err err = {0};
+    hx_trace_params p = {.model = m, .prompt = prompt, .n_prompt = n_prompt, .n_gen = n_gen,
+                         .a = *a, .b = *b};
+    hx_trace_result *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_trace_run(&r, &p, &err), LM_OK);
+    const bool differs = r->first_diff >= 0;
+    hx_trace_result_free(r);
+    return differs;
+}
+
+/* For every CONFIG key of a plain run, a pair that differs only in that key: trace and compare
+ * agree on whether the bits differ. attn, rot, profile and turn must differ (each changes what
+ * or how the engine computes on this model and prompt), so a path that drops one of them fails
+ * here. */
+static void test_drive_trace_agrees_with_compare(void)
+{
+    lm_model *m = tiny();
+    int32_t prompt[20];
+    for (int i = 0; i < 20; ++i)
+        prompt[i] = (int32_t)((13 * i + 5) % (int)m->hp.n_vocab);
+    const struct {
+        const char *key, *a, *b;
+        bool must_differ;
+    } pairs[] = {
+        {"backend", "naive:step=full", "det:step=full", false},
+        {"step", "blas:step=1", "blas:step=full", false},
+        {"threads", "det:step=4:threads=1", "det:step=4:threads=2", false},
+        {"attn", "naive:step=full:attn=dense", "naive:step=full:attn=stream", true},
+        {"rot", "naive:step=4", "naive:step=4:rot=8/2", true},
+        {"profile", "naive:step=full", "naive:step=full:profile=bf16", true},
+        {"turn", "blas:step=4", "blas:step=4:turn=3", true},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
+        hx_config a = parse(pairs[i].a), b = parse(pairs[i].b);
+        const bool c = compare_differs(m, &a, &b, prompt, 20, 6);
+        const bool t = trace_differs(m, &a, &b, prompt, 20, 6);
+        if (c != t || (pairs[i].must_differ && !c))
+            fprintf(stderr, "\n  key %s: %s vs %s: compare %s, trace %s\n", pairs[i].key,
+                    pairs[i].a, pairs[i].b, c ? "differs" : "identical",
+                    t ? "differs" : "identical");
+        CU_ASSERT_EQUAL(c, t);
+        if (pairs[i].must_differ)
+            CU_ASSERT(c);
+    }
+    lm_model_free(m);
+}
+
+void test_drive_register(void)
+{
+    CU_pSuite s = CU_add_suite("drive", NULL, NULL);
+    CU_add_test(s, "test_drive_keys_named", test_drive_keys_named);
+    CU_add_test(s, "test_drive_refuses_unhonoured_key", test_drive_refuses_unhonoured_key);
+    CU_add_test(s, "test_drive_feed_schedule", test_drive_feed_schedule);
+    CU_add_test(s, "test_drive_trace_agrees_with_compare", test_drive_trace_agrees_with_compare);
+}
