@@ -27,6 +27,9 @@ static const char *const names[LM_DEFECT_COUNT] = {
     [LM_DEFECT_F16_SUBNORMAL] = "f16-subnormal",
     [LM_DEFECT_THREAD_SPLIT_SKIPS_ROW] = "thread-split-skips-row",
     [LM_DEFECT_STREAM_TILE_SKIPS_KEY] = "stream-tile-skips-key",
+    [LM_DEFECT_PREFIX_LAST_ROW_STALE] = "prefix-last-row-stale",
+    [LM_DEFECT_PREFIX_ROWS_SHIFTED] = "prefix-rows-shifted",
+    [LM_DEFECT_PREFIX_V_NEXT_LAYER] = "prefix-v-next-layer",
 };
 
 void lm_test_set_defect(lm_defect d)

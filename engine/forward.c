@@ -740,6 +740,42 @@ void lm_ctx_reset(lm_ctx *c)
 }
 size_t lm_ctx_scratch_bytes(const lm_ctx *c) { return c->scratch_bytes; }
 
+int lm_ctx_adopt_prefix(lm_ctx *dst, const lm_ctx *src, uint32_t n, lm_err *err)
+{
+    if (dst->m_user != src->m_user || lm_variants_rotating(dst->var) ||
+        lm_variants_rotating(src->var))
+        return LM_FAIL(err, LM_E_INPUT, "prefix reuse: needs two contexts of the same model with "
+                       "the plain cache");
+    if (dst->n_past != 0 || n > src->n_past || n > dst->n_ctx)
+        return LM_FAIL(err, LM_E_INPUT, "prefix reuse of %u positions: the source holds %u, the "
+                       "target %u of %u", n, src->n_past, dst->n_past, dst->n_ctx);
+    const lm_hparams *hp = &dst->m->hp;
+    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    /* test defects: a copy one row short, written one slot late, V of the next layer */
+    const uint32_t rows =
+        LM_DEFECT_ON(dst->be->vt->name, LM_DEFECT_PREFIX_LAST_ROW_STALE) && n > 0 ? n - 1 : n;
+    const uint32_t to =
+        LM_DEFECT_ON(dst->be->vt->name, LM_DEFECT_PREFIX_ROWS_SHIFTED) && n < dst->n_ctx;
+    const bool v_next = LM_DEFECT_ON(dst->be->vt->name, LM_DEFECT_PREFIX_V_NEXT_LAYER);
+    for (uint32_t il = 0; il < hp->n_layer; ++il) { /* rows [position][n_kv_head][head_dim] */
+        const uint32_t vl = v_next ? (il + 1) % hp->n_layer : il;
+        memcpy(lm_kvcache_k(&dst->kv, il, to), lm_kvcache_k(&src->kv, il, 0),
+               rows * kv_dim * sizeof(float));
+        memcpy(lm_kvcache_v(&dst->kv, il, to), lm_kvcache_v(&src->kv, vl, 0),
+               rows * kv_dim * sizeof(float));
+    }
+    dst->n_past = n;
+    return LM_OK;
+}
+
+void lm_ctx_share_hooks(lm_ctx *dst, const lm_ctx *src)
+{
+    dst->probe = src->probe;
+    dst->probe_user = src->probe_user;
+    dst->on_layer = src->on_layer;
+    dst->on_layer_user = src->on_layer_user;
+}
+
 void lm_ctx_set_bidir(lm_ctx *c, bool on) { c->bidir = on; }
 
 int lm_ctx_rollback(lm_ctx *c, uint32_t n_past, lm_err *err)

@@ -22,6 +22,9 @@ static const lm_threshold table[] = {
      "a second query block of streaming attention"},
     {"stream.key_tile", LM_THR_KEYS, LM_ATTN_STREAM_TILE + 1, "stream", NULL, false,
      "a second key tile of streaming attention, the online softmax rescaling across tiles"},
+    {"prefix.reuse", LM_THR_REUSED, 1, NULL, NULL, false,
+     "a prefix-cache hit: K/V rows adopted from an earlier request (lm_ctx_adopt_prefix), the "
+     "rest of the prompt attending to them"},
 };
 #define N_THRESHOLDS (sizeof table / sizeof table[0])
 

@@ -80,6 +80,9 @@ static const defect_case known[] = {
     {LM_DEFECT_STREAM_TILE_SKIPS_KEY, false, false, NULL, true},
     {LM_DEFECT_ROT_CONCAT_SLOT_ORDER, false, false, "needs rot= (rot_multiturn below)", false},
     {LM_DEFECT_F16_SUBNORMAL, false, false, "at model load (f16_subnormal below)", false},
+    {LM_DEFECT_PREFIX_LAST_ROW_STALE, false, false, "needs prefix= (prefix_reuse below)", false},
+    {LM_DEFECT_PREFIX_ROWS_SHIFTED, false, false, "needs prefix= (prefix_reuse below)", false},
+    {LM_DEFECT_PREFIX_V_NEXT_LAYER, false, false, "needs prefix= (prefix_reuse below)", false},
 };
 #define N_KNOWN (sizeof known / sizeof known[0])
 #define N_ROWS ((size_t)LM_DEFECT_COUNT - 1) /* every defect: row k is defect k + 1 */
@@ -959,6 +962,66 @@ static void test_defects_sched_summary(void)
     fprintf(stderr, "  ");
 }
 
+/* The prefix-cache defects of lm_ctx_adopt_prefix (a copy one row short, one position late,
+ * V rows of the next layer), modelled on prefix-caching bugs of serving stacks: swept with the
+ * prefix axis (none, a prefix chunked like the rest, a prefix chunked by 2) over naive, blas and
+ * det on the synthetic tiny model and stories260K (when present). Clean, no configuration
+ * fails; with each defect, some reused-prefix configuration fails on every model and none
+ * without a reused prefix does (the defect lives only on that path, so the same sweep without
+ * the axis cannot see it). */
+static void test_defects_prefix_reuse(void)
+{
+    static const lm_defect ds[] = {LM_DEFECT_PREFIX_LAST_ROW_STALE, LM_DEFECT_PREFIX_ROWS_SHIFTED,
+                                   LM_DEFECT_PREFIX_V_NEXT_LAYER};
+    char tiny[1200], cache[1200];
+    lm_err err = {0};
+    snprintf(tiny, sizeof tiny, "%s/prefix-tiny.gguf", tu_tmpdir());
+    snprintf(cache, sizeof cache, "%s/defects-cache-prefix", tu_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write(tiny, "tiny", 13, LM_TYPE_F32, &err), LM_OK);
+    const char *paths[2] = {tiny, tu_model_path("stories260K.gguf")};
+    const hx_axes axes = {.steps = "1,4,full", .backends = "naive,blas,det", .threads = "1",
+                          .attn = "default", .prefix = "none,5,5:2"};
+    hx_config *cfgs = NULL;
+    size_t n = 0;
+    configs_of(&cfgs, &n, &axes);
+    fprintf(stderr, "\n  prefix defects (%zu configurations, a third without a reused prefix):",
+            n);
+    for (size_t mi = 0; mi < 2; ++mi) {
+        if (paths[mi] == NULL)
+            continue;
+        lm_model *m = NULL;
+        int32_t *prompt = NULL;
+        size_t n_prompt = 0;
+        CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, paths[mi], &err), LM_OK);
+        CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true,
+                                          &prompt, &n_prompt, &err), LM_OK);
+        size_t caught = 0;
+        double a, b;
+        CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_NONE, m, prompt, (uint32_t)n_prompt, N_GEN, cfgs,
+                                     n, cache, false, NULL, &caught, &a, &b, &err), LM_OK);
+        CU_ASSERT_EQUAL(caught, 0);
+        for (size_t k = 0; k < sizeof ds / sizeof ds[0]; ++k) {
+            hx_sweep_result *r = NULL;
+            CU_ASSERT_EQUAL_FATAL(sweep_defect(ds[k], m, prompt, (uint32_t)n_prompt, N_GEN, cfgs,
+                                               n, cache, false, &r, &caught, &a, &b, &err),
+                                  LM_OK);
+            size_t plain_failing = 0;
+            for (size_t i = 0; i < n; ++i)
+                plain_failing += cfgs[i].prefix == 0 &&
+                                 hx_class_fails(r->report->configs[i].cls);
+            fprintf(stderr, "\n    %-12s %-24s %zu of %zu caught, smallest err/E %.3g",
+                    mi == 0 ? "synth:tiny" : "stories260K", lm_defect_name(ds[k]), caught, n, a);
+            CU_ASSERT(caught > 0);
+            CU_ASSERT_EQUAL(plain_failing, 0);
+            hx_sweep_result_free(r);
+        }
+        free(prompt);
+        lm_model_free(m);
+    }
+    fprintf(stderr, "\n  ");
+    free(cfgs);
+}
+
 void test_defects_register(void)
 {
     CU_pSuite s = CU_add_suite("defects", NULL, NULL);
@@ -971,5 +1034,6 @@ void test_defects_register(void)
     CU_add_test(s, "test_defects_rot_multiturn", test_defects_rot_multiturn);
     CU_add_test(s, "test_defects_kv_f16", test_defects_kv_f16);
     CU_add_test(s, "test_defects_f16_subnormal", test_defects_f16_subnormal);
+    CU_add_test(s, "test_defects_prefix_reuse", test_defects_prefix_reuse);
     CU_add_test(s, "test_defects_sched_summary", test_defects_sched_summary);
 }

@@ -138,6 +138,84 @@ static void test_drive_feed_schedule(void)
     lm_model_free(m);
 }
 
+/* prefix=5/2:step=3 over 13 tokens: the earlier request's calls (2, 2, 1 tokens in a context
+ * of its own), then the rest in chunks of 3 at positions 5.. of ours. naive is chunk-invariant,
+ * so the final row equals one prefill's bit for bit: the adopted rows are the computed ones. */
+static void test_drive_prefix_schedule(void)
+{
+    lm_model *m = tiny();
+    lm_err err = {0};
+    int32_t tok[13];
+    for (int i = 0; i < 13; ++i)
+        tok[i] = (int32_t)((5 * i + 2) % (int)m->hp.n_vocab);
+    hx_config c = parse("naive:step=3:prefix=5/2");
+    CU_ASSERT(c.prefix == 5 && c.prefix_step == 2);
+    CU_ASSERT_EQUAL(hx_config_keys(&c), HX_KEY_STEP | HX_KEY_PREFIX);
+    lm_ctx *ctx = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&ctx, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
+    const size_t nv = m->hp.n_vocab;
+    float *fin = malloc(nv * sizeof *fin), *ref = malloc(nv * sizeof *ref);
+    CU_ASSERT_FATAL(fin != NULL && ref != NULL);
+    calls rec = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &c, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
+                          LM_OK);
+    const uint32_t want_pos0[] = {0, 2, 4, 5, 8, 11}, want_n[] = {2, 2, 1, 3, 3, 2};
+    CU_ASSERT_EQUAL_FATAL(rec.k, 6);
+    for (size_t i = 0; i < 6; ++i)
+        CU_ASSERT(rec.pos0[i] == want_pos0[i] && rec.n[i] == want_n[i]);
+    CU_ASSERT_EQUAL(lm_ctx_n_past(ctx), 13);
+    lm_ctx_reset(ctx);
+    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, tok, 13, 0, ref, &err), LM_OK);
+    CU_ASSERT_EQUAL(memcmp(fin, ref, nv * sizeof *fin), 0);
+    /* A prefix as long as the prompt reuses all but its last token. */
+    hx_config all = parse("naive:step=full:prefix=40");
+    lm_ctx_reset(ctx);
+    rec.k = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &all, tok, 13, HX_ROWS_NONE, NULL, record, &rec,
+                                        &err), LM_OK);
+    CU_ASSERT(rec.k == 2 && rec.n[0] == 12 && rec.pos0[1] == 12 && rec.n[1] == 1);
+    free(fin);
+    free(ref);
+    lm_ctx_free(ctx);
+    lm_model_free(m);
+}
+
+/* lm_ctx_adopt_prefix refuses what it cannot hand over: a non-empty target, more rows than the
+ * source holds, a rotating cache on either side; and the grammar refuses prefix with rot. */
+static void test_drive_prefix_refusals(void)
+{
+    lm_model *m = tiny();
+    lm_err err = {0};
+    const lm_ctx_params plain = {.backend = "naive", .n_ctx = 16};
+    const lm_ctx_params rot = {.backend = "naive", .n_ctx = 16, .rot_max_size = 8, .rot_keep = 2};
+    lm_ctx *a = NULL, *b = NULL, *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&a, m, &plain, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&b, m, &plain, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_ctx_create(&r, m, &rot, &err), LM_OK);
+    const int32_t tok[6] = {1, 2, 3, 4, 5, 6};
+    CU_ASSERT_EQUAL_FATAL(lm_forward(a, tok, 6, LM_LOGITS_NONE, NULL, &err), LM_OK);
+    lm_err e1 = {0}, e2 = {0}, e3 = {0};
+    CU_ASSERT_EQUAL(lm_ctx_adopt_prefix(b, a, 7, &e1), LM_E_INPUT);
+    CU_ASSERT_EQUAL(lm_ctx_adopt_prefix(r, a, 4, &e2), LM_E_INPUT);
+    CU_ASSERT_EQUAL(lm_ctx_adopt_prefix(b, a, 4, &err), LM_OK);
+    CU_ASSERT_EQUAL(lm_ctx_n_past(b), 4);
+    CU_ASSERT_EQUAL(lm_ctx_adopt_prefix(b, a, 4, &e3), LM_E_INPUT); /* b is not empty now */
+    hx_config c;
+    lm_err e4 = {0};
+    CU_ASSERT_EQUAL(hx_config_parse(&c, "naive:step=4:rot=8/2:prefix=4", &e4), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e4.msg, "prefix= needs the plain cache"));
+    char s[HX_CONFIG_STR_MAX];
+    c = parse("blas:prefix=7/full:step=2");
+    hx_config_format(s, sizeof s, &c);
+    CU_ASSERT_STRING_EQUAL(s, "blas:step=2:prefix=7/full");
+    hx_config back = parse(s);
+    CU_ASSERT(hx_config_equal(&back, &c));
+    lm_ctx_free(a);
+    lm_ctx_free(b);
+    lm_ctx_free(r);
+    lm_model_free(m);
+}
+
 /* Whether `compare` sees other bits: the two captures' hashes (K/V, tokens, forced logits). */
 static bool compare_differs(const lm_model *m, const hx_config *a, const hx_config *b,
                             const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen)
@@ -176,9 +254,9 @@ static bool trace_differs(const lm_model *m, const hx_config *a, const hx_config
 }
 
 /* For every CONFIG key of a plain run, a pair that differs only in that key: trace and compare
- * agree on whether the bits differ. attn, rot, profile and turn must differ (each changes what
- * or how the engine computes on this model and prompt), so a path that drops one of them fails
- * here. */
+ * agree on whether the bits differ. attn, rot, profile, turn and prefix must differ (each
+ * changes what or how the engine computes on this model and prompt), so a path that drops one
+ * of them fails here. */
 static void test_drive_trace_agrees_with_compare(void)
 {
     lm_model *m = tiny();
@@ -196,6 +274,7 @@ static void test_drive_trace_agrees_with_compare(void)
         {"rot", "naive:step=4", "naive:step=4:rot=8/2", true},
         {"profile", "naive:step=full", "naive:step=full:profile=bf16", true},
         {"turn", "blas:step=4", "blas:step=4:turn=3", true},
+        {"prefix", "blas:step=full", "blas:step=full:prefix=6/1", true},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
         hx_config a = parse(pairs[i].a), b = parse(pairs[i].b);
@@ -218,5 +297,7 @@ void test_drive_register(void)
     CU_add_test(s, "test_drive_keys_named", test_drive_keys_named);
     CU_add_test(s, "test_drive_refuses_unhonoured_key", test_drive_refuses_unhonoured_key);
     CU_add_test(s, "test_drive_feed_schedule", test_drive_feed_schedule);
+    CU_add_test(s, "test_drive_prefix_schedule", test_drive_prefix_schedule);
+    CU_add_test(s, "test_drive_prefix_refusals", test_drive_prefix_refusals);
     CU_add_test(s, "test_drive_trace_agrees_with_compare", test_drive_trace_agrees_with_compare);
 }

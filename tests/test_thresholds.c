@@ -116,8 +116,9 @@ static void test_thresholds_table(void)
         const lm_threshold *t = lm_threshold_at(i);
         CU_ASSERT(t->name != NULL && t->name[0] != '\0');
         CU_ASSERT(t->what != NULL && t->what[0] != '\0');
-        CU_ASSERT(t->value >= 2);
-        CU_ASSERT(t->kind == LM_THR_CHUNK_ROWS || t->kind == LM_THR_KEYS);
+        CU_ASSERT(t->value >= (t->kind == LM_THR_REUSED ? 1u : 2u));
+        CU_ASSERT(t->kind == LM_THR_CHUNK_ROWS || t->kind == LM_THR_KEYS ||
+                  t->kind == LM_THR_REUSED);
         CU_ASSERT(t->backend == NULL || lm_backend_known(t->backend, strlen(t->backend)));
     }
 }
@@ -147,6 +148,7 @@ static void test_thresholds_coverage(void)
     CU_ASSERT(listed(r, "stream.key_tile"));
     CU_ASSERT(listed(r, "stream.query_block"));
     CU_ASSERT(listed(r, "dense.query_block"));
+    CU_ASSERT(listed(r, "prefix.reuse"));
     CU_ASSERT_FALSE(listed(r, "threads.row_split"));
     CU_ASSERT_FALSE(listed(r, "blas.multi_row"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r->covered, "attn default,stream"));
@@ -172,6 +174,24 @@ static void test_thresholds_coverage(void)
     hx_report_free(r);
 }
 
+/* A reused prefix is reached by a configuration with prefix=P on a prompt of two or more
+ * tokens (the last prompt token is always computed, so a one-token prompt reuses nothing). */
+static void test_thresholds_prefix_reuse(void)
+{
+    hx_report *r = NULL;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_report_create(&r, "t", &err), LM_OK);
+    hx_config c[2] = {{.backend = "naive", .step = 4}, {.backend = "det", .step = 4}};
+    hx_coverage_fill(r, c, 2, 20, 4);
+    CU_ASSERT(listed(r, "prefix.reuse"));
+    c[1].prefix = 8;
+    hx_coverage_fill(r, c, 2, 20, 4);
+    CU_ASSERT_FALSE(listed(r, "prefix.reuse"));
+    hx_coverage_fill(r, c, 2, 1, 4);
+    CU_ASSERT(listed(r, "prefix.reuse"));
+    hx_report_free(r);
+}
+
 void test_thresholds_register(void)
 {
     CU_pSuite s = CU_add_suite("thresholds", NULL, NULL);
@@ -179,4 +199,5 @@ void test_thresholds_register(void)
     CU_add_test(s, "test_thresholds_stream_key_tile", test_thresholds_stream_key_tile);
     CU_add_test(s, "test_thresholds_row_split", test_thresholds_row_split);
     CU_add_test(s, "test_thresholds_coverage", test_thresholds_coverage);
+    CU_add_test(s, "test_thresholds_prefix_reuse", test_thresholds_prefix_reuse);
 }

@@ -54,6 +54,14 @@ typedef enum lm_defect {
     LM_DEFECT_STREAM_TILE_SKIPS_KEY,  /* streaming attention drops the first key of every key
                                          tile after the first (attention_stream.c; only past
                                          LM_ATTN_STREAM_TILE cached keys) */
+    LM_DEFECT_PREFIX_LAST_ROW_STALE, /* a reused prefix of n positions copies n - 1 rows of K
+                                        and V: its last position keeps whatever the slot held
+                                        (forward.c lm_ctx_adopt_prefix) */
+    LM_DEFECT_PREFIX_ROWS_SHIFTED,   /* a reused prefix's rows are written one slot late (an
+                                        off-by-one in the block table): position 0 keeps what
+                                        the slot held, position p gets p - 1's rows */
+    LM_DEFECT_PREFIX_V_NEXT_LAYER,   /* a reused prefix takes each layer's V rows from the next
+                                        layer's (layer index mixed up in the copy) */
     LM_DEFECT_COUNT
 } lm_defect;
 

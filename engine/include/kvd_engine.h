@@ -87,6 +87,14 @@ uint32_t lm_ctx_n_past(const lm_ctx *c);
 uint32_t lm_ctx_n_ctx(const lm_ctx *c);
 /* Forget every cached position (the next forward starts at position 0). */
 void lm_ctx_reset(lm_ctx *c);
+/* A prefix-cache hit: dst (empty) takes the K and V rows of src's first n positions, every
+ * layer, as an earlier request computed them, and continues at position n. Both contexts hold
+ * the same model with the plain cache (a rotating one evicts rows by its own schedule);
+ * LM_E_INPUT otherwise, or when dst is not empty, src holds fewer than n positions or dst has
+ * room for fewer. */
+int lm_ctx_adopt_prefix(lm_ctx *dst, const lm_ctx *src, uint32_t n, lm_err *err);
+/* dst gets src's probe and layer callbacks (lm_ctx_set_probe, lm_ctx_set_layer_fn). */
+void lm_ctx_share_hooks(lm_ctx *dst, const lm_ctx *src);
 /* KV cache of one layer: [n_past][n_head_kv][head_dim], K after RoPE. */
 const float *lm_ctx_k(const lm_ctx *c, uint32_t layer);
 const float *lm_ctx_v(const lm_ctx *c, uint32_t layer);
@@ -182,7 +190,9 @@ void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);
  * reads this table (never a copy of its numbers) to say what a sweep exercised. */
 typedef enum lm_threshold_kind {
     LM_THR_CHUNK_ROWS = 0, /* reached by one forward call of at least `value` tokens */
-    LM_THR_KEYS = 1        /* reached by a query that attends over at least `value` cache slots */
+    LM_THR_KEYS = 1,       /* reached by a query that attends over at least `value` cache slots */
+    LM_THR_REUSED = 2      /* reached by a prompt whose first `value` or more positions' K/V
+                              rows were adopted from an earlier request (lm_ctx_adopt_prefix) */
 } lm_threshold_kind;
 
 typedef struct lm_threshold {

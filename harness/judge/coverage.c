@@ -26,6 +26,15 @@ static uint32_t attended_slots(const hx_config *c, uint32_t n_prompt, uint32_t n
     return all < cap ? all : cap;
 }
 
+/* Prompt positions whose K/V rows c adopts from an earlier request (the driver reuses at most
+ * all but the last prompt token). */
+static uint32_t reused_rows(const hx_config *c, uint32_t n_prompt)
+{
+    if (c->prefix == 0 || n_prompt < 2)
+        return 0;
+    return c->prefix < n_prompt ? c->prefix : n_prompt - 1;
+}
+
 static bool threads_split(const hx_config *c)
 {
     return hx_config_n_threads(c) >= 2 && !(lm_backend_flags(c->backend) & LM_BE_ONE_THREAD);
@@ -119,8 +128,9 @@ void hx_coverage_fill(hx_report *r, const hx_config *cfgs, size_t n, uint32_t n_
             if (!applies(th, &cfgs[i]))
                 continue;
             any = true;
-            const uint32_t v = th->kind == LM_THR_KEYS ? attended_slots(&cfgs[i], n_prompt, n_gen)
-                                                       : chunk_rows(&cfgs[i], n_prompt);
+            const uint32_t v = th->kind == LM_THR_KEYS     ? attended_slots(&cfgs[i], n_prompt, n_gen)
+                               : th->kind == LM_THR_REUSED ? reused_rows(&cfgs[i], n_prompt)
+                                                           : chunk_rows(&cfgs[i], n_prompt);
             best = v > best ? v : best;
         }
         if (best >= th->value)
@@ -130,6 +140,9 @@ void hx_coverage_fill(hx_report *r, const hx_config *cfgs, size_t n, uint32_t n_
                             th->attn ? " attn=" : "", th->attn ? th->attn : "",
                             th->backend ? " backend " : "", th->backend ? th->backend : "",
                             th->threads ? " >= 2 threads on a threaded backend" : "", th->what);
+        else if (th->kind == LM_THR_REUSED)
+            add_unexercised(r, "%s: no configuration reuses a prefix (prefix=P): %s", th->name,
+                            th->what);
         else if (th->kind == LM_THR_KEYS)
             add_unexercised(r, "%s: at most %u cache slots attended (prompt + generated), "
                             "%u needed: %s", th->name, (unsigned)best,

@@ -88,6 +88,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
     memcpy(c.backend, s, blen);
     bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
     bool seen_spec = false, seen_draft = false, seen_prof = false, seen_turn = false;
+    bool seen_prefix = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -134,6 +135,10 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
             snprintf(expect, sizeof expect, "an integer in 0..%u", HX_TURN_MAX);
             ok = field_is(val, vlen, "0") ? (c.turn = 0, true)
                                           : lm_parse_u32(val, vlen, 1, HX_TURN_MAX, &c.turn);
+        } else if (field_is(f, klen, "prefix")) {
+            seen = &seen_prefix;
+            snprintf(expect, sizeof expect, "P or P/S with P >= 1 and S >= 1 or full, or none");
+            ok = hx_prefix_parse(val, vlen, false, &c.prefix, &c.prefix_step);
         } else if (field_is(f, klen, "profile")) {
             seen = &seen_prof;
             snprintf(expect, sizeof expect, "%s", lm_profile_expected());
@@ -154,7 +159,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         } else {
             return LM_FAIL(err, LM_E_INPUT,
                            "config '%s': unknown key '%.*s' (step, threads, attn, rot, turn, "
-                           "profile, spec, draft)", s, (int)klen, f);
+                           "prefix, profile, spec, draft)", s, (int)klen, f);
         }
         if (*seen)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
@@ -164,8 +169,32 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                            s, (int)vlen, val, (int)klen, f, expect);
         p = next;
     }
+    if (c.prefix != 0 && c.rot_max != 0)
+        return LM_FAIL(err, LM_E_INPUT, "config '%s': prefix= needs the plain cache (a rotating "
+                       "cache evicts the rows a reused prefix would hand over)", s);
     *out = c;
     return LM_OK;
+}
+
+bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint32_t *step)
+{
+    *p = *step = 0;
+    if (field_is(s, len, "none") || field_is(s, len, "0"))
+        return true;
+    size_t plen = 0;
+    while (plen < len && s[plen] != '/' && !(colon_ok && s[plen] == ':'))
+        ++plen;
+    if (!lm_parse_u32(s, plen, 1, UINT32_MAX, p))
+        return false;
+    if (plen == len)
+        return true;
+    const char *t = s + plen + 1;
+    const size_t tlen = len - plen - 1;
+    if (field_is(t, tlen, "full")) {
+        *step = HX_PREFIX_STEP_FULL;
+        return true;
+    }
+    return lm_parse_u32(t, tlen, 1, UINT32_MAX - 1, step);
 }
 
 uint32_t hx_threads_all(void)
@@ -207,13 +236,20 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
                  c->rot_window ? "/window" : "");
     if (c->profile[0] != '\0')
         snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
-    char spec[24] = "", turn[24] = "";
+    char spec[24] = "", turn[24] = "", prefix[40] = "";
+    if (c->prefix != 0 && c->prefix_step == HX_PREFIX_STEP_FULL)
+        snprintf(prefix, sizeof prefix, ":prefix=%u/full", (unsigned)c->prefix);
+    else if (c->prefix != 0 && c->prefix_step != 0)
+        snprintf(prefix, sizeof prefix, ":prefix=%u/%u", (unsigned)c->prefix,
+                 (unsigned)c->prefix_step);
+    else if (c->prefix != 0)
+        snprintf(prefix, sizeof prefix, ":prefix=%u", (unsigned)c->prefix);
     if (c->spec != 0)
         snprintf(spec, sizeof spec, ":spec=%u", (unsigned)c->spec);
     if (c->turn != 0)
         snprintf(turn, sizeof turn, ":turn=%u", (unsigned)c->turn);
-    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, turn,
-                    prof, spec, c->draft[0] ? ":draft=" : "", c->draft);
+    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, turn,
+                    prefix, prof, spec, c->draft[0] ? ":draft=" : "", c->draft);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
@@ -221,6 +257,7 @@ hx_config hx_config_baseline(const hx_config *c)
     hx_config b = *c;
     b.step = 0;
     b.turn = 0;
+    b.prefix = b.prefix_step = 0;
     return b;
 }
 
@@ -267,7 +304,8 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
 {
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
-           a->rot_window == b->rot_window && a->turn == b->turn &&
+           a->rot_window == b->rot_window && a->turn == b->turn && a->prefix == b->prefix &&
+           a->prefix_step == b->prefix_step &&
            a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
            strcmp(a->profile, b->profile) == 0;
 }
@@ -299,6 +337,13 @@ static void apply_rot(hx_config *c, const void *elem)
     c->rot_max = r[0];
     c->rot_keep = r[1];
     c->rot_window = r[2] != 0;
+}
+
+static void apply_prefix(hx_config *c, const void *elem)
+{
+    const uint32_t *p = elem; /* prefix, its earlier request's step */
+    c->prefix = p[0];
+    c->prefix_step = p[1];
 }
 
 static void apply_profile(hx_config *c, const void *elem)
@@ -445,6 +490,16 @@ static int rot_item(void *elem, const char *s, size_t len, const char *what, con
     return LM_OK;
 }
 
+static int prefix_item(void *elem, const char *s, size_t len, const char *what,
+                       const char *list, lm_err *err)
+{
+    uint32_t *p = elem; /* prefix, its earlier request's step */
+    if (!hx_prefix_parse(s, len, true, &p[0], &p[1]))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (none, P or P:S with P >= 1 "
+                       "and S >= 1 or full)", what, list, (int)len, s);
+    return LM_OK;
+}
+
 static int profile_item(void *elem, const char *s, size_t len, const char *what,
                         const char *list, lm_err *err)
 {
@@ -511,6 +566,8 @@ static const struct axis_def {
                          profile_item, offsetof(hx_axes, profile)},
     [HX_AXIS_ROT] = {"rot", "--rot", NULL, 3 * sizeof(uint32_t), rot_item,
                      offsetof(hx_axes, rot)},
+    [HX_AXIS_PREFIX] = {"prefix", "--prefix", NULL, 2 * sizeof(uint32_t), prefix_item,
+                        offsetof(hx_axes, prefix)},
     [HX_AXIS_BACKENDS] = {"backends", "--backends", HX_AXES_DEFAULT_BACKENDS,
                           sizeof((hx_config *)0)->backend, backend_item,
                           offsetof(hx_axes, backends)},
@@ -620,16 +677,19 @@ int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
     *n = 0;
     int st = LM_OK;
     /* Checked in the order the options are documented: steps, backends, threads, attn, rot,
-     * profile. */
+     * profile, prefix. */
     static const hx_axis order[HX_AXIS_COUNT] = {HX_AXIS_STEPS, HX_AXIS_BACKENDS,
                                                  HX_AXIS_THREADS, HX_AXIS_ATTN, HX_AXIS_ROT,
-                                                 HX_AXIS_PROFILE};
+                                                 HX_AXIS_PROFILE, HX_AXIS_PREFIX};
     for (int i = 0; i < HX_AXIS_COUNT && st == LM_OK; ++i)
         st = axis_values(&v[order[i]], &m[order[i]], a, order[i], NULL, err);
     if (st == LM_OK)
         st = hx_sweep_cross(out, n, v[HX_AXIS_BACKENDS], m[HX_AXIS_BACKENDS], v[HX_AXIS_STEPS],
                             m[HX_AXIS_STEPS], v[HX_AXIS_THREADS], m[HX_AXIS_THREADS],
                             v[HX_AXIS_ATTN], m[HX_AXIS_ATTN], err);
+    if (st == LM_OK && m[HX_AXIS_PREFIX] > 0)
+        st = cross_by(out, n, v[HX_AXIS_PREFIX], axis_defs[HX_AXIS_PREFIX].size,
+                      m[HX_AXIS_PREFIX], apply_prefix, err);
     if (st == LM_OK && m[HX_AXIS_ROT] > 0)
         st = cross_by(out, n, v[HX_AXIS_ROT], axis_defs[HX_AXIS_ROT].size, m[HX_AXIS_ROT],
                       apply_rot, err);
@@ -638,6 +698,15 @@ int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
                       m[HX_AXIS_PROFILE], apply_profile, err);
     for (int i = 0; i < HX_AXIS_COUNT; ++i)
         free(v[i]);
+    size_t kept = 0; /* a reused prefix needs the plain cache */
+    for (size_t i = 0; st == LM_OK && i < *n; ++i)
+        if ((*out)[i].prefix == 0 || (*out)[i].rot_max == 0)
+            (*out)[kept++] = (*out)[i];
+    if (st == LM_OK && kept == 0 && *n > 0)
+        st = LM_FAIL(err, LM_E_INPUT, "--prefix: a reused prefix needs the plain cache, and "
+                     "--rot leaves none");
+    if (st == LM_OK)
+        *n = kept;
     if (st != LM_OK) {
         free(*out);
         *out = NULL;

@@ -20,6 +20,7 @@ typedef enum hx_attn { HX_ATTN_DEFAULT = 0, HX_ATTN_DENSE = 1, HX_ATTN_STREAM = 
 /* `threads=all`: every online core, at least 2 so that a thread split happens even on one
  * core (hx_threads_all); the same name on every machine, so goldens keep their key. */
 #define HX_THREADS_ALL UINT32_MAX
+#define HX_PREFIX_STEP_FULL UINT32_MAX /* `prefix=P/full` */
 
 typedef struct hx_config {
     char backend[16]; /* a registered backend's name (lm_backend_find), without a seed */
@@ -37,6 +38,13 @@ typedef struct hx_config {
     uint32_t turn;    /* `turn=D`: the prompt fed as two turns (hx_turn_split): its first part
                          in chunks of step, D single-token forward calls, then the rest as a
                          second multi-token chunk in chunks of step; 0 = one prefill */
+    uint32_t prefix;  /* `prefix=P[/S]`: the first P prompt tokens are a prefix-cache hit, computed
+                         by an earlier request (in chunks of prefix_step) whose K/V rows this
+                         one adopts (lm_ctx_adopt_prefix), the rest of the prompt then fed in
+                         chunks of step; 0 = none. At most the prompt's length - 1: the last
+                         prompt token is always computed (its logits are the first output) */
+    uint32_t prefix_step; /* the earlier request's chunk size: 0 = step's, HX_PREFIX_STEP_FULL =
+                             the prefix in one call */
     uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
                          or formatted): their seed; 0 elsewhere */
 } hx_config;
@@ -66,6 +74,8 @@ int hx_config_add_turns(hx_config **v, size_t *n, uint32_t turn, lm_err *err);
  * MAX/KEEP/window: the same cache with the exact-window policy; "none" = the plain cache;
  * '/' because ':' separates fields); profile (a precision
  * profile name, lm_profile_find; "f32" is stored as ""); spec (K >= 0 drafted tokens; 0 = plain decoding),
+ * prefix (P or P/S: P >= 1 prompt tokens reused from an earlier request chunked by S, an
+ * integer >= 1 or full, default step's; "none" or 0 = no reuse; not with a rotating cache),
  * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
  * last, ':' included);
  * each key at most once, in any order. A missing step means full.
@@ -75,14 +85,14 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
  * when not default, then rot=MAX/KEEP[/window] when rotating, then turn=D when D > 0, then
- * profile=P when not f32, then spec=K
+ * prefix=P[/S] when P > 0, then profile=P when not f32, then spec=K
  * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
 
 /* The configuration's baseline: same backend, threads, attn and rot, one chunk (step = full,
- * turn 0). */
+ * turn 0, no reused prefix). */
 hx_config hx_config_baseline(const hx_config *c);
 /* Whether c's bits cannot depend on its chunks: its backend is chunk invariant
  * (LM_BE_CHUNK_INVARIANT), it decodes without speculation, and its cache is not MLX's rotating
@@ -95,6 +105,11 @@ bool hx_config_equal(const hx_config *a, const hx_config *b);
  * KEEP < MAX (the engine's limits, kvcache_rotating.h), optionally followed by the same
  * separator and "window" (*window = true: the exact-window policy). False when malformed. */
 bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep, bool *window);
+
+/* A reused-prefix value s[0..len): "none" or "0" (*p = *step = 0), P, or P followed by sep and
+ * S (an integer >= 1 or "full": HX_PREFIX_STEP_FULL); P >= 1. sep is '/' in a CONFIG string and
+ * also ':' in the sweep's --prefix list and case files. False when malformed. */
+bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint32_t *step);
 
 /* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
  * and MAX:KEEP[:window] (or MAX/KEEP[/window]) values, no duplicates; the rot value varies slowest (the whole
@@ -179,9 +194,10 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
  * hx_axis_check with the limits of the module that owns it: steps 1..UINT32_MAX or full;
  * threads 1..LM_MAX_THREADS (the engine) or all; backends the engine's registry
  * (lm_backend_known); attn default, dense, stream; rot none or MAX:KEEP[:window] with the
- * rotating cache's limits (hx_rot_parse); profile the precision profiles (lm_profile_find). */
+ * rotating cache's limits (hx_rot_parse); profile the precision profiles (lm_profile_find);
+ * prefix none or P[:S] (hx_prefix_parse; off by default: the default sweep does not grow). */
 typedef struct hx_axes {
-    const char *steps, *backends, *threads, *attn, *rot, *profile;
+    const char *steps, *backends, *threads, *attn, *rot, *profile, *prefix;
 } hx_axes;
 
 /* The axes of hx_axes (HX_AXIS_PROFILE varies slowest in hx_axes_configs, HX_AXIS_STEPS
@@ -189,6 +205,7 @@ typedef struct hx_axes {
 typedef enum hx_axis {
     HX_AXIS_PROFILE,
     HX_AXIS_ROT,
+    HX_AXIS_PREFIX,
     HX_AXIS_BACKENDS,
     HX_AXIS_THREADS,
     HX_AXIS_ATTN,
@@ -197,7 +214,7 @@ typedef enum hx_axis {
 } hx_axis;
 
 /* The axis whose case-file key is key ("steps", "backends", "threads", "attn", "rot",
- * "profile"); -1 when key names no axis. */
+ * "profile", "prefix"); -1 when key names no axis. */
 int hx_axis_find(const char *key);
 /* The field of a that holds the list of an axis. */
 const char **hx_axes_list(hx_axes *a, hx_axis axis);
@@ -205,9 +222,11 @@ const char **hx_axes_list(hx_axes *a, hx_axis axis);
  * naming what (the key or option), the list and the bad item. */
 int hx_axis_check(hx_axis axis, const char *what, const char *list, lm_err *err);
 
-/* The configurations of a: profile x rot x backends x threads x attn x steps (steps fastest,
- * profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile make
- * them. *out malloc'd; LM_E_INPUT naming the option (--steps ... --profile) and the bad item. */
+/* The configurations of a: profile x rot x prefix x backends x threads x attn x steps (steps
+ * fastest, profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile
+ * make them; a reused prefix with a rotating cache is left out (hx_config_parse refuses it).
+ * *out malloc'd; LM_E_INPUT naming the option (--steps ... --prefix) and the bad item, or when
+ * nothing is left. */
 int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err);
 
 /* "dense", "stream" or "default". */

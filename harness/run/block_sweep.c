@@ -101,6 +101,9 @@ static void outcome_free(outcome *o)
     free(o->hist);
 }
 
+/* The CONFIG keys the block sampler honours. */
+#define BLOCK_KEYS (HX_KEYS_PLAIN & ~(HX_KEY_TURN | HX_KEY_PREFIX))
+
 static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int32_t *prompt,
                    uint32_t n_prompt, const lm_block_params *bp, lm_err *err)
 {
@@ -111,8 +114,9 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
         return LM_OK;
     }
     lm_err why = {0};
-    if (hx_drive_check(c, HX_KEYS_PLAIN & ~HX_KEY_TURN, "block sampler", &why) != LM_OK) {
-        o->skip = "a two-turn schedule is not a block sampler's"; /* it prefills in steps */
+    /* lm_block_generate prefills in chunks of step itself */
+    if (hx_drive_check(c, BLOCK_KEYS, "block sampler", &why) != LM_OK) {
+        o->skip = "a two-turn schedule or a reused prefix is not a block sampler's";
         return LM_OK;
     }
     o->tok = malloc(n * sizeof *o->tok);
@@ -122,8 +126,7 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
     if (!o->tok || !o->iter || !o->ar || !o->hist)
         return LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
     lm_ctx *ctx = NULL;
-    int rc = hx_drive_open(&ctx, m, c, n_prompt + n, HX_KEYS_PLAIN & ~HX_KEY_TURN,
-                           "block sampler", err);
+    int rc = hx_drive_open(&ctx, m, c, n_prompt + n, BLOCK_KEYS, "block sampler", err);
     if (rc == LM_OK && lm_ctx_attn_variants(ctx)) {
         lm_ctx_free(ctx);
         o->skip = "the model has windows or sinks (bidirectional chunks need dense attention)";

@@ -15,6 +15,7 @@ static const struct {
     {HX_KEY_TURN, "turn", "two-turn schedule"},
     {HX_KEY_SPEC, "spec", "speculative decoding"},
     {HX_KEY_DRAFT, "draft", "draft model"},
+    {HX_KEY_PREFIX, "prefix", "reused prefix"},
 };
 
 unsigned hx_config_keys(const hx_config *cfg)
@@ -23,7 +24,7 @@ unsigned hx_config_keys(const hx_config *cfg)
            (cfg->attn != HX_ATTN_DEFAULT ? HX_KEY_ATTN : 0u) |
            (cfg->rot_max != 0 ? HX_KEY_ROT : 0u) | (cfg->profile[0] ? HX_KEY_PROFILE : 0u) |
            (cfg->turn != 0 ? HX_KEY_TURN : 0u) | (cfg->spec != 0 ? HX_KEY_SPEC : 0u) |
-           (cfg->draft[0] ? HX_KEY_DRAFT : 0u);
+           (cfg->draft[0] ? HX_KEY_DRAFT : 0u) | (cfg->prefix != 0 ? HX_KEY_PREFIX : 0u);
 }
 
 const char *hx_config_key_name(unsigned key)
@@ -70,10 +71,80 @@ int hx_drive_open(lm_ctx **out, const lm_model *m, const hx_config *cfg, uint32_
     return lm_ctx_create(out, m, &cp, err);
 }
 
-/* One segment of the schedule: tokens[from..to) in calls of `step` tokens (0 = one call). */
+/* One segment of a schedule: tokens[from..to) in calls of `step` tokens (0 = one call). */
 typedef struct segment {
     uint32_t from, to, step;
 } segment;
+
+/* One feed's state: where its rows go and what it hands on. */
+typedef struct feed {
+    hx_rows rows;
+    float *final; /* [n_vocab] the feed's last row (HX_ROWS_FINAL) */
+    float *buf;   /* [widest call][n_vocab] (HX_ROWS_ALL) */
+    hx_chunk_fn fn;
+    void *user;
+    uint32_t last; /* index (into the feed's tokens) one past its last position */
+} feed;
+
+/* Feeds tokens[s->from .. s->to) into ctx in calls of s->step tokens (0: one call), at the
+ * context's next positions. */
+static int feed_segment(lm_ctx *ctx, const int32_t *tokens, const segment *s, const feed *f,
+                        lm_err *err)
+{
+    const uint32_t step = s->step == 0 ? s->to - s->from : s->step;
+    int rc = LM_OK;
+    for (uint32_t p = s->from; p < s->to && rc == LM_OK;) {
+        const uint32_t len = s->to - p < step ? s->to - p : step;
+        lm_logits_mode mode = LM_LOGITS_NONE;
+        float *out = NULL;
+        if (f->rows == HX_ROWS_ALL) {
+            mode = LM_LOGITS_ALL;
+            out = f->buf;
+        } else if (f->rows == HX_ROWS_FINAL && p + len == f->last) {
+            mode = LM_LOGITS_LAST;
+            out = f->final;
+        }
+        const uint32_t pos0 = lm_ctx_n_past(ctx);
+        rc = lm_forward(ctx, tokens + p, len, mode, out, err);
+        if (rc == LM_OK && f->fn != NULL) {
+            const hx_chunk ch = {.tokens = tokens + p, .pos0 = pos0, .n = len, .logits = out};
+            rc = f->fn(f->user, ctx, &ch, err);
+        }
+        p += len;
+    }
+    return rc;
+}
+
+/* The chunk size of the earlier request of cfg's reused prefix (0: one call). */
+static uint32_t prefix_step(const hx_config *cfg)
+{
+    return cfg->prefix_step == 0                     ? cfg->step
+           : cfg->prefix_step == HX_PREFIX_STEP_FULL ? 0
+                                                     : cfg->prefix_step;
+}
+
+/* The earlier request of a prefix-cache hit: tokens[0..p) fed into a context of its own in
+ * chunks of cfg's prefix_step (its probe and layer callbacks those of ctx), then adopted by
+ * ctx (lm_ctx_adopt_prefix). */
+static int reuse_prefix(lm_ctx *ctx, const hx_config *cfg, const int32_t *tokens, uint32_t p,
+                        const feed *f, lm_err *err)
+{
+    hx_config early = *cfg;
+    early.step = prefix_step(cfg);
+    early.turn = early.prefix = early.prefix_step = 0;
+    lm_ctx *src = NULL;
+    int rc = hx_drive_open(&src, lm_ctx_model(ctx), &early, p, HX_KEYS_PLAIN, "prefix reuse",
+                           err);
+    if (rc == LM_OK) {
+        lm_ctx_share_hooks(src, ctx);
+        const segment s = {0, p, early.step};
+        rc = feed_segment(src, tokens, &s, f, err);
+    }
+    if (rc == LM_OK)
+        rc = lm_ctx_adopt_prefix(ctx, src, p, err);
+    lm_ctx_free(src);
+    return rc;
+}
 
 int hx_drive_feed(lm_ctx *ctx, const hx_config *cfg, const int32_t *tokens, uint32_t n,
                   hx_rows rows, float *final, hx_chunk_fn fn, void *user, lm_err *err)
@@ -83,45 +154,31 @@ int hx_drive_feed(lm_ctx *ctx, const hx_config *cfg, const int32_t *tokens, uint
     if (n > lm_ctx_n_ctx(ctx) - lm_ctx_n_past(ctx))
         return LM_FAIL(err, LM_E_INPUT, "prefill: %u positions + %u new exceed the context of %u",
                        lm_ctx_n_past(ctx), n, lm_ctx_n_ctx(ctx));
+    /* A prefix is reused only by a feed that starts the context, and never all of it: the
+     * last token is always computed here. */
+    const uint32_t p = cfg->prefix == 0 || lm_ctx_n_past(ctx) != 0 || n < 2 ? 0
+                       : cfg->prefix < n                                     ? cfg->prefix
+                                                                             : n - 1;
     uint32_t n1, d, n2;
-    hx_turn_split(n, cfg->turn, &n1, &d, &n2);
-    const segment seg[3] = {{0, n1, cfg->step}, {n1, n1 + d, 1}, {n1 + d, n, cfg->step}};
-    const uint32_t nv = lm_ctx_model(ctx)->hp.n_vocab;
+    hx_turn_split(n - p, cfg->turn, &n1, &d, &n2);
+    const segment seg[4] = {{0, p, prefix_step(cfg)},
+                            {p, p + n1, cfg->step},
+                            {p + n1, p + n1 + d, 1},
+                            {p + n1 + d, n, cfg->step}};
     uint32_t widest = 0; /* the longest call, for the rows buffer of HX_ROWS_ALL */
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < 4; ++s) {
         const uint32_t len = seg[s].to - seg[s].from;
         const uint32_t call = seg[s].step == 0 || seg[s].step > len ? len : seg[s].step;
         widest = call > widest ? call : widest;
     }
-    float *buf = NULL; /* [widest][n_vocab] */
-    if (rows == HX_ROWS_ALL && (buf = malloc((size_t)widest * nv * sizeof *buf)) == NULL)
+    const uint32_t nv = lm_ctx_model(ctx)->hp.n_vocab;
+    feed f = {.rows = rows, .final = final, .fn = fn, .user = user, .last = n};
+    if (rows == HX_ROWS_ALL && (f.buf = malloc((size_t)widest * nv * sizeof *f.buf)) == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "prefill: out of memory for %u rows of logits", widest);
-    const uint32_t pos_base = lm_ctx_n_past(ctx);
-    int rc = LM_OK;
-    for (int s = 0; s < 3 && rc == LM_OK; ++s) {
-        const uint32_t step = seg[s].step == 0 ? seg[s].to - seg[s].from : seg[s].step;
-        for (uint32_t p = seg[s].from; p < seg[s].to && rc == LM_OK;) {
-            const uint32_t len = seg[s].to - p < step ? seg[s].to - p : step;
-            const bool last = p + len == n;
-            lm_logits_mode mode = LM_LOGITS_NONE;
-            float *out = NULL;
-            if (rows == HX_ROWS_ALL) {
-                mode = LM_LOGITS_ALL;
-                out = buf;
-            } else if (rows == HX_ROWS_FINAL && last) {
-                mode = LM_LOGITS_LAST;
-                out = final;
-            }
-            rc = lm_forward(ctx, tokens + p, len, mode, out, err);
-            if (rc == LM_OK && fn != NULL) {
-                const hx_chunk ch = {.tokens = tokens + p, .pos0 = pos_base + p, .n = len,
-                                     .logits = out};
-                rc = fn(user, ctx, &ch, err);
-            }
-            p += len;
-        }
-    }
-    free(buf);
+    int rc = p > 0 ? reuse_prefix(ctx, cfg, tokens, p, &f, err) : LM_OK;
+    for (int s = 1; s < 4 && rc == LM_OK; ++s)
+        rc = feed_segment(ctx, tokens, &seg[s], &f, err);
+    free(f.buf);
     return rc;
 }
 

@@ -28,13 +28,14 @@ enum {
     HX_KEY_TURN = 1u << 5,
     HX_KEY_SPEC = 1u << 6,
     HX_KEY_DRAFT = 1u << 7,
+    HX_KEY_PREFIX = 1u << 8,
 };
-#define HX_KEYS_ALL 0xffu
+#define HX_KEYS_ALL 0x1ffu
 /* Everything but speculative decoding: the keys of a plain greedy or teacher-forced run. */
 #define HX_KEYS_PLAIN (HX_KEYS_ALL & ~(HX_KEY_SPEC | HX_KEY_DRAFT))
 
 /* The keys cfg sets to something other than their default (step=full, the engine's threads,
- * the engine's attention, the plain cache, f32, one turn, plain decoding). */
+ * the engine's attention, the plain cache, f32, one turn, no reused prefix, plain decoding). */
 unsigned hx_config_keys(const hx_config *cfg);
 /* The key's name as a CONFIG string spells it ("step", "rot", ...); key is one HX_KEY_ bit. */
 const char *hx_config_key_name(unsigned key);
@@ -66,8 +67,11 @@ typedef struct hx_chunk {
  * returned by hx_drive_feed. */
 typedef int (*hx_chunk_fn)(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *err);
 
-/* The schedule of cfg over tokens[n] (n >= 1), appended to what ctx holds: with cfg->turn the
- * two turns of hx_turn_split (the first part in chunks of step, the decode steps one token per
+/* The schedule of cfg over tokens[n] (n >= 1), appended to what ctx holds. With cfg->prefix and
+ * an empty ctx, first a prefix-cache hit: min(prefix, n - 1) tokens fed by an earlier request
+ * in a context of its own, chunked by prefix_step, whose K/V rows ctx adopts
+ * (lm_ctx_adopt_prefix; fn sees that context's calls). Then the rest: with cfg->turn the two
+ * turns of hx_turn_split (the first part in chunks of step, the decode steps one token per
  * call, the rest in chunks of step), else one prefill in chunks of step (0 = one chunk).
  * final [n_vocab]: receives the last position's logits with HX_ROWS_FINAL (else unused, may be
  * NULL). fn (may be NULL) sees every call. Engine errors pass through. */
