@@ -69,7 +69,7 @@ struct lm_ctx {
     float *rope_sin;  /* [n_ctx][n_rot / 2] */
     const float *rope_cos_swa; /* sliding layers' table (hp.rope_theta_swa), else = rope_cos */
     const float *rope_sin_swa;
-    /* scratch, each sized for a chunk of n_ctx tokens */
+    /* scratch, each sized for a call of max(n_ctx, batch_rows) rows ("rows" below) */
     float *x;         /* [n_ctx][n_embd] residual stream */
     float *xn;        /* [n_ctx][n_embd] normed input of a block, then the block's output */
     float *q;         /* [n_ctx][n_head * head_dim] */
@@ -77,6 +77,10 @@ struct lm_ctx {
     float *ff_gate;   /* [n_ctx][n_ff] */
     float *ff_up;     /* [n_ctx][n_ff] */
     float *scores;    /* [lm_attention_dense_scratch(be, n_ctx, n_ctx)] (dense mode; 1 in stream) */
+    float *kbuf;      /* [batch_rows][n_kv_head * head_dim] a batched call's new K rows, before
+                         they go to each sequence's cache (NULL: leads no batch) */
+    float *vbuf;      /* [batch_rows][n_kv_head * head_dim] the same for V */
+    uint32_t batch_rows; /* rows of the largest batched call it leads (0: none) */
     float *act_in;    /* [n_ctx][max(n_embd, q_dim, n_ff)] a product's converted input (when
                          the profile converts per weight type; else 1 float) */
     layer_act *act;   /* [n_layer] the layers' activation formats, or NULL when the profile
@@ -195,10 +199,22 @@ static void rope_chunk(lm_ctx *c, uint32_t il, float *rows, uint32_t r0, uint32_
 
 /* ---- the layer ---- */
 
-/* Attention block of layer il for the chunk in c->x [n]: appends K, V at [n_past, n_past+n),
- * and adds the block's output to rows [r0, n) of c->x (r0 = 0: every row; rows before r0 only
- * feed the cache, see out_rows). */
-static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
+/* One sequence's rows of a forward call: rows [row0, row0 + n) of the leading context's
+ * scratch belong to the sequence of ctx (its KV cache, positions, mask, routing). A plain call
+ * has one part, the leading context itself, at row 0. */
+typedef struct seq_part {
+    lm_ctx *ctx;
+    uint32_t row0, n;
+} seq_part;
+
+/* Attention block of layer il for the call's n rows in c->x (c leads: its backend, scratch and
+ * weights). Each part appends its K, V rows at its own positions [n_past, n_past + n) and
+ * attends over its own cache only; the block's output is added to rows [r0, n) of c->x (r0 = 0:
+ * every row; rows before r0 only feed the cache, see out_rows; r0 > 0 only with one part).
+ * With one part, K and V are written straight into its cache; with several, into c's kbuf,
+ * vbuf, then copied to each part's slots. The matrix products run once over all n rows. */
+static void attn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint32_t il,
+                       uint32_t n, uint32_t r0)
 {
     const lm_hparams *hp = &c->m->hp;
     const lm_layer *L = &c->m->layers[il];
@@ -206,19 +222,25 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
     const uint32_t d = hp->n_embd;
     const uint32_t q_dim = hp->n_head * hp->head_dim;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    const bool batched = n_parts > 1;
+    const uint32_t np = parts[0].n; /* the leading sequence's rows: what a probe sees */
     /* rotating cache: move this layer's rows as the chunk's plan says; the new rows then go
      * to the plan's slot (plain cache: slot = position = n_past) */
-    lm_variants_move_layer(c->var, lm_kvcache_k(&c->kv, il, 0), lm_kvcache_v(&c->kv, il, 0),
-                           kv_dim);
-    uint32_t slot = lm_variants_write_slot(c->var, c->n_past); /* the chunk's first row */
-    if (LM_DEFECT_ON(be->vt->name, LM_DEFECT_KV_SLOT_AT_BOUNDARY) && slot > 0)
-        slot -= 1; /* test defect: a later chunk overwrites the previous chunk's last row */
-    float *kc = lm_kvcache_k(&c->kv, il, slot); /* [n][kv_dim] new rows */
-    float *vc = lm_kvcache_v(&c->kv, il, slot); /* [n][kv_dim] new rows */
+    uint32_t slot[LM_BATCH_MAX];
+    for (uint32_t s = 0; s < n_parts; ++s) {
+        lm_ctx *pc = parts[s].ctx;
+        lm_variants_move_layer(pc->var, lm_kvcache_k(&pc->kv, il, 0),
+                               lm_kvcache_v(&pc->kv, il, 0), kv_dim);
+        slot[s] = lm_variants_write_slot(pc->var, pc->n_past); /* the part's first row */
+        if (LM_DEFECT_ON(be->vt->name, LM_DEFECT_KV_SLOT_AT_BOUNDARY) && slot[s] > 0)
+            slot[s] -= 1; /* test defect: a later chunk overwrites the previous chunk's last row */
+    }
+    float *kc = batched ? c->kbuf : lm_kvcache_k(&c->kv, il, slot[0]); /* [n][kv_dim] new rows */
+    float *vc = batched ? c->vbuf : lm_kvcache_v(&c->kv, il, slot[0]); /* [n][kv_dim] new rows */
 
     const uint32_t nq = n - r0; /* rows of q: chunk rows [r0, n), q's row 0 is chunk row r0 */
     rmsnorm_chunk(c, c->xn, c->x, L->attn_norm, n);
-    probe(c, il, "attn_norm", c->xn, n, d);
+    probe(c, il, "attn_norm", c->xn, np, d);
     const lm_nt_part qkv[3] = {{kv_dim, L->wk, d, kc, kv_dim}, {kv_dim, L->wv, d, vc, kv_dim},
                                {q_dim, L->wq, d, c->q, q_dim}};
     const layer_act *A = c->act != NULL ? &c->act[il] : NULL;
@@ -243,8 +265,17 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
         head_norm_chunk(c, c->q, L->attn_q_norm, nq * hp->n_head);
         head_norm_chunk(c, kc, L->attn_k_norm, n * hp->n_head_kv);
     }
-    rope_chunk(c, il, c->q, r0, nq, hp->n_head, q_dim);
-    rope_chunk(c, il, kc, 0, n, hp->n_head_kv, kv_dim);
+    for (uint32_t s = 0; s < n_parts; ++s) { /* each part at its own positions */
+        const seq_part *p = &parts[s];
+        if (batched) {
+            rope_chunk(p->ctx, il, c->q + (size_t)p->row0 * q_dim, 0, p->n, hp->n_head, q_dim);
+            rope_chunk(p->ctx, il, kc + (size_t)p->row0 * kv_dim, 0, p->n, hp->n_head_kv,
+                       kv_dim);
+        } else {
+            rope_chunk(c, il, c->q, r0, nq, hp->n_head, q_dim);
+            rope_chunk(c, il, kc, 0, n, hp->n_head_kv, kv_dim);
+        }
+    }
     /* profiles only: K and V as the cache stores them (f16kv: binary16) */
     lm_backend_perturb(be, kc, n, kv_dim, kv_dim, LM_SITE_KV);
     lm_backend_perturb(be, vc, n, kv_dim, kv_dim, LM_SITE_KV);
@@ -253,37 +284,48 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
             kc[i] = lm_f16_to_f32(lm_f32_to_f16(kc[i]));
             vc[i] = lm_f16_to_f32(lm_f32_to_f16(vc[i]));
         }
-    probe(c, il, "q", c->q, nq, q_dim); /* a probe sees every row: r0 = 0 (out_rows) */
-    probe(c, il, "k", kc, n, kv_dim);
-    probe(c, il, "v", vc, n, kv_dim);
+    probe(c, il, "q", c->q, batched ? np : nq, q_dim); /* a probe sees every row: r0 = 0 */
+    probe(c, il, "k", kc, np, kv_dim);
+    probe(c, il, "v", vc, np, kv_dim);
+    for (uint32_t s = 0; batched && s < n_parts; ++s) { /* rows [n][n_kv_head][head_dim] */
+        const seq_part *p = &parts[s];
+        memcpy(lm_kvcache_k(&p->ctx->kv, il, slot[s]), kc + (size_t)p->row0 * kv_dim,
+               (size_t)p->n * kv_dim * sizeof *kc);
+        memcpy(lm_kvcache_v(&p->ctx->kv, il, slot[s]), vc + (size_t)p->row0 * kv_dim,
+               (size_t)p->n * kv_dim * sizeof *vc);
+    }
     if (nq == 0)
         return;
 
-    const lm_attn_args a = {
-        .n = nq,
-        .pos0 = c->n_past + r0,
-        .n_head = hp->n_head,
-        .n_head_kv = hp->n_head_kv,
-        .head_dim = hp->head_dim,
-        .scale = LM_DEFECT_ON(be->vt->name, LM_DEFECT_ATTN_NO_SCALE)
-                     ? 1.0f /* test defect: the 1/sqrt(head_dim) factor forgotten */
-                     : 1.0f / sqrtf((float)hp->head_dim),
-        .q = c->q,
-        .k = lm_kvcache_k(&c->kv, il, 0),
-        .v = lm_kvcache_v(&c->kv, il, 0),
-        .out = c->att,
-        .scores = c->scores,
-        .pool = c->pool,
-        .bidir = c->bidir,
-    };
-    if (lm_variants_attn_layer(c->var, il)) {
-        lm_variants_attention(c->var, be, il, &a);
-    } else {
-        lm_attention_dense(be, &a);
-        lm_variants_note_dense(c->var, be, nq, c->n_past + n);
+    for (uint32_t s = 0; s < n_parts; ++s) { /* each part over its own cache */
+        const seq_part *p = &parts[s];
+        lm_ctx *pc = p->ctx;
+        const lm_attn_args a = {
+            .n = batched ? p->n : nq,
+            .pos0 = pc->n_past + (batched ? 0 : r0),
+            .n_head = hp->n_head,
+            .n_head_kv = hp->n_head_kv,
+            .head_dim = hp->head_dim,
+            .scale = LM_DEFECT_ON(be->vt->name, LM_DEFECT_ATTN_NO_SCALE)
+                         ? 1.0f /* test defect: the 1/sqrt(head_dim) factor forgotten */
+                         : 1.0f / sqrtf((float)hp->head_dim),
+            .q = c->q + (size_t)p->row0 * q_dim,
+            .k = lm_kvcache_k(&pc->kv, il, 0),
+            .v = lm_kvcache_v(&pc->kv, il, 0),
+            .out = c->att + (size_t)p->row0 * q_dim,
+            .scores = pc->scores,
+            .pool = pc->pool,
+            .bidir = pc->bidir,
+        };
+        if (lm_variants_attn_layer(pc->var, il)) {
+            lm_variants_attention(pc->var, be, il, &a);
+        } else {
+            lm_attention_dense(be, &a);
+            lm_variants_note_dense(pc->var, be, a.n, pc->n_past + p->n);
+        }
     }
     lm_backend_perturb(be, c->att, nq, q_dim, q_dim, LM_SITE_ATTN_OUT); /* profiles only */
-    probe(c, il, "attn", c->att, nq, q_dim);
+    probe(c, il, "attn", c->att, batched ? np : nq, q_dim);
 
     float *x = c->x + (size_t)r0 * d; /* [nq][n_embd] the rows that go on */
     const lm_nt_part o = {d, L->wo, q_dim, c->xn, d};
@@ -295,12 +337,15 @@ static void attn_block(lm_ctx *c, uint32_t il, uint32_t n, uint32_t r0)
         post_norm_chunk(c, c->xn, c->xn, L->attn_post_norm, nq);
     }
     residual_chunk(c, x, c->xn, L->attn_post_norm != NULL ? NULL : L->bo, nq);
-    probe(c, il, "attn_out", c->xn, nq, d);
-    probe(c, il, "attn_resid", x, nq, d);
+    probe(c, il, "attn_out", c->xn, batched ? np : nq, d);
+    probe(c, il, "attn_resid", x, batched ? np : nq, d);
 }
 
-/* FFN block of layer il on rows [r0, n) of the chunk in c->x (as attn_block). */
-static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n_chunk, uint32_t r0)
+/* FFN block of layer il on rows [r0, n) of the call in c->x (as attn_block). A dense FFN's
+ * products run once over every part's rows; a MoE layer routes each part with its own context
+ * (its routing record and scratch), so experts group the rows of one sequence at a time. */
+static void ffn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint32_t il,
+                      uint32_t n_chunk, uint32_t r0)
 {
     const lm_hparams *hp = &c->m->hp;
     const lm_layer *L = &c->m->layers[il];
@@ -308,18 +353,25 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n_chunk, uint32_t r0)
     const uint32_t d = hp->n_embd;
     const uint32_t ff = hp->n_ff;
     const uint32_t n = n_chunk - r0;
+    const uint32_t np = n_parts > 1 ? parts[0].n : n; /* the rows a probe sees */
     float *x = c->x + (size_t)r0 * d; /* [n][n_embd] */
     if (n == 0)
         return;
 
     rmsnorm_chunk(c, c->xn, x, L->ffn_norm, n);
-    probe(c, il, "ffn_norm", c->xn, n, d);
+    probe(c, il, "ffn_norm", c->xn, np, d);
     if (lm_variants_moe_layer(c->var, il)) {
-        float *y = lm_variants_moe(c->var, be, il, n, c->xn, /* [n][n_embd] */
-                                   c->act != NULL ? c->act[il].moe : NULL);
-        probe(c, il, "ffn_out", y, n, d);
-        residual_chunk(c, x, y, NULL, n);
-        probe(c, il, "residual", x, n, d);
+        for (uint32_t s = 0; s < n_parts; ++s) {
+            const uint32_t row0 = n_parts > 1 ? parts[s].row0 : 0;
+            const uint32_t rows = n_parts > 1 ? parts[s].n : n;
+            lm_ctx *pc = parts[s].ctx;
+            float *y = lm_variants_moe(pc->var, be, il, rows, c->xn + (size_t)row0 * d,
+                                       c->act != NULL ? c->act[il].moe : NULL); /* [rows][d] */
+            if (s == 0)
+                probe(c, il, "ffn_out", y, rows, d);
+            residual_chunk(c, x + (size_t)row0 * d, y, NULL, rows);
+        }
+        probe(c, il, "residual", x, np, d);
         return;
     }
     const lm_nt_part gate_up[2] = {{ff, L->w_gate, d, c->ff_gate, ff},
@@ -329,15 +381,15 @@ static void ffn_block(lm_ctx *c, uint32_t il, uint32_t n_chunk, uint32_t r0)
                    A ? (const lm_round_spec *const[]){A->gate, A->up} : NULL, 2, c->act_in);
     lm_op_glu(be, c->pool, c->ff_gate, c->ff_up, n, ff, hp->act);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
-    probe(c, il, "ffn_act", c->ff_gate, n, ff);
+    probe(c, il, "ffn_act", c->ff_gate, np, ff);
     const lm_nt_part down = {d, L->w_down, ff, c->xn, d};
     lm_gemm_nt_act(be, LM_SITE_SWIGLU, n, ff, c->ff_gate, ff, &down, A ? &A->down : NULL, 1,
                    c->act_in);
     if (L->ffn_post_norm != NULL) /* sandwich */
         post_norm_chunk(c, c->xn, c->xn, L->ffn_post_norm, n);
     residual_chunk(c, x, c->xn, NULL, n);
-    probe(c, il, "ffn_out", c->xn, n, d);
-    probe(c, il, "residual", x, n, d);
+    probe(c, il, "ffn_out", c->xn, np, d);
+    probe(c, il, "residual", x, np, d);
 }
 
 /* The first row of the chunk whose output of layer il is read after it: 0 except in the last
@@ -358,10 +410,11 @@ static uint32_t out_rows(const lm_ctx *c, uint32_t il, uint32_t n, lm_logits_mod
     return mode == LM_LOGITS_LAST ? n - 1 : n;
 }
 
-/* Logits of chunk row t into out [n_vocab]. Always one row per call, so a position's logits
+/* Logits of call row t into out [n_vocab]; a probe sees it at position pos (UINT32_MAX: a
+ * co-resident sequence's row, not probed). Always one row per call, so a position's logits
  * are the same bits whether it was asked for alone (LAST) or with every other row (ALL):
  * with BLAS a multi-row sgemm would round differently from the one-row sgemv. */
-static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
+static void logits_row(lm_ctx *c, uint32_t t, uint32_t pos, float *out /* [n_vocab] */)
 {
     const lm_hparams *hp = &c->m->hp;
     const uint32_t d = hp->n_embd;
@@ -371,8 +424,8 @@ static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
         for (uint32_t i = 0; i < d; ++i) /* test defect: the norm's 1/rms factor left out */
             xr[i] = c->x[(size_t)t * d + i] * c->m->output_norm[i];
     lm_backend_perturb(c->be, xr, 1, d, d, LM_SITE_OUT_NORM); /* SR ensemble only */
-    if (c->probe != NULL)
-        c->probe(c->probe_user, hp->n_layer, "out_norm", c->n_past + t, 1, xr, d);
+    if (c->probe != NULL && pos != UINT32_MAX)
+        c->probe(c->probe_user, hp->n_layer, "out_norm", pos, 1, xr, d);
     const lm_nt_part o = {hp->n_vocab, c->m->output, d, out, hp->n_vocab};
     lm_gemm_nt_act(c->be, LM_SITE_OUT_NORM, 1, d, xr, d, &o, c->act ? &c->act_output : NULL, 1,
                    c->act_in);
@@ -380,8 +433,9 @@ static void logits_row(lm_ctx *c, uint32_t t, float *out /* [n_vocab] */)
 
 /* ---- public API ---- */
 
-int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode, float *logits,
-               lm_err *err)
+/* The checks of one sequence's chunk before anything of it runs. */
+static int check_chunk(const lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode,
+                       const float *logits, lm_err *err)
 {
     const lm_hparams *hp = &c->m->hp;
     if (n == 0)
@@ -397,37 +451,109 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= hp->n_vocab)
             return LM_FAIL(err, LM_E_INPUT, "forward: token id %d at %u out of range [0, %u)",
                            (int)tokens[t], t, hp->n_vocab);
-
     if (c->bidir && lm_ctx_attn_variants(c))
         return LM_FAIL(err, LM_E_INPUT, "forward: bidirectional chunks need dense attention "
                        "without windows, sinks or a rotating cache");
-    int vrc = lm_variants_begin_chunk(c->var, c->n_past, n, err);
-    if (vrc != LM_OK)
-        return vrc;
+    return LM_OK;
+}
+
+/* Rows [row0, row0 + n) of c->x = the tokens' embeddings (times embd_scale when set). */
+static void embed(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t row0)
+{
+    const lm_hparams *hp = &c->m->hp;
     const uint32_t d = hp->n_embd;
+    float *x = c->x + (size_t)row0 * d; /* [n][n_embd] */
     for (uint32_t t = 0; t < n; ++t)
-        memcpy(c->x + (size_t)t * d, c->m->tok_embd + (size_t)tokens[t] * d, d * sizeof(float));
+        memcpy(x + (size_t)t * d, c->m->tok_embd + (size_t)tokens[t] * d, d * sizeof(float));
     if (hp->embd_scale != 0.0f) /* one float multiply per element (gemma3: sqrtf(n_embd)) */
         for (size_t i = 0; i < (size_t)n * d; ++i)
-            c->x[i] *= hp->embd_scale;
+            x[i] *= hp->embd_scale;
+}
+
+/* The logits a part's mode asks for, from call rows [row0, row0 + n). */
+static void part_logits(lm_ctx *c, uint32_t row0, uint32_t n, uint32_t pos0, bool probed,
+                        lm_logits_mode mode, float *logits)
+{
+    const uint32_t nv = c->m->hp.n_vocab;
+    for (uint32_t t = mode == LM_LOGITS_LAST ? n - 1 : 0; mode != LM_LOGITS_NONE && t < n; ++t)
+        logits_row(c, row0 + t, probed ? pos0 + t : UINT32_MAX,
+                   mode == LM_LOGITS_LAST ? logits : logits + (size_t)t * nv);
+}
+
+int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode, float *logits,
+               lm_err *err)
+{
+    const lm_hparams *hp = &c->m->hp;
+    int rc = check_chunk(c, tokens, n, mode, logits, err);
+    if (rc != LM_OK)
+        return rc;
+    if ((rc = lm_variants_begin_chunk(c->var, c->n_past, n, err)) != LM_OK)
+        return rc;
+    embed(c, tokens, n, 0);
+    const seq_part part = {c, 0, n};
     for (uint32_t il = 0; il < hp->n_layer; ++il) {
         const uint32_t r0 = out_rows(c, il, n, mode);
-        attn_block(c, il, n, r0);
-        ffn_block(c, il, n, r0);
+        attn_block(c, &part, 1, il, n, r0);
+        ffn_block(c, &part, 1, il, n, r0);
         if (c->on_layer != NULL)
             c->on_layer(c->on_layer_user, il + 1, hp->n_layer, n);
     }
-    if (mode == LM_LOGITS_LAST)
-        logits_row(c, n - 1, logits);
-    else if (mode == LM_LOGITS_ALL)
-        for (uint32_t t = 0; t < n; ++t)
-            logits_row(c, t, logits + (size_t)t * hp->n_vocab);
-    if (c->be->vt->check != NULL) {
-        int brc = c->be->vt->check(c->be, err);
-        if (brc != LM_OK)
-            return brc;
-    }
+    part_logits(c, 0, n, c->n_past, true, mode, logits);
+    if (c->be->vt->check != NULL && (rc = c->be->vt->check(c->be, err)) != LM_OK)
+        return rc;
     c->n_past += n;
+    return LM_OK;
+}
+
+int lm_forward_batch(const lm_seq_chunk *seqs, uint32_t n_seq, lm_err *err)
+{
+    if (n_seq == 0 || n_seq > LM_BATCH_MAX)
+        return LM_FAIL(err, LM_E_INPUT, "forward: %u sequences in one call (1..%u)", n_seq,
+                       LM_BATCH_MAX);
+    lm_ctx *c = seqs[0].ctx;
+    if (n_seq == 1)
+        return lm_forward(c, seqs[0].tokens, seqs[0].n, seqs[0].mode, seqs[0].logits, err);
+    const lm_hparams *hp = &c->m->hp;
+    seq_part parts[LM_BATCH_MAX];
+    uint32_t total = 0;
+    int rc = LM_OK;
+    for (uint32_t s = 0; s < n_seq; ++s) {
+        const lm_seq_chunk *q = &seqs[s];
+        if ((rc = check_chunk(q->ctx, q->tokens, q->n, q->mode, q->logits, err)) != LM_OK)
+            return rc;
+        if (q->ctx->m_user != c->m_user || q->ctx->be->prof != c->be->prof ||
+            strcmp(q->ctx->be->vt->name, c->be->vt->name) != 0)
+            return LM_FAIL(err, LM_E_INPUT, "forward: sequence %u runs another model, backend "
+                           "or profile than the leading one", s);
+        for (uint32_t r = 0; r < s; ++r)
+            if (seqs[r].ctx == q->ctx)
+                return LM_FAIL(err, LM_E_INPUT, "forward: sequences %u and %u share a context",
+                               r, s);
+        parts[s] = (seq_part){q->ctx, total, q->n};
+        total += q->n;
+    }
+    if (total > c->batch_rows)
+        return LM_FAIL(err, LM_E_INPUT, "forward: %u rows of %u sequences; the leading context "
+                       "holds %u (lm_ctx_params.batch_rows)", total, n_seq, c->batch_rows);
+    for (uint32_t s = 0; s < n_seq; ++s) {
+        lm_ctx *pc = seqs[s].ctx;
+        if ((rc = lm_variants_begin_chunk(pc->var, pc->n_past, seqs[s].n, err)) != LM_OK)
+            return rc;
+        embed(c, seqs[s].tokens, seqs[s].n, parts[s].row0);
+    }
+    for (uint32_t il = 0; il < hp->n_layer; ++il) {
+        attn_block(c, parts, n_seq, il, total, 0);
+        ffn_block(c, parts, n_seq, il, total, 0);
+        if (c->on_layer != NULL)
+            c->on_layer(c->on_layer_user, il + 1, hp->n_layer, total);
+    }
+    for (uint32_t s = 0; s < n_seq; ++s)
+        part_logits(c, parts[s].row0, seqs[s].n, seqs[s].ctx->n_past, s == 0, seqs[s].mode,
+                    seqs[s].logits);
+    if (c->be->vt->check != NULL && (rc = c->be->vt->check(c->be, err)) != LM_OK)
+        return rc;
+    for (uint32_t s = 0; s < n_seq; ++s)
+        seqs[s].ctx->n_past += seqs[s].n;
     return LM_OK;
 }
 
@@ -666,16 +792,19 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
     const size_t half = hp->n_rot / 2;
     const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
+    c->batch_rows = p->batch_rows;
+    const size_t rows = p->batch_rows > n_ctx ? p->batch_rows : n_ctx;
     const size_t sizes[] = {
         (size_t)n_ctx * half, (size_t)n_ctx * half,                   /* rope cos, sin */
-        (size_t)n_ctx * hp->n_embd, (size_t)n_ctx * hp->n_embd,       /* x, xn */
-        (size_t)n_ctx * q_dim, (size_t)n_ctx * q_dim,                 /* q, att */
-        (size_t)n_ctx * hp->n_ff, (size_t)n_ctx * hp->n_ff,           /* ff_gate, ff_up */
+        rows * hp->n_embd, rows * hp->n_embd,                         /* x, xn */
+        rows * q_dim, rows * q_dim,                                   /* q, att */
+        rows * hp->n_ff, rows * hp->n_ff,                             /* ff_gate, ff_up */
         lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(c->be, n_ctx, n_ctx)
                                                : 1,
                                                                       /* scores */
         own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
-        per_weight ? (size_t)n_ctx * act_row(hp) : 1,                 /* act_in */
+        per_weight ? rows * act_row(hp) : 1,                          /* act_in */
+        (size_t)p->batch_rows * kv_dim + 1, (size_t)p->batch_rows * kv_dim + 1, /* kbuf, vbuf */
     };
     size_t total = 64;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
@@ -697,6 +826,8 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->scores = carve(&cur, sizes[8]);
     float *cos_swa = carve(&cur, sizes[9]), *sin_swa = carve(&cur, sizes[10]);
     c->act_in = carve(&cur, sizes[11]);
+    c->kbuf = p->batch_rows ? carve(&cur, sizes[12]) : NULL;
+    c->vbuf = p->batch_rows ? carve(&cur, sizes[13]) : NULL;
     c->scratch_bytes = total;
     lm_rope_table(c->m, hp->rope_theta, n_ctx, c->rope_cos, c->rope_sin);
     c->rope_cos_swa = c->rope_cos;

@@ -39,6 +39,9 @@ typedef struct lm_ctx_params {
                               positions and the positions in (q - (rot_max_size - rot_keep), q],
                               at most rot_max_size keys, the set a single step sees under
                               MLX's policy (the same slots are kept; rows are masked) */
+    uint32_t batch_rows;   /* rows of the largest batched forward call this context leads
+                              (lm_forward_batch: its own rows and its co-resident sequences'),
+                              its scratch sized for them; 0 = it leads none */
     const char *profile;   /* precision profile (kvd_profile.h): NULL/"f32" = none; otherwise
                               the forward pass rounds at the profile's sites (round to nearest;
                               the naive-sr backend rounds stochastically) */
@@ -73,6 +76,25 @@ void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_ta
  * n must be >= 1 and n_past + n <= n_ctx; ids must be < n_vocab. */
 int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode,
                float *logits, lm_err *err);
+
+/* Several sequences in one forward call, as a serving engine batches them: each sequence's
+ * chunk (prefill rows, or one decode row) at its own positions in its own context (KV cache,
+ * mask, routing), the matrix products run once over every row (the leading sequence's rows
+ * first, then the others in order). A sequence's attention reads its own cache only. */
+#define LM_BATCH_MAX 64u
+typedef struct lm_seq_chunk {
+    lm_ctx *ctx;           /* the sequence's context; seqs[0].ctx leads (backend, scratch) */
+    const int32_t *tokens; /* [n] */
+    uint32_t n;            /* >= 1 */
+    lm_logits_mode mode;
+    float *logits;         /* as lm_forward's; NULL with LM_LOGITS_NONE */
+} lm_seq_chunk;
+/* Runs seqs[n_seq] (1..LM_BATCH_MAX) as one forward call: all contexts of one model, backend
+ * and profile, each its own; the leading one created with batch_rows >= the sum of n (not
+ * needed for n_seq == 1, which is lm_forward). A probe or layer callback of the leading
+ * context sees its own rows only. LM_E_INPUT for a bad chunk (as lm_forward), mismatched or
+ * shared contexts, or too many rows; nothing is fed then. */
+int lm_forward_batch(const lm_seq_chunk *seqs, uint32_t n_seq, lm_err *err);
 
 /* Prefill: feeds tokens[n] in chunks of `step` tokens (0 = one chunk) and writes the last
  * position's logits to last_logits [n_vocab]. */
