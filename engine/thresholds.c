@@ -25,6 +25,9 @@ static const lm_threshold table[] = {
     {"prefix.reuse", LM_THR_REUSED, 1, NULL, NULL, false,
      "a prefix-cache hit: K/V rows adopted from an earlier request (lm_ctx_adopt_prefix), the "
      "rest of the prompt attending to them"},
+    {"batch.sequences", LM_THR_SEQS, 2, NULL, NULL, false,
+     "a forward call holding rows of several sequences (lm_forward_batch): the products over "
+     "every sequence's rows, attention per sequence"},
 };
 #define N_THRESHOLDS (sizeof table / sizeof table[0])
 

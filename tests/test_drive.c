@@ -67,11 +67,11 @@ static void test_drive_refuses_unhonoured_key(void)
     CU_ASSERT_PTR_NULL(strchr(err.msg, '\n'));
     lm_model *m = tiny();
     lm_err err2 = {0};
-    lm_ctx *ctx = (lm_ctx *)&err2; /* must come back NULL */
+    hx_drive *d = (hx_drive *)&err2; /* must come back NULL */
     hx_config t = parse("naive:step=4:turn=2");
-    CU_ASSERT_EQUAL(hx_drive_open(&ctx, m, &t, 32, HX_KEYS_ALL & ~HX_KEY_TURN, "speculative",
+    CU_ASSERT_EQUAL(hx_drive_open(&d, m, &t, 32, HX_KEYS_ALL & ~HX_KEY_TURN, "speculative",
                                   &err2), LM_E_INPUT);
-    CU_ASSERT_PTR_NULL(ctx);
+    CU_ASSERT_PTR_NULL(d);
     CU_ASSERT_PTR_NOT_NULL(strstr(err2.msg, "speculative: CONFIG key turn="));
     lm_model_free(m);
 }
@@ -103,17 +103,18 @@ static void test_drive_feed_schedule(void)
     int32_t tok[13];
     for (int i = 0; i < 13; ++i)
         tok[i] = (int32_t)((7 * i + 3) % (int)m->hp.n_vocab);
-    uint32_t n1, d, n2;
-    hx_turn_split(13, 2, &n1, &d, &n2);
-    CU_ASSERT(n1 == 6 && d == 2 && n2 == 5);
+    uint32_t n1, dec, n2;
+    hx_turn_split(13, 2, &n1, &dec, &n2);
+    CU_ASSERT(n1 == 6 && dec == 2 && n2 == 5);
     hx_config c = parse("naive:step=3:turn=2");
-    lm_ctx *ctx = NULL;
-    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&ctx, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
+    hx_drive *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&d, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
+    lm_ctx *ctx = hx_drive_ctx(d);
     const size_t nv = m->hp.n_vocab;
     float *fin = malloc(nv * sizeof *fin), *ref = malloc(nv * sizeof *ref);
     CU_ASSERT_FATAL(fin != NULL && ref != NULL);
     calls rec = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &c, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
                           LM_OK);
     const uint32_t want_pos0[] = {0, 3, 6, 7, 8, 11}, want_n[] = {3, 3, 1, 1, 3, 2};
     CU_ASSERT_EQUAL_FATAL(rec.k, 6);
@@ -124,17 +125,17 @@ static void test_drive_feed_schedule(void)
     CU_ASSERT_EQUAL(memcmp(fin, ref, nv * sizeof *fin), 0);
     /* A second feed continues at the next position. */
     rec.k = 0;
-    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &c, tok, 2, HX_ROWS_NONE, NULL, record, &rec, &err),
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 2, HX_ROWS_NONE, NULL, record, &rec, &err),
                           LM_OK);
     CU_ASSERT(rec.k == 1 && rec.pos0[0] == 13 && rec.n[0] == 2);
     /* Past the context: one line, nothing fed. */
     int32_t many[20] = {0};
-    CU_ASSERT_EQUAL(hx_drive_feed(ctx, &c, many, 20, HX_ROWS_NONE, NULL, NULL, NULL, &err),
+    CU_ASSERT_EQUAL(hx_drive_feed(d, many, 20, HX_ROWS_NONE, NULL, NULL, NULL, &err),
                     LM_E_INPUT);
     CU_ASSERT_EQUAL(lm_ctx_n_past(ctx), 15);
     free(fin);
     free(ref);
-    lm_ctx_free(ctx);
+    hx_drive_close(d);
     lm_model_free(m);
 }
 
@@ -151,13 +152,14 @@ static void test_drive_prefix_schedule(void)
     hx_config c = parse("naive:step=3:prefix=5/2");
     CU_ASSERT(c.prefix == 5 && c.prefix_step == 2);
     CU_ASSERT_EQUAL(hx_config_keys(&c), HX_KEY_STEP | HX_KEY_PREFIX);
-    lm_ctx *ctx = NULL;
-    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&ctx, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
+    hx_drive *d = NULL, *d2 = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&d, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
+    lm_ctx *ctx = hx_drive_ctx(d);
     const size_t nv = m->hp.n_vocab;
     float *fin = malloc(nv * sizeof *fin), *ref = malloc(nv * sizeof *ref);
     CU_ASSERT_FATAL(fin != NULL && ref != NULL);
     calls rec = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &c, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
                           LM_OK);
     const uint32_t want_pos0[] = {0, 2, 4, 5, 8, 11}, want_n[] = {2, 2, 1, 3, 3, 2};
     CU_ASSERT_EQUAL_FATAL(rec.k, 6);
@@ -169,14 +171,15 @@ static void test_drive_prefix_schedule(void)
     CU_ASSERT_EQUAL(memcmp(fin, ref, nv * sizeof *fin), 0);
     /* A prefix as long as the prompt reuses all but its last token. */
     hx_config all = parse("naive:step=full:prefix=40");
-    lm_ctx_reset(ctx);
+    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&d2, m, &all, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
     rec.k = 0;
-    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(ctx, &all, tok, 13, HX_ROWS_NONE, NULL, record, &rec,
-                                        &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d2, tok, 13, HX_ROWS_NONE, NULL, record, &rec, &err),
+                          LM_OK);
     CU_ASSERT(rec.k == 2 && rec.n[0] == 12 && rec.pos0[1] == 12 && rec.n[1] == 1);
     free(fin);
     free(ref);
-    lm_ctx_free(ctx);
+    hx_drive_close(d);
+    hx_drive_close(d2);
     lm_model_free(m);
 }
 
@@ -254,7 +257,7 @@ static bool trace_differs(const lm_model *m, const hx_config *a, const hx_config
 }
 
 /* For every CONFIG key of a plain run, a pair that differs only in that key: trace and compare
- * agree on whether the bits differ. attn, rot, profile, turn and prefix must differ (each
+ * agree on whether the bits differ. attn, rot, profile, turn, prefix and batch must differ (each
  * changes what or how the engine computes on this model and prompt), so a path that drops one
  * of them fails here. */
 static void test_drive_trace_agrees_with_compare(void)
@@ -275,6 +278,8 @@ static void test_drive_trace_agrees_with_compare(void)
         {"profile", "naive:step=full", "naive:step=full:profile=bf16", true},
         {"turn", "blas:step=4", "blas:step=4:turn=3", true},
         {"prefix", "blas:step=full", "blas:step=full:prefix=6/1", true},
+        {"batch", "blas:step=4", "blas:step=4:batch=4", true},
+        {"batch, decode", "blas:step=4", "blas:step=4:batch=4/decode", true},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
         hx_config a = parse(pairs[i].a), b = parse(pairs[i].b);

@@ -213,8 +213,10 @@ void lm_sr_backend_name(char *buf, size_t n, uint64_t seed);
 typedef enum lm_threshold_kind {
     LM_THR_CHUNK_ROWS = 0, /* reached by one forward call of at least `value` tokens */
     LM_THR_KEYS = 1,       /* reached by a query that attends over at least `value` cache slots */
-    LM_THR_REUSED = 2      /* reached by a prompt whose first `value` or more positions' K/V
+    LM_THR_REUSED = 2,     /* reached by a prompt whose first `value` or more positions' K/V
                               rows were adopted from an earlier request (lm_ctx_adopt_prefix) */
+    LM_THR_SEQS = 3        /* reached by a forward call holding rows of at least `value`
+                              sequences (lm_forward_batch) */
 } lm_threshold_kind;
 
 typedef struct lm_threshold {

@@ -200,7 +200,7 @@ static void print_piece(const lm_vocab *v, int32_t id)
 }
 
 /* Prefill, then sample and print each token as it comes until n_gen tokens or EOS. */
-static int decode(run_out *out, lm_ctx *ctx, const lm_model *m, const run_opts *o, lm_err *err)
+static int decode(run_out *out, hx_drive *d, const lm_model *m, const run_opts *o, lm_err *err)
 {
     lm_sampler *smp = NULL;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
@@ -209,8 +209,7 @@ static int decode(run_out *out, lm_ctx *ctx, const lm_model *m, const run_opts *
                                 : LM_FAIL(err, LM_E_NOMEM, "run: out of memory");
     const double t0 = lm_now_s();
     if (rc == LM_OK)
-        rc = hx_drive_feed(ctx, &o->cfg, out->ids, out->n_prompt, HX_ROWS_FINAL, logits, NULL,
-                           NULL, err);
+        rc = hx_drive_feed(d, out->ids, out->n_prompt, HX_ROWS_FINAL, logits, NULL, NULL, err);
     const double t1 = lm_now_s();
     const int32_t eos = m->vocab ? lm_vocab_eos(m->vocab) : -1;
     while (rc == LM_OK && out->n_out < o->n_gen) {
@@ -221,7 +220,7 @@ static int decode(run_out *out, lm_ctx *ctx, const lm_model *m, const run_opts *
         print_piece(m->vocab, tok);
         if (out->n_out == o->n_gen)
             break; /* the last token's logits are never needed */
-        if ((rc = hx_drive_decode(ctx, tok, logits, err)) == LM_OK)
+        if ((rc = hx_drive_decode(d, tok, logits, err)) == LM_OK)
             ++out->n_decode;
     }
     out->prefill_s = t1 - t0;
@@ -235,7 +234,7 @@ static int decode(run_out *out, lm_ctx *ctx, const lm_model *m, const run_opts *
 static int generate(run_out *out, const run_opts *o, lm_err *err)
 {
     lm_model *m = NULL;
-    lm_ctx *ctx = NULL;
+    hx_drive *d = NULL;
     char mpath[4096];
     int rc = hx_cli_model_load(&m, mpath, sizeof mpath, o->model, NULL, "run", err);
     if (rc == LM_OK)
@@ -246,17 +245,17 @@ static int generate(run_out *out, const run_opts *o, lm_err *err)
         rc = LM_FAIL(err, LM_E_INPUT, "%s: %u prompt tokens + %u to generate exceed the context "
                      "of %u", o->model, out->n_prompt, o->n_gen, m->hp.n_ctx_train);
     if (rc == LM_OK &&
-        (rc = hx_drive_open(&ctx, m, &o->cfg, (uint32_t)need, HX_KEYS_PLAIN, "run", err)) == LM_OK) {
-        out->backend = lm_ctx_backend_name(ctx);
+        (rc = hx_drive_open(&d, m, &o->cfg, (uint32_t)need, HX_KEYS_PLAIN, "run", err)) == LM_OK) {
+        out->backend = lm_ctx_backend_name(hx_drive_ctx(d));
         if (o->prompt != NULL)
             fputs(o->prompt, stdout);
         for (uint32_t i = 0; o->prompt == NULL && i < out->n_prompt; ++i)
             print_piece(m->vocab, out->ids[i]);
         fflush(stdout);
-        rc = decode(out, ctx, m, o, err);
+        rc = decode(out, d, m, o, err);
         fputc('\n', stdout);
     }
-    lm_ctx_free(ctx);
+    hx_drive_close(d);
     lm_model_free(m);
     return rc;
 }

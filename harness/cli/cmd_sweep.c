@@ -55,6 +55,10 @@ static const char usage_text[] =
     "                          S, default the configuration's step) whose K/V rows are reused,\n"
     "                          then the rest (config key prefix=P/S; plain cache only; off by\n"
     "                          default)\n"
+    "      --batch LIST        batch-composition axis: 1 (alone), B and B:decode values, e.g.\n"
+    "                          1,4,4:decode: every forward call also holds rows of B-1 other\n"
+    "                          sequences (seeded prompts) prefilling alongside, or decoding one\n"
+    "                          row each (config key batch=B[/decode]; off by default)\n"
     "      --turn D            schedule axis: beside each configuration with multi-token chunks,\n"
     "                          the same one fed as two turns (part of the prompt, D decode steps,\n"
     "                          the rest as a second multi-token chunk; config key turn=D);\n"
@@ -133,7 +137,7 @@ typedef struct sweep_opts {
 } sweep_opts;
 
 enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE, O_ATTN,
-       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE, O_TURN, O_PREFIX };
+       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE, O_TURN, O_PREFIX, O_BATCH };
 
 /* A number shared with case files (hx_setting_parse); 0 to go on, else the exit code. */
 static int setting(uint32_t *out, hx_setting which, const char *opt, const char *arg)
@@ -196,6 +200,7 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
     case O_ROT: o->axes.rot = arg; return 0;
     case O_PROFILE: o->axes.profile = arg; return 0;
     case O_PREFIX: o->axes.prefix = arg; return 0;
+    case O_BATCH: o->axes.batch = arg; return 0;
     case O_CACHE: return hx_cli_cache_option(&o->cache, "sweep", arg);
     case 'o': o->outdir = arg; return 0;
     case 'q': o->sp.quiet = true; return 0;
@@ -223,7 +228,7 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         {"output", required_argument, NULL, 'o'},    {"quiet", no_argument, NULL, 'q'},
         {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
         {"envelope", required_argument, NULL, O_ENVELOPE}, {"turn", required_argument, NULL, O_TURN},
-        {"prefix", required_argument, NULL, O_PREFIX},
+        {"prefix", required_argument, NULL, O_PREFIX}, {"batch", required_argument, NULL, O_BATCH},
         {"format", required_argument, NULL, O_FORMAT}, {"verbose", no_argument, NULL, 'v'},
         HX_SPEC_LONG_OPTIONS,
         HX_BLOCK_LONG_OPTIONS,

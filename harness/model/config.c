@@ -88,7 +88,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
     memcpy(c.backend, s, blen);
     bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
     bool seen_spec = false, seen_draft = false, seen_prof = false, seen_turn = false;
-    bool seen_prefix = false;
+    bool seen_prefix = false, seen_batch = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -139,6 +139,10 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
             seen = &seen_prefix;
             snprintf(expect, sizeof expect, "P or P/S with P >= 1 and S >= 1 or full, or none");
             ok = hx_prefix_parse(val, vlen, false, &c.prefix, &c.prefix_step);
+        } else if (field_is(f, klen, "batch")) {
+            seen = &seen_batch;
+            snprintf(expect, sizeof expect, "B or B/decode with B in 1..%u", LM_BATCH_MAX);
+            ok = hx_batch_parse(val, vlen, false, &c.batch, &c.batch_decode);
         } else if (field_is(f, klen, "profile")) {
             seen = &seen_prof;
             snprintf(expect, sizeof expect, "%s", lm_profile_expected());
@@ -159,7 +163,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         } else {
             return LM_FAIL(err, LM_E_INPUT,
                            "config '%s': unknown key '%.*s' (step, threads, attn, rot, turn, "
-                           "prefix, profile, spec, draft)", s, (int)klen, f);
+                           "prefix, batch, profile, spec, draft)", s, (int)klen, f);
         }
         if (*seen)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
@@ -174,6 +178,25 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                        "cache evicts the rows a reused prefix would hand over)", s);
     *out = c;
     return LM_OK;
+}
+
+bool hx_batch_parse(const char *s, size_t len, bool colon_ok, uint32_t *b, bool *decode)
+{
+    *b = 0;
+    *decode = false;
+    size_t blen = 0;
+    while (blen < len && s[blen] != '/' && !(colon_ok && s[blen] == ':'))
+        ++blen;
+    if (!lm_parse_u32(s, blen, 1, LM_BATCH_MAX, b))
+        return false;
+    if (blen < len) {
+        if (!field_is(s + blen + 1, len - blen - 1, "decode") || *b < 2)
+            return false;
+        *decode = true;
+    }
+    if (*b == 1)
+        *b = 0;
+    return true;
 }
 
 bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint32_t *step)
@@ -236,7 +259,10 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
                  c->rot_window ? "/window" : "");
     if (c->profile[0] != '\0')
         snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
-    char spec[24] = "", turn[24] = "", prefix[40] = "";
+    char spec[24] = "", turn[24] = "", prefix[40] = "", batch[32] = "";
+    if (c->batch > 1)
+        snprintf(batch, sizeof batch, ":batch=%u%s", (unsigned)c->batch,
+                 c->batch_decode ? "/decode" : "");
     if (c->prefix != 0 && c->prefix_step == HX_PREFIX_STEP_FULL)
         snprintf(prefix, sizeof prefix, ":prefix=%u/full", (unsigned)c->prefix);
     else if (c->prefix != 0 && c->prefix_step != 0)
@@ -248,8 +274,8 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
         snprintf(spec, sizeof spec, ":spec=%u", (unsigned)c->spec);
     if (c->turn != 0)
         snprintf(turn, sizeof turn, ":turn=%u", (unsigned)c->turn);
-    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot, turn,
-                    prefix, prof, spec, c->draft[0] ? ":draft=" : "", c->draft);
+    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot,
+                    turn, prefix, batch, prof, spec, c->draft[0] ? ":draft=" : "", c->draft);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
@@ -258,6 +284,8 @@ hx_config hx_config_baseline(const hx_config *c)
     b.step = 0;
     b.turn = 0;
     b.prefix = b.prefix_step = 0;
+    b.batch = 0;
+    b.batch_decode = false;
     return b;
 }
 
@@ -305,7 +333,8 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
     return strcmp(a->backend, b->backend) == 0 && a->step == b->step && a->threads == b->threads &&
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
            a->rot_window == b->rot_window && a->turn == b->turn && a->prefix == b->prefix &&
-           a->prefix_step == b->prefix_step &&
+           a->prefix_step == b->prefix_step && a->batch == b->batch &&
+           a->batch_decode == b->batch_decode &&
            a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
            strcmp(a->profile, b->profile) == 0;
 }
@@ -344,6 +373,13 @@ static void apply_prefix(hx_config *c, const void *elem)
     const uint32_t *p = elem; /* prefix, its earlier request's step */
     c->prefix = p[0];
     c->prefix_step = p[1];
+}
+
+static void apply_batch(hx_config *c, const void *elem)
+{
+    const uint32_t *b = elem; /* co-resident count, decode mode */
+    c->batch = b[0];
+    c->batch_decode = b[1] != 0;
 }
 
 static void apply_profile(hx_config *c, const void *elem)
@@ -500,6 +536,18 @@ static int prefix_item(void *elem, const char *s, size_t len, const char *what,
     return LM_OK;
 }
 
+static int batch_item(void *elem, const char *s, size_t len, const char *what,
+                      const char *list, lm_err *err)
+{
+    uint32_t *b = elem; /* co-resident count, decode mode */
+    bool decode = false;
+    if (!hx_batch_parse(s, len, true, &b[0], &decode))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (B or B:decode with B in "
+                       "1..%u)", what, list, (int)len, s, LM_BATCH_MAX);
+    b[1] = decode;
+    return LM_OK;
+}
+
 static int profile_item(void *elem, const char *s, size_t len, const char *what,
                         const char *list, lm_err *err)
 {
@@ -568,6 +616,8 @@ static const struct axis_def {
                      offsetof(hx_axes, rot)},
     [HX_AXIS_PREFIX] = {"prefix", "--prefix", NULL, 2 * sizeof(uint32_t), prefix_item,
                         offsetof(hx_axes, prefix)},
+    [HX_AXIS_BATCH] = {"batch", "--batch", NULL, 2 * sizeof(uint32_t), batch_item,
+                       offsetof(hx_axes, batch)},
     [HX_AXIS_BACKENDS] = {"backends", "--backends", HX_AXES_DEFAULT_BACKENDS,
                           sizeof((hx_config *)0)->backend, backend_item,
                           offsetof(hx_axes, backends)},
@@ -677,10 +727,10 @@ int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
     *n = 0;
     int st = LM_OK;
     /* Checked in the order the options are documented: steps, backends, threads, attn, rot,
-     * profile, prefix. */
+     * profile, prefix, batch. */
     static const hx_axis order[HX_AXIS_COUNT] = {HX_AXIS_STEPS, HX_AXIS_BACKENDS,
                                                  HX_AXIS_THREADS, HX_AXIS_ATTN, HX_AXIS_ROT,
-                                                 HX_AXIS_PROFILE, HX_AXIS_PREFIX};
+                                                 HX_AXIS_PROFILE, HX_AXIS_PREFIX, HX_AXIS_BATCH};
     for (int i = 0; i < HX_AXIS_COUNT && st == LM_OK; ++i)
         st = axis_values(&v[order[i]], &m[order[i]], a, order[i], NULL, err);
     if (st == LM_OK)
@@ -690,6 +740,9 @@ int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
     if (st == LM_OK && m[HX_AXIS_PREFIX] > 0)
         st = cross_by(out, n, v[HX_AXIS_PREFIX], axis_defs[HX_AXIS_PREFIX].size,
                       m[HX_AXIS_PREFIX], apply_prefix, err);
+    if (st == LM_OK && m[HX_AXIS_BATCH] > 0)
+        st = cross_by(out, n, v[HX_AXIS_BATCH], axis_defs[HX_AXIS_BATCH].size, m[HX_AXIS_BATCH],
+                      apply_batch, err);
     if (st == LM_OK && m[HX_AXIS_ROT] > 0)
         st = cross_by(out, n, v[HX_AXIS_ROT], axis_defs[HX_AXIS_ROT].size, m[HX_AXIS_ROT],
                       apply_rot, err);

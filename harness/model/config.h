@@ -45,6 +45,11 @@ typedef struct hx_config {
                          prompt token is always computed (its logits are the first output) */
     uint32_t prefix_step; /* the earlier request's chunk size: 0 = step's, HX_PREFIX_STEP_FULL =
                              the prefix in one call */
+    uint32_t batch;   /* `batch=B[/decode]`: every forward call of this sequence holds rows of
+                         B - 1 co-resident sequences too (seeded prompts, lm_forward_batch);
+                         0 or 1 = alone */
+    bool batch_decode; /* `/decode`: the co-resident sequences decode (one row each per call)
+                          while this one prefills; else they prefill alongside, then decode */
     uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
                          or formatted): their seed; 0 elsewhere */
 } hx_config;
@@ -76,6 +81,7 @@ int hx_config_add_turns(hx_config **v, size_t *n, uint32_t turn, lm_err *err);
  * profile name, lm_profile_find; "f32" is stored as ""); spec (K >= 0 drafted tokens; 0 = plain decoding),
  * prefix (P or P/S: P >= 1 prompt tokens reused from an earlier request chunked by S, an
  * integer >= 1 or full, default step's; "none" or 0 = no reuse; not with a rotating cache),
+ * batch (B or B/decode, B in 1..LM_BATCH_MAX: co-resident sequences in every forward call),
  * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
  * last, ':' included);
  * each key at most once, in any order. A missing step means full.
@@ -85,14 +91,15 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
  * when not default, then rot=MAX/KEEP[/window] when rotating, then turn=D when D > 0, then
- * prefix=P[/S] when P > 0, then profile=P when not f32, then spec=K
+ * prefix=P[/S] when P > 0, then batch=B[/decode] when B > 1, then profile=P when not f32, then
+ * spec=K
  * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
 
 /* The configuration's baseline: same backend, threads, attn and rot, one chunk (step = full,
- * turn 0, no reused prefix). */
+ * turn 0, no reused prefix), alone (no co-resident sequences). */
 hx_config hx_config_baseline(const hx_config *c);
 /* Whether c's bits cannot depend on its chunks: its backend is chunk invariant
  * (LM_BE_CHUNK_INVARIANT), it decodes without speculation, and its cache is not MLX's rotating
@@ -110,6 +117,10 @@ bool hx_rot_parse(const char *s, size_t len, uint32_t *max, uint32_t *keep, bool
  * S (an integer >= 1 or "full": HX_PREFIX_STEP_FULL); P >= 1. sep is '/' in a CONFIG string and
  * also ':' in the sweep's --prefix list and case files. False when malformed. */
 bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint32_t *step);
+
+/* A batch value s[0..len): B (1..LM_BATCH_MAX; 1 = alone, stored as 0) optionally followed by
+ * sep and "decode" (sep '/' in a CONFIG string, also ':' in lists). False when malformed. */
+bool hx_batch_parse(const char *s, size_t len, bool colon_ok, uint32_t *b, bool *decode);
 
 /* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
  * and MAX:KEEP[:window] (or MAX/KEEP[/window]) values, no duplicates; the rot value varies slowest (the whole
@@ -195,9 +206,10 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
  * threads 1..LM_MAX_THREADS (the engine) or all; backends the engine's registry
  * (lm_backend_known); attn default, dense, stream; rot none or MAX:KEEP[:window] with the
  * rotating cache's limits (hx_rot_parse); profile the precision profiles (lm_profile_find);
- * prefix none or P[:S] (hx_prefix_parse; off by default: the default sweep does not grow). */
+ * prefix none or P[:S] (hx_prefix_parse), batch B[:decode] (hx_batch_parse); both off by
+ * default: the default sweep does not grow. */
 typedef struct hx_axes {
-    const char *steps, *backends, *threads, *attn, *rot, *profile, *prefix;
+    const char *steps, *backends, *threads, *attn, *rot, *profile, *prefix, *batch;
 } hx_axes;
 
 /* The axes of hx_axes (HX_AXIS_PROFILE varies slowest in hx_axes_configs, HX_AXIS_STEPS
@@ -206,6 +218,7 @@ typedef enum hx_axis {
     HX_AXIS_PROFILE,
     HX_AXIS_ROT,
     HX_AXIS_PREFIX,
+    HX_AXIS_BATCH,
     HX_AXIS_BACKENDS,
     HX_AXIS_THREADS,
     HX_AXIS_ATTN,
@@ -214,7 +227,7 @@ typedef enum hx_axis {
 } hx_axis;
 
 /* The axis whose case-file key is key ("steps", "backends", "threads", "attn", "rot",
- * "profile", "prefix"); -1 when key names no axis. */
+ * "profile", "prefix", "batch"); -1 when key names no axis. */
 int hx_axis_find(const char *key);
 /* The field of a that holds the list of an axis. */
 const char **hx_axes_list(hx_axes *a, hx_axis axis);
@@ -222,8 +235,8 @@ const char **hx_axes_list(hx_axes *a, hx_axis axis);
  * naming what (the key or option), the list and the bad item. */
 int hx_axis_check(hx_axis axis, const char *what, const char *list, lm_err *err);
 
-/* The configurations of a: profile x rot x prefix x backends x threads x attn x steps (steps
- * fastest, profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile
+/* The configurations of a: profile x rot x batch x prefix x backends x threads x attn x steps
+ * (steps fastest, profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile
  * make them; a reused prefix with a rotating cache is left out (hx_config_parse refuses it).
  * *out malloc'd; LM_E_INPUT naming the option (--steps ... --prefix) and the bad item, or when
  * nothing is left. */

@@ -102,7 +102,7 @@ static void outcome_free(outcome *o)
 }
 
 /* The CONFIG keys the block sampler honours. */
-#define BLOCK_KEYS (HX_KEYS_PLAIN & ~(HX_KEY_TURN | HX_KEY_PREFIX))
+#define BLOCK_KEYS (HX_KEYS_PLAIN & ~(HX_KEY_TURN | HX_KEY_PREFIX | HX_KEY_BATCH))
 
 static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int32_t *prompt,
                    uint32_t n_prompt, const lm_block_params *bp, lm_err *err)
@@ -116,7 +116,8 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
     lm_err why = {0};
     /* lm_block_generate prefills in chunks of step itself */
     if (hx_drive_check(c, BLOCK_KEYS, "block sampler", &why) != LM_OK) {
-        o->skip = "a two-turn schedule or a reused prefix is not a block sampler's";
+        o->skip = "a two-turn schedule, a reused prefix or co-resident sequences are not a "
+                  "block sampler's";
         return LM_OK;
     }
     o->tok = malloc(n * sizeof *o->tok);
@@ -126,7 +127,7 @@ static int run_one(outcome *o, const lm_model *m, const hx_config *c, const int3
     if (!o->tok || !o->iter || !o->ar || !o->hist)
         return LM_FAIL(err, LM_E_NOMEM, "block sampler: out of memory");
     lm_ctx *ctx = NULL;
-    int rc = hx_drive_open(&ctx, m, c, n_prompt + n, BLOCK_KEYS, "block sampler", err);
+    int rc = hx_drive_open_ctx(&ctx, m, c, n_prompt + n, 0, err);
     if (rc == LM_OK && lm_ctx_attn_variants(ctx)) {
         lm_ctx_free(ctx);
         o->skip = "the model has windows or sinks (bidirectional chunks need dense attention)";

@@ -29,13 +29,15 @@ enum {
     HX_KEY_SPEC = 1u << 6,
     HX_KEY_DRAFT = 1u << 7,
     HX_KEY_PREFIX = 1u << 8,
+    HX_KEY_BATCH = 1u << 9,
 };
-#define HX_KEYS_ALL 0x1ffu
+#define HX_KEYS_ALL 0x3ffu
 /* Everything but speculative decoding: the keys of a plain greedy or teacher-forced run. */
 #define HX_KEYS_PLAIN (HX_KEYS_ALL & ~(HX_KEY_SPEC | HX_KEY_DRAFT))
 
 /* The keys cfg sets to something other than their default (step=full, the engine's threads,
- * the engine's attention, the plain cache, f32, one turn, no reused prefix, plain decoding). */
+ * the engine's attention, the plain cache, f32, one turn, no reused prefix, alone, plain
+ * decoding). */
 unsigned hx_config_keys(const hx_config *cfg);
 /* The key's name as a CONFIG string spells it ("step", "rot", ...); key is one HX_KEY_ bit. */
 const char *hx_config_key_name(unsigned key);
@@ -44,9 +46,24 @@ const char *hx_config_key_name(unsigned key);
  * not supported here" for the first such key in HX_KEY_ order. */
 int hx_drive_check(const hx_config *cfg, unsigned honoured, const char *who, lm_err *err);
 
-/* hx_drive_check, then a context for cfg on m holding n_ctx positions. */
-int hx_drive_open(lm_ctx **out, const lm_model *m, const hx_config *cfg, uint32_t n_ctx,
+/* A context for cfg on m holding n_ctx positions, leading batched calls of batch_rows rows
+ * (0: none); no key is checked (the co-resident sequences' contexts). */
+int hx_drive_open_ctx(lm_ctx **out, const lm_model *m, const hx_config *cfg, uint32_t n_ctx,
+                      uint32_t batch_rows, lm_err *err);
+
+/* A configuration's run: the context of the sequence under test and, with batch=B, its
+ * co-resident sequences (coresident.h), which share every forward call fed through
+ * hx_drive_feed and hx_drive_decode. */
+typedef struct hx_drive hx_drive;
+
+/* hx_drive_check, then the drive of cfg on m, its context holding n_ctx positions. */
+int hx_drive_open(hx_drive **out, const lm_model *m, const hx_config *cfg, uint32_t n_ctx,
                   unsigned honoured, const char *who, lm_err *err);
+void hx_drive_close(hx_drive *d);
+/* The context of the sequence under test (its cache, probes, callbacks). */
+lm_ctx *hx_drive_ctx(const hx_drive *d);
+/* Every cached position forgotten, the co-resident sequences back at their start. */
+int hx_drive_reset(hx_drive *d, lm_err *err);
 
 /* Which logits each forward call of a feed computes. */
 typedef enum hx_rows {
@@ -67,18 +84,19 @@ typedef struct hx_chunk {
  * returned by hx_drive_feed. */
 typedef int (*hx_chunk_fn)(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *err);
 
-/* The schedule of cfg over tokens[n] (n >= 1), appended to what ctx holds. With cfg->prefix and
- * an empty ctx, first a prefix-cache hit: min(prefix, n - 1) tokens fed by an earlier request
+/* The schedule of the drive's configuration cfg over tokens[n] (n >= 1), appended to what its
+ * context ctx holds, every call shared with the co-resident sequences. With cfg->prefix and an
+ * empty ctx, first a prefix-cache hit: min(prefix, n - 1) tokens fed by an earlier request
  * in a context of its own, chunked by prefix_step, whose K/V rows ctx adopts
  * (lm_ctx_adopt_prefix; fn sees that context's calls). Then the rest: with cfg->turn the two
  * turns of hx_turn_split (the first part in chunks of step, the decode steps one token per
  * call, the rest in chunks of step), else one prefill in chunks of step (0 = one chunk).
  * final [n_vocab]: receives the last position's logits with HX_ROWS_FINAL (else unused, may be
  * NULL). fn (may be NULL) sees every call. Engine errors pass through. */
-int hx_drive_feed(lm_ctx *ctx, const hx_config *cfg, const int32_t *tokens, uint32_t n,
-                  hx_rows rows, float *final, hx_chunk_fn fn, void *user, lm_err *err);
+int hx_drive_feed(hx_drive *d, const int32_t *tokens, uint32_t n, hx_rows rows, float *final,
+                  hx_chunk_fn fn, void *user, lm_err *err);
 
 /* One decode step: tok at the next position, its logits into row [n_vocab] (NULL: none). */
-int hx_drive_decode(lm_ctx *ctx, int32_t tok, float *row, lm_err *err);
+int hx_drive_decode(hx_drive *d, int32_t tok, float *row, lm_err *err);
 
 #endif

@@ -44,9 +44,9 @@ int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
                           .head_dim = hp->head_dim, .n_vocab = hp->n_vocab,
                           .n_prompt = rq->n_kv, .n_tokens = rq->n_tokens, .n_pos = rq->n_pos};
     hx_capture *c = NULL;
-    lm_ctx *ctx = NULL;
+    hx_drive *d = NULL;
     /* The K/V rows are read from the cache's slots: a rotating cache evicts them. */
-    int rc = hx_drive_open(&ctx, m, cfg, rq->n_tokens, HX_KEYS_PLAIN & ~HX_KEY_ROT, "forced run",
+    int rc = hx_drive_open(&d, m, cfg, rq->n_tokens, HX_KEYS_PLAIN & ~HX_KEY_ROT, "forced run",
                            err);
     if (rc == LM_OK)
         rc = hx_capture_create(&c, &s, err);
@@ -54,15 +54,14 @@ int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
         memcpy(c->tokens, rq->tokens, rq->n_tokens * sizeof *rq->tokens);
         memcpy(c->positions, rq->pos, rq->n_pos * sizeof *rq->pos);
         keep k = {.c = c, .rq = rq};
-        rc = hx_drive_feed(ctx, cfg, rq->tokens, rq->n_tokens, HX_ROWS_ALL, NULL, keep_rows, &k,
-                           err);
+        rc = hx_drive_feed(d, rq->tokens, rq->n_tokens, HX_ROWS_ALL, NULL, keep_rows, &k, err);
     }
     size_t kv = rc == LM_OK ? hx_capture_kv_elems(&s) : 0;
     for (uint32_t l = 0; l < hp->n_layer && rc == LM_OK; ++l) {
-        memcpy(c->k[l], lm_ctx_k(ctx, l), kv * sizeof(float));
-        memcpy(c->v[l], lm_ctx_v(ctx, l), kv * sizeof(float));
+        memcpy(c->k[l], lm_ctx_k(hx_drive_ctx(d), l), kv * sizeof(float));
+        memcpy(c->v[l], lm_ctx_v(hx_drive_ctx(d), l), kv * sizeof(float));
     }
-    lm_ctx_free(ctx);
+    hx_drive_close(d);
     if (rc != LM_OK) {
         hx_capture_free(c);
         return rc;

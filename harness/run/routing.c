@@ -56,11 +56,11 @@ int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
     for (size_t i = 0; i < (size_t)hp->n_layer * n; ++i)
         out->margin[i] = INFINITY;
     /* The plain cache: a rotating cache's routing is not compared (hx_routing_to_report). */
-    lm_ctx *c = NULL;
-    int rc = hx_drive_open(&c, m, cfg, n, HX_KEYS_PLAIN & ~HX_KEY_ROT, "routing", err);
+    hx_drive *d = NULL;
+    int rc = hx_drive_open(&d, m, cfg, n, HX_KEYS_PLAIN & ~HX_KEY_ROT, "routing", err);
     if (rc == LM_OK)
-        rc = hx_drive_feed(c, cfg, tokens, n, HX_ROWS_NONE, NULL, keep_routing, out, err);
-    lm_ctx_free(c);
+        rc = hx_drive_feed(d, tokens, n, HX_ROWS_NONE, NULL, keep_routing, out, err);
+    hx_drive_close(d);
     if (rc != LM_OK)
         hx_routing_free(out);
     return rc;

@@ -35,12 +35,12 @@ static void kv_probe_fn(void *user, uint32_t layer, const char *op, uint32_t pos
 }
 
 /* Feeds forced[from..n_forced) one at a time, storing row j+1 after forced[j]. */
-static int feed_forced(lm_ctx *ctx, hx_capture *c, const hx_run_request *rq, uint32_t from,
+static int feed_forced(hx_drive *d, hx_capture *c, const hx_run_request *rq, uint32_t from,
                        lm_err *err)
 {
     size_t nv = c->shape.n_vocab;
     for (uint32_t j = from; j < rq->n_forced; ++j) {
-        int rc = hx_drive_decode(ctx, rq->forced[j], c->logits + (j + 1) * nv, err);
+        int rc = hx_drive_decode(d, rq->forced[j], c->logits + (j + 1) * nv, err);
         if (rc != LM_OK)
             return rc;
     }
@@ -79,23 +79,23 @@ bool hx_time_repeat_due(int n, double prefill_s, double decode_s)
 /* Repeats the prefill and the decode of the captured tokens on ctx (the captured run counts
  * as the first repetition) until HX_TIME_MIN_S / HX_TIME_MIN_REPS are met or HX_TIME_ENOUGH_S
  * has run; st gets the medians. The results are not looked at: the capture is already complete. */
-static int time_repeats(lm_ctx *ctx, const hx_capture *c, const hx_run_request *rq,
-                        const hx_config *cfg, float *cur, hx_run_stats *st, lm_err *err)
+static int time_repeats(hx_drive *d, const hx_capture *c, const hx_run_request *rq, float *cur,
+                        hx_run_stats *st, lm_err *err)
 {
     double pre[HX_TIME_MAX_REPS], dec[HX_TIME_MAX_REPS];
     double tp = pre[0] = st->prefill_s, td = dec[0] = st->decode_s;
     int n = 1;
     while (!rq->time_once && hx_time_repeat_due(n, tp, td)) {
-        lm_ctx_reset(ctx);
+        int rc = hx_drive_reset(d, err);
         double t0 = lm_now_s();
-        int rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, cur, NULL, NULL,
-                               err);
+        if (rc == LM_OK)
+            rc = hx_drive_feed(d, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, cur, NULL, NULL, err);
         if (rc != LM_OK)
             return rc;
         tp += pre[n] = lm_now_s() - t0;
         t0 = lm_now_s();
         for (uint32_t j = 0; j < st->n_decode; ++j)
-            if ((rc = hx_drive_decode(ctx, c->tokens[rq->n_prompt + j], cur, err)) != LM_OK)
+            if ((rc = hx_drive_decode(d, c->tokens[rq->n_prompt + j], cur, err)) != LM_OK)
                 return rc;
         td += dec[n] = lm_now_s() - t0;
         ++n;
@@ -124,13 +124,15 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
                           .n_prompt = rq->n_prompt, .n_tokens = rq->n_prompt + rq->n_gen,
                           .n_pos = rq->n_forced + 1};
     hx_capture *c = NULL;
-    lm_ctx *ctx = NULL;
+    hx_drive *d = NULL;
+    lm_ctx *ctx = NULL; /* the drive's context */
     float *cur = NULL;
     int rc = hx_capture_create(&c, &s, err);
     if (rc != LM_OK)
         return rc;
-    if ((rc = hx_drive_open(&ctx, m, cfg, (uint32_t)need, HX_KEYS_PLAIN, "run", err)) != LM_OK)
+    if ((rc = hx_drive_open(&d, m, cfg, (uint32_t)need, HX_KEYS_PLAIN, "run", err)) != LM_OK)
         goto fail;
+    ctx = hx_drive_ctx(d);
     size_t nv = hp->n_vocab;
     if ((cur = malloc(nv * sizeof *cur)) == NULL) {
         rc = LM_FAIL(err, LM_E_NOMEM, "run: out of memory");
@@ -145,8 +147,8 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
         lm_ctx_set_probe(ctx, kv_probe_fn, &kp);
     double t0 = lm_now_s();
     lm_ctx_set_layer_fn(ctx, rq->on_layer, rq->on_layer_user);
-    if ((rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, c->logits, NULL,
-                            NULL, err)) != LM_OK)
+    if ((rc = hx_drive_feed(d, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, c->logits, NULL, NULL,
+                            err)) != LM_OK)
         goto fail;
     stats->prefill_s = lm_now_s() - t0;
     lm_ctx_set_layer_fn(ctx, NULL, NULL);
@@ -172,7 +174,7 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
             on_path = false; /* tokens past the end of the forced path are no split */
         if (j + 1 == rq->n_gen)
             break; /* the last token's logits are never needed */
-        if ((rc = hx_drive_decode(ctx, tok, cur, err)) != LM_OK)
+        if ((rc = hx_drive_decode(d, tok, cur, err)) != LM_OK)
             goto fail;
         ++fed;
         stats->n_decode++;
@@ -183,15 +185,15 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
 
     if (on_path) {
         /* The context holds prompt + forced[0..fed): continue on the forced path. */
-        if (fed < rq->n_forced && (rc = feed_forced(ctx, c, rq, fed, err)) != LM_OK)
+        if (fed < rq->n_forced && (rc = feed_forced(d, c, rq, fed, err)) != LM_OK)
             goto fail;
     } else {
         /* The greedy path split: prefill again (same schedule, same bits) and force. */
         stats->reran_forced = true;
-        lm_ctx_reset(ctx);
-        if ((rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, cur, NULL,
-                                NULL, err)) != LM_OK ||
-            (rc = feed_forced(ctx, c, rq, 0, err)) != LM_OK)
+        if ((rc = hx_drive_reset(d, err)) != LM_OK ||
+            (rc = hx_drive_feed(d, rq->prompt, rq->n_prompt, HX_ROWS_FINAL, cur, NULL, NULL,
+                                err)) != LM_OK ||
+            (rc = feed_forced(d, c, rq, 0, err)) != LM_OK)
             goto fail;
     }
     if (rq->prompt_rows && rq->n_prompt > 1) {
@@ -200,25 +202,25 @@ int hx_run_capture(hx_capture **out, hx_run_stats *stats, const lm_model *m, con
             goto fail;
         }
         c->n_prompt_rows = rq->n_prompt - 1;
-        lm_ctx_reset(ctx);
-        if ((rc = hx_drive_feed(ctx, cfg, rq->prompt, rq->n_prompt, HX_ROWS_ALL, NULL, keep_rows,
+        if ((rc = hx_drive_reset(d, err)) != LM_OK ||
+            (rc = hx_drive_feed(d, rq->prompt, rq->n_prompt, HX_ROWS_ALL, NULL, keep_rows,
                                 c->prompt_logits, err)) != LM_OK)
             goto fail;
     }
     /* A two-turn configuration is timed once: the schedule axis is there for its numbers, and
      * repeats would double a default sweep's engine time for speeds its sibling measures. */
     if (!rq->time_once && cfg->turn == 0 &&
-        (rc = time_repeats(ctx, c, rq, cfg, cur, stats, err)) != LM_OK)
+        (rc = time_repeats(d, c, rq, cur, stats, err)) != LM_OK)
         goto fail;
     stats->ctx_bytes = (uint64_t)lm_ctx_scratch_bytes(ctx) +
                        2ull * s.n_layer * need * s.n_kv_head * s.head_dim * sizeof(float);
     free(cur);
-    lm_ctx_free(ctx);
+    hx_drive_close(d);
     *out = c;
     return LM_OK;
 fail:
     free(cur);
-    lm_ctx_free(ctx);
+    hx_drive_close(d);
     hx_capture_free(c);
     return rc;
 }

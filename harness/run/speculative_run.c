@@ -52,12 +52,13 @@ static int decode(hx_spec_side *s, const lm_model *target, const lm_model *draft
     const uint32_t train = target->hp.n_ctx_train;
     if (train != 0 && need > train)
         need = train;
-    /* lm_spec_generate prefills in chunks of step itself: a two-turn schedule and a reused
-     * prefix are refused. */
+    /* lm_spec_generate feeds its contexts itself (prefill in chunks of step, verify chunks): a
+     * two-turn schedule, a reused prefix and co-resident sequences are refused. */
     lm_ctx *tc = NULL, *dc = NULL;
-    int rc = hx_drive_open(&tc, target, cfg, (uint32_t)need,
-                           HX_KEYS_ALL & ~(HX_KEY_TURN | HX_KEY_PREFIX), "speculative decoding",
-                           err);
+    int rc = hx_drive_check(cfg, HX_KEYS_ALL & ~(HX_KEY_TURN | HX_KEY_PREFIX | HX_KEY_BATCH),
+                            "speculative decoding", err);
+    if (rc == LM_OK)
+        rc = hx_drive_open_ctx(&tc, target, cfg, (uint32_t)need, 0, err);
     if (rc == LM_OK && k > 0) {
         /* The draft runs on the same backend, threads, attention and profile, with the plain
          * cache. */
@@ -69,8 +70,7 @@ static int decode(hx_spec_side *s, const lm_model *target, const lm_model *draft
         uint32_t dn = (uint32_t)need;
         if (draft->hp.n_ctx_train != 0 && dn > draft->hp.n_ctx_train)
             dn = draft->hp.n_ctx_train;
-        rc = hx_drive_open(&dc, draft, &dcfg, dn, HX_KEYS_PLAIN & ~(HX_KEY_TURN | HX_KEY_PREFIX),
-                           "speculative decoding's draft", err);
+        rc = hx_drive_open_ctx(&dc, draft, &dcfg, dn, 0, err);
     }
     lm_spec_trace tr = {.tokens = s->tokens, .hist_hash = s->hist, .logits = s->raw};
     const lm_spec_params sp = {.n_draft = k, .step = cfg->step, .n_gen = n_gen, .pen = *pen};

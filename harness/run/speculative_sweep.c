@@ -122,10 +122,11 @@ int hx_spec_check_run(hx_spec_report *out, const lm_model *m, const char *draft_
         return rc;
     for (size_t ci = 0; ci < n_configs && rc == LM_OK; ++ci)
         for (size_t ki = 0; ki < n_ks && rc == LM_OK; ++ki) {
-            /* Speculative decoding prefills in chunks of step (lm_spec_generate): a two-turn or
-             * reused-prefix configuration has no speculative counterpart; its plain sibling
-             * has it. */
-            if (ks[ki] == 0 || configs[ci].turn != 0 || configs[ci].prefix != 0)
+            /* Speculative decoding feeds its own chunks (lm_spec_generate): a two-turn,
+             * reused-prefix or batched configuration has no speculative counterpart; its plain
+             * sibling has it. */
+            if (ks[ki] == 0 || configs[ci].turn != 0 || configs[ci].prefix != 0 ||
+                configs[ci].batch > 1)
                 continue;
             hx_config c = configs[ci];
             c.spec = ks[ki];

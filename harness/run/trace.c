@@ -128,14 +128,14 @@ static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int3
     const lm_hparams *hp = &m->hp;
     memset(t, 0, sizeof *t);
     t->n_pos = n_prompt + n_gen;
-    lm_ctx *c = NULL;
+    hx_drive *d = NULL;
     float *lg = malloc((size_t)hp->n_vocab * sizeof *lg); /* [n_vocab] the newest row */
     if (lg == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    int rc = hx_drive_open(&c, m, cfg, t->n_pos, HX_KEYS_PLAIN, "trace", err);
+    int rc = hx_drive_open(&d, m, cfg, t->n_pos, HX_KEYS_PLAIN, "trace", err);
     if (rc == LM_OK) {
-        lm_ctx_set_probe(c, probe_cb, t);
-        rc = hx_drive_feed(c, cfg, prompt, n_prompt, HX_ROWS_ALL, NULL, tape_logits, t, err);
+        lm_ctx_set_probe(hx_drive_ctx(d), probe_cb, t);
+        rc = hx_drive_feed(d, prompt, n_prompt, HX_ROWS_ALL, NULL, tape_logits, t, err);
     }
     for (uint32_t j = 0; j < n_gen && rc == LM_OK; ++j) {
         /* The newest logits row chooses path[j] (decode step j feeds it). */
@@ -148,10 +148,10 @@ static int run_tape(tape *t, const lm_model *m, const hx_config *cfg, const int3
             }
             path[j] = lm_argmax(s->rows + (size_t)pos * hp->n_vocab, hp->n_vocab);
         }
-        if ((rc = hx_drive_decode(c, path[j], lg, err)) == LM_OK)
+        if ((rc = hx_drive_decode(d, path[j], lg, err)) == LM_OK)
             tape_put(t, hp->n_layer, "logits", n_prompt + j, 1, lg, hp->n_vocab);
     }
-    lm_ctx_free(c);
+    hx_drive_close(d);
     free(lg);
     if (rc == LM_OK && t->oom)
         rc = LM_FAIL(err, LM_E_NOMEM, "out of memory for the checkpoints");
