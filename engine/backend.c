@@ -16,8 +16,10 @@
 int lm_backend_naive_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 int lm_backend_blas_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 void lm_backend_blas_describe(char *buf, size_t n, bool brief);
+void lm_backend_blas_kernels(lm_backend_kernels *out);
 int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 void lm_backend_det_describe(char *buf, size_t n, bool brief);
+void lm_backend_det_kernels(lm_backend_kernels *out);
 int lm_backend_sr_create_named(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 /* backend_cuda.cu (or backend_cuda_absent.c in a build without nvcc): all four CUDA rows. */
 int lm_backend_cuda_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
@@ -38,13 +40,15 @@ static const backend_entry backends[] = {
     {{.name = "blas",
       .summary = "OpenBLAS sgemm/sgemv, its kernel's blocked FMA order, OpenBLAS threads",
       .flags = LM_BE_SHARES_PROCESS_STATE,
-      .describe = lm_backend_blas_describe},
+      .describe = lm_backend_blas_describe,
+      .kernels = lm_backend_blas_kernels},
      lm_backend_blas_create},
     {{.name = "det",
       .summary = "fixed-order AVX-512/AVX2/scalar kernels: 8 FMA lanes over k, fixed lane "
                  "tree; threads split outputs, never k; one pool",
       .flags = LM_BE_CHUNK_INVARIANT,
-      .describe = lm_backend_det_describe},
+      .describe = lm_backend_det_describe,
+      .kernels = lm_backend_det_kernels},
      lm_backend_det_create},
     {{.name = "naive-sr",
       .summary = "naive's order with seeded stochastic rounding of every operation (noise "
@@ -104,6 +108,16 @@ const lm_backend_info *lm_backend_find(const char *name, size_t len)
 {
     const backend_entry *e = find(name, len);
     return e ? &e->info : NULL;
+}
+
+bool lm_backend_kernels_of(lm_backend_kernels *out, const char *name)
+{
+    const backend_entry *e = name ? find(name, strlen(name)) : NULL;
+    *out = (lm_backend_kernels){.older = false};
+    if (e == NULL || e->info.kernels == NULL)
+        return false;
+    e->info.kernels(out);
+    return true;
 }
 
 unsigned lm_backend_flags(const char *name)

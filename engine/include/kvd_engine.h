@@ -146,6 +146,18 @@ enum {
     LM_BE_ONE_THREAD = 1u << 5,
 };
 
+/* The kernel set a backend runs on this machine (lm_backend_info.kernels). */
+typedef struct lm_backend_kernels {
+    char name[48];     /* OpenBLAS's core ("Prescott"), BLIS's configuration ("haswell"), det's
+                          instruction-set path ("avx512"); "" when the library is absent */
+    char isa[16];      /* the instruction-set level those kernels need: "sse3", "avx", "avx2",
+                          "avx512" or "unknown" */
+    char cpu_isa[16];  /* the level this CPU runs, the same words */
+    bool older;        /* the kernels are older than the CPU: the library did not pick a kernel
+                          set made for it */
+    char warning[400]; /* when older: one line (no newline) saying what runs and what to do */
+} lm_backend_kernels;
+
 typedef struct lm_backend_info {
     const char *name;    /* what lm_ctx_params.backend and CONFIG strings name it by */
     const char *summary; /* one line: summation order and threading */
@@ -158,7 +170,14 @@ typedef struct lm_backend_info {
      * "key=value" parts joined by "; " (no newline; hashed into the golden-file platform
      * key), with brief true as one short word for one-line platform summaries. */
     void (*describe)(char *buf, size_t n, bool brief);
+    /* (optional: NULL = portable C, nothing picked at run time) The kernel set this backend
+     * runs here, and whether it is older than the CPU (engine/kernel_isa.h). */
+    void (*kernels)(lm_backend_kernels *out);
 } lm_backend_info;
+
+/* The kernels of the backend named name (its part before ':'); false, with *out zeroed, when
+ * it has no kernels hook or is unknown. */
+bool lm_backend_kernels_of(lm_backend_kernels *out, const char *name);
 
 /* The registry: backends 0 .. lm_backend_count()-1, in a fixed order. */
 size_t lm_backend_count(void);

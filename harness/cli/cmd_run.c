@@ -290,6 +290,7 @@ int cmd_run(int argc, char **argv)
         return code;
     run_out r = {0};
     lm_err err = {0};
+    hx_cli_warn_kernels("run", &o.cfg, 1);
     int rc = generate(&r, &o, &err);
     if (rc == LM_OK)
         print_result(&r, o.show_ids);

@@ -381,6 +381,8 @@ int cmd_sweep(int argc, char **argv)
     char dir[4096], wrote[4200 * 2];
     int st = build_configs(&configs, &o.sp.n_configs, &o, &err);
     if (st == LM_OK)
+        hx_cli_warn_kernels("sweep", configs, o.sp.n_configs);
+    if (st == LM_OK)
         st = prepare(&m, &prompt, &o.sp.n_prompt, dir, sizeof dir, &o, &err);
     o.sp = (hx_sweep_params){.model = m, .model_label = o.model, .case_name = "sweep",
                              .prompt = prompt, .n_prompt = o.sp.n_prompt, .configs = configs,
