@@ -11,6 +11,7 @@
  * counts, so it is set before every call (cheap when unchanged). */
 #include "backend.h"
 #include "kernel_isa.h"
+#include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "kvd_util.h"
 
@@ -87,6 +88,24 @@ static const lm_backend_i blas_vt = {
     .destroy = blas_destroy,
 };
 
+#ifdef LM_TEST_HOOKS
+static const char *test_core; /* lm_test_blas_core */
+void lm_test_blas_core(const char *core)
+{
+    test_core = core;
+}
+#endif
+
+/* openblas_get_corename(), or the test hook's name. */
+static const char *core_name(void)
+{
+#ifdef LM_TEST_HOOKS
+    if (test_core != NULL)
+        return test_core;
+#endif
+    return openblas_get_corename();
+}
+
 /* The core (kernel set) OpenBLAS chose at run time, the instruction-set level its kernels need
  * against the CPU's, and when they are older the warning (kernel_isa.h): a DYNAMIC_ARCH
  * OpenBLAS that does not know the CPU falls back to old kernels without a word (Debian 12's
@@ -96,7 +115,7 @@ void lm_backend_blas_kernels(lm_backend_kernels *out);
 void lm_backend_blas_kernels(lm_backend_kernels *out)
 {
     *out = (lm_backend_kernels){.older = false};
-    lm_field_copy(out->name, sizeof out->name, openblas_get_corename());
+    lm_field_copy(out->name, sizeof out->name, core_name());
     const lm_isa_level k = lm_openblas_core_level(out->name), cpu = lm_cpu_isa_level();
     snprintf(out->isa, sizeof out->isa, "%s", lm_isa_level_name(k));
     snprintf(out->cpu_isa, sizeof out->cpu_isa, "%s", lm_isa_level_name(cpu));
@@ -115,10 +134,11 @@ void lm_backend_blas_describe(char *buf, size_t n, bool brief)
     char config[192], core[64], mark[48];
     lm_field_copy(config, sizeof config, openblas_get_config());
     lm_field_copy(core, sizeof core, openblas_get_corename());
-    lm_kernels_mark(mark, sizeof mark, lm_openblas_core_level(core), lm_cpu_isa_level());
-    if (brief)
+    if (brief) {
+        lm_field_copy(core, sizeof core, core_name());
+        lm_kernels_mark(mark, sizeof mark, lm_openblas_core_level(core), lm_cpu_isa_level());
         snprintf(buf, n, "%s%s", core, mark);
-    else
+    } else
         snprintf(buf, n, "blas=%s; blas_core=%s", config, core);
 }
 
