@@ -20,6 +20,10 @@ void lm_backend_blas_kernels(lm_backend_kernels *out);
 int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 void lm_backend_det_describe(char *buf, size_t n, bool brief);
 void lm_backend_det_kernels(lm_backend_kernels *out);
+/* backend_blis.c: BLIS, loaded at run time. */
+int lm_backend_blis_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
+void lm_backend_blis_describe(char *buf, size_t n, bool brief);
+void lm_backend_blis_kernels(lm_backend_kernels *out);
 int lm_backend_sr_create_named(lm_backend **out, const char *spec, int n_threads, lm_err *err);
 /* backend_cuda.cu (or backend_cuda_absent.c in a build without nvcc): all four CUDA rows. */
 int lm_backend_cuda_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);
@@ -50,6 +54,16 @@ static const backend_entry backends[] = {
       .describe = lm_backend_det_describe,
       .kernels = lm_backend_det_kernels},
      lm_backend_det_create},
+    /* Not chunk-invariant (measured with BLIS 0.9.0's haswell configuration, 576 x 576 x 576:
+     * one row per call differs from the whole product in most elements, sgemv against sgemm
+     * for one row; see test_backend). */
+    {{.name = "blis",
+      .summary = "BLIS bli_sgemm/bli_sgemv (libblis.so.4 loaded at run time), its "
+                 "configuration's blocked FMA order, BLIS threads",
+      .flags = LM_BE_SHARES_PROCESS_STATE | LM_BE_LOADED,
+      .describe = lm_backend_blis_describe,
+      .kernels = lm_backend_blis_kernels},
+     lm_backend_blis_create},
     {{.name = "naive-sr",
       .summary = "naive's order with seeded stochastic rounding of every operation (noise "
                  "ensemble member)",

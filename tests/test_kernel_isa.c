@@ -125,7 +125,7 @@ static void test_kernel_isa_this_machine(void)
     CU_ASSERT_EQUAL(k.older, lm_kernels_older(lm_openblas_core_level(k.name), cpu));
     CU_ASSERT_STRING_EQUAL(k.cpu_isa, lm_isa_level_name(cpu));
     CU_ASSERT_EQUAL(k.warning[0] != '\0', k.older);
-    char brief[96];
+    char brief[128];
     lm_backend_find("blas", 4)->describe(brief, sizeof brief, true);
     CU_ASSERT_EQUAL(strstr(brief, "-kernels-on-") != NULL, k.older);
     fprintf(stderr, "\n  blas runs %s (%s) on this %s CPU; older: %s; platform word %s\n", k.name,
@@ -178,7 +178,7 @@ static void test_kernel_isa_cli_warning(void)
         char *c[] = {"run", model, "--tokens", "1,2,3", "-n", "2", "--backend", "blas", NULL};
         lm_test_blas_core("Prescott");
         CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 8, c, out, sizeof out), 0);
-        char brief[96];
+        char brief[128];
         lm_backend_find("blas", 4)->describe(brief, sizeof brief, true);
         lm_test_blas_core(NULL);
         CU_ASSERT_EQUAL(count(out, "kvdrift run: warning: blas: "), 1u);

@@ -144,7 +144,14 @@ enum {
     /* Runs every stage on the calling thread whatever n_threads says: a thread-count axis
      * computes nothing new on it. */
     LM_BE_ONE_THREAD = 1u << 5,
+    /* Its library is loaded at run time (dlopen): creating it fails with LM_E_UNSUPPORTED
+     * ("BLIS not installed") where the library is absent, and tests and cases skip it visibly
+     * there, as LM_BE_DEVICE backends without a device. */
+    LM_BE_LOADED = 1u << 6,
 };
+/* The flags under which a registered backend may be unable to run here (LM_E_UNSUPPORTED from
+ * lm_backend_create, skipped visibly rather than failed). */
+#define LM_BE_MAY_BE_ABSENT (LM_BE_DEVICE | LM_BE_LOADED)
 
 /* The kernel set a backend runs on this machine (lm_backend_info.kernels). */
 typedef struct lm_backend_kernels {
@@ -194,7 +201,7 @@ bool lm_backend_known(const char *name, size_t len);
 const char *lm_backend_expected(void);
 /* Creates and destroys the named backend: LM_OK when it can run here, else the status and
  * message creating it gives (LM_E_UNSUPPORTED "no CUDA device" for a LM_BE_DEVICE backend on a
- * machine without one). */
+ * machine without one, "BLIS not installed" for blis without libblis.so.4). */
 int lm_backend_probe(const char *name, lm_err *err);
 /* "<backend>:seed=<seed>" into buf, the name that creates a LM_BE_SEEDED backend with that
  * seed (LM_BACKEND_NAME_MAX bytes suffice for a registered name). */
