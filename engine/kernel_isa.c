@@ -142,9 +142,9 @@ bool lm_blis_warning(char *buf, size_t n, const char *config, lm_isa_level cpu)
     if (!lm_kernels_older(k, cpu))
         return false;
     snprintf(buf, n,
-             "BLIS runs its %s kernels (%s) on this %s CPU (this BLIS has no configuration it "
-             "picks for the CPU): the blis backend runs slower than this CPU allows; a BLIS built "
-             "with a configuration for %s would be faster",
+             "BLIS runs its %s kernels (%s) on this %s CPU, not a configuration made for it: "
+             "the blis backend runs slower than this CPU allows; a BLIS that picks a %s "
+             "configuration for this CPU would be faster",
              config, lm_isa_level_name(k), lm_isa_level_name(cpu), lm_isa_level_name(cpu));
     return true;
 }

@@ -106,6 +106,7 @@ static void test_kernel_isa_warning_text(void)
     CU_ASSERT_FALSE(lm_openblas_warning(w, sizeof w, "Unknown", LM_ISA_AVX512, NULL));
     CU_ASSERT_TRUE(lm_blis_warning(w, sizeof w, "haswell", LM_ISA_AVX512));
     CU_ASSERT_PTR_NOT_NULL(strstr(w, "BLIS runs its haswell kernels (avx2) on this avx512 CPU"));
+    CU_ASSERT_PTR_NULL(strpbrk(w, "\n\r"));
     CU_ASSERT_FALSE(lm_blis_warning(w, sizeof w, "skx", LM_ISA_AVX512));
     CU_ASSERT_FALSE(lm_blis_warning(w, sizeof w, "zen3", LM_ISA_AVX2));
     /* the platform mark: one word, only when older */
