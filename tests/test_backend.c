@@ -99,6 +99,30 @@ static void test_backend_registry(void)
     CU_ASSERT_FALSE(lm_backend_known("", 0));
 }
 
+/* A LM_BE_LOADED backend either runs or says in one line that its library is not installed
+ * (LM_E_UNSUPPORTED): the binary never depends on the library to start. */
+static void test_backend_loaded_or_one_line(void)
+{
+    size_t n_loaded = 0;
+    for (size_t b = 0; b < N_BACKENDS; ++b) {
+        if (!(FLAGS(b) & LM_BE_LOADED))
+            continue;
+        ++n_loaded;
+        lm_backend *be = NULL;
+        lm_err err = {0};
+        const int rc = lm_backend_create(&be, NAME(b), 1, &err);
+        CU_ASSERT(rc == LM_OK || rc == LM_E_UNSUPPORTED);
+        if (rc != LM_OK) {
+            CU_ASSERT_PTR_NULL(be);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not installed"));
+            CU_ASSERT_PTR_NULL(strpbrk(err.msg, "\n\r"));
+            fprintf(stderr, "\n  SKIP backend %s: %s\n", NAME(b), err.msg);
+        }
+        lm_backend_destroy(be);
+    }
+    CU_ASSERT(n_loaded >= 1); /* blis */
+}
+
 /* m = 0 or n = 0 writes nothing; k = 0 writes exact zeros (an empty sum); a NaN in a row of
  * A reaches every output of that row and no other row. */
 static void test_backend_special_shapes(void)
@@ -432,6 +456,7 @@ void test_backend_register(void)
     CU_pSuite s = CU_add_suite("backend", NULL, NULL);
     CU_add_test(s, "test_backend_unknown_name", test_backend_unknown_name);
     CU_add_test(s, "test_backend_special_shapes", test_backend_special_shapes);
+    CU_add_test(s, "test_backend_loaded_or_one_line", test_backend_loaded_or_one_line);
     CU_add_test(s, "test_backend_matches_double_reference", test_backend_matches_double_reference);
     CU_add_test(s, "test_backend_registry", test_backend_registry);
     CU_add_test(s, "test_backend_split_invariant", test_backend_split_invariant);
