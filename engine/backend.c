@@ -54,9 +54,10 @@ static const backend_entry backends[] = {
       .describe = lm_backend_det_describe,
       .kernels = lm_backend_det_kernels},
      lm_backend_det_create},
-    /* Not chunk-invariant (measured with BLIS 0.9.0's haswell configuration, 576 x 576 x 576:
-     * one row per call differs from the whole product in most elements, sgemv against sgemm
-     * for one row; see test_backend). */
+    /* Not chunk-invariant (measured with BLIS 0.9.0's haswell configuration, gemm_nt on
+     * 576 x 576 x 576: calls of 7, 16 or 64 rows differ from the whole product in 89% of the
+     * elements, its small-shape kernels against its packed ones; one row (sgemv) in 90%), nor
+     * thread-invariant on small shapes (23 x 37 x 301: 2 threads differ from 1 in 5 of 851). */
     {{.name = "blis",
       .summary = "BLIS bli_sgemm/bli_sgemv (libblis.so.4 loaded at run time), its "
                  "configuration's blocked FMA order, BLIS threads",

@@ -16,8 +16,9 @@
  * Order and threading: whatever BLIS's sub-configuration for this CPU does (bli_arch_string:
  * "haswell", "skx", "zen3"...): packed, blocked microkernels with FMA, and for small shapes its
  * unpacked "sup" kernels, which sum in another order; threads split m and n, never k. BLIS
- * does not thread sgemv. Not chunk-invariant (measured: see the registry row): like blas, a
- * backend whose bits depend on the chunk schedule, which kvdrift measures.
+ * does not thread sgemv. Not chunk-invariant, nor thread-invariant on small shapes (the
+ * figures are at its registry row in backend.c): like blas, a backend whose bits depend on
+ * the chunk schedule, which kvdrift measures.
  *
  * The thread count is BLIS-global (bli_thread_set_num_threads), set before every call as
  * blas does. */
