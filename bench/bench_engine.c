@@ -5,7 +5,10 @@
  * folder. At 2 threads it measures
  *   pp512  prefill tokens/s of a 512-token prompt in one chunk
  *   tg128  decode tokens/s over 128 tokens from an empty cache
- * for the blas and det backends and, when llama.cpp's llama-bench is named by
+ * for the blas and det backends, blis where BLIS is installed (a SKIP line otherwise), each
+ * with the kernel set it ran (OpenBLAS's core, det's ISA path, BLIS's configuration: a table
+ * column and the TSV's last field; a kernel set older than the CPU also prints the one-line
+ * warning run and sweep print), and, when llama.cpp's llama-bench is named by
  * $KVDRIFT_LLAMA_BENCH or found on PATH, for llama.cpp on the same model file (its defaults,
  * -t 2, one repetition per call, after its own warm-up), with the ceilings they are judged
  * against (ceiling.h), each turned into a bound in tokens/s:
@@ -228,8 +231,14 @@ static double llama_bench(const char *exe, const char *model, bool pp)
     return ts;
 }
 
-#define N_BE 2
-static const char *const backends[N_BE] = {"blas", "det"};
+/* The engine backends timed: blas and det always, blis where libblis.so.4 is installed (its
+ * absence is a SKIP line); n_be of them run. blas stays first: "vs blas" divides by it. */
+#define N_BE 3
+static const char *const backends[N_BE] = {"blas", "det", "blis"};
+static int n_be = N_BE;
+/* The kernel set each ran (lm_backend_kernels_of: OpenBLAS's core, det's ISA path, BLIS's
+ * configuration), for the table and the TSV. */
+static char kernels[N_BE][48];
 
 /* backend / llama.cpp per repetition: each ratio's two passes ran seconds apart, so a change of
  * the machine's load or memory bandwidth between repetitions (a shared VM's moves within one
@@ -349,7 +358,7 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
         tok[i] = (int32_t)(3 + (x >> 33) % (nv - 3));
     }
     lm_ctx *c[N_BE] = {NULL};
-    for (int b = 0; b < N_BE; ++b) {
+    for (int b = 0; b < n_be; ++b) {
         check_against_naive(m, tok, backends[b]);
         const lm_ctx_params p = {.backend = backends[b], .n_threads = THREADS, .n_ctx = PP + TG};
         if (lm_ctx_create(&c[b], m, &p, &err) != LM_OK)
@@ -361,7 +370,7 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
     for (int r = -1; r < REPS; ++r) { /* r = -1: warm-up and result check, not timed */
         if (bs->cl != NULL && r >= 0)
             gf[r] = sgemm_pass(bs->cl);
-        for (int b = 0; b < N_BE; ++b) {
+        for (int b = 0; b < n_be; ++b) {
             settle();
             const double v = time_prefill(c[b], tok, lg, label, r < 0);
             if (r >= 0)
@@ -376,7 +385,7 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
                 for (int s = 0; s < N_STREAMS; ++s)
                     rd[h][s][r] = bc_read_pass(&bs->cl->bw[h], THREADS, streams_of[s]);
         }
-        for (int b = 0; b < N_BE; ++b) {
+        for (int b = 0; b < n_be; ++b) {
             settle();
             v = time_decode(c[b], lg, label, r < 0);
             if (r >= 0)
@@ -386,11 +395,11 @@ static result run_engine(const lm_model *m, const char *label, const beside *bs)
             ltg[r] = v;
     }
     result res = {.gflops = 0};
-    for (int b = 0; b < N_BE; ++b) { /* the pairs before bu_median sorts the series */
+    for (int b = 0; b < n_be; ++b) { /* the pairs before bu_median sorts the series */
         res.pair_pp[b] = pair_ratios(pp[b], lpp, REPS);
         res.pair_tg[b] = pair_ratios(tg[b], ltg, REPS);
     }
-    for (int b = 0; b < N_BE; ++b) {
+    for (int b = 0; b < n_be; ++b) {
         res.pp[b] = bu_median(pp[b], REPS);
         res.tg[b] = bu_median(tg[b], REPS);
         lm_ctx_free(c[b]);
@@ -444,16 +453,16 @@ static double load_avg(void)
 
 /* One row of the table: tok/s, then value / blas, value / llama.cpp (when measured) and the
  * fraction of the ceiling (when given). */
-static void row(const char *model, const char *who, const char *test, double v, double blas,
-                double llama, double bound)
+static void row(const char *model, const char *who, const char *kern, const char *test, double v,
+                double blas, double llama, double bound)
 {
     char vl[16] = "-", vb[16] = "-";
     if (llama > 0)
         snprintf(vl, sizeof vl, "%.2fx", v / llama);
     if (bound > 0)
         snprintf(vb, sizeof vb, "%.0f%%", 100 * v / bound);
-    printf("%-18s %-10s %-6s %9.1f %8.2fx %9s %10.1f %8s\n", model, who, test, v, v / blas, vl,
-           bound, vb);
+    printf("%-18s %-10s %-12s %-6s %9.1f %8.2fx %9s %10.1f %8s\n", model, who, kern, test, v,
+           v / blas, vl, bound, vb);
 }
 
 /* "met" or "MISSED" for value >= target. */
@@ -470,17 +479,24 @@ static const char *reach(double need, double bound)
                          : "over the bound (physically impossible here)";
 }
 
-static void tsv(FILE *f, const char *model, const char *backend, const char *test, double value,
-                const char *unit, double bound)
+/* One TSV line; kern: the kernel set the line's backend ran ("" for none). */
+static void tsvk(FILE *f, const char *model, const char *backend, const char *kern,
+                 const char *test, double value, const char *unit, double bound)
 {
     char when[32];
     bu_when(when);
     if (bound > 0)
-        fprintf(f, "%s\t%s\t%s\t%d\t%s\t%.2f\t%s\t%.2f\t%.3f\n", when, model, backend, THREADS,
-                test, value, unit, bound, value / bound);
+        fprintf(f, "%s\t%s\t%s\t%d\t%s\t%.2f\t%s\t%.2f\t%.3f\t%s\n", when, model, backend,
+                THREADS, test, value, unit, bound, value / bound, kern);
     else
-        fprintf(f, "%s\t%s\t%s\t%d\t%s\t%.2f\t%s\t\t\n", when, model, backend, THREADS, test, value,
-                unit);
+        fprintf(f, "%s\t%s\t%s\t%d\t%s\t%.2f\t%s\t\t\t%s\n", when, model, backend, THREADS, test,
+                value, unit, kern);
+}
+
+static void tsv(FILE *f, const char *model, const char *backend, const char *test, double value,
+                const char *unit, double bound)
+{
+    tsvk(f, model, backend, "", test, value, unit, bound);
 }
 
 int main(int argc, char **argv)
@@ -492,7 +508,7 @@ int main(int argc, char **argv)
     bu_make_outdir(PROG, outdir);
     char tsv_path[1024];
     FILE *out = bu_tsv_open(PROG, outdir, "engine.tsv",
-                            "when\tmodel\tbackend\tthreads\ttest\tvalue\tunit\tbound\tfraction\n",
+                            "when\tmodel\tbackend\tthreads\ttest\tvalue\tunit\tbound\tfraction\tkernels\n",
                             tsv_path, sizeof tsv_path);
 
     lm_err err = {0};
@@ -504,10 +520,16 @@ int main(int argc, char **argv)
         bu_die(PROG, model_path, &err);
 
     const char *lb = llama_bench_path();
-    printf("measuring pp%d and tg%d with %s, %s%s, interleaved with sgemm at the model's shapes "
-           "(M = %d), the FMA peak and read bandwidth (%zu MiB, 4 KiB and huge pages), %d "
-           "threads, median of %d\n", PP, TG, backends[0], backends[1],
-           lb != NULL ? " and llama.cpp" : "", PP, BW_BYTES >> 20, THREADS, REPS);
+    if (lm_backend_probe(backends[N_BE - 1], &err) != LM_OK) {
+        printf("%s: SKIP (%s)\n", backends[N_BE - 1], err.msg);
+        n_be = N_BE - 1;
+    }
+    bu_backend_kernels(PROG, backends, n_be, kernels);
+    printf("measuring pp%d and tg%d with %s, %s%s%s%s, interleaved with sgemm at the model's "
+           "shapes (M = %d), the FMA peak and read bandwidth (%zu MiB, 4 KiB and huge pages), %d "
+           "threads, median of %d\n", PP, TG, backends[0], backends[1], n_be > 2 ? ", " : "",
+           n_be > 2 ? backends[2] : "", lb != NULL ? " and llama.cpp" : "", PP, BW_BYTES >> 20,
+           THREADS, REPS);
     ceilings cl;
     ceilings_init(&cl, &m->hp);
     const double load0 = load_avg();
@@ -530,20 +552,24 @@ int main(int argc, char **argv)
     /* the physical bounds: the least disturbed repetition (load only ever lowers them) */
     const double fma_phys = r.fma_best * 1e9 / fpt, read_phys = r.read_best * 1e9 / bpt;
     const bool have_llama = r.lpp > 0 && r.ltg > 0;
-    const int bp = r.pp[1] > r.pp[0], bt = r.tg[1] > r.tg[0]; /* the fastest backend */
+    int bp = 0, bt = 0; /* the fastest backend */
+    for (int b = 1; b < n_be; ++b) {
+        bp = r.pp[b] > r.pp[bp] ? b : bp;
+        bt = r.tg[b] > r.tg[bt] ? b : bt;
+    }
 
-    printf("\n%-18s %-10s %-6s %9s %9s %9s %10s %8s\n", "model", "who", "test", "tok/s", "vs blas",
-           "vs llama", "bound", "of bound");
+    printf("\n%-18s %-10s %-12s %-6s %9s %9s %9s %10s %8s\n", "model", "who", "kernels", "test",
+           "tok/s", "vs blas", "vs llama", "bound", "of bound");
     for (int t = 0; t < 2; ++t) {
         const char *test = t == 0 ? "pp512" : "tg128";
         const double *v = t == 0 ? r.pp : r.tg, bound = t == 0 ? pp_bound : tg_bound;
         const double lv = have_llama ? (t == 0 ? r.lpp : r.ltg) : 0;
-        for (int b = 0; b < N_BE; ++b) {
-            row(label, backends[b], test, v[b], v[0], lv, bound);
-            tsv(out, label, backends[b], test, v[b], "tok/s", bound);
+        for (int b = 0; b < n_be; ++b) {
+            row(label, backends[b], kernels[b], test, v[b], v[0], lv, bound);
+            tsvk(out, label, backends[b], kernels[b], test, v[b], "tok/s", bound);
         }
         if (have_llama) {
-            row(label, "llama.cpp", test, lv, v[0], lv, bound);
+            row(label, "llama.cpp", "-", test, lv, v[0], lv, bound);
             tsv(out, label, "llama.cpp", test, lv, "tok/s", bound);
         }
     }
@@ -555,9 +581,10 @@ int main(int argc, char **argv)
     snprintf(head, sizeof head, "ceiling (2 threads, median of %d)", REPS);
     printf("\n%-44s %13s %-11s %13s %11s\n", head, "figure", "",
            "per token", "bound tok/s");
-    printf("%-44s %13.1f %-11s %7.1f MFLOP %11.1f\n", "sgemm, model shapes, M = 512 (OpenBLAS)",
-           r.gflops, "GFLOP/s", fpt * 1e-6, pp_bound);
-    char what[64];
+    char what[96];
+    snprintf(what, sizeof what, "sgemm, model shapes, M = 512 (OpenBLAS %s)", kernels[0]);
+    printf("%-44s %13.1f %-11s %7.1f MFLOP %11.1f\n", what, r.gflops, "GFLOP/s", fpt * 1e-6,
+           pp_bound);
     snprintf(what, sizeof what, "FMA peak, registers only (%s)", bc_isa());
     printf("%-44s %13.1f %-11s %7.1f MFLOP %11.1f\n", what, r.fma, "GFLOP/s", fpt * 1e-6,
            fma_bound);
@@ -574,7 +601,7 @@ int main(int argc, char **argv)
            "read %.1f GB/s (%.1f tok/s)\n", REPS, r.fma_best, fma_phys, r.read_best, read_phys);
     printf("load average (1 min): %.2f before, %.2f after, on %ld CPUs\n", load0, load1,
            sysconf(_SC_NPROCESSORS_ONLN));
-    tsv(out, label, "blas", "sgemm_m512", r.gflops, "GFLOP/s", 0);
+    tsvk(out, label, "blas", kernels[0], "sgemm_m512", r.gflops, "GFLOP/s", 0);
     tsv(out, label, "-", "fma_peak", r.fma, "GFLOP/s", 0);
     tsv(out, label, "-", "read_bw_4k", r.read[0][best[0]], "GB/s", 0);
     tsv(out, label, "-", "read_bw_huge", r.read[1][best[1]], "GB/s", 0);
@@ -595,6 +622,13 @@ int main(int argc, char **argv)
            "medians):\n");
     printf("  det / blas          pp512 %5.2fx (>= 0.90: %s)   tg128 %5.2fx (>= 1.00: %s)\n", dpp,
            verdict(dpp, 0.90), dtg, verdict(dtg, 1.0));
+    if (n_be > 2) { /* two BLAS libraries side by side: no target, the figures */
+        const double bpp = r.pp[2] / r.pp[0], btg = r.tg[2] / r.tg[0];
+        printf("  blis / blas         pp512 %5.2fx                tg128 %5.2fx   (BLIS %s vs OpenBLAS "
+               "%s)\n", bpp, btg, kernels[2], kernels[0]);
+        tsv(out, label, "blis/blas", "pp512_ratio", bpp, "x", 0);
+        tsv(out, label, "blis/blas", "tg128_ratio", btg, "x", 0);
+    }
     if (have_llama) {
         const double fpp = r.pp[bp] / r.lpp, ftg = r.tg[bt] / r.ltg;
         const paired *ppp = &r.pair_pp[bp], *ptg = &r.pair_tg[bt];
@@ -636,11 +670,12 @@ int main(int argc, char **argv)
             bu_die(PROG, sp, &err);
         const beside none = {NULL, NULL, NULL};
         const result s = run_engine(m, "stories260K", &none);
-        for (int b = 0; b < N_BE; ++b) {
-            printf("%-22s %-9s %-6s %12.1f\n%-22s %-9s %-6s %12.1f\n", "stories260K", backends[b],
-                   "pp512", s.pp[b], "stories260K", backends[b], "tg128", s.tg[b]);
-            tsv(out, "stories260K", backends[b], "pp512", s.pp[b], "tok/s", 0);
-            tsv(out, "stories260K", backends[b], "tg128", s.tg[b], "tok/s", 0);
+        for (int b = 0; b < n_be; ++b) {
+            printf("%-18s %-10s %-12s %-6s %9.1f\n%-18s %-10s %-12s %-6s %9.1f\n", "stories260K",
+                   backends[b], kernels[b], "pp512", s.pp[b], "stories260K", backends[b],
+                   kernels[b], "tg128", s.tg[b]);
+            tsvk(out, "stories260K", backends[b], kernels[b], "pp512", s.pp[b], "tok/s", 0);
+            tsvk(out, "stories260K", backends[b], kernels[b], "tg128", s.tg[b], "tok/s", 0);
         }
         lm_model_free(m);
     } else {

@@ -112,6 +112,10 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     bu_make_outdir("bench_models", argv[1]);
+    static const char *const timed[] = {"blas"}; /* the backend whose speed is printed */
+    char kern[1][48];
+    bu_backend_kernels("bench_models", timed, 1, kern);
+    printf("blas runs OpenBLAS's %s kernels\n", kern[0]);
     static const char *const names[] = {"SmolLM2-135M-Instruct.Q4_1.gguf",
                                         "gemma-3-270m-q4_k_m.gguf"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {

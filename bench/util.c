@@ -1,6 +1,7 @@
 /* util.c — helpers shared by the bench/bench_*.c programs (see util.h). */
 #include "util.h"
 
+#include "kvd_engine.h"
 #include "kvd_gguf.h"
 #include "kvd_tokenizer.h"
 #include "plan/synth.h"
@@ -175,4 +176,15 @@ void bu_model_remove(const char *path, const char *dir)
         return;
     unlink(path);
     rmdir(dir);
+}
+
+void bu_backend_kernels(const char *prog, const char *const *names, int n, char kernels[][48])
+{
+    for (int i = 0; i < n; ++i) {
+        lm_backend_kernels k;
+        const bool has = lm_backend_kernels_of(&k, names[i]);
+        snprintf(kernels[i], 48, "%s", has && k.name[0] ? k.name : "-");
+        if (has && k.older)
+            fprintf(stderr, "%s: warning: %s: %s\n", prog, names[i], k.warning);
+    }
 }

@@ -76,4 +76,10 @@ const char *bu_model_or_smollm2(const char *prog, int argc, char **argv, char *p
                                 size_t cap);
 void bu_model_remove(const char *path, const char *dir);
 
+/* The kernel set each of names[n] runs here (lm_backend_kernels_of; "-" for a backend without
+ * one) into kernels[n]; and for each whose kernels are older than the CPU, one line
+ * "PROG: warning: NAME: ..." on stderr (what runs and what to do), as run and sweep print. */
+void bu_backend_kernels(const char *prog, const char *const *names /* [n] */, int n,
+                        char kernels[][48]);
+
 #endif

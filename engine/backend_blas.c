@@ -10,6 +10,9 @@
  * The thread count is OpenBLAS-global; two contexts in one process may want different
  * counts, so it is set before every call (cheap when unchanged). */
 #include "backend.h"
+#include "kernel_isa.h"
+#include "kvd_defects.h"
+#include "kvd_engine.h"
 #include "kvd_util.h"
 
 #include <cblas.h>
@@ -85,18 +88,57 @@ static const lm_backend_i blas_vt = {
     .destroy = blas_destroy,
 };
 
+#ifdef LM_TEST_HOOKS
+static const char *test_core; /* lm_test_blas_core */
+void lm_test_blas_core(const char *core)
+{
+    test_core = core;
+}
+#endif
+
+/* openblas_get_corename(), or the test hook's name. */
+static const char *core_name(void)
+{
+#ifdef LM_TEST_HOOKS
+    if (test_core != NULL)
+        return test_core;
+#endif
+    return openblas_get_corename();
+}
+
+/* The core (kernel set) OpenBLAS chose at run time, the instruction-set level its kernels need
+ * against the CPU's, and when they are older the warning (kernel_isa.h): a DYNAMIC_ARCH
+ * OpenBLAS that does not know the CPU falls back to old kernels without a word (Debian 12's
+ * 0.3.21 runs Prescott's SSE3 kernels on CPUs newer than it). OPENBLAS_CORETYPE is read, to
+ * name it as the cause when it is set, never written. */
+void lm_backend_blas_kernels(lm_backend_kernels *out);
+void lm_backend_blas_kernels(lm_backend_kernels *out)
+{
+    *out = (lm_backend_kernels){.older = false};
+    lm_field_copy(out->name, sizeof out->name, core_name());
+    const lm_isa_level k = lm_openblas_core_level(out->name), cpu = lm_cpu_isa_level();
+    snprintf(out->isa, sizeof out->isa, "%s", lm_isa_level_name(k));
+    snprintf(out->cpu_isa, sizeof out->cpu_isa, "%s", lm_isa_level_name(cpu));
+    out->older = lm_openblas_warning(out->warning, sizeof out->warning, out->name, cpu,
+                                     getenv("OPENBLAS_CORETYPE"));
+}
+
 /* What picks the bits here: OpenBLAS's build configuration and the core (kernel set) it chose
  * at run time (OPENBLAS_CORETYPE changes it). The thread count is a configuration axis, not a
- * platform part (sgemm was measured bitwise equal for 1 and 2 threads). */
+ * platform part (sgemm was measured bitwise equal for 1 and 2 threads). The brief word is the
+ * core, marked when its kernels are older than the CPU ("Prescott(sse3-kernels-on-avx512-cpu)");
+ * the mark stays out of the full form, whose core name already separates goldens. */
 void lm_backend_blas_describe(char *buf, size_t n, bool brief);
 void lm_backend_blas_describe(char *buf, size_t n, bool brief)
 {
-    char config[192], core[64];
+    char config[192], core[64], mark[48];
     lm_field_copy(config, sizeof config, openblas_get_config());
     lm_field_copy(core, sizeof core, openblas_get_corename());
-    if (brief)
-        snprintf(buf, n, "%s", core);
-    else
+    if (brief) {
+        lm_field_copy(core, sizeof core, core_name());
+        lm_kernels_mark(mark, sizeof mark, lm_openblas_core_level(core), lm_cpu_isa_level());
+        snprintf(buf, n, "%s%s", core, mark);
+    } else
         snprintf(buf, n, "blas=%s; blas_core=%s", config, core);
 }
 

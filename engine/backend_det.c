@@ -16,6 +16,8 @@
  * too (lm_backend.pool), so no other threads compete with it. */
 #include "backend.h"
 #include "det_kernels.h"
+#include "kernel_isa.h"
+#include "kvd_engine.h"
 #include "threadpool.h"
 
 #include <stdatomic.h>
@@ -289,6 +291,21 @@ void lm_backend_det_describe(char *buf, size_t n, bool brief)
         snprintf(buf, n, "det=%s", lm_det_isa_name(isa));
     else
         snprintf(buf, n, "det=invalid-isa");
+}
+
+/* det's kernels are its own: the path this process runs ("avx512", "avx2", "scalar"), never
+ * older than the CPU unless KVDRIFT_DET_ISA asks for it (then no warning: the user chose it). */
+void lm_backend_det_kernels(lm_backend_kernels *out);
+void lm_backend_det_kernels(lm_backend_kernels *out)
+{
+    *out = (lm_backend_kernels){.older = false};
+    lm_det_isa isa;
+    lm_err err = {0};
+    const bool ok = det_isa(&isa, &err) == LM_OK;
+    snprintf(out->name, sizeof out->name, "%s", ok ? lm_det_isa_name(isa) : "invalid-isa");
+    snprintf(out->isa, sizeof out->isa, "%s",
+             ok && isa != LM_DET_SCALAR ? lm_det_isa_name(isa) : "unknown");
+    snprintf(out->cpu_isa, sizeof out->cpu_isa, "%s", lm_isa_level_name(lm_cpu_isa_level()));
 }
 
 int lm_backend_det_create(lm_backend **out, const char *spec, int n_threads, lm_err *err);

@@ -17,14 +17,14 @@
 #define NAME(b) (lm_backend_at(b)->name)
 #define FLAGS(b) (lm_backend_at(b)->flags)
 
-/* NULL, with one visible line per backend, when a LM_BE_DEVICE backend finds no device here:
- * its tests are skipped, never passed. */
+/* NULL, with one visible line per backend, when a LM_BE_DEVICE backend finds no device here
+ * or a LM_BE_LOADED one no library: its tests are skipped, never passed. */
 static lm_backend *make(const char *name, int threads)
 {
     lm_backend *be = NULL;
     lm_err err = {0};
     const int rc = lm_backend_create(&be, name, threads, &err);
-    if (rc == LM_E_UNSUPPORTED && (lm_backend_flags(name) & LM_BE_DEVICE)) {
+    if (rc == LM_E_UNSUPPORTED && (lm_backend_flags(name) & LM_BE_MAY_BE_ABSENT)) {
         static char skipped[512];
         if (strstr(skipped, name) == NULL) {
             fprintf(stderr, "\n  SKIP backend %s: %s\n", name, err.msg);
@@ -83,7 +83,7 @@ static void test_backend_registry(void)
         CU_ASSERT_EQUAL(strstr(expected, i->name) != NULL, user);
         lm_backend *be = make(i->name, 1);
         if (i->describe != NULL && be != NULL) { /* a device backend without its device: "" */
-            char full[320] = "", brief[96] = "";
+            char full[320] = "", brief[128] = "";
             i->describe(full, sizeof full, false);
             i->describe(brief, sizeof brief, true);
             /* empty: nothing on the machine decides the bits (det); else key=value parts */
@@ -97,6 +97,30 @@ static void test_backend_registry(void)
     CU_ASSERT_EQUAL(lm_backend_flags("no-such-backend"), 0u);
     CU_ASSERT_PTR_NULL(lm_backend_find("naiv", 4));
     CU_ASSERT_FALSE(lm_backend_known("", 0));
+}
+
+/* A LM_BE_LOADED backend either runs or says in one line that its library is not installed
+ * (LM_E_UNSUPPORTED): the binary never depends on the library to start. */
+static void test_backend_loaded_or_one_line(void)
+{
+    size_t n_loaded = 0;
+    for (size_t b = 0; b < N_BACKENDS; ++b) {
+        if (!(FLAGS(b) & LM_BE_LOADED))
+            continue;
+        ++n_loaded;
+        lm_backend *be = NULL;
+        lm_err err = {0};
+        const int rc = lm_backend_create(&be, NAME(b), 1, &err);
+        CU_ASSERT(rc == LM_OK || rc == LM_E_UNSUPPORTED);
+        if (rc != LM_OK) {
+            CU_ASSERT_PTR_NULL(be);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not installed"));
+            CU_ASSERT_PTR_NULL(strpbrk(err.msg, "\n\r"));
+            fprintf(stderr, "\n  SKIP backend %s: %s\n", NAME(b), err.msg);
+        }
+        lm_backend_destroy(be);
+    }
+    CU_ASSERT(n_loaded >= 1); /* blis */
 }
 
 /* m = 0 or n = 0 writes nothing; k = 0 writes exact zeros (an empty sum); a NaN in a row of
@@ -432,6 +456,7 @@ void test_backend_register(void)
     CU_pSuite s = CU_add_suite("backend", NULL, NULL);
     CU_add_test(s, "test_backend_unknown_name", test_backend_unknown_name);
     CU_add_test(s, "test_backend_special_shapes", test_backend_special_shapes);
+    CU_add_test(s, "test_backend_loaded_or_one_line", test_backend_loaded_or_one_line);
     CU_add_test(s, "test_backend_matches_double_reference", test_backend_matches_double_reference);
     CU_add_test(s, "test_backend_registry", test_backend_registry);
     CU_add_test(s, "test_backend_split_invariant", test_backend_split_invariant);

@@ -77,6 +77,11 @@ bool lm_test_defect_on(const char *backend, lm_defect d);
 /* "none", "rope-pos-after-chunk", ...; NULL past the end. */
 const char *lm_defect_name(lm_defect d);
 #define LM_DEFECT_ON(backend, d) lm_test_defect_on((backend), (d))
+/* The OpenBLAS core name the blas backend's kernels hook and platform word report instead of
+ * openblas_get_corename()'s (NULL: the real one), so that a test shows the warning of an old
+ * core on any machine without touching OPENBLAS_CORETYPE. The golden-key form keeps the real
+ * name. The string is not copied. */
+void lm_test_blas_core(const char *core);
 #else
 #define LM_DEFECT_ON(backend, d) 0
 #endif

@@ -166,7 +166,26 @@ enum {
     /* Runs every stage on the calling thread whatever n_threads says: a thread-count axis
      * computes nothing new on it. */
     LM_BE_ONE_THREAD = 1u << 5,
+    /* Its library is loaded at run time (dlopen): creating it fails with LM_E_UNSUPPORTED
+     * ("BLIS not installed") where the library is absent, and tests and cases skip it visibly
+     * there, as LM_BE_DEVICE backends without a device. */
+    LM_BE_LOADED = 1u << 6,
 };
+/* The flags under which a registered backend may be unable to run here (LM_E_UNSUPPORTED from
+ * lm_backend_create, skipped visibly rather than failed). */
+#define LM_BE_MAY_BE_ABSENT (LM_BE_DEVICE | LM_BE_LOADED)
+
+/* The kernel set a backend runs on this machine (lm_backend_info.kernels). */
+typedef struct lm_backend_kernels {
+    char name[48];     /* OpenBLAS's core ("Prescott"), BLIS's configuration ("haswell"), det's
+                          instruction-set path ("avx512"); "" when the library is absent */
+    char isa[16];      /* the instruction-set level those kernels need: "sse3", "avx", "avx2",
+                          "avx512" or "unknown" */
+    char cpu_isa[16];  /* the level this CPU runs, the same words */
+    bool older;        /* the kernels are older than the CPU: the library did not pick a kernel
+                          set made for it */
+    char warning[400]; /* when older: one line (no newline) saying what runs and what to do */
+} lm_backend_kernels;
 
 typedef struct lm_backend_info {
     const char *name;    /* what lm_ctx_params.backend and CONFIG strings name it by */
@@ -180,7 +199,14 @@ typedef struct lm_backend_info {
      * "key=value" parts joined by "; " (no newline; hashed into the golden-file platform
      * key), with brief true as one short word for one-line platform summaries. */
     void (*describe)(char *buf, size_t n, bool brief);
+    /* (optional: NULL = portable C, nothing picked at run time) The kernel set this backend
+     * runs here, and whether it is older than the CPU (engine/kernel_isa.h). */
+    void (*kernels)(lm_backend_kernels *out);
 } lm_backend_info;
+
+/* The kernels of the backend named name (its part before ':'); false, with *out zeroed, when
+ * it has no kernels hook or is unknown. */
+bool lm_backend_kernels_of(lm_backend_kernels *out, const char *name);
 
 /* The registry: backends 0 .. lm_backend_count()-1, in a fixed order. */
 size_t lm_backend_count(void);
@@ -197,7 +223,7 @@ bool lm_backend_known(const char *name, size_t len);
 const char *lm_backend_expected(void);
 /* Creates and destroys the named backend: LM_OK when it can run here, else the status and
  * message creating it gives (LM_E_UNSUPPORTED "no CUDA device" for a LM_BE_DEVICE backend on a
- * machine without one). */
+ * machine without one, "BLIS not installed" for blis without libblis.so.4). */
 int lm_backend_probe(const char *name, lm_err *err);
 /* "<backend>:seed=<seed>" into buf, the name that creates a LM_BE_SEEDED backend with that
  * seed (LM_BACKEND_NAME_MAX bytes suffice for a registered name). */

@@ -4,6 +4,7 @@
 #include "fs.h"
 #include "plan/model_spec.h"
 #include "plan/prompt.h"
+#include "kvd_engine.h"
 #include "kvd_util.h"
 
 
@@ -33,6 +34,18 @@ int hx_cli_setting(const char *cmd, uint32_t *out, hx_setting which, const char 
 {
     lm_err e = {0};
     return hx_setting_parse(out, which, opt, arg, &e) == LM_OK ? 0 : hx_cli_fail(cmd, "%s", e.msg);
+}
+
+void hx_cli_warn_kernels(const char *cmd, const hx_config *cfgs, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; ++j)
+            seen = strcmp(cfgs[j].backend, cfgs[i].backend) == 0;
+        lm_backend_kernels k;
+        if (!seen && lm_backend_kernels_of(&k, cfgs[i].backend) && k.older)
+            fprintf(stderr, "kvdrift %s: warning: %s: %s\n", cmd, cfgs[i].backend, k.warning);
+    }
 }
 
 void hx_cli_log(void *user, const char *line)

@@ -28,6 +28,12 @@ int hx_cli_setting(const char *cmd, uint32_t *out, hx_setting which, const char 
 int hx_cli_parse_plain_config(hx_config *out, const char *cmd, const char *opt,
                               const char *arg);
 
+/* One line "kvdrift CMD: warning: BACKEND: ..." on stderr for each distinct backend of
+ * cfgs[n] whose kernel set is older than the CPU (lm_backend_kernels_of: OpenBLAS's core
+ * below the CPU's instruction set), saying what runs and what to do; nothing otherwise. Run
+ * and sweep call it before they compute: a slow blas is named, not left to be found. */
+void hx_cli_warn_kernels(const char *cmd, const hx_config *cfgs /* [n] */, size_t n);
+
 /* A library log callback (hx_sweep_params.log): prints "<user>: <line>" and a newline on
  * stderr; user is the prefix (a const char *). */
 void hx_cli_log(void *user, const char *line);

@@ -28,7 +28,9 @@ static const char usage_text[] =
     "      --config CONFIG   the engine configuration, e.g. blas:step=64:threads=2:attn=stream\n"
     "                        (kvdrift sweep --help: CONFIG grammar); default blas:step=full\n"
     "      --step S|full     prefill chunk size in tokens (the CONFIG's step=)\n"
-    "      --backend B       the CONFIG's backend: one of the registry's (default blas)\n"
+    "      --backend B       the CONFIG's backend: one of the registry's (default blas);\n"
+    "                        warns on stderr when its BLAS library runs kernels older than\n"
+    "                        the CPU (OpenBLAS's Prescott kernels on an AVX-512 CPU)\n"
     "      --threads T       the CONFIG's threads= (default: the backend's; blas: all cores)\n"
     "      --attn A          dense | stream attention (the CONFIG's attn=; default dense)\n"
     "      --rot MAX:KEEP    rotating KV cache of MAX positions keeping the first KEEP (MLX\n"
@@ -289,6 +291,7 @@ int cmd_run(int argc, char **argv)
         return code;
     run_out r = {0};
     lm_err err = {0};
+    hx_cli_warn_kernels("run", &o.cfg, 1);
     int rc = generate(&r, &o, &err);
     if (rc == LM_OK)
         print_result(&r, o.show_ids);

@@ -37,7 +37,9 @@ static const char usage_text[] =
     "      --special           parse control tokens written in TEXT (\"<|im_start|>\") as tokens\n"
     "      --steps LIST        prefill chunk sizes, integers or full (default "
     HX_AXES_DEFAULT_STEPS ")\n"
-    "      --backends LIST     naive,blas,det (default " HX_AXES_DEFAULT_BACKENDS ")\n"
+    "      --backends LIST     naive,blas,blis,det (default " HX_AXES_DEFAULT_BACKENDS "; blis:\n"
+    "                          BLIS, where libblis.so.4 is installed); a BLAS library whose\n"
+    "                          kernels are older than the CPU gets a one-line warning\n"
     "      --threads LIST      thread counts and all (every core, at least 2), e.g. 1,2\n"
     "                          (default " HX_AXES_DEFAULT_THREADS "; naive runs one thread and\n"
     "                          gets no all rows)\n"
@@ -385,6 +387,8 @@ int cmd_sweep(int argc, char **argv)
     hx_sweep_result *res = NULL;
     char dir[4096], wrote[4200 * 2];
     int st = build_configs(&configs, &o.sp.n_configs, &o, &err);
+    if (st == LM_OK)
+        hx_cli_warn_kernels("sweep", configs, o.sp.n_configs);
     if (st == LM_OK)
         st = prepare(&m, &prompt, &o.sp.n_prompt, dir, sizeof dir, &o, &err);
     o.sp = (hx_sweep_params){.model = m, .model_label = o.model, .case_name = "sweep",

@@ -20,7 +20,7 @@ typedef struct hx_fingerprint {
     char cpu[128];       /* /proc/cpuinfo model name */
     char isa[64];        /* e.g. "avx2+avx512f+fma" */
     char backends[320];  /* the backends' describe(brief=false) parts, in registry order, "; " joined */
-    char backends_brief[96]; /* their describe(brief=true) words, space joined */
+    char backends_brief[128]; /* their describe(brief=true) words, space joined */
     char compiler[96];   /* "gcc 12.2.0" */
     char flags[128];     /* KVD_BUILD_FLAGS */
     char libc[64];       /* "glibc 2.36" */

@@ -111,11 +111,12 @@ static int skipped_report(hx_caserun *r, const hx_config *cfgs, size_t n_cfgs, b
 }
 
 /* A case that names a LM_BE_DEVICE backend is skipped, not failed, on a machine without the
- * device (the case was written for a machine with one): skipped with the backend's own reason. */
+ * device (the case was written for a machine with one), and one that names a LM_BE_LOADED
+ * backend on a machine without its library: skipped with the backend's own reason. */
 static void skip_without_device(hx_caserun *r, const hx_config *cfgs, size_t n_cfgs)
 {
     for (size_t i = 0; i < n_cfgs && !r->skipped; ++i) {
-        if (!(lm_backend_flags(cfgs[i].backend) & LM_BE_DEVICE))
+        if (!(lm_backend_flags(cfgs[i].backend) & LM_BE_MAY_BE_ABSENT))
             continue;
         lm_err e = {0};
         if (lm_backend_probe(cfgs[i].backend, &e) == LM_E_UNSUPPORTED) {

@@ -2,8 +2,8 @@
  * (a file, or a synthetic preset written into the cache folder), tokenizes its prompt, and runs
  * the whole sweep (sweep.h); then looks every configuration up in the golden file.
  *
- * A model file that does not exist, or a device backend (LM_BE_DEVICE) without its device, is
- * not an error: the case is skipped (skipped = true, the
+ * A model file that does not exist, a device backend (LM_BE_DEVICE) without its device, or a
+ * backend loaded at run time (LM_BE_LOADED, blis) without its library, is not an error: the case is skipped (skipped = true, the
  * reason in skip_reason) and its report lists the configurations, unrun, with
  * hx_config_report.skipped set, so JUnit shows them as <skipped/>. */
 #ifndef HX_CASERUN_H
