@@ -368,8 +368,7 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     return rc;
 }
 
-/* A capture holding the dump's rows (and K/V when present; else k = v = NULL). */
-static int dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err)
+int hx_dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err)
 {
     const lm_hparams *hp = &m->hp;
     hx_capture_shape sh = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv,
@@ -480,14 +479,14 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
         snprintf(dr->name, sizeof dr->name, "%s", s->p->names[di]);
     const ref_capture *ref = d->logprobs ? &s->ref_lp : &s->ref;
     hx_capture *x = NULL, *base = NULL;
-    int rc = dump_capture(&x, d, s->p->model, err);
+    int rc = hx_dump_capture(&x, d, s->p->model, err);
     const int64_t bi = s->p->baseline ? s->p->baseline[di] : -1;
     const hx_dump *bd = bi >= 0 ? s->p->dumps[bi] : NULL;
     /* a baseline of the same shape only (rows at the same positions, K/V alike) */
     if (rc == LM_OK && bd != NULL && bd->n_pos == d->n_pos && bd->n_tokens == d->n_tokens &&
         (bd->k == NULL) == (d->k == NULL) && bd->logprobs == d->logprobs &&
         memcmp(bd->positions, d->positions, d->n_pos * sizeof *d->positions) == 0)
-        rc = (size_t)bi == di ? LM_OK : dump_capture(&base, bd, s->p->model, err);
+        rc = (size_t)bi == di ? LM_OK : hx_dump_capture(&base, bd, s->p->model, err);
     const hx_capture *b = bd == NULL ? NULL : (size_t)bi == di ? x : base;
     hx_class cls[HX_JUDGE_MAX_PROFILES];
     double scale[HX_JUDGE_MAX_PROFILES];

@@ -35,6 +35,7 @@
 #ifndef HX_JUDGE_RUN_H
 #define HX_JUDGE_RUN_H
 
+#include "model/capture.h"
 #include "model/dump.h"
 #include "kvd_model.h"
 #include "model/report.h"
@@ -77,5 +78,9 @@ typedef struct hx_judge_params {
 } hx_judge_params;
 
 int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err);
+
+/* A capture holding dump d's ids and rows (and K/V when present; else k = v = NULL), shaped by
+ * model m: what the judge compares, and what hx_capture_hash hashes for a dump's golden. */
+int hx_dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err);
 
 #endif
