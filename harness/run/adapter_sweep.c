@@ -134,11 +134,12 @@ static int profiles_of(uint32_t *prof_of, const char **profs, uint32_t *np, cons
     return LM_OK;
 }
 
-/* (c): another model's logits, not a rounding or a numerical defect. */
-static bool foreign(const hx_config_report *c)
+/* (c): another model's logits, not a rounding or a numerical defect (a dump without a greedy
+ * continuation is judged on its rows alone). */
+static bool foreign(const hx_config_report *c, const hx_dump_report *d)
 {
-    return c->first_divergent == 0 && hx_logit_agg_top1_rate(&c->logits) < 0.5 &&
-           c->worst_ratio > HX_ADAPTER_FOREIGN_RATIO;
+    return (d->has_generated ? c->first_divergent == 0 : true) &&
+           hx_logit_agg_top1_rate(&c->logits) < 0.5 && c->worst_ratio > HX_ADAPTER_FOREIGN_RATIO;
 }
 
 /* (d) The report in configuration order: judged rows moved from rep, ERROR rows added. */
@@ -153,7 +154,7 @@ static int assemble(hx_report *rep, one_run *runs, size_t n, const size_t *dump_
             v[i] = rep->configs[dr->first_config];
             memset(&rep->configs[dr->first_config], 0, sizeof *rep->configs);
             dr->first_config = i;
-            if (foreign(&v[i])) {
+            if (foreign(&v[i], dr)) {
                 v[i].cls = HX_ERROR;
                 snprintf(v[i].reason, sizeof v[i].reason, "not the same model: its first "
                          "generated token leaves the reference's, its argmax agrees on %u of %u "

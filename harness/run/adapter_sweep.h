@@ -14,7 +14,7 @@
  *      makes that configuration an ERROR row with one line saying why; the others go on.
  *  (b) The dumps that loaded judged together (hx_judge_run_all), names as configurations.
  *  (c) "Not the same model": a configuration whose greedy continuation leaves the reference
- *      at its first token, that agrees with the reference's argmax on fewer than half of its
+ *      at its first token (when it has one), that agrees with the reference's argmax on fewer than half of its
  *      rows, and whose worst err/E exceeds HX_ADAPTER_FOREIGN_RATIO becomes an ERROR ("not the
  *      same model") instead of a FLIP: its logits are another model's, not a rounding or a
  *      numerical defect.
