@@ -84,7 +84,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 
-.PHONY: all deps demo test unit check layers bench asan install clean models
+.PHONY: all deps demo test unit check layers bench asan install clean models adapters
 all: $(BUILD)/kvdrift
 
 deps:
@@ -163,6 +163,12 @@ layers:
 models:
 	@bash scripts/models.sh
 
+# The shipped adapters' pinned Python packages (adapters/requirements-*.txt) into venvs under
+# $KVDRIFT_CACHE/adapters (llama-cpp-python builds llama.cpp from source: minutes). Tests of an
+# adapter that is not installed print a SKIP line.
+adapters:
+	@bash scripts/adapters.sh
+
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
 	@bash scripts/bench.sh $(BUILD)
@@ -178,6 +184,10 @@ install: $(BUILD)/kvdrift
 	install -m 755 $(BUILD)/kvdrift $(DESTDIR)$(PREFIX)/bin/kvdrift
 	install -m 644 docs/kvdrift.1 $(DESTDIR)$(PREFIX)/share/man/man1/kvdrift.1
 	install -m 644 harness/report/REPORT-SCHEMA.md $(DESTDIR)$(PREFIX)/share/doc/kvdrift/REPORT-SCHEMA.md
+	install -d $(DESTDIR)$(PREFIX)/share/kvdrift/adapters
+	install -m 755 adapters/llamacpp $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/llamacpp
+	install -m 644 adapters/llamacpp.py adapters/requirements-llamacpp.txt \
+	  $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/
 
 clean:
 	rm -rf build

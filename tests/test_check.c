@@ -787,6 +787,32 @@ static void test_check_stale_golden_fails(void)
                         "--strict", "-q", (char *)NULL), 0);
 }
 
+/* A prompt of another length reads other RoPE positions, so every configuration's golden key
+ * (golden_key.h: its rope probe) differs from the blessed one: the entries under the old keys,
+ * blessed for other token ids, make each configuration stale (exit 1, "re-bless"), never
+ * absent (which passes without --strict). */
+static void test_check_stale_golden_other_key(void)
+{
+    setup_dirs();
+    char json[1100];
+    snprintf(json, sizeof json, "%s/stale-len.json", dir);
+    const char *p = variant_case("check/t-tiny-longer.case", "synth:tiny:seed=7",
+                                 "1,72,101,108,108,111,32,119,33"); /* one token more */
+    CU_ASSERT_EQUAL(run(cmd_check, "check", p, "--golden-dir", gdir, "--cache", cdir, "--json",
+                        json, "-q", (char *)NULL), 1);
+    const char *out = read_text(out_path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "re-bless"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "prompt token ids changed"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "0 absent, 10 stale"));
+    cfg_result r[16];
+    size_t n = json_results(r, 16, json);
+    CU_ASSERT_EQUAL(n, N_CFG);
+    for (size_t i = 0; i < n; ++i) {
+        CU_ASSERT_STRING_EQUAL(r[i].golden, "stale");
+        CU_ASSERT(r[i].fails);
+    }
+}
+
 /* An installed kvdrift run from another folder: the golden folder and a relative model path
  * are found beside the case file, not in the working directory; report files go into folders
  * that do not exist yet (made, as pytest's --junitxml does), with report.md among them. */
@@ -849,5 +875,6 @@ void test_check_register(void)
     CU_add_test(s, "test_check_drift_fails_and_bless_refuses",
                 test_check_drift_fails_and_bless_refuses);
     CU_add_test(s, "test_check_stale_golden_fails", test_check_stale_golden_fails);
+    CU_add_test(s, "test_check_stale_golden_other_key", test_check_stale_golden_other_key);
     CU_add_test(s, "test_check_paths_relative_to_case", test_check_paths_relative_to_case);
 }

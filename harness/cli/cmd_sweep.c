@@ -70,6 +70,7 @@ static const char usage_text[] =
     "      --ensemble M        stochastic-rounding runs behind the envelope, >= 8 (default 8)\n"
     "      --seed S            first SR seed; member i uses S+i (default 0x6b76647269667431)\n"
     "      --envelope W        SR members: reference (default) or engine\n"
+    "      --engine ADAPTER    sweep another engine's knobs instead (--engine ADAPTER --help)\n"
     "      --cache DIR         reference/envelope/synthetic-model cache (default $KVDRIFT_CACHE,\n"
     "                          else $XDG_CACHE_HOME/kvdrift, else ~/.cache/kvdrift)\n"
     "  -j, --jobs N            engine runs in parallel (default 1; speeds are then shared-CPU\n"
@@ -374,6 +375,9 @@ static int after_sections_print(const hx_report *r, const char *dir, lm_err *err
 
 int cmd_sweep(int argc, char **argv)
 {
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; ++i)
+        if (strcmp(argv[i], "--engine") == 0 || strncmp(argv[i], "--engine=", 9) == 0)
+            return cmd_sweep_engine(argc, argv); /* another engine's knobs */
     char cmdline[HX_COMMAND_LINE_MAX];
     hx_command_line(cmdline, sizeof cmdline, argc, argv); /* before getopt reorders argv */
     sweep_opts o;

@@ -12,6 +12,9 @@ int cmd_trace(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_bless(int argc, char **argv);
 int cmd_judge(int argc, char **argv);
+int cmd_adapter(int argc, char **argv);
+/* `kvdrift sweep MODEL --engine ADAPTER ...` (cmd_sweep_engine.c; cmd_sweep hands it over). */
+int cmd_sweep_engine(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 
 #endif

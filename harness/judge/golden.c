@@ -281,6 +281,21 @@ size_t hx_golden_prune_stale(hx_golden *g, const char *case_name, const char *co
     return n;
 }
 
+bool hx_golden_find_stale(const hx_golden *g, const char *case_name, const char *config,
+                          const hx_golden_input *in, char *why, size_t cap)
+{
+    const json_t *cfg = json_object_get(
+        json_object_get(json_object_get(g->root, "cases"), case_name), config);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)cfg, k, v) {
+        hx_golden_entry e;
+        if (parse_entry(v, &e) == NULL && hx_golden_input_differs(&e, in, why, cap))
+            return true;
+    }
+    return false;
+}
+
 size_t hx_golden_count(const hx_golden *g)
 {
     size_t n = 0;

@@ -96,6 +96,14 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config, const
  * calls it, since such entries can never match again. Returns how many were removed. */
 size_t hx_golden_prune_stale(hx_golden *g, const char *case_name, const char *config,
                              const hx_golden_input *in);
+/* Whether case/config holds an entry, under any key, blessed for input other than in (why,
+ * when non-NULL, gets hx_golden_input_differs's reason for the first such entry). The key of a
+ * configuration depends on its input too (the rope probe reads the prompt's positions), so a
+ * changed prompt can leave no entry under the new key while the old ones stay: check reads
+ * that as stale, not absent. bless prunes such entries (hx_golden_prune_stale), so after a
+ * bless none is left. */
+bool hx_golden_find_stale(const hx_golden *g, const char *case_name, const char *config,
+                          const hx_golden_input *in, char *why, size_t cap);
 /* Number of entries (case x config x platform). */
 size_t hx_golden_count(const hx_golden *g);
 

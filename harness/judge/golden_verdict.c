@@ -23,7 +23,11 @@ int hx_golden_judge(hx_report *r, const hx_golden *g, const char *const *keys,
         snprintf(in.tokens_hash, sizeof in.tokens_hash, "%s", now[i].tokens_hash);
         in.version = now[i].version;
         char why[160];
-        if (!found) {
+        if (!found && hx_golden_find_stale(g, r->case_name, c->config, &in, why, sizeof why)) {
+            c->golden = HX_GOLDEN_STALE;
+            snprintf(c->golden_note, sizeof c->golden_note, "no golden under key %s, and one "
+                     "blessed for other input: %s; re-bless (kvdrift bless)", keys[i], why);
+        } else if (!found) {
             c->golden = HX_GOLDEN_ABSENT;
             snprintf(c->golden_note, sizeof c->golden_note, "no golden under key %s", keys[i]);
         } else if (hx_golden_input_differs(&e, &in, why, sizeof why)) {

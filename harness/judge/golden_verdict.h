@@ -1,8 +1,11 @@
 /* golden_verdict.h — the golden decision of `kvdrift check`: per configuration, its capture hash
  * against the golden entry under its key, and that entry's input against the run's.
  *
- *   no entry under the key                    -> absent   (the class decides; strict fails)
  *   entry blessed for other input             -> stale    (fails: "re-bless")
+ *   no entry under the key, but one under another key of the same configuration blessed for
+ *   other input (a changed prompt changes the key)
+ *                                             -> stale    (fails: "re-bless")
+ *   no entry under the key otherwise          -> absent   (the class decides; strict fails)
  *   same input, equal hash                    -> match    (the class is kept: a golden match is
  *                                                          a flag, never a class)
  *   same input, other hash                    -> mismatch (the class decides; strict fails)

@@ -98,7 +98,7 @@ int hx_capture_serialize(const hx_capture *c, hx_sink_fn sink, void *user, lm_er
                         s->n_vocab,        s->n_prompt, s->n_tokens, s->n_pos};
     size_t kv = hx_capture_kv_elems(s);
     int stop = emit32(sink, user, head, 8) || emit32(sink, user, c->tokens, s->n_tokens);
-    for (uint32_t l = 0; !stop && l < s->n_layer; ++l)
+    for (uint32_t l = 0; !stop && c->k != NULL && l < s->n_layer; ++l) /* none: a dump's rows */
         stop = emit32(sink, user, c->k[l], kv) || emit32(sink, user, c->v[l], kv);
     if (!stop)
         stop = emit32(sink, user, c->positions, s->n_pos) ||

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const char *const names[HX_N_CLASSES] = {"EXACT", "NOISE", "TIE_FLIP",  "SEMANTIC",
-                                                "DRIFT", "FLIP",  "NONFINITE", "SEQ_MISMATCH"};
+                                                "DRIFT", "FLIP",  "NONFINITE", "SEQ_MISMATCH", "ERROR"};
 
 const char *hx_class_name(hx_class c)
 {

@@ -38,19 +38,23 @@ typedef enum hx_class {
     HX_DRIFT = 4,
     HX_FLIP = 5,
     HX_NONFINITE = 6,
-    HX_SEQ_MISMATCH = 7 /* not numerical: speculative decoding chose other tokens, or with
+    HX_SEQ_MISMATCH = 7, /* not numerical: speculative decoding chose other tokens, or with
                            another processor history, than plain decoding (speculative_verdict.h) */
+    HX_ERROR = 8        /* nothing to classify: another engine's adapter did not produce a
+                           usable dump (it hung, crashed, wrote none or a malformed one, or
+                           computed another model) */
 } hx_class;
-#define HX_N_CLASSES 8
+#define HX_N_CLASSES 9
 
-/* "EXACT", "NOISE", "TIE_FLIP", "SEMANTIC", "DRIFT", "FLIP", "NONFINITE", "SEQ_MISMATCH". */
+/* "EXACT", "NOISE", "TIE_FLIP", "SEMANTIC", "DRIFT", "FLIP", "NONFINITE", "SEQ_MISMATCH",
+ * "ERROR". */
 const char *hx_class_name(hx_class c);
 /* Inverse of hx_class_name; -1 when s names no class. */
 int hx_class_from_name(const char *s);
-/* The more severe of a and b (SEQ_MISMATCH > NONFINITE > FLIP > DRIFT > SEMANTIC > TIE_FLIP >
+/* The more severe of a and b (ERROR > SEQ_MISMATCH > NONFINITE > FLIP > DRIFT > SEMANTIC > TIE_FLIP >
  * NOISE > EXACT). */
 hx_class hx_class_worst(hx_class a, hx_class b);
-/* CI default: DRIFT, FLIP, NONFINITE, SEQ_MISMATCH fail; EXACT, NOISE, TIE_FLIP, SEMANTIC
+/* CI default: DRIFT, FLIP, NONFINITE, SEQ_MISMATCH, ERROR fail; EXACT, NOISE, TIE_FLIP, SEMANTIC
  * pass. */
 bool hx_class_fails(hx_class c);
 

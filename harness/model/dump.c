@@ -330,3 +330,12 @@ int hx_dump_load(hx_dump **out, const char *dir, const lm_model *m, const char *
     *out = d;
     return LM_OK;
 }
+
+void hx_dump_truncate(hx_dump *d, uint32_t n_tokens)
+{
+    if (n_tokens < d->n_prompt || n_tokens >= d->n_tokens)
+        return;
+    d->n_tokens = n_tokens;
+    while (d->n_pos > 0 && d->positions[d->n_pos - 1] >= n_tokens)
+        --d->n_pos;
+}

@@ -45,5 +45,8 @@ typedef struct hx_dump {
 int hx_dump_load(hx_dump **out, const char *dir, const lm_model *m, const char *model_path,
                  lm_err *err);
 void hx_dump_free(hx_dump *d);
+/* Keeps the first n_tokens ids (n_prompt <= n_tokens < d->n_tokens; otherwise nothing changes)
+ * and the logits rows at positions below n_tokens; tokens_generated and K/V stay. */
+void hx_dump_truncate(hx_dump *d, uint32_t n_tokens);
 
 #endif

@@ -163,6 +163,9 @@ hx_class hx_report_worst(const hx_report *r)
 int hx_report_exit_code(const hx_report *r, bool strict)
 {
     if (r->n_dumps > 0) {
+        for (size_t i = 0; i < r->n_configs; ++i)
+            if (r->configs[i].cls == HX_ERROR)
+                return 1; /* an adapter's configuration that produced no dump */
         for (size_t i = 0; i < r->n_dumps; ++i)
             if (r->dumps[i].explained_by[0] == '\0')
                 return 1;

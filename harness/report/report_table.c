@@ -33,7 +33,7 @@ static const char *class_colour(const char *cls)
     if (strcmp(cls, "TIE_FLIP") == 0 || strcmp(cls, "SEMANTIC") == 0)
         return "\033[33m";
     if (strcmp(cls, "DRIFT") == 0 || strcmp(cls, "FLIP") == 0 || strcmp(cls, "NONFINITE") == 0 ||
-        strcmp(cls, "SEQ_MISMATCH") == 0)
+        strcmp(cls, "SEQ_MISMATCH") == 0 || strcmp(cls, "ERROR") == 0)
         return "\033[1;31m";
     return NULL;
 }

@@ -68,16 +68,34 @@ static int check_inputs(jstate *s, lm_err *err)
         if (a->tokens[i] != p->prompt[i])
             return LM_FAIL(err, LM_E_INPUT, "%s: token %u is %d, the prompt's is %d", a->dir,
                            (unsigned)i, (int)a->tokens[i], (int)p->prompt[i]);
+    /* The ids every dump shares: the prompt, then the fed ids up to where any two part. */
+    uint32_t shared = a->n_tokens;
+    for (size_t k = 1; k < p->n_dumps; ++k) {
+        const hx_dump *b = p->dumps[k];
+        if (b->n_prompt != a->n_prompt ||
+            memcmp(b->tokens, a->tokens, a->n_prompt * sizeof *a->tokens) != 0)
+            return LM_FAIL(err, LM_E_INPUT, "%s: prompt ids or n_prompt differ from %s's (judge "
+                           "dumps of one prompt together)", b->dir, a->dir);
+        uint32_t i = a->n_prompt;
+        while (i < shared && i < b->n_tokens && b->tokens[i] == a->tokens[i])
+            ++i;
+        shared = i;
+    }
+    for (size_t k = 0; k < p->n_dumps; ++k)
+        if (p->dumps[k]->n_tokens > shared) {
+            progress(p, "%s: its fed ids part from the others' at position %u: judged on the %u "
+                     "shared positions", p->dumps[k]->dir, (unsigned)shared, (unsigned)shared);
+            hx_dump_truncate(p->dumps[k], shared);
+        }
     uint8_t *mark = calloc(a->n_tokens, 1);
     if (mark == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (size_t k = 0; k < p->n_dumps; ++k) {
         const hx_dump *b = p->dumps[k];
-        if (b->n_tokens != a->n_tokens || b->n_prompt != a->n_prompt ||
-            memcmp(b->tokens, a->tokens, a->n_tokens * sizeof *a->tokens) != 0) {
+        if (b->n_pos == 0) {
             free(mark);
-            return LM_FAIL(err, LM_E_INPUT, "%s: tokens or n_prompt differ from %s's (judge dumps "
-                           "of one input together)", b->dir, a->dir);
+            return LM_FAIL(err, LM_E_INPUT, "%s: no logits row at the %u positions the dumps "
+                           "share", b->dir, (unsigned)a->n_tokens);
         }
         if (b->logprobs)
             s->need_lp = true;
@@ -350,8 +368,7 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     return rc;
 }
 
-/* A capture holding the dump's rows (and K/V when present; else k = v = NULL). */
-static int dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err)
+int hx_dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err)
 {
     const lm_hparams *hp = &m->hp;
     hx_capture_shape sh = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv,
@@ -454,30 +471,54 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
     snprintf(dr->dtype, sizeof dr->dtype, "%s", d->row_dtype);
     dr->n_pos = d->n_pos;
     dr->first_config = rep->n_configs;
-    dr->n_profiles = s->n_prof;
+    /* one profile per dump when the caller names it, else every profile */
+    const uint32_t k0 = s->p->dump_profile ? s->p->dump_profile[di] : 0;
+    const uint32_t k1 = s->p->dump_profile ? k0 + 1 : s->n_prof;
+    dr->n_profiles = k1 - k0;
+    if (s->p->names)
+        snprintf(dr->name, sizeof dr->name, "%s", s->p->names[di]);
     const ref_capture *ref = d->logprobs ? &s->ref_lp : &s->ref;
-    hx_capture *x = NULL;
-    int rc = dump_capture(&x, d, s->p->model, err);
+    hx_capture *x = NULL, *base = NULL;
+    int rc = hx_dump_capture(&x, d, s->p->model, err);
+    const int64_t bi = s->p->baseline ? s->p->baseline[di] : -1;
+    const hx_dump *bd = bi >= 0 ? s->p->dumps[bi] : NULL;
+    /* a baseline of the same shape only (rows at the same positions, K/V alike) */
+    if (rc == LM_OK && bd != NULL && bd->n_pos == d->n_pos && bd->n_tokens == d->n_tokens &&
+        (bd->k == NULL) == (d->k == NULL) && bd->logprobs == d->logprobs &&
+        memcmp(bd->positions, d->positions, d->n_pos * sizeof *d->positions) == 0)
+        rc = (size_t)bi == di ? LM_OK : hx_dump_capture(&base, bd, s->p->model, err);
+    const hx_capture *b = bd == NULL ? NULL : (size_t)bi == di ? x : base;
     hx_class cls[HX_JUDGE_MAX_PROFILES];
     double scale[HX_JUDGE_MAX_PROFILES];
-    for (uint32_t k = 0; k < s->n_prof && rc == LM_OK; ++k) {
+    bool idle[HX_JUDGE_MAX_PROFILES];
+    for (uint32_t k = k0; k < k1 && rc == LM_OK; ++k) {
         char name[HX_CONFIG_STR_MAX];
-        snprintf(name, sizeof name, "%.100s@%s", d->dir, s->prof[k]->name);
+        if (s->p->names)
+            snprintf(name, sizeof name, "%s", s->p->names[di]);
+        else
+            snprintf(name, sizeof name, "%.100s@%s", d->dir, s->prof[k]->name);
         hx_config_report *c = NULL;
         const hx_envelope *env = d->logprobs ? s->env_lp[k] : s->env[k];
         if ((rc = hx_report_add_config(rep, &c, name, err)) == LM_OK)
-            rc = hx_compare_capture(c, x, NULL, ref, env, err);
-        scale[k] = median_e(env);
+            rc = hx_compare_capture(c, x, b, ref, env, err);
+        scale[k - k0] = median_e(env);
+        idle[k - k0] = s->idle[k];
     }
     hx_capture_free(x);
+    hx_capture_free(base);
     if (rc == LM_OK)
         rc = greedy(rep, dr, d, ref, err);
     if (rc != LM_OK)
         return rc;
-    for (uint32_t k = 0; k < s->n_prof; ++k)
+    for (uint32_t k = 0; k < dr->n_profiles; ++k)
         cls[k] = rep->configs[dr->first_config + k].cls;
-    int e = hx_explain_profile(cls, scale, s->idle, s->n_prof);
-    snprintf(dr->explained_by, sizeof dr->explained_by, "%s", e >= 0 ? s->prof[e]->name : "");
+    /* one named profile: a profile that rounds nothing on the model is f32 again, which does
+     * explain what passes under it */
+    int e = s->p->dump_profile
+                ? (hx_class_fails(cls[0]) ? -1 : 0)
+                : hx_explain_profile(cls, scale, idle, dr->n_profiles);
+    snprintf(dr->explained_by, sizeof dr->explained_by, "%s",
+             e >= 0 ? s->prof[k0 + (uint32_t)e]->name : "");
     /* KL and top-1 over the logits rows (the same under every profile: take the first's) */
     const hx_config_report *c0 = &rep->configs[dr->first_config];
     double *kl = malloc((d->n_pos ? d->n_pos : 1) * sizeof *kl);

@@ -3,8 +3,11 @@
  * classifies a configuration (hx_compare_capture), folded into an hx_report.
  *
  * What one call does, in order:
- *  (a) Checks that every dump holds the same token list and n_prompt, whose first n_prompt ids
- *      are the given prompt (LM_E_INPUT naming the dump and the index otherwise).
+ *  (a) Checks that every dump holds the same n_prompt and prompt ids, the given prompt
+ *      (LM_E_INPUT naming the dump and the index otherwise). Dumps whose ids part after the
+ *      prompt (other greedy continuations fed back) are judged on the ids they share: each is
+ *      cut to the common prefix (hx_dump_truncate; its tokens_generated kept whole), and a
+ *      progress line says where they part.
  *  (b) The reference on those tokens: K/V of the n_prompt positions, logits at the union of the
  *      dumps' positions, through the reference cache (ref_cached).
  *  (c) Per profile (lm_profile_find; default: every profile): for f32, as sweep, `ensemble`
@@ -32,6 +35,7 @@
 #ifndef HX_JUDGE_RUN_H
 #define HX_JUDGE_RUN_H
 
+#include "model/capture.h"
 #include "model/dump.h"
 #include "kvd_model.h"
 #include "model/report.h"
@@ -58,6 +62,14 @@ typedef struct hx_judge_params {
     int ref_threads;
     uint32_t jobs;                   /* naive-sr envelope members run side by side; 0 or 1 =
                                         one at a time (the members' bits do not depend on it) */
+    /* Optional per dump (NULL: as the plain judge): names [n_dumps] its configuration in the
+     * report instead of "<dir>@<profile>" (one profile per dump then); dump_profile [n_dumps]
+     * the index into the profiles of the one profile that dump is judged under; baseline
+     * [n_dumps] the index of the dump it is compared with bit for bit (hx_compare_capture's
+     * base: EXACT, vs_base), -1 none (an adapter sweep's default configuration). */
+    const char *const *names;
+    const uint32_t *dump_profile;
+    const int64_t *baseline;
     bool quiet;                      /* no progress lines (warnings still go to log) */
     /* Progress and warning lines, one per call, without a newline (the library never
      * prints); NULL: none. */
@@ -66,5 +78,9 @@ typedef struct hx_judge_params {
 } hx_judge_params;
 
 int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err);
+
+/* A capture holding dump d's ids and rows (and K/V when present; else k = v = NULL), shaped by
+ * model m: what the judge compares, and what hx_capture_hash hashes for a dump's golden. */
+int hx_dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err);
 
 #endif

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the shipped adapters' Python packages (adapters/requirements-NAME.txt, pinned) into one
+# venv per adapter under the kvdrift cache: $KVDRIFT_CACHE, else $XDG_CACHE_HOME/kvdrift, else
+# ~/.cache/kvdrift, then adapters/NAME (what adapters/NAME runs). Idempotent: a venv whose
+# requirements file is unchanged is kept. Usage: scripts/adapters.sh [NAME...] (default: llamacpp).
+# llama-cpp-python builds llama.cpp from source (about 7 minutes on 2 cores); GGML_NATIVE=OFF
+# keeps that build independent of the CPU it was made on.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cache=${KVDRIFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvdrift}
+names=("$@")
+((${#names[@]})) || names=(llamacpp)
+for name in "${names[@]}"; do
+  req=adapters/requirements-$name.txt
+  [ -f "$req" ] || { echo "adapters: no $req" >&2; exit 2; }
+  venv=$cache/adapters/$name
+  if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/kvdrift-requirements.txt"; then
+    echo "adapters: $name already installed in $venv"
+    continue
+  fi
+  if ! python3 -m venv --help >/dev/null 2>&1; then
+    echo "adapters: python3 -m venv is not available (Debian: apt-get install python3-venv)" >&2
+    exit 2
+  fi
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  t0=$(date +%s)
+  CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
+    "$venv/bin/pip" install --quiet --no-cache-dir -r "$req"
+  cp "$req" "$venv/kvdrift-requirements.txt"
+  echo "adapters: $name installed in $venv ($(( $(date +%s) - t0 )) s)"
+done
