@@ -30,6 +30,9 @@ static const char *const names[LM_DEFECT_COUNT] = {
     [LM_DEFECT_PREFIX_LAST_ROW_STALE] = "prefix-last-row-stale",
     [LM_DEFECT_PREFIX_ROWS_SHIFTED] = "prefix-rows-shifted",
     [LM_DEFECT_PREFIX_V_NEXT_LAYER] = "prefix-v-next-layer",
+    [LM_DEFECT_BATCH_KV_NEXT_ROWS] = "batch-kv-next-rows",
+    [LM_DEFECT_BATCH_LOGITS_LAST_ROW] = "batch-logits-last-row",
+    [LM_DEFECT_BATCH_POS_OF_LAST] = "batch-pos-of-last",
 };
 
 void lm_test_set_defect(lm_defect d)

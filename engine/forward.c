@@ -287,12 +287,16 @@ static void attn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint3
     probe(c, il, "q", c->q, batched ? np : nq, q_dim); /* a probe sees every row: r0 = 0 */
     probe(c, il, "k", kc, np, kv_dim);
     probe(c, il, "v", vc, np, kv_dim);
+    const bool next_rows = LM_DEFECT_ON(be->vt->name, LM_DEFECT_BATCH_KV_NEXT_ROWS);
     for (uint32_t s = 0; batched && s < n_parts; ++s) { /* rows [n][n_kv_head][head_dim] */
         const seq_part *p = &parts[s];
-        memcpy(lm_kvcache_k(&p->ctx->kv, il, slot[s]), kc + (size_t)p->row0 * kv_dim,
-               (size_t)p->n * kv_dim * sizeof *kc);
-        memcpy(lm_kvcache_v(&p->ctx->kv, il, slot[s]), vc + (size_t)p->row0 * kv_dim,
-               (size_t)p->n * kv_dim * sizeof *vc);
+        /* test defect: the rows of the next sequence of the call */
+        const seq_part *from = next_rows ? &parts[(s + 1) % n_parts] : p;
+        const uint32_t rows = from->n < p->n ? from->n : p->n;
+        memcpy(lm_kvcache_k(&p->ctx->kv, il, slot[s]), kc + (size_t)from->row0 * kv_dim,
+               (size_t)rows * kv_dim * sizeof *kc);
+        memcpy(lm_kvcache_v(&p->ctx->kv, il, slot[s]), vc + (size_t)from->row0 * kv_dim,
+               (size_t)rows * kv_dim * sizeof *vc);
     }
     if (nq == 0)
         return;
@@ -300,9 +304,15 @@ static void attn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint3
     for (uint32_t s = 0; s < n_parts; ++s) { /* each part over its own cache */
         const seq_part *p = &parts[s];
         lm_ctx *pc = p->ctx;
+        uint32_t pos0 = pc->n_past + (batched ? 0 : r0);
+        if (batched && LM_DEFECT_ON(be->vt->name, LM_DEFECT_BATCH_POS_OF_LAST)) {
+            /* test defect: the last sequence's position (kept inside this context) */
+            const uint32_t last = parts[n_parts - 1].ctx->n_past;
+            pos0 = last <= pc->n_ctx - p->n ? last : pc->n_ctx - p->n;
+        }
         const lm_attn_args a = {
             .n = batched ? p->n : nq,
-            .pos0 = pc->n_past + (batched ? 0 : r0),
+            .pos0 = pos0,
             .n_head = hp->n_head,
             .n_head_kv = hp->n_head_kv,
             .head_dim = hp->head_dim,
@@ -470,11 +480,15 @@ static void embed(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t row0)
             x[i] *= hp->embd_scale;
 }
 
-/* The logits a part's mode asks for, from call rows [row0, row0 + n). */
-static void part_logits(lm_ctx *c, uint32_t row0, uint32_t n, uint32_t pos0, bool probed,
-                        lm_logits_mode mode, float *logits)
+/* The logits a part's mode asks for, from call rows [row0, row0 + n) of a call of `total`
+ * rows. */
+static void part_logits(lm_ctx *c, uint32_t row0, uint32_t n, uint32_t total, uint32_t pos0,
+                        bool probed, lm_logits_mode mode, float *logits)
 {
     const uint32_t nv = c->m->hp.n_vocab;
+    if (mode == LM_LOGITS_LAST && total > n &&
+        LM_DEFECT_ON(c->be->vt->name, LM_DEFECT_BATCH_LOGITS_LAST_ROW))
+        row0 = total - n; /* test defect: the call's last row */
     for (uint32_t t = mode == LM_LOGITS_LAST ? n - 1 : 0; mode != LM_LOGITS_NONE && t < n; ++t)
         logits_row(c, row0 + t, probed ? pos0 + t : UINT32_MAX,
                    mode == LM_LOGITS_LAST ? logits : logits + (size_t)t * nv);
@@ -498,7 +512,7 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
         if (c->on_layer != NULL)
             c->on_layer(c->on_layer_user, il + 1, hp->n_layer, n);
     }
-    part_logits(c, 0, n, c->n_past, true, mode, logits);
+    part_logits(c, 0, n, n, c->n_past, true, mode, logits);
     if (c->be->vt->check != NULL && (rc = c->be->vt->check(c->be, err)) != LM_OK)
         return rc;
     c->n_past += n;
@@ -548,8 +562,8 @@ int lm_forward_batch(const lm_seq_chunk *seqs, uint32_t n_seq, lm_err *err)
             c->on_layer(c->on_layer_user, il + 1, hp->n_layer, total);
     }
     for (uint32_t s = 0; s < n_seq; ++s)
-        part_logits(c, parts[s].row0, seqs[s].n, seqs[s].ctx->n_past, s == 0, seqs[s].mode,
-                    seqs[s].logits);
+        part_logits(c, parts[s].row0, seqs[s].n, total, seqs[s].ctx->n_past, s == 0,
+                    seqs[s].mode, seqs[s].logits);
     if (c->be->vt->check != NULL && (rc = c->be->vt->check(c->be, err)) != LM_OK)
         return rc;
     for (uint32_t s = 0; s < n_seq; ++s)

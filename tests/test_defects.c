@@ -83,6 +83,9 @@ static const defect_case known[] = {
     {LM_DEFECT_PREFIX_LAST_ROW_STALE, false, false, "needs prefix= (prefix_reuse below)", false},
     {LM_DEFECT_PREFIX_ROWS_SHIFTED, false, false, "needs prefix= (prefix_reuse below)", false},
     {LM_DEFECT_PREFIX_V_NEXT_LAYER, false, false, "needs prefix= (prefix_reuse below)", false},
+    {LM_DEFECT_BATCH_KV_NEXT_ROWS, false, false, "needs batch= (batch below)", false},
+    {LM_DEFECT_BATCH_LOGITS_LAST_ROW, false, false, "needs batch= (batch below)", false},
+    {LM_DEFECT_BATCH_POS_OF_LAST, false, false, "needs batch= (batch below)", false},
 };
 #define N_KNOWN (sizeof known / sizeof known[0])
 #define N_ROWS ((size_t)LM_DEFECT_COUNT - 1) /* every defect: row k is defect k + 1 */
@@ -962,30 +965,26 @@ static void test_defects_sched_summary(void)
     fprintf(stderr, "  ");
 }
 
-/* The prefix-cache defects of lm_ctx_adopt_prefix (a copy one row short, one position late,
- * V rows of the next layer), modelled on prefix-caching bugs of serving stacks: swept with the
- * prefix axis (none, a prefix chunked like the rest, a prefix chunked by 2) over naive, blas and
- * det on the synthetic tiny model and stories260K (when present). Clean, no configuration
- * fails; with each defect, some reused-prefix configuration fails on every model and none
- * without a reused prefix does (the defect lives only on that path, so the same sweep without
- * the axis cannot see it). */
-static void test_defects_prefix_reuse(void)
+/* Defects ds[n_ds] that only one axis reaches, swept with axes over naive, blas and det on the
+ * synthetic tiny model and stories260K (when present): clean, no configuration fails; with
+ * each defect, some configuration that sets the axis fails on every model and none that does
+ * not (is_plain) does: the defect lives only on that path, so the same sweep without the axis
+ * cannot see it. */
+static void sweep_axis_defects(const char *what, const hx_axes *axes, const lm_defect *ds,
+                               size_t n_ds, bool (*is_plain)(const hx_config *c))
 {
-    static const lm_defect ds[] = {LM_DEFECT_PREFIX_LAST_ROW_STALE, LM_DEFECT_PREFIX_ROWS_SHIFTED,
-                                   LM_DEFECT_PREFIX_V_NEXT_LAYER};
     char tiny[1200], cache[1200];
     lm_err err = {0};
-    snprintf(tiny, sizeof tiny, "%s/prefix-tiny.gguf", tu_tmpdir());
-    snprintf(cache, sizeof cache, "%s/defects-cache-prefix", tu_tmpdir());
+    snprintf(tiny, sizeof tiny, "%s/%s-tiny.gguf", tu_tmpdir(), what);
+    snprintf(cache, sizeof cache, "%s/defects-cache-%s", tu_tmpdir(), what);
     CU_ASSERT_EQUAL_FATAL(hx_synth_write(tiny, "tiny", 13, LM_TYPE_F32, &err), LM_OK);
     const char *paths[2] = {tiny, tu_model_path("stories260K.gguf")};
-    const hx_axes axes = {.steps = "1,4,full", .backends = "naive,blas,det", .threads = "1",
-                          .attn = "default", .prefix = "none,5,5:2"};
     hx_config *cfgs = NULL;
-    size_t n = 0;
-    configs_of(&cfgs, &n, &axes);
-    fprintf(stderr, "\n  prefix defects (%zu configurations, a third without a reused prefix):",
-            n);
+    size_t n = 0, n_plain = 0;
+    configs_of(&cfgs, &n, axes);
+    for (size_t i = 0; i < n; ++i)
+        n_plain += is_plain(&cfgs[i]);
+    fprintf(stderr, "\n  %s defects (%zu configurations, %zu without the axis):", what, n, n_plain);
     for (size_t mi = 0; mi < 2; ++mi) {
         if (paths[mi] == NULL)
             continue;
@@ -1000,15 +999,14 @@ static void test_defects_prefix_reuse(void)
         CU_ASSERT_EQUAL(sweep_defect(LM_DEFECT_NONE, m, prompt, (uint32_t)n_prompt, N_GEN, cfgs,
                                      n, cache, false, NULL, &caught, &a, &b, &err), LM_OK);
         CU_ASSERT_EQUAL(caught, 0);
-        for (size_t k = 0; k < sizeof ds / sizeof ds[0]; ++k) {
+        for (size_t k = 0; k < n_ds; ++k) {
             hx_sweep_result *r = NULL;
             CU_ASSERT_EQUAL_FATAL(sweep_defect(ds[k], m, prompt, (uint32_t)n_prompt, N_GEN, cfgs,
                                                n, cache, false, &r, &caught, &a, &b, &err),
                                   LM_OK);
             size_t plain_failing = 0;
             for (size_t i = 0; i < n; ++i)
-                plain_failing += cfgs[i].prefix == 0 &&
-                                 hx_class_fails(r->report->configs[i].cls);
+                plain_failing += is_plain(&cfgs[i]) && hx_class_fails(r->report->configs[i].cls);
             fprintf(stderr, "\n    %-12s %-24s %zu of %zu caught, smallest err/E %.3g",
                     mi == 0 ? "synth:tiny" : "stories260K", lm_defect_name(ds[k]), caught, n, a);
             CU_ASSERT(caught > 0);
@@ -1020,6 +1018,41 @@ static void test_defects_prefix_reuse(void)
     }
     fprintf(stderr, "\n  ");
     free(cfgs);
+}
+
+static bool no_prefix(const hx_config *c)
+{
+    return c->prefix == 0;
+}
+
+static bool alone(const hx_config *c)
+{
+    return c->batch < 2;
+}
+
+/* The prefix-cache defects of lm_ctx_adopt_prefix (a copy one row short, written one slot
+ * late, V rows of the next layer), modelled on prefix-caching bugs of serving stacks, swept
+ * with the prefix axis: none, a prefix chunked like the rest, a prefix chunked by 2. */
+static void test_defects_prefix_reuse(void)
+{
+    static const lm_defect ds[] = {LM_DEFECT_PREFIX_LAST_ROW_STALE, LM_DEFECT_PREFIX_ROWS_SHIFTED,
+                                   LM_DEFECT_PREFIX_V_NEXT_LAYER};
+    const hx_axes axes = {.steps = "1,4,full", .backends = "naive,blas,det", .threads = "1",
+                          .attn = "default", .prefix = "none,5,5:2"};
+    sweep_axis_defects("prefix", &axes, ds, 3, no_prefix);
+}
+
+/* The batched-call defects of lm_forward_batch (K/V rows from the next sequence of the call,
+ * the LAST logits from the call's last row, every sequence at the last one's position),
+ * modelled on slot-mapping, logits-index and positions bugs of continuous batching, swept with
+ * the batch axis: alone, three sequences prefilling alongside, three decoding alongside. */
+static void test_defects_batch(void)
+{
+    static const lm_defect ds[] = {LM_DEFECT_BATCH_KV_NEXT_ROWS, LM_DEFECT_BATCH_LOGITS_LAST_ROW,
+                                   LM_DEFECT_BATCH_POS_OF_LAST};
+    const hx_axes axes = {.steps = "1,4,full", .backends = "naive,blas,det", .threads = "1",
+                          .attn = "default", .batch = "1,4,4:decode"};
+    sweep_axis_defects("batch", &axes, ds, 3, alone);
 }
 
 void test_defects_register(void)
@@ -1035,5 +1068,6 @@ void test_defects_register(void)
     CU_add_test(s, "test_defects_kv_f16", test_defects_kv_f16);
     CU_add_test(s, "test_defects_f16_subnormal", test_defects_f16_subnormal);
     CU_add_test(s, "test_defects_prefix_reuse", test_defects_prefix_reuse);
+    CU_add_test(s, "test_defects_batch", test_defects_batch);
     CU_add_test(s, "test_defects_sched_summary", test_defects_sched_summary);
 }

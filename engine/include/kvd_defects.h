@@ -62,6 +62,15 @@ typedef enum lm_defect {
                                         the slot held, position p gets p - 1's rows */
     LM_DEFECT_PREFIX_V_NEXT_LAYER,   /* a reused prefix takes each layer's V rows from the next
                                         layer's (layer index mixed up in the copy) */
+    LM_DEFECT_BATCH_KV_NEXT_ROWS,    /* a batched call copies each sequence's new K/V rows from the
+                                        next sequence's rows of the call (a slot mapping off by
+                                        one sequence; forward.c attn_block) */
+    LM_DEFECT_BATCH_LOGITS_LAST_ROW, /* a batched call's LAST logits of every sequence come from
+                                        the call's last row, not the sequence's own (a logits
+                                        index off; forward.c part_logits) */
+    LM_DEFECT_BATCH_POS_OF_LAST,     /* a batched call's attention places every sequence's
+                                        queries at the last sequence's position (per-sequence
+                                        positions mixed up; forward.c attn_block) */
     LM_DEFECT_COUNT
 } lm_defect;
 
