@@ -33,6 +33,9 @@ static const char *const names[LM_DEFECT_COUNT] = {
     [LM_DEFECT_BATCH_KV_NEXT_ROWS] = "batch-kv-next-rows",
     [LM_DEFECT_BATCH_LOGITS_LAST_ROW] = "batch-logits-last-row",
     [LM_DEFECT_BATCH_POS_OF_LAST] = "batch-pos-of-last",
+    [LM_DEFECT_TP_RING_SKIPS_LAST] = "tp-ring-skips-last",
+    [LM_DEFECT_TP_ROWS_MISALIGNED] = "tp-rows-misaligned",
+    [LM_DEFECT_TP_COLS_SHIFTED] = "tp-cols-shifted",
 };
 
 void lm_test_set_defect(lm_defect d)

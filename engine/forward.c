@@ -44,6 +44,7 @@
 #include "backend.h"
 #include "expf.h"
 #include "kvcache.h"
+#include "tensor_parallel.h"
 #include "threadpool.h"
 #include "variants.h"
 
@@ -81,6 +82,8 @@ struct lm_ctx {
                          they go to each sequence's cache (NULL: leads no batch) */
     float *vbuf;      /* [batch_rows][n_kv_head * head_dim] the same for V */
     uint32_t batch_rows; /* rows of the largest batched call it leads (0: none) */
+    lm_tp tp;         /* tensor-parallel shards of the layers' weight products */
+    float *tp_part;   /* [tp.n][rows][n_embd] row-parallel partial sums (tp.n > 1; else 1 float) */
     float *act_in;    /* [n_ctx][max(n_embd, q_dim, n_ff)] a product's converted input (when
                          the profile converts per weight type; else 1 float) */
     layer_act *act;   /* [n_layer] the layers' activation formats, or NULL when the profile
@@ -247,12 +250,12 @@ static void attn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint3
     const lm_round_spec *const *act = A ? (const lm_round_spec *const[]){A->wk, A->wv, A->wq}
                                         : NULL;
     if (r0 == 0) { /* one batch of the three products */
-        lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, qkv, act, 3, c->act_in);
+        lm_tp_gemm_cols(be, &c->tp, LM_SITE_NORM, n, d, c->xn, d, qkv, act, 3, c->act_in);
     } else {
-        lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, qkv, act, 2, c->act_in);
+        lm_tp_gemm_cols(be, &c->tp, LM_SITE_NORM, n, d, c->xn, d, qkv, act, 2, c->act_in);
         if (nq > 0)
-            lm_gemm_nt_act(be, LM_SITE_NORM, nq, d, c->xn + (size_t)r0 * d, d, &qkv[2],
-                           act ? &act[2] : NULL, 1, c->act_in);
+            lm_tp_gemm_cols(be, &c->tp, LM_SITE_NORM, nq, d, c->xn + (size_t)r0 * d, d, &qkv[2],
+                            act ? &act[2] : NULL, 1, c->act_in);
     }
     if (L->bq != NULL)
         lm_add_bias(c->q, L->bq, nq, q_dim, q_dim);
@@ -339,8 +342,8 @@ static void attn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint3
 
     float *x = c->x + (size_t)r0 * d; /* [nq][n_embd] the rows that go on */
     const lm_nt_part o = {d, L->wo, q_dim, c->xn, d};
-    lm_gemm_nt_act(be, LM_SITE_ATTN_OUT, nq, q_dim, c->att, q_dim, &o, A ? &A->wo : NULL, 1,
-                   c->act_in);
+    lm_tp_gemm_rows(be, &c->tp, LM_SITE_ATTN_OUT, nq, q_dim, c->att, q_dim, &o,
+                    A ? A->wo : NULL, c->act_in, c->tp_part);
     if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
         if (L->bo != NULL)
             lm_add_bias(c->xn, L->bo, nq, d, d);
@@ -387,14 +390,14 @@ static void ffn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint32
     const lm_nt_part gate_up[2] = {{ff, L->w_gate, d, c->ff_gate, ff},
                                    {ff, L->w_up, d, c->ff_up, ff}};
     const layer_act *A = c->act != NULL ? &c->act[il] : NULL;
-    lm_gemm_nt_act(be, LM_SITE_NORM, n, d, c->xn, d, gate_up,
-                   A ? (const lm_round_spec *const[]){A->gate, A->up} : NULL, 2, c->act_in);
+    lm_tp_gemm_cols(be, &c->tp, LM_SITE_NORM, n, d, c->xn, d, gate_up,
+                    A ? (const lm_round_spec *const[]){A->gate, A->up} : NULL, 2, c->act_in);
     lm_op_glu(be, c->pool, c->ff_gate, c->ff_up, n, ff, hp->act);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, np, ff);
     const lm_nt_part down = {d, L->w_down, ff, c->xn, d};
-    lm_gemm_nt_act(be, LM_SITE_SWIGLU, n, ff, c->ff_gate, ff, &down, A ? &A->down : NULL, 1,
-                   c->act_in);
+    lm_tp_gemm_rows(be, &c->tp, LM_SITE_SWIGLU, n, ff, c->ff_gate, ff, &down,
+                    A ? A->down : NULL, c->act_in, c->tp_part);
     if (L->ffn_post_norm != NULL) /* sandwich */
         post_norm_chunk(c, c->xn, c->xn, L->ffn_post_norm, n);
     residual_chunk(c, x, c->xn, NULL, n);
@@ -772,9 +775,13 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         return LM_FAIL(err, LM_E_INPUT, "profile '%s': unknown (expected %s)", p->profile,
                        lm_profile_expected());
 
+    if (p->tp > LM_TP_SHARDS_MAX || (p->tp_tree && (p->tp & (p->tp - 1)) != 0))
+        return LM_FAIL(err, LM_E_INPUT, "context: %u tensor-parallel shards (0..%u; a power of "
+                       "two for the tree all-reduce)", p->tp, LM_TP_SHARDS_MAX);
     lm_ctx *c = calloc(1, sizeof *c);
     if (c == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "context: out of memory");
+    c->tp = (lm_tp){.n = p->tp > 1 ? p->tp : 1, .tree = p->tp_tree};
     c->m = c->m_user = m;
     c->n_ctx = n_ctx;
     int rc = lm_backend_create(&c->be, p->backend, p->n_threads, err);
@@ -819,6 +826,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
         per_weight ? rows * act_row(hp) : 1,                          /* act_in */
         (size_t)p->batch_rows * kv_dim + 1, (size_t)p->batch_rows * kv_dim + 1, /* kbuf, vbuf */
+        c->tp.n > 1 ? (size_t)c->tp.n * rows * hp->n_embd : 1,       /* tp_part */
     };
     size_t total = 64;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
@@ -842,6 +850,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->act_in = carve(&cur, sizes[11]);
     c->kbuf = p->batch_rows ? carve(&cur, sizes[12]) : NULL;
     c->vbuf = p->batch_rows ? carve(&cur, sizes[13]) : NULL;
+    c->tp_part = carve(&cur, sizes[14]);
     c->scratch_bytes = total;
     lm_rope_table(c->m, hp->rope_theta, n_ctx, c->rope_cos, c->rope_sin);
     c->rope_cos_swa = c->rope_cos;

@@ -28,6 +28,9 @@ static const lm_threshold table[] = {
     {"batch.sequences", LM_THR_SEQS, 2, NULL, NULL, false,
      "a forward call holding rows of several sequences (lm_forward_batch): the products over "
      "every sequence's rows, attention per sequence"},
+    {"tp.shards", LM_THR_SHARDS, 2, NULL, NULL, false,
+     "weight products split over tensor-parallel shards (tensor_parallel.h): column shards and "
+     "row shards' partial sums all-reduced"},
 };
 #define N_THRESHOLDS (sizeof table / sizeof table[0])
 

@@ -86,6 +86,9 @@ static const defect_case known[] = {
     {LM_DEFECT_BATCH_KV_NEXT_ROWS, false, false, "needs batch= (batch below)", false},
     {LM_DEFECT_BATCH_LOGITS_LAST_ROW, false, false, "needs batch= (batch below)", false},
     {LM_DEFECT_BATCH_POS_OF_LAST, false, false, "needs batch= (batch below)", false},
+    {LM_DEFECT_TP_RING_SKIPS_LAST, false, false, "needs tp= (tensor_parallel below)", false},
+    {LM_DEFECT_TP_ROWS_MISALIGNED, false, false, "needs tp= (tensor_parallel below)", false},
+    {LM_DEFECT_TP_COLS_SHIFTED, false, false, "needs tp= (tensor_parallel below)", false},
 };
 #define N_KNOWN (sizeof known / sizeof known[0])
 #define N_ROWS ((size_t)LM_DEFECT_COUNT - 1) /* every defect: row k is defect k + 1 */
@@ -1030,6 +1033,11 @@ static bool alone(const hx_config *c)
     return c->batch < 2;
 }
 
+static bool one_device(const hx_config *c)
+{
+    return c->tp < 2;
+}
+
 /* The prefix-cache defects of lm_ctx_adopt_prefix (a copy one row short, written one slot
  * late, V rows of the next layer), modelled on prefix-caching bugs of serving stacks, swept
  * with the prefix axis: none, a prefix chunked like the rest, a prefix chunked by 2. */
@@ -1055,6 +1063,19 @@ static void test_defects_batch(void)
     sweep_axis_defects("batch", &axes, ds, 3, alone);
 }
 
+/* The tensor-parallel defects of tensor_parallel.c (the ring all-reduce's last hop lost, middle
+ * row-parallel shards reading their weight columns one late, the last column shard's rows one
+ * early), modelled on all-reduce and checkpoint-sharding bugs, swept with the tp axis: one
+ * device, 2, 4 (ring and tree) and 8 shards (the misaligned shards exist from 4 on). */
+static void test_defects_tensor_parallel(void)
+{
+    static const lm_defect ds[] = {LM_DEFECT_TP_RING_SKIPS_LAST, LM_DEFECT_TP_ROWS_MISALIGNED,
+                                   LM_DEFECT_TP_COLS_SHIFTED};
+    const hx_axes axes = {.steps = "4,full", .backends = "naive,blas,det", .threads = "1",
+                          .attn = "default", .tp = "1,2,4,4:tree,8"};
+    sweep_axis_defects("tp", &axes, ds, 3, one_device);
+}
+
 void test_defects_register(void)
 {
     CU_pSuite s = CU_add_suite("defects", NULL, NULL);
@@ -1069,5 +1090,6 @@ void test_defects_register(void)
     CU_add_test(s, "test_defects_f16_subnormal", test_defects_f16_subnormal);
     CU_add_test(s, "test_defects_prefix_reuse", test_defects_prefix_reuse);
     CU_add_test(s, "test_defects_batch", test_defects_batch);
+    CU_add_test(s, "test_defects_tensor_parallel", test_defects_tensor_parallel);
     CU_add_test(s, "test_defects_sched_summary", test_defects_sched_summary);
 }

@@ -257,7 +257,7 @@ static bool trace_differs(const lm_model *m, const hx_config *a, const hx_config
 }
 
 /* For every CONFIG key of a plain run, a pair that differs only in that key: trace and compare
- * agree on whether the bits differ. attn, rot, profile, turn, prefix and batch must differ (each
+ * agree on whether the bits differ. attn, rot, profile, turn, prefix, batch and tp must differ (each
  * changes what or how the engine computes on this model and prompt), so a path that drops one
  * of them fails here. */
 static void test_drive_trace_agrees_with_compare(void)
@@ -280,6 +280,8 @@ static void test_drive_trace_agrees_with_compare(void)
         {"prefix", "blas:step=full", "blas:step=full:prefix=6/1", true},
         {"batch", "blas:step=4", "blas:step=4:batch=4", true},
         {"batch, decode", "blas:step=4", "blas:step=4:batch=4/decode", true},
+        {"tp", "naive:step=4", "naive:step=4:tp=4", true},
+        {"tp, tree", "det:step=4:tp=4", "det:step=4:tp=4/tree", true},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
         hx_config a = parse(pairs[i].a), b = parse(pairs[i].b);

@@ -118,7 +118,8 @@ static void test_thresholds_table(void)
         CU_ASSERT(t->what != NULL && t->what[0] != '\0');
         CU_ASSERT(t->value >= (t->kind == LM_THR_REUSED ? 1u : 2u));
         CU_ASSERT(t->kind == LM_THR_CHUNK_ROWS || t->kind == LM_THR_KEYS ||
-                  t->kind == LM_THR_REUSED || t->kind == LM_THR_SEQS);
+                  t->kind == LM_THR_REUSED || t->kind == LM_THR_SEQS ||
+                  t->kind == LM_THR_SHARDS);
         CU_ASSERT(t->backend == NULL || lm_backend_known(t->backend, strlen(t->backend)));
     }
 }
@@ -176,7 +177,7 @@ static void test_thresholds_coverage(void)
 
 /* A reused prefix is reached by a configuration with prefix=P on a prompt of two or more
  * tokens (the last prompt token is always computed, so a one-token prompt reuses nothing);
- * a second sequence in a call by one with batch=B >= 2. */
+ * a second sequence in a call by one with batch=B >= 2; shards by one with tp=N >= 2. */
 static void test_thresholds_prefix_reuse(void)
 {
     hx_report *r = NULL;
@@ -195,6 +196,11 @@ static void test_thresholds_prefix_reuse(void)
     c[0].batch = 4;
     hx_coverage_fill(r, c, 2, 20, 4);
     CU_ASSERT_FALSE(listed(r, "batch.sequences"));
+    /* tensor-parallel shards: tp=N with N >= 2 */
+    CU_ASSERT(listed(r, "tp.shards"));
+    c[1].tp = 2;
+    hx_coverage_fill(r, c, 2, 20, 4);
+    CU_ASSERT_FALSE(listed(r, "tp.shards"));
     hx_report_free(r);
 }
 

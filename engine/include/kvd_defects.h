@@ -71,6 +71,14 @@ typedef enum lm_defect {
     LM_DEFECT_BATCH_POS_OF_LAST,     /* a batched call's attention places every sequence's
                                         queries at the last sequence's position (per-sequence
                                         positions mixed up; forward.c attn_block) */
+    LM_DEFECT_TP_RING_SKIPS_LAST,    /* the ring all-reduce of a row-parallel product drops its
+                                        last hop: one shard's partial sums missing from every
+                                        chunk (tensor_parallel.c) */
+    LM_DEFECT_TP_ROWS_MISALIGNED,    /* row-parallel shards between the first and the last read
+                                        their weight columns one column late (a mis-sharded
+                                        checkpoint; tensor_parallel.c) */
+    LM_DEFECT_TP_COLS_SHIFTED,       /* the last column-parallel shard's weight rows start one
+                                        row early (a head slice off by one; tensor_parallel.c) */
     LM_DEFECT_COUNT
 } lm_defect;
 

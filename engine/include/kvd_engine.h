@@ -39,6 +39,12 @@ typedef struct lm_ctx_params {
                               positions and the positions in (q - (rot_max_size - rot_keep), q],
                               at most rot_max_size keys, the set a single step sees under
                               MLX's policy (the same slots are kept; rows are masked) */
+    uint32_t tp;           /* tensor-parallel shards of the weight products (tensor_parallel.h:
+                              Q, K, V, gate, up column-parallel, O and down row-parallel, the
+                              output projection and MoE experts whole); 0 or 1 = none, at most
+                              LM_TP_MAX */
+    bool tp_tree;          /* the row-parallel partial sums combined pairwise, not by NCCL's
+                              ring order */
     uint32_t batch_rows;   /* rows of the largest batched forward call this context leads
                               (lm_forward_batch: its own rows and its co-resident sequences'),
                               its scratch sized for them; 0 = it leads none */
@@ -76,6 +82,8 @@ void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_ta
  * n must be >= 1 and n_past + n <= n_ctx; ids must be < n_vocab. */
 int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode,
                float *logits, lm_err *err);
+
+#define LM_TP_SHARDS_MAX 8u /* lm_ctx_params.tp at most */
 
 /* Several sequences in one forward call, as a serving engine batches them: each sequence's
  * chunk (prefill rows, or one decode row) at its own positions in its own context (KV cache,
@@ -241,8 +249,10 @@ typedef enum lm_threshold_kind {
     LM_THR_KEYS = 1,       /* reached by a query that attends over at least `value` cache slots */
     LM_THR_REUSED = 2,     /* reached by a prompt whose first `value` or more positions' K/V
                               rows were adopted from an earlier request (lm_ctx_adopt_prefix) */
-    LM_THR_SEQS = 3        /* reached by a forward call holding rows of at least `value`
+    LM_THR_SEQS = 3,       /* reached by a forward call holding rows of at least `value`
                               sequences (lm_forward_batch) */
+    LM_THR_SHARDS = 4      /* reached by weight products split over at least `value`
+                              tensor-parallel shards (lm_ctx_params.tp) */
 } lm_threshold_kind;
 
 typedef struct lm_threshold {

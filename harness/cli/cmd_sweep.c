@@ -51,7 +51,10 @@ static const char usage_text[] =
     "                          query sees KEEP + its last MAX-KEEP positions). Its class is against the\n"
     "                          reference with its own schedule; the semantic column compares\n"
     "                          that reference with the same cache in one chunk\n"
-    "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act,f16act\n"
+    "      --profile LIST      f32 (default),f16kv,bf16,tf32,q8act,f16act\n";
+
+/* The serving-stack axes (printed after usage_text). */
+static const char usage_serving[] =
     "      --prefix LIST       prefix-cache axis: none, P and P:S values, e.g. none,16,16:4: the\n"
     "                          first P prompt tokens computed by an earlier request (chunked by\n"
     "                          S, default the configuration's step) whose K/V rows are reused,\n"
@@ -61,6 +64,12 @@ static const char usage_text[] =
     "                          1,4,4:decode: every forward call also holds rows of B-1 other\n"
     "                          sequences (seeded prompts) prefilling alongside, or decoding one\n"
     "                          row each (config key batch=B[/decode]; off by default)\n"
+    "      --tp LIST           tensor-parallel axis: 1, N and N:tree values, e.g. 1,2,4,4:tree:\n"
+    "                          Q/K/V/gate/up split by outputs over N shards, O and down by their\n"
+    "                          reduction, partial sums combined in NCCL's ring order (tree:\n"
+    "                          pairwise) (config key tp=N[/tree]; off by default)\n";
+
+static const char usage_schedule[] =
     "      --turn D            schedule axis: beside each configuration with multi-token chunks,\n"
     "                          the same one fed as two turns (part of the prompt, D decode steps,\n"
     "                          the rest as a second multi-token chunk; config key turn=D);\n"
@@ -140,7 +149,7 @@ typedef struct sweep_opts {
 } sweep_opts;
 
 enum { O_TOKENS = 256, O_STEPS, O_BACKENDS, O_THREADS, O_PREC, O_ENS, O_SEED, O_CACHE, O_ATTN,
-       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE, O_TURN, O_PREFIX, O_BATCH };
+       O_ROT, O_SPECIAL, O_ENVELOPE, O_FORMAT, O_PROFILE, O_TURN, O_PREFIX, O_BATCH, O_TP };
 
 /* A number shared with case files (hx_setting_parse); 0 to go on, else the exit code. */
 static int setting(uint32_t *out, hx_setting which, const char *opt, const char *arg)
@@ -204,6 +213,7 @@ static int set_option(sweep_opts *o, int opt, const char *arg)
     case O_PROFILE: o->axes.profile = arg; return 0;
     case O_PREFIX: o->axes.prefix = arg; return 0;
     case O_BATCH: o->axes.batch = arg; return 0;
+    case O_TP: o->axes.tp = arg; return 0;
     case O_CACHE: return hx_cli_cache_option(&o->cache, "sweep", arg);
     case 'o': o->outdir = arg; return 0;
     case 'q': o->sp.quiet = true; return 0;
@@ -232,6 +242,7 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         {"special", no_argument, NULL, O_SPECIAL}, {"profile", required_argument, NULL, O_PROFILE},
         {"envelope", required_argument, NULL, O_ENVELOPE}, {"turn", required_argument, NULL, O_TURN},
         {"prefix", required_argument, NULL, O_PREFIX}, {"batch", required_argument, NULL, O_BATCH},
+        {"tp", required_argument, NULL, O_TP},
         {"format", required_argument, NULL, O_FORMAT}, {"verbose", no_argument, NULL, 'v'},
         HX_SPEC_LONG_OPTIONS,
         HX_BLOCK_LONG_OPTIONS,
@@ -248,7 +259,9 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     hx_cli_optstate optstate = {0};
     for (int opt; (opt = hx_cli_getopt(&optstate, argc, argv, optstring, opts, NULL, NULL)) != -1;) {
         if (opt == 'h') {
-            printf(usage_text, HX_TURN_DEFAULT);
+            fputs(usage_text, stdout);
+            fputs(usage_serving, stdout);
+            printf(usage_schedule, HX_TURN_DEFAULT);
             fputs(usage_options, stdout);
             fputs(HX_SPEC_USAGE, stdout);
             fputs(HX_BLOCK_USAGE, stdout);

@@ -131,6 +131,7 @@ void hx_coverage_fill(hx_report *r, const hx_config *cfgs, size_t n, uint32_t n_
             const uint32_t v = th->kind == LM_THR_KEYS     ? attended_slots(&cfgs[i], n_prompt, n_gen)
                                : th->kind == LM_THR_REUSED ? reused_rows(&cfgs[i], n_prompt)
                                : th->kind == LM_THR_SEQS   ? (cfgs[i].batch > 1 ? cfgs[i].batch : 1)
+                               : th->kind == LM_THR_SHARDS ? (cfgs[i].tp > 1 ? cfgs[i].tp : 1)
                                                            : chunk_rows(&cfgs[i], n_prompt);
             best = v > best ? v : best;
         }
@@ -141,6 +142,9 @@ void hx_coverage_fill(hx_report *r, const hx_config *cfgs, size_t n, uint32_t n_
                             th->attn ? " attn=" : "", th->attn ? th->attn : "",
                             th->backend ? " backend " : "", th->backend ? th->backend : "",
                             th->threads ? " >= 2 threads on a threaded backend" : "", th->what);
+        else if (th->kind == LM_THR_SHARDS)
+            add_unexercised(r, "%s: no configuration splits its products (tp=N): %s", th->name,
+                            th->what);
         else if (th->kind == LM_THR_SEQS)
             add_unexercised(r, "%s: no configuration shares its calls (batch=B): %s", th->name,
                             th->what);

@@ -88,7 +88,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
     memcpy(c.backend, s, blen);
     bool seen_step = false, seen_threads = false, seen_attn = false, seen_rot = false;
     bool seen_spec = false, seen_draft = false, seen_prof = false, seen_turn = false;
-    bool seen_prefix = false, seen_batch = false;
+    bool seen_prefix = false, seen_batch = false, seen_tp = false;
     for (const char *p = colon; p != NULL;) {
         const char *f = p + 1;
         const char *next = strchr(f, ':');
@@ -139,6 +139,11 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
             seen = &seen_prefix;
             snprintf(expect, sizeof expect, "P or P/S with P >= 1 and S >= 1 or full, or none");
             ok = hx_prefix_parse(val, vlen, false, &c.prefix, &c.prefix_step);
+        } else if (field_is(f, klen, "tp")) {
+            seen = &seen_tp;
+            snprintf(expect, sizeof expect, "N or N/tree with N in 1..%u (tree: a power of two)",
+                     LM_TP_SHARDS_MAX);
+            ok = hx_tp_parse(val, vlen, false, &c.tp, &c.tp_tree);
         } else if (field_is(f, klen, "batch")) {
             seen = &seen_batch;
             snprintf(expect, sizeof expect, "B or B/decode with B in 1..%u", LM_BATCH_MAX);
@@ -163,7 +168,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
         } else {
             return LM_FAIL(err, LM_E_INPUT,
                            "config '%s': unknown key '%.*s' (step, threads, attn, rot, turn, "
-                           "prefix, batch, profile, spec, draft)", s, (int)klen, f);
+                           "prefix, batch, tp, profile, spec, draft)", s, (int)klen, f);
         }
         if (*seen)
             return LM_FAIL(err, LM_E_INPUT, "config '%s': key '%.*s' given twice", s, (int)klen, f);
@@ -178,6 +183,25 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
                        "cache evicts the rows a reused prefix would hand over)", s);
     *out = c;
     return LM_OK;
+}
+
+bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, bool *tree)
+{
+    *n = 0;
+    *tree = false;
+    size_t nlen = 0;
+    while (nlen < len && s[nlen] != '/' && !(colon_ok && s[nlen] == ':'))
+        ++nlen;
+    if (!lm_parse_u32(s, nlen, 1, LM_TP_SHARDS_MAX, n))
+        return false;
+    if (nlen < len) {
+        if (!field_is(s + nlen + 1, len - nlen - 1, "tree") || *n < 2 || (*n & (*n - 1)) != 0)
+            return false;
+        *tree = true;
+    }
+    if (*n == 1)
+        *n = 0;
+    return true;
 }
 
 bool hx_batch_parse(const char *s, size_t len, bool colon_ok, uint32_t *b, bool *decode)
@@ -259,7 +283,9 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
                  c->rot_window ? "/window" : "");
     if (c->profile[0] != '\0')
         snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
-    char spec[24] = "", turn[24] = "", prefix[40] = "", batch[32] = "";
+    char spec[24] = "", turn[24] = "", prefix[40] = "", batch[32] = "", tp[24] = "";
+    if (c->tp > 1)
+        snprintf(tp, sizeof tp, ":tp=%u%s", (unsigned)c->tp, c->tp_tree ? "/tree" : "");
     if (c->batch > 1)
         snprintf(batch, sizeof batch, ":batch=%u%s", (unsigned)c->batch,
                  c->batch_decode ? "/decode" : "");
@@ -274,8 +300,8 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
         snprintf(spec, sizeof spec, ":spec=%u", (unsigned)c->spec);
     if (c->turn != 0)
         snprintf(turn, sizeof turn, ":turn=%u", (unsigned)c->turn);
-    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot,
-                    turn, prefix, batch, prof, spec, c->draft[0] ? ":draft=" : "", c->draft);
+    return snprintf(buf, n, "%s:step=%s%s%s%s%s%s%s%s%s%s%s%s", c->backend, step, thr, attn, rot,
+                    turn, prefix, batch, tp, prof, spec, c->draft[0] ? ":draft=" : "", c->draft);
 }
 
 hx_config hx_config_baseline(const hx_config *c)
@@ -286,6 +312,8 @@ hx_config hx_config_baseline(const hx_config *c)
     b.prefix = b.prefix_step = 0;
     b.batch = 0;
     b.batch_decode = false;
+    b.tp = 0;
+    b.tp_tree = false;
     return b;
 }
 
@@ -334,7 +362,7 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
            a->rot_window == b->rot_window && a->turn == b->turn && a->prefix == b->prefix &&
            a->prefix_step == b->prefix_step && a->batch == b->batch &&
-           a->batch_decode == b->batch_decode &&
+           a->batch_decode == b->batch_decode && a->tp == b->tp && a->tp_tree == b->tp_tree &&
            a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
            strcmp(a->profile, b->profile) == 0;
 }
@@ -373,6 +401,13 @@ static void apply_prefix(hx_config *c, const void *elem)
     const uint32_t *p = elem; /* prefix, its earlier request's step */
     c->prefix = p[0];
     c->prefix_step = p[1];
+}
+
+static void apply_tp(hx_config *c, const void *elem)
+{
+    const uint32_t *t = elem; /* shards, tree */
+    c->tp = t[0];
+    c->tp_tree = t[1] != 0;
 }
 
 static void apply_batch(hx_config *c, const void *elem)
@@ -536,6 +571,18 @@ static int prefix_item(void *elem, const char *s, size_t len, const char *what,
     return LM_OK;
 }
 
+static int tp_item(void *elem, const char *s, size_t len, const char *what, const char *list,
+                   lm_err *err)
+{
+    uint32_t *t = elem; /* shards, tree */
+    bool tree = false;
+    if (!hx_tp_parse(s, len, true, &t[0], &tree))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (N or N:tree with N in 1..%u, "
+                       "tree only for a power of two)", what, list, (int)len, s, LM_TP_SHARDS_MAX);
+    t[1] = tree;
+    return LM_OK;
+}
+
 static int batch_item(void *elem, const char *s, size_t len, const char *what,
                       const char *list, lm_err *err)
 {
@@ -618,6 +665,7 @@ static const struct axis_def {
                         offsetof(hx_axes, prefix)},
     [HX_AXIS_BATCH] = {"batch", "--batch", NULL, 2 * sizeof(uint32_t), batch_item,
                        offsetof(hx_axes, batch)},
+    [HX_AXIS_TP] = {"tp", "--tp", NULL, 2 * sizeof(uint32_t), tp_item, offsetof(hx_axes, tp)},
     [HX_AXIS_BACKENDS] = {"backends", "--backends", HX_AXES_DEFAULT_BACKENDS,
                           sizeof((hx_config *)0)->backend, backend_item,
                           offsetof(hx_axes, backends)},
@@ -727,10 +775,11 @@ int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
     *n = 0;
     int st = LM_OK;
     /* Checked in the order the options are documented: steps, backends, threads, attn, rot,
-     * profile, prefix, batch. */
+     * profile, prefix, batch, tp. */
     static const hx_axis order[HX_AXIS_COUNT] = {HX_AXIS_STEPS, HX_AXIS_BACKENDS,
                                                  HX_AXIS_THREADS, HX_AXIS_ATTN, HX_AXIS_ROT,
-                                                 HX_AXIS_PROFILE, HX_AXIS_PREFIX, HX_AXIS_BATCH};
+                                                 HX_AXIS_PROFILE, HX_AXIS_PREFIX, HX_AXIS_BATCH,
+                                                 HX_AXIS_TP};
     for (int i = 0; i < HX_AXIS_COUNT && st == LM_OK; ++i)
         st = axis_values(&v[order[i]], &m[order[i]], a, order[i], NULL, err);
     if (st == LM_OK)
@@ -743,6 +792,9 @@ int hx_axes_configs(hx_config **out, size_t *n, const hx_axes *a, lm_err *err)
     if (st == LM_OK && m[HX_AXIS_BATCH] > 0)
         st = cross_by(out, n, v[HX_AXIS_BATCH], axis_defs[HX_AXIS_BATCH].size, m[HX_AXIS_BATCH],
                       apply_batch, err);
+    if (st == LM_OK && m[HX_AXIS_TP] > 0)
+        st = cross_by(out, n, v[HX_AXIS_TP], axis_defs[HX_AXIS_TP].size, m[HX_AXIS_TP], apply_tp,
+                      err);
     if (st == LM_OK && m[HX_AXIS_ROT] > 0)
         st = cross_by(out, n, v[HX_AXIS_ROT], axis_defs[HX_AXIS_ROT].size, m[HX_AXIS_ROT],
                       apply_rot, err);

@@ -50,6 +50,9 @@ typedef struct hx_config {
                          0 or 1 = alone */
     bool batch_decode; /* `/decode`: the co-resident sequences decode (one row each per call)
                           while this one prefills; else they prefill alongside, then decode */
+    uint32_t tp;      /* `tp=N[/tree]`: tensor-parallel shards of the weight products
+                         (lm_ctx_params.tp); 0 or 1 = none */
+    bool tp_tree;     /* `/tree`: pairwise all-reduce instead of NCCL's ring order */
     uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
                          or formatted): their seed; 0 elsewhere */
 } hx_config;
@@ -82,6 +85,7 @@ int hx_config_add_turns(hx_config **v, size_t *n, uint32_t turn, lm_err *err);
  * prefix (P or P/S: P >= 1 prompt tokens reused from an earlier request chunked by S, an
  * integer >= 1 or full, default step's; "none" or 0 = no reuse; not with a rotating cache),
  * batch (B or B/decode, B in 1..LM_BATCH_MAX: co-resident sequences in every forward call),
+ * tp (N or N/tree, N in 1..LM_TP_SHARDS_MAX, a power of two with tree: tensor-parallel shards),
  * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
  * last, ':' included);
  * each key at most once, in any order. A missing step means full.
@@ -91,15 +95,15 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
  * when not default, then rot=MAX/KEEP[/window] when rotating, then turn=D when D > 0, then
- * prefix=P[/S] when P > 0, then batch=B[/decode] when B > 1, then profile=P when not f32, then
- * spec=K
+ * prefix=P[/S] when P > 0, then batch=B[/decode] when B > 1, then tp=N[/tree] when N > 1, then
+ * profile=P when not f32, then spec=K
  * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
  * (truncated like snprintf when n is too small). */
 int hx_config_format(char *buf, size_t n, const hx_config *c);
 
 /* The configuration's baseline: same backend, threads, attn and rot, one chunk (step = full,
- * turn 0, no reused prefix), alone (no co-resident sequences). */
+ * turn 0, no reused prefix), alone (no co-resident sequences), on one device (tp 1). */
 hx_config hx_config_baseline(const hx_config *c);
 /* Whether c's bits cannot depend on its chunks: its backend is chunk invariant
  * (LM_BE_CHUNK_INVARIANT), it decodes without speculation, and its cache is not MLX's rotating
@@ -121,6 +125,10 @@ bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint
 /* A batch value s[0..len): B (1..LM_BATCH_MAX; 1 = alone, stored as 0) optionally followed by
  * sep and "decode" (sep '/' in a CONFIG string, also ':' in lists). False when malformed. */
 bool hx_batch_parse(const char *s, size_t len, bool colon_ok, uint32_t *b, bool *decode);
+
+/* A tensor-parallel value s[0..len): N (1..LM_TP_SHARDS_MAX; 1 stored as 0) optionally followed
+ * by sep and "tree" (N a power of two); sep as hx_batch_parse's. False when malformed. */
+bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, bool *tree);
 
 /* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
  * and MAX:KEEP[:window] (or MAX/KEEP[/window]) values, no duplicates; the rot value varies slowest (the whole
@@ -206,10 +214,10 @@ int hx_sweep_cross(hx_config **out, size_t *n, const char (*backends)[16], uint3
  * threads 1..LM_MAX_THREADS (the engine) or all; backends the engine's registry
  * (lm_backend_known); attn default, dense, stream; rot none or MAX:KEEP[:window] with the
  * rotating cache's limits (hx_rot_parse); profile the precision profiles (lm_profile_find);
- * prefix none or P[:S] (hx_prefix_parse), batch B[:decode] (hx_batch_parse); both off by
- * default: the default sweep does not grow. */
+ * prefix none or P[:S] (hx_prefix_parse), batch B[:decode] (hx_batch_parse), tp N[:tree]
+ * (hx_tp_parse); all three off by default: the default sweep does not grow. */
 typedef struct hx_axes {
-    const char *steps, *backends, *threads, *attn, *rot, *profile, *prefix, *batch;
+    const char *steps, *backends, *threads, *attn, *rot, *profile, *prefix, *batch, *tp;
 } hx_axes;
 
 /* The axes of hx_axes (HX_AXIS_PROFILE varies slowest in hx_axes_configs, HX_AXIS_STEPS
@@ -219,6 +227,7 @@ typedef enum hx_axis {
     HX_AXIS_ROT,
     HX_AXIS_PREFIX,
     HX_AXIS_BATCH,
+    HX_AXIS_TP,
     HX_AXIS_BACKENDS,
     HX_AXIS_THREADS,
     HX_AXIS_ATTN,
@@ -227,7 +236,7 @@ typedef enum hx_axis {
 } hx_axis;
 
 /* The axis whose case-file key is key ("steps", "backends", "threads", "attn", "rot",
- * "profile", "prefix", "batch"); -1 when key names no axis. */
+ * "profile", "prefix", "batch", "tp"); -1 when key names no axis. */
 int hx_axis_find(const char *key);
 /* The field of a that holds the list of an axis. */
 const char **hx_axes_list(hx_axes *a, hx_axis axis);
@@ -235,8 +244,8 @@ const char **hx_axes_list(hx_axes *a, hx_axis axis);
  * naming what (the key or option), the list and the bad item. */
 int hx_axis_check(hx_axis axis, const char *what, const char *list, lm_err *err);
 
-/* The configurations of a: profile x rot x batch x prefix x backends x threads x attn x steps
- * (steps fastest, profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile
+/* The configurations of a: profile x rot x tp x batch x prefix x backends x threads x attn x
+ * steps (steps fastest, profile slowest), as hx_sweep_cross, hx_config_cross_rot and hx_config_cross_profile
  * make them; a reused prefix with a rotating cache is left out (hx_config_parse refuses it).
  * *out malloc'd; LM_E_INPUT naming the option (--steps ... --prefix) and the bad item, or when
  * nothing is left. */

@@ -30,14 +30,15 @@ enum {
     HX_KEY_DRAFT = 1u << 7,
     HX_KEY_PREFIX = 1u << 8,
     HX_KEY_BATCH = 1u << 9,
+    HX_KEY_TP = 1u << 10,
 };
-#define HX_KEYS_ALL 0x3ffu
+#define HX_KEYS_ALL 0x7ffu
 /* Everything but speculative decoding: the keys of a plain greedy or teacher-forced run. */
 #define HX_KEYS_PLAIN (HX_KEYS_ALL & ~(HX_KEY_SPEC | HX_KEY_DRAFT))
 
 /* The keys cfg sets to something other than their default (step=full, the engine's threads,
- * the engine's attention, the plain cache, f32, one turn, no reused prefix, alone, plain
- * decoding). */
+ * the engine's attention, the plain cache, f32, one turn, no reused prefix, alone, one device,
+ * plain decoding). */
 unsigned hx_config_keys(const hx_config *cfg);
 /* The key's name as a CONFIG string spells it ("step", "rot", ...); key is one HX_KEY_ bit. */
 const char *hx_config_key_name(unsigned key);
