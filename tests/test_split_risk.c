@@ -126,6 +126,9 @@ static void test_split_risk_forecast(void)
     /* Phi(-5 / 0.72) ~ 2e-12 at the low end and Phi(-5 / 1.71) ~ 2e-3 at the high end: the
      * interval's width comes from the non-tied steps only. */
     CU_ASSERT(f.lo >= 0.5 && f.hi < 0.51);
+    /* Two engines at the tie: one splits and the other not half the time (2 * 1/4 each way). */
+    CU_ASSERT(f.pair >= 0.5 && f.pair < 0.51);
+    CU_ASSERT(f.pair_lo <= f.pair && f.pair <= f.pair_hi);
 
     /* Huge margins: ~0, and the interval is [0, 0] in double. */
     const double wide[3] = {1e3, 2e3, 3e3};
@@ -141,6 +144,7 @@ static void test_split_risk_forecast(void)
         m1[i] = s1[i] = 0.125;
     CU_ASSERT_EQUAL(hx_split_forecast_make(&f, "tf32", m1, s1, 32, 8, &err), LM_OK);
     CU_ASSERT_DOUBLE_EQUAL(f.risk, 1.0 - pow(1.0 - PHI_M1, 32), 1e-14);
+    CU_ASSERT_DOUBLE_EQUAL(f.pair, 1.0 - pow(1.0 - 2.0 * PHI_M1 * (1.0 - PHI_M1), 32), 1e-14);
     CU_ASSERT_EQUAL(f.likely_step, 0); /* equal steps: the first is the likeliest first split */
     /* More members pin the spread: a narrower interval around the same risk. */
     const double m = 2.0, s = 0.5; /* Phi(-4) = 3.2e-5 */

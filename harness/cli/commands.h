@@ -13,5 +13,6 @@ int cmd_check(int argc, char **argv);
 int cmd_bless(int argc, char **argv);
 int cmd_judge(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_search(int argc, char **argv);
 
 #endif

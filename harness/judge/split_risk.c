@@ -40,12 +40,16 @@ double hx_split_chi2(uint32_t k, bool upper)
     return c > 0.0 ? (double)k * c * c * c : 0.0;
 }
 
-/* risk with every sd scaled by f (sd NaN-free here). */
-static double risk_scaled(const double *margin, const double *sd, uint32_t n, double f)
+/* risk with every sd scaled by f (sd NaN-free here); pair: the two-engine form (each step's
+ * p replaced by 2 p (1 - p)). */
+static double risk_scaled(const double *margin, const double *sd, uint32_t n, double f,
+                          bool pair)
 {
     double log_keep = 0.0;
-    for (uint32_t i = 0; i < n; ++i)
-        log_keep += log1p(-hx_split_step_p(margin[i], sd[i] * f));
+    for (uint32_t i = 0; i < n; ++i) {
+        const double p = hx_split_step_p(margin[i], sd[i] * f);
+        log_keep += log1p(-(pair ? 2.0 * p * (1.0 - p) : p));
+    }
     const double r = -expm1(log_keep);
     return r > 0.0 ? r : 0.0; /* never -0 */
 }
@@ -77,6 +81,7 @@ int hx_split_forecast_make(hx_split_forecast *out, const char *profile, const do
     }
     if (!out->valid) {
         out->risk = out->lo = out->hi = (double)NAN;
+        out->pair = out->pair_lo = out->pair_hi = (double)NAN;
         return LM_OK;
     }
     /* The first split's distribution over steps: q_i = p_i * prod_{k<i} (1 - p_k). */
@@ -92,13 +97,17 @@ int hx_split_forecast_make(hx_split_forecast *out, const char *profile, const do
         }
         keep *= 1.0 - p;
     }
-    out->risk = risk_scaled(margin, sd, n_steps, 1.0);
     const double m = (double)n_members;
     const double f_lo = sqrt(m / hx_split_chi2(n_members, true));
     const double chi_lo = hx_split_chi2(n_members, false);
-    out->lo = risk_scaled(margin, sd, n_steps, f_lo);
-    out->hi = chi_lo > 0.0 ? risk_scaled(margin, sd, n_steps, sqrt(m / chi_lo))
-                           : risk_scaled(margin, sd, n_steps, (double)INFINITY);
+    const double f_hi = chi_lo > 0.0 ? sqrt(m / chi_lo) : (double)INFINITY;
+    out->risk = risk_scaled(margin, sd, n_steps, 1.0, false);
+    out->lo = risk_scaled(margin, sd, n_steps, f_lo, false);
+    out->hi = risk_scaled(margin, sd, n_steps, f_hi, false);
+    /* 2 p (1 - p) grows with p up to p = 1/2, which no step exceeds: monotone in sd too. */
+    out->pair = risk_scaled(margin, sd, n_steps, 1.0, true);
+    out->pair_lo = risk_scaled(margin, sd, n_steps, f_lo, true);
+    out->pair_hi = risk_scaled(margin, sd, n_steps, f_hi, true);
     return LM_OK;
 }
 

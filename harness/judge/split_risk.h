@@ -14,6 +14,10 @@
  *   the forecast stops there (the teacher-forced rows after it are not the engine's context),
  *   so risk(N) = 1 - prod_{i<N} (1 - p_i) and the first split is at i with probability
  *   q_i = p_i prod_{k<i} (1 - p_k); likely_step is the i with the largest q_i.
+ * Two engines (an evaluation's two configurations, each an independent draw of the model): at
+ * step i one splits and the other does not with probability 2 p_i (1 - p_i); both splitting
+ * alike is counted as agreeing (both take the runner-up), and the steps after it keep the
+ * reference's margins (an approximation). pair(N) = 1 - prod_{i<N} (1 - 2 p_i (1 - p_i)).
  * Interval: s_i is estimated from M members, so M s_i^2 / sigma_i^2 ~ chi-square(M). The
  * HX_SPLIT_LEVEL two-sided interval of sigma_i is s_i * [sqrt(M / chi2_hi), sqrt(M / chi2_lo)]
  * (chi-square quantiles by Wilson-Hilferty, within 1% of the exact ones for M >= 8); the same

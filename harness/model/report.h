@@ -206,6 +206,9 @@ typedef struct hx_split_forecast {
     double likely_p;           /* that probability */
     double likely_margin;      /* the reference's exact top-2 margin there */
     double likely_sd;          /* the members' spread of the deciding difference there */
+    double pair, pair_lo, pair_hi; /* two such engines' completions differ within n_steps:
+                                  steps combined as risk is, with 2 p_i (1 - p_i) (one splits,
+                                  the other not) for p_i; with its interval */
     int64_t min_step;          /* generated index of the smallest margin on the path; -1 none */
     double min_margin;         /* that margin (NaN when n_steps == 0) */
 } hx_split_forecast;

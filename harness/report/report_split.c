@@ -85,6 +85,9 @@ static json_t *forecast_obj(const hx_split_forecast *s, int *bad)
     *bad |= hx_json_put(o, "likely_p", hx_json_num(s->likely_p));
     *bad |= hx_json_put(o, "likely_margin", hx_json_num(s->likely_margin));
     *bad |= hx_json_put(o, "likely_sd", hx_json_num(s->likely_sd));
+    *bad |= hx_json_put(o, "pair_differ", hx_json_num(s->pair));
+    *bad |= hx_json_put(o, "pair_differ_lo", hx_json_num(s->pair_lo));
+    *bad |= hx_json_put(o, "pair_differ_hi", hx_json_num(s->pair_hi));
     *bad |= hx_json_put(o, "min_margin_step", json_integer(s->min_step));
     *bad |= hx_json_put(o, "min_margin", hx_json_num(s->min_margin));
     return o;
