@@ -84,7 +84,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 
-.PHONY: all deps demo test unit check layers bench asan install clean models adapters
+.PHONY: all deps demo test unit check layers bench calibrate asan install clean models adapters
 all: $(BUILD)/kvdrift
 
 deps:
@@ -114,6 +114,8 @@ $(BUILD)/kvdrift-tests: $(TEST_OBJ) $(BUILD)/libkvdrift-test.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 BENCH_SHARED := $(BUILD)/obj/bench/util.o $(BUILD)/obj/bench/ceiling.o
 $(BUILD)/bench_%: $(BUILD)/obj/bench/bench_%.o $(BENCH_SHARED) $(BUILD)/libkvdrift.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/calibrate_split: $(BUILD)/obj/bench/calibrate_split.o $(BENCH_SHARED) $(BUILD)/libkvdrift.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The git commit baked into the binary (kvdrift --version, reports, goldens): regenerated on
@@ -172,6 +174,12 @@ adapters:
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
 	@bash scripts/bench.sh $(BUILD)
+
+# The split-risk forecast against observed splits (bench/calibrate_split.c): reliability
+# tables on stdout, TSV under reports/calibrate/. CALIBRATE_PROMPTS per model (default 100),
+# CALIBRATE_GEN generated tokens (default 16).
+calibrate: $(BUILD)/calibrate_split
+	$(BUILD)/calibrate_split reports/calibrate $(or $(CALIBRATE_PROMPTS),100) $(or $(CALIBRATE_GEN),16)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address,undefined CC=$(CC) \

@@ -43,6 +43,19 @@ static void by_hand(hx_env_tensor *t, float offset)
     CU_ASSERT_EQUAL(t->e_gap, 2.0 * dev);
     /* The bias: the members' mean minus R, largest over elements. */
     CU_ASSERT_EQUAL(t->bias, fmax(fabs(mu - 1.0), fabs((double)offset)));
+    /* The deciding difference (R's top two: element 1, then element 0; D = 1): member m's is
+     * x_1 - x_0, its deviation from D about -m e-3 (an offset shared by both cancels up to
+     * float rounding), so split_sd = sqrt(mean of m^2 e-6) = sqrt(140 / 8) e-3 ~ 4.18e-3, the
+     * RMS around R, not the sd around the mean (2.29e-3). Recomputed here in the statistic's
+     * order: exact equality. */
+    double ss = 0.0;
+    for (int m = 0; m < M; ++m) {
+        const double d = ((double)mem[m][1] - (double)mem[m][0]) - 1.0;
+        ss += d * d;
+    }
+    CU_ASSERT_EQUAL(t->split_sd, sqrt(ss / M));
+    /* Tolerance 1e-6: the float rounding of 1 + m e-3 + offset (ulp <= 9.5e-7 at 8). */
+    CU_ASSERT_DOUBLE_EQUAL(t->split_sd, sqrt(140.0 / 8.0) * 1e-3, 1e-6);
     /* Spread: sd of {1 + m e-3} over 8 members ~ 2.449e-3 (sample sd of 0..7 is 2.449 * 1e-3),
      * |mu| max = 2 + offset: digits = -log10(2.449e-3 / (2 + offset)). Tolerance 1e-3: float
      * rounding of the members moves sd by ~1e-4 relative at most. */
@@ -66,7 +79,7 @@ static void test_envelope_statistic_by_hand(void)
     }
     lm_err err = {0};
     CU_ASSERT_EQUAL(hx_env_tensor_measure(&t, members, M, r, 3, false, 3.0, &err), LM_OK);
-    CU_ASSERT(isnan(t.gapdev) && isnan(t.e_gap));
+    CU_ASSERT(isnan(t.gapdev) && isnan(t.e_gap) && isnan(t.split_sd));
     CU_ASSERT_EQUAL(t.e, 3.0 * t.dev);
 }
 
@@ -134,11 +147,13 @@ static void test_envelope_special_cases(void)
 static void fill(hx_envelope *e)
 {
     for (uint32_t l = 0; l < e->n_layer; ++l) {
-        e->k[l] = (hx_env_tensor){1e-7 * l, 2e-7 * l, (double)NAN, (double)NAN, 6.5, 1e-6 * l};
-        e->v[l] = (hx_env_tensor){3e-7, 6e-7, (double)NAN, (double)NAN, 6.0 + l, 4e-7};
+        e->k[l] = (hx_env_tensor){1e-7 * l, 2e-7 * l, (double)NAN, (double)NAN, 6.5, 1e-6 * l,
+                                  (double)NAN};
+        e->v[l] = (hx_env_tensor){3e-7, 6e-7, (double)NAN, (double)NAN, 6.0 + l, 4e-7,
+                                  (double)NAN};
     }
     for (uint32_t p = 0; p < e->n_pos; ++p)
-        e->logits[p] = (hx_env_tensor){1e-5, 2e-5, 3e-5 * p, 6e-5 * p, 5.25, 7e-6 * p};
+        e->logits[p] = (hx_env_tensor){1e-5, 2e-5, 3e-5 * p, 6e-5 * p, 5.25, 7e-6 * p, 9e-6 * p};
 }
 
 static void test_envelope_file_roundtrip(void)
@@ -171,6 +186,7 @@ static void test_envelope_file_roundtrip(void)
     for (uint32_t p = 0; p < 3; ++p) {
         CU_ASSERT_EQUAL(back->logits[p].e_gap, e->logits[p].e_gap);
         CU_ASSERT_EQUAL(back->logits[p].bias, e->logits[p].bias);
+        CU_ASSERT_EQUAL(back->logits[p].split_sd, e->logits[p].split_sd);
     }
     hx_envelope_free(back);
 

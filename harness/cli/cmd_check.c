@@ -179,6 +179,10 @@ static void print_case(const hx_caserun *cr, const char *golden_path, const hx_g
     fprintf(chat, "case %s (%s): %s, %u prompt tokens, %u generated, %zu configurations%s\n",
             r->case_name, cr->c->file, r->model, (unsigned)cr->n_prompt, (unsigned)r->n_gen,
             r->n_configs, strict ? ", strict bits" : "");
+    char split[1024];
+    hx_split_line(split, sizeof split, r);
+    if (split[0])
+        fprintf(chat, "  %s\n", split);
     if (k->n[HX_GOLDEN_ABSENT] > 0)
         fprintf(chat, "  no golden for %zu configuration(s) under their keys in %s: judged by "
                 "the reference classification%s (kvdrift bless %s writes them)\n",

@@ -16,5 +16,6 @@ int cmd_adapter(int argc, char **argv);
 /* `kvdrift sweep MODEL --engine ADAPTER ...` (cmd_sweep_engine.c; cmd_sweep hands it over). */
 int cmd_sweep_engine(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_search(int argc, char **argv);
 
 #endif

@@ -25,6 +25,7 @@ static const command commands[] = {
     {"compare", cmd_compare, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         two configurations, full diff"},
     {"trace", cmd_trace, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         first layer/op where they part"},
     {"check", cmd_check, "CASE... [--junit F] [--json F] [--strict]            CI regression mode (golden + reference)"},
+    {"search", cmd_search, "MODEL --corpus FILE | --jsonl FILE [--profile P] [-k N]  prompts near a tie, split risk"},
     {"diff", cmd_diff, "OLD/report.json NEW/report.json [--format F]        per-configuration changes, exit 1 on regression"},
     {"bless", cmd_bless, "CASE... [--golden-dir DIR] [--force]               write golden hashes (atomically)"},
 };

@@ -37,7 +37,7 @@ int hx_envelope_create(hx_envelope **out, uint32_t n_layer, uint32_t n_pos,
         return LM_FAIL(err, LM_E_NOMEM, "envelope: out of memory");
     }
     const hx_env_tensor unset = {(double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN,
-                                 (double)NAN};
+                                 (double)NAN, (double)NAN};
     for (uint32_t l = 0; l < n_layer; ++l)
         e->k[l] = e->v[l] = unset;
     for (uint32_t p = 0; p < n_pos; ++p) {
@@ -68,6 +68,22 @@ static double member_mean(const float *const *members, uint32_t n_members, size_
     return mu / (double)n_members;
 }
 
+/* The members' RMS deviation of the deciding difference x_t1 - x_t2 (R's top two tokens) from
+ * R's, members in order (envelope.h); NaN when the row has fewer than two tokens. */
+static double split_sd(const float *const *members, uint32_t n_members, const double *r, size_t n)
+{
+    int32_t top[2];
+    if (hx_topk_f64(top, r, n, 2) < 2)
+        return (double)NAN;
+    const double d = r[top[0]] - r[top[1]];
+    double ss = 0.0;
+    for (uint32_t m = 0; m < n_members; ++m) {
+        const double dev = ((double)members[m][top[0]] - (double)members[m][top[1]]) - d;
+        ss += dev * dev;
+    }
+    return sqrt(ss / (double)n_members);
+}
+
 int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members, uint32_t n_members,
                           const double *r, size_t n, bool is_logits, double safety, lm_err *err)
 {
@@ -88,7 +104,8 @@ int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members, uint3
             if (!isfinite(members[m][i])) {
                 double g = is_logits ? 0.0 : (double)NAN;
                 *out = (hx_env_tensor){.dev = 0.0, .e = 0.0, .gapdev = g, .e_gap = g,
-                                       .sig_digits = 0.0, .bias = (double)INFINITY};
+                                       .sig_digits = 0.0, .bias = (double)INFINITY,
+                                       .split_sd = (double)NAN};
                 return LM_OK;
             }
     hx_env_tensor t = {0};
@@ -121,6 +138,7 @@ int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members, uint3
             mu_max = fabs(mu);
     }
     t.sig_digits = hx_sig_digits(sd_max, mu_max);
+    t.split_sd = is_logits ? split_sd(members, n_members, r, n) : (double)NAN;
     t.e = safety * t.dev;
     t.e_gap = is_logits ? safety * t.gapdev : (double)NAN;
     *out = t;
@@ -187,6 +205,7 @@ static void put_tensor(buf *b, const hx_env_tensor *t)
     put_f64(b, t->e_gap);
     put_f64(b, t->sig_digits);
     put_f64(b, t->bias);
+    put_f64(b, t->split_sd);
 }
 
 int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err)
@@ -259,6 +278,7 @@ static void get_tensor(rd *r, hx_env_tensor *t)
     t->e_gap = get_f64(r);
     t->sig_digits = get_f64(r);
     t->bias = get_f64(r);
+    t->split_sd = get_f64(r);
 }
 
 int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_key[16],
@@ -297,7 +317,7 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
     double safety = get_f64(&r);
     uint32_t n_members = get_u32(&r), n_layer = get_u32(&r), n_pos = get_u32(&r);
     /* Sizes must fit in what is left before anything is allocated from them. */
-    uint64_t need = (uint64_t)n_pos * 4 + ((uint64_t)n_layer * 2 + n_pos) * 6 * 8;
+    uint64_t need = (uint64_t)n_pos * 4 + ((uint64_t)n_layer * 2 + n_pos) * 7 * 8;
     if (r.short_read || need > r.n - r.off) {
         rc = LM_FAIL(err, LM_E_INPUT, "%s: truncated envelope file", path);
         goto done;

@@ -31,6 +31,13 @@
  *   gapdev  = max_m max_j |g^m_j - (mu_{t*} - mu_j)|    (how much rounding moves a logit
  *                                                        difference around its mean)
  *   E_gap   = safety * gapdev
+ * and, for the split-risk forecast (judge/split_risk.h), with t1, t2 = R's top two tokens
+ * (hx_topk_f64) and D = R_t1 - R_t2 the decision R takes at this row:
+ *   split_sd = sqrt(mean_m ((x^m_t1 - x^m_t2) - D)^2)  (the members' root-mean-square
+ *                                                        deviation of that deciding difference
+ *                                                        from R's: the maximum-likelihood
+ *                                                        scale of a zero-mean normal, M degrees
+ *                                                        of freedom)
  * Why the spread around the mean and not the distance to R: every member runs the same engine
  * code, so a defect in it (a wrong epsilon, a missing scale) moves all members alike. Measured
  * as max |x^m - R| that shared bias widens E until it hides itself (with the test-only defects
@@ -53,10 +60,11 @@
  *   "KVDENV\0\0" (8 bytes), u32 version (HX_ENVELOPE_VERSION), u8 key[16], f64 safety,
  *   u32 n_members, n_layer, n_pos, u32 positions[n_pos],
  *   per tensor (K of layers 0.., V of layers 0.., logits rows 0..): f64 dev, e, gapdev, e_gap,
- *   sig_digits, bias (gapdev/e_gap NaN for K and V),
+ *   sig_digits, bias, split_sd (gapdev/e_gap/split_sd NaN for K and V),
  *   u8 xxh3_128[16]: XXH3-128 (canonical bytes) of every byte before it.
  * Version 2: dev and gapdev are spreads around the members' mean (version 1 measured them
- * from R), bias added. Version 3: the checksum trailer (a flipped bit is detected). */
+ * from R), bias added. Version 3: the checksum trailer (a flipped bit is detected). Version 4:
+ * split_sd. */
 #ifndef HX_ENVELOPE_H
 #define HX_ENVELOPE_H
 
@@ -69,7 +77,7 @@
 
 #define HX_ENVELOPE_SAFETY 2.0
 #define HX_ENVELOPE_MIN_MEMBERS 8u
-#define HX_ENVELOPE_VERSION 3u
+#define HX_ENVELOPE_VERSION 4u
 
 typedef struct hx_env_tensor {
     double dev;        /* max over members of max_i |x_i - mu_i| (mu: the members' mean) */
@@ -80,6 +88,8 @@ typedef struct hx_env_tensor {
     double sig_digits; /* from the members' spread, see above */
     double bias;       /* max_i |mu_i - R_i|: the ensemble's shared distance from R (diagnosis
                           only, not part of E) */
+    double split_sd;   /* logits: the members' RMS deviation of x_t1 - x_t2 (R's top two)
+                          from R's; NaN for K/V and when a row has fewer than two tokens */
 } hx_env_tensor;
 
 typedef struct hx_envelope {
@@ -103,7 +113,8 @@ void hx_envelope_free(hx_envelope *e);
  * gap statistic. LM_E_INPUT when M < HX_ENVELOPE_MIN_MEMBERS, R is nonfinite, or R has no
  * argmax for logits. A nonfinite member value (R being finite) is a defect every member shares,
  * not rounding: the tensor gets dev = e = 0 (and gapdev = e_gap = 0 for logits), sig_digits 0
- * and bias = +Inf, so that no configuration passes on it unless it equals R. */
+ * and bias = +Inf, so that no configuration passes on it unless it equals R; split_sd is then
+ * NaN (no forecast rests on it). */
 int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members /* [M] -> [n] */,
                           uint32_t n_members, const double *r /* [n] */, size_t n, bool is_logits,
                           double safety, lm_err *err);

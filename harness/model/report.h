@@ -9,6 +9,7 @@
 #include "model/classify.h"
 #include "model/config.h"
 #include "kvd_common.h"
+#include "kvd_profile.h"
 #include "model/metrics.h"
 
 #include <stdbool.h>
@@ -189,6 +190,29 @@ typedef struct hx_block_report {
     hx_block_report_row *rows; /* [n_rows] */
 } hx_block_report;
 
+/* A split-risk forecast for one precision profile (judge/split_risk.h states the error model):
+ * the probability that an engine whose rounding errors are like the profile's ensemble
+ * members' leaves the reference's greedy path within n_steps generated tokens. */
+#define HX_SPLIT_LEVEL 0.90 /* the confidence of a forecast's interval */
+typedef struct hx_split_forecast {
+    char profile[16];          /* "f32", "bf16", ... */
+    uint32_t n_steps;          /* N: generated steps forecast (the reference path's length) */
+    uint32_t n_members;        /* ensemble members the spreads come from */
+    bool valid;                /* false: some step has no spread (a member was not finite) */
+    double risk;               /* P(first split at some step < n_steps) */
+    double lo, hi;             /* HX_SPLIT_LEVEL interval of risk from the member count */
+    int64_t likely_step;       /* generated index with the largest probability of being the
+                                  first split; -1 when risk is 0 */
+    double likely_p;           /* that probability */
+    double likely_margin;      /* the reference's exact top-2 margin there */
+    double likely_sd;          /* the members' spread of the deciding difference there */
+    double pair, pair_lo, pair_hi; /* two such engines' completions differ within n_steps:
+                                  steps combined as risk is, with 2 p_i (1 - p_i) (one splits,
+                                  the other not) for p_i; with its interval */
+    int64_t min_step;          /* generated index of the smallest margin on the path; -1 none */
+    double min_margin;         /* that margin (NaN when n_steps == 0) */
+} hx_split_forecast;
+
 #define HX_COMMAND_LINE_MAX 1024
 #define HX_COVERAGE_MAX 16 /* engine thresholds listed as not exercised, at most */
 
@@ -224,6 +248,11 @@ typedef struct hx_report {
     uint32_t min_margin_pos;
     double envelope_safety;
     uint32_t envelope_members;
+    /* Split-risk forecasts, one per profile with an envelope, in profile order (sweep, check:
+     * along the reference's greedy path; judge: along the first dump's tokens as far as they
+     * follow the reference's argmax). */
+    uint32_t n_split;
+    hx_split_forecast split[LM_PROFILES_MAX]; /* [n_split] */
     bool strict_bits;
     char skipped[256];         /* non-empty: the case did not run, and why (e.g. its model file
                                   is absent); configs then lists the unrun configurations */
@@ -285,6 +314,15 @@ typedef struct hx_block_cells {
     char first[72], greedy[40];
 } hx_block_cells;
 void hx_block_row_cells(hx_block_cells *c, const hx_block_report_row *w, bool md);
+
+/* The split-risk forecasts (report_split.c): one line "split risk within N tokens: f32 0.02%
+ * [0.00%, 0.10%], bf16 31% [22%, 40%] (bf16: most likely at step 5, margin 0.069)" into
+ * buf[n] ("" when n_split is 0); the JSON member "split_risk" added to o; a Markdown line. */
+void hx_split_line(char *buf, size_t n, const hx_report *r);
+int hx_report_split_json(void *o /* json_t * */, const hx_report *r);
+void hx_report_split_md(FILE *f, const hx_report *r);
+/* A probability as a percentage with the digits it needs: "31%", "2.4%", "0.02%", "<0.01%". */
+void hx_split_pct(char *buf, size_t n, double p);
 
 /* The judge's sections (report_dumps.c): JSON members "dumps" and "pairs" added to o, and the
  * Markdown section. Nothing when n_dumps == 0. */

@@ -495,6 +495,13 @@ static void case_section(FILE *f, const hx_report *r)
         fputs("</p></section>\n", f);
         return;
     }
+    char split[1024];
+    hx_split_line(split, sizeof split, r);
+    if (split[0]) {
+        fputs("<p class=\"meta\">", f);
+        esc(f, split);
+        fprintf(f, " (%.0f%% intervals from the member count)</p>\n", 100.0 * HX_SPLIT_LEVEL);
+    }
     summary_table(f, r);
     dims d = report_dims(r);
     if (d.n_layer) {

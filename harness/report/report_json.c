@@ -176,7 +176,8 @@ static json_t *report_obj(jb *b, const hx_report *r)
         if (cs == NULL || json_array_append_new(cs, config_obj(b, &r->configs[i], r->strict_bits)))
             b->failed = 1;
     set(b, o, "configs", cs);
-    if (hx_report_judge_json(o, r) != 0 || hx_report_sections_json(o, r) != 0)
+    if (hx_report_judge_json(o, r) != 0 || hx_report_sections_json(o, r) != 0 ||
+        hx_report_split_json(o, r) != 0)
         b->failed = 1;
     return o;
 }

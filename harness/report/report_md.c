@@ -40,6 +40,7 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
                 r->min_margin, (unsigned)r->min_margin_pos);
     fprintf(f, "- envelope: %u ensemble members, safety factor %g\n",
             (unsigned)r->envelope_members, r->envelope_safety);
+    hx_report_split_md(f, r);
     fprintf(f, "- platform: %s\n- created: %s\n- worst class: **%s**; exit code %d\n\n",
             r->fingerprint, r->created_utc, hx_class_name(hx_report_worst(r)),
             hx_report_exit_code(r, r->strict_bits));

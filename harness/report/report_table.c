@@ -200,6 +200,10 @@ void hx_report_print_table_fmt(FILE *f, const hx_report *r, hx_table_fmt fmt, bo
                        "reference top-2 margin %.3g (position %u)\n", (unsigned)r->prompt_rows,
                     (unsigned)r->n_prompt, r->prompt_rows_why[0] ? " (" : "", r->prompt_rows_why,
                     r->prompt_rows_why[0] ? ")" : "", r->min_margin, (unsigned)r->min_margin_pos);
+        char split[1024];
+        hx_split_line(split, sizeof split, r);
+        if (split[0])
+            fprintf(f, "%s\n", split);
         if (r->covered[0])
             fprintf(f, "covered: %s\n", r->covered);
         for (uint32_t i = 0; i < r->n_unexercised; ++i)

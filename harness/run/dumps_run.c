@@ -8,6 +8,7 @@
 #include "judge/envelope.h"
 #include "run/envelope_sr.h"
 #include "judge/fingerprint.h"
+#include "judge/split_risk.h"
 #include "run/forced.h"
 #include "fs.h"
 #include "kvd_util.h"
@@ -602,6 +603,25 @@ static void jstate_free(jstate *s)
     }
 }
 
+/* The split-risk forecast of every judged profile with its own envelope (split_risk.h), along
+ * the dumps' tokens from the last prompt position as far as they follow the reference's argmax;
+ * none when that is no step. */
+static int split_forecasts(const jstate *s, hx_report *rep, lm_err *err)
+{
+    for (uint32_t k = 0; k < s->n_prof; ++k) {
+        const uint32_t first = s->d0->n_prompt - 1;
+        const uint32_t n = hx_split_path_steps(&s->ref, s->env[k], first);
+        if (n == 0)
+            continue;
+        int rc = hx_split_forecast_ref(&rep->split[rep->n_split], s->prof[k]->name, &s->ref,
+                                       s->env[k], first, n, err);
+        if (rc != LM_OK)
+            return rc;
+        ++rep->n_split;
+    }
+    return LM_OK;
+}
+
 int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
 {
     *out = NULL;
@@ -633,6 +653,7 @@ int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
         goto done;
     }
     rep->n_dumps = p->n_dumps;
+    rc = split_forecasts(&s, rep, err);
     for (size_t i = 0; i < p->n_dumps && rc == LM_OK; ++i)
         rc = judge_dump(&s, rep, i, err);
     if (rc == LM_OK)

@@ -10,6 +10,7 @@
 #include "run/ensemble.h"
 #include "run/envelope_sr.h"
 #include "judge/fingerprint.h"
+#include "judge/split_risk.h"
 #include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
@@ -570,6 +571,24 @@ static int envelopes(hx_sweep_result *r, const hx_sweep_params *p, const hx_run_
     return LM_OK;
 }
 
+/* The split-risk forecast of every profile with an envelope, in profile order (split_risk.h),
+ * along the reference's greedy path: generated steps 0..n_gen-1, decided at positions
+ * n_prompt - 1 onwards. */
+static int split_forecasts(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
+{
+    hx_report *rep = r->report;
+    for (uint32_t k = 0; k < lm_profile_count() && p->n_gen > 0; ++k) {
+        if (r->env_prof[k] == NULL)
+            continue;
+        int rc = hx_split_forecast_ref(&rep->split[rep->n_split], lm_profile_at(k)->name,
+                                       &r->ref, r->env_prof[k], p->n_prompt - 1, p->n_gen, err);
+        if (rc != LM_OK)
+            return rc;
+        ++rep->n_split;
+    }
+    return LM_OK;
+}
+
 static const hx_envelope *env_of(const hx_sweep_result *r, const hx_config *c)
 {
     const lm_profile *pf = lm_profile_find(c->profile);
@@ -764,7 +783,8 @@ int hx_sweep_run_all(hx_sweep_result **out, const hx_sweep_params *p, lm_err *er
     hx_run_request rq = {.prompt = p->prompt, .n_prompt = p->n_prompt, .n_gen = p->n_gen,
                          .forced = r->path, .n_forced = p->n_gen, .time_once = p->time_once,
                          .prompt_rows = r->prompt_rows};
-    if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = configurations(r, p, &rq, err)) != LM_OK ||
+    if ((rc = envelopes(r, p, &rq, err)) != LM_OK || (rc = split_forecasts(r, p, err)) != LM_OK ||
+        (rc = configurations(r, p, &rq, err)) != LM_OK ||
         (rc = routing(r, p, err)) != LM_OK)
         goto fail;
     r->total_s = lm_now_s() - t0;
