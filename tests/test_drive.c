@@ -207,7 +207,20 @@ static void test_drive_prefix_refusals(void)
     lm_err e4 = {0};
     CU_ASSERT_EQUAL(hx_config_parse(&c, "naive:step=4:rot=8/2:prefix=4", &e4), LM_E_INPUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(e4.msg, "prefix= needs the plain cache"));
+    /* batch and tp: their limits and words, and the canonical order */
+    static const char *const bad[] = {"det:tp=3/tree", "det:tp=1/tree", "det:tp=9",
+                                      "det:batch=1/decode", "det:batch=65", "det:batch=4/prefill",
+                                      "det:tp=0x2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        lm_err e = {0};
+        CU_ASSERT_EQUAL(hx_config_parse(&c, bad[i], &e), LM_E_INPUT);
+    }
     char s[HX_CONFIG_STR_MAX];
+    c = parse("det:tp=4/tree:batch=4/decode:step=8:prefix=5");
+    hx_config_format(s, sizeof s, &c);
+    CU_ASSERT_STRING_EQUAL(s, "det:step=8:prefix=5:batch=4/decode:tp=4/tree");
+    c = parse("det:tp=1:batch=1");
+    CU_ASSERT(c.tp == 0 && c.batch == 0); /* 1 is the default: alone, one device */
     c = parse("blas:prefix=7/full:step=2");
     hx_config_format(s, sizeof s, &c);
     CU_ASSERT_STRING_EQUAL(s, "blas:step=2:prefix=7/full");

@@ -185,42 +185,39 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
     return LM_OK;
 }
 
-bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, bool *tree)
+/* "N" or "N" sep WORD, N in 1..max (sep '/', or also ':' when colon_ok): *n = N (1 stored as
+ * 0: the key's default) and *flag = whether WORD was given, which needs N >= 2. False when
+ * malformed. */
+static bool count_with_word(const char *s, size_t len, bool colon_ok, uint32_t max,
+                            const char *word, uint32_t *n, bool *flag)
 {
     *n = 0;
-    *tree = false;
+    *flag = false;
     size_t nlen = 0;
     while (nlen < len && s[nlen] != '/' && !(colon_ok && s[nlen] == ':'))
         ++nlen;
-    if (!lm_parse_u32(s, nlen, 1, LM_TP_SHARDS_MAX, n))
+    if (!lm_parse_u32(s, nlen, 1, max, n))
         return false;
     if (nlen < len) {
-        if (!field_is(s + nlen + 1, len - nlen - 1, "tree") || *n < 2 || (*n & (*n - 1)) != 0)
+        if (!field_is(s + nlen + 1, len - nlen - 1, word) || *n < 2)
             return false;
-        *tree = true;
+        *flag = true;
     }
     if (*n == 1)
         *n = 0;
     return true;
 }
 
+bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, bool *tree)
+{
+    /* the pairwise all-reduce needs a power of two */
+    return count_with_word(s, len, colon_ok, LM_TP_SHARDS_MAX, "tree", n, tree) &&
+           !(*tree && (*n & (*n - 1)) != 0);
+}
+
 bool hx_batch_parse(const char *s, size_t len, bool colon_ok, uint32_t *b, bool *decode)
 {
-    *b = 0;
-    *decode = false;
-    size_t blen = 0;
-    while (blen < len && s[blen] != '/' && !(colon_ok && s[blen] == ':'))
-        ++blen;
-    if (!lm_parse_u32(s, blen, 1, LM_BATCH_MAX, b))
-        return false;
-    if (blen < len) {
-        if (!field_is(s + blen + 1, len - blen - 1, "decode") || *b < 2)
-            return false;
-        *decode = true;
-    }
-    if (*b == 1)
-        *b = 0;
-    return true;
+    return count_with_word(s, len, colon_ok, LM_BATCH_MAX, "decode", b, decode);
 }
 
 bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint32_t *step)
