@@ -1,8 +1,9 @@
 /* bench_serving.c — what the serving-stack axes cost kvdrift's own engine: a run of one
  * configuration (a 128-token prompt in chunks of 64, then 16 greedy tokens; the runner's median
  * of repeated prefills and decodes) at batch 1, batch=4 (three co-resident sequences prefilling
- * alongside), batch=4/decode (three decoding alongside), tp=4 (ring all-reduce) and tp=4/tree,
- * on det and blas, 2 threads.
+ * alongside), batch=4/decode (three decoding alongside), tp=4 (ring all-reduce), tp=4/tree and
+ * the reduction fixed by k alone on one device and on 4 (tp=1/fixed, tp=4/fixed: det's bits the
+ * same), on det and blas, 2 threads.
  *
  * usage: bench_serving OUTDIR [MODEL.gguf]   (default: the smollm2-135m preset in F32)
  * Reported per configuration: prefill and decode tokens/s of the sequence under test, and the
@@ -26,7 +27,8 @@
 #define N_PROMPT 128u
 #define N_GEN 16u
 
-static const char *const suffixes[] = {"", ":batch=4", ":batch=4/decode", ":tp=4", ":tp=4/tree"};
+static const char *const suffixes[] = {"",      ":batch=4",   ":batch=4/decode", ":tp=4",
+                                       ":tp=4/tree", ":tp=1/fixed", ":tp=4/fixed"};
 #define N_SUFFIX (sizeof suffixes / sizeof suffixes[0])
 static const char *const backends[] = {"det", "blas"};
 

@@ -83,7 +83,8 @@ struct lm_ctx {
     float *vbuf;      /* [batch_rows][n_kv_head * head_dim] the same for V */
     uint32_t batch_rows; /* rows of the largest batched call it leads (0: none) */
     lm_tp tp;         /* tensor-parallel shards of the layers' weight products */
-    float *tp_part;   /* [tp.n][rows][n_embd] row-parallel partial sums (tp.n > 1; else 1 float) */
+    float *tp_part;   /* [LM_TP_SHARDS_MAX][rows][n_embd] row-parallel partial sums (tp.n > 1 or
+                         the fixed reduction; else 1 float) */
     float *act_in;    /* [n_ctx][max(n_embd, q_dim, n_ff)] a product's converted input (when
                          the profile converts per weight type; else 1 float) */
     layer_act *act;   /* [n_layer] the layers' activation formats, or NULL when the profile
@@ -775,13 +776,16 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         return LM_FAIL(err, LM_E_INPUT, "profile '%s': unknown (expected %s)", p->profile,
                        lm_profile_expected());
 
-    if (p->tp > LM_TP_SHARDS_MAX || (p->tp_tree && (p->tp & (p->tp - 1)) != 0))
-        return LM_FAIL(err, LM_E_INPUT, "context: %u tensor-parallel shards (0..%u; a power of "
-                       "two for the tree all-reduce)", p->tp, LM_TP_SHARDS_MAX);
+    const bool pow2 = p->tp <= 1 || (p->tp & (p->tp - 1)) == 0;
+    if (p->tp > LM_TP_SHARDS_MAX || p->tp_reduce < LM_TP_RING || p->tp_reduce > LM_TP_FIXED ||
+        (p->tp_reduce != LM_TP_RING && !pow2))
+        return LM_FAIL(err, LM_E_INPUT, "context: %u tensor-parallel shards, reduction %d (0..%u "
+                       "shards; a power of two for the tree and fixed reductions)", p->tp,
+                       p->tp_reduce, LM_TP_SHARDS_MAX);
     lm_ctx *c = calloc(1, sizeof *c);
     if (c == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "context: out of memory");
-    c->tp = (lm_tp){.n = p->tp > 1 ? p->tp : 1, .tree = p->tp_tree};
+    c->tp = (lm_tp){.n = p->tp > 1 ? p->tp : 1, .reduce = (lm_tp_reduce)p->tp_reduce};
     c->m = c->m_user = m;
     c->n_ctx = n_ctx;
     int rc = lm_backend_create(&c->be, p->backend, p->n_threads, err);
@@ -826,7 +830,8 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
         own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
         per_weight ? rows * act_row(hp) : 1,                          /* act_in */
         (size_t)p->batch_rows * kv_dim + 1, (size_t)p->batch_rows * kv_dim + 1, /* kbuf, vbuf */
-        c->tp.n > 1 ? (size_t)c->tp.n * rows * hp->n_embd : 1,       /* tp_part */
+        c->tp.n > 1 || c->tp.reduce == LM_TP_FIXED ? (size_t)LM_TP_SHARDS_MAX * rows * hp->n_embd
+                                                    : 1,              /* tp_part */
     };
     size_t total = 64;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)

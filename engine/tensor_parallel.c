@@ -62,11 +62,23 @@ void lm_tp_gemm_rows(lm_backend *be, const lm_tp *tp, uint32_t site, uint32_t m,
                      float *scratch, float *partials)
 {
     const lm_round_spec *const *acts = act != NULL ? &act : NULL;
+    const size_t len = (size_t)m * p->n; /* one shard's [m][n_out] */
+    if (tp->reduce == LM_TP_FIXED) {
+        /* every leaf its own product, whichever shard holds it; then the fixed tree */
+        for (uint32_t l = 0; l < LM_TP_MAX; ++l) {
+            uint32_t lo, hi;
+            shard(k, LM_TP_MAX, l, &lo, &hi);
+            const lm_nt_part q = {p->n, p->b + lo, p->ldb, partials + (size_t)l * len, p->n};
+            lm_gemm_nt_act(be, site, m, hi - lo, a + lo, lda, &q, acts, 1, scratch);
+        }
+        for (size_t e = 0; e < len; ++e)
+            p->c[(e / p->n) * p->ldc + e % p->n] = tree_sum(partials, len, 0, LM_TP_MAX, e);
+        return;
+    }
     if (tp->n <= 1) {
         lm_gemm_nt_act(be, site, m, k, a, lda, p, acts, 1, scratch);
         return;
     }
-    const size_t len = (size_t)m * p->n; /* one shard's [m][n_out] */
     const bool skewed = LM_DEFECT_ON(be->vt->name, LM_DEFECT_TP_ROWS_MISALIGNED);
     for (uint32_t s = 0; s < tp->n; ++s) {
         uint32_t lo, hi;
@@ -80,8 +92,8 @@ void lm_tp_gemm_rows(lm_backend *be, const lm_tp *tp, uint32_t site, uint32_t m,
     for (uint32_t c = 0; c < tp->n; ++c) {
         size_t e0 = len * c / tp->n, e1 = len * (c + 1) / tp->n;
         for (size_t e = e0; e < e1; ++e) {
-            const float v = tp->tree ? tree_sum(partials, len, 0, tp->n, e)
-                                     : ring_sum(partials, len, tp->n, c, e, skip_last);
+            const float v = tp->reduce == LM_TP_TREE ? tree_sum(partials, len, 0, tp->n, e)
+                                                     : ring_sum(partials, len, tp->n, c, e, skip_last);
             p->c[(e / p->n) * p->ldc + e % p->n] = v;
         }
     }

@@ -209,6 +209,7 @@ static void test_drive_prefix_refusals(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(e4.msg, "prefix= needs the plain cache"));
     /* batch and tp: their limits and words, and the canonical order */
     static const char *const bad[] = {"det:tp=3/tree", "det:tp=1/tree", "det:tp=9",
+                                      "det:tp=3/fixed", "det:tp=2/ring",
                                       "det:batch=1/decode", "det:batch=65", "det:batch=4/prefill",
                                       "det:tp=0x2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
@@ -229,6 +230,57 @@ static void test_drive_prefix_refusals(void)
     lm_ctx_free(a);
     lm_ctx_free(b);
     lm_ctx_free(r);
+    lm_model_free(m);
+}
+
+static void capture_hash(uint8_t h[16], const lm_model *m, const char *cfg_s,
+                         const int32_t *prompt, uint32_t n_prompt)
+{
+    lm_err err = {0};
+    hx_config cfg = parse(cfg_s);
+    hx_run_request rq = {.prompt = prompt, .n_prompt = n_prompt, .n_gen = 4, .time_once = true};
+    hx_capture *x = NULL;
+    hx_run_stats st;
+    CU_ASSERT_EQUAL_FATAL(hx_run_capture(&x, &st, m, &cfg, &rq, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(hx_capture_hash(h, x, &err), LM_OK);
+    hx_capture_free(x);
+}
+
+/* The fixed reduction is a tree fixed by k alone: det's and naive's bits (K/V, tokens, logits)
+ * are the same at tp 1, 2, 4 and 8, and on one device with it; the ring order is another
+ * (tp=2 differs from one device). blas is printed: its column shards change its shapes. */
+static void test_drive_tp_fixed_invariant(void)
+{
+    lm_model *m = tiny();
+    int32_t prompt[20];
+    for (int i = 0; i < 20; ++i)
+        prompt[i] = (int32_t)((11 * i + 3) % (int)m->hp.n_vocab);
+    const char *backends[] = {"det", "naive", "blas"};
+    static const char *const tps[] = {"1/fixed", "2/fixed", "4/fixed", "8/fixed"};
+    for (size_t b = 0; b < 3; ++b) {
+        uint8_t h0[16], h[16], plain[16], ring[16];
+        char s[96];
+        snprintf(s, sizeof s, "%s:step=4:tp=%s", backends[b], tps[0]);
+        capture_hash(h0, m, s, prompt, 20);
+        bool all_same = true;
+        for (size_t t = 1; t < 4; ++t) {
+            snprintf(s, sizeof s, "%s:step=4:tp=%s", backends[b], tps[t]);
+            capture_hash(h, m, s, prompt, 20);
+            all_same = all_same && memcmp(h, h0, 16) == 0;
+        }
+        snprintf(s, sizeof s, "%s:step=4", backends[b]);
+        capture_hash(plain, m, s, prompt, 20);
+        snprintf(s, sizeof s, "%s:step=4:tp=2", backends[b]);
+        capture_hash(ring, m, s, prompt, 20);
+        fprintf(stderr, "\n  %s: tp 1,2,4,8 fixed %s; ring tp=2 %s one device", backends[b],
+                all_same ? "bitwise equal" : "differ", memcmp(ring, plain, 16) ? "differs from"
+                                                                              : "equals");
+        if (b < 2) {
+            CU_ASSERT(all_same);
+            CU_ASSERT(memcmp(ring, plain, 16) != 0);
+        }
+    }
+    fprintf(stderr, "\n  ");
     lm_model_free(m);
 }
 
@@ -295,6 +347,7 @@ static void test_drive_trace_agrees_with_compare(void)
         {"batch, decode", "blas:step=4", "blas:step=4:batch=4/decode", true},
         {"tp", "naive:step=4", "naive:step=4:tp=4", true},
         {"tp, tree", "det:step=4:tp=4", "det:step=4:tp=4/tree", true},
+        {"tp, fixed", "det:step=4:tp=4", "det:step=4:tp=4/fixed", true},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
         hx_config a = parse(pairs[i].a), b = parse(pairs[i].b);
@@ -319,5 +372,6 @@ void test_drive_register(void)
     CU_add_test(s, "test_drive_feed_schedule", test_drive_feed_schedule);
     CU_add_test(s, "test_drive_prefix_schedule", test_drive_prefix_schedule);
     CU_add_test(s, "test_drive_prefix_refusals", test_drive_prefix_refusals);
+    CU_add_test(s, "test_drive_tp_fixed_invariant", test_drive_tp_fixed_invariant);
     CU_add_test(s, "test_drive_trace_agrees_with_compare", test_drive_trace_agrees_with_compare);
 }

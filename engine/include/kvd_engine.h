@@ -43,8 +43,7 @@ typedef struct lm_ctx_params {
                               Q, K, V, gate, up column-parallel, O and down row-parallel, the
                               output projection and MoE experts whole); 0 or 1 = none, at most
                               LM_TP_MAX */
-    bool tp_tree;          /* the row-parallel partial sums combined pairwise, not by NCCL's
-                              ring order */
+    int tp_reduce;         /* how row-parallel partial sums combine (lm_tp_reduce) */
     uint32_t batch_rows;   /* rows of the largest batched forward call this context leads
                               (lm_forward_batch: its own rows and its co-resident sequences'),
                               its scratch sized for them; 0 = it leads none */
@@ -84,6 +83,13 @@ int lm_forward(lm_ctx *c, const int32_t *tokens, uint32_t n, lm_logits_mode mode
                float *logits, lm_err *err);
 
 #define LM_TP_SHARDS_MAX 8u /* lm_ctx_params.tp at most */
+/* How a row-parallel product's shards combine (tensor_parallel.h). */
+typedef enum lm_tp_reduce {
+    LM_TP_RING = 0,  /* NCCL's ring all-reduce order */
+    LM_TP_TREE = 1,  /* pairwise over the shards (a power of two of them) */
+    LM_TP_FIXED = 2  /* a tree fixed by k alone: LM_TP_SHARDS_MAX leaves of k, each its own
+                        product, pairwise; the same bits for any shard count dividing it */
+} lm_tp_reduce;
 
 /* Several sequences in one forward call, as a serving engine batches them: each sequence's
  * chunk (prefill rows, or one decode row) at its own positions in its own context (KV cache,

@@ -64,10 +64,12 @@ static const char usage_serving[] =
     "                          1,4,4:decode: every forward call also holds rows of B-1 other\n"
     "                          sequences (seeded prompts) prefilling alongside, or decoding one\n"
     "                          row each (config key batch=B[/decode]; off by default)\n"
-    "      --tp LIST           tensor-parallel axis: 1, N and N:tree values, e.g. 1,2,4,4:tree:\n"
-    "                          Q/K/V/gate/up split by outputs over N shards, O and down by their\n"
-    "                          reduction, partial sums combined in NCCL's ring order (tree:\n"
-    "                          pairwise) (config key tp=N[/tree]; off by default)\n";
+    "      --tp LIST           tensor-parallel axis: 1, N, N:tree and N:fixed values, e.g.\n"
+    "                          1,2,4,4:tree: Q/K/V/gate/up split by outputs over N shards, O and\n"
+    "                          down by their reduction, partial sums combined in NCCL's ring\n"
+    "                          order (tree: pairwise; fixed: a tree fixed by k alone, det's\n"
+    "                          bits the same at every N, 1:fixed included) (config key\n"
+    "                          tp=N[/tree|/fixed]; off by default)\n";
 
 static const char usage_schedule[] =
     "      --turn D            schedule axis: beside each configuration with multi-token chunks,\n"

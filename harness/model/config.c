@@ -141,9 +141,9 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
             ok = hx_prefix_parse(val, vlen, false, &c.prefix, &c.prefix_step);
         } else if (field_is(f, klen, "tp")) {
             seen = &seen_tp;
-            snprintf(expect, sizeof expect, "N or N/tree with N in 1..%u (tree: a power of two)",
-                     LM_TP_SHARDS_MAX);
-            ok = hx_tp_parse(val, vlen, false, &c.tp, &c.tp_tree);
+            snprintf(expect, sizeof expect, "N, N/tree or N/fixed with N in 1..%u (a power of "
+                     "two with tree or fixed)", LM_TP_SHARDS_MAX);
+            ok = hx_tp_parse(val, vlen, false, &c.tp, &c.tp_reduce);
         } else if (field_is(f, klen, "batch")) {
             seen = &seen_batch;
             snprintf(expect, sizeof expect, "B or B/decode with B in 1..%u", LM_BATCH_MAX);
@@ -186,38 +186,47 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err)
 }
 
 /* "N" or "N" sep WORD, N in 1..max (sep '/', or also ':' when colon_ok): *n = N (1 stored as
- * 0: the key's default) and *flag = whether WORD was given, which needs N >= 2. False when
- * malformed. */
+ * 0: the key's default) and the index of WORD in words[n_words] into *which (-1: none given).
+ * False when malformed. */
 static bool count_with_word(const char *s, size_t len, bool colon_ok, uint32_t max,
-                            const char *word, uint32_t *n, bool *flag)
+                            const char *const *words, int n_words, uint32_t *n, int *which)
 {
     *n = 0;
-    *flag = false;
+    *which = -1;
     size_t nlen = 0;
     while (nlen < len && s[nlen] != '/' && !(colon_ok && s[nlen] == ':'))
         ++nlen;
     if (!lm_parse_u32(s, nlen, 1, max, n))
         return false;
-    if (nlen < len) {
-        if (!field_is(s + nlen + 1, len - nlen - 1, word) || *n < 2)
-            return false;
-        *flag = true;
-    }
+    for (int w = 0; nlen < len && w < n_words && *which < 0; ++w)
+        if (field_is(s + nlen + 1, len - nlen - 1, words[w]))
+            *which = w;
+    if (nlen < len && *which < 0)
+        return false;
     if (*n == 1)
         *n = 0;
     return true;
 }
 
-bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, bool *tree)
+bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, int *reduce)
 {
-    /* the pairwise all-reduce needs a power of two */
-    return count_with_word(s, len, colon_ok, LM_TP_SHARDS_MAX, "tree", n, tree) &&
-           !(*tree && (*n & (*n - 1)) != 0);
+    static const char *const words[] = {"tree", "fixed"};
+    int w;
+    if (!count_with_word(s, len, colon_ok, LM_TP_SHARDS_MAX, words, 2, n, &w))
+        return false;
+    *reduce = w == 0 ? LM_TP_TREE : w == 1 ? LM_TP_FIXED : LM_TP_RING;
+    const bool pow2 = (*n & (*n - 1)) == 0; /* 0 stands for 1 */
+    return w < 0 || (w == 0 && *n >= 2 && pow2) || (w == 1 && pow2);
 }
 
 bool hx_batch_parse(const char *s, size_t len, bool colon_ok, uint32_t *b, bool *decode)
 {
-    return count_with_word(s, len, colon_ok, LM_BATCH_MAX, "decode", b, decode);
+    static const char *const words[] = {"decode"};
+    int w;
+    if (!count_with_word(s, len, colon_ok, LM_BATCH_MAX, words, 1, b, &w) || (w == 0 && *b < 2))
+        return false;
+    *decode = w == 0;
+    return true;
 }
 
 bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint32_t *step)
@@ -281,8 +290,11 @@ int hx_config_format(char *buf, size_t n, const hx_config *c)
     if (c->profile[0] != '\0')
         snprintf(prof, sizeof prof, ":profile=%.7s", c->profile);
     char spec[24] = "", turn[24] = "", prefix[40] = "", batch[32] = "", tp[24] = "";
-    if (c->tp > 1)
-        snprintf(tp, sizeof tp, ":tp=%u%s", (unsigned)c->tp, c->tp_tree ? "/tree" : "");
+    if (c->tp > 1 || c->tp_reduce != LM_TP_RING)
+        snprintf(tp, sizeof tp, ":tp=%u%s", c->tp > 1 ? (unsigned)c->tp : 1u,
+                 c->tp_reduce == LM_TP_TREE    ? "/tree"
+                 : c->tp_reduce == LM_TP_FIXED ? "/fixed"
+                                               : "");
     if (c->batch > 1)
         snprintf(batch, sizeof batch, ":batch=%u%s", (unsigned)c->batch,
                  c->batch_decode ? "/decode" : "");
@@ -310,7 +322,7 @@ hx_config hx_config_baseline(const hx_config *c)
     b.batch = 0;
     b.batch_decode = false;
     b.tp = 0;
-    b.tp_tree = false;
+    b.tp_reduce = c->tp_reduce == LM_TP_FIXED ? LM_TP_FIXED : LM_TP_RING; /* one device */
     return b;
 }
 
@@ -359,7 +371,7 @@ bool hx_config_equal(const hx_config *a, const hx_config *b)
            a->attn == b->attn && a->rot_max == b->rot_max && a->rot_keep == b->rot_keep &&
            a->rot_window == b->rot_window && a->turn == b->turn && a->prefix == b->prefix &&
            a->prefix_step == b->prefix_step && a->batch == b->batch &&
-           a->batch_decode == b->batch_decode && a->tp == b->tp && a->tp_tree == b->tp_tree &&
+           a->batch_decode == b->batch_decode && a->tp == b->tp && a->tp_reduce == b->tp_reduce &&
            a->sr_seed == b->sr_seed && a->spec == b->spec && strcmp(a->draft, b->draft) == 0 &&
            strcmp(a->profile, b->profile) == 0;
 }
@@ -402,9 +414,9 @@ static void apply_prefix(hx_config *c, const void *elem)
 
 static void apply_tp(hx_config *c, const void *elem)
 {
-    const uint32_t *t = elem; /* shards, tree */
+    const uint32_t *t = elem; /* shards, reduction */
     c->tp = t[0];
-    c->tp_tree = t[1] != 0;
+    c->tp_reduce = (int)t[1];
 }
 
 static void apply_batch(hx_config *c, const void *elem)
@@ -571,12 +583,13 @@ static int prefix_item(void *elem, const char *s, size_t len, const char *what,
 static int tp_item(void *elem, const char *s, size_t len, const char *what, const char *list,
                    lm_err *err)
 {
-    uint32_t *t = elem; /* shards, tree */
-    bool tree = false;
-    if (!hx_tp_parse(s, len, true, &t[0], &tree))
-        return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (N or N:tree with N in 1..%u, "
-                       "tree only for a power of two)", what, list, (int)len, s, LM_TP_SHARDS_MAX);
-    t[1] = tree;
+    uint32_t *t = elem; /* shards, reduction */
+    int reduce = LM_TP_RING;
+    if (!hx_tp_parse(s, len, true, &t[0], &reduce))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': bad value '%.*s' (N, N:tree or N:fixed with N "
+                       "in 1..%u, a power of two with tree or fixed)", what, list, (int)len, s,
+                       LM_TP_SHARDS_MAX);
+    t[1] = (uint32_t)reduce;
     return LM_OK;
 }
 

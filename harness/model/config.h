@@ -50,9 +50,10 @@ typedef struct hx_config {
                          0 or 1 = alone */
     bool batch_decode; /* `/decode`: the co-resident sequences decode (one row each per call)
                           while this one prefills; else they prefill alongside, then decode */
-    uint32_t tp;      /* `tp=N[/tree]`: tensor-parallel shards of the weight products
-                         (lm_ctx_params.tp); 0 or 1 = none */
-    bool tp_tree;     /* `/tree`: pairwise all-reduce instead of NCCL's ring order */
+    uint32_t tp;      /* `tp=N[/tree|/fixed]`: tensor-parallel shards of the weight products
+                         (lm_ctx_params.tp); 0 or 1 = one device */
+    int tp_reduce;    /* lm_tp_reduce: ring (default), `/tree` (pairwise over the shards) or
+                         `/fixed` (a tree fixed by k alone, also on one device: tp=1/fixed) */
     uint64_t sr_seed; /* LM_BE_SEEDED backends only (the noise ensemble's members, never parsed
                          or formatted): their seed; 0 elsewhere */
 } hx_config;
@@ -85,7 +86,8 @@ int hx_config_add_turns(hx_config **v, size_t *n, uint32_t turn, lm_err *err);
  * prefix (P or P/S: P >= 1 prompt tokens reused from an earlier request chunked by S, an
  * integer >= 1 or full, default step's; "none" or 0 = no reuse; not with a rotating cache),
  * batch (B or B/decode, B in 1..LM_BATCH_MAX: co-resident sequences in every forward call),
- * tp (N or N/tree, N in 1..LM_TP_SHARDS_MAX, a power of two with tree: tensor-parallel shards),
+ * tp (N, N/tree or N/fixed, N in 1..LM_TP_SHARDS_MAX, a power of two with tree or fixed, N >= 2
+ * with tree: tensor-parallel shards),
  * draft (self:L, a GGUF path or synth:PRESET[:seed=N]: the rest of the string, so it comes
  * last, ':' included);
  * each key at most once, in any order. A missing step means full.
@@ -95,7 +97,7 @@ int hx_config_parse(hx_config *out, const char *s, lm_err *err);
 
 /* Canonical form: backend, then step=N|full always, then threads=T when nonzero, then attn=A
  * when not default, then rot=MAX/KEEP[/window] when rotating, then turn=D when D > 0, then
- * prefix=P[/S] when P > 0, then batch=B[/decode] when B > 1, then tp=N[/tree] when N > 1, then
+ * prefix=P[/S] when P > 0, then batch=B[/decode] when B > 1, then tp=N[/tree|/fixed] when N > 1 or fixed, then
  * profile=P when not f32, then spec=K
  * when K > 0, then draft=D when given.
  * parse(format(c)) == c for every valid c. Returns the length written
@@ -127,8 +129,9 @@ bool hx_prefix_parse(const char *s, size_t len, bool colon_ok, uint32_t *p, uint
 bool hx_batch_parse(const char *s, size_t len, bool colon_ok, uint32_t *b, bool *decode);
 
 /* A tensor-parallel value s[0..len): N (1..LM_TP_SHARDS_MAX; 1 stored as 0) optionally followed
- * by sep and "tree" (N a power of two); sep as hx_batch_parse's. False when malformed. */
-bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, bool *tree);
+ * by sep and "tree" (N >= 2 a power of two) or "fixed" (N a power of two) into *reduce
+ * (lm_tp_reduce); sep as hx_batch_parse's. False when malformed. */
+bool hx_tp_parse(const char *s, size_t len, bool colon_ok, uint32_t *n, int *reduce);
 
 /* Multiplies the configurations *v[*n] by a rotating-cache axis: list = comma list of "none"
  * and MAX:KEEP[:window] (or MAX/KEEP[/window]) values, no duplicates; the rot value varies slowest (the whole

@@ -29,7 +29,8 @@ unsigned hx_config_keys(const hx_config *cfg)
            (cfg->rot_max != 0 ? HX_KEY_ROT : 0u) | (cfg->profile[0] ? HX_KEY_PROFILE : 0u) |
            (cfg->turn != 0 ? HX_KEY_TURN : 0u) | (cfg->spec != 0 ? HX_KEY_SPEC : 0u) |
            (cfg->draft[0] ? HX_KEY_DRAFT : 0u) | (cfg->prefix != 0 ? HX_KEY_PREFIX : 0u) |
-           (cfg->batch > 1 ? HX_KEY_BATCH : 0u) | (cfg->tp > 1 ? HX_KEY_TP : 0u);
+           (cfg->batch > 1 ? HX_KEY_BATCH : 0u) |
+           (cfg->tp > 1 || cfg->tp_reduce != LM_TP_RING ? HX_KEY_TP : 0u);
 }
 
 const char *hx_config_key_name(unsigned key)
@@ -60,7 +61,7 @@ int hx_drive_open_ctx(lm_ctx **out, const lm_model *m, const hx_config *cfg, uin
                               .attn = cfg->attn == HX_ATTN_STREAM ? "stream" : "dense",
                               .rot_max_size = cfg->rot_max, .rot_keep = cfg->rot_keep,
                               .rot_window = cfg->rot_window, .tp = cfg->tp,
-                              .tp_tree = cfg->tp_tree, .batch_rows = batch_rows,
+                              .tp_reduce = cfg->tp_reduce, .batch_rows = batch_rows,
                               .profile = cfg->profile};
     return lm_ctx_create(out, m, &cp, err);
 }
