@@ -370,7 +370,7 @@ static int parse_tensor_info(lm_gguf *g, cur *c, lm_gguf_tensor *t, uint64_t *of
         return rc;
     /* Every ggml type with a known geometry is accepted here (its extent can be validated);
      * whether kvdrift can dequantize it is the model loader's question. */
-    const lm_type_traits *tr = lm_type_traits_of(type);
+    const lm_type_geom *tr = lm_type_geom_of(type);
     if (tr == NULL)
         return LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' has unknown type %" PRIu32,
                        g->path, name, type);

@@ -14,7 +14,8 @@ typedef enum lm_gguf_vtype {
 } lm_gguf_vtype;
 
 /* Tensor element types, numbered as ggml numbers them. The reader accepts every type whose
- * block geometry is known (lm_type_traits_of); only those with a to_f32 can be loaded. */
+ * block geometry is known (lm_type_geom_of); which ones can be decoded is each part's own
+ * question (the engine's kvd_dequant.h, the reference's ref_dequant). */
 typedef enum lm_tensor_type {
     LM_TYPE_F32 = 0, LM_TYPE_F16 = 1, LM_TYPE_Q4_0 = 2, LM_TYPE_Q4_1 = 3,
     LM_TYPE_Q5_0 = 6, LM_TYPE_Q5_1 = 7, LM_TYPE_Q8_0 = 8, LM_TYPE_Q8_1 = 9,
@@ -27,18 +28,16 @@ typedef enum lm_tensor_type {
     LM_TYPE_NVFP4 = 40, LM_TYPE_Q1_0 = 41
 } lm_tensor_type;
 
-/* One row per ggml tensor type: its geometry and, for the types kvdrift loads, the
- * dequantizer. to_f32 converts n_blocks consecutive blocks (src: [n_blocks * block_bytes])
- * into out: [n_blocks * block_elems]; NULL for a type kvdrift does not load. */
-typedef struct lm_type_traits {
+/* One row per ggml tensor type (common/gguf_types.c): a block of block_elems elements takes
+ * block_bytes bytes. */
+typedef struct lm_type_geom {
     const char *name;
     uint32_t block_elems;
     uint32_t block_bytes;
-    void (*to_f32)(const uint8_t *src, float *out, uint64_t n_blocks);
-} lm_type_traits;
+} lm_type_geom;
 
 /* The row of ggml type number `type`, or NULL when it is no ggml type. */
-const lm_type_traits *lm_type_traits_of(uint32_t type);
+const lm_type_geom *lm_type_geom_of(uint32_t type);
 
 /* A string inside the file: NUL-terminated copy owned by the lm_gguf handle. */
 typedef struct lm_gguf_str {
@@ -100,21 +99,16 @@ uint64_t lm_gguf_n_tensors(const lm_gguf *g);
 const lm_gguf_tensor *lm_gguf_tensor_at(const lm_gguf *g, uint64_t i);
 const lm_gguf_tensor *lm_gguf_tensor_find(const lm_gguf *g, const char *name); /* NULL if absent */
 
-/* Dequantizes any supported type into float32 exactly as GGUF defines it. out: [t->n_elem]. */
-int lm_gguf_tensor_to_f32(float *out, const lm_gguf_tensor *t, lm_err *err);
 /* Bytes per block and elements per block of a type (0 for an unknown type); its name
- * ("unknown" for an unknown type). Shorthands for lm_type_traits_of. */
+ * ("unknown" for an unknown type). Shorthands for lm_type_geom_of. */
 size_t lm_tensor_type_block_bytes(lm_tensor_type type);
 size_t lm_tensor_type_block_elems(lm_tensor_type type);
 const char *lm_tensor_type_name(lm_tensor_type type);
-/* Whether kvdrift dequantizes the type (its traits row has a to_f32). */
-bool lm_tensor_type_loadable(lm_tensor_type type);
 
-/* Scalar conversions used by dequantization (and by tests and the writer). */
-float lm_f16_to_f32(uint16_t h);
-uint16_t lm_f32_to_f16(float f);  /* round to nearest even */
-float lm_bf16_to_f32(uint16_t h);
-uint16_t lm_f32_to_bf16(float f); /* round to nearest even */
+/* float32 to binary16 and to bfloat16, round to nearest even (common/f16.c: the writer's
+ * encodings). */
+uint16_t lm_f32_to_f16(float f);
+uint16_t lm_f32_to_bf16(float f);
 
 /* --- writer (used by `kvdrift synth` and by tests that build files) --- */
 typedef struct lm_gguf_writer lm_gguf_writer;

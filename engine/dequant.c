@@ -1,5 +1,5 @@
-/* dequant.c — tensor element types: the traits table (name, block geometry, dequantizer) and
- * f16/bf16 conversions.
+/* dequant.c — the engine's dequantization: one float32 decoder per tensor type it loads (the
+ * types' geometry is common/gguf_types.c's), and the f16/bf16 decoders.
  *
  * Block layouts exactly as ggml defines them (ggml-common.h), little-endian; QK_K = 256:
  *   Q4_0  32 in 18: f16 d, qs[16]. Byte j: element j low nibble, j + 16 high; x = (q - 8) d.
@@ -27,7 +27,7 @@
  * (ggml-quants.c dequantize_row_*): f16 widened exactly, then float multiplies and adds (no
  * fused multiply-add: the build uses -ffp-contract=off), so the values are bitwise ggml's. */
 #include "kvd_defects.h"
-#include "kvd_gguf.h"
+#include "kvd_dequant.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -37,13 +37,6 @@ static float bits_f32(uint32_t u)
     float f;
     memcpy(&f, &u, 4);
     return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
 }
 
 /* Exact: every f16 value is a float32 value. Subnormals are normalised by shifting. */
@@ -71,50 +64,9 @@ float lm_f16_to_f32(uint16_t h)
     return bits_f32(sign | (exp + 127 - 15) << 23 | (man << 13));
 }
 
-/* Round to nearest, ties to even; overflow goes to ±Inf, NaN stays NaN (quiet). */
-uint16_t lm_f32_to_f16(float f)
-{
-    uint32_t x = f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t exp = (x >> 23) & 0xffu;
-    uint32_t man = x & 0x7fffffu;
-    if (exp == 0xff) /* Inf, or NaN with the quiet bit set so a payload cannot become Inf */
-        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
-    int e = (int)exp - 127 + 15; /* f16 biased exponent */
-    if (e >= 0x1f)
-        return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        /* subnormal in f16 (or zero): value = m * 2^-24 with m = full mantissa >> shift */
-        if (e < -10)
-            return sign; /* below half the smallest subnormal: rounds to ±0 */
-        uint32_t m = man | 0x800000u;     /* implicit bit */
-        uint32_t shift = (uint32_t)(14 - e); /* 24-bit mantissa -> 10-bit subnormal field */
-        uint32_t q = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1);
-        uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1u)))
-            ++q; /* may carry into the smallest normal: the encoding handles it */
-        return (uint16_t)(sign | q);
-    }
-    uint32_t q = ((uint32_t)e << 10) | (man >> 13);
-    uint32_t rem = man & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (q & 1u)))
-        ++q; /* a carry out of the mantissa bumps the exponent; up to 0x7c00 = Inf */
-    return (uint16_t)(sign | q);
-}
-
 float lm_bf16_to_f32(uint16_t h)
 {
     return bits_f32((uint32_t)h << 16);
-}
-
-uint16_t lm_f32_to_bf16(float f)
-{
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: truncate and force quiet */
-        return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u); /* ties to even; overflow carries to Inf correctly */
-    return (uint16_t)(x >> 16);
 }
 
 static uint16_t rd16(const uint8_t *p)
@@ -400,86 +352,40 @@ static void mxfp4_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-/* Indexed by ggml type number; a NULL name is no type (removed numbers 4, 5, 31..33, 36..38). */
-static const lm_type_traits traits[] = {
-    [LM_TYPE_F32] = {"F32", 1, 4, f32_to_f32},
-    [LM_TYPE_F16] = {"F16", 1, 2, f16_to_f32},
-    [LM_TYPE_Q4_0] = {"Q4_0", 32, 18, q4_0_to_f32},
-    [LM_TYPE_Q4_1] = {"Q4_1", 32, 20, q4_1_to_f32},
-    [LM_TYPE_Q5_0] = {"Q5_0", 32, 22, q5_0_to_f32},
-    [LM_TYPE_Q5_1] = {"Q5_1", 32, 24, q5_1_to_f32},
-    [LM_TYPE_Q8_0] = {"Q8_0", 32, 34, q8_0_to_f32},
-    [LM_TYPE_Q8_1] = {"Q8_1", 32, 36, NULL},
-    [LM_TYPE_Q2_K] = {"Q2_K", 256, 84, q2_k_to_f32},
-    [LM_TYPE_Q3_K] = {"Q3_K", 256, 110, q3_k_to_f32},
-    [LM_TYPE_Q4_K] = {"Q4_K", 256, 144, q4_k_to_f32},
-    [LM_TYPE_Q5_K] = {"Q5_K", 256, 176, q5_k_to_f32},
-    [LM_TYPE_Q6_K] = {"Q6_K", 256, 210, q6_k_to_f32},
-    [LM_TYPE_Q8_K] = {"Q8_K", 256, 292, q8_k_to_f32},
-    [LM_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66, NULL},
-    [LM_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74, NULL},
-    [LM_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98, NULL},
-    [LM_TYPE_IQ1_S] = {"IQ1_S", 256, 50, NULL},
-    [LM_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, iq4_nl_to_f32},
-    [LM_TYPE_IQ3_S] = {"IQ3_S", 256, 110, NULL},
-    [LM_TYPE_IQ2_S] = {"IQ2_S", 256, 82, NULL},
-    [LM_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136, iq4_xs_to_f32},
-    [LM_TYPE_I8] = {"I8", 1, 1, NULL},
-    [LM_TYPE_I16] = {"I16", 1, 2, NULL},
-    [LM_TYPE_I32] = {"I32", 1, 4, NULL},
-    [LM_TYPE_I64] = {"I64", 1, 8, NULL},
-    [LM_TYPE_F64] = {"F64", 1, 8, NULL},
-    [LM_TYPE_IQ1_M] = {"IQ1_M", 256, 56, NULL},
-    [LM_TYPE_BF16] = {"BF16", 1, 2, bf16_to_f32},
-    [LM_TYPE_TQ1_0] = {"TQ1_0", 256, 54, NULL},
-    [LM_TYPE_TQ2_0] = {"TQ2_0", 256, 66, NULL},
-    [LM_TYPE_MXFP4] = {"MXFP4", 32, 17, mxfp4_to_f32},
-    [LM_TYPE_NVFP4] = {"NVFP4", 64, 36, NULL},
-    [LM_TYPE_Q1_0] = {"Q1_0", 128, 18, NULL},
+/* Indexed by ggml type number; NULL where the engine does not load the type. */
+static const lm_to_f32_fn to_f32[] = {
+    [LM_TYPE_F32] = f32_to_f32,     [LM_TYPE_F16] = f16_to_f32,     [LM_TYPE_Q4_0] = q4_0_to_f32,
+    [LM_TYPE_Q4_1] = q4_1_to_f32,   [LM_TYPE_Q5_0] = q5_0_to_f32,   [LM_TYPE_Q5_1] = q5_1_to_f32,
+    [LM_TYPE_Q8_0] = q8_0_to_f32,   [LM_TYPE_Q2_K] = q2_k_to_f32,   [LM_TYPE_Q3_K] = q3_k_to_f32,
+    [LM_TYPE_Q4_K] = q4_k_to_f32,   [LM_TYPE_Q5_K] = q5_k_to_f32,   [LM_TYPE_Q6_K] = q6_k_to_f32,
+    [LM_TYPE_Q8_K] = q8_k_to_f32,   [LM_TYPE_IQ4_NL] = iq4_nl_to_f32,
+    [LM_TYPE_IQ4_XS] = iq4_xs_to_f32, [LM_TYPE_BF16] = bf16_to_f32, [LM_TYPE_MXFP4] = mxfp4_to_f32,
 };
 
-const lm_type_traits *lm_type_traits_of(uint32_t type)
+lm_to_f32_fn lm_type_to_f32(uint32_t type)
 {
-    if (type >= sizeof traits / sizeof traits[0] || traits[type].name == NULL)
+    if (lm_type_geom_of(type) == NULL || type >= sizeof to_f32 / sizeof to_f32[0])
         return NULL;
-    return &traits[type];
-}
-
-size_t lm_tensor_type_block_bytes(lm_tensor_type type)
-{
-    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
-    return t ? t->block_bytes : 0;
-}
-
-size_t lm_tensor_type_block_elems(lm_tensor_type type)
-{
-    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
-    return t ? t->block_elems : 0;
-}
-
-const char *lm_tensor_type_name(lm_tensor_type type)
-{
-    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
-    return t ? t->name : "unknown";
+    return to_f32[type];
 }
 
 bool lm_tensor_type_loadable(lm_tensor_type type)
 {
-    const lm_type_traits *t = lm_type_traits_of((uint32_t)type);
-    return t != NULL && t->to_f32 != NULL;
+    return lm_type_to_f32((uint32_t)type) != NULL;
 }
 
 int lm_gguf_tensor_to_f32(float *out, const lm_gguf_tensor *t, lm_err *err)
 {
-    const lm_type_traits *tr = lm_type_traits_of((uint32_t)t->type);
-    if (tr == NULL || tr->to_f32 == NULL)
+    const lm_to_f32_fn fn = lm_type_to_f32((uint32_t)t->type);
+    if (fn == NULL)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "tensor '%s': type %d (%s) cannot be dequantized",
-                       t->name, (int)t->type, tr ? tr->name : "unknown");
-    uint64_t be = tr->block_elems;
-    if (t->ne[0] % be != 0 || t->n_elem % be != 0 || t->n_elem / be * tr->block_bytes != t->nbytes)
+                       t->name, (int)t->type, lm_tensor_type_name(t->type));
+    const lm_type_geom *g = lm_type_geom_of((uint32_t)t->type);
+    uint64_t be = g->block_elems;
+    if (t->ne[0] % be != 0 || t->n_elem % be != 0 || t->n_elem / be * g->block_bytes != t->nbytes)
         return LM_FAIL(err, LM_E_INPUT, "tensor '%s': %" PRIu64 " elements and %" PRIu64
                        " bytes do not form whole %s blocks", t->name, t->n_elem, t->nbytes,
-                       tr->name);
-    tr->to_f32(t->data, out, t->n_elem / be); /* data: [nbytes], validated by the reader */
+                       g->name);
+    fn(t->data, out, t->n_elem / be); /* data: [nbytes], validated by the reader */
     return LM_OK;
 }

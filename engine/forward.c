@@ -39,7 +39,7 @@
 #include "kvd_speculative.h"
 
 #include "kvd_defects.h"
-#include "kvd_gguf.h"
+#include "kvd_dequant.h"
 #include "attention.h"
 #include "backend.h"
 #include "expf.h"

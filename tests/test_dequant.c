@@ -2,7 +2,7 @@
  * every supported type against hand-computed blocks. Every comparison here is exact: each
  * expected value is a dyadic rational representable in float32, and ggml's definitions are a
  * single float multiply (and add) of exactly representable operands. */
-#include "kvd_gguf.h"
+#include "kvd_dequant.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /* test_gguf.c — the GGUF reader on hand-made broken files, and the writer round trip. */
-#include "kvd_gguf.h"
+#include "kvd_dequant.h"
 #include "test_util.h"
 
 #include <dirent.h>

@@ -66,8 +66,10 @@ static void test_quant_fixtures_engine_and_reference(void)
 {
     for (size_t k = 0; k < sizeof fixture_types / sizeof fixture_types[0]; ++k) {
         const char *name = fixture_types[k].name;
-        const lm_type_traits *tr = lm_type_traits_of((uint32_t)fixture_types[k].type);
+        const lm_type_geom *tr = lm_type_geom_of((uint32_t)fixture_types[k].type);
+        const lm_to_f32_fn to_f32 = lm_type_to_f32((uint32_t)fixture_types[k].type);
         CU_ASSERT_PTR_NOT_NULL_FATAL(tr);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(to_f32);
         CU_ASSERT_STRING_EQUAL(tr->name, name);
         uint8_t *raw;
         size_t nraw;
@@ -77,7 +79,7 @@ static void test_quant_fixtures_engine_and_reference(void)
         CU_ASSERT_EQUAL_FATAL(n % tr->block_elems, 0);
         CU_ASSERT_EQUAL_FATAL(n / tr->block_elems * tr->block_bytes, nraw);
         float *got = calloc(n, sizeof *got);
-        tr->to_f32(raw, got, n / tr->block_elems);
+        to_f32(raw, got, n / tr->block_elems);
         int bad = first_mismatch(got, want, n);
         CU_ASSERT_EQUAL(bad, -1);
         if (bad >= 0)
@@ -117,7 +119,7 @@ static void test_quant_fixtures_detect_a_flipped_bit(void)
     CU_ASSERT_FATAL(n > 0);
     raw[16 + 5] ^= 0x10; /* block 0, quant byte 5, high nibble: element 32 + 5 */
     float *got = calloc(n, sizeof *got);
-    lm_type_traits_of(LM_TYPE_Q4_K)->to_f32(raw, got, n / 256);
+    lm_type_to_f32(LM_TYPE_Q4_K)(raw, got, n / 256);
     CU_ASSERT_EQUAL(first_mismatch(got, want, n), 37);
     lm_err err = {0};
     CU_ASSERT_EQUAL(ref_dequant(got, LM_TYPE_Q4_K, raw, nraw, n, &err), LM_OK);

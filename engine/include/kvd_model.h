@@ -1,8 +1,9 @@
-/* kvd_model.h — model configuration and weights (float32, dequantized once at load).
- * This and kvd_gguf.h are all the reference shares with the engine. */
+/* kvd_model.h — the engine's model: configuration and weights (float32, dequantized once at
+ * load). The reference reads the same file through its own view (ref_model.h). */
 #ifndef KVD_MODEL_H
 #define KVD_MODEL_H
 
+#include "kvd_dequant.h"
 #include "kvd_gguf.h"
 #include "kvd_tokenizer.h"
 
