@@ -17,7 +17,7 @@ static void add_u32(XXH3_state_t *st, uint32_t v)
     XXH3_128bits_update(st, b, 4);
 }
 
-void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq)
+void ref_cache_key(char out[33], const ref_model *m, const ref_request *rq)
 {
     XXH3_state_t *st = XXH3_createState();
     XXH3_128bits_reset(st);
@@ -58,7 +58,7 @@ void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq)
 }
 
 /* Does a capture read from the cache hold exactly what rq asks for? */
-static bool matches(const ref_capture *c, const lm_model *m, const ref_request *rq)
+static bool matches(const ref_capture *c, const ref_model *m, const ref_request *rq)
 {
     uint32_t prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
     if (c->version != REF_VERSION || c->prec != prec ||
@@ -78,7 +78,7 @@ static bool matches(const ref_capture *c, const lm_model *m, const ref_request *
     return true;
 }
 
-int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const char *cache_dir,
+int ref_cached(ref_capture *out, const ref_model *m, const ref_request *rq, const char *cache_dir,
                bool *hit, lm_err *err)
 {
     memset(out, 0, sizeof *out);

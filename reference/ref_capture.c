@@ -64,7 +64,7 @@ int64_t ref_capture_find_pos(const ref_capture *c, uint32_t p)
     return lm_index_of_u32(c->pos, c->n_pos, p);
 }
 
-int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
+int ref_result_to_capture(ref_capture *out, const ref_result *r, const ref_model *m,
                           const ref_request *rq, lm_err *err)
 {
     memset(out, 0, sizeof *out);

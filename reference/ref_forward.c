@@ -9,7 +9,6 @@
  * computes its range of every product's output rows and of the attention pairs (and of the
  * gated FFN's activation, with its gate and up rows), and one exchange per product gives all
  * members every value; the rest every member computes. */
-#include "kvd_engine.h"
 #include "kvd_util.h"
 #include "kvd_ref.h"
 #include "ref_dotx.h"
@@ -25,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_THREADS ((int)LM_MAX_THREADS)
+#define MAX_THREADS ((int)REF_MAX_THREADS)
 #define REF_MM_CHUNK 32u /* weight rows a matrix-product work item splits at once */
 _Static_assert(REF_MM_CHUNK <= REF_DX_ROWS_MAX, "a work item's rows go to one ref_dx_dot_rows");
 
@@ -33,8 +32,8 @@ typedef struct fwd fwd;
 typedef void (*item_fn)(fwd *f, void *ctx, uint64_t item, int tid);
 
 struct fwd {
-    const lm_model *m;
-    const lm_hparams *hp;
+    const ref_model *m;
+    const ref_hparams *hp;
     mpfr_prec_t prec;
     int nt;
     uint32_t n;          /* tokens */
@@ -92,9 +91,9 @@ struct fwd {
     double macs_done, macs_total, t0;
 };
 
-double ref_macs(const lm_model *m, const ref_request *rq)
+double ref_macs(const ref_model *m, const ref_request *rq)
 {
-    const lm_hparams *hp = &m->hp;
+    const ref_hparams *hp = &m->hp;
     const double e = hp->n_embd, q = (double)hp->n_head * hp->head_dim,
                  kv = (double)hp->n_head_kv * hp->head_dim, n = rq->n_tokens;
     double ffn = 3.0 * e * hp->n_ff;
@@ -389,9 +388,9 @@ static int count_matrix(fwd *f, double *acc, const float *w, uint64_t n_w, uint6
     return st;
 }
 
-double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_threads)
+double ref_calibrate_s_per_mac(const ref_model *m, const ref_request *rq, int n_threads)
 {
-    const lm_hparams *hp = &m->hp;
+    const ref_hparams *hp = &m->hp;
     fwd f = {.m = m, .nt = n_threads < 1 ? 1 : (n_threads > MAX_THREADS ? MAX_THREADS
                                                                           : n_threads)};
     lm_err err = {0};
@@ -406,7 +405,7 @@ double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_t
     double acc[REF_DX_SPAN_BINS] = {0};
     int st = LM_OK;
     for (uint32_t l = 0; st == LM_OK && l < hp->n_layer; ++l) {
-        const lm_layer *L = &m->layers[l];
+        const ref_layer *L = &m->layers[l];
         st = count_matrix(&f, acc, L->wq, q, e, n, &err);
         if (st == LM_OK)
             st = count_matrix(&f, acc, L->wk, kv, e, n, &err);
@@ -451,9 +450,9 @@ double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_t
     return ref_dx_calibrate(rq->prec ? rq->prec : REF_DEFAULT_PREC, e, hist);
 }
 
-double ref_fixed_cost_s(const lm_model *m, int n_threads)
+double ref_fixed_cost_s(const ref_model *m, int n_threads)
 {
-    const lm_layer *L = &m->layers[0];
+    const ref_layer *L = &m->layers[0];
     const uint64_t n_in = m->hp.n_embd, q = (uint64_t)m->hp.n_head * m->hp.head_dim;
     const uint64_t rows = q < 256 ? q : 256; /* the first rows of layer 0's wq: a few ms */
     double elems = 0.0;
@@ -473,7 +472,7 @@ double ref_fixed_cost_s(const lm_model *m, int n_threads)
     if (st != LM_OK)
         return 0.0;
     const int nt = n_threads < 1 ? 1 : n_threads;
-    return elems * (ref_weights_check_s_per_weight(m) + split / nt);
+    return elems * split / nt;
 }
 
 /* --- per-token items --- */
@@ -496,7 +495,7 @@ static void norm_item(fwd *f, void *p, uint64_t t, int tid)
 static void rope_item(fwd *f, void *p, uint64_t t, int tid)
 {
     (void)p;
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     if (hp->n_rot == 0)
         return;
     if (!f->cs_ready) {
@@ -523,8 +522,8 @@ static void rope_item(fwd *f, void *p, uint64_t t, int tid)
 static void qk_norm_item(fwd *f, void *p, uint64_t item, int tid)
 {
     (void)p;
-    const lm_hparams *hp = f->hp;
-    const lm_layer *L = &f->m->layers[f->layer];
+    const ref_hparams *hp = f->hp;
+    const ref_layer *L = &f->m->layers[f->layer];
     const uint64_t per = hp->n_head + hp->n_head_kv, t = item / per, h = item % per;
     mpfr_t *x = h < hp->n_head ? f->q + t * f->q_dim + h * hp->head_dim
                                : f->k + t * f->kv_dim + (h - hp->n_head) * hp->head_dim;
@@ -566,8 +565,8 @@ static uint64_t cand_pos(const fwd *f, uint64_t t, uint64_t a)
  * positions t does not see, so one split of it serves every column of v. */
 static void attn_item_dx(fwd *f, uint64_t t, uint64_t h, int tid)
 {
-    const lm_hparams *hp = f->hp;
-    const lm_layer *L = &f->m->layers[f->layer];
+    const ref_hparams *hp = f->hp;
+    const ref_layer *L = &f->m->layers[f->layer];
     ref_scratch *s = &f->scr[tid];
     ref_dx_scratch *dxs = &f->dxs[tid];
     const uint64_t hd = hp->head_dim, nkv = hp->n_head_kv;
@@ -636,8 +635,8 @@ static void kv_split_item(fwd *f, void *p, uint64_t item, int tid)
 static void attn_item(fwd *f, void *p, uint64_t item, int tid)
 {
     item += *(const uint64_t *)p; /* the first pair this process computes */
-    const lm_hparams *hp = f->hp;
-    const lm_layer *L = &f->m->layers[f->layer];
+    const ref_hparams *hp = f->hp;
+    const ref_layer *L = &f->m->layers[f->layer];
     ref_scratch *s = &f->scr[tid];
     uint64_t t = item / hp->n_head, h = item % hp->n_head;
     uint64_t hd = hp->head_dim;
@@ -705,7 +704,7 @@ static int attention(fwd *f, lm_err *err)
 static void route_item(fwd *f, void *p, uint64_t t, int tid)
 {
     (void)p;
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     const uint32_t k = hp->n_expert_used;
     mpfr_t *lg = f->router + t * hp->n_expert;
     ref_moe_topk(f->sel + t * k, lg, hp->n_expert, k);
@@ -735,9 +734,9 @@ static int ffn_gated(fwd *f, const float *wg, const float *bg, const float *wu, 
 /* MoE FFN of the current layer on f->h: every expert computed for every token (simple; the
  * reference is not the place for sparsity), each token keeping its selected experts' outputs,
  * then x += sum over ranks r of w_r * y_r (left to right). */
-static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
+static int moe_ffn(fwd *f, const ref_layer *L, lm_err *err)
 {
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
     int st;
     if ((st = matmul(f, f->router, f->h, L->ffn_gate_inp, L->ffn_gate_inp_b, n, e, hp->n_expert,
@@ -764,7 +763,7 @@ static int moe_ffn(fwd *f, const lm_layer *L, lm_err *err)
         const float *bd = L->ffn_down_exps_b ? L->ffn_down_exps_b + (uint64_t)x * e : NULL;
         if ((st = ffn_gated(f, L->ffn_gate_exps + (uint64_t)x * fe * e, bg,
                             L->ffn_up_exps + (uint64_t)x * fe * e, bu,
-                            hp->act == LM_ACT_SWIGLU_OAI ? swiglu_oai_item : swiglu_item, err))
+                            hp->act == REF_ACT_SWIGLU_OAI ? swiglu_oai_item : swiglu_item, err))
             || (st = matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, bd, n, fe,
                             e, false, err)))
             return st;
@@ -826,23 +825,23 @@ static int block_out(fwd *f, mpfr_t *in, const float *w, const float *b, uint64_
 
 /* --- checks --- */
 
-int ref_model_supported(const lm_model *m, lm_err *err)
+int ref_model_supported(const ref_model *m, lm_err *err)
 {
-    const lm_hparams *hp = &m->hp;
+    const ref_hparams *hp = &m->hp;
     const char *name = m->path ? m->path : "model";
-    /* the architectures are the engine's table (engine/arch.c); a feature value of a row that
-     * the reference does not compute is refused below */
-    if (lm_arch_find(hp->arch) == NULL)
+    /* the architectures are the reference's rules (ref_hparams.c); a feature value that the
+     * reference does not compute is refused below */
+    if (!ref_arch_known(hp->arch))
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "%s: architecture '%s' is not implemented by the reference", name, hp->arch);
-    if (hp->rope_type != LM_ROPE_NORM && hp->rope_type != LM_ROPE_NEOX)
+    if (hp->rope_type != REF_ROPE_NORM && hp->rope_type != REF_ROPE_NEOX)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: RoPE type %d is not implemented by the reference",
                        name, (int)hp->rope_type);
-    if (hp->norm_place != LM_NORM_PRE && hp->norm_place != LM_NORM_SANDWICH)
+    if (hp->norm_place != REF_NORM_PRE && hp->norm_place != REF_NORM_SANDWICH)
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: norm placement %d is not implemented by the "
                        "reference", name, (int)hp->norm_place);
-    if (hp->act != LM_ACT_SWIGLU && hp->act != LM_ACT_GEGLU_TANH
-        && !(hp->act == LM_ACT_SWIGLU_OAI && hp->n_expert > 0)) /* swiglu_oai: experts only */
+    if (hp->act != REF_ACT_SWIGLU && hp->act != REF_ACT_GEGLU_TANH
+        && !(hp->act == REF_ACT_SWIGLU_OAI && hp->n_expert > 0)) /* swiglu_oai: experts only */
         return LM_FAIL(err, LM_E_UNSUPPORTED, "%s: FFN activation %d is not implemented by the "
                        "reference", name, (int)hp->act);
     if (hp->n_layer == 0 || hp->n_embd == 0 || hp->n_head == 0 || hp->n_head_kv == 0 ||
@@ -860,7 +859,7 @@ int ref_model_supported(const lm_model *m, lm_err *err)
     return LM_OK;
 }
 
-int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err)
+int ref_request_check(const ref_model *m, const ref_request *rq, lm_err *err)
 {
     int st = ref_model_supported(m, err);
     if (st)
@@ -907,9 +906,9 @@ int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err)
     return LM_OK;
 }
 
-uint64_t ref_memory_estimate(const lm_model *m, const ref_request *rq)
+uint64_t ref_memory_estimate(const ref_model *m, const ref_request *rq)
 {
-    const lm_hparams *hp = &m->hp;
+    const ref_hparams *hp = &m->hp;
     uint64_t prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
     uint64_t per_value = sizeof(mpfr_t) + 8 * ((prec + 63) / 64);
     uint64_t n = rq->n_tokens, e = hp->n_embd;
@@ -945,7 +944,7 @@ void ref_result_free(ref_result *r)
 
 static void fwd_free(fwd *f)
 {
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     uint64_t n = f->n;
     ref_vec_free(f->x, n * hp->n_embd);
     ref_vec_free(f->h, n * hp->n_embd);
@@ -1012,249 +1011,333 @@ static int default_threads(void)
     return c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int)c);
 }
 
-int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err)
+/* The group computing the pass: the request's, else the process's; NULL when alone. */
+static const ref_group *pass_group(const ref_request *rq)
 {
-    *out = NULL;
     const ref_group *grp = rq->group ? rq->group : ref_group_get();
-    if (grp != NULL && grp->size <= 1)
-        grp = NULL;
+    return grp != NULL && grp->size > 1 ? grp : NULL;
+}
+
+/* Rank 0 tells the other members what to compute, then every member checks the request and
+ * they agree (from here every member reaches the same agreements). */
+static int pass_begin(const ref_group *grp, const ref_model *m, const ref_request *rq,
+                      lm_err *err)
+{
     int st = LM_OK;
-    /* rank 0 tells the others first; from here every member reaches the same agreements */
     if (grp != NULL && grp->rank == 0 && grp->begin != NULL &&
         (st = grp->begin(grp, m, rq, err)) != LM_OK)
         return st;
-    st = ref_request_check(m, rq, err);
-    if (st == LM_OK)
-        st = ref_weights_check(m, err);
-    if (st == LM_OK)
-        st = ref_hparams_check(m, err);
-    if ((st = ref_group_agree(grp, st, err)) != LM_OK)
-        return st;
-    const lm_hparams *hp = &m->hp;
-    fwd f = {.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot, .rq = rq,
-             .macs_total = ref_macs(m, rq), .t0 = lm_now_s(), .grp = grp};
-    atomic_init(&f.dx_fail, 0);
-    f.prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
-    f.nt = rq->n_threads ? rq->n_threads
-                         : (grp != NULL && grp->threads > 0 ? grp->threads : default_threads());
-    if (f.nt > MAX_THREADS)
-        f.nt = MAX_THREADS;
-    f.q_dim = hp->n_head * hp->head_dim;
-    f.kv_dim = hp->n_head_kv * hp->head_dim;
-    mpfr_init2(f.scale, f.prec);
-    mpfr_set_ui(f.scale, hp->head_dim, MPFR_RNDN);
-    mpfr_rec_sqrt(f.scale, f.scale, MPFR_RNDN);
-
-    ref_result *r = calloc(1, sizeof *r);
-    if (r == NULL) {
-        mpfr_clear(f.scale);
-        return ref_group_agree(grp, LM_FAIL(err, LM_E_NOMEM, "reference: out of memory"), err);
-    }
-    bool agreed = false; /* the members agreed that every one is set up */
-    r->prec = (uint32_t)f.prec;
-    r->n_layer = hp->n_layer;
-    r->n_prompt = rq->n_prompt;
-    r->n_kv_head = hp->n_head_kv;
-    r->head_dim = hp->head_dim;
-    r->n_vocab = hp->n_vocab;
-    if (rq->pos) {
-        r->n_pos = rq->n_pos;
-        r->pos = malloc(rq->n_pos * sizeof *r->pos);
-        if (r->pos)
-            memcpy(r->pos, rq->pos, rq->n_pos * sizeof *r->pos);
-    } else {
-        r->n_pos = rq->n_tokens - rq->n_prompt + 1;
-        r->pos = malloc(r->n_pos * sizeof *r->pos);
-        for (uint32_t i = 0; r->pos && i < r->n_pos; ++i)
-            r->pos[i] = rq->n_prompt - 1 + i;
-    }
-
-    uint64_t n = f.n, e = hp->n_embd, kvl = (uint64_t)rq->n_prompt * f.kv_dim;
-    uint64_t max_in = e > f.q_dim ? e : f.q_dim;
-    if (hp->n_ff > max_in)
-        max_in = hp->n_ff;
-    const uint64_t ffw = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp; /* g, up width */
-    if (ffw > max_in)
-        max_in = ffw;
-    f.ff_cur = hp->n_ff;
-    if (rq->rot_max_size != 0
-        && (st = ref_rot_schedule_make_turns(&f.rot, rq->rot_max_size, rq->rot_keep,
-                                             rq->rot_step,
-                                             rq->rot_turn_at ? rq->rot_turn_at : rq->n_prompt,
-                                             rq->rot_turn_d, rq->n_prompt, rq->n_tokens,
-                                             err)) != LM_OK) {
-        mpfr_clear(f.scale);
-        ref_result_free(r);
-        return ref_group_agree(grp, st, err);
-    }
-    if (hp->n_expert > 0) {
-        f.router = ref_vec_new(n * hp->n_expert, f.prec);
-        f.gw = ref_vec_new(n * hp->n_expert_used, f.prec);
-        f.ye = ref_vec_new(n * e, f.prec);
-        f.yk = ref_vec_new(n * hp->n_expert_used * e, f.prec);
-        f.sel = malloc(n * hp->n_expert_used * sizeof *f.sel);
-        r->moe_k = hp->n_expert_used;
-        r->moe_n_tokens = (uint32_t)n;
-        r->moe_sel = calloc((size_t)hp->n_layer * n * hp->n_expert_used, sizeof *r->moe_sel);
-        r->moe_margin = malloc((size_t)hp->n_layer * n * sizeof *r->moe_margin);
-        f.sel_all = r->moe_sel;
-        f.margin_all = r->moe_margin;
-    }
-    f.n_hsel = r->n_pos;
-    f.x = ref_vec_new(n * e, f.prec);
-    f.h = ref_vec_new(n * e, f.prec);
-    f.q = ref_vec_new(n * f.q_dim, f.prec);
-    f.att = ref_vec_new(n * f.q_dim, f.prec);
-    f.k = ref_vec_new(n * f.kv_dim, f.prec);
-    f.v = ref_vec_new(n * f.kv_dim, f.prec);
-    f.g = ref_vec_new(n * ffw, f.prec);
-    f.up = ref_vec_new(n * ffw, f.prec);
-    f.cs = ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec);
-    const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
-    f.cs_swa = own_swa ? ref_vec_new(n * (hp->n_rot ? hp->n_rot : 1), f.prec) : NULL;
-    f.y = ref_vec_new(n * e, f.prec);
-    f.hsel = ref_vec_new(f.n_hsel * e, f.prec);
-    r->k = ref_vec_new(hp->n_layer * kvl, f.prec);
-    r->v = ref_vec_new(hp->n_layer * kvl, f.prec);
-    r->logits = ref_vec_new((uint64_t)r->n_pos * hp->n_vocab, f.prec);
-    f.scr = aligned_alloc(64, (size_t)f.nt * sizeof *f.scr); /* sizeof is a multiple of 64 */
-    if (f.scr)
-        memset(f.scr, 0, (size_t)f.nt * sizeof *f.scr);
-    f.scores = calloc((size_t)f.nt, sizeof *f.scores);
-    f.dxs = calloc((size_t)f.nt, sizeof *f.dxs);
-    f.dxr = calloc((size_t)f.nt * REF_MM_CHUNK, sizeof *f.dxr);
-    f.dxo = ref_vec_new((uint64_t)f.nt * REF_MM_CHUNK, f.prec);
-    f.dxv = calloc(n, sizeof *f.dxv);
-    f.vspan = calloc(n, sizeof *f.vspan);
-    f.vrange = calloc(n, sizeof *f.vrange);
-    f.vvb = ref_dx_vv_bits(n > hp->head_dim ? n : hp->head_dim, f.prec);
-    f.dx_attn = !f.mpfr_dot && f.vvb != 0;
-    if (f.dx_attn) {
-        f.kx = calloc(n * hp->n_head_kv, sizeof *f.kx);
-        f.vx = calloc(f.kv_dim, sizeof *f.vx);
-        f.qx = calloc((size_t)f.nt, sizeof *f.qx);
-        f.px = calloc((size_t)f.nt, sizeof *f.px);
-        f.pf = calloc((size_t)f.nt, sizeof *f.pf);
-        for (int t = 0; f.pf && t < f.nt; ++t)
-            if ((f.pf[t] = ref_vec_new(n, f.prec)) == NULL)
-                f.dx_fail = 1;
-    }
-    if (!f.dxs || !f.dxr || !f.dxv || !f.vspan || !f.vrange || !f.dxo || atomic_load(&f.dx_fail) ||
-        (f.dx_attn && (!f.kx || !f.vx || !f.qx || !f.px || !f.pf)) ||
-        !r->pos || !f.x || !f.h || !f.q || !f.att || !f.k || !f.v || !f.g || !f.up || !f.cs ||
-        (own_swa && !f.cs_swa) || !f.y ||
-        !f.hsel || !r->k || !r->v || !r->logits || !f.scr || !f.scores ||
-        (hp->n_expert > 0 && (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !r->moe_sel ||
-                              !r->moe_margin))) {
-        st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
-        goto fail;
-    }
-    for (int t = 0; t < f.nt; ++t) {
-        f.scores[t] = ref_vec_new(n, f.prec);
-        if (f.scores[t] == NULL) {
-            st = LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
-            goto fail;
-        }
-        if ((st = ref_scratch_init(&f.scr[t], f.prec, max_in, err)) != LM_OK) {
-            ref_vec_free(f.scores[t], n);
-            goto fail;
-        }
-        /* vectors up to max_in long, and attention's probabilities over n positions (the
-         * products of elements off the grid need one slot each) */
-        if ((st = ref_dx_scratch_init(&f.dxs[t], f.prec, max_in > n ? max_in : n, err)) !=
-            LM_OK) {
-            ref_scratch_clear(&f.scr[t]);
-            ref_vec_free(f.scores[t], n);
-            goto fail;
-        }
-        f.n_ready = t + 1;
-    }
-    /* the largest exchange: one product's outputs, the attention pairs or the logits */
-    uint64_t x_vals = e > f.q_dim ? e : f.q_dim;
-    x_vals = ffw > x_vals ? ffw : x_vals;
-    x_vals = hp->n_expert > x_vals ? hp->n_expert : x_vals;
-    x_vals = n * x_vals > (uint64_t)r->n_pos * hp->n_vocab ? n * x_vals
-                                                            : (uint64_t)r->n_pos * hp->n_vocab;
-    if ((st = ref_group_buf_init(&f.xbuf, grp, x_vals, f.prec, err)) != LM_OK)
-        goto fail;
-    agreed = true;
-    if ((st = ref_group_agree(grp, LM_OK, err)) != LM_OK)
-        goto fail;
-
-    if (rq->progress) {
-        ref_progress pr = {.n_layer = hp->n_layer, .total = f.macs_total, .m = m, .rq = rq};
-        rq->progress(rq->progress_user, &pr);
-    }
-    /* x = tok_embd[id] (exact) */
-    for (uint64_t t = 0; t < n; ++t) {
-        const float *row = m->tok_embd + (uint64_t)rq->tokens[t] * e;
-        for (uint64_t i = 0; i < e; ++i)
-            mpfr_set_flt(f.x[t * e + i], row[i], MPFR_RNDN);
-    }
-    if (hp->embd_scale != 0.0f) { /* x *= sqrt(n_embd), the factor at full precision */
-        mpfr_ptr c = f.scr[0].u;
-        mpfr_sqrt_ui(c, hp->n_embd, MPFR_RNDN);
-        for (uint64_t i = 0; i < n * e; ++i)
-            mpfr_mul(f.x[i], f.x[i], c, MPFR_RNDN);
-    }
-
-    for (uint32_t l = 0; l < hp->n_layer; ++l) {
-        const lm_layer *L = &m->layers[l];
-        f.layer = l;
-        norm_ctx nc = {f.x, f.h, L->attn_norm, NULL};
-        if ((st = par_for(&f, n, norm_item, &nc, err)) ||
-            (st = matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, err)) ||
-            (st = matmul(&f, f.k, f.h, L->wk, L->bk, n, e, f.kv_dim, false, err)) ||
-            (st = matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, err)) ||
-            (L->attn_q_norm != NULL &&
-             (st = par_for(&f, n * (hp->n_head + hp->n_head_kv), qk_norm_item, NULL, err))) ||
-            (st = par_for(&f, n, rope_item, NULL, err)))
-            goto fail;
-        f.cs_ready = true;
-        for (uint64_t i = 0; i < kvl; ++i) {
-            mpfr_set(r->k[l * kvl + i], f.k[i], MPFR_RNDN);
-            mpfr_set(r->v[l * kvl + i], f.v[i], MPFR_RNDN);
-        }
-        if ((st = attention(&f, err)) ||
-            (st = block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, err)))
-            goto fail;
-        norm_ctx fc = {f.x, f.h, L->ffn_norm, NULL};
-        if (L->ffn_gate_inp != NULL) {
-            if ((st = par_for(&f, n, norm_item, &fc, err)) || (st = moe_ffn(&f, L, err)))
-                goto fail;
-            continue;
-        }
-        if ((st = par_for(&f, n, norm_item, &fc, err)) ||
-            (st = ffn_gated(&f, L->w_gate, NULL, L->w_up, NULL,
-                            hp->act == LM_ACT_GEGLU_TANH ? geglu_item : swiglu_item, err)) ||
-            (st = block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, err)))
-            goto fail;
-    }
-    /* logits only where asked: final norm of those rows, then the output projection */
-    f.layer = hp->n_layer;
-    norm_ctx oc = {f.x, f.hsel, m->output_norm, r->pos};
-    if ((st = par_for(&f, r->n_pos, norm_item, &oc, err)) ||
-        (st = matmul(&f, r->logits, f.hsel, m->output, NULL, r->n_pos, e, hp->n_vocab, false,
-                     err)))
-        goto fail;
-    /* every member ends with the same numbers, or none keeps them */
-    mpfr_t *const res[3] = {r->k, r->v, r->logits};
-    const uint64_t res_n[3] = {hp->n_layer * kvl, hp->n_layer * kvl,
-                               (uint64_t)r->n_pos * hp->n_vocab};
-    if ((st = ref_group_same(grp, res, res_n, 3, err)) != LM_OK)
-        goto fail;
-    fwd_free(&f);
-    *out = r;
-    return LM_OK;
-fail:
-    if (!agreed) /* a failure while setting up: the others learn it at the same point */
-        st = ref_group_agree(grp, st, err);
-    fwd_free(&f);
-    ref_result_free(r);
-    return st;
+    return ref_group_agree(grp, ref_request_check(m, rq, err), err);
 }
 
-int ref_compute(ref_capture *out, const lm_model *m, const ref_request *rq, lm_err *err)
+/* The pass's scalars: precision, threads, widths, the attention scale 1/sqrt(head_dim). */
+static void fwd_init(fwd *f, const ref_model *m, const ref_request *rq, const ref_group *grp)
+{
+    const ref_hparams *hp = &m->hp;
+    *f = (fwd){.m = m, .hp = hp, .n = rq->n_tokens, .mpfr_dot = rq->mpfr_dot, .rq = rq,
+               .macs_total = ref_macs(m, rq), .t0 = lm_now_s(), .grp = grp};
+    atomic_init(&f->dx_fail, 0);
+    f->prec = rq->prec ? rq->prec : REF_DEFAULT_PREC;
+    f->nt = rq->n_threads ? rq->n_threads
+                          : (grp != NULL && grp->threads > 0 ? grp->threads : default_threads());
+    if (f->nt > MAX_THREADS)
+        f->nt = MAX_THREADS;
+    f->q_dim = hp->n_head * hp->head_dim;
+    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->ff_cur = hp->n_ff;
+    mpfr_init2(f->scale, f->prec);
+    mpfr_set_ui(f->scale, hp->head_dim, MPFR_RNDN);
+    mpfr_rec_sqrt(f->scale, f->scale, MPFR_RNDN);
+}
+
+/* Width of g and up: the dense FFN's or the experts', whichever is wider. */
+static uint64_t ffn_width(const ref_hparams *hp)
+{
+    return hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+}
+
+/* The result's header and logit positions (the request's, or the default ones: the last
+ * prompt position and every one after it); NULL when out of memory. */
+static ref_result *result_new(const fwd *f, const ref_request *rq)
+{
+    ref_result *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    const ref_hparams *hp = f->hp;
+    *r = (ref_result){.prec = (uint32_t)f->prec, .n_layer = hp->n_layer,
+                      .n_prompt = rq->n_prompt, .n_kv_head = hp->n_head_kv,
+                      .head_dim = hp->head_dim, .n_vocab = hp->n_vocab};
+    r->n_pos = rq->pos ? rq->n_pos : rq->n_tokens - rq->n_prompt + 1;
+    r->pos = malloc(r->n_pos * sizeof *r->pos);
+    if (r->pos != NULL && rq->pos != NULL)
+        memcpy(r->pos, rq->pos, rq->n_pos * sizeof *r->pos);
+    for (uint32_t i = 0; r->pos != NULL && rq->pos == NULL && i < r->n_pos; ++i)
+        r->pos[i] = rq->n_prompt - 1 + i;
+    return r;
+}
+
+/* The MoE buffers of f and r (router logits, gates, expert outputs, the kept routing). */
+static bool alloc_moe(fwd *f, ref_result *r)
+{
+    const ref_hparams *hp = f->hp;
+    const uint64_t n = f->n, e = hp->n_embd, k = hp->n_expert_used;
+    f->router = ref_vec_new(n * hp->n_expert, f->prec);
+    f->gw = ref_vec_new(n * k, f->prec);
+    f->ye = ref_vec_new(n * e, f->prec);
+    f->yk = ref_vec_new(n * k * e, f->prec);
+    f->sel = malloc(n * k * sizeof *f->sel);
+    r->moe_k = hp->n_expert_used;
+    r->moe_n_tokens = (uint32_t)n;
+    r->moe_sel = calloc((size_t)hp->n_layer * n * k, sizeof *r->moe_sel);
+    r->moe_margin = malloc((size_t)hp->n_layer * n * sizeof *r->moe_margin);
+    f->sel_all = r->moe_sel;
+    f->margin_all = r->moe_margin;
+    return f->router && f->gw && f->ye && f->yk && f->sel && r->moe_sel && r->moe_margin;
+}
+
+/* Attention's split vectors (ref_dx_dot_vv) when it uses them. */
+static bool alloc_dx_attn(fwd *f)
+{
+    const uint64_t n = f->n;
+    f->vvb = ref_dx_vv_bits(n > f->hp->head_dim ? n : f->hp->head_dim, f->prec);
+    f->dx_attn = !f->mpfr_dot && f->vvb != 0;
+    if (!f->dx_attn)
+        return true;
+    f->kx = calloc(n * f->hp->n_head_kv, sizeof *f->kx);
+    f->vx = calloc(f->kv_dim, sizeof *f->vx);
+    f->qx = calloc((size_t)f->nt, sizeof *f->qx);
+    f->px = calloc((size_t)f->nt, sizeof *f->px);
+    f->pf = calloc((size_t)f->nt, sizeof *f->pf);
+    for (int t = 0; f->pf && t < f->nt; ++t)
+        if ((f->pf[t] = ref_vec_new(n, f->prec)) == NULL)
+            return false;
+    return f->kx && f->vx && f->qx && f->px && f->pf;
+}
+
+/* Every activation, result and per-thread buffer of the pass (values at f->prec). */
+static int alloc_buffers(fwd *f, ref_result *r, lm_err *err)
+{
+    const ref_hparams *hp = f->hp;
+    const uint64_t n = f->n, e = hp->n_embd, ffw = ffn_width(hp), rot = hp->n_rot ? hp->n_rot : 1;
+    const uint64_t kvl = (uint64_t)r->n_prompt * f->kv_dim;
+    const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
+    bool ok = hp->n_expert == 0 || alloc_moe(f, r);
+    f->n_hsel = r->n_pos;
+    f->x = ref_vec_new(n * e, f->prec);
+    f->h = ref_vec_new(n * e, f->prec);
+    f->q = ref_vec_new(n * f->q_dim, f->prec);
+    f->att = ref_vec_new(n * f->q_dim, f->prec);
+    f->k = ref_vec_new(n * f->kv_dim, f->prec);
+    f->v = ref_vec_new(n * f->kv_dim, f->prec);
+    f->g = ref_vec_new(n * ffw, f->prec);
+    f->up = ref_vec_new(n * ffw, f->prec);
+    f->cs = ref_vec_new(n * rot, f->prec);
+    f->cs_swa = own_swa ? ref_vec_new(n * rot, f->prec) : NULL;
+    f->y = ref_vec_new(n * e, f->prec);
+    f->hsel = ref_vec_new(f->n_hsel * e, f->prec);
+    r->k = ref_vec_new(hp->n_layer * kvl, f->prec);
+    r->v = ref_vec_new(hp->n_layer * kvl, f->prec);
+    r->logits = ref_vec_new((uint64_t)r->n_pos * hp->n_vocab, f->prec);
+    f->scr = aligned_alloc(64, (size_t)f->nt * sizeof *f->scr); /* sizeof is a multiple of 64 */
+    if (f->scr)
+        memset(f->scr, 0, (size_t)f->nt * sizeof *f->scr);
+    f->scores = calloc((size_t)f->nt, sizeof *f->scores);
+    f->dxs = calloc((size_t)f->nt, sizeof *f->dxs);
+    f->dxr = calloc((size_t)f->nt * REF_MM_CHUNK, sizeof *f->dxr);
+    f->dxo = ref_vec_new((uint64_t)f->nt * REF_MM_CHUNK, f->prec);
+    f->dxv = calloc(n, sizeof *f->dxv);
+    f->vspan = calloc(n, sizeof *f->vspan);
+    f->vrange = calloc(n, sizeof *f->vrange);
+    ok = alloc_dx_attn(f) && ok;
+    if (!ok || !f->dxs || !f->dxr || !f->dxv || !f->vspan || !f->vrange || !f->dxo ||
+        !r->pos || !f->x || !f->h || !f->q || !f->att || !f->k || !f->v || !f->g || !f->up ||
+        !f->cs || (own_swa && !f->cs_swa) || !f->y || !f->hsel || !r->k || !r->v ||
+        !r->logits || !f->scr || !f->scores)
+        return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+    return LM_OK;
+}
+
+/* Each thread's scratch: MPFR temporaries and a weight row up to the widest product input,
+ * its attention score row, and the split dot product's scratch (vectors up to that width and
+ * attention's probabilities over n positions: the products of elements off the grid need one
+ * slot each). */
+static int init_scratch(fwd *f, lm_err *err)
+{
+    const ref_hparams *hp = f->hp;
+    const uint64_t n = f->n, e = hp->n_embd, ffw = ffn_width(hp);
+    uint64_t max_in = e > f->q_dim ? e : f->q_dim;
+    max_in = hp->n_ff > max_in ? hp->n_ff : max_in;
+    max_in = ffw > max_in ? ffw : max_in;
+    for (int t = 0; t < f->nt; ++t) {
+        int st;
+        if ((f->scores[t] = ref_vec_new(n, f->prec)) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
+        if ((st = ref_scratch_init(&f->scr[t], f->prec, max_in, err)) != LM_OK) {
+            ref_vec_free(f->scores[t], n);
+            return st;
+        }
+        if ((st = ref_dx_scratch_init(&f->dxs[t], f->prec, max_in > n ? max_in : n, err)) !=
+            LM_OK) {
+            ref_scratch_clear(&f->scr[t]);
+            ref_vec_free(f->scores[t], n);
+            return st;
+        }
+        f->n_ready = t + 1;
+    }
+    return LM_OK;
+}
+
+/* The group's exchange buffer, sized for the largest exchange: one product's outputs, the
+ * attention pairs or the logits. */
+static int init_exchange(fwd *f, const ref_result *r, lm_err *err)
+{
+    const ref_hparams *hp = f->hp;
+    const uint64_t n = f->n, ffw = ffn_width(hp), logits = (uint64_t)r->n_pos * hp->n_vocab;
+    uint64_t x_vals = hp->n_embd > f->q_dim ? hp->n_embd : f->q_dim;
+    x_vals = ffw > x_vals ? ffw : x_vals;
+    x_vals = hp->n_expert > x_vals ? hp->n_expert : x_vals;
+    x_vals = n * x_vals > logits ? n * x_vals : logits;
+    return ref_group_buf_init(&f->xbuf, f->grp, x_vals, f->prec, err);
+}
+
+/* Everything a pass holds, set up: the rotating schedule, buffers, scratch, exchange. */
+static int fwd_setup(fwd *f, ref_result *r, const ref_request *rq, lm_err *err)
+{
+    int st = LM_OK;
+    if (rq->rot_max_size != 0 &&
+        (st = ref_rot_schedule_make_turns(&f->rot, rq->rot_max_size, rq->rot_keep, rq->rot_step,
+                                          rq->rot_turn_at ? rq->rot_turn_at : rq->n_prompt,
+                                          rq->rot_turn_d, rq->n_prompt, rq->n_tokens, err)))
+        return st;
+    if ((st = alloc_buffers(f, r, err)) || (st = init_scratch(f, err)))
+        return st;
+    return init_exchange(f, r, err);
+}
+
+/* x = tok_embd[id] (exact), times sqrt(n_embd) at full precision when the model scales. */
+static void embed(fwd *f, const int32_t *tokens)
+{
+    const ref_hparams *hp = f->hp;
+    const uint64_t n = f->n, e = hp->n_embd;
+    for (uint64_t t = 0; t < n; ++t) {
+        const float *row = f->m->tok_embd + (uint64_t)tokens[t] * e;
+        for (uint64_t i = 0; i < e; ++i)
+            mpfr_set_flt(f->x[t * e + i], row[i], MPFR_RNDN);
+    }
+    if (hp->embd_scale != 0.0f) {
+        mpfr_ptr c = f->scr[0].u;
+        mpfr_sqrt_ui(c, hp->n_embd, MPFR_RNDN);
+        for (uint64_t i = 0; i < n * e; ++i)
+            mpfr_mul(f->x[i], f->x[i], c, MPFR_RNDN);
+    }
+}
+
+/* Layer f->layer's attention block: norm, Q/K/V, per-head norms, RoPE; K and V of the prompt
+ * positions kept into r; attention; output projection (and post-norm) into x. */
+static int attention_block(fwd *f, ref_result *r, lm_err *err)
+{
+    const ref_hparams *hp = f->hp;
+    const ref_layer *L = &f->m->layers[f->layer];
+    const uint64_t n = f->n, e = hp->n_embd, kvl = (uint64_t)r->n_prompt * f->kv_dim;
+    norm_ctx nc = {f->x, f->h, L->attn_norm, NULL};
+    int st;
+    if ((st = par_for(f, n, norm_item, &nc, err)) ||
+        (st = matmul(f, f->q, f->h, L->wq, L->bq, n, e, f->q_dim, false, err)) ||
+        (st = matmul(f, f->k, f->h, L->wk, L->bk, n, e, f->kv_dim, false, err)) ||
+        (st = matmul(f, f->v, f->h, L->wv, L->bv, n, e, f->kv_dim, false, err)) ||
+        (L->attn_q_norm != NULL &&
+         (st = par_for(f, n * (hp->n_head + hp->n_head_kv), qk_norm_item, NULL, err))) ||
+        (st = par_for(f, n, rope_item, NULL, err)))
+        return st;
+    f->cs_ready = true;
+    for (uint64_t i = 0; i < kvl; ++i) {
+        mpfr_set(r->k[f->layer * kvl + i], f->k[i], MPFR_RNDN);
+        mpfr_set(r->v[f->layer * kvl + i], f->v[i], MPFR_RNDN);
+    }
+    if ((st = attention(f, err)))
+        return st;
+    return block_out(f, f->att, L->wo, L->bo, f->q_dim, L->attn_post_norm, err);
+}
+
+/* Layer f->layer's FFN block: norm, then the mixture of experts or the gated FFN, into x. */
+static int ffn_block(fwd *f, lm_err *err)
+{
+    const ref_hparams *hp = f->hp;
+    const ref_layer *L = &f->m->layers[f->layer];
+    norm_ctx fc = {f->x, f->h, L->ffn_norm, NULL};
+    int st = par_for(f, f->n, norm_item, &fc, err);
+    if (st != LM_OK)
+        return st;
+    if (L->ffn_gate_inp != NULL)
+        return moe_ffn(f, L, err);
+    if ((st = ffn_gated(f, L->w_gate, NULL, L->w_up, NULL,
+                        hp->act == REF_ACT_GEGLU_TANH ? geglu_item : swiglu_item, err)))
+        return st;
+    return block_out(f, f->g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, err);
+}
+
+/* Logits only where asked: the final norm of those rows, then the output projection. */
+static int output_logits(fwd *f, ref_result *r, lm_err *err)
+{
+    const ref_hparams *hp = f->hp;
+    f->layer = hp->n_layer;
+    norm_ctx oc = {f->x, f->hsel, f->m->output_norm, r->pos};
+    int st = par_for(f, r->n_pos, norm_item, &oc, err);
+    if (st != LM_OK)
+        return st;
+    return matmul(f, r->logits, f->hsel, f->m->output, NULL, r->n_pos, hp->n_embd, hp->n_vocab,
+                  false, err);
+}
+
+/* The whole forward pass on f's buffers; every member ends with the same numbers in r, or
+ * none keeps them. */
+static int forward(fwd *f, ref_result *r, const ref_request *rq, lm_err *err)
+{
+    const ref_hparams *hp = f->hp;
+    if (rq->progress) {
+        ref_progress pr = {.n_layer = hp->n_layer, .total = f->macs_total, .m = f->m, .rq = rq};
+        rq->progress(rq->progress_user, &pr);
+    }
+    embed(f, rq->tokens);
+    int st = LM_OK;
+    for (uint32_t l = 0; st == LM_OK && l < hp->n_layer; ++l) {
+        f->layer = l;
+        if ((st = attention_block(f, r, err)) == LM_OK)
+            st = ffn_block(f, err);
+    }
+    if (st != LM_OK || (st = output_logits(f, r, err)) != LM_OK)
+        return st;
+    const uint64_t kv = (uint64_t)hp->n_layer * r->n_prompt * f->kv_dim;
+    mpfr_t *const res[3] = {r->k, r->v, r->logits};
+    const uint64_t res_n[3] = {kv, kv, (uint64_t)r->n_pos * hp->n_vocab};
+    return ref_group_same(f->grp, res, res_n, 3, err);
+}
+
+int ref_run(ref_result **out, const ref_model *m, const ref_request *rq, lm_err *err)
+{
+    *out = NULL;
+    const ref_group *grp = pass_group(rq);
+    int st = pass_begin(grp, m, rq, err);
+    if (st != LM_OK)
+        return st;
+    fwd f;
+    fwd_init(&f, m, rq, grp);
+    ref_result *r = result_new(&f, rq);
+    st = r == NULL ? LM_FAIL(err, LM_E_NOMEM, "reference: out of memory")
+                   : fwd_setup(&f, r, rq, err);
+    /* a failure while setting up: the others learn it at the same point */
+    if ((st = ref_group_agree(grp, st, err)) == LM_OK)
+        st = forward(&f, r, rq, err);
+    fwd_free(&f);
+    if (st != LM_OK) {
+        ref_result_free(r);
+        return st;
+    }
+    *out = r;
+    return LM_OK;
+}
+
+int ref_compute(ref_capture *out, const ref_model *m, const ref_request *rq, lm_err *err)
 {
     memset(out, 0, sizeof *out);
     ref_result *r;

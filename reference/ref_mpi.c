@@ -29,7 +29,6 @@ static const char *launch_size(void)
 }
 
 #ifdef KVD_HAVE_MPI
-#include "kvd_engine.h"
 #include "kvd_version.h"
 
 #include <mpi.h>
@@ -115,7 +114,7 @@ static void build_id(char out[64])
     snprintf(out, 64, "%s %s", KVD_VERSION, lm_git_commit());
 }
 
-static int mpi_begin(const ref_group *g, const lm_model *m, const ref_request *rq, lm_err *err)
+static int mpi_begin(const ref_group *g, const ref_model *m, const ref_request *rq, lm_err *err)
 {
     (void)g;
     if (m->path == NULL)
@@ -153,7 +152,7 @@ static void hex16(char out[33], const uint8_t h[16])
 
 /* One pass of rank 0's, on this rank; *m is the model kept from the last pass (reloaded when
  * the path or the hash changes). */
-static int serve_pass(lm_model **m, const hdr *h, lm_err *err)
+static int serve_pass(ref_model **m, const hdr *h, lm_err *err)
 {
     const uint64_t n = 4 * ((uint64_t)h->n_tokens + h->n_pos) + h->path_len + 1;
     char *p = malloc(n);
@@ -174,9 +173,9 @@ static int serve_pass(lm_model **m, const hdr *h, lm_err *err)
                      h->build, h->ref_version);
     if (st == LM_OK && (*m == NULL || strcmp((*m)->path, path) != 0 ||
                         memcmp((*m)->content_hash, h->hash, 16) != 0)) {
-        lm_model_free(*m);
+        ref_model_free(*m);
         *m = NULL;
-        st = lm_model_load(m, path, err);
+        st = ref_model_open(m, path, err);
     }
     if (st == LM_OK && memcmp((*m)->content_hash, h->hash, 16) != 0) {
         hex16(a, (*m)->content_hash);
@@ -214,7 +213,7 @@ static int serve_pass(lm_model **m, const hdr *h, lm_err *err)
  * (every rank learns them through the agreements); only MPI failures end the loop. */
 static int serve(void)
 {
-    lm_model *m = NULL;
+    ref_model *m = NULL;
     int rc = 0;
     for (;;) {
         hdr h;
@@ -232,7 +231,7 @@ static int serve(void)
             break;
         }
     }
-    lm_model_free(m);
+    ref_model_free(m);
     return rc;
 }
 

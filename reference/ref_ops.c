@@ -323,12 +323,12 @@ static void rotate(mpfr_t a, mpfr_t b, const mpfr_t c, const mpfr_t sn, ref_scra
     mpfr_set(a, s->acc, MPFR_RNDN);
 }
 
-void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, lm_rope_type type,
+void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, ref_rope_type type,
                     ref_scratch *s)
 {
     uint32_t half = n_rot / 2;
     for (uint32_t i = 0; i < half; ++i) {
-        if (type == LM_ROPE_NEOX)
+        if (type == REF_ROPE_NEOX)
             rotate(x[i], x[i + half], cs[2 * i], cs[2 * i + 1], s);
         else
             rotate(x[2 * i], x[2 * i + 1], cs[2 * i], cs[2 * i + 1], s);

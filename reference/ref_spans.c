@@ -1,9 +1,10 @@
 /* ref_spans.c — a model's weight-span histograms, kept with it (ref_spans.h): a hash table of
  * matrices (open addressing, linear probing, at most half full) behind one mutex, attached to
- * the model on first use. */
+ * the model (ref_model.spans) on first use. */
 #include "ref_spans.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,16 +14,14 @@ typedef struct span_entry {
     uint32_t hist[REF_DX_SPAN_BINS]; /* rows of a matrix: below 2^32 (n_out is a uint32_t) */
 } span_entry;
 
-typedef struct span_table {
-    lm_model_ext ext; /* first: the model holds &ext */
+typedef struct ref_span_table {
     pthread_mutex_t mu;
     span_entry **slot; /* [cap], NULL where free */
     size_t cap, n;
 } span_table;
 
-static void table_release(lm_model_ext *x)
+static void table_release(span_table *t)
 {
-    span_table *t = (span_table *)x;
     for (size_t i = 0; i < t->cap; ++i)
         free(t->slot[i]);
     free(t->slot);
@@ -30,24 +29,37 @@ static void table_release(lm_model_ext *x)
     free(t);
 }
 
-/* m's table, attached now when it has none; NULL for a borrowed model or out of memory. */
-static span_table *table_of(const lm_model *m, bool make)
+/* m's table slot: the model is const to its readers, its table is not */
+static span_table *_Atomic *slot_of_model(const ref_model *m)
 {
-    lm_model_ext *x = lm_model_ext_get(m);
-    if (x != NULL || !make || m->borrowed)
-        return (span_table *)x;
+    return (span_table *_Atomic *)(uintptr_t)&m->spans;
+}
+
+/* m's table, attached now when it has none (another thread may attach at the same time: one
+ * wins); NULL when out of memory. */
+static span_table *table_of(const ref_model *m, bool make)
+{
+    span_table *x = atomic_load(slot_of_model(m));
+    if (x != NULL || !make)
+        return x;
     span_table *t = calloc(1, sizeof *t);
     if (t == NULL)
         return NULL;
-    t->ext.release = table_release;
     if (pthread_mutex_init(&t->mu, NULL) != 0) {
         free(t);
         return NULL;
     }
-    x = lm_model_ext_attach(m, &t->ext);
-    if (x != &t->ext)
-        table_release(&t->ext); /* another thread attached first */
-    return (span_table *)x;
+    if (atomic_compare_exchange_strong(slot_of_model(m), &x, t))
+        return t;
+    table_release(t); /* another thread attached first: x is its table */
+    return x;
+}
+
+void ref_spans_release(ref_model *m)
+{
+    span_table *t = atomic_exchange(slot_of_model(m), NULL);
+    if (t != NULL)
+        table_release(t);
 }
 
 static size_t slot_of(const span_table *t, const float *w)
@@ -66,7 +78,7 @@ static size_t probe(const span_table *t, const float *w, uint64_t n_out, uint64_
     return i;
 }
 
-bool ref_spans_find(const lm_model *m, const float *w, uint64_t n_out, uint64_t n_in,
+bool ref_spans_find(const ref_model *m, const float *w, uint64_t n_out, uint64_t n_in,
                     uint64_t *hist)
 {
     span_table *t = table_of(m, false);
@@ -103,7 +115,7 @@ static bool table_grow(span_table *t)
     return true;
 }
 
-void ref_spans_keep(const lm_model *m, const float *w, uint64_t n_out, uint64_t n_in,
+void ref_spans_keep(const ref_model *m, const float *w, uint64_t n_out, uint64_t n_in,
                     const uint64_t *hist)
 {
     span_table *t = table_of(m, true);

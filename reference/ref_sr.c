@@ -101,8 +101,8 @@ enum { V_EMBD, V_QK_NORM, V_ATT_POST, V_ATT_ADD, V_FFN_POST, V_FFN_ADD, V_ROUTER
 enum { E_GATE, E_UP, E_ACT, E_DOWN, E_N_SITES };
 
 typedef struct srf {
-    const lm_model *m;
-    const lm_hparams *hp;
+    const ref_model *m;
+    const ref_hparams *hp;
     uint64_t skey;
     int kern;        /* sr_kernel() of the run: the SR kernel and coin fill every product uses */
     uint32_t n, layer, q_dim, kv_dim;
@@ -558,9 +558,9 @@ static void rotate(float *a, float *b, double c, double s, uint32_t key, uint64_
     *b = (float)sr_add(as, bc, coin(key, 6 * i + 5));
 }
 
-/* YaRN's multiplier m_i of pair i (kvd_model.h, lm_hparams) on the ramp lo..hi
+/* YaRN's multiplier m_i of pair i (kvd_model.h, ref_hparams) on the ramp lo..hi
  * (ref_yarn_ramp), in double. */
-static double yarn_mult(const lm_hparams *hp, uint32_t i, double lo, double hi)
+static double yarn_mult(const ref_hparams *hp, uint32_t i, double lo, double hi)
 {
     const double r = 1.0 - fmin(1.0, fmax(0.0, ((double)i - lo) / fmax(0.001, hi - lo)));
     return (1.0 - r) / (double)hp->rope_yarn_factor + r;
@@ -571,7 +571,7 @@ static double yarn_mult(const lm_hparams *hp, uint32_t i, double lo, double hi)
  * SR to float: cs[2i] = cos, cs[2i + 1] = sin. */
 static void rope_table(srf *f, float *cs, uint64_t t, float theta, uint32_t st)
 {
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     const float *fac = f->m->rope_freqs;
     uint32_t key = key_of(f->skey, st, t, 0);
     double lo = 0.0, hi = 0.0;
@@ -591,7 +591,7 @@ static void rope_table(srf *f, float *cs, uint64_t t, float theta, uint32_t st)
 
 static void rope(srf *f, uint64_t t)
 {
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     const uint32_t half = hp->n_rot / 2;
     if (f->layer == 0) { /* the tables once per position */
         rope_table(f, f->cs + t * hp->n_rot, t, hp->rope_theta, S_N_SITES * 1000u);
@@ -609,7 +609,7 @@ static void rope(srf *f, uint64_t t)
             float *x = base[w] + (uint64_t)h * hp->head_dim;
             uint32_t key = key_of(f->skey, site(f, S_ROPE), t, (uint64_t)w << 32 | h);
             for (uint32_t i = 0; i < half; ++i) {
-                if (hp->rope_type == LM_ROPE_NEOX)
+                if (hp->rope_type == REF_ROPE_NEOX)
                     rotate(&x[i], &x[i + half], cs[2 * i], cs[2 * i + 1], key, i);
                 else
                     rotate(&x[2 * i], &x[2 * i + 1], cs[2 * i], cs[2 * i + 1], key, i);
@@ -633,8 +633,8 @@ static void rope(srf *f, uint64_t t)
 static void attention_layer(srf *f, float scale)
 {
     const int kern = f->kern;
-    const lm_hparams *hp = f->hp;
-    const lm_layer *L = &f->m->layers[f->layer];
+    const ref_hparams *hp = f->hp;
+    const ref_layer *L = &f->m->layers[f->layer];
     const uint64_t n = f->n, np = f->npad, hd = hp->head_dim,
                    hdp = (hd + LANES - 1) / LANES * LANES, nkv = hp->n_head_kv, kvp = nkv * hdp,
                    rep = hp->n_head / hp->n_head_kv;
@@ -778,9 +778,9 @@ static void block_out(srf *f, const float *in, const float *W, const float *b, u
 
 /* Per-head RMSNorm of Q and K over head_dim before RoPE (eps = rms_eps): the n_head query
  * heads, then the n_head_kv key heads, of token t. */
-static void qk_norm(srf *f, const lm_layer *L, uint64_t t)
+static void qk_norm(srf *f, const ref_layer *L, uint64_t t)
 {
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     const uint64_t per = hp->n_head + hp->n_head_kv;
     for (uint64_t h = 0; h < per; ++h) {
         float *x = h < hp->n_head ? f->q + t * f->q_dim + h * hp->head_dim
@@ -807,7 +807,7 @@ static bool ranks_before(const float *l, uint32_t a, uint32_t b)
  * exp, sum and division SR, sums left to right. */
 static void route(srf *f, uint64_t t)
 {
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     const uint32_t ne = hp->n_expert, k = hp->n_expert_used;
     const float *l = f->router + t * ne;
     uint32_t *sel = f->sel + t * k;
@@ -873,9 +873,9 @@ static float margin(const srf *f, uint64_t t)
  * every expert some token selected computed for every token, each token keeping its selected
  * experts' outputs, then x += sum over ranks r of w_r y_r (each multiply-add one SR rounding,
  * r left to right), the sum added to x with one SR rounding. */
-static void moe_ffn(srf *f, const lm_layer *L)
+static void moe_ffn(srf *f, const ref_layer *L)
 {
-    const lm_hparams *hp = f->hp;
+    const ref_hparams *hp = f->hp;
     const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
     matmul(f, f->router, f->h, L->ffn_gate_inp, L->ffn_gate_inp_b, n, e, hp->n_expert, false,
            vsite(f, V_ROUTER));
@@ -896,7 +896,7 @@ static void moe_ffn(srf *f, const lm_layer *L)
         matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, bu, n, e, fe, false,
                esite(f, x, E_UP));
         for (uint64_t t = 0; t < n; ++t) {
-            if (hp->act == LM_ACT_SWIGLU_OAI)
+            if (hp->act == REF_ACT_SWIGLU_OAI)
                 oai_act(f, t, esite(f, x, E_ACT));
             else
                 gated_act(f, t, esite(f, x, E_ACT), false);
@@ -934,7 +934,7 @@ void ref_sr_out_free(ref_sr_out *o)
     memset(o, 0, sizeof *o);
 }
 
-int ref_sr_supported(const lm_model *m, const ref_request *rq, lm_err *err)
+int ref_sr_supported(const ref_model *m, const ref_request *rq, lm_err *err)
 {
     int st = ref_request_check(m, rq, err);
     if (st)
@@ -965,14 +965,14 @@ static void srf_free(srf *f)
     free(f->bv);
 }
 
-static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
+static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, uint64_t seed,
                   void (*on_layer)(void *), void *on_layer_user, lm_err *err)
 {
     memset(out, 0, sizeof *out);
     int st = ref_sr_supported(m, rq, err);
     if (st)
         return st;
-    const lm_hparams *hp = &m->hp;
+    const ref_hparams *hp = &m->hp;
     srf f = {.m = m, .hp = hp, .skey = seed_key(seed), .kern = sr_kernel(), .n = rq->n_tokens,
              .on_layer = on_layer, .on_layer_user = on_layer_user};
     f.q_dim = hp->n_head * hp->head_dim;
@@ -1066,7 +1066,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
     }
     const float scale = (float)(1.0 / sqrt((double)hp->head_dim));
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
-        const lm_layer *L = &m->layers[l];
+        const ref_layer *L = &m->layers[l];
         f.layer = l;
         for (uint64_t t = 0; t < n; ++t)
             rmsnorm(&f, f.h + t * e, f.x + t * e, L->attn_norm, e, t, site(&f, S_NORM));
@@ -1090,7 +1090,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
             matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, site(&f, S_GATE));
             matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, site(&f, S_UP));
             for (uint64_t t = 0; t < n; ++t)
-                gated_act(&f, t, site(&f, S_SWIGLU), hp->act == LM_ACT_GEGLU_TANH);
+                gated_act(&f, t, site(&f, S_SWIGLU), hp->act == REF_ACT_GEGLU_TANH);
             block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, site(&f, S_DOWN),
                       V_FFN_POST);
         }
@@ -1109,7 +1109,7 @@ static int sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uin
     return LM_OK;
 }
 
-int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
+int ref_sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, uint64_t seed,
                lm_err *err)
 {
     return sr_run(out, m, rq, seed, NULL, NULL, err);
@@ -1216,7 +1216,7 @@ double ref_sr_calibrate_s_per_mac(uint64_t n_in)
 typedef struct ens_job {
     ref_sr_out *out;
     uint32_t n;
-    const lm_model *m;
+    const ref_model *m;
     const ref_request *rq;
     uint64_t seed;
     atomic_uint next;
@@ -1268,7 +1268,7 @@ static void *ens_worker(void *p)
     return NULL;
 }
 
-int ref_sr_ensemble(ref_sr_out *out, uint32_t n, const lm_model *m, const ref_request *rq,
+int ref_sr_ensemble(ref_sr_out *out, uint32_t n, const ref_model *m, const ref_request *rq,
                     uint64_t seed, int n_threads, lm_err *err)
 {
     memset(out, 0, n * sizeof *out);

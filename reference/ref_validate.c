@@ -51,13 +51,13 @@ void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b
     out->min_digits = out->min_bits * log10(2.0);
 }
 
-int ref_validate(ref_agreement **out, uint32_t *n_out, const lm_model *m, const ref_request *rq,
+int ref_validate(ref_agreement **out, uint32_t *n_out, const ref_model *m, const ref_request *rq,
                  lm_err *err)
 {
     return ref_validate_against(out, n_out, m, rq, false, err);
 }
 
-int ref_validate_against(ref_agreement **out, uint32_t *n_out, const lm_model *m,
+int ref_validate_against(ref_agreement **out, uint32_t *n_out, const ref_model *m,
                          const ref_request *rq, bool mpfr_dot, lm_err *err)
 {
     *out = NULL;

@@ -1,7 +1,7 @@
 /* kvd_ref.h — the independent MPFR reference forward pass: ground truth for every comparison.
  *
- * The reference shares only the GGUF loader and the model configuration with the engine
- * (kvd_gguf.h, kvd_model.h: hyperparameters and dequantized float32 weights). Every arithmetic
+ * The reference shares only the GGUF container reader with the engine (kvd_gguf.h); it reads
+ * the hyperparameters and dequantizes the weights itself (ref_model.h). Every arithmetic
  * operation — RMSNorm, RoPE sin/cos, dot products, the 1/sqrt(head_dim) scale, softmax exp,
  * SiLU exp, residuals, the output projection — is done in MPFR at `prec` bits, round to
  * nearest, with the summation order stated at each reduction (ref_ops.c). Weights enter as the
@@ -13,7 +13,7 @@
  *   0   char[8]  magic "KVDREF01"
  *   8   u32      format version (REF_FORMAT_VERSION)
  *   12  u32      precision in bits the values were computed at
- *   16  u8[16]   model content hash (lm_model.content_hash, as stored there)
+ *   16  u8[16]   model content hash (ref_model.content_hash, as stored there)
  *   32  u32      n_tokens         (prompt + teacher-forced continuation)
  *   36  u32      n_prompt         (1 <= n_prompt <= n_tokens)
  *   40  u32      n_layer
@@ -37,7 +37,7 @@
 #define KVD_REF_H
 
 #include "fs.h"
-#include "kvd_model.h"
+#include "ref_model.h"
 
 #include <mpfr.h>
 #include <stdbool.h>
@@ -53,6 +53,7 @@
 #define REF_DEFAULT_PREC 127u
 #define REF_MIN_PREC 53u
 #define REF_MAX_PREC 4096u
+#define REF_MAX_THREADS 256u /* threads of one pass at most */
 
 /* Progress of a running pass (ref_request.progress): reported once before it starts (done 0)
  * and after every matrix product; for an SR envelope (ref_sr_ensemble, n_member > 0) after
@@ -64,7 +65,7 @@ typedef struct ref_progress {
     uint32_t members_done;   /* the envelope's members finished */
     double done, total;      /* multiply-adds done and in all (ref_macs, times n_member) */
     double elapsed_s;        /* since the pass started */
-    const struct lm_model *m;         /* the pass's model and request */
+    const ref_model *m;      /* the pass's model and request */
     const struct ref_request *rq;
 } ref_progress;
 typedef void (*ref_progress_fn)(void *user, const ref_progress *p);
@@ -87,7 +88,7 @@ typedef struct ref_group {
     /* Rank 0 only, before a pass: tells the other members what to compute (ref_mpi.c sends
      * the request and the model's path and hash); NULL when every member calls ref_run
      * itself. */
-    int (*begin)(const struct ref_group *g, const lm_model *m,
+    int (*begin)(const struct ref_group *g, const ref_model *m,
                  const struct ref_request *rq, lm_err *err);
     void *user;
 } ref_group;
@@ -160,17 +161,17 @@ int64_t ref_capture_find_pos(const ref_capture *c, uint32_t p);
 /* --- computing (ref_forward.c) --- */
 
 /* LM_OK when the reference implements every feature of m, else LM_E_UNSUPPORTED naming it. */
-int ref_model_supported(const lm_model *m, lm_err *err);
+int ref_model_supported(const ref_model *m, lm_err *err);
 /* Checks a request against a model: token ids in range, no more tokens than the model's context
  * (n_ctx_train, the limit run/sweep/check apply), positions valid, precision in range, and
  * ref_memory_estimate within the machine's physical memory. LM_E_INPUT naming the limit. */
-int ref_request_check(const lm_model *m, const ref_request *rq, lm_err *err);
+int ref_request_check(const ref_model *m, const ref_request *rq, lm_err *err);
 /* Bytes the reference pass holds at its peak for rq, estimated before starting: every MPFR
  * value (struct plus limbs at the request's precision) of the per-token activations, the
  * captured K/V and logits, plus the float64 capture. A lower bound within a small factor. */
-uint64_t ref_memory_estimate(const lm_model *m, const ref_request *rq);
+uint64_t ref_memory_estimate(const ref_model *m, const ref_request *rq);
 /* Runs the whole reference pass and rounds the results into *out (zeroed first). */
-int ref_compute(ref_capture *out, const lm_model *m, const ref_request *rq, lm_err *err);
+int ref_compute(ref_capture *out, const ref_model *m, const ref_request *rq, lm_err *err);
 
 /* The unrounded results, for --validate and tests: MPFR values at rq->prec. */
 typedef struct ref_result {
@@ -187,24 +188,24 @@ typedef struct ref_result {
     double *moe_margin;  /* [n_layer][moe_n_tokens] k-th minus (k+1)-th router logit */
 } ref_result;
 
-int ref_run(ref_result **out, const lm_model *m, const ref_request *rq, lm_err *err);
+int ref_run(ref_result **out, const ref_model *m, const ref_request *rq, lm_err *err);
 /* Multiply-adds of the pass rq describes (every projection of every token, the causal
  * attention products, the output projection of the logit positions; MoE: the experts computed). */
-double ref_macs(const lm_model *m, const ref_request *rq);
+double ref_macs(const ref_model *m, const ref_request *rq);
 /* Seconds per multiply-add of this machine's matrix products in the pass rq describes on m,
  * one thread, from a ~20 ms calibration of the split dot product (ref_dx_calibrate) on rows
  * of n_embd elements spanning what m's weight rows span, weighted by their multiply-adds in
  * the pass, at the digit widths the products pick (for the cost line printed before a pass).
  * The spans are counted with n_threads threads and kept with m, so the pass reads them; 0
  * when memory runs out. */
-double ref_calibrate_s_per_mac(const lm_model *m, const ref_request *rq, int n_threads);
-/* Seconds of a pass that do not depend on its tokens: ref_weights_check over every weight (one
- * thread) and the split of every weight row into digits, once per pass (n_threads threads),
- * each timed on a sample of m's weights (a few ms); for the cost line printed before a pass. */
-double ref_fixed_cost_s(const lm_model *m, int n_threads);
+double ref_calibrate_s_per_mac(const ref_model *m, const ref_request *rq, int n_threads);
+/* Seconds of a pass that do not depend on its tokens: the split of every weight row into
+ * digits, once per pass (n_threads threads), timed on a sample of m's weights (a few ms); for
+ * the cost line printed before a pass. */
+double ref_fixed_cost_s(const ref_model *m, int n_threads);
 void ref_result_free(ref_result *r);
 /* Rounds a result to float64 into a capture (tokens and model hash copied from rq, m). */
-int ref_result_to_capture(ref_capture *out, const ref_result *r, const lm_model *m,
+int ref_result_to_capture(ref_capture *out, const ref_result *r, const ref_model *m,
                           const ref_request *rq, lm_err *err);
 
 /* --- several processes (ref_forward.c, ref_mpi.c) --- */
@@ -227,7 +228,7 @@ bool ref_mpi_start(int *argc, char ***argv, int *rc);
 /* Rank 0: releases the other ranks and finalizes MPI (also run at exit; idempotent). */
 void ref_mpi_stop(void);
 
-/* --- the reference's own dequantization (ref_dequant.c, ref_weights.c) --- */
+/* --- the reference's own dequantization (ref_dequant.c) --- */
 
 /* Dequantizes n_elem values of ggml type `type` from data: [nbytes] into out: [n_elem], from the
  * bit layout, independently of the engine. LM_E_UNSUPPORTED for a type it does not implement. */
@@ -237,22 +238,6 @@ int ref_dequant(float *out, uint32_t type, const void *data, uint64_t nbytes, ui
  * (the whole tensor's type and size are checked as ref_dequant does). */
 int ref_dequant_range(float *out, uint32_t type, const void *data, uint64_t nbytes,
                       uint64_t n_elem, uint64_t first, uint64_t count, lm_err *err);
-#define REF_WEIGHTS_CHUNK (1u << 16) /* elements ref_weights_check dequantizes at once */
-/* Re-reads every weight of m from its file (m->path) with ref_dequant_range, REF_WEIGHTS_CHUNK
- * elements at a time, and requires the engine's float32 values to be bitwise equal; LM_E_DISAGREE naming the tensor, element and both
- * values otherwise (also for a loaded tensor the file does not hold with that size). A model built or edited in memory (no path, or n_weights set to 0 by whoever
- * changed its weights) has nothing to check: LM_OK. */
-int ref_weights_check(const lm_model *m, lm_err *err);
-/* Seconds per weight element of ref_weights_check on this machine and m's file, from timing
- * the check of the first chunks of one of its largest tensors (a few ms); 0 for a model built
- * in memory or a file that cannot be read. */
-double ref_weights_check_s_per_weight(const lm_model *m);
-/* The reference's own reading of the hyperparameters it uses (ref_hparams.c: its own defaults
- * and layer rules per architecture) from m->path; the engine's m->hp and per-layer windows must
- * agree: LM_E_DISAGREE naming the key and both values otherwise. LM_OK for a model built in memory
- * (no path or no weight list). */
-int ref_hparams_check(const lm_model *m, lm_err *err);
-
 /* --- capture files (ref_capture.c) --- */
 
 /* Writes atomically (fs.h lm_write_file: temp file in the same folder, fsync, rename). */
@@ -277,13 +262,13 @@ int ref_npy_write(const char *path, const double *data, uint32_t ndim, const uin
 
 /* The cache key: XXH3-128 over (REF_VERSION, model hash, tokens, n_prompt, logit positions
  * (after defaulting), precision), as 32 lowercase hex digits + NUL. */
-void ref_cache_key(char out[33], const lm_model *m, const ref_request *rq);
+void ref_cache_key(char out[33], const ref_model *m, const ref_request *rq);
 /* Loads the capture for (m, rq) from the cache, or computes and stores it. A corrupt or
  * mismatching entry (bad hash, truncated, another request's data) is reported through rq->log
  * as recomputed and replaced, never trusted. A cache folder that cannot be created or written
  * is reported through rq->log and the capture computed anyway (the cache costs time, never
  * correctness). *hit (may be NULL) tells whether it was loaded. */
-int ref_cached(ref_capture *out, const lm_model *m, const ref_request *rq, const char *cache_dir,
+int ref_cached(ref_capture *out, const ref_model *m, const ref_request *rq, const char *cache_dir,
                bool *hit, lm_err *err);
 
 /* --- self-validation (ref_validate.c) --- */
@@ -302,12 +287,12 @@ typedef struct ref_agreement {
 
 /* Runs rq at P = rq->prec (default 127) and at 2P; fills out[n_layer * 2 + 1] (per layer K then
  * V, then logits). *n_out receives the count. */
-int ref_validate(ref_agreement **out, uint32_t *n_out, const lm_model *m, const ref_request *rq,
+int ref_validate(ref_agreement **out, uint32_t *n_out, const ref_model *m, const ref_request *rq,
                  lm_err *err);
 /* The same, with the 2P run's dot products by MPFR multiply-adds when mpfr_dot (a pure-MPFR
  * pass: the exact split dot product of the P run is then checked against an independent
  * implementation). */
-int ref_validate_against(ref_agreement **out, uint32_t *n_out, const lm_model *m,
+int ref_validate_against(ref_agreement **out, uint32_t *n_out, const ref_model *m,
                          const ref_request *rq, bool mpfr_dot, lm_err *err);
 /* Agreement between two MPFR arrays (exported for tests). */
 void ref_agreement_of(ref_agreement *out, const char *name, mpfr_t *a, mpfr_t *b,
@@ -367,7 +352,7 @@ void ref_rope_freq(mpfr_t out, float theta, uint32_t i, uint32_t n_rot);
 /* Rotates the first n_rot dims of one head x[head_dim] at position pos: NORM rotates
  * (x[2i], x[2i+1]), NEOX rotates (x[i], x[i + n_rot/2]), both by pos * theta^(-2i/n_rot).
  * cs: [n_rot/2][2] precomputed (cos, sin) of those angles (ref_rope_cos_sin). */
-void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, lm_rope_type type,
+void ref_rope_apply(mpfr_t *x, mpfr_t *cs, uint32_t n_rot, ref_rope_type type,
                     ref_scratch *s);
 /* YaRN's ramp over the pairs (ref_rope_cos_sin below): *lo = max(0, floor(c(32))), *hi =
  * min(n_rot - 1, ceil(c(1))), c(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln theta), in double

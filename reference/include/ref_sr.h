@@ -56,14 +56,14 @@ typedef struct ref_sr_out {
 } ref_sr_out;
 
 void ref_sr_out_free(ref_sr_out *o);
-int ref_sr_supported(const lm_model *m, const ref_request *rq, lm_err *err);
+int ref_sr_supported(const ref_model *m, const ref_request *rq, lm_err *err);
 /* One member with seed `seed` (single-threaded). */
-int ref_sr_run(ref_sr_out *out, const lm_model *m, const ref_request *rq, uint64_t seed,
+int ref_sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, uint64_t seed,
                lm_err *err);
 /* Members i = 0..n-1 with seeds seed + i into out[n], on n_threads threads (0: online cores),
  * members in parallel; identical results for any thread count. rq->progress, when set, hears
  * the start (done 0) and every finished layer of any member (ref_progress.n_member = n). */
-int ref_sr_ensemble(ref_sr_out *out, uint32_t n, const lm_model *m, const ref_request *rq,
+int ref_sr_ensemble(ref_sr_out *out, uint32_t n, const ref_model *m, const ref_request *rq,
                     uint64_t seed, int n_threads, lm_err *err);
 
 /* Seconds per multiply-add of one member's matrix products on this machine, rows of n_in
