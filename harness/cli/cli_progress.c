@@ -28,7 +28,7 @@ static void envelope_cost(const hx_progress *p, const ref_progress *pr)
             p->cache_dir ? p->cache_dir : "");
 }
 
-void hx_progress_cost(hx_progress *p, const lm_model *m, const ref_request *rq, int threads,
+void hx_progress_cost(hx_progress *p, const ref_model *m, const ref_request *rq, int threads,
                       const char *cache_dir)
 {
     if (p->quiet)
@@ -38,7 +38,7 @@ void hx_progress_cost(hx_progress *p, const lm_model *m, const ref_request *rq, 
     double macs = ref_macs(m, rq);
     double s = ref_calibrate_s_per_mac(m, rq, nt), fixed = ref_fixed_cost_s(m, nt);
     fprintf(stderr, "%sreference: %.3g multiply-adds, about %.2g s on %d thread%s (%.2f ns each, "
-                    "and %.2g s for the weights' check and split, calibrated); %s%s\n",
+                    "and %.2g s for the weights' split, calibrated); %s%s\n",
             p->prefix, macs, macs * s / nt + fixed, nt, nt == 1 ? "" : "s", s * 1e9, fixed,
             cache_dir ? "the result is cached in " : "not cached",
             cache_dir ? cache_dir : "");

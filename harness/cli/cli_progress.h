@@ -21,7 +21,7 @@ void hx_progress_init(hx_progress *p, const char *prefix, bool quiet);
 /* One line: multiply-adds of rq, the estimated seconds (a ~20 ms calibration of this machine's
  * dot product, divided over threads; 0 = all cores) and where the result will be cached
  * (cache_dir NULL: not cached). */
-void hx_progress_cost(hx_progress *p, const lm_model *m, const ref_request *rq, int threads,
+void hx_progress_cost(hx_progress *p, const ref_model *m, const ref_request *rq, int threads,
                       const char *cache_dir);
 /* ref_progress_fn: user is an hx_progress. The start of a pass (done 0) prints the cost line
  * (hx_progress_cost with the pass's threads and p->cache_dir; for an envelope, its members at

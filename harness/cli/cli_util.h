@@ -7,6 +7,7 @@
 #include "plan/case.h"
 #include "model/config.h"
 #include "kvd_model.h"
+#include "ref_model.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -75,9 +76,10 @@ int hx_cli_prompt_ids(int32_t **out /* [*n] */, uint32_t *n, const lm_model *m,
  * (label may be NULL). A missing file is left to the loader's "cannot open" error. */
 int hx_cli_model_resolve(char *path, size_t cap, char *label, size_t label_cap, const char *text,
                          const char *cache, const char *cmd, lm_err *err);
-/* hx_cli_model_resolve, then lm_model_load of that file into *m. */
-int hx_cli_model_load(lm_model **m, char *path, size_t cap, const char *text, const char *cache,
-                      const char *cmd, lm_err *err);
+/* hx_cli_model_resolve, then lm_model_load of that file into *m and, when r is not NULL, the
+ * reference's own view of it into *r (judge/model_check.h hx_models_open). */
+int hx_cli_model_load(lm_model **m, ref_model **r, char *path, size_t cap, const char *text,
+                      const char *cache, const char *cmd, lm_err *err);
 
 /* Greedy tokens generated when -n is not given: the same for sweep, compare and trace (and
  * a case file's n_gen). */
@@ -131,10 +133,11 @@ int hx_cli_pair_option(hx_cli_pair_opts *o, const char *cmd, int opt, const char
 /* After getopt: exactly one MODEL argument left (argv[optind]), exactly one of -p/-f and
  * --tokens, both --a and --b. -1 when complete, else 2 after printing the error. */
 int hx_cli_pair_finish(hx_cli_pair_opts *o, const char *cmd, int argc, char **argv);
-/* Loads MODEL (hx_cli_model_load, default cache) into *m and the prompt into *prompt [*n] (hx_cli_prompt_ids); on failure *m and
- * *prompt are what was made so far, for the caller to free. */
-int hx_cli_pair_load(lm_model **m, int32_t **prompt, uint32_t *n, const hx_cli_pair_opts *o,
-                     const char *cmd, lm_err *err);
+/* Loads MODEL (hx_cli_model_load, default cache) into *m (and *r unless r is NULL) and the
+ * prompt into *prompt [*n] (hx_cli_prompt_ids); on failure *m, *r and *prompt are what was made
+ * so far, for the caller to free. */
+int hx_cli_pair_load(lm_model **m, ref_model **r, int32_t **prompt, uint32_t *n,
+                     const hx_cli_pair_opts *o, const char *cmd, lm_err *err);
 
 /* Loads files[n] into cases[n] (check, bless): every case file is read and validated, and no
  * two may share a name (names key the golden files), before anything runs. On failure the

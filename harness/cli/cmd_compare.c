@@ -6,6 +6,7 @@
 #include "plan/case.h"
 #include "model/classify.h"
 #include "cli/cli_util.h"
+#include "judge/model_check.h"
 #include "model/config.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
@@ -86,6 +87,7 @@ typedef struct compare_opts {
 /* Everything one comparison computed (freed by compare_free). */
 typedef struct compare_run {
     lm_model *m;
+    ref_model *r;           /* the reference's own view of the file (NULL with --no-ref) */
     int32_t *prompt, *path; /* [n_prompt], [n_gen]: A's greedy tokens, the teacher path */
     uint32_t n_prompt;
     hx_capture *xa, *xb;    /* A and B teacher-forced on path */
@@ -149,7 +151,9 @@ static int reference_of_path(compare_run *c, const compare_opts *o, lm_err *err)
     ref_request rr = {.tokens = all, .n_tokens = n, .n_prompt = c->n_prompt, .prec = o->prec,
                       .log = hx_cli_log, .log_user = "kvdrift compare"};
     bool hit = false;
-    int st = ref_cached(&c->ref, c->m, &rr, o->cache, &hit, err);
+    int st = hx_model_check(c->m, c->r, err);
+    if (st == LM_OK)
+        st = ref_cached(&c->ref, c->r, &rr, o->cache, &hit, err);
     c->have_ref = st == LM_OK;
     free(all);
     return st;
@@ -159,7 +163,8 @@ static int reference_of_path(compare_run *c, const compare_opts *o, lm_err *err)
 static int run_compare(compare_run *c, const compare_opts *o, lm_err *err)
 {
     const uint32_t n_gen = o->ab.n_gen;
-    int st = hx_cli_pair_load(&c->m, &c->prompt, &c->n_prompt, &o->ab, "compare", err);
+    int st = hx_cli_pair_load(&c->m, o->no_ref ? NULL : &c->r, &c->prompt, &c->n_prompt, &o->ab,
+                              "compare", err);
     hx_run_request rq = {.prompt = c->prompt, .n_prompt = c->n_prompt, .n_gen = n_gen};
     if (st == LM_OK)
         st = hx_run_capture(&c->xa, &c->sa, c->m, &o->ab.a, &rq, err);
@@ -308,5 +313,6 @@ int cmd_compare(int argc, char **argv)
     free(c.prompt);
     free(c.path);
     lm_model_free(c.m);
+    ref_model_free(c.r);
     return st != LM_OK ? lm_status_exit_code(st) : verdict;
 }

@@ -215,6 +215,7 @@ static int parse_options(judge_opts *o, int argc, char **argv)
  * prompt and every dump (each checked against the model and the prompt). */
 typedef struct judge_inputs {
     lm_model *m;
+    ref_model *r; /* the reference's own view of the same file */
     int32_t *prompt; /* [n_prompt] */
     uint32_t n_prompt;
     hx_dump *dumps[MAX_DUMPS];
@@ -230,8 +231,8 @@ static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
             LM_OK)
         return st;
     char mpath[4096];
-    if ((st = hx_cli_model_load(&in->m, mpath, sizeof mpath, o->model, o->jp.cache_dir, "judge",
-                                err)) != LM_OK ||
+    if ((st = hx_cli_model_load(&in->m, &in->r, mpath, sizeof mpath, o->model, o->jp.cache_dir,
+                                "judge", err)) != LM_OK ||
         (st = hx_cli_prompt_ids(&in->prompt, &in->n_prompt, in->m, o->model, o->text, o->tok_s,
                                 o->special, err)) != LM_OK)
         return st;
@@ -252,6 +253,7 @@ static int judge_and_write(hx_report **rep, judge_opts *o, const judge_inputs *i
 {
     char wrote[4200 * 2];
     o->jp.model = in->m;
+    o->jp.ref = in->r;
     o->jp.model_label = o->model;
     o->jp.prompt = in->prompt;
     o->jp.n_prompt = in->n_prompt;
@@ -294,5 +296,6 @@ int cmd_judge(int argc, char **argv)
     free(in.prompt);
     free(in.prof_buf);
     lm_model_free(in.m);
+    ref_model_free(in.r);
     return code;
 }

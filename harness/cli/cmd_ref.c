@@ -5,6 +5,7 @@
 #include "plan/case.h"
 #include "cli/cli_progress.h"
 #include "cli/cli_util.h"
+#include "judge/model_check.h"
 #include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_ref.h"
@@ -242,7 +243,7 @@ static int request_tokens(int32_t **all, uint32_t *n_prompt, uint32_t *n_all, co
 
 /* The capture (cached unless --no-cache or --validate), then --validate's second pass. */
 static int compute(ref_capture *cap, ref_agreement **ag, uint32_t *n_ag, char *how, size_t cap_n,
-                   double *t_val, const lm_model *m, ref_request *rq, const ref_opts *o,
+                   double *t_val, const ref_model *m, ref_request *rq, const ref_opts *o,
                    lm_err *err)
 {
     hx_progress prog;
@@ -307,6 +308,7 @@ int cmd_ref(int argc, char **argv)
         return check_file(o.check, argc);
     lm_err err = {0};
     lm_model *m = NULL;
+    ref_model *r = NULL;
     int32_t *all = NULL;
     uint32_t n_prompt = 0, n_all = 0, n_ag = 0;
     ref_capture cap = {0};
@@ -314,14 +316,16 @@ int cmd_ref(int argc, char **argv)
     char how[64];
     double t_val = 0.0;
     char mpath[4096];
-    int st = hx_cli_model_load(&m, mpath, sizeof mpath, o.model, o.cache_dir, "ref", &err);
+    int st = hx_cli_model_load(&m, &r, mpath, sizeof mpath, o.model, o.cache_dir, "ref", &err);
+    if (st == LM_OK)
+        st = hx_model_check(m, r, &err);
     if (st == LM_OK)
         st = request_tokens(&all, &n_prompt, &n_all, m, &o, &err);
     ref_request rq = {.tokens = all, .n_tokens = n_all, .n_prompt = n_prompt,
                       .prec = (uint32_t)o.prec, .n_threads = (int)o.threads,
                       .log = hx_cli_log, .log_user = "kvdrift ref"};
-    if (st == LM_OK && (st = ref_request_check(m, &rq, &err)) == LM_OK &&
-        (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, m, &rq, &o, &err)) == LM_OK &&
+    if (st == LM_OK && (st = ref_request_check(r, &rq, &err)) == LM_OK &&
+        (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, r, &rq, &o, &err)) == LM_OK &&
         (st = ref_capture_check_finite(&cap, o.model, &err)) == LM_OK)
         st = write_outputs(&cap, o.out_path, o.npy_dir, &err);
     if (st == LM_OK) {
@@ -340,5 +344,6 @@ int cmd_ref(int argc, char **argv)
     ref_capture_free(&cap);
     free(all);
     lm_model_free(m);
+    ref_model_free(r);
     return rc;
 }

@@ -301,6 +301,7 @@ int cmd_search(int argc, char **argv)
         return code;
     lm_err err = {0};
     lm_model *m = NULL;
+    ref_model *r = NULL;
     char path[4096];
     item *items = NULL;
     size_t n = 0;
@@ -309,8 +310,8 @@ int cmd_search(int argc, char **argv)
     if (file != NULL)
         st = read_prompts(&items, &n, file, o.jsonl != NULL, &err);
     if (st == LM_OK)
-        st = hx_cli_model_load(&m, path, sizeof path, o.model, o.cache, "search", &err);
-    hx_search_params sp = {.model = m, .model_label = o.model, .profile = o.profile,
+        st = hx_cli_model_load(&m, &r, path, sizeof path, o.model, o.cache, "search", &err);
+    hx_search_params sp = {.model = m, .ref = r, .model_label = o.model, .profile = o.profile,
                            .n_gen = o.n_gen, .ensemble = o.ensemble, .cache_dir = o.cache,
                            .jobs = o.jobs, .log = hx_cli_log, .log_user = "search"};
     if (st == LM_OK && file == NULL) {
@@ -402,5 +403,6 @@ int cmd_search(int argc, char **argv)
     }
     free(items);
     lm_model_free(m);
+    ref_model_free(r);
     return st != LM_OK ? lm_status_exit_code(st) : 0;
 }

@@ -7,6 +7,7 @@
 #include "plan/case.h"
 #include "cli/cli_progress.h"
 #include "cli/cli_util.h"
+#include "judge/model_check.h"
 #include "model/config.h"
 #include "fs.h"
 #include "kvd_engine.h"
@@ -294,13 +295,13 @@ static int build_configs(hx_config **configs, size_t *n, const sweep_opts *o, lm
 }
 
 /* Model, prompt and the report folder (default reports/LABEL-TIMESTAMP), before any work. */
-static int prepare(lm_model **m, int32_t **prompt, uint32_t *n_prompt, char *dir, size_t cap,
-                   const sweep_opts *o, lm_err *err)
+static int prepare(lm_model **m, ref_model **r, int32_t **prompt, uint32_t *n_prompt,
+                   char *dir, size_t cap, const sweep_opts *o, lm_err *err)
 {
     char model_path[4096], label[256];
     int st = hx_cli_model_resolve(model_path, sizeof model_path, label, sizeof label, o->model,
                                   o->cache, "sweep", err);
-    if (st == LM_OK && (st = lm_model_load(m, model_path, err)) == LM_OK)
+    if (st == LM_OK && (st = hx_models_open(m, r, model_path, err)) == LM_OK)
         st = hx_cli_prompt_ids(prompt, n_prompt, *m, model_path, o->text, o->tok_s,
                                o->parse_special, err);
     if (st != LM_OK)
@@ -402,6 +403,7 @@ int cmd_sweep(int argc, char **argv)
     lm_err err = {0};
     hx_config *configs = NULL;
     lm_model *m = NULL;
+    ref_model *r = NULL;
     int32_t *prompt = NULL;
     hx_sweep_result *res = NULL;
     char dir[4096], wrote[4200 * 2];
@@ -409,8 +411,8 @@ int cmd_sweep(int argc, char **argv)
     if (st == LM_OK)
         hx_cli_warn_kernels("sweep", configs, o.sp.n_configs);
     if (st == LM_OK)
-        st = prepare(&m, &prompt, &o.sp.n_prompt, dir, sizeof dir, &o, &err);
-    o.sp = (hx_sweep_params){.model = m, .model_label = o.model, .case_name = "sweep",
+        st = prepare(&m, &r, &prompt, &o.sp.n_prompt, dir, sizeof dir, &o, &err);
+    o.sp = (hx_sweep_params){.model = m, .ref = r, .model_label = o.model, .case_name = "sweep",
                              .prompt = prompt, .n_prompt = o.sp.n_prompt, .configs = configs,
                              .n_configs = o.sp.n_configs, .cache_dir = o.cache, .log = hx_cli_log,
                              .log_user = "sweep", .n_gen = o.sp.n_gen, .precision = o.sp.precision,
@@ -445,5 +447,6 @@ int cmd_sweep(int argc, char **argv)
     free(configs);
     free(prompt);
     lm_model_free(m);
+    ref_model_free(r);
     return code;
 }

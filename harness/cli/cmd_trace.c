@@ -119,7 +119,7 @@ int cmd_trace(int argc, char **argv)
     lm_model *m = NULL;
     int32_t *prompt = NULL;
     hx_trace_result *r = NULL;
-    int st = hx_cli_pair_load(&m, &prompt, &o.tp.n_prompt, &o.ab, "trace", &err);
+    int st = hx_cli_pair_load(&m, NULL, &prompt, &o.tp.n_prompt, &o.ab, "trace", &err);
     o.tp.model = m;
     o.tp.prompt = prompt;
     if (st == LM_OK && (st = hx_trace_run(&r, &o.tp, &err)) == LM_OK) {

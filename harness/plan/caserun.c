@@ -4,6 +4,7 @@
 #include "plan/caserun.h"
 
 #include "fs.h"
+#include "judge/model_check.h"
 #include "kvd_ref.h"
 #include "kvd_version.h"
 #include "plan/prompt.h"
@@ -149,12 +150,13 @@ int hx_caserun_create(hx_caserun **out, hx_case *c, const hx_caserun_opts *o, lm
         goto done;
     }
     if (rc == LM_OK)
-        rc = lm_model_load(&r->model, r->model_path, err);
+        rc = hx_models_open(&r->model, &r->ref, r->model_path, err);
     if (rc == LM_OK)
         rc = prompt_tokens(&prompt, &r->n_prompt, r, err);
     if (rc == LM_OK) {
         hx_sweep_params p = {
             .model = r->model,
+            .ref = r->ref,
             /* The file actually read; a synthetic model is named by its spec. */
             .model_label = c->model.synth ? c->model_text : r->model_path,
             .case_name = c->name,
@@ -203,6 +205,7 @@ void hx_caserun_free(hx_caserun *r)
         hx_report_free(r->report);
     hx_sweep_result_free(r->sweep);
     lm_model_free(r->model);
+    ref_model_free(r->ref);
     hx_case_free(r->c);
     free(r);
 }

@@ -14,6 +14,7 @@
 #include "judge/golden.h"
 #include "judge/golden_key.h"
 #include "kvd_model.h"
+#include "ref_model.h"
 #include "model/report.h"
 #include "run/sweep.h"
 
@@ -36,6 +37,7 @@ typedef struct hx_caserun {
     bool skipped;               /* model file absent: nothing ran */
     char skip_reason[256];
     lm_model *model;            /* NULL when skipped */
+    ref_model *ref;             /* the reference's own view of the same file; NULL when skipped */
     uint32_t n_prompt;
     char rope_probe[17];        /* the golden keys' libm probe of the model over the positions
                                    its runs read, 0..n_prompt+n_gen-1 (golden_key.h) */

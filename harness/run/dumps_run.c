@@ -8,6 +8,7 @@
 #include "judge/envelope.h"
 #include "run/envelope_sr.h"
 #include "judge/fingerprint.h"
+#include "judge/model_check.h"
 #include "judge/split_risk.h"
 #include "run/forced.h"
 #include "fs.h"
@@ -186,8 +187,10 @@ static int reference(jstate *s, lm_err *err)
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .log = p->log, .log_user = p->log_user};
     bool hit = false;
-    ref_cache_key(s->ref_key, p->model, &rq);
-    int rc = ref_cached(&s->ref, p->model, &rq, p->cache_dir, &hit, err);
+    ref_cache_key(s->ref_key, p->ref, &rq);
+    int rc = hx_model_check(p->model, p->ref, err);
+    if (rc == LM_OK)
+        rc = ref_cached(&s->ref, p->ref, &rq, p->cache_dir, &hit, err);
     if (rc == LM_OK)
         rc = ref_capture_check_finite(&s->ref, p->model_label ? p->model_label : "model", err);
     if (rc != LM_OK)
@@ -242,7 +245,7 @@ static bool file_exists(const char *path)
  * needed too (measured on the same members' rows, which only the engine's members give). */
 static bool use_ref_sr(const jstate *s, uint32_t k)
 {
-    return hx_envelope_source(s->p->model, &s->ref, env_profile(s, k), s->need_lp) ==
+    return hx_envelope_source(s->p->ref, &s->ref, env_profile(s, k), s->need_lp) ==
            HX_MEMBERS_REF_SR;
 }
 
@@ -334,7 +337,7 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
         free(mem);
         progress(p, "envelope of profile f32: %u SR runs of the reference's float32 model...",
                  (unsigned)m);
-        int rc = hx_envelope_from_ref_sr(&s->env[k], p->model, &s->ref, m, seed, p->ref_threads,
+        int rc = hx_envelope_from_ref_sr(&s->env[k], p->ref, &s->ref, m, seed, p->ref_threads,
                                          HX_ENVELOPE_SAFETY, NULL, NULL, err);
         if (rc == LM_OK)
             rc = env_store(s->env[k], s, k, false, err);

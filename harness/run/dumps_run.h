@@ -38,6 +38,7 @@
 #include "model/capture.h"
 #include "model/dump.h"
 #include "kvd_model.h"
+#include "ref_model.h"
 #include "model/report.h"
 
 #include <stdbool.h>
@@ -47,6 +48,7 @@
 
 typedef struct hx_judge_params {
     const lm_model *model;
+    const ref_model *ref;            /* the reference's own view of the same file */
     const char *model_label;         /* for the report; NULL: "model" */
     const int32_t *prompt;           /* [n_prompt] */
     uint32_t n_prompt;

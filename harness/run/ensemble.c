@@ -12,7 +12,7 @@ static bool is_f32(const char *profile)
     return profile == NULL || profile[0] == '\0' || strcmp(profile, "f32") == 0;
 }
 
-hx_member_source hx_ensemble_source(const lm_model *m, const ref_request *rq, const char *profile,
+hx_member_source hx_ensemble_source(const ref_model *m, const ref_request *rq, const char *profile,
                                     bool engine_only, char *why, size_t why_n)
 {
     char reason[sizeof ((lm_err *)0)->msg] = "";
@@ -75,7 +75,7 @@ int hx_ensemble_run_engine(uint32_t n, uint64_t seed, const char *profile, uint3
     return hx_run_jobs(n, jobs, member_job, member_done, &e, err);
 }
 
-int hx_ensemble_run_ref(uint32_t n, uint64_t seed, const lm_model *m, const ref_request *rq,
+int hx_ensemble_run_ref(uint32_t n, uint64_t seed, const ref_model *m, const ref_request *rq,
                         int n_threads, hx_ref_member_fold_fn fold, void *user, lm_err *err)
 {
     ref_sr_out *mem = calloc(n ? n : 1, sizeof *mem);

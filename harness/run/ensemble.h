@@ -29,7 +29,7 @@ typedef enum hx_member_source { HX_MEMBERS_REF_SR = 0, HX_MEMBERS_NAIVE_SR = 1 }
  * the profile is float32, engine_only is false and ref_sr_supported accepts m and rq; else
  * naive-sr. why[why_n] (may be NULL) receives the reason the reference's model was not used
  * ("" when it was). */
-hx_member_source hx_ensemble_source(const lm_model *m, const ref_request *rq, const char *profile,
+hx_member_source hx_ensemble_source(const ref_model *m, const ref_request *rq, const char *profile,
                                     bool engine_only, char *why, size_t why_n);
 /* "reference-SR" or "naive-sr". */
 const char *hx_member_source_name(hx_member_source s);
@@ -53,7 +53,7 @@ int hx_ensemble_run_engine(uint32_t n, uint64_t seed, const char *profile, uint3
 /* Reference SR members i = 0..n-1 of m on rq (ref_sr_ensemble on n_threads threads, 0: online
  * cores), each handed to fold(user, i, member) in member order, then freed. */
 typedef void (*hx_ref_member_fold_fn)(void *user, uint32_t i, const ref_sr_out *member);
-int hx_ensemble_run_ref(uint32_t n, uint64_t seed, const lm_model *m, const ref_request *rq,
+int hx_ensemble_run_ref(uint32_t n, uint64_t seed, const ref_model *m, const ref_request *rq,
                         int n_threads, hx_ref_member_fold_fn fold, void *user, lm_err *err);
 
 #endif

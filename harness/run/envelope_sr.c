@@ -16,7 +16,7 @@ static ref_request request_of(const ref_capture *ref)
                          .prec = ref->prec};
 }
 
-hx_member_source hx_envelope_source(const lm_model *m, const ref_capture *ref,
+hx_member_source hx_envelope_source(const ref_model *m, const ref_capture *ref,
                                     const char *profile, bool engine_only)
 {
     const ref_request rq = request_of(ref);
@@ -44,7 +44,7 @@ static int as_capture(hx_capture *c, float **kv, const ref_sr_out *o, const ref_
     return LM_OK;
 }
 
-int hx_envelope_from_ref_sr(hx_envelope **out, const lm_model *m, const ref_capture *ref,
+int hx_envelope_from_ref_sr(hx_envelope **out, const ref_model *m, const ref_capture *ref,
                             uint32_t n_members, uint64_t seed, int n_threads, double safety,
                             ref_progress_fn progress, void *progress_user, lm_err *err)
 {

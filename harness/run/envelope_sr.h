@@ -16,10 +16,10 @@
 #define HX_ENVELOPE_SR_MODE "ref-sr:f32:coin=lowbias32-xor-mm-att-v3:sr=intadd29-v2:stat=mean-spread-v2"
 
 /* The ensemble's source (hx_ensemble_source) for an envelope of ref's tokens and positions. */
-hx_member_source hx_envelope_source(const lm_model *m, const ref_capture *ref,
+hx_member_source hx_envelope_source(const ref_model *m, const ref_capture *ref,
                                     const char *profile, bool engine_only);
 /* progress (may be NULL) hears the members' progress (ref_sr_ensemble). */
-int hx_envelope_from_ref_sr(hx_envelope **out, const lm_model *m, const ref_capture *ref,
+int hx_envelope_from_ref_sr(hx_envelope **out, const ref_model *m, const ref_capture *ref,
                             uint32_t n_members, uint64_t seed, int n_threads, double safety,
                             ref_progress_fn progress, void *progress_user, lm_err *err);
 

@@ -66,7 +66,7 @@ int hx_routing_capture(hx_routing *out, const lm_model *m, const hx_config *cfg,
     return rc;
 }
 
-int hx_routing_from_ref(hx_routing *out, const ref_result *r, const lm_model *m, lm_err *err)
+int hx_routing_from_ref(hx_routing *out, const ref_result *r, const ref_model *rm, lm_err *err)
 {
     memset(out, 0, sizeof *out);
     if (r->moe_sel == NULL || r->moe_margin == NULL)
@@ -86,7 +86,7 @@ int hx_routing_from_ref(hx_routing *out, const ref_result *r, const lm_model *m,
     for (size_t i = 0; i < (size_t)nl * n; ++i)
         out->margin[i] = (float)r->moe_margin[i];
     for (uint32_t il = 0; il < nl; ++il)
-        out->moe[il] = m->layers[il].ffn_gate_inp != NULL;
+        out->moe[il] = rm->layers[il].ffn_gate_inp != NULL;
     for (uint32_t il = 0; il < nl; ++il)
         if (!out->moe[il])
             for (uint32_t p = 0; p < n; ++p)
@@ -168,13 +168,14 @@ static void ref_member_fold(void *user, uint32_t i, const ref_sr_out *member)
     d->dev = fmax(d->dev, member_dev(d->truth, member->moe_sel, member->moe_margin));
 }
 
-static int tie_band(float *tol, bool *sr, const lm_model *m, const int32_t *prompt, uint32_t n,
-                    const hx_routing *truth, uint32_t members, uint64_t sr_seed, lm_err *err)
+static int tie_band(float *tol, bool *sr, const lm_model *m, const ref_model *rm,
+                    const int32_t *prompt, uint32_t n, const hx_routing *truth, uint32_t members,
+                    uint64_t sr_seed, lm_err *err)
 {
     const ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n};
-    *sr = hx_ensemble_source(m, &rq, "", false, NULL, 0) == HX_MEMBERS_REF_SR;
+    *sr = hx_ensemble_source(rm, &rq, "", false, NULL, 0) == HX_MEMBERS_REF_SR;
     ref_dev d = {.truth = truth, .dev = 0.0};
-    const int rc = *sr ? hx_ensemble_run_ref(members, sr_seed, m, &rq, 0, ref_member_fold, &d, err)
+    const int rc = *sr ? hx_ensemble_run_ref(members, sr_seed, rm, &rq, 0, ref_member_fold, &d, err)
                        : naive_sr_dev(&d.dev, m, prompt, n, truth, "", members, sr_seed, err);
     *tol = (float)(HX_ROUTING_SAFETY * d.dev);
     return rc;
@@ -207,7 +208,8 @@ static int config_band(float *tol, float *band, bool *have, const lm_model *m,
     return LM_OK;
 }
 
-int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t *prompt,
+int hx_routing_measure(hx_routing_result *out, const lm_model *m, const ref_model *rm,
+                       const int32_t *prompt,
                        uint32_t n, const hx_config *configs, size_t n_configs, uint32_t prec,
                        uint32_t members, uint64_t sr_seed, lm_err *err)
 {
@@ -231,12 +233,12 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const int32_t 
     ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n, .prec = prec};
     ref_result *r = NULL;
     hx_routing truth = {0}, other = {0};
-    int rc = ref_run(&r, m, &rq, err);
+    int rc = ref_run(&r, rm, &rq, err);
     if (rc == LM_OK)
-        rc = hx_routing_from_ref(&truth, r, m, err);
+        rc = hx_routing_from_ref(&truth, r, rm, err);
     if (rc == LM_OK)
-        rc = tie_band(&out->tie_tol, &out->members_sr, m, prompt, n, &truth, members, sr_seed,
-                      err);
+        rc = tie_band(&out->tie_tol, &out->members_sr, m, rm, prompt, n, &truth, members,
+                      sr_seed, err);
     float band[LM_PROFILES_MAX];
     bool have[LM_PROFILES_MAX] = {false};
     for (size_t ci = 0; rc == LM_OK && ci < n_configs; ++ci) {

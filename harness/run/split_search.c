@@ -17,7 +17,8 @@ int hx_search_forecast(hx_split_forecast *out, const hx_search_params *p, const 
     hx_config c = {.backend = "naive", .step = 0, .threads = 1};
     if (p->profile != NULL && strcmp(p->profile, "f32") != 0)
         snprintf(c.profile, sizeof c.profile, "%s", p->profile);
-    hx_sweep_params sp = {.model = p->model, .model_label = p->model_label, .case_name = "search",
+    hx_sweep_params sp = {.model = p->model, .ref = p->ref, .model_label = p->model_label,
+                          .case_name = "search",
                           .prompt = prompt, .n_prompt = n, .n_gen = p->n_gen, .configs = &c,
                           .n_configs = 1, .ensemble = p->ensemble, .cache_dir = p->cache_dir,
                           .jobs = p->jobs, .quiet = true, .log = p->log, .log_user = p->log_user,

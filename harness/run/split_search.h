@@ -15,6 +15,7 @@
 #define HX_SPLIT_SEARCH_H
 
 #include "kvd_engine.h"
+#include "ref_model.h"
 #include "model/report.h"
 
 #include <stdint.h>
@@ -23,6 +24,7 @@
 
 typedef struct hx_search_params {
     const lm_model *model;
+    const ref_model *ref;     /* the reference's own view of the same file */
     const char *model_label;  /* for messages; NULL: "model" */
     const char *profile;      /* "" or "f32": float32 */
     uint32_t n_gen;           /* generated steps forecast (>= 1) */

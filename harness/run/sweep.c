@@ -1,6 +1,7 @@
 /* sweep.c — hx_sweep_run_all: teacher path, reference, SR envelope, every configuration and
  * its baseline, compared and folded into one report (the contract is in sweep.h). */
 #include "run/sweep.h"
+#include "judge/model_check.h"
 
 #include "kvd_util.h"
 
@@ -306,9 +307,9 @@ static bool prompt_rows_allowed(const hx_sweep_params *p, const ref_request *rq,
     ref_request all = *rq;
     all.pos = NULL;
     all.n_pos = 0;
-    const double base = ref_macs(p->model, &all);
+    const double base = ref_macs(p->ref, &all);
     all.n_prompt = 1; /* the default positions from 0: every row */
-    const double more = ref_macs(p->model, &all) - base;
+    const double more = ref_macs(p->ref, &all) - base;
     const double bytes = (double)p->n_prompt * p->model->hp.n_vocab * sizeof(float);
     why[0] = '\0';
     if (p->n_prompt < 2)
@@ -377,12 +378,10 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     }
     double t0 = lm_now_s();
     /* The reference's own reading of the file against the engine's, also when every capture
-     * comes from the cache (ref_run checks only before a pass it computes): an engine
-     * dequantization or hyperparameter defect stops the sweep, naming the tensor or key. */
+     * comes from the cache: an engine dequantization or hyperparameter defect stops the sweep,
+     * naming the tensor or key. */
     lm_err e2 = {0};
-    int rc = ref_weights_check(p->model, &e2);
-    if (rc == LM_OK)
-        rc = ref_hparams_check(p->model, &e2);
+    int rc = hx_model_check(p->model, p->ref, &e2);
     if (rc != LM_OK) {
         free(all);
         return LM_FAIL(err, rc, "the engine's model differs from the reference's own reading of "
@@ -392,8 +391,8 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
         memcpy(all, p->prompt, p->n_prompt * sizeof *all);
         memcpy(all + p->n_prompt, r->path, p->n_gen * sizeof *all);
         ref_capture_free(&r->ref);
-        ref_cache_key(r->ref_key, p->model, &rq);
-        if ((rc = ref_cached(&r->ref, p->model, &rq, p->cache_dir, &r->ref_hit, err)) != LM_OK ||
+        ref_cache_key(r->ref_key, p->ref, &rq);
+        if ((rc = ref_cached(&r->ref, p->ref, &rq, p->cache_dir, &r->ref_hit, err)) != LM_OK ||
             (rc = ref_capture_check_finite(&r->ref, p->model_label ? p->model_label : "model",
                                         err)) != LM_OK ||
             (rc = ref_departure(&r->ref_leaves_at, &r->ref_token_at, r, p, err)) != LM_OK)
@@ -498,7 +497,7 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
      * the engine's ensemble also the teacher-path capture's hash: the naive engine's bits on
      * this input, so an engine change (elementwise code, libm) never reuses an old envelope;
      * f32 keeps the key it always had, another profile adds its name. */
-    const bool use_sr = hx_envelope_source(p->model, &r->ref, profile, p->engine_envelope) ==
+    const bool use_sr = hx_envelope_source(p->ref, &r->ref, profile, p->engine_envelope) ==
                         HX_MEMBERS_REF_SR;
     const char *who = hx_member_source_name(use_sr ? HX_MEMBERS_REF_SR : HX_MEMBERS_NAIVE_SR);
     if (profile[0] == '\0')
@@ -527,7 +526,7 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     if (use_sr) {
         progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
                  (unsigned)m, (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
-        rc = hx_envelope_from_ref_sr(out, p->model, &r->ref, m, seed, p->ref_threads,
+        rc = hx_envelope_from_ref_sr(out, p->ref, &r->ref, m, seed, p->ref_threads,
                                      HX_ENVELOPE_SAFETY, p->ref_progress, p->ref_progress_user,
                                      err);
     } else {
@@ -619,7 +618,7 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
                       .progress = p->ref_progress, .progress_user = p->ref_progress_user,
                       .log = p->log, .log_user = p->log_user};
     bool hit = false;
-    return ref_cached(out, p->model, &rq, p->cache_dir, &hit, err);
+    return ref_cached(out, p->ref, &rq, p->cache_dir, &hit, err);
 }
 
 /* (d) Every configuration and every baseline not among them, then the comparisons. */
@@ -739,7 +738,7 @@ static int routing(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
     const double t0 = lm_now_s();
     const uint32_t members = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     const uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
-    int rc = hx_routing_measure(&r->routing, p->model, p->prompt, p->n_prompt, p->configs,
+    int rc = hx_routing_measure(&r->routing, p->model, p->ref, p->prompt, p->n_prompt, p->configs,
                                 p->n_configs, p->precision, members, seed, err);
     if (rc != LM_OK)
         return rc;

@@ -54,8 +54,8 @@
  *      against the shared reference and envelope; with a rotating cache its schedule reference
  *      follows the two turns (ref_request.rot_turn_*).
  *      Before (b), the engine's weights and hyperparameters are checked against the
- *      reference's own reading of the model file (ref_weights_check, ref_hparams_check), also
- *      when the reference comes from the cache: a difference is LM_E_INPUT naming it.
+ *      reference's own reading of the model file (judge/model_check.h hx_model_check), also
+ *      when the reference comes from the cache: a difference is LM_E_DISAGREE naming it.
  *  (e) MoE models only: routing flips of every configuration against the reference's routing
  *      of the prompt, the TIE band measured with the same `ensemble` size and seeds as (c)
  *      (hx_routing_measure, routing.h); the numbers go to routing and into the report.
@@ -97,6 +97,7 @@
 
 typedef struct hx_sweep_params {
     const lm_model *model;
+    const ref_model *ref;     /* the reference's own view of the same file (ref_model_open) */
     const char *model_label;  /* written into the report (path or synth:...); NULL: "model" */
     const char *case_name;    /* report case name; NULL: "sweep" */
     const int32_t *prompt;    /* [n_prompt] token ids */
