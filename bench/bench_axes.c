@@ -57,7 +57,7 @@ static int bench(bu_stories *s)
     if (hx_axes_configs(&oc, &n_old, &old_axes, &err) != LM_OK ||
         hx_axes_configs(&nc, &n_new, &new_axes, &err) != LM_OK)
         bu_die(PROG, "configs", &err);
-    hx_sweep_params p = {.model = s->m, .model_label = s->path, .prompt = s->prompt,
+    hx_sweep_params p = {.model = s->m, .ref = s->r, .model_label = s->path, .prompt = s->prompt,
                          .n_prompt = (uint32_t)np, .n_gen = N_GEN, .quiet = true, .jobs = 1};
     double *v = calloc(6 * (size_t)reps, sizeof *v);
     if (v == NULL)

@@ -267,15 +267,15 @@ typedef struct row {
  * tokens: 8 SR members of the reference's float32 model (members in parallel on `threads`
  * threads), one blas run (step=full, `threads` threads) teacher-forced on the same tokens; wall
  * and CPU seconds (all threads) of each, the ratios in this run. */
-static void envelope_cost(const char *label, const lm_model *m, const int32_t *tok, uint32_t n,
-                          uint32_t n_prompt, int threads, const row *ref, FILE *out,
-                          const char *when)
+static void envelope_cost(const char *label, const lm_model *m, const ref_model *rm,
+                          const int32_t *tok, uint32_t n, uint32_t n_prompt, int threads,
+                          const row *ref, FILE *out, const char *when)
 {
     lm_err err = {0};
     ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt};
     ref_sr_out mem[8];
     double t0 = lm_now_s(), c0 = bu_cpu_s();
-    if (ref_sr_ensemble(mem, 8, m, &rq, 1, threads, &err))
+    if (ref_sr_ensemble(mem, 8, rm, &rq, 1, threads, &err))
         bu_die(PROG, "SR ensemble", &err);
     double env_s = lm_now_s() - t0, env_c = bu_cpu_s() - c0;
     for (int i = 0; i < 8; ++i)
@@ -324,7 +324,8 @@ static bool real_pass(const char *file, const char *label, const int32_t *fixed,
         return false;
     }
     lm_model *m;
-    if (lm_model_load(&m, path, &err))
+    ref_model *rm;
+    if (lm_model_load(&m, path, &err) || ref_model_open(&rm, path, &err))
         bu_die(PROG, path, &err);
     int32_t *ids = NULL;
     size_t nt = 0;
@@ -338,17 +339,18 @@ static bool real_pass(const char *file, const char *label, const int32_t *fixed,
             printf("SKIP %s: %s gives fewer than %u tokens\n", label, text_file, n);
             free(ids);
             lm_model_free(m);
+            ref_model_free(rm);
             return false;
         }
         fixed = ids;
     }
     ref_request rq = {.tokens = fixed, .n_tokens = n, .n_prompt = n_prompt, .n_threads = threads};
     /* the cost line's estimate (cli_progress.c), made before the pass as there */
-    const double est = ref_macs(m, &rq) * ref_calibrate_s_per_mac(m, &rq, threads) / threads +
-                       ref_fixed_cost_s(m, threads);
+    const double est = ref_macs(rm, &rq) * ref_calibrate_s_per_mac(rm, &rq, threads) / threads +
+                       ref_fixed_cost_s(rm, threads);
     double w0 = lm_now_s(), c0 = bu_cpu_s();
     ref_capture c;
-    if (ref_compute(&c, m, &rq, &err))
+    if (ref_compute(&c, rm, &rq, &err))
         bu_die(PROG, label, &err);
     *wall = lm_now_s() - w0;
     *cpu = bu_cpu_s() - c0;
@@ -366,19 +368,20 @@ static bool real_pass(const char *file, const char *label, const int32_t *fixed,
            "cost line said %.2f s (wall / estimate %.2f)\n", label, n, threads, *wall, *cpu, la[0],
            est, est > 0.0 ? *wall / est : 0.0);
     fprintf(out, "%s\t%s\t%d\t%u\t%u\t%.0f\t%.4f\t0\t0\t0\t0\t0\n", when, label, threads,
-            REF_DEFAULT_PREC, n, ref_macs(m, &rq), *wall);
+            REF_DEFAULT_PREC, n, ref_macs(rm, &rq), *wall);
     fprintf(out, "%s\t%s (cost-line estimate)\t%d\t%u\t%u\t%.0f\t%.4f\t0\t0\t0\t0\t0\n", when,
-            label, threads, REF_DEFAULT_PREC, n, ref_macs(m, &rq), est);
+            label, threads, REF_DEFAULT_PREC, n, ref_macs(rm, &rq), est);
     if (envelope) {
         const row ref = {.model = label, .n_tokens = n, .secs = *wall, .cpu = *cpu};
-        envelope_cost(label, m, fixed, n, n_prompt, threads, &ref, out, when);
+        envelope_cost(label, m, rm, fixed, n, n_prompt, threads, &ref, out, when);
     }
     free(ids);
     lm_model_free(m);
+    ref_model_free(rm);
     return true;
 }
 
-static double mac_count(const lm_hparams *hp, uint64_t n, uint64_t n_pos)
+static double mac_count(const ref_hparams *hp, uint64_t n, uint64_t n_pos)
 {
     double e = hp->n_embd, q = (double)hp->n_head * hp->head_dim,
            kv = (double)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
@@ -399,7 +402,7 @@ static uint32_t argmax(const double *v, uint32_t n)
 }
 
 /* Median wall seconds of reps passes; *cpu: the median CPU seconds (all threads). */
-static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
+static double time_ref(const ref_model *m, const int32_t *tok, uint32_t n, uint32_t n_prompt,
                        int threads, int reps, double *cpu)
 {
     ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt, .n_threads = threads};
@@ -427,7 +430,7 @@ static double time_ref(const lm_model *m, const int32_t *tok, uint32_t n, uint32
 
 /* One table row: the reference pass over tok[n] with n_prompt prompt tokens timed (median of
  * reps), its multiply-adds counted with the logits of every position from n_prompt - 1 on. */
-static row measure(const char *model, const lm_model *m, const int32_t *tok, uint32_t n,
+static row measure(const char *model, const ref_model *m, const int32_t *tok, uint32_t n,
                    uint32_t n_prompt, int threads, int reps)
 {
     row r = {.model = model, .n_tokens = n, .macs = mac_count(&m->hp, n, n - n_prompt + 1)};
@@ -492,13 +495,14 @@ int main(int argc, char **argv)
     bu_model_path(path, sizeof path, "stories260K.gguf");
     if (access(path, R_OK) == 0) {
         lm_model *m;
-        if (lm_model_load(&m, path, &err))
+        ref_model *rm;
+        if (lm_model_load(&m, path, &err) || ref_model_open(&rm, path, &err))
             bu_die(PROG, path, &err);
         /* check first: "Once upon a time" -> "," (432) */
         const int32_t once[5] = {1, 403, 407, 261, 378};
         ref_request rq = {.tokens = once, .n_tokens = 5, .n_prompt = 5, .n_threads = threads};
         ref_capture c;
-        if (ref_compute(&c, m, &rq, &err))
+        if (ref_compute(&c, rm, &rq, &err))
             bu_die(PROG, "stories260K check", &err);
         if (argmax(c.logits, c.n_vocab) != 432) {
             fprintf(stderr, "bench_ref: stories260K check failed (argmax %u, want 432)\n",
@@ -520,9 +524,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_ref: story tokenizes to %zu < 115 tokens\n", n);
             return 2;
         }
-        rows[nrows++] = measure("stories260K", m, ids, 115, 115, threads, 3);
+        rows[nrows++] = measure("stories260K", rm, ids, 115, 115, threads, 3);
         free(ids);
         lm_model_free(m);
+        ref_model_free(rm);
     } else {
         printf("SKIP stories260K: %s not found (set KVDRIFT_MODELS)\n", path);
     }
@@ -536,19 +541,21 @@ int main(int argc, char **argv)
     if (hx_synth_write(path, "smollm2-135m", 0, LM_TYPE_F32, &err))
         bu_die(PROG, "synth smollm2-135m", &err);
     lm_model *m;
-    if (lm_model_load(&m, path, &err))
+    ref_model *rm;
+    if (lm_model_load(&m, path, &err) || ref_model_open(&rm, path, &err))
         bu_die(PROG, path, &err);
     int32_t tok[LONG_PROMPT];
     for (int i = 0; i < LONG_PROMPT; ++i)
         tok[i] = (int32_t)((1 + 7919u * (unsigned)i) % m->hp.n_vocab);
     /* the issue's figure: a 30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2
      * idle cores), then the envelope's cost on the same tokens, then a long prompt */
-    rows[nrows++] = measure("smollm2 30+16", m, tok, 46, 30, threads, 1);
+    rows[nrows++] = measure("smollm2 30+16", rm, tok, 46, 30, threads, 1);
     char when0[32];
     bu_when(when0);
-    envelope_cost("smollm2 30+16", m, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
-    rows[nrows++] = measure("smollm2 long", m, tok, LONG_PROMPT, LONG_PROMPT, threads, 1);
+    envelope_cost("smollm2 30+16", m, rm, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
+    rows[nrows++] = measure("smollm2 long", rm, tok, LONG_PROMPT, LONG_PROMPT, threads, 1);
     lm_model_free(m);
+    ref_model_free(rm);
     unlink(path); /* kept until here: the reference reads the file itself */
     rmdir(dir);
 

@@ -71,7 +71,7 @@ static int bench(bu_stories *s)
         bu_die(PROG, "configs", &err);
     for (size_t i = 0; i < nc; ++i)
         cfgs[i].threads = 1;
-    hx_sweep_params p = {.model = m, .model_label = s->path, .prompt = prompt,
+    hx_sweep_params p = {.model = m, .ref = s->r, .model_label = s->path, .prompt = prompt,
                          .n_prompt = (uint32_t)np, .n_gen = N_GEN, .configs = cfgs,
                          .n_configs = nc, .quiet = true};
     const uint32_t n_ens = HX_SWEEP_DEFAULT_ENSEMBLE;
@@ -129,7 +129,7 @@ static int bench(bu_stories *s)
         }
         ref_capture rc = {0};
         t0 = lm_now_s();
-        if (ref_compute(&rc, m, &rq, &err) != LM_OK)
+        if (ref_compute(&rc, s->r, &rq, &err) != LM_OK)
             bu_die(PROG, "reference", &err);
         t_ref[rep] = lm_now_s() - t0;
         ref_capture_free(&rc);

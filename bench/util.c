@@ -93,7 +93,8 @@ static int stories_start(bu_stories *s, int argc, char **argv, const char *usage
         return 0;
     }
     lm_err err = {0};
-    if (lm_model_load(&s->m, s->path, &err) != LM_OK)
+    if (lm_model_load(&s->m, s->path, &err) != LM_OK ||
+        ref_model_open(&s->r, s->path, &err) != LM_OK)
         bu_die(s->prog, s->path, &err);
     if (lm_tokenize(s->m->vocab, text, strlen(text), true, &s->prompt, &s->n_prompt, &err) !=
         LM_OK)
@@ -119,6 +120,7 @@ int bu_stories_main(const char *prog, int argc, char **argv, const char *usage, 
     }
     free(s.prompt);
     lm_model_free(s.m);
+    ref_model_free(s.r);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 
 #include "kvd_common.h"
 #include "kvd_model.h"
+#include "ref_model.h"
 #include "kvd_util.h" /* lm_now_s: the monotonic clock */
 
 #include <stddef.h>
@@ -44,6 +45,7 @@ typedef struct bu_stories {
     int reps;               /* REPS: 1..max_reps, default 3 */
     char path[1024];        /* the model's path */
     lm_model *m;
+    ref_model *r;           /* the reference's own view of the same file */
     int32_t *prompt;        /* [n_prompt]: text tokenized, BOS added */
     size_t n_prompt;
     char scratch[64];       /* a fresh empty folder /tmp/kvdrift-<prog>-XXXXXX */

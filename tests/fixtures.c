@@ -1,6 +1,8 @@
 /* fixtures.c — shared test fixtures (see fixtures.h). */
 #include "fixtures.h"
 
+#include "kvd_ref.h"
+
 #include "run/dumps_run.h"
 #include "plan/synth.h"
 
@@ -73,13 +75,92 @@ void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_
     for (int i = 0; i < 16; ++i)
         t->m.content_hash[i] = (uint8_t)(seed >> (8 * (i % 8))) ^ (uint8_t)i;
     t->m.path = NULL;
+    t->rlayers = calloc(hp->n_layer ? hp->n_layer : 1, sizeof *t->rlayers);
+    CU_ASSERT_FATAL(t->rlayers != NULL);
+    tf_ref_sync(t);
+}
+
+void tf_ref_sync(tf_model *t)
+{
+    const lm_hparams *hp = &t->m.hp;
+    ref_hparams *rh = &t->r.hp;
+    memset(rh, 0, sizeof *rh);
+    snprintf(rh->arch, sizeof rh->arch, "%s", hp->arch);
+    rh->n_vocab = hp->n_vocab;
+    rh->n_embd = hp->n_embd;
+    rh->n_layer = hp->n_layer;
+    rh->n_head = hp->n_head;
+    rh->n_head_kv = hp->n_head_kv;
+    rh->head_dim = hp->head_dim;
+    rh->n_ff = hp->n_ff;
+    rh->n_rot = hp->n_rot;
+    rh->n_ctx_train = hp->n_ctx_train;
+    rh->rms_eps = hp->rms_eps;
+    rh->rope_theta = hp->rope_theta;
+    rh->rope_type = (ref_rope_type)hp->rope_type;
+    rh->norm_place = (ref_norm_place)hp->norm_place;
+    rh->act = (ref_ffn_act)hp->act;
+    rh->qk_norm = hp->qk_norm;
+    rh->tied_output = hp->tied_output;
+    rh->embd_scale = hp->embd_scale;
+    rh->rope_theta_swa = hp->rope_theta_swa;
+    rh->rope_yarn_factor = hp->rope_yarn_factor;
+    rh->n_ctx_orig_yarn = hp->n_ctx_orig_yarn;
+    rh->n_swa = hp->n_swa;
+    rh->n_expert = hp->n_expert;
+    rh->n_expert_used = hp->n_expert_used;
+    rh->n_ff_exp = hp->n_ff_exp;
+    rh->moe_gating = hp->moe_gating;
+    t->r.tok_embd = t->m.tok_embd;
+    t->r.output_norm = t->m.output_norm;
+    t->r.output = t->m.output;
+    t->r.rope_freqs = t->m.rope_freqs;
+    for (uint32_t l = 0; l < hp->n_layer; ++l) {
+        const lm_layer *L = &t->m.layers[l];
+        t->rlayers[l] = (ref_layer){
+            .attn_norm = L->attn_norm, .wq = L->wq, .wk = L->wk, .wv = L->wv, .wo = L->wo,
+            .bq = L->bq, .bk = L->bk, .bv = L->bv, .bo = L->bo, .ffn_norm = L->ffn_norm,
+            .w_gate = L->w_gate, .w_up = L->w_up, .w_down = L->w_down, .window = L->window,
+            .sinks = L->sinks, .ffn_gate_inp = L->ffn_gate_inp,
+            .ffn_gate_exps = L->ffn_gate_exps, .ffn_up_exps = L->ffn_up_exps,
+            .ffn_down_exps = L->ffn_down_exps, .ffn_gate_inp_b = L->ffn_gate_inp_b,
+            .ffn_gate_exps_b = L->ffn_gate_exps_b, .ffn_up_exps_b = L->ffn_up_exps_b,
+            .ffn_down_exps_b = L->ffn_down_exps_b, .attn_q_norm = L->attn_q_norm,
+            .attn_k_norm = L->attn_k_norm, .attn_post_norm = L->attn_post_norm,
+            .ffn_post_norm = L->ffn_post_norm};
+    }
+    t->r.layers = t->rlayers;
+    memcpy(t->r.content_hash, t->m.content_hash, sizeof t->r.content_hash);
+    t->r.path = NULL;
+}
+
+ref_model *tf_ref_open(const lm_model *m)
+{
+    ref_model *r = NULL;
+    lm_err err = {0};
+    if (m->path == NULL || ref_model_open(&r, m->path, &err) != LM_OK) {
+        fprintf(stderr, "\n  reference view of %s: %s\n", m->path ? m->path : "(no file)",
+                err.msg);
+        CU_FAIL_FATAL("reference view");
+    }
+    return r;
+}
+
+int tf_ref_compute(ref_capture *out, const lm_model *m, const ref_request *rq, lm_err *err)
+{
+    ref_model *r = tf_ref_open(m);
+    const int rc = ref_compute(out, r, rq, err);
+    ref_model_free(r);
+    return rc;
 }
 
 void tf_model_free(tf_model *t)
 {
     lm_model_ext_release(&t->m);
+    ref_model_release(&t->r);
     free(t->arena);
     free(t->layers);
+    free(t->rlayers);
     memset(t, 0, sizeof *t);
 }
 

@@ -8,6 +8,7 @@
 #define KVD_TEST_FIXTURES_H
 
 #include "kvd_model.h"
+#include "ref_model.h"
 #include "test_util.h"
 
 #include <stdbool.h>
@@ -15,9 +16,11 @@
 #include <stdint.h>
 
 typedef struct tf_model {
-    lm_model m;       /* layers, weights: pointers into the two fields below */
-    lm_layer *layers; /* [n_layer] */
-    float *arena;     /* every weight */
+    lm_model m;        /* layers, weights: pointers into the fields below */
+    ref_model r;       /* the reference's view of the same weights (tf_ref_sync) */
+    lm_layer *layers;  /* [n_layer] */
+    ref_layer *rlayers; /* [n_layer] */
+    float *arena;      /* every weight */
 } tf_model;
 
 /* Weight distributions of tf_model_build: a weight matrix or bias is s x U[-1, 1) with s its
@@ -39,6 +42,18 @@ typedef struct tf_scales {
 void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_scales *sc,
                     uint64_t seed);
 void tf_model_free(tf_model *t);
+/* t->r from t->m: the same hyperparameters, weights, windows and content hash, as the reference
+ * would read them from a file holding this model (tf_model_build calls it; a test that changes
+ * t->m afterwards calls it again). */
+void tf_ref_sync(tf_model *t);
+/* The reference's own view of the file m was loaded from (ref_model_open of m->path); fails the
+ * running test fatally when it cannot be opened. Free with ref_model_free. */
+ref_model *tf_ref_open(const lm_model *m);
+/* ref_compute of rq on the reference's own view of m's file (tf_ref_open, freed again). */
+struct ref_capture;
+struct ref_request;
+int tf_ref_compute(struct ref_capture *out, const lm_model *m, const struct ref_request *rq,
+                   lm_err *err);
 
 /* The synthetic model of kvdrift synth's preset (float32 weights, seed), written under
  * tu_tmpdir() and loaded; fails the running test fatally when it cannot be. Free with

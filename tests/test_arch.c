@@ -151,11 +151,14 @@ static hx_report *judge_under(const lm_model *m, hx_dump *d, const char *cache, 
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", tu_tmpdir(), cache);
     const char *prof[] = {"f32", "q8act"};
-    hx_judge_params p = {.model = m, .prompt = prompt, .n_prompt = 27, .dumps = &d,
+    ref_model *rm = tf_ref_open(m);
+    hx_judge_params p = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = 27, .dumps = &d,
                          .n_dumps = 1, .profiles = prof, .n_profiles = q8act ? 2 : 1,
                          .cache_dir = dir,
                          .ref_threads = 1, .quiet = true};
-    return tf_judge(&p);
+    hx_report *r = tf_judge(&p);
+    ref_model_free(rm);
+    return r;
 }
 
 static hx_report *judge(const lm_model *m, hx_dump *d, const char *cache)

@@ -39,6 +39,7 @@
 #include "kvd_tokenizer.h"
 #include "kvd_util.h"
 #include "run/sweep.h"
+#include "fixtures.h"
 #include "plan/synth.h"
 #include "test_util.h"
 
@@ -135,12 +136,12 @@ typedef struct model_result {
 #define N_MODELS 4
 static model_result results[N_MODELS];
 
-static int sweep_once(hx_sweep_result **out, const lm_model *m, const int32_t *prompt,
-                      uint32_t n_prompt, const hx_config *cfgs, size_t n_cfgs, const char *cache,
-                      lm_err *err)
+static int sweep_once(hx_sweep_result **out, const lm_model *m, const ref_model *rm,
+                      const int32_t *prompt, uint32_t n_prompt, const hx_config *cfgs,
+                      size_t n_cfgs, const char *cache, lm_err *err)
 {
     /* jobs 2: the runs of a sweep are independent and their results identical for any jobs. */
-    hx_sweep_params p = {.model = m, .prompt = prompt, .n_prompt = n_prompt, .n_gen = N_GEN,
+    hx_sweep_params p = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = n_prompt, .n_gen = N_GEN,
                          .configs = cfgs, .n_configs = n_cfgs, .cache_dir = cache, .jobs = 2,
                          .quiet = true, .time_once = true};
     return hx_sweep_run_all(out, &p, err);
@@ -289,20 +290,25 @@ static double max_layer0_logit(const lm_model *m, const int32_t *prompt, uint32_
 }
 
 /* Scales layer 0's Wq by a power of two (exact) so that the largest layer-0 logit lands in
- * [128, 256), and marks the model's hash so no cache entry of the original is ever reused.
- * The weights live in the model's private malloc'd arena (kvd_model.h weights_arena), so the
- * test may write them; the const on lm_layer only promises that the engine will not. */
-static float make_hot(lm_model *m, double max_logit)
+ * [128, 256), in both readings of the model (the engine's m, the reference's rm), and marks
+ * the hash so no cache entry of the original is ever reused. The weights live in the models'
+ * private malloc'd arenas, so the test may write them; the const on lm_layer and ref_layer only
+ * promises that the engine and the reference will not. */
+static float make_hot(lm_model *m, ref_model *rm, double max_logit)
 {
     float f = 1.0f;
     while ((double)f * max_logit < 128.0)
         f *= 2.0f;
     const lm_hparams *hp = &m->hp;
     float *wq = (float *)(uintptr_t)m->layers[0].wq; /* [n_head * head_dim][n_embd] */
-    for (size_t i = 0; i < (size_t)hp->n_head * hp->head_dim * hp->n_embd; ++i)
+    float *rwq = (float *)(uintptr_t)rm->layers[0].wq; /* the same shape */
+    for (size_t i = 0; i < (size_t)hp->n_head * hp->head_dim * hp->n_embd; ++i) {
         wq[i] *= f;
+        rwq[i] *= f;
+    }
     m->content_hash[0] ^= 0x5a;
-    m->n_weights = 0; /* no longer the file's weights: the reference must not check them */
+    rm->content_hash[0] ^= 0x5a;
+    m->n_weights = 0; /* no longer the file's weights: the readings are not compared */
     return f;
 }
 
@@ -318,7 +324,8 @@ static const hx_axes old_axes = {.threads = "1", .attn = "default"};
 
 /* Row k's defect, swept with both axis sets; x receives the results. */
 static void run_defect(cell *x, const defect_case *dc, lm_defect d, const lm_model *m,
-                       const int32_t *prompt, uint32_t n_prompt, const hx_config *cfgs,
+                       const ref_model *rm, const int32_t *prompt, uint32_t n_prompt,
+                       const hx_config *cfgs,
                        size_t n_cfgs, const hx_config *old, size_t n_old, const char *cache,
                        const hx_sweep_result *clean)
 {
@@ -326,7 +333,7 @@ static void run_defect(cell *x, const defect_case *dc, lm_defect d, const lm_mod
     hx_sweep_result *r = NULL;
     x->unseen = unseen_reason(&m->hp, n_prompt, d);
     lm_test_set_defect(d);
-    int rc = sweep_once(&r, m, prompt, n_prompt, cfgs, n_cfgs, cache, &e2);
+    int rc = sweep_once(&r, m, rm, prompt, n_prompt, cfgs, n_cfgs, cache, &e2);
     lm_test_set_defect(LM_DEFECT_NONE);
     x->ran = true;
     if (rc != LM_OK) {
@@ -349,7 +356,7 @@ static void run_defect(cell *x, const defect_case *dc, lm_defect d, const lm_mod
     hx_sweep_result_free(r);
     r = NULL;
     lm_test_set_defect(d);
-    rc = sweep_once(&r, m, prompt, n_prompt, old, n_old, cache, &e2);
+    rc = sweep_once(&r, m, rm, prompt, n_prompt, old, n_old, cache, &e2);
     lm_test_set_defect(LM_DEFECT_NONE);
     CU_ASSERT(rc == LM_OK || dc == NULL);
     if (rc == LM_OK) {
@@ -370,7 +377,8 @@ static void run_defect(cell *x, const defect_case *dc, lm_defect d, const lm_mod
 }
 
 /* The hot variant and softmax without max subtraction (the model's weights are changed). */
-static void run_hot(model_result *res, lm_model *m, const int32_t *prompt, uint32_t n_prompt,
+static void run_hot(model_result *res, lm_model *m, ref_model *rm, const int32_t *prompt,
+                    uint32_t n_prompt,
                     const hx_config *cfgs, size_t n_cfgs, const hx_config *old, size_t n_old,
                     const char *label)
 {
@@ -379,15 +387,15 @@ static void run_hot(model_result *res, lm_model *m, const int32_t *prompt, uint3
     hx_sweep_result *clean = NULL, *r = NULL;
     res->max_logit = max_layer0_logit(m, prompt, n_prompt);
     CU_ASSERT_FATAL(res->max_logit > 0.0);
-    res->hot_scale = make_hot(m, res->max_logit);
+    res->hot_scale = make_hot(m, rm, res->max_logit);
     snprintf(cache, sizeof cache, "%s/defects-cache-%s-hot", tu_tmpdir(), label);
-    int rc = sweep_once(&clean, m, prompt, n_prompt, cfgs, n_cfgs, cache, &err);
+    int rc = sweep_once(&clean, m, rm, prompt, n_prompt, cfgs, n_cfgs, cache, &err);
     CU_ASSERT_EQUAL(rc, LM_OK);
     if (rc == LM_OK) {
         fold(clean, &res->hot_false_alarms, &res->hot_clean_worst, &res->hot_clean);
         CU_ASSERT_EQUAL(res->hot_false_alarms, 0);
         lm_test_set_defect(LM_DEFECT_SOFTMAX_NO_MAX);
-        rc = sweep_once(&r, m, prompt, n_prompt, cfgs, n_cfgs, cache, &err);
+        rc = sweep_once(&r, m, rm, prompt, n_prompt, cfgs, n_cfgs, cache, &err);
         lm_test_set_defect(LM_DEFECT_NONE);
         CU_ASSERT_EQUAL(rc, LM_OK);
         if (rc == LM_OK) {
@@ -405,7 +413,7 @@ static void run_hot(model_result *res, lm_model *m, const int32_t *prompt, uint3
         hx_sweep_result_free(r);
         r = NULL;
         lm_test_set_defect(LM_DEFECT_SOFTMAX_NO_MAX);
-        rc = sweep_once(&r, m, prompt, n_prompt, old, n_old, cache, &err);
+        rc = sweep_once(&r, m, rm, prompt, n_prompt, old, n_old, cache, &err);
         lm_test_set_defect(LM_DEFECT_NONE);
         CU_ASSERT_EQUAL(rc, LM_OK);
         if (rc == LM_OK) {
@@ -432,6 +440,7 @@ static void run_model(model_result *res, const char *label, const char *path,
     hx_sweep_result *clean = NULL;
     res->label = label;
     CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    ref_model *rm = tf_ref_open(m);
     if (ids != NULL) {
         prompt = malloc(n_ids * sizeof *prompt);
         CU_ASSERT_FATAL(prompt != NULL);
@@ -455,7 +464,7 @@ static void run_model(model_result *res, const char *label, const char *path,
 
     lm_test_set_defect(LM_DEFECT_NONE);
     lm_test_spare_backend(NULL); /* nothing spared: every run carries the defect */
-    int rc = sweep_once(&clean, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
+    int rc = sweep_once(&clean, m, rm, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, cache, &err);
     CU_ASSERT_EQUAL(rc, LM_OK);
     if (rc != LM_OK) {
         fprintf(stderr, "\n  %s: clean sweep failed: %s\n", label, err.msg);
@@ -480,11 +489,11 @@ static void run_model(model_result *res, const char *label, const char *path,
         const defect_case *dc = known_case(d);
         if (dc != NULL && dc->not_swept != NULL)
             continue;
-        run_defect(&res->d[k], dc, d, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, old, n_old,
+        run_defect(&res->d[k], dc, d, m, rm, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, old, n_old,
                    cache, clean);
     }
     if (hot)
-        run_hot(res, m, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, old, n_old, label);
+        run_hot(res, m, rm, prompt, (uint32_t)n_prompt, cfgs, n_cfgs, old, n_old, label);
     res->ran = true;
 done:
     lm_test_set_defect(LM_DEFECT_NONE);
@@ -494,6 +503,7 @@ done:
     free(old);
     free(prompt);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 static void test_defects_stories260k(void)
@@ -698,15 +708,17 @@ static int sweep_defect(lm_defect d, const lm_model *m, const int32_t *prompt, u
                         bool engine_envelope, hx_sweep_result **keep, size_t *caught,
                         double *r_min, double *r_max, lm_err *err)
 {
-    hx_sweep_params p = {.model = m, .prompt = prompt, .n_prompt = n_prompt, .n_gen = n_gen,
-                         .configs = cfgs, .n_configs = n_cfgs, .cache_dir = cache, .jobs = 2,
-                         .quiet = true, .engine_envelope = engine_envelope,
-                         .time_once = true};
+    ref_model *rm = tf_ref_open(m); /* the reference's own reading of m's file */
+    hx_sweep_params p = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = n_prompt,
+                         .n_gen = n_gen, .configs = cfgs, .n_configs = n_cfgs,
+                         .cache_dir = cache, .jobs = 2, .quiet = true,
+                         .engine_envelope = engine_envelope, .time_once = true};
     hx_sweep_result *r = NULL;
     lm_test_spare_backend(NULL);
     lm_test_set_defect(d);
     int rc = hx_sweep_run_all(&r, &p, err);
     lm_test_set_defect(LM_DEFECT_NONE);
+    ref_model_free(rm);
     *caught = 0;
     *r_min = *r_max = (double)NAN;
     for (size_t i = 0; rc == LM_OK && i < n_cfgs; ++i) {

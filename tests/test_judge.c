@@ -53,10 +53,13 @@ static hx_dump *load(const lm_model *m, const char *path, const char *name)
 static hx_report *judge(const lm_model *m, hx_dump *const *d, size_t n, uint32_t n_prompt,
                         const char *const *profiles, uint32_t n_prof)
 {
-    hx_judge_params p = {.model = m, .prompt = ids, .n_prompt = n_prompt, .dumps = d,
+    ref_model *rm = tf_ref_open(m);
+    hx_judge_params p = {.model = m, .ref = rm, .prompt = ids, .n_prompt = n_prompt, .dumps = d,
                          .n_dumps = n, .profiles = profiles, .n_profiles = n_prof,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
-    return tf_judge(&p);
+    hx_report *r = tf_judge(&p);
+    ref_model_free(rm);
+    return r;
 }
 
 /* Class of dump i under profile k. */
@@ -184,11 +187,13 @@ static void test_judge_members_side_by_side_same_envelope(void)
     for (uint32_t jobs = 1; jobs <= 2; ++jobs) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s/judge-jobs-%u", tu_tmpdir(), (unsigned)jobs);
-        hx_judge_params p = {.model = m, .prompt = ids, .n_prompt = 12, .dumps = &d,
+        ref_model *rm = tf_ref_open(m);
+        hx_judge_params p = {.model = m, .ref = rm, .prompt = ids, .n_prompt = 12, .dumps = &d,
                              .n_dumps = 1, .profiles = (const char *const[]){"f16kv"},
                              .n_profiles = 1, .cache_dir = dir, .ref_threads = 1,
                              .jobs = jobs, .quiet = true};
         r[jobs - 1] = tf_judge(&p);
+        ref_model_free(rm);
     }
     const hx_config_report *a = &r[0]->configs[0], *b = &r[1]->configs[0];
     CU_ASSERT_EQUAL_FATAL(a->n_rows, b->n_rows);
@@ -229,7 +234,8 @@ static void test_judge_engine_bf16_moe_explained(void)
                     .n_vocab = nv, .row_dtype = "float32", .rows = rows};
     hx_dump *d = &dump;
     static const char *const profiles[] = {"f32", "bf16"};
-    hx_judge_params p = {.model = m, .prompt = tok, .n_prompt = N, .dumps = &d, .n_dumps = 1,
+    ref_model *rm = tf_ref_open(m);
+    hx_judge_params p = {.model = m, .ref = rm, .prompt = tok, .n_prompt = N, .dumps = &d, .n_dumps = 1,
                          .profiles = profiles, .n_profiles = 2, .cache_dir = cache_dir(),
                          .ref_threads = 1, .quiet = true};
     hx_report *r = tf_judge(&p);
@@ -242,6 +248,7 @@ static void test_judge_engine_bf16_moe_explained(void)
     hx_report_free(r);
     free(rows);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 static void test_judge_injected_bugs_fail_every_profile(void)
@@ -454,7 +461,8 @@ static void test_judge_llamacpp_gemma3_kv(void)
             d[3]->k[j] = k[l % L];
             d[3]->v[j++] = v[l % L];
         }
-    hx_judge_params p = {.model = m, .prompt = d[0]->tokens, .n_prompt = n, .dumps = d,
+    ref_model *rm = tf_ref_open(m);
+    hx_judge_params p = {.model = m, .ref = rm, .prompt = d[0]->tokens, .n_prompt = n, .dumps = d,
                          .n_dumps = 4, .profiles = (const char *const[]){"f32"}, .n_profiles = 1,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
     hx_report *r = NULL;
@@ -488,6 +496,7 @@ static void test_judge_llamacpp_gemma3_kv(void)
     for (int i = 0; i < 4; ++i)
         hx_dump_free(d[i]);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 static int run_cmd(const char *const *args, int n)

@@ -496,7 +496,8 @@ static void test_profile_sweep_axis(void)
     char cache[512];
     snprintf(cache, sizeof cache, "%s/profile-sweep-cache", tu_tmpdir());
     const int32_t toks[5] = {1, 403, 407, 261, 378};
-    hx_sweep_params p = {.model = m, .prompt = toks, .n_prompt = 5, .n_gen = 4, .configs = c,
+    ref_model *rm = tf_ref_open(m);
+    hx_sweep_params p = {.model = m, .ref = rm, .prompt = toks, .n_prompt = 5, .n_gen = 4, .configs = c,
                          .n_configs = n, .cache_dir = cache, .ref_threads = 1, .quiet = true};
     hx_sweep_result *r = NULL;
     int rc = hx_sweep_run_all(&r, &p, &err);
@@ -518,6 +519,7 @@ static void test_profile_sweep_axis(void)
     hx_sweep_result_free(r);
     free(c);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 void test_profile_register(void)

@@ -6,6 +6,8 @@
  * refusal of unsupported files, the memory check, and the reference's weight cross-check. */
 #include "kvd_gguf.h"
 #include "kvd_model.h"
+#include "fixtures.h"
+#include "judge/model_check.h"
 #include "kvd_ref.h"
 #include "test_util.h"
 
@@ -164,40 +166,46 @@ static void test_quant_memory_check(void)
     CU_ASSERT(lm_mem_available() > 0);
 }
 
-/* The reference re-dequantizes every weight of a real file itself: a corrupted engine weight
- * is named. */
+/* The reference dequantizes every weight of a real file itself, and the harness compares the
+ * two readings bitwise (judge/model_check.h): a corrupted engine weight is named, also near
+ * the end of the largest tensor. */
 static void test_quant_reference_weights_check(void)
 {
     lm_model *m = tu_load_model("llama-2-tiny-random.gguf");
     if (m == NULL)
         return;
+    ref_model *r = tf_ref_open(m);
     lm_err err = {0};
-    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_OK);
     float *w = (float *)m->layers[0].wq; /* test-only: corrupt one loaded weight */
     float keep = w[3];
     w[3] = keep + keep * 0x1p-20f + 0x1p-30f;
-    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_E_DISAGREE);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_E_DISAGREE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "blk.0.attn_q.weight"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "element 3"));
     w[3] = keep;
-    /* the largest tensor is checked a chunk at a time: an element near its end is named */
     uint32_t big = 0;
     for (uint32_t i = 1; i < m->n_weights; ++i)
         if (m->weights[i].n_elem > m->weights[big].n_elem)
             big = i;
-    CU_ASSERT_FATAL(m->weights[big].n_elem > 2 * REF_WEIGHTS_CHUNK); /* three chunks or more */
     float *wb = (float *)m->weights[big].data, *e = wb + m->weights[big].n_elem - 5;
     keep = *e;
     *e = keep + keep * 0x1p-20f + 0x1p-30f;
     memset(&err, 0, sizeof err);
-    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_E_DISAGREE);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_E_DISAGREE);
     char want[96];
     snprintf(want, sizeof want, "'%s' (", m->weights[big].name);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
     snprintf(want, sizeof want, "element %" PRIu64 ":", m->weights[big].n_elem - 5);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
     *e = keep;
-    CU_ASSERT_EQUAL(ref_weights_check(m, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_OK);
+    /* a tensor one reader has and the other has not */
+    snprintf(r->weights[0].name, sizeof r->weights[0].name, "renamed.weight");
+    memset(&err, 0, sizeof err);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_E_DISAGREE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, m->weights[0].name));
+    ref_model_free(r);
     lm_model_free(m);
 }
 
@@ -208,19 +216,21 @@ static void test_quant_reference_hparams_check(void)
     lm_model *m = tu_load_model("stories260K.gguf");
     if (m == NULL)
         return;
+    ref_model *r = tf_ref_open(m);
     lm_err err = {0};
-    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_model_check_hparams(m, r, &err), LM_OK);
     float keep = m->hp.rope_theta;
     m->hp.rope_theta = 500000.0f; /* test-only: as if the engine had misread the key */
-    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_DISAGREE);
+    CU_ASSERT_EQUAL(hx_model_check_hparams(m, r, &err), LM_E_DISAGREE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "rope.freq_base = 10000"));
     m->hp.rope_theta = keep;
     lm_err_clear(&err);
     m->layers[2].window = 8;
-    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_E_DISAGREE);
+    CU_ASSERT_EQUAL(hx_model_check_hparams(m, r, &err), LM_E_DISAGREE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "layer 2 window"));
     m->layers[2].window = 0;
-    CU_ASSERT_EQUAL(ref_hparams_check(m, &err), LM_OK);
+    CU_ASSERT_EQUAL(hx_model_check(m, r, &err), LM_OK);
+    ref_model_free(r);
     lm_model_free(m);
 }
 

@@ -15,7 +15,7 @@ static void make_capture(ref_capture *c, trm *t, lm_err *err)
     trm_build(t, &hp, false, 21);
     static const int32_t tok[5] = {1, 2, 3, 4, 5};
     ref_request rq = {.tokens = tok, .n_tokens = 5, .n_prompt = 3, .n_threads = 1};
-    CU_ASSERT_FATAL(ref_compute(c, &t->m, &rq, err) == LM_OK);
+    CU_ASSERT_FATAL(ref_compute(c, &t->r, &rq, err) == LM_OK);
 }
 
 static unsigned char *slurp(const char *path, size_t *n)
@@ -181,7 +181,7 @@ static void test_ref_capture_npy(void)
     trm_free(&t);
 }
 
-static void entry_path(char *out, size_t cap, const char *dir, const lm_model *m,
+static void entry_path(char *out, size_t cap, const char *dir, const ref_model *m,
                        const ref_request *rq)
 {
     char key[33];
@@ -203,58 +203,58 @@ static void test_ref_capture_cache(void)
     ref_capture a, b;
     bool hit = true;
     lm_err err = {0};
-    CU_ASSERT_FATAL(ref_cached(&a, &t.m, &rq, dir, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&a, &t.r, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
-    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&b, &t.r, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(hit);
     CU_ASSERT(captures_equal(&a, &b));
     CU_ASSERT_EQUAL(log.n, 0); /* a miss stored, then a hit: nothing to warn about */
     ref_capture_free(&b);
     /* the key depends on precision, tokens, positions and the model */
     char k1[33], k2[33];
-    ref_cache_key(k1, &t.m, &rq);
+    ref_cache_key(k1, &t.r, &rq);
     ref_request r2 = rq;
     r2.prec = 128;
-    ref_cache_key(k2, &t.m, &r2);
+    ref_cache_key(k2, &t.r, &r2);
     CU_ASSERT(strcmp(k1, k2) != 0);
     r2 = rq;
     r2.n_prompt = 3;
-    ref_cache_key(k2, &t.m, &r2);
+    ref_cache_key(k2, &t.r, &r2);
     CU_ASSERT(strcmp(k1, k2) != 0);
     uint32_t dpos[1] = {3}; /* the default positions spelled out share the entry */
     r2 = rq;
     r2.pos = dpos;
     r2.n_pos = 1;
-    ref_cache_key(k2, &t.m, &r2);
+    ref_cache_key(k2, &t.r, &r2);
     CU_ASSERT_STRING_EQUAL(k1, k2);
-    t.m.content_hash[0] ^= 1;
-    ref_cache_key(k2, &t.m, &rq);
+    t.r.content_hash[0] ^= 1;
+    ref_cache_key(k2, &t.r, &rq);
     CU_ASSERT(strcmp(k1, k2) != 0);
-    t.m.content_hash[0] ^= 1;
+    t.r.content_hash[0] ^= 1;
 
     /* corrupt entry (one flipped bit): detected, recomputed, rewritten */
-    entry_path(path, sizeof path, dir, &t.m, &rq);
+    entry_path(path, sizeof path, dir, &t.r, &rq);
     size_t n;
     unsigned char *raw = slurp(path, &n);
     raw[n / 2] ^= 4;
     FILE *f = fopen(path, "wb");
     fwrite(raw, 1, n, f);
     fclose(f);
-    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&b, &t.r, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
     CU_ASSERT_EQUAL(log.n, 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "reference cache entry is corrupt ("));
     CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "); recomputed"));
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);
-    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&b, &t.r, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(hit); /* repaired */
     ref_capture_free(&b);
     /* truncated entry */
     f = fopen(path, "wb");
     fwrite(raw, 1, n / 3, f);
     fclose(f);
-    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&b, &t.r, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
     CU_ASSERT_EQUAL(log.n, 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "reference cache entry is corrupt ("));
@@ -264,9 +264,9 @@ static void test_ref_capture_cache(void)
     ref_capture other;
     ref_request r3 = rq;
     r3.n_prompt = 2;
-    CU_ASSERT_FATAL(ref_compute(&other, &t.m, &r3, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_compute(&other, &t.r, &r3, &err) == LM_OK);
     CU_ASSERT_FATAL(ref_capture_write(&other, path, &err) == LM_OK);
-    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, dir, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&b, &t.r, &rq, dir, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
     CU_ASSERT_EQUAL(log.n, 3);
     CU_ASSERT_PTR_NOT_NULL(strstr(log.last, " holds another request; recomputed"));
@@ -279,7 +279,7 @@ static void test_ref_capture_cache(void)
     FILE *bf = fopen(blocked, "w");
     fclose(bf);
     snprintf(path, sizeof path, "%s/sub", blocked);
-    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, path, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&b, &t.r, &rq, path, &hit, &err) == LM_OK);
     CU_ASSERT(!hit);
     CU_ASSERT_EQUAL(log.n, 4);
     CU_ASSERT_PTR_NOT_NULL(strstr(log.last, "reference cache unusable ("));
@@ -287,7 +287,7 @@ static void test_ref_capture_cache(void)
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);
     rq.log = NULL; /* no callback: the library says nothing */
-    CU_ASSERT_FATAL(ref_cached(&b, &t.m, &rq, path, &hit, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_cached(&b, &t.r, &rq, path, &hit, &err) == LM_OK);
     CU_ASSERT_EQUAL(log.n, 4);
     CU_ASSERT(captures_equal(&a, &b));
     ref_capture_free(&b);

@@ -22,69 +22,69 @@ static void test_ref_forward_bad_input(void)
     lm_err err = {0};
     /* token id out of range (n_vocab 11), and negative */
     tok[1] = 11;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     CU_ASSERT(strstr(err.msg, "token id 11") != NULL);
     tok[1] = -1;
     lm_err_clear(&err);
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     tok[1] = 2;
     /* n_prompt 0 or past the end, empty sequence */
     rq.n_prompt = 0;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     rq.n_prompt = 4;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     rq.n_prompt = 3;
     rq.n_tokens = 0;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     rq.n_tokens = 3;
     /* positions out of range or not increasing; precision out of range */
     uint32_t pos[2] = {2, 3};
     rq.pos = pos;
     rq.n_pos = 2;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     pos[0] = 1;
     pos[1] = 1;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     rq.pos = NULL;
     rq.prec = 20;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_INPUT);
     rq.prec = 0;
     /* an architecture the reference does not implement */
-    strcpy(t.m.hp.arch, "mamba");
+    strcpy(t.r.hp.arch, "mamba");
     lm_err_clear(&err);
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_UNSUPPORTED);
     CU_ASSERT(strstr(err.msg, "mamba") != NULL);
-    strcpy(t.m.hp.arch, "llama");
-    t.m.hp.rope_type = (lm_rope_type)7;
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_UNSUPPORTED);
-    t.m.hp.rope_type = LM_ROPE_NORM;
+    strcpy(t.r.hp.arch, "llama");
+    t.r.hp.rope_type = (ref_rope_type)7;
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_UNSUPPORTED);
+    t.r.hp.rope_type = REF_ROPE_NORM;
     /* a norm placement or activation the reference does not compute */
-    t.m.hp.norm_place = (lm_norm_place)7;
+    t.r.hp.norm_place = (ref_norm_place)7;
     lm_err_clear(&err);
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_UNSUPPORTED);
     CU_ASSERT(strstr(err.msg, "norm placement 7") != NULL);
-    t.m.hp.norm_place = LM_NORM_PRE;
-    t.m.hp.act = (lm_ffn_act)7;
+    t.r.hp.norm_place = REF_NORM_PRE;
+    t.r.hp.act = (ref_ffn_act)7;
     lm_err_clear(&err);
-    CU_ASSERT_EQUAL(ref_compute(&c, &t.m, &rq, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT_EQUAL(ref_compute(&c, &t.r, &rq, &err), LM_E_UNSUPPORTED);
     CU_ASSERT(strstr(err.msg, "activation 7") != NULL);
-    t.m.hp.act = LM_ACT_SWIGLU;
+    t.r.hp.act = REF_ACT_SWIGLU;
     /* every architecture of the engine's table, with its own feature values */
     for (size_t i = 0; i < lm_arch_count(); ++i) {
         const lm_arch *a = lm_arch_at(i);
-        snprintf(t.m.hp.arch, sizeof t.m.hp.arch, "%s", a->name);
-        t.m.hp.rope_type = a->rope_type;
-        t.m.hp.norm_place = a->norm_place;
-        t.m.hp.act = a->act;
+        snprintf(t.r.hp.arch, sizeof t.r.hp.arch, "%s", a->name);
+        t.r.hp.rope_type = (ref_rope_type)a->rope_type;
+        t.r.hp.norm_place = (ref_norm_place)a->norm_place;
+        t.r.hp.act = (ref_ffn_act)a->act;
         /* a row whose layers are all MoE (its activation is an experts' one): one expert */
-        t.m.hp.n_expert = t.m.hp.n_expert_used = a->moe != LM_ARCH_MOE_FROM_FILE ? 1 : 0;
+        t.r.hp.n_expert = t.r.hp.n_expert_used = a->moe != LM_ARCH_MOE_FROM_FILE ? 1 : 0;
         lm_err_clear(&err);
-        CU_ASSERT_EQUAL(ref_model_supported(&t.m, &err), LM_OK);
+        CU_ASSERT_EQUAL(ref_model_supported(&t.r, &err), LM_OK);
     }
-    t.m.hp.n_expert = t.m.hp.n_expert_used = 0;
-    t.m.hp.act = LM_ACT_SWIGLU_OAI; /* swiglu_oai is the experts' activation only */
+    t.r.hp.n_expert = t.r.hp.n_expert_used = 0;
+    t.r.hp.act = REF_ACT_SWIGLU_OAI; /* swiglu_oai is the experts' activation only */
     lm_err_clear(&err);
-    CU_ASSERT_EQUAL(ref_model_supported(&t.m, &err), LM_E_UNSUPPORTED);
+    CU_ASSERT_EQUAL(ref_model_supported(&t.r, &err), LM_E_UNSUPPORTED);
     trm_free(&t);
 }
 
@@ -106,7 +106,7 @@ static void check_vs_double(lm_rope_type rope, uint32_t n_rot, bool bias, bool t
                       .n_threads = 2};
     ref_capture c;
     lm_err err = {0};
-    CU_ASSERT_FATAL(ref_compute(&c, &t.m, &rq, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_compute(&c, &t.r, &rq, &err) == LM_OK);
     double *kl = calloc((size_t)N * 8, 8); /* [N][kv_dim 8] */
     CU_ASSERT_FATAL(kl != NULL);
     double *lg = tf_forward_f64(&t.m, tok, N, kl); /* the float64 oracle (fixtures.h) */
@@ -174,7 +174,7 @@ static void test_ref_forward_one_layer_closed_form(void)
     ref_request rq = {.tokens = tok, .n_tokens = 1, .n_prompt = 1, .n_threads = 1};
     ref_result *r;
     lm_err err = {0};
-    CU_ASSERT_FATAL(ref_run(&r, &t.m, &rq, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_run(&r, &t.r, &rq, &err) == LM_OK);
     ref_scratch s;
     CU_ASSERT_FATAL(ref_scratch_init(&s, REF_DEFAULT_PREC, 64, &err) == LM_OK);
     uint32_t e = hp.n_embd, kd = hp.n_head_kv * hp.head_dim, qd = hp.n_head * hp.head_dim;
@@ -249,9 +249,9 @@ static void test_ref_forward_thread_count_invariant(void)
     ref_result *r1, *r3;
     lm_err err = {0};
     rq.n_threads = 1;
-    CU_ASSERT_FATAL(ref_run(&r1, &t.m, &rq, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_run(&r1, &t.r, &rq, &err) == LM_OK);
     rq.n_threads = 3;
-    CU_ASSERT_FATAL(ref_run(&r3, &t.m, &rq, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_run(&r3, &t.r, &rq, &err) == LM_OK);
     CU_ASSERT_EQUAL(r1->n_pos, 3); /* default: last prompt position and both forced ones */
     CU_ASSERT(results_equal(r1, r3));
     ref_result_free(r1);
@@ -271,8 +271,8 @@ static void test_ref_forward_causal(void)
     ref_request sh = {.tokens = tok, .n_tokens = 4, .n_prompt = 4, .n_threads = 1};
     ref_result *a, *b;
     lm_err err = {0};
-    CU_ASSERT_FATAL(ref_run(&a, &t.m, &lng, &err) == LM_OK);
-    CU_ASSERT_FATAL(ref_run(&b, &t.m, &sh, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_run(&a, &t.r, &lng, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_run(&b, &t.r, &sh, &err) == LM_OK);
     CU_ASSERT_EQUAL(a->n_pos, 5);
     CU_ASSERT_EQUAL(a->pos[2], 3);
     bool eq = true;
@@ -284,14 +284,14 @@ static void test_ref_forward_causal(void)
     trm_free(&t);
 }
 
-static lm_model *load_stories(void)
+static ref_model *load_stories(void)
 {
     const char *p = tu_model_path("stories260K.gguf");
     if (p == NULL)
         return NULL;
-    lm_model *m = NULL;
+    ref_model *m = NULL;
     lm_err err = {0};
-    if (lm_model_load(&m, p, &err) != LM_OK) {
+    if (ref_model_open(&m, p, &err) != LM_OK) {
         fprintf(stderr, "\n  %s\n", err.msg);
         CU_FAIL("stories260K.gguf does not load");
         return NULL;
@@ -301,7 +301,7 @@ static lm_model *load_stories(void)
 
 static void test_ref_forward_stories_argmax(void)
 {
-    lm_model *m = load_stories();
+    ref_model *m = load_stories();
     if (m == NULL)
         return;
     const int32_t tok[5] = {1, 403, 407, 261, 378}; /* BOS "Once upon a time" */
@@ -317,12 +317,12 @@ static void test_ref_forward_stories_argmax(void)
             best = i;
     CU_ASSERT_EQUAL(best, 432); /* "," as llama2.c's own run of this model continues */
     ref_capture_free(&c);
-    lm_model_free(m);
+    ref_model_free(m);
 }
 
 static void test_ref_forward_stories_validate_100_bits(void)
 {
-    lm_model *m = load_stories();
+    ref_model *m = load_stories();
     if (m == NULL)
         return;
     const int32_t tok[5] = {1, 403, 407, 261, 378};
@@ -338,7 +338,7 @@ static void test_ref_forward_stories_validate_100_bits(void)
     for (uint32_t i = 0; i + 1 < n; ++i)
         CU_ASSERT(ag[i].min_bits >= 100.0);
     free(ag);
-    lm_model_free(m);
+    ref_model_free(m);
 }
 
 static void test_ref_forward_agreement_rules(void)
@@ -374,24 +374,24 @@ static void test_ref_forward_limits_before_work(void)
     int32_t tok[6] = {1, 2, 3, 4, 5, 6};
     ref_request rq = {.tokens = tok, .n_tokens = 6, .n_prompt = 3, .n_threads = 1};
     lm_err err = {0};
-    t.m.hp.n_ctx_train = 5;
-    CU_ASSERT_EQUAL(ref_request_check(&t.m, &rq, &err), LM_E_INPUT);
+    t.r.hp.n_ctx_train = 5;
+    CU_ASSERT_EQUAL(ref_request_check(&t.r, &rq, &err), LM_E_INPUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "context of 5"));
-    t.m.hp.n_ctx_train = 6;
+    t.r.hp.n_ctx_train = 6;
     lm_err_clear(&err);
-    CU_ASSERT_EQUAL(ref_request_check(&t.m, &rq, &err), LM_OK);
-    uint64_t small = ref_memory_estimate(&t.m, &rq);
+    CU_ASSERT_EQUAL(ref_request_check(&t.r, &rq, &err), LM_OK);
+    uint64_t small = ref_memory_estimate(&t.r, &rq);
     rq.prec = 4096;
-    CU_ASSERT(ref_memory_estimate(&t.m, &rq) > small);
+    CU_ASSERT(ref_memory_estimate(&t.r, &rq) > small);
     rq.prec = 0;
     /* the same request against a model whose shape needs more memory than exists: refused by
      * the estimate alone (no weights of that size are touched) */
-    t.m.hp.n_ctx_train = 0;
-    t.m.hp.n_layer = 1u << 30;
+    t.r.hp.n_ctx_train = 0;
+    t.r.hp.n_layer = 1u << 30;
     lm_err_clear(&err);
-    CU_ASSERT_EQUAL(ref_request_check(&t.m, &rq, &err), LM_E_INPUT);
+    CU_ASSERT_EQUAL(ref_request_check(&t.r, &rq, &err), LM_E_INPUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "GiB"));
-    t.m.hp.n_layer = hp.n_layer;
+    t.r.hp.n_layer = hp.n_layer;
     trm_free(&t);
 }
 

@@ -32,7 +32,7 @@ static int tg_allgather(const ref_group *g, void *buf, const uint64_t *count,
 
 typedef struct tg_member {
     ref_group g;
-    const lm_model *m;
+    const ref_model *m;
     ref_request rq;
     ref_result *res;
     int st;
@@ -49,7 +49,7 @@ static void *tg_run(void *p)
 }
 
 /* Runs rq on `size` members; member r uses models[r] and requests rqs[r]. */
-static void tg_pass(tg_member *mem, int size, const lm_model *const *models,
+static void tg_pass(tg_member *mem, int size, const ref_model *const *models,
                     const ref_request *rqs)
 {
     tg_shared s;
@@ -123,8 +123,8 @@ static void test_ref_group_bitwise_any_size(void)
     ref_request rq = {.tokens = tok, .n_tokens = 7, .n_prompt = 5, .n_threads = 1};
     ref_result *one;
     lm_err err = {0};
-    CU_ASSERT_FATAL(ref_run(&one, &t.m, &rq, &err) == LM_OK);
-    const lm_model *models[4] = {&t.m, &t.m, &t.m, &t.m};
+    CU_ASSERT_FATAL(ref_run(&one, &t.r, &rq, &err) == LM_OK);
+    const ref_model *models[4] = {&t.r, &t.r, &t.r, &t.r};
     const ref_request rqs[4] = {rq, rq, rq, rq};
     for (int size = 1; size <= 4; ++size) {
         tg_member mem[4];
@@ -150,7 +150,7 @@ static void test_ref_group_failure_reaches_all(void)
     ref_request rq = {.tokens = tok, .n_tokens = 4, .n_prompt = 4, .n_threads = 1};
     ref_request bad = rq;
     bad.prec = 20; /* below REF_MIN_PREC */
-    const lm_model *models[3] = {&t.m, &t.m, &t.m};
+    const ref_model *models[3] = {&t.r, &t.r, &t.r};
     const ref_request rqs[3] = {rq, rq, bad};
     tg_member mem[3];
     tg_pass(mem, 3, models, rqs);
@@ -171,10 +171,10 @@ static void test_ref_group_other_model_refused(void)
     lm_hparams hp = tg_hparams();
     trm_build(&a, &hp, false, 23);
     trm_build(&b, &hp, false, 23);
-    ((float *)b.m.output_norm)[3] *= 2.0f;
+    ((float *)b.r.output_norm)[3] *= 2.0f;
     int32_t tok[4] = {1, 2, 3, 4};
     ref_request rq = {.tokens = tok, .n_tokens = 4, .n_prompt = 4, .n_threads = 1};
-    const lm_model *models[2] = {&a.m, &b.m};
+    const ref_model *models[2] = {&a.r, &b.r};
     const ref_request rqs[2] = {rq, rq};
     tg_member mem[2];
     tg_pass(mem, 2, models, rqs);

@@ -251,7 +251,7 @@ static void test_ref_ops_rope_known(void)
     ref_rope_cos_sin(cs, 0, 10000.0f, NULL, ROT, 0.0f, 0);
     for (int i = 0; i < HD; ++i)
         mpfr_set_d(x[i], 0.125 * (i + 1) - 0.3, MPFR_RNDN);
-    ref_rope_apply(x, cs, ROT, LM_ROPE_NORM, &scr);
+    ref_rope_apply(x, cs, ROT, REF_ROPE_NORM, &scr);
     for (int i = 0; i < HD; ++i) {
         mpfr_set_d(e, 0.125 * (i + 1) - 0.3, MPFR_RNDN);
         CU_ASSERT(mpfr_equal_p(x[i], e));
@@ -264,11 +264,11 @@ static void test_ref_ops_rope_known(void)
     mpfr_set_ui(e, 1, MPFR_RNDN);
     mpfr_sin_cos(s1, c1, e, MPFR_RNDN);
     for (int type = 0; type < 2; ++type) {
-        lm_rope_type rt = type ? LM_ROPE_NEOX : LM_ROPE_NORM;
+        ref_rope_type rt = type ? REF_ROPE_NEOX : REF_ROPE_NORM;
         for (int i = 0; i < HD; ++i)
             mpfr_set_ui(x[i], i == 0 || i == 5, MPFR_RNDN);
         ref_rope_apply(x, cs, ROT, rt, &scr);
-        int partner = rt == LM_ROPE_NEOX ? 2 : 1;
+        int partner = rt == REF_ROPE_NEOX ? 2 : 1;
         CU_ASSERT(mpfr_equal_p(x[0], c1));
         CU_ASSERT(mpfr_equal_p(x[partner], s1));
         for (int i = 1; i < 5; ++i)

@@ -220,15 +220,15 @@ static void test_ref_sr_kernels_threads_seeds(void)
 #ifdef LM_TEST_HOOKS
         ref_sr_test_force_kernel = kern;
 #endif
-        CU_ASSERT_FATAL(ref_sr_run(&k[kern], &t.m, &rq, 42, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_sr_run(&k[kern], &t.r, &rq, 42, &err) == LM_OK);
     }
 #ifdef LM_TEST_HOOKS
     ref_sr_test_force_kernel = -1;
 #endif
     CU_ASSERT(same_out(&k[0], &k[1]));
     CU_ASSERT(same_out(&k[0], &k[2]));
-    CU_ASSERT_FATAL(ref_sr_ensemble(e1, 8, &t.m, &rq, 40, 1, &err) == LM_OK);
-    CU_ASSERT_FATAL(ref_sr_ensemble(e2, 8, &t.m, &rq, 40, 3, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_sr_ensemble(e1, 8, &t.r, &rq, 40, 1, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_sr_ensemble(e2, 8, &t.r, &rq, 40, 3, &err) == LM_OK);
     int same_threads = 0, differ_seed = 0;
     for (int i = 0; i < 8; ++i) {
         same_threads += same_out(&e1[i], &e2[i]);
@@ -240,7 +240,7 @@ static void test_ref_sr_kernels_threads_seeds(void)
     /* within float32 noise of the MPFR reference: |x - R| <= 1e-4 (1 + |R|), a few hundred
      * float32 roundings of order-1 values on this 2-layer model (measured ~1e-6) */
     ref_capture c;
-    CU_ASSERT_FATAL(ref_compute(&c, &t.m, &rq, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_compute(&c, &t.r, &rq, &err) == LM_OK);
     double worst = 0.0;
     for (size_t i = 0; i < (size_t)c.n_pos * c.n_vocab; ++i) {
         double d = fabs((double)k[0].logits[i] - c.logits[i]) / (1.0 + fabs(c.logits[i]));
@@ -279,8 +279,8 @@ static void test_ref_sr_token_groups(void)
     for (int kern = 0; kern < 3; ++kern) { /* 2: AVX-512 where the CPU has it, else the best */
         ref_sr_test_force_kernel = kern;
         ref_sr_out a, b;
-        CU_ASSERT_FATAL(ref_sr_run(&a, &t.m, &rq11, 3, &err) == LM_OK);
-        CU_ASSERT_FATAL(ref_sr_run(&b, &t.m, &rq7, 3, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_sr_run(&a, &t.r, &rq11, 3, &err) == LM_OK);
+        CU_ASSERT_FATAL(ref_sr_run(&b, &t.r, &rq7, 3, &err) == LM_OK);
         int same = 0;
         for (uint32_t l = 0; l < a.n_layer; ++l) {
             const size_t n7 = (size_t)7 * a.kv_dim;
@@ -326,18 +326,18 @@ static void test_ref_sr_ensemble_progress(void)
     ref_request rq = {.tokens = tok, .n_tokens = 6, .n_prompt = 5};
     lm_err err = {0};
     ref_sr_out quiet[4], told[4];
-    CU_ASSERT_FATAL(ref_sr_ensemble(quiet, 4, &t.m, &rq, 7, 2, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_sr_ensemble(quiet, 4, &t.r, &rq, 7, 2, &err) == LM_OK);
     heard h = {0};
     ref_request rq2 = rq;
     rq2.progress = hear;
     rq2.progress_user = &h;
-    CU_ASSERT_FATAL(ref_sr_ensemble(told, 4, &t.m, &rq2, 7, 2, &err) == LM_OK);
+    CU_ASSERT_FATAL(ref_sr_ensemble(told, 4, &t.r, &rq2, 7, 2, &err) == LM_OK);
     CU_ASSERT_EQUAL(h.starts, 1);
     CU_ASSERT(h.calls >= 2);                      /* the start and at least one layer */
     CU_ASSERT(h.calls <= 1 + 4 * ((int)hp.n_layer + 1)); /* one per member layer at most */
     CU_ASSERT_EQUAL(h.n_member, 4);
     CU_ASSERT_EQUAL(h.backwards, 0);
-    CU_ASSERT_DOUBLE_EQUAL(h.total, 4.0 * ref_macs(&t.m, &rq), 0.5); /* counts: exact */
+    CU_ASSERT_DOUBLE_EQUAL(h.total, 4.0 * ref_macs(&t.r, &rq), 0.5); /* counts: exact */
     CU_ASSERT(h.last_done <= h.total);
     for (int i = 0; i < 4; ++i) {
         CU_ASSERT(same_out(&quiet[i], &told[i]));
@@ -373,9 +373,9 @@ static void test_ref_sr_variants_match_reference(void)
         char path[1024];
         snprintf(path, sizeof path, "%s/sr-%s.gguf", tu_tmpdir(), presets[p]);
         lm_err err = {0};
-        lm_model *m = NULL;
+        ref_model *m = NULL;
         CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, presets[p], 1, LM_TYPE_F32, &err), LM_OK);
-        CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+        CU_ASSERT_EQUAL_FATAL(ref_model_open(&m, path, &err), LM_OK);
         int32_t tok[20];
         for (uint32_t i = 0; i < 20; ++i)
             tok[i] = (int32_t)((1 + 7919u * i) % m->hp.n_vocab);
@@ -391,7 +391,7 @@ static void test_ref_sr_variants_match_reference(void)
         CU_ASSERT(w > 0.0);
         ref_sr_out_free(&o);
         ref_capture_free(&c);
-        lm_model_free(m);
+        ref_model_free(m);
     }
 }
 

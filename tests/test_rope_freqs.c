@@ -7,6 +7,7 @@
 #include "kvd_engine.h"
 #include "kvd_model.h"
 #include "kvd_ref.h"
+#include "fixtures.h"
 #include "plan/synth.h"
 #include "test_util.h"
 
@@ -15,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double engine_vs_ref(lm_model *m, const int32_t *toks, uint32_t n, double *ref_out,
-                            bool want_ref_copy)
+static double engine_vs_ref(lm_model *m, const ref_model *rm, const int32_t *toks, uint32_t n,
+                            double *ref_out, bool want_ref_copy)
 {
     lm_err err = {0};
     lm_ctx *c = NULL;
@@ -27,7 +28,7 @@ static double engine_vs_ref(lm_model *m, const int32_t *toks, uint32_t n, double
     CU_ASSERT_EQUAL_FATAL(lm_forward(c, toks, n, LM_LOGITS_LAST, lg, &err), LM_OK);
     ref_request rq = {.tokens = toks, .n_tokens = n, .n_prompt = n};
     ref_capture cap;
-    CU_ASSERT_EQUAL_FATAL(ref_compute(&cap, m, &rq, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(ref_compute(&cap, rm, &rq, &err), LM_OK);
     const double *r = ref_capture_logits(&cap, 0);
     double worst = 0.0;
     for (uint32_t i = 0; i < V; ++i) {
@@ -50,6 +51,7 @@ static void test_rope_freqs_engine_and_reference(void)
     CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 5, LM_TYPE_F32, &err), LM_OK);
     lm_model *m = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    ref_model *rm = tf_ref_open(m);
     static const int32_t toks[] = {1, 84, 104, 101, 32, 113, 117, 105, 99, 107, 32, 98,
                                    114, 111, 119, 110, 32, 102, 111, 120, 32, 106, 117, 109};
     const uint32_t n = sizeof toks / sizeof toks[0], half = m->hp.n_rot / 2, V = m->hp.n_vocab;
@@ -57,10 +59,11 @@ static void test_rope_freqs_engine_and_reference(void)
     for (uint32_t i = 0; i < half; ++i)
         fac[i] = i < half / 4 ? 1.0f : 8.0f;
     double *plain = malloc(V * sizeof *plain), *scaled = malloc(V * sizeof *scaled);
-    double d_plain = engine_vs_ref(m, toks, n, plain, true);
-    m->rope_freqs = fac; /* test-only: as if the file carried rope_freqs.weight */
-    m->content_hash[0] ^= 0x33; /* another model for any cache */
-    double d_scaled = engine_vs_ref(m, toks, n, scaled, true);
+    double d_plain = engine_vs_ref(m, rm, toks, n, plain, true);
+    /* test-only, in both readings: as if the file carried rope_freqs.weight */
+    m->rope_freqs = rm->rope_freqs = fac;
+    rm->content_hash[0] ^= 0x33; /* another model for any cache */
+    double d_scaled = engine_vs_ref(m, rm, toks, n, scaled, true);
     double moved = 0.0;
     for (uint32_t i = 0; i < V; ++i)
         moved = fabs(plain[i] - scaled[i]) > moved ? fabs(plain[i] - scaled[i]) : moved;
@@ -69,11 +72,12 @@ static void test_rope_freqs_engine_and_reference(void)
     CU_ASSERT(d_plain < 1e-3);
     CU_ASSERT(d_scaled < 1e-3);
     CU_ASSERT(moved > 1e-2);
-    m->rope_freqs = NULL;
+    m->rope_freqs = rm->rope_freqs = NULL;
     free(fac);
     free(plain);
     free(scaled);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 void test_rope_freqs_register(void)

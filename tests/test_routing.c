@@ -2,6 +2,7 @@
 #include "model/report.h"
 #include "run/routing.h"
 #include "run/sweep.h"
+#include "fixtures.h"
 #include "plan/synth.h"
 #include "test_util.h"
 
@@ -116,7 +117,10 @@ static void test_routing_report_against_reference(void)
     CU_ASSERT_EQUAL_FATAL(hx_report_add_config(rep, &cr, "blas:step=3", &err), LM_OK);
     rep->configs[1].routing_flips = 99; /* must be overwritten with the measured count */
     hx_routing_result rr;
-    CU_ASSERT_EQUAL_FATAL(hx_routing_measure(&rr, m, t, N_TOK, cfg, 2, 127, 8, 1, &err), LM_OK);
+    ref_model *rm = tf_ref_open(m);
+    CU_ASSERT_EQUAL_FATAL(hx_routing_measure(&rr, m, rm, t, N_TOK, cfg, 2, 127, 8, 1, &err),
+                          LM_OK);
+    ref_model_free(rm);
     CU_ASSERT(rr.measured);
     CU_ASSERT_EQUAL(rr.members, 8u);
     CU_ASSERT(rr.members_sr); /* the reference's own float32 SR model implements MoE */
@@ -198,8 +202,10 @@ static void test_routing_profile_band(void)
         hx_routing_free(&f32);
         hx_routing_free(&bf16);
         hx_routing_result rr;
-        CU_ASSERT_EQUAL_FATAL(hx_routing_measure(&rr, m, t, N_TOK, cfg, 2, 127, 8, 1, &err),
+        ref_model *rm = tf_ref_open(m);
+        CU_ASSERT_EQUAL_FATAL(hx_routing_measure(&rr, m, rm, t, N_TOK, cfg, 2, 127, 8, 1, &err),
                               LM_OK);
+        ref_model_free(rm);
         CU_ASSERT_EQUAL(rr.cfg_tol[0], rr.tie_tol);
         CU_ASSERT(rr.cfg_tol[1] > rr.tie_tol);
         CU_ASSERT_EQUAL(rr.n_real, 0u);
@@ -222,7 +228,8 @@ static void test_routing_sweep_step(void)
     const hx_config cfg[2] = {cfg_of("naive", 0), cfg_of("naive", 5)};
     char cache[600];
     snprintf(cache, sizeof cache, "%s/routing-sweep-cache", tu_tmpdir());
-    const hx_sweep_params p = {.model = m, .prompt = t, .n_prompt = 12, .n_gen = 2,
+    ref_model *rm = tf_ref_open(m);
+    const hx_sweep_params p = {.model = m, .ref = rm, .prompt = t, .n_prompt = 12, .n_gen = 2,
                                .configs = cfg, .n_configs = 2, .ensemble = 9,
                                .cache_dir = cache, .ref_threads = 1, .quiet = true};
     hx_sweep_result *r = NULL;
@@ -235,6 +242,7 @@ static void test_routing_sweep_step(void)
         CU_ASSERT(r->report->configs[i].routing_checked);
     hx_sweep_result_free(r);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 static void test_routing_bad_input(void)

@@ -9,6 +9,7 @@
 #include "model/report.h"
 #include "run/runner.h"
 #include "run/sweep.h"
+#include "fixtures.h"
 #include "plan/synth.h"
 #include "test_util.h"
 
@@ -190,7 +191,8 @@ static void test_semantic_rot_sweep_numerical_vs_semantic(void)
     CU_ASSERT_EQUAL_FATAL(hx_sweep_cross(&cfg, &n, be, 2, st, 3, NULL, 0, NULL, 0, &err), LM_OK);
     CU_ASSERT_EQUAL_FATAL(hx_config_cross_rot(&cfg, &n, "rot", "none,8:2,64:2", &err), LM_OK);
     CU_ASSERT_EQUAL_FATAL(n, 18u);
-    hx_sweep_params p = {.model = m, .model_label = "semantic", .prompt = prompt,
+    ref_model *rm = tf_ref_open(m);
+    hx_sweep_params p = {.model = m, .ref = rm, .model_label = "semantic", .prompt = prompt,
                          .n_prompt = N_PROMPT, .n_gen = N_GEN, .configs = cfg, .n_configs = n,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
     hx_sweep_result *r = NULL;
@@ -249,6 +251,7 @@ static void test_semantic_rot_sweep_numerical_vs_semantic(void)
     hx_sweep_result_free(r);
     free(cfg);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 void test_semantic_register(void)

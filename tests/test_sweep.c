@@ -3,6 +3,7 @@
  * alarm (no DRIFT, FLIP or NONFINITE), the naive configurations must be EXACT (chunk-invariant
  * by construction), the caches must be reused, and the report files must parse back. */
 #include "cli/commands.h"
+#include "fixtures.h"
 #include "kvd_defects.h"
 #include "kvd_engine.h"
 #include "model/report.h"
@@ -45,7 +46,8 @@ static void sweep_and_check(const lm_model *m, const int32_t *prompt, uint32_t n
 {
     size_t nc = 0;
     hx_config *cfgs = make_configs(&nc);
-    hx_sweep_params p = {.model = m, .model_label = tag, .prompt = prompt, .n_prompt = n_prompt,
+    ref_model *rm = tf_ref_open(m);
+    hx_sweep_params p = {.model = m, .ref = rm, .model_label = tag, .prompt = prompt, .n_prompt = n_prompt,
                          .n_gen = n_gen, .configs = cfgs, .n_configs = nc,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
     hx_sweep_result *r = NULL;
@@ -131,6 +133,7 @@ static void sweep_and_check(const lm_model *m, const int32_t *prompt, uint32_t n
     hx_sweep_result_free(r2);
     hx_sweep_result_free(r);
     free(cfgs);
+    ref_model_free(rm);
 }
 
 static void test_sweep_synth_tiny_no_false_alarm(void)
@@ -176,7 +179,8 @@ static void test_sweep_path_repaired_to_reference_greedy(void)
     CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     const int32_t prompt[] = {1, 300, 301, 302};
     hx_config cfg = {.backend = "naive", .step = 0, .threads = 1};
-    hx_sweep_params p = {.model = m, .model_label = "repair", .prompt = prompt, .n_prompt = 4,
+    ref_model *rm = tf_ref_open(m);
+    hx_sweep_params p = {.model = m, .ref = rm, .model_label = "repair", .prompt = prompt, .n_prompt = 4,
                          .n_gen = 6, .configs = &cfg, .n_configs = 1,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
     hx_sweep_result *clean = NULL, *fixed = NULL;
@@ -192,6 +196,7 @@ static void test_sweep_path_repaired_to_reference_greedy(void)
     hx_sweep_result_free(clean);
     hx_sweep_result_free(fixed);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 static void test_sweep_bad_input(void)
@@ -204,7 +209,8 @@ static void test_sweep_bad_input(void)
     CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
     const int32_t prompt[] = {1, 72, 101};
     hx_config two[2] = {{.backend = "naive"}, {.backend = "naive"}};
-    hx_sweep_params p = {.model = m, .prompt = prompt, .n_prompt = 3, .n_gen = 2,
+    ref_model *rm = tf_ref_open(m);
+    hx_sweep_params p = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = 3, .n_gen = 2,
                          .configs = two, .n_configs = 1, .ensemble = 4,
                          .cache_dir = cache_dir(), .quiet = true};
     hx_sweep_result *r = NULL;
@@ -230,6 +236,7 @@ static void test_sweep_bad_input(void)
     CU_ASSERT_EQUAL(hx_sweep_cross(&c, &n, nope, 1, steps, 5, NULL, 0, NULL, 0, &e4), LM_E_INPUT);
     CU_ASSERT_PTR_NULL(c);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 #define ARGC(v) ((int)(sizeof(v) / sizeof((v)[0])) - 1) /* minus the NULL terminator */

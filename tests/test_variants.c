@@ -6,6 +6,7 @@
  * schedule when it does, and the streaming scratch does not grow with the context. */
 #include "kvd_engine.h"
 #include "kvd_ref.h"
+#include "fixtures.h"
 #include "plan/synth.h"
 #include "test_util.h"
 
@@ -143,7 +144,7 @@ static void test_variants_engine_matches_reference(void)
                           .n_threads = 2};
         ref_capture cap;
         lm_err err = {0};
-        CU_ASSERT_FATAL(ref_compute(&cap, m, &rq, &err) == LM_OK);
+        CU_ASSERT_FATAL(tf_ref_compute(&cap, m, &rq, &err) == LM_OK);
         const double *r = ref_capture_logits(&cap, 0); /* [n_vocab] */
         double rmax = 0.0;
         for (uint32_t i = 0; i < V; ++i)
@@ -220,7 +221,7 @@ static void test_variants_rotating_cache(void)
                           .n_threads = 2, .rot_max_size = 8, .rot_keep = 2, .rot_step = rsteps[s]};
         ref_capture cap;
         lm_err err = {0};
-        CU_ASSERT_FATAL(ref_compute(&cap, m, &rq, &err) == LM_OK);
+        CU_ASSERT_FATAL(tf_ref_compute(&cap, m, &rq, &err) == LM_OK);
         memcpy(ref_lg[s], ref_capture_logits(&cap, 0), V * sizeof(double));
         ref_capture_free(&cap);
         double worst = 0.0, rmax = 0.0;
@@ -265,7 +266,7 @@ static void test_variants_rotating_window_policy(void)
                       .n_threads = 2, .rot_max_size = 8, .rot_keep = 2, .rot_step = 1};
     ref_capture cap;
     lm_err err = {0};
-    CU_ASSERT_FATAL(ref_compute(&cap, m, &rq, &err) == LM_OK);
+    CU_ASSERT_FATAL(tf_ref_compute(&cap, m, &rq, &err) == LM_OK);
     memcpy(ref_lg, ref_capture_logits(&cap, 0), V * sizeof(double));
     ref_capture_free(&cap);
     double rmax = 0.0;

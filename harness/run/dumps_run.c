@@ -60,6 +60,8 @@ typedef struct jstate {
 static int check_inputs(jstate *s, lm_err *err)
 {
     const hx_judge_params *p = s->p;
+    if (p->model == NULL || p->ref == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "no model (the engine's and the reference's are needed)");
     if (p->n_dumps == 0)
         return LM_FAIL(err, LM_E_INPUT, "no dump to judge");
     const hx_dump *a = s->d0 = p->dumps[0];

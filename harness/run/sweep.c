@@ -166,8 +166,8 @@ static void jobs_free(run_job *jobs, size_t n)
 
 static int check_params(const hx_sweep_params *p, lm_err *err)
 {
-    if (p->model == NULL)
-        return LM_FAIL(err, LM_E_INPUT, "no model");
+    if (p->model == NULL || p->ref == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "no model (the engine's and the reference's are needed)");
     if (p->n_prompt == 0 || p->prompt == NULL)
         return LM_FAIL(err, LM_E_INPUT, "empty prompt");
     if (p->n_configs == 0 || p->configs == NULL)
