@@ -455,11 +455,11 @@ double ref_fixed_cost_s(const ref_model *m, int n_threads)
     const ref_layer *L = &m->layers[0];
     const uint64_t n_in = m->hp.n_embd, q = (uint64_t)m->hp.n_head * m->hp.head_dim;
     const uint64_t rows = q < 256 ? q : 256; /* the first rows of layer 0's wq: a few ms */
+    if (m->weights == NULL || L->wq == NULL || rows == 0)
+        return 0.0;
     double elems = 0.0;
     for (uint32_t i = 0; i < m->n_weights; ++i)
         elems += (double)m->weights[i].n_elem;
-    if (m->weights == NULL || L->wq == NULL || rows == 0)
-        return 0.0;
     ref_dx_row r;
     memset(&r, 0, sizeof r);
     lm_err err = {0};
