@@ -558,7 +558,7 @@ static void rotate(float *a, float *b, double c, double s, uint32_t key, uint64_
     *b = (float)sr_add(as, bc, coin(key, 6 * i + 5));
 }
 
-/* YaRN's multiplier m_i of pair i (kvd_model.h, ref_hparams) on the ramp lo..hi
+/* YaRN's multiplier m_i of pair i (ref_model.h, ref_hparams) on the ramp lo..hi
  * (ref_yarn_ramp), in double. */
 static double yarn_mult(const ref_hparams *hp, uint32_t i, double lo, double hi)
 {

@@ -1,6 +1,6 @@
 /* ref_sr.h — the reference's own model implementation run in float32 with stochastic rounding
  * (SR): the members of the noise envelope. Independent of the engine's forward pass and
- * kernels (it shares only the model loader, like the MPFR reference), so a defect in engine code
+ * kernels (it reads the reference's own model view, ref_model.h), so a defect in engine code
  * is never inside the envelope that judges it.
  *
  * Same computation as ref_forward.c (same order of every reduction, layer by layer over all
