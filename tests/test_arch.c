@@ -145,56 +145,60 @@ static void test_arch_qwen3moe_refuses_other_routing(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "expert_weights_norm false"));
 }
 
-/* The judge of d under f32, and q8act too when q8act. */
-static hx_report *judge_under(const lm_model *m, hx_dump *d, const char *cache, bool q8act)
+/* The judge of d (m and rm: the engine's and the reference's readings of the model) under
+ * f32, and q8act too when q8act. */
+static hx_report *judge_under(const lm_model *m, const ref_model *rm, hx_dump *d,
+                              const char *cache, bool q8act)
 {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", tu_tmpdir(), cache);
     const char *prof[] = {"f32", "q8act"};
-    ref_model *rm = tf_ref_open(m);
     hx_judge_params p = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = 27, .dumps = &d,
                          .n_dumps = 1, .profiles = prof, .n_profiles = q8act ? 2 : 1,
-                         .cache_dir = dir,
-                         .ref_threads = 1, .quiet = true};
-    hx_report *r = tf_judge(&p);
-    ref_model_free(rm);
-    return r;
+                         .cache_dir = dir, .ref_threads = 1, .quiet = true};
+    return tf_judge(&p);
 }
 
-static hx_report *judge(const lm_model *m, hx_dump *d, const char *cache)
+static hx_report *judge(const lm_model *m, const ref_model *rm, hx_dump *d, const char *cache)
 {
-    return judge_under(m, d, cache, false);
+    return judge_under(m, rm, d, cache, false);
 }
 
 /* synth:preset (seed 0) and llama.cpp's dump of it (folder under DUMPS): the judge is NOISE
- * (or EXACT) with err/E <= 1 and exit code 0. Returns the model, its dump in *d. */
-static lm_model *judged_clean(const char *preset, const char *folder, hx_dump **d)
+ * (or EXACT) with err/E <= 1 and exit code 0. Returns the model, the reference's reading of
+ * it in *rm, its dump in *d. */
+static lm_model *judged_clean(const char *preset, const char *folder, hx_dump **d,
+                              ref_model **rm)
 {
     lm_model *m = tf_synth_load(preset, 0);
+    *rm = tf_ref_open(m);
     char dir[256], cache[96];
     snprintf(dir, sizeof dir, DUMPS "%s", folder);
     lm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(hx_dump_load(d, dir, m, m->path, &err), LM_OK);
     snprintf(cache, sizeof cache, "arch-%s-clean", preset);
-    hx_report *r = judge(m, *d, cache);
+    hx_report *r = judge(m, *rm, *d, cache);
     const hx_config_report *c = &r->configs[r->dumps[0].first_config];
     printf("\n  %s vs llama.cpp: %s err/E %.3g", preset, hx_class_name(c->cls), c->worst_ratio);
     CU_ASSERT(c->cls == HX_NOISE || c->cls == HX_EXACT);
     CU_ASSERT(c->worst_ratio <= 1.0);
     CU_ASSERT_EQUAL(hx_report_exit_code(r, false), 0);
     hx_report_free(r);
-    /* defects follow: the path is cleared so that the reference takes the changed hparams
-     * instead of re-reading the file's, and each defect has its own cache folder so that
-     * nothing computed for the correct model is reused */
+    /* defects follow, set in both readings: the paths are cleared so that the two readings,
+     * which now differ from the file, are not compared with each other, and each defect has its
+     * own cache folder so that nothing computed for the correct model is reused */
     free(m->path);
     m->path = NULL;
+    free((*rm)->path);
+    (*rm)->path = NULL;
     return m;
 }
 
-/* The judge of m (a defect) fails, err/E > 10. */
-static void judged_failing(const lm_model *m, hx_dump *d, const char *cache, const char *what)
+/* The judge of m and rm (a defect) fails, err/E > 10. */
+static void judged_failing(const lm_model *m, const ref_model *rm, hx_dump *d, const char *cache,
+                           const char *what)
 {
-    hx_report *r = judge(m, d, cache);
+    hx_report *r = judge(m, rm, d, cache);
     const hx_config_report *c = &r->configs[r->dumps[0].first_config];
     printf("; %s: %s err/E %.3g", what, hx_class_name(c->cls), c->worst_ratio);
     CU_ASSERT(hx_class_fails(c->cls));
@@ -214,12 +218,14 @@ static void judged_failing(const lm_model *m, hx_dump *d, const char *cache, con
 static void test_arch_qwen3moe_judge_llamacpp(void)
 {
     hx_dump *d = NULL;
-    lm_model *m = judged_clean("qwen3moe", "llama.cpp-synth-qwen3moe-f32kv", &d);
-    m->hp.moe_gating = 2;
-    judged_failing(m, d, "arch-qwen3moe-no-renorm", "not renormalised");
+    ref_model *rm = NULL;
+    lm_model *m = judged_clean("qwen3moe", "llama.cpp-synth-qwen3moe-f32kv", &d, &rm);
+    m->hp.moe_gating = rm->hp.moe_gating = 2;
+    judged_failing(m, rm, d, "arch-qwen3moe-no-renorm", "not renormalised");
     printf("\n");
     hx_dump_free(d);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 /* synth:gptoss's configuration as loaded: YaRN 32 from 4096, window 8 on even layers, sinks,
@@ -347,15 +353,18 @@ static void test_arch_gptoss_requires_its_tensors(void)
 static void test_arch_gptoss_judge_llamacpp(void)
 {
     hx_dump *d = NULL;
-    lm_model *m = judged_clean("gptoss", "llama.cpp-synth-gptoss-f32kv", &d);
-    m->hp.rope_yarn_factor = 0.0f;
-    judged_failing(m, d, "arch-gptoss-no-yarn", "without YaRN");
-    m->hp.rope_yarn_factor = 32.0f;
+    ref_model *rm = NULL;
+    lm_model *m = judged_clean("gptoss", "llama.cpp-synth-gptoss-f32kv", &d, &rm);
+    m->hp.rope_yarn_factor = rm->hp.rope_yarn_factor = 0.0f;
+    judged_failing(m, rm, d, "arch-gptoss-no-yarn", "without YaRN");
+    m->hp.rope_yarn_factor = rm->hp.rope_yarn_factor = 32.0f;
     m->hp.act = LM_ACT_SWIGLU;
-    judged_failing(m, d, "arch-gptoss-swiglu", "plain SwiGLU experts");
+    rm->hp.act = REF_ACT_SWIGLU;
+    judged_failing(m, rm, d, "arch-gptoss-swiglu", "plain SwiGLU experts");
     printf("\n");
     hx_dump_free(d);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 /* synth:gptoss-mxfp4 (its experts in MXFP4) against llama.cpp: ggml multiplies MXFP4 weights by
@@ -373,7 +382,8 @@ static void test_arch_gptoss_mxfp4_judge_llamacpp(void)
     lm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(hx_dump_load(&d, DUMPS "llama.cpp-synth-gptoss-mxfp4-f32kv", m,
                                        m->path, &err), LM_OK);
-    hx_report *r = judge_under(m, d, "arch-gptoss-mxfp4", true);
+    ref_model *rm = tf_ref_open(m);
+    hx_report *r = judge_under(m, rm, d, "arch-gptoss-mxfp4", true);
     const hx_config_report *f32 = &r->configs[r->dumps[0].first_config];
     const hx_config_report *q8 = f32 + 1;
     printf("\n  gptoss-mxfp4 vs llama.cpp: f32 %s err/E %.3g, q8act %s err/E %.3g\n",
@@ -385,6 +395,7 @@ static void test_arch_gptoss_mxfp4_judge_llamacpp(void)
     hx_report_free(r);
     hx_dump_free(d);
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 void test_arch_register(void)
