@@ -4,6 +4,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "fs.h"
+#include "judge/model_check.h"
 #include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "kvd_util.h"
@@ -173,6 +174,7 @@ typedef struct engine_inputs {
     hx_adapter_config *configs;
     size_t n_configs;
     lm_model *m;
+    ref_model *r;      /* the reference's own view of the same file */
     int32_t *prompt;
     uint32_t n_prompt;
 } engine_inputs;
@@ -188,7 +190,7 @@ static int load_inputs(engine_inputs *in, const engine_opts *o, lm_err *err)
         st = hx_cli_model_resolve(in->model_path, sizeof in->model_path, in->label,
                                   sizeof in->label, o->model, o->sp.cache_dir, "sweep", err);
     if (st == LM_OK)
-        st = lm_model_load(&in->m, in->model_path, err);
+        st = hx_models_open(&in->m, &in->r, in->model_path, err);
     if (st == LM_OK)
         st = hx_cli_prompt_ids(&in->prompt, &in->n_prompt, in->m, in->model_path, o->text,
                                o->tok_s, o->special, err);
@@ -252,6 +254,7 @@ int cmd_sweep_engine(int argc, char **argv)
         o.sp.configs = in.configs;
         o.sp.n_configs = in.n_configs;
         o.sp.model = in.m;
+        o.sp.ref = in.r;
         o.sp.model_path = in.model_path;
         o.sp.model_label = o.model;
         o.sp.prompt = in.prompt;
@@ -271,5 +274,6 @@ int cmd_sweep_engine(int argc, char **argv)
     free(in.configs);
     free(in.prompt);
     lm_model_free(in.m);
+    ref_model_free(in.r);
     return code;
 }

@@ -267,7 +267,7 @@ int hx_adapter_sweep_run(hx_adapter_sweep_result **out, const hx_adapter_sweep_p
         rc = LM_FAIL(err, LM_E_INPUT, "adapter %s: no configuration ran (%s: %s)",
                      p->adapter_path, runs[0].name, runs[0].why);
     if (rc == LM_OK) {
-        hx_judge_params jp = {.model = p->model, .model_label = p->model_label,
+        hx_judge_params jp = {.model = p->model, .ref = p->ref, .model_label = p->model_label,
                               .prompt = p->prompt, .n_prompt = p->n_prompt, .dumps = dumps,
                               .n_dumps = nd, .profiles = profs, .n_profiles = np,
                               .precision = p->precision, .ensemble = p->ensemble,

@@ -26,6 +26,7 @@
 #define HX_ADAPTER_SWEEP_H
 
 #include "kvd_model.h"
+#include "ref_model.h"
 #include "model/adapter.h"
 #include "model/report.h"
 
@@ -41,6 +42,7 @@ typedef struct hx_adapter_sweep_params {
     const hx_adapter_config *configs;  /* [n_configs] (hx_adapter_plan) */
     size_t n_configs;
     const lm_model *model;
+    const ref_model *ref;              /* the reference's own view of the same file */
     const char *model_path;            /* the GGUF given to the adapter */
     const char *model_label;
     const int32_t *prompt;             /* [n_prompt] */
