@@ -141,9 +141,9 @@ static int sweep_once(hx_sweep_result **out, const lm_model *m, const ref_model 
                       size_t n_cfgs, const char *cache, lm_err *err)
 {
     /* jobs 2: the runs of a sweep are independent and their results identical for any jobs. */
-    hx_sweep_params p = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = n_prompt, .n_gen = N_GEN,
-                         .configs = cfgs, .n_configs = n_cfgs, .cache_dir = cache, .jobs = 2,
-                         .quiet = true, .time_once = true};
+    hx_sweep_params p = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = n_prompt,
+                         .n_gen = N_GEN, .configs = cfgs, .n_configs = n_cfgs,
+                         .cache_dir = cache, .jobs = 2, .quiet = true, .time_once = true};
     return hx_sweep_run_all(out, &p, err);
 }
 

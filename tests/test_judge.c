@@ -235,7 +235,8 @@ static void test_judge_engine_bf16_moe_explained(void)
     hx_dump *d = &dump;
     static const char *const profiles[] = {"f32", "bf16"};
     ref_model *rm = tf_ref_open(m);
-    hx_judge_params p = {.model = m, .ref = rm, .prompt = tok, .n_prompt = N, .dumps = &d, .n_dumps = 1,
+    hx_judge_params p = {.model = m, .ref = rm,
+                         .prompt = tok, .n_prompt = N, .dumps = &d, .n_dumps = 1,
                          .profiles = profiles, .n_profiles = 2, .cache_dir = cache_dir(),
                          .ref_threads = 1, .quiet = true};
     hx_report *r = tf_judge(&p);

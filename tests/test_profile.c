@@ -497,7 +497,8 @@ static void test_profile_sweep_axis(void)
     snprintf(cache, sizeof cache, "%s/profile-sweep-cache", tu_tmpdir());
     const int32_t toks[5] = {1, 403, 407, 261, 378};
     ref_model *rm = tf_ref_open(m);
-    hx_sweep_params p = {.model = m, .ref = rm, .prompt = toks, .n_prompt = 5, .n_gen = 4, .configs = c,
+    hx_sweep_params p = {.model = m, .ref = rm,
+                         .prompt = toks, .n_prompt = 5, .n_gen = 4, .configs = c,
                          .n_configs = n, .cache_dir = cache, .ref_threads = 1, .quiet = true};
     hx_sweep_result *r = NULL;
     int rc = hx_sweep_run_all(&r, &p, &err);

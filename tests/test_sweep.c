@@ -47,7 +47,8 @@ static void sweep_and_check(const lm_model *m, const int32_t *prompt, uint32_t n
     size_t nc = 0;
     hx_config *cfgs = make_configs(&nc);
     ref_model *rm = tf_ref_open(m);
-    hx_sweep_params p = {.model = m, .ref = rm, .model_label = tag, .prompt = prompt, .n_prompt = n_prompt,
+    hx_sweep_params p = {.model = m, .ref = rm,
+                         .model_label = tag, .prompt = prompt, .n_prompt = n_prompt,
                          .n_gen = n_gen, .configs = cfgs, .n_configs = nc,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
     hx_sweep_result *r = NULL;
@@ -180,7 +181,8 @@ static void test_sweep_path_repaired_to_reference_greedy(void)
     const int32_t prompt[] = {1, 300, 301, 302};
     hx_config cfg = {.backend = "naive", .step = 0, .threads = 1};
     ref_model *rm = tf_ref_open(m);
-    hx_sweep_params p = {.model = m, .ref = rm, .model_label = "repair", .prompt = prompt, .n_prompt = 4,
+    hx_sweep_params p = {.model = m, .ref = rm,
+                         .model_label = "repair", .prompt = prompt, .n_prompt = 4,
                          .n_gen = 6, .configs = &cfg, .n_configs = 1,
                          .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
     hx_sweep_result *clean = NULL, *fixed = NULL;
