@@ -583,21 +583,6 @@ int lm_write_file(const char *path, const void *bytes, size_t n, lm_err *err)
     return lm_wfile_commit(w, err);
 }
 
-int lm_write_text(const char *path, char *text, lm_err *err)
-{
-    size_t n = strlen(text);
-    char *withnl = realloc(text, n + 2);
-    if (withnl == NULL) {
-        free(text);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    }
-    withnl[n] = '\n';
-    withnl[n + 1] = '\0';
-    int rc = lm_write_file(path, withnl, n + 1, err);
-    free(withnl);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- reading */
 
 int lm_open_regular(const char *path, unsigned long long *size, lm_err *err)

@@ -64,9 +64,6 @@ int lm_wfile_commit_all(lm_wfile **w, size_t n, lm_err *err);
 
 /* One whole file in one call (open, write, commit). */
 int lm_write_file(const char *path, const void *bytes, size_t n, lm_err *err);
-/* lm_write_file of text plus one newline. Takes text (malloc'd, NUL-terminated) and frees it on
- * every path. */
-int lm_write_text(const char *path, char *text, lm_err *err);
 
 /* Reads a whole regular file into a malloc'd, NUL-terminated buffer (*n excludes the NUL). The
  * file is opened with O_NONBLOCK, so a FIFO never blocks; anything but a regular file is
