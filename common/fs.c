@@ -716,6 +716,24 @@ int lm_cache_dir(char *out, size_t cap, const char *dir, lm_err *err)
     return LM_OK;
 }
 
+int lm_models_dir(char *out, size_t cap, lm_err *err)
+{
+    const char *env = getenv("KVDRIFT_MODELS");
+    int n;
+    if (env && *env) {
+        n = snprintf(out, cap, "%s", env);
+    } else {
+        char cache[4096];
+        int rc = lm_cache_dir(cache, sizeof cache, NULL, err);
+        if (rc != LM_OK)
+            return rc;
+        n = snprintf(out, cap, "%s/models", cache);
+    }
+    if (n < 0 || (size_t)n >= cap)
+        return LM_FAIL(err, LM_E_INPUT, "models: folder name too long");
+    return LM_OK;
+}
+
 int lm_cache_open(char *out, size_t cap, const char *dir, lm_err *err)
 {
     int rc = lm_cache_dir(out, cap, dir, err);

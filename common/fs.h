@@ -86,6 +86,11 @@ int lm_mkdir_parent(const char *path, lm_err *err);
 int lm_cache_dir(char *out, size_t cap, const char *dir, lm_err *err);
 /* lm_cache_dir, then lm_mkdir_p and lm_fs_clean_stale on it. */
 int lm_cache_open(char *out, size_t cap, const char *dir, lm_err *err);
+/* The models folder (what ${KVDRIFT_MODELS} names in a case file; tests and benchmarks read
+ * their GGUF files there): $KVDRIFT_MODELS, else the cache folder's models/ (lm_cache_dir with
+ * no dir), where `make models` downloads. scripts/paths.sh gives the shell the same folder.
+ * LM_E_INPUT as lm_cache_dir. */
+int lm_models_dir(char *out, size_t cap, lm_err *err);
 
 /* Removes, from folder dir, temp files named "*.tmp.<pid>.XXXXXX" that are older than
  * LM_FS_STALE_SECONDS and whose process <pid> no longer exists. Returns how many were removed
