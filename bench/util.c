@@ -51,7 +51,9 @@ const char *bu_models_dir(void)
 
 void bu_model_path(char *out, size_t cap, const char *file)
 {
-    snprintf(out, cap, "%s/%s", bu_models_dir(), file);
+    int n = snprintf(out, cap, "%s/%s", bu_models_dir(), file);
+    if (n < 0 || (size_t)n >= cap)
+        out[0] = '\0'; /* no such file: the caller's SKIP line */
 }
 
 _Noreturn void bu_die(const char *prog, const char *what, const lm_err *err)
