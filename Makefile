@@ -197,6 +197,7 @@ install: $(BUILD)/kvdrift
 	install -m 755 adapters/llamacpp $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/llamacpp
 	install -m 644 adapters/llamacpp.py adapters/requirements-llamacpp.txt \
 	  $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/
+	install -m 644 docs/DESIGN.md $(DESTDIR)$(PREFIX)/share/doc/kvdrift/DESIGN.md
 
 clean:
 	rm -rf build
