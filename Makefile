@@ -1,5 +1,6 @@
 # kvdrift — numerical determinism and regression harness for LLM inference.
-# Targets: all demo test unit check layers models adapters bench asan fuzz fuzz-smoke install clean.
+# Targets: all demo test unit check layers models adapters bench calibrate asan fuzz fuzz-smoke
+# install clean.
 # BUILD=dir selects the build folder, WERROR=1 adds -Werror, SANITIZE=address,undefined a sanitizer.
 BUILD    ?= build
 PREFIX   ?= /usr/local
