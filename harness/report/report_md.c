@@ -19,7 +19,7 @@ static void md_cell(FILE *f, const char *s)
     }
 }
 
-/* The case's provenance (model, prompt, envelope, platform), worst class, coverage. */
+/* The case's provenance (model, prompt, envelope, platform), split risk, worst class, coverage. */
 static void md_summary(FILE *f, const hx_report *r)
 {
     fprintf(f, "\n\n- model: `%s` (XXH3-128 `%s`)\n", r->model, r->model_hash);
