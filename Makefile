@@ -1,5 +1,7 @@
 # kvdrift — numerical determinism and regression harness for LLM inference.
-# Targets: all demo test check bench asan fuzz fuzz-smoke install clean.  BUILD=dir selects the build folder.
+# Targets: all demo test unit check layers models adapters bench calibrate asan fuzz fuzz-smoke
+# install clean.
+# BUILD=dir selects the build folder, WERROR=1 adds -Werror, SANITIZE=address,undefined a sanitizer.
 BUILD    ?= build
 PREFIX   ?= /usr/local
 CC       ?= cc
@@ -196,6 +198,7 @@ install: $(BUILD)/kvdrift
 	install -m 755 adapters/llamacpp $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/llamacpp
 	install -m 644 adapters/llamacpp.py adapters/requirements-llamacpp.txt \
 	  $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/
+	install -m 644 docs/DESIGN.md $(DESTDIR)$(PREFIX)/share/doc/kvdrift/DESIGN.md
 
 clean:
 	rm -rf build

@@ -313,9 +313,9 @@ static double time_decode(lm_ctx *c, float *lg, const char *label, bool check)
 }
 
 /* Waits SETTLE_S before a timed pass, so that no thread of the stage before still competes for
- * the cores: OpenBLAS's workers spin about 0.07-0.1 s of CPU after each sgemm or sgemv before
- * they sleep (measured on the development machine), which would otherwise be charged to
- * whichever pass follows a blas one. */
+ * the cores: OpenBLAS's idle workers spin for 2^28 time-stamp-counter ticks after each sgemm or
+ * sgemv before they sleep (its THREAD_TIMEOUT default, 28; OPENBLAS_THREAD_TIMEOUT sets it),
+ * 0.1 s at 2.6 GHz, which would otherwise be charged to whichever pass follows a blas one. */
 #define SETTLE_S 0.15
 static void settle(void)
 {

@@ -4,6 +4,7 @@
  * measured in a child process of its own so that the peaks do not mix), the float32 arena, and
  * greedy speed on the blas backend (prefill of a 6-token prompt, 16 decode steps). Printed and
  * appended as TSV to <dir>/models.tsv. A model that is absent is a SKIP line, never a failure. */
+#include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_model.h"
 #include "util.h"
@@ -22,13 +23,11 @@ static const char *find_model(const char *name, char *out, size_t cap)
     bu_model_path(out, cap, name);
     if (access(out, R_OK) == 0)
         return out;
-    const char *c = getenv("KVDRIFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (c && *c)
-        snprintf(out, cap, "%s/models/%s", c, name);
-    else if (x && *x)
-        snprintf(out, cap, "%s/kvdrift/models/%s", x, name);
-    else
-        snprintf(out, cap, "%s/.cache/kvdrift/models/%s", h ? h : ".", name);
+    char cache[512];
+    lm_err err = {0};
+    if (lm_cache_dir(cache, sizeof cache, NULL, &err) != LM_OK)
+        return NULL;
+    snprintf(out, cap, "%s/models/%s", cache, name);
     return access(out, R_OK) == 0 ? out : NULL;
 }
 

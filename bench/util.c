@@ -1,6 +1,7 @@
 /* util.c — helpers shared by the bench/bench_*.c programs (see util.h). */
 #include "util.h"
 
+#include "fs.h"
 #include "kvd_engine.h"
 #include "kvd_gguf.h"
 #include "kvd_tokenizer.h"
@@ -41,13 +42,18 @@ void bu_when(char when[32])
 
 const char *bu_models_dir(void)
 {
-    const char *dir = getenv("KVDRIFT_MODELS");
-    return dir && *dir ? dir : "../shared/models";
+    static char dir[1024];
+    lm_err err = {0};
+    if (lm_models_dir(dir, sizeof dir, &err) != LM_OK)
+        snprintf(dir, sizeof dir, ".");
+    return dir;
 }
 
 void bu_model_path(char *out, size_t cap, const char *file)
 {
-    snprintf(out, cap, "%s/%s", bu_models_dir(), file);
+    int n = snprintf(out, cap, "%s/%s", bu_models_dir(), file);
+    if (n < 0 || (size_t)n >= cap)
+        out[0] = '\0'; /* no such file: the caller's SKIP line */
 }
 
 _Noreturn void bu_die(const char *prog, const char *what, const lm_err *err)

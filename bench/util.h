@@ -22,10 +22,10 @@ double bu_cpu_s(void);
 /* "YYYY-MM-DDTHH:MM:SSZ" (UTC, now) into when[32]. */
 void bu_when(char when[32]);
 
-/* $KVDRIFT_MODELS when set and non-empty, else "../shared/models". */
+/* The models folder (lm_models_dir: $KVDRIFT_MODELS, else the cache's models/). */
 const char *bu_models_dir(void);
 
-/* out = bu_models_dir() + "/" + file. */
+/* out = bu_models_dir() + "/" + file ("" when that does not fit in cap). */
 void bu_model_path(char *out, size_t cap, const char *file);
 
 /* "PROG: WHAT: err->msg" on stderr, exit 2. */

@@ -583,21 +583,6 @@ int lm_write_file(const char *path, const void *bytes, size_t n, lm_err *err)
     return lm_wfile_commit(w, err);
 }
 
-int lm_write_text(const char *path, char *text, lm_err *err)
-{
-    size_t n = strlen(text);
-    char *withnl = realloc(text, n + 2);
-    if (withnl == NULL) {
-        free(text);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    }
-    withnl[n] = '\n';
-    withnl[n + 1] = '\0';
-    int rc = lm_write_file(path, withnl, n + 1, err);
-    free(withnl);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- reading */
 
 int lm_open_regular(const char *path, unsigned long long *size, lm_err *err)
@@ -728,6 +713,24 @@ int lm_cache_dir(char *out, size_t cap, const char *dir, lm_err *err)
         return LM_FAIL(err, LM_E_INPUT, "cache: no folder (set KVDRIFT_CACHE or HOME)");
     if (n < 0 || (size_t)n >= cap)
         return LM_FAIL(err, LM_E_INPUT, "cache: folder name too long");
+    return LM_OK;
+}
+
+int lm_models_dir(char *out, size_t cap, lm_err *err)
+{
+    const char *env = getenv("KVDRIFT_MODELS");
+    int n;
+    if (env && *env) {
+        n = snprintf(out, cap, "%s", env);
+    } else {
+        char cache[4096];
+        int rc = lm_cache_dir(cache, sizeof cache, NULL, err);
+        if (rc != LM_OK)
+            return rc;
+        n = snprintf(out, cap, "%s/models", cache);
+    }
+    if (n < 0 || (size_t)n >= cap)
+        return LM_FAIL(err, LM_E_INPUT, "models: folder name too long");
     return LM_OK;
 }
 

@@ -64,9 +64,6 @@ int lm_wfile_commit_all(lm_wfile **w, size_t n, lm_err *err);
 
 /* One whole file in one call (open, write, commit). */
 int lm_write_file(const char *path, const void *bytes, size_t n, lm_err *err);
-/* lm_write_file of text plus one newline. Takes text (malloc'd, NUL-terminated) and frees it on
- * every path. */
-int lm_write_text(const char *path, char *text, lm_err *err);
 
 /* Reads a whole regular file into a malloc'd, NUL-terminated buffer (*n excludes the NUL). The
  * file is opened with O_NONBLOCK, so a FIFO never blocks; anything but a regular file is
@@ -89,6 +86,11 @@ int lm_mkdir_parent(const char *path, lm_err *err);
 int lm_cache_dir(char *out, size_t cap, const char *dir, lm_err *err);
 /* lm_cache_dir, then lm_mkdir_p and lm_fs_clean_stale on it. */
 int lm_cache_open(char *out, size_t cap, const char *dir, lm_err *err);
+/* The models folder (what ${KVDRIFT_MODELS} names in a case file; tests and benchmarks read
+ * their GGUF files there): $KVDRIFT_MODELS, else the cache folder's models/ (lm_cache_dir with
+ * no dir), where `make models` downloads. scripts/paths.sh gives the shell the same folder.
+ * LM_E_INPUT as lm_cache_dir. */
+int lm_models_dir(char *out, size_t cap, lm_err *err);
 
 /* Removes, from folder dir, temp files named "*.tmp.<pid>.XXXXXX" that are older than
  * LM_FS_STALE_SECONDS and whose process <pid> no longer exists. Returns how many were removed

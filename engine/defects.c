@@ -43,11 +43,6 @@ void lm_test_set_defect(lm_defect d)
     active = (unsigned)d < LM_DEFECT_COUNT ? d : LM_DEFECT_NONE;
 }
 
-lm_defect lm_test_defect(void)
-{
-    return active;
-}
-
 void lm_test_spare_backend(const char *prefix)
 {
     snprintf(spared, sizeof spared, "%s", prefix ? prefix : "");

@@ -2,8 +2,9 @@
  * elementwise loops calling it can be vectorized).
  *
  * Why not libm's expf: glibc picks an FMA or a non-FMA build of expf by CPU, and they differ
- * in the last bit on some inputs (measured on the development machines), so the same binary
- * gives different logits on different machines; and a call per element cannot be vectorized without
+ * in the last bit on some inputs (glibc 2.36, all 2^32 floats: 2 of them, x = 32.564632f and
+ * x = -63.099461f; GLIBC_TUNABLES=glibc.cpu.hwcaps=-FMA,-AVX2 selects the non-FMA build), so the
+ * same binary can give different logits on different machines; and a call per element cannot be vectorized without
  * -ffast-math, which kvdrift never uses. lm_expf uses only +, -, *, comparisons and integer
  * bit operations, each correctly rounded IEEE float arithmetic (the build forbids FMA
  * contraction), so its result depends on nothing but x.

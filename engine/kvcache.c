@@ -34,8 +34,3 @@ void lm_kvcache_release(lm_kvcache *kv)
     free(kv->v);
     kv->k = kv->v = NULL;
 }
-
-size_t lm_kvcache_bytes(const lm_kvcache *kv)
-{
-    return 2 * (size_t)kv->n_layer * kv->n_ctx * kv->kv_dim * sizeof(float);
-}

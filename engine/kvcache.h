@@ -17,7 +17,6 @@ typedef struct lm_kvcache {
 int lm_kvcache_init(lm_kvcache *kv, uint32_t n_layer, uint32_t n_ctx, uint32_t kv_dim,
                     lm_err *err);
 void lm_kvcache_release(lm_kvcache *kv);
-size_t lm_kvcache_bytes(const lm_kvcache *kv);
 
 /* Row of position pos in layer il: [kv_dim], followed by the later positions. */
 static inline float *lm_kvcache_k(const lm_kvcache *kv, uint32_t il, uint32_t pos)

@@ -305,66 +305,81 @@ static bool is_special_piece(const lm_vocab *v, uint32_t id)
            v->text_off[id + 1] > v->text_off[id];
 }
 
-int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
+/* The encoder tokenizer.ggml.model names: kind, and *gemma4 for Gemma 4's BPE over raw UTF-8
+ * (bpe_raw). */
+static int vocab_kind(lm_vocab_kind *kind, bool *gemma4, const lm_gguf *g, const char *path,
+                      lm_err *err)
 {
-    *out = NULL;
-    const char *path = lm_gguf_path(g);
     const char *model = NULL;
     if (lm_gguf_get_str(g, "tokenizer.ggml.model", NULL, &model, err) != LM_OK)
         return err->code;
     if (!model)
         return LM_FAIL(err, LM_E_INPUT, "%s: no tokenizer (tokenizer.ggml.model is missing)", path);
-    lm_vocab_kind kind;
-    bool gemma4 = strcmp(model, "gemma4") == 0; /* BPE over raw UTF-8 (bpe_raw) */
+    *gemma4 = strcmp(model, "gemma4") == 0;
     if (strcmp(model, "llama") == 0)
-        kind = LM_VOCAB_SPM;
-    else if (strcmp(model, "gpt2") == 0 || gemma4)
-        kind = LM_VOCAB_BPE;
+        *kind = LM_VOCAB_SPM;
+    else if (strcmp(model, "gpt2") == 0 || *gemma4)
+        *kind = LM_VOCAB_BPE;
     else
         return LM_FAIL(err, LM_E_UNSUPPORTED,
                        "%s: tokenizer model '%s' is not supported (llama, gpt2 and gemma4 are)",
                        path, model);
+    return LM_OK;
+}
 
-    const lm_gguf_arr *toks = NULL, *scores = NULL, *types = NULL;
-    if (lm_gguf_get_arr(g, "tokenizer.ggml.tokens", LM_GGUF_STR, &toks, err) != LM_OK)
+/* The per-token arrays of the file: texts (required, non-empty), scores and types (optional,
+ * one per text when present). */
+typedef struct token_arrays {
+    const lm_gguf_arr *texts, *scores, *types;
+} token_arrays;
+
+static int token_arrays_get(token_arrays *ta, const lm_gguf *g, const char *path, lm_err *err)
+{
+    *ta = (token_arrays){0};
+    if (lm_gguf_get_arr(g, "tokenizer.ggml.tokens", LM_GGUF_STR, &ta->texts, err) != LM_OK)
         return err->code;
-    if (!toks || toks->n == 0)
+    if (!ta->texts || ta->texts->n == 0)
         return LM_FAIL(err, LM_E_INPUT, "%s: tokenizer.ggml.tokens is missing or empty", path);
-    if (toks->n >= (uint64_t)INT32_MAX / 4)
+    if (ta->texts->n >= (uint64_t)INT32_MAX / 4)
         return LM_FAIL(err, LM_E_INPUT, "%s: %llu tokens is too many", path,
-                       (unsigned long long)toks->n);
-    uint32_t n = (uint32_t)toks->n;
-    if (lm_gguf_get_arr(g, "tokenizer.ggml.scores", LM_GGUF_F32, &scores, err) != LM_OK)
+                       (unsigned long long)ta->texts->n);
+    uint32_t n = (uint32_t)ta->texts->n;
+    if (lm_gguf_get_arr(g, "tokenizer.ggml.scores", LM_GGUF_F32, &ta->scores, err) != LM_OK)
         return err->code;
-    if (scores && scores->n != n)
+    if (ta->scores && ta->scores->n != n)
         return LM_FAIL(err, LM_E_INPUT, "%s: tokenizer.ggml.scores has %llu entries for %u tokens",
-                       path, (unsigned long long)scores->n, n);
-    if (lm_gguf_get_arr(g, "tokenizer.ggml.token_type", -1, &types, err) != LM_OK)
+                       path, (unsigned long long)ta->scores->n, n);
+    if (lm_gguf_get_arr(g, "tokenizer.ggml.token_type", -1, &ta->types, err) != LM_OK)
         return err->code;
-    if (types && ((types->type != LM_GGUF_I32 && types->type != LM_GGUF_U32) || types->n != n))
+    if (ta->types &&
+        ((ta->types->type != LM_GGUF_I32 && ta->types->type != LM_GGUF_U32) || ta->types->n != n))
         return LM_FAIL(err, LM_E_INPUT,
                        "%s: tokenizer.ggml.token_type must be %u 32-bit integers", path, n);
+    return LM_OK;
+}
 
-    lm_vocab *v = calloc(1, sizeof *v);
-    if (!v)
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    v->kind = kind;
-    v->n_tokens = n;
-    arena a = {0}, pa = {0};
-    v->text_off = malloc(((size_t)n + 1) * sizeof *v->text_off);
-    v->piece_off = malloc(((size_t)n + 1) * sizeof *v->piece_off);
-    v->scores = malloc((size_t)n * sizeof *v->scores);
-    v->types = malloc((size_t)n);
-    v->tok_mask = table_size_for(n) - 1;
+/* v's per-token arrays for v->n_tokens tokens, the text hash table empty. */
+static int vocab_alloc(lm_vocab *v, const char *path, lm_err *err)
+{
+    const size_t n = v->n_tokens;
+    v->text_off = malloc((n + 1) * sizeof *v->text_off);
+    v->piece_off = malloc((n + 1) * sizeof *v->piece_off);
+    v->scores = malloc(n * sizeof *v->scores);
+    v->types = malloc(n);
+    v->tok_mask = table_size_for(v->n_tokens) - 1;
     v->tok_hash = malloc(((size_t)v->tok_mask + 1) * sizeof *v->tok_hash);
-    if (!v->text_off || !v->piece_off || !v->scores || !v->types || !v->tok_hash) {
-        LM_FAIL(err, LM_E_NOMEM, "%s: out of memory for %u tokens", path, n);
-        goto fail;
-    }
+    if (!v->text_off || !v->piece_off || !v->scores || !v->types || !v->tok_hash)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory for %u tokens", path, v->n_tokens);
     memset(v->tok_hash, 0xFF, ((size_t)v->tok_mask + 1) * sizeof *v->tok_hash);
+    return LM_OK;
+}
 
-    const lm_gguf_str *ts = toks->data;
-    for (uint32_t i = 0; i < n; i++) {
+/* Copies every token's text (an empty one as "[EMPTY_<id>]"), score and type into v. */
+static int load_texts(lm_vocab *v, const token_arrays *ta, const char *path, lm_err *err)
+{
+    arena a = {0};
+    const lm_gguf_str *ts = ta->texts->data;
+    for (uint32_t i = 0; i < v->n_tokens; i++) {
         v->text_off[i] = (uint32_t)a.n;
         char empty[32];
         const char *s = ts[i].ptr;
@@ -374,19 +389,26 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
             s = empty;
         }
         if (a.n + len > UINT32_MAX) {
-            LM_FAIL(err, LM_E_INPUT, "%s: token texts exceed 4 GiB", path);
-            goto fail;
+            free(a.p);
+            return LM_FAIL(err, LM_E_INPUT, "%s: token texts exceed 4 GiB", path);
         }
-        if (arena_put(&a, s, len, err) != LM_OK)
-            goto fail;
-        v->scores[i] = scores ? ((const float *)scores->data)[i] : 0.0f;
-        int32_t t = types ? ((const int32_t *)types->data)[i] : TOK_NORMAL;
+        if (arena_put(&a, s, len, err) != LM_OK) {
+            free(a.p);
+            return err->code;
+        }
+        v->scores[i] = ta->scores ? ((const float *)ta->scores->data)[i] : 0.0f;
+        int32_t t = ta->types ? ((const int32_t *)ta->types->data)[i] : TOK_NORMAL;
         v->types[i] = (uint8_t)((t >= TOK_UNDEFINED && t <= TOK_BYTE) ? t : TOK_UNDEFINED);
     }
-    v->text_off[n] = (uint32_t)a.n;
+    v->text_off[v->n_tokens] = (uint32_t)a.n;
     v->text = a.p;
-    a.p = NULL;
-    for (uint32_t i = 0; i < n; i++) { /* last definition of a text wins */
+    return LM_OK;
+}
+
+/* Fills the text -> id hash table; the last definition of a text wins. */
+static void index_texts(lm_vocab *v)
+{
+    for (uint32_t i = 0; i < v->n_tokens; i++) {
         const char *s = v->text + v->text_off[i];
         size_t len = v->text_off[i + 1] - v->text_off[i];
         uint32_t h = (uint32_t)hash_text(s, len) & v->tok_mask;
@@ -399,116 +421,148 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         }
         v->tok_hash[h] = i;
     }
+}
 
-    if (kind == LM_VOCAB_BPE && load_merges(v, g, path, err) != LM_OK)
-        goto fail;
-
-    bool spm = kind == LM_VOCAB_SPM;
+/* BOS, EOS and UNK ids: the file's keys over the defaults of the encoder (-1: none). */
+static int load_special_ids(lm_vocab *v, const lm_gguf *g, bool gemma4, lm_err *err)
+{
+    const bool spm = v->kind == LM_VOCAB_SPM;
+    const uint32_t n = v->n_tokens;
     int32_t def_bos = spm ? 1 : gemma4 ? -1 : 11, def_eos = spm ? 2 : gemma4 ? -1 : 11;
     if (special_id(g, "tokenizer.ggml.bos_token_id", def_bos, n, &v->bos, err) != LM_OK ||
         special_id(g, "tokenizer.ggml.eos_token_id", def_eos, n, &v->eos, err) != LM_OK ||
         special_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n, &v->unk, err) != LM_OK)
-        goto fail;
+        return err->code;
     if (v->bos >= (int32_t)n)
         v->bos = -1;
     if (v->eos >= (int32_t)n)
         v->eos = -1;
     if (v->unk >= (int32_t)n)
         v->unk = -1;
-    if (gemma4) { /* llama.cpp ignores tokenizer.ggml.pre for this model */
+    return LM_OK;
+}
+
+/* tokenizer.ggml.pre values by the regexes llama.cpp splits them with (llama_vocab's load:
+ * LLAMA_VOCAB_PRE_TYPE_* and llm_tokenizer_bpe's regex lists), with what else it sets for them:
+ * ignore_merges (PRE_IGN), the add_bos default (PRE_BOS), no default BOS id (PRE_NOBOS). An
+ * absent key is llama.cpp's "default". */
+enum { PRE_IGN = 1, PRE_BOS = 2, PRE_NOBOS = 4 };
+static const struct {
+    const char *name;
+    lm_pre pre;
+    unsigned flags;
+} pre_table[] = {
+    {"gpt2", LM_PRE_GPT2, 0},              {"gpt-2", LM_PRE_GPT2, 0},
+    {"phi-2", LM_PRE_GPT2, 0},             {"jina-es", LM_PRE_GPT2, 0},
+    {"jina-de", LM_PRE_GPT2, 0},           {"gigachat", LM_PRE_GPT2, 0},
+    {"jina-v2-es", LM_PRE_GPT2, 0},        {"jina-v2-de", LM_PRE_GPT2, 0},
+    {"a.x-4.0", LM_PRE_GPT2, 0},           {"mellum", LM_PRE_GPT2, 0},
+    {"modern-bert", LM_PRE_GPT2, 0},       {"mpt", LM_PRE_GPT2, 0},
+    {"olmo", LM_PRE_GPT2, 0},              {"jais", LM_PRE_GPT2, 0},
+    {"trillion", LM_PRE_GPT2, 0},          {"exaone4", LM_PRE_GPT2, 0},
+    {"granite-docling", LM_PRE_GPT2, 0},
+    {"smollm", LM_PRE_STARCODER, 0},       {"starcoder", LM_PRE_STARCODER, 0},
+    {"refact", LM_PRE_STARCODER, 0},       {"command-r", LM_PRE_STARCODER, 0},
+    {"codeshell", LM_PRE_STARCODER, 0},    {"exaone", LM_PRE_STARCODER, 0},
+    {"minerva-7b", LM_PRE_STARCODER, 0},   {"mellum2", LM_PRE_STARCODER, 0},
+    {"llama3", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"llama-v3", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"llama-bpe", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"falcon3", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"falcon-h1", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"pixtral", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"midm-2.0", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"lfm2", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"jina-v5-nano", LM_PRE_LLAMA3, PRE_IGN | PRE_BOS},
+    {"dbrx", LM_PRE_LLAMA3, 0},            {"smaug-bpe", LM_PRE_LLAMA3, 0},
+    {"chatglm-bpe", LM_PRE_LLAMA3, PRE_NOBOS},
+    {"glm4", LM_PRE_LLAMA3, PRE_IGN | PRE_NOBOS},
+    {"glm5", LM_PRE_LLAMA3, PRE_IGN | PRE_NOBOS},
+    {"qwen2", LM_PRE_QWEN2, 0},            {"deepseek-r1-qwen", LM_PRE_QWEN2, 0},
+    {"kormo", LM_PRE_QWEN2, 0},            {"f2llmv2", LM_PRE_QWEN2, 0},
+    {"megrez", LM_PRE_QWEN2, 0},           {"stablelm2", LM_PRE_QWEN2, 0},
+    {"hunyuan", LM_PRE_QWEN2, 0},          {"solar-open", LM_PRE_QWEN2, 0},
+    {"grok-2", LM_PRE_QWEN2, 0},           {"bailingmoe", LM_PRE_QWEN2, 0},
+    {"bailingmoe2", LM_PRE_QWEN2, 0},      {"llada-moe", LM_PRE_QWEN2, 0},
+    {"qwen35", LM_PRE_QWEN35, 0},
+    {"deepseek-llm", LM_PRE_DEEPSEEK_LLM, 0},
+    {"deepseek-coder", LM_PRE_DEEPSEEK_CODER, 0},
+    {"deepseek-v3", LM_PRE_DEEPSEEK3, 0},  {"hunyuan-dense", LM_PRE_DEEPSEEK3, 0},
+    {"hy_v4", LM_PRE_DEEPSEEK3, 0},        {"joyai-llm", LM_PRE_DEEPSEEK3, 0},
+    {"falcon", LM_PRE_FALCON, 0},
+    {"gpt-4o", LM_PRE_GPT4O, 0},           {"llama4", LM_PRE_GPT4O, 0},
+    {"kanana2", LM_PRE_GPT4O, 0},          {"talkie", LM_PRE_GPT4O, 0},
+    {"minimax-m2", LM_PRE_GPT4O, 0},
+    {"tekken", LM_PRE_TEKKEN, PRE_IGN | PRE_BOS},
+    {"minicpm5", LM_PRE_MINICPM5, PRE_IGN}, {"ufakzeka", LM_PRE_UFAKZEKA, 0},
+    {"seed-coder", LM_PRE_SEED_CODER, 0},  {"laguna", LM_PRE_LAGUNA, 0},
+};
+
+/* A BPE vocabulary's pre-tokenizer from tokenizer.ggml.pre (Gemma 4: its own, whatever the key
+ * says, as llama.cpp): v->pre and what pre_table sets with it; an unknown name splits as GPT-2
+ * and leaves a note in v->pre_note. Nothing for SPM. */
+static int load_pre_tokenizer(lm_vocab *v, const lm_gguf *g, bool gemma4, lm_err *err)
+{
+    if (gemma4) {
         v->pre = LM_PRE_GEMMA4;
         v->bpe_raw = true;
-    } else if (!spm) {
-        /* tokenizer.ggml.pre values by the regexes llama.cpp splits them with (llama_vocab's
-         * load: LLAMA_VOCAB_PRE_TYPE_* and llm_tokenizer_bpe's regex lists), with what else
-         * it sets for them: ignore_merges (IGN), the add_bos default (BOS), no default BOS id
-         * (NOBOS). An absent key is llama.cpp's "default". */
-        enum { IGN = 1, BOS = 2, NOBOS = 4 };
-        static const struct {
-            const char *name;
-            lm_pre pre;
-            unsigned flags;
-        } pres[] = {
-            {"gpt2", LM_PRE_GPT2, 0},              {"gpt-2", LM_PRE_GPT2, 0},
-            {"phi-2", LM_PRE_GPT2, 0},             {"jina-es", LM_PRE_GPT2, 0},
-            {"jina-de", LM_PRE_GPT2, 0},           {"gigachat", LM_PRE_GPT2, 0},
-            {"jina-v2-es", LM_PRE_GPT2, 0},        {"jina-v2-de", LM_PRE_GPT2, 0},
-            {"a.x-4.0", LM_PRE_GPT2, 0},           {"mellum", LM_PRE_GPT2, 0},
-            {"modern-bert", LM_PRE_GPT2, 0},       {"mpt", LM_PRE_GPT2, 0},
-            {"olmo", LM_PRE_GPT2, 0},              {"jais", LM_PRE_GPT2, 0},
-            {"trillion", LM_PRE_GPT2, 0},          {"exaone4", LM_PRE_GPT2, 0},
-            {"granite-docling", LM_PRE_GPT2, 0},
-            {"smollm", LM_PRE_STARCODER, 0},       {"starcoder", LM_PRE_STARCODER, 0},
-            {"refact", LM_PRE_STARCODER, 0},       {"command-r", LM_PRE_STARCODER, 0},
-            {"codeshell", LM_PRE_STARCODER, 0},    {"exaone", LM_PRE_STARCODER, 0},
-            {"minerva-7b", LM_PRE_STARCODER, 0},   {"mellum2", LM_PRE_STARCODER, 0},
-            {"llama3", LM_PRE_LLAMA3, IGN | BOS},  {"llama-v3", LM_PRE_LLAMA3, IGN | BOS},
-            {"llama-bpe", LM_PRE_LLAMA3, IGN | BOS}, {"falcon3", LM_PRE_LLAMA3, IGN | BOS},
-            {"falcon-h1", LM_PRE_LLAMA3, IGN | BOS}, {"pixtral", LM_PRE_LLAMA3, IGN | BOS},
-            {"midm-2.0", LM_PRE_LLAMA3, IGN | BOS}, {"lfm2", LM_PRE_LLAMA3, IGN | BOS},
-            {"jina-v5-nano", LM_PRE_LLAMA3, IGN | BOS},
-            {"dbrx", LM_PRE_LLAMA3, 0},            {"smaug-bpe", LM_PRE_LLAMA3, 0},
-            {"chatglm-bpe", LM_PRE_LLAMA3, NOBOS}, {"glm4", LM_PRE_LLAMA3, IGN | NOBOS},
-            {"glm5", LM_PRE_LLAMA3, IGN | NOBOS},
-            {"qwen2", LM_PRE_QWEN2, 0},            {"deepseek-r1-qwen", LM_PRE_QWEN2, 0},
-            {"kormo", LM_PRE_QWEN2, 0},            {"f2llmv2", LM_PRE_QWEN2, 0},
-            {"megrez", LM_PRE_QWEN2, 0},           {"stablelm2", LM_PRE_QWEN2, 0},
-            {"hunyuan", LM_PRE_QWEN2, 0},          {"solar-open", LM_PRE_QWEN2, 0},
-            {"grok-2", LM_PRE_QWEN2, 0},           {"bailingmoe", LM_PRE_QWEN2, 0},
-            {"bailingmoe2", LM_PRE_QWEN2, 0},      {"llada-moe", LM_PRE_QWEN2, 0},
-            {"qwen35", LM_PRE_QWEN35, 0},
-            {"deepseek-llm", LM_PRE_DEEPSEEK_LLM, 0},
-            {"deepseek-coder", LM_PRE_DEEPSEEK_CODER, 0},
-            {"deepseek-v3", LM_PRE_DEEPSEEK3, 0},  {"hunyuan-dense", LM_PRE_DEEPSEEK3, 0},
-            {"hy_v4", LM_PRE_DEEPSEEK3, 0},        {"joyai-llm", LM_PRE_DEEPSEEK3, 0},
-            {"falcon", LM_PRE_FALCON, 0},
-            {"gpt-4o", LM_PRE_GPT4O, 0},           {"llama4", LM_PRE_GPT4O, 0},
-            {"kanana2", LM_PRE_GPT4O, 0},          {"talkie", LM_PRE_GPT4O, 0},
-            {"minimax-m2", LM_PRE_GPT4O, 0},
-            {"tekken", LM_PRE_TEKKEN, IGN | BOS},
-            {"minicpm5", LM_PRE_MINICPM5, IGN},    {"ufakzeka", LM_PRE_UFAKZEKA, 0},
-            {"seed-coder", LM_PRE_SEED_CODER, 0},  {"laguna", LM_PRE_LAGUNA, 0},
-        };
-        const char *pre = NULL;
-        if (lm_gguf_get_str(g, "tokenizer.ggml.pre", NULL, &pre, err) != LM_OK)
-            goto fail;
-        bool known = pre == NULL;
-        v->pre = LM_PRE_DEFAULT;
-        for (size_t i = 0; pre && !known && i < sizeof pres / sizeof pres[0]; i++)
-            if (strcmp(pre, pres[i].name) == 0) {
-                known = true;
-                v->pre = pres[i].pre;
-                v->ignore_merges = (pres[i].flags & IGN) != 0;
-                v->add_bos = (pres[i].flags & BOS) != 0;
-                if ((pres[i].flags & NOBOS) && lm_gguf_find(g, "tokenizer.ggml.bos_token_id") < 0)
-                    v->bos = -1;
-            }
-        if (!known) {
-            v->pre = LM_PRE_GPT2;
-            snprintf(v->pre_note, sizeof v->pre_note,
-                     "pre-tokenizer '%.40s' is not implemented: text is split with the GPT-2 "
-                     "pattern, and its ids may differ from the model's (--tokens is exact)", pre);
-        }
+        return LM_OK;
     }
-    /* the keys override the defaults (SPM adds BOS; a BPE pre-tokenizer may, above) */
+    if (v->kind == LM_VOCAB_SPM)
+        return LM_OK;
+    const char *pre = NULL;
+    if (lm_gguf_get_str(g, "tokenizer.ggml.pre", NULL, &pre, err) != LM_OK)
+        return err->code;
+    bool known = pre == NULL;
+    v->pre = LM_PRE_DEFAULT;
+    for (size_t i = 0; pre && !known && i < sizeof pre_table / sizeof pre_table[0]; i++)
+        if (strcmp(pre, pre_table[i].name) == 0) {
+            known = true;
+            v->pre = pre_table[i].pre;
+            v->ignore_merges = (pre_table[i].flags & PRE_IGN) != 0;
+            v->add_bos = (pre_table[i].flags & PRE_BOS) != 0;
+            if ((pre_table[i].flags & PRE_NOBOS) &&
+                lm_gguf_find(g, "tokenizer.ggml.bos_token_id") < 0)
+                v->bos = -1;
+        }
+    if (!known) {
+        v->pre = LM_PRE_GPT2;
+        snprintf(v->pre_note, sizeof v->pre_note,
+                 "pre-tokenizer '%.40s' is not implemented: text is split with the GPT-2 "
+                 "pattern, and its ids may differ from the model's (--tokens is exact)", pre);
+    }
+    return LM_OK;
+}
+
+/* add_bos, add_eos and add_space_prefix: the keys over the defaults (SPM adds BOS and a space
+ * prefix; a BPE pre-tokenizer may add BOS, load_pre_tokenizer; Gemma 4 always adds BOS). */
+static int load_add_flags(lm_vocab *v, const lm_gguf *g, bool gemma4, lm_err *err)
+{
+    const bool spm = v->kind == LM_VOCAB_SPM;
     if (lm_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", v->add_bos || spm, &v->add_bos, err) !=
             LM_OK ||
         lm_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", false, &v->add_eos, err) != LM_OK ||
         lm_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", spm, &v->add_space_prefix, err) !=
             LM_OK)
-        goto fail;
+        return err->code;
     if (gemma4) /* llama.cpp overrides add_bos_token = false for Gemma 4 */
         v->add_bos = true;
+    return LM_OK;
+}
 
+/* The token of each byte value (-1: none): "<0xNN>" with upper-case hex for SPM and raw BPE
+ * (else, for SPM, the byte itself as a token, as llama.cpp), GPT-2's byte-to-code-point text
+ * for byte-level BPE. */
+static void find_byte_tokens(lm_vocab *v)
+{
+    const bool hex = v->kind == LM_VOCAB_SPM || v->bpe_raw;
     for (int b = 0; b < 256; b++) {
         char buf[8];
         int32_t id;
-        if (spm || v->bpe_raw) {
-            /* "<0xNN>" with upper-case hex; else, for SPM, the byte itself as a token
-             * (llama.cpp) */
+        if (hex) {
             snprintf(buf, sizeof buf, "<0x%02X>", b);
             id = lm_vocab_find(v, buf, 6);
-            if (id < 0 && spm) {
+            if (id < 0 && v->kind == LM_VOCAB_SPM) {
                 buf[0] = (char)b;
                 id = lm_vocab_find(v, buf, 1);
             }
@@ -518,22 +572,30 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
         }
         v->byte_tok[b] = id;
     }
+}
 
-    for (uint32_t i = 0; i < n; i++)
+/* The ids that cut the input (is_special_piece), longest text first. */
+static int list_special_ids(lm_vocab *v, const char *path, lm_err *err)
+{
+    for (uint32_t i = 0; i < v->n_tokens; i++)
         v->n_special += is_special_piece(v, i);
     v->special_ids = malloc((v->n_special ? v->n_special : 1) * sizeof *v->special_ids);
-    if (!v->special_ids) {
-        LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    for (uint32_t i = 0, k = 0; i < n; i++)
+    if (!v->special_ids)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    for (uint32_t i = 0, k = 0; i < v->n_tokens; i++)
         if (is_special_piece(v, i))
             v->special_ids[k++] = i;
     sort_vocab = v;
     qsort(v->special_ids, v->n_special, sizeof *v->special_ids, cmp_longer_first);
     sort_vocab = NULL;
+    return LM_OK;
+}
 
-    for (uint32_t i = 0; i < n; i++) {
+/* Every token's decoded bytes (make_piece), computed once. */
+static int make_pieces(lm_vocab *v, const char *path, lm_err *err)
+{
+    arena pa = {0};
+    for (uint32_t i = 0; i < v->n_tokens; i++) {
         v->piece_off[i] = (uint32_t)pa.n;
         if (make_piece(v, i, &pa, err) != LM_OK)
             goto fail;
@@ -542,19 +604,46 @@ int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
             goto fail;
         }
     }
-    v->piece_off[n] = (uint32_t)pa.n;
+    v->piece_off[v->n_tokens] = (uint32_t)pa.n;
     v->piece = pa.p ? pa.p : malloc(1);
-    pa.p = NULL;
-    if (!v->piece) {
-        LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    if (!v->piece)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    return LM_OK;
+fail:
+    free(pa.p);
+    return err->code;
+}
+
+int lm_vocab_load(lm_vocab **out, const lm_gguf *g, lm_err *err)
+{
+    *out = NULL;
+    const char *path = lm_gguf_path(g);
+    lm_vocab_kind kind = LM_VOCAB_SPM;
+    bool gemma4 = false;
+    token_arrays ta;
+    if (vocab_kind(&kind, &gemma4, g, path, err) != LM_OK ||
+        token_arrays_get(&ta, g, path, err) != LM_OK)
+        return err->code;
+    lm_vocab *v = calloc(1, sizeof *v);
+    if (!v)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    v->kind = kind;
+    v->n_tokens = (uint32_t)ta.texts->n;
+    if (vocab_alloc(v, path, err) != LM_OK || load_texts(v, &ta, path, err) != LM_OK)
         goto fail;
-    }
+    index_texts(v);
+    if ((kind == LM_VOCAB_BPE && load_merges(v, g, path, err) != LM_OK) ||
+        load_special_ids(v, g, gemma4, err) != LM_OK ||
+        load_pre_tokenizer(v, g, gemma4, err) != LM_OK ||
+        load_add_flags(v, g, gemma4, err) != LM_OK)
+        goto fail;
+    find_byte_tokens(v);
+    if (list_special_ids(v, path, err) != LM_OK || make_pieces(v, path, err) != LM_OK)
+        goto fail;
     *out = v;
     return LM_OK;
 
 fail:
-    free(a.p);
-    free(pa.p);
     lm_vocab_free(v);
     return err ? err->code : LM_E_INTERNAL;
 }

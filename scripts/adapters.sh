@@ -7,7 +7,8 @@
 # keeps that build independent of the CPU it was made on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cache=${KVDRIFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvdrift}
+source scripts/paths.sh
+cache=$kvd_cache
 names=("$@")
 ((${#names[@]})) || names=(llamacpp)
 for name in "${names[@]}"; do

@@ -4,6 +4,7 @@
 # file absent) and which configurations had no golden under their key, and exits with check's
 # code (0 pass, 1 a configuration fails or a golden is stale, 2 bad input, 3 nothing ran).
 set -uo pipefail
+source "$(dirname "$0")/paths.sh"
 build=${1:-build}
 shopt -s nullglob
 cases=(cases/*.case)
@@ -13,7 +14,7 @@ if ((${#cases[@]} == 0)); then
 fi
 mkdir -p "$build/reports"
 log="$build/reports/check.log"
-echo "check: ${#cases[@]} case(s): ${cases[*]}  (models from ${KVDRIFT_MODELS:-../shared/models})"
+echo "check: ${#cases[@]} case(s): ${cases[*]}  (models from $kvd_models)"
 # The reference/envelope/synthetic-model cache lives under the build folder, so that make check
 # never writes into ~/.cache; $KVDRIFT_CACHE, when set, is used instead (check reads it itself).
 cache_args=()

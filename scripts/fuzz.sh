@@ -6,6 +6,7 @@
 # in BUILD/fuzz/, printed by libFuzzer). --smoke: first checks that $FUZZ_CC (clang) links
 # libFuzzer, prints a SKIP line and exits 0 when it does not, else builds the targets itself.
 set -uo pipefail
+source "$(dirname "$0")/paths.sh"
 smoke=0
 if [[ ${1:-} == --smoke ]]; then smoke=1; shift; fi
 build=$1 secs=$2
@@ -13,7 +14,7 @@ shift 2
 names=("$@")
 cc=${FUZZ_CC:-clang}
 # the targets run inside $build/fuzz (crash reproducers land there): the models folder absolute
-export KVDRIFT_MODELS=$(cd "${KVDRIFT_MODELS:-../shared/models}" 2>/dev/null && pwd || echo /nonexistent)
+export KVDRIFT_MODELS=$(cd "$kvd_models" 2>/dev/null && pwd || echo /nonexistent)
 mkdir -p "$build/fuzz"
 if ((smoke)); then
   probe="$build/fuzz/probe"

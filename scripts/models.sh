@@ -3,12 +3,12 @@
 # ($KVDRIFT_CACHE/models, else $XDG_CACHE_HOME/kvdrift/models, else ~/.cache/kvdrift/models)
 # with pip, checks each file's sha256, and skips a file already present with the right hash;
 # then llama.cpp's tokenizer fixtures (models/ggml-vocab-*.gguf with their .inp/.out test
-# strings and ids) into $cache/models/vocab, taken from the llama-cpp-python source
+# strings and ids) into $dest/vocab, taken from the llama-cpp-python source
 # distribution (it vendors llama.cpp), sha256-checked as a whole. Never run by `make test`.
 set -euo pipefail
+source "$(dirname "$0")/paths.sh"
 
-cache="${KVDRIFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvdrift}"
-dest="$cache/models"
+dest="$kvd_cache/models"
 mkdir -p "$dest"
 pip="${PIP:-python3 -m pip}"
 

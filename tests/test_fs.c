@@ -368,6 +368,37 @@ static void test_fs_cache_dir_policy(void)
     CU_ASSERT_EQUAL(lm_cache_dir(small, sizeof small, "/long/folder", &err), LM_E_INPUT);
 }
 
+/* $KVDRIFT_MODELS when non-empty, else the cache folder's models/ (the default needs no folder
+ * outside the cache). */
+static void test_fs_models_dir_policy(void)
+{
+    const char *names[2] = {"KVDRIFT_MODELS", "KVDRIFT_CACHE"};
+    char *saved[2];
+    for (int i = 0; i < 2; i++)
+        saved[i] = getenv(names[i]) ? strdup(getenv(names[i])) : NULL;
+    char out[512];
+    lm_err err = {0};
+    setenv("KVDRIFT_MODELS", "/m", 1);
+    setenv("KVDRIFT_CACHE", "/c", 1);
+    CU_ASSERT_EQUAL(lm_models_dir(out, sizeof out, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(out, "/m");
+    setenv("KVDRIFT_MODELS", "", 1);
+    CU_ASSERT_EQUAL(lm_models_dir(out, sizeof out, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(out, "/c/models");
+    unsetenv("KVDRIFT_MODELS");
+    CU_ASSERT_EQUAL(lm_models_dir(out, sizeof out, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(out, "/c/models");
+    char small[8];
+    CU_ASSERT_EQUAL(lm_models_dir(small, sizeof small, &err), LM_E_INPUT);
+    for (int i = 0; i < 2; i++) {
+        if (saved[i])
+            setenv(names[i], saved[i], 1);
+        else
+            unsetenv(names[i]);
+        free(saved[i]);
+    }
+}
+
 static void make_aged(const char *dir, const char *name, int age_s)
 {
     char p[900];
@@ -436,5 +467,6 @@ void test_fs_register(void)
     CU_add_test(s, "test_fs_read_refuses_non_regular", test_fs_read_refuses_non_regular);
     CU_add_test(s, "test_fs_mkdir_p", test_fs_mkdir_p);
     CU_add_test(s, "test_fs_cache_dir_policy", test_fs_cache_dir_policy);
+    CU_add_test(s, "test_fs_models_dir_policy", test_fs_models_dir_policy);
     CU_add_test(s, "test_fs_clean_stale", test_fs_clean_stale);
 }

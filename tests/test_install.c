@@ -1,5 +1,6 @@
-/* test_install.c — `make install` into a staging folder: the binary, its man page and the
- * report schema land under PREFIX, and the installed binary runs from another folder.
+/* test_install.c — `make install` into a staging folder: the binary, its man page, the
+ * report schema and DESIGN.md (where the classes are defined) land under PREFIX, and the
+ * installed binary runs from another folder.
  * Skipped (saying so) when build/kvdrift is not built (e.g. the ASan build folder). */
 #include "test_util.h"
 
@@ -22,9 +23,10 @@ static void test_install_man_page_and_schema(void)
              "BUILD=build DESTDIR=%s PREFIX=/usr > %s/install.log 2>&1", dest, tu_tmpdir());
     CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
     const char *files[] = {"/usr/bin/kvdrift", "/usr/share/man/man1/kvdrift.1",
-                           "/usr/share/doc/kvdrift/REPORT-SCHEMA.md"};
+                           "/usr/share/doc/kvdrift/REPORT-SCHEMA.md",
+                           "/usr/share/doc/kvdrift/DESIGN.md"};
     char path[1200];
-    for (size_t i = 0; i < 3; ++i) {
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; ++i) {
         snprintf(path, sizeof path, "%s%s", dest, files[i]);
         struct stat st;
         CU_ASSERT(stat(path, &st) == 0 && st.st_size > 0);

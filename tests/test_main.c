@@ -3,6 +3,8 @@
 #include "test_registry.h"
 #include "test_util.h"
 
+#include "fs.h"
+
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <ftw.h>
@@ -18,8 +20,13 @@ static char path_buf[1024];
 
 const char *tu_models_dir(void)
 {
-    const char *d = getenv("KVDRIFT_MODELS");
-    return (d && *d) ? d : "../shared/models";
+    static char dir[1024];
+    lm_err err = {0};
+    if (lm_models_dir(dir, sizeof dir, &err) != LM_OK) {
+        fprintf(stderr, "\n  %s: models are looked for in the working directory\n", err.msg);
+        snprintf(dir, sizeof dir, ".");
+    }
+    return dir;
 }
 
 const char *tu_model_path(const char *relative)
@@ -56,13 +63,11 @@ const char *tu_cached_model_path(const char *name)
     snprintf(path_buf, sizeof path_buf, "%s/%s", tu_models_dir(), name);
     if (access(path_buf, R_OK) == 0)
         return path_buf;
-    const char *c = getenv("KVDRIFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (c && *c)
-        snprintf(path_buf, sizeof path_buf, "%s/models/%s", c, name);
-    else if (x && *x)
-        snprintf(path_buf, sizeof path_buf, "%s/kvdrift/models/%s", x, name);
-    else
-        snprintf(path_buf, sizeof path_buf, "%s/.cache/kvdrift/models/%s", h ? h : ".", name);
+    char cache[512];
+    lm_err err = {0};
+    if (lm_cache_dir(cache, sizeof cache, NULL, &err) != LM_OK)
+        snprintf(cache, sizeof cache, ".");
+    snprintf(path_buf, sizeof path_buf, "%s/models/%s", cache, name);
     if (access(path_buf, R_OK) == 0)
         return path_buf;
     fprintf(stderr, "\n  SKIP: %s not found in $KVDRIFT_MODELS nor at %s (run `make models`)\n",

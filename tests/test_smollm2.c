@@ -3,8 +3,8 @@
  * the output, F32 norms, a 49152-token GPT-2 BPE vocabulary with tokenizer.ggml.pre "smollm").
  *
  * The file is never downloaded and never committed. It is found at $KVDRIFT_SMOLLM2 (a path) or
- * as $KVDRIFT_MODELS/SmolLM2-135M-Instruct*.gguf (../shared/models when KVDRIFT_MODELS is
- * unset); when absent every test prints a SKIP line and passes. A KVDRIFT_SMOLLM2 that is set
+ * as SmolLM2-135M-Instruct*.gguf in the models folder (tu_models_dir) or `make models`' cache;
+ * when absent every test prints a SKIP line and passes. A KVDRIFT_SMOLLM2 that is set
  * but unreadable is a failure, not a skip: someone meant to run these tests.
  *
  * Expected token ids come from an independent implementation: HuggingFace `tokenizers` 0.23.3

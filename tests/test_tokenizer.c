@@ -863,8 +863,8 @@ static void run_fixture(const char *vocab_rel)
 }
 
 /* Every fixture llama.cpp ships with test strings (models/ggml-vocab-NAME.gguf.inp/.out in
- * llama-cpp-python 0.3.36's copy, which `make models` fetches; ../shared/models/vocab holds
- * four of them): SPM (llama-spm, phi-3), every BPE pre-tokenizer and gemma-4's raw BPE;
+ * llama-cpp-python 0.3.36's copy, which `make models` fetches; the models folder's vocab/ may
+ * hold some of them too): SPM (llama-spm, phi-3), every BPE pre-tokenizer and gemma-4's raw BPE;
  * bert-bge (WordPiece) prints a SKIP line, as kvdrift does not tokenize that model. */
 static void test_tokenizer_fixtures(void)
 {

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* $KVDRIFT_MODELS or ../shared/models. */
+/* The models folder (lm_models_dir: $KVDRIFT_MODELS, else the cache's models/). */
 const char *tu_models_dir(void);
 /* Full path of a file under the models folder, or NULL (and a visible "SKIP" line printed
  * once per file) when it is absent. The returned string lives until the next call. */

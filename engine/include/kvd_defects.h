@@ -85,7 +85,6 @@ typedef enum lm_defect {
 #ifdef LM_TEST_HOOKS
 /* Switches defect d on for every context (LM_DEFECT_NONE: off). */
 void lm_test_set_defect(lm_defect d);
-lm_defect lm_test_defect(void);
 /* Contexts on backends whose name starts with prefix stay correct (NULL or "": none spared).
  * The string is copied. */
 void lm_test_spare_backend(const char *prefix);

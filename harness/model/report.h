@@ -1,6 +1,7 @@
 /* report.h — the in-memory result of one case (or one sweep): per configuration its class,
  * metrics against the reference and the baseline, envelope, golden status and speed; and the
- * writers (report.json, report.md, JUnit XML, the terminal table).
+ * prototypes of the writers in harness/report/ (report.json, report.md, report.html, JUnit XML,
+ * GitHub annotations, the terminal table and its CSV/TSV/JSONL/Markdown forms).
  *
  * Ownership: hx_report owns its configs, each config owns its rows; hx_report_free frees all. */
 #ifndef HX_REPORT_H
@@ -329,7 +330,7 @@ void hx_split_pct(char *buf, size_t n, double p);
 int hx_report_judge_json(void *o /* json_t * */, const hx_report *r);
 void hx_report_judge_md(FILE *f, const hx_report *r);
 
-/* report.json: schema in harness/REPORT-SCHEMA.md. Atomic write. */
+/* report.json: schema in harness/report/REPORT-SCHEMA.md. Atomic write. */
 int hx_report_write_json(const hx_report *r, const char *path, lm_err *err);
 /* Several case reports in one JSON document {"schema":..., "reports": [...]} (check --json). */
 int hx_report_write_json_many(const hx_report *const *rs, size_t n, const char *path, lm_err *err);

@@ -26,7 +26,7 @@
  * at most once. name, model and exactly one of prompt/tokens are required. Whole-line comments
  * start with ';' or '#'; there are no inline comments (a ';' inside a prompt is text). A value
  * wrapped in double quotes loses the quotes (to keep leading/trailing spaces of a prompt).
- * `${KVDRIFT_MODELS}` expands to that environment variable or ../shared/models; any other
+ * `${KVDRIFT_MODELS}` and `${KVDRIFT_CACHE}` expand as hx_model_spec_parse says; any other
  * `${...}` is an error. A relative model path written in the file is relative to the case
  * file's folder (hx_case_load); a path from ${KVDRIFT_MODELS} is used as the variable gives it.
  * Errors: LM_E_INPUT with "FILE:LINE: reason" (or "FILE: reason" for a missing key); a path that

@@ -39,20 +39,21 @@ int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err)
     }
     if (*text == '\0')
         return LM_FAIL(err, LM_E_INPUT, "model '': empty path");
-    /* The two folders a path may name: the models folder and the cache folder that
-     * `make models` downloads into ($KVDRIFT_CACHE/models), each with its usual default. */
-    const char *env = getenv("KVDRIFT_MODELS");
-    char cache[3072];
-    cache[0] = '\0';
-    if (strstr(text, "${KVDRIFT_CACHE}") != NULL) {
-        int rc = lm_cache_dir(cache, sizeof cache, NULL, err);
-        if (rc != LM_OK)
-            return rc;
-    }
+    /* The two folders a path may name: the models folder (lm_models_dir) and the cache folder
+     * (lm_cache_dir), each computed only when named. */
+    char models[3072], cache[3072];
+    models[0] = cache[0] = '\0';
+    int rc = LM_OK;
+    if (strstr(text, "${KVDRIFT_MODELS}") != NULL)
+        rc = lm_models_dir(models, sizeof models, err);
+    if (rc == LM_OK && strstr(text, "${KVDRIFT_CACHE}") != NULL)
+        rc = lm_cache_dir(cache, sizeof cache, NULL, err);
+    if (rc != LM_OK)
+        return rc;
     const struct {
         const char *name, *value;
     } vars[] = {
-        {"${KVDRIFT_MODELS}", (env && *env) ? env : "../shared/models"},
+        {"${KVDRIFT_MODELS}", models},
         {"${KVDRIFT_CACHE}", cache},
     };
     enum { n_vars = sizeof vars / sizeof vars[0] };

@@ -19,7 +19,8 @@ typedef struct hx_model_spec {
 } hx_model_spec;
 
 /* Parses a model value into spec (free spec->path with free()): `synth:PRESET[:seed=N]`, or a
- * path in which ${KVDRIFT_MODELS} expands to that variable (default ../shared/models). */
+ * path in which ${KVDRIFT_MODELS} expands to the models folder (lm_models_dir) and
+ * ${KVDRIFT_CACHE} to the cache folder (lm_cache_dir). */
 int hx_model_spec_parse(hx_model_spec *spec, const char *text, lm_err *err);
 
 /* The GGUF path for spec in path[cap]. A file: its path, and *absent set when it does not

@@ -1,4 +1,4 @@
-/* report_json.c — report.json writer (jansson); the schema is harness/REPORT-SCHEMA.md. */
+/* report_json.c — report.json writer (jansson); the schema is harness/report/REPORT-SCHEMA.md. */
 #include "model/report.h"
 
 #include "report/json_num.h"

@@ -19,17 +19,9 @@ static void md_cell(FILE *f, const char *s)
     }
 }
 
-/* One case: heading (level "#" or "##"), summary, table, explanations. */
-static void md_case(FILE *f, const hx_report *r, const char *hashes)
+/* The case's provenance (model, prompt, envelope, platform), split risk, worst class, coverage. */
+static void md_summary(FILE *f, const hx_report *r)
 {
-    fprintf(f, "%s kvdrift report: ", hashes);
-    md_cell(f, r->case_name);
-    if (r->skipped[0]) {
-        fputs("\n\n**skipped**: ", f);
-        md_cell(f, r->skipped);
-        fprintf(f, " (%zu configurations not run)\n", r->n_configs);
-        return;
-    }
     fprintf(f, "\n\n- model: `%s` (XXH3-128 `%s`)\n", r->model, r->model_hash);
     fprintf(f, "- prompt: %u tokens; generated: %u; reference precision: %u bits\n",
             (unsigned)r->n_prompt, (unsigned)r->n_gen, (unsigned)r->precision);
@@ -56,6 +48,11 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
     }
     if (r->covered[0])
         fputc('\n', f);
+}
+
+/* The configuration table: every column of hx_report_cells, one row per configuration. */
+static void md_table(FILE *f, const hx_report *r)
+{
     fputc('|', f);
     for (int j = 0; j < HX_REPORT_NCOLS; ++j)
         fprintf(f, " %s |", hx_report_col_names[j]);
@@ -74,21 +71,31 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
         }
         fputc('\n', f);
     }
-    bool golden_header = false;
+}
+
+/* The golden check of every configuration that has one; nothing when none has. */
+static void md_goldens(FILE *f, const hx_report *r)
+{
+    bool header = false;
     for (size_t i = 0; i < r->n_configs; ++i) {
         const hx_config_report *c = &r->configs[i];
         if (c->golden == HX_GOLDEN_NA)
             continue;
-        if (!golden_header) {
+        if (!header) {
             fputs("\n## Goldens (bit-level check)\n\n| config | golden | verdict | why |\n"
                   "|---|---|---|---|\n", f);
-            golden_header = true;
+            header = true;
         }
         fprintf(f, "| `%s` | %s | %s | ", c->config, hx_golden_status_name(c->golden),
                 hx_config_report_fails(c, r->strict_bits) ? "**FAIL**" : "pass");
         md_cell(f, c->golden_note);
         fputs(" |\n", f);
     }
+}
+
+/* Why each configuration that is not EXACT has its class; nothing when all are EXACT. */
+static void md_non_exact(FILE *f, const hx_report *r)
+{
     bool header = false;
     for (size_t i = 0; i < r->n_configs; ++i) {
         const hx_config_report *c = &r->configs[i];
@@ -102,12 +109,34 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
         md_cell(f, c->reason);
         fputc('\n', f);
     }
-    bool sem_header = false;
+}
+
+/* One configuration's semantic comparison (its schedule's reference vs the one-chunk one). */
+static void md_semantic_cell(FILE *f, const hx_config_report *c)
+{
+    if (c->sem_same_schedule)
+        fputs(" semantic: same schedule as one chunk;", f);
+    else if (c->sem_first >= 0)
+        fprintf(f, " semantic: **diverges** at generated index %lld (max |dlogit| %.3g, "
+                   "smallest one-chunk margin %.3g);",
+                (long long)c->sem_first, c->sem_max_abs, c->sem_min_margin);
+    else
+        fprintf(f, " semantic: same tokens, logits %s (max |dlogit| %.3g, smallest "
+                   "one-chunk margin %.3g);",
+                c->sem_max_abs == 0.0 ? "identical" : "shifted", c->sem_max_abs,
+                c->sem_min_margin);
+}
+
+/* Semantic divergence and MoE routing flips of the configurations checked for either; nothing
+ * when none was. */
+static void md_semantic(FILE *f, const hx_report *r)
+{
+    bool header = false;
     for (size_t i = 0; i < r->n_configs; ++i) {
         const hx_config_report *c = &r->configs[i];
         if (!c->sem_checked && !c->routing_checked)
             continue;
-        if (!sem_header) {
+        if (!header) {
             fputs("\n## Semantic divergence (what is computed) vs numerical (rounding); "
                   "MoE routing\n\n"
                   "The class of a configuration whose attention schedule depends on the step "
@@ -119,36 +148,42 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
                   "its greedy tokens leave the common teacher path (the plain cache's reference "
                   "path); the row there is judged against its own schedule's reference, so a "
                   "semantic departure does not fail.\n\n", f);
-            sem_header = true;
+            header = true;
         }
         fprintf(f, "- `%s`:", c->config);
-        if (c->sem_checked) {
-            if (c->sem_same_schedule)
-                fputs(" semantic: same schedule as one chunk;", f);
-            else if (c->sem_first >= 0)
-                fprintf(f, " semantic: **diverges** at generated index %lld (max |dlogit| %.3g, "
-                           "smallest one-chunk margin %.3g);",
-                        (long long)c->sem_first, c->sem_max_abs, c->sem_min_margin);
-            else
-                fprintf(f, " semantic: same tokens, logits %s (max |dlogit| %.3g, smallest "
-                           "one-chunk margin %.3g);",
-                        c->sem_max_abs == 0.0 ? "identical" : "shifted", c->sem_max_abs,
-                        c->sem_min_margin);
-        }
+        if (c->sem_checked)
+            md_semantic_cell(f, c);
         fprintf(f, " numerical: %s", hx_class_name(c->cls));
         if (c->routing_checked)
             fprintf(f, "; MoE routing flips %u (%u real, %u TIE)", (unsigned)c->routing_flips,
                     (unsigned)c->routing_real, (unsigned)(c->routing_flips - c->routing_real));
         fputc('\n', f);
     }
+}
+
+/* One case: heading (level "#" or "##"), then a skip line or summary, table, explanations. */
+static void md_case(FILE *f, const hx_report *r, const char *hashes)
+{
+    fprintf(f, "%s kvdrift report: ", hashes);
+    md_cell(f, r->case_name);
+    if (r->skipped[0]) {
+        fputs("\n\n**skipped**: ", f);
+        md_cell(f, r->skipped);
+        fprintf(f, " (%zu configurations not run)\n", r->n_configs);
+        return;
+    }
+    md_summary(f, r);
+    md_table(f, r);
+    md_goldens(f, r);
+    md_non_exact(f, r);
+    md_semantic(f, r);
     hx_report_judge_md(f, r);
     hx_report_sections_md(f, r);
-    fputs("\nClasses: EXACT (bitwise equal to its baseline, within the envelope of the "
-          "reference), NOISE (within the envelope, same argmax), TIE_FLIP (argmax flipped on a "
-          "near tie), DRIFT (more error than rounding explains), FLIP (argmax flipped beyond the "
-          "envelope), NONFINITE (NaN/Inf). DRIFT, FLIP and NONFINITE fail. A golden `match` "
-          "(bits as blessed) is a separate flag, not a class; a `stale` golden (blessed for "
-          "another model, prompt or kvdrift version) fails until blessed again.\n", f);
+    fputs("\nClasses: EXACT, NOISE, TIE_FLIP and SEMANTIC pass; DRIFT, FLIP, NONFINITE and "
+          "SEQ_MISMATCH fail; each is defined in kvdrift's docs/DESIGN.md (installed as "
+          "share/doc/kvdrift/DESIGN.md). A golden `match` (bits as blessed) is a separate flag, "
+          "not a class; a `stale` golden (blessed for another model, prompt or kvdrift version) "
+          "fails until blessed again.\n", f);
 }
 
 int hx_report_md_text(char **out, size_t *len, const hx_report *const *rs, size_t n, bool strict,

@@ -3,12 +3,12 @@
  * ids again; and every BPE pre-tokenizer on the text's code points, whose words must cover the
  * text exactly (else abort). The first input byte picks the vocabulary and the flags; the rest
  * is the text.
- * Vocabularies: $KVDRIFT_MODELS/vocab/ggml-vocab-{llama-spm,gpt-2,llama-bpe,qwen2}.gguf (else
- * ../shared/models), and deepseek-llm, falcon and gemma-4 from `make models`' cache
- * ($KVDRIFT_CACHE/models/vocab, else $XDG_CACHE_HOME/kvdrift/models/vocab, else
- * ~/.cache/kvdrift/models/vocab) when there; without the first four, the synthetic tiny model's
+ * Vocabularies: ggml-vocab-{llama-spm,gpt-2,llama-bpe,qwen2}.gguf in the models folder's vocab/
+ * (lm_models_dir), and deepseek-llm, falcon and gemma-4 from `make models`' cache (lm_cache_dir's
+ * models/vocab) when there; without the first four, the synthetic tiny model's
  * SPM vocabulary too (said once on stderr). Any crash, sanitizer report or leak is a finding. */
 #include "fuzz_util.h"
+#include "fs.h"
 #include "kvd_tokenizer.h"
 #include "plan/synth.h"
 #include "../../engine/tokenizer_internal.h"
@@ -33,9 +33,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *dir = getenv("KVDRIFT_MODELS");
-    if (dir == NULL || *dir == '\0')
-        dir = "../shared/models";
+    char dir[512], cache[512];
+    lm_err err = {0};
+    if (lm_models_dir(dir, sizeof dir, &err) != LM_OK)
+        snprintf(dir, sizeof dir, ".");
+    if (lm_cache_dir(cache, sizeof cache, NULL, &err) != LM_OK)
+        snprintf(cache, sizeof cache, ".");
     static const char *names[] = {"llama-spm", "gpt-2", "llama-bpe", "qwen2"};
     char path[1024];
     for (size_t i = 0; i < sizeof names / sizeof *names; ++i) {
@@ -43,29 +46,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         add_vocab(path);
     }
     int shared = n_vocabs;
-    const char *c = getenv("KVDRIFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    char cache[900];
-    if (c && *c)
-        snprintf(cache, sizeof cache, "%s/models/vocab", c);
-    else if (x && *x)
-        snprintf(cache, sizeof cache, "%s/kvdrift/models/vocab", x);
-    else
-        snprintf(cache, sizeof cache, "%s/.cache/kvdrift/models/vocab", h ? h : ".");
     static const char *cached[] = {"deepseek-llm", "falcon", "gemma-4"};
     for (size_t i = 0; i < sizeof cached / sizeof *cached; ++i) {
-        snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", cache, cached[i]);
+        snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-%s.gguf", cache, cached[i]);
         add_vocab(path);
     }
     if (shared < 4) {
         const char *tmp = getenv("TMPDIR");
         snprintf(path, sizeof path, "%s/kvdrift-fuzz-vocab-%ld.gguf", tmp && *tmp ? tmp : "/tmp",
                  (long)getpid());
-        lm_err err = {0};
         if (hx_synth_write(path, "tiny", 0, LM_TYPE_F32, &err) != LM_OK)
             abort();
         add_vocab(path);
         unlink(path);
-        fprintf(stderr, "fuzz_tokenizer: %d vocabularies from %s/vocab (of 4), %d from %s, plus "
+        fprintf(stderr, "fuzz_tokenizer: %d vocabularies from %s/vocab (of 4), %d from %s/models/vocab, plus "
                         "the synthetic SPM one\n", shared, dir, n_vocabs - 1 - shared, cache);
     }
     return 0;
