@@ -150,6 +150,8 @@ unit: deps
 	$(BUILD)/kvdrift-tests
 
 test: unit
+	@bash scripts/check-layers.sh --self-test
+	@bash scripts/check-layers.sh
 	@$(MAKE) --no-print-directory check
 	@bash scripts/crash.sh $(BUILD)
 	@bash scripts/mpi.sh $(BUILD)
@@ -158,7 +160,8 @@ test: unit
 check: $(BUILD)/kvdrift
 	@bash scripts/check.sh $(BUILD)
 
-# The include rules between stages and parts (scripts/check-layers.sh); make test runs it first.
+# The include rules between stages and parts (scripts/check-layers.sh); make test runs it, and
+# its self-test, after the unit suites.
 layers:
 	@bash scripts/check-layers.sh
 

@@ -7,7 +7,24 @@
 #   engine:    includes nothing of reference/ or harness/.
 #   reference: includes nothing of engine/ or harness/ (it reads the model file itself).
 # Usage: check-layers.sh [ROOT]   (default: the repository this script is in)
+#        check-layers.sh --self-test   (a tree with one wrong-way include of each kind must fail)
 set -u
+if [ "${1:-}" = --self-test ]; then
+    t=$(mktemp -d) || exit 2
+    trap 'rm -rf "$t"' EXIT
+    mkdir -p "$t"/harness/{model,run} "$t"/engine/include "$t"/reference "$t"/common
+    printf '#include "run/drive.h"\n' > "$t/harness/model/config.h"       # model -> run
+    printf '#include "drive.h"\n' > "$t/harness/run/trace.c"              # stage not named
+    : > "$t/harness/run/drive.h"
+    printf '#include "kvd_engine.h"\n' > "$t/reference/ref_forward.c"     # reference -> engine
+    : > "$t/engine/include/kvd_engine.h"
+    out=$(bash "$0" "$t") && { echo "layers self-test: a wrong-way tree passed"; exit 1; }
+    for want in "model/ may not include run/" "name its stage" "the reference never sees the engine"; do
+        case "$out" in *"$want"*) ;; *) echo "layers self-test: no line saying '$want'"; exit 1 ;; esac
+    done
+    echo "layers self-test: ok (3 wrong-way includes named)"
+    exit 0
+fi
 root=${1:-"$(dirname "$0")/.."}
 cd "$root" || exit 2
 stages=(cli plan run judge report model)

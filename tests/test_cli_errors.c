@@ -243,6 +243,16 @@ static void test_cli_errors_ref_no_partial_outputs(void)
     CU_ASSERT_FALSE(exists(p("r2.bin")));
 }
 
+/* search: bad input is one line and exit 2; a valid --cache goes on to the rest of the
+ * command (here the missing corpus file), never a silent exit 0. */
+static void test_cli_errors_search(void)
+{
+    setup();
+    BAD("--bogus", cmd_search, "search", "--bogus");
+    BAD("absent.txt", cmd_search, "search", model, "--corpus", p("absent.txt"), "--cache", cache);
+    BAD("give one of", cmd_search, "search", model, "--corpus", p("a.txt"), "-p", "hi");
+}
+
 static void test_cli_errors_sweep(void)
 {
     setup();
@@ -838,6 +848,7 @@ void test_cli_errors_register(void)
                 test_cli_errors_bless_golden_dir_first);
     CU_add_test(s, "test_cli_errors_token_position", test_cli_errors_token_position);
     CU_add_test(s, "test_cli_errors_output_is_input", test_cli_errors_output_is_input);
+    CU_add_test(s, "test_cli_errors_search", test_cli_errors_search);
     CU_add_test(s, "test_cli_errors_repeats_and_empties", test_cli_errors_repeats_and_empties);
     CU_add_test(s, "test_cli_errors_getopt_state_per_parse",
                 test_cli_errors_getopt_state_per_parse);

@@ -126,7 +126,10 @@ static int parse_options(search_opts *o, int argc, char **argv)
                 return hx_cli_fail("search", "--seed '%s': expected an integer", optarg);
             break;
         case 'o': o->out = optarg; break;
-        case O_CACHE: rc = hx_cli_cache_option(&o->cache, "search", optarg); break;
+        case O_CACHE: /* 0 is hx_cli_cache_option's success; this loop goes on at -1 */
+            if (hx_cli_cache_option(&o->cache, "search", optarg) != 0)
+                return 2;
+            break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: return hx_cli_bad_option(&st, "search", c, argv);
         }
