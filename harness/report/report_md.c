@@ -142,6 +142,7 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
         fputc('\n', f);
     }
     hx_report_judge_md(f, r);
+    hx_report_probe_md(f, r);
     hx_report_sections_md(f, r);
     fputs("\nClasses: EXACT (bitwise equal to its baseline, within the envelope of the "
           "reference), NOISE (within the envelope, same argmax), TIE_FLIP (argmax flipped on a "
