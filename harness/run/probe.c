@@ -2,7 +2,6 @@
  * reply judged from its top-k log-probabilities (contract in probe.h). */
 #include "run/probe.h"
 
-#include "kvd_profile.h"
 #include "kvd_tokenizer.h"
 #include "kvd_util.h"
 #include "model/probe_reply.h"
@@ -260,7 +259,7 @@ static int send_one(pstate *s, hx_http_reply *r, char *b, const char *what, lm_e
 static int request_form(pstate *s, lm_err *err)
 {
     static const bool forms[4][2] = {{true, true}, {false, true}, {true, false}, {false, false}};
-    char last[256] = "";
+    char last[300] = "";
     for (int f = 0; f < 4; ++f) {
         s->ids = forms[f][0];
         s->echo = forms[f][1];
@@ -270,7 +269,7 @@ static int request_form(pstate *s, lm_err *err)
         free(b);
         if (rc != LM_OK)
             return rc;
-        if (!r.ok || r.status >= 500) {
+        if (!r.ok) {
             rc = request_error(s, &r, "the probe", err);
             hx_http_reply_clear(&r);
             return rc;
@@ -288,11 +287,9 @@ static int request_form(pstate *s, lm_err *err)
                      s->echo ? " with echo (prompt log-probabilities)" : ", without echo");
             return LM_OK;
         }
-        hx_probe_error_text(last, sizeof last, r.body ? r.body : "", r.len);
-        long st = r.status;
+        hx_probe_error_text(last, 240, r.body ? r.body : "", r.len);
+        snprintf(last + strlen(last), sizeof last - strlen(last), " (HTTP %ld)", r.status);
         hx_http_reply_clear(&r);
-        if (st < 400)
-            return LM_FAIL(err, LM_E_INPUT, "%s: the probe: HTTP %ld", s->base, st);
     }
     return LM_FAIL(err, LM_E_INPUT, "%s: every request form was refused (last: %s)", s->base,
                    last);
@@ -450,45 +447,32 @@ static int plan(pstate *s, lm_err *err)
 static int judge(hx_report **out, pstate *s, lm_err *err)
 {
     const hx_probe_params *p = s->p;
-    const uint32_t np = p->judge.n_profiles ? p->judge.n_profiles : lm_profile_count();
-    const size_t n = s->n_conf * np;
+    const size_t n = s->n_conf;
     hx_dump **dumps = calloc(n, sizeof *dumps);
-    char **names = calloc(n, sizeof *names);
-    uint32_t *prof = calloc(n, sizeof *prof);
-    int64_t *base = calloc(n, sizeof *base);
-    int rc = dumps && names && prof && base ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    for (size_t i = 0; i < s->n_conf && rc == LM_OK; ++i)
-        for (uint32_t k = 0; k < np; ++k) {
-            const size_t j = i * np + k;
-            const char *pn = p->judge.n_profiles ? p->judge.profiles[k] : lm_profile_at(k)->name;
-            dumps[j] = s->conf[i].dump;
-            prof[j] = k;
-            base[j] = (int64_t)k; /* the baseline's entry under the same profile */
-            if ((names[j] = malloc(96)) == NULL) {
-                rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
-                break;
-            }
-            snprintf(names[j], 96, "%s@%s", s->conf[i].name, pn);
-        }
+    int64_t *base = calloc(n, sizeof *base); /* every dump against the baseline's (0) */
+    int rc = dumps && base ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n && rc == LM_OK; ++i)
+        dumps[i] = s->conf[i].dump;
     hx_judge_params jp = p->judge;
     jp.dumps = dumps;
     jp.n_dumps = n;
-    jp.names = (const char *const *)names;
-    jp.dump_profile = prof;
+    jp.names = NULL;
+    jp.dump_profile = NULL;
     jp.baseline = base;
     if (rc == LM_OK)
         rc = hx_judge_run_all(out, &jp, err);
     if (rc == LM_OK) {
         hx_report *rep = *out;
         /* (f) */
-        bool other = true;
-        for (uint32_t k = 0; k < np; ++k) {
-            const hx_config_report *c = &rep->configs[rep->dumps[k].first_config];
+        const hx_dump_report *d0 = &rep->dumps[0];
+        bool other = d0->n_profiles > 0;
+        for (size_t k = 0; k < d0->n_profiles; ++k) {
+            const hx_config_report *c = &rep->configs[d0->first_config + k];
             other &= c->n_rows > 0 && !c->rows[0].lg.top1_agree &&
                      c->worst_ratio > HX_PROBE_OTHER_MODEL_RATIO;
         }
         if (other) {
-            const hx_config_report *c = &rep->configs[rep->dumps[0].first_config];
+            const hx_config_report *c = &rep->configs[d0->first_config];
             rc = LM_FAIL(err, LM_E_INPUT, "%s: not the same model: the server's first scored "
                          "token (id %d) is not the reference's (id %d), and its "
                          "log-probabilities are %.3g envelopes away or more under every "
@@ -508,23 +492,26 @@ static int judge(hx_report **out, pstate *s, lm_err *err)
                  s->echo ? "echo (prompt log-probabilities)" : "no echo (generated positions "
                            "only)");
         pr->k = p->k;
-        if ((pr->rows = calloc(s->n_conf, sizeof *pr->rows)) == NULL)
+        if ((pr->rows = calloc(n, sizeof *pr->rows)) == NULL)
             rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
-        for (size_t i = 0; i < s->n_conf && rc == LM_OK; ++i) {
-            pconf *c = &s->conf[i];
-            c->row.cls = (*out)->configs[(*out)->dumps[i * np].first_config].cls;
-            pr->rows[pr->n_rows++] = c->row;
+        for (size_t i = 0; i < n && rc == LM_OK; ++i) {
+            const hx_dump_report *d = &(*out)->dumps[i];
+            /* its class under the profile that explains it, else under the first */
+            size_t at = 0;
+            for (size_t k = 0; k < d->n_profiles; ++k) {
+                const char *c = (*out)->configs[d->first_config + k].config, *a = strrchr(c, '@');
+                if (d->explained_by[0] && a != NULL && strcmp(a + 1, d->explained_by) == 0)
+                    at = k;
+            }
+            s->conf[i].row.cls = (*out)->configs[d->first_config + at].cls;
+            pr->rows[pr->n_rows++] = s->conf[i].row;
         }
     }
     if (rc != LM_OK) {
         hx_report_free(*out);
         *out = NULL;
     }
-    for (size_t j = 0; names != NULL && j < n; ++j)
-        free(names[j]);
-    free(names);
     free(dumps);
-    free(prof);
     free(base);
     return rc;
 }

@@ -10,8 +10,9 @@
  *  (b) The request form: the probe sent alone as token ids with echo (prompt
  *      log-probabilities: echo, and llama-server's n_probs, are asked), then as text with echo,
  *      then ids and text without echo; the first that a server answers 200 with
- *      log-probabilities is kept for every request. A 4xx tries the next form; a 5xx, a time
- *      out or a reply without log-probabilities is LM_E_INPUT.
+ *      log-probabilities is kept for every request. An HTTP error tries the next form (servers
+ *      answer a refused form with 4xx or 5xx); no reply, or a 200 reply without
+ *      log-probabilities, is LM_E_INPUT, and so is every form refused.
  *  (c) Per prefix mode (cold: after one unrelated request; warm: after the probe itself, so its
  *      prompt is in the server's prefix cache; shared:P: after one unrelated request, the
  *      fillers starting with the prompt's first P ids), concurrency N and repeat r: the probe
@@ -21,8 +22,9 @@
  *      (completed or cancelled) before hx_probe_run returns.
  *  (d) Every probe reply as a dump; with echo, its prompt tokens against kvdrift's ids (a
  *      mismatch: LM_E_INPUT with that one line, never a verdict).
- *  (e) The judge under each profile (one configuration per request configuration and profile,
- *      named "c=N,prefix=M,rep=r@profile"), each against the baseline's dump.
+ *  (e) The judge under each profile (one dump per request configuration, named
+ *      "c=N,prefix=M,rep=r", its configurations "<name>@<profile>"), each against the
+ *      baseline's dump; a request configuration fails when no profile explains it.
  *  (f) "Not the same model": the baseline's first scored row chooses another token than the
  *      reference and its err/E exceeds HX_PROBE_OTHER_MODEL_RATIO under every profile:
  *      LM_E_INPUT.

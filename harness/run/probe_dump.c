@@ -12,6 +12,9 @@ typedef struct piece {
     char *s;
     size_t len;
     int32_t id;
+    bool byte;  /* a SentencePiece byte-fallback token <0xNN>: ids 3..258 of a llama SPM
+                   vocabulary, byte id - 3; a tokenizer emits it only for a byte no other
+                   token covers */
 } piece;
 
 struct hx_piece_index {
@@ -70,6 +73,7 @@ int hx_piece_index_create(hx_piece_index **out, const lm_model *m, lm_err *err)
         p->s[n] = '\0';
         p->len = (size_t)n;
         p->id = (int32_t)id;
+        p->byte = x->spm && n == 1 && id >= 3 && id < 259 && (unsigned char)buf[0] == id - 3;
         ++x->n;
     }
     qsort(x->p, x->n, sizeof *x->p, cmp_piece);
@@ -77,7 +81,8 @@ int hx_piece_index_create(hx_piece_index **out, const lm_model *m, lm_err *err)
     return LM_OK;
 }
 
-/* The ids whose piece is s[len]: the first into *id, their count returned (0: none). */
+/* The ids whose piece is s[len], byte-fallback tokens counted only when nothing else
+ * matches: the first into *id, their count returned (0: none). */
 static uint32_t lookup_exact(const hx_piece_index *x, const char *s, size_t len, int32_t *id)
 {
     size_t lo = 0, hi = x->n;
@@ -88,10 +93,18 @@ static uint32_t lookup_exact(const hx_piece_index *x, const char *s, size_t len,
         else
             hi = mid;
     }
-    uint32_t n = 0;
+    uint32_t n = 0, nb = 0;
+    int32_t byte_id = -1;
     for (size_t i = lo; i < x->n && cmp_bytes(x->p[i].s, x->p[i].len, s, len) == 0; ++i) {
-        if (n++ == 0)
+        if (x->p[i].byte) {
+            byte_id = nb++ == 0 ? x->p[i].id : byte_id;
+        } else if (n++ == 0) {
             *id = x->p[i].id;
+        }
+    }
+    if (n == 0 && nb > 0) {
+        *id = byte_id;
+        return nb;
     }
     return n;
 }
@@ -152,13 +165,15 @@ static int32_t chosen_id(const hx_probe_reply *r, uint32_t i, const hx_piece_ind
     *n_match = 1;
     if (t->id >= 0)
         return t->id;
-    char buf[256];
-    int32_t id = -1;
-    if (in_context(buf, sizeof buf, r, i) &&
-        (*n_match = lookup_exact(ix, buf, strlen(buf), &id)) > 0)
+    int32_t id = -1, cid = -1;
+    if ((*n_match = lookup_lone(ix, t->text, &id)) == 1)
         return id;
-    /* the reply's first echoed token may start the text without its leading space */
-    *n_match = lookup_lone(ix, t->text, &id);
+    char buf[256];
+    uint32_t nc = 0;
+    if (in_context(buf, sizeof buf, r, i) && (nc = lookup_exact(ix, buf, strlen(buf), &cid)) == 1) {
+        *n_match = 1;
+        return cid;
+    }
     return id;
 }
 
