@@ -6,6 +6,7 @@
 #include "model/probe_reply.h"
 #include "run/http_client.h"
 #include "run/probe.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 #include <CUnit/CUnit.h>
@@ -396,13 +397,14 @@ static void test_probe_llamacpp_server(void)
         return;
     }
     int32_t prompt[] = {1, 403, 407, 261, 378};
+    ref_model *rm = tf_ref_open(m);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     hx_probe_params p = {.url = url, .n_gen = 4, .k = 3, .concurrency = {1, 2}, .n_concurrency = 2,
                          .prefixes = {{HX_PREFIX_COLD, 0}, {HX_PREFIX_WARM, 0}}, .n_prefixes = 2,
                          .repeat = 1, .timeout_s = 60.0, .overall_s = 300.0, .seed = 1,
-                         .judge = {.model = m, .prompt = prompt, .n_prompt = 5, .quiet = true,
-                                   .cache_dir = tu_tmpdir()}};
+                         .judge = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = 5,
+                                   .quiet = true, .cache_dir = tu_tmpdir()}};
     const char *prof[] = {"f32", "f16kv"};
     p.judge.profiles = prof;
     p.judge.n_profiles = 2;
@@ -423,6 +425,7 @@ static void test_probe_llamacpp_server(void)
     hx_report_free(rep);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
+    ref_model_free(rm);
     lm_model_free(m);
 }
 

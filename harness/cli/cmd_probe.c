@@ -253,6 +253,7 @@ int cmd_probe(int argc, char **argv)
         return rc;
     lm_err err = {0};
     lm_model *m = NULL;
+    ref_model *rm = NULL; /* the reference's own view of the same file */
     int32_t *prompt = NULL;
     uint32_t n_prompt = 0;
     hx_report *rep = NULL;
@@ -261,7 +262,7 @@ int cmd_probe(int argc, char **argv)
     if (st == LM_OK)
         st = hx_report_check_dir(dir, formats, &err);
     if (st == LM_OK)
-        st = hx_cli_model_load(&m, mpath, sizeof mpath, o.model, o.pp.judge.cache_dir, "probe",
+        st = hx_cli_model_load(&m, &rm, mpath, sizeof mpath, o.model, o.pp.judge.cache_dir, "probe",
                                &err);
     if (st == LM_OK)
         st = hx_cli_prompt_ids(&prompt, &n_prompt, m, o.model, o.text, o.tok_s, o.special, &err);
@@ -269,6 +270,7 @@ int cmd_probe(int argc, char **argv)
         o.pp.url = o.url;
         o.pp.prompt_text = o.text;
         o.pp.judge.model = m;
+        o.pp.judge.ref = rm;
         o.pp.judge.model_label = o.model;
         o.pp.judge.prompt = prompt;
         o.pp.judge.n_prompt = n_prompt;
@@ -285,6 +287,7 @@ int cmd_probe(int argc, char **argv)
     int code = st != LM_OK ? lm_status_exit_code(st) : hx_report_exit_code(rep, false);
     hx_report_free(rep);
     free(prompt);
+    ref_model_free(rm);
     lm_model_free(m);
     return code;
 }
