@@ -109,71 +109,34 @@ static uint32_t lookup_exact(const hx_piece_index *x, const char *s, size_t len,
     return n;
 }
 
-/* Ids matching a lone token's text: its piece, and under SentencePiece the piece with one
- * leading space too (a server strips it). Empty text matches nothing usable. */
+/* Ids matching a lone token's text: its piece; under SentencePiece, when no piece is the text,
+ * the piece with one leading space (a server may strip it). Empty text matches nothing. */
 static uint32_t lookup_lone(const hx_piece_index *x, const char *s, int32_t *id)
 {
     size_t len = strlen(s);
     if (len == 0)
         return 0;
     uint32_t n = lookup_exact(x, s, len, id);
-    if (x->spm && len < 255) {
+    if (n == 0 && x->spm && len < 255) {
         char sp[256];
         sp[0] = ' ';
         memcpy(sp + 1, s, len);
-        int32_t id2 = -1;
-        uint32_t n2 = lookup_exact(x, sp, len + 1, &id2);
-        if (n == 0)
-            *id = id2;
-        n += n2;
+        n = lookup_exact(x, sp, len + 1, id);
     }
     return n;
 }
 
-/* Byte offset of code point cp in UTF-8 text[len]; len when beyond its end. */
-static size_t byte_of_cp(const char *text, size_t len, int64_t cp)
-{
-    size_t b = 0;
-    for (int64_t c = 0; b < len; ++b)
-        if (((unsigned char)text[b] & 0xC0) != 0x80 && c++ == cp)
-            return b;
-    return len;
-}
-
-/* Token i's text in context: text between its offset and the next token's (the reply's end
- * for the last). false when the reply has no offsets there. */
-static bool in_context(char *buf, size_t cap, const hx_probe_reply *r, uint32_t i)
-{
-    if (r->toks[i].offset < 0 || (i + 1 < r->n && r->toks[i + 1].offset < 0))
-        return false;
-    size_t len = strlen(r->text);
-    size_t a = byte_of_cp(r->text, len, r->toks[i].offset);
-    size_t b = i + 1 < r->n ? byte_of_cp(r->text, len, r->toks[i + 1].offset) : len;
-    if (b < a || b - a + 1 > cap || b == a)
-        return false;
-    memcpy(buf, r->text + a, b - a);
-    buf[b - a] = '\0';
-    return true;
-}
-
-/* The scored token i's id: the reply's, else its text in context matched exactly, else its
- * lone text. *n_match gets how many ids matched (1 when the reply gave the id). */
+/* The scored token i's id: the reply's, else its text matched (lookup_lone); *n_match gets how
+ * many ids matched (1 when the reply gave the id). */
 static int32_t chosen_id(const hx_probe_reply *r, uint32_t i, const hx_piece_index *ix,
                          uint32_t *n_match)
 {
     const hx_probe_tok *t = &r->toks[i];
+    int32_t id = -1;
     *n_match = 1;
     if (t->id >= 0)
         return t->id;
-    int32_t id = -1, cid = -1;
-    if ((*n_match = lookup_lone(ix, t->text, &id)) == 1)
-        return id;
-    char buf[256];
-    uint32_t nc = 0;
-    if (in_context(buf, sizeof buf, r, i) && (nc = lookup_exact(ix, buf, strlen(buf), &cid)) == 1) {
-        *n_match = 1;
-        return cid;
-    }
+    *n_match = lookup_lone(ix, t->text, &id);
     return id;
 }
 
@@ -196,27 +159,22 @@ static int row_add(row_build *w, int32_t id, double lp, lm_err *err)
     return LM_OK;
 }
 
-/* Whether a lone-text match set (for an echoed token) contains expect. */
+/* Whether expect is among the ids lookup_lone matches for s. */
 static bool lone_has(const hx_piece_index *ix, const char *s, int32_t expect)
 {
-    size_t len = strlen(s);
-    for (int pass = 0; pass < 2; ++pass) {
-        char sp[256];
-        const char *q = s;
-        size_t ql = len;
-        if (pass == 1) {
-            if (!ix->spm || len >= 255)
-                break;
-            sp[0] = ' ';
-            memcpy(sp + 1, s, len);
-            q = sp;
-            ql = len + 1;
+    char buf[256];
+    int n = expect >= 0 ? -1 : 0;
+    for (size_t i = 0; i < ix->n && n < 0; ++i)
+        if (ix->p[i].id == expect && ix->p[i].len < sizeof buf) {
+            memcpy(buf, ix->p[i].s, ix->p[i].len);
+            buf[ix->p[i].len] = '\0';
+            n = 0;
         }
-        for (size_t i = 0; i < ix->n; ++i)
-            if (ix->p[i].id == expect && cmp_bytes(ix->p[i].s, ix->p[i].len, q, ql) == 0)
-                return true;
-    }
-    return false;
+    if (n < 0)
+        return false;
+    const size_t len = strlen(s);
+    return strcmp(buf, s) == 0 ||
+           (ix->spm && buf[0] == ' ' && strlen(buf) == len + 1 && strcmp(buf + 1, s) == 0);
 }
 
 static int fill(hx_dump *d, hx_probe_map *map, const hx_probe_reply *r, const hx_piece_index *ix,

@@ -8,10 +8,9 @@
  * n_echo = len - usage.completion_tokens when usage is given, else (echo) the prompt's ids
  * after BOS.
  * Ids: a reply's id when given; else the token's text matched against the vocabulary's pieces
- * (lm_token_to_piece), where a SentencePiece vocabulary also matches the piece with one leading
- * space (a server may strip it from a lone token); a scored token whose text matches no id or
- * several is matched once more by its text in context (choices[0].text between its
- * text_offset and the next one, where given). An echoed token must match kvdrift's id there; a
+ * (lm_token_to_piece; a SentencePiece byte-fallback token only when no other piece matches),
+ * and under SentencePiece, when no piece is the text, the piece with one leading space (a
+ * server may strip it from a lone token). An echoed token must match kvdrift's id there; a
  * generated token must match exactly one id (else the path stops before it); an alternative
  * that matches no id or several is left out of its row and counted. */
 #ifndef HX_PROBE_DUMP_H
