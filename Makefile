@@ -12,7 +12,7 @@ SANITIZE ?=
 # includes only its own and later stages' headers, named with their folder ("judge/compare.h"),
 # so only harness/ is on the include path (scripts/check-layers.sh enforces the order).
 
-PKGS     := openblas mpfr cunit libxxhash jansson inih libxml-2.0
+PKGS     := openblas mpfr cunit libxxhash jansson inih libxml-2.0 libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # MPFR from its archive where one is installed: the shared library reaches its thread-local

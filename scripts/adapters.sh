@@ -4,19 +4,37 @@
 # ~/.cache/kvdrift, then adapters/NAME (what adapters/NAME runs). Idempotent: a venv whose
 # requirements file is unchanged is kept. Usage: scripts/adapters.sh [NAME...] (default: llamacpp).
 # llama-cpp-python builds llama.cpp from source (about 7 minutes on 2 cores); GGML_NATIVE=OFF
-# keeps that build independent of the CPU it was made on.
+# keeps that build independent of the CPU it was made on. Layers adapters/requirements-NAME.X.txt
+# (e.g. llamacpp.server: llama-cpp-python's server for kvdrift probe's tests) are installed into
+# NAME's venv after it, each kept while its file is unchanged (no rebuild of the base).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/paths.sh
 cache=$kvd_cache
 names=("$@")
 ((${#names[@]})) || names=(llamacpp)
+# layers NAME VENV: every adapters/requirements-NAME.X.txt into VENV, unless installed unchanged.
+layers() {
+  local f stamp
+  for f in adapters/requirements-"$1".*.txt; do
+    [ -f "$f" ] || continue
+    stamp=$2/kvdrift-${f#adapters/}
+    if cmp -s "$f" "$stamp"; then
+      echo "adapters: ${f#adapters/requirements-} already installed"
+      continue
+    fi
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "$2/bin/pip" install --quiet --no-cache-dir -r "$f"
+    cp "$f" "$stamp"
+    echo "adapters: ${f#adapters/requirements-} installed"
+  done
+}
 for name in "${names[@]}"; do
   req=adapters/requirements-$name.txt
   [ -f "$req" ] || { echo "adapters: no $req" >&2; exit 2; }
   venv=$cache/adapters/$name
   if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/kvdrift-requirements.txt"; then
     echo "adapters: $name already installed in $venv"
+    layers "$name" "$venv"
     continue
   fi
   if ! python3 -m venv --help >/dev/null 2>&1; then
@@ -30,4 +48,5 @@ for name in "${names[@]}"; do
     "$venv/bin/pip" install --quiet --no-cache-dir -r "$req"
   cp "$req" "$venv/kvdrift-requirements.txt"
   echo "adapters: $name installed in $venv ($(( $(date +%s) - t0 )) s)"
+  layers "$name" "$venv"
 done

@@ -8,7 +8,7 @@ set -eu
 #   opens at run time (dlopen libblis.so.4): no headers, nothing linked (~2 MB download)
 pkgs=(build-essential pkg-config libopenblas-dev libmpfr-dev libgmp-dev libcunit1-dev
       libxxhash-dev libjansson-dev libinih-dev libxml2-dev clang libclang-rt-14-dev
-      libopenmpi-dev openmpi-bin libblis4-pthread)
+      libopenmpi-dev openmpi-bin libblis4-pthread libcurl4-openssl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

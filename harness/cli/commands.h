@@ -17,5 +17,6 @@ int cmd_adapter(int argc, char **argv);
 int cmd_sweep_engine(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_search(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
 
 #endif

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"sweep", cmd_sweep, "MODEL -p TEXT --engine ADAPTER --axis KEY=V1,V2      sweep another engine's knobs"},
     {"judge", cmd_judge, "MODEL -p TEXT --dump DIR [--dump DIR] [--profile P]   judge another engine's logits"},
     {"adapter", cmd_adapter, "ADAPTER --describe                                  another engine's knobs and profiles"},
+    {"probe", cmd_probe, "URL MODEL -p TEXT [--concurrency 1,8] [--prefix cold,warm]  a server under load, top-k judged"},
     {"compare", cmd_compare, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         two configurations, full diff"},
     {"trace", cmd_trace, "MODEL -p TEXT --a CONFIG --b CONFIG [-n N]         first layer/op where they part"},
     {"check", cmd_check, "CASE... [--junit F] [--json F] [--strict]            CI regression mode (golden + reference)"},

@@ -29,6 +29,7 @@ void hx_dump_free(hx_dump *d)
     free(d->positions);
     free(d->rows);
     free(d->generated);
+    free(d->topk_ids);
     for (uint32_t l = 0; d->k != NULL && l < d->n_layer; ++l) {
         free(d->k[l]);
         free(d->v[l]);

@@ -24,6 +24,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define HX_TOPK_ROW_MAX 64u /* most ids a top-k row holds */
+
 typedef struct hx_dump {
     char *dir;                /* the folder as given */
     char *engine, *settings;  /* "" when absent */
@@ -39,6 +41,11 @@ typedef struct hx_dump {
     bool has_generated;
     uint32_t n_layer;         /* layers of K/V (0 when kv/ is absent) */
     float **k, **v;           /* [n_layer] -> [n_prompt][n_kv_head][head_dim], NULL when absent */
+    /* Top-k rows (a server's reply, `kvdrift probe`; never read from a folder): topk > 0 means
+     * each row holds only the log-probabilities of the ids topk_ids lists (logprobs is true);
+     * its other entries are NaN: unknown, never compared. */
+    uint32_t topk;            /* ids per row at most; 0: full rows */
+    int32_t *topk_ids;        /* [n_pos][topk] each row's ids, -1 past its last */
 } hx_dump;
 
 /* Loads and validates dir against m (model_path: the file m came from, for model_sha256). */

@@ -63,6 +63,7 @@ void hx_report_free(hx_report *r)
     free(r->pairs);
     free(r->spec.rows);
     free(r->block.rows);
+    free(r->probe.rows);
     free(r);
 }
 

@@ -4,6 +4,7 @@
 #include "report/json_num.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 
@@ -50,6 +51,26 @@ static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
     *bad |= hx_json_put(o, "greedy_compared", json_boolean(d->has_generated));
     *bad |= hx_json_put(o, "greedy_first_divergent", json_integer(d->first_divergent));
     *bad |= hx_json_put(o, "greedy_positions_compared", json_integer(d->compared_to));
+    if (d->topk.k > 0) {
+        const hx_topk_summary *t = &d->topk;
+        char note[1024];
+        json_t *tk = json_object();
+        *bad |= tk == NULL;
+        if (tk == NULL)
+            return o;
+        hx_topk_note(note, sizeof note, t);
+        *bad |= hx_json_put(tk, "k", json_integer(t->k));
+        *bad |= hx_json_put(tk, "k_min", json_integer(t->k_min));
+        *bad |= hx_json_put(tk, "n_vocab", json_integer(t->n_vocab));
+        *bad |= hx_json_put(tk, "rows", json_integer(t->n_rows));
+        *bad |= hx_json_put(tk, "rows_missing_ref_top1", json_integer(t->n_ref_top1_missing));
+        *bad |= hx_json_put(tk, "rows_missing_a_ref_top_id", json_integer(t->n_ref_topk_missing));
+        *bad |= hx_json_put(tk, "rows_within_e_at_k", json_integer(t->n_noise_at_k));
+        *bad |= hx_json_put(tk, "mass_min", hx_json_num(t->mass_min));
+        *bad |= hx_json_put(tk, "kl_lower_bound_max", hx_json_num(t->kl_lower_max));
+        *bad |= hx_json_put(tk, "note", json_string(note));
+        *bad |= hx_json_put(o, "topk", tk);
+    }
     return o;
 }
 
@@ -115,6 +136,13 @@ void hx_report_judge_md(FILE *f, const hx_report *r)
             fprintf(f, " | leaves @%lld |", (long long)d->first_divergent);
         fprintf(f, " %s |\n", d->explained_by[0] ? d->explained_by : "**none**");
     }
+    for (size_t i = 0; i < r->n_dumps; ++i)
+        if (r->dumps[i].topk.k > 0) {
+            char note[1024];
+            hx_topk_note(note, sizeof note, &r->dumps[i].topk);
+            fprintf(f, "\n`%s`: top-k rows (KL columns are lower bounds): %s.\n",
+                    r->dumps[i].name, note);
+        }
     if (r->n_pairs == 0)
         return;
     fputs("\n### Dumps against each other\n\n| a | b | shared rows | max abs | first apart | "
@@ -131,4 +159,25 @@ void hx_report_judge_md(FILE *f, const hx_report *r)
                 r->dumps[p->a].name, r->dumps[p->b].name, (unsigned)p->n_shared, p->max_abs,
                 apart, argmax, p->kl_mean_a, p->kl_mean_b, p->closer);
     }
+}
+
+void hx_topk_note(char *buf, size_t n, const hx_topk_summary *s)
+{
+    buf[0] = '\0';
+    if (s->k == 0)
+        return;
+    const uint32_t rest = s->n_vocab > s->k ? s->n_vocab - s->k : 0;
+    snprintf(buf, n,
+             "k = %u of %u ids per row (fewest %u): decided are the argmax against the "
+             "reference's, TIE_FLIP against FLIP (the reference's margin is exact), and DRIFT "
+             "where the returned ids alone exceed E; undecided: the other %u ids of each row "
+             "(NOISE at %u of %u rows holds at the returned ids only; full rows would decide "
+             "DRIFT there), and KL beyond its lower bound (largest bound %.3g; returned mass "
+             "as low as %.4f, a larger k raises the bound toward the KL)%s",
+             (unsigned)s->k, (unsigned)s->n_vocab, (unsigned)s->k_min, (unsigned)rest,
+             (unsigned)s->n_noise_at_k, (unsigned)s->n_rows, s->kl_lower_max, s->mass_min,
+             s->n_ref_topk_missing > 0
+                 ? "; some rows miss one of the reference's top ids, whose log-probabilities a "
+                   "larger k would measure"
+                 : "");
 }

@@ -177,7 +177,7 @@ static json_t *report_obj(jb *b, const hx_report *r)
             b->failed = 1;
     set(b, o, "configs", cs);
     if (hx_report_judge_json(o, r) != 0 || hx_report_sections_json(o, r) != 0 ||
-        hx_report_split_json(o, r) != 0)
+        hx_report_split_json(o, r) != 0 || hx_report_probe_json(o, r) != 0)
         b->failed = 1;
     return o;
 }

@@ -178,6 +178,7 @@ static void md_case(FILE *f, const hx_report *r, const char *hashes)
     md_non_exact(f, r);
     md_semantic(f, r);
     hx_report_judge_md(f, r);
+    hx_report_probe_md(f, r);
     hx_report_sections_md(f, r);
     fputs("\nClasses: EXACT, NOISE, TIE_FLIP and SEMANTIC pass; DRIFT, FLIP, NONFINITE and "
           "SEQ_MISMATCH fail; each is defined in kvdrift's docs/DESIGN.md (installed as "

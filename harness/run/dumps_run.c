@@ -4,6 +4,7 @@
 
 #include "model/capture.h"
 #include "judge/compare.h"
+#include "judge/compare_topk.h"
 #include "judge/dumps.h"
 #include "judge/envelope.h"
 #include "run/envelope_sr.h"
@@ -485,11 +486,14 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
         snprintf(dr->name, sizeof dr->name, "%s", s->p->names[di]);
     const ref_capture *ref = d->logprobs ? &s->ref_lp : &s->ref;
     hx_capture *x = NULL, *base = NULL;
-    int rc = hx_dump_capture(&x, d, s->p->model, err);
     const int64_t bi = s->p->baseline ? s->p->baseline[di] : -1;
     const hx_dump *bd = bi >= 0 ? s->p->dumps[bi] : NULL;
+    /* top-k rows: compared at their ids only (compare_topk.h), nothing else to capture */
+    int rc = d->topk > 0 ? LM_OK : hx_dump_capture(&x, d, s->p->model, err);
+    if (d->topk > 0 && bd != NULL && bd->topk == 0)
+        bd = NULL;
     /* a baseline of the same shape only (rows at the same positions, K/V alike) */
-    if (rc == LM_OK && bd != NULL && bd->n_pos == d->n_pos && bd->n_tokens == d->n_tokens &&
+    if (rc == LM_OK && d->topk == 0 && bd != NULL && bd->n_pos == d->n_pos && bd->n_tokens == d->n_tokens &&
         (bd->k == NULL) == (d->k == NULL) && bd->logprobs == d->logprobs &&
         memcmp(bd->positions, d->positions, d->n_pos * sizeof *d->positions) == 0)
         rc = (size_t)bi == di ? LM_OK : hx_dump_capture(&base, bd, s->p->model, err);
@@ -506,7 +510,8 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
         hx_config_report *c = NULL;
         const hx_envelope *env = d->logprobs ? s->env_lp[k] : s->env[k];
         if ((rc = hx_report_add_config(rep, &c, name, err)) == LM_OK)
-            rc = hx_compare_capture(c, x, b, ref, env, err);
+            rc = d->topk > 0 ? hx_compare_topk(c, &dr->topk, d, bd, ref, env, err)
+                             : hx_compare_capture(c, x, b, ref, env, err);
         scale[k - k0] = median_e(env);
         idle[k - k0] = s->idle[k];
     }
@@ -557,8 +562,9 @@ static int pairs(jstate *s, hx_report *rep, lm_err *err)
     for (size_t i = 0; i < nd && rc == LM_OK; ++i)
         for (size_t j = i + 1; j < nd; ++j) {
             const hx_dump *x = s->p->dumps[i], *y = s->p->dumps[j];
-            if (x->logprobs != y->logprobs)
-                continue; /* logits and log-probabilities are not comparable element-wise */
+            if (x->logprobs != y->logprobs || x->topk > 0 || y->topk > 0)
+                continue; /* logits and log-probabilities, or top-k rows, are not comparable
+                             element-wise */
             const ref_capture *ref = x->logprobs ? &s->ref_lp : &s->ref;
             const hx_envelope *env = x->logprobs ? s->env_lp[0] : s->env[0];
             uint32_t n = 0;
