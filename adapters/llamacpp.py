@@ -39,8 +39,14 @@ def fail(msg):
 def engine_version():
     import llama_cpp
 
+    return "llama-cpp-python %s" % llama_cpp.__version__
+
+
+def engine_build():
+    import llama_cpp
+
     info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
-    return "llama-cpp-python %s; %s" % (llama_cpp.__version__, " ".join(info.split()))
+    return " ".join(info.split())
 
 
 def describe():
@@ -51,7 +57,8 @@ def describe():
             k["profiles"] = profiles
         knobs.append(k)
     doc = {"protocol": 1, "adapter": "llamacpp", "engine": "llama.cpp",
-           "engine_version": engine_version(), "profile": "f32", "knobs": knobs}
+           "engine_version": engine_version(), "engine_build": engine_build(),
+           "profile": "f32", "knobs": knobs}
     sys.stdout.write(json.dumps(doc) + "\n")
 
 
@@ -209,7 +216,7 @@ def run(a):
     np.save(os.path.join(out, "logits.npy"), logits)
     settings = " ".join("%s=%s" % (k, s[k]) for k, _, _, _ in KNOBS)
     manifest = {"tokens": fed, "n_prompt": n, "logits_positions": list(range(len(fed))),
-                "tokens_generated": generated, "engine": "llama.cpp (%s)" % engine_version(),
+                "tokens_generated": generated, "engine": "llama.cpp (%s; %s)" % (engine_version(), engine_build()),
                 "settings": settings + ("; " + kv_note if kv_note else "")}
     with open(os.path.join(out, "dump.json.tmp"), "w") as f:
         json.dump(manifest, f)

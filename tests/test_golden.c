@@ -59,7 +59,7 @@ static hx_fingerprint fake_fp(const char *core)
 }
 
 static const hx_golden_input test_input = {"000102030405060708090a0b0c0d0e0f",
-                                           "0011223344556677", "9.9.9"};
+                                           "0011223344556677", "9.9.9", NULL};
 
 static size_t count_files(const char *dir)
 {

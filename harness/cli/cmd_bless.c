@@ -57,6 +57,11 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
     snprintf(plan->case_name, sizeof plan->case_name, "%s", r->case_name);
     for (size_t i = 0; i < r->n_configs && rc == LM_OK; ++i) {
         const hx_config_report *c = &r->configs[i];
+        if (c->cls == HX_ERROR) { /* an adapter's run that left no dump: no bits to bless */
+            printf("  REFUSED %-28s ERROR: %s\n", c->config, c->reason);
+            plan->n_refused++;
+            continue;
+        }
         if (hx_class_fails(c->cls) && !force) {
             printf("  REFUSED %-28s %s: %s (a golden must never enshrine a defect; --force "
                    "blesses it anyway)\n", c->config, hx_class_name(c->cls), c->reason);

@@ -163,9 +163,15 @@ hx_class hx_report_worst(const hx_report *r)
 int hx_report_exit_code(const hx_report *r, bool strict)
 {
     if (r->n_dumps > 0) {
-        for (size_t i = 0; i < r->n_configs; ++i)
-            if (r->configs[i].cls == HX_ERROR)
+        for (size_t i = 0; i < r->n_configs; ++i) {
+            const hx_config_report *c = &r->configs[i];
+            if (c->cls == HX_ERROR)
                 return 1; /* an adapter's configuration that produced no dump */
+            /* an adapter's case in check: its goldens as a sweep's (stale, strict bits) */
+            if (c->golden == HX_GOLDEN_STALE ||
+                (strict && c->golden != HX_GOLDEN_NA && c->golden != HX_GOLDEN_MATCH))
+                return 1;
+        }
         for (size_t i = 0; i < r->n_dumps; ++i)
             if (r->dumps[i].explained_by[0] == '\0')
                 return 1;

@@ -297,7 +297,9 @@ bool hx_config_report_fails(const hx_config_report *c, bool strict);
 /* Worst class over configurations (EXACT when none). */
 hx_class hx_report_worst(const hx_report *r);
 /* 0 when no configuration fails and no speculative-check row is SEQ_MISMATCH, 1 otherwise;
- * with dumps (judge): 1 when a dump is explained by none of its profiles. */
+ * with dumps (judge, an adapter's sweep): 1 when a dump is explained by none of its profiles,
+ * a configuration is ERROR, or (an adapter's case in check) its golden is stale, or not a
+ * match under strict. */
 int hx_report_exit_code(const hx_report *r, bool strict);
 
 /* The sweep's after-table sections (report_sections.c): JSON members "spec" and
