@@ -25,7 +25,9 @@ KNOBS = [
     ("threads", ["1", "2", "4", "8"], "2", {}),
     ("type_k", ["f32", "f16"], "f16", {"f16": "f16kv"}),
     ("type_v", ["f32", "f16"], "f16", {"f16": "f16kv"}),
-    ("flash_attn", ["off", "on"], "off", {}),
+    # llama.cpp's flash attention casts an F32 K or V cache to F16 before it attends
+    # (llama-graph.cpp build_attn_mha): its rounding is f16kv's whatever type_k and type_v say
+    ("flash_attn", ["off", "on"], "off", {"on": "f16kv"}),
 ]
 GGML_TYPE = {"f32": 0, "f16": 1}
 STATE_MAGIC = 0xAF143CD8
