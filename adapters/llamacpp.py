@@ -25,7 +25,9 @@ KNOBS = [
     ("threads", ["1", "2", "4", "8"], "2", {}),
     ("type_k", ["f32", "f16"], "f16", {"f16": "f16kv"}),
     ("type_v", ["f32", "f16"], "f16", {"f16": "f16kv"}),
-    ("flash_attn", ["off", "on"], "off", {}),
+    # llama.cpp's flash attention casts an F32 K or V cache to F16 before it attends
+    # (llama-graph.cpp build_attn_mha): its rounding is f16kv's whatever type_k and type_v say
+    ("flash_attn", ["off", "on"], "off", {"on": "f16kv"}),
 ]
 GGML_TYPE = {"f32": 0, "f16": 1}
 STATE_MAGIC = 0xAF143CD8
@@ -39,8 +41,14 @@ def fail(msg):
 def engine_version():
     import llama_cpp
 
+    return "llama-cpp-python %s" % llama_cpp.__version__
+
+
+def engine_build():
+    import llama_cpp
+
     info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
-    return "llama-cpp-python %s; %s" % (llama_cpp.__version__, " ".join(info.split()))
+    return " ".join(info.split())
 
 
 def describe():
@@ -51,7 +59,8 @@ def describe():
             k["profiles"] = profiles
         knobs.append(k)
     doc = {"protocol": 1, "adapter": "llamacpp", "engine": "llama.cpp",
-           "engine_version": engine_version(), "profile": "f32", "knobs": knobs}
+           "engine_version": engine_version(), "engine_build": engine_build(),
+           "profile": "f32", "knobs": knobs}
     sys.stdout.write(json.dumps(doc) + "\n")
 
 
@@ -209,7 +218,7 @@ def run(a):
     np.save(os.path.join(out, "logits.npy"), logits)
     settings = " ".join("%s=%s" % (k, s[k]) for k, _, _, _ in KNOBS)
     manifest = {"tokens": fed, "n_prompt": n, "logits_positions": list(range(len(fed))),
-                "tokens_generated": generated, "engine": "llama.cpp (%s)" % engine_version(),
+                "tokens_generated": generated, "engine": "llama.cpp (%s; %s)" % (engine_version(), engine_build()),
                 "settings": settings + ("; " + kv_note if kv_note else "")}
     with open(os.path.join(out, "dump.json.tmp"), "w") as f:
         json.dump(manifest, f)

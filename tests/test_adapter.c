@@ -183,7 +183,8 @@ static void copy_dir(const char *src, const char *dst)
     }
 }
 
-/* The fake adapter: knob mode, default def; each mode one way to fail. */
+/* The fake adapter: knob mode, default def; each mode one way to fail. Its engine_version is
+ * "fake " and the text of fake-version in the test folder ("1" when absent). */
 static const char *fake_adapter(const char *name, const char *def)
 {
     static char path[1100];
@@ -192,10 +193,11 @@ static const char *fake_adapter(const char *name, const char *def)
     snprintf(text, sizeof text,
              "#!/bin/sh\n"
              "if [ \"$1\" = --describe ]; then\n"
-             "  echo '{\"protocol\": 1, \"adapter\": \"fake\", \"engine\": \"fake\","
-             " \"engine_version\": \"fake 1\", \"knobs\": [{\"name\": \"mode\", \"values\":"
+             "  ver=$(cat %s/fake-version 2>/dev/null || echo 1)\n"
+             "  printf '{\"protocol\": 1, \"adapter\": \"fake\", \"engine\": \"fake\","
+             " \"engine_version\": \"fake %%s\", \"knobs\": [{\"name\": \"mode\", \"values\":"
              " [\"good\", \"good2\", \"hang\", \"crash\", \"nodump\", \"shape\", \"noise\","
-             " \"foreign\"], \"default\": \"%s\"}]}'\n"
+             " \"foreign\"], \"default\": \"%s\"}]}\\n' \"$ver\"\n"
              "  exit 0\n"
              "fi\n"
              "mode=%s; out=\n"
@@ -212,7 +214,7 @@ static const char *fake_adapter(const char *name, const char *def)
              "foreign) cp %s/fake-foreign/* \"$out\"/;;\n"
              "esac\n"
              "exit 0\n",
-             def, def, t, t, t, t, t);
+             t, def, def, t, t, t, t, t);
     snprintf(path, sizeof path, "%s", script(name, text, 0755));
     return path;
 }
@@ -231,11 +233,10 @@ static void fixture_ids(char *buf, size_t cap)
     json_decref(j);
 }
 
-static void test_adapter_sweep_bad_adapters(void)
+/* The dumps the fake adapter copies: the fixture (good), one of another shape, and one of
+ * another model's logits (random rows of the same shape). */
+static void prepare_fake_dumps(void)
 {
-    const char *model = tu_model_path("stories260K.gguf");
-    if (model == NULL)
-        return;
     static bool prepared;
     if (!prepared) {
         copy_dir(FIXTURE, "fake-good");
@@ -255,6 +256,14 @@ static void test_adapter_sweep_bad_adapters(void)
         free(x);
         prepared = true;
     }
+}
+
+static void test_adapter_sweep_bad_adapters(void)
+{
+    const char *model = tu_model_path("stories260K.gguf");
+    if (model == NULL)
+        return;
+    prepare_fake_dumps();
     char ids[1024], out[1100], cache[1100], text[16384], marker[1100];
     fixture_ids(ids, sizeof ids);
     snprintf(cache, sizeof cache, "%s/fake-cache", tu_tmpdir());
@@ -310,6 +319,75 @@ static void test_adapter_sweep_bad_adapters(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "not an executable file"));
 }
 
+/* A case file naming the fake adapter: bless writes its dumps' bits (an ERROR row is refused,
+ * even with --force: it has none), check matches them; the adapter reporting another
+ * engine_version makes every golden stale (exit 1), never a match or a mismatch; a knob value
+ * it does not declare is refused before anything runs (exit 2); an adapter that says it is not
+ * installed skips the case (exit 3: nothing ran). */
+static void test_adapter_case_goldens(void)
+{
+    const char *model = tu_model_path("stories260K.gguf");
+    if (model == NULL)
+        return;
+    prepare_fake_dumps();
+    const char *t = tu_tmpdir();
+    const char *adapter = fake_adapter("fake-case-adapter", "good");
+    char ids[1024], text[16384], cache[1100], gdir[1100], cs[8192], marker[1100], ver[1100];
+    fixture_ids(ids, sizeof ids);
+    snprintf(cache, sizeof cache, "%s/fake-cache", t);
+    snprintf(gdir, sizeof gdir, "%s/fake-golden", t);
+    snprintf(marker, sizeof marker, "%s/fake-ran", t);
+    snprintf(ver, sizeof ver, "%s/fake-version", t);
+    remove(ver);
+    CU_ASSERT_FATAL(mkdir(gdir, 0755) == 0);
+    const char *knobs[] = {"good,good2", "good,good2,crash", "good,fast"};
+    const char *cases[3];
+    for (int i = 0; i < 3; ++i) {
+        char name[64];
+        snprintf(cs, sizeof cs, "name = fakecase\nmodel = %s\ntokens = %s\nn_gen = 0\n"
+                 "engine = %s\n[knobs]\nmode = %s\n", model, ids, adapter, knobs[i]);
+        snprintf(name, sizeof name, "fake%d.case", i);
+        cases[i] = strdup(tu_write_file(name, cs, strlen(cs)));
+    }
+    char *b0[] = {"bless", (char *)cases[0], "--golden-dir", gdir, "--cache", cache, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_bless, 7, b0, text, sizeof text), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "fakecase: 2 configuration(s) blessed"));
+    char *c0[] = {"check", (char *)cases[0], "--golden-dir", gdir, "--cache", cache, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_check, 7, c0, text, sizeof text), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "golden 2 match, 0 mismatch, 0 absent, 0 stale"));
+    /* the next engine version: stale, with the versions named */
+    CU_ASSERT_EQUAL_FATAL(lm_write_file(ver, "2", 1, &(lm_err){0}), LM_OK);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_check, 7, c0, text, sizeof text), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "golden 0 match, 0 mismatch, 0 absent, 2 stale"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "engine version changed (blessed on 'fake 1', now "
+                                        "'fake 2')"));
+    remove(ver);
+    /* an ERROR row has no bits: refused, the others blessed */
+    char *b1[] = {"bless", (char *)cases[1], "--golden-dir", gdir, "--cache", cache, "--force",
+                  "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_bless, 8, b1, text, sizeof text), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "REFUSED fake:mode=crash"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "fakecase: 2 configuration(s) blessed"));
+    /* an undeclared value: refused before the adapter runs */
+    remove(marker);
+    char *c2[] = {"check", (char *)cases[2], "--golden-dir", gdir, "--cache", cache, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_check, 7, c2, text, sizeof text), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "value 'fast' is not one adapter fake declares"));
+    CU_ASSERT_EQUAL(access(marker, F_OK), -1);
+    /* not installed here: the case is skipped */
+    const char *absent = script("fake-absent", "#!/bin/sh\necho 'fake: not installed' >&2\n"
+                                               "exit 3\n", 0755);
+    snprintf(cs, sizeof cs, "name = fakecase\nmodel = %s\ntokens = %s\nengine = %s\n", model,
+             ids, absent);
+    const char *c3p = tu_write_file("fake3.case", cs, strlen(cs));
+    char *c3[] = {"check", (char *)c3p, "--golden-dir", gdir, "--cache", cache, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_check, 7, c3, text, sizeof text), 3);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "SKIP: engine"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "not installed here: fake: not installed"));
+    for (int i = 0; i < 3; ++i)
+        free((char *)cases[i]);
+}
+
 /* The shipped llama.cpp adapter on stories260K: ubatch 1 and 512 with an F32 KV cache are
  * judged under f32 and pass, the default F16 cache under f16kv. */
 static void test_adapter_llamacpp_stories(void)
@@ -344,5 +422,6 @@ void test_adapter_register(void)
     CU_add_test(s, "test_adapter_describe_checks", test_adapter_describe_checks);
     CU_add_test(s, "test_adapter_exec_ends", test_adapter_exec_ends);
     CU_add_test(s, "test_adapter_sweep_bad_adapters", test_adapter_sweep_bad_adapters);
+    CU_add_test(s, "test_adapter_case_goldens", test_adapter_case_goldens);
     CU_add_test(s, "test_adapter_llamacpp_stories", test_adapter_llamacpp_stories);
 }

@@ -298,6 +298,51 @@ static void test_case_chat_prompts(void)
     }
 }
 
+/* Another engine's case: engine and its [knobs] axes kept as hx_adapter_plan's "KNOB=V,..."
+ * in file order, a relative adapter path anchored at the case file; kvdrift's own engine keys
+ * refused beside engine, [knobs] without engine refused, malformed knobs refused with the line. */
+static void test_case_engine_knobs(void)
+{
+    hx_case *c = ok("name = e\nmodel = m.gguf\ntokens = 1,2\nengine = llamacpp\nn_gen = 4\n"
+                    "[knobs]\nn_ubatch = 1,7,512\ntype_k = f32,f16\n");
+    CU_ASSERT_STRING_EQUAL(c->engine, "llamacpp");
+    CU_ASSERT_EQUAL_FATAL(c->n_knobs, 2);
+    CU_ASSERT_STRING_EQUAL(c->knobs[0], "n_ubatch=1,7,512");
+    CU_ASSERT_STRING_EQUAL(c->knobs[1], "type_k=f32,f16");
+    CU_ASSERT_EQUAL(c->n_gen, 4);
+    hx_case_free(c);
+    c = ok("name = e\nmodel = m.gguf\ntokens = 1\nengine = llamacpp\n");
+    CU_ASSERT_EQUAL(c->n_knobs, 0);
+    hx_case_free(c);
+    bad("name = e\nmodel = m.gguf\ntokens = 1\nsteps = 1,2\nengine = x\n",
+        "t.case:4: 'steps' is a key of kvdrift's own engine; with engine = x");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\nengine = x\n[case]\ninvariant_bits = true\n",
+        "t.case:6: 'invariant_bits' is a key of kvdrift's own engine");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\nturn = 2\nengine = x\n",
+        "'turn' is a key of kvdrift's own engine");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\n[knobs]\nn_ubatch = 1\n",
+        "t.case: [knobs] without 'engine = ADAPTER'");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\nengine = x\n[knobs]\nUbatch = 1\n",
+        "t.case:6: [knobs] Ubatch: a knob's name is [a-z0-9_]{1,31}");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\nengine = x\n[knobs]\na = 1\na = 2\n",
+        "t.case:7: [knobs] a given twice");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\nengine = x\n[knobs]\na =\n",
+        "t.case:6: [knobs] a: no values");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\nengine =\n", "engine is empty");
+    bad("name = e\nmodel = m.gguf\ntokens = 1\n[engine]\na = 1\n", "unknown section [engine]");
+    /* a path is relative to the case file's folder, a name stays a name */
+    static const char rel[] = "name = e\nmodel = m.gguf\ntokens = 1\nengine = ad/fake\n";
+    lm_err err = {0};
+    char path[1024], want[1100];
+    snprintf(path, sizeof path, "%s/enginecase", tu_tmpdir());
+    CU_ASSERT_FATAL(mkdir(path, 0755) == 0);
+    snprintf(path, sizeof path, "%s", tu_write_file("enginecase/e.case", rel, strlen(rel)));
+    CU_ASSERT_EQUAL_FATAL(hx_case_load(&c, path, &err), LM_OK);
+    snprintf(want, sizeof want, "%s/enginecase/ad/fake", tu_tmpdir());
+    CU_ASSERT_STRING_EQUAL(c->engine, want);
+    hx_case_free(c);
+}
+
 void test_case_register(void)
 {
     CU_pSuite s = CU_add_suite("case", NULL, NULL);
@@ -306,4 +351,5 @@ void test_case_register(void)
     CU_add_test(s, "test_case_errors_name_file_and_line", test_case_errors_name_file_and_line);
     CU_add_test(s, "test_case_load_files", test_case_load_files);
     CU_add_test(s, "test_case_chat_prompts", test_case_chat_prompts);
+    CU_add_test(s, "test_case_engine_knobs", test_case_engine_knobs);
 }

@@ -59,7 +59,7 @@ static hx_fingerprint fake_fp(const char *core)
 }
 
 static const hx_golden_input test_input = {"000102030405060708090a0b0c0d0e0f",
-                                           "0011223344556677", "9.9.9"};
+                                           "0011223344556677", "9.9.9", NULL};
 
 static size_t count_files(const char *dir)
 {
@@ -255,6 +255,40 @@ static void test_golden_input_pinning(void)
     in.version = "9.9.10";
     CU_ASSERT(hx_golden_input_differs(&e, &in, why, sizeof why));
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "kvdrift 9.9.9"));
+    /* Another engine's entry is pinned to its engine_version too: another version, or
+     * kvdrift's own engine (none), differs; it is written and read back beside the rest. */
+    hx_golden_input ein = test_input;
+    ein.engine_version = "llama-cpp-python 0.3.36";
+    hx_golden_entry ee;
+    hx_golden_entry_fill(&ee, h, logits, 3, 0, &ein);
+    CU_ASSERT_FALSE(hx_golden_input_differs(&ee, &ein, why, sizeof why));
+    CU_ASSERT(hx_golden_input_differs(&ee, &test_input, why, sizeof why));
+    CU_ASSERT(hx_golden_input_differs(&e, &ein, why, sizeof why));
+    in = ein;
+    in.engine_version = "llama-cpp-python 0.3.37";
+    CU_ASSERT(hx_golden_input_differs(&ee, &in, why, sizeof why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "engine version changed (blessed on 'llama-cpp-python "
+                                       "0.3.36', now 'llama-cpp-python 0.3.37')"));
+    {
+        hx_golden *ge = NULL;
+        lm_err ee_err = {0};
+        hx_golden_entry back;
+        bool found = false;
+        char gp[1024];
+        snprintf(gp, sizeof gp, "%s/golden-engine.json", tu_tmpdir());
+        CU_ASSERT_EQUAL_FATAL(hx_golden_create(&ge, &ee_err), LM_OK);
+        CU_ASSERT_EQUAL(hx_golden_set(ge, "c", "llamacpp", "k", "adapter=llamacpp", &ee,
+                                      &ee_err), LM_OK);
+        CU_ASSERT_EQUAL(hx_golden_save(ge, gp, &ee_err), LM_OK);
+        hx_golden_free(ge);
+        CU_ASSERT_EQUAL_FATAL(hx_golden_load(&ge, gp, false, &ee_err), LM_OK);
+        CU_ASSERT_EQUAL(hx_golden_find(ge, "c", "llamacpp", "k", &back, &found, &ee_err), LM_OK);
+        CU_ASSERT(found);
+        CU_ASSERT_STRING_EQUAL(back.engine_version, "llama-cpp-python 0.3.36");
+        CU_ASSERT(hx_golden_find_stale(ge, "c", "llamacpp", &in, why, sizeof why));
+        CU_ASSERT_FALSE(hx_golden_find_stale(ge, "c", "llamacpp", &ein, why, sizeof why));
+        hx_golden_free(ge);
+    }
     /* Token hash: order and value matter, and it is not the hash of nothing. */
     int32_t a[3] = {1, 2, 3}, b[3] = {1, 3, 2};
     char ha[17], hb[17], h0[17];

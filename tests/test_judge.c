@@ -161,6 +161,54 @@ static void test_judge_llamacpp_f32kv_noise_default_f16kv(void)
     lm_model_free(m);
 }
 
+/* Two greedy dumps whose continuations part (llama.cpp's own, each with one id replaced): A
+ * leaves the reference at generated index 3, inside the ids both share (its row judged, the
+ * class that row's); B follows A's path no further than index 2 and the reference's up to
+ * index 9, and leaves it at index 10, past the shared ids: found with the reference run on B's
+ * own continuation, with the ids and the reference's margin there, judged by no envelope. */
+static void test_judge_continuations_part(void)
+{
+    const char *path = NULL;
+    lm_model *m = tu_load_model_at("stories260K.gguf", &path);
+    if (m == NULL)
+        return;
+    hx_dump *g[2] = {load(m, path, "llama.cpp-greedy-f32kv"),
+                     load(m, path, "llama.cpp-greedy-f32kv")};
+    const uint32_t np = 36, at[2] = {3, 10};
+    int32_t orig[2];
+    for (int i = 0; i < 2; ++i) {
+        orig[i] = g[i]->generated[at[i]];
+        g[i]->generated[at[i]] = (orig[i] + 1) % 512;
+        g[i]->tokens[np + at[i]] = g[i]->generated[at[i]]; /* fed back as the dump did */
+    }
+    const char *prof[] = {"f32"};
+    hx_report *r = judge(m, g, 2, np, prof, 1);
+    const hx_dump_report *a = &r->dumps[0], *b = &r->dumps[1];
+    CU_ASSERT_EQUAL(a->first_divergent, 3);
+    CU_ASSERT_FALSE(a->departed_beyond);
+    CU_ASSERT_EQUAL(a->departed_chose, (orig[0] + 1) % 512);
+    CU_ASSERT_EQUAL(a->departed_ref_top, orig[0]);
+    CU_ASSERT_EQUAL(r->configs[a->first_config].first_divergent, 3);
+    CU_ASSERT_EQUAL(b->first_divergent, 10);
+    CU_ASSERT_EQUAL(b->compared_to, 11);
+    CU_ASSERT(b->departed_beyond);
+    CU_ASSERT_EQUAL(b->departed_chose, (orig[1] + 1) % 512);
+    CU_ASSERT_EQUAL(b->departed_ref_top, orig[1]); /* llama.cpp's choice is the reference's */
+    CU_ASSERT(a->departed_margin > 0.0 && isfinite(a->departed_margin));
+    CU_ASSERT(b->departed_margin > 0.0 && isfinite(b->departed_margin));
+    /* past the judged rows: the configuration keeps its judged rows' verdict */
+    CU_ASSERT_EQUAL(r->configs[b->first_config].first_divergent, -1);
+    char line[400];
+    hx_dump_departure_text(line, sizeof line, b, r->n_prompt);
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, "leaves the reference at generated index 10 (position "
+                                        "45)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, "past the shared ids: judged by no envelope"));
+    hx_report_free(r);
+    hx_dump_free(g[0]);
+    hx_dump_free(g[1]);
+    lm_model_free(m);
+}
+
 /* The first n tokens of a dump with every row at positions < n: still a valid dump (a row at
  * position p depends on tokens 0..p only). */
 static void truncate_dump(hx_dump *d, uint32_t n)
@@ -569,6 +617,7 @@ void test_judge_register(void)
     CU_pSuite s = CU_add_suite("judge", NULL, NULL);
     CU_add_test(s, "test_judge_llamacpp_f32kv_noise_default_f16kv",
                 test_judge_llamacpp_f32kv_noise_default_f16kv);
+    CU_add_test(s, "test_judge_continuations_part", test_judge_continuations_part);
     CU_add_test(s, "test_judge_members_side_by_side_same_envelope",
                 test_judge_members_side_by_side_same_envelope);
     CU_add_test(s, "test_judge_injected_bugs_fail_every_profile",

@@ -39,8 +39,10 @@ int cmd_adapter(int argc, char **argv)
         fprintf(stderr, "kvdrift adapter: %s\n", err.msg);
         return lm_status_exit_code(st);
     }
-    printf("adapter %s (%s)\nengine  %s\nversion %s\nprofile %s when no setting names one\n\n",
-           d.adapter, path, d.engine, d.engine_version, d.profile);
+    const bool build = d.engine_build[0] != '\0';
+    printf("adapter %s (%s)\nengine  %s\nversion %s\n%s%s%sprofile %s when no setting names "
+           "one\n\n", d.adapter, path, d.engine, d.engine_version, build ? "build   " : "",
+           d.engine_build, build ? "\n" : "", d.profile);
     printf("%-12s %-10s %s\n", "knob", "default", "values (profile implied)");
     for (uint32_t k = 0; k < d.n_knobs; ++k) {
         const hx_adapter_knob *kn = &d.knobs[k];

@@ -26,6 +26,9 @@ static const char usage_text[] =
     "other input (stale: check fails on them) removed; the file is replaced atomically.\n"
     "A configuration classified DRIFT, FLIP or NONFINITE is refused (a golden must never\n"
     "enshrine a defect) unless --force; the case's other configurations are still blessed.\n"
+    "A case naming another engine (engine = ADAPTER) keeps each dump's bits under the\n"
+    "adapter's key (arch, adapter, engine_build), pinned to its engine_version; an ERROR row\n"
+    "(no dump) is always refused.\n"
     "All or nothing: every case runs first; when one is bad input (a model that cannot be\n"
     "loaded or does not exist), no golden file is written.\n\n"
     "      --golden-dir DIR  golden files (default: CASE's folder/golden)\n"
@@ -57,6 +60,11 @@ static int plan_case(bless_plan *plan, const hx_caserun *cr, const char *golden_
     snprintf(plan->case_name, sizeof plan->case_name, "%s", r->case_name);
     for (size_t i = 0; i < r->n_configs && rc == LM_OK; ++i) {
         const hx_config_report *c = &r->configs[i];
+        if (c->cls == HX_ERROR) { /* an adapter's run that left no dump: no bits to bless */
+            printf("  REFUSED %-28s ERROR: %s\n", c->config, c->reason);
+            plan->n_refused++;
+            continue;
+        }
         if (hx_class_fails(c->cls) && !force) {
             printf("  REFUSED %-28s %s: %s (a golden must never enshrine a defect; --force "
                    "blesses it anyway)\n", c->config, hx_class_name(c->cls), c->reason);

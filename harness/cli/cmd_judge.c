@@ -94,9 +94,11 @@ static void print_summary(const hx_report *r, const char *wrote)
         printf("%-*s %9.3g %9.3g %9.3g %9.3g %9.3g %6.2f%%  %s\n", w, d->name, d->kl.mean,
                d->kl.max, d->kl.p999, d->kl.p99, d->kl.median, 100.0 * d->kl.same_top1,
                d->explained_by[0] ? d->explained_by : "none (FAIL)");
+        char dep[400];
+        hx_dump_departure_text(dep, sizeof dep, d, r->n_prompt);
         if (d->has_generated)
             printf("  greedy: %lld generated tokens compared, %s\n", (long long)d->compared_to,
-                   d->first_divergent < 0 ? "same as the reference" : "leaves the reference");
+                   dep);
     }
     for (size_t i = 0; i < r->n_pairs; ++i) {
         const hx_dump_pair *p = &r->pairs[i];

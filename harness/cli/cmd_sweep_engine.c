@@ -220,14 +220,14 @@ static void print_result(const hx_report *r, const engine_opts *o, const engine_
         const hx_config_report *c = &r->configs[d->first_config];
         if (c->cls == HX_ERROR)
             continue;
+        char dep[400];
+        hx_dump_departure_text(dep, sizeof dep, d, r->n_prompt);
         fprintf(chat, "%s: profile %s, %s; KL mean %.3g max %.3g; greedy %s", d->name,
                 d->explained_by[0] ? d->explained_by : "-",
-                d->explained_by[0] ? "explained" : "NOT explained", d->kl.mean, d->kl.max,
-                d->first_divergent < 0 ? "same as the reference" : "leaves the reference at ");
-        if (d->first_divergent >= 0)
-            fprintf(chat, "generated index %lld (%s there)", (long long)d->first_divergent,
-                    hx_class_name(c->divergent_cls));
-        fprintf(chat, " over %lld compared\n", (long long)d->compared_to);
+                d->explained_by[0] ? "explained" : "NOT explained", d->kl.mean, d->kl.max, dep);
+        if (d->first_divergent >= 0 && !d->departed_beyond)
+            fprintf(chat, " (%s there)", hx_class_name(c->divergent_cls));
+        fprintf(chat, "\n");
     }
     fprintf(chat, "verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass",
             wrote);

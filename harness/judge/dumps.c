@@ -72,6 +72,27 @@ int64_t hx_greedy_departure(const int32_t *gen, uint32_t n_gen, const int32_t *p
     return -1;
 }
 
+int hx_departure_find(hx_departure *out, const int32_t *gen, uint32_t n_gen,
+                      const int32_t *path, uint32_t n_path, const double *const *r_rows,
+                      uint32_t n_vocab, lm_err *err)
+{
+    *out = (hx_departure){.at = -1, .chose = -1, .ref_top = -1, .margin = NAN};
+    int32_t *top = malloc(((size_t)n_path + 1) * sizeof *top);
+    if (top == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (uint32_t j = 0; j <= n_path; ++j)
+        top[j] = r_rows[j] ? hx_argmax_f64(r_rows[j], n_vocab) : -1;
+    out->at = hx_greedy_departure(gen, n_gen, path, n_path, top, &out->compared);
+    if (out->at >= 0) {
+        const double *r = r_rows[out->at];
+        out->chose = gen[out->at];
+        out->ref_top = top[out->at];
+        out->margin = r[out->ref_top] - r[out->chose];
+    }
+    free(top);
+    return LM_OK;
+}
+
 void hx_dump_pair_compare(hx_dump_pair *out, const float *a, const float *b, const double *r,
                           const double *e, const uint32_t *pos, uint32_t n, uint32_t n_vocab)
 {

@@ -37,6 +37,24 @@ int hx_explain_profile(const hx_class *cls /* [n] */, const double *e_scale /* [
 int64_t hx_greedy_departure(const int32_t *gen, uint32_t n_gen, const int32_t *path,
                             uint32_t n_path, const int32_t *r_top, uint32_t *compared);
 
+/* Where a greedy continuation leaves the reference, and by how much the reference preferred
+ * its own choice there. */
+typedef struct hx_departure {
+    int64_t at;         /* generated index of the departure (hx_greedy_departure); -1 none */
+    uint32_t compared;  /* generated indices compared */
+    int32_t chose;      /* at the departure: the continuation's id */
+    int32_t ref_top;    /* and the reference's argmax */
+    double margin;      /* R[ref_top] - R[chose] in that row (> 0 unless tied); NaN when at < 0 */
+} hx_departure;
+
+/* hx_greedy_departure of gen [n_gen] on path [n_path] with the reference's rows r_rows
+ * [n_path + 1] (row j at position n_prompt-1+j, [n_vocab] each; NULL where absent), and the
+ * ids and the reference's margin at the departure. */
+int hx_departure_find(hx_departure *out, const int32_t *gen, uint32_t n_gen,
+                      const int32_t *path, uint32_t n_path,
+                      const double *const *r_rows /* [n_path + 1] */, uint32_t n_vocab,
+                      lm_err *err);
+
 /* Two dumps' rows a [n][n_vocab] and b [n][n_vocab] at the same positions pos [n], with the
  * reference rows r [n][n_vocab] and the logits envelope e [n] at those positions: fills every
  * field of out except a and b. */

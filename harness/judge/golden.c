@@ -78,6 +78,13 @@ static const char *parse_input(const json_t *o, hx_golden_entry *e)
     snprintf(e->model_hash, sizeof e->model_hash, "%s", json_string_value(m));
     snprintf(e->tokens_hash, sizeof e->tokens_hash, "%s", json_string_value(t));
     snprintf(e->version, sizeof e->version, "%s", json_string_value(v));
+    const json_t *ev = json_object_get(o, "engine_version");
+    if (ev != NULL && (!json_is_string(ev) || json_string_length(ev) == 0 ||
+                       json_string_length(ev) >= sizeof e->engine_version ||
+                       strlen(json_string_value(ev)) != json_string_length(ev)))
+        return "engine_version is not a short non-empty string";
+    if (ev != NULL)
+        snprintf(e->engine_version, sizeof e->engine_version, "%s", json_string_value(ev));
     return NULL;
 }
 
@@ -228,6 +235,11 @@ int hx_golden_set(hx_golden *g, const char *case_name, const char *config, const
                                   "model_xxh3_128", e->model_hash, "tokens_xxh3_64",
                                   e->tokens_hash, "kvdrift_version", e->version)
                       : NULL;
+    if (obj != NULL && e->engine_version[0] != '\0' &&
+        json_object_set_new(obj, "engine_version", json_string(e->engine_version))) {
+        json_decref(obj);
+        obj = NULL;
+    }
     json_t *cfg = child(child(child(g->root, "cases"), case_name), config);
     json_t *plats = json_object_get(g->root, "platforms");
     if (obj == NULL || cfg == NULL || json_object_set_new(cfg, key_id, obj) ||
@@ -395,6 +407,9 @@ bool hx_golden_input_differs(const hx_golden_entry *e, const hx_golden_input *in
                  in->tokens_hash);
     else if (strcmp(e->version, in->version) != 0)
         snprintf(why, cap, "blessed by kvdrift %s, this is %s", e->version, in->version);
+    else if (strcmp(e->engine_version, in->engine_version ? in->engine_version : "") != 0)
+        snprintf(why, cap, "engine version changed (blessed on '%.80s', now '%.80s')",
+                 e->engine_version, in->engine_version ? in->engine_version : "");
     else
         return false;
     return true;
@@ -407,6 +422,8 @@ void hx_golden_entry_fill(hx_golden_entry *e, const uint8_t hash[16], const floa
     snprintf(e->model_hash, sizeof e->model_hash, "%s", in->model_hash);
     snprintf(e->tokens_hash, sizeof e->tokens_hash, "%s", in->tokens_hash);
     snprintf(e->version, sizeof e->version, "%s", in->version);
+    snprintf(e->engine_version, sizeof e->engine_version, "%s",
+             in->engine_version ? in->engine_version : "");
     lm_hex_encode(e->hash_hex, hash, 16);
     e->position = position;
     e->n_top = (uint32_t)hx_topk_f32(e->top_ids, logits, n_vocab, HX_TOPK);

@@ -11,7 +11,9 @@
  *                                                  digits, enough to read the float32 back)
  *         "model_xxh3_128": "32 hex digits",   (the model file the entry was blessed on)
  *         "tokens_xxh3_64": "16 hex digits",   (its prompt token ids: hx_tokens_hash)
- *         "kvdrift_version": "0.1.0"           (KVD_VERSION of the blessing binary)
+ *         "kvdrift_version": "0.1.0",          (KVD_VERSION of the blessing binary)
+ *         "engine_version": "..."              (only for another engine's configuration: the
+ *                                              engine_version its adapter reported)
  *     } } } },
  *     "metadata": { CASE: {                    (optional; the last bless that wrote the case)
  *         "kvdrift_version": "0.1.0", "kvdrift_commit": "git describe of the build",
@@ -24,8 +26,9 @@
  * to its text, and texts no entry uses are dropped on save). Keys are sorted on output
  * (JSON_SORT_KEYS) so files diff cleanly.
  *
- * An entry is pinned to its input: an entry whose model hash, token-id hash or version differs
- * from the run's was blessed for something else and is "stale" (hx_golden_input_differs), which
+ * An entry is pinned to its input: an entry whose model hash, token-id hash, version or (for
+ * another engine, behind an adapter) engine version differs from the run's was blessed for
+ * something else and is "stale" (hx_golden_input_differs), which
  * fails check ("re-bless") instead of silently comparing other bits. Version-1 files (no input
  * fields) are still read; each of their entries is stale.
  *
@@ -58,6 +61,7 @@ typedef struct hx_golden_entry {
     char model_hash[33];       /* XXH3-128 of the model file; "" in a version-1 file */
     char tokens_hash[17];      /* hx_tokens_hash of the prompt; "" in a version-1 file */
     char version[32];          /* kvdrift version that blessed it; "" in a version-1 file */
+    char engine_version[256];  /* the adapter's engine_version; "" for kvdrift's own engine */
 } hx_golden_entry;
 
 /* What a golden entry is pinned to: the run's input (check compares, bless records). */
@@ -65,6 +69,7 @@ typedef struct hx_golden_input {
     char model_hash[33];  /* XXH3-128 of the model file, hex */
     char tokens_hash[17]; /* hx_tokens_hash */
     const char *version;  /* KVD_VERSION */
+    const char *engine_version; /* another engine's (model/adapter.h); NULL for kvdrift's */
 } hx_golden_input;
 
 /* XXH3-64 of the token ids as int32 little-endian bytes, 16 hex digits. */

@@ -63,3 +63,11 @@ void hx_golden_key_of(hx_golden_key *k, const hx_fingerprint *fp, const char *ba
         b->describe(desc, sizeof desc, false);
     hx_golden_key_make(k, fp, backend, desc, rope);
 }
+
+void hx_golden_key_adapter(hx_golden_key *k, const hx_fingerprint *fp, const hx_adapter_desc *d,
+                           uint32_t n_pos)
+{
+    snprintf(k->text, sizeof k->text, "arch=%s; adapter=%s; engine=%s; build=%s; positions=%u",
+             fp->arch, d->adapter, d->engine, d->engine_build, (unsigned)n_pos);
+    hx_text_id16(k->id, k->text);
+}

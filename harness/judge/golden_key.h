@@ -15,12 +15,21 @@
  *             blas adds the OpenBLAS build and the core it picked; naive and det report
  *             nothing: nothing about the CPU, its ISA or the BLAS core enters their keys)
  * The thread count and the step are in the configuration string the key is used with.
+ * Another engine's configuration (behind an adapter, model/adapter.h) has a key of its own:
+ *   arch      as above
+ *   adapter   the adapter's name and its engine
+ *   build     its engine_build ("" when it reports none)
+ *   positions the positions its runs read (prompt and continuation)
+ * Its engine_version is not in the key: its entries are pinned to it (golden.h), so another
+ * version reads as stale, never as absent or as a mismatch; kvdrift's compiler, flags and libm
+ * do not enter it (they compute none of its bits).
  * The id is the first 16 hex digits of XXH3-128(text). */
 #ifndef HX_GOLDEN_KEY_H
 #define HX_GOLDEN_KEY_H
 
 #include "judge/fingerprint.h"
 #include "kvd_model.h"
+#include "model/adapter.h"
 
 typedef struct hx_golden_key {
     char text[768];
@@ -40,5 +49,9 @@ void hx_golden_key_make(hx_golden_key *k, const hx_fingerprint *fp, const char *
 /* The same with the backend's own describe hook on this machine (lm_backend_find). */
 void hx_golden_key_of(hx_golden_key *k, const hx_fingerprint *fp, const char *backend,
                       const char *rope);
+
+/* The key of adapter d's configurations whose runs read positions 0..n_pos-1. */
+void hx_golden_key_adapter(hx_golden_key *k, const hx_fingerprint *fp, const hx_adapter_desc *d,
+                           uint32_t n_pos);
 
 #endif

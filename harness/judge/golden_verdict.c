@@ -9,7 +9,7 @@ int hx_golden_judge(hx_report *r, const hx_golden *g, const char *const *keys,
 {
     for (size_t i = 0; i < r->n_configs; ++i) {
         hx_config_report *c = &r->configs[i];
-        if (c->skipped)
+        if (c->skipped || c->cls == HX_ERROR) /* an adapter's run that left no bits */
             continue;
         hx_golden_entry e;
         bool found = false;
@@ -22,18 +22,19 @@ int hx_golden_judge(hx_report *r, const hx_golden *g, const char *const *keys,
         snprintf(in.model_hash, sizeof in.model_hash, "%s", now[i].model_hash);
         snprintf(in.tokens_hash, sizeof in.tokens_hash, "%s", now[i].tokens_hash);
         in.version = now[i].version;
-        char why[160];
+        in.engine_version = now[i].engine_version;
+        char why[240];
         if (!found && hx_golden_find_stale(g, r->case_name, c->config, &in, why, sizeof why)) {
             c->golden = HX_GOLDEN_STALE;
             snprintf(c->golden_note, sizeof c->golden_note, "no golden under key %s, and one "
-                     "blessed for other input: %s; re-bless (kvdrift bless)", keys[i], why);
+                     "blessed for other input: %.170s; re-bless (kvdrift bless)", keys[i], why);
         } else if (!found) {
             c->golden = HX_GOLDEN_ABSENT;
             snprintf(c->golden_note, sizeof c->golden_note, "no golden under key %s", keys[i]);
         } else if (hx_golden_input_differs(&e, &in, why, sizeof why)) {
             c->golden = HX_GOLDEN_STALE;
             snprintf(c->golden_note, sizeof c->golden_note, "golden blessed for other input: "
-                     "%s; re-bless (kvdrift bless)", why);
+                     "%.190s; re-bless (kvdrift bless)", why);
         } else if (strcmp(e.hash_hex, now[i].hash_hex) == 0) {
             c->golden = HX_GOLDEN_MATCH;
             snprintf(c->golden_note, sizeof c->golden_note, "bits as blessed (key %s)", keys[i]);

@@ -26,7 +26,8 @@ typedef struct hx_golden_counts {
 
 /* Judges every configuration of r: keys[i] is configuration i's golden key, now[i] its entry as
  * it would be blessed now (hash, top-5, input). Sets golden, golden_key and golden_note of each
- * configuration (skipped ones are left alone) and adds to counts. */
+ * configuration (skipped ones, and an adapter's ERROR rows that left no bits, are left alone)
+ * and adds to counts. */
 int hx_golden_judge(hx_report *r, const hx_golden *g, const char *const *keys /* [n_configs] */,
                     const hx_golden_entry *now /* [n_configs] */, hx_golden_counts *counts,
                     lm_err *err);

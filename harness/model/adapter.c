@@ -131,6 +131,9 @@ int hx_adapter_desc_parse(hx_adapter_desc *out, const char *text, size_t n, cons
                              "engine_version", true)) || out->engine_version[0] == '\0')
         rc = LM_FAIL(err, LM_E_INPUT, "%s --describe: engine_version %s", what,
                      why ? why : "is empty");
+    else if ((why = get_text(out->engine_build, sizeof out->engine_build, root, "engine_build",
+                             false)))
+        rc = LM_FAIL(err, LM_E_INPUT, "%s --describe: engine_build %s", what, why);
     else if ((why = get_text(prof, sizeof prof, root, "profile", false)) ||
              lm_profile_find(prof) == NULL)
         rc = LM_FAIL(err, LM_E_INPUT, "%s --describe: profile %s", what,

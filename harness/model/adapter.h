@@ -6,8 +6,12 @@
  *   {"protocol": 1,
  *    "adapter": "llamacpp",                       name, [A-Za-z0-9_.-]{1,31}
  *    "engine": "llama.cpp",                       free text
- *    "engine_version": "llama-cpp-python 0.3.36 (llama.cpp 0c1e57098)",
- *                                                 free text: what its goldens are keyed by
+ *    "engine_version": "llama-cpp-python 0.3.36",  free text, non-empty: the version its
+ *                                                 goldens are pinned to (another reads as
+ *                                                 stale in check)
+ *    "engine_build": "CPU : AVX2 = 1 | ...",      optional free text: what of the build or
+ *                                                 machine may change its bits (part of its
+ *                                                 goldens' key, like a platform)
  *    "profile": "f32",                            the profile when no knob value names one
  *    "knobs": [
  *      {"name": "type_k",                         [a-z0-9_]{1,31}, unique
@@ -22,7 +26,11 @@
  * which were passed over (no profile combines two roundings).
  *
  * Everything is checked on parsing (hx_adapter_desc_parse): a malformed description is
- * LM_E_INPUT with one line naming the key. */
+ * LM_E_INPUT with one line naming the key.
+ *
+ * `ADAPTER --describe` exiting with status HX_ADAPTER_NOT_INSTALLED says the engine is not
+ * installed on this machine (plan/adapter_resolve.h: LM_E_UNSUPPORTED; check and bless skip a
+ * case naming it, as they skip one whose model file is absent). */
 #ifndef HX_ADAPTER_H
 #define HX_ADAPTER_H
 
@@ -35,7 +43,9 @@
 #define HX_ADAPTER_MAX_KNOBS 16
 #define HX_ADAPTER_MAX_VALUES 32
 #define HX_ADAPTER_NAME_MAX 32     /* knob names, values, the adapter's name (NUL included) */
-#define HX_ADAPTER_TEXT_MAX 256    /* engine, engine_version */
+#define HX_ADAPTER_TEXT_MAX 256    /* engine, engine_version, engine_build */
+/* The exit status of `--describe` that says "not installed here". */
+#define HX_ADAPTER_NOT_INSTALLED 3
 /* The describe document's largest size (bytes on stdout). */
 #define HX_ADAPTER_DESCRIBE_MAX (64u << 10)
 
@@ -51,6 +61,7 @@ typedef struct hx_adapter_desc {
     char adapter[HX_ADAPTER_NAME_MAX];
     char engine[HX_ADAPTER_TEXT_MAX];
     char engine_version[HX_ADAPTER_TEXT_MAX];
+    char engine_build[HX_ADAPTER_TEXT_MAX]; /* "" when not given */
     char profile[8];                        /* the default profile */
     uint32_t n_knobs;
     hx_adapter_knob knobs[HX_ADAPTER_MAX_KNOBS];

@@ -142,6 +142,22 @@ void hx_config_report_set_divergence(hx_config_report *c, int64_t first, hx_clas
     }
 }
 
+void hx_dump_departure_text(char *buf, size_t cap, const hx_dump_report *d, uint32_t n_prompt)
+{
+    if (!d->has_generated)
+        snprintf(buf, cap, "%s", "");
+    else if (d->first_divergent < 0)
+        snprintf(buf, cap, "same as the reference over %lld compared",
+                 (long long)d->compared_to);
+    else
+        snprintf(buf, cap, "leaves the reference at generated index %lld (position %lld): id "
+                 "%d where the reference's argmax is %d, its margin %.3g%s",
+                 (long long)d->first_divergent,
+                 (long long)n_prompt - 1 + (long long)d->first_divergent, (int)d->departed_chose,
+                 (int)d->departed_ref_top, d->departed_margin,
+                 d->departed_beyond ? ", past the shared ids: judged by no envelope" : "");
+}
+
 bool hx_config_report_fails(const hx_config_report *c, bool strict)
 {
     if (c->skipped)
@@ -164,9 +180,15 @@ hx_class hx_report_worst(const hx_report *r)
 int hx_report_exit_code(const hx_report *r, bool strict)
 {
     if (r->n_dumps > 0) {
-        for (size_t i = 0; i < r->n_configs; ++i)
-            if (r->configs[i].cls == HX_ERROR)
+        for (size_t i = 0; i < r->n_configs; ++i) {
+            const hx_config_report *c = &r->configs[i];
+            if (c->cls == HX_ERROR)
                 return 1; /* an adapter's configuration that produced no dump */
+            /* an adapter's case in check: its goldens as a sweep's (stale, strict bits) */
+            if (c->golden == HX_GOLDEN_STALE ||
+                (strict && c->golden != HX_GOLDEN_NA && c->golden != HX_GOLDEN_MATCH))
+                return 1;
+        }
         for (size_t i = 0; i < r->n_dumps; ++i)
             if (r->dumps[i].explained_by[0] == '\0')
                 return 1;

@@ -131,7 +131,21 @@ typedef struct hx_dump_report {
                                   the reference's argmax; -1 = none */
     int64_t compared_to;       /* generated indices compared (the dump's own path) */
     hx_topk_summary topk;      /* top-k rows (topk.k > 0): what they leave undecided */
+    /* At the departure (first_divergent >= 0; else -1, -1, NaN, false): */
+    int32_t departed_chose;    /* the dump's id */
+    int32_t departed_ref_top;  /* the reference's argmax on the same path */
+    double departed_margin;    /* R[departed_ref_top] - R[departed_chose] in that row */
+    bool departed_beyond;      /* the row lies past the ids every judged dump shares: found
+                                  with the reference run on the dump's own continuation, and
+                                  judged by no envelope (the configuration's class is its
+                                  judged rows') */
 } hx_dump_report;
+
+/* One line on d's greedy continuation: "same as the reference over N compared", or "leaves the
+ * reference at generated index G (position P): id X where the reference's argmax is Y, its
+ * margin M[, past the shared ids: judged by no envelope]"; "" when nothing was compared. */
+void hx_dump_departure_text(char *buf, size_t cap, const hx_dump_report *d,
+                            uint32_t n_prompt);
 
 /* Two dumps compared with each other over the logits positions both hold. */
 typedef struct hx_dump_pair {
@@ -343,7 +357,9 @@ bool hx_config_report_fails(const hx_config_report *c, bool strict);
 /* Worst class over configurations (EXACT when none). */
 hx_class hx_report_worst(const hx_report *r);
 /* 0 when no configuration fails and no speculative-check row is SEQ_MISMATCH, 1 otherwise;
- * with dumps (judge): 1 when a dump is explained by none of its profiles. */
+ * with dumps (judge, an adapter's sweep): 1 when a dump is explained by none of its profiles,
+ * a configuration is ERROR, or (an adapter's case in check) its golden is stale, or not a
+ * match under strict. */
 int hx_report_exit_code(const hx_report *r, bool strict);
 
 /* The sweep's after-table sections (report_sections.c): JSON members "spec" and

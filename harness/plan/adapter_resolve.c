@@ -61,7 +61,10 @@ int hx_adapter_describe(hx_adapter_desc *out, const char *path, lm_err *err)
     if (rc != LM_OK)
         return rc;
     char why[300];
-    if (!hx_exec_ok(&res, HX_ADAPTER_DESCRIBE_TIMEOUT, why, sizeof why))
+    if (res.exit_code == HX_ADAPTER_NOT_INSTALLED)
+        rc = LM_FAIL(err, LM_E_UNSUPPORTED, "%s --describe: not installed here: %s", path,
+                     res.err_line[0] ? res.err_line : "(it said nothing on stderr)");
+    else if (!hx_exec_ok(&res, HX_ADAPTER_DESCRIBE_TIMEOUT, why, sizeof why))
         rc = LM_FAIL(err, LM_E_INPUT, "%s --describe: %s", path, why);
     else if (res.out_truncated)
         rc = LM_FAIL(err, LM_E_INPUT, "%s --describe: more than %u bytes on stdout", path,

@@ -18,7 +18,8 @@
 int hx_adapter_resolve(char *path, size_t cap, const char *adapter, lm_err *err);
 
 /* Runs `path --describe` (stdin /dev/null, HX_ADAPTER_DESCRIBE_TIMEOUT) and parses its stdout;
- * a failed run or a malformed document is LM_E_INPUT with one line. */
+ * exit status HX_ADAPTER_NOT_INSTALLED is LM_E_UNSUPPORTED ("not installed here" and its last
+ * stderr line); another failed run or a malformed document is LM_E_INPUT with one line. */
 int hx_adapter_describe(hx_adapter_desc *out, const char *path, lm_err *err);
 
 #endif

@@ -14,16 +14,19 @@
 
 /* The keys besides the axes (hx_axis_find: steps, backends, threads, attn, rot, profile). */
 enum { K_NAME, K_MODEL, K_PROMPT, K_TOKENS, K_N_GEN, K_PRECISION, K_STRICT, K_PROMPT_FILE,
-       K_SPECIAL, K_TURN, K_INVARIANT, K_COUNT };
+       K_SPECIAL, K_TURN, K_INVARIANT, K_ENGINE, K_COUNT };
 static const char *const keys[K_COUNT] = {"name",        "model",       "prompt",  "tokens",
                                           "n_gen",       "precision",   "strict_bits",
                                           "prompt_file", "special",     "turn",
-                                          "invariant_bits"};
+                                          "invariant_bits", "engine"};
+/* The section of an engine's knob axes. */
+#define KNOBS_SECTION "knobs"
 
 typedef struct parse_state {
     hx_case *c;
     bool seen[K_COUNT], seen_axis[HX_AXIS_COUNT];
     bool failed;
+    char own_key[32]; /* the first key of kvdrift's own engine (an axis, turn, invariant_bits) */
     lm_err key_err; /* the first error, without its line (inih gives the line afterwards) */
 } parse_state;
 
@@ -118,6 +121,10 @@ static int set_key(parse_state *ps, int k, const char *value, lm_err *err)
             return err->code;
         return *c->prompt ? LM_OK : LM_FAIL(err, LM_E_INPUT, "prompt is empty");
 
+    case K_ENGINE:
+        if (*value == '\0')
+            return LM_FAIL(err, LM_E_INPUT, "engine is empty (an adapter's name or path)");
+        return (c->engine = strdup(value)) ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
     case K_TURN: return hx_setting_parse(&c->turn, HX_SET_TURN, "turn", value, err);
     case K_N_GEN: return hx_setting_parse(&c->n_gen, HX_SET_N_GEN, "n_gen", value, err);
     case K_PRECISION:
@@ -154,15 +161,42 @@ static int set_axis(hx_case *c, hx_axis axis, const char *key, const char *value
     return LM_OK;
 }
 
+/* A [knobs] line: KNOB = V1,V2,... kept as "KNOB=V1,V2,..." (hx_adapter_plan's axis). */
+static int set_knob(hx_case *c, const char *name, const char *value, lm_err *err)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= HX_ADAPTER_NAME_MAX || strspn(name, "abcdefghijklmnopqrstuvwxyz"
+                                                     "0123456789_") != n)
+        return LM_FAIL(err, LM_E_INPUT, "[%s] %s: a knob's name is [a-z0-9_]{1,31}",
+                       KNOBS_SECTION, name);
+    for (uint32_t i = 0; i < c->n_knobs; ++i)
+        if (strncmp(c->knobs[i], name, n) == 0 && c->knobs[i][n] == '=')
+            return LM_FAIL(err, LM_E_INPUT, "[%s] %s given twice", KNOBS_SECTION, name);
+    if (c->n_knobs == HX_ADAPTER_MAX_KNOBS)
+        return LM_FAIL(err, LM_E_INPUT, "[%s]: at most %d knobs", KNOBS_SECTION,
+                       HX_ADAPTER_MAX_KNOBS);
+    if (*value == '\0')
+        return LM_FAIL(err, LM_E_INPUT, "[%s] %s: no values", KNOBS_SECTION, name);
+    char *kv = malloc(n + 1 + strlen(value) + 1);
+    if (kv == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    sprintf(kv, "%s=%s", name, value);
+    c->knobs[c->n_knobs++] = kv;
+    return LM_OK;
+}
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parse_state *ps = user;
     if (ps->failed)
         return 0;
     int k = -1;
-    if (*section != '\0' && strcmp(section, "case") != 0) {
+    if (strcmp(section, KNOBS_SECTION) == 0) {
+        set_knob(ps->c, name, value, &ps->key_err);
+    } else if (*section != '\0' && strcmp(section, "case") != 0) {
         LM_FAIL(&ps->key_err, LM_E_INPUT, "unknown section [%s] (keys go before any section or "
-                                          "in [case])", section);
+                                          "in [case]; an engine's knob axes in [%s])", section,
+                KNOBS_SECTION);
     } else if ((k = hx_axis_find(name)) >= 0) {
         if (ps->seen_axis[k])
             LM_FAIL(&ps->key_err, LM_E_INPUT, "key '%s' given twice", name);
@@ -180,6 +214,11 @@ static int handler(void *user, const char *section, const char *name, const char
             ps->seen[k] = true;
     }
     ps->failed = ps->key_err.code != LM_OK;
+    const bool own = strcmp(section, KNOBS_SECTION) != 0 &&
+                     (hx_axis_find(name) >= 0 || strcmp(name, keys[K_TURN]) == 0 ||
+                      strcmp(name, keys[K_INVARIANT]) == 0);
+    if (own && ps->own_key[0] == '\0')
+        snprintf(ps->own_key, sizeof ps->own_key, "%s", name);
     return !ps->failed;
 }
 
@@ -227,6 +266,24 @@ static uint32_t key_line(const char *text, const char *key)
     return 0;
 }
 
+/* An engine's case takes none of kvdrift's engine keys; [knobs] needs an engine. */
+static int check_engine_keys(const hx_case *c, const parse_state *ps, const char *text,
+                             const char *file, lm_err *err)
+{
+    if (c->engine == NULL) {
+        if (c->n_knobs > 0)
+            return LM_FAIL(err, LM_E_INPUT, "%s: [%s] without 'engine = ADAPTER' (knobs are "
+                           "another engine's)", file, KNOBS_SECTION);
+        return LM_OK;
+    }
+    if (ps->own_key[0] != '\0')
+        return LM_FAIL(err, LM_E_INPUT, "%s:%u: '%s' is a key of kvdrift's own engine; with "
+                       "engine = %s, sweep the adapter's knobs in [%s]", file,
+                       (unsigned)key_line(text, ps->own_key), ps->own_key, c->engine,
+                       KNOBS_SECTION);
+    return LM_OK;
+}
+
 static void record_lines(hx_case *c, const char *text)
 {
     c->line_name = key_line(text, "name");
@@ -267,6 +324,8 @@ int hx_case_parse_string(hx_case **out, const char *text, const char *file, lm_e
             rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory while parsing", file);
     } else {
         rc = apply_defaults(c, &ps, file, err);
+        if (rc == LM_OK)
+            rc = check_engine_keys(c, &ps, text, file, err);
     }
     if (rc != LM_OK) {
         hx_case_free(c);
@@ -298,6 +357,25 @@ static int anchor_model_path(hx_case *c, const char *path, lm_err *err)
     return LM_OK;
 }
 
+/* engine = a/b (a path: it holds a '/') relative to the case file's folder, as the model. */
+static int anchor_engine_path(hx_case *c, const char *path, lm_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (c->engine == NULL || strchr(c->engine, '/') == NULL || c->engine[0] == '/' ||
+        slash == NULL)
+        return LM_OK;
+    size_t dl = (size_t)(slash - path), el = strlen(c->engine);
+    char *np = malloc(dl + 1 + el + 1);
+    if (np == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    memcpy(np, path, dl);
+    np[dl] = '/';
+    memcpy(np + dl + 1, c->engine, el + 1);
+    free(c->engine);
+    c->engine = np;
+    return LM_OK;
+}
+
 int hx_case_load(hx_case **out, const char *path, lm_err *err)
 {
     *out = NULL;
@@ -312,7 +390,8 @@ int hx_case_load(hx_case **out, const char *path, lm_err *err)
     }
     rc = hx_case_parse_string(out, text, path, err);
     free(text);
-    if (rc == LM_OK && (rc = anchor_model_path(*out, path, err)) != LM_OK) {
+    if (rc == LM_OK && ((rc = anchor_model_path(*out, path, err)) != LM_OK ||
+                        (rc = anchor_engine_path(*out, path, err)) != LM_OK)) {
         hx_case_free(*out);
         *out = NULL;
     }
@@ -329,6 +408,9 @@ void hx_case_free(hx_case *c)
     free(c->model.path);
     free(c->prompt);
     free(c->tokens);
+    free(c->engine);
+    for (uint32_t i = 0; i < c->n_knobs; ++i)
+        free(c->knobs[i]);
     for (int i = 0; i < HX_AXIS_COUNT; ++i)
         free((void *)*hx_axes_list(&c->axes, (hx_axis)i));
     free(c);

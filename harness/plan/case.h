@@ -19,10 +19,24 @@
  *   strict_bits = false                           ; default false
  *   invariant_bits = true                         ; default false (hx_case.invariant_bits)
  *
+ * Another engine's case (behind an adapter, docs/ADAPTERS.md) names it and its knobs' axes:
+ *
+ *   engine = llamacpp                             ; a shipped adapter's name, or a path (with a
+ *                                                 ; '/'; relative to the case file's folder)
+ *   [knobs]                                       ; KNOB = V1,V2,...: each an axis of the sweep
+ *   n_ubatch = 1,7,512                            ; (sweep --engine's --axis KNOB=V1,V2)
+ *   type_k = f32,f16
+ *
+ * Knob names are [a-z0-9_]{1,31}; whether the adapter declares the knob and its values is
+ * checked against its --describe before anything runs (hx_caserun_create). With engine, the
+ * keys of kvdrift's own engine (the axis keys, turn, invariant_bits) are errors, and [knobs]
+ * without engine is one.
+ *
  * The axis keys (steps ... profile) take the lists of the sweep's options (--steps ...), parsed
  * by the same parser with the same limits (config.h hx_axes); n_gen, precision and turn take
  * the numbers of -n, --prec and --turn (hx_setting_parse), with the same messages.
- * Keys may sit before any section or in a [case] section; other sections are errors. Every key
+ * Keys may sit before any section or in a [case] section; [knobs] holds an engine's knob axes;
+ * other sections are errors. Every key
  * at most once. name, model and exactly one of prompt/tokens are required. Whole-line comments
  * start with ';' or '#'; there are no inline comments (a ';' inside a prompt is text). A value
  * wrapped in double quotes loses the quotes (to keep leading/trailing spaces of a prompt).
@@ -34,6 +48,7 @@
 #ifndef HX_CASE_H
 #define HX_CASE_H
 
+#include "model/adapter.h"
 #include "model/config.h"
 #include "kvd_common.h"
 #include "kvd_ref.h"
@@ -69,6 +84,10 @@ typedef struct hx_case {
     bool invariant_bits;
     bool special;         /* special = true: control-token text in the prompt ("<|im_start|>")
                              becomes those tokens (lm_tokenize_ex parse_special) */
+    char *engine;         /* engine = ADAPTER as written (a relative path anchored at the case
+                             file's folder by hx_case_load); NULL: kvdrift's own engine */
+    char *knobs[HX_ADAPTER_MAX_KNOBS]; /* [n_knobs] "KNOB=V1,V2,..." of [knobs], in file order */
+    uint32_t n_knobs;
     /* 1-based lines of keys in the file (0 = absent), for annotations pointing at them. */
     uint32_t line_name, line_model, line_input /* prompt, tokens or prompt_file */, line_steps;
 } hx_case;

@@ -5,7 +5,14 @@
  * A model file that does not exist, a device backend (LM_BE_DEVICE) without its device, or a
  * backend loaded at run time (LM_BE_LOADED, blis) without its library, is not an error: the case is skipped (skipped = true, the
  * reason in skip_reason) and its report lists the configurations, unrun, with
- * hx_config_report.skipped set, so JUnit shows them as <skipped/>. */
+ * hx_config_report.skipped set, so JUnit shows them as <skipped/>.
+ *
+ * A case naming another engine (engine = ADAPTER, case.h) runs that adapter's sweep instead
+ * (run/adapter_sweep.h: its knob axes from [knobs], each configuration's dump judged under the
+ * profile its setting implies); its golden entries are the dumps' bits under the adapter's
+ * key (golden_key.h hx_golden_key_adapter), pinned to its engine_version. An adapter that says
+ * it is not installed here (plan/adapter_resolve.h: LM_E_UNSUPPORTED) skips the case; a knob or
+ * value it does not declare is LM_E_INPUT naming the case file, before anything runs. */
 #ifndef HX_CASERUN_H
 #define HX_CASERUN_H
 
@@ -16,6 +23,7 @@
 #include "kvd_model.h"
 #include "ref_model.h"
 #include "model/report.h"
+#include "run/adapter_sweep.h"
 #include "run/sweep.h"
 
 #include <stdbool.h>
@@ -44,9 +52,16 @@ typedef struct hx_caserun {
     hx_sweep_result *sweep;     /* NULL when skipped */
     hx_golden_input input;      /* what its golden entries are pinned to (model, tokens,
                                    version; set when it ran) */
-    hx_report *report;          /* sweep->report, or (skipped) a report of unrun configs;
-                                   owned through sweep when it ran, else by this struct */
+    hx_report *report;          /* sweep->report (adapter->report), or (skipped) a report of
+                                   unrun configs; owned through the sweep when it ran, else by
+                                   this struct */
     bool own_report;
+    /* Another engine's case (c->engine): */
+    char adapter_path[4096];    /* its executable (hx_adapter_resolve) */
+    hx_adapter_desc *desc;      /* its description; NULL for kvdrift's engine */
+    hx_adapter_config *knob_configs; /* [n_knob_configs] the [knobs] axes' cross product */
+    size_t n_knob_configs;
+    hx_adapter_sweep_result *adapter; /* its run; NULL when skipped */
 } hx_caserun;
 
 /* Runs the already loaded case c (ownership of c passes to *out, also on error). */
@@ -65,5 +80,17 @@ int hx_caserun_entry(hx_golden_entry *e, const hx_caserun *r, size_t i, lm_err *
 
 /* The golden key of run i's configuration on this machine (golden_key.h). */
 void hx_caserun_key(hx_golden_key *k, const hx_caserun *r, size_t i, const hx_fingerprint *fp);
+
+/* Another engine's case, in two steps (caserun_engine.c). Plan: the adapter resolved and
+ * described and the [knobs] axes planned into r->desc and r->knob_configs, or r->skipped when
+ * the adapter is not installed here. Run: its sweep on r->model (loaded) and prompt [n_prompt]
+ * into r->adapter and r->report. */
+int hx_caserun_engine_plan(hx_caserun *r, lm_err *err);
+int hx_caserun_engine_run(hx_caserun *r, const int32_t *prompt, const hx_caserun_opts *o,
+                          lm_err *err);
+/* The configuration names of r->knob_configs in report order (the adapter's baseline first),
+ * or the engine as written when it was not described (not installed): *out malloc'd [*n]. */
+int hx_caserun_engine_names(char (**out)[HX_CONFIG_STR_MAX], size_t *n, const hx_caserun *r,
+                            lm_err *err);
 
 #endif

@@ -51,6 +51,12 @@ static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
     *bad |= hx_json_put(o, "greedy_compared", json_boolean(d->has_generated));
     *bad |= hx_json_put(o, "greedy_first_divergent", json_integer(d->first_divergent));
     *bad |= hx_json_put(o, "greedy_positions_compared", json_integer(d->compared_to));
+    if (d->first_divergent >= 0) {
+        *bad |= hx_json_put(o, "greedy_departed_id", json_integer(d->departed_chose));
+        *bad |= hx_json_put(o, "greedy_reference_id", json_integer(d->departed_ref_top));
+        *bad |= hx_json_put(o, "greedy_reference_margin", hx_json_num(d->departed_margin));
+        *bad |= hx_json_put(o, "greedy_departed_past_shared", json_boolean(d->departed_beyond));
+    }
     if (d->topk.k > 0) {
         const hx_topk_summary *t = &d->topk;
         char note[1024];
@@ -133,7 +139,10 @@ void hx_report_judge_md(FILE *f, const hx_report *r)
         else if (d->first_divergent < 0)
             fprintf(f, " | same %lld |", (long long)d->compared_to);
         else
-            fprintf(f, " | leaves @%lld |", (long long)d->first_divergent);
+            fprintf(f, " | leaves @%lld (id %d, reference %d, margin %.3g%s) |",
+                    (long long)d->first_divergent, (int)d->departed_chose,
+                    (int)d->departed_ref_top, d->departed_margin,
+                    d->departed_beyond ? ", past the shared ids" : "");
         fprintf(f, " %s |\n", d->explained_by[0] ? d->explained_by : "**none**");
     }
     for (size_t i = 0; i < r->n_dumps; ++i)

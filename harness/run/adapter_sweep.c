@@ -180,7 +180,9 @@ static int assemble(hx_report *rep, one_run *runs, size_t n, const size_t *dump_
     return LM_OK;
 }
 
-/* The kept bits of each judged configuration (hash and last prompt row). */
+/* The kept bits of each configuration with a dump (hash and last prompt row), taken before
+ * the judge cuts dumps whose continuations part to their shared ids (run/dumps_run.h (a)): a
+ * configuration's golden is its own dump's, whatever else the sweep ran. */
 static int keep_bits(hx_adapter_sweep_result *res, const one_run *runs, size_t n,
                      const hx_adapter_sweep_params *p, lm_err *err)
 {
@@ -192,7 +194,7 @@ static int keep_bits(hx_adapter_sweep_result *res, const one_run *runs, size_t n
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (size_t i = 0; i < n; ++i) {
         const hx_dump *d = runs[i].dump;
-        if (d == NULL || res->report->configs[i].cls == HX_ERROR)
+        if (d == NULL)
             continue;
         hx_capture *c = NULL;
         int rc = hx_dump_capture(&c, d, p->model, err);
@@ -209,9 +211,16 @@ static int keep_bits(hx_adapter_sweep_result *res, const one_run *runs, size_t n
                 memcpy(res->last_row[i], d->rows + (size_t)j * d->n_vocab,
                        d->n_vocab * sizeof(float));
             }
-        res->ran[i] = res->last_row[i] != NULL;
     }
     return LM_OK;
+}
+
+/* ran: a dump with its last prompt row that the judge did not make an ERROR ("not the same
+ * model"). */
+static void mark_ran(hx_adapter_sweep_result *res)
+{
+    for (size_t i = 0; i < res->n; ++i)
+        res->ran[i] = res->last_row[i] != NULL && res->report->configs[i].cls != HX_ERROR;
 }
 
 int hx_adapter_sweep_run(hx_adapter_sweep_result **out, const hx_adapter_sweep_params *p,
@@ -266,6 +275,8 @@ int hx_adapter_sweep_run(hx_adapter_sweep_result **out, const hx_adapter_sweep_p
     if (rc == LM_OK && nd == 0)
         rc = LM_FAIL(err, LM_E_INPUT, "adapter %s: no configuration ran (%s: %s)",
                      p->adapter_path, runs[0].name, runs[0].why);
+    if (rc == LM_OK)
+        rc = keep_bits(res, runs, n, p, err);
     if (rc == LM_OK) {
         hx_judge_params jp = {.model = p->model, .ref = p->ref, .model_label = p->model_label,
                               .prompt = p->prompt, .n_prompt = p->n_prompt, .dumps = dumps,
@@ -282,7 +293,7 @@ int hx_adapter_sweep_run(hx_adapter_sweep_result **out, const hx_adapter_sweep_p
         rc = assemble(res->report, runs, n, dump_of, err);
     }
     if (rc == LM_OK)
-        rc = keep_bits(res, runs, n, p, err);
+        mark_ran(res);
     for (size_t i = 0; i < n; ++i)
         hx_dump_free(runs[i].dump);
     if (tmp[0])

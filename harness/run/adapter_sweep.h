@@ -61,12 +61,13 @@ typedef struct hx_adapter_sweep_params {
     void *log_user;
 } hx_adapter_sweep_params;
 
-/* The dumps' bits kept for goldens: per report configuration, the XXH3-128 of its dump (hash
- * of the capture made from it, hx_capture_hash) and its logits at the last prompt position. */
+/* The dumps' bits kept for goldens: per report configuration, the XXH3-128 of its dump as the
+ * adapter wrote it (hash of the capture made from it, hx_capture_hash, before the judge cuts
+ * continuations that part to their shared ids) and its logits at the last prompt position. */
 typedef struct hx_adapter_sweep_result {
     hx_report *report;
     size_t n;                          /* = report->n_configs */
-    bool *ran;                         /* [n] a dump was judged */
+    bool *ran;                         /* [n] a dump was judged (not an ERROR row) */
     uint8_t (*hash)[16];               /* [n] */
     float **last_row;                  /* [n] -> [n_vocab] logits at n_prompt - 1, NULL when
                                           not ran */

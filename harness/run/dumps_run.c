@@ -55,7 +55,54 @@ typedef struct jstate {
     uint32_t n_prof;
     hx_envelope *env[HX_JUDGE_MAX_PROFILES], *env_lp[HX_JUDGE_MAX_PROFILES];
     char path_hash[33];         /* the naive f32 forced run's capture hash */
+    hx_departure *own;          /* [n_dumps] each greedy continuation on its own path, taken
+                                   before the cut when that path goes past the shared ids */
+    bool *has_own;              /* [n_dumps] own[k] was taken */
 } jstate;
+
+/* The rows at n_prompt-1+j (j = 0..n_path) of reference capture ref, NULL where absent, into
+ * rows [n_path + 1]. */
+static void ref_rows(const double **rows, const ref_capture *ref, uint32_t n_prompt,
+                     uint32_t n_path)
+{
+    for (uint32_t j = 0; j <= n_path; ++j) {
+        int64_t r = ref_capture_find_pos(ref, n_prompt - 1 + j);
+        rows[j] = r < 0 ? NULL : ref_capture_logits(ref, (uint32_t)r);
+    }
+}
+
+/* Dump d's greedy continuation against the reference run on d's own ids (all of them, before
+ * the cut to the shared ids): where it leaves the reference's argmax and at what margin. One
+ * reference pass per path, through the reference cache. */
+static int own_path(hx_departure *out, const jstate *s, const hx_dump *d, lm_err *err)
+{
+    const hx_judge_params *p = s->p;
+    const uint32_t n_path = d->n_tokens - d->n_prompt;
+    uint32_t *pos = malloc(((size_t)n_path + 1) * sizeof *pos);
+    const double **rows = malloc(((size_t)n_path + 1) * sizeof *rows);
+    ref_capture ref = {0};
+    int rc = pos && rows ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (uint32_t j = 0; rc == LM_OK && j <= n_path; ++j)
+        pos[j] = d->n_prompt - 1 + j;
+    ref_request rq = {.tokens = d->tokens, .n_tokens = d->n_tokens, .n_prompt = d->n_prompt,
+                      .pos = pos, .n_pos = n_path + 1,
+                      .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
+                      .n_threads = p->ref_threads, .log = p->log, .log_user = p->log_user};
+    bool hit = false;
+    if (rc == LM_OK)
+        rc = ref_cached(&ref, p->ref, &rq, p->cache_dir, &hit, err);
+    if (rc == LM_OK) {
+        progress(p, "%s: reference on its own continuation %s (%u rows)", d->dir,
+                 hit ? "loaded from cache" : "computed", (unsigned)(n_path + 1));
+        ref_rows(rows, &ref, d->n_prompt, n_path);
+        rc = hx_departure_find(out, d->generated, d->n_generated, d->tokens + d->n_prompt,
+                               n_path, rows, ref.n_vocab, err);
+    }
+    ref_capture_free(&ref);
+    free(pos);
+    free((void *)rows);
+    return rc;
+}
 
 /* (a) Same tokens everywhere, prompt first; the union of positions. */
 static int check_inputs(jstate *s, lm_err *err)
@@ -86,6 +133,17 @@ static int check_inputs(jstate *s, lm_err *err)
             ++i;
         shared = i;
     }
+    s->own = calloc(p->n_dumps, sizeof *s->own);
+    s->has_own = calloc(p->n_dumps, sizeof *s->has_own);
+    if (s->own == NULL || s->has_own == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    for (size_t k = 0; k < p->n_dumps; ++k)
+        if (p->dumps[k]->n_tokens > shared && p->dumps[k]->has_generated) {
+            int rc = own_path(&s->own[k], s, p->dumps[k], err);
+            if (rc != LM_OK)
+                return rc;
+            s->has_own[k] = true;
+        }
     for (size_t k = 0; k < p->n_dumps; ++k)
         if (p->dumps[k]->n_tokens > shared) {
             progress(p, "%s: its fed ids part from the others' at position %u: judged on the %u "
@@ -428,40 +486,56 @@ static double median_e(const hx_envelope *e)
     return m;
 }
 
-/* The greedy sequence of dump d against the reference rows, into report dr and the dump's
- * configurations. */
-static int greedy(hx_report *rep, hx_dump_report *dr, const hx_dump *d, const ref_capture *ref,
-                  lm_err *err)
+/* The greedy sequence of dump di against the reference, into report dr and the dump's
+ * configurations: on its own path when that went past the shared ids (s->own), else on the
+ * judged rows. A departure at a judged row takes that row's class; one past them (the rows
+ * only the dump's own path has) is reported with its margin, and no envelope judges it. */
+static int greedy(hx_report *rep, hx_dump_report *dr, const jstate *s, size_t di,
+                  const ref_capture *ref, lm_err *err)
 {
+    const hx_dump *d = s->p->dumps[di];
     dr->first_divergent = -1;
+    dr->departed_chose = dr->departed_ref_top = -1;
+    dr->departed_margin = NAN;
     dr->has_generated = d->has_generated;
     if (!d->has_generated)
         return LM_OK;
-    uint32_t n_path = d->n_tokens - d->n_prompt;
-    int32_t *top = malloc((n_path + 1) * sizeof *top);
-    if (top == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    for (uint32_t j = 0; j <= n_path; ++j) {
-        int64_t r = ref_capture_find_pos(ref, d->n_prompt - 1 + j);
-        top[j] = r < 0 ? -1 : hx_argmax_f64(ref_capture_logits(ref, (uint32_t)r), ref->n_vocab);
+    hx_departure dep;
+    if (s->has_own[di]) {
+        dep = s->own[di];
+    } else {
+        uint32_t n_path = d->n_tokens - d->n_prompt;
+        const double **rows = malloc(((size_t)n_path + 1) * sizeof *rows);
+        if (rows == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        ref_rows(rows, ref, d->n_prompt, n_path);
+        int rc = hx_departure_find(&dep, d->generated, d->n_generated, d->tokens + d->n_prompt,
+                                   n_path, rows, ref->n_vocab, err);
+        free((void *)rows);
+        if (rc != LM_OK)
+            return rc;
     }
-    uint32_t compared = 0;
-    int64_t g = hx_greedy_departure(d->generated, d->n_generated, d->tokens + d->n_prompt,
-                                    n_path, top, &compared);
-    free(top);
-    dr->first_divergent = g;
-    dr->compared_to = compared;
-    if (g < 0)
+    dr->first_divergent = dep.at;
+    dr->compared_to = dep.compared;
+    if (dep.at < 0)
         return LM_OK;
+    dr->departed_chose = dep.chose;
+    dr->departed_ref_top = dep.ref_top;
+    dr->departed_margin = dep.margin;
+    const uint32_t at = d->n_prompt - 1 + (uint32_t)dep.at;
+    if (at >= d->n_tokens) { /* past the judged rows */
+        dr->departed_beyond = true;
+        return LM_OK;
+    }
     char row[32];
-    snprintf(row, sizeof row, "logits@%u", (unsigned)(d->n_prompt - 1 + (uint32_t)g));
+    snprintf(row, sizeof row, "logits@%u", (unsigned)at);
     for (size_t k = 0; k < dr->n_profiles; ++k) {
         hx_config_report *c = &rep->configs[dr->first_config + k];
-        hx_class at = HX_FLIP; /* the row that chose it is not in the dump: unexplained */
+        hx_class cls_at = HX_FLIP; /* the row that chose it is not in the dump: unexplained */
         for (size_t i = 0; i < c->n_rows; ++i)
             if (strcmp(c->rows[i].name, row) == 0)
-                at = c->rows[i].cls;
-        hx_config_report_set_divergence(c, g, at);
+                cls_at = c->rows[i].cls;
+        hx_config_report_set_divergence(c, dep.at, cls_at);
     }
     return LM_OK;
 }
@@ -518,7 +592,7 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
     hx_capture_free(x);
     hx_capture_free(base);
     if (rc == LM_OK)
-        rc = greedy(rep, dr, d, ref, err);
+        rc = greedy(rep, dr, s, di, ref, err);
     if (rc != LM_OK)
         return rc;
     for (uint32_t k = 0; k < dr->n_profiles; ++k)
@@ -606,6 +680,8 @@ static int pairs(jstate *s, hx_report *rep, lm_err *err)
 static void jstate_free(jstate *s)
 {
     free(s->pos);
+    free(s->own);
+    free(s->has_own);
     free(s->ref_lp.logits);
     ref_capture_free(&s->ref);
     for (uint32_t k = 0; k < HX_JUDGE_MAX_PROFILES; ++k) {
