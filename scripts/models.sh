@@ -92,4 +92,20 @@ else
   rm -rf "$tmp"
   trap - EXIT
 fi
+# The small real models the tests and cases use (stories260K, llama-2-tiny-random) are not on
+# PyPI: where the checkout has them beside it (../shared/models), they are copied into the
+# models folder, each checked against its sha256; without them those tests print SKIP lines.
+beside="../shared/models"
+for item in "stories260K.gguf|270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d" \
+            "llama-2-tiny-random.gguf|81f226c62d28ed4a1a9b9fa080fcd9f0cc40e0f9d5680036583ff98fbcd035cb"; do
+  name="${item%%|*}" want="${item##*|}"
+  if [ -f "$dest/$name" ] && [ "$(sha "$dest/$name")" = "$want" ]; then
+    echo "models: $name present"
+  elif [ -f "$beside/$name" ] && [ "$(sha "$beside/$name")" = "$want" ]; then
+    cp -f "$beside/$name" "$dest/$name.tmp.$$" && mv -f "$dest/$name.tmp.$$" "$dest/$name"
+    echo "models: $name -> $dest/$name (from $beside)"
+  else
+    echo "models: $name: not beside the checkout ($beside): the tests that use it will skip"
+  fi
+done
 exit $status
