@@ -19,6 +19,7 @@
  * Observed fractions carry a 90% Wilson interval. Writes OUTDIR/calibrate-seq.tsv (one line
  * per prompt and configuration) and OUTDIR/calibrate-bins.tsv (the tables). Never fails on
  * what it finds: it reports. */
+#include "judge/model_check.h"
 #include "judge/split_risk.h"
 #include "fs.h"
 #include "kvd_engine.h"
@@ -110,7 +111,8 @@ static void run_model(tally *t, FILE *seq, const char *label, const char *path,
 {
     lm_err err = {0};
     lm_model *m = NULL;
-    if (lm_model_load(&m, path, &err) != LM_OK) {
+    ref_model *rm = NULL; /* the reference's own reading of the same file */
+    if (hx_models_open(&m, &rm, path, &err) != LM_OK) {
         printf("%s: skipped (%s)\n", label, err.msg);
         return;
     }
@@ -134,7 +136,7 @@ static void run_model(tally *t, FILE *seq, const char *label, const char *path,
         int32_t prompt[N_PROMPT];
         for (uint32_t j = 0; j < N_PROMPT; ++j)
             prompt[j] = 3 + (int32_t)(splitmix(&st) % (m->hp.n_vocab - 3));
-        hx_sweep_params p = {.model = m, .model_label = label, .prompt = prompt,
+        hx_sweep_params p = {.model = m, .ref = rm, .model_label = label, .prompt = prompt,
                              .n_prompt = N_PROMPT, .n_gen = n_gen, .configs = cfg,
                              .n_configs = nc, .cache_dir = cache, .ref_threads = 1, .quiet = true,
                              .time_once = true};
@@ -190,6 +192,7 @@ static void run_model(tally *t, FILE *seq, const char *label, const char *path,
                     lm_now_s() - t0);
     }
     lm_model_free(m);
+    ref_model_free(rm);
 }
 
 int main(int argc, char **argv)
