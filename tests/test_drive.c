@@ -93,6 +93,36 @@ static int record(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *err
     return LM_OK;
 }
 
+/* Feeds tok[13] under cfg_s on a fresh drive (32 positions) and checks its calls against
+ * want_pos0/want_n [n_want] and its final row, bit for bit, against lm_prefill's of the same
+ * tokens in chunks of ref_step on the same (reset) context: naive is chunk-invariant. Returns
+ * the open drive (the caller closes it). */
+static hx_drive *feed_checked(lm_model *m, const char *cfg_s, const int32_t *tok,
+                              const uint32_t *want_pos0, const uint32_t *want_n, size_t n_want,
+                              uint32_t ref_step)
+{
+    lm_err err = {0};
+    hx_config c = parse(cfg_s);
+    hx_drive *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&d, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
+    const size_t nv = m->hp.n_vocab;
+    float *fin = malloc(nv * sizeof *fin), *ref = malloc(nv * sizeof *ref);
+    CU_ASSERT_FATAL(fin != NULL && ref != NULL);
+    calls rec = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
+                          LM_OK);
+    CU_ASSERT_EQUAL_FATAL(rec.k, n_want);
+    for (size_t i = 0; i < n_want; ++i)
+        CU_ASSERT(rec.pos0[i] == want_pos0[i] && rec.n[i] == want_n[i]);
+    CU_ASSERT_EQUAL(lm_ctx_n_past(hx_drive_ctx(d)), 13);
+    lm_ctx_reset(hx_drive_ctx(d));
+    CU_ASSERT_EQUAL_FATAL(lm_prefill(hx_drive_ctx(d), tok, 13, ref_step, ref, &err), LM_OK);
+    CU_ASSERT_EQUAL(memcmp(fin, ref, nv * sizeof *fin), 0);
+    free(fin);
+    free(ref);
+    return d;
+}
+
 /* step=3:turn=2 over 13 tokens: hx_turn_split's n1 = 6 in chunks of 3, 2 single tokens, n2 = 5
  * in chunks of 3; positions continue after what the context holds. The final row equals
  * lm_prefill's of the same chunks on a fresh context (naive is chunk-invariant: bitwise). */
@@ -106,25 +136,13 @@ static void test_drive_feed_schedule(void)
     uint32_t n1, dec, n2;
     hx_turn_split(13, 2, &n1, &dec, &n2);
     CU_ASSERT(n1 == 6 && dec == 2 && n2 == 5);
-    hx_config c = parse("naive:step=3:turn=2");
-    hx_drive *d = NULL;
-    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&d, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
-    lm_ctx *ctx = hx_drive_ctx(d);
-    const size_t nv = m->hp.n_vocab;
-    float *fin = malloc(nv * sizeof *fin), *ref = malloc(nv * sizeof *ref);
-    CU_ASSERT_FATAL(fin != NULL && ref != NULL);
-    calls rec = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
-                          LM_OK);
     const uint32_t want_pos0[] = {0, 3, 6, 7, 8, 11}, want_n[] = {3, 3, 1, 1, 3, 2};
-    CU_ASSERT_EQUAL_FATAL(rec.k, 6);
-    for (size_t i = 0; i < 6; ++i)
-        CU_ASSERT(rec.pos0[i] == want_pos0[i] && rec.n[i] == want_n[i]);
+    hx_drive *d = feed_checked(m, "naive:step=3:turn=2", tok, want_pos0, want_n, 6, 3);
+    lm_ctx *ctx = hx_drive_ctx(d);
     lm_ctx_reset(ctx);
-    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, tok, 13, 3, ref, &err), LM_OK);
-    CU_ASSERT_EQUAL(memcmp(fin, ref, nv * sizeof *fin), 0);
+    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 13, HX_ROWS_NONE, NULL, NULL, NULL, &err), LM_OK);
     /* A second feed continues at the next position. */
-    rec.k = 0;
+    calls rec = {0};
     CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 2, HX_ROWS_NONE, NULL, record, &rec, &err),
                           LM_OK);
     CU_ASSERT(rec.k == 1 && rec.pos0[0] == 13 && rec.n[0] == 2);
@@ -133,8 +151,6 @@ static void test_drive_feed_schedule(void)
     CU_ASSERT_EQUAL(hx_drive_feed(d, many, 20, HX_ROWS_NONE, NULL, NULL, NULL, &err),
                     LM_E_INPUT);
     CU_ASSERT_EQUAL(lm_ctx_n_past(ctx), 15);
-    free(fin);
-    free(ref);
     hx_drive_close(d);
     lm_model_free(m);
 }
@@ -152,23 +168,10 @@ static void test_drive_prefix_schedule(void)
     hx_config c = parse("naive:step=3:prefix=5/2");
     CU_ASSERT(c.prefix == 5 && c.prefix_step == 2);
     CU_ASSERT_EQUAL(hx_config_keys(&c), HX_KEY_STEP | HX_KEY_PREFIX);
-    hx_drive *d = NULL, *d2 = NULL;
-    CU_ASSERT_EQUAL_FATAL(hx_drive_open(&d, m, &c, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
-    lm_ctx *ctx = hx_drive_ctx(d);
-    const size_t nv = m->hp.n_vocab;
-    float *fin = malloc(nv * sizeof *fin), *ref = malloc(nv * sizeof *ref);
-    CU_ASSERT_FATAL(fin != NULL && ref != NULL);
-    calls rec = {0};
-    CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d, tok, 13, HX_ROWS_FINAL, fin, record, &rec, &err),
-                          LM_OK);
     const uint32_t want_pos0[] = {0, 2, 4, 5, 8, 11}, want_n[] = {2, 2, 1, 3, 3, 2};
-    CU_ASSERT_EQUAL_FATAL(rec.k, 6);
-    for (size_t i = 0; i < 6; ++i)
-        CU_ASSERT(rec.pos0[i] == want_pos0[i] && rec.n[i] == want_n[i]);
-    CU_ASSERT_EQUAL(lm_ctx_n_past(ctx), 13);
-    lm_ctx_reset(ctx);
-    CU_ASSERT_EQUAL_FATAL(lm_prefill(ctx, tok, 13, 0, ref, &err), LM_OK);
-    CU_ASSERT_EQUAL(memcmp(fin, ref, nv * sizeof *fin), 0);
+    hx_drive *d = feed_checked(m, "naive:step=3:prefix=5/2", tok, want_pos0, want_n, 6, 0);
+    hx_drive *d2 = NULL;
+    calls rec = {0};
     /* A prefix as long as the prompt reuses all but its last token. */
     hx_config all = parse("naive:step=full:prefix=40");
     CU_ASSERT_EQUAL_FATAL(hx_drive_open(&d2, m, &all, 32, HX_KEYS_PLAIN, "test", &err), LM_OK);
@@ -176,8 +179,6 @@ static void test_drive_prefix_schedule(void)
     CU_ASSERT_EQUAL_FATAL(hx_drive_feed(d2, tok, 13, HX_ROWS_NONE, NULL, record, &rec, &err),
                           LM_OK);
     CU_ASSERT(rec.k == 2 && rec.n[0] == 12 && rec.pos0[1] == 12 && rec.n[1] == 1);
-    free(fin);
-    free(ref);
     hx_drive_close(d);
     hx_drive_close(d2);
     lm_model_free(m);
