@@ -99,6 +99,16 @@ static void print_summary(const hx_report *r, const char *wrote)
         if (d->has_generated)
             printf("  greedy: %lld generated tokens compared, %s\n", (long long)d->compared_to,
                    dep);
+        for (size_t k = 0; k < d->n_profiles; ++k) {
+            const hx_config_report *c = &r->configs[d->first_config + k];
+            const char *at = strrchr(c->config, '@');
+            char kv[320];
+            hx_kv_first_text(kv, sizeof kv, &c->kv_first);
+            if (kv[0])
+                printf("  %s under %s\n", kv, at ? at + 1 : c->config);
+        }
+        if (d->hidden_unused)
+            printf("  %s\n", HX_HIDDEN_UNUSED);
     }
     for (size_t i = 0; i < r->n_pairs; ++i) {
         const hx_dump_pair *p = &r->pairs[i];

@@ -227,6 +227,12 @@ static void print_result(const hx_report *r, const engine_opts *o, const engine_
                 d->explained_by[0] ? "explained" : "NOT explained", d->kl.mean, d->kl.max, dep);
         if (d->first_divergent >= 0 && !d->departed_beyond)
             fprintf(chat, " (%s there)", hx_class_name(c->divergent_cls));
+        char kv[320];
+        hx_kv_first_text(kv, sizeof kv, &c->kv_first);
+        if (kv[0])
+            fprintf(chat, "; %s", kv);
+        if (d->hidden_unused)
+            fprintf(chat, "; %s", HX_HIDDEN_UNUSED);
         fprintf(chat, "\n");
     }
     fprintf(chat, "verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass",

@@ -324,6 +324,11 @@ int hx_dump_load(hx_dump **out, const char *dir, const lm_model *m, const char *
     if (rc == LM_OK && (rc = manifest(d, m, model_path, err)) == LM_OK &&
         (rc = rows(d, m, err)) == LM_OK)
         rc = kv(d, m, err);
+    if (rc == LM_OK) {
+        char hdir[PATH_CAP];
+        snprintf(hdir, sizeof hdir, "%s/hidden", d->dir);
+        d->has_hidden = stat(hdir, &sb) == 0 && S_ISDIR(sb.st_mode);
+    }
     if (rc != LM_OK) {
         hx_dump_free(d);
         return rc;

@@ -10,7 +10,8 @@
  * Arrays: exactly one of logits.npy and logprobs.npy, shape [n_positions][n_vocab]; optional
  * kv/layerNN_k.npy and kv/layerNN_v.npy (NN = 00, 01, ...: every layer, both tensors, nothing
  * else in kv/), shape [n_prompt][n_kv_head][head_dim], K after RoPE; element types float32,
- * float16, float64 or bfloat16 bits as uint16 (npy.h).
+ * float16, float64 or bfloat16 bits as uint16 (npy.h). A folder hidden/ (the residual stream
+ * after each layer) is noted (has_hidden) and not read.
  *
  * hx_dump_load checks everything against the model before anything is used: array shapes vs
  * the model's vocabulary, layers, KV heads and head size; token ids vs the vocabulary; lengths
@@ -41,6 +42,8 @@ typedef struct hx_dump {
     bool has_generated;
     uint32_t n_layer;         /* layers of K/V (0 when kv/ is absent) */
     float **k, **v;           /* [n_layer] -> [n_prompt][n_kv_head][head_dim], NULL when absent */
+    bool has_hidden;          /* the folder holds hidden/ (per-layer residuals: read by
+                                 nothing, only reported as not judged) */
     /* Top-k rows (a server's reply, `kvdrift probe`; never read from a folder): topk > 0 means
      * each row holds only the log-probabilities of the ids topk_ids lists (logprobs is true);
      * its other entries are NaN: unknown, never compared. */

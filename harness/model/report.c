@@ -158,6 +158,19 @@ void hx_dump_departure_text(char *buf, size_t cap, const hx_dump_report *d, uint
                  d->departed_beyond ? ", past the shared ids: judged by no envelope" : "");
 }
 
+void hx_kv_first_text(char *buf, size_t cap, const hx_kv_first *k)
+{
+    if (!k->checked)
+        snprintf(buf, cap, "%s", "");
+    else if (k->layer < 0)
+        snprintf(buf, cap, "K/V: every row within the envelope (%u rows)", (unsigned)k->n_rows);
+    else
+        snprintf(buf, cap, "K/V: first outside the envelope at layer %d, position %d (its %c "
+                 "row: max |dump - R| %.3g > E %.3g; %u of %u rows outside)", (int)k->layer,
+                 (int)k->pos, k->tensor, k->err, k->e, (unsigned)k->n_outside,
+                 (unsigned)k->n_rows);
+}
+
 bool hx_config_report_fails(const hx_config_report *c, bool strict)
 {
     if (c->skipped)

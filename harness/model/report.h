@@ -43,6 +43,20 @@ typedef struct hx_tensor_row {
     hx_logit_metrics lg;   /* logits only */
 } hx_tensor_row;
 
+/* Where a judged dump's K/V rows first leave the envelope (judge/kv_locate.h): rows in forward
+ * order (layer-major, then position, K before V), each row's error max |dump - R| over its
+ * n_kv_head x head_dim values held against the E of its layer's K or V tensor (the envelope has
+ * one E per tensor, so a tensor is DRIFT exactly when one of its rows is outside). */
+typedef struct hx_kv_first {
+    bool checked;              /* the dump's K/V rows were compared (else nothing below) */
+    int32_t layer;             /* of the first row outside; -1 = every row within */
+    int32_t pos;               /* its position (0 = first prompt token) */
+    char tensor;               /* 'K' or 'V' */
+    double err;                /* that row's max |dump - R| (+Inf: a NaN or Inf value) */
+    double e;                  /* its tensor's E */
+    uint32_t n_outside, n_rows; /* rows outside, rows compared */
+} hx_kv_first;
+
 typedef struct hx_config_report {
     char config[HX_CONFIG_STR_MAX]; /* canonical config string */
     hx_class cls;              /* worst over rows and the greedy sequence */
@@ -85,6 +99,7 @@ typedef struct hx_config_report {
     uint32_t routing_real;     /* of which not within the router-margin envelope (TIE) */
     float routing_tie_band;    /* that envelope: TIE = reference margin <= it */
     bool routing_checked;      /* MoE model: the two fields above are measured */
+    hx_kv_first kv_first;      /* judged dumps with K/V only (checked false elsewhere) */
     size_t n_rows;
     hx_tensor_row *rows;       /* [n_rows] */
 } hx_config_report;
@@ -127,6 +142,9 @@ typedef struct hx_dump_report {
     char explained_by[8];      /* the profile with the smallest logits envelope under which
                                   the dump passes; "" = none (the dump fails) */
     bool has_generated;        /* tokens_generated compared */
+    bool hidden_unused;        /* the dump holds hidden/ (the residual stream after each
+                                  layer), which nothing judges: the reference exposes no
+                                  per-layer residuals (HX_HIDDEN_UNUSED says so) */
     int64_t first_divergent;   /* first generated index where the dump's greedy tokens leave
                                   the reference's argmax; -1 = none */
     int64_t compared_to;       /* generated indices compared (the dump's own path) */
@@ -146,6 +164,14 @@ typedef struct hx_dump_report {
  * margin M[, past the shared ids: judged by no envelope]"; "" when nothing was compared. */
 void hx_dump_departure_text(char *buf, size_t cap, const hx_dump_report *d,
                             uint32_t n_prompt);
+
+/* The report's words for hx_dump_report.hidden_unused. */
+#define HX_HIDDEN_UNUSED "hidden/ not used: the reference exposes no per-layer residuals"
+
+/* One line on k: "K/V: first outside the envelope at layer L, position P (its K row: max
+ * |dump - R| X > E Y; N of M rows outside)" or "K/V: every row within the envelope (M rows)";
+ * "" when k was not checked. */
+void hx_kv_first_text(char *buf, size_t cap, const hx_kv_first *k);
 
 /* Two dumps compared with each other over the logits positions both hold. */
 typedef struct hx_dump_pair {

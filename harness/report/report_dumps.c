@@ -8,6 +8,27 @@
 #include <string.h>
 
 
+/* The first K/V row outside the envelope: {"layer", "position", "tensor", "err", "e",
+ * "rows_outside", "rows"}, layer/position/tensor/err/e null when every row is within. */
+static json_t *kv_first_obj(const hx_kv_first *k, int *bad)
+{
+    json_t *o = json_object();
+    if (o == NULL) {
+        *bad = 1;
+        return NULL;
+    }
+    const bool any = k->layer >= 0;
+    const char t[2] = {k->tensor, '\0'};
+    *bad |= hx_json_put(o, "layer", any ? json_integer(k->layer) : json_null());
+    *bad |= hx_json_put(o, "position", any ? json_integer(k->pos) : json_null());
+    *bad |= hx_json_put(o, "tensor", any ? json_string(t) : json_null());
+    *bad |= hx_json_put(o, "err", any ? hx_json_num(k->err) : json_null());
+    *bad |= hx_json_put(o, "e", any ? hx_json_num(k->e) : json_null());
+    *bad |= hx_json_put(o, "rows_outside", json_integer(k->n_outside));
+    *bad |= hx_json_put(o, "rows", json_integer(k->n_rows));
+    return o;
+}
+
 static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
 {
     json_t *o = json_object(), *kl = json_object(), *pr = json_object();
@@ -44,10 +65,14 @@ static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
         *bad |= hx_json_put(p, "worst_ratio", hx_json_num(c->worst_ratio));
         *bad |= hx_json_put(p, "first_divergent", json_integer(c->first_divergent));
         *bad |= hx_json_put(p, "reason", json_string(c->reason));
+        if (c->kv_first.checked)
+            *bad |= hx_json_put(p, "kv_first_outside", kv_first_obj(&c->kv_first, bad));
         *bad |= hx_json_put(pr, at ? at + 1 : c->config, p);
     }
     *bad |= hx_json_put(o, "profiles", pr);
     *bad |= hx_json_put(o, "explained_by", d->explained_by[0] ? json_string(d->explained_by) : json_null());
+    *bad |= hx_json_put(o, "hidden_states",
+                        d->hidden_unused ? json_string(HX_HIDDEN_UNUSED) : json_null());
     *bad |= hx_json_put(o, "greedy_compared", json_boolean(d->has_generated));
     *bad |= hx_json_put(o, "greedy_first_divergent", json_integer(d->first_divergent));
     *bad |= hx_json_put(o, "greedy_positions_compared", json_integer(d->compared_to));
@@ -144,6 +169,25 @@ void hx_report_judge_md(FILE *f, const hx_report *r)
                     (int)d->departed_ref_top, d->departed_margin,
                     d->departed_beyond ? ", past the shared ids" : "");
         fprintf(f, " %s |\n", d->explained_by[0] ? d->explained_by : "**none**");
+    }
+    bool kv_head = false;
+    for (size_t i = 0; i < r->n_dumps; ++i) {
+        const hx_dump_report *d = &r->dumps[i];
+        for (size_t k = 0; k < d->n_profiles; ++k) {
+            const hx_config_report *c = &r->configs[d->first_config + k];
+            char kv[320];
+            hx_kv_first_text(kv, sizeof kv, &c->kv_first);
+            if (kv[0] == '\0')
+                continue;
+            if (!kv_head)
+                fputs("\nK/V rows in forward order (layer, then position, K before V), each "
+                      "against its layer's envelope:\n\n", f);
+            kv_head = true;
+            fprintf(f, "- `%s`: %s\n", c->config, kv);
+        }
+        if (d->hidden_unused)
+            fprintf(f, "%s- `%s`: %s\n", kv_head ? "" : "\n", d->name, HX_HIDDEN_UNUSED);
+        kv_head |= d->hidden_unused;
     }
     for (size_t i = 0; i < r->n_dumps; ++i)
         if (r->dumps[i].topk.k > 0) {

@@ -9,6 +9,7 @@
 #include "judge/envelope.h"
 #include "run/envelope_sr.h"
 #include "judge/fingerprint.h"
+#include "judge/kv_locate.h"
 #include "judge/model_check.h"
 #include "judge/split_risk.h"
 #include "run/forced.h"
@@ -551,6 +552,7 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
     snprintf(dr->rows, sizeof dr->rows, "%s", d->logprobs ? "logprobs" : "logits");
     snprintf(dr->dtype, sizeof dr->dtype, "%s", d->row_dtype);
     dr->n_pos = d->n_pos;
+    dr->hidden_unused = d->has_hidden;
     dr->first_config = rep->n_configs;
     /* one profile per dump when the caller names it, else every profile */
     const uint32_t k0 = s->p->dump_profile ? s->p->dump_profile[di] : 0;
@@ -586,6 +588,8 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
         if ((rc = hx_report_add_config(rep, &c, name, err)) == LM_OK)
             rc = d->topk > 0 ? hx_compare_topk(c, &dr->topk, d, bd, ref, env, err)
                              : hx_compare_capture(c, x, b, ref, env, err);
+        if (rc == LM_OK && x != NULL)
+            rc = hx_kv_first_outside(&c->kv_first, x, ref, env, err);
         scale[k - k0] = median_e(env);
         idle[k - k0] = s->idle[k];
     }

@@ -23,7 +23,10 @@
  *      envelope measured on those.
  *  (d) Each dump under each profile: a capture made from the dump (K/V when kv/ is present,
  *      otherwise logits rows only) through hx_compare_capture against the reference and that
- *      profile's envelope, as configuration "<dump>@<profile>" (no baseline, so never EXACT);
+ *      profile's envelope, as configuration "<dump>@<profile>" (no baseline, so never EXACT),
+ *      and its K/V rows through hx_kv_first_outside (kv_locate.h: the first (layer, position)
+ *      outside the envelope, into the configuration's kv_first); a dump's hidden/ is noted as
+ *      not judged (hx_dump_report.hidden_unused: the reference has no per-layer residuals);
  *      the greedy tokens (tokens_generated) against the reference's argmax on the dump's own
  *      path, the class there being that row's (hx_greedy_departure); KL statistics and the
  *      same-top-1 rate over the logits rows; the explaining profile (hx_explain_profile, with
