@@ -3,6 +3,7 @@
 
 #include "kvd_ref.h"
 
+#include "model/capture.h"
 #include "run/dumps_run.h"
 #include "plan/synth.h"
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 float *tf_fill(float *x, size_t n, float scale, float offset, uint64_t *st)
@@ -345,4 +347,48 @@ lm_model *tf_preset_model(size_t i, const char *tag, uint64_t seed, const char *
     lm_model *m = NULL;
     CU_ASSERT_FATAL(lm_model_load(&m, path, &err) == LM_OK);
     return m;
+}
+
+/* Widens n float32 values of x to double and writes them as one .npy of the given shape. */
+static void npy_f32(const char *path, const float *x, size_t n, uint32_t ndim,
+                    const uint64_t *shape)
+{
+    double *d = malloc((n ? n : 1) * sizeof *d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    for (size_t i = 0; i < n; ++i)
+        d[i] = (double)x[i];
+    lm_err err = {0};
+    const int rc = ref_npy_write(path, d, ndim, shape, &err);
+    free(d);
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+}
+
+void tf_write_dump(const char *dir, const hx_capture *c)
+{
+    const hx_capture_shape *s = &c->shape;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/kv", dir);
+    CU_ASSERT_FATAL(mkdir(dir, 0755) == 0 && (c->k == NULL || mkdir(path, 0755) == 0));
+    snprintf(path, sizeof path, "%s/dump.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("{\"tokens\": [", f);
+    for (uint32_t i = 0; i < s->n_tokens; ++i)
+        fprintf(f, "%s%d", i ? ", " : "", (int)c->tokens[i]);
+    fprintf(f, "], \"n_prompt\": %u, \"logits_positions\": [", (unsigned)s->n_prompt);
+    for (uint32_t i = 0; i < s->n_pos; ++i)
+        fprintf(f, "%s%u", i ? ", " : "", (unsigned)c->positions[i]);
+    fputs("], \"engine\": \"kvdrift\"}\n", f);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    snprintf(path, sizeof path, "%s/logits.npy", dir);
+    const uint64_t lshape[2] = {s->n_pos, s->n_vocab};
+    npy_f32(path, c->logits, (size_t)s->n_pos * s->n_vocab, 2, lshape);
+    const uint64_t kshape[3] = {s->n_prompt, s->n_kv_head, s->head_dim};
+    for (uint32_t l = 0; c->k != NULL && l < s->n_layer; ++l)
+        for (int t = 0; t < 2; ++t) {
+            snprintf(path, sizeof path, "%s/kv/layer%02u_%c.npy", dir, (unsigned)l, "kv"[t]);
+            npy_f32(path, t ? c->v[l] : c->k[l], hx_capture_kv_elems(s), 3, kshape);
+        }
 }

@@ -87,6 +87,13 @@ struct hx_judge_params;
 struct hx_report;
 struct hx_report *tf_judge(const struct hx_judge_params *p);
 
+/* Writes capture c as a dump folder dir (docs/DUMP-FORMAT.md; created, with kv/): dump.json
+ * (tokens, n_prompt = c's, logits_positions), logits.npy and, when c holds K/V,
+ * kv/layerNN_k.npy and kv/layerNN_v.npy, as float64 (every float32 value exactly); the running
+ * test fails fatally when it cannot. */
+struct hx_capture;
+void tf_write_dump(const char *dir, const struct hx_capture *c);
+
 /* Synth preset i (hx_synth_preset_name), the large ones (n_embd > 256: smollm2-135m) shrunk to
  * 2 layers and at most 1024 vocabulary entries, their matrix and head shapes kept, written with
  * seed to path[1024] = tu_tmpdir()/TAG-NAME.gguf and loaded; *name is the preset's. NULL past

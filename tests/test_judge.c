@@ -14,7 +14,9 @@
 #include "fs.h"
 #include "run/forced.h"
 #include "run/dumps_run.h"
+#include "kvd_defects.h"
 #include "kvd_profile.h"
+#include "model/config.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -612,6 +614,131 @@ static void test_judge_cmd_exit_codes(void)
     CU_ASSERT_EQUAL(run_cmd(not_dump, 7), 2);
 }
 
+/* Dumps of kvdrift's own engine (naive, synth:tiny) on 12 prompt tokens, judged under f32. */
+#define LOC_N 12u
+static const int32_t loc_ids[LOC_N] = {1, 72, 101, 7, 300, 45, 12, 499, 88, 250, 3, 61};
+
+/* The engine's capture of loc_ids under config (chunks of step), defect d switched on while it
+ * runs: K/V of every position, logits of the last. */
+static hx_capture *loc_capture(const lm_model *m, const char *config, lm_defect d)
+{
+    hx_config c;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, config, &err), LM_OK);
+    const uint32_t pos = LOC_N - 1;
+    hx_forced_request rq = {.tokens = loc_ids, .n_tokens = LOC_N, .n_kv = LOC_N, .pos = &pos,
+                            .n_pos = 1};
+    hx_capture *x = NULL;
+    lm_test_set_defect(d);
+    const int rc = hx_run_forced(&x, m, &c, &rq, &err);
+    lm_test_set_defect(LM_DEFECT_NONE);
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  %s: %s\n", config, err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    return x;
+}
+
+/* x written as dump folder tu_tmpdir()/judge-loc-TAG, loaded and judged under f32; the report's
+ * one configuration is that dump's. */
+static hx_report *loc_judge(const lm_model *m, const hx_capture *x, const char *tag)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/judge-loc-%s", tu_tmpdir(), tag);
+    tf_write_dump(dir, x);
+    hx_dump *d = NULL;
+    lm_err err = {0};
+    int rc = hx_dump_load(&d, dir, m, NULL, &err);
+    if (rc != LM_OK)
+        fprintf(stderr, "\n  %s: %s\n", dir, err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    static const char *const f32[1] = {"f32"};
+    ref_model *rm = tf_ref_open(m);
+    hx_judge_params p = {.model = m, .ref = rm, .prompt = loc_ids, .n_prompt = LOC_N, .dumps = &d,
+                         .n_dumps = 1, .profiles = f32, .n_profiles = 1,
+                         .cache_dir = cache_dir(), .ref_threads = 1, .quiet = true};
+    hx_report *r = tf_judge(&p);
+    ref_model_free(rm);
+    hx_dump_free(d);
+    CU_ASSERT_EQUAL_FATAL(r->n_configs, 1);
+    return r;
+}
+
+/* The class of row name of configuration c (-1: no such row). */
+static int row_class(const hx_config_report *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_rows; ++i)
+        if (strcmp(c->rows[i].name, name) == 0)
+            return (int)c->rows[i].cls;
+    return -1;
+}
+
+/* Where another engine's K/V first leave the envelope, shown on dumps of kvdrift's own engine:
+ * a clean run in chunks of 4 names no row (every one of the 4 layers x 12 positions x K, V
+ * within); the same run with the RoPE defect (LM_DEFECT_ROPE_POS_AFTER_CHUNK: position p+1's
+ * angle in every chunk after the first) names layer 0's K row at position 4, the second chunk's
+ * first position (its V rows and the first chunk's rows are right); the clean dump with layer
+ * 2's V row at position 5 and K row at position 7 moved by 100 x their E names (2, 5, V), and
+ * with layer 2's K row at position 5 moved too, (2, 5, K): position before tensor, K before V. */
+static void test_judge_kv_first_outside(void)
+{
+    lm_model *m = tf_synth_load("tiny", 0);
+    hx_capture *x = loc_capture(m, "naive:step=4", LM_DEFECT_NONE);
+    hx_report *r = loc_judge(m, x, "clean");
+    const hx_kv_first *k = &r->configs[0].kv_first;
+    char text[320];
+    hx_kv_first_text(text, sizeof text, k);
+    printf("\n  clean: %s", text);
+    CU_ASSERT(k->checked);
+    CU_ASSERT_EQUAL(k->layer, -1);
+    CU_ASSERT_EQUAL(k->n_outside, 0);
+    CU_ASSERT_EQUAL(k->n_rows, 4u * LOC_N * 2u);
+    CU_ASSERT_FALSE(hx_class_fails(r->configs[0].cls));
+    const double e2k = r->configs[0].rows[4].e, e2v = r->configs[0].rows[5].e;
+    CU_ASSERT_STRING_EQUAL(r->configs[0].rows[4].name, "L2.K");
+    CU_ASSERT_FATAL(e2k > 0.0 && e2v > 0.0);
+    hx_report_free(r);
+
+    hx_capture *y = loc_capture(m, "naive:step=4", LM_DEFECT_ROPE_POS_AFTER_CHUNK);
+    r = loc_judge(m, y, "rope");
+    k = &r->configs[0].kv_first;
+    hx_kv_first_text(text, sizeof text, k);
+    printf("\n  rope-pos-after-chunk, chunks of 4: %s", text);
+    CU_ASSERT(k->checked);
+    CU_ASSERT_EQUAL(k->layer, 0);
+    CU_ASSERT_EQUAL(k->pos, 4);
+    CU_ASSERT_EQUAL(k->tensor, 'K');
+    CU_ASSERT(k->err > k->e);
+    CU_ASSERT_EQUAL(row_class(&r->configs[0], "L0.K"), HX_DRIFT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "K/V: first outside the envelope at layer 0, position 4 "
+                                        "(its K row: "));
+    hx_report_free(r);
+    hx_capture_free(y);
+
+    const size_t row = (size_t)m->hp.n_head_kv * m->hp.head_dim;
+    x->v[2][5 * row + 3] += (float)(100.0 * e2v);
+    x->k[2][7 * row] -= (float)(100.0 * e2k);
+    r = loc_judge(m, x, "v5k7");
+    k = &r->configs[0].kv_first;
+    hx_kv_first_text(text, sizeof text, k);
+    printf("\n  layer 2: V@5 and K@7 moved: %s", text);
+    CU_ASSERT(k->layer == 2 && k->pos == 5 && k->tensor == 'V');
+    CU_ASSERT_EQUAL(k->n_outside, 2);
+    CU_ASSERT(fabs(k->err - 100.0 * e2v) < 1e-3 * e2v + 1e-6);
+    CU_ASSERT_EQUAL(k->e, e2v);
+    hx_report_free(r);
+    x->k[2][5 * row + row - 1] += (float)(100.0 * e2k);
+    r = loc_judge(m, x, "k5v5k7");
+    k = &r->configs[0].kv_first;
+    hx_kv_first_text(text, sizeof text, k);
+    printf("\n  layer 2: K@5 too: %s\n", text);
+    CU_ASSERT(k->layer == 2 && k->pos == 5 && k->tensor == 'K');
+    CU_ASSERT_EQUAL(k->n_outside, 3);
+    CU_ASSERT_EQUAL(k->e, e2k);
+    hx_report_free(r);
+    hx_capture_free(x);
+    lm_model_free(m);
+}
+
 void test_judge_register(void)
 {
     CU_pSuite s = CU_add_suite("judge", NULL, NULL);
@@ -626,4 +753,5 @@ void test_judge_register(void)
                 test_judge_engine_bf16_moe_explained);
     CU_add_test(s, "test_judge_cmd_exit_codes", test_judge_cmd_exit_codes);
     CU_add_test(s, "test_judge_llamacpp_gemma3_kv", test_judge_llamacpp_gemma3_kv);
+    CU_add_test(s, "test_judge_kv_first_outside", test_judge_kv_first_outside);
 }
