@@ -7,11 +7,17 @@
 #include "model/dump.h"
 #include "fixtures.h"
 #include "fs.h"
+#include "kvd_defects.h"
 #include "kvd_gguf.h"
 #include "kvd_ref.h"
+#include "model/capture.h"
+#include "model/config.h"
+#include "model/report.h"
 #include "plan/synth.h"
+#include "run/forced.h"
 #include "test_util.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +301,72 @@ static void test_cli_judge_f16_weights_explained_by_f16act(void)
         fprintf(stderr, "\n%s", text);
 }
 
+/* Where the dump's K/V leave the envelope, as a user reads it: a dump of kvdrift's engine on
+ * synth:tiny (8 prompt tokens) in chunks of 3 with the RoPE defect (LM_DEFECT_ROPE_POS_AFTER_CHUNK) from the
+ * second chunk, holding hidden/ too. The summary names layer 0's K row at position 3 under f32
+ * and says hidden/ is not used; report.json's profiles.f32.kv_first_outside and hidden_states
+ * say the same, and report.md lists it. Exit 1 (the dump is explained by no profile). */
+static void test_cli_judge_kv_first_outside(void)
+{
+    char text[1 << 14], file[1200];
+    judge_paths p;
+    judge_paths_init(&p, "kvloc", NULL);
+    lm_err err = {0};
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, p.model, &err), LM_OK);
+    static const int32_t ids[8] = {1, 72, 101, 7, 300, 45, 12, 499};
+    const uint32_t last = 7;
+    hx_config c;
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:step=3", &err), LM_OK);
+    hx_forced_request rq = {.tokens = ids, .n_tokens = 8, .n_kv = 8, .pos = &last, .n_pos = 1};
+    hx_capture *x = NULL;
+    lm_test_set_defect(LM_DEFECT_ROPE_POS_AFTER_CHUNK);
+    const int rc = hx_run_forced(&x, m, &c, &rq, &err);
+    lm_test_set_defect(LM_DEFECT_NONE);
+    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    tf_write_dump(p.dump, x);
+    hx_capture_free(x);
+    lm_model_free(m);
+    snprintf(file, sizeof file, "%s/hidden", p.dump);
+    CU_ASSERT_FATAL(mkdir(file, 0755) == 0);
+    char *judge[] = {"judge", p.model, "--tokens", "1,72,101,7,300,45,12,499",
+                     "--dump", p.dump,
+                     "--profile", "f32", "--cache", p.cache, "-o", p.out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, judge, text, sizeof text), 1);
+    const char *want = "  K/V: first outside the envelope at layer 0, position 3 (its K row: "
+                       "max |dump - R| ";
+    const char *got = strstr(text, want);
+    CU_ASSERT_PTR_NOT_NULL(got);
+    CU_ASSERT(got != NULL && strstr(got, "rows outside) under f32\n") != NULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  " HX_HIDDEN_UNUSED "\n"));
+    if (got == NULL)
+        fprintf(stderr, "\n%s", text);
+    snprintf(file, sizeof file, "%s/report.json", p.out);
+    json_error_t je;
+    json_t *j = json_load_file(file, 0, &je);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    json_t *d = json_array_get(json_object_get(j, "dumps"), 0);
+    json_t *k = json_object_get(json_object_get(json_object_get(d, "profiles"), "f32"),
+                                "kv_first_outside");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(k, "layer")), 0);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(k, "position")), 3);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(k, "tensor")), "K");
+    CU_ASSERT(json_real_value(json_object_get(k, "err")) > json_real_value(json_object_get(k, "e")));
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(k, "rows")), 4 * 8 * 2);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "hidden_states")),
+                           HX_HIDDEN_UNUSED);
+    json_decref(j);
+    char *md = NULL;
+    size_t n = 0;
+    snprintf(file, sizeof file, "%s/report.md", p.out);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&md, &n, file, 1u << 24, &err), LM_OK);
+    char line[1400];
+    snprintf(line, sizeof line, "- `%s@f32`: K/V: first outside the envelope at layer 0, "
+             "position 3 (its K row: ", p.dump);
+    CU_ASSERT_PTR_NOT_NULL(strstr(md, line));
+    free(md);
+}
+
 void test_cli_judge_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
@@ -305,6 +377,7 @@ void test_cli_judge_register(void)
     CU_add_test(s, "test_cli_judge_pairs_in_words", test_cli_judge_pairs_in_words);
     CU_add_test(s, "test_cli_judge_f16_weights_explained_by_f16act",
                 test_cli_judge_f16_weights_explained_by_f16act);
+    CU_add_test(s, "test_cli_judge_kv_first_outside", test_cli_judge_kv_first_outside);
     CU_add_test(s, "test_cli_judge_nan_weight_is_input_error",
                 test_cli_judge_nan_weight_is_input_error);
 }
