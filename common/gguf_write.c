@@ -1,11 +1,15 @@
-/* gguf_write.c — GGUF v3 writer: metadata and tensors collected in memory, then saved with
+/* gguf_write.c — GGUF v3 writer: metadata, tensor infos and tensor bytes written through
  * lm_wfile (fs.h: atomically through a temp file in the target's folder, fsync and rename; the
- * target is never left half-written). Alignment 32 (the GGUF default,
- * so no general.alignment key is written). All integers little-endian. */
+ * target is never left half-written). A tensor's bytes are either given when it is added (kept
+ * in memory until the save) or declared and streamed after the header (lm_gguf_stream), so a
+ * file larger than memory can be written one chunk at a time; both paths write through the one
+ * stream below, so they give the same bytes. Alignment 32 (the GGUF default, so no
+ * general.alignment key is written). All integers little-endian. */
 #include "gguf_internal.h"
 #include "kvd_gguf.h"
 
 #include "fs.h"
+#include "sha256.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +22,7 @@ typedef struct wtensor {
     lm_tensor_type type;
     uint32_t n_dims;
     uint64_t ne[4];
-    uint8_t *bytes; /* [nbytes] in `type`'s encoding */
+    uint8_t *bytes; /* [nbytes] in `type`'s encoding; NULL for a declared tensor (streamed) */
     uint64_t nbytes;
 } wtensor;
 
@@ -253,6 +257,20 @@ static int check_tensor(const lm_gguf_writer *w, const char *name, lm_tensor_typ
     return LM_OK;
 }
 
+void lm_gguf_f32_encode(uint8_t *out, const float *src, uint64_t n, lm_tensor_type type)
+{
+    const uint64_t es = type == LM_TYPE_F32 ? 4 : 2;
+    for (uint64_t i = 0; i < n; ++i) {
+        uint32_t v;
+        if (type == LM_TYPE_F32)
+            memcpy(&v, &src[i], 4);
+        else
+            v = type == LM_TYPE_F16 ? lm_f32_to_f16(src[i]) : lm_f32_to_bf16(src[i]);
+        for (uint64_t b = 0; b < es; ++b)
+            out[i * es + b] = (uint8_t)(v >> (8 * b));
+    }
+}
+
 int lm_gguf_w_tensor_f32(lm_gguf_writer *w, const char *name, lm_tensor_type type,
                          uint32_t n_dims, const uint64_t *ne, const float *src, lm_err *err)
 {
@@ -269,28 +287,41 @@ int lm_gguf_w_tensor_f32(lm_gguf_writer *w, const char *name, lm_tensor_type typ
     uint8_t *bytes = malloc((size_t)nb);
     if (bytes == NULL)
         return oom(w, err);
-    for (uint64_t i = 0; i < n; ++i) {
-        uint32_t v;
-        if (type == LM_TYPE_F32)
-            memcpy(&v, &src[i], 4);
-        else
-            v = type == LM_TYPE_F16 ? lm_f32_to_f16(src[i]) : lm_f32_to_bf16(src[i]);
-        for (uint64_t b = 0; b < es; ++b)
-            bytes[i * es + b] = (uint8_t)(v >> (8 * b));
-    }
+    lm_gguf_f32_encode(bytes, src, n, type);
     return add_tensor(w, name, type, n_dims, ne, bytes, nb, err);
+}
+
+/* Bytes of n elements of type (n a multiple of its block), or 0 on overflow. */
+static uint64_t type_bytes(lm_tensor_type type, uint64_t n)
+{
+    uint64_t want;
+    return lm_mul_u64(&want, n / lm_tensor_type_block_elems(type),
+                      lm_tensor_type_block_bytes(type)) ? 0 : want;
+}
+
+int lm_gguf_w_tensor_decl(lm_gguf_writer *w, const char *name, lm_tensor_type type,
+                          uint32_t n_dims, const uint64_t *ne, lm_err *err)
+{
+    uint64_t n;
+    int rc = check_tensor(w, name, type, n_dims, ne, &n, err);
+    if (rc)
+        return rc;
+    uint64_t nb = type_bytes(type, n);
+    if (nb == 0)
+        return LM_FAIL(err, LM_E_INPUT, "gguf writer: tensor '%s' too large", name);
+    return add_tensor(w, name, type, n_dims, ne, NULL, nb, err);
 }
 
 int lm_gguf_w_tensor_raw(lm_gguf_writer *w, const char *name, lm_tensor_type type,
                          uint32_t n_dims, const uint64_t *ne, const void *src, uint64_t nbytes,
                          lm_err *err)
 {
-    uint64_t n, want;
+    uint64_t n;
     int rc = check_tensor(w, name, type, n_dims, ne, &n, err);
     if (rc)
         return rc;
-    if (lm_mul_u64(&want, n / lm_tensor_type_block_elems(type), lm_tensor_type_block_bytes(type))
-        || want != nbytes || nbytes > SIZE_MAX)
+    uint64_t want = type_bytes(type, n);
+    if (want == 0 || want != nbytes || nbytes > SIZE_MAX)
         return LM_FAIL(err, LM_E_INPUT, "gguf writer: tensor '%s': %llu bytes given, %s needs "
                        "%llu", name, (unsigned long long)nbytes, lm_tensor_type_name(type),
                        (unsigned long long)want);
@@ -328,31 +359,136 @@ static int build_head(const lm_gguf_writer *w, buf *b)
     return put(b, zeros, (size_t)pad_to(b->n));
 }
 
-int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err)
+struct lm_gguf_stream {
+    lm_gguf_writer *w;
+    lm_wfile *f;
+    const char *path;
+    uint64_t cur;  /* the tensor whose bytes come next (n_t when all are written) */
+    uint64_t done; /* bytes of tensor cur written so far */
+    uint64_t size; /* bytes of the file so far */
+    hx_sha256 sha; /* of every byte written */
+};
+
+/* Writes bytes[n] to the file, counting and hashing them. */
+static int emit(lm_gguf_stream *s, const void *bytes, size_t n, lm_err *err)
+{
+    int rc = lm_wfile_write(s->f, bytes, n, err);
+    if (rc == LM_OK) {
+        hx_sha256_update(&s->sha, bytes, n);
+        s->size += n;
+    }
+    return rc;
+}
+
+/* Closes tensor cur when complete (its padding), then writes every following tensor whose
+ * bytes the writer holds, stopping at the next declared one. */
+static int advance(lm_gguf_stream *s, lm_err *err)
 {
     static const uint8_t zeros[ALIGN];
+    lm_gguf_writer *w = s->w;
+    while (s->cur < w->n_t) {
+        const wtensor *t = &w->t[s->cur];
+        if (s->done < t->nbytes) {
+            if (t->bytes == NULL)
+                return LM_OK; /* declared: its bytes come through lm_gguf_stream_write */
+            int rc = emit(s, t->bytes + s->done, (size_t)(t->nbytes - s->done), err);
+            if (rc)
+                return rc;
+            s->done = t->nbytes;
+        }
+        int rc = emit(s, zeros, (size_t)pad_to(t->nbytes), err);
+        if (rc)
+            return rc;
+        s->cur++;
+        s->done = 0;
+    }
+    return LM_OK;
+}
+
+int lm_gguf_stream_open(lm_gguf_stream **out, lm_gguf_writer *w, const char *path, lm_err *err)
+{
+    *out = NULL;
     if (w->failed)
         return LM_FAIL(err, LM_E_NOMEM, "%s: not written: an earlier writer call failed", path);
+    lm_gguf_stream *s = calloc(1, sizeof *s);
     buf head = {0};
-    if (build_head(w, &head)) {
+    if (s == NULL || build_head(w, &head)) {
+        free(s);
         free(head.p);
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
     }
-    /* fs.h: a temp file beside the target renamed over it (or a direct write to a device) */
-    lm_wfile *f;
-    int rc = lm_wfile_open(&f, path, err);
-    if (rc == LM_OK)
-        rc = lm_wfile_write(f, head.p, head.n, err);
-    for (uint64_t i = 0; rc == LM_OK && i < w->n_t; ++i) {
-        const wtensor *t = &w->t[i];
-        rc = lm_wfile_write(f, t->bytes, (size_t)t->nbytes, err);
-        if (rc == LM_OK)
-            rc = lm_wfile_write(f, zeros, (size_t)pad_to(t->nbytes), err);
-    }
-    if (rc == LM_OK)
-        rc = lm_wfile_commit(f, err);
-    else
-        lm_wfile_abort(f);
+    s->w = w;
+    s->path = path;
+    hx_sha256_init(&s->sha);
+    int rc = lm_wfile_open(&s->f, path, err);
+    if (rc == LM_OK && (rc = emit(s, head.p, head.n, err)) == LM_OK)
+        rc = advance(s, err);
     free(head.p);
+    if (rc != LM_OK) {
+        lm_gguf_stream_abort(s);
+        return rc;
+    }
+    *out = s;
+    return LM_OK;
+}
+
+int lm_gguf_stream_write(lm_gguf_stream *s, const void *bytes, size_t n, lm_err *err)
+{
+    const uint8_t *p = bytes;
+    while (n > 0) {
+        if (s->cur == s->w->n_t)
+            return LM_FAIL(err, LM_E_INPUT, "%s: %zu bytes beyond the last tensor", s->path, n);
+        const wtensor *t = &s->w->t[s->cur];
+        const size_t k = n < t->nbytes - s->done ? n : (size_t)(t->nbytes - s->done);
+        int rc = emit(s, p, k, err);
+        if (rc)
+            return rc;
+        s->done += k;
+        p += k;
+        n -= k;
+        if ((rc = advance(s, err)))
+            return rc;
+    }
+    return LM_OK;
+}
+
+const char *lm_gguf_stream_tensor(const lm_gguf_stream *s)
+{
+    return s->cur < s->w->n_t ? s->w->t[s->cur].name : NULL;
+}
+
+int lm_gguf_stream_commit(lm_gguf_stream *s, uint8_t sha256[32], uint64_t *size, lm_err *err)
+{
+    if (s->cur < s->w->n_t) {
+        const wtensor *t = &s->w->t[s->cur];
+        int rc = LM_FAIL(err, LM_E_INPUT, "%s: not written: tensor '%s' has %llu of its %llu "
+                         "bytes", s->path, t->name, (unsigned long long)s->done,
+                         (unsigned long long)t->nbytes);
+        lm_gguf_stream_abort(s);
+        return rc;
+    }
+    int rc = lm_wfile_commit(s->f, err);
+    if (rc == LM_OK) {
+        if (sha256 != NULL)
+            hx_sha256_final(&s->sha, sha256);
+        if (size != NULL)
+            *size = s->size;
+    }
+    free(s);
     return rc;
+}
+
+void lm_gguf_stream_abort(lm_gguf_stream *s)
+{
+    if (s == NULL)
+        return;
+    lm_wfile_abort(s->f);
+    free(s);
+}
+
+int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err)
+{
+    lm_gguf_stream *s;
+    int rc = lm_gguf_stream_open(&s, w, path, err);
+    return rc ? rc : lm_gguf_stream_commit(s, NULL, NULL, err);
 }

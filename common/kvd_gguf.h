@@ -130,7 +130,33 @@ int lm_gguf_w_tensor_f32(lm_gguf_writer *w, const char *name, lm_tensor_type typ
 int lm_gguf_w_tensor_raw(lm_gguf_writer *w, const char *name, lm_tensor_type type,
                          uint32_t n_dims, const uint64_t *ne, const void *bytes, uint64_t nbytes,
                          lm_err *err);
-/* Writes GGUF v3 atomically: temp file in the same folder, fsync, rename. */
+/* Declares a tensor whose bytes are streamed after the header (lm_gguf_stream_write), in the
+ * order the tensors were added. */
+int lm_gguf_w_tensor_decl(lm_gguf_writer *w, const char *name, lm_tensor_type type,
+                          uint32_t n_dims, const uint64_t *ne, lm_err *err);
+/* out[n * element size] = src[n] in type's encoding (F32, F16 or BF16; round to nearest even),
+ * little-endian: the conversion lm_gguf_w_tensor_f32 applies. */
+void lm_gguf_f32_encode(uint8_t *out, const float *src, uint64_t n, lm_tensor_type type);
+/* Writes GGUF v3 atomically: temp file in the same folder, fsync, rename. Every tensor must
+ * hold its bytes (none declared only). */
 int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err);
+
+/* A file written streaming: lm_gguf_stream_open writes the header, the metadata and every
+ * tensor info (no key or tensor may be added after it), then the bytes of the tensors added
+ * with bytes up to the first declared one; lm_gguf_stream_write appends the bytes of the
+ * declared tensors in order, in pieces of any size (each tensor's padding and the in-memory
+ * tensors that follow it are written as a tensor completes); commit checks that every byte came
+ * and renames the temp file over path (atomic as lm_gguf_writer_save; abort, or any failure,
+ * leaves the target as it was). Only one tensor's chunk needs to be in memory at a time. */
+typedef struct lm_gguf_stream lm_gguf_stream;
+int lm_gguf_stream_open(lm_gguf_stream **out, lm_gguf_writer *w, const char *path, lm_err *err);
+int lm_gguf_stream_write(lm_gguf_stream *s, const void *bytes, size_t n, lm_err *err);
+/* Name of the tensor whose bytes come next; NULL when every tensor is complete. */
+const char *lm_gguf_stream_tensor(const lm_gguf_stream *s);
+/* Finishes the file (frees s on every path); sha256 (may be NULL): the SHA-256 of the file's
+ * bytes; size (may be NULL): its length in bytes. A tensor still short of bytes: LM_E_INPUT
+ * naming it, nothing written. */
+int lm_gguf_stream_commit(lm_gguf_stream *s, uint8_t sha256[32], uint64_t *size, lm_err *err);
+void lm_gguf_stream_abort(lm_gguf_stream *s);
 
 #endif

@@ -42,6 +42,7 @@
 #include "plan/synth.h"
 
 #include "fs.h"
+#include "plan/synth_quant.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +114,32 @@ static const preset presets[] = {
                       1e-5f, .n_swa = 8, .sinks = true, .n_expert = 16, .n_expert_used = 4,
                       .n_ff_exp = 64, .gating_func = 3, .experts_mxfp4 = true,
                       .arch = "gpt-oss"}},
+    /* The sizes of the models in the reports (written streaming; far larger than the float32
+     * arena today's engine loads into fits on a 24 GiB machine). gpt-oss-20b's published
+     * shapes: 24 layers, n_embd 2880, 64 query and 8 KV heads of 64, 32 experts of 2880, top-4,
+     * in MXFP4, window 128 on even layers, sinks, biases, YaRN, vocabulary 201088; the other
+     * matrices BF16 (the release's type). */
+    {"gptoss-20b", {"kvdrift-synth-gptoss-20b", 2880, 24, 64, 8, 2880, 201088, 131072,
+                    150000.0f, 1e-5f, .n_swa = 128, .sinks = true, .n_expert = 32,
+                    .n_expert_used = 4, .n_ff_exp = 2880, .gating_func = 3,
+                    .experts_mxfp4 = true, .arch = "gpt-oss", .head_dim = 64,
+                    .weight_type = LM_TYPE_BF16}},
+    /* Gemma 3 4B's shapes: 34 layers, n_embd 2560, 8 query and 4 KV heads of 256, n_ff 10240,
+     * window 1024 on five layers of six, vocabulary 262144 (the synth maximum; Gemma 3 has
+     * 262208), the Q4_K_M-like mix (tensor_type). */
+    {"gemma3-4b", {"kvdrift-synth-gemma3-4b", 2560, 34, 8, 4, 10240, 262144, 131072,
+                   1000000.0f, 1e-6f, .n_swa = 1024, .swa_period = 0, .arch = "gemma3",
+                   .head_dim = 256, .weight_type = LM_TYPE_Q4_K}},
+    /* A 26B-A4B mixture of experts (llama architecture): 30 layers, window 1024 on 25 (l % 6
+     * < 5) and 5 global, 16 query and 8 KV heads of 256, n_embd 2816, 128 experts of 736,
+     * top-8, softmax renormalised over the 8, experts in MXFP4, an output projection of its
+     * own, vocabulary 262144, other matrices in the Q4_K_M-like mix: 26.4B parameters, 4.0B
+     * read per token. */
+    {"moe-26b-a4b", {"kvdrift-synth-moe-26b-a4b", 2816, 30, 16, 8, 2816, 262144, 131072,
+                     1000000.0f, 1e-6f, .n_swa = 1024, .swa_period = 6, .n_expert = 128,
+                     .n_expert_used = 8, .n_ff_exp = 736, .gating_func = 1,
+                     .experts_mxfp4 = true, .head_dim = 256, .output_copy = true,
+                     .weight_type = LM_TYPE_Q4_K}},
 };
 
 const char *hx_synth_preset_name(size_t i)
@@ -129,7 +156,7 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err)
         }
     return LM_FAIL(err, LM_E_INPUT, "unknown synth preset '%s' (presets: tiny, smollm2-135m, "
                    "swa-5to1, sinks-alt, moe, moe-32x4, tiny-draft, tiny-mask, gemma3, qwen3, "
-                   "qwen3moe, gptoss, gptoss-mxfp4)",
+                   "qwen3moe, gptoss, gptoss-mxfp4, gptoss-20b, gemma3-4b, moe-26b-a4b)",
                    name);
 }
 
@@ -141,11 +168,12 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
     if (p->n_embd == 0 || p->n_layer == 0 || p->n_head == 0 || p->n_head_kv == 0 || p->n_ff == 0
         || p->n_ctx == 0)
         return BAD("n_embd, n_layer, n_head, n_head_kv, n_ff and n_ctx must all be positive");
-    if (p->n_embd % p->n_head != 0)
-        return BAD("n_embd %u is not a multiple of n_head %u", p->n_embd, p->n_head);
-    if ((p->n_embd / p->n_head) % 2 != 0)
-        return BAD("head_dim n_embd/n_head = %u must be even (RoPE rotates pairs)",
-                   p->n_embd / p->n_head);
+    if (p->head_dim == 0 && p->n_embd % p->n_head != 0)
+        return BAD("n_embd %u is not a multiple of n_head %u (and no head_dim given)", p->n_embd,
+                   p->n_head);
+    const uint32_t hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    if (hd % 2 != 0 || hd > 1024)
+        return BAD("head_dim %u must be even (RoPE rotates pairs) and at most 1024", hd);
     if (p->n_head % p->n_head_kv != 0)
         return BAD("n_head_kv %u does not divide n_head %u", p->n_head_kv, p->n_head);
     if (p->n_vocab < HX_SYNTH_MIN_VOCAB || p->n_vocab > HX_SYNTH_MAX_VOCAB)
@@ -178,6 +206,20 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
     return LM_OK;
 }
 
+/* The Q4_K_M-like mix (tensor_type) needs whole 256-element blocks along every quantized row. */
+static int check_mix(const hx_synth_params *p, lm_tensor_type type, lm_err *err)
+{
+    if (type != LM_TYPE_Q4_K)
+        return LM_OK;
+    const uint64_t nq = (uint64_t)(p->head_dim ? p->head_dim : p->n_embd / p->n_head) * p->n_head;
+    if (p->n_embd % 256 != 0 || nq % 256 != 0 || (p->n_expert == 0 && p->n_ff % 256 != 0)
+        || (p->n_expert > 0 && !p->experts_mxfp4 && p->n_ff_exp % 256 != 0))
+        return BAD("the Q4_K_M-like mix needs n_embd (%u), n_head * head_dim (%llu) and n_ff "
+                   "(%u; n_ff_exp %u for experts not in MXFP4) multiples of 256", p->n_embd,
+                   (unsigned long long)nq, p->n_ff, p->n_ff_exp);
+    return LM_OK;
+}
+
 #undef BAD
 
 /* ---------------------------------------------------------------- PRNG */
@@ -198,16 +240,25 @@ static uint64_t fnv1a64(const char *s)
     return h;
 }
 
-/* out[n] = center + uniform values of standard deviation sigma, from name's stream. */
-static void fill(float *out, uint64_t n, const char *name, uint64_t seed, double center,
-                 double sigma)
+/* One tensor's stream of values: center + uniform values of standard deviation sigma, from
+ * name's stream, taken in order in pieces of any length (the same values whatever the pieces). */
+typedef struct stream {
+    uint64_t state;
+    double center, half_width;
+} stream;
+
+static stream stream_of(const char *name, uint64_t seed, double center, double sigma)
 {
-    uint64_t st = seed ^ fnv1a64(name);
-    double half_width = sqrt(3.0) * sigma;
+    return (stream){seed ^ fnv1a64(name), center, sqrt(3.0) * sigma};
+}
+
+/* out[n]: the stream's next n values. */
+static void fill(float *out, uint64_t n, stream *st)
+{
     for (uint64_t i = 0; i < n; ++i) {
-        double k = (double)(splitmix64(&st) >> 40);
+        double k = (double)(splitmix64(&st->state) >> 40);
         double u = (k - 8388608.0 + 0.5) / 8388608.0; /* (-1, 1), symmetric */
-        out[i] = (float)(center + u * half_width);
+        out[i] = (float)(st->center + u * st->half_width);
     }
 }
 
@@ -364,14 +415,105 @@ done:
 
 /* ---------------------------------------------------------------- model */
 
-static int add_weight(lm_gguf_writer *w, float *scratch, const char *name, lm_tensor_type type,
-                      uint64_t ne0, uint64_t ne1, uint64_t seed, double center, double sigma,
-                      lm_err *err)
+/* Values generated and encoded at a time: a multiple of every block size synth writes. */
+#define CHUNK ((uint64_t)1 << 20)
+
+/* Where the tensors go. The model is walked twice (walk_model): first every tensor is declared
+ * (name, type and shape into the writer's tensor infos; its elements counted), then, once the
+ * header is written, every tensor's values are generated CHUNK at a time, encoded and streamed
+ * in the same order. So at most one chunk of values is ever in memory. */
+typedef struct sink {
+    lm_gguf_writer *w;
+    lm_gguf_stream *s;    /* NULL while declaring */
+    uint64_t seed;
+    const uint8_t *whole; /* [n_vocab] whole-word tokens (write_vocab) */
+    uint64_t n_embd;
+    float *vals;          /* [CHUNK] */
+    uint8_t *bytes;       /* [CHUNK * 4]: the chunk encoded */
+    hx_synth_info *info;  /* counts, added while declaring */
+} sink;
+
+/* One tensor: its values are `from`'s stream (NULL: its own name's) around center with standard
+ * deviation sigma; embd: token_embd's rows of tokens that are not whole words scaled by 1/4;
+ * experts: `used` of the `count` slices along ne[2] are read per token (0: all). */
+typedef struct tspec {
+    const char *name, *from;
+    lm_tensor_type type;
+    uint32_t n_dims;
+    uint64_t ne[3];
+    double center, sigma;
+    bool embd;
+    uint32_t used, count;
+} tspec;
+
+static int put(sink *k, const tspec *t, lm_err *err)
 {
-    uint64_t ne[2] = {ne0, ne1};
-    fill(scratch, ne0 * ne1, name, seed, center, sigma);
-    return lm_gguf_w_tensor_f32(w, name, ne1 == 1 ? LM_TYPE_F32 : type, ne1 == 1 ? 1 : 2, ne,
-                                scratch, err);
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < t->n_dims; ++d)
+        n *= t->ne[d];
+    if (k->s == NULL) {
+        k->info->n_tensors++;
+        k->info->n_params += n;
+        k->info->n_active += t->count ? n / t->count * t->used : n;
+        return lm_gguf_w_tensor_decl(k->w, t->name, t->type, t->n_dims, t->ne, err);
+    }
+    LM_ASSERT(strcmp(lm_gguf_stream_tensor(k->s), t->name) == 0); /* both walks agree */
+    stream st = stream_of(t->from ? t->from : t->name, k->seed, t->center, t->sigma);
+    const uint64_t be = lm_tensor_type_block_elems(t->type);
+    const uint64_t bb = lm_tensor_type_block_bytes(t->type);
+    for (uint64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const uint64_t m = n - i0 < CHUNK ? n - i0 : CHUNK; /* whole blocks: ne[0] is */
+        fill(k->vals, m, &st);
+        for (uint64_t i = 0; t->embd && i < m; ++i)
+            if (!k->whole[(i0 + i) / k->n_embd])
+                k->vals[i] *= 0.25f;
+        hx_synth_encode(k->bytes, k->vals, m, t->type);
+        int rc = lm_gguf_stream_write(k->s, k->bytes, (size_t)(m / be * bb), err);
+        if (rc)
+            return rc;
+    }
+    return LM_OK;
+}
+
+/* A vector (ne1 == 1: always F32, as llama.cpp stores norms and biases) or a matrix of type. */
+static int add_weight(sink *k, const char *name, lm_tensor_type type, uint64_t ne0, uint64_t ne1,
+                      double center, double sigma, lm_err *err)
+{
+    const tspec t = {name, NULL, ne1 == 1 ? LM_TYPE_F32 : type, ne1 == 1 ? 1 : 2, {ne0, ne1, 1},
+                     center, sigma, false, 0, 0};
+    return put(k, &t, err);
+}
+
+/* The roles a matrix plays, for its type (tensor_type). */
+typedef enum role { R_EMBD, R_MAT, R_MORE, R_ROUTER, R_EXP, R_EXP_DOWN } role;
+
+/* The type of a matrix of layer l. type F32, F16 or BF16: that type everywhere (MXFP4 experts
+ * when p asks for them). Q4_K: a Q4_K_M-like mix, as llama.cpp's Q4_K_M assigns types: the
+ * token embedding and output projection Q6_K; attn_v and ffn_down (and the experts' down
+ * projections) Q6_K on the first and last eighth of the layers and every third layer between
+ * (llama.cpp's use_more_bits), else Q4_K; other matrices Q4_K; the router F32 (llama.cpp
+ * never quantizes it); MXFP4 experts stay MXFP4. */
+static lm_tensor_type tensor_type(const hx_synth_params *p, lm_tensor_type type, role r,
+                                  uint32_t l)
+{
+    if ((r == R_EXP || r == R_EXP_DOWN) && p->experts_mxfp4)
+        return LM_TYPE_MXFP4;
+    if (type != LM_TYPE_Q4_K)
+        return type;
+    const uint32_t L = p->n_layer;
+    const bool more = l < L / 8 || l >= 7 * L / 8 || (l - L / 8) % 3 == 2;
+    switch (r) {
+    case R_EMBD: return LM_TYPE_Q6_K;
+    case R_ROUTER: return LM_TYPE_F32;
+    case R_MORE: case R_EXP_DOWN: return more ? LM_TYPE_Q6_K : LM_TYPE_Q4_K;
+    default: return LM_TYPE_Q4_K;
+    }
+}
+
+/* Head size: p's, or n_embd / n_head when p gives none. */
+static uint32_t head_dim(const hx_synth_params *p)
+{
+    return p->head_dim ? p->head_dim : p->n_embd / p->n_head;
 }
 
 static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed,
@@ -379,7 +521,9 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
 {
     char seed_str[32];
     snprintf(seed_str, sizeof seed_str, "0x%016llx", (unsigned long long)seed);
-    uint32_t file_type = type == LM_TYPE_F32 ? 0 : type == LM_TYPE_F16 ? 1 : 32;
+    /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_K_M 15, MOSTLY_BF16 32 */
+    uint32_t file_type = type == LM_TYPE_F32 ? 0 : type == LM_TYPE_F16 ? 1
+                         : type == LM_TYPE_Q4_K ? 15 : 32;
     const char *arch = p->arch[0] ? p->arch : "llama";
     char k[17][80];
     static const char *const sfx[17] = {
@@ -403,8 +547,8 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
         || (rc = lm_gguf_w_u32(w, k[3], p->n_ff, err))
         || (rc = lm_gguf_w_u32(w, k[4], p->n_head, err))
         || (rc = lm_gguf_w_u32(w, k[5], p->n_head_kv, err))
-        || (rc = lm_gguf_w_u32(w, k[6], p->n_embd / p->n_head, err))
-        || (rc = lm_gguf_w_u32(w, k[7], p->n_embd / p->n_head, err))
+        || (rc = lm_gguf_w_u32(w, k[6], head_dim(p), err))
+        || (rc = lm_gguf_w_u32(w, k[7], head_dim(p), err))
         || (rc = lm_gguf_w_f32(w, k[8], p->rope_theta, err))
         || (rc = lm_gguf_w_f32(w, k[9], p->rms_eps, err)))
         return rc;
@@ -441,17 +585,16 @@ static int write_keys(lm_gguf_writer *w, const hx_synth_params *p, uint64_t seed
     return write_vocab(w, p->n_vocab, p->mask_token, whole, err);
 }
 
-/* Per-head Q/K norm gains 1 + 0.1 u (gemma3, qwen3, qwen3moe) and, for gemma3, the post norms of both
- * blocks: gain c_post = a * sqrt(n) (1 + 0.1 u), so that each block adds a vector of per-entry
- * size ~a relative to the embedding, which gemma3 scales by sqrt(n). */
-static int add_arch_weights(lm_gguf_writer *w, float *scratch, const hx_synth_params *p,
-                            uint32_t l, lm_tensor_type type, uint64_t seed, double a,
-                            lm_err *err)
+
+/* Per-head Q/K norm gains 1 + 0.1 u (gemma3, qwen3, qwen3moe) and, for gemma3, the post norms
+ * of both blocks: gain c_post = a * sqrt(n) (1 + 0.1 u), so that each block adds a vector of
+ * per-entry size ~a relative to the embedding, which gemma3 scales by sqrt(n). */
+static int add_arch_weights(sink *k, const hx_synth_params *p, uint32_t l, double a, lm_err *err)
 {
     const bool gemma = strcmp(p->arch, "gemma3") == 0;
     if (!gemma && strcmp(p->arch, "qwen3") != 0 && strcmp(p->arch, "qwen3moe") != 0)
         return LM_OK;
-    const uint64_t hd = p->n_embd / p->n_head;
+    const uint64_t hd = head_dim(p);
     const double c_post = (double)(float)(a * sqrt((double)p->n_embd));
     const struct { const char *s; uint64_t ne0; double c, sigma; } t[] = {
         {"attn_q_norm.weight", hd, 1.0, 0.1 / sqrt(3.0)},
@@ -462,50 +605,11 @@ static int add_arch_weights(lm_gguf_writer *w, float *scratch, const hx_synth_pa
     char name[64];
     for (size_t i = 0; i < (gemma ? 4u : 2u); ++i) {
         snprintf(name, sizeof name, "blk.%u.%s", l, t[i].s);
-        int rc = add_weight(w, scratch, name, type, t[i].ne0, 1, seed, t[i].c, t[i].sigma, err);
+        int rc = add_weight(k, name, LM_TYPE_F32, t[i].ne0, 1, t[i].c, t[i].sigma, err);
         if (rc)
             return rc;
     }
     return LM_OK;
-}
-
-/* MXFP4 blocks of x[n] (n a multiple of 32) into out[n / 32 * 17]: per block of 32, the scale
- * byte e = floor(log2(amax)) - 2 + 127 (0 when amax = 0; clamped to 0..254) and d = 2^(e - 128),
- * each value's e2m1 code the first i of ggml's kvalues_mxfp4 (doubled e2m1 values) with the
- * smallest |kvalues[i] d - x| (ggml's quantize_row_mxfp4_ref, with floor(log2) taken from
- * frexp's exponent: exact). Nibbles as ggml's: element j low, j + 16 high. */
-static void to_mxfp4(uint8_t *out, const float *x, uint64_t n)
-{
-    static const int8_t kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    for (uint64_t b = 0; b < n / 32; ++b, x += 32, out += 17) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; ++j)
-            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
-        int ex = 0;
-        if (amax > 0.0f)
-            (void)frexpf(amax, &ex); /* amax = m 2^ex, m in [0.5, 1): floor(log2) = ex - 1 */
-        int e = amax > 0.0f ? ex - 1 - 2 + 127 : 0;
-        e = e < 0 ? 0 : e > 254 ? 254 : e;
-        const float d = ldexpf(1.0f, e - 128);
-        out[0] = (uint8_t)e;
-        for (int j = 0; j < 16; ++j) {
-            uint8_t q[2];
-            for (int h = 0; h < 2; ++h) {
-                const float v = x[j + 16 * h];
-                int best = 0;
-                float best_err = fabsf((float)kv[0] * d - v);
-                for (int i = 1; i < 16; ++i) {
-                    const float er = fabsf((float)kv[i] * d - v);
-                    if (er < best_err) {
-                        best = i;
-                        best_err = er;
-                    }
-                }
-                q[h] = (uint8_t)best;
-            }
-            out[1 + j] = (uint8_t)(q[0] | q[1] << 4);
-        }
-    }
 }
 
 /* Sinks and MoE tensors of layer l. Sinks: logits of standard deviation 1 (the scores of a
@@ -514,9 +618,8 @@ static void to_mxfp4(uint8_t *out, const float *x, uint64_t n)
  * Experts as the dense FFN, ggml order ne {n_embd, n_ff_exp, n_expert} for gate and up and
  * {n_ff_exp, n_embd, n_expert} for down; each expert's output carries the same variance as a
  * dense FFN's, and the gates sum to 1. */
-static int add_variant_weights(lm_gguf_writer *w, float *scratch, const hx_synth_params *p,
-                               uint32_t l, lm_tensor_type type, uint64_t seed, double a,
-                               lm_err *err)
+static int add_variant_weights(sink *k, const hx_synth_params *p, uint32_t l,
+                               lm_tensor_type type, double a, lm_err *err)
 {
     const uint64_t n = p->n_embd, X = p->n_expert, FE = p->n_ff_exp;
     const double sn = (double)(float)(1.0 / sqrt((double)n));
@@ -524,23 +627,23 @@ static int add_variant_weights(lm_gguf_writer *w, float *scratch, const hx_synth
     int rc;
     if (p->sinks) {
         snprintf(name, sizeof name, "blk.%u.attn_sinks.weight", l);
-        if ((rc = add_weight(w, scratch, name, type, p->n_head, 1, seed, 0.0, 1.0, err)))
+        if ((rc = add_weight(k, name, LM_TYPE_F32, p->n_head, 1, 0.0, 1.0, err)))
             return rc;
     }
     if (X == 0)
         return LM_OK;
     snprintf(name, sizeof name, "blk.%u.ffn_gate_inp.weight", l);
-    if ((rc = add_weight(w, scratch, name, type, n, X, seed, 0.0, 2.0 * sn, err)))
+    if ((rc = add_weight(k, name, tensor_type(p, type, R_ROUTER, l), n, X, 0.0, 2.0 * sn, err)))
         return rc;
     /* gpt-oss: gate and up of standard deviation 2.5 (swiglu_oai's limit 7 clamps some), down
      * 8 times smaller (E[swiglu_oai^2] is ~64 times silu(g) u's for those inputs); biases:
      * router and experts' gate and up 0.5, down 0.1 a */
     const bool oai = strcmp(p->arch, "gpt-oss") == 0;
     const double gu = oai ? 2.5 * sn : sn, dn = (oai ? 1.7 / 8.0 : 1.7) * a / sqrt((double)FE);
-    const struct { const char *s; uint64_t ne0, ne1; double sigma; } e[] = {
-        {"ffn_gate_exps.weight", n, FE, gu},
-        {"ffn_up_exps.weight", n, FE, gu},
-        {"ffn_down_exps.weight", FE, n, dn},
+    const struct { const char *s; uint64_t ne0, ne1; double sigma; role r; } e[] = {
+        {"ffn_gate_exps.weight", n, FE, gu, R_EXP},
+        {"ffn_up_exps.weight", n, FE, gu, R_EXP},
+        {"ffn_down_exps.weight", FE, n, dn, R_EXP_DOWN},
     };
     const struct { const char *s; uint64_t ne0, ne1; double sigma; } eb[] = {
         {"ffn_gate_inp.bias", X, 1, 0.5},
@@ -550,89 +653,57 @@ static int add_variant_weights(lm_gguf_writer *w, float *scratch, const hx_synth
     };
     for (size_t i = 0; oai && i < 4; ++i) {
         snprintf(name, sizeof name, "blk.%u.%s", l, eb[i].s);
-        if ((rc = add_weight(w, scratch, name, LM_TYPE_F32, eb[i].ne0, eb[i].ne1, seed, 0.0,
-                             eb[i].sigma, err)))
+        if ((rc = add_weight(k, name, LM_TYPE_F32, eb[i].ne0, eb[i].ne1, 0.0, eb[i].sigma, err)))
             return rc;
     }
     for (size_t i = 0; i < 3; ++i) {
-        uint64_t ne[3] = {e[i].ne0, e[i].ne1, X};
         snprintf(name, sizeof name, "blk.%u.%s", l, e[i].s);
-        fill(scratch, ne[0] * ne[1] * ne[2], name, seed, 0.0, e[i].sigma);
-        if (p->experts_mxfp4) {
-            const uint64_t nb = ne[0] * ne[1] * ne[2] / 32 * 17;
-            uint8_t *q = malloc((size_t)nb);
-            if (q == NULL)
-                return LM_FAIL(err, LM_E_NOMEM, "synth: out of memory");
-            to_mxfp4(q, scratch, ne[0] * ne[1] * ne[2]);
-            rc = lm_gguf_w_tensor_raw(w, name, LM_TYPE_MXFP4, 3, ne, q, nb, err);
-            free(q);
-        } else {
-            rc = lm_gguf_w_tensor_f32(w, name, type, 3, ne, scratch, err);
-        }
-        if (rc)
+        const tspec t = {name, NULL, tensor_type(p, type, e[i].r, l), 3, {e[i].ne0, e[i].ne1, X},
+                         0.0, e[i].sigma, false, p->n_expert_used, p->n_expert};
+        if ((rc = put(k, &t, err)))
             return rc;
     }
     return LM_OK;
 }
 
-int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t seed,
-                          lm_tensor_type type, lm_err *err)
+/* Every tensor, in file order, into k (declared or written: sink). Scales: the header comment. */
+static int walk_model(sink *k, const hx_synth_params *p, lm_tensor_type type, lm_err *err)
 {
-    int rc = hx_synth_check(p, err);
-    if (rc)
-        return rc;
-    if (type != LM_TYPE_F32 && type != LM_TYPE_F16 && type != LM_TYPE_BF16)
-        return LM_FAIL(err, LM_E_INPUT, "synth parameters: type %s not supported (f32, f16 "
-                       "or bf16)", lm_tensor_type_name(type));
     const uint64_t n = p->n_embd, V = p->n_vocab, F = p->n_ff;
-    const uint64_t hd = n / p->n_head, nq = hd * p->n_head, nkv = hd * p->n_head_kv;
+    const uint64_t hd = head_dim(p), nq = hd * p->n_head, nkv = hd * p->n_head_kv;
     const double sn = (double)(float)(1.0 / sqrt((double)n));
     const double logit_scale = (double)(float)(LOGIT_PEAK * sqrt(2.0 * log((double)V)));
     double r2 = SELF_RATIO * (double)n / (2.0 * log((double)V)) - 1.0;
     const double a = (double)(float)sqrt((r2 > 0.05 ? r2 : 0.05) / (2.0 * (double)p->n_layer));
-    uint64_t biggest = V * n > F * n ? V * n : F * n;
-    const uint64_t X = p->n_expert, FE = p->n_ff_exp;
-    biggest = X * FE * n > biggest ? X * FE * n : biggest;
-    lm_gguf_writer *w = NULL;
-    float *scratch = malloc((size_t)biggest * sizeof *scratch); /* [biggest] */
-    uint8_t *whole = malloc(V);                                /* [n_vocab] */
-    if (scratch == NULL || whole == NULL) {
-        free(scratch);
-        free(whole);
-        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    }
-    if ((rc = lm_gguf_writer_create(&w, err)) || (rc = write_keys(w, p, seed, type, whole, err)))
-        goto done;
+    const uint64_t X = p->n_expert;
+    const bool gptoss = strcmp(p->arch, "gpt-oss") == 0;
     /* output_norm below is the constant gain C/sqrt(n): a zero-width "uniform" around it.
      * Every token but whole words and sentence punctuation gets a row a quarter as long
      * (exact: a power of two), so its tied logit rarely wins and greedy text is made of
-     * words, not word fragments or stray bytes. */
-    fill(scratch, n * V, "token_embd.weight", seed, 0.0, 1.0);
-    for (uint64_t r = 0; r < V; ++r)
-        if (!whole[r])
-            for (uint64_t i = 0; i < n; ++i)
-                scratch[r * n + i] *= 0.25f;
-    uint64_t ne_embd[2] = {n, V};
-    const bool gptoss = strcmp(p->arch, "gpt-oss") == 0;
-    if ((rc = lm_gguf_w_tensor_f32(w, "token_embd.weight", type, 2, ne_embd, scratch, err))
-        || (gptoss /* llama.cpp's gpt-oss needs output.weight: the embedding's values */
-            && (rc = lm_gguf_w_tensor_f32(w, "output.weight", type, 2, ne_embd, scratch, err)))
-        || (rc = add_weight(w, scratch, "output_norm.weight", type, n, 1, seed, logit_scale * sn,
-                            0.0, err)))
-        goto done;
+     * words, not word fragments or stray bytes. An output.weight (gpt-oss, which llama.cpp
+     * needs it for, or output_copy) holds the embedding's values. */
+    const lm_tensor_type te = tensor_type(p, type, R_EMBD, 0);
+    const tspec embd = {"token_embd.weight", NULL, te, 2, {n, V, 1}, 0.0, 1.0, true, 0, 0};
+    const tspec out = {"output.weight", "token_embd.weight", te, 2, {n, V, 1}, 0.0, 1.0, true,
+                       0, 0};
+    int rc;
+    if ((rc = put(k, &embd, err)) || ((gptoss || p->output_copy) && (rc = put(k, &out, err)))
+        || (rc = add_weight(k, "output_norm.weight", type, n, 1, logit_scale * sn, 0.0, err)))
+        return rc;
     char name[64];
     for (uint32_t l = 0; l < p->n_layer; ++l) {
-        struct { const char *s; uint64_t ne0, ne1; double c, sigma; } t[] = {
-            {"attn_norm.weight", n, 1, 1.0, 0.1 / sqrt(3.0)},
-            {"attn_q.weight", n, nq, 0.0, 1.5 * sn},
-            {"attn_k.weight", n, nkv, 0.0, sn},
-            {"attn_v.weight", n, nkv, 0.0, sn},
-            {"attn_output.weight", nq, n, 0.0, a / sqrt((double)nq)},
+        struct { const char *s; uint64_t ne0, ne1; double c, sigma; role r; } t[] = {
+            {"attn_norm.weight", n, 1, 1.0, 0.1 / sqrt(3.0), R_MAT},
+            {"attn_q.weight", n, nq, 0.0, 1.5 * sn, R_MAT},
+            {"attn_k.weight", n, nkv, 0.0, sn, R_MAT},
+            {"attn_v.weight", n, nkv, 0.0, sn, R_MORE},
+            {"attn_output.weight", nq, n, 0.0, a / sqrt((double)nq), R_MAT},
             /* gpt-oss's FFN norm has llama.cpp's post-attention name */
-            {gptoss ? "post_attention_norm.weight" : "ffn_norm.weight", n, 1, 1.0, 0.1 / sqrt(3.0)},
-            {"ffn_gate.weight", n, F, 0.0, sn},
-            {"ffn_up.weight", n, F, 0.0, sn},
-            {"ffn_down.weight", F, n, 0.0, 1.7 * a / sqrt((double)F)},
+            {gptoss ? "post_attention_norm.weight" : "ffn_norm.weight", n, 1, 1.0,
+             0.1 / sqrt(3.0), R_MAT},
+            {"ffn_gate.weight", n, F, 0.0, sn, R_MAT},
+            {"ffn_up.weight", n, F, 0.0, sn, R_MAT},
+            {"ffn_down.weight", F, n, 0.0, 1.7 * a / sqrt((double)F), R_MORE},
         };
         /* MoE layers have no dense FFN (the last three entries) */
         const size_t n_t = sizeof t / sizeof t[0] - (X > 0 ? 3 : 0);
@@ -642,26 +713,68 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
             {"attn_output.bias", n, 0.1 * a}};
         for (size_t i = 0; gptoss && i < 4; ++i) {
             snprintf(name, sizeof name, "blk.%u.%s", l, ab[i].s);
-            if ((rc = add_weight(w, scratch, name, LM_TYPE_F32, ab[i].ne0, 1, seed, 0.0,
-                                 ab[i].sigma, err)))
-                goto done;
+            if ((rc = add_weight(k, name, LM_TYPE_F32, ab[i].ne0, 1, 0.0, ab[i].sigma, err)))
+                return rc;
         }
-        if ((rc = add_variant_weights(w, scratch, p, l, type, seed, a, err))
-            || (rc = add_arch_weights(w, scratch, p, l, type, seed, a, err)))
-            goto done;
+        if ((rc = add_variant_weights(k, p, l, type, a, err))
+            || (rc = add_arch_weights(k, p, l, a, err)))
+            return rc;
         for (size_t i = 0; i < n_t; ++i) {
             snprintf(name, sizeof name, "blk.%u.%s", l, t[i].s);
-            if ((rc = add_weight(w, scratch, name, type, t[i].ne0, t[i].ne1, seed, t[i].c,
-                                 t[i].sigma, err)))
-                goto done;
+            if ((rc = add_weight(k, name, tensor_type(p, type, t[i].r, l), t[i].ne0, t[i].ne1,
+                                 t[i].c, t[i].sigma, err)))
+                return rc;
         }
     }
-    rc = lm_gguf_writer_save(w, path, err);
+    return LM_OK;
+}
+
+int hx_synth_write_info(hx_synth_info *info, const char *path, const hx_synth_params *p,
+                        uint64_t seed, lm_tensor_type type, lm_err *err)
+{
+    hx_synth_info dummy;
+    info = info != NULL ? info : &dummy;
+    memset(info, 0, sizeof *info);
+    int rc = hx_synth_check(p, err);
+    if (rc)
+        return rc;
+    if (type != LM_TYPE_F32 && type != LM_TYPE_F16 && type != LM_TYPE_BF16
+        && type != LM_TYPE_Q4_K)
+        return LM_FAIL(err, LM_E_INPUT, "synth parameters: type %s not supported (f32, f16, "
+                       "bf16 or the Q4_K_M-like mix)", lm_tensor_type_name(type));
+    if ((rc = check_mix(p, type, err)))
+        return rc;
+    sink k = {.seed = seed, .n_embd = p->n_embd, .info = info};
+    uint8_t *whole = malloc(p->n_vocab); /* [n_vocab] */
+    k.whole = whole;
+    k.vals = malloc((size_t)CHUNK * sizeof *k.vals);
+    k.bytes = malloc((size_t)CHUNK * 4);
+    if (whole == NULL || k.vals == NULL || k.bytes == NULL) {
+        rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    if ((rc = lm_gguf_writer_create(&k.w, err))
+        || (rc = write_keys(k.w, p, seed, type, whole, err))
+        || (rc = walk_model(&k, p, type, err))
+        || (rc = lm_gguf_stream_open(&k.s, k.w, path, err)))
+        goto done;
+    if ((rc = walk_model(&k, p, type, err)) != LM_OK) {
+        lm_gguf_stream_abort(k.s);
+        goto done;
+    }
+    rc = lm_gguf_stream_commit(k.s, info->sha256, &info->bytes, err);
 done:
-    lm_gguf_writer_free(w);
-    free(scratch);
+    lm_gguf_writer_free(k.w);
     free(whole);
+    free(k.vals);
+    free(k.bytes);
     return rc;
+}
+
+int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t seed,
+                          lm_tensor_type type, lm_err *err)
+{
+    return hx_synth_write_info(NULL, path, p, seed, type, err);
 }
 
 int hx_synth_write(const char *path, const char *preset_name, uint64_t seed, lm_tensor_type type,

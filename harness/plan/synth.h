@@ -40,7 +40,22 @@ typedef struct hx_synth_params {
                                 experts (n_expert > 0, gating_func 1; the routing keys are
                                 not written: the row fixes them); "gpt-oss" (gating_func 3)
                                 adds biases, YaRN keys, output.weight and gpt-oss's names */
+    uint32_t head_dim;       /* attention.key_length (0 = n_embd / n_head) */
+    bool output_copy;        /* an output.weight of its own holding the embedding's values (as
+                                gpt-oss always has): an untied projection's size, tied values */
+    lm_tensor_type weight_type; /* the preset's weight type (kvdrift synth without --type):
+                                   F32 (0), F16, BF16, or Q4_K for the Q4_K_M-like mix */
 } hx_synth_params;
+
+/* What hx_synth_write_info wrote. */
+typedef struct hx_synth_info {
+    uint8_t sha256[32];  /* SHA-256 of the file's bytes */
+    uint64_t bytes;      /* file size */
+    uint64_t n_tensors;
+    uint64_t n_params;   /* elements of every tensor */
+    uint64_t n_active;   /* elements a token reads: experts counted used of count (the token
+                            embedding whole) */
+} hx_synth_info;
 
 /* Control tokens, 256 byte pieces and "▁": the smallest vocabulary synth writes. */
 #define HX_SYNTH_MIN_VOCAB 260u
@@ -53,9 +68,15 @@ int hx_synth_preset(hx_synth_params *out, const char *name, lm_err *err);
 /* Checks that p describes a model synth can write (LM_E_INPUT naming the bad field). */
 int hx_synth_check(const hx_synth_params *p, lm_err *err);
 
-/* Writes the model atomically. type: LM_TYPE_F32, LM_TYPE_F16 or LM_TYPE_BF16 for the weight
- * matrices and the embedding (norm vectors are always F32, as llama.cpp stores them). The
- * bytes depend only on (p, seed, type). */
+/* Writes the model atomically and streaming: the header and tensor infos first, then each
+ * tensor generated and written in pieces of 2^20 values, so memory stays a few MiB whatever
+ * the model's size. type: LM_TYPE_F32, LM_TYPE_F16 or LM_TYPE_BF16 for the weight matrices and
+ * the embedding (norm vectors are always F32, as llama.cpp stores them), or LM_TYPE_Q4_K for
+ * a Q4_K_M-like mix of Q4_K and Q6_K (synth.c, tensor_type); experts are MXFP4 when p says so.
+ * The bytes depend only on (p, seed, type). info (may be NULL): the file's digest and counts. */
+int hx_synth_write_info(hx_synth_info *info, const char *path, const hx_synth_params *p,
+                        uint64_t seed, lm_tensor_type type, lm_err *err);
+/* hx_synth_write_info without the info. */
 int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t seed,
                           lm_tensor_type type, lm_err *err);
 /* The same for a named preset. */
