@@ -486,6 +486,21 @@ void lm_gguf_stream_abort(lm_gguf_stream *s)
     free(s);
 }
 
+int lm_gguf_writer_size(const lm_gguf_writer *w, uint64_t *size, lm_err *err)
+{
+    buf head = {0};
+    if (build_head(w, &head)) {
+        free(head.p);
+        return LM_FAIL(err, LM_E_NOMEM, "gguf writer: out of memory");
+    }
+    uint64_t n = head.n;
+    free(head.p);
+    for (uint64_t i = 0; i < w->n_t; ++i)
+        n += w->t[i].nbytes + pad_to(w->t[i].nbytes);
+    *size = n;
+    return LM_OK;
+}
+
 int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err)
 {
     lm_gguf_stream *s;

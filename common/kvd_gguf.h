@@ -141,6 +141,9 @@ void lm_gguf_f32_encode(uint8_t *out, const float *src, uint64_t n, lm_tensor_ty
  * hold its bytes (none declared only). */
 int lm_gguf_writer_save(lm_gguf_writer *w, const char *path, lm_err *err);
 
+/* *size = the bytes the file would have with the keys and tensors added so far. */
+int lm_gguf_writer_size(const lm_gguf_writer *w, uint64_t *size, lm_err *err);
+
 /* A file written streaming: lm_gguf_stream_open writes the header, the metadata and every
  * tensor info (no key or tensor may be added after it), then the bytes of the tensors added
  * with bytes up to the first declared one; lm_gguf_stream_write appends the bytes of the

@@ -1,5 +1,8 @@
 /* test_gguf.c — the GGUF reader on hand-made broken files, and the writer round trip. */
+#include "fs.h"
 #include "kvd_dequant.h"
+#include "kvd_gguf.h"
+#include "sha256.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -8,6 +11,7 @@
 #include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A tiny byte builder for hand-made GGUF images (little-endian, as the format is). */
 typedef struct bb {
@@ -576,6 +580,92 @@ static void test_gguf_every_truncation(void)
     CU_ASSERT_EQUAL(failures, 0);
 }
 
+
+/* The streaming path gives the in-memory writer's bytes: declared tensors fed in pieces of
+ * odd sizes, in-memory ones between them written as the stream reaches them; the digest and
+ * size commit reports are the file's; a short tensor or bytes past the last one fail with
+ * nothing written. */
+static void test_gguf_stream_matches_memory(void)
+{
+    char a[1024], b[1024], c[1024];
+    snprintf(a, sizeof a, "%s/mem.gguf", tu_tmpdir());
+    snprintf(b, sizeof b, "%s/stream.gguf", tu_tmpdir());
+    snprintf(c, sizeof c, "%s/stream-short.gguf", tu_tmpdir());
+    lm_err err = {0};
+    float vals[40];
+    uint8_t q8[68], bf[10];
+    uint64_t st = tu_seed();
+    for (int i = 0; i < 40; ++i)
+        vals[i] = tu_rand_f32(&st);
+    for (int i = 0; i < 68; ++i)
+        q8[i] = (uint8_t)tu_rand_u64(&st);
+    lm_gguf_f32_encode(bf, vals, 5, LM_TYPE_BF16);
+    uint64_t ne_f[1] = {3}, ne_q[2] = {32, 2}, ne_h[1] = {40}, ne_b[1] = {5};
+    lm_gguf_writer *w[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; ++k) {
+        CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_create(&w[k], &err), LM_OK);
+        CU_ASSERT_EQUAL(lm_gguf_w_str(w[k], "general.name", "stream", &err), LM_OK);
+        CU_ASSERT_EQUAL(lm_gguf_w_tensor_f32(w[k], "f", LM_TYPE_F32, 1, ne_f, vals, &err), LM_OK);
+        int rc = k == 0 ? lm_gguf_w_tensor_raw(w[k], "q", LM_TYPE_Q8_0, 2, ne_q, q8, 68, &err)
+                        : lm_gguf_w_tensor_decl(w[k], "q", LM_TYPE_Q8_0, 2, ne_q, &err);
+        CU_ASSERT_EQUAL(rc, LM_OK);
+        CU_ASSERT_EQUAL(lm_gguf_w_tensor_f32(w[k], "h", LM_TYPE_F16, 1, ne_h, vals, &err), LM_OK);
+        rc = k == 0 ? lm_gguf_w_tensor_raw(w[k], "b", LM_TYPE_BF16, 1, ne_b, bf, 10, &err)
+                    : lm_gguf_w_tensor_decl(w[k], "b", LM_TYPE_BF16, 1, ne_b, &err);
+        CU_ASSERT_EQUAL(rc, LM_OK);
+    }
+    CU_ASSERT_EQUAL(lm_gguf_w_tensor_decl(w[1], "q", LM_TYPE_F32, 1, ne_f, &err), LM_E_INPUT);
+    lm_err_clear(&err);
+    uint64_t predicted;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_size(w[0], &predicted, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_save(w[0], a, &err), LM_OK);
+    /* a declared tensor's bytes never came: save refuses, nothing written */
+    CU_ASSERT_EQUAL(lm_gguf_writer_save(w[2], c, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "tensor 'q' has 0 of its 68 bytes"));
+    CU_ASSERT_EQUAL(access(c, F_OK), -1);
+    lm_err_clear(&err);
+
+    lm_gguf_stream *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_stream_open(&s, w[1], b, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(lm_gguf_stream_tensor(s), "q");
+    const size_t piece[] = {1, 7, 60};
+    size_t off = 0;
+    for (int i = 0; i < 3; ++i, off += piece[i - 1])
+        CU_ASSERT_EQUAL(lm_gguf_stream_write(s, q8 + off, piece[i], &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(lm_gguf_stream_tensor(s), "b"); /* "h" written on the way */
+    CU_ASSERT_EQUAL(lm_gguf_stream_write(s, bf, 3, &err), LM_OK);
+    CU_ASSERT_EQUAL(lm_gguf_stream_write(s, bf + 3, 7, &err), LM_OK);
+    CU_ASSERT_PTR_NULL(lm_gguf_stream_tensor(s));
+    CU_ASSERT_EQUAL(lm_gguf_stream_write(s, bf, 1, &err), LM_E_INPUT); /* past the end */
+    lm_err_clear(&err);
+    uint8_t digest[32];
+    uint64_t size = 0;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_stream_commit(s, digest, &size, &err), LM_OK);
+    char *ma, *mb;
+    size_t na, nb;
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&ma, &na, a, SIZE_MAX, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&mb, &nb, b, SIZE_MAX, &err), LM_OK);
+    CU_ASSERT(na == nb && memcmp(ma, mb, na) == 0);
+    CU_ASSERT_EQUAL(size, nb);
+    CU_ASSERT_EQUAL(predicted, na);
+    char hex[65], want[65];
+    for (int i = 0; i < 32; ++i)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    CU_ASSERT_EQUAL_FATAL(hx_sha256_file_hex(want, b, &err), LM_OK);
+    CU_ASSERT_STRING_EQUAL(hex, want);
+    free(ma);
+    free(mb);
+
+    /* a stream committed short: nothing at the target */
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_stream_open(&s, w[2], c, &err), LM_OK);
+    CU_ASSERT_EQUAL(lm_gguf_stream_write(s, q8, 68, &err), LM_OK);
+    CU_ASSERT_EQUAL(lm_gguf_stream_commit(s, NULL, NULL, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "tensor 'b' has 0 of its 10 bytes"));
+    CU_ASSERT_EQUAL(access(c, F_OK), -1);
+    for (int k = 0; k < 3; ++k)
+        lm_gguf_writer_free(w[k]);
+}
+
 void test_gguf_register(void)
 {
     CU_pSuite s = CU_add_suite("gguf", NULL, NULL);
@@ -587,5 +677,6 @@ void test_gguf_register(void)
     CU_add_test(s, "test_gguf_bad_tensors", test_gguf_bad_tensors);
     CU_add_test(s, "test_gguf_writer_round_trip", test_gguf_writer_round_trip);
     CU_add_test(s, "test_gguf_writer_failure_is_atomic", test_gguf_writer_failure_is_atomic);
+    CU_add_test(s, "test_gguf_stream_matches_memory", test_gguf_stream_matches_memory);
     CU_add_test(s, "test_gguf_every_truncation", test_gguf_every_truncation);
 }

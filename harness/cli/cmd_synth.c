@@ -15,12 +15,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kvdrift synth (--preset NAME | --arch llama [hyperparameters]) -o FILE.gguf\n"
-            "                     [--seed S] [--type f32|f16|bf16]\n\n"
+            "                     [--seed S] [--type f32|f16|bf16|q4_k_m]\n\n"
             "Writes a model (llama; the gemma3, qwen3, qwen3moe and gptoss presets: those\n"
             "architectures) with\n"
             "deterministic weights (splitmix64 per tensor, see\n"
             "harness/synth.c) and a generated SentencePiece vocabulary; the output projection is\n"
-            "tied to the embedding. The file is written atomically.\n\n"
+            "tied to the embedding. The file is written atomically and streaming (header and\n"
+            "tensor infos first, then each tensor generated and written in pieces of 2^20\n"
+            "values: a few MiB of memory whatever the model's size); its size, parameter\n"
+            "counts, SHA-256 and the time taken are printed.\n\n"
             "  --preset NAME     tiny (n_embd 64, 4 layers, vocab 512),\n"
             "                    smollm2-135m (n_embd 576, 30 layers, 9 heads, 3 KV heads,\n"
             "                    n_ff 1536, vocab 49152, rope theta 100000),\n"
@@ -38,12 +41,29 @@ static void usage(FILE *f)
             "                    layers, YaRN, 16 experts top-4 with swiglu_oai),\n"
             "                    gptoss-mxfp4 (the same, n_ff_exp 64, experts in MXFP4 as\n"
             "                    gpt-oss ships them)\n"
+            "                    Models at the sizes people run (tens of GB as float32: for\n"
+            "                    commands and benchmarks; today's engine refuses to load what\n"
+            "                    does not fit in memory):\n"
+            "                    gptoss-20b (gpt-oss-20b's shapes: 24 layers, n_embd 2880, 64/8\n"
+            "                    heads of 64, 32 experts of 2880 top-4 in MXFP4, window 128 on\n"
+            "                    even layers, sinks, biases, YaRN, vocab 201088; BF16 elsewhere;\n"
+            "                    12.8 GiB), gemma3-4b (34 layers, n_embd 2560, 8/4 heads of 256,\n"
+            "                    n_ff 10240, window 1024 on 5 of 6, vocab 262144, q4_k_m),\n"
+            "                    moe-26b-a4b (30 layers, 25 with window 1024 and 5 global,\n"
+            "                    n_embd 2816, 16/8 heads of 256, 128 experts of 736 top-8 in\n"
+            "                    MXFP4, untied output, vocab 262144, q4_k_m: 26.4B parameters,\n"
+            "                    4.0B per token)\n"
             "  --arch llama      explicit hyperparameters instead (start: the tiny preset), with\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-vocab N\n"
             "  --n-ctx N --rope-theta X --rms-eps X   (these also override a preset's values)\n"
             "  -o, --output FILE model to write\n"
             "  --seed S          PRNG seed (default 0; decimal or 0x hex)\n"
-            "  --type T          weight type: f32 (default), f16 or bf16 (norms stay f32)\n"
+            "  --type T          weight type: f32, f16, bf16, or q4_k_m: a Q4_K_M-like mix\n"
+            "                    (embedding and output Q6_K, attn_v and ffn_down Q6_K on a third\n"
+            "                    of the layers, other matrices Q4_K, router F32; rows multiples of\n"
+            "                    256); norms stay f32, MXFP4 experts stay MXFP4; default: the\n"
+            "                    preset's (f32 but for gptoss-20b bf16, gemma3-4b and\n"
+            "                    moe-26b-a4b q4_k_m)\n"
             "  -h, --help        this help\n");
 }
 
@@ -69,7 +89,8 @@ enum { O_PRESET = 256, O_ARCH, O_EMBD, O_LAYER, O_HEAD, O_HEAD_KV, O_FF, O_VOCAB
 typedef struct synth_opts {
     const char *preset, *arch, *out;
     uint64_t seed;
-    lm_tensor_type type;
+    lm_tensor_type type; /* --type's (type_given), else the preset's */
+    bool type_given;
     uint32_t ov[8]; /* overrides of n_embd .. n_ctx, applied after the preset: 0 = not given */
     float theta, eps; /* 0.0f = not given */
 } synth_opts;
@@ -101,7 +122,9 @@ static int set_option(synth_opts *o, int c, const char *arg, const char *name)
         if (strcmp(arg, "f32") == 0) o->type = LM_TYPE_F32;
         else if (strcmp(arg, "f16") == 0) o->type = LM_TYPE_F16;
         else if (strcmp(arg, "bf16") == 0) o->type = LM_TYPE_BF16;
-        else return bad("--type: expected f32, f16 or bf16, got", arg);
+        else if (strcmp(arg, "q4_k_m") == 0) o->type = LM_TYPE_Q4_K;
+        else return bad("--type: expected f32, f16, bf16 or q4_k_m, got", arg);
+        o->type_given = true;
         return 0;
     default: return 2;
     }
@@ -183,13 +206,27 @@ int cmd_synth(int argc, char **argv)
         return code;
     lm_err err = {0};
     hx_synth_params p;
+    hx_synth_info info;
+    const double t0 = lm_now_s();
     int rc = make_params(&p, &o, &err);
+    const lm_tensor_type type = o.type_given ? o.type : p.weight_type;
     if (rc == LM_OK)
-        rc = hx_synth_write_params(o.out, &p, o.seed, o.type, &err);
+        rc = hx_synth_write_info(&info, o.out, &p, o.seed, type, &err);
     if (rc != LM_OK)
         return hx_cli_status("synth", rc, false, &err);
+    char hex[65];
+    for (int i = 0; i < 32; ++i)
+        snprintf(hex + 2 * i, 3, "%02x", info.sha256[i]);
     fprintf(stderr, "kvdrift synth: wrote %s (%s: n_embd %u, %u layers, %u/%u heads, n_ff %u, "
                     "vocab %u, %s, seed 0x%" PRIx64 ")\n", o.out, p.name, p.n_embd, p.n_layer,
-            p.n_head, p.n_head_kv, p.n_ff, p.n_vocab, lm_tensor_type_name(o.type), o.seed);
+            p.n_head, p.n_head_kv, p.n_ff, p.n_vocab,
+            type == LM_TYPE_Q4_K ? "q4_k_m" : lm_tensor_type_name(type), o.seed);
+    const bool big = info.n_params >= 1000000000u;
+    const double unit = big ? 1e9 : 1e6;
+    fprintf(stderr, "kvdrift synth: %" PRIu64 " bytes (%.2f GiB), %" PRIu64 " tensors, %.2f%s "
+                    "parameters (%.2f%s per token), %.1f s\n", info.bytes,
+            (double)info.bytes / 1073741824.0, info.n_tensors, (double)info.n_params / unit,
+            big ? "B" : "M", (double)info.n_active / unit, big ? "B" : "M", lm_now_s() - t0);
+    printf("%s  %s\n", hex, o.out); /* sha256sum's format */
     return 0;
 }

@@ -206,9 +206,14 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err)
     return LM_OK;
 }
 
-/* The Q4_K_M-like mix (tensor_type) needs whole 256-element blocks along every quantized row. */
+/* A weight type synth writes; the Q4_K_M-like mix (tensor_type) needs whole 256-element blocks
+ * along every quantized row. */
 static int check_mix(const hx_synth_params *p, lm_tensor_type type, lm_err *err)
 {
+    if (type != LM_TYPE_F32 && type != LM_TYPE_F16 && type != LM_TYPE_BF16
+        && type != LM_TYPE_Q4_K)
+        return BAD("type %s not supported (f32, f16, bf16 or the Q4_K_M-like mix)",
+                   lm_tensor_type_name(type));
     if (type != LM_TYPE_Q4_K)
         return LM_OK;
     const uint64_t nq = (uint64_t)(p->head_dim ? p->head_dim : p->n_embd / p->n_head) * p->n_head;
@@ -738,10 +743,6 @@ int hx_synth_write_info(hx_synth_info *info, const char *path, const hx_synth_pa
     int rc = hx_synth_check(p, err);
     if (rc)
         return rc;
-    if (type != LM_TYPE_F32 && type != LM_TYPE_F16 && type != LM_TYPE_BF16
-        && type != LM_TYPE_Q4_K)
-        return LM_FAIL(err, LM_E_INPUT, "synth parameters: type %s not supported (f32, f16, "
-                       "bf16 or the Q4_K_M-like mix)", lm_tensor_type_name(type));
     if ((rc = check_mix(p, type, err)))
         return rc;
     sink k = {.seed = seed, .n_embd = p->n_embd, .info = info};
@@ -768,6 +769,28 @@ done:
     free(whole);
     free(k.vals);
     free(k.bytes);
+    return rc;
+}
+
+int hx_synth_measure(hx_synth_info *info, const hx_synth_params *p, lm_tensor_type type,
+                     lm_err *err)
+{
+    memset(info, 0, sizeof *info);
+    int rc = hx_synth_check(p, err);
+    if (rc == LM_OK)
+        rc = check_mix(p, type, err);
+    if (rc)
+        return rc;
+    sink k = {.seed = 0, .n_embd = p->n_embd, .info = info};
+    uint8_t *whole = malloc(p->n_vocab); /* [n_vocab] */
+    if (whole == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "synth: out of memory");
+    if ((rc = lm_gguf_writer_create(&k.w, err)) == LM_OK
+        && (rc = write_keys(k.w, p, 0, type, whole, err)) == LM_OK
+        && (rc = walk_model(&k, p, type, err)) == LM_OK)
+        rc = lm_gguf_writer_size(k.w, &info->bytes, err);
+    lm_gguf_writer_free(k.w);
+    free(whole);
     return rc;
 }
 

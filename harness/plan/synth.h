@@ -76,6 +76,10 @@ int hx_synth_check(const hx_synth_params *p, lm_err *err);
  * The bytes depend only on (p, seed, type). info (may be NULL): the file's digest and counts. */
 int hx_synth_write_info(hx_synth_info *info, const char *path, const hx_synth_params *p,
                         uint64_t seed, lm_tensor_type type, lm_err *err);
+/* The counts and file size hx_synth_write_info would give (sha256 left zero), without
+ * generating or writing anything (any seed gives the same size). */
+int hx_synth_measure(hx_synth_info *info, const hx_synth_params *p, lm_tensor_type type,
+                     lm_err *err);
 /* hx_synth_write_info without the info. */
 int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t seed,
                           lm_tensor_type type, lm_err *err);
