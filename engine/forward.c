@@ -51,6 +51,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The activation format (lm_vec_dot_spec) of each weight product of a layer: what ggml's CPU
  * backend converts that product's input to, from the weight's type in the file. */
@@ -752,6 +753,56 @@ static float *carve(char **cursor, size_t n_floats)
     return p;
 }
 
+/* The pieces of a context's scratch arena, in carving order: rope cos, sin; x, xn; q, att;
+ * ff_gate, ff_up; scores; swa cos, sin; act_in; kbuf, vbuf; tp_part. */
+enum { N_SCRATCH = 15 };
+typedef struct scratch_shape {
+    size_t n_ctx, rows;    /* positions; rows of the largest chunk (>= n_ctx) */
+    bool own_swa;          /* sliding layers have their own RoPE tables */
+    size_t batch_rows;     /* lm_ctx_params.batch_rows */
+    size_t dense;          /* floats of the dense attention scores (1 = none) */
+    size_t act;            /* floats of the activation-format input (1 = none) */
+    size_t tp_part;        /* floats of the tensor-parallel partial sums (1 = none) */
+} scratch_shape;
+
+/* sizes[N_SCRATCH] in floats; returns the arena's bytes (64-byte aligned pieces). */
+static size_t scratch_sizes(size_t sizes[N_SCRATCH], const lm_hparams *hp, const scratch_shape *s)
+{
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim, half = hp->n_rot / 2;
+    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t v[N_SCRATCH] = {
+        s->n_ctx * half, s->n_ctx * half,                             /* rope cos, sin */
+        s->rows * hp->n_embd, s->rows * hp->n_embd,                   /* x, xn */
+        s->rows * q_dim, s->rows * q_dim,                             /* q, att */
+        s->rows * hp->n_ff, s->rows * hp->n_ff,                       /* ff_gate, ff_up */
+        s->dense,                                                     /* scores */
+        s->own_swa ? s->n_ctx * half : 1, s->own_swa ? s->n_ctx * half : 1, /* swa cos, sin */
+        s->act,                                                       /* act_in */
+        s->batch_rows * kv_dim + 1, s->batch_rows * kv_dim + 1,       /* kbuf, vbuf */
+        s->tp_part,                                                   /* tp_part */
+    };
+    size_t total = 64;
+    for (size_t i = 0; i < N_SCRATCH; ++i) {
+        sizes[i] = v[i];
+        total += (v[i] * sizeof(float) + 63) / 64 * 64;
+    }
+    return total;
+}
+
+void lm_ctx_predict_bytes(uint64_t *kv, uint64_t *scratch, const lm_hparams *hp, uint32_t n_ctx)
+{
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const size_t slots = cpus > 1 ? (size_t)cpus : 1; /* the dense scores' per-thread rows */
+    const size_t rows = n_ctx < LM_ATTN_Q_BLOCK ? n_ctx : LM_ATTN_Q_BLOCK;
+    const scratch_shape shape = {
+        .n_ctx = n_ctx, .rows = n_ctx, .batch_rows = 0, .act = 1, .tp_part = 1,
+        .own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta,
+        .dense = (slots * rows > n_ctx ? slots * rows : n_ctx) * (size_t)n_ctx};
+    size_t sizes[N_SCRATCH];
+    *scratch = scratch_sizes(sizes, hp, &shape);
+    *kv = 2u * (uint64_t)hp->n_layer * n_ctx * hp->n_head_kv * hp->head_dim * sizeof(float);
+}
+
 int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_err *err)
 {
     *out = NULL;
@@ -814,28 +865,18 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     if (rc != LM_OK)
         goto fail;
 
-    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
-    const size_t half = hp->n_rot / 2;
     const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
     c->batch_rows = p->batch_rows;
     const size_t rows = p->batch_rows > n_ctx ? p->batch_rows : n_ctx;
-    const size_t sizes[] = {
-        (size_t)n_ctx * half, (size_t)n_ctx * half,                   /* rope cos, sin */
-        rows * hp->n_embd, rows * hp->n_embd,                         /* x, xn */
-        rows * q_dim, rows * q_dim,                                   /* q, att */
-        rows * hp->n_ff, rows * hp->n_ff,                             /* ff_gate, ff_up */
-        lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(c->be, n_ctx, n_ctx)
-                                               : 1,
-                                                                      /* scores */
-        own_swa ? (size_t)n_ctx * half : 1, own_swa ? (size_t)n_ctx * half : 1, /* swa cos, sin */
-        per_weight ? rows * act_row(hp) : 1,                          /* act_in */
-        (size_t)p->batch_rows * kv_dim + 1, (size_t)p->batch_rows * kv_dim + 1, /* kbuf, vbuf */
-        c->tp.n > 1 || c->tp.reduce == LM_TP_FIXED ? (size_t)LM_TP_SHARDS_MAX * rows * hp->n_embd
-                                                    : 1,              /* tp_part */
-    };
-    size_t total = 64;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
-        total += (sizes[i] * sizeof(float) + 63) / 64 * 64;
+    const scratch_shape shape = {
+        .n_ctx = n_ctx, .rows = rows, .own_swa = own_swa, .batch_rows = p->batch_rows,
+        .dense = lm_variants_needs_dense_scores(c->var) ? lm_attention_dense_scratch(c->be, n_ctx,
+                                                                                    n_ctx) : 1,
+        .act = per_weight ? rows * act_row(hp) : 1,
+        .tp_part = c->tp.n > 1 || c->tp.reduce == LM_TP_FIXED
+                       ? (size_t)LM_TP_SHARDS_MAX * rows * hp->n_embd : 1};
+    size_t sizes[N_SCRATCH];
+    const size_t total = scratch_sizes(sizes, hp, &shape);
     char *arena = aligned_alloc(64, (total + 63) / 64 * 64);
     if (arena == NULL) {
         rc = LM_FAIL(err, LM_E_NOMEM, "context: cannot allocate %zu bytes of scratch", total);

@@ -1,6 +1,7 @@
 /* model.c — model loading, driven by the architecture table (arch.c): hyperparameters from GGUF metadata, every tensor's shape
  * checked, every weight dequantized once into one float32 arena; the file is unmapped after
  * load (the vocabulary copies what it needs). */
+#include "kvd_engine.h"
 #include "kvd_model.h"
 #include "kvd_util.h"
 
@@ -592,6 +593,32 @@ static int load_vocab(lm_model *m, const lm_gguf *g, lm_err *err)
     return LM_OK;
 }
 
+/* The header phase of a load: what the file supports, the hyperparameters, the vocabulary
+ * size and the layer array (no tensor read yet). */
+static int load_header(lm_model *m, const lm_gguf *g, lm_err *err)
+{
+    const char *path = lm_gguf_path(g);
+    int rc;
+    if ((rc = check_supported(g, err)) || (rc = read_hparams(&m->hp, &m->arch, g, err)))
+        return rc;
+    const char *emb_name = m->arch->tensors.tok_embd;
+    const lm_gguf_tensor *emb = lm_gguf_tensor_find(g, emb_name);
+    if (emb == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "%s: missing tensor '%s'", path, emb_name);
+    if (emb->ne[1] == 0 || emb->ne[1] > INT32_MAX)
+        return LM_FAIL(err, LM_E_INPUT, "%s: %s has %" PRIu64 " rows", path, emb_name,
+                       emb->ne[1]);
+    m->hp.n_vocab = (uint32_t)emb->ne[1];
+    /* Each layer needs at least 9 tensors: bounds block_count before allocating for it. */
+    if (m->hp.n_layer > lm_gguf_n_tensors(g) / 9)
+        return LM_FAIL(err, LM_E_INPUT, "%s: block_count %" PRIu32 " but the file has only %"
+                       PRIu64 " tensors", path, m->hp.n_layer, lm_gguf_n_tensors(g));
+    m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
+    if (m->layers == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    return LM_OK;
+}
+
 int lm_model_load(lm_model **out, const char *path, lm_err *err)
 {
     *out = NULL;
@@ -606,33 +633,8 @@ int lm_model_load(lm_model **out, const char *path, lm_err *err)
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    if ((rc = check_supported(g, err)) || (rc = read_hparams(&m->hp, &m->arch, g, err)))
-        goto fail;
-    const char *emb_name = m->arch->tensors.tok_embd;
-    const lm_gguf_tensor *emb = lm_gguf_tensor_find(g, emb_name);
-    if (emb == NULL) {
-        rc = LM_FAIL(err, LM_E_INPUT, "%s: missing tensor '%s'", path, emb_name);
-        goto fail;
-    }
-    if (emb->ne[1] == 0 || emb->ne[1] > INT32_MAX) {
-        rc = LM_FAIL(err, LM_E_INPUT, "%s: %s has %" PRIu64 " rows", path, emb_name,
-                     emb->ne[1]);
-        goto fail;
-    }
-    m->hp.n_vocab = (uint32_t)emb->ne[1];
-    /* Each layer needs at least 9 tensors: bounds block_count before allocating for it. */
-    if (m->hp.n_layer > lm_gguf_n_tensors(g) / 9) {
-        rc = LM_FAIL(err, LM_E_INPUT, "%s: block_count %" PRIu32 " but the file has only %"
-                     PRIu64 " tensors", path, m->hp.n_layer, lm_gguf_n_tensors(g));
-        goto fail;
-    }
-    m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
-    if (m->layers == NULL) {
-        rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    if ((rc = load_weights(m, g, err)) || (rc = load_vocab(m, g, err))
-        || (rc = assign_windows(m, g, err)))
+    if ((rc = load_header(m, g, err)) || (rc = load_weights(m, g, err))
+        || (rc = load_vocab(m, g, err)) || (rc = assign_windows(m, g, err)))
         goto fail;
     for (uint32_t l = 0; l < m->hp.n_layer; ++l)
         m->hp.has_sinks = m->hp.has_sinks || m->layers[l].sinks != NULL;
@@ -641,10 +643,60 @@ int lm_model_load(lm_model **out, const char *path, lm_err *err)
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, h);
     memcpy(m->content_hash, canon.digest, sizeof m->content_hash);
+    m->file_size = lm_gguf_size(g);
     lm_gguf_close(g);
     *out = m;
     return LM_OK;
 fail:
+    lm_gguf_close(g);
+    lm_model_free(m);
+    return rc;
+}
+
+int lm_model_file_unchanged(const lm_model *m, lm_err *err)
+{
+    lm_gguf *g = NULL;
+    int rc = lm_gguf_open(&g, m->path, err);
+    if (rc != LM_OK)
+        return rc == LM_E_IO ? rc : LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was "
+                                             "loaded (%s)", m->path, err->msg);
+    uint8_t hash[16];
+    XXH128_canonical_t canon;
+    const uint64_t size = lm_gguf_size(g);
+    if (size == m->file_size) {
+        XXH128_canonicalFromHash(&canon, XXH3_128bits(lm_gguf_bytes(g), (size_t)size));
+        memcpy(hash, canon.digest, sizeof hash);
+    }
+    lm_gguf_close(g);
+    if (size != m->file_size)
+        return LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was loaded (%" PRIu64
+                       " bytes then, %" PRIu64 " now)", m->path, m->file_size, size);
+    if (memcmp(hash, m->content_hash, sizeof hash) != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was loaded (same size, "
+                       "other content hash)", m->path);
+    return LM_OK;
+}
+
+int lm_model_mem_plan(lm_mem_plan *out, const char *path, uint32_t n_ctx, lm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    lm_gguf *g = NULL;
+    plan p = {0};
+    uint64_t total = 0;
+    lm_model *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
+    int rc = lm_gguf_open(&g, path, err);
+    if (rc == LM_OK && (rc = load_header(m, g, err)) == LM_OK
+        && (rc = build_plan(&p, m, g, err)) == LM_OK
+        && (rc = check_shapes(&p, g, m->arch->name, &total, err)) == LM_OK) {
+        out->hp = m->hp;
+        out->file = lm_gguf_size(g);
+        out->weights = total > UINT64_MAX / sizeof(float) ? UINT64_MAX : total * sizeof(float);
+        lm_ctx_predict_bytes(&out->kv, &out->scratch, &m->hp,
+                             n_ctx ? n_ctx : m->hp.n_ctx_train);
+    }
+    free(p.w);
     lm_gguf_close(g);
     lm_model_free(m);
     return rc;

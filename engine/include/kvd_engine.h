@@ -64,6 +64,12 @@ typedef struct lm_ctx lm_ctx;
  * for the copy of V in which attention recomputes a row that read a non-finite value at a key
  * it cannot see, engine/attention_mend.c). */
 int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_err *err);
+/* Bytes a context of n_ctx positions will allocate, predicted from hp alone: *kv the KV cache,
+ * *scratch lm_ctx_create's scratch arena (the same pieces) for the default parameters (no
+ * profile, batch or tensor-parallel shards; dense attention scores for as many threads as
+ * the machine has CPUs). Not counted: the per-chunk scratch of sliding-window masks and MoE
+ * (lm_ctx_peak_scratch_bytes: a chunk's rows times the active experts' width). */
+void lm_ctx_predict_bytes(uint64_t *kv, uint64_t *scratch, const lm_hparams *hp, uint32_t n_ctx);
 void lm_ctx_free(lm_ctx *c);
 
 /* The RoPE tables every context of m reads: for pair i < n_rot/2 and position pos < n_pos,

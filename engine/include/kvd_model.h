@@ -202,6 +202,7 @@ typedef struct lm_model {
     lm_layer *layers;         /* [n_layer] */
     lm_vocab *vocab;          /* NULL if the file has no tokenizer */
     uint8_t content_hash[16]; /* XXH3-128 of the whole file, canonical big-endian bytes */
+    uint64_t file_size;       /* bytes of the file when it was loaded */
     char *path;
     lm_weight *weights;       /* [n_weights]: every tensor loaded, in load order */
     uint32_t n_weights;
@@ -223,6 +224,21 @@ uint64_t lm_mem_available(void);
 /* LM_OK when `needed` bytes fit in `available`, else LM_E_NOMEM with one line naming what,
  * both byte counts. */
 int lm_mem_check(const char *what, uint64_t needed, uint64_t available, lm_err *err);
+/* What loading a file and running one context will hold, predicted from the file's header
+ * and tensor infos (nothing is read or allocated beyond them). */
+typedef struct lm_mem_plan {
+    uint64_t file;    /* the file, mapped while it loads */
+    uint64_t weights; /* the float32 arena every weight is dequantized into */
+    uint64_t kv;      /* the KV cache of the context (lm_ctx_predict_bytes) */
+    uint64_t scratch; /* the context's scratch (lm_ctx_predict_bytes) */
+    lm_hparams hp;    /* the file's hyperparameters, as lm_model_load reads them */
+} lm_mem_plan;
+/* The plan for path and a context of n_ctx positions (0: the trained context); the file's
+ * errors are lm_model_load's (unsupported, missing tensors, wrong shapes). */
+int lm_model_mem_plan(lm_mem_plan *out, const char *path, uint32_t n_ctx, lm_err *err);
+/* LM_OK when m's file still has the size and content hash it had when m was loaded; else
+ * LM_E_INPUT "PATH: changed on disk since it was loaded (...)" (LM_E_IO when unreadable). */
+int lm_model_file_unchanged(const lm_model *m, lm_err *err);
 /* m's attached data, or NULL. */
 lm_model_ext *lm_model_ext_get(const lm_model *m);
 /* Attaches x to m unless data is attached already (another thread may attach at the same
