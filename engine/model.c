@@ -653,28 +653,40 @@ fail:
     return rc;
 }
 
-int lm_model_file_unchanged(const lm_model *m, lm_err *err)
+int lm_file_unchanged(const char *path, const uint8_t content_hash[16], uint64_t size,
+                      lm_err *err)
 {
     lm_gguf *g = NULL;
-    int rc = lm_gguf_open(&g, m->path, err);
-    if (rc != LM_OK)
-        return rc == LM_E_IO ? rc : LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was "
-                                             "loaded (%s)", m->path, err->msg);
+    int rc = lm_gguf_open(&g, path, err);
+    if (rc != LM_OK) { /* gone, unreadable or no longer a valid file: changed all the same */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        lm_err_clear(err); /* the first error set stays: this one replaces it */
+        return LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was loaded (%s)", path,
+                       why);
+    }
     uint8_t hash[16];
     XXH128_canonical_t canon;
-    const uint64_t size = lm_gguf_size(g);
-    if (size == m->file_size) {
-        XXH128_canonicalFromHash(&canon, XXH3_128bits(lm_gguf_bytes(g), (size_t)size));
+    const uint64_t now = lm_gguf_size(g);
+    if (size == 0 || now == size) {
+        XXH128_canonicalFromHash(&canon, XXH3_128bits(lm_gguf_bytes(g), (size_t)now));
         memcpy(hash, canon.digest, sizeof hash);
     }
     lm_gguf_close(g);
-    if (size != m->file_size)
+    if (size != 0 && now != size)
         return LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was loaded (%" PRIu64
-                       " bytes then, %" PRIu64 " now)", m->path, m->file_size, size);
-    if (memcmp(hash, m->content_hash, sizeof hash) != 0)
-        return LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was loaded (same size, "
-                       "other content hash)", m->path);
+                       " bytes then, %" PRIu64 " now)", path, size, now);
+    if (memcmp(hash, content_hash, sizeof hash) != 0)
+        return LM_FAIL(err, LM_E_INPUT, "%s: changed on disk since it was loaded (%" PRIu64
+                       " bytes, another content hash)", path, now);
     return LM_OK;
+}
+
+int lm_model_file_unchanged(const lm_model *m, lm_err *err)
+{
+    if (m->path == NULL || m->file_size == 0)
+        return LM_OK; /* built in memory: no file */
+    return lm_file_unchanged(m->path, m->content_hash, m->file_size, err);
 }
 
 int lm_model_mem_plan(lm_mem_plan *out, const char *path, uint32_t n_ctx, lm_err *err)

@@ -335,9 +335,11 @@ int hx_cli_model_resolve(char *path, size_t cap, char *label, size_t label_cap, 
 }
 
 int hx_cli_model_load(lm_model **m, ref_model **r, char *path, size_t cap, const char *text,
-                      const char *cache, const char *cmd, lm_err *err)
+                      const char *cache, const char *cmd, const hx_mem_need *need, lm_err *err)
 {
     int rc = hx_cli_model_resolve(path, cap, NULL, 0, text, cache, cmd, err);
+    if (rc == LM_OK && need != NULL)
+        rc = hx_mem_check(NULL, path, need, 0, err);
     if (rc != LM_OK)
         return rc;
     return r != NULL ? hx_models_open(m, r, path, err) : lm_model_load(m, path, err);
@@ -347,7 +349,7 @@ int hx_cli_pair_load(lm_model **m, ref_model **r, int32_t **prompt, uint32_t *n,
                      const hx_cli_pair_opts *o, const char *cmd, lm_err *err)
 {
     char path[4096];
-    int st = hx_cli_model_load(m, r, path, sizeof path, o->model, NULL, cmd, err);
+    int st = hx_cli_model_load(m, r, path, sizeof path, o->model, NULL, cmd, NULL, err);
     return st != LM_OK ? st
                        : hx_cli_prompt_ids(prompt, n, *m, path, o->text, o->tok_s, o->special,
                                            err);

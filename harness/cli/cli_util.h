@@ -5,6 +5,7 @@
 #define KVD_CLI_UTIL_H
 
 #include "plan/case.h"
+#include "plan/mem_check.h"
 #include "model/config.h"
 #include "kvd_model.h"
 #include "ref_model.h"
@@ -76,10 +77,11 @@ int hx_cli_prompt_ids(int32_t **out /* [*n] */, uint32_t *n, const lm_model *m,
  * (label may be NULL). A missing file is left to the loader's "cannot open" error. */
 int hx_cli_model_resolve(char *path, size_t cap, char *label, size_t label_cap, const char *text,
                          const char *cache, const char *cmd, lm_err *err);
-/* hx_cli_model_resolve, then lm_model_load of that file into *m and, when r is not NULL, the
- * reference's own view of it into *r (judge/model_check.h hx_models_open). */
+/* hx_cli_model_resolve, then (need not NULL) hx_mem_check of that file for need, then
+ * lm_model_load of it into *m and, when r is not NULL, the reference's own view of it into *r
+ * (judge/model_check.h hx_models_open). */
 int hx_cli_model_load(lm_model **m, ref_model **r, char *path, size_t cap, const char *text,
-                      const char *cache, const char *cmd, lm_err *err);
+                      const char *cache, const char *cmd, const hx_mem_need *need, lm_err *err);
 
 /* Greedy tokens generated when -n is not given: the same for sweep, compare and trace (and
  * a case file's n_gen). */

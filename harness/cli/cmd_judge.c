@@ -243,8 +243,10 @@ static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
             LM_OK)
         return st;
     char mpath[4096];
+    const hx_mem_need need = {.ref_tokens = hx_mem_tokens_bound(o->text, o->tok_s),
+                              .ref_view = true};
     if ((st = hx_cli_model_load(&in->m, &in->r, mpath, sizeof mpath, o->model, o->jp.cache_dir,
-                                "judge", err)) != LM_OK ||
+                                "judge", &need, err)) != LM_OK ||
         (st = hx_cli_prompt_ids(&in->prompt, &in->n_prompt, in->m, o->model, o->text, o->tok_s,
                                 o->special, err)) != LM_OK)
         return st;

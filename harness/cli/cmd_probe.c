@@ -263,7 +263,7 @@ int cmd_probe(int argc, char **argv)
         st = hx_report_check_dir(dir, formats, &err);
     if (st == LM_OK)
         st = hx_cli_model_load(&m, &rm, mpath, sizeof mpath, o.model, o.pp.judge.cache_dir, "probe",
-                               &err);
+                               NULL, &err);
     if (st == LM_OK)
         st = hx_cli_prompt_ids(&prompt, &n_prompt, m, o.model, o.text, o.tok_s, o.special, &err);
     if (st == LM_OK) {

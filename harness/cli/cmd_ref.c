@@ -257,7 +257,9 @@ static int compute(ref_capture *cap, ref_agreement **ag, uint32_t *n_ag, char *h
     prog.cache_dir = cached ? cdir : NULL; /* the cost line says so; a cache hit prints none */
     double t0 = lm_now_s();
     bool hit = false;
-    int st = o->no_cache || o->validate ? ref_compute(cap, m, rq, err)
+    int st = hx_model_file_unchanged(m, err);
+    if (st == LM_OK)
+        st = o->no_cache || o->validate ? ref_compute(cap, m, rq, err)
                                         : ref_cached(cap, m, rq, o->cache_dir, &hit, err);
     hx_progress_end(&prog);
     snprintf(how, cap_n, "%s in %.3f s", hit ? "read from the cache" : "computed",
@@ -316,7 +318,11 @@ int cmd_ref(int argc, char **argv)
     char how[64];
     double t_val = 0.0;
     char mpath[4096];
-    int st = hx_cli_model_load(&m, &r, mpath, sizeof mpath, o.model, o.cache_dir, "ref", &err);
+    const hx_mem_need need = {.ref_tokens = hx_mem_tokens_bound(o.text, o.tok_s)
+                                            + hx_mem_tokens_bound(NULL, o.gen_s),
+                              .ref_prec = (uint32_t)o.prec, .ref_view = true};
+    int st = hx_cli_model_load(&m, &r, mpath, sizeof mpath, o.model, o.cache_dir, "ref", &need,
+                               &err);
     if (st == LM_OK)
         st = hx_model_check(m, r, &err);
     if (st == LM_OK)

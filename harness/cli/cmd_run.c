@@ -238,7 +238,10 @@ static int generate(run_out *out, const run_opts *o, lm_err *err)
     lm_model *m = NULL;
     hx_drive *d = NULL;
     char mpath[4096];
-    int rc = hx_cli_model_load(&m, NULL, mpath, sizeof mpath, o->model, NULL, "run", err);
+    const uint32_t bound = hx_mem_tokens_bound(o->prompt, o->tokens);
+    const hx_mem_need mem = {.n_ctx = bound > UINT32_MAX - o->n_gen ? UINT32_MAX
+                                                                      : bound + o->n_gen};
+    int rc = hx_cli_model_load(&m, NULL, mpath, sizeof mpath, o->model, NULL, "run", &mem, err);
     if (rc == LM_OK)
         rc = hx_cli_prompt_ids(&out->ids, &out->n_prompt, m, o->model, o->prompt, o->tokens,
                                o->parse_special, err);

@@ -313,7 +313,8 @@ int cmd_search(int argc, char **argv)
     if (file != NULL)
         st = read_prompts(&items, &n, file, o.jsonl != NULL, &err);
     if (st == LM_OK)
-        st = hx_cli_model_load(&m, &r, path, sizeof path, o.model, o.cache, "search", &err);
+        st = hx_cli_model_load(&m, &r, path, sizeof path, o.model, o.cache, "search", NULL,
+                               &err);
     hx_search_params sp = {.model = m, .ref = r, .model_label = o.model, .profile = o.profile,
                            .n_gen = o.n_gen, .ensemble = o.ensemble, .cache_dir = o.cache,
                            .jobs = o.jobs, .log = hx_cli_log, .log_user = "search"};

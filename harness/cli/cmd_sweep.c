@@ -297,6 +297,11 @@ static int prepare(lm_model **m, ref_model **r, int32_t **prompt, uint32_t *n_pr
     char model_path[4096], label[256];
     int st = hx_cli_model_resolve(model_path, sizeof model_path, label, sizeof label, o->model,
                                   o->cache, "sweep", err);
+    const uint32_t bound = hx_mem_tokens_bound(o->text, o->tok_s) + o->sp.n_gen;
+    const hx_mem_need need = {.n_ctx = bound, .ref_tokens = bound, .ref_prec = o->sp.precision,
+                              .ref_view = true};
+    if (st == LM_OK)
+        st = hx_mem_check(NULL, model_path, &need, 0, err);
     if (st == LM_OK && (st = hx_models_open(m, r, model_path, err)) == LM_OK)
         st = hx_cli_prompt_ids(prompt, n_prompt, *m, model_path, o->text, o->tok_s,
                                o->parse_special, err);

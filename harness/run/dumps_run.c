@@ -252,6 +252,8 @@ static int reference(jstate *s, lm_err *err)
     ref_cache_key(s->ref_key, p->ref, &rq);
     int rc = hx_model_check(p->model, p->ref, err);
     if (rc == LM_OK)
+        rc = hx_model_file_unchanged(p->ref, err);
+    if (rc == LM_OK)
         rc = ref_cached(&s->ref, p->ref, &rq, p->cache_dir, &hit, err);
     if (rc == LM_OK)
         rc = ref_capture_check_finite(&s->ref, p->model_label ? p->model_label : "model", err);
