@@ -10,6 +10,9 @@
 
 /* Seconds on CLOCK_MONOTONIC (durations only: the origin is arbitrary). */
 double lm_now_s(void);
+/* This process's peak resident memory so far in bytes (getrusage's ru_maxrss); 0 when
+ * unknown. */
+uint64_t lm_peak_rss_bytes(void);
 
 /* s[0..len) as a decimal integer in lo..hi: one or more digits and nothing else (no sign,
  * space or base prefix; leading zeros allowed); false on anything else or overflow. */

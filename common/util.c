@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 double lm_now_s(void)
@@ -157,4 +158,12 @@ void lm_words_append(char *buf, size_t n, size_t i, size_t count, const char *wo
     const char *sep = i == 0 ? "" : i + 1 == count ? last : ", ";
     if (k < n)
         snprintf(buf + k, n - k, "%s%s", sep, word);
+}
+
+uint64_t lm_peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0 || ru.ru_maxrss <= 0)
+        return 0;
+    return (uint64_t)ru.ru_maxrss * 1024u; /* Linux: kilobytes */
 }

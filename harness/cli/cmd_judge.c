@@ -80,9 +80,10 @@ static int split_profiles(const char **names, uint32_t *n, char **buf, const cha
 static void print_summary(const hx_report *r, const char *wrote)
 {
     printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u SR "
-           "runs x safety %.0f per profile\n\n", r->model, (unsigned)(r->n_prompt + r->n_gen),
-           (unsigned)r->n_prompt, (unsigned)r->precision, (unsigned)r->envelope_members,
-           r->envelope_safety);
+           "runs x safety %.0f per profile; peak resident memory %.1f MiB\n\n", r->model,
+           (unsigned)(r->n_prompt + r->n_gen), (unsigned)r->n_prompt, (unsigned)r->precision,
+           (unsigned)r->envelope_members, r->envelope_safety,
+           (double)r->peak_rss_bytes / 1048576.0);
     hx_report_print_table(stdout, r);
     int w = 4; /* the dump column: each folder whole, as given */
     for (size_t i = 0; i < r->n_dumps; ++i)
@@ -277,6 +278,7 @@ static int judge_and_write(hx_report **rep, judge_opts *o, const judge_inputs *i
     int st = hx_judge_run_all(rep, &o->jp, err);
     if (st != LM_OK)
         return st;
+    (*rep)->peak_rss_bytes = lm_peak_rss_bytes();
     if ((st = hx_report_write_dir(wrote, sizeof wrote, dir, *rep, formats, err)) != LM_OK)
         return st;
     print_summary(*rep, wrote);

@@ -68,8 +68,8 @@ static int parse_uint(unsigned long *out, const char *s, const char *what, unsig
 /* how: "computed in 1.234 s", "from cache", ... */
 static void print_summary(const ref_capture *c, const char *how)
 {
-    printf("reference: %u tokens (%u prompt), %u bits, %s\n", c->n_tokens, c->n_prompt, c->prec,
-           how);
+    printf("reference: %u tokens (%u prompt), %u bits, %s; peak resident memory %.1f MiB\n",
+           c->n_tokens, c->n_prompt, c->prec, how, (double)lm_peak_rss_bytes() / 1048576.0);
     for (uint32_t i = 0; i < c->n_pos; ++i) {
         const double *lg = ref_capture_logits(c, i);
         uint32_t best = 0;

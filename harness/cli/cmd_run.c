@@ -280,10 +280,11 @@ static void print_result(const run_out *r, bool show_ids)
     fflush(stdout); /* the text first, then the timing line, even when both go to one pipe */
     fprintf(stderr,
             "run: %s backend, prefill %u tok in %.1f ms (%.1f tok/s), "
-            "decode %u tok in %.1f ms (%.1f tok/s)\n",
+            "decode %u tok in %.1f ms (%.1f tok/s), peak resident memory %.1f MiB\n",
             r->backend, r->n_prompt, 1e3 * r->prefill_s, (double)r->n_prompt / r->prefill_s,
             r->n_decode, 1e3 * r->decode_s,
-            r->n_decode ? (double)r->n_decode / r->decode_s : 0.0);
+            r->n_decode ? (double)r->n_decode / r->decode_s : 0.0,
+            (double)lm_peak_rss_bytes() / 1048576.0);
 }
 
 int cmd_run(int argc, char **argv)

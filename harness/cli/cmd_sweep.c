@@ -341,8 +341,9 @@ static void print_result(const hx_sweep_result *res, const sweep_opts *o, const 
     for (int c = 0; c < HX_N_CLASSES; ++c)
         if (count[c])
             fprintf(chat, " %zu %s", count[c], hx_class_name((hx_class)c));
-    fprintf(chat, "; verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass",
-            wrote);
+    fprintf(chat, "; verdict %s; peak resident memory %.1f MiB\nwrote %s\n",
+            hx_report_exit_code(r, false) ? "FAIL" : "pass",
+            (double)r->peak_rss_bytes / 1048576.0, wrote);
     hx_report_print_routing(stdout, r, &res->routing);
     if (res->routing.n_real > 0)
         printf("routing: %u real flips (expert sets the reference's margins do not explain)\n",
@@ -434,6 +435,7 @@ int cmd_sweep(int argc, char **argv)
     if (st == LM_OK) {
         memcpy(res->report->command_line, cmdline, sizeof cmdline);
         st = after_sections_run(&o, m, prompt, res, &err);
+        res->report->peak_rss_bytes = lm_peak_rss_bytes();
     }
     if (st == LM_OK)
         st = hx_report_write_dir(wrote, sizeof wrote, dir, res->report, NULL, &err);

@@ -353,6 +353,8 @@ typedef struct hx_report {
     char command_line[HX_COMMAND_LINE_MAX]; /* "kvdrift sweep ..." ("" when no command set it) */
     int32_t *prompt_ids;       /* [n_prompt] the prompt's token ids (owned; NULL: unknown) */
     double phase_s[HX_N_PHASES]; /* wall seconds per phase (hx_phase_name), 0 = not run */
+    uint64_t peak_rss_bytes;   /* the process's peak resident memory when the report was
+                                  written (lm_peak_rss_bytes); 0 = not measured */
     hx_spec_report spec;       /* sweep --spec (rows owned) */
     hx_block_report block;     /* sweep --sampler block (rows owned) */
     /* Coverage (judge/coverage.h): the axis values the configurations cover, and the engine

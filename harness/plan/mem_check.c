@@ -1,7 +1,7 @@
 /* mem_check.c — memory predicted before loading (mem_check.h). */
 #include "plan/mem_check.h"
 
-#include "kvd_model.h"
+#include "kvd_engine.h"
 #include "kvd_ref.h"
 #include "ref_model.h"
 
@@ -35,13 +35,19 @@ int hx_mem_check(uint64_t *needed, const char *path, const hx_mem_need *need, ui
                  lm_err *err)
 {
     lm_mem_plan mp;
-    int rc = lm_model_mem_plan(&mp, path, need->n_ctx ? need->n_ctx : 1, err);
+    int rc = lm_model_mem_plan(&mp, path, 1, err);
     if (rc != LM_OK)
         return rc;
-    if (need->n_ctx == 0)
-        mp.kv = mp.scratch = 0;
+    /* a context past the trained one is refused by the command itself, with its reason */
+    const uint32_t n_ctx = mp.hp.n_ctx_train && need->n_ctx > mp.hp.n_ctx_train
+                               ? mp.hp.n_ctx_train : need->n_ctx;
+    mp.kv = mp.scratch = 0;
+    if (n_ctx > 0)
+        lm_ctx_predict_bytes(&mp.kv, &mp.scratch, &mp.hp, n_ctx);
     uint64_t ref = 0;
-    if (need->ref_tokens > 0) {
+    const uint32_t ref_tokens = mp.hp.n_ctx_train && need->ref_tokens > mp.hp.n_ctx_train
+                                    ? mp.hp.n_ctx_train : need->ref_tokens;
+    if (ref_tokens > 0) {
         /* the reference's estimate reads the hyperparameters only */
         ref_model hollow = {.hp = {.n_embd = mp.hp.n_embd, .n_layer = mp.hp.n_layer,
                                    .n_head = mp.hp.n_head, .n_head_kv = mp.hp.n_head_kv,
@@ -50,7 +56,7 @@ int hx_mem_check(uint64_t *needed, const char *path, const hx_mem_need *need, ui
                                    .n_expert = mp.hp.n_expert,
                                    .n_expert_used = mp.hp.n_expert_used,
                                    .n_ff_exp = mp.hp.n_ff_exp}};
-        const ref_request rq = {.n_tokens = need->ref_tokens, .n_prompt = need->ref_tokens,
+        const ref_request rq = {.n_tokens = ref_tokens, .n_prompt = ref_tokens,
                                 .prec = need->ref_prec};
         ref = ref_memory_estimate(&hollow, &rq);
     }

@@ -22,8 +22,9 @@ typedef struct hx_mem_need {
  * both are NULL. */
 uint32_t hx_mem_tokens_bound(const char *text, const char *tok_s);
 
-/* Predicts file + float32 weights + KV cache + scratch (lm_model_mem_plan) + the reference's
- * working set (ref_memory_estimate) for path and need, and compares it with available (0:
+/* Predicts file + float32 weights + KV cache + scratch (lm_model_mem_plan, lm_ctx_predict_bytes)
+ * + the reference's working set (ref_memory_estimate) for path and need (positions and tokens
+ * past the trained context counted up to it: the command refuses more itself), and compares it with available (0:
  * lm_mem_available()). LM_E_NOMEM, one line: "PATH: needs X GiB (file A + float32 weights B +
  * KV cache C + scratch D + reference E), Y GiB available", the weights counted twice
  * when need->ref_view; the file's own errors as

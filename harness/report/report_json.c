@@ -142,6 +142,7 @@ static json_t *report_obj(jb *b, const hx_report *r)
     for (int i = 0; i < HX_N_PHASES; ++i)
         set(b, ph, hx_phase_name((hx_phase)i), hx_json_num(r->phase_s[i]));
     set(b, o, "phase_s", ph);
+    set(b, o, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss_bytes));
     json_t *cov = json_object(), *un = json_array();
     set(b, cov, "covered", json_string(r->covered));
     for (uint32_t i = 0; i < r->n_unexercised; ++i)

@@ -33,6 +33,9 @@ static void md_summary(FILE *f, const hx_report *r)
     fprintf(f, "- envelope: %u ensemble members, safety factor %g\n",
             (unsigned)r->envelope_members, r->envelope_safety);
     hx_report_split_md(f, r);
+    if (r->peak_rss_bytes)
+        fprintf(f, "- peak resident memory of the process: %.1f MiB\n",
+                (double)r->peak_rss_bytes / 1048576.0);
     fprintf(f, "- platform: %s\n- created: %s\n- worst class: **%s**; exit code %d\n\n",
             r->fingerprint, r->created_utc, hx_class_name(hx_report_worst(r)),
             hx_report_exit_code(r, r->strict_bits));
