@@ -328,6 +328,11 @@ static void test_synth_cache_entry_repaired(void)
     CU_ASSERT_PTR_NULL(strchr(log.last, '\n'));
     CU_ASSERT_EQUAL_FATAL(hx_synth_cache_write(path, "tiny", 3, tu_log_keep, &log, &err), LM_OK);
     CU_ASSERT_EQUAL(log.n, 1); /* the same bytes again: silent */
+    /* a preset of tens of GB as float32 is never a cache entry */
+    CU_ASSERT_EQUAL(hx_synth_cache_write(tmp_path("big.gguf"), "gptoss-20b", 0, NULL, NULL,
+                                         &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "kvdrift synth --preset gptoss-20b -o FILE.gguf"));
+    lm_err_clear(&err);
     CU_ASSERT_EQUAL_FATAL(lm_read_file(&now, &n_now, path, SIZE_MAX, &err), LM_OK);
     CU_ASSERT(n_now == n_fresh && memcmp(now, fresh, n_now) == 0);
     free(fresh);

@@ -824,9 +824,21 @@ static bool file_hash(XXH128_hash_t *out, const char *path)
 int hx_synth_cache_write(const char *path, const char *preset_name, uint64_t seed, lm_log_fn log,
                          void *log_user, lm_err *err)
 {
+    hx_synth_params p;
+    hx_synth_info size;
+    int rc = hx_synth_preset(&p, preset_name, err);
+    if (rc == LM_OK)
+        rc = hx_synth_measure(&size, &p, LM_TYPE_F32, err);
+    if (rc != LM_OK)
+        return rc;
+    if (size.bytes > HX_SYNTH_CACHE_MAX)
+        return LM_FAIL(err, LM_E_INPUT, "synth:%s: %.1f GiB as float32, too large to be rewritten "
+                       "on every use; write it once (kvdrift synth --preset %s -o FILE.gguf) "
+                       "and name the file", preset_name, (double)size.bytes / 1073741824.0,
+                       preset_name);
     XXH128_hash_t before, after;
     bool had = file_hash(&before, path);
-    int rc = hx_synth_write(path, preset_name, seed, LM_TYPE_F32, err);
+    rc = hx_synth_write(path, preset_name, seed, LM_TYPE_F32, err);
     if (rc == LM_OK && had && file_hash(&after, path) && !XXH128_isEqual(before, after))
         lm_log(log, log_user, "cached synthetic model %s differed from the one synth writes "
                "(corrupt, or from another kvdrift); rewritten", path);

@@ -86,7 +86,10 @@ int hx_synth_write_params(const char *path, const hx_synth_params *p, uint64_t s
 /* The same for a named preset. */
 int hx_synth_write(const char *path, const char *preset, uint64_t seed, lm_tensor_type type,
                    lm_err *err);
-/* The F32 preset model as a cache entry at path: written fresh on every call (its bytes depend
+/* The largest preset hx_synth_cache_write writes (bytes as float32). */
+#define HX_SYNTH_CACHE_MAX ((uint64_t)1 << 30)
+/* The F32 preset model as a cache entry at path (a preset larger than HX_SYNTH_CACHE_MAX:
+ * LM_E_INPUT naming `kvdrift synth` instead): written fresh on every call (its bytes depend
  * only on preset, seed and this file, so a copy left by an older kvdrift or damaged on disk is
  * never used), and when the copy that was there differs from the fresh one (XXH3-128 of both),
  * one warning line through log says so (log NULL: none). */
