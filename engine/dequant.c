@@ -30,6 +30,7 @@
 #include "kvd_dequant.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 static float bits_f32(uint32_t u)
@@ -361,6 +362,22 @@ static const lm_to_f32_fn to_f32[] = {
     [LM_TYPE_Q8_K] = q8_k_to_f32,   [LM_TYPE_IQ4_NL] = iq4_nl_to_f32,
     [LM_TYPE_IQ4_XS] = iq4_xs_to_f32, [LM_TYPE_BF16] = bf16_to_f32, [LM_TYPE_MXFP4] = mxfp4_to_f32,
 };
+
+uint64_t lm_blocks_first_bad(lm_tensor_type type, const uint8_t *src, const float *decoded,
+                             uint64_t n_blocks)
+{
+    const lm_type_geom *t = lm_type_geom_of(type);
+    if (t == NULL || t->block_elems == 1)
+        return n_blocks;
+    for (uint64_t b = 0; b < n_blocks; ++b) {
+        if (type == LM_TYPE_MXFP4 && src[b * t->block_bytes] == 0xFF)
+            return b;
+        for (uint32_t i = 0; i < t->block_elems; ++i)
+            if (!isfinite(decoded[b * t->block_elems + i]))
+                return b;
+    }
+    return n_blocks;
+}
 
 lm_to_f32_fn lm_type_to_f32(uint32_t type)
 {

@@ -563,6 +563,14 @@ static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
             continue; /* optional and absent: the pointer stays NULL */
         if ((rc = lm_gguf_tensor_to_f32(dst, t, err)))
             goto done;
+        const uint64_t nb = t->n_elem / lm_tensor_type_block_elems(t->type);
+        const uint64_t bad = lm_blocks_first_bad(t->type, t->data, dst, nb);
+        if (bad < nb) {
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' (%s) block %" PRIu64 " of %" PRIu64
+                         " has a NaN or infinite scale (or decodes to one): the file is damaged",
+                         lm_gguf_path(g), t->name, lm_tensor_type_name(t->type), bad, nb);
+            goto done;
+        }
         *p.w[i].dst = dst;
         lm_weight *wt = &m->weights[m->n_weights++];
         snprintf(wt->name, sizeof wt->name, "%s", p.w[i].name);

@@ -339,6 +339,67 @@ static void test_model_arch_table(void)
     lm_model_free(m);
 }
 
+
+/* Writes a small model with quantized blocks (gemma3-4b's Q4_K_M-like mix, or moe-26b-a4b's
+ * MXFP4 experts, shrunk), damages one block of one tensor (bytes at offset `at` inside block
+ * `block` set to val[n]) and checks the load fails naming the tensor and the block. */
+static void check_damaged(const char *preset, const char *tensor, uint64_t block, size_t at,
+                          const uint8_t *val, size_t n, const char *type_name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/damaged-%s.gguf", tu_tmpdir(), preset);
+    lm_err err = {0};
+    hx_synth_params p;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_preset(&p, preset, &err), LM_OK);
+    p.n_embd = 512, p.n_head = 2, p.n_head_kv = 1, p.n_ff = 512, p.n_vocab = 512;
+    p.n_layer = 2, p.n_swa = 8;
+    if (p.n_expert)
+        p.n_expert = 4, p.n_expert_used = 2, p.n_ff_exp = 64;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write_params(path, &p, 0, LM_TYPE_Q4_K, &err), LM_OK);
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK); /* undamaged: loads */
+    lm_model_free(m);
+    lm_gguf *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
+    const lm_gguf_tensor *t = lm_gguf_tensor_find(g, tensor);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_STRING_EQUAL(lm_tensor_type_name(t->type), type_name);
+    const uint64_t off = (uint64_t)((const uint8_t *)t->data - (const uint8_t *)lm_gguf_bytes(g))
+                         + block * lm_tensor_type_block_bytes(t->type) + at;
+    const uint64_t size = lm_gguf_size(g);
+    uint8_t *bytes = malloc(size);
+    memcpy(bytes, lm_gguf_bytes(g), size);
+    lm_gguf_close(g);
+    memcpy(bytes + off, val, n);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_EQUAL(fwrite(bytes, 1, size, f), size);
+    fclose(f);
+    free(bytes);
+    CU_ASSERT_EQUAL(lm_model_load(&m, path, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NULL(m);
+    char want[160];
+    snprintf(want, sizeof want, "tensor '%s' (%s) block %llu of ", tensor, type_name,
+             (unsigned long long)block);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "NaN or infinite scale"));
+    if (strstr(err.msg, want) == NULL)
+        fprintf(stderr, "\n  %s", err.msg);
+}
+
+/* A quantized block whose scale is NaN or infinite (f16 d or dmin; MXFP4's E8M0 0xFF, even
+ * with codes whose products stay finite) makes the file unloadable, naming the block. */
+static void test_model_damaged_scales(void)
+{
+    const uint8_t f16_nan[2] = {0x00, 0x7e}, f16_inf[2] = {0x00, 0x7c}, e8m0_nan[1] = {0xff};
+    const uint8_t small_codes[17] = {0xff, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11,
+                                     0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11};
+    check_damaged("gemma3-4b", "blk.1.attn_q.weight", 3, 0, f16_nan, 2, "Q4_K");   /* d */
+    check_damaged("gemma3-4b", "blk.0.attn_k.weight", 0, 2, f16_inf, 2, "Q4_K");   /* dmin */
+    check_damaged("gemma3-4b", "token_embd.weight", 7, 208, f16_inf, 2, "Q6_K");   /* d */
+    check_damaged("moe-26b-a4b", "blk.1.ffn_up_exps.weight", 5, 0, e8m0_nan, 1, "MXFP4");
+    check_damaged("moe-26b-a4b", "blk.0.ffn_down_exps.weight", 2, 0, small_codes, 17, "MXFP4");
+}
+
 void test_model_register(void)
 {
     CU_pSuite s = CU_add_suite("model", NULL, NULL);
@@ -351,4 +412,5 @@ void test_model_register(void)
     CU_add_test(s, "test_model_quantized_weights", test_model_quantized_weights);
     CU_add_test(s, "test_model_unsupported_arch", test_model_unsupported_arch);
     CU_add_test(s, "test_model_arch_table", test_model_arch_table);
+    CU_add_test(s, "test_model_damaged_scales", test_model_damaged_scales);
 }

@@ -19,6 +19,13 @@ bool lm_tensor_type_loadable(lm_tensor_type type);
 /* Dequantizes a tensor of a loadable type into out: [t->n_elem]. */
 int lm_gguf_tensor_to_f32(float *out, const lm_gguf_tensor *t, lm_err *err);
 
+/* The first of n_blocks blocks of a quantized type that is damaged: a scale that is NaN or
+ * infinite, or so large that a product overflows, so that some value of the block decodes to
+ * a NaN or an infinity (decoded: the blocks' values, [n_blocks * block_elems]); for MXFP4 also
+ * a scale byte 0xFF (NaN in the OCP MX specification, 2^127 in ggml's decoding). n_blocks
+ * when none is, and always for float types (F32, F16, BF16: their values are the weights). */
+uint64_t lm_blocks_first_bad(lm_tensor_type type, const uint8_t *src, const float *decoded,
+                             uint64_t n_blocks);
 /* binary16 and bfloat16 to float32 (exact). */
 float lm_f16_to_f32(uint16_t h);
 float lm_bf16_to_f32(uint16_t h);
