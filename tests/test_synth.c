@@ -5,6 +5,7 @@
 #include "kvd_engine.h"
 #include "plan/synth.h"
 #include "plan/synth_quant.h"
+#include "kvd_dequant.h"
 #include "sha256.h"
 #include "test_util.h"
 
@@ -351,17 +352,18 @@ static void test_synth_encoders(void)
     const lm_tensor_type types[3] = {LM_TYPE_MXFP4, LM_TYPE_Q4_K, LM_TYPE_Q6_K};
     uint64_t st = tu_seed();
     for (int t = 0; t < 3; ++t) {
-        const lm_type_traits *tr = lm_type_traits_of(types[t]);
+        const lm_type_geom *tr = lm_type_geom_of(types[t]);
+        const lm_to_f32_fn to_f32 = lm_type_to_f32(types[t]);
         CU_ASSERT_TRUE(hx_synth_type_encodable(types[t]));
         memset(x, 0, sizeof x);
         hx_synth_encode(q, x, N, types[t]);
-        tr->to_f32(q, y, N / tr->block_elems);
+        to_f32(q, y, N / tr->block_elems);
         CU_ASSERT_EQUAL(tu_max_abs_diff(x, y, N), 0.0);
         for (int i = 0; i < N; ++i) /* blocks of very different magnitudes, some one-signed */
             x[i] = tu_rand_f32(&st) * (float)(1 << (i / 256)) * 0.01f
                    + ((i / 256) % 3 == 1 ? 0.02f * (float)(1 << (i / 256)) : 0.0f);
         hx_synth_encode(q, x, N, types[t]);
-        tr->to_f32(q, y, N / tr->block_elems);
+        to_f32(q, y, N / tr->block_elems);
         for (int b = 0; b < N / 256; ++b) {
             const float *xb = x + 256 * b, *yb = y + 256 * b;
             double worst = 0.0, bound = 0.0;

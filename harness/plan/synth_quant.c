@@ -2,6 +2,8 @@
  * block by block, scales chosen from each block's extremes. */
 #include "plan/synth_quant.h"
 
+#include "kvd_dequant.h"
+
 #include <math.h>
 #include <string.h>
 

@@ -6,7 +6,7 @@
  * (and, for MXFP4, has no 0xFF scale byte), and the named block does not. Any crash,
  * sanitizer report or broken property is a finding. make fuzz FUZZ=blocks. */
 #include "fuzz_util.h"
-#include "kvd_gguf.h"
+#include "kvd_dequant.h"
 
 #include <math.h>
 
@@ -28,12 +28,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lm_tensor_type types[64];
     size_t n_types = 0;
     for (uint32_t t = 0; t < 64; ++t) {
-        const lm_type_traits *tr = lm_type_traits_of(t);
-        if (tr != NULL && tr->to_f32 != NULL && tr->block_elems > 1)
+        const lm_type_geom *tr = lm_type_geom_of(t);
+        if (tr != NULL && lm_type_to_f32(t) != NULL && tr->block_elems > 1)
             types[n_types++] = (lm_tensor_type)t;
     }
     const lm_tensor_type type = types[data[0] % n_types];
-    const lm_type_traits *tr = lm_type_traits_of(type);
+    const lm_type_geom *tr = lm_type_geom_of(type);
+    const lm_to_f32_fn to_f32 = lm_type_to_f32(type);
     const uint8_t *src = data + 1;
     const uint64_t nb = (size - 1) / tr->block_bytes;
     if (nb == 0)
@@ -42,9 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float *one = malloc(tr->block_elems * sizeof *one);
     if (whole == NULL || one == NULL)
         abort();
-    tr->to_f32(src, whole, nb);
+    to_f32(src, whole, nb);
     for (uint64_t b = 0; b < nb; ++b) {
-        tr->to_f32(src + b * tr->block_bytes, one, 1);
+        to_f32(src + b * tr->block_bytes, one, 1);
         if (memcmp(one, whole + b * tr->block_elems, tr->block_elems * sizeof *one) != 0)
             abort();
     }
