@@ -661,8 +661,10 @@ fail:
     return rc;
 }
 
-int lm_file_unchanged(const char *path, const uint8_t content_hash[16], uint64_t size,
-                      lm_err *err)
+/* path now opens and has content_hash (XXH3-128, canonical bytes) and, unless size is 0, size
+ * bytes. */
+static int file_unchanged(const char *path, const uint8_t content_hash[16], uint64_t size,
+                          lm_err *err)
 {
     lm_gguf *g = NULL;
     int rc = lm_gguf_open(&g, path, err);
@@ -692,9 +694,9 @@ int lm_file_unchanged(const char *path, const uint8_t content_hash[16], uint64_t
 
 int lm_model_file_unchanged(const lm_model *m, lm_err *err)
 {
-    if (m->path == NULL || m->file_size == 0)
-        return LM_OK; /* built in memory: no file */
-    return lm_file_unchanged(m->path, m->content_hash, m->file_size, err);
+    if (m->path == NULL || m->file_size == 0 || m->n_weights == 0)
+        return LM_OK; /* built or changed in memory: no file to compare with */
+    return file_unchanged(m->path, m->content_hash, m->file_size, err);
 }
 
 int lm_model_mem_plan(lm_mem_plan *out, const char *path, uint32_t n_ctx, lm_err *err)

@@ -342,6 +342,12 @@ lm_model *tf_preset_model(size_t i, const char *tag, uint64_t seed, const char *
         sp.n_layer = 2;
         sp.n_vocab = sp.n_vocab < 1024 ? sp.n_vocab : 1024;
     }
+    if (hx_synth_preset_large(*name, NULL)) { /* its architecture at a test's size */
+        sp.n_embd = 256, sp.n_head = 4, sp.n_head_kv = 2, sp.n_ff = 512, sp.n_swa = 8;
+        sp.n_layer = 6; /* a global layer among windowed ones (gemma3, period 6) */
+        if (sp.n_expert > 0)
+            sp.n_expert = 8, sp.n_expert_used = 2, sp.n_ff_exp = 64;
+    }
     snprintf(path, 1024, "%s/%s-%s.gguf", tu_tmpdir(), tag, *name);
     CU_ASSERT_FATAL(hx_synth_write_params(path, &sp, seed, LM_TYPE_F32, &err) == LM_OK);
     lm_model *m = NULL;

@@ -97,8 +97,9 @@ void tf_write_dump(const char *dir, const struct hx_capture *c);
 /* Synth preset i (hx_synth_preset_name), the large ones (n_embd > 256: smollm2-135m) shrunk to
  * 2 layers and at most 1024 vocabulary entries, their matrix and head shapes kept, written with
  * seed to path[1024] = tu_tmpdir()/TAG-NAME.gguf and loaded; *name is the preset's. NULL past
- * the last preset (a failure fails the running test fatally). The caller frees the model and
- * removes path. */
+ * the last preset (a failure fails the running test fatally); the presets too large for a
+ * test (hx_synth_preset_large) at n_embd 256, 4/2 heads (their head size kept), 6 layers and
+ * at most 8 experts of 64, top-2. The caller frees the model and removes path. */
 lm_model *tf_preset_model(size_t i, const char *tag, uint64_t seed, const char **name,
                           char path[1024]);
 

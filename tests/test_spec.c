@@ -265,8 +265,8 @@ static void test_spec_equals_plain_on_presets(void)
             "worst");
     for (size_t i = 0; hx_synth_preset_name(i) != NULL; ++i) {
         const char *name = hx_synth_preset_name(i);
-        if (strcmp(name, "smollm2-135m") == 0)
-            continue;
+        if (strcmp(name, "smollm2-135m") == 0 || hx_synth_preset_large(name, NULL))
+            continue; /* the large presets' architectures: tiny-sized ones of them are here */
         lm_model *m = synth_model(name);
         spec_tally t = check_model(m, draft, name, true);
         fprintf(stderr, "  %-18s %5zu %6zu %4zu/%-4zu  %s\n", name, t.runs, t.fails, t.accepted,

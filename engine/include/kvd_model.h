@@ -237,14 +237,12 @@ typedef struct lm_mem_plan {
  * errors are lm_model_load's (unsupported, missing tensors, wrong shapes). */
 int lm_model_mem_plan(lm_mem_plan *out, const char *path, uint32_t n_ctx, lm_err *err);
 /* LM_OK when m's file still has the size and content hash it had when m was loaded (or m was
- * built in memory); checked before each reference pass, which reads the file again; else
+ * built or changed in memory: no path, or no weight list); checked before each reference
+ * pass, whose view of the model was read from the same file, so that a file replaced on disk
+ * in between is one line rather than a reference of one file judged against another; else
  * LM_E_INPUT "PATH: changed on disk since it was loaded (...)" (also when it is gone or no
  * longer opens: the reason in the parentheses). */
 int lm_model_file_unchanged(const lm_model *m, lm_err *err);
-/* The same for any GGUF file read before: path now opens and has content_hash (XXH3-128,
- * canonical bytes) and, unless size is 0, size bytes. */
-int lm_file_unchanged(const char *path, const uint8_t content_hash[16], uint64_t size,
-                      lm_err *err);
 /* m's attached data, or NULL. */
 lm_model_ext *lm_model_ext_get(const lm_model *m);
 /* Attaches x to m unless data is attached already (another thread may attach at the same

@@ -153,7 +153,7 @@ static int reference_of_path(compare_run *c, const compare_opts *o, lm_err *err)
     bool hit = false;
     int st = hx_model_check(c->m, c->r, err);
     if (st == LM_OK)
-        st = hx_model_file_unchanged(c->r, err);
+        st = lm_model_file_unchanged(c->m, err);
     if (st == LM_OK)
         st = ref_cached(&c->ref, c->r, &rr, o->cache, &hit, err);
     c->have_ref = st == LM_OK;

@@ -261,9 +261,7 @@ static int compute(ref_capture *cap, ref_agreement **ag, uint32_t *n_ag, char *h
     prog.cache_dir = cached ? cdir : NULL; /* the cost line says so; a cache hit prints none */
     double t0 = lm_now_s();
     bool hit = false;
-    int st = hx_model_file_unchanged(m, err);
-    if (st == LM_OK)
-        st = o->no_cache || o->validate ? ref_compute(cap, m, rq, err)
+    int st = o->no_cache || o->validate ? ref_compute(cap, m, rq, err)
                                         : ref_cached(cap, m, rq, o->cache_dir, &hit, err);
     hx_progress_end(&prog);
     snprintf(how, cap_n, "%s in %.3f s", hit ? "read from the cache" : "computed",
@@ -335,6 +333,7 @@ int cmd_ref(int argc, char **argv)
                       .prec = (uint32_t)o.prec, .n_threads = (int)o.threads,
                       .log = hx_cli_log, .log_user = "kvdrift ref"};
     if (st == LM_OK && (st = ref_request_check(r, &rq, &err)) == LM_OK &&
+        (st = lm_model_file_unchanged(m, &err)) == LM_OK &&
         (st = compute(&cap, &ag, &n_ag, how, sizeof how, &t_val, r, &rq, &o, &err)) == LM_OK &&
         (st = ref_capture_check_finite(&cap, o.model, &err)) == LM_OK)
         st = write_outputs(&cap, o.out_path, o.npy_dir, &err);

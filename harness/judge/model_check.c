@@ -156,8 +156,3 @@ int hx_models_open(lm_model **m, ref_model **r, const char *path, lm_err *err)
     }
     return rc;
 }
-
-int hx_model_file_unchanged(const ref_model *r, lm_err *err)
-{
-    return r->path == NULL ? LM_OK : lm_file_unchanged(r->path, r->content_hash, 0, err);
-}

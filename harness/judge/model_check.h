@@ -24,10 +24,5 @@ int hx_model_check(const lm_model *m, const ref_model *r, lm_err *err);
  * reference's view (ref_model_open) into *r; on failure both are NULL. Comparing them is
  * hx_model_check's, where a reference pass is judged. */
 int hx_models_open(lm_model **m, ref_model **r, const char *path, lm_err *err);
-/* The file r was read from still has the content hash it had then (lm_file_unchanged): checked
- * before each reference pass, so that a file replaced on disk since is one line (LM_E_INPUT)
- * rather than a reference computed from one file judged against a cache key or engine run of
- * another. LM_OK for a model built in memory. */
-int hx_model_file_unchanged(const ref_model *r, lm_err *err);
 
 #endif

@@ -821,24 +821,31 @@ static bool file_hash(XXH128_hash_t *out, const char *path)
     return true;
 }
 
-int hx_synth_cache_write(const char *path, const char *preset_name, uint64_t seed, lm_log_fn log,
-                         void *log_user, lm_err *err)
+bool hx_synth_preset_large(const char *name, uint64_t *bytes)
 {
     hx_synth_params p;
     hx_synth_info size;
-    int rc = hx_synth_preset(&p, preset_name, err);
-    if (rc == LM_OK)
-        rc = hx_synth_measure(&size, &p, LM_TYPE_F32, err);
-    if (rc != LM_OK)
-        return rc;
-    if (size.bytes > HX_SYNTH_CACHE_MAX)
+    lm_err ignored = {0};
+    if (hx_synth_preset(&p, name, &ignored) != LM_OK
+        || hx_synth_measure(&size, &p, LM_TYPE_F32, &ignored) != LM_OK)
+        return false;
+    if (bytes != NULL)
+        *bytes = size.bytes;
+    return size.bytes > HX_SYNTH_CACHE_MAX;
+}
+
+int hx_synth_cache_write(const char *path, const char *preset_name, uint64_t seed, lm_log_fn log,
+                         void *log_user, lm_err *err)
+{
+    uint64_t bytes;
+    if (hx_synth_preset_large(preset_name, &bytes))
         return LM_FAIL(err, LM_E_INPUT, "synth:%s: %.1f GiB as float32, too large to be rewritten "
                        "on every use; write it once (kvdrift synth --preset %s -o FILE.gguf) "
-                       "and name the file", preset_name, (double)size.bytes / 1073741824.0,
+                       "and name the file", preset_name, (double)bytes / 1073741824.0,
                        preset_name);
     XXH128_hash_t before, after;
     bool had = file_hash(&before, path);
-    rc = hx_synth_write(path, preset_name, seed, LM_TYPE_F32, err);
+    int rc = hx_synth_write(path, preset_name, seed, LM_TYPE_F32, err);
     if (rc == LM_OK && had && file_hash(&after, path) && !XXH128_isEqual(before, after))
         lm_log(log, log_user, "cached synthetic model %s differed from the one synth writes "
                "(corrupt, or from another kvdrift); rewritten", path);

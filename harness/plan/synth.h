@@ -88,6 +88,10 @@ int hx_synth_write(const char *path, const char *preset, uint64_t seed, lm_tenso
                    lm_err *err);
 /* The largest preset hx_synth_cache_write writes (bytes as float32). */
 #define HX_SYNTH_CACHE_MAX ((uint64_t)1 << 30)
+/* Whether preset `name` is larger than HX_SYNTH_CACHE_MAX as float32 (gptoss-20b, gemma3-4b,
+ * moe-26b-a4b): written only by `kvdrift synth` (commands, benchmarks), never as a cache entry
+ * or whole by a test. *bytes (may be NULL): its float32 size. False for an unknown name. */
+bool hx_synth_preset_large(const char *name, uint64_t *bytes);
 /* The F32 preset model as a cache entry at path (a preset larger than HX_SYNTH_CACHE_MAX:
  * LM_E_INPUT naming `kvdrift synth` instead): written fresh on every call (its bytes depend
  * only on preset, seed and this file, so a copy left by an older kvdrift or damaged on disk is

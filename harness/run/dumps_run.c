@@ -252,7 +252,7 @@ static int reference(jstate *s, lm_err *err)
     ref_cache_key(s->ref_key, p->ref, &rq);
     int rc = hx_model_check(p->model, p->ref, err);
     if (rc == LM_OK)
-        rc = hx_model_file_unchanged(p->ref, err);
+        rc = lm_model_file_unchanged(p->model, err);
     if (rc == LM_OK)
         rc = ref_cached(&s->ref, p->ref, &rq, p->cache_dir, &hit, err);
     if (rc == LM_OK)

@@ -392,7 +392,7 @@ static int reference(hx_sweep_result *r, const hx_sweep_params *p, lm_err *err)
         memcpy(all + p->n_prompt, r->path, p->n_gen * sizeof *all);
         ref_capture_free(&r->ref);
         ref_cache_key(r->ref_key, p->ref, &rq);
-        if ((rc = hx_model_file_unchanged(p->ref, err)) != LM_OK ||
+        if ((rc = lm_model_file_unchanged(p->model, err)) != LM_OK ||
             (rc = ref_cached(&r->ref, p->ref, &rq, p->cache_dir, &r->ref_hit, err)) != LM_OK ||
             (rc = ref_capture_check_finite(&r->ref, p->model_label ? p->model_label : "model",
                                         err)) != LM_OK ||
@@ -619,7 +619,7 @@ static int schedule_ref(ref_capture *out, const hx_sweep_result *r, const hx_swe
                       .progress = p->ref_progress, .progress_user = p->ref_progress_user,
                       .log = p->log, .log_user = p->log_user};
     bool hit = false;
-    int rc = hx_model_file_unchanged(p->ref, err);
+    int rc = lm_model_file_unchanged(p->model, err);
     return rc != LM_OK ? rc : ref_cached(out, p->ref, &rq, p->cache_dir, &hit, err);
 }
 
