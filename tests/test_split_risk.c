@@ -228,6 +228,16 @@ static void test_split_risk_report_line(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(line, "split risk within 3 tokens: f32 8.4% ["));
     CU_ASSERT_PTR_NOT_NULL(strstr(line, "bf16 0% [0%, 0%]"));
     CU_ASSERT_PTR_NOT_NULL(strstr(line, "(f32: most likely at step 1, margin 0.069)"));
+    /* report.html and report.md carry the same line. */
+    const hx_report *one = r;
+    char *page = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_report_html_text(&page, &len, &one, 1, false, &err), LM_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(page, line));
+    free(page);
+    CU_ASSERT_EQUAL_FATAL(hx_report_md_text(&page, &len, &one, 1, false, &err), LM_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(page, line));
+    free(page);
     char pc[16];
     hx_split_pct(pc, sizeof pc, 2e-5);
     CU_ASSERT_STRING_EQUAL(pc, "<0.01%");
