@@ -67,14 +67,15 @@ static void add(bin *b, double p, bool split)
     b->obs += split ? 1.0 : 0.0;
 }
 
-/* 90% Wilson interval of k successes in n. */
+/* 90% Wilson interval of k successes in n; exactly 0 below at k = 0 and 1 above at k = n,
+ * where c - h and c + h are those ends up to rounding. */
 static void wilson(double *lo, double *hi, double k, double n)
 {
     const double z = 1.6448536269514722, ph = k / n, z2 = z * z / n;
     const double c = (ph + z2 / 2.0) / (1.0 + z2);
     const double h = z * sqrt(ph * (1.0 - ph) / n + z2 / (4.0 * n)) / (1.0 + z2);
-    *lo = c - h > 0.0 ? c - h : 0.0;
-    *hi = c + h < 1.0 ? c + h : 1.0;
+    *lo = k > 0.0 && c - h > 0.0 ? c - h : 0.0;
+    *hi = k < n && c + h < 1.0 ? c + h : 1.0;
 }
 
 static uint64_t splitmix(uint64_t *s)

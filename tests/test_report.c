@@ -652,6 +652,7 @@ static void test_report_calibrate_html(void)
         {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t0.2\t0.1\n", ":2: not 8 tab-separated"},
         {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t0.2\t0.1\t0.3\t9\n", ":2: more than 8"},
         {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t1.2\t0.1\t0.3\n", ":2: mean_pred"},
+        {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t0.2\t0.3\t0.1\n", ":2: mean_pred"},
         {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t2.5\t0.1\t0.2\t0.1\t0.3\n", ":2: n is not"},
         {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\tx\t0.2\t0.1\t0.3\n", ":2: not 8 tab-separated"},
         {"", ": empty"},

@@ -61,9 +61,9 @@ static bool parse_row(calib_row *r, char *line, const char **why)
     else if (!(r->lo <= r->hi))
         *why = "bin_lo > bin_hi";
     else if (r->n > 0.0 && !(prob(r->pred) && prob(r->obs) && prob(r->obs_lo) &&
-                             prob(r->obs_hi) && r->obs_lo <= r->obs && r->obs <= r->obs_hi))
+                             prob(r->obs_hi) && r->obs_lo <= r->obs_hi))
         *why = "mean_pred, observed and its interval are not probabilities with "
-               "obs_lo90 <= observed <= obs_hi90";
+               "obs_lo90 <= obs_hi90";
     else
         return true;
     return false;

@@ -19,7 +19,8 @@
 
 /* Reads bins_tsv and writes html_path (atomically). LM_E_INPUT "FILE:LINE: reason" for a
  * header other than HX_CALIB_BINS_HEADER, a line without its 8 fields, a number that does not
- * parse, a count that is negative or not whole, a probability outside [0, 1], bin_lo > bin_hi;
+ * parse, a count that is negative or not whole, a probability outside [0, 1], bin_lo > bin_hi or
+ * obs_lo90 > obs_hi90 (in a bin with n > 0);
  * lm_read_file's and lm_write_file's errors as they are. */
 int hx_calibrate_html_write(const char *bins_tsv, const char *html_path, lm_err *err);
 
