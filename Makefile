@@ -181,8 +181,8 @@ bench: deps
 	@bash scripts/bench.sh $(BUILD)
 
 # The split-risk forecast against observed splits (bench/calibrate_split.c): reliability
-# tables on stdout, TSV under reports/calibrate/. CALIBRATE_PROMPTS per model (default 100),
-# CALIBRATE_GEN generated tokens (default 16).
+# tables on stdout, TSV and calibrate.html (the reliability diagrams) under reports/calibrate/.
+# CALIBRATE_PROMPTS per model (default 100), CALIBRATE_GEN generated tokens (default 16).
 calibrate: $(BUILD)/calibrate_split
 	$(BUILD)/calibrate_split reports/calibrate $(or $(CALIBRATE_PROMPTS),100) $(or $(CALIBRATE_GEN),16)
 

@@ -17,7 +17,8 @@
  *              configuration's argmax differs from the reference's there (a step after a
  *              split included: teacher forcing keeps the reference's context).
  * Observed fractions carry a 90% Wilson interval. Writes OUTDIR/calibrate-seq.tsv (one line
- * per prompt and configuration) and OUTDIR/calibrate-bins.tsv (the tables). Never fails on
+ * per prompt and configuration), OUTDIR/calibrate-bins.tsv (the tables) and from it
+ * OUTDIR/calibrate.html (the reliability diagrams, report/calibrate_html.h). Never fails on
  * what it finds: it reports. */
 #include "judge/model_check.h"
 #include "judge/split_risk.h"
@@ -26,6 +27,7 @@
 #include "kvd_model.h"
 #include "kvd_profile.h"
 #include "plan/synth.h"
+#include "report/calibrate_html.h"
 #include "run/sweep.h"
 #include "util.h"
 
@@ -65,14 +67,15 @@ static void add(bin *b, double p, bool split)
     b->obs += split ? 1.0 : 0.0;
 }
 
-/* 90% Wilson interval of k successes in n. */
+/* 90% Wilson interval of k successes in n; exactly 0 below at k = 0 and 1 above at k = n,
+ * where c - h and c + h are those ends up to rounding. */
 static void wilson(double *lo, double *hi, double k, double n)
 {
     const double z = 1.6448536269514722, ph = k / n, z2 = z * z / n;
     const double c = (ph + z2 / 2.0) / (1.0 + z2);
     const double h = z * sqrt(ph * (1.0 - ph) / n + z2 / (4.0 * n)) / (1.0 + z2);
-    *lo = c - h > 0.0 ? c - h : 0.0;
-    *hi = c + h < 1.0 ? c + h : 1.0;
+    *lo = k > 0.0 && c - h > 0.0 ? c - h : 0.0;
+    *hi = k < n && c + h < 1.0 ? c + h : 1.0;
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -215,11 +218,13 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": %s\n", err.msg);
         return 2;
     }
-    char cache[4096], tiny[4096], seq_path[4200], bins_path[4200], st_path[4096];
+    char cache[4096], tiny[4096], seq_path[4200], bins_path[4200], html_path[4200],
+        st_path[4096];
     snprintf(cache, sizeof cache, "%s/cache", out);
     snprintf(tiny, sizeof tiny, "%s/tiny-f16.gguf", out);
     snprintf(seq_path, sizeof seq_path, "%s/calibrate-seq.tsv", out);
     snprintf(bins_path, sizeof bins_path, "%s/calibrate-bins.tsv", out);
+    snprintf(html_path, sizeof html_path, "%s/calibrate.html", out);
     bu_model_path(st_path, sizeof st_path, "stories260K.gguf");
     if (hx_synth_write(tiny, "tiny", 0, LM_TYPE_F16, &err) != LM_OK) {
         fprintf(stderr, PROG ": %s\n", err.msg);
@@ -234,7 +239,7 @@ int main(int argc, char **argv)
            (unsigned long long)seed);
     fprintf(seq, "model\tprompt\tprofile\tconfig\trisk\tlo\thi\tsplit\tfirst_divergent\t"
                  "likely_step\tmin_margin\n");
-    fprintf(bins, "table\tbin_lo\tbin_hi\tn\tmean_pred\tobserved\tobs_lo90\tobs_hi90\n");
+    fprintf(bins, HX_CALIB_BINS_HEADER "\n");
     tally t = {0};
     static const char *const st_prof[] = {"f32", "bf16", "tf32"};
     static const char *const tiny_prof[] = {"f32", "bf16", "tf32", "q8act"};
@@ -253,11 +258,17 @@ int main(int argc, char **argv)
         wilson(&lo, &hi, b->obs, b->n);
         printf("%-6s %6.0f %10.2f %8.0f  (observed fraction %.3g, 90%% CI [%.3g, %.3g])\n",
                lm_profile_at(k)->name, b->n, b->pred, b->obs, b->obs / b->n, lo, hi);
-        fprintf(bins, "profile %s\t0\t1\t%.0f\t%.6g\t%.6g\t%.6g\t%.6g\n", lm_profile_at(k)->name,
-                b->n, b->pred / b->n, b->obs / b->n, lo, hi);
+        fprintf(bins, HX_CALIB_PROFILE_PREFIX "%s\t0\t1\t%.0f\t%.6g\t%.6g\t%.6g\t%.6g\n",
+                lm_profile_at(k)->name, b->n, b->pred / b->n, b->obs / b->n, lo, hi);
     }
-    fclose(seq);
-    fclose(bins);
-    printf("wrote %s and %s\n", seq_path, bins_path);
+    if (fclose(seq) != 0 || fclose(bins) != 0) {
+        fprintf(stderr, PROG ": cannot write into %s\n", out);
+        return 2;
+    }
+    if (hx_calibrate_html_write(bins_path, html_path, &err) != LM_OK) {
+        fprintf(stderr, PROG ": %s\n", err.msg);
+        return 2;
+    }
+    printf("wrote %s, %s and %s\n", seq_path, bins_path, html_path);
     return 0;
 }

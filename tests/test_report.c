@@ -3,6 +3,7 @@
 #include "fs.h"
 #include "kvd_util.h"
 #include "model/report.h"
+#include "report/calibrate_html.h"
 #include "run/block_sweep.h"
 #include "test_util.h"
 
@@ -604,6 +605,70 @@ static void test_report_html_wellformed(void)
     hx_report_free(r);
 }
 
+/* calibrate.html from a hand-made bins table: well-formed, nothing fetched, one point per
+ * non-empty bin and one diagram per table, a point on the diagonal where prediction and
+ * observation agree, the per-profile totals; a malformed table is one line naming the file and
+ * line, and no page is written. */
+static void test_report_calibrate_html(void)
+{
+    static const char bins[] =
+        HX_CALIB_BINS_HEADER "\n"
+        "sequences (split within 16 tokens)\t0\t0.0001\t400\t1e-06\t0\t0\t0.0067\n"
+        "sequences (split within 16 tokens)\t0.0001\t0.001\t0\t0\t0\t0\t0\n"
+        "sequences (split within 16 tokens)\t0.001\t0.01\t100\t0.003\t0.01\t0.0018\t0.047\n"
+        "sequences (split within 16 tokens)\t0.01\t0.05\t200\t0.01\t0.01\t0.0035\t0.029\n"
+        "steps (teacher-forced argmax differs)\t0\t0.0001\t6000\t2e-08\t0\t0\t0.00045\n"
+        "steps (teacher-forced argmax differs)\t0.2\t0.5\t10\t0.3\t0.4\t0.18\t0.66\n"
+        HX_CALIB_PROFILE_PREFIX "bf16\t0\t1\t350\t0.008\t0.02\t0.011\t0.035\n";
+    const char *tsv = tu_write_file("calibrate-bins.tsv", bins, sizeof bins - 1);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/calibrate.html", tu_tmpdir());
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(hx_calibrate_html_write(tsv, path, &err), LM_OK);
+    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    xmlNode *root = xmlDocGetRootElement(doc);
+    CU_ASSERT_STRING_EQUAL((const char *)root->name, "html");
+    CU_ASSERT_EQUAL(count_class(root, "svg", "reliability"), 2);
+    CU_ASSERT_EQUAL(count_class(root, "circle", "bin"), 5); /* the empty bin has none */
+    CU_ASSERT_EQUAL(count_elems(root, "script"), 0);
+    /* Rows: 4 + 2 bins and 1 profile, each table with its header row. */
+    CU_ASSERT_EQUAL(count_elems(root, "tr"), 4 + 1 + 2 + 1 + 1 + 1);
+    xmlFreeDoc(doc);
+    char *text;
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
+    CU_ASSERT_PTR_NULL(strstr(text, "src="));
+    CU_ASSERT_PTR_NULL(strstr(text, "href"));
+    /* 0.01 against 0.01 on log axes from 1e-5 to 1: 3/5 of the way along both. */
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "class=\"bin\" cx=\"454.0\" cy=\"108.0\""));
+    /* 0 observed sits on the bottom edge, at its bin's predicted 1e-6 on the left edge. */
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "class=\"bin\" cx=\"70.0\" cy=\"240.0\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "<td>bf16</td><td>350</td><td>2.80</td><td>7</td>"));
+    free(text);
+    /* Malformed tables: the file and line named, nothing written. */
+    static const char *const bad[][2] = {
+        {"table\tlo\n", ":1: not a calibration bins table"},
+        {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t0.2\t0.1\n", ":2: not 8 tab-separated"},
+        {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t0.2\t0.1\t0.3\t9\n", ":2: more than 8"},
+        {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t1.2\t0.1\t0.3\n", ":2: mean_pred"},
+        {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\t0.1\t0.2\t0.3\t0.1\n", ":2: mean_pred"},
+        {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t2.5\t0.1\t0.2\t0.1\t0.3\n", ":2: n is not"},
+        {HX_CALIB_BINS_HEADER "\nsteps\t0\t1\t5\tx\t0.2\t0.1\t0.3\n", ":2: not 8 tab-separated"},
+        {"", ": empty"},
+    };
+    snprintf(path, sizeof path, "%s/calibrate-bad.html", tu_tmpdir());
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        tsv = tu_write_file("calibrate-bad.tsv", bad[i][0], strlen(bad[i][0]));
+        CU_ASSERT_EQUAL(hx_calibrate_html_write(tsv, path, &err), LM_E_INPUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, bad[i][1]));
+        if (strstr(err.msg, bad[i][1]) == NULL)
+            fprintf(stderr, "\n  case %zu: %s\n", i, err.msg);
+        lm_err_clear(&err);
+        CU_ASSERT_NOT_EQUAL(access(path, F_OK), 0);
+    }
+}
+
 /* Headless Chromium renders report.html to a PNG with no console message (no failed fetch, no
  * script error). Skipped, saying so, when the Debian package chromium is not installed. */
 static void test_report_html_chromium(void)
@@ -673,6 +738,7 @@ void test_report_register(void)
     CU_add_test(s, "test_report_divergence_folds", test_report_divergence_folds);
     CU_add_test(s, "test_report_json_schema", test_report_json_schema);
     CU_add_test(s, "test_report_html_wellformed", test_report_html_wellformed);
+    CU_add_test(s, "test_report_calibrate_html", test_report_calibrate_html);
     CU_add_test(s, "test_report_narrow_table_and_formats", test_report_narrow_table_and_formats);
     CU_add_test(s, "test_report_html_chromium", test_report_html_chromium);
     CU_add_test(s, "test_report_junit_wellformed_and_escaped",

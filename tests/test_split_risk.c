@@ -190,10 +190,15 @@ static void test_split_risk_from_reference(void)
     env->n_members = 8;
     for (uint32_t i = 0; i < 4; ++i)
         env->logits[i].split_sd = 0.1;
-    /* Steps from position 1: rows 1 and 2 decide tokens 2 and 0 as the reference would; row 3
-     * would pick 2 where the list holds 1. */
-    CU_ASSERT_EQUAL(hx_split_path_steps(&ref, env, 1), 2);
-    CU_ASSERT_EQUAL(hx_split_path_steps(&ref, env, 3), 0);
+    /* Steps from position 1: rows 1 and 2 decide tokens 2 and 0 as the reference would; row 3,
+     * in the reference's context still, picks 2 where the list holds 1: the step that leaves
+     * the path is the third and last. From position 4, the last, its row's decision: one. */
+    CU_ASSERT_EQUAL(hx_split_path_steps(&ref, env, 1), 3);
+    CU_ASSERT_EQUAL(hx_split_path_steps(&ref, env, 3), 1);
+    CU_ASSERT_EQUAL(hx_split_path_steps(&ref, env, 4), 1);
+    tokens[4] = 2; /* now the list follows row 3: rows 1..4 all decide on the path */
+    CU_ASSERT_EQUAL(hx_split_path_steps(&ref, env, 1), 4);
+    tokens[4] = 1;
     hx_split_forecast f;
     CU_ASSERT_EQUAL_FATAL(hx_split_forecast_ref(&f, "bf16", &ref, env, 1, 2, &err), LM_OK);
     /* Margins 0.5 and 0.1 (tolerance 1e-15: one double subtraction of these constants). */
@@ -228,6 +233,16 @@ static void test_split_risk_report_line(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(line, "split risk within 3 tokens: f32 8.4% ["));
     CU_ASSERT_PTR_NOT_NULL(strstr(line, "bf16 0% [0%, 0%]"));
     CU_ASSERT_PTR_NOT_NULL(strstr(line, "(f32: most likely at step 1, margin 0.069)"));
+    /* report.html and report.md carry the same line. */
+    const hx_report *one = r;
+    char *page = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL_FATAL(hx_report_html_text(&page, &len, &one, 1, false, &err), LM_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(page, line));
+    free(page);
+    CU_ASSERT_EQUAL_FATAL(hx_report_md_text(&page, &len, &one, 1, false, &err), LM_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(page, line));
+    free(page);
     char pc[16];
     hx_split_pct(pc, sizeof pc, 2e-5);
     CU_ASSERT_STRING_EQUAL(pc, "<0.01%");

@@ -159,9 +159,12 @@ int hx_split_forecast_ref(hx_split_forecast *out, const char *profile, const ref
 uint32_t hx_split_path_steps(const ref_capture *ref, const hx_envelope *env, uint32_t first_pos)
 {
     uint32_t n = 0;
-    for (uint32_t pos = first_pos; pos + 1 < ref->n_tokens; ++pos, ++n) {
+    for (uint32_t pos = first_pos; pos < ref->n_tokens; ++pos) {
         const int64_t r = ref_capture_find_pos(ref, pos);
-        if (r < 0 || env_row(env, pos) < 0 ||
+        if (r < 0 || env_row(env, pos) < 0)
+            break;
+        ++n; /* every earlier step took the reference's argmax: this one is on its path */
+        if (pos + 1 == ref->n_tokens ||
             hx_argmax_f64(ref_capture_logits(ref, (uint32_t)r), ref->n_vocab) !=
                 ref->tokens[pos + 1])
             break;

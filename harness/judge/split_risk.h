@@ -69,11 +69,13 @@ int hx_split_forecast_ref(hx_split_forecast *out, const char *profile, const ref
                           const hx_envelope *env, uint32_t first_pos, uint32_t n_steps,
                           lm_err *err);
 
-/* How many generated steps from first_pos follow the reference's greedy path in ref's own token
- * list: consecutive positions pos = first_pos, first_pos + 1, ... with pos + 1 < n_tokens, a
- * logits row in ref and in env, and ref's argmax there equal to tokens[pos + 1]. On a sweep's
- * reference (prompt + the reference's greedy path) that is every generated step; on a judged
- * dump's tokens, the steps before the dump's path leaves the reference's. */
+/* How many generated steps from first_pos are decided on the reference's greedy path in ref's
+ * own token list: consecutive positions pos = first_pos, first_pos + 1, ... < n_tokens with a
+ * logits row in ref and in env, up to and including the first whose argmax in ref differs from
+ * tokens[pos + 1] or that is the last position (its context, tokens[0..pos], is still the
+ * reference's path). On a judged dump's tokens: the steps before the dump's path leaves the
+ * reference's, the step where it leaves, and the last position's (the decision of the last
+ * generated token, which the token list does not hold). */
 uint32_t hx_split_path_steps(const ref_capture *ref, const hx_envelope *env, uint32_t first_pos);
 
 #endif

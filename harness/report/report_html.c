@@ -5,28 +5,13 @@
  * and memory vs prefill step. The markup is well-formed XML (tested with libxml2), so any
  * browser renders it the same. */
 #include "model/report.h"
+#include "report/html_page.h"
 
 #include "fs.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Text with &, <, >, " escaped. */
-static void esc(FILE *f, const char *s)
-{
-    for (; *s; ++s) {
-        switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default:
-            if ((unsigned char)*s >= 0x20 || *s == '\n' || *s == '\t')
-                fputc(*s, f);
-        }
-    }
-}
 
 /* err/E of one row: max abs error over the envelope (Inf when E == 0 < error, 0 when no
  * error, NaN when the error is NaN). */
@@ -116,7 +101,7 @@ static void cell(FILE *f, double x, double y, double w, double h, double r, cons
     ratio_colour(col, r);
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
                "<title>", x, y, w, h, col);
-    esc(f, cfg);
+    hx_html_esc(f, cfg);
     fprintf(f, " %s: err/E %.3g</title></rect>\n", what, r);
 }
 
@@ -125,7 +110,7 @@ static void config_labels(FILE *f, const hx_report *r, double y0, double h)
     for (size_t i = 0; i < r->n_configs; ++i) {
         fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"lbl\" text-anchor=\"end\">", LABEL_W - 6,
                 y0 + (double)i * h + h * 0.75);
-        esc(f, r->configs[i].config);
+        hx_html_esc(f, r->configs[i].config);
         fputs("</text>\n", f);
     }
 }
@@ -180,78 +165,11 @@ static void heatmap_logits(FILE *f, const hx_report *r, const dims *d)
     fputs("</svg>\n", f);
 }
 
-/* A plot frame: x in [x0, x1] over PW pixels, y in [y0, y1] (log10 when logy) over PH. */
-typedef struct plot {
-    double x0, x1, y0, y1;
-    bool logy;
-} plot;
-
-enum { PL = 70, PT = 20, PW = 640, PH = 220 };
-
-static double px(const plot *p, double x)
-{
-    return PL + (p->x1 > p->x0 ? (x - p->x0) / (p->x1 - p->x0) : 0.5) * PW;
-}
-
-static double py(const plot *p, double y)
-{
-    double v = p->logy ? log10(y) : y;
-    double a = p->logy ? log10(p->y0) : p->y0, b = p->logy ? log10(p->y1) : p->y1;
-    double t = b > a ? (v - a) / (b - a) : 0.5;
-    t = t < 0.0 ? 0.0 : t > 1.0 ? 1.0 : t;
-    return PT + (1.0 - t) * PH;
-}
-
-/* The frame, axis labels, the y range's ends and (x_ends) the x range's ends. */
-static void frame(FILE *f, const plot *p, const char *cls, const char *xlabel,
-                  const char *ylabel, bool x_ends)
-{
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"%s\" width=\"%d\" "
-               "height=\"%d\">\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
-               "class=\"frame\"/>\n", cls, PL + PW + 200, PT + PH + 40, PL, PT, PW, PH);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\" text-anchor=\"middle\">%s</text>\n",
-            PL + PW / 2, PT + PH + 34, xlabel);
-    fprintf(f, "<text x=\"12\" y=\"%d\" class=\"lbl\" transform=\"rotate(-90 12 %d)\" "
-               "text-anchor=\"middle\">%s</text>\n", PT + PH / 2, PT + PH / 2, ylabel);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\" text-anchor=\"end\">%.3g</text>\n",
-            PL - 4, PT + 10, p->y1);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\" text-anchor=\"end\">%.3g</text>\n",
-            PL - 4, PT + PH, p->y0);
-    if (!x_ends) /* the caller marks its own x ticks */
-        return;
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\">%.6g</text>\n", PL, PT + PH + 16, p->x0);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lbl\" text-anchor=\"end\">%.6g</text>\n",
-            PL + PW, PT + PH + 16, p->x1);
-}
-
-/* A tick on the x axis at x, labelled text. */
-static void x_tick(FILE *f, const plot *p, double x, const char *text)
-{
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#555\"/>"
-               "<text x=\"%.1f\" y=\"%d\" class=\"lbl\" text-anchor=\"middle\">%s</text>\n",
-            px(p, x), PT + PH, px(p, x), PT + PH + 4, px(p, x), PT + PH + 16, text);
-}
-
-static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-#define N_PALETTE (sizeof palette / sizeof palette[0])
-
-static void legend(FILE *f, size_t k, const char *colour, const char *name, bool dashed)
-{
-    double y = PT + 12 + (double)k * 14;
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
-               "stroke-width=\"2\"%s/><text x=\"%d\" y=\"%.1f\" class=\"lbl\">", PL + PW + 8,
-            y - 4, PL + PW + 26, y - 4, colour, dashed ? " stroke-dasharray=\"4 3\"" : "",
-            PL + PW + 30, y);
-    esc(f, name);
-    fputs("</text>\n", f);
-}
-
 /* Max abs logits error of each configuration along positions, and the envelope E (dashed),
- * log scale. At most N_PALETTE configurations are drawn (the worst by err/E first). */
+ * log scale. At most HX_HTML_N_PALETTE configurations are drawn (the worst by err/E first). */
 static void error_vs_envelope(FILE *f, const hx_report *r, const dims *d)
 {
-    plot p = {d->pos_min, d->pos_max, INFINITY, 0.0, true};
+    hx_html_plot p = {d->pos_min, d->pos_max, INFINITY, 0.0, .logy = true};
     for (size_t i = 0; i < r->n_configs; ++i)
         for (size_t j = 0; j < r->configs[i].n_rows; ++j) {
             const hx_tensor_row *t = &r->configs[i].rows[j];
@@ -269,12 +187,12 @@ static void error_vs_envelope(FILE *f, const hx_report *r, const dims *d)
     }
     p.y0 = p.y0 / 2.0;
     p.y1 = p.y1 * 2.0;
-    frame(f, &p, "err-env", "position", "max |x - R| (log)", true);
-    for (size_t i = 0, k = 0; i < r->n_configs && k < N_PALETTE; ++i) {
+    hx_html_frame(f, &p, "err-env", "position", "max |x - R| (log)", true);
+    for (size_t i = 0, k = 0; i < r->n_configs && k < HX_HTML_N_PALETTE; ++i) {
         const hx_config_report *c = &r->configs[i];
         if (c->n_rows == 0)
             continue;
-        const char *col = palette[k];
+        const char *col = hx_html_palette[k];
         for (int env = 0; env < (k == 0 ? 2 : 1); ++env) {
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s points=\"",
                     env ? "#555555" : col, env ? "1.5" : "1.2",
@@ -283,13 +201,13 @@ static void error_vs_envelope(FILE *f, const hx_report *r, const dims *d)
                 unsigned pos;
                 double v = env ? c->rows[j].e : c->rows[j].vs_ref.max_abs;
                 if (row_pos(&c->rows[j], &pos))
-                    fprintf(f, "%.1f,%.1f ", px(&p, pos), py(&p, v > 0.0 ? v : p.y0));
+                    fprintf(f, "%.1f,%.1f ", hx_html_px(&p, pos), hx_html_py(&p, v > 0.0 ? v : p.y0));
             }
             fputs("\"/>\n", f);
         }
         if (k == 0)
-            legend(f, 0, "#555555", "envelope E", true);
-        legend(f, k + 1, col, c->config, false);
+            hx_html_legend(f, 0, "#555555", "envelope E", true);
+        hx_html_legend(f, k + 1, col, c->config, false);
         k++;
     }
     fputs("</svg>\n", f);
@@ -311,7 +229,7 @@ static const hx_tensor_row *row_at(const hx_config_report *c, unsigned pos)
 static void margins(FILE *f, const hx_report *r, const dims *d, size_t *n_marked)
 {
     *n_marked = 0;
-    plot p = {d->pos_min - 0.5, d->pos_max + 0.5, INFINITY, 0.0, true};
+    hx_html_plot p = {d->pos_min - 0.5, d->pos_max + 0.5, INFINITY, 0.0, .logy = true};
     for (size_t i = 0; i < r->n_configs; ++i)
         for (size_t j = 0; j < r->configs[i].n_rows; ++j) {
             double m = r->configs[i].rows[j].lg.r_margin;
@@ -324,8 +242,8 @@ static void margins(FILE *f, const hx_report *r, const dims *d, size_t *n_marked
         p.y0 = 1e-3, p.y1 = 1.0;
     p.y0 /= 2.0;
     p.y1 *= 2.0;
-    frame(f, &p, "margins", "position", "reference top-2 margin (log)", true);
-    double bw = (double)PW / (d->pos_max - d->pos_min + 1) * 0.8;
+    hx_html_frame(f, &p, "margins", "position", "reference top-2 margin (log)", true);
+    double bw = (double)HX_HTML_PW / (d->pos_max - d->pos_min + 1) * 0.8;
     for (unsigned pos = d->pos_min; pos <= d->pos_max; ++pos) {
         const hx_tensor_row *first = NULL;
         size_t flips = 0;
@@ -336,18 +254,18 @@ static void margins(FILE *f, const hx_report *r, const dims *d, size_t *n_marked
         }
         if (first == NULL)
             continue;
-        double m = first->lg.r_margin, y = py(&p, m > 0.0 ? m : p.y0);
+        double m = first->lg.r_margin, y = hx_html_py(&p, m > 0.0 ? m : p.y0);
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#90a4ae\">"
-                   "<title>position %u: margin %.3g</title></rect>\n", px(&p, pos) - bw / 2, y,
-                bw, PT + PH - y, pos, m);
+                   "<title>position %u: margin %.3g</title></rect>\n", hx_html_px(&p, pos) - bw / 2, y,
+                bw, HX_HTML_PT + HX_HTML_PH - y, pos, m);
         if (flips) {
             fprintf(f, "<circle class=\"flip\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"#d32f2f\">"
                        "<title>position %u: argmax differs from the reference in %zu "
-                       "configuration(s)</title></circle>\n", px(&p, pos), y - 8, pos, flips);
+                       "configuration(s)</title></circle>\n", hx_html_px(&p, pos), y - 8, pos, flips);
             (*n_marked)++;
         }
     }
-    legend(f, 0, "#d32f2f", "argmax flip", false);
+    hx_html_legend(f, 0, "#d32f2f", "argmax flip", false);
     fputs("</svg>\n", f);
 }
 
@@ -369,7 +287,7 @@ static void series_key(char out[HX_CONFIG_STR_MAX], const char *cfg)
 }
 
 /* One labelled tick per step the configurations use, and "full" at the right. */
-static void step_ticks(FILE *f, const hx_report *r, const plot *p)
+static void step_ticks(FILE *f, const hx_report *r, const hx_html_plot *p)
 {
     bool full = false;
     for (size_t i = 0; i < r->n_configs; ++i) {
@@ -382,12 +300,12 @@ static void step_ticks(FILE *f, const hx_report *r, const plot *p)
         if (s > 0.0) {
             char t[32];
             snprintf(t, sizeof t, "%.0f", s);
-            x_tick(f, p, log2(s), t);
+            hx_html_x_tick(f, p, log2(s), t);
         }
         full |= s == 0.0;
     }
     if (full)
-        x_tick(f, p, p->x1, "full");
+        hx_html_x_tick(f, p, p->x1, "full");
 }
 
 /* Speed (prefill and decode tok/s) and memory vs step, one polyline per backend/threads
@@ -396,7 +314,7 @@ static void step_ticks(FILE *f, const hx_report *r, const plot *p)
 static void speed(FILE *f, const hx_report *r, bool memory)
 {
     double smax = 1.0;
-    plot p = {0.0, 0.0, 0.0, 0.0, false};
+    hx_html_plot p = {0.0, 0.0, 0.0, 0.0, .logy = false};
     for (size_t i = 0; i < r->n_configs; ++i) {
         const hx_config_report *c = &r->configs[i];
         double s = config_step(c->config);
@@ -412,11 +330,11 @@ static void speed(FILE *f, const hx_report *r, bool memory)
     }
     p.x1 = log2(2.0 * smax);
     p.y1 *= 1.1;
-    frame(f, &p, memory ? "memory" : "speed", "prefill step (log scale; full = one chunk)",
+    hx_html_frame(f, &p, memory ? "memory" : "speed", "prefill step (log scale; full = one chunk)",
           memory ? "peak MiB" : "tok/s", false);
     step_ticks(f, r, &p);
     size_t k = 0;
-    for (size_t i = 0; i < r->n_configs && k < N_PALETTE / 2; ++i) {
+    for (size_t i = 0; i < r->n_configs && k < HX_HTML_N_PALETTE / 2; ++i) {
         char key[HX_CONFIG_STR_MAX], other[HX_CONFIG_STR_MAX];
         series_key(key, r->configs[i].config);
         bool seen = false;
@@ -427,7 +345,7 @@ static void speed(FILE *f, const hx_report *r, bool memory)
         if (seen)
             continue;
         for (int which = 0; which < (memory ? 1 : 2); ++which) {
-            const char *col = palette[(2 * k + (size_t)which) % N_PALETTE];
+            const char *col = hx_html_palette[(2 * k + (size_t)which) % HX_HTML_N_PALETTE];
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
                     col);
             for (size_t j = i; j < r->n_configs; ++j) {
@@ -437,12 +355,12 @@ static void speed(FILE *f, const hx_report *r, bool memory)
                 double v = memory ? (double)c->peak_mem_bytes / 1048576.0
                                   : which ? c->decode_tps : c->prefill_tps;
                 if (strcmp(key, other) == 0 && v > 0.0)
-                    fprintf(f, "%.1f,%.1f ", px(&p, x), py(&p, v));
+                    fprintf(f, "%.1f,%.1f ", hx_html_px(&p, x), hx_html_py(&p, v));
             }
             fputs("\"/>\n", f);
             char name[HX_CONFIG_STR_MAX + 16];
             snprintf(name, sizeof name, "%s%s", key, memory ? "" : which ? " decode" : " prefill");
-            legend(f, 2 * k + (size_t)which, col, name, false);
+            hx_html_legend(f, 2 * k + (size_t)which, col, name, false);
         }
         k++;
     }
@@ -460,13 +378,13 @@ static void summary_table(FILE *f, const hx_report *r)
         const hx_config_report *c = &r->configs[i];
         hx_report_cells(cells, c);
         fputs("<tr><td>", f);
-        esc(f, c->config);
+        hx_html_esc(f, c->config);
         fprintf(f, "</td><td class=\"c-%s\">%s</td>", hx_class_name(c->cls),
                 hx_class_name(c->cls));
         const int cols[] = {11, 8, 2};
         for (size_t k = 0; k < 3; ++k) {
             fputs("<td>", f);
-            esc(f, cells[cols[k]]);
+            hx_html_esc(f, cells[cols[k]]);
             fputs("</td>", f);
         }
         fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%.3g</td></tr>\n",
@@ -479,19 +397,19 @@ static void summary_table(FILE *f, const hx_report *r)
 static void case_section(FILE *f, const hx_report *r)
 {
     fputs("<section><h2>", f);
-    esc(f, r->case_name);
+    hx_html_esc(f, r->case_name);
     fputs("</h2>\n<p class=\"meta\">model ", f);
-    esc(f, r->model);
+    hx_html_esc(f, r->model);
     fprintf(f, " (XXH3 %.12s…); %u prompt tokens, %u generated; reference %u bits; envelope "
                "%u members x %g; platform ", r->model_hash, (unsigned)r->n_prompt,
             (unsigned)r->n_gen, (unsigned)r->precision, (unsigned)r->envelope_members,
             r->envelope_safety);
-    esc(f, r->fingerprint);
+    hx_html_esc(f, r->fingerprint);
     fprintf(f, "; worst class <b class=\"c-%s\">%s</b></p>\n", hx_class_name(hx_report_worst(r)),
             hx_class_name(hx_report_worst(r)));
     if (r->skipped[0]) {
         fputs("<p>Skipped: ", f);
-        esc(f, r->skipped);
+        hx_html_esc(f, r->skipped);
         fputs("</p></section>\n", f);
         return;
     }
@@ -499,7 +417,7 @@ static void case_section(FILE *f, const hx_report *r)
     hx_split_line(split, sizeof split, r);
     if (split[0]) {
         fputs("<p class=\"meta\">", f);
-        esc(f, split);
+        hx_html_esc(f, split);
         fprintf(f, " (%.0f%% intervals from the member count)</p>\n", 100.0 * HX_SPLIT_LEVEL);
     }
     summary_table(f, r);
@@ -525,16 +443,6 @@ static void case_section(FILE *f, const hx_report *r)
     fputs("</section>\n", f);
 }
 
-static const char css[] =
-    "body{font-family:sans-serif;margin:1.5em;color:#222}"
-    "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;"
-    "text-align:right}td:first-child{text-align:left;font-family:monospace}"
-    ".lbl{font-size:11px;font-family:monospace;fill:#333}.frame{fill:none;stroke:#999}"
-    ".meta{color:#555;font-size:13px}.legend span{display:inline-block;width:14px;height:10px;"
-    "margin:0 4px 0 12px}"
-    ".c-EXACT{color:#2e7d32}.c-NOISE{color:#558b2f}.c-TIE_FLIP{color:#f9a825}"
-    ".c-DRIFT,.c-FLIP,.c-NONFINITE{color:#c62828;font-weight:bold}";
-
 int hx_report_html_text(char **out, size_t *len, const hx_report *const *rs, size_t n,
                         bool strict, lm_err *err)
 {
@@ -543,18 +451,18 @@ int hx_report_html_text(char **out, size_t *len, const hx_report *const *rs, siz
     FILE *f = open_memstream(&buf, len);
     if (f == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "cannot build the HTML report: out of memory");
-    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>"
-               "<title>kvdrift report</title><style>%s</style></head><body>\n"
-               "<h1>kvdrift report</h1>\n<p class=\"meta legend\">err/E colours:"
-               "<span style=\"background:#e8f5e9\"></span>0"
-               "<span style=\"background:#4caf50\"></span>0.01"
-               "<span style=\"background:#fdd835\"></span>1 (the envelope)"
-               "<span style=\"background:#f57c00\"></span>&gt;1"
-               "<span style=\"background:#c62828\"></span>100"
-               "<span style=\"background:#7b1fa2\"></span>NaN</p>\n", css);
+    hx_html_page_open(f, "kvdrift report");
+    fputs("<p class=\"meta legend\">err/E colours:"
+          "<span style=\"background:#e8f5e9\"></span>0"
+          "<span style=\"background:#4caf50\"></span>0.01"
+          "<span style=\"background:#fdd835\"></span>1 (the envelope)"
+          "<span style=\"background:#f57c00\"></span>&gt;1"
+          "<span style=\"background:#c62828\"></span>100"
+          "<span style=\"background:#7b1fa2\"></span>NaN</p>\n",
+          f);
     for (size_t i = 0; i < n; ++i)
         case_section(f, rs[i]);
-    fputs("</body></html>\n", f);
+    hx_html_page_close(f);
     if (fclose(f) != 0 || buf == NULL) {
         free(buf);
         return LM_FAIL(err, LM_E_NOMEM, "cannot build the HTML report: out of memory");

@@ -697,13 +697,18 @@ static void jstate_free(jstate *s)
 }
 
 /* The split-risk forecast of every judged profile with its own envelope (split_risk.h), along
- * the dumps' tokens from the last prompt position as far as they follow the reference's argmax;
- * none when that is no step. */
+ * the dumps' tokens from the last prompt position over the steps decided on the reference's
+ * path (hx_split_path_steps: the step where the first dump leaves it included), at most the
+ * first dump's generated tokens (with no tokens_generated, the ids fed back); none when that is
+ * no step. */
 static int split_forecasts(const jstate *s, hx_report *rep, lm_err *err)
 {
+    const uint32_t made = s->d0->generated != NULL ? s->d0->n_generated
+                                                   : s->d0->n_tokens - s->d0->n_prompt;
     for (uint32_t k = 0; k < s->n_prof; ++k) {
         const uint32_t first = s->d0->n_prompt - 1;
-        const uint32_t n = hx_split_path_steps(&s->ref, s->env[k], first);
+        uint32_t n = hx_split_path_steps(&s->ref, s->env[k], first);
+        n = n < made ? n : made;
         if (n == 0)
             continue;
         int rc = hx_split_forecast_ref(&rep->split[rep->n_split], s->prof[k]->name, &s->ref,
