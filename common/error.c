@@ -31,6 +31,16 @@ void lm_err_clear(lm_err *err)
         memset(err, 0, sizeof *err);
 }
 
+int lm_err_prefix(int rc, const char *prefix, lm_err *err)
+{
+    if (rc == LM_OK || err == NULL)
+        return rc;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    lm_err_clear(err); /* the first error set is kept: replace it with the prefixed one */
+    return lm_err_set(err, rc, __FILE__, __LINE__, "%s %.400s", prefix, msg);
+}
+
 void lm_vlog(lm_log_fn log, void *user, const char *fmt, va_list ap)
 {
     if (log == NULL)

@@ -38,6 +38,9 @@ int lm_err_set(lm_err *err, int code, const char *src_file, int src_line, const 
     LM_PRINTF(5, 6);
 /* Clears err to "no error". */
 void lm_err_clear(lm_err *err);
+/* rc unchanged; when it is not LM_OK, err's message becomes "PREFIX message" (lm_err_set keeps
+ * the first error, so a caller adding context goes through here). */
+int lm_err_prefix(int rc, const char *prefix, lm_err *err);
 
 /* A library log callback: one warning or progress line per call, without a newline. Library
  * code never prints; it passes its lines to the caller's callback. */

@@ -540,10 +540,13 @@ int lm_forward_batch(const lm_seq_chunk *seqs, uint32_t n_seq, lm_err *err)
         const lm_seq_chunk *q = &seqs[s];
         if ((rc = check_chunk(q->ctx, q->tokens, q->n, q->mode, q->logits, err)) != LM_OK)
             return rc;
+        /* the same threads too: each sequence's attention scratch is sized for its own
+         * backend's slots, and the leading backend runs every sequence's attention */
         if (q->ctx->m_user != c->m_user || q->ctx->be->prof != c->be->prof ||
-            strcmp(q->ctx->be->vt->name, c->be->vt->name) != 0)
-            return LM_FAIL(err, LM_E_INPUT, "forward: sequence %u runs another model, backend "
-                           "or profile than the leading one", s);
+            strcmp(q->ctx->be->vt->name, c->be->vt->name) != 0 ||
+            q->ctx->be->n_threads != c->be->n_threads)
+            return LM_FAIL(err, LM_E_INPUT, "forward: sequence %u runs another model, backend, "
+                           "thread count or profile than the leading one", s);
         for (uint32_t r = 0; r < s; ++r)
             if (seqs[r].ctx == q->ctx)
                 return LM_FAIL(err, LM_E_INPUT, "forward: sequences %u and %u share a context",
@@ -556,8 +559,14 @@ int lm_forward_batch(const lm_seq_chunk *seqs, uint32_t n_seq, lm_err *err)
                        "holds %u (lm_ctx_params.batch_rows)", total, n_seq, c->batch_rows);
     for (uint32_t s = 0; s < n_seq; ++s) {
         lm_ctx *pc = seqs[s].ctx;
-        if ((rc = lm_variants_begin_chunk(pc->var, pc->n_past, seqs[s].n, err)) != LM_OK)
+        if ((rc = lm_variants_begin_chunk(pc->var, pc->n_past, seqs[s].n, err)) != LM_OK) {
+            /* nothing fed: the sequences already planned go back to where they were */
+            for (uint32_t r = 0; r < s; ++r) {
+                lm_err ignored = {0};
+                lm_variants_rollback(seqs[r].ctx->var, seqs[r].ctx->n_past, &ignored);
+            }
             return rc;
+        }
         embed(c, seqs[s].tokens, seqs[s].n, parts[s].row0);
     }
     for (uint32_t il = 0; il < hp->n_layer; ++il) {

@@ -4,9 +4,9 @@
  *     contiguous shards, each shard one product of its own (its own kernel shapes);
  *   row-parallel (O, down): the reduction over k split into n contiguous shards, each shard's
  *     partial sums P_s = A[:, k_s] . W[:, k_s]^T computed on its own, then all-reduced:
- *       ring (NCCL's ring all-reduce): the [m][n_out] result, flattened, is cut into n chunks
- *         of equal size (the last one takes the remainder); chunk c is summed in the order its
- *         reduce-scatter passes it around the ring, starting at shard c:
+ *       ring (NCCL's ring all-reduce): the [m][n_out] result, flattened to len elements, is cut
+ *         into n chunks, chunk c = elements [len c / n, len (c + 1) / n); chunk c is summed in
+ *         the order its reduce-scatter passes it around the ring, starting at shard c:
  *         ((P_c + P_{c+1}) + P_{c+2}) + ... + P_{c-1} (shard indices mod n)
  *       tree: pairwise over the shards, ((P_0 + P_1) + (P_2 + P_3)) + ..., n a power of two;
  *       fixed: k cut into LM_TP_MAX leaves whatever n (shard s holds leaves [s L/n, (s+1) L/n)),

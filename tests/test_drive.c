@@ -5,7 +5,7 @@
 #include "kvd_engine.h"
 #include "model/capture.h"
 #include "model/config.h"
-#include "plan/synth.h"
+#include "fixtures.h"
 #include "run/drive.h"
 #include "run/runner.h"
 #include "run/trace.h"
@@ -17,15 +17,7 @@
 
 static lm_model *tiny(void)
 {
-    static char path[1200];
-    lm_err err = {0};
-    if (path[0] == '\0') {
-        snprintf(path, sizeof path, "%s/drive-tiny.gguf", tu_tmpdir());
-        CU_ASSERT_EQUAL_FATAL(hx_synth_write(path, "tiny", 7, LM_TYPE_F32, &err), LM_OK);
-    }
-    lm_model *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
-    return m;
+    return tf_synth_load("tiny", 7);
 }
 
 static hx_config parse(const char *s)

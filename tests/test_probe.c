@@ -342,8 +342,10 @@ static pid_t start_server(int *port, const char *model)
         return -1;
     }
     fake f;
-    if (!fake_start(&f, FAKE_OK, "", 0))
+    if (!fake_start(&f, FAKE_OK, "", 0)) {
+        CU_FAIL("a loopback port for the server could not be found");
         return -1;
+    }
     *port = f.port;
     fake_stop(&f);
     char ps[16];
@@ -357,8 +359,10 @@ static pid_t start_server(int *port, const char *model)
     pid_t pid = -1;
     int rc = posix_spawn(&pid, py, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
+    if (rc != 0) {
+        CU_FAIL("the venv's python could not be started");
         return -1;
+    }
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/models", *port);
     for (int i = 0; i < 120; ++i) { /* up to 60 s for the server to load */
@@ -378,6 +382,7 @@ static pid_t start_server(int *port, const char *model)
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    CU_FAIL("llama_cpp.server did not answer /v1/models within 60 s");
     return -1;
 }
 

@@ -229,12 +229,7 @@ int hx_cli_cache_option(const char **out, const char *cmd, const char *arg)
 
 int hx_cli_err_prefix(int rc, const char *prefix, lm_err *err)
 {
-    if (rc == LM_OK)
-        return LM_OK;
-    char msg[sizeof err->msg];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    lm_err_clear(err); /* the first error set is kept: replace it with the prefixed one */
-    return LM_FAIL(err, rc, "%s %.400s", prefix, msg);
+    return lm_err_prefix(rc, prefix, err);
 }
 
 int hx_cli_out_not_input(const char *out, const char *in, const char *in_what, lm_err *err)

@@ -31,8 +31,9 @@ enum {
     HX_KEY_PREFIX = 1u << 8,
     HX_KEY_BATCH = 1u << 9,
     HX_KEY_TP = 1u << 10,
+    HX_KEY_END = 1u << 11, /* one past the last key: a new key goes before it */
 };
-#define HX_KEYS_ALL 0x7ffu
+#define HX_KEYS_ALL (HX_KEY_END - 1u)
 /* Everything but speculative decoding: the keys of a plain greedy or teacher-forced run. */
 #define HX_KEYS_PLAIN (HX_KEYS_ALL & ~(HX_KEY_SPEC | HX_KEY_DRAFT))
 

@@ -165,11 +165,13 @@ static int filler(int32_t **ids, uint32_t *n, pstate *s, uint32_t shared, lm_err
     const uint32_t nv = p->judge.model->hp.n_vocab;
     const int32_t bos = v ? lm_vocab_bos(v) : -1, eos = v ? lm_vocab_eos(v) : -1;
     memcpy(*ids, p->judge.prompt, shared * sizeof **ids);
+    /* ids from [3, nv) other than BOS and EOS; a vocabulary with fewer than 6 ids has no
+     * such choice guaranteed, so it takes any id */
     for (uint32_t i = shared; i < len; ++i) {
         int32_t t;
         do
-            t = (int32_t)(next_rand(&s->rng) % nv);
-        while (t == bos || t == eos || t < 3);
+            t = (int32_t)(nv > 5 ? 3 + next_rand(&s->rng) % (nv - 3) : next_rand(&s->rng) % nv);
+        while (nv > 5 && (t == bos || t == eos));
         (*ids)[i] = t;
     }
     if (shared == 0 && bos >= 0)
@@ -281,8 +283,11 @@ static int request_form(pstate *s, lm_err *err)
                 snprintf(s->reply_model, sizeof s->reply_model, "%s", pr->model);
             hx_probe_reply_free(pr);
             hx_http_reply_clear(&r);
-            if (rc != LM_OK)
-                return LM_FAIL(err, rc, "%s: %s", s->base, err->msg);
+            if (rc != LM_OK) {
+                char pre[300];
+                snprintf(pre, sizeof pre, "%s:", s->base);
+                return lm_err_prefix(rc, pre, err);
+            }
             progress(s->p, "the server takes the prompt as %s%s", s->ids ? "token ids" : "text",
                      s->echo ? " with echo (prompt log-probabilities)" : ", without echo");
             return LM_OK;
@@ -341,12 +346,16 @@ static int run_conf(pstate *s, pconf *c, lm_err *err)
     }
     hx_probe_reply *pr = NULL;
     hx_probe_map map;
-    if (rc == LM_OK && (rc = hx_probe_reply_parse(&pr, r[0].body, r[0].len, err)) != LM_OK)
-        rc = LM_FAIL(err, rc, "%s: %s: %s", s->base, c->name, err->msg);
-    if (rc == LM_OK &&
-        (rc = hx_probe_reply_dump(&c->dump, &map, pr, p->judge.model, s->ix, p->judge.prompt,
-                                  p->judge.n_prompt, s->echo, c->name, err)) != LM_OK)
-        rc = LM_FAIL(err, rc, "%s: %s: %s", s->base, c->name, err->msg);
+    char where[400]; /* the context an error of this configuration's reply is given */
+    snprintf(where, sizeof where, "%s: %s:", s->base, c->name);
+    if (rc == LM_OK)
+        rc = lm_err_prefix(hx_probe_reply_parse(&pr, r[0].body ? r[0].body : "", r[0].len, err),
+                           where, err);
+    if (rc == LM_OK)
+        rc = lm_err_prefix(hx_probe_reply_dump(&c->dump, &map, pr, p->judge.model, s->ix,
+                                               p->judge.prompt, p->judge.n_prompt, s->echo,
+                                               c->name, err),
+                           where, err);
     if (rc == LM_OK && map.prompt_mismatch >= 0)
         rc = LM_FAIL(err, LM_E_INPUT, "%s: %s", s->base, map.mismatch);
     if (rc == LM_OK && !s->echo && pr->prompt_tokens >= 0 &&
