@@ -108,7 +108,9 @@ static int parse_legacy(hx_probe_reply *r, const json_t *lp, lm_err *err)
         if (!json_is_object(oi))
             return LM_FAIL(err, LM_E_INPUT, "reply: top_logprobs[%zu] is not an object", i);
         size_t k = json_object_size(oi);
-        if ((t->top = calloc(k ? k : 1, sizeof *t->top)) == NULL)
+        if (k == 0) /* no alternatives: top stays NULL, as the header promises */
+            continue;
+        if ((t->top = calloc(k, sizeof *t->top)) == NULL)
             return LM_FAIL(err, LM_E_NOMEM, "out of memory");
         const char *key;
         const json_t *v;
@@ -154,7 +156,9 @@ static int parse_content(hx_probe_reply *r, const json_t *content, lm_err *err)
             return LM_FAIL(err, LM_E_INPUT, "reply: top_logprobs of token %zu is not an array",
                            i);
         size_t k = json_array_size(top);
-        if ((t->top = calloc(k ? k : 1, sizeof *t->top)) == NULL)
+        if (k == 0) /* no alternatives: top stays NULL, as the header promises */
+            continue;
+        if ((t->top = calloc(k, sizeof *t->top)) == NULL)
             return LM_FAIL(err, LM_E_NOMEM, "out of memory");
         for (size_t j = 0; j < k; ++j) {
             const json_t *a = json_array_get(top, j);
