@@ -567,6 +567,30 @@ static int count_class(xmlNode *n, const char *name, const char *cls)
     return k;
 }
 
+/* A page kvdrift wrote that must stand alone: well-formed XML whose root is html, with no
+ * script; the caller frees the document. */
+static xmlDoc *read_standalone_page(const char *path, xmlNode **root)
+{
+    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    *root = xmlDocGetRootElement(doc);
+    CU_ASSERT_STRING_EQUAL((const char *)(*root)->name, "html");
+    CU_ASSERT_EQUAL(count_elems(*root, "script"), 0);
+    return doc;
+}
+
+/* The page's text, which names no resource to fetch (no src=, no href); the caller frees it. */
+static char *read_page_text(const char *path)
+{
+    char *text = NULL;
+    size_t n;
+    lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
+    CU_ASSERT_PTR_NULL(strstr(text, "src="));
+    CU_ASSERT_PTR_NULL(strstr(text, "href"));
+    return text;
+}
+
 /* report.html is well-formed XML (an XML parser, stricter than any browser, reads it), holds
  * every plot, fetches nothing, and escapes text. */
 static void test_report_html_wellformed(void)
@@ -576,12 +600,9 @@ static void test_report_html_wellformed(void)
     char path[1024];
     snprintf(path, sizeof path, "%s/report.html", tu_tmpdir());
     CU_ASSERT_EQUAL_FATAL(hx_report_write_html(r, path, &err), LM_OK);
-    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
-    xmlNode *root = xmlDocGetRootElement(doc);
-    CU_ASSERT_STRING_EQUAL((const char *)root->name, "html");
+    xmlNode *root;
+    xmlDoc *doc = read_standalone_page(path, &root);
     CU_ASSERT_EQUAL(count_elems(root, "svg"), 6); /* 2 heatmaps, error, margins, speed, memory */
-    CU_ASSERT_EQUAL(count_elems(root, "script"), 0);
     CU_ASSERT_EQUAL(count_class(root, "svg", "heat-kv"), 1);
     CU_ASSERT_EQUAL(count_class(root, "circle", "flip"), 1); /* logits@20 of naive:step=1 */
     /* K/V cells: L0.K of two configurations and L1.V of the third. */
@@ -590,11 +611,7 @@ static void test_report_html_wellformed(void)
     /* The table: one row per configuration plus the header. */
     CU_ASSERT_EQUAL(count_elems(root, "tr"), 4);
     xmlFreeDoc(doc);
-    char *text;
-    size_t n;
-    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
-    CU_ASSERT_PTR_NULL(strstr(text, "src="));
-    CU_ASSERT_PTR_NULL(strstr(text, "href"));
+    char *text = read_page_text(path);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "stories &lt;&amp;&gt; &quot;case&quot;"));
     /* Speed and memory plots mark the steps themselves (1, 2 and full), not log2 values. */
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "text-anchor=\"middle\">1</text>"));
@@ -625,21 +642,14 @@ static void test_report_calibrate_html(void)
     snprintf(path, sizeof path, "%s/calibrate.html", tu_tmpdir());
     lm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(hx_calibrate_html_write(tsv, path, &err), LM_OK);
-    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
-    xmlNode *root = xmlDocGetRootElement(doc);
-    CU_ASSERT_STRING_EQUAL((const char *)root->name, "html");
+    xmlNode *root;
+    xmlDoc *doc = read_standalone_page(path, &root);
     CU_ASSERT_EQUAL(count_class(root, "svg", "reliability"), 2);
     CU_ASSERT_EQUAL(count_class(root, "circle", "bin"), 5); /* the empty bin has none */
-    CU_ASSERT_EQUAL(count_elems(root, "script"), 0);
     /* Rows: 4 + 2 bins and 1 profile, each table with its header row. */
     CU_ASSERT_EQUAL(count_elems(root, "tr"), 4 + 1 + 2 + 1 + 1 + 1);
     xmlFreeDoc(doc);
-    char *text;
-    size_t n;
-    CU_ASSERT_EQUAL_FATAL(lm_read_file(&text, &n, path, SIZE_MAX, &err), LM_OK);
-    CU_ASSERT_PTR_NULL(strstr(text, "src="));
-    CU_ASSERT_PTR_NULL(strstr(text, "href"));
+    char *text = read_page_text(path);
     /* 0.01 against 0.01 on log axes from 1e-5 to 1: 3/5 of the way along both. */
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "class=\"bin\" cx=\"454.0\" cy=\"108.0\""));
     /* 0 observed sits on the bottom edge, at its bin's predicted 1e-6 on the left edge. */
