@@ -18,7 +18,8 @@
  *   a sliding_window_pattern key: a bool array (true = sliding) or a period N (l slides iff
  *   l % N < N - 1; 0: every layer slides);
  *   experts: expert_count (0 = dense), expert_used_count, expert_feed_forward_length (absent
- *   or 0: qwen3moe feed_forward_length / expert_used_count, the others feed_forward_length);
+ *   or 0: qwen3moe feed_forward_length / expert_used_count; gpt-oss requires the key; the
+ *   others feed_forward_length);
  *   routing: qwen3moe always softmax over all with the top-k renormalised (gating 1), gpt-oss
  *   always softmax over the top-k logits (gating 0), the others by expert_gating_func (3: softmax over the top-k, gating 0; else softmax over all,
  *   renormalised iff expert_weights_norm: gating 1, or 2);
@@ -31,6 +32,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+/* An expert's FFN width when expert_feed_forward_length is absent or 0. */
+typedef enum ref_ff_exp_rule {
+    REF_FF_EXP_DENSE,    /* feed_forward_length */
+    REF_FF_EXP_PER_USED, /* feed_forward_length / expert_used_count */
+    REF_FF_EXP_REQUIRED, /* the key must be there */
+} ref_ff_exp_rule;
 
 typedef struct ref_arch_rule {
     const char *name;
@@ -46,22 +54,23 @@ typedef struct ref_arch_rule {
     ref_ffn_act act;
     bool qk_norm;
     const char *ffn_norm;        /* the FFN pre-norm's tensor, after "blk.N." */
+    ref_ff_exp_rule ff_exp;      /* expert_feed_forward_length when absent or 0 */
 } ref_arch_rule;
 
 #define FFN_NORM "ffn_norm.weight"
 static const ref_arch_rule rules[] = {
     {"llama", 1e-5f, 10000.0f, 0.0f, REF_ROPE_NORM, 0, false, -1, false, REF_NORM_PRE,
-     REF_ACT_SWIGLU, false, FFN_NORM},
+     REF_ACT_SWIGLU, false, FFN_NORM, REF_FF_EXP_DENSE},
     {"gemma3", 1e-6f, 1000000.0f, 10000.0f, REF_ROPE_NEOX, 6, true, -1, false, REF_NORM_SANDWICH,
-     REF_ACT_GEGLU_TANH, true, FFN_NORM},
+     REF_ACT_GEGLU_TANH, true, FFN_NORM, REF_FF_EXP_DENSE},
     {"qwen2", 1e-6f, 1000000.0f, 0.0f, REF_ROPE_NEOX, 0, false, -1, false, REF_NORM_PRE,
-     REF_ACT_SWIGLU, false, FFN_NORM},
+     REF_ACT_SWIGLU, false, FFN_NORM, REF_FF_EXP_DENSE},
     {"qwen3", 1e-6f, 1000000.0f, 0.0f, REF_ROPE_NEOX, 0, false, -1, false, REF_NORM_PRE,
-     REF_ACT_SWIGLU, true, FFN_NORM},
+     REF_ACT_SWIGLU, true, FFN_NORM, REF_FF_EXP_DENSE},
     {"qwen3moe", 1e-6f, 1000000.0f, 0.0f, REF_ROPE_NEOX, 0, false, 1, false, REF_NORM_PRE,
-     REF_ACT_SWIGLU, true, FFN_NORM},
+     REF_ACT_SWIGLU, true, FFN_NORM, REF_FF_EXP_PER_USED},
     {"gpt-oss", 1e-5f, 10000.0f, 0.0f, REF_ROPE_NEOX, 2, false, 0, true, REF_NORM_PRE,
-     REF_ACT_SWIGLU_OAI, false, "post_attention_norm.weight"},
+     REF_ACT_SWIGLU_OAI, false, "post_attention_norm.weight", REF_FF_EXP_REQUIRED},
 };
 
 static const ref_arch_rule *rule_of(const char *arch)
@@ -132,9 +141,14 @@ static void read_moe(ref_hparams *hp, rd *r, const ref_arch_rule *ru)
     hp->n_ff_exp = get_u32(r, "expert_feed_forward_length", 0);
     const uint32_t gating_func = get_u32(r, "expert_gating_func", 1);
     const bool norm = get_bool(r, "expert_weights_norm", false);
-    if (hp->n_ff_exp == 0 && hp->n_expert > 0)
-        hp->n_ff_exp = ru->moe_fixed >= 0 && hp->n_expert_used > 0
-                           ? hp->n_ff / hp->n_expert_used : hp->n_ff;
+    if (hp->n_ff_exp == 0 && hp->n_expert > 0 && r->rc == LM_OK) {
+        if (ru->ff_exp == REF_FF_EXP_REQUIRED)
+            r->rc = LM_FAIL(r->err, LM_E_INPUT, "%s: missing metadata key '%s.expert_feed_"
+                            "forward_length'", lm_gguf_path(r->g), r->arch);
+        else
+            hp->n_ff_exp = ru->ff_exp == REF_FF_EXP_PER_USED && hp->n_expert_used > 0
+                               ? hp->n_ff / hp->n_expert_used : hp->n_ff;
+    }
     hp->moe_gating = ru->moe_fixed >= 0 ? (uint32_t)ru->moe_fixed
                      : gating_func == 3 ? 0 : norm ? 1 : 2;
 }

@@ -10,6 +10,7 @@
 #include "fs.h"
 #include "run/dumps_run.h"
 #include "kvd_gguf.h"
+#include "ref_model.h"
 #include "plan/synth.h"
 #include "test_util.h"
 
@@ -143,6 +144,37 @@ static void test_arch_qwen3moe_refuses_other_routing(void)
                     "-p", "hi", NULL};
     CU_ASSERT_EQUAL(tf_run_cmd(cmd_run, 4, argv, out, sizeof out), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "expert_weights_norm false"));
+}
+
+/* expert_feed_forward_length absent: qwen3moe's experts are feed_forward_length /
+ * expert_used_count wide (192 / 4) in the engine's and the reference's reading alike, and
+ * gpt-oss, whose loader requires the key, is refused by both with one line naming it. */
+static void test_arch_expert_width_without_its_key(void)
+{
+    static const char *const arch[] = {"qwen3moe", "gpt-oss"};
+    for (size_t i = 0; i < 2; ++i) {
+        char count[64], used[64], name[64];
+        snprintf(count, sizeof count, "%s.expert_count", arch[i]);
+        snprintf(used, sizeof used, "%s.expert_used_count", arch[i]);
+        snprintf(name, sizeof name, "no-ff-exp-%s", arch[i]);
+        const extra_key extra[MAX_EXTRA] = {{count, 'u', "16"}, {used, 'u', "4"}};
+        const char *path = header_file(name, arch[i], false, extra);
+        lm_gguf *g = NULL;
+        lm_err err = {0};
+        CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
+        ref_hparams hp;
+        const int rc = ref_hparams_read(&hp, g, &err);
+        lm_gguf_close(g);
+        if (i == 0) {
+            CU_ASSERT_EQUAL(rc, LM_OK);
+            CU_ASSERT_EQUAL(hp.n_ff_exp, 48);
+            load_fails(path, LM_E_INPUT, "missing tensor 'token_embd.weight'");
+        } else {
+            CU_ASSERT_EQUAL(rc, LM_E_INPUT);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'gpt-oss.expert_feed_forward_length'"));
+            load_fails(path, LM_E_INPUT, "'gpt-oss.expert_feed_forward_length'");
+        }
+    }
 }
 
 /* The judge of d (m and rm: the engine's and the reference's readings of the model) under
@@ -405,6 +437,7 @@ void test_arch_register(void)
     CU_add_test(s, "test_arch_qwen3moe_refuses_other_routing",
                 test_arch_qwen3moe_refuses_other_routing);
     CU_add_test(s, "test_arch_qwen3moe_judge_llamacpp", test_arch_qwen3moe_judge_llamacpp);
+    CU_add_test(s, "test_arch_expert_width_without_its_key", test_arch_expert_width_without_its_key);
     CU_add_test(s, "test_arch_gptoss_loads", test_arch_gptoss_loads);
     CU_add_test(s, "test_arch_gptoss_refuses_other_variants",
                 test_arch_gptoss_refuses_other_variants);
