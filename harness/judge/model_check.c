@@ -77,6 +77,15 @@ int hx_model_check_weights(const lm_model *m, const ref_model *r, lm_err *err)
                            "loaded %.9g", m->path, what, (double)(mine), (double)(theirs));    \
     } while (0)
 
+/* The two readings' codes are compared as numbers below: they must mean the same. */
+_Static_assert((int)REF_ROPE_NORM == (int)LM_ROPE_NORM && (int)REF_ROPE_NEOX == (int)LM_ROPE_NEOX,
+               "RoPE pairing codes");
+_Static_assert((int)REF_NORM_PRE == (int)LM_NORM_PRE &&
+               (int)REF_NORM_SANDWICH == (int)LM_NORM_SANDWICH, "norm placement codes");
+_Static_assert((int)REF_ACT_SWIGLU == (int)LM_ACT_SWIGLU &&
+               (int)REF_ACT_GEGLU_TANH == (int)LM_ACT_GEGLU_TANH &&
+               (int)REF_ACT_SWIGLU_OAI == (int)LM_ACT_SWIGLU_OAI, "FFN activation codes");
+
 /* Shapes, norms, RoPE and the embedding scale. */
 static int same_shape(const lm_model *m, const ref_hparams *rh, lm_err *err)
 {
