@@ -80,6 +80,15 @@ static int split_profiles(const char **names, uint32_t *n, char **buf, const cha
     return LM_OK;
 }
 
+/* The hidden states' err/E in forward order, indented under their line. */
+static void print_hidden_states(const hx_hidden_first *h)
+{
+    char line[HX_HIDDEN_STATES_TEXT_MAX];
+    hx_hidden_states_text(line, sizeof line, h);
+    if (line[0])
+        printf("    %s\n", line);
+}
+
 static void print_summary(const hx_report *r, const char *wrote)
 {
     printf("kvdrift judge %s: %u tokens (%u prompt); reference %u bits; envelope %u SR "
@@ -110,9 +119,11 @@ static void print_summary(const hx_report *r, const char *wrote)
             hx_kv_first_text(kv, sizeof kv, &c->kv_first);
             if (kv[0])
                 printf("  %s under %s\n", kv, at ? at + 1 : c->config);
+            hx_hidden_first_text(kv, sizeof kv, &c->hidden_first);
+            if (kv[0])
+                printf("  %s under %s\n", kv, at ? at + 1 : c->config);
+            print_hidden_states(&c->hidden_first);
         }
-        if (d->hidden_unused)
-            printf("  %s\n", HX_HIDDEN_UNUSED);
     }
     for (size_t i = 0; i < r->n_pairs; ++i) {
         const hx_dump_pair *p = &r->pairs[i];
