@@ -10,8 +10,25 @@ greedy choice N-1 times, one token per eval, keeping each row. Writes DIR/dump.j
 DIR/logits.npy [n_prompt + N - 1][n_vocab] (float32, as llama.cpp returns them) and
 DIR/kv/layerNN_{k,v}.npy [n_prompt][n_kv_head][head_dim] in the cache's type (float32 or
 float16; K after RoPE). A model whose state holds two caches (sliding-window layers, Gemma 2/3)
-gets no kv/ (stderr says so). Nothing on stdout except the --describe document; every failure
-is one line on stderr and exit status 2.
+gets no kv/ (stderr says so).
+
+Hidden states (knob hidden=on, the default): llama.cpp's eval callback (llama_context_params
+.cb_eval, set through llama_context_default_params, which Llama() calls) sees every named node
+of the graph after it is computed; the adapter asks for "embd" (the token embeddings) or, where
+the model scales them (Gemma), "inp_scaled", and "l_out-N" (the residual stream after layer N),
+and copies their rows of the prompt's ubatches, in order, into DIR/hidden/embed.npy and
+DIR/hidden/layerNN.npy [n_prompt][n_embd] float32. Asking for a node splits the graph there;
+no operation changes, and the logits and K/V are the same bits with hidden=off.
+
+Defect injection (knob perturb_layer=L, default off; perturb_pos=P, default 0): in the same
+callback, before layer L's output is read by layer L+1, the row of position P gets 2^-10 times
+its largest magnitude added to every value (llama.cpp reads the node's memory afterwards, so
+the rest of the pass, the K/V cache and the logits carry it). The dump's layer L hidden state
+holds the perturbed row. `kvdrift judge` names it: the first hidden state outside the envelope
+is layer L at position P (and the first K/V row outside is layer L+1's at P).
+
+Nothing on stdout except the --describe document; every failure is one line on stderr and exit
+status 2.
 """
 import json
 import os
@@ -28,7 +45,12 @@ KNOBS = [
     # llama.cpp's flash attention casts an F32 K or V cache to F16 before it attends
     # (llama-graph.cpp build_attn_mha): its rounding is f16kv's whatever type_k and type_v say
     ("flash_attn", ["off", "on"], "off", {"on": "f16kv"}),
+    ("hidden", ["on", "off"], "on", {}),
+    # a test's defect, not a setting: see the module's text
+    ("perturb_layer", ["off"] + [str(i) for i in range(31)], "off", {}),
+    ("perturb_pos", [str(i) for i in range(32)], "0", {}),
 ]
+PERTURB_SCALE = 2.0 ** -10
 GGML_TYPE = {"f32": 0, "f16": 1}
 STATE_MAGIC = 0xAF143CD8
 
@@ -164,6 +186,127 @@ def read_kv(llm, n, out):
         np.save(os.path.join(out, "kv", name), np.ascontiguousarray(x))
 
 
+class Hidden:
+    """The eval callback: records the embedding and every layer's output at the prompt's
+    positions (ubatches arrive in position order) and injects the perturb_layer defect."""
+
+    def __init__(self, n_layer, n_prompt, perturb_layer, perturb_pos, record):
+        import ctypes
+
+        import llama_cpp
+
+        self.n_layer, self.n_prompt = n_layer, n_prompt
+        self.perturb_layer, self.perturb_pos = perturb_layer, perturb_pos
+        self.record = record
+        self.active = False   # only while the prompt is evaluated
+        self.rows = {}        # name -> list of [n_tok][n_embd] arrays, one per ubatch
+        self.done = {}        # name -> positions seen
+        self.error = None
+        lib = llama_cpp.llama_cpp._lib if hasattr(llama_cpp.llama_cpp, "_lib") else None
+        self.ggml = lib if lib is not None else ctypes.CDLL(None)
+        for fn in ("ggml_backend_tensor_get", "ggml_backend_tensor_set"):
+            f = getattr(self.ggml, fn)
+            f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+            f.restype = None
+        self.fn = llama_cpp.ggml_backend_sched_eval_callback(self._cb)
+
+    def wanted(self, name):
+        if name in ("embd", "inp_scaled"):
+            return self.record
+        if not name.startswith("l_out-"):
+            return False
+        layer = int(name[6:])
+        return self.record or layer == self.perturb_layer
+
+    def _cb(self, t, ask, user):
+        try:
+            return self.cb(t, ask)
+        except Exception as e:  # an exception must not cross the C callback
+            self.error = "eval callback: %s" % " ".join(str(e).split())
+            return False
+
+    def cb(self, t, ask):
+        import ctypes
+
+        import numpy as np
+
+        tt = ctypes.cast(t, ctypes.POINTER(GgmlTensor)).contents
+        name = tt.name.decode("utf-8", "replace")
+        if ask:
+            return self.active and self.wanted(name)
+        if not (self.active and self.wanted(name)):
+            return True
+        if tt.type != 0:
+            raise ValueError("%s is ggml type %d, not F32" % (name, tt.type))
+        ne0, ne1 = tt.ne[0], tt.ne[1]
+        if tt.ne[2] != 1 or tt.ne[3] != 1 or tt.nb[1] != 4 * ne0:
+            raise ValueError("%s is not [n_tokens][n_embd] contiguous" % name)
+        x = np.empty((ne1, ne0), dtype=np.float32)
+        self.ggml.ggml_backend_tensor_get(t, x.ctypes.data, 0, x.nbytes)
+        pos0 = self.done.get(name, 0)
+        if name == "l_out-%d" % self.perturb_layer and pos0 <= self.perturb_pos < pos0 + ne1:
+            r = x[self.perturb_pos - pos0]
+            r += np.float32(PERTURB_SCALE * float(np.max(np.abs(r))))
+            self.ggml.ggml_backend_tensor_set(t, x.ctypes.data, 0, x.nbytes)
+        self.done[name] = pos0 + ne1
+        if self.record:
+            self.rows.setdefault(name, []).append(x)
+        return True
+
+    def write(self, out):
+        import numpy as np
+
+        if self.error:
+            fail(self.error)
+        emb = "inp_scaled" if "inp_scaled" in self.rows else "embd"
+        files = {"embed.npy": emb}
+        files.update({"layer%02d.npy" % l: "l_out-%d" % l for l in range(self.n_layer)})
+        os.makedirs(os.path.join(out, "hidden"), exist_ok=True)
+        for f, name in files.items():
+            if name not in self.rows:
+                fail("no %s node seen: hidden states not written" % name)
+            x = np.concatenate(self.rows[name], axis=0)
+            if x.shape[0] != self.n_prompt:
+                fail("%s holds %d rows for %d prompt positions" % (name, x.shape[0],
+                                                                   self.n_prompt))
+            np.save(os.path.join(out, "hidden", f), np.ascontiguousarray(x))
+
+
+def ggml_tensor_type():
+    """ggml.h's struct ggml_tensor (GGML_MAX_DIMS 4, GGML_MAX_OP_PARAMS 64, GGML_MAX_SRC 10,
+    GGML_MAX_NAME 64), as the vendored llama.cpp of llama-cpp-python 0.3.36 declares it."""
+    import ctypes
+
+    class T(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
+                    ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4),
+                    ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                    ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10),
+                    ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t),
+                    ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
+                    ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
+    return T
+
+
+GgmlTensor = None
+
+
+def install_callback(h):
+    """Llama() builds its context from llama_context_default_params(): the callback goes in
+    there (the bindings offer no other way to set cb_eval)."""
+    import llama_cpp
+
+    default = llama_cpp.llama_cpp.llama_context_default_params
+
+    def with_cb():
+        p = default()
+        p.cb_eval = h.fn
+        p.cb_eval_user_data = None
+        return p
+
+    llama_cpp.llama_cpp.llama_context_default_params = with_cb
+
+
 def run(a):
     for k in ("model", "tokens", "n-gen", "out"):
         if k not in a:
@@ -183,10 +326,19 @@ def run(a):
     import numpy as np
     from llama_cpp import Llama
 
+    global GgmlTensor
+    GgmlTensor = ggml_tensor_type()
     n_ctx = len(tokens) + n_gen + 1
     # the eval of a batch splits it into ubatches: n_ubatch <= n_batch is llama.cpp's rule
     if int(s["n_ubatch"]) > int(s["n_batch"]):
         fail("n_ubatch %s exceeds n_batch %s" % (s["n_ubatch"], s["n_batch"]))
+    perturb = -1 if s["perturb_layer"] == "off" else int(s["perturb_layer"])
+    if perturb >= 0 and int(s["perturb_pos"]) >= len(tokens):
+        fail("perturb_pos %s is past the prompt's %d positions" % (s["perturb_pos"], len(tokens)))
+    h = None
+    if s["hidden"] == "on" or perturb >= 0:
+        h = Hidden(0, len(tokens), perturb, int(s["perturb_pos"]), s["hidden"] == "on")
+        install_callback(h)
     try:
         llm = Llama(model_path=a["model"], n_ctx=n_ctx, n_batch=int(s["n_batch"]),
                     n_ubatch=int(s["n_ubatch"]), n_threads=int(s["threads"]),
@@ -197,8 +349,22 @@ def run(a):
         fail("cannot load %s: %s" % (a["model"], " ".join(str(e).split())))
     if max(tokens) >= llm.n_vocab() or min(tokens) < 0:
         fail("a token id is outside the vocabulary (%d ids)" % llm.n_vocab())
+    import llama_cpp
+
+    n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
+    if perturb >= n_layer:
+        fail("perturb_layer %d: the model has %d layers" % (perturb, n_layer))
     llm.reset()
+    if h is not None:
+        h.n_layer = n_layer
+        h.active = True
     llm.eval(tokens)
+    if h is not None:
+        h.active = False
+        if h.error:
+            fail(h.error)
+        if h.record:
+            h.write(out)
     n = len(tokens)
     kv_note = ""
     try:

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#define HEADER_BYTES 64u
+#define HEADER_BYTES 72u
 
 int ref_capture_check_finite(const ref_capture *ref, const char *model, lm_err *err)
 {
@@ -35,6 +35,7 @@ void ref_capture_free(ref_capture *c)
     free(c->pos);
     free(c->k);
     free(c->v);
+    free(c->hidden);
     free(c->logits);
     memset(c, 0, sizeof *c);
 }
@@ -52,6 +53,16 @@ const double *ref_capture_k(const ref_capture *c, uint32_t layer)
 const double *ref_capture_v(const ref_capture *c, uint32_t layer)
 {
     return c->v + layer * layer_elems(c);
+}
+
+static uint64_t hidden_elems(const ref_capture *c)
+{
+    return (uint64_t)c->n_prompt * c->n_embd;
+}
+
+const double *ref_capture_hidden(const ref_capture *c, uint32_t i)
+{
+    return c->hidden + i * hidden_elems(c);
 }
 
 const double *ref_capture_logits(const ref_capture *c, uint32_t i)
@@ -78,13 +89,16 @@ int ref_result_to_capture(ref_capture *out, const ref_result *r, const ref_model
     out->head_dim = r->head_dim;
     out->n_vocab = r->n_vocab;
     out->n_pos = r->n_pos;
+    out->n_embd = r->n_embd;
     uint64_t kv = (uint64_t)r->n_layer * layer_elems(out), nl = (uint64_t)r->n_pos * r->n_vocab;
+    uint64_t nh = (r->n_layer + 1ull) * hidden_elems(out);
     out->tokens = malloc(rq->n_tokens * sizeof *out->tokens);
     out->pos = malloc(r->n_pos * sizeof *out->pos);
     out->k = malloc((kv ? kv : 1) * sizeof(double));
     out->v = malloc((kv ? kv : 1) * sizeof(double));
+    out->hidden = malloc((nh ? nh : 1) * sizeof(double));
     out->logits = malloc((nl ? nl : 1) * sizeof(double));
-    if (!out->tokens || !out->pos || !out->k || !out->v || !out->logits) {
+    if (!out->tokens || !out->pos || !out->k || !out->v || !out->hidden || !out->logits) {
         ref_capture_free(out);
         return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory for the capture");
     }
@@ -94,6 +108,8 @@ int ref_result_to_capture(ref_capture *out, const ref_result *r, const ref_model
         out->k[i] = mpfr_get_d(r->k[i], MPFR_RNDN);
         out->v[i] = mpfr_get_d(r->v[i], MPFR_RNDN);
     }
+    for (uint64_t i = 0; i < nh; ++i)
+        out->hidden[i] = mpfr_get_d(r->hidden[i], MPFR_RNDN);
     for (uint64_t i = 0; i < nl; ++i)
         out->logits[i] = mpfr_get_d(r->logits[i], MPFR_RNDN);
     return LM_OK;
@@ -162,8 +178,9 @@ int ref_capture_stage(lm_wfile **out, const ref_capture *c, const char *path, lm
 {
     *out = NULL;
     uint64_t kv = (uint64_t)c->n_layer * layer_elems(c), nl = (uint64_t)c->n_pos * c->n_vocab;
+    uint64_t nh = (c->n_layer + 1ull) * hidden_elems(c);
     uint64_t head = padded8(HEADER_BYTES + 4ull * c->n_tokens + 4ull * c->n_pos);
-    uint64_t size = head + 8 * (2 * kv + nl) + 16;
+    uint64_t size = head + 8 * (2 * kv + nh + nl) + 16;
     uint8_t *buf = calloc(1, (size_t)size);
     if (buf == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
@@ -175,6 +192,7 @@ int ref_capture_stage(lm_wfile **out, const ref_capture *c, const char *path, lm
                            c->head_dim, c->n_vocab,  c->n_pos,   c->version};
     for (int i = 0; i < 8; ++i)
         put_u32(buf + 32 + 4 * i, f[i]);
+    put_u32(buf + 64, c->n_embd);
     uint8_t *p = buf + HEADER_BYTES;
     for (uint32_t i = 0; i < c->n_tokens; ++i, p += 4)
         put_u32(p, (uint32_t)c->tokens[i]);
@@ -188,6 +206,8 @@ int ref_capture_stage(lm_wfile **out, const ref_capture *c, const char *path, lm
         for (uint64_t i = 0; i < layer_elems(c); ++i, p += 8)
             put_f64(p, v[i]);
     }
+    for (uint64_t i = 0; i < nh; ++i, p += 8)
+        put_f64(p, c->hidden[i]);
     for (uint64_t i = 0; i < nl; ++i, p += 8)
         put_f64(p, c->logits[i]);
     XXH128_canonical_t canon;
@@ -232,13 +252,18 @@ int ref_capture_read(ref_capture *out, const char *path, lm_err *err)
     c.n_vocab = get_u32(b + 52);
     c.n_pos = get_u32(b + 56);
     c.version = get_u32(b + 60);
+    c.n_embd = get_u32(b + 64);
     /* expected size, overflow-checked: every count is < 2^32, so 64-bit products of two are
-     * safe; the four-way K/V product is checked */
-    uint64_t per, kv, nl, total, head = padded8(HEADER_BYTES + 4ull * c.n_tokens + 4ull * c.n_pos);
+     * safe; the four-way K/V and three-way hidden products are checked */
+    uint64_t per, kv, hper, hid, nl, total,
+        head = padded8(HEADER_BYTES + 4ull * c.n_tokens + 4ull * c.n_pos);
+    hper = (uint64_t)c.n_prompt * c.n_embd;
     if (lm_mul_u64(&per, (uint64_t)c.n_prompt * c.n_kv_head, c.head_dim) ||
         lm_mul_u64(&kv, per, c.n_layer) || lm_mul_u64(&kv, kv, 16) ||
+        lm_mul_u64(&hid, hper, c.n_layer + 1ull) || lm_mul_u64(&hid, hid, 8) ||
         lm_mul_u64(&nl, (uint64_t)c.n_pos * c.n_vocab, 8) || lm_add_u64(&total, head, kv) ||
-        lm_add_u64(&total, total, nl) || lm_add_u64(&total, total, 16)) {
+        lm_add_u64(&total, total, hid) || lm_add_u64(&total, total, nl) ||
+        lm_add_u64(&total, total, 16)) {
         st = LM_FAIL(err, LM_E_INPUT, "%s: corrupt capture header (sizes overflow)", path);
         goto done;
     }
@@ -255,18 +280,20 @@ int ref_capture_read(ref_capture *out, const char *path, lm_err *err)
         goto done;
     }
     if (c.n_tokens == 0 || c.n_prompt == 0 || c.n_prompt > c.n_tokens || c.n_layer == 0 ||
-        c.n_kv_head == 0 || c.head_dim == 0 || c.n_vocab == 0 || c.n_pos == 0 || c.prec < REF_MIN_PREC ||
+        c.n_kv_head == 0 || c.head_dim == 0 || c.n_vocab == 0 || c.n_pos == 0 || c.n_embd == 0 ||
+        get_u32(b + 68) != 0 || c.prec < REF_MIN_PREC ||
         c.prec > REF_MAX_PREC) {
         st = LM_FAIL(err, LM_E_INPUT, "%s: inconsistent capture header", path);
         goto done;
     }
-    uint64_t kvn = per * c.n_layer, nln = (uint64_t)c.n_pos * c.n_vocab;
+    uint64_t kvn = per * c.n_layer, nln = (uint64_t)c.n_pos * c.n_vocab, hn = hid / 8;
     c.tokens = malloc(c.n_tokens * sizeof *c.tokens);
     c.pos = malloc(c.n_pos * sizeof *c.pos);
     c.k = malloc((size_t)(kvn ? kvn : 1) * sizeof(double));
     c.v = malloc((size_t)(kvn ? kvn : 1) * sizeof(double));
+    c.hidden = malloc((size_t)(hn ? hn : 1) * sizeof(double));
     c.logits = malloc((size_t)(nln ? nln : 1) * sizeof(double));
-    if (!c.tokens || !c.pos || !c.k || !c.v || !c.logits) {
+    if (!c.tokens || !c.pos || !c.k || !c.v || !c.hidden || !c.logits) {
         ref_capture_free(&c);
         st = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         goto done;
@@ -289,6 +316,8 @@ int ref_capture_read(ref_capture *out, const char *path, lm_err *err)
         for (uint64_t i = 0; i < per; ++i, p += 8)
             c.v[l * per + i] = get_f64(p);
     }
+    for (uint64_t i = 0; i < hn; ++i, p += 8)
+        c.hidden[i] = get_f64(p);
     for (uint64_t i = 0; i < nln; ++i, p += 8)
         c.logits[i] = get_f64(p);
     *out = c;

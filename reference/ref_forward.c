@@ -920,7 +920,8 @@ uint64_t ref_memory_estimate(const ref_model *m, const ref_request *rq)
     if (hp->n_expert > 0)
         per_token += hp->n_expert + hp->n_expert_used + e + (uint64_t)hp->n_expert_used * e;
     uint64_t n_pos = rq->pos ? rq->n_pos : n - (rq->n_prompt ? rq->n_prompt : n) + 1;
-    uint64_t kept = 2 * (uint64_t)hp->n_layer * rq->n_prompt * kv + n_pos * hp->n_vocab;
+    uint64_t kept = 2 * (uint64_t)hp->n_layer * rq->n_prompt * kv + n_pos * hp->n_vocab +
+                    (hp->n_layer + 1ull) * rq->n_prompt * e;
     /* saturating: a request this large is refused anyway */
     long double total = ((long double)per_token * n + kept) * per_value + (long double)kept * 8;
     return total >= 1.8e19L ? UINT64_MAX : (uint64_t)total;
@@ -935,6 +936,7 @@ void ref_result_free(ref_result *r)
     uint64_t kv = (uint64_t)r->n_layer * r->n_prompt * r->n_kv_head * r->head_dim;
     ref_vec_free(r->k, kv);
     ref_vec_free(r->v, kv);
+    ref_vec_free(r->hidden, (r->n_layer + 1ull) * r->n_prompt * r->n_embd);
     ref_vec_free(r->logits, (uint64_t)r->n_pos * r->n_vocab);
     free(r->pos);
     free(r->moe_sel);
@@ -1066,7 +1068,8 @@ static ref_result *result_new(const fwd *f, const ref_request *rq)
     const ref_hparams *hp = f->hp;
     *r = (ref_result){.prec = (uint32_t)f->prec, .n_layer = hp->n_layer,
                       .n_prompt = rq->n_prompt, .n_kv_head = hp->n_head_kv,
-                      .head_dim = hp->head_dim, .n_vocab = hp->n_vocab};
+                      .head_dim = hp->head_dim, .n_vocab = hp->n_vocab,
+                      .n_embd = hp->n_embd};
     r->n_pos = rq->pos ? rq->n_pos : rq->n_tokens - rq->n_prompt + 1;
     r->pos = malloc(r->n_pos * sizeof *r->pos);
     if (r->pos != NULL && rq->pos != NULL)
@@ -1137,6 +1140,7 @@ static int alloc_buffers(fwd *f, ref_result *r, lm_err *err)
     f->hsel = ref_vec_new(f->n_hsel * e, f->prec);
     r->k = ref_vec_new(hp->n_layer * kvl, f->prec);
     r->v = ref_vec_new(hp->n_layer * kvl, f->prec);
+    r->hidden = ref_vec_new((hp->n_layer + 1ull) * r->n_prompt * e, f->prec);
     r->logits = ref_vec_new((uint64_t)r->n_pos * hp->n_vocab, f->prec);
     f->scr = aligned_alloc(64, (size_t)f->nt * sizeof *f->scr); /* sizeof is a multiple of 64 */
     if (f->scr)
@@ -1151,7 +1155,7 @@ static int alloc_buffers(fwd *f, ref_result *r, lm_err *err)
     ok = alloc_dx_attn(f) && ok;
     if (!ok || !f->dxs || !f->dxr || !f->dxv || !f->vspan || !f->vrange || !f->dxo ||
         !r->pos || !f->x || !f->h || !f->q || !f->att || !f->k || !f->v || !f->g || !f->up ||
-        !f->cs || (own_swa && !f->cs_swa) || !f->y || !f->hsel || !r->k || !r->v ||
+        !f->cs || (own_swa && !f->cs_swa) || !f->y || !f->hsel || !r->k || !r->v || !r->hidden ||
         !r->logits || !f->scr || !f->scores)
         return LM_FAIL(err, LM_E_NOMEM, "reference: out of memory");
     return LM_OK;
@@ -1289,6 +1293,15 @@ static int output_logits(fwd *f, ref_result *r, lm_err *err)
                   false, err);
 }
 
+/* The residual stream x of the prompt positions into hidden state i of r (0: the embedding,
+ * l + 1: after layer l). */
+static void keep_hidden(const fwd *f, ref_result *r, uint32_t i)
+{
+    const uint64_t n = (uint64_t)r->n_prompt * r->n_embd;
+    for (uint64_t j = 0; j < n; ++j)
+        mpfr_set(r->hidden[i * n + j], f->x[j], MPFR_RNDN);
+}
+
 /* The whole forward pass on f's buffers; every member ends with the same numbers in r, or
  * none keeps them. */
 static int forward(fwd *f, ref_result *r, const ref_request *rq, lm_err *err)
@@ -1299,18 +1312,20 @@ static int forward(fwd *f, ref_result *r, const ref_request *rq, lm_err *err)
         rq->progress(rq->progress_user, &pr);
     }
     embed(f, rq->tokens);
+    keep_hidden(f, r, 0);
     int st = LM_OK;
     for (uint32_t l = 0; st == LM_OK && l < hp->n_layer; ++l) {
         f->layer = l;
-        if ((st = attention_block(f, r, err)) == LM_OK)
-            st = ffn_block(f, err);
+        if ((st = attention_block(f, r, err)) == LM_OK && (st = ffn_block(f, err)) == LM_OK)
+            keep_hidden(f, r, l + 1);
     }
     if (st != LM_OK || (st = output_logits(f, r, err)) != LM_OK)
         return st;
     const uint64_t kv = (uint64_t)hp->n_layer * r->n_prompt * f->kv_dim;
-    mpfr_t *const res[3] = {r->k, r->v, r->logits};
-    const uint64_t res_n[3] = {kv, kv, (uint64_t)r->n_pos * hp->n_vocab};
-    return ref_group_same(f->grp, res, res_n, 3, err);
+    mpfr_t *const res[4] = {r->k, r->v, r->hidden, r->logits};
+    const uint64_t res_n[4] = {kv, kv, (hp->n_layer + 1ull) * r->n_prompt * hp->n_embd,
+                               (uint64_t)r->n_pos * hp->n_vocab};
+    return ref_group_same(f->grp, res, res_n, 4, err);
 }
 
 int ref_run(ref_result **out, const ref_model *m, const ref_request *rq, lm_err *err)

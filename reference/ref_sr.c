@@ -929,6 +929,7 @@ void ref_sr_out_free(ref_sr_out *o)
     free(o->k);
     free(o->v);
     free(o->logits);
+    free(o->hidden);
     free(o->moe_sel);
     free(o->moe_margin);
     memset(o, 0, sizeof *o);
@@ -995,6 +996,9 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
     out->k = malloc(hp->n_layer * kvl * sizeof(float) + 1);
     out->v = malloc(hp->n_layer * kvl * sizeof(float) + 1);
     out->logits = malloc((uint64_t)out->n_pos * hp->n_vocab * sizeof(float));
+    const uint64_t hidl = (uint64_t)rq->n_prompt * e; /* one hidden state's elements */
+    out->n_embd = (uint32_t)e;
+    out->hidden = malloc((hp->n_layer + 1ull) * hidl * sizeof(float));
     f.x = malloc(n * e * sizeof(float));
     f.h = malloc(f.npad * e * sizeof(float));
     f.q = malloc(n * f.q_dim * sizeof(float));
@@ -1042,7 +1046,7 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
         f.cs_swa = malloc(n * (hp->n_rot ? hp->n_rot : 1) * sizeof(float));
     if (sandwich)
         f.y = malloc(n * e * sizeof(float));
-    if (!out->pos || !out->k || !out->v || !out->logits || !f.x || !f.h || !f.q || !f.k || !f.v ||
+    if (!out->pos || !out->k || !out->v || !out->logits || !out->hidden || !f.x || !f.h || !f.q || !f.k || !f.v ||
         !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt || !f.wd ||
         !f.at || !f.bt || !f.kt || !f.vp || !f.akt || !f.avp || !f.qw || !f.bq || !f.pw ||
         !f.bv ||
@@ -1064,6 +1068,7 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
                 f.x[t * e + i] = (float)sr24((double)f.x[t * e + i] * c, coin(kt, i));
         }
     }
+    memcpy(out->hidden, f.x, hidl * sizeof(float));
     const float scale = (float)(1.0 / sqrt((double)hp->head_dim));
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const ref_layer *L = &m->layers[l];
@@ -1094,6 +1099,7 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
             block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, site(&f, S_DOWN),
                       V_FFN_POST);
         }
+        memcpy(out->hidden + (l + 1ull) * hidl, f.x, hidl * sizeof(float));
         if (f.on_layer)
             f.on_layer(f.on_layer_user);
     }

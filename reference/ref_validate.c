@@ -77,7 +77,7 @@ int ref_validate_against(ref_agreement **out, uint32_t *n_out, const ref_model *
         ref_result_free(a);
         return st;
     }
-    uint32_t n = 2 * a->n_layer + 1;
+    uint32_t n = 2 * a->n_layer + (a->n_layer + 1) + 1; /* K, V; hidden states; logits */
     ref_agreement *ag = calloc(n, sizeof *ag);
     if (ag == NULL) {
         ref_result_free(a);
@@ -91,6 +91,15 @@ int ref_validate_against(ref_agreement **out, uint32_t *n_out, const ref_model *
         ref_agreement_of(&ag[2 * l], name, a->k + l * per, b->k + l * per, per, p);
         snprintf(name, sizeof name, "layer%02u.v", l);
         ref_agreement_of(&ag[2 * l + 1], name, a->v + l * per, b->v + l * per, per, p);
+    }
+    const uint64_t hper = (uint64_t)a->n_prompt * a->n_embd;
+    for (uint32_t i = 0; i <= a->n_layer; ++i) {
+        if (i == 0)
+            snprintf(name, sizeof name, "embedding");
+        else
+            snprintf(name, sizeof name, "layer%02u.out", i - 1);
+        ref_agreement_of(&ag[2 * a->n_layer + i], name, a->hidden + i * hper,
+                         b->hidden + i * hper, hper, p);
     }
     ref_agreement_of(&ag[n - 1], "logits", a->logits, b->logits, (uint64_t)a->n_pos * a->n_vocab,
                      p);

@@ -206,7 +206,8 @@ static void d_rope(double *v, size_t n_heads, const lm_hparams *hp, size_t pos)
         }
 }
 
-double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *k_last)
+double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *k_last,
+                       double *x_last)
 {
     const lm_hparams *hp = &m->hp;
     const size_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd,
@@ -275,6 +276,8 @@ double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *
     }
     if (k_last != NULL && hp->n_layer > 0)
         memcpy(k_last, k + (hp->n_layer - 1) * n * kv_dim, n * kv_dim * sizeof *k_last);
+    if (x_last != NULL)
+        memcpy(x_last, x, n * d * sizeof *x_last);
     free(x), free(xn), free(q), free(att), free(o), free(k), free(v), free(g), free(u), free(p);
     return lg;
 }
@@ -397,4 +400,16 @@ void tf_write_dump(const char *dir, const hx_capture *c)
             snprintf(path, sizeof path, "%s/kv/layer%02u_%c.npy", dir, (unsigned)l, "kv"[t]);
             npy_f32(path, t ? c->v[l] : c->k[l], hx_capture_kv_elems(s), 3, kshape);
         }
+    snprintf(path, sizeof path, "%s/hidden", dir);
+    CU_ASSERT_FATAL(c->hidden == NULL || mkdir(path, 0755) == 0);
+    const uint64_t hshape[2] = {s->n_prompt, c->n_embd};
+    for (uint32_t i = 0; c->hidden != NULL && i <= s->n_layer; ++i) {
+        if (c->hidden[i] == NULL)
+            continue;
+        if (i == 0)
+            snprintf(path, sizeof path, "%s/hidden/embed.npy", dir);
+        else
+            snprintf(path, sizeof path, "%s/hidden/layer%02u.npy", dir, (unsigned)i - 1);
+        npy_f32(path, c->hidden[i], (size_t)s->n_prompt * c->n_embd, 2, hshape);
+    }
 }

@@ -72,9 +72,10 @@ float *tf_rand_vec(size_t n, float scale, uint64_t *st);
  * pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2), first n_rot dims of each head), GQA
  * attention with a max-subtracted softmax, SwiGLU FFN, output norm and projection. Returns
  * the malloc'ed logits [n][n_vocab]; k_last, when not NULL, receives the last layer's K
- * (after RoPE) [n][n_head_kv * head_dim]. Sums run in index order. */
+ * (after RoPE) [n][n_head_kv * head_dim], x_last the residual stream after the last layer
+ * [n][n_embd]. Sums run in index order. */
 double *tf_forward_f64(const lm_model *m, const int32_t *tok /* [n] */, size_t n,
-                       double *k_last);
+                       double *k_last, double *x_last);
 
 /* Runs a kvdrift command in this process, cmd(argc, argv), with stdout and stderr both sent to
  * a file under tu_tmpdir(); its text (truncated to cap - 1 bytes) into out[cap]. Returns the
@@ -89,8 +90,9 @@ struct hx_report *tf_judge(const struct hx_judge_params *p);
 
 /* Writes capture c as a dump folder dir (docs/DUMP-FORMAT.md; created, with kv/): dump.json
  * (tokens, n_prompt = c's, logits_positions), logits.npy and, when c holds K/V,
- * kv/layerNN_k.npy and kv/layerNN_v.npy, as float64 (every float32 value exactly); the running
- * test fails fatally when it cannot. */
+ * kv/layerNN_k.npy and kv/layerNN_v.npy, and, when it holds hidden states, hidden/embed.npy
+ * and hidden/layerNN.npy (those it holds), as float64 (every float32 value exactly); the
+ * running test fails fatally when it cannot. */
 struct hx_capture;
 void tf_write_dump(const char *dir, const struct hx_capture *c);
 

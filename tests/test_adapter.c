@@ -416,6 +416,47 @@ static void test_adapter_llamacpp_stories(void)
     CU_ASSERT_PTR_NULL(strstr(text, "ERROR"));
 }
 
+/* The llama.cpp adapter's hidden states and its defect knob on stories260K (F32 KV cache,
+ * judged under f32): with perturb_layer off every hidden state and K/V row is within the
+ * envelope; with perturb_layer=2 (position 5's row of layer 2's output moved by 2^-10 of its
+ * largest magnitude inside llama.cpp's pass) the judge names layer 2, position 5 as the first
+ * hidden state outside and layer 3's K/V at position 5 (the first layer that reads it) as the
+ * first K/V row outside, and the configuration fails. */
+static void test_adapter_llamacpp_perturb_layer(void)
+{
+    const char *model = tu_model_path("stories260K.gguf");
+    if (model == NULL)
+        return;
+    hx_adapter_desc d;
+    lm_err e = {0};
+    if (hx_adapter_describe(&d, "adapters/llamacpp", &e) != LM_OK) {
+        printf("\n  SKIP llama.cpp adapter: %s (make adapters installs it)\n  ", e.msg);
+        return;
+    }
+    char ids[1024], out[1100], cache[1100], text[16384];
+    fixture_ids(ids, sizeof ids);
+    snprintf(cache, sizeof cache, "%s/llamacpp-cache", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/llamacpp-perturb-out", tu_tmpdir());
+    char *a[] = {"sweep", (char *)model, "--tokens", ids, "--engine", "adapters/llamacpp",
+                 "--axis", "perturb_layer=off,2", "--axis", "perturb_pos=5", "--axis",
+                 "type_k=f32", "--axis", "type_v=f32", "-n", "4", "--cache", cache, "-o", out,
+                 "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_sweep, 21, a, text, sizeof text), 1);
+    const char *clean = strstr(text, "llamacpp:type_k=f32:type_v=f32:perturb_pos=5: profile f32, "
+                                     "explained");
+    CU_ASSERT_PTR_NOT_NULL(clean);
+    CU_ASSERT(clean != NULL && strstr(clean, "; hidden: every row within the envelope (") != NULL);
+    const char *bad = strstr(text, "llamacpp:type_k=f32:type_v=f32:perturb_layer=2:perturb_pos=5: "
+                                   "profile -, NOT explained");
+    CU_ASSERT_PTR_NOT_NULL(bad);
+    CU_ASSERT(bad != NULL && strstr(bad, "K/V: first outside the envelope at layer 3, "
+                                         "position 5 (") != NULL);
+    CU_ASSERT(bad != NULL && strstr(bad, "hidden: first outside the envelope at layer 2, "
+                                         "position 5 (") != NULL);
+    if (clean == NULL || bad == NULL)
+        fprintf(stderr, "\n%s", text);
+}
+
 void test_adapter_register(void)
 {
     CU_pSuite s = CU_add_suite("adapter", NULL, NULL);
@@ -424,4 +465,5 @@ void test_adapter_register(void)
     CU_add_test(s, "test_adapter_sweep_bad_adapters", test_adapter_sweep_bad_adapters);
     CU_add_test(s, "test_adapter_case_goldens", test_adapter_case_goldens);
     CU_add_test(s, "test_adapter_llamacpp_stories", test_adapter_llamacpp_stories);
+    CU_add_test(s, "test_adapter_llamacpp_perturb_layer", test_adapter_llamacpp_perturb_layer);
 }

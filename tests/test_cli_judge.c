@@ -301,11 +301,13 @@ static void test_cli_judge_f16_weights_explained_by_f16act(void)
         fprintf(stderr, "\n%s", text);
 }
 
-/* Where the dump's K/V leave the envelope, as a user reads it: a dump of kvdrift's engine on
- * synth:tiny (8 prompt tokens) in chunks of 3 with the RoPE defect (LM_DEFECT_ROPE_POS_AFTER_CHUNK) from the
- * second chunk, holding hidden/ too. The summary names layer 0's K row at position 3 under f32
- * and says hidden/ is not used; report.json's profiles.f32.kv_first_outside and hidden_states
- * say the same, and report.md lists it. Exit 1 (the dump is explained by no profile). */
+/* Where the dump's K/V and hidden states leave the envelope, as a user reads it: a dump of
+ * kvdrift's engine on synth:tiny (8 prompt tokens) in chunks of 3 with the RoPE defect
+ * (LM_DEFECT_ROPE_POS_AFTER_CHUNK) from the second chunk, holding hidden/layerNN.npy (the
+ * engine's residual after each layer) too. The summary names layer 0's K row at position 3
+ * and layer 0's output at position 3 under f32; report.json's profiles.f32.kv_first_outside,
+ * hidden_first_outside and hidden_states say the same, and report.md lists both. Exit 1 (the
+ * dump is explained by no profile). */
 static void test_cli_judge_kv_first_outside(void)
 {
     char text[1 << 14], file[1200];
@@ -318,7 +320,8 @@ static void test_cli_judge_kv_first_outside(void)
     const uint32_t last = 7;
     hx_config c;
     CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive:step=3", &err), LM_OK);
-    hx_forced_request rq = {.tokens = ids, .n_tokens = 8, .n_kv = 8, .pos = &last, .n_pos = 1};
+    hx_forced_request rq = {.tokens = ids, .n_tokens = 8, .n_kv = 8, .pos = &last, .n_pos = 1,
+                            .hidden = true};
     hx_capture *x = NULL;
     lm_test_set_defect(LM_DEFECT_ROPE_POS_AFTER_CHUNK);
     const int rc = hx_run_forced(&x, m, &c, &rq, &err);
@@ -327,8 +330,6 @@ static void test_cli_judge_kv_first_outside(void)
     tf_write_dump(p.dump, x);
     hx_capture_free(x);
     lm_model_free(m);
-    snprintf(file, sizeof file, "%s/hidden", p.dump);
-    CU_ASSERT_FATAL(mkdir(file, 0755) == 0);
     char *judge[] = {"judge", p.model, "--tokens", "1,72,101,7,300,45,12,499",
                      "--dump", p.dump,
                      "--profile", "f32", "--cache", p.cache, "-o", p.out, "-q", NULL};
@@ -338,8 +339,12 @@ static void test_cli_judge_kv_first_outside(void)
     const char *got = strstr(text, want);
     CU_ASSERT_PTR_NOT_NULL(got);
     CU_ASSERT(got != NULL && strstr(got, "rows outside) under f32\n") != NULL);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  " HX_HIDDEN_UNUSED "\n"));
-    if (got == NULL)
+    const char *hid = strstr(text, "  hidden: first outside the envelope at layer 0, position 3 "
+                                   "(max |dump - R| ");
+    CU_ASSERT_PTR_NOT_NULL(hid);
+    CU_ASSERT(hid != NULL && strstr(hid, "rows outside) under f32\n") != NULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "    err/E by state: L0 "));
+    if (got == NULL || hid == NULL)
         fprintf(stderr, "\n%s", text);
     snprintf(file, sizeof file, "%s/report.json", p.out);
     json_error_t je;
@@ -353,8 +358,14 @@ static void test_cli_judge_kv_first_outside(void)
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(k, "tensor")), "K");
     CU_ASSERT(json_real_value(json_object_get(k, "err")) > json_real_value(json_object_get(k, "e")));
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(k, "rows")), 4 * 8 * 2);
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "hidden_states")),
-                           HX_HIDDEN_UNUSED);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(d, "hidden_states")), 4);
+    json_t *h = json_object_get(json_object_get(json_object_get(d, "profiles"), "f32"),
+                                "hidden_first_outside");
+    CU_ASSERT(json_is_true(json_object_get(h, "judged")));
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(h, "layer")), 0);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(h, "position")), 3);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(h, "rows")), 4 * 8);
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(h, "states")), 4);
     json_decref(j);
     char *md = NULL;
     size_t n = 0;
@@ -364,12 +375,118 @@ static void test_cli_judge_kv_first_outside(void)
     snprintf(line, sizeof line, "- `%s@f32`: K/V: first outside the envelope at layer 0, "
              "position 3 (its K row: ", p.dump);
     CU_ASSERT_PTR_NOT_NULL(strstr(md, line));
+    snprintf(line, sizeof line, "- `%s@f32`: hidden: first outside the envelope at layer 0, "
+             "position 3 (max |dump - R| ", p.dump);
+    CU_ASSERT_PTR_NOT_NULL(strstr(md, line));
     free(md);
+}
+
+/* Adds delta to every value of row pos of the float64 .npy at path ([n][n_embd], as
+ * tf_write_dump writes it: the data after a 64-byte-aligned header of at most 128 bytes). */
+static void perturb_npy_row(const char *path, uint32_t pos, uint32_t n_embd, double delta)
+{
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    unsigned char head[10];
+    CU_ASSERT_FATAL(fread(head, 1, 10, f) == 10);
+    const long data = 10 + (long)(head[8] | head[9] << 8);
+    double *row = malloc(n_embd * sizeof *row);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(row);
+    const long at = data + (long)pos * n_embd * 8;
+    CU_ASSERT_FATAL(fseek(f, at, SEEK_SET) == 0 && fread(row, 8, n_embd, f) == n_embd);
+    for (uint32_t i = 0; i < n_embd; ++i)
+        row[i] += delta;
+    CU_ASSERT_FATAL(fseek(f, at, SEEK_SET) == 0 && fwrite(row, 8, n_embd, f) == n_embd);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    free(row);
+}
+
+/* Hidden states of kvdrift's own engine (naive, one chunk, the engine's residual after every
+ * layer) on synth:tiny: every row within the f32 envelope (exit 0, "every row within"); the
+ * same dump with layer 2's output at position 5 moved by 1e-3 (about 1e-3 of that state's
+ * values, against an E of float32 rounding, ~1e-6): the judge names layer 2, position 5 as
+ * the first hidden state outside, and only that row; the logits (the file's, unchanged)
+ * still pass, since hidden states diagnose and do not judge. Then hidden files the judge
+ * refuses with one line: a wrong width, a layer the model lacks, a stray name, a NaN. */
+static void test_cli_judge_hidden_first_outside(void)
+{
+    char text[1 << 14], file[1400];
+    judge_paths p;
+    judge_paths_init(&p, "hidloc", NULL);
+    lm_err err = {0};
+    lm_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, p.model, &err), LM_OK);
+    const uint32_t n_embd = m->hp.n_embd;
+    static const int32_t ids[8] = {1, 72, 101, 7, 300, 45, 12, 499};
+    const uint32_t last = 7;
+    hx_config c;
+    CU_ASSERT_EQUAL_FATAL(hx_config_parse(&c, "naive", &err), LM_OK);
+    hx_forced_request rq = {.tokens = ids, .n_tokens = 8, .n_kv = 8, .pos = &last, .n_pos = 1,
+                            .hidden = true};
+    hx_capture *x = NULL;
+    CU_ASSERT_EQUAL_FATAL(hx_run_forced(&x, m, &c, &rq, &err), LM_OK);
+    tf_write_dump(p.dump, x);
+    hx_capture_free(x);
+    char *judge[] = {"judge", p.model, "--tokens", "1,72,101,7,300,45,12,499",
+                     "--dump", p.dump,
+                     "--profile", "f32", "--cache", p.cache, "-o", p.out, "-q", NULL};
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, judge, text, sizeof text), 0);
+    const char *within = "  hidden: every row within the envelope (32 rows of 4 states) under f32\n";
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, within));
+    if (strstr(text, within) == NULL)
+        fprintf(stderr, "\n%s", text);
+    snprintf(file, sizeof file, "%s/hidden/layer02.npy", p.dump);
+    perturb_npy_row(file, 5, n_embd, 1e-3);
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, judge, text, sizeof text), 0);
+    const char *want = "  hidden: first outside the envelope at layer 2, position 5 (max |dump - "
+                       "R| 0.001";
+    const char *got = strstr(text, want);
+    CU_ASSERT_PTR_NOT_NULL(got);
+    CU_ASSERT(got != NULL && strstr(got, "; 1 of 32 rows outside) under f32\n") != NULL);
+    if (got == NULL)
+        fprintf(stderr, "\n%s", text);
+    /* refused with one line each, naming the file */
+    hx_dump *d = NULL;
+    char bad[1400];
+    snprintf(bad, sizeof bad, "%s/hidden/layer09.npy", p.dump);
+    CU_ASSERT_FATAL(rename(file, bad) == 0);
+    CU_ASSERT_EQUAL(hx_dump_load(&d, p.dump, m, p.model, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'layer09.npy' names layer 9, the model has 4"));
+    snprintf(file, sizeof file, "%s/hidden/layer2.npy", p.dump);
+    CU_ASSERT_FATAL(rename(bad, file) == 0);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_dump_load(&d, p.dump, m, p.model, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "unexpected file 'layer2.npy'"));
+    snprintf(bad, sizeof bad, "%s/hidden/layer02.npy", p.dump);
+    const double wide[2][3] = {{0}}; /* [n_prompt 2][3]: neither dimension fits */
+    const uint64_t shape[2] = {2, 3};
+    CU_ASSERT_EQUAL_FATAL(ref_npy_write(bad, &wide[0][0], 2, shape, &err), LM_OK);
+    CU_ASSERT_FATAL(remove(file) == 0);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_dump_load(&d, p.dump, m, p.model, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "layer02.npy: dimension 0 is 2, but n_prompt is 8"));
+    CU_ASSERT_PTR_NULL(strchr(err.msg, '\n'));
+    double *nan_row = calloc((size_t)8 * n_embd, sizeof *nan_row);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(nan_row);
+    nan_row[3 * n_embd + 1] = NAN;
+    const uint64_t full[2] = {8, n_embd};
+    CU_ASSERT_EQUAL_FATAL(ref_npy_write(bad, nan_row, 2, full, &err), LM_OK);
+    free(nan_row);
+    lm_err_clear(&err);
+    CU_ASSERT_EQUAL(hx_dump_load(&d, p.dump, m, p.model, &err), LM_E_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "layer02.npy: element"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "(row 3) is NaN"));
+    CU_ASSERT_PTR_NULL(d);
+    /* through the command: one line on stderr, exit 2, no report */
+    CU_ASSERT_EQUAL(tf_run_cmd(cmd_judge, 13, judge, text, sizeof text), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "layer02.npy: element"));
+    lm_model_free(m);
 }
 
 void test_cli_judge_register(void)
 {
     CU_pSuite s = CU_add_suite("cli_judge", NULL, NULL);
+    CU_add_test(s, "test_cli_judge_hidden_first_outside", test_cli_judge_hidden_first_outside);
     CU_add_test(s, "test_cli_judge_logprobs_must_be_normalized",
                 test_cli_judge_logprobs_must_be_normalized);
     CU_add_test(s, "test_cli_judge_names_dumps_whole", test_cli_judge_names_dumps_whole);

@@ -165,6 +165,13 @@ static void test_envelope_file_roundtrip(void)
     CU_ASSERT_FALSE(hx_envelope_complete(e));
     fill(e);
     CU_ASSERT(hx_envelope_complete(e));
+    /* hidden states: unset until measured, then part of the file */
+    CU_ASSERT_EQUAL_FATAL(hx_envelope_add_hidden(e, &err), LM_OK);
+    CU_ASSERT_EQUAL(e->n_hidden, 3);
+    CU_ASSERT_FALSE(hx_envelope_complete(e));
+    for (uint32_t i = 0; i < e->n_hidden; ++i)
+        e->hidden[i] = (hx_env_tensor){4e-6 * i, 8e-6 * i, NAN, NAN, 6.5, 1e-7 * i, NAN};
+    CU_ASSERT(hx_envelope_complete(e));
     e->n_members = 8;
     const char *refkey = "00112233445566778899aabbccddeeff";
     hx_envelope_key(e->key, refkey, 8, 1, 2.0, NULL, 0);
@@ -187,6 +194,11 @@ static void test_envelope_file_roundtrip(void)
         CU_ASSERT_EQUAL(back->logits[p].e_gap, e->logits[p].e_gap);
         CU_ASSERT_EQUAL(back->logits[p].bias, e->logits[p].bias);
         CU_ASSERT_EQUAL(back->logits[p].split_sd, e->logits[p].split_sd);
+    }
+    CU_ASSERT_EQUAL_FATAL(back->n_hidden, 3);
+    for (uint32_t i = 0; i < 3; ++i) {
+        CU_ASSERT_EQUAL(back->hidden[i].e, e->hidden[i].e);
+        CU_ASSERT_EQUAL(back->hidden[i].bias, e->hidden[i].bias);
     }
     hx_envelope_free(back);
 

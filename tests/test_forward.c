@@ -107,7 +107,7 @@ static void check_vs_double(const lm_model *m, const int32_t *tok, uint32_t n, c
                             const uint32_t *steps, int n_steps, const char *what)
 {
     const size_t nl = (size_t)n * m->hp.n_vocab;
-    double *ref = tf_forward_f64(m, tok, n, NULL);
+    double *ref = tf_forward_f64(m, tok, n, NULL, NULL);
     double mx = 1.0;
     for (size_t i = 0; i < nl; ++i)
         mx = fmax(mx, fabs(ref[i]));

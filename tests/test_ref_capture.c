@@ -41,7 +41,8 @@ static bool captures_equal(const ref_capture *a, const ref_capture *b)
            a->n_vocab == b->n_vocab && a->n_pos == b->n_pos &&
            memcmp(a->tokens, b->tokens, a->n_tokens * 4) == 0 &&
            memcmp(a->pos, b->pos, a->n_pos * 4) == 0 && memcmp(a->k, b->k, kv * 8) == 0 &&
-           memcmp(a->v, b->v, kv * 8) == 0 &&
+           memcmp(a->v, b->v, kv * 8) == 0 && a->n_embd == b->n_embd &&
+           memcmp(a->hidden, b->hidden, (a->n_layer + 1ull) * a->n_prompt * a->n_embd * 8) == 0 &&
            memcmp(a->logits, b->logits, (size_t)a->n_pos * a->n_vocab * 8) == 0;
 }
 
@@ -122,9 +123,10 @@ static void test_ref_capture_roundtrip(void)
     /* the tensors start 8-byte aligned and the file ends with the 16-byte hash */
     size_t n;
     unsigned char *b = slurp(path, &n);
-    uint64_t head = (64 + 4 * 5 + 4 * 3 + 7) / 8 * 8;
+    uint64_t head = (72 + 4 * 5 + 4 * 3 + 7) / 8 * 8;
     uint64_t kv = (uint64_t)c.n_layer * c.n_prompt * c.n_kv_head * c.head_dim;
-    CU_ASSERT_EQUAL(n, head + 8 * (2 * kv + (uint64_t)c.n_pos * c.n_vocab) + 16);
+    uint64_t hid = (c.n_layer + 1ull) * c.n_prompt * c.n_embd;
+    CU_ASSERT_EQUAL(n, head + 8 * (2 * kv + hid + (uint64_t)c.n_pos * c.n_vocab) + 16);
     double k0;
     memcpy(&k0, b + head, 8); /* little-endian host */
     CU_ASSERT(memcmp(&k0, &c.k[0], 8) == 0);

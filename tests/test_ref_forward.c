@@ -109,8 +109,19 @@ static void check_vs_double(lm_rope_type rope, uint32_t n_rot, bool bias, bool t
     CU_ASSERT_FATAL(ref_compute(&c, &t.r, &rq, &err) == LM_OK);
     double *kl = calloc((size_t)N * 8, 8); /* [N][kv_dim 8] */
     CU_ASSERT_FATAL(kl != NULL);
-    double *lg = tf_forward_f64(&t.m, tok, N, kl); /* the float64 oracle (fixtures.h) */
+    double *xl = calloc((size_t)N * hp.n_embd, 8); /* [N][n_embd] */
+    CU_ASSERT_FATAL(xl != NULL);
+    double *lg = tf_forward_f64(&t.m, tok, N, kl, xl); /* the float64 oracle (fixtures.h) */
     double maxd = 0, maxv = 0;
+    /* hidden state 0 is the embedding rows, exactly; the last the oracle's residual stream */
+    CU_ASSERT_EQUAL_FATAL(c.n_embd, hp.n_embd);
+    for (uint32_t i = 0; i < N * hp.n_embd; ++i)
+        CU_ASSERT_EQUAL(ref_capture_hidden(&c, 0)[i],
+                        (double)t.m.tok_embd[(size_t)tok[i / hp.n_embd] * hp.n_embd +
+                                             i % hp.n_embd]);
+    const double *xr = ref_capture_hidden(&c, hp.n_layer);
+    for (uint32_t i = 0; i < N * hp.n_embd; ++i)
+        maxd = fmax(maxd, fabs(xl[i] - xr[i]));
     for (uint32_t i = 0; i < N * hp.n_vocab; ++i) {
         maxd = fmax(maxd, fabs(lg[i] - c.logits[i]));
         maxv = fmax(maxv, fabs(lg[i]));
@@ -125,6 +136,7 @@ static void check_vs_double(lm_rope_type rope, uint32_t n_rot, bool bias, bool t
                 bias, tied, maxd);
     free(lg);
     free(kl);
+    free(xl);
     ref_capture_free(&c);
     trm_free(&t);
 }
@@ -235,6 +247,9 @@ static bool results_equal(const ref_result *a, const ref_result *b)
     for (uint64_t i = 0; i < (uint64_t)a->n_pos * a->n_vocab; ++i)
         if (!mpfr_equal_p(a->logits[i], b->logits[i]))
             return false;
+    for (uint64_t i = 0; i < (a->n_layer + 1ull) * a->n_prompt * a->n_embd; ++i)
+        if (!mpfr_equal_p(a->hidden[i], b->hidden[i]))
+            return false;
     return true;
 }
 
@@ -331,7 +346,7 @@ static void test_ref_forward_stories_validate_100_bits(void)
     uint32_t n;
     lm_err err = {0};
     CU_ASSERT_FATAL(ref_validate(&ag, &n, m, &rq, &err) == LM_OK);
-    CU_ASSERT_EQUAL(n, 2 * m->hp.n_layer + 1);
+    CU_ASSERT_EQUAL(n, 3 * m->hp.n_layer + 2); /* K, V, hidden states (embedding too), logits */
     CU_ASSERT_STRING_EQUAL(ag[n - 1].name, "logits");
     CU_ASSERT(ag[n - 1].min_bits >= 100.0); /* the acceptance bound */
     CU_ASSERT(ag[n - 1].min_bits < 127.5);  /* capped at P: agreement is measured, not assumed */

@@ -355,6 +355,9 @@ static double worst_vs_ref(const ref_sr_out *o, const ref_capture *c)
         worst = fmax(worst, fabs((double)o->logits[i] - c->logits[i]) / (1.0 + fabs(c->logits[i])));
     for (size_t i = 0; i < (size_t)c->n_layer * c->n_prompt * c->n_kv_head * c->head_dim; ++i)
         worst = fmax(worst, fabs((double)o->k[i] - c->k[i]) / (1.0 + fabs(c->k[i])));
+    CU_ASSERT_EQUAL(o->n_embd, c->n_embd);
+    for (size_t i = 0; i < (c->n_layer + 1ull) * c->n_prompt * c->n_embd; ++i)
+        worst = fmax(worst, fabs((double)o->hidden[i] - c->hidden[i]) / (1.0 + fabs(c->hidden[i])));
     return worst;
 }
 
@@ -362,7 +365,7 @@ static double worst_vs_ref(const ref_sr_out *o, const ref_capture *c)
  * per-head Q/K norms, sandwich norms and GeGLU (gemma3), Q/K norms (qwen3), a sliding theta and
  * windows (swa-5to1, gemma3), sinks (sinks-alt), MoE routing and gating (moe: top-2 of 8;
  * moe-32x4: top-4 of 32 with windows and sinks). A member must stay within 1e-3 relative of
- * the MPFR reference on a 20-token request: float32 roundings through at most 6 layers of
+ * the MPFR reference on a 20-token request (logits, K and every hidden state): float32 roundings through at most 6 layers of
  * order-1 activations measure 5e-8..4e-5 here; a variant the SR model leaves out moves
  * logits by 1..14 (measured with gemma3 and qwen3 computed as plain llama). */
 static void test_ref_sr_variants_match_reference(void)

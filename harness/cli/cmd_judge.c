@@ -18,9 +18,10 @@ static const char usage_text[] =
     "usage: kvdrift judge MODEL (-p TEXT | -f FILE | --tokens ID,...) --dump DIR\n"
     "                     [--dump DIR ...] [--profile NAME[,NAME...]] [-o DIR] [options]\n"
     "Judges another engine's output (llama.cpp, MLX, vLLM, PyTorch...) on the prompt: each dump\n"
-    "folder (dump.json + logits.npy or logprobs.npy, optional kv/; docs/DUMP-FORMAT.md) is\n"
-    "classified against the MPFR reference and the measured envelope of each precision profile,\n"
-    "exactly as `kvdrift sweep` classifies a configuration, and the dumps against each other.\n"
+    "folder (dump.json + logits.npy or logprobs.npy, optional kv/ and hidden/;\n"
+    "docs/DUMP-FORMAT.md) is classified against the MPFR reference and the measured envelope\n"
+    "of each precision profile, exactly as `kvdrift sweep` classifies a configuration, and the\n"
+    "dumps against each other.\n"
     "Memory (file, float32 weights, reference) is predicted before the model is loaded: what\n"
     "does not fit is one line with the figures, exit 2; the summary line and report.json\n"
     "(peak_rss_bytes) give the process's peak resident memory.\n\n"
@@ -50,7 +51,9 @@ static const char usage_text[] =
     "worst err/E, the greedy sequence's first departure from the reference (tokens_generated);\n"
     "per dump: KL(reference || dump) mean, max, 99.9%/99%/90%/median (llama-perplexity's\n"
     "conventions), same-top-1 rate, and the profile that explains it (the one with the\n"
-    "smallest envelope under which it passes).\n\n"
+    "smallest envelope under which it passes); the first K/V row and the first hidden-state\n"
+    "row (the embedding, then each layer's output) outside the envelope, with each state's\n"
+    "err/E.\n\n"
     "Writes DIR/report.json and DIR/report.md.\n"
     "exit codes: 0 every dump is explained by some profile, 1 one is not (DRIFT, FLIP or\n"
     "NONFINITE under every profile judged), 2 usage or input error (a dump that does not match\n"
@@ -78,6 +81,15 @@ static int split_profiles(const char **names, uint32_t *n, char **buf, const cha
     if (*n == 0)
         return LM_FAIL(err, LM_E_INPUT, "--profile: empty list");
     return LM_OK;
+}
+
+/* The hidden states' err/E in forward order, indented under their line. */
+static void print_hidden_states(const hx_hidden_first *h)
+{
+    char line[HX_HIDDEN_STATES_TEXT_MAX];
+    hx_hidden_states_text(line, sizeof line, h);
+    if (line[0])
+        printf("    %s\n", line);
 }
 
 static void print_summary(const hx_report *r, const char *wrote)
@@ -110,9 +122,11 @@ static void print_summary(const hx_report *r, const char *wrote)
             hx_kv_first_text(kv, sizeof kv, &c->kv_first);
             if (kv[0])
                 printf("  %s under %s\n", kv, at ? at + 1 : c->config);
+            hx_hidden_first_text(kv, sizeof kv, &c->hidden_first);
+            if (kv[0])
+                printf("  %s under %s\n", kv, at ? at + 1 : c->config);
+            print_hidden_states(&c->hidden_first);
         }
-        if (d->hidden_unused)
-            printf("  %s\n", HX_HIDDEN_UNUSED);
     }
     for (size_t i = 0; i < r->n_pairs; ++i) {
         const hx_dump_pair *p = &r->pairs[i];

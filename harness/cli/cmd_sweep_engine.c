@@ -231,8 +231,9 @@ static void print_result(const hx_report *r, const engine_opts *o, const engine_
         hx_kv_first_text(kv, sizeof kv, &c->kv_first);
         if (kv[0])
             fprintf(chat, "; %s", kv);
-        if (d->hidden_unused)
-            fprintf(chat, "; %s", HX_HIDDEN_UNUSED);
+        hx_hidden_first_text(kv, sizeof kv, &c->hidden_first);
+        if (kv[0])
+            fprintf(chat, "; %s", kv);
         fprintf(chat, "\n");
     }
     fprintf(chat, "verdict %s\nwrote %s\n", hx_report_exit_code(r, false) ? "FAIL" : "pass",

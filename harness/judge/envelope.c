@@ -48,10 +48,26 @@ int hx_envelope_create(hx_envelope **out, uint32_t n_layer, uint32_t n_pos,
     return LM_OK;
 }
 
+int hx_envelope_add_hidden(hx_envelope *e, lm_err *err)
+{
+    const uint32_t n = e->n_layer + 1;
+    hx_env_tensor *h = malloc(n * sizeof *h);
+    if (h == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "envelope: out of memory");
+    for (uint32_t i = 0; i < n; ++i)
+        h[i] = (hx_env_tensor){(double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN,
+                               (double)NAN, (double)NAN};
+    free(e->hidden);
+    e->hidden = h;
+    e->n_hidden = n;
+    return LM_OK;
+}
+
 void hx_envelope_free(hx_envelope *e)
 {
     if (e == NULL)
         return;
+    free(e->hidden);
     free(e->k);
     free(e->v);
     free(e->logits);
@@ -153,6 +169,9 @@ bool hx_envelope_complete(const hx_envelope *e)
     for (uint32_t p = 0; p < e->n_pos; ++p)
         if (isnan(e->logits[p].e) || isnan(e->logits[p].e_gap))
             return false;
+    for (uint32_t i = 0; i < e->n_hidden; ++i)
+        if (isnan(e->hidden[i].e))
+            return false;
     return true;
 }
 
@@ -218,6 +237,7 @@ int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err)
     put_u32(&b, e->n_members);
     put_u32(&b, e->n_layer);
     put_u32(&b, e->n_pos);
+    put_u32(&b, e->n_hidden);
     for (uint32_t p = 0; p < e->n_pos; ++p)
         put_u32(&b, e->positions[p]);
     for (uint32_t l = 0; l < e->n_layer; ++l)
@@ -226,6 +246,8 @@ int hx_envelope_save(const hx_envelope *e, const char *path, lm_err *err)
         put_tensor(&b, &e->v[l]);
     for (uint32_t p = 0; p < e->n_pos; ++p)
         put_tensor(&b, &e->logits[p]);
+    for (uint32_t i = 0; i < e->n_hidden; ++i)
+        put_tensor(&b, &e->hidden[i]);
     if (!b.oom) {
         XXH128_canonical_t c;
         XXH128_canonicalFromHash(&c, XXH3_128bits(b.p, b.n));
@@ -315,9 +337,15 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
     r.n = n - 16;
     const uint8_t *key = take(&r, 16);
     double safety = get_f64(&r);
-    uint32_t n_members = get_u32(&r), n_layer = get_u32(&r), n_pos = get_u32(&r);
+    uint32_t n_members = get_u32(&r), n_layer = get_u32(&r), n_pos = get_u32(&r),
+             n_hidden = get_u32(&r);
+    if (!r.short_read && n_hidden != 0 && n_hidden != n_layer + 1ull) {
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: %u hidden states for %u layers", path,
+                     (unsigned)n_hidden, (unsigned)n_layer);
+        goto done;
+    }
     /* Sizes must fit in what is left before anything is allocated from them. */
-    uint64_t need = (uint64_t)n_pos * 4 + ((uint64_t)n_layer * 2 + n_pos) * 7 * 8;
+    uint64_t need = (uint64_t)n_pos * 4 + ((uint64_t)n_layer * 2 + n_pos + n_hidden) * 7 * 8;
     if (r.short_read || need > r.n - r.off) {
         rc = LM_FAIL(err, LM_E_INPUT, "%s: truncated envelope file", path);
         goto done;
@@ -337,6 +365,8 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
         rc = LM_FAIL(err, LM_E_INPUT, "%s: bad envelope header", path);
         goto done;
     }
+    if (n_hidden > 0 && (rc = hx_envelope_add_hidden(e, err)) != LM_OK)
+        goto done;
     memcpy(e->key, key, 16);
     e->n_members = n_members;
     for (uint32_t p = 0; p < n_pos; ++p)
@@ -347,6 +377,8 @@ int hx_envelope_load(hx_envelope **out, const char *path, const uint8_t expect_k
         get_tensor(&r, &e->v[l]);
     for (uint32_t p = 0; p < n_pos; ++p)
         get_tensor(&r, &e->logits[p]);
+    for (uint32_t i = 0; i < n_hidden; ++i)
+        get_tensor(&r, &e->hidden[i]);
     *out = e;
     e = NULL;
 done:
@@ -393,6 +425,37 @@ int hx_envelope_cache_path(char *out, size_t cap, const char *dir, const uint8_t
     if (n < 0 || (size_t)n >= cap)
         return LM_FAIL(err, LM_E_INPUT, "%s: cache folder name too long", dir);
     return LM_OK;
+}
+
+/* Whether every member holds every hidden state of ref's shape (and ref holds them). */
+static bool all_hidden(const hx_capture *const *members, uint32_t n_members,
+                       const ref_capture *ref)
+{
+    if (ref->hidden == NULL)
+        return false;
+    for (uint32_t m = 0; m < n_members; ++m) {
+        if (members[m]->hidden == NULL || members[m]->n_embd != ref->n_embd)
+            return false;
+        for (uint32_t i = 0; i <= ref->n_layer; ++i)
+            if (members[m]->hidden[i] == NULL)
+                return false;
+    }
+    return true;
+}
+
+/* e's hidden states from the members' (ptr: [n_members] scratch). */
+static int measure_hidden(hx_envelope *e, const float **ptr, const hx_capture *const *members,
+                          uint32_t n_members, const ref_capture *ref, double safety, lm_err *err)
+{
+    int rc = hx_envelope_add_hidden(e, err);
+    const size_t n = (size_t)ref->n_prompt * ref->n_embd;
+    for (uint32_t i = 0; i <= ref->n_layer && rc == LM_OK; ++i) {
+        for (uint32_t m = 0; m < n_members; ++m)
+            ptr[m] = members[m]->hidden[i];
+        rc = hx_env_tensor_measure(&e->hidden[i], ptr, n_members, ref_capture_hidden(ref, i), n,
+                                   false, safety, err);
+    }
+    return rc;
 }
 
 int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *members,
@@ -444,6 +507,8 @@ int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *member
             rc = hx_env_tensor_measure(&e->logits[i], ptr, n_members, ref->logits + i * nv, nv,
                                        true, safety, err);
     }
+    if (rc == LM_OK && all_hidden(members, n_members, ref))
+        rc = measure_hidden(e, ptr, members, n_members, ref, safety, err);
     free(ptr);
     if (rc != LM_OK) {
         hx_envelope_free(e);

@@ -21,7 +21,8 @@
  *     from the reference's margin (a member that routes differently contributes that margin).
  *     It uses the sweep's own ensemble size and seeds.
  *
- * Statistic, per compared tensor t (each layer's K, each layer's V, each logits row), in
+ * Statistic, per compared tensor t (each layer's K, each layer's V, each logits row, and,
+ * when the members hold them, each hidden state: the embedding and each layer's output), in
  * double, members in order: with mu_i = mean over members of x^m_i,
  *   dev_m   = max_i |x^m_i - mu_i|                      (member m's distance from the mean)
  *   dev     = max_m dev_m                              (the ensemble's spread, not its bias)
@@ -58,13 +59,13 @@
  *
  * File format (cached beside the reference; little-endian):
  *   "KVDENV\0\0" (8 bytes), u32 version (HX_ENVELOPE_VERSION), u8 key[16], f64 safety,
- *   u32 n_members, n_layer, n_pos, u32 positions[n_pos],
- *   per tensor (K of layers 0.., V of layers 0.., logits rows 0..): f64 dev, e, gapdev, e_gap,
- *   sig_digits, bias, split_sd (gapdev/e_gap/split_sd NaN for K and V),
+ *   u32 n_members, n_layer, n_pos, n_hidden (0 or n_layer + 1), u32 positions[n_pos],
+ *   per tensor (K of layers 0.., V of layers 0.., logits rows 0.., hidden states 0..): f64 dev,
+ *   e, gapdev, e_gap, sig_digits, bias, split_sd (gapdev/e_gap/split_sd NaN but for logits),
  *   u8 xxh3_128[16]: XXH3-128 (canonical bytes) of every byte before it.
  * Version 2: dev and gapdev are spreads around the members' mean (version 1 measured them
  * from R), bias added. Version 3: the checksum trailer (a flipped bit is detected). Version 4:
- * split_sd. */
+ * split_sd. Version 5: the hidden states. */
 #ifndef HX_ENVELOPE_H
 #define HX_ENVELOPE_H
 
@@ -77,7 +78,7 @@
 
 #define HX_ENVELOPE_SAFETY 2.0
 #define HX_ENVELOPE_MIN_MEMBERS 8u
-#define HX_ENVELOPE_VERSION 4u
+#define HX_ENVELOPE_VERSION 5u
 
 typedef struct hx_env_tensor {
     double dev;        /* max over members of max_i |x_i - mu_i| (mu: the members' mean) */
@@ -102,6 +103,9 @@ typedef struct hx_envelope {
     hx_env_tensor *v;     /* [n_layer] */
     uint32_t *positions;  /* [n_pos] absolute position of each logits row */
     hx_env_tensor *logits; /* [n_pos] */
+    uint32_t n_hidden;    /* 0: no hidden states measured (members without them); else
+                             n_layer + 1 */
+    hx_env_tensor *hidden; /* [n_hidden]: [0] the embedding, [l + 1] the output of layer l */
 } hx_envelope;
 
 /* Allocates an envelope with every tensor unset (NaN). */
@@ -118,6 +122,9 @@ void hx_envelope_free(hx_envelope *e);
 int hx_env_tensor_measure(hx_env_tensor *out, const float *const *members /* [M] -> [n] */,
                           uint32_t n_members, const double *r /* [n] */, size_t n, bool is_logits,
                           double safety, lm_err *err);
+
+/* Gives e room for n_layer + 1 hidden states, every one unset (NaN). */
+int hx_envelope_add_hidden(hx_envelope *e, lm_err *err);
 
 /* True once every tensor has been measured. */
 bool hx_envelope_complete(const hx_envelope *e);
@@ -151,7 +158,9 @@ int hx_envelope_cache_path(char *out, size_t cap, const char *dir, const uint8_t
 
 /* Builds the envelope from an ensemble of n_members captures (runs that differ only in
  * rounding) and the reference: every layer's K and V and every reference logits row (each
- * member must hold that row). key is left zero for the caller (hx_envelope_key). */
+ * member must hold that row), and the hidden states when every member holds all of them (and
+ * the reference has them; else n_hidden stays 0). key is left zero for the caller
+ * (hx_envelope_key). */
 int hx_envelope_from_ensemble(hx_envelope **out, const hx_capture *const *members,
                               uint32_t n_members, const ref_capture *ref, double safety,
                               lm_err *err);

@@ -1,6 +1,6 @@
-/* kv_locate.h — where a dump's K/V rows first leave the envelope: the judge's localisation of
- * another engine's defect to a (layer, position), as trace.h does for kvdrift's own engine
- * operation by operation.
+/* kv_locate.h — where a dump's K/V rows, and its hidden states, first leave the envelope: the
+ * judge's localisation of another engine's defect to a (layer, position), as trace.h does for
+ * kvdrift's own engine operation by operation.
  *
  * Rows, in forward order: layer 0..n_layer-1, in each position 0..n_prompt-1, at each the K row
  * then the V row (one row: the n_kv_head x head_dim values of one position). Each row is
@@ -21,5 +21,15 @@
  * LM_E_INPUT. */
 int hx_kv_first_outside(hx_kv_first *out, const hx_capture *x, const ref_capture *ref,
                         const hx_envelope *env, lm_err *err);
+
+/* Hidden states, in forward order: the embedding, then each layer's output, those x holds
+ * (x->hidden entries not NULL), in each the positions 0..n_prompt-1; one row is a position's
+ * n_embd values, classified as a whole tensor against the E of its state (the envelope holds
+ * one E per hidden state), outside when its class fails. Fills out (checked true, and
+ * out->states [the states x holds], malloc'd) from x's hidden states against ref's and env's.
+ * x without hidden states: out->checked false, LM_OK; env without them (env->n_hidden 0):
+ * out->no_envelope true, LM_OK. Shapes that differ from ref's or env's: LM_E_INPUT. */
+int hx_hidden_first_outside(hx_hidden_first *out, const hx_capture *x, const ref_capture *ref,
+                            const hx_envelope *env, lm_err *err);
 
 #endif

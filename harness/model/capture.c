@@ -61,6 +61,9 @@ void hx_capture_free(hx_capture *c)
     }
     free(c->k);
     free(c->v);
+    for (uint32_t i = 0; c->hidden && i <= c->shape.n_layer; ++i)
+        free(c->hidden[i]);
+    free(c->hidden);
     free(c->tokens);
     free(c->positions);
     free(c->logits);

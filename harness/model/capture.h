@@ -49,6 +49,12 @@ typedef struct hx_capture {
      * by hx_capture_free; NULL / 0 otherwise. Not part of the canonical bytes or the hash. */
     uint32_t n_prompt_rows;
     float *prompt_logits;
+    /* Hidden states at the prompt positions, when known (a dump's hidden/, an SR member):
+     * hidden [n_layer + 1] -> [n_prompt][n_embd], [0] the embedding as layer 0 reads it,
+     * [l + 1] the residual stream after layer l; an entry NULL where absent, hidden NULL when
+     * none. malloc'd, freed by hx_capture_free; not part of the canonical bytes or the hash. */
+    uint32_t n_embd;
+    float **hidden;
 } hx_capture;
 
 /* Allocates every array zero-filled (one block per tensor); the caller fills them.

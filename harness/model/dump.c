@@ -36,6 +36,9 @@ void hx_dump_free(hx_dump *d)
     }
     free(d->k);
     free(d->v);
+    for (uint32_t i = 0; d->hidden != NULL && i < d->n_hidden_slots; ++i)
+        free(d->hidden[i]);
+    free(d->hidden);
     free(d);
 }
 
@@ -306,6 +309,59 @@ static int kv(hx_dump *d, const lm_model *m, lm_err *err)
     return rc;
 }
 
+/* Slot of a file in hidden/: 0 for embed.npy, l + 1 for layerNN.npy (NN = l as two or more
+ * digits, as "%02u" writes it); -1 for any other name. */
+static int64_t hidden_slot(const char *name)
+{
+    if (strcmp(name, "embed.npy") == 0)
+        return 0;
+    unsigned l;
+    int used = 0;
+    if (sscanf(name, "layer%u%n", &l, &used) != 1 || strcmp(name + used, ".npy") != 0)
+        return -1;
+    char canon[32];
+    snprintf(canon, sizeof canon, "layer%02u.npy", l);
+    return strcmp(canon, name) == 0 ? (int64_t)l + 1 : -1;
+}
+
+/* hidden/: embed.npy and any layerNN.npy of the model's layers; no other file. */
+static int hidden(hx_dump *d, const lm_model *m, lm_err *err)
+{
+    char hdir[PATH_CAP];
+    snprintf(hdir, sizeof hdir, "%s/hidden", d->dir);
+    DIR *dh = opendir(hdir);
+    if (dh == NULL)
+        return errno == ENOENT ? LM_OK
+                               : LM_FAIL(err, LM_E_INPUT, "%s: cannot open: %s", hdir,
+                                         strerror(errno));
+    const lm_hparams *hp = &m->hp;
+    d->n_hidden_slots = hp->n_layer + 1;
+    d->n_embd = hp->n_embd;
+    d->hidden = calloc(d->n_hidden_slots, sizeof *d->hidden);
+    int rc = d->hidden ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", d->dir);
+    const uint64_t want[2] = {d->n_prompt, hp->n_embd};
+    static const char *const names[2] = {"n_prompt", "the model's embedding size"};
+    for (struct dirent *e; rc == LM_OK && (e = readdir(dh)) != NULL;) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        const int64_t slot = hidden_slot(e->d_name);
+        if (slot < 0) {
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: unexpected file '%s' (expected embed.npy and "
+                         "layerNN.npy)", hdir, e->d_name);
+        } else if (slot > hp->n_layer) {
+            rc = LM_FAIL(err, LM_E_INPUT, "%s: '%s' names layer %lld, the model has %u", hdir,
+                         e->d_name, (long long)slot - 1, (unsigned)hp->n_layer);
+        } else {
+            char path[PATH_CAP + 300];
+            snprintf(path, sizeof path, "%s/%s", hdir, e->d_name);
+            rc = load_array(&d->hidden[slot], NULL, path, d->dir, 2, want, names, err);
+            d->n_hidden += rc == LM_OK;
+        }
+    }
+    closedir(dh);
+    return rc;
+}
+
 int hx_dump_load(hx_dump **out, const char *dir, const lm_model *m, const char *model_path,
                  lm_err *err)
 {
@@ -322,13 +378,8 @@ int hx_dump_load(hx_dump **out, const char *dir, const lm_model *m, const char *
              : !S_ISDIR(sb.st_mode)      ? LM_FAIL(err, LM_E_INPUT, "%s: not a folder", dir)
                                          : LM_OK;
     if (rc == LM_OK && (rc = manifest(d, m, model_path, err)) == LM_OK &&
-        (rc = rows(d, m, err)) == LM_OK)
-        rc = kv(d, m, err);
-    if (rc == LM_OK) {
-        char hdir[PATH_CAP];
-        snprintf(hdir, sizeof hdir, "%s/hidden", d->dir);
-        d->has_hidden = stat(hdir, &sb) == 0 && S_ISDIR(sb.st_mode);
-    }
+        (rc = rows(d, m, err)) == LM_OK && (rc = kv(d, m, err)) == LM_OK)
+        rc = hidden(d, m, err);
     if (rc != LM_OK) {
         hx_dump_free(d);
         return rc;

@@ -10,11 +10,12 @@
  * Arrays: exactly one of logits.npy and logprobs.npy, shape [n_positions][n_vocab]; optional
  * kv/layerNN_k.npy and kv/layerNN_v.npy (NN = 00, 01, ...: every layer, both tensors, nothing
  * else in kv/), shape [n_prompt][n_kv_head][head_dim], K after RoPE; element types float32,
- * float16, float64 or bfloat16 bits as uint16 (npy.h). A folder hidden/ (the residual stream
- * after each layer) is noted (has_hidden) and not read.
+ * float16, float64 or bfloat16 bits as uint16 (npy.h). Optional hidden/embed.npy (the input of
+ * layer 0, after any embedding scaling) and hidden/layerNN.npy (the residual stream after
+ * layer NN), any subset of them and nothing else in hidden/, shape [n_prompt][n_embd].
  *
  * hx_dump_load checks everything against the model before anything is used: array shapes vs
- * the model's vocabulary, layers, KV heads and head size; token ids vs the vocabulary; lengths
+ * the model's vocabulary, layers, KV heads, head size and embedding size; token ids vs the vocabulary; lengths
  * and positions vs the manifest; every element finite. Any mismatch is LM_E_INPUT with one
  * line naming the dump folder, the file and the field. */
 #ifndef HX_DUMP_H
@@ -42,8 +43,12 @@ typedef struct hx_dump {
     bool has_generated;
     uint32_t n_layer;         /* layers of K/V (0 when kv/ is absent) */
     float **k, **v;           /* [n_layer] -> [n_prompt][n_kv_head][head_dim], NULL when absent */
-    bool has_hidden;          /* the folder holds hidden/ (per-layer residuals: read by
-                                 nothing, only reported as not judged) */
+    uint32_t n_hidden;        /* hidden states read (files in hidden/; 0 when absent) */
+    uint32_t n_embd;          /* the model's, when hidden/ exists */
+    float **hidden;           /* [n_hidden_slots] -> [n_prompt][n_embd]: [0] embed.npy,
+                                 [l + 1] layerNN.npy with NN = l; NULL entries absent; NULL
+                                 when there is no hidden/ */
+    uint32_t n_hidden_slots;  /* entries of hidden: the model's n_layer + 1 */
     /* Top-k rows (a server's reply, `kvdrift probe`; never read from a folder): topk > 0 means
      * each row holds only the log-probabilities of the ids topk_ids lists (logprobs is true);
      * its other entries are NaN: unknown, never compared. */

@@ -57,7 +57,7 @@ void hx_report_free(hx_report *r)
         return;
     free(r->prompt_ids);
     for (size_t i = 0; i < r->n_configs; ++i)
-        free(r->configs[i].rows);
+        hx_config_report_free_parts(&r->configs[i]);
     free(r->configs);
     free(r->dumps);
     free(r->pairs);
@@ -169,6 +169,64 @@ void hx_kv_first_text(char *buf, size_t cap, const hx_kv_first *k)
                  "row: max |dump - R| %.3g > E %.3g; %u of %u rows outside)", (int)k->layer,
                  (int)k->pos, k->tensor, k->err, k->e, (unsigned)k->n_outside,
                  (unsigned)k->n_rows);
+}
+
+void hx_config_report_free_parts(hx_config_report *c)
+{
+    free(c->rows);
+    c->rows = NULL;
+    c->n_rows = 0;
+    free(c->hidden_first.states);
+    c->hidden_first.states = NULL;
+    c->hidden_first.n_states = 0;
+}
+
+/* "the embedding" or "layer L" for hidden state layer (-1: the embedding). */
+static void state_name(char *buf, size_t cap, int32_t layer)
+{
+    if (layer < 0)
+        snprintf(buf, cap, "the embedding");
+    else
+        snprintf(buf, cap, "layer %d", (int)layer);
+}
+
+void hx_hidden_first_text(char *buf, size_t cap, const hx_hidden_first *h)
+{
+    char where[32];
+    state_name(where, sizeof where, h->layer);
+    if (h->no_envelope)
+        snprintf(buf, cap, "%s", "hidden: not judged under this profile (its envelope's members "
+                 "record no hidden states)");
+    else if (!h->checked)
+        snprintf(buf, cap, "%s", "");
+    else if (!h->outside)
+        snprintf(buf, cap, "hidden: every row within the envelope (%u rows of %u states)",
+                 (unsigned)h->n_rows, (unsigned)h->n_states);
+    else
+        snprintf(buf, cap, "hidden: first outside the envelope at %s, position %d (max |dump - "
+                 "R| %.3g > E %.3g; %u of %u rows outside)", where, (int)h->pos, h->err, h->e,
+                 (unsigned)h->n_outside, (unsigned)h->n_rows);
+}
+
+void hx_hidden_states_text(char *buf, size_t cap, const hx_hidden_first *h)
+{
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    if (!h->checked || h->n_states == 0)
+        return;
+    size_t n = (size_t)snprintf(buf, cap, "err/E by state:");
+    for (uint32_t i = 0; i < h->n_states && n < cap; ++i) {
+        const hx_hidden_state *st = &h->states[i];
+        char name[16];
+        if (st->layer < 0)
+            snprintf(name, sizeof name, "embedding");
+        else
+            snprintf(name, sizeof name, "L%d", (int)st->layer);
+        n += (size_t)snprintf(buf + n, cap - n, "%s %s %.3g", i ? "," : "", name, st->ratio);
+    }
+    if (n >= cap && cap > 4)
+        memcpy(buf + cap - 4, "...", 4);
 }
 
 bool hx_config_report_fails(const hx_config_report *c, bool strict)

@@ -57,6 +57,33 @@ typedef struct hx_kv_first {
     uint32_t n_outside, n_rows; /* rows outside, rows compared */
 } hx_kv_first;
 
+/* One hidden state of a judged dump against the reference and its E (judge/hidden_locate.h). */
+typedef struct hx_hidden_state {
+    int32_t layer;             /* -1: the embedding; else the layer whose output it is */
+    double err;                /* max |dump - R| over its rows (+Inf: a NaN or Inf value) */
+    double e;                  /* its E */
+    double ratio;              /* err / E (+Inf when E == 0 < err, 0 when both are 0) */
+    uint32_t n_outside;        /* rows (positions) outside */
+} hx_hidden_state;
+
+/* Where a judged dump's hidden states first leave the envelope: states in forward order (the
+ * embedding, then layer 0's output, ...), in each the positions 0..n_prompt-1; a row (one
+ * position's n_embd values) is outside when classified as a whole tensor against its state's
+ * E it fails (hx_classify_tensor: DRIFT or NONFINITE). */
+typedef struct hx_hidden_first {
+    bool checked;              /* the dump's hidden states were compared (else nothing below) */
+    bool no_envelope;          /* the dump holds hidden states, but this profile's envelope
+                                  measured none (its members record none): not compared */
+    bool outside;              /* some row is outside: layer, pos, err and e name the first */
+    int32_t layer;             /* -1: the embedding */
+    int32_t pos;
+    double err, e;
+    uint32_t n_outside, n_rows;
+    uint32_t n_states;
+    hx_hidden_state *states;   /* [n_states] the dump's states in forward order; malloc'd,
+                                  freed by hx_config_report_free_parts */
+} hx_hidden_first;
+
 typedef struct hx_config_report {
     char config[HX_CONFIG_STR_MAX]; /* canonical config string */
     hx_class cls;              /* worst over rows and the greedy sequence */
@@ -100,6 +127,8 @@ typedef struct hx_config_report {
     float routing_tie_band;    /* that envelope: TIE = reference margin <= it */
     bool routing_checked;      /* MoE model: the two fields above are measured */
     hx_kv_first kv_first;      /* judged dumps with K/V only (checked false elsewhere) */
+    hx_hidden_first hidden_first; /* judged dumps with hidden states only (likewise); a
+                                  diagnosis of where the error enters: it does not change cls */
     size_t n_rows;
     hx_tensor_row *rows;       /* [n_rows] */
 } hx_config_report;
@@ -142,9 +171,8 @@ typedef struct hx_dump_report {
     char explained_by[8];      /* the profile with the smallest logits envelope under which
                                   the dump passes; "" = none (the dump fails) */
     bool has_generated;        /* tokens_generated compared */
-    bool hidden_unused;        /* the dump holds hidden/ (the residual stream after each
-                                  layer), which nothing judges: the reference exposes no
-                                  per-layer residuals (HX_HIDDEN_UNUSED says so) */
+    uint32_t n_hidden;         /* hidden states the dump holds (hidden/: the embedding and
+                                  layer outputs); 0 = none */
     int64_t first_divergent;   /* first generated index where the dump's greedy tokens leave
                                   the reference's argmax; -1 = none */
     int64_t compared_to;       /* generated indices compared (the dump's own path) */
@@ -165,8 +193,18 @@ typedef struct hx_dump_report {
 void hx_dump_departure_text(char *buf, size_t cap, const hx_dump_report *d,
                             uint32_t n_prompt);
 
-/* The report's words for hx_dump_report.hidden_unused. */
-#define HX_HIDDEN_UNUSED "hidden/ not used: the reference exposes no per-layer residuals"
+/* One line on h: "hidden: first outside the envelope at layer L (or: the embedding),
+ * position P (max |dump - R| X > E Y; N of M rows outside)", "hidden: every row within the
+ * envelope (M rows of S states)" or "hidden: not judged under this profile (its envelope's
+ * members record no hidden states)"; "" when h was not checked. */
+void hx_hidden_first_text(char *buf, size_t cap, const hx_hidden_first *h);
+/* "err/E by state: embedding R, L0 R, L1 R, ..." (each state's max |dump - R| / E, forward
+ * order); "" when h was not checked. Fits HX_HIDDEN_STATES_TEXT_MAX for any layer count a
+ * model file may state (longer lines end in "..."). */
+#define HX_HIDDEN_STATES_TEXT_MAX 4096
+void hx_hidden_states_text(char *buf, size_t cap, const hx_hidden_first *h);
+/* Frees what c owns (rows, hidden_first.states) and zeroes those fields. */
+void hx_config_report_free_parts(hx_config_report *c);
 
 /* One line on k: "K/V: first outside the envelope at layer L, position P (its K row: max
  * |dump - R| X > E Y; N of M rows outside)" or "K/V: every row within the envelope (M rows)";

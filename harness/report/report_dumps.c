@@ -29,6 +29,53 @@ static json_t *kv_first_obj(const hx_kv_first *k, int *bad)
     return o;
 }
 
+/* One hidden state: {"layer" (-1: the embedding), "err", "e", "ratio", "rows_outside"}. */
+static json_t *hidden_state_obj(const hx_hidden_state *h, int *bad)
+{
+    json_t *o = json_object();
+    if (o == NULL) {
+        *bad = 1;
+        return NULL;
+    }
+    *bad |= hx_json_put(o, "layer", json_integer(h->layer));
+    *bad |= hx_json_put(o, "err", hx_json_num(h->err));
+    *bad |= hx_json_put(o, "e", hx_json_num(h->e));
+    *bad |= hx_json_put(o, "ratio", hx_json_num(h->ratio));
+    *bad |= hx_json_put(o, "rows_outside", json_integer(h->n_outside));
+    return o;
+}
+
+/* The first hidden-state row outside the envelope: {"judged", "layer" (-1: the embedding),
+ * "position", "err", "e", "rows_outside", "rows", "states": [...]}, layer/position/err/e null
+ * when every row is within; {"judged": false} when the profile's envelope has no hidden
+ * states. */
+static json_t *hidden_first_obj(const hx_hidden_first *h, int *bad)
+{
+    json_t *o = json_object(), *st = json_array();
+    if (o == NULL || st == NULL) {
+        *bad = 1;
+        json_decref(o);
+        json_decref(st);
+        return NULL;
+    }
+    *bad |= hx_json_put(o, "judged", json_boolean(h->checked));
+    if (!h->checked) {
+        json_decref(st);
+        return o;
+    }
+    const bool any = h->outside;
+    *bad |= hx_json_put(o, "layer", any ? json_integer(h->layer) : json_null());
+    *bad |= hx_json_put(o, "position", any ? json_integer(h->pos) : json_null());
+    *bad |= hx_json_put(o, "err", any ? hx_json_num(h->err) : json_null());
+    *bad |= hx_json_put(o, "e", any ? hx_json_num(h->e) : json_null());
+    *bad |= hx_json_put(o, "rows_outside", json_integer(h->n_outside));
+    *bad |= hx_json_put(o, "rows", json_integer(h->n_rows));
+    for (uint32_t i = 0; i < h->n_states; ++i)
+        *bad |= json_array_append_new(st, hidden_state_obj(&h->states[i], bad)) != 0;
+    *bad |= hx_json_put(o, "states", st);
+    return o;
+}
+
 static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
 {
     json_t *o = json_object(), *kl = json_object(), *pr = json_object();
@@ -67,12 +114,14 @@ static json_t *dump_obj(const hx_report *r, const hx_dump_report *d, int *bad)
         *bad |= hx_json_put(p, "reason", json_string(c->reason));
         if (c->kv_first.checked)
             *bad |= hx_json_put(p, "kv_first_outside", kv_first_obj(&c->kv_first, bad));
+        if (c->hidden_first.checked || c->hidden_first.no_envelope)
+            *bad |= hx_json_put(p, "hidden_first_outside",
+                                hidden_first_obj(&c->hidden_first, bad));
         *bad |= hx_json_put(pr, at ? at + 1 : c->config, p);
     }
     *bad |= hx_json_put(o, "profiles", pr);
     *bad |= hx_json_put(o, "explained_by", d->explained_by[0] ? json_string(d->explained_by) : json_null());
-    *bad |= hx_json_put(o, "hidden_states",
-                        d->hidden_unused ? json_string(HX_HIDDEN_UNUSED) : json_null());
+    *bad |= hx_json_put(o, "hidden_states", json_integer(d->n_hidden));
     *bad |= hx_json_put(o, "greedy_compared", json_boolean(d->has_generated));
     *bad |= hx_json_put(o, "greedy_first_divergent", json_integer(d->first_divergent));
     *bad |= hx_json_put(o, "greedy_positions_compared", json_integer(d->compared_to));
@@ -138,6 +187,15 @@ int hx_report_judge_json(void *obj, const hx_report *r)
     return hx_json_put(o, "dumps", ds) | hx_json_put(o, "pairs", ps);
 }
 
+/* The hidden states' err/E in forward order as a sub-item. */
+static void hidden_states_md(FILE *f, const hx_hidden_first *h)
+{
+    char line[HX_HIDDEN_STATES_TEXT_MAX];
+    hx_hidden_states_text(line, sizeof line, h);
+    if (line[0])
+        fprintf(f, "  - %s\n", line);
+}
+
 void hx_report_judge_md(FILE *f, const hx_report *r)
 {
     if (r->n_dumps == 0)
@@ -175,19 +233,22 @@ void hx_report_judge_md(FILE *f, const hx_report *r)
         const hx_dump_report *d = &r->dumps[i];
         for (size_t k = 0; k < d->n_profiles; ++k) {
             const hx_config_report *c = &r->configs[d->first_config + k];
-            char kv[320];
+            char kv[320], hid[320];
             hx_kv_first_text(kv, sizeof kv, &c->kv_first);
-            if (kv[0] == '\0')
+            hx_hidden_first_text(hid, sizeof hid, &c->hidden_first);
+            if (kv[0] == '\0' && hid[0] == '\0')
                 continue;
             if (!kv_head)
-                fputs("\nK/V rows in forward order (layer, then position, K before V), each "
-                      "against its layer's envelope:\n\n", f);
+                fputs("\nK/V rows in forward order (layer, then position, K before V) and hidden "
+                      "states (the embedding, then each layer's output; position by position), "
+                      "each against its own envelope:\n\n", f);
             kv_head = true;
-            fprintf(f, "- `%s`: %s\n", c->config, kv);
+            if (kv[0])
+                fprintf(f, "- `%s`: %s\n", c->config, kv);
+            if (hid[0])
+                fprintf(f, "- `%s`: %s\n", c->config, hid);
+            hidden_states_md(f, &c->hidden_first);
         }
-        if (d->hidden_unused)
-            fprintf(f, "%s- `%s`: %s\n", kv_head ? "" : "\n", d->name, HX_HIDDEN_UNUSED);
-        kv_head |= d->hidden_unused;
     }
     for (size_t i = 0; i < r->n_dumps; ++i)
         if (r->dumps[i].topk.k > 0) {

@@ -173,7 +173,7 @@ static int assemble(hx_report *rep, one_run *runs, size_t n, const size_t *dump_
         c->sig_digits = 17.0;
     }
     for (size_t i = 0; i < rep->n_configs; ++i)
-        free(rep->configs[i].rows);
+        hx_config_report_free_parts(&rep->configs[i]);
     free(rep->configs);
     rep->configs = v;
     rep->n_configs = n;

@@ -313,11 +313,11 @@ static bool use_ref_sr(const jstate *s, uint32_t k)
            HX_MEMBERS_REF_SR;
 }
 
-/* Cache path and key of profile k's envelope (lp: of log-probabilities). */
+/* Cache path and key of profile k's envelope (lp: of log-probabilities; ref_sr: measured by
+ * the reference's SR members, use_ref_sr). */
 static int env_key(char *path, size_t cap, uint8_t key[16], const jstate *s, uint32_t k,
-                   bool lp, lm_err *err)
+                   bool lp, bool ref_sr, lm_err *err)
 {
-    const bool ref_sr = use_ref_sr(s, k);
     const hx_judge_params *p = s->p;
     char dir[4096], extra[sizeof judge_mode + 96];
     int rc = lm_cache_open(dir, sizeof dir, p->cache_dir, err);
@@ -332,23 +332,24 @@ static int env_key(char *path, size_t cap, uint8_t key[16], const jstate *s, uin
     return hx_envelope_cache_path(path, cap, dir, key, err);
 }
 
-static int env_load(hx_envelope **out, const jstate *s, uint32_t k, bool lp)
+static int env_load(hx_envelope **out, const jstate *s, uint32_t k, bool lp, bool ref_sr)
 {
     char path[4200];
     uint8_t key[16];
     lm_err e = {0};
-    if (env_key(path, sizeof path, key, s, k, lp, &e) != LM_OK || !file_exists(path))
+    if (env_key(path, sizeof path, key, s, k, lp, ref_sr, &e) != LM_OK || !file_exists(path))
         return LM_E_INPUT;
     return hx_envelope_load(out, path, key, &e);
 }
 
 /* The cache costs time, never correctness: a key or write failure is a warning. */
-static int env_store(hx_envelope *env, const jstate *s, uint32_t k, bool lp, lm_err *err)
+static int env_store(hx_envelope *env, const jstate *s, uint32_t k, bool lp, bool ref_sr,
+                     lm_err *err)
 {
     (void)err;
     char path[4200];
     lm_err e = {0};
-    if (env_key(path, sizeof path, env->key, s, k, lp, &e) != LM_OK ||
+    if (env_key(path, sizeof path, env->key, s, k, lp, ref_sr, &e) != LM_OK ||
         hx_envelope_save(env, path, &e) != LM_OK)
         lm_log(s->p->log, s->p->log_user, "envelope cache entry not stored (%s)", e.msg);
     return LM_OK;
@@ -374,16 +375,77 @@ static void member_done(void *user, uint32_t i, uint32_t done, double elapsed_s)
              elapsed_s / rate_n * (mp->m - done));
 }
 
+/* The reference's SR members' f32 envelope, from the cache or measured (and stored). */
+static int ref_sr_envelope(hx_envelope **out, const jstate *s, uint32_t k, lm_err *err)
+{
+    const hx_judge_params *p = s->p;
+    if (env_load(out, s, k, false, true) == LM_OK)
+        return LM_OK;
+    const uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
+    const uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
+    progress(p, "envelope of profile f32: %u SR runs of the reference's float32 model...",
+             (unsigned)m);
+    int rc = hx_envelope_from_ref_sr(out, p->ref, &s->ref, m, seed, p->ref_threads,
+                                     HX_ENVELOPE_SAFETY, NULL, NULL, err);
+    if (rc == LM_OK)
+        rc = env_store(*out, s, k, false, true, err);
+    if (rc == LM_OK)
+        progress(p, "envelope of profile f32 measured from %u SR runs of the reference's "
+                 "float32 model", (unsigned)m);
+    return rc;
+}
+
+/* Whether some dump holds hidden states. */
+static bool any_hidden(const jstate *s)
+{
+    for (size_t i = 0; i < s->p->n_dumps; ++i)
+        if (s->p->dumps[i]->n_hidden > 0)
+            return true;
+    return false;
+}
+
+/* Copies src's hidden states into dst (same layers). */
+static int copy_hidden(hx_envelope *dst, const hx_envelope *src, lm_err *err)
+{
+    int rc = hx_envelope_add_hidden(dst, err);
+    if (rc == LM_OK)
+        memcpy(dst->hidden, src->hidden, src->n_hidden * sizeof *src->hidden);
+    return rc;
+}
+
+/* Profile k's envelope of the hidden states when a dump holds them and the profile's own
+ * members measured none (the engine's naive-sr members record none): under f32 (or a profile
+ * judged as f32), those of the reference's SR members, which are the same f32 hypothesis;
+ * under another profile none (hx_hidden_first.no_envelope). */
+static int hidden_envelope(jstate *s, uint32_t k, lm_err *err)
+{
+    if (!any_hidden(s) || s->env[k]->n_hidden > 0 || strcmp(env_profile(s, k), "f32") != 0 ||
+        hx_envelope_source(s->p->ref, &s->ref, "f32", false) != HX_MEMBERS_REF_SR)
+        return LM_OK;
+    hx_envelope *sr = NULL;
+    int rc = ref_sr_envelope(&sr, s, k, err);
+    if (rc == LM_OK && sr->n_hidden != s->env[k]->n_layer + 1)
+        rc = LM_FAIL(err, LM_E_INPUT, "envelope of the reference's SR members holds no hidden "
+                     "states");
+    if (rc == LM_OK)
+        rc = copy_hidden(s->env[k], sr, err);
+    if (rc == LM_OK && s->env_lp[k] != NULL)
+        rc = copy_hidden(s->env_lp[k], sr, err);
+    hx_envelope_free(sr);
+    return rc;
+}
+
 /* (c) Profile k's envelopes (logits, and log-probabilities when needed). */
-static int envelope(jstate *s, uint32_t k, lm_err *err)
+static int envelope_rows(jstate *s, uint32_t k, lm_err *err)
 {
     const hx_judge_params *p = s->p;
     if (s->idle[k])
         progress(p, "profile %s rounds nothing on this model: judged with f32's envelope",
                  s->prof[k]->name);
-    bool need = env_load(&s->env[k], s, k, false) != LM_OK;
+    const bool ref_sr = use_ref_sr(s, k);
+    bool need = env_load(&s->env[k], s, k, false, ref_sr) != LM_OK;
     if (s->need_lp)
-        need |= env_load(&s->env_lp[k], s, k, true) != LM_OK;
+        need |= env_load(&s->env_lp[k], s, k, true, ref_sr) != LM_OK;
     if (!need) {
         progress(p, "envelope of profile %s loaded from cache", s->prof[k]->name);
         return LM_OK;
@@ -397,18 +459,9 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     if (mem == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     const double t0 = lm_now_s();
-    if (use_ref_sr(s, k)) {
+    if (ref_sr) {
         free(mem);
-        progress(p, "envelope of profile f32: %u SR runs of the reference's float32 model...",
-                 (unsigned)m);
-        int rc = hx_envelope_from_ref_sr(&s->env[k], p->ref, &s->ref, m, seed, p->ref_threads,
-                                         HX_ENVELOPE_SAFETY, NULL, NULL, err);
-        if (rc == LM_OK)
-            rc = env_store(s->env[k], s, k, false, err);
-        if (rc == LM_OK)
-            progress(p, "envelope of profile f32 measured from %u SR runs of the reference's "
-                     "float32 model", (unsigned)m);
-        return rc;
+        return ref_sr_envelope(&s->env[k], s, k, err);
     }
     hx_forced_request rq = forced_rq(s);
     const uint32_t jobs = p->jobs > 1 ? p->jobs : 1;
@@ -419,14 +472,14 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
         rc = hx_envelope_from_ensemble(&s->env[k], (const hx_capture *const *)mem, m, &s->ref,
                                        HX_ENVELOPE_SAFETY, err);
     if (rc == LM_OK)
-        rc = env_store(s->env[k], s, k, false, err);
+        rc = env_store(s->env[k], s, k, false, false, err);
     for (uint32_t i = 0; i < m && rc == LM_OK && s->need_lp; ++i)
         rc = log_softmax_f32(mem[i]->logits, mem[i]->shape.n_pos, mem[i]->shape.n_vocab, err);
     if (rc == LM_OK && s->need_lp)
         rc = hx_envelope_from_ensemble(&s->env_lp[k], (const hx_capture *const *)mem, m,
                                        &s->ref_lp, HX_ENVELOPE_SAFETY, err);
     if (rc == LM_OK && s->need_lp)
-        rc = env_store(s->env_lp[k], s, k, true, err);
+        rc = env_store(s->env_lp[k], s, k, true, false, err);
     for (uint32_t i = 0; i < m; ++i)
         hx_capture_free(mem[i]);
     free(mem);
@@ -434,6 +487,33 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
         progress(p, "envelope of profile %s measured from %u naive-sr runs (%.1f s)",
                  s->prof[k]->name, (unsigned)m, lm_now_s() - t0);
     return rc;
+}
+
+/* (c) Profile k's envelopes, with hidden states where measurable. */
+static int envelope(jstate *s, uint32_t k, lm_err *err)
+{
+    int rc = envelope_rows(s, k, err);
+    return rc == LM_OK ? hidden_envelope(s, k, err) : rc;
+}
+
+/* c's hidden states: copies of d's (c->hidden NULL when d holds none). */
+static int capture_hidden(hx_capture *c, const hx_dump *d, lm_err *err)
+{
+    if (d->n_hidden == 0)
+        return LM_OK;
+    c->n_embd = d->n_embd;
+    c->hidden = calloc(d->n_hidden_slots, sizeof *c->hidden);
+    if (c->hidden == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    const size_t n = (size_t)d->n_prompt * d->n_embd;
+    for (uint32_t i = 0; i < d->n_hidden_slots; ++i) {
+        if (d->hidden[i] == NULL)
+            continue;
+        if ((c->hidden[i] = malloc(n * sizeof(float))) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        memcpy(c->hidden[i], d->hidden[i], n * sizeof(float));
+    }
+    return LM_OK;
 }
 
 int hx_dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_err *err)
@@ -464,7 +544,11 @@ int hx_dump_capture(hx_capture **out, const hx_dump *d, const lm_model *m, lm_er
         free(c->v);
         c->k = c->v = NULL;
     }
-    return LM_OK;
+    if ((rc = capture_hidden(c, d, err)) != LM_OK) {
+        hx_capture_free(c);
+        *out = NULL;
+    }
+    return rc;
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -554,7 +638,7 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
     snprintf(dr->rows, sizeof dr->rows, "%s", d->logprobs ? "logprobs" : "logits");
     snprintf(dr->dtype, sizeof dr->dtype, "%s", d->row_dtype);
     dr->n_pos = d->n_pos;
-    dr->hidden_unused = d->has_hidden;
+    dr->n_hidden = d->n_hidden;
     dr->first_config = rep->n_configs;
     /* one profile per dump when the caller names it, else every profile */
     const uint32_t k0 = s->p->dump_profile ? s->p->dump_profile[di] : 0;
@@ -592,6 +676,8 @@ static int judge_dump(jstate *s, hx_report *rep, size_t di, lm_err *err)
                              : hx_compare_capture(c, x, b, ref, env, err);
         if (rc == LM_OK && x != NULL)
             rc = hx_kv_first_outside(&c->kv_first, x, ref, env, err);
+        if (rc == LM_OK && x != NULL)
+            rc = hx_hidden_first_outside(&c->hidden_first, x, &s->ref, env, err);
         scale[k - k0] = median_e(env);
         idle[k - k0] = s->idle[k];
     }

@@ -25,8 +25,11 @@
  *      otherwise logits rows only) through hx_compare_capture against the reference and that
  *      profile's envelope, as configuration "<dump>@<profile>" (no baseline, so never EXACT),
  *      and its K/V rows through hx_kv_first_outside (kv_locate.h: the first (layer, position)
- *      outside the envelope, into the configuration's kv_first); a dump's hidden/ is noted as
- *      not judged (hx_dump_report.hidden_unused: the reference has no per-layer residuals);
+ *      outside the envelope, into the configuration's kv_first) and its hidden states through
+ *      hx_hidden_first_outside (the first (state, position) outside, into hidden_first; the
+ *      hidden states' E under f32, or a profile judged as f32, is that of the reference's SR
+ *      members, measured (and cached) for them when the profile's own members are the
+ *      engine's, which record none; under other profiles they are not judged);
  *      the greedy tokens (tokens_generated) against the reference's argmax on the dump's own
  *      path, the class there being that row's (hx_greedy_departure); KL statistics and the
  *      same-top-1 rate over the logits rows; the explaining profile (hx_explain_profile, with

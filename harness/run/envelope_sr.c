@@ -23,7 +23,8 @@ hx_member_source hx_envelope_source(const ref_model *m, const ref_capture *ref,
     return hx_ensemble_source(m, &rq, profile, engine_only, NULL, 0);
 }
 
-/* A capture that borrows a member's arrays (hx_capture's layout: per-layer K/V pointers). */
+/* A capture that borrows a member's arrays (hx_capture's layout: per-layer K/V pointers, then
+ * hidden-state pointers, in kv [3 * n_layer + 1]). */
 static int as_capture(hx_capture *c, float **kv, const ref_sr_out *o, const ref_capture *ref)
 {
     memset(c, 0, sizeof *c);
@@ -41,6 +42,10 @@ static int as_capture(hx_capture *c, float **kv, const ref_sr_out *o, const ref_
         c->k[l] = o->k + l * per;
         c->v[l] = o->v + l * per;
     }
+    c->n_embd = o->n_embd;
+    c->hidden = kv + 2 * ref->n_layer;
+    for (uint32_t i = 0; i <= ref->n_layer; ++i)
+        c->hidden[i] = o->hidden + (size_t)i * o->n_prompt * o->n_embd;
     return LM_OK;
 }
 
@@ -55,13 +60,14 @@ int hx_envelope_from_ref_sr(hx_envelope **out, const ref_model *m, const ref_cap
     ref_sr_out *mem = calloc(n_members ? n_members : 1, sizeof *mem);
     hx_capture *caps = calloc(n_members ? n_members : 1, sizeof *caps);
     const hx_capture **ptr = calloc(n_members ? n_members : 1, sizeof *ptr);
-    float **kv = calloc((size_t)(n_members ? n_members : 1) * 2 * ref->n_layer, sizeof *kv);
+    const size_t n_ptr = 3 * (size_t)ref->n_layer + 1; /* per member: K, V, hidden states */
+    float **kv = calloc((size_t)(n_members ? n_members : 1) * n_ptr, sizeof *kv);
     int rc = (!mem || !caps || !ptr || !kv)
                  ? LM_FAIL(err, LM_E_NOMEM, "envelope: out of memory")
                  : ref_sr_ensemble(mem, n_members, m, &rq, seed, n_threads, err);
     if (rc == LM_OK) {
         for (uint32_t i = 0; i < n_members; ++i) {
-            as_capture(&caps[i], kv + (size_t)i * 2 * ref->n_layer, &mem[i], ref);
+            as_capture(&caps[i], kv + (size_t)i * n_ptr, &mem[i], ref);
             ptr[i] = &caps[i];
         }
         rc = hx_envelope_from_ensemble(out, ptr, n_members, ref, safety, err);

@@ -28,6 +28,34 @@ static int keep_rows(void *user, const lm_ctx *ctx, const hx_chunk *ch, lm_err *
     return LM_OK;
 }
 
+/* The probe keeping the "residual" rows of positions below n_kv into c->hidden[layer + 1]. */
+typedef struct keep_hidden {
+    hx_capture *c;
+    uint32_t n_kv;
+} keep_hidden;
+
+static void hidden_rows(void *user, uint32_t layer, const char *op, uint32_t pos0, uint32_t n,
+                        const float *x, size_t row_elems)
+{
+    const keep_hidden *kh = user;
+    if (strcmp(op, "residual") != 0 || layer >= kh->c->shape.n_layer || pos0 >= kh->n_kv)
+        return;
+    const uint32_t rows = pos0 + n <= kh->n_kv ? n : kh->n_kv - pos0;
+    memcpy(kh->c->hidden[layer + 1] + (size_t)pos0 * row_elems, x,
+           (size_t)rows * row_elems * sizeof *x);
+}
+
+/* Room in c for the hidden states after every layer (hidden[0], the embedding, NULL). */
+static int alloc_hidden(hx_capture *c, uint32_t n_embd, lm_err *err)
+{
+    c->n_embd = n_embd;
+    c->hidden = calloc(c->shape.n_layer + 1, sizeof *c->hidden);
+    for (uint32_t l = 1; c->hidden != NULL && l <= c->shape.n_layer; ++l)
+        if ((c->hidden[l] = calloc((size_t)c->shape.n_prompt * n_embd, sizeof(float))) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "forced run: out of memory");
+    return c->hidden ? LM_OK : LM_FAIL(err, LM_E_NOMEM, "forced run: out of memory");
+}
+
 int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
                   const hx_forced_request *rq, lm_err *err)
 {
@@ -50,6 +78,9 @@ int hx_run_forced(hx_capture **out, const lm_model *m, const hx_config *cfg,
                            err);
     if (rc == LM_OK)
         rc = hx_capture_create(&c, &s, err);
+    keep_hidden kh = {.c = c, .n_kv = rq->n_kv};
+    if (rc == LM_OK && rq->hidden && (rc = alloc_hidden(c, hp->n_embd, err)) == LM_OK)
+        lm_ctx_set_probe(hx_drive_ctx(d), hidden_rows, &kh);
     if (rc == LM_OK) {
         memcpy(c->tokens, rq->tokens, rq->n_tokens * sizeof *rq->tokens);
         memcpy(c->positions, rq->pos, rq->n_pos * sizeof *rq->pos);

@@ -13,6 +13,10 @@ typedef struct hx_forced_request {
     uint32_t n_kv;           /* K/V rows captured: positions 0..n_kv-1 (1..n_tokens) */
     const uint32_t *pos;     /* [n_pos] logits positions, strictly increasing, < n_tokens */
     uint32_t n_pos;
+    bool hidden;             /* also the residual stream after each layer at positions
+                                0..n_kv-1 (the engine's "residual" checkpoint,
+                                lm_ctx_set_probe) into the capture's hidden[l + 1]; the
+                                embedding is no engine checkpoint: hidden[0] stays NULL */
 } hx_forced_request;
 
 /* Feeds every token under cfg's schedule (hx_drive_feed: chunks of step, turn=D's two turns;

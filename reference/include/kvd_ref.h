@@ -7,7 +7,7 @@
  * nearest, with the summation order stated at each reduction (ref_ops.c). Weights enter as the
  * exact float32 values (mpfr_set_flt is exact for prec >= 24).
  *
- * Capture file format (version 1; also described in reference/FORMAT.md). All integers are
+ * Capture file format (version 2; also described in reference/FORMAT.md). All integers are
  * little-endian; offsets in bytes.
  *
  *   0   char[8]  magic "KVDREF01"
@@ -22,12 +22,16 @@
  *   52  u32      n_vocab
  *   56  u32      n_pos            (number of positions whose logits are stored)
  *   60  u32      reference version (REF_VERSION: the algorithm, not the file layout)
- *   64  i32[n_tokens]  token ids
+ *   64  u32      n_embd
+ *   68  u32      zero
+ *   72  i32[n_tokens]  token ids
  *       u32[n_pos]     logit positions, strictly increasing, each < n_tokens
  *       zero bytes up to the next multiple of 8 (so that the tensors are 8-byte aligned)
  *       f64 tensors, each IEEE binary64 rounded to nearest from the MPFR value:
  *         for layer 0..n_layer-1:  K [n_prompt][n_kv_head][head_dim] (after RoPE),
  *                                  V [n_prompt][n_kv_head][head_dim]
+ *         hidden [n_layer + 1][n_prompt][n_embd]: the embedding (input of layer 0), then the
+ *                residual stream after each layer
  *         logits [n_pos][n_vocab]
  *   end-16 u8[16] XXH3-128 of every byte before it, canonical (big-endian) form.
  *
@@ -44,11 +48,12 @@
 #include <stdint.h>
 
 #define REF_MAGIC "KVDREF01"
-#define REF_FORMAT_VERSION 1u
+#define REF_FORMAT_VERSION 2u /* 2: n_embd and the hidden states */
 /* Bumped whenever the computed numbers could change (it is part of the cache key).
  * 2: matrix products by the exact split dot product (ref_dotx.h), rounded once.
- * 3: attention's q.k and p.v products by the exact split dot product too (ref_dx_dot_vv). */
-#define REF_VERSION 3u
+ * 3: attention's q.k and p.v products by the exact split dot product too (ref_dx_dot_vv).
+ * 4: the hidden states are captured (capture format 2). */
+#define REF_VERSION 4u
 /* 127 bits: MPFR's two-limb fast path (measured faster than 128 here; see bench_ref). */
 #define REF_DEFAULT_PREC 127u
 #define REF_MIN_PREC 53u
@@ -97,7 +102,8 @@ typedef struct ref_group {
 typedef struct ref_request {
     const int32_t *tokens; /* [n_tokens]: prompt, then teacher-forced continuation */
     uint32_t n_tokens;
-    uint32_t n_prompt;     /* 1..n_tokens; K and V are captured for these positions */
+    uint32_t n_prompt;     /* 1..n_tokens; K, V and hidden states are captured for these
+                              positions */
     const uint32_t *pos;   /* [n_pos] logit positions, strictly increasing, < n_tokens; NULL:
                               the default (last prompt position and every one after it) */
     uint32_t n_pos;
@@ -136,11 +142,14 @@ typedef struct ref_capture {
     uint32_t version;        /* REF_VERSION of the code that computed it */
     uint32_t prec;
     uint8_t model_hash[16];
-    uint32_t n_tokens, n_prompt, n_layer, n_kv_head, head_dim, n_vocab, n_pos;
+    uint32_t n_tokens, n_prompt, n_layer, n_kv_head, head_dim, n_vocab, n_pos, n_embd;
     int32_t *tokens;         /* [n_tokens] */
     uint32_t *pos;           /* [n_pos] */
     double *k;               /* [n_layer][n_prompt][n_kv_head][head_dim], after RoPE */
     double *v;               /* [n_layer][n_prompt][n_kv_head][head_dim] */
+    double *hidden;          /* [n_layer + 1][n_prompt][n_embd]: [0] the embedding as layer 0
+                                reads it (scaled where the model scales), [l + 1] the residual
+                                stream after layer l */
     double *logits;          /* [n_pos][n_vocab] */
 } ref_capture;
 
@@ -153,6 +162,8 @@ int ref_capture_check_finite(const ref_capture *ref, const char *model, lm_err *
 /* K (or V) of one layer: [n_prompt][n_kv_head][head_dim]. */
 const double *ref_capture_k(const ref_capture *c, uint32_t layer);
 const double *ref_capture_v(const ref_capture *c, uint32_t layer);
+/* Hidden state i (0: the embedding, l + 1: after layer l): [n_prompt][n_embd]. */
+const double *ref_capture_hidden(const ref_capture *c, uint32_t i);
 /* Logits row of stored position index i (not the token position): [n_vocab]. */
 const double *ref_capture_logits(const ref_capture *c, uint32_t i);
 /* Index of token position p among the stored logit positions, or -1. */
@@ -168,7 +179,7 @@ int ref_model_supported(const ref_model *m, lm_err *err);
 int ref_request_check(const ref_model *m, const ref_request *rq, lm_err *err);
 /* Bytes the reference pass holds at its peak for rq, estimated before starting: every MPFR
  * value (struct plus limbs at the request's precision) of the per-token activations, the
- * captured K/V and logits, plus the float64 capture. A lower bound within a small factor. */
+ * captured K/V, hidden states and logits, plus the float64 capture. A lower bound within a small factor. */
 uint64_t ref_memory_estimate(const ref_model *m, const ref_request *rq);
 /* Runs the whole reference pass and rounds the results into *out (zeroed first). */
 int ref_compute(ref_capture *out, const ref_model *m, const ref_request *rq, lm_err *err);
@@ -176,10 +187,11 @@ int ref_compute(ref_capture *out, const ref_model *m, const ref_request *rq, lm_
 /* The unrounded results, for --validate and tests: MPFR values at rq->prec. */
 typedef struct ref_result {
     uint32_t prec;
-    uint32_t n_layer, n_prompt, n_kv_head, head_dim, n_vocab, n_pos;
+    uint32_t n_layer, n_prompt, n_kv_head, head_dim, n_vocab, n_pos, n_embd;
     uint32_t *pos;  /* [n_pos] */
     mpfr_t *k;      /* [n_layer][n_prompt][n_kv_head][head_dim] */
     mpfr_t *v;      /* [n_layer][n_prompt][n_kv_head][head_dim] */
+    mpfr_t *hidden; /* [n_layer + 1][n_prompt][n_embd], as ref_capture.hidden */
     mpfr_t *logits; /* [n_pos][n_vocab] */
     /* MoE models only (else NULL / 0): the reference's routing of every token in every layer
      * (dense layers keep zeros), for routing-flip reports. */
@@ -277,7 +289,7 @@ int ref_cached(ref_capture *out, const ref_model *m, const ref_request *rq, cons
  * -log2(|a - b| / |b|), capped at P; a == b (both zero included) counts as P bits; b == 0 with
  * a != 0 counts as 0 bits. */
 typedef struct ref_agreement {
-    char name[32];       /* "layer00.k", ..., "logits" */
+    char name[32];       /* "layer00.k", ..., "embedding", "layer00.out", ..., "logits" */
     double min_bits;     /* minimum over elements */
     double mean_bits;
     double min_digits;   /* min_bits * log10(2) */
@@ -285,8 +297,9 @@ typedef struct ref_agreement {
     uint64_t n;
 } ref_agreement;
 
-/* Runs rq at P = rq->prec (default 127) and at 2P; fills out[n_layer * 2 + 1] (per layer K then
- * V, then logits). *n_out receives the count. */
+/* Runs rq at P = rq->prec (default 127) and at 2P; fills out[n_layer * 3 + 2] (per layer K then
+ * V, then the hidden states: the embedding and each layer's output, then logits). *n_out
+ * receives the count. */
 int ref_validate(ref_agreement **out, uint32_t *n_out, const ref_model *m, const ref_request *rq,
                  lm_err *err);
 /* The same, with the 2P run's dot products by MPFR multiply-adds when mpfr_dot (a pure-MPFR

@@ -47,6 +47,9 @@ typedef struct ref_sr_out {
     float *k;       /* [n_layer][n_prompt][kv_dim] after RoPE */
     float *v;       /* [n_layer][n_prompt][kv_dim] */
     float *logits;  /* [n_pos][n_vocab] */
+    uint32_t n_embd;
+    float *hidden;  /* [n_layer + 1][n_prompt][n_embd]: the embedding, then each layer's output
+                       (ref_capture.hidden) */
     /* MoE models (else NULL, 0): every layer's routing of every token, the reference's rules on
      * this member's float32 router logits; dense layers: ids 0, margin +inf */
     uint32_t moe_k;

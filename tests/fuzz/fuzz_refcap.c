@@ -24,6 +24,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)k;
             (void)v;
         }
+        for (uint32_t i = 0; i <= c.n_layer; ++i) {
+            volatile double h = ref_capture_hidden(&c, i)[(uint64_t)c.n_prompt * c.n_embd - 1];
+            (void)h;
+        }
         ref_capture_free(&c);
     }
     return 0;
