@@ -618,6 +618,17 @@ static void test_report_html_wellformed(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "text-anchor=\"middle\">2</text>"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "text-anchor=\"middle\">full</text>"));
     CU_ASSERT_PTR_NULL(strstr(text, "log2"));
+    CU_ASSERT_PTR_NULL(strstr(text, "first leaves the envelope")); /* no dump held K/V rows */
+    free(text);
+    /* A dump's first K/V row outside the envelope is listed under its configuration. */
+    r->configs[1].kv_first = (hx_kv_first){.checked = true, .layer = 1, .pos = 3, .tensor = 'V',
+                                           .err = 0.5, .e = 0.01, .n_outside = 2, .n_rows = 10};
+    CU_ASSERT_EQUAL_FATAL(hx_report_write_html(r, path, &err), LM_OK);
+    text = read_page_text(path);
+    const char *li = strstr(text, "<li><code>");
+    CU_ASSERT_PTR_NOT_NULL(li);
+    CU_ASSERT_PTR_NOT_NULL(li ? strstr(li, "first outside the envelope at layer 1, position 3 "
+                                       "(its V row") : NULL);
     free(text);
     hx_report_free(r);
 }

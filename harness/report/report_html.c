@@ -394,6 +394,33 @@ static void summary_table(FILE *f, const hx_report *r)
     fputs("</table>\n", f);
 }
 
+/* Each configuration's first K/V row and first hidden state outside the envelope, where its
+ * dump held them (hx_kv_first_text, hx_hidden_first_text); nothing when none did. */
+static void first_outside_list(FILE *f, const hx_report *r)
+{
+    bool head = false;
+    for (size_t i = 0; i < r->n_configs; ++i) {
+        const hx_config_report *c = &r->configs[i];
+        char text[2][320];
+        hx_kv_first_text(text[0], sizeof text[0], &c->kv_first);
+        hx_hidden_first_text(text[1], sizeof text[1], &c->hidden_first);
+        for (size_t k = 0; k < 2; ++k) {
+            if (text[k][0] == '\0')
+                continue;
+            if (!head)
+                fputs("<h3>Where each configuration first leaves the envelope</h3>\n<ul>\n", f);
+            head = true;
+            fputs("<li><code>", f);
+            hx_html_esc(f, c->config);
+            fputs("</code>: ", f);
+            hx_html_esc(f, text[k]);
+            fputs("</li>\n", f);
+        }
+    }
+    if (head)
+        fputs("</ul>\n", f);
+}
+
 static void case_section(FILE *f, const hx_report *r)
 {
     fputs("<section><h2>", f);
@@ -421,6 +448,7 @@ static void case_section(FILE *f, const hx_report *r)
         fprintf(f, " (%.0f%% intervals from the member count)</p>\n", 100.0 * HX_SPLIT_LEVEL);
     }
     summary_table(f, r);
+    first_outside_list(f, r);
     dims d = report_dims(r);
     if (d.n_layer) {
         fputs("<h3>err/E per layer: K and V after prefill</h3>\n", f);
