@@ -39,6 +39,11 @@ case $rc in
   0) echo "check: PASS (JUnit: $build/reports/junit.xml, JSON: $build/reports/check.json, Markdown: $build/reports/check.md)" ;;
   1) echo "check: FAIL: a configuration regressed or a golden is stale (see the table above and $build/reports/check.md)" ;;
   3) echo "check: NOTHING RAN: every case was skipped (set KVDRIFT_MODELS?)" ;;
-  *) echo "check: ERROR (exit $rc): bad case file or input" ;;
+  2) echo "check: ERROR (exit 2): bad case file or input" ;;
+  *) if ((rc > 128)); then
+       echo "check: ERROR: kvdrift was killed by signal $((rc - 128)) (9: often the kernel's out-of-memory killer; see dmesg)"
+     else
+       echo "check: ERROR (exit $rc)"
+     fi ;;
 esac
 exit "$rc"
