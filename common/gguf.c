@@ -627,6 +627,14 @@ const char *lm_gguf_path(const lm_gguf *g) { return g->path; }
 uint32_t lm_gguf_version(const lm_gguf *g) { return g->version; }
 const void *lm_gguf_bytes(const lm_gguf *g) { return g->bytes; }
 uint64_t lm_gguf_size(const lm_gguf *g) { return g->size; }
+
+const void *lm_gguf_keep_map(lm_gguf *g, uint64_t *bytes)
+{
+    const void *m = g->map;
+    *bytes = m != NULL ? g->size : 0;
+    g->map = NULL; /* lm_gguf_close leaves it mapped */
+    return m;
+}
 uint64_t lm_gguf_n_kv(const lm_gguf *g) { return g->n_kv; }
 uint64_t lm_gguf_n_tensors(const lm_gguf *g) { return g->n_tensors; }
 

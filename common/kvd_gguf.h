@@ -72,6 +72,10 @@ const char *lm_gguf_path(const lm_gguf *g);
 uint32_t lm_gguf_version(const lm_gguf *g);
 const void *lm_gguf_bytes(const lm_gguf *g); /* whole file, [lm_gguf_size(g)] */
 uint64_t lm_gguf_size(const lm_gguf *g);
+/* Hands the file's read-only mapping to the caller, who unmaps it (munmap(map, *bytes)): the
+ * tensors' data pointers stay valid after lm_gguf_close. NULL (and *bytes 0) for an empty
+ * file. */
+const void *lm_gguf_keep_map(lm_gguf *g, uint64_t *bytes);
 
 /* --- metadata --- */
 uint64_t lm_gguf_n_kv(const lm_gguf *g);

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Each backend file exposes its constructor (and, when its bits depend on more than the build,
@@ -209,6 +210,8 @@ int lm_backend_probe(const char *name, lm_err *err)
 
 void lm_backend_destroy(lm_backend *be)
 {
-    if (be != NULL)
-        be->vt->destroy(be);
+    if (be == NULL)
+        return;
+    free(be->wtile);
+    be->vt->destroy(be);
 }

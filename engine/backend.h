@@ -12,16 +12,35 @@
 typedef struct lm_backend lm_backend;
 struct lm_rope_args;
 
+/* B of a product kept in a weight's file type: row j of B is the k values from column col0
+ * on of the row at data + j * row_bytes, whose blocks lm_type_to_f32 decodes. */
+typedef struct lm_nt_blocks {
+    const uint8_t *data; /* [n][row_bytes], or NULL: B is float32 (lm_nt_part.b) */
+    size_t row_bytes;
+    uint32_t type;       /* lm_tensor_type */
+    uint32_t col0;       /* first column read (a tensor-parallel shard of k starts mid-row) */
+} lm_nt_blocks;
+
 /* One product of a batch that shares its A operand (lm_gemm_nt_batch):
  * C[m][n] = alpha * A[m][k] . B[n][k]^T. */
 typedef struct lm_nt_part {
     uint32_t n;
-    const float *b; /* [n][ldb] */
+    const float *b; /* [n][ldb], or NULL when B is blocks (bq) */
     size_t ldb;
     float *c;       /* [m][ldc] */
     size_t ldc;
+    lm_nt_blocks bq; /* B in blocks when bq.data is set (weight_tiles.c decodes it) */
 } lm_nt_part;
 #define LM_NT_BATCH_MAX 4u /* products in one batch */
+
+/* The product of rows [row0, row0 + n) of weight w (k columns: its row length) into c
+ * [m][ldc]: B float32 when w.f is set, else w's blocks. */
+lm_nt_part lm_nt_weight(const lm_wt *w, uint64_t row0, uint32_t n, uint32_t k, float *c,
+                        size_t ldc);
+/* p restricted to n rows of B from row r0 and its columns from k0 on, into c [m][ldc]
+ * (tensor-parallel shards). */
+lm_nt_part lm_nt_sub(const lm_nt_part *p, uint32_t r0, uint32_t k0, uint32_t n, float *c,
+                     size_t ldc);
 
 typedef struct lm_backend_i {
     const char *name;
@@ -46,6 +65,15 @@ typedef struct lm_backend_i {
      * pool job, so no thread waits between them). Reached through lm_gemm_nt_batch. */
     void (*gemm_nt_batch)(lm_backend *be, uint32_t m, uint32_t k, float alpha, const float *a,
                           size_t lda, const lm_nt_part *p, uint32_t count);
+    /* Optional (NULL: gemm_nt_local): one tile of a product whose B is blocks
+     * (weight_tiles.c), gemm_nt on a decoded tile computed on the calling thread, called from
+     * the backend's pool's threads at once; tiles_begin (optional) runs once on the calling
+     * thread before a product's tiles go to the pool. A backend with a pool and one of
+     * gemm_nt_tile or gemm_nt_local runs tiles on its threads. */
+    void (*gemm_nt_tile)(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, float alpha,
+                         const float *a, size_t lda, const float *b, size_t ldb, float *c,
+                         size_t ldc);
+    void (*tiles_begin)(lm_backend *be);
     void (*destroy)(lm_backend *be);
     /* Optional (NULL for naive and blas: the forward pass then does nothing, one predictable
      * branch per stage and chunk). Called by the forward pass on the float32 results of each
@@ -63,8 +91,9 @@ typedef struct lm_backend_i {
     void (*round)(lm_backend *be, float *x /* [n][stride] */, uint32_t n, uint32_t elems,
                   size_t stride, uint32_t site, const lm_round_spec *spec);
     /* Optional (NULL: operands are read where they lie, as for the CPU backends). Called once
-     * per context with the model's float32 weight arena: a device backend uploads it once and
-     * reads every B operand that lies inside it from its own copy. */
+     * per context with a float32 copy of every weight matrix (the model's arena, or the
+     * context's own dequantized copy when the model keeps its file's types): a device backend
+     * uploads it once and reads every B operand that lies inside it from its own copy. */
     int (*bind_weights)(lm_backend *be, const float *w /* [n] */, size_t n, lm_err *err);
     /* Optional (NULL: the products cannot fail). The first failure of the products since the
      * backend was created (a device error), checked by the forward pass after every chunk. */
@@ -97,9 +126,23 @@ typedef struct lm_rope_args {
 } lm_rope_args;
 
 /* p[0..count) with A [m][lda] shared: the backend's gemm_nt_batch slot, else gemm_nt for each
- * product in order. */
+ * product in order; products whose B is blocks go to lm_gemm_nt_blocks. */
 void lm_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alpha, const float *a,
                       size_t lda, const lm_nt_part *p, uint32_t count);
+
+/* Products whose B is blocks (weight_tiles.c): B's rows decoded a tile at a time into the
+ * backend's tile scratch (lm_backend_reserve_wtiles), each tile then one gemm_nt call (or
+ * gemm_nt_local on the pool's threads, for a backend with a pool and that slot) on the
+ * columns it covers. Every element of B has the value lm_type_to_f32 gives it and every
+ * output the order the backend gives a float32 B, so a backend whose outputs do not depend on
+ * the other rows of B in a call (naive, naive-sr, det) has the bits of the float32 arena. */
+void lm_gemm_nt_blocks(lm_backend *be, uint32_t m, uint32_t k, float alpha, const float *a,
+                       size_t lda, const lm_nt_part *p, uint32_t count);
+/* Allocates be's tile scratch for products of up to k_max columns (once per context; kept
+ * when already large enough). */
+int lm_backend_reserve_wtiles(lm_backend *be, uint32_t k_max, lm_err *err);
+/* Bytes lm_backend_reserve_wtiles allocates for k_max columns on `slots` threads. */
+size_t lm_wtile_bytes(uint32_t k_max, uint32_t slots);
 
 struct lm_pool;
 /* The forward pass's elementwise ops: the backend's slot when it has one, else the shared C
@@ -164,6 +207,11 @@ struct lm_backend {
      * else NULL; a context then runs its elementwise stages on this pool too, so that one
      * set of threads does everything. Owned by the backend. */
     struct lm_pool *pool;
+    /* Decoded rows of B in blocks (weight_tiles.c): wtile_slots tiles of wtile_floats each,
+     * one per thread that runs tiles; NULL until lm_backend_reserve_wtiles. */
+    float *wtile;
+    size_t wtile_floats;
+    uint32_t wtile_slots;
 };
 
 /* Rows x [n][stride] (first elems live) rounded to spec at site: the backend's round slot,

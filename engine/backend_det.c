@@ -182,7 +182,7 @@ static void det_gemm_nt(lm_backend *be, uint32_t m, uint32_t n, uint32_t k, floa
                         const float *b /* [n][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    const lm_nt_part p = {n, b, ldb, c, ldc};
+    const lm_nt_part p = {n, b, ldb, c, ldc, {0}};
     det_job j = {.isa = ((det_backend *)be)->isa, .m = m, .k = k, .alpha = alpha, .a = a,
                  .lda = lda, .p = &p};
     det_split(be, &j);
@@ -193,7 +193,7 @@ static void det_gemm_nn(lm_backend *be, uint32_t m, uint32_t n, uint32_t k,
                         const float *b /* [k][ldb] */, size_t ldb,
                         float *c /* [m][ldc] */, size_t ldc)
 {
-    const lm_nt_part p = {n, b, ldb, c, ldc};
+    const lm_nt_part p = {n, b, ldb, c, ldc, {0}};
     det_job j = {.isa = ((det_backend *)be)->isa, .nn = true, .m = m, .k = k, .alpha = 1.0f,
                  .a = a, .lda = lda, .p = &p};
     det_split(be, &j);

@@ -171,12 +171,25 @@ static void rope_rows(void *arg, uint32_t begin, uint32_t end)
 void lm_gemm_nt_batch(lm_backend *be, uint32_t m, uint32_t k, float alpha, const float *a,
                       size_t lda, const lm_nt_part *p, uint32_t count)
 {
-    if (be->vt->gemm_nt_batch != NULL && count > 1) {
-        be->vt->gemm_nt_batch(be, m, k, alpha, a, lda, p, count);
+    /* float32 B and B in blocks apart (each output's bits are its product's alone) */
+    lm_nt_part f32[LM_NT_BATCH_MAX], blocks[LM_NT_BATCH_MAX];
+    uint32_t n_f32 = 0, n_blocks = 0;
+    LM_ASSERT(count <= LM_NT_BATCH_MAX);
+    for (uint32_t i = 0; i < count; ++i) {
+        if (p[i].bq.data != NULL)
+            blocks[n_blocks++] = p[i];
+        else
+            f32[n_f32++] = p[i];
+    }
+    if (n_blocks > 0)
+        lm_gemm_nt_blocks(be, m, k, alpha, a, lda, blocks, n_blocks);
+    if (be->vt->gemm_nt_batch != NULL && n_f32 > 1) {
+        be->vt->gemm_nt_batch(be, m, k, alpha, a, lda, f32, n_f32);
         return;
     }
-    for (uint32_t i = 0; i < count; ++i)
-        be->vt->gemm_nt(be, m, p[i].n, k, alpha, a, lda, p[i].b, p[i].ldb, p[i].c, p[i].ldc);
+    for (uint32_t i = 0; i < n_f32; ++i)
+        be->vt->gemm_nt(be, m, f32[i].n, k, alpha, a, lda, f32[i].b, f32[i].ldb, f32[i].c,
+                        f32[i].ldc);
 }
 
 void lm_gemm_nt_act(lm_backend *be, uint32_t site, uint32_t m, uint32_t k, const float *a,

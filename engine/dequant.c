@@ -26,8 +26,24 @@
  * Each product and sum is done in float32, in the order of ggml's reference dequantizers
  * (ggml-quants.c dequantize_row_*): f16 widened exactly, then float multiplies and adds (no
  * fused multiply-add: the build uses -ffp-contract=off), so the values are bitwise ggml's. */
+/* The decoders' loops are independent per element (integer unpacking, exact conversions, one
+ * float multiply and at most one add per value, no reduction), so vectorizing them changes no
+ * bit; -O2 alone does not vectorize loops in GCC 12. The products decode every block they
+ * read on each use (weight_tiles.c), which makes these loops a decode step's hot path. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-loop-vectorize", "no-trapping-math")
+#endif
+/* Each block decoder is also built for AVX2 (GCC's target clones, chosen once per process by
+ * the CPU): the same operations on wider vectors, so the same values. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DECODER __attribute__((target_clones("avx2", "default")))
+#else
+#define DECODER
+#endif
+
 #include "kvd_defects.h"
 #include "kvd_dequant.h"
+#include "kvd_model.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -80,33 +96,43 @@ static uint32_t rd32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* lm_f16_to_f32 with the normal numbers' exponent rebias inline (the same bits); zeros,
+ * subnormals, infinities and NaNs take lm_f16_to_f32 itself. */
+static inline float f16_to_f32_fast(uint16_t h)
+{
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    if (exp == 0 || exp == 0x1f)
+        return lm_f16_to_f32(h);
+    return bits_f32((uint32_t)(h & 0x8000u) << 16 | (exp + 112u) << 23 | (uint32_t)(h & 0x3ffu) << 13);
+}
+
 static float f16at(const uint8_t *p)
 {
-    return lm_f16_to_f32(rd16(p));
+    return f16_to_f32_fast(rd16(p));
 }
 
 /* IQ4_NL / IQ4_XS code book (ggml kvalues_iq4nl). */
 static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                          1, 13, 25, 38, 53, 69, 89, 113};
 
-static void f32_to_f32(const uint8_t *p, float *out, uint64_t n)
+DECODER static void f32_to_f32(const uint8_t *p, float *out, uint64_t n)
 {
     memcpy(out, p, (size_t)n * 4); /* little-endian host (x86-64, aarch64) */
 }
 
-static void f16_to_f32(const uint8_t *p, float *out, uint64_t n)
+DECODER static void f16_to_f32(const uint8_t *p, float *out, uint64_t n)
 {
     for (uint64_t i = 0; i < n; ++i)
-        out[i] = lm_f16_to_f32(rd16(p + 2 * i));
+        out[i] = f16_to_f32_fast(rd16(p + 2 * i));
 }
 
-static void bf16_to_f32(const uint8_t *p, float *out, uint64_t n)
+DECODER static void bf16_to_f32(const uint8_t *p, float *out, uint64_t n)
 {
     for (uint64_t i = 0; i < n; ++i)
         out[i] = lm_bf16_to_f32(rd16(p + 2 * i));
 }
 
-static void q4_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q4_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 18, out += 32) {
         float d = f16at(p);
@@ -118,7 +144,7 @@ static void q4_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q4_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q4_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 20, out += 32) {
         float d = f16at(p), m = f16at(p + 2);
@@ -130,7 +156,7 @@ static void q4_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q5_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q5_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 22, out += 32) {
         float d = f16at(p);
@@ -145,7 +171,7 @@ static void q5_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q5_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q5_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 24, out += 32) {
         float d = f16at(p), m = f16at(p + 2);
@@ -160,7 +186,7 @@ static void q5_1_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q8_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q8_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 34, out += 32) {
         float d = f16at(p);
@@ -169,7 +195,7 @@ static void q8_0_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q2_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q2_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 84) {
         const uint8_t *scales = p, *q = p + 16;
@@ -200,7 +226,7 @@ static void q3_k_scales(const uint8_t *s, int out[16])
     }
 }
 
-static void q3_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q3_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 110) {
         const uint8_t *hm = p, *q = p + 32;
@@ -236,7 +262,7 @@ static void scale_min_k4(int j, const uint8_t *q, int *d, int *m)
     }
 }
 
-static void q4_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q4_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 144) {
         float d = f16at(p), dmin = f16at(p + 2);
@@ -255,7 +281,7 @@ static void q4_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q5_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q5_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 176) {
         float d = f16at(p), dmin = f16at(p + 2);
@@ -276,7 +302,7 @@ static void q5_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q6_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q6_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 210) {
         float d = f16at(p + 208);
@@ -298,7 +324,7 @@ static void q6_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void q8_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void q8_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 292) {
         float d;
@@ -308,7 +334,7 @@ static void q8_k_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void iq4_nl_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void iq4_nl_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 18, out += 32) {
         float d = f16at(p);
@@ -320,7 +346,7 @@ static void iq4_nl_to_f32(const uint8_t *p, float *out, uint64_t nb)
     }
 }
 
-static void iq4_xs_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void iq4_xs_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 136) {
         float d = f16at(p);
@@ -340,7 +366,7 @@ static void iq4_xs_to_f32(const uint8_t *p, float *out, uint64_t nb)
 /* MXFP4 code book (ggml kvalues_mxfp4: e2m1 values times 2). */
 static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-static void mxfp4_to_f32(const uint8_t *p, float *out, uint64_t nb)
+DECODER static void mxfp4_to_f32(const uint8_t *p, float *out, uint64_t nb)
 {
     for (uint64_t b = 0; b < nb; ++b, p += 17, out += 32) {
         const uint32_t e = p[0];
@@ -372,9 +398,15 @@ uint64_t lm_blocks_first_bad(lm_tensor_type type, const uint8_t *src, const floa
     for (uint64_t b = 0; b < n_blocks; ++b) {
         if (type == LM_TYPE_MXFP4 && src[b * t->block_bytes] == 0xFF)
             return b;
-        for (uint32_t i = 0; i < t->block_elems; ++i)
-            if (!isfinite(decoded[b * t->block_elems + i]))
-                return b;
+        /* a value is not finite exactly when its exponent bits are all ones */
+        uint32_t inf_or_nan = 0;
+        for (uint32_t i = 0; i < t->block_elems; ++i) {
+            uint32_t u;
+            memcpy(&u, &decoded[b * t->block_elems + i], sizeof u);
+            inf_or_nan |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (inf_or_nan)
+            return b;
     }
     return n_blocks;
 }
@@ -405,4 +437,16 @@ int lm_gguf_tensor_to_f32(float *out, const lm_gguf_tensor *t, lm_err *err)
                        g->name);
     fn(t->data, out, t->n_elem / be); /* data: [nbytes], validated by the reader */
     return LM_OK;
+}
+
+void lm_wt_rows(float *out, const lm_wt *w, uint64_t row0, uint64_t n, uint32_t cols)
+{
+    if (w->f != NULL) {
+        memcpy(out, w->f + row0 * cols, (size_t)(n * cols) * sizeof *out);
+        return;
+    }
+    /* rows are whole blocks (ne[0] is a multiple of the block, checked at load), one after
+     * the other: n rows are n * cols / block_elems consecutive blocks */
+    const uint64_t be = lm_tensor_type_block_elems((lm_tensor_type)w->type);
+    lm_type_to_f32(w->type)(w->q + row0 * w->row_bytes, out, n * cols / be);
 }

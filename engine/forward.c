@@ -98,10 +98,12 @@ struct lm_ctx {
     void *probe_user;
     lm_layer_fn on_layer; /* after each layer of a chunk (progress), NULL = none */
     void *on_layer_user;
-    const lm_model *m_user; /* the caller's model; m is a copy with rounded weights when the
-                               profile rounds WEIGHT (else m_user itself) */
+    const lm_model *m_user; /* the caller's model; m is a copy with float32 weight matrices
+                               when the profile rounds WEIGHT or a device backend needs them
+                               (own_weights; else m_user itself) */
     lm_model *m_round;      /* that copy (NULL when none) */
-    float *w_round;         /* its weights, one block */
+    float *w_round;         /* [w_round_n] its weight matrices, one block */
+    size_t w_round_n;
     lm_layer *layers_round; /* [n_layer] its layers */
 };
 
@@ -246,8 +248,9 @@ static void attn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint3
     const uint32_t nq = n - r0; /* rows of q: chunk rows [r0, n), q's row 0 is chunk row r0 */
     rmsnorm_chunk(c, c->xn, c->x, L->attn_norm, n);
     probe(c, il, "attn_norm", c->xn, np, d);
-    const lm_nt_part qkv[3] = {{kv_dim, L->wk, d, kc, kv_dim}, {kv_dim, L->wv, d, vc, kv_dim},
-                               {q_dim, L->wq, d, c->q, q_dim}};
+    const lm_nt_part qkv[3] = {lm_nt_weight(&L->wk, 0, kv_dim, d, kc, kv_dim),
+                               lm_nt_weight(&L->wv, 0, kv_dim, d, vc, kv_dim),
+                               lm_nt_weight(&L->wq, 0, q_dim, d, c->q, q_dim)};
     const layer_act *A = c->act != NULL ? &c->act[il] : NULL;
     const lm_round_spec *const *act = A ? (const lm_round_spec *const[]){A->wk, A->wv, A->wq}
                                         : NULL;
@@ -343,7 +346,7 @@ static void attn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint3
     probe(c, il, "attn", c->att, batched ? np : nq, q_dim);
 
     float *x = c->x + (size_t)r0 * d; /* [nq][n_embd] the rows that go on */
-    const lm_nt_part o = {d, L->wo, q_dim, c->xn, d};
+    const lm_nt_part o = lm_nt_weight(&L->wo, 0, d, q_dim, c->xn, d);
     lm_tp_gemm_rows(be, &c->tp, LM_SITE_ATTN_OUT, nq, q_dim, c->att, q_dim, &o,
                     A ? A->wo : NULL, c->act_in, c->tp_part);
     if (L->attn_post_norm != NULL) { /* sandwich: the branch output (+ bias) normed, then added */
@@ -389,15 +392,15 @@ static void ffn_block(lm_ctx *c, const seq_part *parts, uint32_t n_parts, uint32
         probe(c, il, "residual", x, np, d);
         return;
     }
-    const lm_nt_part gate_up[2] = {{ff, L->w_gate, d, c->ff_gate, ff},
-                                   {ff, L->w_up, d, c->ff_up, ff}};
+    const lm_nt_part gate_up[2] = {lm_nt_weight(&L->w_gate, 0, ff, d, c->ff_gate, ff),
+                                   lm_nt_weight(&L->w_up, 0, ff, d, c->ff_up, ff)};
     const layer_act *A = c->act != NULL ? &c->act[il] : NULL;
     lm_tp_gemm_cols(be, &c->tp, LM_SITE_NORM, n, d, c->xn, d, gate_up,
                     A ? (const lm_round_spec *const[]){A->gate, A->up} : NULL, 2, c->act_in);
     lm_op_glu(be, c->pool, c->ff_gate, c->ff_up, n, ff, hp->act);
     lm_backend_perturb(be, c->ff_gate, n, ff, ff, LM_SITE_SWIGLU); /* SR ensemble only */
     probe(c, il, "ffn_act", c->ff_gate, np, ff);
-    const lm_nt_part down = {d, L->w_down, ff, c->xn, d};
+    const lm_nt_part down = lm_nt_weight(&L->w_down, 0, d, ff, c->xn, d);
     lm_tp_gemm_rows(be, &c->tp, LM_SITE_SWIGLU, n, ff, c->ff_gate, ff, &down,
                     A ? A->down : NULL, c->act_in, c->tp_part);
     if (L->ffn_post_norm != NULL) /* sandwich */
@@ -441,7 +444,7 @@ static void logits_row(lm_ctx *c, uint32_t t, uint32_t pos, float *out /* [n_voc
     lm_backend_perturb(c->be, xr, 1, d, d, LM_SITE_OUT_NORM); /* SR ensemble only */
     if (c->probe != NULL && pos != UINT32_MAX)
         c->probe(c->probe_user, hp->n_layer, "out_norm", pos, 1, xr, d);
-    const lm_nt_part o = {hp->n_vocab, c->m->output, d, out, hp->n_vocab};
+    const lm_nt_part o = lm_nt_weight(&c->m->output, 0, hp->n_vocab, d, out, hp->n_vocab);
     lm_gemm_nt_act(c->be, LM_SITE_OUT_NORM, 1, d, xr, d, &o, c->act ? &c->act_output : NULL, 1,
                    c->act_in);
 }
@@ -479,7 +482,7 @@ static void embed(lm_ctx *c, const int32_t *tokens, uint32_t n, uint32_t row0)
     const uint32_t d = hp->n_embd;
     float *x = c->x + (size_t)row0 * d; /* [n][n_embd] */
     for (uint32_t t = 0; t < n; ++t)
-        memcpy(x + (size_t)t * d, c->m->tok_embd + (size_t)tokens[t] * d, d * sizeof(float));
+        lm_wt_rows(x + (size_t)t * d, &c->m->tok_embd, (uint64_t)tokens[t], 1, d);
     if (hp->embd_scale != 0.0f) /* one float multiply per element (gemma3: sqrtf(n_embd)) */
         for (size_t i = 0; i < (size_t)n * d; ++i)
             x[i] *= hp->embd_scale;
@@ -650,25 +653,45 @@ void lm_rope_table(const lm_model *m, float theta, uint32_t n_pos, float *cos_ta
     }
 }
 
-/* Copies src [rows][cols] into *cur rounded at the WEIGHT site, advancing *cur. */
-static const float *round_copy(lm_ctx *c, float **cur, const float *src, uint32_t rows,
-                               uint32_t cols)
+/* Whether some weight product of m reads blocks (then the backend needs tile scratch). */
+static bool has_blocks(const lm_model *m)
 {
-    float *dst = *cur;
-    memcpy(dst, src, (size_t)rows * cols * sizeof *dst);
-    lm_backend_perturb(c->be, dst, rows, cols, cols, LM_SITE_WEIGHT);
-    *cur += (size_t)rows * cols;
-    return dst;
+    bool any = m->tok_embd.q != NULL || m->output.q != NULL;
+    for (uint32_t il = 0; il < m->hp.n_layer && !any; ++il) {
+        const lm_wt *w[LM_LAYER_PRODUCTS];
+        lm_layer_product_weights(&m->layers[il], w);
+        for (int i = 0; i < LM_LAYER_PRODUCTS; ++i)
+            any = any || w[i]->q != NULL;
+    }
+    return any;
 }
 
-/* A profile that rounds WEIGHT (bf16, tf32): the context computes with a private copy of the
- * model whose embedding table and weight matrices are rounded once: a dense FFN's three, or a
- * MoE layer's router and its experts' three (norm weights and biases stay float32). */
-static int round_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
+/* src [rows][cols] as float32 values into *cur (rounded at the WEIGHT site when round),
+ * advancing *cur. */
+static lm_wt f32_copy(lm_ctx *c, float **cur, const lm_wt *src, uint32_t rows, uint32_t cols,
+                      bool round)
 {
-    if (lm_profile_site(prof, LM_SITE_WEIGHT)->kind == LM_ROUND_NONE)
-        return LM_OK;
+    float *dst = *cur;
+    lm_wt_rows(dst, src, 0, rows, cols);
+    if (round)
+        lm_backend_perturb(c->be, dst, rows, cols, cols, LM_SITE_WEIGHT);
+    *cur += (size_t)rows * cols;
+    lm_wt w = lm_wt_f32(dst);
+    w.type = src->type;
+    return w;
+}
+
+/* The context computes with a private copy of the model whose embedding table and weight
+ * matrices are float32 (a dense FFN's three, or a MoE layer's router and its experts' three;
+ * norm weights and biases are float32 already) when the profile rounds WEIGHT (bf16, tf32:
+ * the copy rounded once) or when its backend reads float32 weights from its own memory
+ * (bind_weights, a device backend) and the model keeps its file's types. */
+static int own_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
+{
     const lm_model *m = c->m_user;
+    const bool round = lm_profile_site(prof, LM_SITE_WEIGHT)->kind != LM_ROUND_NONE;
+    if (!round && !(c->be->vt->bind_weights != NULL && has_blocks(m)))
+        return LM_OK;
     const lm_hparams *hp = &m->hp;
     const uint64_t d = hp->n_embd, q_dim = (uint64_t)hp->n_head * hp->head_dim,
                    kv_dim = (uint64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
@@ -676,43 +699,62 @@ static int round_weights(lm_ctx *c, const lm_profile *prof, lm_err *err)
     uint64_t total = (uint64_t)hp->n_vocab * d * (hp->tied_output ? 1 : 2);
     for (uint32_t il = 0; il < hp->n_layer; ++il)
         total += 2 * q_dim * d + 2 * kv_dim * d +
-                 (m->layers[il].ffn_gate_inp != NULL ? ne * d + 3 * ne * ffe * d : 3 * ff * d);
+                 (lm_wt_present(&m->layers[il].ffn_gate_inp) ? ne * d + 3 * ne * ffe * d
+                                                             : 3 * ff * d);
     c->m_round = malloc(sizeof *c->m_round);
     c->layers_round = malloc((hp->n_layer ? hp->n_layer : 1) * sizeof *c->layers_round);
     c->w_round = malloc(total * sizeof(float));
     if (c->m_round == NULL || c->layers_round == NULL || c->w_round == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "profile %s: cannot allocate %llu rounded weights",
+        return LM_FAIL(err, LM_E_NOMEM, "profile %s: cannot allocate %llu float32 weights",
                        prof->name, (unsigned long long)total);
+    c->w_round_n = (size_t)total;
     *c->m_round = *m;
     float *cur = c->w_round;
-    c->m_round->tok_embd = round_copy(c, &cur, m->tok_embd, hp->n_vocab, (uint32_t)d);
-    c->m_round->output = hp->tied_output ? c->m_round->tok_embd
-                                         : round_copy(c, &cur, m->output, hp->n_vocab, (uint32_t)d);
+    c->m_round->tok_embd = f32_copy(c, &cur, &m->tok_embd, hp->n_vocab, (uint32_t)d, round);
+    c->m_round->output = hp->tied_output
+                             ? c->m_round->tok_embd
+                             : f32_copy(c, &cur, &m->output, hp->n_vocab, (uint32_t)d, round);
     for (uint32_t il = 0; il < hp->n_layer; ++il) {
         const lm_layer *L = &m->layers[il];
         lm_layer *R = &c->layers_round[il];
         *R = *L;
-        R->wq = round_copy(c, &cur, L->wq, (uint32_t)q_dim, (uint32_t)d);
-        R->wk = round_copy(c, &cur, L->wk, (uint32_t)kv_dim, (uint32_t)d);
-        R->wv = round_copy(c, &cur, L->wv, (uint32_t)kv_dim, (uint32_t)d);
-        R->wo = round_copy(c, &cur, L->wo, (uint32_t)d, (uint32_t)q_dim);
-        if (L->ffn_gate_inp != NULL) { /* experts as [n_expert * rows][cols] */
-            R->ffn_gate_inp = round_copy(c, &cur, L->ffn_gate_inp, (uint32_t)ne, (uint32_t)d);
-            R->ffn_gate_exps = round_copy(c, &cur, L->ffn_gate_exps, (uint32_t)(ne * ffe),
-                                          (uint32_t)d);
-            R->ffn_up_exps = round_copy(c, &cur, L->ffn_up_exps, (uint32_t)(ne * ffe),
-                                        (uint32_t)d);
-            R->ffn_down_exps = round_copy(c, &cur, L->ffn_down_exps, (uint32_t)(ne * d),
-                                          (uint32_t)ffe);
+        R->wq = f32_copy(c, &cur, &L->wq, (uint32_t)q_dim, (uint32_t)d, round);
+        R->wk = f32_copy(c, &cur, &L->wk, (uint32_t)kv_dim, (uint32_t)d, round);
+        R->wv = f32_copy(c, &cur, &L->wv, (uint32_t)kv_dim, (uint32_t)d, round);
+        R->wo = f32_copy(c, &cur, &L->wo, (uint32_t)d, (uint32_t)q_dim, round);
+        if (lm_wt_present(&L->ffn_gate_inp)) { /* experts as [n_expert * rows][cols] */
+            R->ffn_gate_inp = f32_copy(c, &cur, &L->ffn_gate_inp, (uint32_t)ne, (uint32_t)d,
+                                       round);
+            R->ffn_gate_exps = f32_copy(c, &cur, &L->ffn_gate_exps, (uint32_t)(ne * ffe),
+                                        (uint32_t)d, round);
+            R->ffn_up_exps = f32_copy(c, &cur, &L->ffn_up_exps, (uint32_t)(ne * ffe),
+                                      (uint32_t)d, round);
+            R->ffn_down_exps = f32_copy(c, &cur, &L->ffn_down_exps, (uint32_t)(ne * d),
+                                        (uint32_t)ffe, round);
             continue;
         }
-        R->w_gate = round_copy(c, &cur, L->w_gate, (uint32_t)ff, (uint32_t)d);
-        R->w_up = round_copy(c, &cur, L->w_up, (uint32_t)ff, (uint32_t)d);
-        R->w_down = round_copy(c, &cur, L->w_down, (uint32_t)d, (uint32_t)ff);
+        R->w_gate = f32_copy(c, &cur, &L->w_gate, (uint32_t)ff, (uint32_t)d, round);
+        R->w_up = f32_copy(c, &cur, &L->w_up, (uint32_t)ff, (uint32_t)d, round);
+        R->w_down = f32_copy(c, &cur, &L->w_down, (uint32_t)d, (uint32_t)ff, round);
     }
     c->m_round->layers = c->layers_round;
     c->m = c->m_round;
     return LM_OK;
+}
+
+/* The widest reduction of a weight product: the most columns a decoded tile row holds. */
+static uint32_t product_k_max(const lm_hparams *hp)
+{
+    const uint32_t q_dim = hp->n_head * hp->head_dim;
+    uint32_t k = hp->n_embd > q_dim ? hp->n_embd : q_dim;
+    k = hp->n_ff > k ? hp->n_ff : k;
+    return hp->n_ff_exp > k ? hp->n_ff_exp : k;
+}
+
+uint64_t lm_ctx_predict_wtile_bytes(const lm_hparams *hp)
+{
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return lm_wtile_bytes(product_k_max(hp), cpus > 1 ? (uint32_t)cpus : 1u);
 }
 
 /* Whether the profile converts some product input per weight type (LM_ROUND_VEC_DOT). */
@@ -724,8 +766,7 @@ static bool converts_per_weight(const lm_profile *prof)
     return false;
 }
 
-/* c->act from the types of the caller's model's weights (c->m_user: the weights' types are
- * looked up by their values' address in the file's arena). */
+/* c->act from the file types of the caller's model's weights (c->m_user). */
 static int act_formats(lm_ctx *c, lm_err *err)
 {
     const lm_model *m = c->m_user;
@@ -733,16 +774,16 @@ static int act_formats(lm_ctx *c, lm_err *err)
     if (c->act == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "context: out of memory");
     for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
-        const float *w[LM_LAYER_PRODUCTS];
+        const lm_wt *w[LM_LAYER_PRODUCTS];
         lm_layer_product_weights(&m->layers[il], w);
         const lm_round_spec **f[LM_LAYER_PRODUCTS] = {&c->act[il].wq, &c->act[il].wk, &c->act[il].wv,
                                        &c->act[il].wo, &c->act[il].gate, &c->act[il].up,
                                        &c->act[il].down, &c->act[il].moe[0], &c->act[il].moe[1],
                                        &c->act[il].moe[2], &c->act[il].moe[3]};
         for (int i = 0; i < LM_LAYER_PRODUCTS; ++i)
-            *f[i] = lm_vec_dot_spec(lm_model_weight_type(m, w[i]));
+            *f[i] = lm_vec_dot_spec(w[i]->type);
     }
-    c->act_output = lm_vec_dot_spec(lm_model_weight_type(m, m->output));
+    c->act_output = lm_vec_dot_spec(m->output.type);
     return LM_OK;
 }
 
@@ -852,13 +893,17 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     if (rc != LM_OK)
         goto fail;
     c->be->prof = prof;
-    if ((rc = round_weights(c, prof, err)) != LM_OK)
+    if ((rc = own_weights(c, prof, err)) != LM_OK)
+        goto fail;
+    if (has_blocks(c->m) && (rc = lm_backend_reserve_wtiles(c->be, product_k_max(hp), err)))
         goto fail;
     const bool per_weight = converts_per_weight(prof);
     if (per_weight && (rc = act_formats(c, err)) != LM_OK)
         goto fail;
     if (c->be->vt->bind_weights != NULL) {
-        rc = c->be->vt->bind_weights(c->be, m->weights_arena, m->weights_n, err);
+        rc = c->w_round != NULL && has_blocks(m)
+                 ? c->be->vt->bind_weights(c->be, c->w_round, c->w_round_n, err)
+                 : c->be->vt->bind_weights(c->be, m->weights_arena, m->weights_n, err);
         if (rc != LM_OK)
             goto fail;
     }
@@ -906,7 +951,7 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
     c->kbuf = p->batch_rows ? carve(&cur, sizes[12]) : NULL;
     c->vbuf = p->batch_rows ? carve(&cur, sizes[13]) : NULL;
     c->tp_part = carve(&cur, sizes[14]);
-    c->scratch_bytes = total;
+    c->scratch_bytes = total + c->be->wtile_slots * c->be->wtile_floats * sizeof(float);
     lm_rope_table(c->m, hp->rope_theta, n_ctx, c->rope_cos, c->rope_sin);
     c->rope_cos_swa = c->rope_cos;
     c->rope_sin_swa = c->rope_sin;

@@ -1,6 +1,9 @@
-/* model.c — model loading, driven by the architecture table (arch.c): hyperparameters from GGUF metadata, every tensor's shape
- * checked, every weight dequantized once into one float32 arena; the file is unmapped after
- * load (the vocabulary copies what it needs). */
+/* model.c — model loading, driven by the architecture table (arch.c): hyperparameters from
+ * GGUF metadata, every tensor's shape checked. Weight matrices stay in the file's read-only
+ * mapping in their file's type (LM_WEIGHTS_FILE: F32 ones read in place, the others decoded
+ * by the products, weight_tiles.c), or are dequantized once into one float32 arena, the file
+ * then unmapped (LM_WEIGHTS_ARENA); vectors (norms, biases, sinks, RoPE factors) are float32
+ * in an arena either way. The vocabulary copies what it needs. */
 #include "kvd_engine.h"
 #include "kvd_model.h"
 #include "kvd_util.h"
@@ -15,12 +18,13 @@
 #include <xxhash.h>
 
 /* One weight to load: its GGUF name, expected shape (ne[0] = in, ne[1] = out, 1 when 1-D),
- * and where its float32 pointer goes. */
+ * and where it goes: a vector's float32 pointer (dst) or a matrix's lm_wt (wdst). */
 typedef struct want {
     char name[64];
     uint64_t ne0, ne1;
     bool optional;
-    const float **dst;
+    const float **dst; /* NULL for a matrix */
+    lm_wt *wdst;       /* NULL for a vector */
     uint64_t ne2;      /* third extent (expert stacks), 1 for matrices and vectors */
 } want;
 
@@ -30,7 +34,7 @@ typedef struct plan {
 } plan;
 
 static int plan_add(plan *p, const char *name, uint64_t ne0, uint64_t ne1, bool optional,
-                    const float **dst, lm_err *err)
+                    const float **dst, lm_wt *wdst, lm_err *err)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 64;
@@ -46,15 +50,16 @@ static int plan_add(plan *p, const char *name, uint64_t ne0, uint64_t ne1, bool 
     w->ne1 = ne1;
     w->optional = optional;
     w->dst = dst;
+    w->wdst = wdst;
     w->ne2 = 1;
     return LM_OK;
 }
 
 /* A 3-D tensor [ne2][ne1][ne0] (ggml order ne0, ne1, ne2), e.g. blk.N.ffn_gate_exps.weight. */
 static int plan_add3(plan *p, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2,
-                     const float **dst, lm_err *err)
+                     lm_wt *wdst, lm_err *err)
 {
-    int rc = plan_add(p, name, ne0, ne1, false, dst, err);
+    int rc = plan_add(p, name, ne0, ne1, false, NULL, wdst, err);
     if (rc == LM_OK)
         p->w[p->n - 1].ne2 = ne2;
     return rc;
@@ -335,52 +340,58 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
     uint64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
     uint64_t Q = (uint64_t)hp->n_head * hp->head_dim, KV = (uint64_t)hp->n_head_kv * hp->head_dim;
     int rc;
-    if ((rc = plan_add(p, tn->tok_embd, E, V, false, &m->tok_embd, err))
-        || (rc = plan_add(p, tn->output_norm, E, 1, false, &m->output_norm, err)))
+    if ((rc = plan_add(p, tn->tok_embd, E, V, false, NULL, &m->tok_embd, err))
+        || (rc = plan_add(p, tn->output_norm, E, 1, false, &m->output_norm, NULL, err)))
         return rc;
-    if ((rc = plan_add(p, tn->rope_freqs, hp->n_rot / 2, 1, true, &m->rope_freqs, err)))
+    if ((rc = plan_add(p, tn->rope_freqs, hp->n_rot / 2, 1, true, &m->rope_freqs, NULL, err)))
         return rc;
     hp->tied_output = !(req & LM_ARCH_REQ_OUTPUT) && lm_gguf_tensor_find(g, tn->output) == NULL;
-    if (!hp->tied_output && (rc = plan_add(p, tn->output, E, V, false, &m->output, err)))
+    if (!hp->tied_output && (rc = plan_add(p, tn->output, E, V, false, NULL, &m->output, err)))
         return rc;
     const bool moe = hp->n_expert > 0, sandwich = hp->norm_place == LM_NORM_SANDWICH;
     const bool sinks_req = req & LM_ARCH_REQ_SINKS, bo_req = req & LM_ARCH_REQ_O_BIAS;
     char name[64];
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         lm_layer *L = &m->layers[l];
-        const struct { const char *suffix; uint64_t ne0, ne1; need nd; const float **dst; } t[] = {
-            {tn->attn_norm, E, 1, NEED_REQUIRED, &L->attn_norm},
-            {tn->attn_q, E, Q, NEED_REQUIRED, &L->wq},
-            {tn->attn_k, E, KV, NEED_REQUIRED, &L->wk},
-            {tn->attn_v, E, KV, NEED_REQUIRED, &L->wv},
-            {tn->attn_output, Q, E, NEED_REQUIRED, &L->wo},
-            {tn->attn_q_bias, Q, 1, NEED_OPTIONAL, &L->bq},
-            {tn->attn_k_bias, KV, 1, NEED_OPTIONAL, &L->bk},
-            {tn->attn_v_bias, KV, 1, NEED_OPTIONAL, &L->bv},
-            {tn->attn_output_bias, E, 1, need_if(true, bo_req), &L->bo},
-            {tn->ffn_norm, E, 1, NEED_REQUIRED, &L->ffn_norm},
+        const struct {
+            const char *suffix;
+            uint64_t ne0, ne1;
+            need nd;
+            const float **dst;
+            lm_wt *wdst;
+        } t[] = {
+            {tn->attn_norm, E, 1, NEED_REQUIRED, &L->attn_norm, NULL},
+            {tn->attn_q, E, Q, NEED_REQUIRED, NULL, &L->wq},
+            {tn->attn_k, E, KV, NEED_REQUIRED, NULL, &L->wk},
+            {tn->attn_v, E, KV, NEED_REQUIRED, NULL, &L->wv},
+            {tn->attn_output, Q, E, NEED_REQUIRED, NULL, &L->wo},
+            {tn->attn_q_bias, Q, 1, NEED_OPTIONAL, &L->bq, NULL},
+            {tn->attn_k_bias, KV, 1, NEED_OPTIONAL, &L->bk, NULL},
+            {tn->attn_v_bias, KV, 1, NEED_OPTIONAL, &L->bv, NULL},
+            {tn->attn_output_bias, E, 1, need_if(true, bo_req), &L->bo, NULL},
+            {tn->ffn_norm, E, 1, NEED_REQUIRED, &L->ffn_norm, NULL},
             /* a mixture-of-experts layer has no dense FFN */
-            {tn->ffn_gate, E, F, need_if(!moe, true), &L->w_gate},
-            {tn->ffn_up, E, F, need_if(!moe, true), &L->w_up},
-            {tn->ffn_down, F, E, need_if(!moe, true), &L->w_down},
-            {tn->attn_sinks, hp->n_head, 1, need_if(true, sinks_req), &L->sinks},
-            {tn->attn_q_norm, hp->head_dim, 1, need_if(true, hp->qk_norm), &L->attn_q_norm},
-            {tn->attn_k_norm, hp->head_dim, 1, need_if(true, hp->qk_norm), &L->attn_k_norm},
-            {tn->attn_post_norm, E, 1, need_if(sandwich, true), &L->attn_post_norm},
-            {tn->ffn_post_norm, E, 1, need_if(sandwich, true), &L->ffn_post_norm},
+            {tn->ffn_gate, E, F, need_if(!moe, true), NULL, &L->w_gate},
+            {tn->ffn_up, E, F, need_if(!moe, true), NULL, &L->w_up},
+            {tn->ffn_down, F, E, need_if(!moe, true), NULL, &L->w_down},
+            {tn->attn_sinks, hp->n_head, 1, need_if(true, sinks_req), &L->sinks, NULL},
+            {tn->attn_q_norm, hp->head_dim, 1, need_if(true, hp->qk_norm), &L->attn_q_norm, NULL},
+            {tn->attn_k_norm, hp->head_dim, 1, need_if(true, hp->qk_norm), &L->attn_k_norm, NULL},
+            {tn->attn_post_norm, E, 1, need_if(sandwich, true), &L->attn_post_norm, NULL},
+            {tn->ffn_post_norm, E, 1, need_if(sandwich, true), &L->ffn_post_norm, NULL},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) {
             if (t[i].nd == NEED_NONE)
                 continue;
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, t[i].suffix);
             if ((rc = plan_add(p, name, t[i].ne0, t[i].ne1, t[i].nd == NEED_OPTIONAL, t[i].dst,
-                               err)))
+                               t[i].wdst, err)))
                 return rc;
         }
         if (hp->n_expert > 0) { /* MoE FFN: router and expert stacks replace the dense FFN */
             const uint64_t X = hp->n_expert, FE = hp->n_ff_exp;
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_gate_inp);
-            if ((rc = plan_add(p, name, E, X, false, &L->ffn_gate_inp, err)))
+            if ((rc = plan_add(p, name, E, X, false, NULL, &L->ffn_gate_inp, err)))
                 return rc;
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, tn->ffn_gate_exps);
             if ((rc = plan_add3(p, name, E, FE, X, &L->ffn_gate_exps, err)))
@@ -403,7 +414,7 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
             for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) {
                 snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, b[i].s);
                 if ((rc = plan_add(p, name, b[i].ne0, b[i].ne1, !(req & LM_ARCH_REQ_MOE_BIAS),
-                                   b[i].dst, err)))
+                                   b[i].dst, NULL, err)))
                     return rc;
             }
         }
@@ -415,10 +426,10 @@ static int build_plan(plan *p, lm_model *m, const lm_gguf *g, lm_err *err)
  * every tensor of the file in the plan: a tensor the forward pass would not read is refused,
  * as llama.cpp's loader refuses a file with tensors it did not create. */
 static int check_shapes(const plan *p, const lm_gguf *g, const char *arch, uint64_t *total,
-                        lm_err *err)
+                        uint64_t *vectors, lm_err *err)
 {
     const char *path = lm_gguf_path(g);
-    *total = 0;
+    *total = *vectors = 0;
     for (size_t i = 0; i < p->n; ++i) {
         const want *w = &p->w[i];
         const lm_gguf_tensor *t = lm_gguf_tensor_find(g, w->name);
@@ -434,7 +445,8 @@ static int check_shapes(const plan *p, const lm_gguf *g, const char *arch, uint6
                            ", %" PRIu64 ", %" PRIu64 "] (%" PRIu32 " dims), expected [%" PRIu64
                            ", %" PRIu64 "]", path, w->name, t->ne[0], t->ne[1], t->ne[2],
                            t->ne[3], t->n_dims, w->ne0, w->ne1);
-        if (lm_add_u64(total, *total, t->n_elem))
+        if (lm_add_u64(total, *total, t->n_elem)
+            || (w->dst != NULL && lm_add_u64(vectors, *vectors, t->n_elem)))
             return LM_FAIL(err, LM_E_INPUT, "%s: weights too large", path);
     }
     for (uint64_t i = 0; i < lm_gguf_n_tensors(g); ++i) {
@@ -531,57 +543,116 @@ static float *arena_alloc(size_t bytes)
     return a;
 }
 
-static int load_weights(lm_model *m, const lm_gguf *g, lm_err *err)
+/* The first damaged block of t (lm_blocks_first_bad) found by decoding it a piece at a time
+ * into buf [DECODE_FLOATS]: nothing of it is kept. */
+#define DECODE_FLOATS ((size_t)1 << 16)
+static int check_blocks(const lm_gguf *g, const lm_gguf_tensor *t, float *buf, lm_err *err)
+{
+    const uint64_t be = lm_tensor_type_block_elems(t->type), bb = lm_tensor_type_block_bytes(t->type);
+    const uint64_t nb = t->n_elem / be, step = DECODE_FLOATS / be;
+    const lm_to_f32_fn fn = lm_type_to_f32((uint32_t)t->type);
+    if (be == 1) /* F32, F16, BF16: their values are the weights */
+        return LM_OK;
+    for (uint64_t b0 = 0; b0 < nb; b0 += step) {
+        const uint64_t n = nb - b0 < step ? nb - b0 : step;
+        const uint8_t *src = (const uint8_t *)t->data + b0 * bb;
+        fn(src, buf, n);
+        const uint64_t bad = lm_blocks_first_bad(t->type, src, buf, n);
+        if (bad < n)
+            return LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' (%s) block %" PRIu64 " of %" PRIu64
+                           " has a NaN or infinite scale (or decodes to one): the file is damaged",
+                           lm_gguf_path(g), t->name, lm_tensor_type_name(t->type), b0 + bad, nb);
+    }
+    return LM_OK;
+}
+
+/* w as the file holds t: F32 read in place when the mapping aligns it for floats, else the
+ * blocks (whole ones per row: lm_gguf_tensor_to_f32's check). */
+static int place_in_file(lm_wt *w, const lm_gguf_tensor *t, lm_err *err)
+{
+    const uint64_t be = lm_tensor_type_block_elems(t->type), bb = lm_tensor_type_block_bytes(t->type);
+    if (be == 0 || t->ne[0] % be != 0 || t->n_elem / be * bb != t->nbytes)
+        return LM_FAIL(err, LM_E_INPUT, "tensor '%s': %" PRIu64 " elements and %" PRIu64
+                       " bytes do not form whole %s blocks", t->name, t->n_elem, t->nbytes,
+                       lm_tensor_type_name(t->type));
+    *w = (lm_wt){.type = (uint32_t)t->type};
+    if (t->type == LM_TYPE_F32 && (uintptr_t)t->data % _Alignof(float) == 0) {
+        w->f = t->data;
+        return LM_OK;
+    }
+    w->q = t->data;
+    w->row_bytes = (size_t)(t->ne[0] / be * bb);
+    return LM_OK;
+}
+
+static int load_weights(lm_model *m, const lm_gguf *g, lm_weights_mode mode, lm_err *err)
 {
     plan p = {0};
-    uint64_t total;
+    uint64_t total, vectors;
+    float *buf = NULL;
     int rc = build_plan(&p, m, g, err);
     if (rc == LM_OK)
-        rc = check_shapes(&p, g, m->arch->name, &total, err);
+        rc = check_shapes(&p, g, m->arch->name, &total, &vectors, err);
     if (rc)
         goto done;
-    if (total > SIZE_MAX / sizeof(float) / 2) {
+    const uint64_t arena_n = mode == LM_WEIGHTS_ARENA ? total : vectors;
+    if (arena_n > SIZE_MAX / sizeof(float) / 2) {
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: weights too large", lm_gguf_path(g));
         goto done;
     }
     /* The float32 arena must fit in memory: refuse now rather than be killed later. */
-    if ((rc = lm_mem_check(lm_gguf_path(g), total * sizeof(float), lm_mem_available(), err)))
+    if ((rc = lm_mem_check(lm_gguf_path(g), arena_n * sizeof(float), lm_mem_available(), err)))
         goto done;
     m->weights = calloc(p.n ? p.n : 1, sizeof *m->weights);
-    float *arena = m->weights ? arena_alloc((size_t)total * sizeof(float)) : NULL;
-    if (arena == NULL) {
+    float *arena = m->weights ? arena_alloc((size_t)arena_n * sizeof(float)) : NULL;
+    if (arena == NULL || (mode == LM_WEIGHTS_FILE && (buf = malloc(DECODE_FLOATS * sizeof *buf))
+                                                        == NULL)) {
+        free(arena);
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory for %" PRIu64 " float32 weights",
-                     lm_gguf_path(g), total);
+                     lm_gguf_path(g), arena_n);
         goto done;
     }
     m->weights_arena = arena;
-    m->weights_n = (size_t)total;
+    m->weights_n = (size_t)arena_n;
+    m->weights_mode = mode;
     float *dst = arena;
     for (size_t i = 0; i < p.n; ++i) {
         const lm_gguf_tensor *t = lm_gguf_tensor_find(g, p.w[i].name);
         if (t == NULL)
             continue; /* optional and absent: the pointer stays NULL */
-        if ((rc = lm_gguf_tensor_to_f32(dst, t, err)))
-            goto done;
-        const uint64_t nb = t->n_elem / lm_tensor_type_block_elems(t->type);
-        const uint64_t bad = lm_blocks_first_bad(t->type, t->data, dst, nb);
-        if (bad < nb) {
-            rc = LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' (%s) block %" PRIu64 " of %" PRIu64
-                         " has a NaN or infinite scale (or decodes to one): the file is damaged",
-                         lm_gguf_path(g), t->name, lm_tensor_type_name(t->type), bad, nb);
-            goto done;
+        lm_weight *wt = &m->weights[m->n_weights];
+        if (p.w[i].dst == NULL && mode == LM_WEIGHTS_FILE) { /* a matrix, left in the file */
+            if ((rc = place_in_file(&wt->w, t, err)) || (rc = check_blocks(g, t, buf, err)))
+                goto done;
+        } else {
+            if ((rc = lm_gguf_tensor_to_f32(dst, t, err)))
+                goto done;
+            const uint64_t nb = t->n_elem / lm_tensor_type_block_elems(t->type);
+            const uint64_t bad = lm_blocks_first_bad(t->type, t->data, dst, nb);
+            if (bad < nb) {
+                rc = LM_FAIL(err, LM_E_INPUT, "%s: tensor '%s' (%s) block %" PRIu64 " of %"
+                             PRIu64 " has a NaN or infinite scale (or decodes to one): the file "
+                             "is damaged", lm_gguf_path(g), t->name,
+                             lm_tensor_type_name(t->type), bad, nb);
+                goto done;
+            }
+            wt->w = (lm_wt){.f = dst, .type = (uint32_t)t->type};
+            dst += t->n_elem;
         }
-        *p.w[i].dst = dst;
-        lm_weight *wt = &m->weights[m->n_weights++];
+        if (p.w[i].dst != NULL)
+            *p.w[i].dst = wt->w.f;
+        else
+            *p.w[i].wdst = wt->w;
         snprintf(wt->name, sizeof wt->name, "%s", p.w[i].name);
-        wt->data = dst;
         wt->n_elem = t->n_elem;
+        wt->cols = (uint32_t)t->ne[0];
         wt->type = (uint32_t)t->type;
-        dst += t->n_elem;
+        ++m->n_weights;
     }
     if (m->hp.tied_output)
         m->output = m->tok_embd;
 done:
+    free(buf);
     free(p.w);
     return rc;
 }
@@ -627,7 +698,33 @@ static int load_header(lm_model *m, const lm_gguf *g, lm_err *err)
     return LM_OK;
 }
 
+const char *lm_weights_mode_name(lm_weights_mode mode)
+{
+    return mode == LM_WEIGHTS_ARENA ? "arena" : "file";
+}
+
+int lm_weights_mode_env(lm_weights_mode *out, lm_err *err)
+{
+    const char *e = getenv("KVDRIFT_WEIGHTS");
+    *out = LM_WEIGHTS_FILE;
+    if (e == NULL || *e == '\0' || strcmp(e, "file") == 0)
+        return LM_OK;
+    if (strcmp(e, "arena") == 0) {
+        *out = LM_WEIGHTS_ARENA;
+        return LM_OK;
+    }
+    return LM_FAIL(err, LM_E_INPUT, "KVDRIFT_WEIGHTS=%.64s: expected file or arena", e);
+}
+
 int lm_model_load(lm_model **out, const char *path, lm_err *err)
+{
+    lm_weights_mode mode;
+    *out = NULL;
+    int rc = lm_weights_mode_env(&mode, err);
+    return rc != LM_OK ? rc : lm_model_load_mode(out, path, mode, err);
+}
+
+int lm_model_load_mode(lm_model **out, const char *path, lm_weights_mode mode, lm_err *err)
 {
     *out = NULL;
     lm_gguf *g = NULL;
@@ -641,7 +738,7 @@ int lm_model_load(lm_model **out, const char *path, lm_err *err)
         rc = LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    if ((rc = load_header(m, g, err)) || (rc = load_weights(m, g, err))
+    if ((rc = load_header(m, g, err)) || (rc = load_weights(m, g, mode, err))
         || (rc = load_vocab(m, g, err)) || (rc = assign_windows(m, g, err)))
         goto fail;
     for (uint32_t l = 0; l < m->hp.n_layer; ++l)
@@ -652,6 +749,8 @@ int lm_model_load(lm_model **out, const char *path, lm_err *err)
     XXH128_canonicalFromHash(&canon, h);
     memcpy(m->content_hash, canon.digest, sizeof m->content_hash);
     m->file_size = lm_gguf_size(g);
+    if (mode == LM_WEIGHTS_FILE) /* the weight matrices live in it */
+        m->file_map = lm_gguf_keep_map(g, &m->file_map_bytes);
     lm_gguf_close(g);
     *out = m;
     return LM_OK;
@@ -704,19 +803,27 @@ int lm_model_mem_plan(lm_mem_plan *out, const char *path, uint32_t n_ctx, lm_err
     memset(out, 0, sizeof *out);
     lm_gguf *g = NULL;
     plan p = {0};
-    uint64_t total = 0;
+    uint64_t total = 0, vectors = 0;
+    lm_weights_mode mode;
+    int rc = lm_weights_mode_env(&mode, err);
+    if (rc != LM_OK)
+        return rc;
     lm_model *m = calloc(1, sizeof *m);
     if (m == NULL)
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", path);
-    int rc = lm_gguf_open(&g, path, err);
+    rc = lm_gguf_open(&g, path, err);
     if (rc == LM_OK && (rc = load_header(m, g, err)) == LM_OK
         && (rc = build_plan(&p, m, g, err)) == LM_OK
-        && (rc = check_shapes(&p, g, m->arch->name, &total, err)) == LM_OK) {
+        && (rc = check_shapes(&p, g, m->arch->name, &total, &vectors, err)) == LM_OK) {
+        const uint64_t arena = mode == LM_WEIGHTS_ARENA ? total : vectors;
         out->hp = m->hp;
         out->file = lm_gguf_size(g);
-        out->weights = total > UINT64_MAX / sizeof(float) ? UINT64_MAX : total * sizeof(float);
+        out->weights = arena > UINT64_MAX / sizeof(float) ? UINT64_MAX : arena * sizeof(float);
         lm_ctx_predict_bytes(&out->kv, &out->scratch, &m->hp,
                              n_ctx ? n_ctx : m->hp.n_ctx_train);
+        out->f32 = total > UINT64_MAX / sizeof(float) ? UINT64_MAX : total * sizeof(float);
+        out->tiles = mode == LM_WEIGHTS_FILE ? lm_ctx_predict_wtile_bytes(&m->hp) : 0;
+        out->scratch += out->tiles;
     }
     free(p.w);
     lm_gguf_close(g);
@@ -731,6 +838,8 @@ void lm_model_free(lm_model *m)
     lm_model_ext_release(m);
     lm_vocab_free(m->vocab);
     free(m->weights_arena);
+    if (m->file_map != NULL)
+        munmap((void *)(uintptr_t)m->file_map, (size_t)m->file_map_bytes);
     free(m->weights);
     free(m->layers);
     free(m->path);
@@ -765,18 +874,10 @@ void lm_model_hash_hex(const lm_model *m, char out[33])
     lm_hex_encode(out, m->content_hash, sizeof m->content_hash);
 }
 
-void lm_layer_product_weights(const lm_layer *L, const float *w[LM_LAYER_PRODUCTS])
+void lm_layer_product_weights(const lm_layer *L, const lm_wt *w[LM_LAYER_PRODUCTS])
 {
-    const float *all[LM_LAYER_PRODUCTS] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up,
-                                           L->w_down, L->ffn_gate_inp, L->ffn_gate_exps,
-                                           L->ffn_up_exps, L->ffn_down_exps};
+    const lm_wt *all[LM_LAYER_PRODUCTS] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                           &L->w_down, &L->ffn_gate_inp, &L->ffn_gate_exps,
+                                           &L->ffn_up_exps, &L->ffn_down_exps};
     memcpy(w, all, sizeof all);
-}
-
-uint32_t lm_model_weight_type(const lm_model *m, const float *data)
-{
-    for (uint32_t i = 0; data != NULL && i < m->n_weights; ++i)
-        if (m->weights[i].data == data)
-            return m->weights[i].type;
-    return (uint32_t)LM_TYPE_F32;
 }

@@ -9,7 +9,8 @@ int lm_model_first_layers(lm_model *view, const lm_model *m, uint32_t n_layer, l
                        m->hp.n_layer);
     *view = *m; /* borrows every pointer: weights, layers [0, n_layer), vocabulary, path */
     view->hp.n_layer = n_layer;
-    view->weights_arena = NULL;
+    view->weights_arena = NULL; /* the arena and the mapping stay m's */
+    view->file_map = NULL;
     view->ext = NULL; /* a view is never freed, so nothing is attached to it */
     view->borrowed = true;
     return LM_OK;

@@ -110,7 +110,7 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
     float *act_in = (float *)(void *)(rows + n); /* [m][max(n_embd, n_ff)] */
     const lm_round_spec *const *act = a->in_fmt;
 
-    const lm_nt_part pr = {ne, a->w_router, d, router, ne};
+    const lm_nt_part pr = lm_nt_weight(a->w_router, 0, ne, d, router, ne);
     lm_gemm_nt_act(be, LM_SITE_NORM, n, d, a->x, d, &pr, act, 1, act_in);
     if (a->b_router != NULL)
         lm_add_bias(router, a->b_router, n, ne, ne);
@@ -133,10 +133,9 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
                 }
         if (m == 0)
             continue;
-        const float *wg = a->w_gate + (size_t)e * ff * d; /* [n_ff][n_embd] */
-        const float *wu = a->w_up + (size_t)e * ff * d;   /* [n_ff][n_embd] */
-        const float *wd = a->w_down + (size_t)e * d * ff; /* [n_embd][n_ff] */
-        const lm_nt_part gu[2] = {{ff, wg, d, g, ff}, {ff, wu, d, u, ff}};
+        /* expert e's rows: [n_ff][n_embd] of gate and up, [n_embd][n_ff] of down */
+        const lm_nt_part gu[2] = {lm_nt_weight(a->w_gate, (uint64_t)e * ff, ff, d, g, ff),
+                                  lm_nt_weight(a->w_up, (uint64_t)e * ff, ff, d, u, ff)};
         lm_gemm_nt_act(be, LM_SITE_NORM, m, d, xe, d, gu, act ? act + 1 : NULL, 2, act_in);
         if (a->b_gate != NULL)
             lm_add_bias(g, a->b_gate + (size_t)e * ff, m, ff, ff);
@@ -145,7 +144,7 @@ void lm_moe_forward(lm_backend *be, const lm_moe_args *a)
         lm_glu(g, u, (size_t)m * ff, a->act);
         /* SR ensemble and profiles: the down projection's input, as the dense FFN's */
         lm_backend_perturb(be, g, m, ff, ff, LM_SITE_SWIGLU);
-        const lm_nt_part dn = {d, wd, ff, ye, d};
+        const lm_nt_part dn = lm_nt_weight(a->w_down, (uint64_t)e * d, d, ff, ye, d);
         lm_gemm_nt_act(be, LM_SITE_SWIGLU, m, ff, g, ff, &dn, act ? act + 3 : NULL, 1, act_in);
         if (a->b_down != NULL)
             lm_add_bias(ye, a->b_down + (size_t)e * d, m, d, d);

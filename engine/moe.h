@@ -52,10 +52,10 @@ typedef struct lm_moe_args {
     uint32_t n_used;        /* k */
     lm_moe_gating gating;
     const float *x;         /* [n][n_embd] normed input */
-    const float *w_router;  /* [n_expert][n_embd] */
-    const float *w_gate;    /* [n_expert][n_ff][n_embd] */
-    const float *w_up;      /* [n_expert][n_ff][n_embd] */
-    const float *w_down;    /* [n_expert][n_embd][n_ff] */
+    const lm_wt *w_router;  /* [n_expert][n_embd] */
+    const lm_wt *w_gate;    /* [n_expert][n_ff][n_embd] */
+    const lm_wt *w_up;      /* [n_expert][n_ff][n_embd] */
+    const lm_wt *w_down;    /* [n_expert][n_embd][n_ff] */
     const float *b_router;  /* [n_expert] or NULL */
     const float *b_gate;    /* [n_expert][n_ff] or NULL */
     const float *b_up;      /* [n_expert][n_ff] or NULL */

@@ -87,14 +87,13 @@ bool lm_profile_rounds_on(const lm_profile *p, const lm_model *m)
     }
     if (!per_weight)
         return false;
-    if (lm_vec_dot_spec(lm_model_weight_type(m, m->output))->kind != LM_ROUND_NONE)
+    if (lm_vec_dot_spec(m->output.type)->kind != LM_ROUND_NONE)
         return true;
     for (uint32_t il = 0; il < m->hp.n_layer; ++il) {
-        const float *w[LM_LAYER_PRODUCTS];
+        const lm_wt *w[LM_LAYER_PRODUCTS];
         lm_layer_product_weights(&m->layers[il], w);
         for (int i = 0; i < LM_LAYER_PRODUCTS; ++i)
-            if (w[i] != NULL &&
-                lm_vec_dot_spec(lm_model_weight_type(m, w[i]))->kind != LM_ROUND_NONE)
+            if (lm_wt_present(w[i]) && lm_vec_dot_spec(w[i]->type)->kind != LM_ROUND_NONE)
                 return true;
     }
     return false;

@@ -29,8 +29,7 @@ void lm_tp_gemm_cols(lm_backend *be, const lm_tp *tp, uint32_t site, uint32_t m,
                                         LM_DEFECT_ON(be->vt->name, LM_DEFECT_TP_COLS_SHIFTED)
                                     ? lo - 1
                                     : lo;
-            q[i] = (lm_nt_part){hi - lo, p[i].b + (size_t)w0 * p[i].ldb, p[i].ldb, p[i].c + lo,
-                                p[i].ldc};
+            q[i] = lm_nt_sub(&p[i], w0, 0, hi - lo, p[i].c + lo, p[i].ldc);
         }
         lm_gemm_nt_act(be, site, m, k, a, lda, q, act, count, scratch);
     }
@@ -68,7 +67,7 @@ void lm_tp_gemm_rows(lm_backend *be, const lm_tp *tp, uint32_t site, uint32_t m,
         for (uint32_t l = 0; l < LM_TP_MAX; ++l) {
             uint32_t lo, hi;
             shard(k, LM_TP_MAX, l, &lo, &hi);
-            const lm_nt_part q = {p->n, p->b + lo, p->ldb, partials + (size_t)l * len, p->n};
+            const lm_nt_part q = lm_nt_sub(p, 0, lo, p->n, partials + (size_t)l * len, p->n);
             lm_gemm_nt_act(be, site, m, hi - lo, a + lo, lda, &q, acts, 1, scratch);
         }
         for (size_t e = 0; e < len; ++e)
@@ -85,7 +84,7 @@ void lm_tp_gemm_rows(lm_backend *be, const lm_tp *tp, uint32_t site, uint32_t m,
         shard(k, tp->n, s, &lo, &hi);
         /* test defect: shards after the first read their weight columns one column late */
         const uint32_t w0 = skewed && s > 0 && hi < k ? lo + 1 : lo;
-        const lm_nt_part q = {p->n, p->b + w0, p->ldb, partials + (size_t)s * len, p->n};
+        const lm_nt_part q = lm_nt_sub(p, 0, w0, p->n, partials + (size_t)s * len, p->n);
         lm_gemm_nt_act(be, site, m, hi - lo, a + lo, lda, &q, acts, 1, scratch);
     }
     const bool skip_last = LM_DEFECT_ON(be->vt->name, LM_DEFECT_TP_RING_SKIPS_LAST);

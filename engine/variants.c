@@ -221,7 +221,7 @@ void lm_variants_note_dense(lm_variants *v, const lm_backend *be, uint32_t n, ui
 
 bool lm_variants_moe_layer(const lm_variants *v, uint32_t il)
 {
-    return v->m->layers[il].ffn_gate_inp != NULL;
+    return lm_wt_present(&v->m->layers[il].ffn_gate_inp);
 }
 
 float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, const float *xn,
@@ -238,10 +238,10 @@ float *lm_variants_moe(lm_variants *v, lm_backend *be, uint32_t il, uint32_t n, 
         .n_used = k,
         .gating = (lm_moe_gating)hp->moe_gating,
         .x = xn,
-        .w_router = L->ffn_gate_inp,
-        .w_gate = L->ffn_gate_exps,
-        .w_up = L->ffn_up_exps,
-        .w_down = L->ffn_down_exps,
+        .w_router = &L->ffn_gate_inp,
+        .w_gate = &L->ffn_gate_exps,
+        .w_up = &L->ffn_up_exps,
+        .w_down = &L->ffn_down_exps,
         .b_router = L->ffn_gate_inp_b,
         .b_gate = L->ffn_gate_exps_b,
         .b_up = L->ffn_up_exps_b,

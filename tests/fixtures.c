@@ -52,16 +52,17 @@ void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_
     CU_ASSERT_FATAL(t->arena != NULL && t->layers != NULL);
     float *cur = t->arena;
     uint64_t st = seed;
-    t->m.tok_embd = take(&cur, V * e, sc->embd, 0.0f, &st);
+    t->m.tok_embd = lm_wt_f32(take(&cur, V * e, sc->embd, 0.0f, &st));
     t->m.output_norm = take(&cur, e, sc->norm, 1.0f, &st);
-    t->m.output = hp->tied_output ? t->m.tok_embd : take(&cur, V * e, sc->embd, 0.0f, &st);
+    t->m.output = hp->tied_output ? t->m.tok_embd
+                                   : lm_wt_f32(take(&cur, V * e, sc->embd, 0.0f, &st));
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         lm_layer *L = &t->layers[l];
         L->attn_norm = take(&cur, e, sc->norm, 1.0f, &st);
-        L->wq = take(&cur, qd * e, sc->wq, 0.0f, &st);
-        L->wk = take(&cur, kd * e, sc->wk, 0.0f, &st);
-        L->wv = take(&cur, kd * e, sc->wv, 0.0f, &st);
-        L->wo = take(&cur, e * qd, sc->wo, 0.0f, &st);
+        L->wq = lm_wt_f32(take(&cur, qd * e, sc->wq, 0.0f, &st));
+        L->wk = lm_wt_f32(take(&cur, kd * e, sc->wk, 0.0f, &st));
+        L->wv = lm_wt_f32(take(&cur, kd * e, sc->wv, 0.0f, &st));
+        L->wo = lm_wt_f32(take(&cur, e * qd, sc->wo, 0.0f, &st));
         if (with_bias) {
             L->bq = take(&cur, qd, sc->bias, 0.0f, &st);
             L->bk = take(&cur, kd, sc->bias, 0.0f, &st);
@@ -69,9 +70,9 @@ void tf_model_build(tf_model *t, const lm_hparams *hp, bool with_bias, const tf_
             L->bo = take(&cur, e, sc->bias, 0.0f, &st);
         }
         L->ffn_norm = take(&cur, e, sc->norm, 1.0f, &st);
-        L->w_gate = take(&cur, ff * e, sc->w_gate_up, 0.0f, &st);
-        L->w_up = take(&cur, ff * e, sc->w_gate_up, 0.0f, &st);
-        L->w_down = take(&cur, e * ff, sc->w_down, 0.0f, &st);
+        L->w_gate = lm_wt_f32(take(&cur, ff * e, sc->w_gate_up, 0.0f, &st));
+        L->w_up = lm_wt_f32(take(&cur, ff * e, sc->w_gate_up, 0.0f, &st));
+        L->w_down = lm_wt_f32(take(&cur, e * ff, sc->w_down, 0.0f, &st));
     }
     t->m.layers = t->layers;
     for (int i = 0; i < 16; ++i)
@@ -113,19 +114,19 @@ void tf_ref_sync(tf_model *t)
     rh->n_expert_used = hp->n_expert_used;
     rh->n_ff_exp = hp->n_ff_exp;
     rh->moe_gating = hp->moe_gating;
-    t->r.tok_embd = t->m.tok_embd;
+    t->r.tok_embd = t->m.tok_embd.f;
     t->r.output_norm = t->m.output_norm;
-    t->r.output = t->m.output;
+    t->r.output = t->m.output.f;
     t->r.rope_freqs = t->m.rope_freqs;
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const lm_layer *L = &t->m.layers[l];
         t->rlayers[l] = (ref_layer){
-            .attn_norm = L->attn_norm, .wq = L->wq, .wk = L->wk, .wv = L->wv, .wo = L->wo,
+            .attn_norm = L->attn_norm, .wq = L->wq.f, .wk = L->wk.f, .wv = L->wv.f, .wo = L->wo.f,
             .bq = L->bq, .bk = L->bk, .bv = L->bv, .bo = L->bo, .ffn_norm = L->ffn_norm,
-            .w_gate = L->w_gate, .w_up = L->w_up, .w_down = L->w_down, .window = L->window,
-            .sinks = L->sinks, .ffn_gate_inp = L->ffn_gate_inp,
-            .ffn_gate_exps = L->ffn_gate_exps, .ffn_up_exps = L->ffn_up_exps,
-            .ffn_down_exps = L->ffn_down_exps, .ffn_gate_inp_b = L->ffn_gate_inp_b,
+            .w_gate = L->w_gate.f, .w_up = L->w_up.f, .w_down = L->w_down.f, .window = L->window,
+            .sinks = L->sinks, .ffn_gate_inp = L->ffn_gate_inp.f,
+            .ffn_gate_exps = L->ffn_gate_exps.f, .ffn_up_exps = L->ffn_up_exps.f,
+            .ffn_down_exps = L->ffn_down_exps.f, .ffn_gate_inp_b = L->ffn_gate_inp_b,
             .ffn_gate_exps_b = L->ffn_gate_exps_b, .ffn_up_exps_b = L->ffn_up_exps_b,
             .ffn_down_exps_b = L->ffn_down_exps_b, .attn_q_norm = L->attn_q_norm,
             .attn_k_norm = L->attn_k_norm, .attn_post_norm = L->attn_post_norm,
@@ -223,15 +224,15 @@ double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *
     CU_ASSERT_FATAL(x && xn && q && att && o && k && v && g && u && p && lg);
     for (size_t t = 0; t < n; ++t)
         for (size_t i = 0; i < d; ++i)
-            x[t * d + i] = (double)m->tok_embd[(size_t)tok[t] * d + i];
+            x[t * d + i] = (double)m->tok_embd.f[(size_t)tok[t] * d + i];
     for (size_t il = 0; il < hp->n_layer; ++il) {
         const lm_layer *L = &m->layers[il];
         double *kl = k + il * n * kv_dim, *vl = v + il * n * kv_dim;
         for (size_t t = 0; t < n; ++t) {
             d_rmsnorm(xn, x + t * d, L->attn_norm, d, (double)hp->rms_eps);
-            d_matvec(q + t * q_dim, L->wq, L->bq, xn, q_dim, d);
-            d_matvec(kl + t * kv_dim, L->wk, L->bk, xn, kv_dim, d);
-            d_matvec(vl + t * kv_dim, L->wv, L->bv, xn, kv_dim, d);
+            d_matvec(q + t * q_dim, L->wq.f, L->bq, xn, q_dim, d);
+            d_matvec(kl + t * kv_dim, L->wk.f, L->bk, xn, kv_dim, d);
+            d_matvec(vl + t * kv_dim, L->wv.f, L->bv, xn, kv_dim, d);
             d_rope(q + t * q_dim, hp->n_head, hp, t);
             d_rope(kl + t * kv_dim, hp->n_head_kv, hp, t);
         }
@@ -255,24 +256,24 @@ double *tf_forward_f64(const lm_model *m, const int32_t *tok, size_t n, double *
                     att[h * hd + e] = s;
                 }
             }
-            d_matvec(o, L->wo, L->bo, att, d, q_dim);
+            d_matvec(o, L->wo.f, L->bo, att, d, q_dim);
             for (size_t i = 0; i < d; ++i)
                 x[t * d + i] += o[i];
         }
         for (size_t t = 0; t < n; ++t) {
             d_rmsnorm(xn, x + t * d, L->ffn_norm, d, (double)hp->rms_eps);
-            d_matvec(g, L->w_gate, NULL, xn, hp->n_ff, d);
-            d_matvec(u, L->w_up, NULL, xn, hp->n_ff, d);
+            d_matvec(g, L->w_gate.f, NULL, xn, hp->n_ff, d);
+            d_matvec(u, L->w_up.f, NULL, xn, hp->n_ff, d);
             for (size_t i = 0; i < hp->n_ff; ++i)
                 g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-            d_matvec(o, L->w_down, NULL, g, d, hp->n_ff);
+            d_matvec(o, L->w_down.f, NULL, g, d, hp->n_ff);
             for (size_t i = 0; i < d; ++i)
                 x[t * d + i] += o[i];
         }
     }
     for (size_t t = 0; t < n; ++t) {
         d_rmsnorm(xn, x + t * d, m->output_norm, d, (double)hp->rms_eps);
-        d_matvec(lg + t * hp->n_vocab, m->output, NULL, xn, hp->n_vocab, d);
+        d_matvec(lg + t * hp->n_vocab, m->output.f, NULL, xn, hp->n_vocab, d);
     }
     if (k_last != NULL && hp->n_layer > 0)
         memcpy(k_last, k + (hp->n_layer - 1) * n * kv_dim, n * kv_dim * sizeof *k_last);

@@ -41,7 +41,8 @@ static void test_arch_qwen3moe_loads(void)
     CU_ASSERT_EQUAL(m->hp.moe_gating, 1);
     for (uint32_t l = 0; l < m->hp.n_layer; ++l) {
         const lm_layer *L = &m->layers[l];
-        CU_ASSERT(L->ffn_gate_inp != NULL && L->ffn_gate_exps != NULL && L->w_gate == NULL);
+        CU_ASSERT(lm_wt_present(&L->ffn_gate_inp) && lm_wt_present(&L->ffn_gate_exps) &&
+                  !lm_wt_present(&L->w_gate));
         CU_ASSERT(L->attn_q_norm != NULL && L->attn_k_norm != NULL);
     }
     lm_model_free(m);
@@ -283,7 +284,8 @@ static void test_arch_gptoss_loads(void)
         CU_ASSERT(L->bq && L->bk && L->bv && L->bo && L->sinks && L->ffn_norm);
         CU_ASSERT(L->ffn_gate_inp_b && L->ffn_gate_exps_b && L->ffn_up_exps_b
                   && L->ffn_down_exps_b);
-        CU_ASSERT(L->attn_post_norm == NULL && L->ffn_post_norm == NULL && L->w_gate == NULL);
+        CU_ASSERT(L->attn_post_norm == NULL && L->ffn_post_norm == NULL &&
+                  !lm_wt_present(&L->w_gate));
     }
     CU_ASSERT(!hp->tied_output);
     lm_model_free(m);

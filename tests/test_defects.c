@@ -300,7 +300,7 @@ static float make_hot(lm_model *m, ref_model *rm, double max_logit)
     while ((double)f * max_logit < 128.0)
         f *= 2.0f;
     const lm_hparams *hp = &m->hp;
-    float *wq = (float *)(uintptr_t)m->layers[0].wq; /* [n_head * head_dim][n_embd] */
+    float *wq = (float *)(uintptr_t)m->layers[0].wq.f; /* [n_head * head_dim][n_embd] */
     float *rwq = (float *)(uintptr_t)rm->layers[0].wq; /* the same shape */
     for (size_t i = 0; i < (size_t)hp->n_head * hp->head_dim * hp->n_embd; ++i) {
         wq[i] *= f;
@@ -439,7 +439,9 @@ static void run_model(model_result *res, const char *label, const char *path,
     size_t n_cfgs = 0, n_old = 0;
     hx_sweep_result *clean = NULL;
     res->label = label;
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    /* the hot variant writes the weights: float32 in the arena, not the read-only file */
+    CU_ASSERT_EQUAL_FATAL(lm_model_load_mode(&m, path, hot ? LM_WEIGHTS_ARENA : LM_WEIGHTS_FILE,
+                                             &err), LM_OK);
     ref_model *rm = tf_ref_open(m);
     if (ids != NULL) {
         prompt = malloc(n_ids * sizeof *prompt);
@@ -913,18 +915,20 @@ static void test_defects_f16_subnormal(void)
     lm_model *m = NULL, *bad = NULL;
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    /* the defect is in the f16 decoder, which the arena runs once at load (with the weights
+     * kept as F16 it would run inside the products, after the switch is off again) */
+    CU_ASSERT_EQUAL_FATAL(lm_model_load_mode(&m, path, LM_WEIGHTS_ARENA, &err), LM_OK);
     CU_ASSERT_EQUAL_FATAL(lm_tokenize(m->vocab, prompt_text, strlen(prompt_text), true, &prompt,
                                       &n_prompt, &err), LM_OK);
     lm_test_set_defect(LM_DEFECT_F16_SUBNORMAL);
-    int rc = lm_model_load(&bad, path, &err);
+    int rc = lm_model_load_mode(&bad, path, LM_WEIGHTS_ARENA, &err);
     lm_test_set_defect(LM_DEFECT_NONE);
     CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
     /* The defect changed some weights: the file has float16 subnormals. */
     size_t n_diff = 0;
     for (uint32_t i = 0; i < m->n_weights; ++i)
         for (uint64_t j = 0; j < m->weights[i].n_elem; ++j)
-            n_diff += m->weights[i].data[j] != bad->weights[i].data[j];
+            n_diff += m->weights[i].w.f[j] != bad->weights[i].w.f[j];
     CU_ASSERT_FATAL(n_diff > 0);
     static const char backends[2][16] = {"naive", "blas"};
     static const uint32_t steps[] = {1, 8, 0};

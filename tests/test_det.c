@@ -278,7 +278,7 @@ static void test_det_batch_equals_alone(void)
             for (size_t e = 0; e < (size_t)m * ldc; ++e)
                 want[i][e] = -7.0f; /* the padding columns must stay as they are */
             be[1]->vt->gemm_nt(be[1], m, n, k, 0.75f, a, lda, b[i], ldb, want[i], ldc);
-            p[i] = (lm_nt_part){n, b[i], ldb, got[i], ldc};
+            p[i] = (lm_nt_part){n, b[i], ldb, got[i], ldc, {0}};
         }
         int bad = 0;
         for (int t = 1; t <= 4; ++t) {
@@ -340,7 +340,7 @@ static void test_det_decode_split(void)
             for (uint32_t e = 0; e < n[i] + 8; ++e)
                 want[i][e] = e < n[i] ? NAN : -7.0f;
             lm_det_gemm_nt(lm_det_isa_best(), 1, n[i], k, 0.5f, a, lda, b[i], ldb, want[i], 1);
-            p[i] = (lm_nt_part){n[i], b[i], ldb, got[i], 1};
+            p[i] = (lm_nt_part){n[i], b[i], ldb, got[i], 1, {0}};
         }
         if (!batch) { /* gemm_nn: B [k][n + 5], columns as outputs */
             bn = rand_mat(k, n[0] + 5, &st);

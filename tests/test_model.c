@@ -33,16 +33,17 @@ static void test_model_stories260k_loads(void)
     CU_ASSERT_EQUAL(hp->rope_type, LM_ROPE_NORM);
     CU_ASSERT_FALSE(hp->tied_output); /* stories260K stores output.weight separately */
     CU_ASSERT_PTR_NOT_NULL(m->vocab);
-    CU_ASSERT_PTR_NOT_NULL(m->layers[4].w_down);
+    CU_ASSERT_PTR_NOT_NULL(m->layers[4].w_down.f);
     CU_ASSERT_PTR_NULL(m->layers[0].bq);
-    /* Weights are F32 in the file: the loaded values equal the file's bytes exactly. */
+    /* Weights are F32 in the file: read in place (no blocks to decode), the file's bytes. */
+    CU_ASSERT_PTR_NULL(m->layers[3].w_down.q);
     lm_gguf *g = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
     const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "blk.3.ffn_down.weight");
     CU_ASSERT_PTR_NOT_NULL_FATAL(t);
-    CU_ASSERT_EQUAL(memcmp(t->data, m->layers[3].w_down, (size_t)t->nbytes), 0);
+    CU_ASSERT_EQUAL(memcmp(t->data, m->layers[3].w_down.f, (size_t)t->nbytes), 0);
     t = lm_gguf_tensor_find(g, "output.weight");
-    CU_ASSERT_EQUAL(memcmp(t->data, m->output, (size_t)t->nbytes), 0);
+    CU_ASSERT_EQUAL(memcmp(t->data, m->output.f, (size_t)t->nbytes), 0);
     lm_gguf_close(g);
     char hex[33];
     lm_model_hash_hex(m, hex);
@@ -65,18 +66,24 @@ static void test_model_tiny_random_f16_loads(void)
     CU_ASSERT_EQUAL(m->hp.n_ff, 32);
     CU_ASSERT_EQUAL(m->hp.n_vocab, 32000);
     CU_ASSERT_FALSE(m->hp.tied_output);
-    /* F16 weights: every loaded value must be exactly representable in f16 (it came from one). */
+    /* F16 weights stay as stored (the mapping's bytes); each decodes to exactly its f16 value. */
     lm_gguf *g = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
     const lm_gguf_tensor *t = lm_gguf_tensor_find(g, "blk.0.attn_q.weight");
     CU_ASSERT_EQUAL(t->type, LM_TYPE_F16);
+    CU_ASSERT_EQUAL(m->layers[0].wq.type, LM_TYPE_F16);
+    CU_ASSERT_PTR_NULL(m->layers[0].wq.f);
     const uint8_t *b = t->data;
+    float *wq = malloc((size_t)t->n_elem * sizeof *wq);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wq);
+    lm_wt_rows(wq, &m->layers[0].wq, 0, t->ne[1], (uint32_t)t->ne[0]);
     for (uint64_t i = 0; i < t->n_elem; ++i) {
         uint16_t h = (uint16_t)(b[2 * i] | b[2 * i + 1] << 8);
-        CU_ASSERT_EQUAL(m->layers[0].wq[i], lm_f16_to_f32(h));
-        if (m->layers[0].wq[i] != lm_f16_to_f32(h))
+        CU_ASSERT_EQUAL(wq[i], lm_f16_to_f32(h));
+        if (wq[i] != lm_f16_to_f32(h))
             break;
     }
+    free(wq);
     lm_gguf_close(g);
     lm_model_free(m);
 }
@@ -99,7 +106,8 @@ static void test_model_synth_round_trip(void)
     CU_ASSERT_EQUAL(m->hp.n_vocab, sp.n_vocab);
     CU_ASSERT_EQUAL(m->hp.rope_theta, sp.rope_theta); /* exact: stored as f32 */
     CU_ASSERT_TRUE(m->hp.tied_output);
-    CU_ASSERT_PTR_EQUAL(m->output, m->tok_embd);
+    CU_ASSERT_PTR_EQUAL(m->output.f, m->tok_embd.f);
+    CU_ASSERT_PTR_EQUAL(m->output.q, m->tok_embd.q);
     CU_ASSERT_PTR_NOT_NULL(m->vocab);
     if (m->vocab != NULL)
         CU_ASSERT_EQUAL(lm_vocab_n_tokens(m->vocab), sp.n_vocab);
@@ -260,34 +268,47 @@ static void test_model_quantized_weights(void)
     }
     CU_ASSERT_EQUAL_FATAL(lm_gguf_writer_save(w, path, &err), LM_OK);
     lm_gguf_writer_free(w);
-    lm_model *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    /* Each weight the same values whether kept in the file's blocks (decoded by lm_wt_rows)
+     * or dequantized into the arena: lm_gguf_tensor_to_f32's. */
+    lm_model *m = NULL, *ma = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load_mode(&m, path, LM_WEIGHTS_FILE, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(lm_model_load_mode(&ma, path, LM_WEIGHTS_ARENA, &err), LM_OK);
     CU_ASSERT_EQUAL(m->hp.n_vocab, V);
     CU_ASSERT_EQUAL(m->hp.n_head_kv, 1);
     CU_ASSERT_FALSE(m->hp.tied_output);
     CU_ASSERT_PTR_NOT_NULL(m->layers[0].bq);
     CU_ASSERT_PTR_NULL(m->layers[0].bk);
+    CU_ASSERT_PTR_NOT_NULL(m->layers[0].wk.q); /* Q4_0: blocks in the mapping */
+    CU_ASSERT_PTR_NULL(m->layers[0].wk.f);
+    CU_ASSERT_PTR_NOT_NULL(ma->layers[0].wk.f);
     lm_gguf *g = NULL;
     CU_ASSERT_EQUAL_FATAL(lm_gguf_open(&g, path, &err), LM_OK);
-    const float *got[] = {m->tok_embd, m->output, m->layers[0].wq, m->layers[0].wk,
-                          m->layers[0].wv, m->layers[0].wo, m->layers[0].w_gate,
-                          m->layers[0].w_up, m->layers[0].w_down};
+    const lm_model *both[2] = {m, ma};
     const char *names[] = {"token_embd.weight", "output.weight", "blk.0.attn_q.weight",
                            "blk.0.attn_k.weight", "blk.0.attn_v.weight",
                            "blk.0.attn_output.weight", "blk.0.ffn_gate.weight",
                            "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"};
-    static float want[64 * 64];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
-        const lm_gguf_tensor *t = lm_gguf_tensor_find(g, names[i]);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
-        CU_ASSERT_EQUAL_FATAL(lm_gguf_tensor_to_f32(want, t, &err), LM_OK);
-        CU_ASSERT_EQUAL(memcmp(want, got[i], (size_t)t->n_elem * sizeof(float)), 0);
+    static float want[64 * 64], got[64 * 64];
+    for (int mi = 0; mi < 2; ++mi) {
+        const lm_model *x = both[mi];
+        const lm_wt *wts[] = {&x->tok_embd, &x->output, &x->layers[0].wq, &x->layers[0].wk,
+                              &x->layers[0].wv, &x->layers[0].wo, &x->layers[0].w_gate,
+                              &x->layers[0].w_up, &x->layers[0].w_down};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+            const lm_gguf_tensor *t = lm_gguf_tensor_find(g, names[i]);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+            CU_ASSERT_EQUAL_FATAL(lm_gguf_tensor_to_f32(want, t, &err), LM_OK);
+            CU_ASSERT_EQUAL(wts[i]->type, (uint32_t)t->type);
+            lm_wt_rows(got, wts[i], 0, t->ne[1], (uint32_t)t->ne[0]);
+            CU_ASSERT_EQUAL(memcmp(want, got, (size_t)t->n_elem * sizeof(float)), 0);
+        }
     }
     /* One weight by hand: attn_k (Q4_0, d = 1/16), element 17 = high nibble of byte 1 - 8. */
     const lm_gguf_tensor *k = lm_gguf_tensor_find(g, "blk.0.attn_k.weight");
     const uint8_t *kb = k->data;
-    CU_ASSERT_EQUAL(m->layers[0].wk[17], (float)((kb[2 + 1] >> 4) - 8) / 16.0f);
+    CU_ASSERT_EQUAL(ma->layers[0].wk.f[17], (float)((kb[2 + 1] >> 4) - 8) / 16.0f);
     lm_gguf_close(g);
+    lm_model_free(ma);
     lm_model_free(m);
 }
 

@@ -123,10 +123,12 @@ static void moe_free(moe_problem *p)
 static void moe_run(lm_backend *be, const moe_problem *p, uint32_t t0, uint32_t n,
                     lm_moe_gating gating, float *out, uint32_t *sel, float *margin)
 {
+    const lm_wt wr = lm_wt_f32(p->wr), wg = lm_wt_f32(p->wg), wu = lm_wt_f32(p->wu),
+                wd = lm_wt_f32(p->wd);
     lm_moe_args a = {
         .n = n, .n_embd = p->d, .n_ff = p->ff, .n_expert = p->ne, .n_used = p->k,
-        .gating = gating, .x = p->x + (size_t)t0 * p->d, .w_router = p->wr, .w_gate = p->wg,
-        .w_up = p->wu, .w_down = p->wd, .b_router = p->br, .b_gate = p->bg, .b_up = p->bu,
+        .gating = gating, .x = p->x + (size_t)t0 * p->d, .w_router = &wr, .w_gate = &wg,
+        .w_up = &wu, .w_down = &wd, .b_router = p->br, .b_gate = p->bg, .b_up = p->bu,
         .b_down = p->bd, .act = p->act, .out = out + (size_t)t0 * p->d,
         .sel = sel + (size_t)t0 * p->k, .margin = margin + t0,
     };

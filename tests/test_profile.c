@@ -259,14 +259,16 @@ static void test_profile_engine_stream_bf16(void)
 }
 
 /* Rows x cols of src copied to *cur rounded to nearest in s, advancing *cur. */
-static const float *rounded(float **cur, const float *src, uint64_t rows, uint64_t cols,
-                            const lm_round_spec *s)
+static lm_wt rounded(float **cur, const lm_wt *src, uint64_t rows, uint64_t cols,
+                     const lm_round_spec *s)
 {
     float *dst = *cur;
-    memcpy(dst, src, rows * cols * sizeof *dst);
+    lm_wt_rows(dst, src, 0, rows, (uint32_t)cols);
     lm_round_rows_rn(dst, (uint32_t)rows, (uint32_t)cols, cols, s);
     *cur += rows * cols;
-    return dst;
+    lm_wt w = lm_wt_f32(dst);
+    w.type = src->type; /* the file's type: what the profile's product inputs follow */
+    return w;
 }
 
 /* A shallow copy of m (*copy, *layers) whose embedding, output and every layer's weight
@@ -285,25 +287,25 @@ static void prerounded_model(lm_model *copy, lm_layer **layers, float **store, c
     CU_ASSERT_FATAL(*store != NULL && *layers != NULL);
     float *cur = *store;
     *copy = *m;
-    copy->tok_embd = rounded(&cur, m->tok_embd, hp->n_vocab, d, s);
-    copy->output = hp->tied_output ? copy->tok_embd : rounded(&cur, m->output, hp->n_vocab, d, s);
+    copy->tok_embd = rounded(&cur, &m->tok_embd, hp->n_vocab, d, s);
+    copy->output = hp->tied_output ? copy->tok_embd : rounded(&cur, &m->output, hp->n_vocab, d, s);
     for (uint32_t il = 0; il < hp->n_layer; ++il) {
         const lm_layer *L = &m->layers[il];
         lm_layer *R = &(*layers)[il];
         *R = *L;
-        R->wq = rounded(&cur, L->wq, q, d, s);
-        R->wk = rounded(&cur, L->wk, kv, d, s);
-        R->wv = rounded(&cur, L->wv, kv, d, s);
-        R->wo = rounded(&cur, L->wo, d, q, s);
-        if (L->ffn_gate_inp != NULL) {
-            R->ffn_gate_inp = rounded(&cur, L->ffn_gate_inp, ne, d, s);
-            R->ffn_gate_exps = rounded(&cur, L->ffn_gate_exps, ne * ffe, d, s);
-            R->ffn_up_exps = rounded(&cur, L->ffn_up_exps, ne * ffe, d, s);
-            R->ffn_down_exps = rounded(&cur, L->ffn_down_exps, ne * d, ffe, s);
+        R->wq = rounded(&cur, &L->wq, q, d, s);
+        R->wk = rounded(&cur, &L->wk, kv, d, s);
+        R->wv = rounded(&cur, &L->wv, kv, d, s);
+        R->wo = rounded(&cur, &L->wo, d, q, s);
+        if (lm_wt_present(&L->ffn_gate_inp)) {
+            R->ffn_gate_inp = rounded(&cur, &L->ffn_gate_inp, ne, d, s);
+            R->ffn_gate_exps = rounded(&cur, &L->ffn_gate_exps, ne * ffe, d, s);
+            R->ffn_up_exps = rounded(&cur, &L->ffn_up_exps, ne * ffe, d, s);
+            R->ffn_down_exps = rounded(&cur, &L->ffn_down_exps, ne * d, ffe, s);
         } else {
-            R->w_gate = rounded(&cur, L->w_gate, ff, d, s);
-            R->w_up = rounded(&cur, L->w_up, ff, d, s);
-            R->w_down = rounded(&cur, L->w_down, d, ff, s);
+            R->w_gate = rounded(&cur, &L->w_gate, ff, d, s);
+            R->w_up = rounded(&cur, &L->w_up, ff, d, s);
+            R->w_down = rounded(&cur, &L->w_down, d, ff, s);
         }
     }
     copy->layers = *layers;
@@ -319,7 +321,7 @@ static void count_moe_on_grid(void *user, uint32_t layer, const char *op, uint32
                               uint32_t n, const float *x, size_t row_elems)
 {
     moe_grid *mg = user;
-    if (layer < mg->m->hp.n_layer && mg->m->layers[layer].ffn_gate_inp != NULL)
+    if (layer < mg->m->hp.n_layer && lm_wt_present(&mg->m->layers[layer].ffn_gate_inp))
         count_on_grid(&mg->g, layer, op, pos0, n, x, row_elems);
 }
 

@@ -171,13 +171,19 @@ static void test_quant_memory_check(void)
  * the end of the largest tensor. */
 static void test_quant_reference_weights_check(void)
 {
-    lm_model *m = tu_load_model("llama-2-tiny-random.gguf");
-    if (m == NULL)
+    const char *path = tu_model_path("llama-2-tiny-random.gguf");
+    if (path == NULL)
         return;
-    ref_model *r = tf_ref_open(m);
+    lm_model *m = NULL;
     lm_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    ref_model *r = tf_ref_open(m);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_OK); /* F16 kept in the file */
+    lm_model_free(m);
+    /* the corruptions below write weights: float32 in the arena */
+    CU_ASSERT_EQUAL_FATAL(lm_model_load_mode(&m, path, LM_WEIGHTS_ARENA, &err), LM_OK);
     CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_OK);
-    float *w = (float *)m->layers[0].wq; /* test-only: corrupt one loaded weight */
+    float *w = (float *)(uintptr_t)m->layers[0].wq.f; /* test-only: corrupt one loaded weight */
     float keep = w[3];
     w[3] = keep + keep * 0x1p-20f + 0x1p-30f;
     CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_E_DISAGREE);
@@ -188,7 +194,7 @@ static void test_quant_reference_weights_check(void)
     for (uint32_t i = 1; i < m->n_weights; ++i)
         if (m->weights[i].n_elem > m->weights[big].n_elem)
             big = i;
-    float *wb = (float *)m->weights[big].data, *e = wb + m->weights[big].n_elem - 5;
+    float *wb = (float *)(uintptr_t)m->weights[big].w.f, *e = wb + m->weights[big].n_elem - 5;
     keep = *e;
     *e = keep + keep * 0x1p-20f + 0x1p-30f;
     memset(&err, 0, sizeof err);

@@ -180,7 +180,7 @@ static void test_ref_forward_one_layer_closed_form(void)
     lm_hparams hp = trm_hparams(LM_ROPE_NORM);
     hp.n_layer = 1;
     trm_build(&t, &hp, false, 7);
-    float *wd = (float *)t.layers[0].w_down;
+    float *wd = (float *)t.layers[0].w_down.f;
     memset(wd, 0, (size_t)hp.n_embd * hp.n_ff * sizeof *wd);
     int32_t tok[1] = {5};
     ref_request rq = {.tokens = tok, .n_tokens = 1, .n_prompt = 1, .n_threads = 1};
@@ -194,11 +194,11 @@ static void test_ref_forward_one_layer_closed_form(void)
            *v = ref_vec_new(kd, REF_DEFAULT_PREC), *a = ref_vec_new(qd, REF_DEFAULT_PREC),
            *w = ref_vec_new(qd, REF_DEFAULT_PREC), *lg = ref_vec_new(hp.n_vocab, REF_DEFAULT_PREC);
     for (uint32_t i = 0; i < e; ++i)
-        mpfr_set_flt(x[i], t.m.tok_embd[5 * e + i], MPFR_RNDN);
+        mpfr_set_flt(x[i], t.m.tok_embd.f[5 * e + i], MPFR_RNDN);
     ref_rmsnorm(h, x, t.layers[0].attn_norm, e, hp.rms_eps, &s);
     for (uint32_t r0 = 0; r0 < kd; ++r0) {
         for (uint32_t i = 0; i < e; ++i)
-            mpfr_set_flt(w[i], t.layers[0].wv[r0 * e + i], MPFR_RNDN);
+            mpfr_set_flt(w[i], t.layers[0].wv.f[r0 * e + i], MPFR_RNDN);
         exact_dot(v[r0], h, w, e);
     }
     /* each query head copies its KV head's value (probability 1) */
@@ -210,7 +210,7 @@ static void test_ref_forward_one_layer_closed_form(void)
     mpfr_init2(o, REF_DEFAULT_PREC);
     for (uint32_t r0 = 0; r0 < e; ++r0) {
         for (uint32_t i = 0; i < qd; ++i)
-            mpfr_set_flt(w[i], t.layers[0].wo[r0 * qd + i], MPFR_RNDN);
+            mpfr_set_flt(w[i], t.layers[0].wo.f[r0 * qd + i], MPFR_RNDN);
         exact_dot(o, a, w, qd);
         mpfr_add(x[r0], x[r0], o, MPFR_RNDN);
     }
@@ -218,7 +218,7 @@ static void test_ref_forward_one_layer_closed_form(void)
     bool all_equal = true;
     for (uint32_t r0 = 0; r0 < hp.n_vocab; ++r0) {
         for (uint32_t i = 0; i < e; ++i)
-            mpfr_set_flt(w[i], t.m.output[r0 * e + i], MPFR_RNDN);
+            mpfr_set_flt(w[i], t.m.output.f[r0 * e + i], MPFR_RNDN);
         exact_dot(lg[r0], h, w, e);
         /* the FFN adds exact zeros (W_down = 0), and the softmax weight is exactly 1, so every
          * rounding step is the same as the pass's: bitwise equality is expected */

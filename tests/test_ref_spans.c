@@ -28,11 +28,13 @@ static bool all_kept(const trm *t, const lm_hparams *hp)
     bool ok = kept_equals_fresh(&t->r, t->r.output, hp->n_vocab, e);
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const lm_layer *L = &t->layers[l];
-        ok = ok && kept_equals_fresh(&t->r, L->wq, q, e) && kept_equals_fresh(&t->r, L->wk, kv, e)
-             && kept_equals_fresh(&t->r, L->wv, kv, e) && kept_equals_fresh(&t->r, L->wo, e, q)
-             && kept_equals_fresh(&t->r, L->w_gate, hp->n_ff, e)
-             && kept_equals_fresh(&t->r, L->w_up, hp->n_ff, e)
-             && kept_equals_fresh(&t->r, L->w_down, e, hp->n_ff);
+        ok = ok && kept_equals_fresh(&t->r, L->wq.f, q, e)
+             && kept_equals_fresh(&t->r, L->wk.f, kv, e)
+             && kept_equals_fresh(&t->r, L->wv.f, kv, e)
+             && kept_equals_fresh(&t->r, L->wo.f, e, q)
+             && kept_equals_fresh(&t->r, L->w_gate.f, hp->n_ff, e)
+             && kept_equals_fresh(&t->r, L->w_up.f, hp->n_ff, e)
+             && kept_equals_fresh(&t->r, L->w_down.f, e, hp->n_ff);
     }
     return ok;
 }

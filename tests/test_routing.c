@@ -76,7 +76,7 @@ static void test_routing_flips_classified(void)
                 hx_routing_free(&other);
             }
         /* a real flip: layer 0 routed by layer 1's router */
-        const float *r0 = m->layers[0].ffn_gate_inp;
+        const lm_wt r0 = m->layers[0].ffn_gate_inp;
         m->layers[0].ffn_gate_inp = m->layers[1].ffn_gate_inp;
         CU_ASSERT_FATAL(hx_routing_capture(&other, m, &base, t, N_TOK, &err) == LM_OK);
         m->layers[0].ffn_gate_inp = r0;

@@ -120,7 +120,7 @@ static void test_smollm2_loads(void)
     CU_ASSERT_EQUAL(hp->n_rot, 64);
     CU_ASSERT_EQUAL(hp->rope_theta, 100000.0f); /* exact: 1e5 is a float */
     CU_ASSERT_TRUE(hp->tied_output);
-    CU_ASSERT_PTR_EQUAL(m->output, m->tok_embd);
+    CU_ASSERT_PTR_EQUAL(m->output.q, m->tok_embd.q);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m->vocab);
     CU_ASSERT_EQUAL(lm_vocab_type(m->vocab), LM_VOCAB_BPE);
     CU_ASSERT_FALSE(lm_vocab_adds_bos(m->vocab));

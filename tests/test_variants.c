@@ -88,7 +88,7 @@ static void test_variants_presets_load(void)
     m = load_preset("moe");
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     CU_ASSERT(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.moe_gating == 1);
-    CU_ASSERT(m->layers[0].ffn_gate_inp != NULL && m->layers[0].w_gate == NULL);
+    CU_ASSERT(lm_wt_present(&m->layers[0].ffn_gate_inp) && !lm_wt_present(&m->layers[0].w_gate));
     lm_model_free(m);
     m = load_preset("moe-32x4");
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);

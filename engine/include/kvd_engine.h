@@ -70,6 +70,9 @@ int lm_ctx_create(lm_ctx **out, const lm_model *m, const lm_ctx_params *p, lm_er
  * the machine has CPUs). Not counted: the per-chunk scratch of sliding-window masks and MoE
  * (lm_ctx_peak_scratch_bytes: a chunk's rows times the active experts' width). */
 void lm_ctx_predict_bytes(uint64_t *kv, uint64_t *scratch, const lm_hparams *hp, uint32_t n_ctx);
+/* Bytes of the decoded weight tiles a context allocates for a model that keeps its file's
+ * types (weight_tiles.c), for as many threads as the machine has CPUs. */
+uint64_t lm_ctx_predict_wtile_bytes(const lm_hparams *hp);
 void lm_ctx_free(lm_ctx *c);
 
 /* The RoPE tables every context of m reads: for pair i < n_rot/2 and position pos < n_pos,

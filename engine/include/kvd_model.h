@@ -1,5 +1,8 @@
-/* kvd_model.h — the engine's model: configuration and weights (float32, dequantized once at
- * load). The reference reads the same file through its own view (ref_model.h). */
+/* kvd_model.h — the engine's model: configuration and weights. Weight matrices stay in their
+ * file's type, read from the file's read-only mapping and decoded block by block inside the
+ * products (LM_WEIGHTS_FILE); LM_WEIGHTS_ARENA dequantizes them once into a float32 arena
+ * instead, with the same values. The reference reads the same file through its own view
+ * (ref_model.h). */
 #ifndef KVD_MODEL_H
 #define KVD_MODEL_H
 
@@ -142,29 +145,55 @@ typedef struct lm_hparams {
                                %s.expert_weights_norm); 2: softmax over all, not renormalised */
 } lm_hparams;
 
+/* A weight matrix as the products read it: row-major [rows][cols] (cols = ggml ne[0]), its
+ * values either float32 in memory (f) or the file's blocks of its type (q: each row
+ * row_bytes bytes, decoded by lm_type_to_f32 into exactly the values the arena holds). A
+ * weight that is absent has neither. */
+typedef struct lm_wt {
+    const float *f;     /* [rows][cols] float32 values, or NULL */
+    const uint8_t *q;   /* [rows][row_bytes] blocks in the file's mapping, or NULL */
+    size_t row_bytes;   /* bytes of one row of q (0 when q is NULL) */
+    uint32_t type;      /* lm_tensor_type in the file (F32 for a weight built in memory) */
+} lm_wt;
+
+/* A float32 weight built in memory (type F32). */
+static inline lm_wt lm_wt_f32(const float *f)
+{
+    lm_wt w = {f, NULL, 0, 0};
+    return w;
+}
+/* Whether the weight is present. */
+static inline bool lm_wt_present(const lm_wt *w)
+{
+    return w->f != NULL || w->q != NULL;
+}
+/* Rows [row0, row0 + n) of w, each of cols values, into out: [n][cols] float32 (bitwise the
+ * arena's values: lm_type_to_f32's decoder). */
+void lm_wt_rows(float *out, const lm_wt *w, uint64_t row0, uint64_t n, uint32_t cols);
+
 /* One decoder layer. Row-major [out][in] as GGUF stores them (ne[0] = in). */
 typedef struct lm_layer {
     const float *attn_norm; /* [n_embd] */
-    const float *wq;        /* [n_head * head_dim][n_embd] */
-    const float *wk;        /* [n_head_kv * head_dim][n_embd] */
-    const float *wv;        /* [n_head_kv * head_dim][n_embd] */
-    const float *wo;        /* [n_embd][n_head * head_dim] */
+    lm_wt wq;           /* [n_head * head_dim][n_embd] */
+    lm_wt wk;           /* [n_head_kv * head_dim][n_embd] */
+    lm_wt wv;           /* [n_head_kv * head_dim][n_embd] */
+    lm_wt wo;           /* [n_embd][n_head * head_dim] */
     const float *bq;        /* [n_head * head_dim] or NULL */
     const float *bk;        /* [n_head_kv * head_dim] or NULL */
     const float *bv;        /* [n_head_kv * head_dim] or NULL */
     const float *bo;        /* [n_embd] or NULL */
     const float *ffn_norm;  /* [n_embd] */
-    const float *w_gate;    /* [n_ff][n_embd] */
-    const float *w_up;      /* [n_ff][n_embd] */
-    const float *w_down;    /* [n_embd][n_ff] */
+    lm_wt w_gate;       /* [n_ff][n_embd] */
+    lm_wt w_up;         /* [n_ff][n_embd] */
+    lm_wt w_down;       /* [n_embd][n_ff] */
     /* --- variants; NULL / 0 when absent --- */
     uint32_t window;              /* this layer's sliding window (hp.n_swa or 0 = full) */
     const float *sinks;           /* [n_head] learned sink logits (blk.N.attn_sinks.weight) */
-    const float *ffn_gate_inp;    /* [n_expert][n_embd] router; non-NULL = MoE FFN (then
-                                     w_gate, w_up, w_down are NULL) */
-    const float *ffn_gate_exps;   /* [n_expert][n_ff_exp][n_embd] */
-    const float *ffn_up_exps;     /* [n_expert][n_ff_exp][n_embd] */
-    const float *ffn_down_exps;   /* [n_expert][n_embd][n_ff_exp] */
+    lm_wt ffn_gate_inp;       /* [n_expert][n_embd] router; present = MoE FFN (then
+                                     w_gate, w_up, w_down are absent) */
+    lm_wt ffn_gate_exps;      /* [n_expert][n_ff_exp][n_embd] */
+    lm_wt ffn_up_exps;        /* [n_expert][n_ff_exp][n_embd] */
+    lm_wt ffn_down_exps;      /* [n_expert][n_embd][n_ff_exp] */
     const float *ffn_gate_inp_b;  /* [n_expert] router bias or NULL */
     const float *ffn_gate_exps_b; /* [n_expert][n_ff_exp] or NULL */
     const float *ffn_up_exps_b;   /* [n_expert][n_ff_exp] or NULL */
@@ -175,13 +204,22 @@ typedef struct lm_layer {
     const float *ffn_post_norm;   /* [n_embd] when hp.norm_place == LM_NORM_SANDWICH */
 } lm_layer;
 
-/* A weight as loaded: its GGUF name, its type in the file and its float32 values. */
+/* A weight as loaded: its GGUF name, its type in the file and its values (lm_wt_rows decodes
+ * them: [n_elem / cols][cols]). */
 typedef struct lm_weight {
     char name[64];
-    const float *data;  /* [n_elem], inside the model's arena */
+    lm_wt w;            /* f inside the model's arenas, or q inside the file's mapping */
     uint64_t n_elem;
+    uint32_t cols;      /* ggml ne[0] */
     uint32_t type;      /* ggml type number as stored (lm_tensor_type, kvd_gguf.h) */
 } lm_weight;
+
+/* Where a model's weight matrices live (lm_model_load_mode). */
+typedef enum lm_weights_mode {
+    LM_WEIGHTS_FILE = 0, /* in the file's type, in its read-only mapping (F32 ones read in
+                            place, the others decoded block by block inside the products) */
+    LM_WEIGHTS_ARENA = 1 /* dequantized once into one float32 arena, the file then unmapped */
+} lm_weights_mode;
 
 /* Data another part of the program keeps with a model for the model's lifetime (the
  * reference's weight-span histograms), attached on first use by lm_model_ext_attach and
@@ -195,9 +233,9 @@ typedef struct lm_model {
     lm_hparams hp;
     const lm_arch *arch;      /* the architecture table's row for hp.arch (NULL in models that
                                  tests build by hand) */
-    const float *tok_embd;    /* [n_vocab][n_embd] */
+    lm_wt tok_embd;           /* [n_vocab][n_embd] */
     const float *output_norm; /* [n_embd] */
-    const float *output;      /* [n_vocab][n_embd]; == tok_embd when hp.tied_output */
+    lm_wt output;             /* [n_vocab][n_embd]; == tok_embd when hp.tied_output */
     const float *rope_freqs;  /* [n_rot / 2] frequency divisors (Llama 3.1) or NULL */
     lm_layer *layers;         /* [n_layer] */
     lm_vocab *vocab;          /* NULL if the file has no tokenizer */
@@ -206,8 +244,12 @@ typedef struct lm_model {
     char *path;
     lm_weight *weights;       /* [n_weights]: every tensor loaded, in load order */
     uint32_t n_weights;
-    void *weights_arena;      /* private: one allocation holding every float32 weight */
+    lm_weights_mode weights_mode;
+    void *weights_arena;      /* private: one allocation holding every float32 weight (ARENA),
+                                 or the vectors (norms, biases) only (FILE) */
     size_t weights_n;         /* private: floats in weights_arena */
+    const void *file_map;     /* private: the file's read-only mapping (FILE), or NULL */
+    uint64_t file_map_bytes;  /* private: its length */
     lm_model_ext *ext;        /* private: the attached data or NULL, read and written only
                                  atomically (lm_model_ext_attach; this header is also C++'s) */
     bool borrowed;            /* a view of another model (lm_model_first_layers): nothing is
@@ -215,8 +257,16 @@ typedef struct lm_model {
 } lm_model;
 
 /* Loads and validates the model: every required tensor present with the right shape, the
- * configuration consistent. Unknown architectures or features are LM_E_UNSUPPORTED. */
+ * configuration consistent. Unknown architectures or features are LM_E_UNSUPPORTED. The
+ * weights' place is $KVDRIFT_WEIGHTS: "file" (the default when unset or empty) or "arena"
+ * (lm_weights_mode); any other value is LM_E_INPUT. */
 int lm_model_load(lm_model **out, const char *path, lm_err *err);
+/* The same with the weights' place given. */
+int lm_model_load_mode(lm_model **out, const char *path, lm_weights_mode mode, lm_err *err);
+/* The mode $KVDRIFT_WEIGHTS names (LM_E_INPUT with one line for another value). */
+int lm_weights_mode_env(lm_weights_mode *out, lm_err *err);
+/* "file" or "arena". */
+const char *lm_weights_mode_name(lm_weights_mode mode);
 void lm_model_free(lm_model *m);
 /* Bytes of memory available for new allocations now (MemAvailable of /proc/meminfo, else
  * free physical pages); UINT64_MAX when unknown. */
@@ -227,14 +277,20 @@ int lm_mem_check(const char *what, uint64_t needed, uint64_t available, lm_err *
 /* What loading a file and running one context will hold, predicted from the file's header
  * and tensor infos (nothing is read or allocated beyond them). */
 typedef struct lm_mem_plan {
-    uint64_t file;    /* the file, mapped while it loads */
-    uint64_t weights; /* the float32 arena every weight is dequantized into */
+    uint64_t file;    /* the file, mapped (read while it loads; FILE: the weights' home) */
+    uint64_t weights; /* the float32 arena: every weight dequantized (ARENA), or only the
+                         vectors, norms and biases (FILE) */
     uint64_t kv;      /* the KV cache of the context (lm_ctx_predict_bytes) */
-    uint64_t scratch; /* the context's scratch (lm_ctx_predict_bytes) */
+    uint64_t scratch; /* the context's scratch (lm_ctx_predict_bytes), tiles included */
+    uint64_t tiles;   /* FILE: the products' decoded weight tiles (lm_ctx_predict_wtile_bytes);
+                         0 for ARENA */
+    uint64_t f32;     /* every weight as float32: what a float32 copy of the model holds (the
+                         reference's own view) */
     lm_hparams hp;    /* the file's hyperparameters, as lm_model_load reads them */
 } lm_mem_plan;
-/* The plan for path and a context of n_ctx positions (0: the trained context); the file's
- * errors are lm_model_load's (unsupported, missing tensors, wrong shapes). */
+/* The plan for path and a context of n_ctx positions (0: the trained context), its weights
+ * placed as lm_model_load places them ($KVDRIFT_WEIGHTS); the file's errors are
+ * lm_model_load's (unsupported, missing tensors, wrong shapes). */
 int lm_model_mem_plan(lm_mem_plan *out, const char *path, uint32_t n_ctx, lm_err *err);
 /* LM_OK when m's file still has the size and content hash it had when m was loaded (or m was
  * built or changed in memory: no path, or no weight list); checked before each reference
@@ -256,10 +312,7 @@ void lm_model_ext_release(lm_model *m);
  * w_up, w_down, ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps (NULL where the layer
  * has none). */
 #define LM_LAYER_PRODUCTS 11
-void lm_layer_product_weights(const lm_layer *L, const float *w[LM_LAYER_PRODUCTS]);
-/* The type in the file (lm_tensor_type) of the loaded weight whose values start at data;
- * 0 (F32) when none does (NULL, or a model built in memory, whose weights are float32). */
-uint32_t lm_model_weight_type(const lm_model *m, const float *data);
+void lm_layer_product_weights(const lm_layer *L, const lm_wt *w[LM_LAYER_PRODUCTS]);
 /* Content hash as 32 lowercase hex digits + NUL. */
 void lm_model_hash_hex(const lm_model *m, char out[33]);
 

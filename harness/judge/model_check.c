@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Neither model was built or changed in memory: both were read from one file. */
@@ -21,25 +22,35 @@ static const ref_weight *ref_weight_named(const ref_model *r, const char *name)
     return NULL;
 }
 
-/* Bitwise: NaN payloads and signed zeros must agree too; the element is looked for only when
- * the whole tensor differs. */
-static int same_values(const char *path, const lm_weight *w, const ref_weight *rw, lm_err *err)
+/* Bitwise: NaN payloads and signed zeros must agree too. The engine's values are decoded
+ * (lm_wt_rows) a few rows at a time into buf [CHECK_FLOATS], compared piece by piece; the
+ * element is looked for only in a piece that differs. */
+#define CHECK_FLOATS ((size_t)1 << 16)
+static int same_values(const char *path, const lm_weight *w, const ref_weight *rw, float *buf,
+                       lm_err *err)
 {
-    if (memcmp(w->data, rw->data, w->n_elem * sizeof *w->data) == 0)
-        return LM_OK;
-    for (uint64_t j = 0; j < w->n_elem; ++j)
-        if (memcmp(&w->data[j], &rw->data[j], sizeof(float)) != 0)
-            return LM_FAIL(err, LM_E_DISAGREE, "%s: tensor '%s' (%s) element %" PRIu64 ": the "
-                           "engine loaded %.9g, the reference's dequantization gives %.9g", path,
-                           w->name, lm_tensor_type_name((lm_tensor_type)w->type), j,
-                           (double)w->data[j], (double)rw->data[j]);
+    const uint64_t rows = w->n_elem / w->cols;
+    const uint64_t step = CHECK_FLOATS / w->cols > 0 ? CHECK_FLOATS / w->cols : 1;
+    for (uint64_t r0 = 0; r0 < rows; r0 += step) {
+        const uint64_t n = rows - r0 < step ? rows - r0 : step;
+        const float *ref = rw->data + r0 * w->cols;
+        lm_wt_rows(buf, &w->w, r0, n, w->cols);
+        if (memcmp(buf, ref, (size_t)(n * w->cols) * sizeof *buf) == 0)
+            continue;
+        for (uint64_t j = 0; j < n * w->cols; ++j)
+            if (memcmp(&buf[j], &ref[j], sizeof(float)) != 0)
+                return LM_FAIL(err, LM_E_DISAGREE, "%s: tensor '%s' (%s) element %" PRIu64
+                               ": the engine loaded %.9g, the reference's dequantization gives "
+                               "%.9g", path, w->name, lm_tensor_type_name((lm_tensor_type)w->type),
+                               r0 * w->cols + j, (double)buf[j], (double)ref[j]);
+    }
     return LM_OK;
 }
 
-int hx_model_check_weights(const lm_model *m, const ref_model *r, lm_err *err)
+/* Every engine tensor's values against the reference's, then the reference's tensors the
+ * engine did not load. */
+static int check_each(const lm_model *m, const ref_model *r, float *buf, lm_err *err)
 {
-    if (!both_from_file(m, r))
-        return LM_OK;
     for (uint32_t i = 0; i < m->n_weights; ++i) {
         const lm_weight *w = &m->weights[i];
         const ref_weight *rw = ref_weight_named(r, w->name);
@@ -47,7 +58,7 @@ int hx_model_check_weights(const lm_model *m, const ref_model *r, lm_err *err)
             return LM_FAIL(err, LM_E_DISAGREE, "%s: the engine loaded tensor '%s' (%" PRIu64
                            " elements), the reference reads %s", m->path, w->name, w->n_elem,
                            rw == NULL ? "no such tensor" : "another element count");
-        int rc = same_values(m->path, w, rw, err);
+        int rc = same_values(m->path, w, rw, buf, err);
         if (rc != LM_OK)
             return rc;
     }
@@ -61,6 +72,21 @@ int hx_model_check_weights(const lm_model *m, const ref_model *r, lm_err *err)
                                "engine did not load it", m->path, r->weights[i].name);
         }
     return LM_OK;
+}
+
+int hx_model_check_weights(const lm_model *m, const ref_model *r, lm_err *err)
+{
+    if (!both_from_file(m, r))
+        return LM_OK;
+    size_t widest = CHECK_FLOATS;
+    for (uint32_t i = 0; i < m->n_weights; ++i)
+        widest = m->weights[i].cols > widest ? m->weights[i].cols : widest;
+    float *buf = malloc(widest * sizeof *buf);
+    if (buf == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", m->path);
+    int rc = check_each(m, r, buf, err);
+    free(buf);
+    return rc;
 }
 
 #define SAME_U(what, mine, theirs)                                                             \

@@ -5,6 +5,7 @@
 #include "kvd_ref.h"
 #include "ref_model.h"
 
+#include <stdio.h>
 #include <string.h>
 
 uint32_t hx_mem_tokens_bound(const char *text, const char *tok_s)
@@ -42,8 +43,10 @@ int hx_mem_check(uint64_t *needed, const char *path, const hx_mem_need *need, ui
     const uint32_t n_ctx = mp.hp.n_ctx_train && need->n_ctx > mp.hp.n_ctx_train
                                ? mp.hp.n_ctx_train : need->n_ctx;
     mp.kv = mp.scratch = 0;
-    if (n_ctx > 0)
+    if (n_ctx > 0) {
         lm_ctx_predict_bytes(&mp.kv, &mp.scratch, &mp.hp, n_ctx);
+        mp.scratch = sat_add(mp.scratch, mp.tiles);
+    }
     uint64_t ref = 0;
     const uint32_t ref_tokens = mp.hp.n_ctx_train && need->ref_tokens > mp.hp.n_ctx_train
                                     ? mp.hp.n_ctx_train : need->ref_tokens;
@@ -60,7 +63,8 @@ int hx_mem_check(uint64_t *needed, const char *path, const hx_mem_need *need, ui
                                 .prec = need->ref_prec};
         ref = ref_memory_estimate(&hollow, &rq);
     }
-    const uint64_t weights = need->ref_view ? sat_add(mp.weights, mp.weights) : mp.weights;
+    /* the engine's arena, and the reference's own float32 view of every weight */
+    const uint64_t weights = need->ref_view ? sat_add(mp.weights, mp.f32) : mp.weights;
     const uint64_t total = sat_add(sat_add(sat_add(mp.file, weights), sat_add(mp.kv,
                                                                               mp.scratch)),
                                    ref);
@@ -70,9 +74,12 @@ int hx_mem_check(uint64_t *needed, const char *path, const hx_mem_need *need, ui
         available = lm_mem_available();
     if (total <= available)
         return LM_OK;
+    char ref_view[64] = "";
+    if (need->ref_view)
+        snprintf(ref_view, sizeof ref_view, " + the reference's float32 weights %.1f",
+                 gib(mp.f32));
     return LM_FAIL(err, LM_E_NOMEM, "%s: needs %.1f GiB (file %.1f + float32 weights %.1f%s + "
                    "KV cache %.2f + scratch %.2f + reference %.2f), %.1f GiB available", path,
-                   gib(total), gib(mp.file), gib(mp.weights),
-                   need->ref_view ? " x 2 (engine and reference)" : "", gib(mp.kv),
+                   gib(total), gib(mp.file), gib(mp.weights), ref_view, gib(mp.kv),
                    gib(mp.scratch), gib(ref), gib(available));
 }
