@@ -117,7 +117,7 @@ static void check_vs_double(lm_rope_type rope, uint32_t n_rot, bool bias, bool t
     CU_ASSERT_EQUAL_FATAL(c.n_embd, hp.n_embd);
     for (uint32_t i = 0; i < N * hp.n_embd; ++i)
         CU_ASSERT_EQUAL(ref_capture_hidden(&c, 0)[i],
-                        (double)t.m.tok_embd[(size_t)tok[i / hp.n_embd] * hp.n_embd +
+                        (double)t.m.tok_embd.f[(size_t)tok[i / hp.n_embd] * hp.n_embd +
                                              i % hp.n_embd]);
     const double *xr = ref_capture_hidden(&c, hp.n_layer);
     for (uint32_t i = 0; i < N * hp.n_embd; ++i)
