@@ -206,6 +206,24 @@ static void test_quant_reference_weights_check(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
     *e = keep;
     CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_OK);
+    /* equal values under equal names, but layer 0's K product reads V (tiny-random's K and V
+     * have one shape): named, with the reading that wired it */
+    lm_layer *L0 = &m->layers[0];
+    const lm_wt wk = L0->wk;
+    L0->wk = L0->wv;
+    memset(&err, 0, sizeof err);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_E_DISAGREE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "layer 0's attn_k.weight product reads another "
+                                           "tensor than 'blk.0.attn_k.weight' in the engine"));
+    L0->wk = wk;
+    /* the same values read from another type */
+    const uint32_t type = r->weights[big].type;
+    ((ref_weight *)(uintptr_t)&r->weights[big])->type = type == 0 ? 1 : 0;
+    memset(&err, 0, sizeof err);
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_E_DISAGREE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the engine read type"));
+    ((ref_weight *)(uintptr_t)&r->weights[big])->type = type;
+    CU_ASSERT_EQUAL(hx_model_check_weights(m, r, &err), LM_OK);
     /* a tensor one reader has and the other has not */
     snprintf(r->weights[0].name, sizeof r->weights[0].name, "renamed.weight");
     memset(&err, 0, sizeof err);

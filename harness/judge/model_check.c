@@ -3,6 +3,7 @@
 #include "judge/model_check.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,11 @@ static int check_each(const lm_model *m, const ref_model *r, float *buf, lm_err 
             return LM_FAIL(err, LM_E_DISAGREE, "%s: the engine loaded tensor '%s' (%" PRIu64
                            " elements), the reference reads %s", m->path, w->name, w->n_elem,
                            rw == NULL ? "no such tensor" : "another element count");
+        if (rw->type != w->type)
+            return LM_FAIL(err, LM_E_DISAGREE, "%s: tensor '%s': the engine read type %s, the "
+                           "reference %s", m->path, w->name,
+                           lm_tensor_type_name((lm_tensor_type)w->type),
+                           lm_tensor_type_name((lm_tensor_type)rw->type));
         int rc = same_values(m->path, w, rw, buf, err);
         if (rc != LM_OK)
             return rc;
@@ -74,6 +80,57 @@ static int check_each(const lm_model *m, const ref_model *r, float *buf, lm_err 
     return LM_OK;
 }
 
+/* A layer's weight matrix: its GGUF name after "blk.N." and where each reading keeps it. */
+typedef struct matrix_role {
+    const char *name;
+    size_t engine;    /* offsetof(lm_layer, ...): an lm_wt */
+    size_t reference; /* offsetof(ref_layer, ...): a const float * */
+} matrix_role;
+
+#define ROLE(gguf, field) {gguf, offsetof(lm_layer, field), offsetof(ref_layer, field)}
+static const matrix_role matrix_roles[] = {
+    ROLE("attn_q.weight", wq),          ROLE("attn_k.weight", wk),
+    ROLE("attn_v.weight", wv),          ROLE("attn_output.weight", wo),
+    ROLE("ffn_gate.weight", w_gate),    ROLE("ffn_up.weight", w_up),
+    ROLE("ffn_down.weight", w_down),    ROLE("ffn_gate_inp.weight", ffn_gate_inp),
+    ROLE("ffn_gate_exps.weight", ffn_gate_exps), ROLE("ffn_up_exps.weight", ffn_up_exps),
+    ROLE("ffn_down_exps.weight", ffn_down_exps),
+};
+#undef ROLE
+
+static const lm_weight *engine_weight_named(const lm_model *m, const char *name)
+{
+    for (uint32_t i = 0; i < m->n_weights; ++i)
+        if (strcmp(m->weights[i].name, name) == 0)
+            return &m->weights[i];
+    return NULL;
+}
+
+/* Each layer's matrices are wired to the tensor of their name in both readings: equal values
+ * under equal names prove nothing if a product reads another tensor (wk where wv belongs). */
+static int same_roles(const lm_model *m, const ref_model *r, lm_err *err)
+{
+    for (uint32_t l = 0; l < m->hp.n_layer; ++l)
+        for (size_t k = 0; k < sizeof matrix_roles / sizeof matrix_roles[0]; ++k) {
+            const matrix_role *role = &matrix_roles[k];
+            char name[64];
+            snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, role->name);
+            const lm_weight *w = engine_weight_named(m, name);
+            const ref_weight *rw = ref_weight_named(r, name);
+            const lm_wt *e = (const lm_wt *)((const char *)&m->layers[l] + role->engine);
+            const float *const *f =
+                (const float *const *)((const char *)&r->layers[l] + role->reference);
+            const bool engine_ok = w != NULL ? e->f == w->w.f && e->q == w->w.q
+                                             : !lm_wt_present(e);
+            const bool ref_ok = rw != NULL ? *f == rw->data : *f == NULL;
+            if (!engine_ok || !ref_ok)
+                return LM_FAIL(err, LM_E_DISAGREE, "%s: layer %" PRIu32 "'s %s product reads "
+                               "another tensor than '%s' in the %s", m->path, l, role->name, name,
+                               !engine_ok ? "engine" : "reference");
+        }
+    return LM_OK;
+}
+
 int hx_model_check_weights(const lm_model *m, const ref_model *r, lm_err *err)
 {
     if (!both_from_file(m, r))
@@ -86,7 +143,7 @@ int hx_model_check_weights(const lm_model *m, const ref_model *r, lm_err *err)
         return LM_FAIL(err, LM_E_NOMEM, "%s: out of memory", m->path);
     int rc = check_each(m, r, buf, err);
     free(buf);
-    return rc;
+    return rc != LM_OK ? rc : same_roles(m, r, err);
 }
 
 #define SAME_U(what, mine, theirs)                                                             \
