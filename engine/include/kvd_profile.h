@@ -3,7 +3,7 @@
  * site) and for the stochastic-rounding ensemble behind the envelope (stochastic rounding to
  * the same virtual precision at the same sites, backend_naive_sr.c).
  *
- * Sites (lm_perturb_site, backend.h): NORM (RMSNorm outputs, the inputs of the q/k/v and
+ * Sites (lm_perturb_site below): NORM (RMSNorm outputs, the inputs of the q/k/v and
  * gate/up projections), ROPE (q and K rows after RoPE), SOFTMAX (attention probabilities),
  * SWIGLU (the input of the down projection), RESIDUAL (the residual stream after each add),
  * OUT_NORM (the input of the output projection), V (V rows after projection and bias),
@@ -40,6 +40,32 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Where the forward pass calls lm_backend_i.perturb (backend.h), the sites a profile rounds
+ * (kept distinct so that the stages draw independent coins). */
+typedef enum lm_perturb_site {
+    LM_SITE_NORM = 1,     /* attn_norm / ffn_norm output */
+    LM_SITE_ROPE,         /* q and K rows after RoPE */
+    LM_SITE_SOFTMAX,      /* attention probabilities (| query head << 8, see attention.c) */
+    LM_SITE_SWIGLU,       /* silu(gate) * up */
+    LM_SITE_RESIDUAL,     /* x after each residual add */
+    LM_SITE_OUT_NORM,     /* final RMSNorm before the output projection */
+    /* Sites that only a precision profile rounds (never perturbed without one, so the f32
+     * ensemble's bits do not depend on them): */
+    LM_SITE_V,            /* V rows after projection and bias */
+    LM_SITE_ATTN_OUT,     /* attention output, the input of Wo */
+    LM_SITE_KV,           /* K and V rows as stored in the cache */
+    LM_SITE_WEIGHT,       /* weight matrices, once per context */
+    /* A sandwich norm's output (attn_post_norm, ffn_post_norm), which is added to the residual
+     * stream and enters no weight product: perturbed without a profile like NORM .. OUT_NORM
+     * (lm_site_perturbed), numbered after WEIGHT so that every other site keeps its number
+     * and so its coins. */
+    LM_SITE_POST_NORM,
+    /* Numbered after POST_NORM for the same reason, and perturbed like it: */
+    LM_SITE_HEAD_NORM,    /* q and k after their per-head RMSNorm (Qwen3, Gemma 3), before RoPE */
+    LM_SITE_MOE_GATES,    /* a token's expert weights (the router's gating, after top-k) */
+    LM_SITE_MOE_SUM,      /* a token's weighted sum of its experts' outputs */
+} lm_perturb_site;
 
 typedef enum lm_round_kind {
     LM_ROUND_NONE = 0,  /* float32 as computed */

@@ -301,12 +301,10 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* Whether profile k's envelope comes from SR runs of the reference's own float32 model
- * (envelope_sr.h), as sweep's f32 envelope does: profile f32, no log-probability dump (whose
- * envelope needs the members' rows) and a model the SR reference implements. Otherwise the
- * engine's naive-sr members under the profile (the profiles' site hooks are the engine's). */
-/* Profile k's members: the reference's SR model, unless an envelope of log-probabilities is
- * needed too (measured on the same members' rows, which only the engine's members give). */
+/* Profile k's members: the reference's SR model under the profile (envelope_sr.h), as sweep's
+ * envelopes, when the SR reference implements the model, unless an envelope of
+ * log-probabilities is needed too (measured on the same members' rows, which only the
+ * engine's members give): then the engine's naive-sr members under the profile. */
 static bool use_ref_sr(const jstate *s, uint32_t k)
 {
     return hx_envelope_source(s->p->ref, &s->ref, env_profile(s, k), s->need_lp) ==
@@ -323,7 +321,9 @@ static int env_key(char *path, size_t cap, uint8_t key[16], const jstate *s, uin
     int rc = lm_cache_open(dir, sizeof dir, p->cache_dir, err);
     if (rc != LM_OK)
         return rc;
-    int ne = ref_sr ? snprintf(extra, sizeof extra, "judge-forced:%s", HX_ENVELOPE_SR_MODE)
+    char mode[sizeof extra - 16];
+    hx_envelope_sr_mode(mode, sizeof mode, env_profile(s, k));
+    int ne = ref_sr ? snprintf(extra, sizeof extra, "judge-forced:%s", mode)
                     : snprintf(extra, sizeof extra, "%s;profile=%s;path=%s%s", judge_mode,
                                env_profile(s, k), s->path_hash, lp ? ";rows=logprobs" : "");
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
@@ -399,15 +399,16 @@ static int envelope(jstate *s, uint32_t k, lm_err *err)
     const double t0 = lm_now_s();
     if (use_ref_sr(s, k)) {
         free(mem);
-        progress(p, "envelope of profile f32: %u SR runs of the reference's float32 model...",
-                 (unsigned)m);
-        int rc = hx_envelope_from_ref_sr(&s->env[k], p->ref, &s->ref, m, seed, p->ref_threads,
-                                         HX_ENVELOPE_SAFETY, NULL, NULL, err);
+        const char *name = env_profile(s, k);
+        progress(p, "envelope of profile %s: %u SR runs of the reference's float32 model...",
+                 name, (unsigned)m);
+        int rc = hx_envelope_from_ref_sr(&s->env[k], p->ref, &s->ref, name, m, seed,
+                                         p->ref_threads, HX_ENVELOPE_SAFETY, NULL, NULL, err);
         if (rc == LM_OK)
             rc = env_store(s->env[k], s, k, false, err);
         if (rc == LM_OK)
-            progress(p, "envelope of profile f32 measured from %u SR runs of the reference's "
-                     "float32 model", (unsigned)m);
+            progress(p, "envelope of profile %s measured from %u SR runs of the reference's "
+                     "float32 model (%.1f s)", name, (unsigned)m, lm_now_s() - t0);
         return rc;
     }
     hx_forced_request rq = forced_rq(s);

@@ -39,6 +39,7 @@
 #define REF_SR_H
 
 #include "kvd_ref.h"
+#include "ref_vprec.h"
 
 /* One member's output, float32. */
 typedef struct ref_sr_out {
