@@ -128,8 +128,9 @@ bool lm_profile_rounds_on(const lm_profile *p, const struct lm_model *m);
 float lm_round_float_rn(float x, const lm_round_spec *s);
 /* For stochastic rounding: the two neighbours lo <= x <= hi of x in the spec's format and the
  * probability (x - lo) / (hi - lo) of rounding up, in double (exact: the format's spacing is a
- * power of two). When x is representable (or NaN, Inf, zero), *lo = *hi = x and 0 is returned.
- * A hi beyond the format's largest finite is +-Inf. */
+ * power of two). When x is representable (or NaN, Inf, zero), *lo = *hi = x and 0 is returned;
+ * a neighbour beyond the format's largest finite is +-Inf (x on the format's grid beyond it:
+ * *lo = *hi = +-Inf). */
 double lm_round_float_bracket(float x, const lm_round_spec *s, float *lo, float *hi);
 /* Rounds rows x [n][stride] (first elems of each row live) to nearest per the spec: FLOAT,
  * Q8_0 or Q8_K (blocks from the start of each row); NONE and VEC_DOT leave them. */
