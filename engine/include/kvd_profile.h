@@ -1,7 +1,9 @@
 /* kvd_profile.h — precision profiles: where an engine rounds to what (a virtual precision per
  * rounding site, Verificarlo's VPREC idea), for the engine itself (round to nearest at each
- * site) and for the stochastic-rounding ensemble behind the envelope (stochastic rounding to
- * the same virtual precision at the same sites, backend_naive_sr.c).
+ * site) and for the stochastic-rounding ensembles behind the envelope (stochastic rounding to
+ * the same virtual precision at the same sites: the reference's SR members, ref_vprec.h, as
+ * the harness states this table to them, hx_ensemble_ref_profile; the engine's naive-sr
+ * members, backend_naive_sr.c).
  *
  * Sites (lm_perturb_site below): NORM (RMSNorm outputs, the inputs of the q/k/v and
  * gate/up projections), ROPE (q and K rows after RoPE), SOFTMAX (attention probabilities),

@@ -90,11 +90,13 @@ static int own_path(hx_departure *out, const jstate *s, const hx_dump *d, lm_err
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .log = p->log, .log_user = p->log_user};
     bool hit = false;
+    const double t0 = lm_now_s();
     if (rc == LM_OK)
         rc = ref_cached(&ref, p->ref, &rq, p->cache_dir, &hit, err);
     if (rc == LM_OK) {
-        progress(p, "%s: reference on its own continuation %s (%u rows)", d->dir,
-                 hit ? "loaded from cache" : "computed", (unsigned)(n_path + 1));
+        progress(p, "%s: reference on its own continuation %s (%u rows, %.1f s)", d->dir,
+                 hit ? "loaded from cache" : "computed", (unsigned)(n_path + 1),
+                 lm_now_s() - t0);
         ref_rows(rows, &ref, d->n_prompt, n_path);
         rc = hx_departure_find(out, d->generated, d->n_generated, d->tokens + d->n_prompt,
                                n_path, rows, ref.n_vocab, err);
@@ -249,6 +251,7 @@ static int reference(jstate *s, lm_err *err)
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .log = p->log, .log_user = p->log_user};
     bool hit = false;
+    const double t0 = lm_now_s();
     ref_cache_key(s->ref_key, p->ref, &rq);
     int rc = hx_model_check(p->model, p->ref, err);
     if (rc == LM_OK)
@@ -259,9 +262,9 @@ static int reference(jstate *s, lm_err *err)
         rc = ref_capture_check_finite(&s->ref, p->model_label ? p->model_label : "model", err);
     if (rc != LM_OK)
         return rc;
-    progress(p, "reference %s at %u bits (%u tokens, %u logits rows)",
+    progress(p, "reference %s at %u bits (%u tokens, %u logits rows, %.1f s)",
              hit ? "loaded from cache" : "computed", (unsigned)rq.prec,
-             (unsigned)rq.n_tokens, (unsigned)s->n_pos);
+             (unsigned)rq.n_tokens, (unsigned)s->n_pos, lm_now_s() - t0);
     if (s->need_lp) {
         s->ref_lp = s->ref;
         size_t n = (size_t)s->ref.n_pos * s->ref.n_vocab;
