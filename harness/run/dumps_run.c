@@ -55,7 +55,8 @@ typedef struct jstate {
     bool idle[HX_JUDGE_MAX_PROFILES]; /* prof[k] rounds nothing on the model: f32 again */
     uint32_t n_prof;
     hx_envelope *env[HX_JUDGE_MAX_PROFILES], *env_lp[HX_JUDGE_MAX_PROFILES];
-    char path_hash[33];         /* the naive f32 forced run's capture hash */
+    char path_hash[33];         /* the naive f32 forced run's capture hash (only when some
+                                   profile's members are the engine's: their key names it) */
     hx_departure *own;          /* [n_dumps] each greedy continuation on its own path, taken
                                    before the cut when that path goes past the shared ids */
     bool *has_own;              /* [n_dumps] own[k] was taken */
@@ -724,6 +725,16 @@ static int split_forecasts(const jstate *s, hx_report *rep, lm_err *err)
     return LM_OK;
 }
 
+/* path_hash when some profile's envelope comes from the engine's members (its key names the
+ * engine's bits); the reference's SR members need no engine run. */
+static int engine_path_hash(jstate *s, lm_err *err)
+{
+    for (uint32_t k = 0; k < s->n_prof; ++k)
+        if (!use_ref_sr(s, k))
+            return path_hash(s, err);
+    return LM_OK;
+}
+
 int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
 {
     *out = NULL;
@@ -731,7 +742,7 @@ int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
     hx_report *rep = NULL;
     int rc;
     if ((rc = check_inputs(&s, err)) != LM_OK || (rc = profiles(&s, err)) != LM_OK ||
-        (rc = reference(&s, err)) != LM_OK || (rc = path_hash(&s, err)) != LM_OK)
+        (rc = reference(&s, err)) != LM_OK || (rc = engine_path_hash(&s, err)) != LM_OK)
         goto done;
     for (uint32_t k = 0; k < s.n_prof; ++k)
         if ((rc = envelope(&s, k, err)) != LM_OK)
