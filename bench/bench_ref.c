@@ -11,7 +11,8 @@
  *      16 teacher-forced positions (one run, ~6e9 multiply-adds; goal <= 5 s on 2 idle cores),
  *      the envelope on the same tokens: 8 SR members of the reference's float32 model against
  *      that pass (goal <= 2x) and against one blas run (goal <= 10x), wall and CPU seconds
- *      (all threads) of each, and
+ *      (all threads) of each, every precision profile's envelope against that pass (goal
+ *      <= 2x each; float32 weights: q8act rounds nothing there), and
  *      smollm2-135m with a LONG_PROMPT-token prompt (the long-prompt figure),
  *    and compares each with the target  multiply-adds x (single-core ns per multiply-add) /
  *    threads. Multiply-adds counted: every projection row of every token (q, k, v, o, gate,
@@ -25,8 +26,10 @@
  * 4. The real models when $KVDRIFT_CACHE/models holds them (`make models`), wall and CPU
  *    seconds (bu_cpu_s) of one pass each, beside the estimate the cost line printed before a
  *    pass gives for it (ref_calibrate_s_per_mac and ref_fixed_cost_s; its own TSV row): SmolLM2-135M-Instruct Q4_1 with a
- *    30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2 idle cores) and the
- *    envelope's cost on the same tokens (as for the synthetic preset), Gemma-3-270M Q4_K_M with
+ *    30-token prompt and 16 teacher-forced positions (goal <= 5 s on 2 idle cores), the
+ *    envelope's cost on the same tokens (as for the synthetic preset) and every precision
+ *    profile's envelope against that pass (goal <= 2x each; its Q4_1 weights make q8act
+ *    convert product inputs to Q8_0 blocks), Gemma-3-270M Q4_K_M with
  *    the first 600 tokens of tests/data/gemma3/long_prompt.txt (goal <= 60 s).
  * Each result is checked before it is timed (stories260K: argmax 432 after "Once upon a time";
  * smollm2: every logit finite). Prints a table, appends TSV to OUTDIR/ref.tsv; never fails on
@@ -38,6 +41,8 @@
 #include "ref_spans.h"
 #include "ref_sr.h"
 #include "run/runner.h"
+#include "run/ensemble.h"
+#include "kvd_profile.h"
 #include "plan/synth.h"
 #include "util.h"
 
@@ -263,6 +268,52 @@ typedef struct row {
     double macs, secs, cpu, target;
 } row;
 
+/* Wall and CPU seconds (all threads) of an envelope's 8 SR members of the reference's model
+ * under profile ("f32": float32; members in parallel on `threads` threads). */
+static void time_sr_members(double *wall, double *cpu, const ref_model *rm, const int32_t *tok,
+                            uint32_t n, uint32_t n_prompt, const char *profile, int threads)
+{
+    lm_err err = {0};
+    ref_sr_profile prof;
+    hx_ensemble_ref_profile(&prof, profile);
+    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt, .sr_profile = &prof};
+    ref_sr_out mem[8];
+    double t0 = lm_now_s(), c0 = bu_cpu_s();
+    if (ref_sr_ensemble(mem, 8, rm, &rq, 1, threads, &err))
+        bu_die(PROG, "SR ensemble", &err);
+    *wall = lm_now_s() - t0;
+    *cpu = bu_cpu_s() - c0;
+    for (int i = 0; i < 8; ++i)
+        ref_sr_out_free(&mem[i]);
+}
+
+/* Every precision profile's envelope (8 SR members of the reference's model under the profile,
+ * the sites rounded by the reference: ref_vprec.h) against the reference pass (ref: its row),
+ * same tokens, this run: a table row and a TSV row "LABEL envelope-8-sr-PROFILE" each (the
+ * ref.tsv columns: seconds = the envelope's, target_seconds = the reference pass's, ratio =
+ * envelope / reference; wall, then a -cpu row). A profile that rounds nothing on this model
+ * (q8act on float32 weights) costs what f32 does. */
+static void profile_envelopes(const char *label, const ref_model *rm, const int32_t *tok,
+                              uint32_t n, uint32_t n_prompt, int threads, const row *ref,
+                              FILE *out, const char *when)
+{
+    printf("\n%s: each profile's envelope (8 SR members of the reference's model, %d threads) "
+           "vs the reference pass (%.3f s wall, %.3f s CPU), this run:\n"
+           "  profile   wall s   CPU s   env/ref wall (goal <= 2)   env/ref CPU\n",
+           label, threads, ref->secs, ref->cpu);
+    for (uint32_t i = 0; i < lm_profile_count(); ++i) {
+        const char *name = lm_profile_at(i)->name;
+        double w, c;
+        time_sr_members(&w, &c, rm, tok, n, n_prompt, name, threads);
+        printf("  %-8s %7.3f %7.3f   %8.2f                   %8.2f\n", name, w, c,
+               w / ref->secs, c / ref->cpu);
+        fprintf(out, "%s\t%s envelope-8-sr-%s\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t0\n",
+                when, label, name, threads, REF_DEFAULT_PREC, n, w, ref->secs, w / ref->secs);
+        fprintf(out, "%s\t%s envelope-8-sr-%s-cpu\t%d\t%u\t%u\t0\t%.4f\t0\t%.4f\t%.3f\t0\t0\n",
+                when, label, name, threads, REF_DEFAULT_PREC, n, c, ref->cpu, c / ref->cpu);
+    }
+}
+
 /* The envelope's cost against the reference pass (ref: its row) and one blas run of the same
  * tokens: 8 SR members of the reference's float32 model (members in parallel on `threads`
  * threads), one blas run (step=full, `threads` threads) teacher-forced on the same tokens; wall
@@ -272,21 +323,15 @@ static void envelope_cost(const char *label, const lm_model *m, const ref_model 
                           const row *ref, FILE *out, const char *when)
 {
     lm_err err = {0};
-    ref_request rq = {.tokens = tok, .n_tokens = n, .n_prompt = n_prompt};
-    ref_sr_out mem[8];
-    double t0 = lm_now_s(), c0 = bu_cpu_s();
-    if (ref_sr_ensemble(mem, 8, rm, &rq, 1, threads, &err))
-        bu_die(PROG, "SR ensemble", &err);
-    double env_s = lm_now_s() - t0, env_c = bu_cpu_s() - c0;
-    for (int i = 0; i < 8; ++i)
-        ref_sr_out_free(&mem[i]);
+    double env_s, env_c;
+    time_sr_members(&env_s, &env_c, rm, tok, n, n_prompt, "f32", threads);
     hx_config cfg = {.backend = "blas", .step = 0, .threads = (uint32_t)threads};
     hx_run_request rr = {.prompt = tok, .n_prompt = n_prompt, .forced = tok + n_prompt,
                          .n_forced = n - n_prompt, .n_gen = n - n_prompt};
     hx_capture *cap = NULL;
     hx_run_stats st;
-    t0 = lm_now_s();
-    c0 = bu_cpu_s();
+    double t0 = lm_now_s();
+    double c0 = bu_cpu_s();
     if (hx_run_capture(&cap, &st, m, &cfg, &rr, &err))
         bu_die(PROG, "blas run", &err);
     double blas_s = lm_now_s() - t0, blas_c = bu_cpu_s() - c0;
@@ -374,6 +419,7 @@ static bool real_pass(const char *file, const char *label, const int32_t *fixed,
     if (envelope) {
         const row ref = {.model = label, .n_tokens = n, .secs = *wall, .cpu = *cpu};
         envelope_cost(label, m, rm, fixed, n, n_prompt, threads, &ref, out, when);
+        profile_envelopes(label, rm, fixed, n, n_prompt, threads, &ref, out, when);
     }
     free(ids);
     lm_model_free(m);
@@ -553,6 +599,7 @@ int main(int argc, char **argv)
     char when0[32];
     bu_when(when0);
     envelope_cost("smollm2 30+16", m, rm, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
+    profile_envelopes("smollm2 30+16", rm, tok, 46, 30, threads, &rows[nrows - 1], out, when0);
     rows[nrows++] = measure("smollm2 long", rm, tok, LONG_PROMPT, LONG_PROMPT, threads, 1);
     lm_model_free(m);
     ref_model_free(rm);

@@ -162,31 +162,7 @@ void lm_op_rope(lm_backend *be, struct lm_pool *pool, float *rows /* [n][a->stri
 void lm_add_bias(float *rows /* [n][stride] */, const float *b /* [dim] */, uint32_t n,
                  uint32_t dim, size_t stride);
 
-/* Where the forward pass calls lm_backend_i.perturb (kept distinct so that the stages draw
- * independent coins). */
-typedef enum lm_perturb_site {
-    LM_SITE_NORM = 1,     /* attn_norm / ffn_norm output */
-    LM_SITE_ROPE,         /* q and K rows after RoPE */
-    LM_SITE_SOFTMAX,      /* attention probabilities (| query head << 8, see attention.c) */
-    LM_SITE_SWIGLU,       /* silu(gate) * up */
-    LM_SITE_RESIDUAL,     /* x after each residual add */
-    LM_SITE_OUT_NORM,     /* final RMSNorm before the output projection */
-    /* Sites that only a precision profile rounds (never perturbed without one, so the f32
-     * ensemble's bits do not depend on them): */
-    LM_SITE_V,            /* V rows after projection and bias */
-    LM_SITE_ATTN_OUT,     /* attention output, the input of Wo */
-    LM_SITE_KV,           /* K and V rows as stored in the cache */
-    LM_SITE_WEIGHT,       /* weight matrices, once per context */
-    /* A sandwich norm's output (attn_post_norm, ffn_post_norm), which is added to the residual
-     * stream and enters no weight product: perturbed without a profile like NORM .. OUT_NORM
-     * (lm_site_perturbed), numbered after WEIGHT so that every other site keeps its number
-     * and so its coins. */
-    LM_SITE_POST_NORM,
-    /* Numbered after POST_NORM for the same reason, and perturbed like it: */
-    LM_SITE_HEAD_NORM,    /* q and k after their per-head RMSNorm (Qwen3, Gemma 3), before RoPE */
-    LM_SITE_MOE_GATES,    /* a token's expert weights (the router's gating, after top-k) */
-    LM_SITE_MOE_SUM,      /* a token's weighted sum of its experts' outputs */
-} lm_perturb_site;
+/* lm_perturb_site: kvd_profile.h (a profile's table is indexed by it). */
 
 /* Whether the SR ensemble perturbs site (an lm_perturb_site, low 8 bits) when no profile
  * rounds there: NORM .. OUT_NORM and POST_NORM .. MOE_SUM; V .. WEIGHT only a profile

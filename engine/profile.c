@@ -148,8 +148,10 @@ double lm_round_float_bracket(float x, const lm_round_spec *s, float *lo, float 
     double q = quantum(x, s);
     double t = (double)x / q; /* exact */
     double f = floor(t);
-    if (f == t)
+    if (f == t) { /* on the format's grid: x itself, or Inf beyond its largest finite */
+        *lo = *hi = clamp_inf(x, s);
         return 0.0;
+    }
     /* a neighbour may sit in the next binade (2^(E+1)): still a multiple of q, so exact */
     *lo = clamp_inf(f * q, s);
     *hi = clamp_inf((f + 1.0) * q, s);

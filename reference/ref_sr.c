@@ -23,16 +23,6 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-static inline uint32_t lowbias32(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
 /* Key of one output element: (seed key, site, a, b). */
 static uint32_t key_of(uint64_t skey, uint32_t site, uint64_t a, uint64_t b)
 {
@@ -42,7 +32,7 @@ static uint32_t key_of(uint64_t skey, uint32_t site, uint64_t a, uint64_t b)
 
 static inline uint32_t coin(uint32_t key, uint64_t i)
 {
-    return lowbias32(key + (uint32_t)i * 0x9e3779b9u);
+    return ref_coin(key, i);
 }
 
 /* --- rounding --- */
@@ -131,6 +121,8 @@ typedef struct srf {
     double *pw;      /* [4][n] probability rows as doubles */
     uint64_t *bv;    /* [4][n] row coin words of p . V */
     uint64_t npad;   /* n rounded up to LANES */
+    const ref_sr_profile *prof; /* rq->sr_profile when it rounds anything, else NULL */
+    float *rrow;     /* [max_in] a product's input row or weight row rounded by the profile */
     void (*on_layer)(void *user); /* called after every layer and the output, or NULL */
     void *on_layer_user;
 } srf;
@@ -154,6 +146,78 @@ static uint32_t vsite(const srf *f, uint32_t s)
 static uint32_t esite(const srf *f, uint32_t x, uint32_t s)
 {
     return (1u << 18) + (f->layer * f->hp->n_expert + x) * E_N_SITES + s;
+}
+
+/* The embedding table's rounding words at WEIGHT (ref_vprec.h): the lookup's rows and, when the
+ * output is tied to the table, the output projection's rows, so that both read one rounding. */
+#define ST_EMBD_TABLE (1u << 20)
+
+/* --- the profile's rounding (ref_vprec.h) --- */
+
+/* The profile's rounding at site s when it rounds the site's values (FLOAT, Q8_0, Q8_K), else
+ * NULL. */
+static const ref_vp *vp_at(const srf *f, ref_vp_site s)
+{
+    if (f->prof == NULL)
+        return NULL;
+    const ref_vp *vp = &f->prof->site[s];
+    return vp->kind == REF_VP_NONE || vp->kind == REF_VP_PER_WEIGHT ? NULL : vp;
+}
+
+/* The key of the rounding words of row `row` of a value of stage st (sub: which value, which
+ * rounding), apart from every arithmetic coin by the salted seed key. */
+static uint32_t vp_key(const srf *f, uint32_t st, uint64_t row, uint64_t sub)
+{
+    return key_of(f->skey ^ 0x7670726563ull, st, row, sub);
+}
+
+/* Rows x [n][e] rounded to the profile's precision at site s (nothing when it does not round
+ * there), row t with the words of vp_key(st, t, which << 8 | s). */
+static void vp_rows(const srf *f, ref_vp_site s, float *x, uint64_t n, uint64_t e, uint32_t st,
+                    uint64_t which)
+{
+    const ref_vp *vp = vp_at(f, s);
+    for (uint64_t t = 0; vp != NULL && t < n; ++t)
+        ref_vp_round(x + t * e, e, vp, vp_key(f, st, t, which << 8 | s));
+}
+
+/* The ggml type of the weight tensor holding W (0, float32, for a model built in memory). */
+static uint32_t weight_type(const ref_model *m, const float *W)
+{
+    const uintptr_t p = (uintptr_t)W;
+    for (uint32_t i = 0; m->weights != NULL && i < m->n_weights; ++i) {
+        const ref_weight *w = &m->weights[i];
+        const uintptr_t lo = (uintptr_t)w->data;
+        if (p >= lo && p < lo + w->n_elem * sizeof(float))
+            return w->type;
+    }
+    return 0;
+}
+
+/* How a matrix product reads its operands under the profile:
+ *   in: its input rows rounded to the format its weight's type gets (REF_VP_PER_WEIGHT at the
+ *       input's site), with the words of the stage in_st that produced the input and the
+ *       format: products of one input and one format read the same rounded values, as ggml
+ *       converts an input once per format;
+ *   w:  its weight rows rounded at REF_VP_WEIGHT, row r with the words of (w_st, r).
+ * NULL: read as they are. */
+typedef struct mm_vp {
+    const ref_vp *in;
+    uint32_t in_st;
+    const ref_vp *w;
+    uint32_t w_st;
+} mm_vp;
+
+static mm_vp mm_vp_of(const srf *f, ref_vp_site in_site, uint32_t in_st, const float *W,
+                      uint32_t w_st)
+{
+    mm_vp v = {.in_st = in_st, .w = vp_at(f, REF_VP_WEIGHT), .w_st = w_st};
+    if (f->prof != NULL && f->prof->site[in_site].kind == REF_VP_PER_WEIGHT) {
+        const uint32_t t = weight_type(f->m, W);
+        const ref_vp *vp = t < REF_VP_N_TYPES ? &f->prof->per_type[t] : NULL;
+        v.in = vp != NULL && vp->kind != REF_VP_NONE ? vp : NULL;
+    }
+    return v;
 }
 
 /* --- matrix products --- */
@@ -192,7 +256,7 @@ static uint32_t key_b(const srf *f, uint32_t st, uint64_t r)
 static void fill_row_scalar(uint64_t *dst, uint32_t key, uint32_t inc, uint64_t n)
 {
     for (uint64_t i = 0; i < n; ++i)
-        dst[i] = lowbias32(key + (uint32_t)i * inc) >> 3;
+        dst[i] = ref_lowbias32(key + (uint32_t)i * inc) >> 3;
 }
 
 /* dst[i * ld + l] = lowbias32(key[l] + i * inc) >> 3 for i < n, l < LANES. */
@@ -201,7 +265,7 @@ static void fill_cols_scalar(uint64_t *dst, uint64_t ld, const uint32_t *key, ui
 {
     for (uint64_t i = 0; i < n; ++i)
         for (unsigned l = 0; l < LANES; ++l)
-            dst[i * ld + l] = lowbias32(key[l] + (uint32_t)i * inc) >> 3;
+            dst[i * ld + l] = ref_lowbias32(key[l] + (uint32_t)i * inc) >> 3;
 }
 
 /* 8 outputs (tokens) of one weight row: acc_l = sr29(acc_l + w[i] * xt[i][l], a[i][l] ^ b[i]),
@@ -485,16 +549,25 @@ static void to_f64(double *d, const float *s, uint64_t n, int kern)
 }
 
 /* out[t][r] (+)= in[t] . W[r] (+ b[r]) for t < n_rows, with SR; in [n_rows][n_in],
- * W [n_out][n_in]. */
+ * W [n_out][n_in]; operands rounded as v says (NULL: none). */
 static void matmul(srf *f, float *out, const float *in, const float *W, const float *b,
-                   uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool acc, uint32_t st)
+                   uint64_t n_rows, uint64_t n_in, uint64_t n_out, bool acc, uint32_t st,
+                   const mm_vp *v)
 {
     const uint64_t np = (n_rows + LANES - 1) / LANES * LANES, nc = n_in + 2;
     const int kern = f->kern;
     memset(f->xt, 0, n_in * np * sizeof *f->xt);
-    for (uint64_t t = 0; t < n_rows; ++t)
+    for (uint64_t t = 0; t < n_rows; ++t) {
+        const float *row = in + t * n_in; /* [n_in] */
+        if (v != NULL && v->in != NULL) {
+            memcpy(f->rrow, row, n_in * sizeof *row);
+            ref_vp_round(f->rrow, n_in, v->in,
+                         vp_key(f, v->in_st, t, 1u << 16 | v->in->kind << 8 | v->in->bits));
+            row = f->rrow;
+        }
         for (uint64_t i = 0; i < n_in; ++i)
-            f->xt[i * np + t] = in[t * n_in + i];
+            f->xt[i * np + t] = row[i];
+    }
     uint64_t *const at = f->at;
     fill_token_coins(f, at, np, 0, np, nc, st, kern);
     for (uint64_t r0 = 0; r0 < n_out; r0 += 4) {
@@ -503,7 +576,13 @@ static void matmul(srf *f, float *out, const float *in, const float *W, const fl
         const uint64_t *br[4];
         for (unsigned g = 0; g < R; ++g) {
             double *d = f->wd + g * n_in;
-            to_f64(d, W + (r0 + g) * n_in, n_in, kern);
+            const float *wrow = W + (r0 + g) * n_in; /* [n_in] */
+            if (v != NULL && v->w != NULL) {
+                memcpy(f->rrow, wrow, n_in * sizeof *wrow);
+                ref_vp_round(f->rrow, n_in, v->w, vp_key(f, v->w_st, r0 + g, REF_VP_WEIGHT));
+                wrow = f->rrow;
+            }
+            to_f64(d, wrow, n_in, kern);
             wr[g] = d;
             uint64_t *bg = f->bt + g * nc;
             fill_row(bg, key_b(f, st, r0 + g), INC_B, nc, kern);
@@ -702,9 +781,12 @@ static void attention_layer(srf *f, float scale)
                         double es = sr24(exp(d), coin(key, c++));
                         sum = sr_add(sum, es, coin(key, c++));
                     }
+                    for (uint64_t i = 0; i < m; ++i)
+                        sc[i] = (float)sr24((double)sc[i] / sum, coin(key, c++));
+                    vp_rows(f, REF_VP_SOFTMAX, sc, 1, m, site(f, S_ATT), t * hp->n_head + h);
                     double *pw = f->pw + u * n;
                     for (uint64_t i = 0; i < m; ++i)
-                        pw[i] = (double)(float)sr24((double)sc[i] / sum, coin(key, c++));
+                        pw[i] = (double)sc[i];
                     uint64_t *bv = f->bv + u * n;
                     /* the window's keys j_lo..t: word i of the row's stream is key j_lo + i */
                     fill_row(bv, key_b(f, st_pv, t * hp->n_head + h) + (uint32_t)j_lo * INC_B,
@@ -756,19 +838,21 @@ static void oai_act(srf *f, uint64_t t, uint32_t st)
     }
 }
 
-/* x += in . W^T (+ b); with a post-norm (sandwich): x += rmsnorm(in . W^T (+ b)) * post, the
- * sum SR per element. sv: V_ATT_POST or V_FFN_POST (its add site follows it). */
+/* x += in . W^T (+ b); with a post-norm (sandwich): x += rmsnorm(in . W^T (+ b)) * post (the
+ * norm's output rounded at REF_VP_POST_NORM), the sum SR per element. sv: V_ATT_POST or
+ * V_FFN_POST (its add site follows it). v: the product's operands (matmul). */
 static void block_out(srf *f, const float *in, const float *W, const float *b, uint64_t n_in,
-                      const float *post, uint32_t st, uint32_t sv)
+                      const float *post, uint32_t st, uint32_t sv, const mm_vp *v)
 {
     const uint64_t n = f->n, e = f->hp->n_embd;
     if (post == NULL) {
-        matmul(f, f->x, in, W, b, n, n_in, e, true, st);
+        matmul(f, f->x, in, W, b, n, n_in, e, true, st, v);
         return;
     }
-    matmul(f, f->y, in, W, b, n, n_in, e, false, st);
+    matmul(f, f->y, in, W, b, n, n_in, e, false, st, v);
     for (uint64_t t = 0; t < n; ++t) {
         rmsnorm(f, f->y + t * e, f->y + t * e, post, e, t, vsite(f, sv));
+        vp_rows(f, REF_VP_POST_NORM, f->y + t * e, 1, e, vsite(f, sv), t);
         uint32_t key = key_of(f->skey, vsite(f, sv + 1), t, 0);
         for (uint64_t i = 0; i < e; ++i)
             f->x[t * e + i] =
@@ -877,10 +961,13 @@ static void moe_ffn(srf *f, const ref_layer *L)
 {
     const ref_hparams *hp = f->hp;
     const uint64_t n = f->n, e = hp->n_embd, fe = hp->n_ff_exp, k = hp->n_expert_used;
+    const mm_vp vr = mm_vp_of(f, REF_VP_NORM, site(f, S_FFN_NORM), L->ffn_gate_inp,
+                              vsite(f, V_ROUTER));
     matmul(f, f->router, f->h, L->ffn_gate_inp, L->ffn_gate_inp_b, n, e, hp->n_expert, false,
-           vsite(f, V_ROUTER));
+           vsite(f, V_ROUTER), &vr);
     for (uint64_t t = 0; t < n; ++t)
         route(f, t);
+    vp_rows(f, REF_VP_MOE_GATES, f->gw, n, k, vsite(f, V_GATE_W), 0);
     memcpy(f->out->moe_sel + (uint64_t)f->layer * n * k, f->sel, n * k * sizeof *f->sel);
     for (uint64_t t = 0; t < n; ++t)
         f->out->moe_margin[(uint64_t)f->layer * n + t] = margin(f, t);
@@ -891,33 +978,50 @@ static void moe_ffn(srf *f, const ref_layer *L)
         const float *bg = L->ffn_gate_exps_b ? L->ffn_gate_exps_b + (uint64_t)x * fe : NULL;
         const float *bu = L->ffn_up_exps_b ? L->ffn_up_exps_b + (uint64_t)x * fe : NULL;
         const float *bd = L->ffn_down_exps_b ? L->ffn_down_exps_b + (uint64_t)x * e : NULL;
-        matmul(f, f->g, f->h, L->ffn_gate_exps + (uint64_t)x * fe * e, bg, n, e, fe, false,
-               esite(f, x, E_GATE));
-        matmul(f, f->up, f->h, L->ffn_up_exps + (uint64_t)x * fe * e, bu, n, e, fe, false,
-               esite(f, x, E_UP));
+        const float *wg = L->ffn_gate_exps + (uint64_t)x * fe * e,
+                    *wu = L->ffn_up_exps + (uint64_t)x * fe * e,
+                    *wd = L->ffn_down_exps + (uint64_t)x * e * fe;
+        const mm_vp vg = mm_vp_of(f, REF_VP_NORM, site(f, S_FFN_NORM), wg, esite(f, x, E_GATE)),
+                    vu = mm_vp_of(f, REF_VP_NORM, site(f, S_FFN_NORM), wu, esite(f, x, E_UP)),
+                    vd = mm_vp_of(f, REF_VP_SWIGLU, esite(f, x, E_ACT), wd, esite(f, x, E_DOWN));
+        matmul(f, f->g, f->h, wg, bg, n, e, fe, false, esite(f, x, E_GATE), &vg);
+        matmul(f, f->up, f->h, wu, bu, n, e, fe, false, esite(f, x, E_UP), &vu);
         for (uint64_t t = 0; t < n; ++t) {
             if (hp->act == REF_ACT_SWIGLU_OAI)
                 oai_act(f, t, esite(f, x, E_ACT));
             else
                 gated_act(f, t, esite(f, x, E_ACT), false);
         }
-        matmul(f, f->ye, f->g, L->ffn_down_exps + (uint64_t)x * e * fe, bd, n, fe, e, false,
-               esite(f, x, E_DOWN));
+        vp_rows(f, REF_VP_SWIGLU, f->g, n, fe, esite(f, x, E_ACT), 0);
+        matmul(f, f->ye, f->g, wd, bd, n, fe, e, false, esite(f, x, E_DOWN), &vd);
         for (uint64_t t = 0; t < n; ++t)
             for (uint64_t r = 0; r < k; ++r)
                 if (f->sel[t * k + r] == x)
                     memcpy(f->yk + (t * k + r) * e, f->ye + t * e, e * sizeof(float));
     }
     f->ff_cur = hp->n_ff;
+    /* with REF_VP_MOE_SUM the sums wait in ye (free now), rounded, then added */
+    const ref_vp *vs = vp_at(f, REF_VP_MOE_SUM);
     for (uint64_t t = 0; t < n; ++t) {
         const uint32_t key = key_of(f->skey, vsite(f, V_MOE_ADD), t, 0);
+        float *sum = f->ye + t * e; /* [n_embd] */
         for (uint64_t i = 0; i < e; ++i) {
             double acc = 0.0;
             for (uint64_t r = 0; r < k; ++r)
                 acc = sr24(acc + (double)f->gw[t * k + r] * (double)f->yk[(t * k + r) * e + i],
                            coin(key, i * (k + 1) + r));
-            f->x[t * e + i] = (float)sr_add((double)f->x[t * e + i], acc, coin(key, i * (k + 1) + k));
+            if (vs != NULL)
+                sum[i] = (float)acc;
+            else
+                f->x[t * e + i] =
+                    (float)sr_add((double)f->x[t * e + i], acc, coin(key, i * (k + 1) + k));
         }
+        if (vs == NULL)
+            continue;
+        vp_rows(f, REF_VP_MOE_SUM, sum, 1, e, vsite(f, V_MOE_ADD), t);
+        for (uint64_t i = 0; i < e; ++i)
+            f->x[t * e + i] =
+                (float)sr_add((double)f->x[t * e + i], (double)sum[i], coin(key, i * (k + 1) + k));
     }
 }
 
@@ -964,6 +1068,7 @@ static void srf_free(srf *f)
     free(f->bq);
     free(f->pw);
     free(f->bv);
+    free(f->rrow);
 }
 
 static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, uint64_t seed,
@@ -1038,6 +1143,8 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
     f.bq = malloc(4 * (hd + 1) * sizeof *f.bq);
     f.pw = malloc(4 * n * sizeof *f.pw);
     f.bv = malloc(4 * n * sizeof *f.bv);
+    f.rrow = malloc(max_in * sizeof *f.rrow);
+    f.prof = ref_sr_profile_rounds(rq->sr_profile) ? rq->sr_profile : NULL;
     const bool own_swa = hp->rope_theta_swa != 0.0f && hp->rope_theta_swa != hp->rope_theta;
     bool sandwich = false;
     for (uint32_t l = 0; l < hp->n_layer; ++l)
@@ -1049,7 +1156,7 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
     if (!out->pos || !out->k || !out->v || !out->logits || !out->hidden || !f.x || !f.h || !f.q || !f.k || !f.v ||
         !f.att || !f.g || !f.up || !f.cs || !f.sc || !f.tmp || !f.xt || !f.wd ||
         !f.at || !f.bt || !f.kt || !f.vp || !f.akt || !f.avp || !f.qw || !f.bq || !f.pw ||
-        !f.bv ||
+        !f.bv || !f.rrow ||
         (own_swa && !f.cs_swa) || (sandwich && !f.y) ||
         (hp->n_expert > 0 &&
          (!f.router || !f.gw || !f.ye || !f.yk || !f.sel || !out->moe_sel || !out->moe_margin))) {
@@ -1057,8 +1164,13 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
         ref_sr_out_free(out);
         return LM_FAIL(err, LM_E_NOMEM, "SR reference: out of memory");
     }
-    for (uint64_t t = 0; t < n; ++t)
+    const ref_vp *vw = vp_at(&f, REF_VP_WEIGHT);
+    for (uint64_t t = 0; t < n; ++t) {
         memcpy(f.x + t * e, m->tok_embd + (uint64_t)rq->tokens[t] * e, e * sizeof(float));
+        if (vw != NULL) /* the table's row as the profile rounds it (matmul's words) */
+            ref_vp_round(f.x + t * e, e, vw,
+                         vp_key(&f, ST_EMBD_TABLE, (uint64_t)rq->tokens[t], REF_VP_WEIGHT));
+    }
     if (hp->embd_scale != 0.0f) { /* x *= sqrt(n_embd), the factor SR to float once */
         const uint32_t key = key_of(f.skey, vsite(&f, V_EMBD), n, 0);
         const double c = sr24(sqrt((double)e), coin(key, 0));
@@ -1073,32 +1185,60 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
     for (uint32_t l = 0; l < hp->n_layer; ++l) {
         const ref_layer *L = &m->layers[l];
         f.layer = l;
+        /* the profile's sites in the engine's order (ref_vprec.h): NORM, V, HEAD_NORM, ROPE,
+         * KV (what is cached and captured), SOFTMAX (in attention_layer), ATTN_OUT,
+         * RESIDUAL after each add, SWIGLU; PER_WEIGHT in each product, WEIGHT in each
+         * product's rows */
         for (uint64_t t = 0; t < n; ++t)
             rmsnorm(&f, f.h + t * e, f.x + t * e, L->attn_norm, e, t, site(&f, S_NORM));
-        matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, site(&f, S_Q));
-        matmul(&f, f.k, f.h, L->wk, L->bk, n, e, f.kv_dim, false, site(&f, S_K));
-        matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, site(&f, S_V));
+        vp_rows(&f, REF_VP_NORM, f.h, n, e, site(&f, S_NORM), 0);
+        const uint32_t st_h = site(&f, S_NORM);
+        const mm_vp vq = mm_vp_of(&f, REF_VP_NORM, st_h, L->wq, site(&f, S_Q)),
+                    vk = mm_vp_of(&f, REF_VP_NORM, st_h, L->wk, site(&f, S_K)),
+                    vv = mm_vp_of(&f, REF_VP_NORM, st_h, L->wv, site(&f, S_V));
+        matmul(&f, f.q, f.h, L->wq, L->bq, n, e, f.q_dim, false, site(&f, S_Q), &vq);
+        matmul(&f, f.k, f.h, L->wk, L->bk, n, e, f.kv_dim, false, site(&f, S_K), &vk);
+        matmul(&f, f.v, f.h, L->wv, L->bv, n, e, f.kv_dim, false, site(&f, S_V), &vv);
+        vp_rows(&f, REF_VP_V, f.v, n, f.kv_dim, site(&f, S_V), 0);
         for (uint64_t t = 0; L->attn_q_norm != NULL && t < n; ++t)
             qk_norm(&f, L, t);
+        if (L->attn_q_norm != NULL) {
+            vp_rows(&f, REF_VP_HEAD_NORM, f.q, n, f.q_dim, vsite(&f, V_QK_NORM), 0);
+            vp_rows(&f, REF_VP_HEAD_NORM, f.k, n, f.kv_dim, vsite(&f, V_QK_NORM), 1);
+        }
         for (uint64_t t = 0; hp->n_rot && t < n; ++t)
             rope(&f, t);
+        vp_rows(&f, REF_VP_ROPE, f.q, n, f.q_dim, site(&f, S_ROPE), 0);
+        vp_rows(&f, REF_VP_ROPE, f.k, n, f.kv_dim, site(&f, S_ROPE), 1);
+        vp_rows(&f, REF_VP_KV, f.k, n, f.kv_dim, site(&f, S_K), 1);
+        vp_rows(&f, REF_VP_KV, f.v, n, f.kv_dim, site(&f, S_V), 1);
         memcpy(out->k + l * kvl, f.k, kvl * sizeof(float));
         memcpy(out->v + l * kvl, f.v, kvl * sizeof(float));
         attention_layer(&f, scale);
+        vp_rows(&f, REF_VP_ATTN_OUT, f.att, n, f.q_dim, site(&f, S_ATT), 0);
+        const mm_vp vo = mm_vp_of(&f, REF_VP_ATTN_OUT, site(&f, S_ATT), L->wo, site(&f, S_O));
         block_out(&f, f.att, L->wo, L->bo, f.q_dim, L->attn_post_norm, site(&f, S_O),
-                  V_ATT_POST);
+                  V_ATT_POST, &vo);
+        vp_rows(&f, REF_VP_RESIDUAL, f.x, n, e, site(&f, S_RES), 0);
         for (uint64_t t = 0; t < n; ++t)
             rmsnorm(&f, f.h + t * e, f.x + t * e, L->ffn_norm, e, t, site(&f, S_FFN_NORM));
+        vp_rows(&f, REF_VP_NORM, f.h, n, e, site(&f, S_FFN_NORM), 0);
         if (L->ffn_gate_inp != NULL) {
             moe_ffn(&f, L);
         } else {
-            matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, site(&f, S_GATE));
-            matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, site(&f, S_UP));
+            const uint32_t st_f = site(&f, S_FFN_NORM), st_g = site(&f, S_SWIGLU);
+            const mm_vp vg = mm_vp_of(&f, REF_VP_NORM, st_f, L->w_gate, site(&f, S_GATE)),
+                        vu = mm_vp_of(&f, REF_VP_NORM, st_f, L->w_up, site(&f, S_UP)),
+                        vd = mm_vp_of(&f, REF_VP_SWIGLU, st_g, L->w_down, site(&f, S_DOWN));
+            matmul(&f, f.g, f.h, L->w_gate, NULL, n, e, hp->n_ff, false, site(&f, S_GATE), &vg);
+            matmul(&f, f.up, f.h, L->w_up, NULL, n, e, hp->n_ff, false, site(&f, S_UP), &vu);
             for (uint64_t t = 0; t < n; ++t)
-                gated_act(&f, t, site(&f, S_SWIGLU), hp->act == REF_ACT_GEGLU_TANH);
+                gated_act(&f, t, st_g, hp->act == REF_ACT_GEGLU_TANH);
+            vp_rows(&f, REF_VP_SWIGLU, f.g, n, hp->n_ff, st_g, 0);
             block_out(&f, f.g, L->w_down, NULL, hp->n_ff, L->ffn_post_norm, site(&f, S_DOWN),
-                      V_FFN_POST);
+                      V_FFN_POST, &vd);
         }
+        vp_rows(&f, REF_VP_RESIDUAL, f.x, n, e, site(&f, S_RES), 1);
         memcpy(out->hidden + (l + 1ull) * hidl, f.x, hidl * sizeof(float));
         if (f.on_layer)
             f.on_layer(f.on_layer_user);
@@ -1107,8 +1247,11 @@ static int sr_run(ref_sr_out *out, const ref_model *m, const ref_request *rq, ui
     for (uint32_t i = 0; i < out->n_pos; ++i)
         rmsnorm(&f, f.tmp + (uint64_t)i * e, f.x + (uint64_t)out->pos[i] * e, m->output_norm, e,
                 out->pos[i], site(&f, S_NORM));
+    vp_rows(&f, REF_VP_OUT_NORM, f.tmp, out->n_pos, e, site(&f, S_NORM), 0);
+    const mm_vp vout = mm_vp_of(&f, REF_VP_OUT_NORM, site(&f, S_NORM), m->output,
+                                m->output == m->tok_embd ? ST_EMBD_TABLE : site(&f, S_Q));
     matmul(&f, out->logits, f.tmp, m->output, NULL, out->n_pos, e, hp->n_vocab, false,
-           site(&f, S_Q));
+           site(&f, S_Q), &vout);
     if (f.on_layer)
         f.on_layer(f.on_layer_user);
     srf_free(&f);
@@ -1157,7 +1300,7 @@ int ref_sr_test_matmul(float *out, const float *in, const float *W, const float 
     f.bt = malloc(4 * (n_in + 2) * sizeof *f.bt);
     const int rc = f.xt && f.wd && f.at && f.bt ? LM_OK : LM_E_NOMEM;
     if (rc == LM_OK)
-        matmul(&f, out, in, W, b, n_rows, n_in, n_out, acc, 0);
+        matmul(&f, out, in, W, b, n_rows, n_in, n_out, acc, 0, NULL);
     srf_free(&f);
     return rc;
 }
@@ -1199,10 +1342,10 @@ double ref_sr_calibrate_s_per_mac(uint64_t n_in)
         ref_calib_fill_f32(xt, n_in * T, 0x1p-23f, &z);
         uint32_t ka[T];
         for (unsigned l = 0; l < T; ++l)
-            ka[l] = lowbias32(l + 1);
+            ka[l] = ref_lowbias32(l + 1);
         fill_cols(at, T, ka, INC_A, n_in, kern);
         for (unsigned r = 0; r < R; ++r)
-            fill_row(bt + r * n_in, lowbias32(T + r + 1), INC_B, n_in, kern);
+            fill_row(bt + r * n_in, ref_lowbias32(T + r + 1), INC_B, n_in, kern);
         const double *wr[R] = {w, w + n_in, w + 2 * n_in, w + 3 * n_in};
         const uint64_t *br[R] = {bt, bt + n_in, bt + 2 * n_in, bt + 3 * n_in};
         float o[R * T];

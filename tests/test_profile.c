@@ -3,13 +3,17 @@
  * probability, the naive-sr round slot's frequency (binary16, Q8_K), the engine storing K/V as
  * binary16 under f16kv (RN and SR), Gemma's sandwich norms left unrounded by the activation
  * profiles, q8act converting each product's input per weight type, and the CONFIG key
- * profile=. (The Q8_0 / Q8_K quantizers themselves: test_act_format.c.) */
+ * profile=, and each profile's envelope from the reference's SR members against the one from
+ * the engine's naive-sr members. (The Q8_0 / Q8_K quantizers themselves: test_act_format.c;
+ * the reference's own rounding: test_ref_vprec.c.) */
 #include "../engine/backend.h"
 #include "model/config.h"
 #include "fixtures.h"
 #include "kvd_engine.h"
 #include "kvd_profile.h"
 #include "run/sweep.h"
+#include "run/envelope_sr.h"
+#include "run/forced.h"
 #include "plan/synth.h"
 #include "test_util.h"
 
@@ -525,6 +529,100 @@ static void test_profile_sweep_axis(void)
     ref_model_free(rm);
 }
 
+/* The largest E of an envelope's K tensors, V tensors and logits rows. */
+typedef struct env_max {
+    double k, v, logits;
+} env_max;
+
+static env_max env_max_of(const hx_envelope *e)
+{
+    env_max m = {0.0, 0.0, 0.0};
+    for (uint32_t l = 0; l < e->n_layer; ++l) {
+        m.k = fmax(m.k, e->k[l].e);
+        m.v = fmax(m.v, e->v[l].e);
+    }
+    for (uint32_t i = 0; i < e->n_pos; ++i)
+        m.logits = fmax(m.logits, e->logits[i].e);
+    return m;
+}
+
+/* Every profile's envelope from 8 SR members of the reference's model (hx_envelope_from_ref_sr,
+ * what sweep and judge use) against the one from 8 naive-sr members of the engine under the
+ * same profile (what they used before, and still use with --envelope engine), on the tiny
+ * synthetic model widened to 256 (2 layers) with Q4_K_M-like weights (Q4_K and Q6_K: q8act
+ * converts product inputs to Q8_K blocks), 12 prompt tokens and 4 forced ones:
+ *   - agreement: the largest E of K, of V and of the logits rows within a factor of 2 of the
+ *     engine's, both ways. Both ensembles round the same sites to the same virtual precision,
+ *     which dominates their spread (binary16 and bfloat16 steps are 2^13 and 2^16 float32
+ *     ulps; a Q8 step ~1/127 of its block's largest value), so they agree up to: the spread
+ *     being the maximum over 8 draws (the largest of 8 deviations scatters by tens of per
+ *     cent between independent ensembles), the engine's coins being shared by equal values
+ *     in one column (backend_naive_sr.c: its roundings are correlated, the reference's are
+ *     not), and the float32 noise under the profile's (each side's own model of it). 2 covers
+ *     these with margin and is what E's own safety factor is (envelope.h); a site rounded by
+ *     one side only moves E by the ratio of the two precisions (2^13 for binary16), far
+ *     outside it;
+ *   - a profile that rounds more coarsely than float32 has a logits E more than 16 times
+ *     f32's (measured: two to three orders of magnitude), and f16kv's K and V E more than 16
+ *     times f32's: the profile's rounding is applied, not dropped. */
+static void test_profile_ref_sr_envelope_matches_engine(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/profile-env-tiny-q4k.gguf", tu_tmpdir());
+    lm_err err = {0};
+    hx_synth_params sp;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_preset(&sp, "tiny", &err), LM_OK);
+    sp.n_embd = 256; /* the mix quantizes whole 256-element rows */
+    sp.n_layer = 2;
+    sp.head_dim = 32; /* 8 heads of 32 */
+    sp.n_ff = 512;
+    CU_ASSERT_EQUAL_FATAL(hx_synth_write_params(path, &sp, 3, LM_TYPE_Q4_K, &err), LM_OK);
+    lm_model *m = NULL;
+    ref_model *rm = NULL;
+    CU_ASSERT_EQUAL_FATAL(lm_model_load(&m, path, &err), LM_OK);
+    CU_ASSERT_EQUAL_FATAL(ref_model_open(&rm, path, &err), LM_OK);
+    int32_t tok[16];
+    for (int i = 0; i < 16; ++i)
+        tok[i] = 3 + (int32_t)((i * 37u + 11u) % 500u);
+    ref_request rq = {.tokens = tok, .n_tokens = 16, .n_prompt = 12};
+    ref_capture ref;
+    CU_ASSERT_EQUAL_FATAL(ref_compute(&ref, rm, &rq, &err), LM_OK);
+    const hx_forced_request frq = {.tokens = ref.tokens, .n_tokens = ref.n_tokens,
+                                   .n_kv = ref.n_prompt, .pos = ref.pos, .n_pos = ref.n_pos};
+    static const char *const names[] = {"f32", "f16kv", "bf16", "tf32", "q8act", "f16act"};
+    env_max f32 = {0.0, 0.0, 0.0};
+    for (size_t p = 0; p < sizeof names / sizeof *names; ++p) {
+        hx_envelope *er = NULL, *ee = NULL;
+        hx_capture *mem[8] = {NULL};
+        CU_ASSERT_EQUAL_FATAL(hx_envelope_from_ref_sr(&er, rm, &ref, names[p], 8, 100, 0,
+                                                      HX_ENVELOPE_SAFETY, NULL, NULL, &err),
+                              LM_OK);
+        CU_ASSERT_EQUAL_FATAL(hx_run_forced_members(mem, 8, m, names[p], 100, &frq, 2, NULL,
+                                                    NULL, &err), LM_OK);
+        CU_ASSERT_EQUAL_FATAL(hx_envelope_from_ensemble(&ee, (const hx_capture *const *)mem, 8,
+                                                        &ref, HX_ENVELOPE_SAFETY, &err), LM_OK);
+        const env_max r = env_max_of(er), e = env_max_of(ee);
+        printf("\n    %-6s E reference-SR / naive-sr: K %.3g / %.3g, V %.3g / %.3g, logits "
+               "%.3g / %.3g", names[p], r.k, e.k, r.v, e.v, r.logits, e.logits);
+        const double q[3] = {r.k / e.k, r.v / e.v, r.logits / e.logits};
+        for (int i = 0; i < 3; ++i)
+            CU_ASSERT(q[i] >= 0.5 && q[i] <= 2.0);
+        if (p == 0)
+            f32 = r;
+        else
+            CU_ASSERT(r.logits > 16.0 * f32.logits);
+        if (strcmp(names[p], "f16kv") == 0)
+            CU_ASSERT(r.k > 16.0 * f32.k && r.v > 16.0 * f32.v);
+        for (int i = 0; i < 8; ++i)
+            hx_capture_free(mem[i]);
+        hx_envelope_free(er);
+        hx_envelope_free(ee);
+    }
+    ref_capture_free(&ref);
+    ref_model_free(rm);
+    lm_model_free(m);
+}
+
 void test_profile_register(void)
 {
     CU_pSuite s = CU_add_suite("profile", NULL, NULL);
@@ -541,4 +639,6 @@ void test_profile_register(void)
     CU_add_test(s, "test_profile_sr_slot_q8_K", test_profile_sr_slot_q8_K);
     CU_add_test(s, "test_profile_config_key", test_profile_config_key);
     CU_add_test(s, "test_profile_sweep_axis", test_profile_sweep_axis);
+    CU_add_test(s, "test_profile_ref_sr_envelope_matches_engine",
+                test_profile_ref_sr_envelope_matches_engine);
 }

@@ -1,9 +1,11 @@
 /* kvd_profile.h — precision profiles: where an engine rounds to what (a virtual precision per
  * rounding site, Verificarlo's VPREC idea), for the engine itself (round to nearest at each
- * site) and for the stochastic-rounding ensemble behind the envelope (stochastic rounding to
- * the same virtual precision at the same sites, backend_naive_sr.c).
+ * site) and for the stochastic-rounding ensembles behind the envelope (stochastic rounding to
+ * the same virtual precision at the same sites: the reference's SR members, ref_vprec.h, as
+ * the harness states this table to them, hx_ensemble_ref_profile; the engine's naive-sr
+ * members, backend_naive_sr.c).
  *
- * Sites (lm_perturb_site, backend.h): NORM (RMSNorm outputs, the inputs of the q/k/v and
+ * Sites (lm_perturb_site below): NORM (RMSNorm outputs, the inputs of the q/k/v and
  * gate/up projections), ROPE (q and K rows after RoPE), SOFTMAX (attention probabilities),
  * SWIGLU (the input of the down projection), RESIDUAL (the residual stream after each add),
  * OUT_NORM (the input of the output projection), V (V rows after projection and bias),
@@ -40,6 +42,32 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Where the forward pass calls lm_backend_i.perturb (backend.h), the sites a profile rounds
+ * (kept distinct so that the stages draw independent coins). */
+typedef enum lm_perturb_site {
+    LM_SITE_NORM = 1,     /* attn_norm / ffn_norm output */
+    LM_SITE_ROPE,         /* q and K rows after RoPE */
+    LM_SITE_SOFTMAX,      /* attention probabilities (| query head << 8, see attention.c) */
+    LM_SITE_SWIGLU,       /* silu(gate) * up */
+    LM_SITE_RESIDUAL,     /* x after each residual add */
+    LM_SITE_OUT_NORM,     /* final RMSNorm before the output projection */
+    /* Sites that only a precision profile rounds (never perturbed without one, so the f32
+     * ensemble's bits do not depend on them): */
+    LM_SITE_V,            /* V rows after projection and bias */
+    LM_SITE_ATTN_OUT,     /* attention output, the input of Wo */
+    LM_SITE_KV,           /* K and V rows as stored in the cache */
+    LM_SITE_WEIGHT,       /* weight matrices, once per context */
+    /* A sandwich norm's output (attn_post_norm, ffn_post_norm), which is added to the residual
+     * stream and enters no weight product: perturbed without a profile like NORM .. OUT_NORM
+     * (lm_site_perturbed), numbered after WEIGHT so that every other site keeps its number
+     * and so its coins. */
+    LM_SITE_POST_NORM,
+    /* Numbered after POST_NORM for the same reason, and perturbed like it: */
+    LM_SITE_HEAD_NORM,    /* q and k after their per-head RMSNorm (Qwen3, Gemma 3), before RoPE */
+    LM_SITE_MOE_GATES,    /* a token's expert weights (the router's gating, after top-k) */
+    LM_SITE_MOE_SUM,      /* a token's weighted sum of its experts' outputs */
+} lm_perturb_site;
 
 typedef enum lm_round_kind {
     LM_ROUND_NONE = 0,  /* float32 as computed */
@@ -102,8 +130,9 @@ bool lm_profile_rounds_on(const lm_profile *p, const struct lm_model *m);
 float lm_round_float_rn(float x, const lm_round_spec *s);
 /* For stochastic rounding: the two neighbours lo <= x <= hi of x in the spec's format and the
  * probability (x - lo) / (hi - lo) of rounding up, in double (exact: the format's spacing is a
- * power of two). When x is representable (or NaN, Inf, zero), *lo = *hi = x and 0 is returned.
- * A hi beyond the format's largest finite is +-Inf. */
+ * power of two). When x is representable (or NaN, Inf, zero), *lo = *hi = x and 0 is returned;
+ * a neighbour beyond the format's largest finite is +-Inf (x on the format's grid beyond it:
+ * *lo = *hi = +-Inf). */
 double lm_round_float_bracket(float x, const lm_round_spec *s, float *lo, float *hi);
 /* Rounds rows x [n][stride] (first elems of each row live) to nearest per the spec: FLOAT,
  * Q8_0 or Q8_K (blocks from the start of each row); NONE and VEC_DOT leave them. */

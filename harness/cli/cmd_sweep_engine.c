@@ -44,7 +44,7 @@ static const char usage_text[] =
     "      --ensemble M        stochastic-rounding runs behind each envelope, >= 8 (default 8)\n"
     "      --seed S            first SR seed\n"
     "      --cache DIR         reference/envelope cache and the adapters' scratch folders\n"
-    "  -j, --jobs N            naive-sr envelope runs side by side\n"
+    "  -j, --jobs N            naive-sr envelope runs side by side (log-probability dumps)\n"
     "  -o, --output DIR        report folder (default reports/<model>-<UTC timestamp>)\n"
     "  -q, --quiet             no progress lines on stderr\n"
     "  -v, --verbose           all table columns\n"

@@ -55,7 +55,8 @@ typedef struct jstate {
     bool idle[HX_JUDGE_MAX_PROFILES]; /* prof[k] rounds nothing on the model: f32 again */
     uint32_t n_prof;
     hx_envelope *env[HX_JUDGE_MAX_PROFILES], *env_lp[HX_JUDGE_MAX_PROFILES];
-    char path_hash[33];         /* the naive f32 forced run's capture hash */
+    char path_hash[33];         /* the naive f32 forced run's capture hash (only when some
+                                   profile's members are the engine's: their key names it) */
     hx_departure *own;          /* [n_dumps] each greedy continuation on its own path, taken
                                    before the cut when that path goes past the shared ids */
     bool *has_own;              /* [n_dumps] own[k] was taken */
@@ -90,11 +91,13 @@ static int own_path(hx_departure *out, const jstate *s, const hx_dump *d, lm_err
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .log = p->log, .log_user = p->log_user};
     bool hit = false;
+    const double t0 = lm_now_s();
     if (rc == LM_OK)
         rc = ref_cached(&ref, p->ref, &rq, p->cache_dir, &hit, err);
     if (rc == LM_OK) {
-        progress(p, "%s: reference on its own continuation %s (%u rows)", d->dir,
-                 hit ? "loaded from cache" : "computed", (unsigned)(n_path + 1));
+        progress(p, "%s: reference on its own continuation %s (%u rows, %.1f s)", d->dir,
+                 hit ? "loaded from cache" : "computed", (unsigned)(n_path + 1),
+                 lm_now_s() - t0);
         ref_rows(rows, &ref, d->n_prompt, n_path);
         rc = hx_departure_find(out, d->generated, d->n_generated, d->tokens + d->n_prompt,
                                n_path, rows, ref.n_vocab, err);
@@ -249,6 +252,7 @@ static int reference(jstate *s, lm_err *err)
                       .prec = p->precision ? p->precision : REF_DEFAULT_PREC,
                       .n_threads = p->ref_threads, .log = p->log, .log_user = p->log_user};
     bool hit = false;
+    const double t0 = lm_now_s();
     ref_cache_key(s->ref_key, p->ref, &rq);
     int rc = hx_model_check(p->model, p->ref, err);
     if (rc == LM_OK)
@@ -259,9 +263,9 @@ static int reference(jstate *s, lm_err *err)
         rc = ref_capture_check_finite(&s->ref, p->model_label ? p->model_label : "model", err);
     if (rc != LM_OK)
         return rc;
-    progress(p, "reference %s at %u bits (%u tokens, %u logits rows)",
+    progress(p, "reference %s at %u bits (%u tokens, %u logits rows, %.1f s)",
              hit ? "loaded from cache" : "computed", (unsigned)rq.prec,
-             (unsigned)rq.n_tokens, (unsigned)s->n_pos);
+             (unsigned)rq.n_tokens, (unsigned)s->n_pos, lm_now_s() - t0);
     if (s->need_lp) {
         s->ref_lp = s->ref;
         size_t n = (size_t)s->ref.n_pos * s->ref.n_vocab;
@@ -301,12 +305,10 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* Whether profile k's envelope comes from SR runs of the reference's own float32 model
- * (envelope_sr.h), as sweep's f32 envelope does: profile f32, no log-probability dump (whose
- * envelope needs the members' rows) and a model the SR reference implements. Otherwise the
- * engine's naive-sr members under the profile (the profiles' site hooks are the engine's). */
-/* Profile k's members: the reference's SR model, unless an envelope of log-probabilities is
- * needed too (measured on the same members' rows, which only the engine's members give). */
+/* Profile k's members: the reference's SR model under the profile (envelope_sr.h), as sweep's
+ * envelopes, when the SR reference implements the model, unless an envelope of
+ * log-probabilities is needed too (measured on the same members' rows, which only the
+ * engine's members give): then the engine's naive-sr members under the profile. */
 static bool use_ref_sr(const jstate *s, uint32_t k)
 {
     return hx_envelope_source(s->p->ref, &s->ref, env_profile(s, k), s->need_lp) ==
@@ -323,7 +325,9 @@ static int env_key(char *path, size_t cap, uint8_t key[16], const jstate *s, uin
     int rc = lm_cache_open(dir, sizeof dir, p->cache_dir, err);
     if (rc != LM_OK)
         return rc;
-    int ne = ref_sr ? snprintf(extra, sizeof extra, "judge-forced:%s", HX_ENVELOPE_SR_MODE)
+    char mode[sizeof extra - 16];
+    hx_envelope_sr_mode(mode, sizeof mode, env_profile(s, k));
+    int ne = ref_sr ? snprintf(extra, sizeof extra, "judge-forced:%s", mode)
                     : snprintf(extra, sizeof extra, "%s;profile=%s;path=%s%s", judge_mode,
                                env_profile(s, k), s->path_hash, lp ? ";rows=logprobs" : "");
     uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
@@ -383,15 +387,17 @@ static int ref_sr_envelope(hx_envelope **out, const jstate *s, uint32_t k, lm_er
         return LM_OK;
     const uint32_t m = p->ensemble ? p->ensemble : HX_SWEEP_DEFAULT_ENSEMBLE;
     const uint64_t seed = p->sr_seed_set ? p->sr_seed : HX_SWEEP_DEFAULT_SEED;
-    progress(p, "envelope of profile f32: %u SR runs of the reference's float32 model...",
-             (unsigned)m);
-    int rc = hx_envelope_from_ref_sr(out, p->ref, &s->ref, m, seed, p->ref_threads,
+    const char *name = env_profile(s, k);
+    const double t0 = lm_now_s();
+    progress(p, "envelope of profile %s: %u SR runs of the reference's float32 model...",
+             name, (unsigned)m);
+    int rc = hx_envelope_from_ref_sr(out, p->ref, &s->ref, name, m, seed, p->ref_threads,
                                      HX_ENVELOPE_SAFETY, NULL, NULL, err);
     if (rc == LM_OK)
         rc = env_store(*out, s, k, false, true, err);
     if (rc == LM_OK)
-        progress(p, "envelope of profile f32 measured from %u SR runs of the reference's "
-                 "float32 model", (unsigned)m);
+        progress(p, "envelope of profile %s measured from %u SR runs of the reference's "
+                 "float32 model (%.1f s)", name, (unsigned)m, lm_now_s() - t0);
     return rc;
 }
 
@@ -806,6 +812,16 @@ static int split_forecasts(const jstate *s, hx_report *rep, lm_err *err)
     return LM_OK;
 }
 
+/* path_hash when some profile's envelope comes from the engine's members (its key names the
+ * engine's bits); the reference's SR members need no engine run. */
+static int engine_path_hash(jstate *s, lm_err *err)
+{
+    for (uint32_t k = 0; k < s->n_prof; ++k)
+        if (!use_ref_sr(s, k))
+            return path_hash(s, err);
+    return LM_OK;
+}
+
 int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
 {
     *out = NULL;
@@ -813,7 +829,7 @@ int hx_judge_run_all(hx_report **out, const hx_judge_params *p, lm_err *err)
     hx_report *rep = NULL;
     int rc;
     if ((rc = check_inputs(&s, err)) != LM_OK || (rc = profiles(&s, err)) != LM_OK ||
-        (rc = reference(&s, err)) != LM_OK || (rc = path_hash(&s, err)) != LM_OK)
+        (rc = reference(&s, err)) != LM_OK || (rc = engine_path_hash(&s, err)) != LM_OK)
         goto done;
     for (uint32_t k = 0; k < s.n_prof; ++k)
         if ((rc = envelope(&s, k, err)) != LM_OK)

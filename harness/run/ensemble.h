@@ -4,11 +4,14 @@
  *
  * Sources, picked once per model, request and profile by hx_ensemble_source:
  *   HX_MEMBERS_REF_SR    SR runs of the reference's own float32 model (ref_sr.h): code the
- *                        engine does not share; float32 only (the profiles' rounding sites live
- *                        in the engine's forward pass) and not for rotating-cache schedules
+ *                        engine does not share, under any profile (its sites' rounding
+ *                        applied by the reference, ref_vprec.h, as hx_ensemble_ref_profile
+ *                        states it); not for rotating-cache schedules
  *   HX_MEMBERS_NAIVE_SR  the engine's naive-sr backend (stochastic rounding at every float32
  *                        operation, and at the profile's sites under a profile): member i is
- *                        hx_ensemble_member(profile, seed, i), one chunk on one thread
+ *                        hx_ensemble_member(profile, seed, i), one chunk on one thread; what
+ *                        engine_only asks for (sweep --envelope engine, a judge of
+ *                        log-probabilities, whose envelope needs the engine's rows)
  * Member i's seed is seed + i in both, so a member's bits never depend on how many run at once
  * or in which order they finish. */
 #ifndef HX_ENSEMBLE_H
@@ -26,11 +29,16 @@
 typedef enum hx_member_source { HX_MEMBERS_REF_SR = 0, HX_MEMBERS_NAIVE_SR = 1 } hx_member_source;
 
 /* The members for profile ("" or "f32": float32) on m and rq: the reference's SR model when
- * the profile is float32, engine_only is false and ref_sr_supported accepts m and rq; else
+ * engine_only is false, the profile is known and ref_sr_supported accepts m and rq; else
  * naive-sr. why[why_n] (may be NULL) receives the reason the reference's model was not used
  * ("" when it was). */
 hx_member_source hx_ensemble_source(const ref_model *m, const ref_request *rq, const char *profile,
                                     bool engine_only, char *why, size_t why_n);
+/* The reference SR members' statement of profile (lm_profile_find; unknown, "" and "f32":
+ * float32, all NONE): each engine site's rounding at the reference's matching site, and for
+ * the sites that convert per weight type (q8act) the format of every ggml type
+ * (lm_vec_dot_spec). */
+void hx_ensemble_ref_profile(ref_sr_profile *out, const char *profile);
 /* "reference-SR" or "naive-sr". */
 const char *hx_member_source_name(hx_member_source s);
 

@@ -5,7 +5,9 @@
 #include "model/capture.h"
 #include "judge/compare.h"
 #include "ref_sr.h"
+#include "kvd_profile.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,13 @@ hx_member_source hx_envelope_source(const ref_model *m, const ref_capture *ref,
 {
     const ref_request rq = request_of(ref);
     return hx_ensemble_source(m, &rq, profile, engine_only, NULL, 0);
+}
+
+int hx_envelope_sr_mode(char *buf, size_t cap, const char *profile)
+{
+    const bool f32 = !lm_profile_rounds(lm_profile_find(profile)); /* "", "f32" (or unknown) */
+    return snprintf(buf, cap, "%s%s%s", HX_ENVELOPE_SR_MODE,
+                    f32 ? "" : ";profile=" LM_PROFILE_RULES ":", f32 ? "" : profile);
 }
 
 /* A capture that borrows a member's arrays (hx_capture's layout: per-layer K/V pointers, then
@@ -50,11 +59,15 @@ static int as_capture(hx_capture *c, float **kv, const ref_sr_out *o, const ref_
 }
 
 int hx_envelope_from_ref_sr(hx_envelope **out, const ref_model *m, const ref_capture *ref,
-                            uint32_t n_members, uint64_t seed, int n_threads, double safety,
-                            ref_progress_fn progress, void *progress_user, lm_err *err)
+                            const char *profile, uint32_t n_members, uint64_t seed,
+                            int n_threads, double safety, ref_progress_fn progress,
+                            void *progress_user, lm_err *err)
 {
     *out = NULL;
+    ref_sr_profile prof;
+    hx_ensemble_ref_profile(&prof, profile);
     ref_request rq = request_of(ref);
+    rq.sr_profile = &prof;
     rq.progress = progress;
     rq.progress_user = progress_user;
     ref_sr_out *mem = calloc(n_members ? n_members : 1, sizeof *mem);

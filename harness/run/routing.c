@@ -152,9 +152,10 @@ static int naive_sr_dev(double *dev, const lm_model *m, const int32_t *prompt, u
     return rc;
 }
 
-/* The TIE band: HX_ROUTING_SAFETY x the largest margin deviation of the ensemble members from
- * the reference's routing `truth`. The members: SR runs of the reference's own float32 model
- * (ref_sr.h, *sr = true) when it implements the model, else the engine's naive-sr runs. */
+/* The TIE band under profile ("": float32): HX_ROUTING_SAFETY x the largest margin deviation of
+ * the ensemble members from the reference's routing `truth`. The members: SR runs of the
+ * reference's own float32 model under the profile (ref_sr.h, *sr = true) when it implements
+ * the model, else the engine's naive-sr runs under it. */
 /* The reference SR members' deviations folded into a maximum. */
 typedef struct ref_dev {
     const hx_routing *truth;
@@ -169,26 +170,29 @@ static void ref_member_fold(void *user, uint32_t i, const ref_sr_out *member)
 }
 
 static int tie_band(float *tol, bool *sr, const lm_model *m, const ref_model *rm,
-                    const int32_t *prompt, uint32_t n, const hx_routing *truth, uint32_t members,
-                    uint64_t sr_seed, lm_err *err)
+                    const int32_t *prompt, uint32_t n, const hx_routing *truth,
+                    const char *profile, uint32_t members, uint64_t sr_seed, lm_err *err)
 {
-    const ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n};
-    *sr = hx_ensemble_source(rm, &rq, "", false, NULL, 0) == HX_MEMBERS_REF_SR;
+    ref_sr_profile prof;
+    hx_ensemble_ref_profile(&prof, profile);
+    const ref_request rq = {.tokens = prompt, .n_tokens = n, .n_prompt = n, .sr_profile = &prof};
+    *sr = hx_ensemble_source(rm, &rq, profile, false, NULL, 0) == HX_MEMBERS_REF_SR;
     ref_dev d = {.truth = truth, .dev = 0.0};
     const int rc = *sr ? hx_ensemble_run_ref(members, sr_seed, rm, &rq, 0, ref_member_fold, &d, err)
-                       : naive_sr_dev(&d.dev, m, prompt, n, truth, "", members, sr_seed, err);
+                       : naive_sr_dev(&d.dev, m, prompt, n, truth, profile, members, sr_seed,
+                                      err);
     *tol = (float)(HX_ROUTING_SAFETY * d.dev);
     return rc;
 }
 
 /* The band configs[ci] is judged with: the float32 band f32_tol, or, under a profile that
- * rounds on the model, HX_ROUTING_SAFETY x naive_sr_dev under that profile (its rounding moves
- * router margins by far more than float32's), measured once per profile into band[] / have[]
- * (indexed as lm_profile_index). */
+ * rounds on the model, tie_band under that profile (its rounding moves router margins by far
+ * more than float32's), measured once per profile into band[] / have[] (indexed as
+ * lm_profile_index). */
 static int config_band(float *tol, float *band, bool *have, const lm_model *m,
-                       const int32_t *prompt, uint32_t n, const hx_routing *truth,
-                       const hx_config *cfg, float f32_tol, uint32_t members, uint64_t sr_seed,
-                       lm_err *err)
+                       const ref_model *rm, const int32_t *prompt, uint32_t n,
+                       const hx_routing *truth, const hx_config *cfg, float f32_tol,
+                       uint32_t members, uint64_t sr_seed, lm_err *err)
 {
     const lm_profile *pf = lm_profile_find(cfg->profile);
     *tol = f32_tol;
@@ -196,12 +200,11 @@ static int config_band(float *tol, float *band, bool *have, const lm_model *m,
         return LM_OK;
     const uint32_t k = lm_profile_index(pf);
     if (!have[k]) {
-        double dev;
-        const int rc = naive_sr_dev(&dev, m, prompt, n, truth, cfg->profile, members, sr_seed,
-                                    err);
+        bool sr;
+        const int rc = tie_band(&band[k], &sr, m, rm, prompt, n, truth, cfg->profile, members,
+                                sr_seed, err);
         if (rc != LM_OK)
             return rc;
-        band[k] = (float)(HX_ROUTING_SAFETY * dev);
         have[k] = true;
     }
     *tol = band[k];
@@ -237,7 +240,7 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const ref_mode
     if (rc == LM_OK)
         rc = hx_routing_from_ref(&truth, r, rm, err);
     if (rc == LM_OK)
-        rc = tie_band(&out->tie_tol, &out->members_sr, m, rm, prompt, n, &truth, members,
+        rc = tie_band(&out->tie_tol, &out->members_sr, m, rm, prompt, n, &truth, "", members,
                       sr_seed, err);
     float band[LM_PROFILES_MAX];
     bool have[LM_PROFILES_MAX] = {false};
@@ -250,8 +253,8 @@ int hx_routing_measure(hx_routing_result *out, const lm_model *m, const ref_mode
             *tol = out->tie_tol;
             continue;
         }
-        if ((rc = config_band(tol, band, have, m, prompt, n, &truth, &configs[ci], out->tie_tol,
-                              members, sr_seed, err)) != LM_OK ||
+        if ((rc = config_band(tol, band, have, m, rm, prompt, n, &truth, &configs[ci],
+                              out->tie_tol, members, sr_seed, err)) != LM_OK ||
             (rc = hx_routing_capture(&other, m, &configs[ci], prompt, n, err)) != LM_OK ||
             (rc = hx_routing_compare(f, &truth, &other, *tol, err)) != LM_OK)
             break;

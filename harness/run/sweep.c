@@ -492,12 +492,12 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     bool cached = lm_cache_open(dir, sizeof dir, p->cache_dir, &cerr) == LM_OK;
     if (!cached) /* the reference step has said so already when it is the same folder */
         warn(p, "envelope cache unusable (%s); computing without it", cerr.msg);
-    /* The members: SR runs of the reference's own model (envelope_sr.h) when it implements
-     * the model and the profile is f32, else the engine's naive-sr ensemble (the precision
-     * profiles' site hooks live in the engine's forward pass). extra = the ensemble mode; for
-     * the engine's ensemble also the teacher-path capture's hash: the naive engine's bits on
-     * this input, so an engine change (elementwise code, libm) never reuses an old envelope;
-     * f32 keeps the key it always had, another profile adds its name. */
+    /* The members: SR runs of the reference's own model under the profile (envelope_sr.h)
+     * when it implements the model, else (or with --envelope engine) the engine's naive-sr
+     * ensemble. extra = the ensemble mode (hx_envelope_sr_mode: a profile other than f32 adds
+     * its name); for the engine's ensemble also the teacher-path capture's hash: the naive
+     * engine's bits on this input, so an engine change (elementwise code, libm) never reuses
+     * an old envelope; f32 keeps the key it always had, another profile adds its name. */
     const bool use_sr = hx_envelope_source(p->ref, &r->ref, profile, p->engine_envelope) ==
                         HX_MEMBERS_REF_SR;
     const char *who = hx_member_source_name(use_sr ? HX_MEMBERS_REF_SR : HX_MEMBERS_NAIVE_SR);
@@ -506,7 +506,7 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
     char extra[sizeof ensemble_mode + 96];
     char ph[33];
     lm_hex_encode(ph, r->path_hash, 16);
-    int ne = use_sr ? snprintf(extra, sizeof extra, "%s", HX_ENVELOPE_SR_MODE)
+    int ne = use_sr ? hx_envelope_sr_mode(extra, sizeof extra, profile)
                     : snprintf(extra, sizeof extra, "%s;path=%s%s%s", ensemble_mode, ph,
                                profile[0] ? ";profile=" LM_PROFILE_RULES ":" : "", profile);
     hx_envelope_key(key, r->ref_key, m, seed, HX_ENVELOPE_SAFETY, extra, (uint32_t)ne);
@@ -525,9 +525,10 @@ static int envelope(hx_envelope **out, hx_sweep_result *r, const hx_sweep_params
         warn(p, "envelope cache entry unusable (%s); recomputed", e2.msg);
     }
     if (use_sr) {
-        progress(p, "envelope: %u SR runs of the reference's float32 model (%u tokens)%s",
-                 (unsigned)m, (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
-        rc = hx_envelope_from_ref_sr(out, p->ref, &r->ref, m, seed, p->ref_threads,
+        progress(p, "envelope%s%s: %u SR runs of the reference's float32 model (%u tokens)%s",
+                 profile[0] ? " of profile " : "", profile, (unsigned)m,
+                 (unsigned)r->ref.n_tokens, cached ? ", cached when done" : "");
+        rc = hx_envelope_from_ref_sr(out, p->ref, &r->ref, profile, m, seed, p->ref_threads,
                                      HX_ENVELOPE_SAFETY, p->ref_progress, p->ref_progress_user,
                                      err);
     } else {

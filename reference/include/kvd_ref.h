@@ -124,6 +124,9 @@ typedef struct ref_request {
      * true: MPFR multiply-adds, each rounded (ref_dot): the slower pure-MPFR pass that
      * `ref --validate-against mpfr` compares with. Part of the cache key. */
     bool mpfr_dot;
+    /* The SR members' precision profile (ref_vprec.h; NULL: float32). The MPFR pass ignores
+     * it; the SR members' cache keys name it (the harness's envelope key). */
+    const struct ref_sr_profile *sr_profile;
     /* Called from the calling thread after every matrix product (NULL: none); never changes
      * the numbers and is not part of the cache key. */
     ref_progress_fn progress;

@@ -34,11 +34,25 @@
  * biases, MoE layers: router, top-k and gating by the reference's rules on the member's own
  * float32 router logits, so a member may route a near-tie differently, as a float32 engine
  * would) except rotating-cache schedules (ref_sr_supported says LM_E_UNSUPPORTED; callers fall
- * back to another envelope). */
+ * back to another envelope).
+ *
+ * Precision profiles: rq->sr_profile (ref_vprec.h; NULL: float32) rounds, after the float32
+ * SR of each stage, the values at the profile's sites to its virtual precision, stochastically
+ * (ref_vp_round): NORM (h after attn_norm and ffn_norm), V (after projection and bias),
+ * HEAD_NORM (q, k after their norms), ROPE (q, k after RoPE), KV (k, v as attention reads and
+ * the member captures them), SOFTMAX (each probability row), ATTN_OUT, POST_NORM (before its
+ * add), RESIDUAL (x after each block's add), SWIGLU (the gated activation), MOE_GATES,
+ * MOE_SUM (before its add), OUT_NORM; PER_WEIGHT sites round each product's input rows to
+ * the format of its weight's ggml type (products of one input and one format read the same
+ * rounded rows); WEIGHT rounds the embedding table's rows and every product's weight rows as
+ * they are read (a tied output's rows as the lookup's). The rounding words come from their own
+ * key family (seed, stage, row, site), apart from every arithmetic coin, so under the zeroed
+ * profile a member has float32's bits. */
 #ifndef REF_SR_H
 #define REF_SR_H
 
 #include "kvd_ref.h"
+#include "ref_vprec.h"
 
 /* One member's output, float32. */
 typedef struct ref_sr_out {
