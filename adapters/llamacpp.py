@@ -13,10 +13,9 @@ float16; K after RoPE). A model whose state holds two caches (sliding-window lay
 gets no kv/ (stderr says so). Nothing on stdout except the --describe document; every failure
 is one line on stderr and exit status 2.
 """
-import json
-import os
 import struct
-import sys
+
+from adapter_protocol import Adapter, write_dump
 
 KNOBS = [
     # name, values, default, {value: profile}
@@ -31,11 +30,7 @@ KNOBS = [
 ]
 GGML_TYPE = {"f32": 0, "f16": 1}
 STATE_MAGIC = 0xAF143CD8
-
-
-def fail(msg):
-    sys.stderr.write("llamacpp adapter: %s\n" % msg)
-    sys.exit(2)
+ADAPTER = Adapter("llamacpp", "llama.cpp", KNOBS)
 
 
 def engine_version():
@@ -51,48 +46,8 @@ def engine_build():
     return " ".join(info.split())
 
 
-def describe():
-    knobs = []
-    for name, values, default, profiles in KNOBS:
-        k = {"name": name, "values": values, "default": default}
-        if profiles:
-            k["profiles"] = profiles
-        knobs.append(k)
-    doc = {"protocol": 1, "adapter": "llamacpp", "engine": "llama.cpp",
-           "engine_version": engine_version(), "engine_build": engine_build(),
-           "profile": "f32", "knobs": knobs}
-    sys.stdout.write(json.dumps(doc) + "\n")
-
-
-def parse_args(argv):
-    a = {"set": {}}
-    i = 0
-    while i < len(argv):
-        k = argv[i]
-        if k == "--describe":
-            a["describe"] = True
-            i += 1
-            continue
-        if k not in ("--model", "--tokens", "--n-gen", "--out", "--set") or i + 1 >= len(argv):
-            fail("unexpected argument %r (expected --describe, or --model GGUF --tokens IDS "
-                 "--n-gen N --out DIR [--set KEY=VALUE ...])" % k)
-        v = argv[i + 1]
-        if k == "--set":
-            key, eq, val = v.partition("=")
-            known = {n: vals for n, vals, _, _ in KNOBS}
-            if not eq or key not in known or val not in known[key]:
-                fail("--set %r: not KEY=VALUE of a declared knob and value" % v)
-            if key in a["set"]:
-                fail("--set %s given twice" % key)
-            a["set"][key] = val
-        else:
-            a[k[2:]] = v
-        i += 2
-    return a
-
-
-def read_kv(llm, n, out):
-    """kv/layerNN_{k,v}.npy of the prompt from sequence 0's state (one KV cache only)."""
+def read_kv(llm, n):
+    """[(K, V)] per layer of the prompt from sequence 0's state (one KV cache only)."""
     import ctypes
 
     import llama_cpp
@@ -102,7 +57,7 @@ def read_kv(llm, n, out):
     size = llama_cpp.llama_state_seq_get_size(ctx, 0)
     buf = (ctypes.c_uint8 * size)()
     if llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0) != size:
-        fail("llama_state_seq_get_data returned a short state")
+        ADAPTER.fail("llama_state_seq_get_data returned a short state")
     b = bytes(buf)
     p = [0]
 
@@ -156,37 +111,21 @@ def read_kv(llm, n, out):
                 raise ValueError("K/V row size")
             x = np.empty((n, nev), dtype=dt)
             x[pos] = rows
-            arrays["layer%02d_%s.npy" % (layer, t)] = x.reshape(n, n_head_kv, nev // n_head_kv)
+            arrays[(layer, t)] = x.reshape(n, n_head_kv, nev // n_head_kv)
     if p[0] != len(b):
         raise ValueError("state not consumed exactly (two KV caches)")
-    os.makedirs(os.path.join(out, "kv"), exist_ok=True)
-    for name, x in arrays.items():
-        np.save(os.path.join(out, "kv", name), np.ascontiguousarray(x))
+    return [(arrays[(layer, "k")], arrays[(layer, "v")]) for layer in range(n_layer)]
 
 
 def run(a):
-    for k in ("model", "tokens", "n-gen", "out"):
-        if k not in a:
-            fail("--%s is required" % k)
-    try:
-        tokens = [int(t) for t in a["tokens"].split(",")]
-        n_gen = int(a["n-gen"])
-    except ValueError:
-        fail("--tokens must be ids separated by commas and --n-gen an integer")
-    if not tokens or n_gen < 0:
-        fail("--tokens is empty or --n-gen negative")
-    s = {n: d for n, _, d, _ in KNOBS}
-    s.update(a["set"])
-    out = a["out"]
-    if not os.path.isdir(out):
-        fail("--out %s: not a folder" % out)
+    tokens, n_gen, out, s = ADAPTER.run_inputs(a)
     import numpy as np
     from llama_cpp import Llama
 
     n_ctx = len(tokens) + n_gen + 1
     # the eval of a batch splits it into ubatches: n_ubatch <= n_batch is llama.cpp's rule
     if int(s["n_ubatch"]) > int(s["n_batch"]):
-        fail("n_ubatch %s exceeds n_batch %s" % (s["n_ubatch"], s["n_batch"]))
+        ADAPTER.fail("n_ubatch %s exceeds n_batch %s" % (s["n_ubatch"], s["n_batch"]))
     try:
         llm = Llama(model_path=a["model"], n_ctx=n_ctx, n_batch=int(s["n_batch"]),
                     n_ubatch=int(s["n_ubatch"]), n_threads=int(s["threads"]),
@@ -194,18 +133,18 @@ def run(a):
                     type_k=GGML_TYPE[s["type_k"]], type_v=GGML_TYPE[s["type_v"]],
                     flash_attn=s["flash_attn"] == "on", seed=0, verbose=False)
     except Exception as e:  # llama-cpp-python raises ValueError for a file it cannot load
-        fail("cannot load %s: %s" % (a["model"], " ".join(str(e).split())))
-    if max(tokens) >= llm.n_vocab() or min(tokens) < 0:
-        fail("a token id is outside the vocabulary (%d ids)" % llm.n_vocab())
+        ADAPTER.fail("cannot load %s: %s" % (a["model"], " ".join(str(e).split())))
+    if max(tokens) >= llm.n_vocab():
+        ADAPTER.fail("a token id is outside the vocabulary (%d ids)" % llm.n_vocab())
     llm.reset()
     llm.eval(tokens)
     n = len(tokens)
-    kv_note = ""
+    kv, kv_note = None, ""
     try:
-        read_kv(llm, n, out)
+        kv = read_kv(llm, n)
     except ValueError as e:
         kv_note = "no kv/ (%s)" % e
-        sys.stderr.write("llamacpp adapter: %s\n" % kv_note)
+        ADAPTER.note(kv_note)
     generated = []
     for j in range(n_gen):
         row = llm.scores[llm.n_tokens - 1]
@@ -213,27 +152,12 @@ def run(a):
         generated.append(t)
         if j + 1 < n_gen:
             llm.eval([t])
-    fed = tokens + generated[:-1] if generated else list(tokens)
-    logits = np.ascontiguousarray(llm.scores[:len(fed)], dtype=np.float32)
-    np.save(os.path.join(out, "logits.npy"), logits)
-    settings = " ".join("%s=%s" % (k, s[k]) for k, _, _, _ in KNOBS)
-    manifest = {"tokens": fed, "n_prompt": n, "logits_positions": list(range(len(fed))),
-                "tokens_generated": generated, "engine": "llama.cpp (%s; %s)" % (engine_version(), engine_build()),
-                "settings": settings + ("; " + kv_note if kv_note else "")}
-    with open(os.path.join(out, "dump.json.tmp"), "w") as f:
-        json.dump(manifest, f)
-    os.replace(os.path.join(out, "dump.json.tmp"), os.path.join(out, "dump.json"))
-
-
-def main():
-    a = parse_args(sys.argv[1:])
-    if a.get("describe"):
-        if len(sys.argv) != 2:
-            fail("--describe takes no other argument")
-        describe()
-    else:
-        run(a)
+    n_rows = n + max(n_gen - 1, 0)
+    logits = np.asarray(llm.scores[:n_rows], dtype=np.float32)
+    write_dump(out, tokens, n, generated, logits,
+               "llama.cpp (%s; %s)" % (engine_version(), engine_build()),
+               ADAPTER.settings_text(s) + ("; " + kv_note if kv_note else ""), kv=kv)
 
 
 if __name__ == "__main__":
-    main()
+    ADAPTER.main(run, engine_version, engine_build)
