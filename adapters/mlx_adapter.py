@@ -20,6 +20,7 @@ import platform
 import numpy as np
 
 from adapter_protocol import Adapter, write_dump
+import dequant_cache
 import gguf_to_hf
 
 KNOBS = [
@@ -55,7 +56,7 @@ def build_model(path, dtype):
     from mlx_lm.utils import _get_classes
 
     try:
-        arch, cfg, weights = gguf_to_hf.load(path)
+        arch, cfg, weights = dequant_cache.load(path)
     except gguf_to_hf.Unsupported as e:
         ADAPTER.fail("%s: %s" % (path, e))
     model_class, args_class = _get_classes(config=cfg)

@@ -20,6 +20,7 @@ import platform
 import numpy as np
 
 from adapter_protocol import Adapter, write_dump
+import dequant_cache
 import gguf_to_hf
 
 KNOBS = [
@@ -50,7 +51,7 @@ def build_model(path, dtype, attn):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        arch, cfg, weights = gguf_to_hf.load(path)
+        arch, cfg, weights = dequant_cache.load(path)
     except gguf_to_hf.Unsupported as e:
         ADAPTER.fail("%s: %s" % (path, e))
     fields = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures")}
