@@ -99,6 +99,19 @@ class Adapter:
         return " ".join("%s=%s" % (k, s[k]) for k, _, _, _ in self.knobs)
 
 
+def greedy(last, n_gen, choose, step):
+    """The engine's greedy continuation: n_gen ids, each choose(last) of the logits row before
+    it, fed back one at a time through step([id]) (which returns the next row), all but the
+    last."""
+    generated = []
+    for j in range(n_gen):
+        t = choose(last)
+        generated.append(t)
+        if j + 1 < n_gen:
+            last = step([t])
+    return generated
+
+
 def save_npy(path, x):
     import numpy as np
 

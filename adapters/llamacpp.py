@@ -15,7 +15,7 @@ is one line on stderr and exit status 2.
 """
 import struct
 
-from adapter_protocol import Adapter, write_dump
+from adapter_protocol import Adapter, greedy, write_dump
 
 KNOBS = [
     # name, values, default, {value: profile}
@@ -145,13 +145,8 @@ def run(a):
     except ValueError as e:
         kv_note = "no kv/ (%s)" % e
         ADAPTER.note(kv_note)
-    generated = []
-    for j in range(n_gen):
-        row = llm.scores[llm.n_tokens - 1]
-        t = int(np.argmax(row))
-        generated.append(t)
-        if j + 1 < n_gen:
-            llm.eval([t])
+    generated = greedy(None, n_gen, lambda _: int(np.argmax(llm.scores[llm.n_tokens - 1])),
+                       llm.eval)
     n_rows = n + max(n_gen - 1, 0)
     logits = np.asarray(llm.scores[:n_rows], dtype=np.float32)
     write_dump(out, tokens, n, generated, logits,

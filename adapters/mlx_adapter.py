@@ -19,7 +19,7 @@ import platform
 
 import numpy as np
 
-from adapter_protocol import Adapter, write_dump
+from adapter_protocol import Adapter, greedy, write_dump
 import dequant_cache
 import gguf_to_hf
 
@@ -162,13 +162,9 @@ def run(a):
     kv, kv_note = read_kv(caches, n, arch)
     if kv is None:
         ADAPTER.note("no kv/ (%s)" % kv_note)
-    generated = []
-    for j in range(n_gen):
-        logprobs = last - mx.logsumexp(last, keepdims=True)  # generate_step's greedy choice
-        t = int(mx.argmax(logprobs).item())
-        generated.append(t)
-        if j + 1 < n_gen:
-            last = forward([t])
+    # generate_step's greedy choice: argmax of logits - logsumexp in the model's dtype
+    generated = greedy(last, n_gen, lambda row: int(mx.argmax(row - mx.logsumexp(
+        row, keepdims=True)).item()), forward)
     hidden = [np.concatenate(store[i]) for i in range(len(model.layers) + 1)]
     notes = "; ".join(x for x in (note, "no kv/ (%s)" % kv_note if kv is None else "") if x)
     write_dump(out, tokens, n, generated, np.concatenate(rows), "MLX (%s; %s)" % (

@@ -19,7 +19,7 @@ import platform
 
 import numpy as np
 
-from adapter_protocol import Adapter, write_dump
+from adapter_protocol import Adapter, greedy, write_dump
 import dequant_cache
 import gguf_to_hf
 
@@ -129,12 +129,7 @@ def run(a):
     kv, kv_note = read_kv(cache, n, arch)
     if kv is None:
         ADAPTER.note("no kv/ (%s)" % kv_note)
-    generated = []
-    for j in range(n_gen):
-        t = int(torch.argmax(last))
-        generated.append(t)
-        if j + 1 < n_gen:
-            last = forward([t])
+    generated = greedy(last, n_gen, lambda row: int(torch.argmax(row)), forward)
     hidden = [np.concatenate(store[i]) for i in range(len(model.model.layers) + 1)]
     settings = ADAPTER.settings_text(s) + ("; no kv/ (%s)" % kv_note if kv is None else "")
     write_dump(out, tokens, n, generated, np.concatenate(rows), "transformers (%s; %s)" % (
