@@ -79,6 +79,17 @@ static int sweep(const char *adapter, const char *model, const char *prompt_opt,
     return rc;
 }
 
+/* Each of lines[] (NULL-terminated) is in text, and no ERROR row is. */
+static void assert_lines(const char *text, const char *const *lines)
+{
+    for (; *lines != NULL; ++lines)
+        if (strstr(text, *lines) == NULL) {
+            printf("\n  missing: %s\n", *lines);
+            CU_FAIL("a configuration's line is missing");
+        }
+    CU_ASSERT_PTR_NULL(strstr(text, "ERROR"));
+}
+
 /* MLX on stories260K: prefill in chunks of 1 and 7 and the default 2048, float32 and bfloat16,
  * mlx-lm's cache and a plain one: every float32 configuration within float32's envelope, every
  * bfloat16 one within bf16's. */
@@ -89,12 +100,13 @@ static void test_pyadapters_mlx_stories(void)
         return;
     const char *axes[] = {"prefill_step_size=1,7", "dtype=float32,bfloat16", "cache=plain"};
     CU_ASSERT_EQUAL(sweep("mlx", model, "--tokens", STORIES_IDS, axes, 3, "4", text, sizeof text), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "mlx: profile f32, explained"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "mlx:prefill_step_size=1:cache=plain: profile f32, explained"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "mlx:prefill_step_size=7:cache=plain: profile f32, explained"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "mlx:prefill_step_size=1:dtype=bfloat16:cache=plain: profile bf16, explained"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "mlx:prefill_step_size=7:dtype=bfloat16:cache=plain: profile bf16, explained"));
-    CU_ASSERT_PTR_NULL(strstr(text, "ERROR"));
+    const char *const lines[] = {
+        "mlx: profile f32, explained",
+        "mlx:prefill_step_size=1:cache=plain: profile f32, explained",
+        "mlx:prefill_step_size=7:cache=plain: profile f32, explained",
+        "mlx:prefill_step_size=1:dtype=bfloat16:cache=plain: profile bf16, explained",
+        "mlx:prefill_step_size=7:dtype=bfloat16:cache=plain: profile bf16, explained", NULL};
+    assert_lines(text, lines);
 }
 
 /* transformers on stories260K: eager and sdpa attention, float32 and bfloat16. */
@@ -105,11 +117,12 @@ static void test_pyadapters_transformers_stories(void)
         return;
     const char *axes[] = {"dtype=float32,bfloat16", "attn_implementation=eager,sdpa"};
     CU_ASSERT_EQUAL(sweep("transformers", model, "--tokens", STORIES_IDS, axes, 2, "4", text, sizeof text), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "transformers: profile f32, explained"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "transformers:attn_implementation=eager: profile f32, explained"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "transformers:dtype=bfloat16:attn_implementation=eager: profile bf16, explained"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "transformers:dtype=bfloat16: profile bf16, explained"));
-    CU_ASSERT_PTR_NULL(strstr(text, "ERROR"));
+    const char *const lines[] = {
+        "transformers: profile f32, explained",
+        "transformers:attn_implementation=eager: profile f32, explained",
+        "transformers:dtype=bfloat16:attn_implementation=eager: profile bf16, explained",
+        "transformers:dtype=bfloat16: profile bf16, explained", NULL};
+    assert_lines(text, lines);
 }
 
 /* Runs adapters/ADAPTER on stories260K's ids with -n 2 into a fresh folder out. */
