@@ -86,7 +86,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 
-.PHONY: all deps demo test unit check layers bench calibrate asan install clean models adapters
+.PHONY: all deps demo test unit check layers bench calibrate asan install clean models adapters test-adapters
 all: $(BUILD)/kvdrift
 
 deps:
@@ -171,10 +171,19 @@ models:
 	@bash scripts/models.sh
 
 # The shipped adapters' pinned Python packages (adapters/requirements-*.txt) into venvs under
-# $KVDRIFT_CACHE/adapters (llama-cpp-python builds llama.cpp from source: minutes). Tests of an
-# adapter that is not installed print a SKIP line.
+# $KVDRIFT_CACHE/adapters (llama-cpp-python builds llama.cpp from source: minutes). By default
+# only llamacpp (what make test and CI use); ADAPTERS="mlx transformers" (or any list of names)
+# installs those instead. Tests of an adapter that is not installed print a SKIP line.
 adapters:
-	@bash scripts/adapters.sh
+	@bash scripts/adapters.sh $(ADAPTERS)
+
+# The MLX and transformers adapters on their real engines and models (tests/test_pyadapters.c:
+# sweeps over their knobs on stories260K, their cases' goldens, SmolLM2 and Gemma 3 270M where
+# present; minutes on two cores, hence not in make test). A test whose adapter is not installed
+# (make adapters ADAPTERS="mlx transformers") or whose model is absent prints a SKIP line.
+test-adapters: deps
+	@$(MAKE) --no-print-directory $(BUILD)/kvdrift $(BUILD)/kvdrift-tests
+	KVDRIFT_ADAPTER_TESTS=1 $(BUILD)/kvdrift-tests pyadapters
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
@@ -198,8 +207,9 @@ install: $(BUILD)/kvdrift
 	install -m 644 docs/kvdrift.1 $(DESTDIR)$(PREFIX)/share/man/man1/kvdrift.1
 	install -m 644 harness/report/REPORT-SCHEMA.md $(DESTDIR)$(PREFIX)/share/doc/kvdrift/REPORT-SCHEMA.md
 	install -d $(DESTDIR)$(PREFIX)/share/kvdrift/adapters
-	install -m 755 adapters/llamacpp $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/llamacpp
-	install -m 644 adapters/llamacpp.py adapters/requirements-llamacpp.txt \
+	install -m 755 adapters/llamacpp adapters/mlx adapters/transformers adapters/venv-exec \
+	  $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/
+	install -m 644 adapters/*.py adapters/requirements-*.txt \
 	  $(DESTDIR)$(PREFIX)/share/kvdrift/adapters/
 	install -m 644 docs/DESIGN.md $(DESTDIR)$(PREFIX)/share/doc/kvdrift/DESIGN.md
 

@@ -30,10 +30,9 @@ is layer L at position P (and the first K/V row outside is layer L+1's at P).
 Nothing on stdout except the --describe document; every failure is one line on stderr and exit
 status 2.
 """
-import json
-import os
 import struct
-import sys
+
+from adapter_protocol import Adapter, greedy, write_dump
 
 KNOBS = [
     # name, values, default, {value: profile}
@@ -53,11 +52,7 @@ KNOBS = [
 PERTURB_SCALE = 2.0 ** -10
 GGML_TYPE = {"f32": 0, "f16": 1}
 STATE_MAGIC = 0xAF143CD8
-
-
-def fail(msg):
-    sys.stderr.write("llamacpp adapter: %s\n" % msg)
-    sys.exit(2)
+ADAPTER = Adapter("llamacpp", "llama.cpp", KNOBS)
 
 
 def engine_version():
@@ -73,48 +68,8 @@ def engine_build():
     return " ".join(info.split())
 
 
-def describe():
-    knobs = []
-    for name, values, default, profiles in KNOBS:
-        k = {"name": name, "values": values, "default": default}
-        if profiles:
-            k["profiles"] = profiles
-        knobs.append(k)
-    doc = {"protocol": 1, "adapter": "llamacpp", "engine": "llama.cpp",
-           "engine_version": engine_version(), "engine_build": engine_build(),
-           "profile": "f32", "knobs": knobs}
-    sys.stdout.write(json.dumps(doc) + "\n")
-
-
-def parse_args(argv):
-    a = {"set": {}}
-    i = 0
-    while i < len(argv):
-        k = argv[i]
-        if k == "--describe":
-            a["describe"] = True
-            i += 1
-            continue
-        if k not in ("--model", "--tokens", "--n-gen", "--out", "--set") or i + 1 >= len(argv):
-            fail("unexpected argument %r (expected --describe, or --model GGUF --tokens IDS "
-                 "--n-gen N --out DIR [--set KEY=VALUE ...])" % k)
-        v = argv[i + 1]
-        if k == "--set":
-            key, eq, val = v.partition("=")
-            known = {n: vals for n, vals, _, _ in KNOBS}
-            if not eq or key not in known or val not in known[key]:
-                fail("--set %r: not KEY=VALUE of a declared knob and value" % v)
-            if key in a["set"]:
-                fail("--set %s given twice" % key)
-            a["set"][key] = val
-        else:
-            a[k[2:]] = v
-        i += 2
-    return a
-
-
-def read_kv(llm, n, out):
-    """kv/layerNN_{k,v}.npy of the prompt from sequence 0's state (one KV cache only)."""
+def read_kv(llm, n):
+    """[(K, V)] per layer of the prompt from sequence 0's state (one KV cache only)."""
     import ctypes
 
     import llama_cpp
@@ -124,7 +79,7 @@ def read_kv(llm, n, out):
     size = llama_cpp.llama_state_seq_get_size(ctx, 0)
     buf = (ctypes.c_uint8 * size)()
     if llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0) != size:
-        fail("llama_state_seq_get_data returned a short state")
+        ADAPTER.fail("llama_state_seq_get_data returned a short state")
     b = bytes(buf)
     p = [0]
 
@@ -178,12 +133,10 @@ def read_kv(llm, n, out):
                 raise ValueError("K/V row size")
             x = np.empty((n, nev), dtype=dt)
             x[pos] = rows
-            arrays["layer%02d_%s.npy" % (layer, t)] = x.reshape(n, n_head_kv, nev // n_head_kv)
+            arrays[(layer, t)] = x.reshape(n, n_head_kv, nev // n_head_kv)
     if p[0] != len(b):
         raise ValueError("state not consumed exactly (two KV caches)")
-    os.makedirs(os.path.join(out, "kv"), exist_ok=True)
-    for name, x in arrays.items():
-        np.save(os.path.join(out, "kv", name), np.ascontiguousarray(x))
+    return [(arrays[(layer, "k")], arrays[(layer, "v")]) for layer in range(n_layer)]
 
 
 class Hidden:
@@ -253,23 +206,25 @@ class Hidden:
             self.rows.setdefault(name, []).append(x)
         return True
 
-    def write(self, out):
+    def states(self):
+        """[embedding, layer 0's output, ...], each [n_prompt][n_embd] float32, as write_dump
+        takes them."""
         import numpy as np
 
         if self.error:
-            fail(self.error)
+            ADAPTER.fail(self.error)
         emb = "inp_scaled" if "inp_scaled" in self.rows else "embd"
-        files = {"embed.npy": emb}
-        files.update({"layer%02d.npy" % l: "l_out-%d" % l for l in range(self.n_layer)})
-        os.makedirs(os.path.join(out, "hidden"), exist_ok=True)
-        for f, name in files.items():
+        names = [emb] + ["l_out-%d" % l for l in range(self.n_layer)]
+        out = []
+        for name in names:
             if name not in self.rows:
-                fail("no %s node seen: hidden states not written" % name)
+                ADAPTER.fail("no %s node seen: hidden states not written" % name)
             x = np.concatenate(self.rows[name], axis=0)
             if x.shape[0] != self.n_prompt:
-                fail("%s holds %d rows for %d prompt positions" % (name, x.shape[0],
-                                                                   self.n_prompt))
-            np.save(os.path.join(out, "hidden", f), np.ascontiguousarray(x))
+                ADAPTER.fail("%s holds %d rows for %d prompt positions" % (name, x.shape[0],
+                                                                           self.n_prompt))
+            out.append(x)
+        return out
 
 
 def ggml_tensor_type():
@@ -308,21 +263,7 @@ def install_callback(h):
 
 
 def run(a):
-    for k in ("model", "tokens", "n-gen", "out"):
-        if k not in a:
-            fail("--%s is required" % k)
-    try:
-        tokens = [int(t) for t in a["tokens"].split(",")]
-        n_gen = int(a["n-gen"])
-    except ValueError:
-        fail("--tokens must be ids separated by commas and --n-gen an integer")
-    if not tokens or n_gen < 0:
-        fail("--tokens is empty or --n-gen negative")
-    s = {n: d for n, _, d, _ in KNOBS}
-    s.update(a["set"])
-    out = a["out"]
-    if not os.path.isdir(out):
-        fail("--out %s: not a folder" % out)
+    tokens, n_gen, out, s = ADAPTER.run_inputs(a)
     import numpy as np
     from llama_cpp import Llama
 
@@ -331,10 +272,10 @@ def run(a):
     n_ctx = len(tokens) + n_gen + 1
     # the eval of a batch splits it into ubatches: n_ubatch <= n_batch is llama.cpp's rule
     if int(s["n_ubatch"]) > int(s["n_batch"]):
-        fail("n_ubatch %s exceeds n_batch %s" % (s["n_ubatch"], s["n_batch"]))
+        ADAPTER.fail("n_ubatch %s exceeds n_batch %s" % (s["n_ubatch"], s["n_batch"]))
     perturb = -1 if s["perturb_layer"] == "off" else int(s["perturb_layer"])
     if perturb >= 0 and int(s["perturb_pos"]) >= len(tokens):
-        fail("perturb_pos %s is past the prompt's %d positions" % (s["perturb_pos"], len(tokens)))
+        ADAPTER.fail("perturb_pos %s is past the prompt's %d positions" % (s["perturb_pos"], len(tokens)))
     h = None
     if s["hidden"] == "on" or perturb >= 0:
         h = Hidden(0, len(tokens), perturb, int(s["perturb_pos"]), s["hidden"] == "on")
@@ -346,14 +287,14 @@ def run(a):
                     type_k=GGML_TYPE[s["type_k"]], type_v=GGML_TYPE[s["type_v"]],
                     flash_attn=s["flash_attn"] == "on", seed=0, verbose=False)
     except Exception as e:  # llama-cpp-python raises ValueError for a file it cannot load
-        fail("cannot load %s: %s" % (a["model"], " ".join(str(e).split())))
+        ADAPTER.fail("cannot load %s: %s" % (a["model"], " ".join(str(e).split())))
     if max(tokens) >= llm.n_vocab() or min(tokens) < 0:
-        fail("a token id is outside the vocabulary (%d ids)" % llm.n_vocab())
+        ADAPTER.fail("a token id is outside the vocabulary (%d ids)" % llm.n_vocab())
     import llama_cpp
 
     n_layer = llama_cpp.llama_model_n_layer(llm._model.model)
     if perturb >= n_layer:
-        fail("perturb_layer %d: the model has %d layers" % (perturb, n_layer))
+        ADAPTER.fail("perturb_layer %d: the model has %d layers" % (perturb, n_layer))
     llm.reset()
     if h is not None:
         h.n_layer = n_layer
@@ -362,44 +303,23 @@ def run(a):
     if h is not None:
         h.active = False
         if h.error:
-            fail(h.error)
-        if h.record:
-            h.write(out)
+            ADAPTER.fail(h.error)
+    hidden = h.states() if h is not None and h.record else None
     n = len(tokens)
-    kv_note = ""
+    kv, kv_note = None, ""
     try:
-        read_kv(llm, n, out)
+        kv = read_kv(llm, n)
     except ValueError as e:
         kv_note = "no kv/ (%s)" % e
-        sys.stderr.write("llamacpp adapter: %s\n" % kv_note)
-    generated = []
-    for j in range(n_gen):
-        row = llm.scores[llm.n_tokens - 1]
-        t = int(np.argmax(row))
-        generated.append(t)
-        if j + 1 < n_gen:
-            llm.eval([t])
-    fed = tokens + generated[:-1] if generated else list(tokens)
-    logits = np.ascontiguousarray(llm.scores[:len(fed)], dtype=np.float32)
-    np.save(os.path.join(out, "logits.npy"), logits)
-    settings = " ".join("%s=%s" % (k, s[k]) for k, _, _, _ in KNOBS)
-    manifest = {"tokens": fed, "n_prompt": n, "logits_positions": list(range(len(fed))),
-                "tokens_generated": generated, "engine": "llama.cpp (%s; %s)" % (engine_version(), engine_build()),
-                "settings": settings + ("; " + kv_note if kv_note else "")}
-    with open(os.path.join(out, "dump.json.tmp"), "w") as f:
-        json.dump(manifest, f)
-    os.replace(os.path.join(out, "dump.json.tmp"), os.path.join(out, "dump.json"))
-
-
-def main():
-    a = parse_args(sys.argv[1:])
-    if a.get("describe"):
-        if len(sys.argv) != 2:
-            fail("--describe takes no other argument")
-        describe()
-    else:
-        run(a)
+        ADAPTER.note(kv_note)
+    generated = greedy(None, n_gen, lambda _: int(np.argmax(llm.scores[llm.n_tokens - 1])),
+                       llm.eval)
+    n_rows = n + max(n_gen - 1, 0)
+    logits = np.asarray(llm.scores[:n_rows], dtype=np.float32)
+    write_dump(out, tokens, n, generated, logits,
+               "llama.cpp (%s; %s)" % (engine_version(), engine_build()),
+               ADAPTER.settings_text(s) + ("; " + kv_note if kv_note else ""), kv=kv)
 
 
 if __name__ == "__main__":
-    main()
+    ADAPTER.main(run, engine_version, engine_build)

@@ -2,7 +2,10 @@
 # Installs the shipped adapters' Python packages (adapters/requirements-NAME.txt, pinned) into one
 # venv per adapter under the kvdrift cache: $KVDRIFT_CACHE, else $XDG_CACHE_HOME/kvdrift, else
 # ~/.cache/kvdrift, then adapters/NAME (what adapters/NAME runs). Idempotent: a venv whose
-# requirements file is unchanged is kept. Usage: scripts/adapters.sh [NAME...] (default: llamacpp).
+# requirements file is unchanged is kept. Usage: scripts/adapters.sh [NAME...] (default: llamacpp;
+# also mlx, transformers). A requirements file's line "# pip: OPTIONS" adds OPTIONS to its pip
+# install (transformers: --no-deps, its file pins everything). Each venv is checked at the end by
+# `adapters/NAME --describe` (the engine imports), else the script fails with its line.
 # llama-cpp-python builds llama.cpp from source (about 7 minutes on 2 cores); GGML_NATIVE=OFF
 # keeps that build independent of the CPU it was made on. Layers adapters/requirements-NAME.X.txt
 # (e.g. llamacpp.server: llama-cpp-python's server for kvdrift probe's tests) are installed into
@@ -44,9 +47,16 @@ for name in "${names[@]}"; do
   rm -rf "$venv"
   python3 -m venv "$venv"
   t0=$(date +%s)
+  read -ra opts <<<"$(sed -n 's/^# pip: //p' "$req")"
   CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
-    "$venv/bin/pip" install --quiet --no-cache-dir -r "$req"
+    "$venv/bin/pip" install --quiet --no-cache-dir "${opts[@]}" -r "$req"
   cp "$req" "$venv/kvdrift-requirements.txt"
   echo "adapters: $name installed in $venv ($(( $(date +%s) - t0 )) s)"
   layers "$name" "$venv"
+done
+for name in "${names[@]}"; do
+  if ! KVDRIFT_CACHE=$cache adapters/"$name" --describe >/dev/null; then
+    echo "adapters: $name is installed but its engine does not load (the line above says why)" >&2
+    exit 2
+  fi
 done

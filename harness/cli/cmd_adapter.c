@@ -15,8 +15,8 @@ static const char usage_text[] =
     "docs/ADAPTERS.md) what it is and which knobs it has, and prints them: each knob's values,\n"
     "its default (the baseline of `kvdrift sweep --engine`) and the precision profile a value\n"
     "implies (e.g. llama.cpp's F16 KV cache: f16kv).\n\n"
-    "ADAPTER is a path (with a '/') or a shipped adapter's name (llamacpp), found in\n"
-    "$KVDRIFT_ADAPTERS or adapters/ beside the kvdrift binary.\n\n"
+    "ADAPTER is a path (with a '/') or a shipped adapter's name (llamacpp, mlx,\n"
+    "transformers), found in $KVDRIFT_ADAPTERS or adapters/ beside the kvdrift binary.\n\n"
     "  -h, --help   this text\n\n"
     "exit codes: 0 described, 2 the adapter is missing, not executable, fails, or answers\n"
     "with a malformed description\n";
