@@ -318,7 +318,8 @@ def run(a):
     logits = np.asarray(llm.scores[:n_rows], dtype=np.float32)
     write_dump(out, tokens, n, generated, logits,
                "llama.cpp (%s; %s)" % (engine_version(), engine_build()),
-               ADAPTER.settings_text(s) + ("; " + kv_note if kv_note else ""), kv=kv)
+               ADAPTER.settings_text(s) + ("; " + kv_note if kv_note else ""), kv=kv,
+               hidden=hidden)
 
 
 if __name__ == "__main__":
