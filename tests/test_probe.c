@@ -24,6 +24,16 @@ static int parse(hx_probe_reply **r, const char *json, lm_err *e)
     return hx_probe_reply_parse(r, json, strlen(json), e);
 }
 
+/* json parsed: the reply, or NULL (the error printed) when it does not parse. */
+static hx_probe_reply *parse_ok(const char *json)
+{
+    hx_probe_reply *r = NULL;
+    lm_err e = {0};
+    if (parse(&r, json, &e) != LM_OK)
+        fprintf(stderr, "\n  %s\n", e.msg);
+    return r;
+}
+
 static void test_probe_reply_legacy(void)
 {
     const char *j = "{\"model\":\"m\",\"choices\":[{\"text\":\"ab\",\"logprobs\":{\"text_offset\":"
@@ -31,9 +41,8 @@ static void test_probe_reply_legacy(void)
                     "\"top_logprobs\":[null,{\"token_id:7\":-0.5,\"x\":-1.25}]},"
                     "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":2,"
                     "\"completion_tokens\":1}}";
-    hx_probe_reply *r = NULL;
-    lm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(parse(&r, j, &e), LM_OK);
+    hx_probe_reply *r = parse_ok(j);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
     CU_ASSERT_EQUAL(r->n, 2);
     CU_ASSERT_FALSE(r->toks[0].has_logprob);
     CU_ASSERT_EQUAL(r->toks[0].k, 0);
@@ -50,9 +59,8 @@ static void test_probe_reply_content(void)
     const char *j = "{\"choices\":[{\"logprobs\":{\"content\":[{\"id\":3,\"token\":\"t\","
                     "\"logprob\":-0.1,\"top_logprobs\":[{\"id\":3,\"token\":\"t\",\"logprob\":"
                     "-0.1},{\"id\":9,\"token\":\"u\",\"logprob\":-2.5}]}]}}]}";
-    hx_probe_reply *r = NULL;
-    lm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(parse(&r, j, &e), LM_OK);
+    hx_probe_reply *r = parse_ok(j);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
     CU_ASSERT_EQUAL(r->n, 1);
     CU_ASSERT_EQUAL(r->toks[0].id, 3);
     CU_ASSERT_EQUAL(r->toks[0].top[1].id, 9);
@@ -72,9 +80,8 @@ static void test_probe_reply_vllm_prompt(void)
                     "\"decoded_token\":\"b\"}},{\"4\":{\"logprob\":-0.125,\"rank\":1,"
                     "\"decoded_token\":\"c\"}}]}],\"usage\":{\"prompt_tokens\":3,"
                     "\"completion_tokens\":1}}";
-    hx_probe_reply *r = NULL;
-    lm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(parse(&r, j, &e), LM_OK);
+    hx_probe_reply *r = parse_ok(j);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
     CU_ASSERT_EQUAL_FATAL(r->n, 4);
     CU_ASSERT_EQUAL(r->n_prompt_scored, 3);
     CU_ASSERT_EQUAL(r->toks[0].id, 1);
@@ -93,7 +100,7 @@ static void test_probe_reply_vllm_prompt(void)
     j = "{\"choices\":[{\"logprobs\":{\"tokens\":[\"z\"],\"token_logprobs\":[-1]},"
         "\"prompt_logprobs\":[null,{\"8\":{\"logprob\":-3,\"rank\":4},\"2\":{\"logprob\":-0.1,"
         "\"rank\":1}}]}],\"usage\":{\"completion_tokens\":1}}";
-    CU_ASSERT_EQUAL_FATAL(parse(&r, j, &e), LM_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r = parse_ok(j));
     CU_ASSERT_EQUAL_FATAL(r->n, 2);
     CU_ASSERT_EQUAL(r->n_prompt_scored, 1);
     CU_ASSERT_EQUAL(r->toks[0].id, 8);
@@ -106,7 +113,7 @@ static void test_probe_reply_vllm_prompt(void)
         "-1.5,-0.5],\"top_logprobs\":[null,{\"a\":-1.5},{\"q\":-0.5}]},\"prompt_logprobs\":"
         "[null,{\"7\":{\"logprob\":-1.5,\"rank\":1,\"decoded_token\":\"a\"}}]}],"
         "\"usage\":{\"completion_tokens\":1}}";
-    CU_ASSERT_EQUAL_FATAL(parse(&r, j, &e), LM_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r = parse_ok(j));
     CU_ASSERT_EQUAL_FATAL(r->n, 3);
     CU_ASSERT_STRING_EQUAL(r->toks[0].text, "<s>");
     CU_ASSERT_EQUAL(r->toks[0].id, -1);

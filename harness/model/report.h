@@ -278,7 +278,8 @@ typedef struct hx_probe_report_row {
     bool is_baseline;
     bool bits_same;            /* every row's ids and log-probability bits equal the baseline's
                                   and the same tokens were generated */
-    uint32_t n_rows_differ;    /* rows at shared positions whose ids or bits differ */
+    uint32_t n_rows_differ;    /* rows whose ids or bits differ from the baseline's row at their
+                                  position, or that the baseline lacks (compare_topk.h) */
     int64_t first_row_differ;  /* position of the first such row; -1 none */
     double max_abs_diff;       /* largest |difference| of a log-probability both rows hold */
     int64_t first_token_differ; /* first generated index where the text differs; -1 none */
