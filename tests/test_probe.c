@@ -357,6 +357,12 @@ static void test_probe_http_overall_limit(void)
     fake_stop(&f);
 }
 
+/* Counts (in *(int *)user) the progress lines saying an echo was too short. */
+static void count_echo_short(void *user, const char *line)
+{
+    *(int *)user += strstr(line, "prompt token(s) too few") != NULL;
+}
+
 /* The probe's one-line errors: a remote URL, a server down, replies without log-probabilities
  * and malformed ones, each LM_E_INPUT before any report exists. */
 static void test_probe_run_bad_input(void)
@@ -400,6 +406,20 @@ static void test_probe_run_bad_input(void)
         fake_stop(&f);
         e = (lm_err){0};
     }
+    /* an echo that scores one prompt token too few (3 of the 4 after BOS): both echo forms are
+     * passed over, each with a progress line, the first form without echo is asked next */
+    CU_ASSERT_TRUE_FATAL(fake_start(&f, FAKE_OK, "{\"choices\":[{\"logprobs\":{\"tokens\":"
+                                    "[\"a\",\"b\",\"c\",\"d\"],\"token_logprobs\":[null,-1,"
+                                    "-1,-1]}}],\"usage\":{\"completion_tokens\":1}}", 5));
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    int n_short = 0;
+    p.judge.quiet = false;
+    p.judge.log = count_echo_short;
+    p.judge.log_user = &n_short;
+    CU_ASSERT_EQUAL(hx_probe_run(&rep, &p, &e), LM_E_INPUT);
+    CU_ASSERT_EQUAL(n_short, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "the probe:")); /* the third form found no server */
+    fake_stop(&f);
     lm_model_free(m);
 }
 

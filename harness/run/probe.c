@@ -276,6 +276,21 @@ static int send_one(pstate *s, hx_http_reply *r, char *b, const char *what, lm_e
     return rc;
 }
 
+/* How many prompt tokens an echoed reply pr lacks: fewer than the prompt's (its BOS may be
+ * left out) means the server scored another alignment than it says (llama-cpp-python 0.3.36
+ * echoes a prompt without BOS one token short, each token beside the row that follows it);
+ * 0 without echo or usage. */
+static int64_t echo_short_by(const pstate *s, const hx_probe_reply *pr)
+{
+    const hx_judge_params *j = &s->p->judge;
+    if (!s->echo || pr->completion_tokens < 0 || pr->n_prompt_scored > 0)
+        return 0;
+    const bool bos = j->model->vocab != NULL && j->prompt[0] == lm_vocab_bos(j->model->vocab);
+    const int64_t need = (int64_t)j->n_prompt - (bos ? 1 : 0);
+    const int64_t n_echo = (int64_t)pr->n - pr->completion_tokens;
+    return n_echo < need ? need - n_echo : 0;
+}
+
 /* (b) The first request form the server answers with log-probabilities. */
 static int request_form(pstate *s, lm_err *err)
 {
@@ -298,6 +313,7 @@ static int request_form(pstate *s, lm_err *err)
         if (r.status == 200) {
             hx_probe_reply *pr = NULL;
             rc = hx_probe_reply_parse(&pr, r.body ? r.body : "", r.len, err);
+            const int64_t short_by = rc == LM_OK ? echo_short_by(s, pr) : 0;
             if (rc == LM_OK)
                 snprintf(s->reply_model, sizeof s->reply_model, "%s", pr->model);
             hx_probe_reply_free(pr);
@@ -306,6 +322,12 @@ static int request_form(pstate *s, lm_err *err)
                 char pre[300];
                 snprintf(pre, sizeof pre, "%s:", s->base);
                 return lm_err_prefix(rc, pre, err);
+            }
+            if (short_by > 0) {
+                progress(s->p, "the server's echo scores %lld prompt token(s) too few, so its "
+                         "rows cannot be placed: asking without echo", (long long)short_by);
+                snprintf(last, sizeof last, "echo %lld prompt token(s) short", (long long)short_by);
+                continue;
             }
             progress(s->p, "the server takes the prompt as %s%s", s->ids ? "token ids" : "text",
                      s->echo ? " with echo (prompt log-probabilities)" : ", without echo");

@@ -11,8 +11,9 @@
  *      log-probabilities: echo, and llama-server's n_probs, are asked), then as text with echo,
  *      then ids and text without echo; the first that a server answers 200 with
  *      log-probabilities is kept for every request. An HTTP error tries the next form (servers
- *      answer a refused form with 4xx or 5xx); no reply, or a 200 reply without
- *      log-probabilities, is LM_E_INPUT, and so is every form refused.
+ *      answer a refused form with 4xx or 5xx), and so does an echo that scores fewer prompt
+ *      tokens than the prompt has (BOS aside: its rows cannot be placed); no reply, or a 200
+ *      reply without log-probabilities, is LM_E_INPUT, and so is every form refused.
  *  (c) Per prefix mode (cold: after one unrelated request, the probe sent with llama-server's
  *      cache_prompt false so that no slot's cached prefix is reused; warm: after the probe
  *      itself, cache_prompt true, so its prompt is in the server's prefix cache; shared:P:
