@@ -109,7 +109,10 @@ static pid_t start_server(srv_kind kind, const char *model, int *port)
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     pid_t pid = -1;
+    /* llama-server's /slots names each slot's last prompt only with this set */
+    setenv("LLAMA_SERVER_SLOTS_DEBUG", "1", 1);
     int rc = posix_spawn(&pid, exe, &fa, NULL, kind == SRV_LLAMA_SERVER ? ls : py, environ);
+    unsetenv("LLAMA_SERVER_SLOTS_DEBUG");
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
         CU_FAIL("the server could not be started");
