@@ -1,6 +1,6 @@
 # kvdrift — numerical determinism and regression harness for LLM inference.
-# Targets: all demo test unit check layers models adapters bench calibrate asan fuzz fuzz-smoke
-# install clean.
+# Targets: all demo test unit check layers models adapters llama-server bench calibrate asan fuzz
+# fuzz-smoke install clean.
 # BUILD=dir selects the build folder, WERROR=1 adds -Werror, SANITIZE=address,undefined a sanitizer.
 BUILD    ?= build
 PREFIX   ?= /usr/local
@@ -86,7 +86,8 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/tobj/%.o) $(BUILD)/tobj/tests/fixtures.o
 BENCH_BIN  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 UNIT_NAMES := $(sort $(patsubst tests/test_%.c,%,$(filter-out tests/test_main.c,$(TEST_SRC))))
 
-.PHONY: all deps demo test unit check layers bench calibrate asan install clean models adapters test-adapters
+.PHONY: all deps demo test unit check layers bench calibrate asan install clean models adapters \
+        test-adapters llama-server
 all: $(BUILD)/kvdrift
 
 deps:
@@ -184,6 +185,12 @@ adapters:
 test-adapters: deps
 	@$(MAKE) --no-print-directory $(BUILD)/kvdrift $(BUILD)/kvdrift-tests
 	KVDRIFT_ADAPTER_TESTS=1 $(BUILD)/kvdrift-tests pyadapters
+
+# llama.cpp's llama-server (CPU, Release), built from the llama.cpp the llamacpp adapter runs
+# (the pinned llama-cpp-python source distribution) into $KVDRIFT_CACHE/llama-server: kvdrift
+# probe's tests run it when built (SKIP otherwise). Idempotent; skips with one line without cmake.
+llama-server:
+	@bash scripts/llama-server.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)

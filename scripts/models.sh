@@ -64,20 +64,17 @@ for row in "${models[@]}"; do
 done
 # llama.cpp's tokenizer fixtures: the sdist's vendor/llama.cpp/models/ggml-vocab-* files. A stamp
 # holding the sdist's sha256 marks a complete extraction.
-sdist_req="llama-cpp-python==0.3.36"
-sdist_name="llama_cpp_python-0.3.36"
-sdist_sha="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+source "$(dirname "$0")/sdist.sh"
 vocab="$dest/vocab"
 stamp="$vocab/.$sdist_name.sha256"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sdist_sha" ]; then
   echo "models: tokenizer fixtures of $sdist_req present ($vocab)"
 else
   # the source distribution, which alone carries llama.cpp's models/ folder
-  fetch "$sdist_req (source distribution) for llama.cpp's tokenizer fixtures" \
-    --no-binary=:all: "$sdist_req"
-  got="$(sha "$tmp/dl/$sdist_name.tar.gz")"
-  if [ "$got" != "$sdist_sha" ]; then
-    echo "models: $sdist_name.tar.gz: sha256 $got, expected $sdist_sha" >&2
+  tmp="$(mktemp -d "$dest/.dl.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "models: downloading $sdist_req (source distribution) for llama.cpp's tokenizer fixtures"
+  if ! sdist_fetch "$tmp/dl"; then
     status=2
   else
     tar -xzf "$tmp/dl/$sdist_name.tar.gz" -C "$tmp" --wildcards \

@@ -1,12 +1,11 @@
 /* test_probe.c — kvdrift probe's parts: the completion reply parser (special and bad replies
  * first), the top-k KL bound, the HTTP client against a fake server this test runs on loopback
- * (refused, slow, 4xx/5xx, truncated), the loopback rule, and the whole probe against
- * llama-cpp-python's server when `make adapters` installed it (SKIP otherwise). */
+ * (refused, slow, 4xx/5xx, truncated), the loopback rule, and the probe's one-line errors
+ * (real servers: test_probe_serve.c). */
 #include "judge/compare_topk.h"
 #include "model/probe_reply.h"
 #include "run/http_client.h"
 #include "run/probe.h"
-#include "fixtures.h"
 #include "test_util.h"
 
 #include <CUnit/CUnit.h>
@@ -14,21 +13,25 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-extern char **environ;
 
 static int parse(hx_probe_reply **r, const char *json, lm_err *e)
 {
     return hx_probe_reply_parse(r, json, strlen(json), e);
+}
+
+/* json parsed: the reply, or NULL (the error printed) when it does not parse. */
+static hx_probe_reply *parse_ok(const char *json)
+{
+    hx_probe_reply *r = NULL;
+    lm_err e = {0};
+    if (parse(&r, json, &e) != LM_OK)
+        fprintf(stderr, "\n  %s\n", e.msg);
+    return r;
 }
 
 static void test_probe_reply_legacy(void)
@@ -38,9 +41,8 @@ static void test_probe_reply_legacy(void)
                     "\"top_logprobs\":[null,{\"token_id:7\":-0.5,\"x\":-1.25}]},"
                     "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":2,"
                     "\"completion_tokens\":1}}";
-    hx_probe_reply *r = NULL;
-    lm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(parse(&r, j, &e), LM_OK);
+    hx_probe_reply *r = parse_ok(j);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
     CU_ASSERT_EQUAL(r->n, 2);
     CU_ASSERT_FALSE(r->toks[0].has_logprob);
     CU_ASSERT_EQUAL(r->toks[0].k, 0);
@@ -57,13 +59,66 @@ static void test_probe_reply_content(void)
     const char *j = "{\"choices\":[{\"logprobs\":{\"content\":[{\"id\":3,\"token\":\"t\","
                     "\"logprob\":-0.1,\"top_logprobs\":[{\"id\":3,\"token\":\"t\",\"logprob\":"
                     "-0.1},{\"id\":9,\"token\":\"u\",\"logprob\":-2.5}]}]}}]}";
-    hx_probe_reply *r = NULL;
-    lm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(parse(&r, j, &e), LM_OK);
+    hx_probe_reply *r = parse_ok(j);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
     CU_ASSERT_EQUAL(r->n, 1);
     CU_ASSERT_EQUAL(r->toks[0].id, 3);
     CU_ASSERT_EQUAL(r->toks[0].top[1].id, 9);
     CU_ASSERT_EQUAL(r->prompt_tokens, -1);
+    hx_probe_reply_free(r);
+}
+
+/* vLLM's prompt_logprobs: ids from prompt_token_ids or the entries' first keys, placed before
+ * the generated tokens, or in place of the echoed ones. */
+static void test_probe_reply_vllm_prompt(void)
+{
+    /* no echo: [null, {7 (own, rank 2), 9}, {4 (own)}] + prompt_token_ids, one generated */
+    const char *j = "{\"choices\":[{\"text\":\"x\",\"logprobs\":{\"tokens\":[\"token_id:5\"],"
+                    "\"token_logprobs\":[-0.25],\"top_logprobs\":[{\"token_id:5\":-0.25}]},"
+                    "\"prompt_token_ids\":[1,7,4],\"prompt_logprobs\":[null,{\"7\":{\"logprob\":"
+                    "-1.5,\"rank\":2,\"decoded_token\":\"a\"},\"9\":{\"logprob\":-0.5,\"rank\":1,"
+                    "\"decoded_token\":\"b\"}},{\"4\":{\"logprob\":-0.125,\"rank\":1,"
+                    "\"decoded_token\":\"c\"}}]}],\"usage\":{\"prompt_tokens\":3,"
+                    "\"completion_tokens\":1}}";
+    hx_probe_reply *r = parse_ok(j);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_EQUAL_FATAL(r->n, 4);
+    CU_ASSERT_EQUAL(r->n_prompt_scored, 3);
+    CU_ASSERT_EQUAL(r->toks[0].id, 1);
+    CU_ASSERT_FALSE(r->toks[0].has_logprob);
+    CU_ASSERT_EQUAL(r->toks[0].k, 0);
+    CU_ASSERT_EQUAL(r->toks[1].id, 7);
+    CU_ASSERT_EQUAL(r->toks[1].logprob, -1.5); /* exact in binary, copied unchanged */
+    CU_ASSERT_EQUAL(r->toks[1].k, 2);
+    CU_ASSERT_EQUAL(r->toks[1].top[1].id, 9);
+    CU_ASSERT_STRING_EQUAL(r->toks[1].top[1].text, "b");
+    CU_ASSERT_EQUAL(r->toks[2].id, 4);
+    CU_ASSERT_EQUAL(r->toks[3].id, 5);
+    hx_probe_reply_free(r);
+    /* without prompt_token_ids: the first key is the prompt's token; the null entry, naming
+     * none, is left out */
+    j = "{\"choices\":[{\"logprobs\":{\"tokens\":[\"z\"],\"token_logprobs\":[-1]},"
+        "\"prompt_logprobs\":[null,{\"8\":{\"logprob\":-3,\"rank\":4},\"2\":{\"logprob\":-0.1,"
+        "\"rank\":1}}]}],\"usage\":{\"completion_tokens\":1}}";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r = parse_ok(j));
+    CU_ASSERT_EQUAL_FATAL(r->n, 2);
+    CU_ASSERT_EQUAL(r->n_prompt_scored, 1);
+    CU_ASSERT_EQUAL(r->toks[0].id, 8);
+    CU_ASSERT_EQUAL(r->toks[0].logprob, -3.0);
+    CU_ASSERT_STRING_EQUAL(r->toks[0].top[0].text, "");
+    CU_ASSERT_STRING_EQUAL(r->toks[1].text, "z");
+    hx_probe_reply_free(r);
+    /* echo: the echoed tokens (text only) give way to prompt_logprobs' (exact ids) */
+    j = "{\"choices\":[{\"logprobs\":{\"tokens\":[\"<s>\",\"a\",\"q\"],\"token_logprobs\":[null,"
+        "-1.5,-0.5],\"top_logprobs\":[null,{\"a\":-1.5},{\"q\":-0.5}]},\"prompt_logprobs\":"
+        "[null,{\"7\":{\"logprob\":-1.5,\"rank\":1,\"decoded_token\":\"a\"}}]}],"
+        "\"usage\":{\"completion_tokens\":1}}";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r = parse_ok(j));
+    CU_ASSERT_EQUAL_FATAL(r->n, 3);
+    CU_ASSERT_STRING_EQUAL(r->toks[0].text, "<s>");
+    CU_ASSERT_EQUAL(r->toks[0].id, -1);
+    CU_ASSERT_EQUAL(r->toks[1].id, 7);
+    CU_ASSERT_STRING_EQUAL(r->toks[2].text, "q");
     hx_probe_reply_free(r);
 }
 
@@ -88,6 +143,28 @@ static void test_probe_reply_bad(void)
          "no valid id"},
         {"{\"choices\":[{\"logprobs\":{\"tokens\":[\"a\"],\"token_logprobs\":[-1],"
          "\"top_logprobs\":[[1]]}}]}", "not an object"},
+        /* vLLM's prompt_logprobs */
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":{}}]}", "not a list"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":[null,null]}]}", "is not an object"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":[null,{\"x\":{\"logprob\":-1}}]}]}", "not a token id"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":[null,{\"3\":{\"logprob\":-1}}],\"prompt_token_ids\":[1,4]}]}",
+         "not in its own"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":[null,{\"3\":{\"logprob\":-1}}],\"prompt_token_ids\":[1]}]}",
+         "not a list of 2 ids"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":[null,{\"3\":{\"logprob\":-1,\"rank\":0}}]}]}", "rank"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":[null,{\"3\":{\"logprob\":2}}]}]}", "not a log-probability"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[\"a\"],\"token_logprobs\":[null]},"
+         "\"prompt_logprobs\":[null,{\"3\":{\"logprob\":-1}},{\"4\":{\"logprob\":-1}}]}],"
+         "\"usage\":{\"completion_tokens\":0}}", "the echo holds 1"},
+        {"{\"choices\":[{\"logprobs\":{\"tokens\":[],\"token_logprobs\":[]},"
+         "\"prompt_logprobs\":[null,{}]}]}", "is empty"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         hx_probe_reply *r = (hx_probe_reply *)1;
@@ -280,6 +357,12 @@ static void test_probe_http_overall_limit(void)
     fake_stop(&f);
 }
 
+/* Counts (in *(int *)user) the progress lines saying an echo was too short. */
+static void count_echo_short(void *user, const char *line)
+{
+    *(int *)user += strstr(line, "prompt token(s) too few") != NULL;
+}
+
 /* The probe's one-line errors: a remote URL, a server down, replies without log-probabilities
  * and malformed ones, each LM_E_INPUT before any report exists. */
 static void test_probe_run_bad_input(void)
@@ -323,114 +406,20 @@ static void test_probe_run_bad_input(void)
         fake_stop(&f);
         e = (lm_err){0};
     }
-    lm_model_free(m);
-}
-
-/* llama-cpp-python's server from the adapter venv, on a free loopback port. */
-static pid_t start_server(int *port, const char *model)
-{
-    const char *c = getenv("KVDRIFT_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    char py[1024];
-    if (c && *c)
-        snprintf(py, sizeof py, "%s/adapters/llamacpp/bin/python", c);
-    else if (x && *x)
-        snprintf(py, sizeof py, "%s/kvdrift/adapters/llamacpp/bin/python", x);
-    else
-        snprintf(py, sizeof py, "%s/.cache/kvdrift/adapters/llamacpp/bin/python", h ? h : "");
-    if (access(py, X_OK) != 0) {
-        fprintf(stderr, "\n  SKIP: %s absent (make adapters)\n", py);
-        return -1;
-    }
-    fake f;
-    if (!fake_start(&f, FAKE_OK, "", 0)) {
-        CU_FAIL("a loopback port for the server could not be found");
-        return -1;
-    }
-    *port = f.port;
+    /* an echo that scores one prompt token too few (3 of the 4 after BOS): both echo forms are
+     * passed over, each with a progress line, the first form without echo is asked next */
+    CU_ASSERT_TRUE_FATAL(fake_start(&f, FAKE_OK, "{\"choices\":[{\"logprobs\":{\"tokens\":"
+                                    "[\"a\",\"b\",\"c\",\"d\"],\"token_logprobs\":[null,-1,"
+                                    "-1,-1]}}],\"usage\":{\"completion_tokens\":1}}", 5));
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    int n_short = 0;
+    p.judge.quiet = false;
+    p.judge.log = count_echo_short;
+    p.judge.log_user = &n_short;
+    CU_ASSERT_EQUAL(hx_probe_run(&rep, &p, &e), LM_E_INPUT);
+    CU_ASSERT_EQUAL(n_short, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "the probe:")); /* the third form found no server */
     fake_stop(&f);
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", *port);
-    char *argv[] = {py, "-m", "llama_cpp.server", "--model", (char *)model, "--host", "127.0.0.1",
-                    "--port", ps, "--n_ctx", "256", NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", 1, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", 1, 0);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, py, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        CU_FAIL("the venv's python could not be started");
-        return -1;
-    }
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/models", *port);
-    for (int i = 0; i < 120; ++i) { /* up to 60 s for the server to load */
-        hx_http_reply r;
-        hx_http_req q = {.url = url, .timeout_s = 2.0};
-        lm_err e = {0};
-        bool up = hx_http_run(&r, &q, 1, 5.0, NULL, &e) == LM_OK && r.ok && r.status == 200;
-        hx_http_reply_clear(&r);
-        if (up)
-            return pid;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            fprintf(stderr, "\n  SKIP: llama_cpp.server exited (no [server] extra in the venv?)\n");
-            return -1;
-        }
-        usleep(500 * 1000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    CU_FAIL("llama_cpp.server did not answer /v1/models within 60 s");
-    return -1;
-}
-
-/* The real server: concurrency 1 and 2, cold and warm; every reply explained by a profile, the
- * baseline and the warm run at concurrency 1 bit for bit alike (a warm prefix hit reuses the
- * rows the cold run computed). */
-static void test_probe_llamacpp_server(void)
-{
-    const char *mp = NULL;
-    lm_model *m = tu_load_model_at("stories260K.gguf", &mp);
-    if (m == NULL)
-        return;
-    int port = 0;
-    pid_t pid = start_server(&port, mp);
-    if (pid < 0) {
-        lm_model_free(m);
-        return;
-    }
-    int32_t prompt[] = {1, 403, 407, 261, 378};
-    ref_model *rm = tf_ref_open(m);
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    hx_probe_params p = {.url = url, .n_gen = 4, .k = 3, .concurrency = {1, 2}, .n_concurrency = 2,
-                         .prefixes = {{HX_PREFIX_COLD, 0}, {HX_PREFIX_WARM, 0}}, .n_prefixes = 2,
-                         .repeat = 1, .timeout_s = 60.0, .overall_s = 300.0, .seed = 1,
-                         .judge = {.model = m, .ref = rm, .prompt = prompt, .n_prompt = 5,
-                                   .quiet = true, .cache_dir = tu_tmpdir()}};
-    const char *prof[] = {"f32", "f16kv"};
-    p.judge.profiles = prof;
-    p.judge.n_profiles = 2;
-    hx_report *rep = NULL;
-    lm_err e = {0};
-    int rc = hx_probe_run(&rep, &p, &e);
-    if (rc != LM_OK)
-        fprintf(stderr, "\n  %s\n", e.msg);
-    CU_ASSERT_EQUAL(rc, LM_OK);
-    if (rep != NULL) {
-        CU_ASSERT_TRUE(rep->probe.run);
-        CU_ASSERT_EQUAL(rep->probe.n_rows, 4);
-        CU_ASSERT_TRUE(rep->probe.rows[0].is_baseline);
-        CU_ASSERT_EQUAL(hx_report_exit_code(rep, false), 0);
-        CU_ASSERT(rep->dumps[0].topk.k >= 3);
-        CU_ASSERT_EQUAL(rep->dumps[0].topk.n_vocab, 512);
-    }
-    hx_report_free(rep);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-    ref_model_free(rm);
     lm_model_free(m);
 }
 
@@ -439,11 +428,11 @@ void test_probe_register(void)
     CU_pSuite s = CU_add_suite("probe", NULL, NULL);
     CU_add_test(s, "test_probe_reply_legacy", test_probe_reply_legacy);
     CU_add_test(s, "test_probe_reply_content", test_probe_reply_content);
+    CU_add_test(s, "test_probe_reply_vllm_prompt", test_probe_reply_vllm_prompt);
     CU_add_test(s, "test_probe_reply_bad", test_probe_reply_bad);
     CU_add_test(s, "test_probe_kl_lower_bound", test_probe_kl_lower_bound);
     CU_add_test(s, "test_probe_loopback_rule", test_probe_loopback_rule);
     CU_add_test(s, "test_probe_http_bad_servers", test_probe_http_bad_servers);
     CU_add_test(s, "test_probe_http_overall_limit", test_probe_http_overall_limit);
     CU_add_test(s, "test_probe_run_bad_input", test_probe_run_bad_input);
-    CU_add_test(s, "test_probe_llamacpp_server", test_probe_llamacpp_server);
 }

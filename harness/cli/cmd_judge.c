@@ -3,9 +3,9 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "kvd_util.h"
+#include "model/config.h"
 #include "model/dump.h"
 #include "run/dumps_run.h"
-#include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "run/sweep.h"
 
@@ -62,28 +62,6 @@ static const char usage_text[] =
     "the model or the prompt, a malformed file)\n";
 
 #define MAX_DUMPS 64
-
-/* "a,b,c" into names (pointers into buf, a copy of list the caller frees). */
-static int split_profiles(const char **names, uint32_t *n, char **buf, const char *list,
-                          lm_err *err)
-{
-    *n = 0;
-    if ((*buf = strdup(list)) == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
-    char *save = NULL;
-    for (char *s = strtok_r(*buf, ",", &save); s != NULL; s = strtok_r(NULL, ",", &save)) {
-        if (*n == HX_JUDGE_MAX_PROFILES)
-            return LM_FAIL(err, LM_E_INPUT, "--profile: at most %u profiles",
-                           HX_JUDGE_MAX_PROFILES);
-        if (lm_profile_find(s) == NULL || *s == '\0')
-            return LM_FAIL(err, LM_E_INPUT, "--profile: unknown profile '%s' (expected %s)", s,
-                           lm_profile_expected());
-        names[(*n)++] = s;
-    }
-    if (*n == 0)
-        return LM_FAIL(err, LM_E_INPUT, "--profile: empty list");
-    return LM_OK;
-}
 
 /* The hidden states' err/E in forward order, indented under their line. */
 static void print_hidden_states(const hx_hidden_first *h)
@@ -243,7 +221,7 @@ static int parse_options(judge_opts *o, int argc, char **argv)
     return -1;
 }
 
-/* What judge reads before running: the profiles (names point into *prof_buf), the model, the
+/* What judge reads before running: the profiles, the model, the
  * prompt and every dump (each checked against the model and the prompt). */
 typedef struct judge_inputs {
     lm_model *m;
@@ -252,15 +230,14 @@ typedef struct judge_inputs {
     uint32_t n_prompt;
     hx_dump *dumps[MAX_DUMPS];
     const char *profiles[HX_JUDGE_MAX_PROFILES];
-    char *prof_buf;
 } judge_inputs;
 
 static int load_inputs(judge_inputs *in, judge_opts *o, lm_err *err)
 {
     int st = LM_OK;
     if (o->prof_s != NULL &&
-        (st = split_profiles(in->profiles, &o->jp.n_profiles, &in->prof_buf, o->prof_s, err)) !=
-            LM_OK)
+        (st = hx_profile_names_parse(in->profiles, &o->jp.n_profiles, HX_JUDGE_MAX_PROFILES,
+                                     "--profile", o->prof_s, err)) != LM_OK)
         return st;
     char mpath[4096];
     const hx_mem_need need = {.ref_tokens = hx_mem_tokens_bound(o->text, o->tok_s),
@@ -329,7 +306,6 @@ int cmd_judge(int argc, char **argv)
     for (size_t i = 0; i < o.n_dirs; ++i)
         hx_dump_free(in.dumps[i]);
     free(in.prompt);
-    free(in.prof_buf);
     lm_model_free(in.m);
     ref_model_free(in.r);
     return code;

@@ -3,9 +3,9 @@
  * hx_probe_run -> print). */
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "kvd_profile.h"
 #include "kvd_ref.h"
 #include "kvd_util.h"
+#include "model/config.h"
 #include "run/probe.h"
 #include "run/sweep.h"
 
@@ -51,6 +51,10 @@ static const char usage_text[] =
     "the returned ids; NOISE holds at those ids only, and KL is a lower bound (the report says\n"
     "what a larger k would decide). A concurrency level at which every request is answered with\n"
     "the baseline's bits is called batch-invariant on that prompt.\n\n"
+    "Prefix modes: a cold or shared probe is sent with cache_prompt false (llama-server then\n"
+    "reuses no cached prefix), a warm one with cache_prompt true; servers without the field\n"
+    "ignore it. Prompt log-probabilities come from an echo, or from vLLM's prompt_logprobs.\n"
+    "Ctrl-C (SIGINT) or SIGTERM cancels the requests in flight; nothing is written.\n\n"
     "Writes DIR/report.json and DIR/report.md.\n"
     "exit codes: 0 every reply is explained by a profile, 1 one is not, 2 usage or input error\n"
     "(server down, refusing, slow, an HTTP error, a malformed reply, missing log-probabilities,\n"
@@ -64,7 +68,6 @@ typedef struct probe_opts {
     bool special;
     hx_probe_params pp;
     const char *profiles[HX_JUDGE_MAX_PROFILES];
-    char prof_buf[256];
 } probe_opts;
 
 static int seconds(double *out, const char *opt, const char *arg)
@@ -137,21 +140,11 @@ static int set_option(probe_opts *o, int c, const char *arg)
 /* --profile LIST (default f32,f16kv) into o->profiles. */
 static int profiles(probe_opts *o)
 {
-    snprintf(o->prof_buf, sizeof o->prof_buf, "%s", o->prof_s ? o->prof_s : "f32,f16kv");
-    uint32_t n = 0;
-    char *save = NULL;
-    for (char *s = strtok_r(o->prof_buf, ",", &save); s != NULL; s = strtok_r(NULL, ",", &save)) {
-        if (lm_profile_find(s) == NULL)
-            return hx_cli_fail("probe", "--profile: unknown profile '%s' (expected %s)", s,
-                               lm_profile_expected());
-        if (n == HX_JUDGE_MAX_PROFILES)
-            return hx_cli_fail("probe", "--profile: at most %u profiles", HX_JUDGE_MAX_PROFILES);
-        o->profiles[n++] = s;
-    }
-    if (n == 0)
-        return hx_cli_fail("probe", "--profile: empty list");
+    lm_err err = {0};
+    if (hx_profile_names_parse(o->profiles, &o->pp.judge.n_profiles, HX_JUDGE_MAX_PROFILES,
+                               "--profile", o->prof_s ? o->prof_s : "f32,f16kv", &err) != LM_OK)
+        return hx_cli_fail("probe", "%s", err.msg);
     o->pp.judge.profiles = o->profiles;
-    o->pp.judge.n_profiles = n;
     return -1;
 }
 
@@ -214,20 +207,16 @@ static void print_summary(const hx_report *r, const char *wrote)
            p->server_models[0] ? p->server_models : "-", p->server_props[0] ? "; " : "",
            p->server_props, p->transport, (unsigned)p->k, (unsigned)r->precision, r->model,
            (unsigned)r->envelope_members);
-    printf("%-28s %-10s %5s %6s %9s %9s %8s %8s %9s  %s\n", "request", "bits", "rows",
+    printf("%-28s %-10s %5s %6s %9s %11s %8s %8s %9s  %s\n", "request", "bits", "rows",
            "first", "max diff", "text", "lat s", "batch s", "batch t/s", "class");
     for (size_t i = 0; i < p->n_rows; ++i) {
         const hx_probe_report_row *w = &p->rows[i];
-        char first[24] = "-", text[24] = "same";
-        if (w->first_row_differ >= 0)
-            snprintf(first, sizeof first, "%lld", (long long)w->first_row_differ);
-        if (w->first_token_differ >= 0)
-            snprintf(text, sizeof text, "@%lld", (long long)w->first_token_differ);
-        printf("%-28s %-10s %5u %6s %9.3g %9s %8.3f %8.3f %9.1f  %s\n", w->config,
+        hx_probe_cells c;
+        hx_probe_row_cells(&c, w);
+        printf("%-28s %-10s %5u %6s %9.3g %11s %8.3f %8.3f %9.1f  %s\n", w->config,
                w->is_baseline ? "baseline" : w->bits_same ? "same" : "DIFFER",
-               (unsigned)w->n_rows_differ, first, w->max_abs_diff, text, w->latency_s,
-               w->batch_s, w->batch_s > 0 ? w->batch_tokens / w->batch_s : 0.0,
-               hx_class_name(w->cls));
+               (unsigned)w->n_rows_differ, c.first, w->max_abs_diff, c.text, w->latency_s,
+               w->batch_s, c.tok_s, hx_class_name(w->cls));
     }
     char inv[512];
     hx_probe_invariance_line(inv, sizeof inv, p);

@@ -62,18 +62,27 @@ static size_t row_entries(int32_t *ids, float *lp, const hx_dump *d, uint32_t i)
     return k;
 }
 
-/* Whether d's row i and base's row at the same position hold the same ids and bits. */
-static bool same_bits(const hx_dump *d, uint32_t i, const hx_dump *base, const int32_t *ids,
-                      const float *lp, size_t k)
+bool hx_topk_row_same_bits(const hx_dump *d, uint32_t i, const hx_dump *base, double *max_abs)
 {
     if (base == NULL)
         return false;
     const int64_t bi = lm_index_of_u32(base->positions, base->n_pos, d->positions[i]);
     if (bi < 0)
         return false;
-    int32_t bids[HX_TOPK_ROW_MAX];
-    float blp[HX_TOPK_ROW_MAX];
-    size_t bk = row_entries(bids, blp, base, (uint32_t)bi);
+    int32_t ids[HX_TOPK_ROW_MAX], bids[HX_TOPK_ROW_MAX];
+    float lp[HX_TOPK_ROW_MAX], blp[HX_TOPK_ROW_MAX];
+    const size_t k = row_entries(ids, lp, d, i), bk = row_entries(bids, blp, base, (uint32_t)bi);
+    /* both lists are sorted by id: a merge pairs the ids both rows hold */
+    for (size_t a = 0, b = 0; max_abs != NULL && a < k && b < bk;) {
+        if (ids[a] == bids[b]) {
+            *max_abs = fmax(*max_abs, fabs((double)lp[a] - (double)blp[b]));
+            ++a, ++b;
+        } else if (ids[a] < bids[b]) {
+            ++a;
+        } else {
+            ++b;
+        }
+    }
     return bk == k && memcmp(bids, ids, k * sizeof *ids) == 0 &&
            memcmp(blp, lp, k * sizeof *lp) == 0;
 }
@@ -128,7 +137,7 @@ static int one_row(hx_config_report *c, hx_topk_summary *sum, const hx_dump *d, 
     }
     for (size_t j = 0; j < k; ++j)
         has_r1 |= ids[j] == r1;
-    const bool same = same_bits(d, i, base, ids, lp, k);
+    const bool same = hx_topk_row_same_bits(d, i, base, NULL);
     *bitwise &= same;
     hx_cls_input in = {.x_nonfinite = row.vs_ref.n_nonfinite > 0 || k == 0,
                        .bitwise_baseline = same, .err = row.vs_ref.max_abs, .e = et->e,

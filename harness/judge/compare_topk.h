@@ -22,6 +22,7 @@
 #include "model/dump.h"
 #include "model/report.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,12 @@
  * given order. */
 double hx_kl_lower_topk(const double *r_lp /* [nv] */, size_t nv, const int32_t *ids /* [k] */,
                         const float *lp /* [k] */, size_t k);
+
+/* Row i of top-k dump d against the row at the same position of top-k dump base (rule 4
+ * above): true when base has that position and both rows hold the same ids with the same
+ * log-probability bits. *max_abs (optional) is raised to the largest |d - base| over the ids
+ * both rows hold. */
+bool hx_topk_row_same_bits(const hx_dump *d, uint32_t i, const hx_dump *base, double *max_abs);
 
 /* Appends the rows of top-k dump d (d->topk > 0) to c against the reference log-softmax rows
  * ref_lp and the log-probability envelope env_lp; base (optional, a top-k dump of the same

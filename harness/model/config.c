@@ -614,6 +614,39 @@ static int profile_item(void *elem, const char *s, size_t len, const char *what,
     return LM_OK;
 }
 
+/* A profile's own name (hx_item_decode into a const char *). */
+static int profile_name_item(void *elem, const char *s, size_t len, const char *what,
+                             const char *list, lm_err *err)
+{
+    char name[16];
+    const lm_profile *p = NULL;
+    if (len < sizeof name) {
+        memcpy(name, s, len);
+        name[len] = '\0';
+        p = lm_profile_find(name);
+    }
+    if (p == NULL)
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': unknown profile '%.*s' (expected %s)", what,
+                       list, (int)len, s, lm_profile_expected());
+    *(const char **)elem = p->name;
+    return LM_OK;
+}
+
+int hx_profile_names_parse(const char **names, uint32_t *n, uint32_t max, const char *what,
+                           const char *list, lm_err *err)
+{
+    const char **v = NULL;
+    uint32_t m = 0;
+    int rc = hx_list_parse((void **)&v, &m, sizeof *v, false, profile_name_item, what, list, err);
+    if (rc == LM_OK && m > max)
+        rc = LM_FAIL(err, LM_E_INPUT, "%s '%s': at most %u profiles", what, list, (unsigned)max);
+    if (rc == LM_OK)
+        memcpy(names, v, m * sizeof *v);
+    *n = rc == LM_OK ? m : 0;
+    free(v);
+    return rc;
+}
+
 static int token_item(void *elem, const char *s, size_t len, const char *what, const char *list,
                       lm_err *err)
 {

@@ -176,6 +176,12 @@ typedef int (*hx_item_decode)(void *elem, const char *s, size_t len, const char 
 int hx_list_parse(void **out, uint32_t *n, size_t size, bool dups_ok, hx_item_decode decode,
                   const char *what, const char *list, lm_err *err);
 
+/* A list of precision profiles (judge's and probe's --profile) into names [*n], at most max of
+ * them, none twice: each lm_profile_find's own name (a static string). LM_E_INPUT naming what,
+ * the list and the item. */
+int hx_profile_names_parse(const char **names, uint32_t *n, uint32_t max, const char *what,
+                           const char *list, lm_err *err);
+
 /* Comma list of token ids (each 0..INT32_MAX, repeats allowed); *out malloc'd. */
 int hx_parse_tokens(int32_t **out, uint32_t *n, const char *list, lm_err *err);
 /* Token ids checked against a vocabulary of n_vocab entries: LM_E_INPUT "WHAT: token id ID

@@ -11,16 +11,14 @@
 /* A log-probability may round above 0 by this much (a probability of 1 computed in float). */
 #define LOGPROB_SLACK 1e-6
 
+static void tok_clear(hx_probe_tok *t);
+
 void hx_probe_reply_free(hx_probe_reply *r)
 {
     if (r == NULL)
         return;
-    for (uint32_t i = 0; i < r->n; ++i) {
-        free(r->toks[i].text);
-        for (uint32_t j = 0; j < r->toks[i].k; ++j)
-            free(r->toks[i].top[j].text);
-        free(r->toks[i].top);
-    }
+    for (uint32_t i = 0; i < r->n; ++i)
+        tok_clear(&r->toks[i]);
     free(r->toks);
     free(r->text);
     free(r);
@@ -177,6 +175,149 @@ static int parse_content(hx_probe_reply *r, const json_t *content, lm_err *err)
     return LM_OK;
 }
 
+static void tok_clear(hx_probe_tok *t)
+{
+    free(t->text);
+    for (uint32_t j = 0; j < t->k; ++j)
+        free(t->top[j].text);
+    free(t->top);
+    memset(t, 0, sizeof *t);
+}
+
+/* A token id written as a JSON object key ("123"): 0..INT32_MAX - 1; -1 otherwise. */
+static int32_t id_of_key(const char *k)
+{
+    char *end;
+    long long v = strtoll(k, &end, 10);
+    return *k >= '0' && *k <= '9' && *end == '\0' && v >= 0 && v < INT32_MAX ? (int32_t)v : -1;
+}
+
+/* One entry of prompt_logprobs (an object id -> {logprob, rank, decoded_token}) as token t of
+ * the prompt: own is its id (prompt_token_ids), or -1 for the entry's first key. */
+static int prompt_entry(hx_probe_tok *t, const json_t *e, int32_t own, size_t at, lm_err *err)
+{
+    t->offset = -1;
+    t->id = own;
+    const size_t k = json_object_size(e);
+    if (k == 0)
+        return LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs[%zu] is empty", at);
+    if ((t->top = calloc(k, sizeof *t->top)) == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)e, key, v) {
+        hx_probe_alt *a = &t->top[t->k++];
+        const json_t *lp = json_object_get(v, "logprob"), *rank = json_object_get(v, "rank");
+        if ((a->id = id_of_key(key)) < 0)
+            return LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs[%zu]: key '%.40s' is not a "
+                           "token id", at, key);
+        if (!json_is_object(v))
+            return LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs[%zu][%d] is not an object",
+                           at, (int)a->id);
+        if (rank != NULL && !json_is_null(rank) &&
+            (!json_is_integer(rank) || json_integer_value(rank) < 1))
+            return LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs[%zu][%d]: rank is not an "
+                           "integer >= 1", at, (int)a->id);
+        if ((a->text = dup_text(json_object_get(v, "decoded_token"))) == NULL)
+            return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        int rc = get_logprob(&a->logprob, lp, (uint32_t)at, err);
+        if (rc != LM_OK)
+            return rc;
+        if (t->id < 0)
+            t->id = a->id; /* vLLM lists the prompt's own token first */
+        if (a->id == t->id && t->text == NULL) {
+            t->logprob = a->logprob;
+            t->has_logprob = true;
+            if ((t->text = strdup(a->text)) == NULL)
+                return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+        }
+    }
+    if (!t->has_logprob)
+        return LM_FAIL(err, LM_E_INPUT, "reply: prompt token %d is not in its own "
+                       "prompt_logprobs[%zu]", (int)t->id, at);
+    return LM_OK;
+}
+
+/* vLLM's choices[0].prompt_logprobs [P] (contract in probe_reply.h): the prompt's tokens into
+ * p [*n], ids from prompt_token_ids [P] when c0 has them. */
+static int parse_prompt_lp(hx_probe_tok *p, uint32_t *n, const json_t *c0, const json_t *plp,
+                           lm_err *err)
+{
+    const json_t *ids = json_object_get(c0, "prompt_token_ids");
+    const size_t np = json_array_size(plp);
+    *n = 0;
+    if (ids != NULL && !json_is_null(ids) &&
+        (!json_is_array(ids) || json_array_size(ids) != np))
+        return LM_FAIL(err, LM_E_INPUT, "reply: prompt_token_ids is not a list of %zu ids", np);
+    for (size_t i = 0; i < np; ++i) {
+        const json_t *e = json_array_get(plp, i);
+        int32_t own = -1;
+        int rc;
+        if (json_is_array(ids) && (rc = get_id(&own, json_array_get(ids, i), (uint32_t)i,
+                                               err)) != LM_OK)
+            return rc;
+        if (json_is_null(e) && i == 0) {
+            if (own < 0) /* nothing scored, no token named: left out, as BOS by other servers */
+                continue;
+            hx_probe_tok *t = &p[(*n)++];
+            t->id = own;
+            t->offset = -1;
+            if ((t->text = dup_text(NULL)) == NULL)
+                return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+            continue;
+        }
+        if (!json_is_object(e))
+            return LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs[%zu] is not an object", i);
+        if ((rc = prompt_entry(&p[(*n)++], e, own, i, err)) != LM_OK)
+            return rc;
+    }
+    return LM_OK;
+}
+
+/* The prompt's tokens of prompt_logprobs placed before the reply's tokens, or in place of the
+ * last of them that the reply echoes (usage: more tokens than were generated). */
+static int add_prompt_lp(hx_probe_reply *r, const json_t *c0, const json_t *plp, lm_err *err)
+{
+    if (!json_is_array(plp))
+        return LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs is not a list");
+    const size_t np = json_array_size(plp);
+    if (np > UINT32_MAX / 4)
+        return LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs too long");
+    hx_probe_tok *p = calloc(np ? np : 1, sizeof *p);
+    if (p == NULL)
+        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    uint32_t n = 0;
+    int rc = parse_prompt_lp(p, &n, c0, plp, err);
+    const uint32_t echoed = r->completion_tokens >= 0 && r->n > r->completion_tokens
+                                ? r->n - (uint32_t)r->completion_tokens
+                                : 0;
+    if (rc == LM_OK && echoed > 0 && echoed < n)
+        rc = LM_FAIL(err, LM_E_INPUT, "reply: prompt_logprobs scores %u prompt tokens, the "
+                     "echo holds %u", (unsigned)n, (unsigned)echoed);
+    const uint32_t keep = echoed > 0 ? echoed - n : 0; /* echoed tokens before them */
+    hx_probe_tok *all = rc == LM_OK ? calloc((size_t)r->n - echoed + keep + n + 1, sizeof *all)
+                                    : NULL;
+    if (rc == LM_OK && all == NULL)
+        rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
+    if (rc != LM_OK) {
+        for (size_t i = 0; i < np; ++i)
+            tok_clear(&p[i]);
+        free(p);
+        return rc;
+    }
+    memcpy(all, r->toks, keep * sizeof *all);
+    memcpy(all + keep, p, n * sizeof *all);
+    for (uint32_t i = keep; i < echoed; ++i)
+        tok_clear(&r->toks[i]);
+    memcpy(all + keep + n, r->toks + echoed, ((size_t)r->n - echoed) * sizeof *all);
+    free(r->toks);
+    free(p);
+    r->toks = all;
+    r->n = keep + n + (r->n - echoed);
+    r->n_prompt_scored = n;
+    return LM_OK;
+}
+
 static int parse_root(hx_probe_reply *r, const json_t *root, lm_err *err)
 {
     if (!json_is_object(root))
@@ -213,10 +354,12 @@ static int parse_root(hx_probe_reply *r, const json_t *root, lm_err *err)
     if (!json_is_object(lp))
         return LM_FAIL(err, LM_E_INPUT, "reply: no log-probabilities (choices[0].logprobs is "
                        "%s)", lp == NULL ? "absent" : "not an object");
-    const json_t *content = json_object_get(lp, "content");
-    if (json_is_array(content))
-        return parse_content(r, content, err);
-    return parse_legacy(r, lp, err);
+    const json_t *content = json_object_get(lp, "content"),
+                 *plp = json_object_get(c0, "prompt_logprobs");
+    int rc = json_is_array(content) ? parse_content(r, content, err) : parse_legacy(r, lp, err);
+    if (rc == LM_OK && plp != NULL && !json_is_null(plp))
+        rc = add_prompt_lp(r, c0, plp, err);
+    return rc;
 }
 
 int hx_probe_reply_parse(hx_probe_reply **out, const char *json, size_t len, lm_err *err)

@@ -10,6 +10,15 @@
  *    (vLLM's return_tokens_as_token_ids) gives the id N.
  *  - content [T] of {id, token, logprob, top_logprobs: [{id, token, logprob}]} (llama.cpp's
  *    llama-server).
+ * and vLLM's prompt log-probabilities beside either: choices[0].prompt_logprobs [P], entry 0
+ * null (the first prompt token is scored by nothing), then per position an object token id
+ * (a decimal key) -> {logprob, rank (>= 1 or null), decoded_token}, holding the prompt's own
+ * token (choices[0].prompt_token_ids [P] when given, else the entry's first key: vLLM lists it
+ * first) and the top alternatives. Its tokens are placed before the tokens of logprobs, or,
+ * where logprobs echoes the prompt (usage: more tokens than completion_tokens), in place of
+ * the last P of the echoed ones (their ids are exact where the echo gives only text); the null
+ * entry 0 is left out when no prompt_token_ids name it (a token with neither id nor score).
+ * A reply without usage is taken as not echoing.
  * Rules: the reply is a JSON object with choices[0]; an "error" member is the server's error
  * (its message kept); a reply without logprobs, arrays of different lengths, a log-probability
  * that is not a number or is above 0 (beyond 1e-6) are LM_E_INPUT naming what is wrong; ids
@@ -49,6 +58,7 @@ typedef struct hx_probe_reply {
     int64_t completion_tokens;
     uint32_t n;
     hx_probe_tok *toks;        /* [n] every token the reply scores, in order */
+    uint32_t n_prompt_scored;  /* of them, the prompt's from prompt_logprobs (0: none) */
 } hx_probe_reply;
 
 /* Parses json[len] (not necessarily NUL-terminated). */

@@ -316,7 +316,8 @@ typedef struct hx_probe_report_row {
     bool is_baseline;
     bool bits_same;            /* every row's ids and log-probability bits equal the baseline's
                                   and the same tokens were generated */
-    uint32_t n_rows_differ;    /* rows at shared positions whose ids or bits differ */
+    uint32_t n_rows_differ;    /* rows whose ids or bits differ from the baseline's row at their
+                                  position, or that the baseline lacks (compare_topk.h) */
     int64_t first_row_differ;  /* position of the first such row; -1 none */
     double max_abs_diff;       /* largest |difference| of a log-probability both rows hold */
     int64_t first_token_differ; /* first generated index where the text differs; -1 none */
@@ -465,6 +466,14 @@ void hx_report_judge_md(FILE *f, const hx_report *r);
 int hx_report_probe_json(void *o /* json_t * */, const hx_report *r);
 void hx_report_probe_md(FILE *f, const hx_report *r);
 void hx_probe_invariance_line(char *buf, size_t n, const hx_probe_report *p);
+/* The cells every probe table shows for row w: first, the first differing row's position
+ * ("-" when none); text, "same" or "differs @N" (the first generated index that differs);
+ * tok_s, its batch's tokens per second (0 when the batch took no time). */
+typedef struct hx_probe_cells {
+    char first[24], text[32];
+    double tok_s;
+} hx_probe_cells;
+void hx_probe_row_cells(hx_probe_cells *c, const hx_probe_report_row *w);
 
 /* (report_dumps.c) One paragraph (no newline) into buf[n] saying what sum's k decides and what a larger k would:
  * "k = 5 of 512 ids per row: decided are ...; undecided: ...". "" when sum->k == 0. */

@@ -40,6 +40,17 @@ void hx_probe_invariance_line(char *buf, size_t n, const hx_probe_report *p)
         snprintf(buf + l, n - l, " (every request answered with the baseline's bits)");
 }
 
+void hx_probe_row_cells(hx_probe_cells *c, const hx_probe_report_row *w)
+{
+    snprintf(c->first, sizeof c->first, "-");
+    snprintf(c->text, sizeof c->text, "same");
+    if (w->first_row_differ >= 0)
+        snprintf(c->first, sizeof c->first, "%lld", (long long)w->first_row_differ);
+    if (w->first_token_differ >= 0)
+        snprintf(c->text, sizeof c->text, "differs @%lld", (long long)w->first_token_differ);
+    c->tok_s = w->batch_s > 0 ? w->batch_tokens / w->batch_s : 0.0;
+}
+
 static json_t *row_obj(const hx_probe_report_row *w, int *bad)
 {
     json_t *o = json_object();
@@ -60,8 +71,9 @@ static json_t *row_obj(const hx_probe_report_row *w, int *bad)
     *bad |= hx_json_put(o, "latency_s", hx_json_num(w->latency_s));
     *bad |= hx_json_put(o, "batch_s", hx_json_num(w->batch_s));
     *bad |= hx_json_put(o, "batch_tokens", json_integer(w->batch_tokens));
-    *bad |= hx_json_put(o, "batch_tokens_per_s",
-                        hx_json_num(w->batch_s > 0 ? w->batch_tokens / w->batch_s : 0.0));
+    hx_probe_cells cells;
+    hx_probe_row_cells(&cells, w);
+    *bad |= hx_json_put(o, "batch_tokens_per_s", hx_json_num(cells.tok_s));
     *bad |= hx_json_put(o, "class", json_string(hx_class_name(w->cls)));
     return o;
 }
@@ -111,16 +123,12 @@ void hx_report_probe_md(FILE *f, const hx_report *r)
           "|---|---|---:|---:|---:|---|---:|---:|---:|---|\n", f);
     for (size_t i = 0; i < p->n_rows; ++i) {
         const hx_probe_report_row *w = &p->rows[i];
-        char first[24] = "-", text[32] = "same";
-        if (w->first_row_differ >= 0)
-            snprintf(first, sizeof first, "%lld", (long long)w->first_row_differ);
-        if (w->first_token_differ >= 0)
-            snprintf(text, sizeof text, "differs @%lld", (long long)w->first_token_differ);
+        hx_probe_cells c;
+        hx_probe_row_cells(&c, w);
         fprintf(f, "| `%s` | %s | %u | %s | %.3g | %s | %.3f | %.3f | %.1f | %s |\n", w->config,
                 w->is_baseline ? "(baseline)" : w->bits_same ? "same" : "**differ**",
-                (unsigned)w->n_rows_differ, first, w->max_abs_diff, text, w->latency_s,
-                w->batch_s, w->batch_s > 0 ? w->batch_tokens / w->batch_s : 0.0,
-                hx_class_name(w->cls));
+                (unsigned)w->n_rows_differ, c.first, w->max_abs_diff, c.text, w->latency_s,
+                w->batch_s, c.tok_s, hx_class_name(w->cls));
     }
     char inv[512];
     hx_probe_invariance_line(inv, sizeof inv, p);

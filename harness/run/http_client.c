@@ -108,7 +108,7 @@ static int setup(CURL **h, struct curl_slist *hdr, const hx_http_req *q, xfer *x
 }
 
 int hx_http_run(hx_http_reply *out, const hx_http_req *reqs, size_t n, double overall_s,
-                const volatile bool *cancel, lm_err *err)
+                const volatile sig_atomic_t *cancel, lm_err *err)
 {
     memset(out, 0, n * sizeof *out);
     pthread_once(&curl_once, curl_init);
@@ -153,7 +153,7 @@ int hx_http_run(hx_http_reply *out, const hx_http_req *reqs, size_t n, double ov
             live[i] = false;
         }
         const double now = lm_now_s() - t0;
-        const bool stop = (cancel != NULL && *cancel) || now >= overall_s;
+        const bool stop = (cancel != NULL && *cancel != 0) || now >= overall_s;
         if (running > 0 && stop)
             break;
         if (running > 0)
@@ -165,7 +165,7 @@ int hx_http_run(hx_http_reply *out, const hx_http_req *reqs, size_t n, double ov
             curl_multi_remove_handle(m, h[i]);
             out[i].t_end_s = lm_now_s() - t0;
             snprintf(out[i].error, sizeof out[i].error, "%s",
-                     cancel != NULL && *cancel ? "cancelled"
+                     cancel != NULL && *cancel != 0 ? "cancelled"
                                                : "cancelled at the overall time limit");
             out[i].ok = false;
         }

@@ -10,6 +10,7 @@
 
 #include "kvd_common.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -35,10 +36,10 @@ typedef struct hx_http_reply {
 /* Runs reqs[n] side by side (n >= 1), out[n] zeroed first and filled in. Returns LM_OK when
  * every request ran to an outcome (each out[i] says which: a failed request is not an error
  * of this call); LM_E_INPUT for a URL libcurl refuses, LM_E_NOMEM, LM_E_INTERNAL when libcurl
- * cannot be set up. overall_s > 0 bounds the whole call; *cancel (optional), read between
- * transfers, cancels what still runs when it becomes true. */
+ * cannot be set up. overall_s > 0 bounds the whole call; *cancel (optional; a signal handler
+ * may set it), read at least every 50 ms, cancels what still runs when it becomes nonzero. */
 int hx_http_run(hx_http_reply *out /* [n] */, const hx_http_req *reqs /* [n] */, size_t n,
-                double overall_s, const volatile bool *cancel, lm_err *err);
+                double overall_s, const volatile sig_atomic_t *cancel, lm_err *err);
 void hx_http_reply_clear(hx_http_reply *r);
 
 /* Whether url's host is this machine's loopback: "localhost", 127.0.0.0/8 or ::1 (as an IP

@@ -3,69 +3,84 @@
 #include "run/probe.h"
 
 #include "kvd_tokenizer.h"
+#include "judge/compare_topk.h"
 #include "kvd_util.h"
+#include "model/config.h"
 #include "model/probe_reply.h"
 #include "run/http_client.h"
 #include "run/probe_dump.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* One --prefix item (hx_item_decode): cold, warm or shared:P. */
+static int prefix_item(void *elem, const char *s, size_t len, const char *what,
+                       const char *list, lm_err *err)
+{
+    hx_probe_prefix *x = elem;
+    if (len == 4 && memcmp(s, "cold", 4) == 0)
+        x->kind = HX_PREFIX_COLD;
+    else if (len == 4 && memcmp(s, "warm", 4) == 0)
+        x->kind = HX_PREFIX_WARM;
+    else if (len > 7 && memcmp(s, "shared:", 7) == 0 &&
+             lm_parse_u32(s + 7, len - 7, 1, 1u << 20, &x->shared))
+        x->kind = HX_PREFIX_SHARED;
+    else
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not cold, warm or shared:P (P in "
+                       "1..%u)", what, list, (int)len, s, 1u << 20);
+    return LM_OK;
+}
+
+/* One --concurrency item (hx_item_decode). */
+static int concurrency_item(void *elem, const char *s, size_t len, const char *what,
+                            const char *list, lm_err *err)
+{
+    if (!lm_parse_u32(s, len, 1, HX_PROBE_MAX_CONCURRENCY, elem))
+        return LM_FAIL(err, LM_E_INPUT, "%s '%s': '%.*s' is not an integer in 1..%u", what, list,
+                       (int)len, s, HX_PROBE_MAX_CONCURRENCY);
+    return LM_OK;
+}
+
+/* list by hx_list_parse into out [*n] elements of size bytes, at most HX_PROBE_MAX_AXIS. */
+static int axis_list(void *out, uint32_t *n, size_t size, hx_item_decode decode,
+                     const char *what, const char *list, lm_err *err)
+{
+    void *v = NULL;
+    *n = 0;
+    int rc = hx_list_parse(&v, n, size, false, decode, what, list, err);
+    if (rc == LM_OK && *n > HX_PROBE_MAX_AXIS)
+        rc = LM_FAIL(err, LM_E_INPUT, "%s '%s': at most %u values", what, list,
+                     HX_PROBE_MAX_AXIS);
+    if (rc == LM_OK)
+        memcpy(out, v, (size_t)*n * size);
+    else
+        *n = 0;
+    free(v);
+    return rc;
+}
+
 int hx_probe_parse_prefixes(hx_probe_prefix *out, uint32_t *n, const char *list, lm_err *err)
 {
-    *n = 0;
-    char buf[256];
-    if (strlen(list) >= sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "--prefix '%s': too long", list);
-    snprintf(buf, sizeof buf, "%s", list);
-    char *save = NULL;
-    for (char *s = strtok_r(buf, ",", &save); s != NULL; s = strtok_r(NULL, ",", &save)) {
-        hx_probe_prefix x = {0};
-        if (strcmp(s, "cold") == 0)
-            x.kind = HX_PREFIX_COLD;
-        else if (strcmp(s, "warm") == 0)
-            x.kind = HX_PREFIX_WARM;
-        else if (strncmp(s, "shared:", 7) == 0 && lm_parse_u32z(s + 7, 1, 1u << 20, &x.shared))
-            x.kind = HX_PREFIX_SHARED;
-        else
-            return LM_FAIL(err, LM_E_INPUT, "--prefix: '%s' is not cold, warm or shared:P "
-                           "(P >= 1)", s);
-        for (uint32_t i = 0; i < *n; ++i)
-            if (out[i].kind == x.kind && out[i].shared == x.shared)
-                return LM_FAIL(err, LM_E_INPUT, "--prefix: '%s' given twice", s);
-        if (*n == HX_PROBE_MAX_AXIS)
-            return LM_FAIL(err, LM_E_INPUT, "--prefix: at most %u values", HX_PROBE_MAX_AXIS);
-        out[(*n)++] = x;
-    }
-    return *n ? LM_OK : LM_FAIL(err, LM_E_INPUT, "--prefix: empty list");
+    return axis_list(out, n, sizeof *out, prefix_item, "--prefix", list, err);
 }
 
 int hx_probe_parse_concurrency(uint32_t *out, uint32_t *n, const char *list, lm_err *err)
 {
-    *n = 0;
-    char buf[256];
-    if (strlen(list) >= sizeof buf)
-        return LM_FAIL(err, LM_E_INPUT, "--concurrency '%s': too long", list);
-    snprintf(buf, sizeof buf, "%s", list);
-    char *save = NULL;
-    for (char *s = strtok_r(buf, ",", &save); s != NULL; s = strtok_r(NULL, ",", &save)) {
-        uint32_t c;
-        if (!lm_parse_u32z(s, 1, HX_PROBE_MAX_CONCURRENCY, &c))
-            return LM_FAIL(err, LM_E_INPUT, "--concurrency: '%s' is not an integer in 1..%u", s,
-                           HX_PROBE_MAX_CONCURRENCY);
-        for (uint32_t i = 0; i < *n; ++i)
-            if (out[i] == c)
-                return LM_FAIL(err, LM_E_INPUT, "--concurrency: %u given twice", c);
-        if (*n == HX_PROBE_MAX_AXIS)
-            return LM_FAIL(err, LM_E_INPUT, "--concurrency: at most %u values",
-                           HX_PROBE_MAX_AXIS);
-        out[(*n)++] = c;
-    }
-    return *n ? LM_OK : LM_FAIL(err, LM_E_INPUT, "--concurrency: empty list");
+    return axis_list(out, n, sizeof *out, concurrency_item, "--concurrency", list, err);
+}
+
+/* The signal (SIGINT or SIGTERM) that arrived while the probe's requests ran; 0 when none.
+ * Every hx_http_run of the probe reads it as its cancel flag. */
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+    got_signal = sig;
 }
 
 static void progress(const hx_probe_params *p, const char *fmt, ...) LM_PRINTF(2, 3);
@@ -109,9 +124,11 @@ static uint64_t next_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* The request body: prompt as ids or text, temperature 0, k log-probabilities. */
+/* The request body: prompt as ids or text, temperature 0, the probe's (logprobs) with k
+ * log-probabilities; llama-server's cache_prompt as given (false: the prompt is computed
+ * afresh even where a slot holds it; servers without the field ignore it). */
 static char *body(const pstate *s, const int32_t *ids, uint32_t n, const char *text,
-                  bool logprobs)
+                  bool logprobs, bool cache_prompt)
 {
     const hx_probe_params *p = s->p;
     json_t *o = json_object(), *pr;
@@ -132,6 +149,7 @@ static char *body(const pstate *s, const int32_t *ids, uint32_t n, const char *t
         json_object_set_new(o, "n_probs", json_integer(p->k));
         json_object_set_new(o, "echo", json_boolean(s->echo));
     }
+    json_object_set_new(o, "cache_prompt", json_boolean(cache_prompt));
     char *b = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return b;
@@ -189,16 +207,17 @@ static int filler_body(char **out, pstate *s, uint32_t shared, lm_err *err)
     int rc = filler(&ids, &n, s, shared, err);
     if (rc == LM_OK && !s->ids)
         rc = ids_text(&text, s, ids, n, err);
-    if (rc == LM_OK && (*out = body(s, ids, n, text, false)) == NULL)
+    if (rc == LM_OK && (*out = body(s, ids, n, text, false, true)) == NULL)
         rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     free(ids);
     free(text);
     return rc;
 }
 
-static char *probe_body(const pstate *s)
+/* The probe's body; cache_prompt: whether a server may reuse a prefix it holds. */
+static char *probe_body(const pstate *s, bool cache_prompt)
 {
-    return body(s, s->p->judge.prompt, s->p->judge.n_prompt, s->text, true);
+    return body(s, s->p->judge.prompt, s->p->judge.n_prompt, s->text, true, cache_prompt);
 }
 
 /* One line for a failed request (who: "the probe", "filler 3"). */
@@ -222,7 +241,7 @@ static int server_info(pstate *s, lm_err *err)
     hx_http_reply r[3];
     for (int i = 0; i < 3; ++i)
         q[i] = (hx_http_req){.url = u[i], .body = NULL, .timeout_s = s->p->timeout_s};
-    int rc = hx_http_run(r, q, 3, s->p->overall_s, NULL, err);
+    int rc = hx_http_run(r, q, 3, s->p->overall_s, &got_signal, err);
     if (rc == LM_OK && !r[0].ok)
         rc = LM_FAIL(err, LM_E_INPUT, "%s: not reachable: %s", s->base, r[0].error);
     if (rc == LM_OK) {
@@ -245,7 +264,7 @@ static int send_all(pstate *s, hx_http_reply *r, char *const *bodies, size_t n, 
     for (size_t i = 0; i < n; ++i)
         q[i] = (hx_http_req){.url = s->completions, .body = bodies[i],
                              .timeout_s = s->p->timeout_s};
-    return hx_http_run(r, q, n, s->p->overall_s, NULL, err);
+    return hx_http_run(r, q, n, s->p->overall_s, &got_signal, err);
 }
 
 /* Sends one body alone and checks it answered 200 (what: for the error line). */
@@ -257,6 +276,21 @@ static int send_one(pstate *s, hx_http_reply *r, char *b, const char *what, lm_e
     return rc;
 }
 
+/* How many prompt tokens an echoed reply pr lacks: fewer than the prompt's (its BOS may be
+ * left out) means the server scored another alignment than it says (llama-cpp-python 0.3.36
+ * echoes a prompt without BOS one token short, each token beside the row that follows it);
+ * 0 without echo or usage. */
+static int64_t echo_short_by(const pstate *s, const hx_probe_reply *pr)
+{
+    const hx_judge_params *j = &s->p->judge;
+    if (!s->echo || pr->completion_tokens < 0 || pr->n_prompt_scored > 0)
+        return 0;
+    const bool bos = j->model->vocab != NULL && j->prompt[0] == lm_vocab_bos(j->model->vocab);
+    const int64_t need = (int64_t)j->n_prompt - (bos ? 1 : 0);
+    const int64_t n_echo = (int64_t)pr->n - pr->completion_tokens;
+    return n_echo < need ? need - n_echo : 0;
+}
+
 /* (b) The first request form the server answers with log-probabilities. */
 static int request_form(pstate *s, lm_err *err)
 {
@@ -265,7 +299,7 @@ static int request_form(pstate *s, lm_err *err)
     for (int f = 0; f < 4; ++f) {
         s->ids = forms[f][0];
         s->echo = forms[f][1];
-        char *b = probe_body(s);
+        char *b = probe_body(s, false);
         hx_http_reply r;
         int rc = b ? send_all(s, &r, &b, 1, err) : LM_FAIL(err, LM_E_NOMEM, "out of memory");
         free(b);
@@ -279,6 +313,7 @@ static int request_form(pstate *s, lm_err *err)
         if (r.status == 200) {
             hx_probe_reply *pr = NULL;
             rc = hx_probe_reply_parse(&pr, r.body ? r.body : "", r.len, err);
+            const int64_t short_by = rc == LM_OK ? echo_short_by(s, pr) : 0;
             if (rc == LM_OK)
                 snprintf(s->reply_model, sizeof s->reply_model, "%s", pr->model);
             hx_probe_reply_free(pr);
@@ -287,6 +322,12 @@ static int request_form(pstate *s, lm_err *err)
                 char pre[300];
                 snprintf(pre, sizeof pre, "%s:", s->base);
                 return lm_err_prefix(rc, pre, err);
+            }
+            if (short_by > 0) {
+                progress(s->p, "the server's echo scores %lld prompt token(s) too few, so its "
+                         "rows cannot be placed: asking without echo", (long long)short_by);
+                snprintf(last, sizeof last, "echo %lld prompt token(s) short", (long long)short_by);
+                continue;
             }
             progress(s->p, "the server takes the prompt as %s%s", s->ids ? "token ids" : "text",
                      s->echo ? " with echo (prompt log-probabilities)" : ", without echo");
@@ -309,21 +350,21 @@ static int run_conf(pstate *s, pconf *c, lm_err *err)
     int rc = LM_OK;
     /* what the server saw just before: an unrelated request, or the probe itself */
     char *b = NULL;
-    if (c->prefix.kind == HX_PREFIX_WARM)
-        b = probe_body(s);
+    const bool warm = c->prefix.kind == HX_PREFIX_WARM;
+    if (warm)
+        b = probe_body(s, true);
     else
         rc = filler_body(&b, s, 0, err);
     if (rc == LM_OK && b == NULL)
         rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     if (rc == LM_OK)
-        rc = send_one(s, &pre, b, c->prefix.kind == HX_PREFIX_WARM ? "the warming request"
-                                                                   : "the unrelated request", err);
+        rc = send_one(s, &pre, b, warm ? "the warming request" : "the unrelated request", err);
     free(b);
     hx_http_reply_clear(&pre);
     if (rc != LM_OK)
         return rc;
     const uint32_t shared = c->prefix.kind == HX_PREFIX_SHARED ? c->prefix.shared : 0;
-    if ((bodies[0] = probe_body(s)) == NULL)
+    if ((bodies[0] = probe_body(s, warm)) == NULL)
         rc = LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (uint32_t i = 1; i < c->conc && rc == LM_OK; ++i)
         rc = filler_body(&bodies[i], s, shared, err);
@@ -351,14 +392,16 @@ static int run_conf(pstate *s, pconf *c, lm_err *err)
     if (rc == LM_OK)
         rc = lm_err_prefix(hx_probe_reply_parse(&pr, r[0].body ? r[0].body : "", r[0].len, err),
                            where, err);
+    /* the prompt is scored by an echo, or by vLLM's prompt_logprobs */
+    const bool scored = rc == LM_OK && (s->echo || pr->n_prompt_scored > 0);
     if (rc == LM_OK)
         rc = lm_err_prefix(hx_probe_reply_dump(&c->dump, &map, pr, p->judge.model, s->ix,
-                                               p->judge.prompt, p->judge.n_prompt, s->echo,
+                                               p->judge.prompt, p->judge.n_prompt, scored,
                                                c->name, err),
                            where, err);
     if (rc == LM_OK && map.prompt_mismatch >= 0)
         rc = LM_FAIL(err, LM_E_INPUT, "%s: %s", s->base, map.mismatch);
-    if (rc == LM_OK && !s->echo && pr->prompt_tokens >= 0 &&
+    if (rc == LM_OK && !scored && pr->prompt_tokens >= 0 &&
         pr->prompt_tokens != (int64_t)p->judge.n_prompt)
         rc = LM_FAIL(err, LM_E_INPUT, "%s: the server counts %lld prompt tokens, kvdrift %u: "
                      "it tokenized the text otherwise (give --tokens to a server that takes "
@@ -379,34 +422,20 @@ static int run_conf(pstate *s, pconf *c, lm_err *err)
     return rc;
 }
 
-/* Bits of c's dump against the baseline's b: rows at shared positions, generated text. */
+/* Bits of c's dump against the baseline's b (the judge's rule for EXACT, row by row), and its
+ * generated text. */
 static void bits(hx_probe_report_row *w, const hx_dump *d, const hx_dump *b)
 {
     w->first_row_differ = -1;
     w->first_token_differ = hx_first_divergence(d->generated, d->n_generated, b->generated,
                                                 b->n_generated);
-    for (uint32_t i = 0; i < d->n_pos; ++i) {
-        const int64_t j = lm_index_of_u32(b->positions, b->n_pos, d->positions[i]);
-        if (j < 0)
-            continue;
-        const float *x = d->rows + (size_t)i * d->n_vocab, *y = b->rows + (size_t)j * b->n_vocab;
-        bool differ = false;
-        for (uint32_t v = 0; v < d->n_vocab; ++v) {
-            const bool hx = !isnan(x[v]), hy = !isnan(y[v]);
-            if (hx != hy)
-                differ = true;
-            else if (hx && memcmp(&x[v], &y[v], sizeof x[v]) != 0) {
-                differ = true;
-                w->max_abs_diff = fmax(w->max_abs_diff, fabs((double)x[v] - (double)y[v]));
-            }
-        }
-        if (differ) {
+    for (uint32_t i = 0; i < d->n_pos; ++i)
+        if (!hx_topk_row_same_bits(d, i, b, &w->max_abs_diff)) {
             if (w->first_row_differ < 0)
                 w->first_row_differ = d->positions[i];
             w->n_rows_differ++;
         }
-    }
-    w->bits_same = w->n_rows_differ == 0 && w->first_token_differ < 0;
+    w->bits_same = w->n_rows_differ == 0 && d->n_pos == b->n_pos && w->first_token_differ < 0;
 }
 
 /* The configurations in order: the baseline (c=1, cold, rep 0) first. */
@@ -548,6 +577,30 @@ static int set_base(pstate *s, lm_err *err)
     return LM_OK;
 }
 
+/* (a) to (d) under a SIGINT and SIGTERM handler that cancels the requests in flight (their
+ * connections closed: a server drops them) and stops before the next; *rc is the outcome. The
+ * previous dispositions are back on return, which gives the signal that arrived (0: none). */
+static int serve(pstate *s, int *rc, lm_err *err)
+{
+    struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    got_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    *rc = server_info(s, err);
+    if (*rc == LM_OK && !got_signal)
+        *rc = request_form(s, err);
+    for (size_t i = 0; i < s->n_conf && *rc == LM_OK && !got_signal; ++i) {
+        progress(s->p, "request %zu of %zu: %s", i + 1, s->n_conf, s->conf[i].name);
+        *rc = run_conf(s, &s->conf[i], err);
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    const int sig = got_signal;
+    got_signal = 0;
+    return sig;
+}
+
 int hx_probe_run(hx_report **out, const hx_probe_params *p, lm_err *err)
 {
     *out = NULL;
@@ -563,14 +616,12 @@ int hx_probe_run(hx_report **out, const hx_probe_params *p, lm_err *err)
     if (rc == LM_OK)
         rc = hx_piece_index_create(&s.ix, p->judge.model, err);
     if (rc == LM_OK)
-        rc = server_info(&s, err);
-    if (rc == LM_OK)
-        rc = request_form(&s, err);
-    if (rc == LM_OK)
         rc = plan(&s, err);
-    for (size_t i = 0; i < s.n_conf && rc == LM_OK; ++i) {
-        progress(p, "request %zu of %zu: %s", i + 1, s.n_conf, s.conf[i].name);
-        rc = run_conf(&s, &s.conf[i], err);
+    const int sig = rc == LM_OK ? serve(&s, &rc, err) : 0;
+    if (sig != 0) {
+        lm_err_clear(err); /* a cancelled request's error is the signal's doing */
+        rc = LM_FAIL(err, LM_E_INPUT, "%s: interrupted by %s: every request cancelled, nothing "
+                     "written", s.base, sig == SIGINT ? "SIGINT" : "SIGTERM");
     }
     for (size_t i = 0; i < s.n_conf && rc == LM_OK; ++i)
         bits(&s.conf[i].row, s.conf[i].dump, s.conf[0].dump);
@@ -581,5 +632,7 @@ int hx_probe_run(hx_report **out, const hx_probe_params *p, lm_err *err)
     free(s.conf);
     free(s.text);
     hx_piece_index_free(s.ix);
+    if (sig != 0)
+        raise(sig); /* the previous disposition: by default kvdrift ends as interrupted */
     return rc;
 }

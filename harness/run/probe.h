@@ -11,23 +11,32 @@
  *      log-probabilities: echo, and llama-server's n_probs, are asked), then as text with echo,
  *      then ids and text without echo; the first that a server answers 200 with
  *      log-probabilities is kept for every request. An HTTP error tries the next form (servers
- *      answer a refused form with 4xx or 5xx); no reply, or a 200 reply without
- *      log-probabilities, is LM_E_INPUT, and so is every form refused.
- *  (c) Per prefix mode (cold: after one unrelated request; warm: after the probe itself, so its
- *      prompt is in the server's prefix cache; shared:P: after one unrelated request, the
- *      fillers starting with the prompt's first P ids), concurrency N and repeat r: the probe
+ *      answer a refused form with 4xx or 5xx), and so does an echo that scores fewer prompt
+ *      tokens than the prompt has (BOS aside: its rows cannot be placed); no reply, or a 200
+ *      reply without log-probabilities, is LM_E_INPUT, and so is every form refused.
+ *  (c) Per prefix mode (cold: after one unrelated request, the probe sent with llama-server's
+ *      cache_prompt false so that no slot's cached prefix is reused; warm: after the probe
+ *      itself, cache_prompt true, so its prompt is in the server's prefix cache; shared:P:
+ *      after one unrelated request, cache_prompt false, the fillers starting with the prompt's
+ *      first P ids), concurrency N and repeat r: the probe
  *      and N - 1 filler requests (seeded lengths and ids, the same max_tokens) started at
  *      once (http_client.h), so that a batching server runs them in the same batches. A probe
  *      or filler that fails is LM_E_INPUT naming it; every request of the batch has ended
  *      (completed or cancelled) before hx_probe_run returns.
- *  (d) Every probe reply as a dump; with echo, its prompt tokens against kvdrift's ids (a
- *      mismatch: LM_E_INPUT with that one line, never a verdict).
+ *  (d) Every probe reply as a dump; with echo (or vLLM's prompt_logprobs), its prompt tokens
+ *      against kvdrift's ids (a mismatch: LM_E_INPUT with that one line, never a verdict).
  *  (e) The judge under each profile (one dump per request configuration, named
  *      "c=N,prefix=M,rep=r", its configurations "<name>@<profile>"), each against the
  *      baseline's dump; a request configuration fails when no profile explains it.
  *  (f) "Not the same model": the baseline's first scored row chooses another token than the
  *      reference and its err/E exceeds HX_PROBE_OTHER_MODEL_RATIO under every profile:
  *      LM_E_INPUT.
+ * SIGINT or SIGTERM while (a) to (d) run: the requests in flight are cancelled (their
+ * connections closed, so a server drops them) and no more are sent; the dispositions found on
+ * entry are restored and the signal raised again (by default kvdrift then ends by that signal,
+ * as it does interrupted anywhere else, with no report written: reports are written after
+ * hx_probe_run returns); where the caller's handler returns, LM_E_INPUT "interrupted by
+ * SIGINT" and no report. During (e) the caller's dispositions apply.
  * The report holds the judge's sections and the probe's (report.h hx_probe_report). */
 #ifndef HX_PROBE_H
 #define HX_PROBE_H
