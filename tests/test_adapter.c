@@ -388,19 +388,29 @@ static void test_adapter_case_goldens(void)
         free((char *)cases[i]);
 }
 
+/* stories260K's path when it and the llama.cpp adapter are installed (d its description),
+ * else NULL after a SKIP line. */
+static const char *llamacpp_and_stories(hx_adapter_desc *d)
+{
+    const char *model = tu_model_path("stories260K.gguf");
+    if (model == NULL)
+        return NULL;
+    lm_err e = {0};
+    if (hx_adapter_describe(d, "adapters/llamacpp", &e) != LM_OK) {
+        printf("\n  SKIP llama.cpp adapter: %s (make adapters installs it)\n  ", e.msg);
+        return NULL;
+    }
+    return model;
+}
+
 /* The shipped llama.cpp adapter on stories260K: ubatch 1 and 512 with an F32 KV cache are
  * judged under f32 and pass, the default F16 cache under f16kv. */
 static void test_adapter_llamacpp_stories(void)
 {
-    const char *model = tu_model_path("stories260K.gguf");
+    hx_adapter_desc d;
+    const char *model = llamacpp_and_stories(&d);
     if (model == NULL)
         return;
-    hx_adapter_desc d;
-    lm_err e = {0};
-    if (hx_adapter_describe(&d, "adapters/llamacpp", &e) != LM_OK) {
-        printf("\n  SKIP llama.cpp adapter: %s (make adapters installs it)\n  ", e.msg);
-        return;
-    }
     CU_ASSERT_STRING_EQUAL(d.adapter, "llamacpp");
     char ids[1024], out[1100], cache[1100], text[16384];
     fixture_ids(ids, sizeof ids);
@@ -424,15 +434,10 @@ static void test_adapter_llamacpp_stories(void)
  * first K/V row outside, and the configuration fails. */
 static void test_adapter_llamacpp_perturb_layer(void)
 {
-    const char *model = tu_model_path("stories260K.gguf");
+    hx_adapter_desc d;
+    const char *model = llamacpp_and_stories(&d);
     if (model == NULL)
         return;
-    hx_adapter_desc d;
-    lm_err e = {0};
-    if (hx_adapter_describe(&d, "adapters/llamacpp", &e) != LM_OK) {
-        printf("\n  SKIP llama.cpp adapter: %s (make adapters installs it)\n  ", e.msg);
-        return;
-    }
     char ids[1024], out[1100], cache[1100], text[16384];
     fixture_ids(ids, sizeof ids);
     snprintf(cache, sizeof cache, "%s/llamacpp-cache", tu_tmpdir());

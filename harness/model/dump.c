@@ -259,16 +259,25 @@ static int rows(hx_dump *d, const lm_model *m, lm_err *err)
     return rc == LM_OK && has_lp ? logprob_rows_normalized(d, lp, err) : rc;
 }
 
+/* The dump's folder sub (its path into path): *dh NULL when it does not exist. */
+static int open_subdir(DIR **dh, char path[PATH_CAP], const hx_dump *d, const char *sub,
+                       lm_err *err)
+{
+    snprintf(path, PATH_CAP, "%s/%s", d->dir, sub);
+    *dh = opendir(path);
+    if (*dh == NULL && errno != ENOENT)
+        return LM_FAIL(err, LM_E_INPUT, "%s: cannot open: %s", path, strerror(errno));
+    return LM_OK;
+}
+
 /* kv/: every layer's K and V or nothing; no other file. */
 static int kv(hx_dump *d, const lm_model *m, lm_err *err)
 {
     char kdir[PATH_CAP];
-    snprintf(kdir, sizeof kdir, "%s/kv", d->dir);
-    DIR *dh = opendir(kdir);
+    DIR *dh;
+    int orc = open_subdir(&dh, kdir, d, "kv", err);
     if (dh == NULL)
-        return errno == ENOENT ? LM_OK
-                               : LM_FAIL(err, LM_E_INPUT, "%s: cannot open: %s", kdir,
-                                         strerror(errno));
+        return orc;
     const lm_hparams *hp = &m->hp;
     int rc = LM_OK;
     for (struct dirent *e; (e = readdir(dh)) != NULL && rc == LM_OK;) {
@@ -328,12 +337,10 @@ static int64_t hidden_slot(const char *name)
 static int hidden(hx_dump *d, const lm_model *m, lm_err *err)
 {
     char hdir[PATH_CAP];
-    snprintf(hdir, sizeof hdir, "%s/hidden", d->dir);
-    DIR *dh = opendir(hdir);
+    DIR *dh;
+    int orc = open_subdir(&dh, hdir, d, "hidden", err);
     if (dh == NULL)
-        return errno == ENOENT ? LM_OK
-                               : LM_FAIL(err, LM_E_INPUT, "%s: cannot open: %s", hdir,
-                                         strerror(errno));
+        return orc;
     const lm_hparams *hp = &m->hp;
     d->n_hidden_slots = hp->n_layer + 1;
     d->n_embd = hp->n_embd;
