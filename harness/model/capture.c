@@ -163,3 +163,12 @@ const float *hx_capture_logits_at(const hx_capture *c, uint32_t pos)
         return c->prompt_logits + (size_t)pos * c->shape.n_vocab;
     return NULL;
 }
+
+void hx_capture_keep_rows(float *const *dst, uint32_t n_layer, uint32_t limit, uint32_t layer,
+                          uint32_t pos0, uint32_t n, const float *x, size_t row_elems)
+{
+    if (layer >= n_layer || pos0 >= limit)
+        return;
+    const uint32_t rows = pos0 + n <= limit ? n : limit - pos0;
+    memcpy(dst[layer] + (size_t)pos0 * row_elems, x, (size_t)rows * row_elems * sizeof *x);
+}

@@ -86,4 +86,10 @@ int64_t hx_capture_row(const hx_capture *c, uint32_t pos);
  * when the capture holds neither. */
 const float *hx_capture_logits_at(const hx_capture *c, uint32_t pos);
 
+/* An engine probe's rows [pos0, pos0 + n) of x [n][row_elems] at one layer, those below
+ * position limit, into dst[layer] ([limit][row_elems]); nothing when layer >= n_layer or
+ * pos0 >= limit. The K/V and hidden-state probes of runner.c and forced.c keep rows this way. */
+void hx_capture_keep_rows(float *const *dst, uint32_t n_layer, uint32_t limit, uint32_t layer,
+                          uint32_t pos0, uint32_t n, const float *x, size_t row_elems);
+
 #endif

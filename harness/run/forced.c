@@ -38,11 +38,9 @@ static void hidden_rows(void *user, uint32_t layer, const char *op, uint32_t pos
                         const float *x, size_t row_elems)
 {
     const keep_hidden *kh = user;
-    if (strcmp(op, "residual") != 0 || layer >= kh->c->shape.n_layer || pos0 >= kh->n_kv)
-        return;
-    const uint32_t rows = pos0 + n <= kh->n_kv ? n : kh->n_kv - pos0;
-    memcpy(kh->c->hidden[layer + 1] + (size_t)pos0 * row_elems, x,
-           (size_t)rows * row_elems * sizeof *x);
+    if (strcmp(op, "residual") == 0)
+        hx_capture_keep_rows(kh->c->hidden + 1, kh->c->shape.n_layer, kh->n_kv, layer, pos0, n,
+                             x, row_elems);
 }
 
 /* Room in c for the hidden states after every layer (hidden[0], the embedding, NULL). */

@@ -28,10 +28,7 @@ static void kv_probe_fn(void *user, uint32_t layer, const char *op, uint32_t pos
         dst = kp->c->v;
     else
         return;
-    if (layer >= kp->c->shape.n_layer || pos0 >= kp->n_prompt)
-        return;
-    uint32_t m = pos0 + n > kp->n_prompt ? kp->n_prompt - pos0 : n;
-    memcpy(dst[layer] + (size_t)pos0 * row_elems, x, (size_t)m * row_elems * sizeof *x);
+    hx_capture_keep_rows(dst, kp->c->shape.n_layer, kp->n_prompt, layer, pos0, n, x, row_elems);
 }
 
 /* Feeds forced[from..n_forced) one at a time, storing row j+1 after forced[j]. */
