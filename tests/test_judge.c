@@ -39,17 +39,23 @@ static const char *cache_dir(void)
     return dir;
 }
 
-static hx_dump *load(const lm_model *m, const char *path, const char *name)
+/* The dump folder dir, loaded for m (path: the model's file, or NULL); fatal when it fails. */
+static hx_dump *load_dir(const lm_model *m, const char *path, const char *dir)
 {
-    char dir[256];
-    snprintf(dir, sizeof dir, DUMPS "%s", name);
     hx_dump *d = NULL;
     lm_err err = {0};
     int rc = hx_dump_load(&d, dir, m, path, &err);
     if (rc != LM_OK)
-        fprintf(stderr, "%s: %s\n", dir, err.msg);
+        fprintf(stderr, "\n  %s: %s\n", dir, err.msg);
     CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
     return d;
+}
+
+static hx_dump *load(const lm_model *m, const char *path, const char *name)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, DUMPS "%s", name);
+    return load_dir(m, path, dir);
 }
 
 static hx_report *judge(const lm_model *m, hx_dump *const *d, size_t n, uint32_t n_prompt,
@@ -645,12 +651,7 @@ static hx_report *loc_judge(const lm_model *m, const hx_capture *x, const char *
     char dir[600];
     snprintf(dir, sizeof dir, "%s/judge-loc-%s", tu_tmpdir(), tag);
     tf_write_dump(dir, x);
-    hx_dump *d = NULL;
-    lm_err err = {0};
-    int rc = hx_dump_load(&d, dir, m, NULL, &err);
-    if (rc != LM_OK)
-        fprintf(stderr, "\n  %s: %s\n", dir, err.msg);
-    CU_ASSERT_EQUAL_FATAL(rc, LM_OK);
+    hx_dump *d = load_dir(m, NULL, dir);
     static const char *const f32[1] = {"f32"};
     ref_model *rm = tf_ref_open(m);
     hx_judge_params p = {.model = m, .ref = rm, .prompt = loc_ids, .n_prompt = LOC_N, .dumps = &d,
