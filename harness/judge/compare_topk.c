@@ -181,9 +181,6 @@ int hx_compare_topk(hx_config_report *c, hx_topk_summary *sum, const hx_dump *d,
                            (int)d->topk_ids[j], (unsigned)d->n_vocab);
     bool bitwise = base != NULL && base->n_pos == d->n_pos;
     int rc = LM_OK;
-    hx_class *row_cls = calloc(d->n_pos ? d->n_pos : 1, sizeof *row_cls);
-    if (row_cls == NULL)
-        return LM_FAIL(err, LM_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < d->n_pos && rc == LM_OK; ++i) {
         const uint32_t pos = d->positions[i];
         const int64_t rr = ref_capture_find_pos(ref_lp, pos);
@@ -195,10 +192,7 @@ int hx_compare_topk(hx_config_report *c, hx_topk_summary *sum, const hx_dump *d,
         }
         rc = one_row(c, sum, d, i, base, ref_capture_logits(ref_lp, (uint32_t)rr),
                      &env_lp->logits[er], &bitwise, err);
-        if (rc == LM_OK)
-            row_cls[i] = c->rows[c->n_rows - 1].cls;
     }
-    free(row_cls);
     c->bitwise_baseline = rc == LM_OK && bitwise;
     return rc;
 }

@@ -420,13 +420,13 @@ static int copy_hidden(hx_envelope *dst, const hx_envelope *src, lm_err *err)
 }
 
 /* Profile k's envelope of the hidden states when a dump holds them and the profile's own
- * members measured none (the engine's naive-sr members record none): under f32 (or a profile
- * judged as f32), those of the reference's SR members, which are the same f32 hypothesis;
- * under another profile none (hx_hidden_first.no_envelope). */
+ * members measured none (the engine's naive-sr members, which log-probability dumps use,
+ * record none): those of the reference's SR members under the same profile, where they model
+ * it; else none (hx_hidden_first.no_envelope). */
 static int hidden_envelope(jstate *s, uint32_t k, lm_err *err)
 {
-    if (!any_hidden(s) || s->env[k]->n_hidden > 0 || strcmp(env_profile(s, k), "f32") != 0 ||
-        hx_envelope_source(s->p->ref, &s->ref, "f32", false) != HX_MEMBERS_REF_SR)
+    if (!any_hidden(s) || s->env[k]->n_hidden > 0 ||
+        hx_envelope_source(s->p->ref, &s->ref, env_profile(s, k), false) != HX_MEMBERS_REF_SR)
         return LM_OK;
     hx_envelope *sr = NULL;
     int rc = ref_sr_envelope(&sr, s, k, err);
